@@ -1,0 +1,45 @@
+import { readFile, stat, mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { ModelFiles } from '../core/model/folder';
+import { UserError } from '../core/errors';
+
+/** Files larger than this are refused before they are read whole. */
+export const MAX_FILE_BYTES = 4 * 1024 ** 3;
+
+/** A model folder on disk as a ModelFiles. */
+export function nodeFiles(dir: string): ModelFiles {
+  return {
+    label: dir,
+    async read(name: string): Promise<Uint8Array | null> {
+      const p = path.join(dir, name);
+      let st;
+      try {
+        st = await stat(p);
+      } catch {
+        return null;
+      }
+      if (st.isDirectory()) throw new UserError(`${p} is a folder; expected the file ${name}.`);
+      if (st.size > MAX_FILE_BYTES) {
+        throw new UserError(`${p} is ${(st.size / 1024 ** 3).toFixed(1)} GB; files above ${MAX_FILE_BYTES / 1024 ** 3} GB are refused.`);
+      }
+      const buf = await readFile(p);
+      return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+    },
+  };
+}
+
+/** Check that `dir` exists and is a folder, with a clear error otherwise. */
+export async function assertFolder(dir: string, what = 'model folder'): Promise<void> {
+  let st;
+  try {
+    st = await stat(dir);
+  } catch {
+    throw new UserError(`${what} ${dir} does not exist; pass a folder holding config.json and model.safetensors.`);
+  }
+  if (!st.isDirectory()) throw new UserError(`${what} ${dir} is a file; pass the folder that holds it.`);
+}
+
+export async function writeFolder(dir: string, files: Map<string, Uint8Array>): Promise<void> {
+  await mkdir(dir, { recursive: true });
+  for (const [name, bytes] of files) await writeFile(path.join(dir, name), bytes);
+}

@@ -1,0 +1,99 @@
+/**
+ * Model folders in Hugging Face layout (contracts.md §2): config.json + model.safetensors, and for the
+ * scalar models GPT2ForSequenceClassification names. Core never touches a file system: callers hand in a
+ * `ModelFiles` (Node reads a directory, the browser reads Files, a zip, Cache Storage or fetch).
+ */
+import type { GPT2Config } from './config';
+import { parseGPT2Config, configToJson } from './config';
+import { GPT2 } from './gpt2';
+import { ScalarModel } from './heads';
+import { readSafetensors, writeSafetensors } from './safetensors';
+import { mapHfTensors, toHfTensors } from './hfnames';
+import { trunkParamSpecs, scoreHeadSpecs } from './specs';
+import { tokenizerFor } from '../tokenizer';
+import type { Tokenizer } from '../tokenizer/types';
+import { UserError } from '../errors';
+
+/** A read-only view of a model folder. `read` returns null when the file does not exist. */
+export interface ModelFiles {
+  /** How to name the folder in messages (a path, a Hub id, "uploaded files"). */
+  label: string;
+  read(name: string): Promise<Uint8Array | null>;
+}
+
+/** A folder held in memory: file name → bytes (also what an export produces). */
+export function memoryFiles(label: string, files: Map<string, Uint8Array>): ModelFiles {
+  return { label, read: async (name) => files.get(name) ?? null };
+}
+
+async function mustRead(files: ModelFiles, name: string, what: string): Promise<Uint8Array> {
+  const bytes = await files.read(name);
+  if (!bytes) throw new UserError(`${files.label}: ${name} is missing; a model folder needs ${what}.`);
+  return bytes;
+}
+
+export async function readConfig(files: ModelFiles): Promise<GPT2Config> {
+  const bytes = await mustRead(files, 'config.json', 'config.json (GPT-2 config with Hugging Face field names)');
+  let raw: unknown;
+  try {
+    raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch (e) {
+    throw new UserError(`${files.label}/config.json is not valid JSON (${(e as Error).message}).`);
+  }
+  return parseGPT2Config(raw, `${files.label}/config.json`);
+}
+
+export interface LoadedLM {
+  config: GPT2Config;
+  tokenizer: Tokenizer;
+  model: GPT2;
+}
+
+/** Load the policy (GPT2LMHeadModel weights) of a model folder. */
+export async function loadLM(files: ModelFiles, opts: { trainable?: boolean; label?: string; file?: string } = {}): Promise<LoadedLM> {
+  const config = await readConfig(files);
+  const tokenizer = tokenizerFor(config);
+  const file = opts.file ?? 'model.safetensors';
+  const bytes = await mustRead(files, file, 'model.safetensors (GPT2LMHeadModel weights)');
+  const path = `${files.label}/${file}`;
+  const arrays = mapHfTensors(readSafetensors(bytes, path), trunkParamSpecs(config), path);
+  return { config, tokenizer, model: GPT2.fromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'policy') };
+}
+
+/** Load a scalar-head model (value or reward) from `file` in a folder whose config.json describes it. */
+export async function loadScalar(
+  files: ModelFiles,
+  file: string,
+  opts: { trainable?: boolean; label?: string; config?: GPT2Config } = {},
+): Promise<ScalarModel> {
+  const config = opts.config ?? (await readConfig(files));
+  const bytes = await mustRead(files, file, `${file} (GPT2ForSequenceClassification weights)`);
+  const path = `${files.label}/${file}`;
+  const specs = [...trunkParamSpecs(config), ...scoreHeadSpecs(config)];
+  const arrays = mapHfTensors(readSafetensors(bytes, path), specs, path);
+  return ScalarModel.fromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'scalar');
+}
+
+export function configBytes(config: GPT2Config): Uint8Array {
+  return new TextEncoder().encode(JSON.stringify(configToJson(config), null, 2) + '\n');
+}
+
+/** safetensors bytes of an LM in GPT2LMHeadModel names (`transformer.` prefix, F32, tied head omitted). */
+export async function lmSafetensors(model: GPT2): Promise<Uint8Array> {
+  const specs = trunkParamSpecs(model.config);
+  return writeSafetensors(toHfTensors(await model.toArrays(), specs, { prefix: true }), { format: 'pt' });
+}
+
+/** safetensors bytes of a scalar model in GPT2ForSequenceClassification names. */
+export async function scalarSafetensors(model: ScalarModel): Promise<Uint8Array> {
+  const specs = [...trunkParamSpecs(model.config), ...scoreHeadSpecs(model.config)];
+  return writeSafetensors(toHfTensors(await model.toArrays(), specs, { prefix: true }), { format: 'pt' });
+}
+
+/** The files of an exported LM folder that `transformers` loads (config.json + model.safetensors). */
+export async function exportLM(model: GPT2): Promise<Map<string, Uint8Array>> {
+  return new Map([
+    ['config.json', configBytes(model.config)],
+    ['model.safetensors', await lmSafetensors(model)],
+  ]);
+}

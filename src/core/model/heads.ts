@@ -1,0 +1,91 @@
+/**
+ * Scalar-head GPT-2 (GPT2ForSequenceClassification with one label): the value and reward models.
+ * value = hidden · score.weightᵀ, with `score.weight` [1, n_embd] and no bias, as in Hugging Face.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import type { GPT2Config } from './config';
+import { GPT2 } from './gpt2';
+import { UserError } from '../errors';
+
+export class ScalarModel {
+  readonly trunkModel: GPT2;
+  readonly score: tf.Variable; // [1, C]
+
+  constructor(trunkModel: GPT2, score: tf.Variable) {
+    this.trunkModel = trunkModel;
+    this.score = score;
+  }
+
+  get config(): GPT2Config {
+    return this.trunkModel.config;
+  }
+
+  /** A scalar model on a copy of `trunk`'s weights with a zero head (value init "policy"). */
+  static fromTrunk(trunk: GPT2, trainable: boolean, label = 'value'): ScalarModel {
+    const copy = trunk.clone(trainable, label);
+    const score = tf.variable(tf.zeros([1, trunk.config.n_embd]), trainable, `${copy.id}/score.weight`);
+    return new ScalarModel(copy, score);
+  }
+
+  static fromArrays(config: GPT2Config, arrays: Map<string, Float32Array>, trainable: boolean, label = 'scalar'): ScalarModel {
+    const trunk = GPT2.fromArrays(config, arrays, trainable, label);
+    const w = arrays.get('score.weight');
+    if (!w || w.length !== config.n_embd) {
+      trunk.dispose();
+      throw new UserError(`scalar model: tensor "score.weight" of shape [1, ${config.n_embd}] is missing or mis-sized.`);
+    }
+    const score = tf.variable(tf.tensor(w, [1, config.n_embd]), trainable, `${trunk.id}/score.weight`);
+    return new ScalarModel(trunk, score);
+  }
+
+  static random(config: GPT2Config, seed: number, trainable = true, label = 'scalar'): ScalarModel {
+    const trunk = GPT2.random(config, seed, trainable, label);
+    const init = tf.randomNormal([1, config.n_embd], 0, 0.02, 'float32', seed + 7919);
+    const score = tf.variable(init, trainable, `${trunk.id}/score.weight`);
+    init.dispose();
+    return new ScalarModel(trunk, score);
+  }
+
+  clone(trainable: boolean, label = 'scalar'): ScalarModel {
+    const trunk = this.trunkModel.clone(trainable, label);
+    return new ScalarModel(trunk, tf.variable(this.score, trainable, `${trunk.id}/score.weight`));
+  }
+
+  trainableVariables(): tf.Variable[] {
+    return [...this.trunkModel.trainableVariables(), this.score];
+  }
+
+  /** Values at every position: [B, T]. */
+  values(ids: tf.Tensor2D, mask: tf.Tensor2D): tf.Tensor2D {
+    const [B, T] = ids.shape;
+    const hidden = this.trunkModel.trunk(ids, mask); // [B·T, C]
+    return tf.reshape(tf.matMul(hidden, this.score, false, true), [B, T]);
+  }
+
+  /** Value at the last real token of each row (the last index where mask = 1): [B]. */
+  lastTokenValues(ids: tf.Tensor2D, mask: tf.Tensor2D): tf.Tensor1D {
+    const T = ids.shape[1];
+    const all = this.values(ids, mask);
+    const last = lastRealIndex(mask, T);
+    return tf.squeeze(tf.gather(all, tf.reshape(last, [-1, 1]), 1, 1), [1]) as tf.Tensor1D;
+  }
+
+  async toArrays(): Promise<Map<string, Float32Array>> {
+    const out = await this.trunkModel.toArrays();
+    out.set('score.weight', (await this.score.data()) as Float32Array);
+    return out;
+  }
+
+  dispose(): void {
+    this.trunkModel.dispose();
+    this.score.dispose();
+  }
+}
+
+/** Index of the last position with mask = 1 in each row: [B] int32 (0 for an all-zero row). */
+export function lastRealIndex(mask: tf.Tensor2D, T: number): tf.Tensor1D {
+  return tf.tidy(() => {
+    const idx = tf.range(0, T, 1, 'float32');
+    return tf.cast(tf.max(tf.mul(tf.cast(mask, 'float32'), idx), 1), 'int32') as tf.Tensor1D;
+  });
+}

@@ -1,0 +1,279 @@
+/**
+ * Batched sampling with a preallocated KV cache.
+ *
+ * Prompts are left-padded to a common length Tp; the cache holds S = Tp + maxNewTokens slots per layer and
+ * keeps that shape for the whole call. Token choice happens on the device (greedy argmax, or inverse-CDF
+ * sampling with one uniform per row drawn from our seeded Rng), so there is no per-token readback except
+ * an occasional one-scalar "all rows stopped?" check. Returned logprobs are log softmax(logits / T) at the
+ * sampled token, before top-k/top-p filtering (T = 1 when greedy) — the distribution PPO trains against.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import type { GPT2, LayerKV } from './gpt2';
+import { Rng } from '../rng';
+import { UserError } from '../errors';
+
+export interface SampleOptions {
+  maxNewTokens: number;
+  /** 0 = greedy. */
+  temperature: number;
+  /** 0 = off. */
+  topK?: number;
+  /** 1 = off. */
+  topP?: number;
+  /** Stop after this token (it is included in the output); null/undefined = never stop early. */
+  stopToken?: number | null;
+  /** Id written after a row has stopped and at left padding; never compared to find padding. */
+  padId: number;
+  /** Seed or a live Rng (a live one advances, so a training run keeps one stream). */
+  rng: Rng | number;
+  /** false = recompute the whole sequence each token (the slow baseline, for benchmarks and tests). */
+  useCache?: boolean;
+  /** Check for "every row stopped" every this many tokens (one scalar readback). Default 8. */
+  stopCheckEvery?: number;
+}
+
+export interface GenerateResult {
+  /** Generated ids per row, unpadded; includes the stop token when one was emitted. */
+  tokens: number[][];
+  /** log softmax(logits / T) of each generated token (T = 1 when greedy). */
+  logprobs: number[][];
+}
+
+const FILTERED = -1e30;
+
+/** Left-pad prompts to a common length: ids/mask [B, Tp] as flat arrays. */
+export function leftPad(prompts: number[][], padId: number): { ids: Int32Array; mask: Int32Array; Tp: number } {
+  const Tp = Math.max(...prompts.map((p) => p.length));
+  const B = prompts.length;
+  const ids = new Int32Array(B * Tp).fill(padId);
+  const mask = new Int32Array(B * Tp);
+  prompts.forEach((p, b) => {
+    const off = b * Tp + (Tp - p.length);
+    ids.set(p, off);
+    mask.fill(1, off, off + p.length);
+  });
+  return { ids, mask, Tp };
+}
+
+/** Apply top-k then top-p to temperature-scaled logits [B, V] (HF's order). */
+export function filterLogits(scaled: tf.Tensor2D, topK: number, topP: number): tf.Tensor2D {
+  const V = scaled.shape[1];
+  let out = scaled;
+  if (topK > 0 && topK < V) {
+    const kth = tf.slice(tf.topk(out, topK).values, [0, topK - 1], [-1, 1]);
+    out = tf.where(tf.less(out, kth), tf.fill(out.shape, FILTERED), out) as tf.Tensor2D;
+  }
+  if (topP < 1) {
+    const sorted = tf.topk(out, V).values; // descending
+    const probs = tf.softmax(sorted, -1);
+    const before = tf.sub(tf.cumsum(probs, 1), probs); // mass strictly above each entry
+    const keep = tf.sum(tf.cast(tf.less(before, topP), 'int32'), 1); // ≥ 1
+    const thr = tf.gather(sorted, tf.reshape(tf.sub(keep, tf.scalar(1, 'int32')), [-1, 1]), 1, 1); // [B, 1]
+    out = tf.where(tf.less(out, thr), tf.fill(out.shape, FILTERED), out) as tf.Tensor2D;
+  }
+  return out;
+}
+
+/**
+ * Choose one token per row from logits [B, V]. `uniforms` [B, 1] in [0, 1) drive inverse-CDF sampling.
+ * Returns the token ids [B] and log softmax(logits / T) at them (T = 1 when greedy).
+ */
+export function pickTokens(
+  logits: tf.Tensor2D,
+  temperature: number,
+  topK: number,
+  topP: number,
+  uniforms: tf.Tensor2D | null,
+): { tokens: tf.Tensor1D; logprobs: tf.Tensor1D } {
+  return tf.tidy(() => {
+    const [B, V] = logits.shape;
+    const greedy = temperature === 0;
+    const scaled = greedy ? logits : (tf.div(logits, temperature) as tf.Tensor2D);
+    const logp = tf.logSoftmax(scaled, -1);
+    let tokens: tf.Tensor1D;
+    if (greedy) {
+      tokens = tf.cast(tf.argMax(logits, 1), 'int32') as tf.Tensor1D;
+    } else {
+      if (!uniforms) throw new Error('pickTokens: uniforms are required when sampling');
+      const probs = tf.softmax(filterLogits(scaled as tf.Tensor2D, topK, topP), -1);
+      const cdf = tf.cumsum(probs, 1);
+      const below = tf.sum(tf.cast(tf.less(cdf, uniforms), 'int32'), 1);
+      tokens = tf.minimum(below, tf.scalar(V - 1, 'int32')) as tf.Tensor1D;
+    }
+    const chosen = tf.gather(logp, tf.reshape(tokens, [B, 1]), 1, 1);
+    return { tokens, logprobs: tf.reshape(chosen, [B]) as tf.Tensor1D };
+  });
+}
+
+function validate(model: GPT2, prompts: number[][], o: SampleOptions): void {
+  const c = model.config;
+  if (prompts.length === 0) throw new UserError('generate: no prompts given; pass at least one prompt.');
+  prompts.forEach((p, i) => {
+    if (p.length === 0) throw new UserError(`generate: prompt ${i} is empty; give at least one token.`);
+    for (const t of p) {
+      if (!Number.isInteger(t) || t < 0 || t >= c.vocab_size) {
+        throw new UserError(`generate: prompt ${i} has token id ${t}; ids must be integers from 0 to ${c.vocab_size - 1}.`);
+      }
+    }
+  });
+  if (!Number.isInteger(o.maxNewTokens) || o.maxNewTokens < 1) {
+    throw new UserError(`generate: maxNewTokens must be a positive integer, got ${o.maxNewTokens}.`);
+  }
+  const Tp = Math.max(...prompts.map((p) => p.length));
+  if (Tp + o.maxNewTokens > c.n_positions) {
+    throw new UserError(
+      `generate: prompt (${Tp} tokens) + maxNewTokens (${o.maxNewTokens}) exceeds the model's n_positions (${c.n_positions}).`,
+    );
+  }
+  if (!(o.temperature >= 0) || !Number.isFinite(o.temperature)) {
+    throw new UserError(`generate: temperature must be ≥ 0 (0 = greedy), got ${o.temperature}.`);
+  }
+  const topK = o.topK ?? 0;
+  if (!Number.isInteger(topK) || topK < 0) throw new UserError(`generate: topK must be an integer ≥ 0 (0 = off), got ${topK}.`);
+  const topP = o.topP ?? 1;
+  if (!(topP > 0 && topP <= 1)) throw new UserError(`generate: topP must be in (0, 1] (1 = off), got ${topP}.`);
+}
+
+/** Sample continuations for a batch of prompts. */
+export async function generate(model: GPT2, prompts: number[][], opts: SampleOptions): Promise<GenerateResult> {
+  validate(model, prompts, opts);
+  const rng = typeof opts.rng === 'number' ? new Rng(opts.rng) : opts.rng;
+  const B = prompts.length;
+  const N = opts.maxNewTokens;
+  const topK = opts.topK ?? 0;
+  const topP = opts.topP ?? 1;
+  const stop = opts.stopToken ?? null;
+  const checkEvery = opts.stopCheckEvery ?? 8;
+  const { ids, mask, Tp } = leftPad(prompts, opts.padId);
+  const S = Tp + N;
+  const realLen = prompts.map((p) => p.length);
+
+  const uniforms = (): tf.Tensor2D | null =>
+    opts.temperature === 0 ? null : tf.tensor2d(Array.from({ length: B }, () => rng.next()), [B, 1]);
+
+  const stepTokens: tf.Tensor1D[] = [];
+  const stepLogprobs: tf.Tensor1D[] = [];
+  let finished: tf.Tensor1D = tf.zeros([B], 'bool');
+
+  // Prefill: one forward over the prompts fills slots [0, Tp) of the cache.
+  let cache: LayerKV[] = [];
+  let keyMask: tf.Tensor2D;
+  let logits: tf.Tensor2D;
+  {
+    const out = tf.tidy(() => {
+      const idsT = tf.tensor2d(ids, [B, Tp], 'int32');
+      const maskT = tf.tensor2d(mask, [B, Tp], 'int32');
+      const kv: LayerKV[] = [];
+      const hidden = model.trunk(idsT, maskT, opts.useCache === false ? undefined : kv);
+      const lastRows = tf.tensor1d(Array.from({ length: B }, (_, b) => b * Tp + Tp - 1), 'int32');
+      const lg = model.lmHead(tf.gather(hidden, lastRows) as tf.Tensor2D);
+      const padded = kv.map(({ k, v }) => ({
+        k: tf.pad(k, [[0, 0], [0, 0], [0, S - Tp], [0, 0]]) as tf.Tensor4D,
+        v: tf.pad(v, [[0, 0], [0, 0], [0, S - Tp], [0, 0]]) as tf.Tensor4D,
+      }));
+      const km = tf.concat([tf.cast(maskT, 'float32'), tf.zeros([B, N])], 1) as tf.Tensor2D;
+      return { lg, padded, km };
+    });
+    cache = out.padded;
+    keyMask = out.km;
+    logits = out.lg;
+  }
+  // For recompute mode: the growing sequence.
+  const seqIds = Array.from({ length: B }, (_, b) => Array.from(ids.subarray(b * Tp, (b + 1) * Tp)));
+  const seqMask = Array.from({ length: B }, (_, b) => Array.from(mask.subarray(b * Tp, (b + 1) * Tp)));
+
+  try {
+    for (let s = 0; s < N; s++) {
+      const u = uniforms();
+      const picked = pickTokens(logits, opts.temperature, topK, topP, u);
+      u?.dispose();
+      const chosen = tf.tidy(() => {
+        const tok = tf.where(finished, tf.fill([B], opts.padId, 'int32'), picked.tokens) as tf.Tensor1D;
+        const lp = tf.where(finished, tf.zeros([B]), picked.logprobs) as tf.Tensor1D;
+        const fin = stop === null ? tf.clone(finished) : tf.logicalOr(finished, tf.equal(picked.tokens, stop));
+        return { tok, lp, fin };
+      });
+      picked.tokens.dispose();
+      picked.logprobs.dispose();
+      finished.dispose();
+      finished = chosen.fin as tf.Tensor1D;
+      stepTokens.push(chosen.tok);
+      stepLogprobs.push(chosen.lp);
+      if (s === N - 1) break;
+      if (stop !== null && (s + 1) % checkEvery === 0) {
+        const anyLeft = tf.tidy(() => tf.any(tf.logicalNot(finished)));
+        const left = (await anyLeft.data())[0];
+        anyLeft.dispose();
+        if (!left) break;
+      }
+
+      if (opts.useCache === false) {
+        const tokNow = (await chosen.tok.data()) as Int32Array;
+        for (let b = 0; b < B; b++) {
+          seqIds[b].push(tokNow[b]);
+          seqMask[b].push(1);
+        }
+        const T = Tp + s + 1;
+        const next = tf.tidy(() => {
+          const idsT = tf.tensor2d(seqIds.flat(), [B, T], 'int32');
+          const maskT = tf.tensor2d(seqMask.flat(), [B, T], 'int32');
+          const hidden = model.trunk(idsT, maskT);
+          const lastRows = tf.tensor1d(Array.from({ length: B }, (_, b) => b * T + T - 1), 'int32');
+          return model.lmHead(tf.gather(hidden, lastRows) as tf.Tensor2D);
+        });
+        logits.dispose();
+        logits = next;
+        continue;
+      }
+
+      const slot = Tp + s;
+      const next = tf.tidy(() => {
+        const oh = tf.cast(tf.reshape(tf.oneHot(tf.tensor1d([slot], 'int32'), S), [S]), 'float32');
+        const km = tf.add(keyMask, tf.reshape(oh, [1, S])) as tf.Tensor2D;
+        const pos = tf.tensor1d(realLen.map((n) => n + s), 'int32');
+        const out = model.decodeStep(chosen.tok, pos, oh, km, cache);
+        return { lg: model.lmHead(out.hidden), cache: out.cache, km };
+      });
+      for (const { k, v } of cache) {
+        k.dispose();
+        v.dispose();
+      }
+      keyMask.dispose();
+      logits.dispose();
+      cache = next.cache;
+      keyMask = next.km;
+      logits = next.lg;
+    }
+
+    const [tokAll, lpAll] = tf.tidy(() => [tf.stack(stepTokens, 1), tf.stack(stepLogprobs, 1)]);
+    const tokData = (await tokAll.data()) as Int32Array;
+    const lpData = (await lpAll.data()) as Float32Array;
+    tokAll.dispose();
+    lpAll.dispose();
+    const L = stepTokens.length;
+    const tokens: number[][] = [];
+    const logprobs: number[][] = [];
+    for (let b = 0; b < B; b++) {
+      const row: number[] = [];
+      const lrow: number[] = [];
+      for (let t = 0; t < L; t++) {
+        row.push(tokData[b * L + t]);
+        lrow.push(lpData[b * L + t]);
+        if (stop !== null && tokData[b * L + t] === stop) break;
+      }
+      tokens.push(row);
+      logprobs.push(lrow);
+    }
+    return { tokens, logprobs };
+  } finally {
+    for (const t of stepTokens) t.dispose();
+    for (const t of stepLogprobs) t.dispose();
+    for (const { k, v } of cache) {
+      k.dispose();
+      v.dispose();
+    }
+    keyMask.dispose();
+    logits.dispose();
+    finished.dispose();
+  }
+}
