@@ -3,6 +3,7 @@ import '@tensorflow/tfjs-backend-cpu';
 
 /** Use the CPU backend (the exact reference backend for parity tests). */
 export async function useCpu(): Promise<void> {
+  tf.env().set('IS_TEST', true); // no "install tfjs-node" banner in test output
   await tf.setBackend('cpu');
   await tf.ready();
 }

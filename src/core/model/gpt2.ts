@@ -27,10 +27,10 @@ export function geluNew(x: tf.Tensor): tf.Tensor {
 }
 
 /** Per-layer keys and values, each [B, nh, S, hs]. */
-export interface LayerKV {
+export type LayerKV = {
   k: tf.Tensor4D;
   v: tf.Tensor4D;
-}
+};
 
 export class GPT2 {
   readonly config: GPT2Config;

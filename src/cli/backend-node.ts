@@ -1,0 +1,19 @@
+import * as tf from '@tensorflow/tfjs-core';
+import '@tensorflow/tfjs-backend-cpu';
+import '@tensorflow/tfjs-backend-wasm';
+import { UserError } from '../core/errors';
+
+export type NodeBackend = 'wasm' | 'cpu';
+
+/** Node: WASM by default (≈4× the CPU backend here), `cpu` for exact reference runs. */
+export async function setNodeBackend(name: string = 'wasm'): Promise<NodeBackend> {
+  if (name !== 'wasm' && name !== 'cpu') {
+    throw new UserError(`--backend must be "wasm" or "cpu" in Node, got "${name}".`);
+  }
+  // PROD: skip tfjs debug checks and its "install tfjs-node" banner (tfjs-node cannot install here).
+  tf.env().set('PROD', true);
+  const ok = await tf.setBackend(name);
+  if (!ok) throw new UserError(`could not initialise the ${name} backend.`);
+  await tf.ready();
+  return name;
+}
