@@ -1,7 +1,11 @@
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
+// Gradients: tfjs-core registers none by itself. The union package's Node bundle registers them all in
+// tfjs's global registry (its ESM twin, tfjs-core/dist/register_all_gradients, does not load in plain Node).
+import '@tensorflow/tfjs';
 import { UserError } from '../core/errors';
+import { registerWasmExtraKernels } from '../core/kernels/wasm-extra';
 
 export type NodeBackend = 'wasm' | 'cpu';
 
@@ -12,6 +16,7 @@ export async function setNodeBackend(name: string = 'wasm'): Promise<NodeBackend
   }
   // PROD: skip tfjs debug checks and its "install tfjs-node" banner (tfjs-node cannot install here).
   tf.env().set('PROD', true);
+  registerWasmExtraKernels();
   const ok = await tf.setBackend(name);
   if (!ok) throw new UserError(`could not initialise the ${name} backend.`);
   await tf.ready();

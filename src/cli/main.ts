@@ -4,11 +4,13 @@
  */
 import { isUserError } from '../core/errors';
 import { cmdGenerate, GENERATE_HELP } from './generate';
+import { cmdSft, SFT_HELP } from './sft';
 
 type Command = { help: string; run: (argv: string[]) => Promise<void> };
 
 const COMMANDS: Record<string, Command> = {
   generate: { help: GENERATE_HELP, run: cmdGenerate },
+  sft: { help: SFT_HELP, run: cmdSft },
 };
 
 function usage(): string {

@@ -20,10 +20,15 @@ export function layerNorm(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number)
   return tf.add(tf.mul(tf.mul(tf.sub(x, mean), tf.rsqrt(tf.add(variance, eps))), g), b);
 }
 
-/** gelu_new (tanh approximation). The tanh argument is clamped: WGSL tanh can give NaN for large inputs. */
+/**
+ * gelu_new: 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))), computed as the identical x·σ(2·√(2/π)(x + 0.044715x³)).
+ * The sigmoid form takes fewer ops than tanh and pow (pow's gradient goes through log; both were hot in the
+ * WASM profile), and sidesteps WGSL's tanh returning NaN for large inputs.
+ */
 export function geluNew(x: tf.Tensor): tf.Tensor {
-  const inner = tf.mul(Math.sqrt(2 / Math.PI), tf.add(x, tf.mul(0.044715, tf.pow(x, 3))));
-  return tf.mul(tf.mul(0.5, x), tf.add(1, tf.tanh(tf.clipByValue(inner, -15, 15))));
+  const x3 = tf.mul(tf.mul(x, x), x);
+  const inner = tf.mul(2 * Math.sqrt(2 / Math.PI), tf.add(x, tf.mul(0.044715, x3)));
+  return tf.mul(x, tf.sigmoid(inner));
 }
 
 /** Per-layer keys and values, each [B, nh, S, hs]. */

@@ -1,0 +1,180 @@
+/**
+ * Hugging Face GPT-2 tensor names ↔ our parameter specs (contracts.md §2), with a shape check per tensor.
+ *
+ * Import accepts names with or without the `transformer.` prefix (GPT2LMHeadModel /
+ * GPT2ForSequenceClassification vs GPT2Model), ignores the `attn.bias` / `attn.masked_bias` buffers and
+ * ties `lm_head.weight` to `wte.weight`. `score.*` names never carry the prefix.
+ */
+import { UserError } from '../errors';
+import type { NamedTensor, SafetensorsFile } from './safetensors';
+import type { ParamSpec } from './specs';
+
+const PREFIX = 'transformer.';
+const ATTN_BUFFER = /^h\.\d+\.attn\.(bias|masked_bias)$/;
+
+function fmtShape(shape: readonly number[]): string {
+  return `[${shape.join(', ')}]`;
+}
+
+function sameShape(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((d, i) => d === b[i]);
+}
+
+function isScoreName(name: string): boolean {
+  return name.startsWith('score.');
+}
+
+function sameBits(a: Float32Array, b: Float32Array): boolean {
+  if (a.length !== b.length) return false;
+  const ua = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const ub = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  for (let i = 0; i < ua.length; i++) if (ua[i] !== ub[i]) return false;
+  return true;
+}
+
+/**
+ * Pick the data of every spec out of a safetensors file in HF names, keyed by spec name.
+ * Throws a UserError naming the file and the tensor for a missing tensor, a wrong shape, a name given
+ * both with and without the prefix, an untied `lm_head.weight`, a nonzero `score.bias` the specs lack,
+ * or tensors the model does not use (unless listed in `opts.allowExtra`).
+ */
+export function mapHfTensors(
+  file: SafetensorsFile,
+  specs: ParamSpec[],
+  fileName: string,
+  opts: { allowExtra?: string[] } = {},
+): Map<string, Float32Array> {
+  const specByName = new Map(specs.map((s) => [s.name, s]));
+  const allowExtra = new Set(opts.allowExtra ?? []);
+  type Found = { key: string; shape: number[]; data: Float32Array };
+  const found = new Map<string, Found>();
+  const extras: string[] = [];
+  let lmHead: Found | null = null;
+  let wte: Found | null = null;
+  let scoreBias: Found | null = null;
+
+  for (const [key, t] of file.tensors) {
+    const prefixed = key.startsWith(PREFIX);
+    const base = prefixed ? key.slice(PREFIX.length) : key;
+    const entry: Found = { key, shape: t.shape, data: t.data };
+
+    if (ATTN_BUFFER.test(base)) continue;
+    if (base === 'wte.weight') wte = entry;
+    if (key === 'lm_head.weight') {
+      lmHead = entry;
+      continue;
+    }
+    // score.* is only recognised without the prefix.
+    const isSpec = specByName.has(base) && !(prefixed && isScoreName(base));
+    if (isSpec) {
+      const prev = found.get(base);
+      if (prev) {
+        throw new UserError(
+          `${fileName}: tensor "${base}" appears twice, as "${prev.key}" and as "${key}"; ` +
+            `expected each tensor once, with or without the "${PREFIX}" prefix.`,
+        );
+      }
+      found.set(base, entry);
+      continue;
+    }
+    if (key === 'score.bias') {
+      scoreBias = entry;
+      continue;
+    }
+    if (allowExtra.has(key) || allowExtra.has(base)) continue;
+    extras.push(key);
+  }
+
+  const out = new Map<string, Float32Array>();
+  const missing = specs.filter((s) => !found.has(s.name));
+  if (missing.length > 0) {
+    const s = missing[0];
+    const shown = isScoreName(s.name) ? s.name : `${PREFIX}${s.name}`;
+    const more =
+      missing.length > 1 ? ` (${missing.length} of ${specs.length} expected tensors are missing)` : '';
+    throw new UserError(
+      `${fileName}: missing tensor "${shown}" (expected shape ${fmtShape(s.shape)})${more}. ` +
+        `Is this a GPT-2 model file of the right kind?`,
+    );
+  }
+  for (const s of specs) {
+    const f = found.get(s.name)!;
+    if (!sameShape(f.shape, s.shape)) {
+      const transposed =
+        s.shape.length === 2 &&
+        f.shape.length === 2 &&
+        f.shape[0] === s.shape[1] &&
+        f.shape[1] === s.shape[0];
+      const hint = transposed
+        ? ' It looks transposed: GPT-2 Conv1D weights are [in, out].'
+        : ' Check that config.json (vocab_size, n_positions, n_embd, n_layer) matches the weights.';
+      throw new UserError(
+        `${fileName}: tensor "${f.key}" has shape ${fmtShape(f.shape)}, expected ${fmtShape(s.shape)}.${hint}`,
+      );
+    }
+    out.set(s.name, f.data);
+  }
+
+  if (lmHead !== null) {
+    const lm: Found = lmHead;
+    if (wte === null) {
+      throw new UserError(
+        `${fileName}: tensor "lm_head.weight" is present without "wte.weight" to tie it to; ` +
+          `untied LM heads are not supported (lm_head.weight must equal wte.weight).`,
+      );
+    }
+    const w: Found = wte;
+    if (!sameShape(lm.shape, w.shape) || !sameBits(lm.data, w.data)) {
+      throw new UserError(
+        `${fileName}: tensor "lm_head.weight" (shape ${fmtShape(lm.shape)}) differs from "${w.key}" ` +
+          `(shape ${fmtShape(w.shape)}); untied LM heads are not supported, lm_head.weight must equal wte.weight.`,
+      );
+    }
+  }
+
+  if (scoreBias !== null) {
+    const sb: Found = scoreBias;
+    if (!sb.data.every((v) => v === 0)) {
+      throw new UserError(
+        `${fileName}: tensor "score.bias" is nonzero; score.bias is not supported ` +
+          `(GPT2ForSequenceClassification has no bias; a zero bias is accepted and dropped).`,
+      );
+    }
+  }
+
+  if (extras.length > 0) {
+    const shown = extras
+      .slice(0, 5)
+      .map((e) => `"${e}"`)
+      .join(', ');
+    const more = extras.length > 5 ? ` and ${extras.length - 5} more` : '';
+    throw new UserError(
+      `${fileName}: unexpected tensor${extras.length > 1 ? 's' : ''} ${shown}${more}, ` +
+        `not part of this GPT-2 model; is the file for a different model or config?`,
+    );
+  }
+  return out;
+}
+
+/**
+ * Our parameters as HF-named tensors for export: trunk names get the `transformer.` prefix when
+ * `opts.prefix`; `score.*` never does; no `lm_head.weight` (tied; transformers ties it on load).
+ */
+export function toHfTensors(
+  params: Map<string, Float32Array>,
+  specs: ParamSpec[],
+  opts: { prefix: boolean },
+): NamedTensor[] {
+  return specs.map((s) => {
+    const data = params.get(s.name);
+    if (data === undefined) throw new Error(`toHfTensors: no data for parameter "${s.name}".`);
+    const count = s.shape.reduce((a, b) => a * b, 1);
+    if (data.length !== count) {
+      throw new Error(
+        `toHfTensors: parameter "${s.name}" has ${data.length} values, shape ${fmtShape(s.shape)} needs ${count}.`,
+      );
+    }
+    const name = opts.prefix && !isScoreName(s.name) ? `${PREFIX}${s.name}` : s.name;
+    return { name, shape: s.shape.slice(), data };
+  });
+}

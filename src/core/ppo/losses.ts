@@ -1,0 +1,129 @@
+/**
+ * PPO losses over tensors (step 7 of shared/ppo-notes.md). Each function runs in its own `tf.tidy`, so only
+ * the returned tensors outlive it, inside or outside an outer tidy / `tf.variableGrads`. Shapes: N samples,
+ * R response tokens, V vocabulary; `mask` is 1 for tokens that count and 0 for padding.
+ * Gradients need tfjs's gradient registry filled by the host (src/cli/backend-node.ts, tests/helpers/backend.ts,
+ * the worker's backend setup): tfjs-core alone registers none.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+
+/** Σ x·mask / Σ mask over every element; 0 when nothing counts. */
+export function maskedMeanT(x: tf.Tensor, mask: tf.Tensor): tf.Scalar {
+  return tf.tidy(() => {
+    const m = tf.cast(mask, 'float32');
+    return tf.div(tf.sum(tf.mul(x, m)), tf.maximum(tf.sum(m), 1e-12)) as tf.Scalar;
+  });
+}
+
+export type PolicyLossResult = {
+  /** masked mean of max(−A·ratio, −A·clip(ratio, 1−ε, 1+ε)). */
+  loss: tf.Scalar;
+  /** Fraction of counted tokens where the clipped branch is the larger loss (TRL `pg_losses2 > pg_losses`). */
+  clipFrac: tf.Scalar;
+  /** masked mean of ½·logratio², an estimate of KL(π_old‖π). */
+  approxKl: tf.Scalar;
+  ratioMean: tf.Scalar;
+  /** Largest ratio over counted tokens (0 when none counts). */
+  ratioMax: tf.Scalar;
+  /** Fraction of counted tokens whose |logratio| hit `logRatioClamp`. */
+  logRatioClampFrac: tf.Scalar;
+};
+
+/**
+ * The clipped surrogate. `logRatioClamp` bounds log(π/π_old) before `exp` so a wild token cannot overflow
+ * to Infinity; clamped tokens get no gradient through the ratio.
+ */
+export function policyLoss(
+  logpNew: tf.Tensor,
+  logpOld: tf.Tensor,
+  advantages: tf.Tensor,
+  mask: tf.Tensor,
+  clipRange: number,
+  logRatioClamp: number,
+): PolicyLossResult {
+  return tf.tidy(() => {
+    const m = tf.cast(mask, 'float32');
+    const rawLogRatio = tf.sub(logpNew, logpOld);
+    const logRatio = tf.clipByValue(rawLogRatio, -logRatioClamp, logRatioClamp);
+    const ratio = tf.exp(logRatio);
+    const negA = tf.neg(advantages);
+    const pgLosses = tf.mul(negA, ratio);
+    const pgLosses2 = tf.mul(negA, tf.clipByValue(ratio, 1 - clipRange, 1 + clipRange));
+    const counted = tf.greater(m, 0);
+    return {
+      loss: maskedMeanT(tf.maximum(pgLosses, pgLosses2), m),
+      clipFrac: maskedMeanT(tf.cast(tf.greater(pgLosses2, pgLosses), 'float32'), m),
+      approxKl: maskedMeanT(tf.mul(0.5, tf.square(logRatio)), m),
+      ratioMean: maskedMeanT(ratio, m),
+      ratioMax: tf.max(tf.where(counted, ratio, tf.zerosLike(ratio))) as tf.Scalar,
+      logRatioClampFrac: maskedMeanT(tf.cast(tf.greater(tf.abs(rawLogRatio), logRatioClamp), 'float32'), m),
+    };
+  });
+}
+
+export type ValueLossResult = {
+  /** ½·masked mean of max((V − R)², (clip(V, V_old − ε, V_old + ε) − R)²). */
+  loss: tf.Scalar;
+  /** Fraction of counted tokens where the clipped prediction gives the larger loss. */
+  clipFrac: tf.Scalar;
+};
+
+/**
+ * Clipped value loss: the PREDICTION is clipped around the value from the rollout, never the target.
+ */
+export function valueLoss(
+  vPred: tf.Tensor,
+  vOld: tf.Tensor,
+  returns: tf.Tensor,
+  mask: tf.Tensor,
+  clipRangeValue: number,
+): ValueLossResult {
+  return tf.tidy(() => {
+    const m = tf.cast(mask, 'float32');
+    const vClipped = tf.add(vOld, tf.clipByValue(tf.sub(vPred, vOld), -clipRangeValue, clipRangeValue));
+    const l1 = tf.square(tf.sub(vPred, returns));
+    const l2 = tf.square(tf.sub(vClipped, returns));
+    return {
+      loss: tf.mul(0.5, maskedMeanT(tf.maximum(l1, l2), m)) as tf.Scalar,
+      clipFrac: maskedMeanT(tf.cast(tf.greater(l2, l1), 'float32'), m),
+    };
+  });
+}
+
+/**
+ * Masked mean entropy of softmax(logits / temperature) over the last axis: logits [N, R, V] with mask [N, R],
+ * or [M, V] with mask [M]. H = logsumexp(z) − Σ softmax(z)·z.
+ */
+export function entropyFromLogits(logits: tf.Tensor, mask: tf.Tensor, temperature = 1): tf.Scalar {
+  return tf.tidy(() => {
+    const z = temperature === 1 ? logits : tf.div(logits, temperature);
+    const axis = z.rank - 1;
+    const entropy = tf.sub(tf.logSumExp(z, axis), tf.sum(tf.mul(tf.softmax(z, axis), z), axis));
+    return maskedMeanT(entropy, mask);
+  });
+}
+
+/**
+ * log softmax(logits / temperature) at the chosen token of each row: logits [M, V], tokens [M] → [M].
+ * Gathers M entries of the flattened logits (index row·V + token) instead of building an [M, V] one-hot,
+ * which matters for a 50k vocabulary (its gradient is a sparse scatter, not a dense product).
+ */
+export function logprobsFromLogits(
+  logits2d: tf.Tensor2D,
+  tokens: tf.Tensor1D | ArrayLike<number>,
+  temperature = 1,
+): tf.Tensor1D {
+  if (!(temperature > 0)) throw new Error(`logprobsFromLogits: temperature must be > 0, got ${temperature}`);
+  return tf.tidy(() => {
+    const [M, V] = logits2d.shape;
+    const tok =
+      tokens instanceof tf.Tensor ? tf.cast(tokens, 'int32') : tf.tensor1d(Array.from(tokens), 'int32');
+    if (tok.shape[0] !== M)
+      throw new Error(`logprobsFromLogits: ${tok.shape[0]} tokens for ${M} rows of logits`);
+    const z = temperature === 1 ? logits2d : tf.div(logits2d, temperature);
+    const lse = tf.logSumExp(z, 1); // [M]
+    const flatIndex = tf.add(tf.mul(tf.range(0, M, 1, 'int32'), tf.scalar(V, 'int32')), tok); // [M] int32
+    const chosen = tf.gather(tf.reshape(z, [M * V]), flatIndex); // [M]
+    return tf.sub(chosen, lse) as tf.Tensor1D;
+  });
+}

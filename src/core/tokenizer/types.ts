@@ -1,0 +1,23 @@
+/**
+ * The one tokenizer interface the rest of the code sees. Which implementation a model uses is decided by its
+ * config.json (contracts.md §2), through `tokenizerFor` in ./index.ts.
+ *
+ * Padding is tracked by masks, never by comparing ids: `padId` is only the filler written at masked positions
+ * (for GPT-2 BPE it equals `eosId`, because GPT-2 has no pad token).
+ */
+export interface Tokenizer {
+  kind: 'gpt2-bpe' | 'bytes';
+  /** Number of ids this tokenizer can produce (the model's vocab_size may be larger, e.g. padded to 50304). */
+  vocabSize: number;
+  eosId: number;
+  padId: number;
+  /** Plain text to ids. Special-token spellings such as `<|endoftext|>` in the text are encoded as plain text. */
+  encode(text: string): number[];
+  /** Ids to text. EOS and PAD render as nothing; invalid UTF-8 becomes U+FFFD. */
+  decode(ids: number[]): string;
+  /**
+   * One id for per-token display. A byte-level piece that is not a whole UTF-8 character shows as `\xNN`;
+   * control characters show escaped (`\n`, `\t`, `\r`, `\xNN`); EOS shows as `<|endoftext|>`, PAD as `<|pad|>`.
+   */
+  decodeToken(id: number): string;
+}
