@@ -5,11 +5,13 @@
 import { isUserError } from '../core/errors';
 import { cmdGenerate, GENERATE_HELP } from './generate';
 import { cmdSft, SFT_HELP } from './sft';
+import { cmdTrain, TRAIN_HELP } from './train';
 
 type Command = { help: string; run: (argv: string[]) => Promise<void> };
 
 const COMMANDS: Record<string, Command> = {
   generate: { help: GENERATE_HELP, run: cmdGenerate },
+  train: { help: TRAIN_HELP, run: cmdTrain },
   sft: { help: SFT_HELP, run: cmdSft },
 };
 

@@ -58,7 +58,7 @@ let registered = false;
 export function registerWasmExtraKernels(): void {
   if (registered) return;
   registered = true;
-  fastTransposedMatMul();
+  if (!(globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env.NO_FAST_MM) fastTransposedMatMul();
   tf.registerKernel({
     kernelName: 'UnsortedSegmentSum',
     backendName: 'wasm',

@@ -6,6 +6,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { GPT2Config } from './config';
 import { GPT2 } from './gpt2';
 import { UserError } from '../errors';
+import { gatherRows } from './gather';
 
 export class ScalarModel {
   readonly trunkModel: GPT2;
@@ -67,7 +68,7 @@ export class ScalarModel {
     const T = ids.shape[1];
     const all = this.values(ids, mask);
     const last = lastRealIndex(mask, T);
-    return tf.squeeze(tf.gather(all, tf.reshape(last, [-1, 1]), 1, 1), [1]) as tf.Tensor1D;
+    return gatherRows(all, last);
   }
 
   async toArrays(): Promise<Map<string, Float32Array>> {

@@ -11,6 +11,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { GPT2, LayerKV } from './gpt2';
 import { Rng } from '../rng';
 import { UserError } from '../errors';
+import { gatherRows } from './gather';
 
 export interface SampleOptions {
   maxNewTokens: number;
@@ -68,7 +69,7 @@ export function filterLogits(scaled: tf.Tensor2D, topK: number, topP: number): t
     const probs = tf.softmax(sorted, -1);
     const before = tf.sub(tf.cumsum(probs, 1), probs); // mass strictly above each entry
     const keep = tf.sum(tf.cast(tf.less(before, topP), 'int32'), 1); // ≥ 1
-    const thr = tf.gather(sorted, tf.reshape(tf.sub(keep, tf.scalar(1, 'int32')), [-1, 1]), 1, 1); // [B, 1]
+    const thr = tf.reshape(gatherRows(sorted, tf.sub(keep, tf.scalar(1, 'int32')) as tf.Tensor1D), [-1, 1]); // [B, 1]
     out = tf.where(tf.less(out, thr), tf.fill(out.shape, FILTERED), out) as tf.Tensor2D;
   }
   return out;
@@ -100,8 +101,7 @@ export function pickTokens(
       const below = tf.sum(tf.cast(tf.less(cdf, uniforms), 'int32'), 1);
       tokens = tf.minimum(below, tf.scalar(V - 1, 'int32')) as tf.Tensor1D;
     }
-    const chosen = tf.gather(logp, tf.reshape(tokens, [B, 1]), 1, 1);
-    return { tokens, logprobs: tf.reshape(chosen, [B]) as tf.Tensor1D };
+    return { tokens, logprobs: gatherRows(logp as tf.Tensor2D, tokens) };
   });
 }
 

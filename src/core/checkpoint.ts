@@ -1,0 +1,140 @@
+/**
+ * Checkpoints in the layout of contracts.md §2: a Hugging Face model folder (config.json + model.safetensors
+ * that `transformers` loads) plus value_model / ref_model / reward_model safetensors, optimizer.safetensors
+ * (Adam moments and step per variable) and trainer_state.json (step, config, KL controller, RNG state,
+ * prompt order, metric history). Restoring it continues the same run.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import type { PpoTrainer } from './ppo/trainer';
+import { configBytes, lmSafetensors, scalarSafetensors, loadLM, loadScalar, readConfig, type ModelFiles } from './model/folder';
+import { readSafetensors, writeSafetensors, type NamedTensor } from './model/safetensors';
+import { validateConfig, type TrainConfig } from './config';
+import { klControllerFromState, type KlControllerState } from './ppo/kl';
+import { Rng } from './rng';
+import { buildTrainer, REWARD_FILE, type Resources } from './ppo/setup';
+import type { StepMetrics } from './ppo/metrics';
+import { UserError } from './errors';
+import { GPT2 } from './model/gpt2';
+
+export const CHECKPOINT_FORMAT = 'ppo-playground-checkpoint/1';
+
+export interface TrainerState {
+  format: string;
+  step: number;
+  config: TrainConfig;
+  kl: KlControllerState;
+  rng: number[];
+  promptOrder: number[];
+  promptCursor: number;
+  /** Which optional model files this checkpoint holds. */
+  files: { ref: boolean; reward: boolean };
+  history: StepMetrics[];
+}
+
+async function adamTensors(opt: tf.Optimizer, prefix: string, varNames: string[]): Promise<NamedTensor[]> {
+  const weights = await opt.getWeights();
+  if (weights.length <= 1) return []; // no update yet: no moments
+  const [iter, ...moments] = weights;
+  const n = varNames.length;
+  if (moments.length !== 2 * n) throw new Error(`optimizer ${prefix}: ${moments.length} moments for ${n} variables`);
+  const out: NamedTensor[] = [{ name: `${prefix}.step`, shape: [1], data: Float32Array.from(await iter.tensor.data()) }];
+  for (let i = 0; i < 2 * n; i++) {
+    const kind = i < n ? 'm' : 'v';
+    const t = moments[i].tensor;
+    out.push({ name: `${prefix}.${kind}.${varNames[i % n]}`, shape: t.shape, data: (await t.data()) as Float32Array });
+  }
+  return out;
+}
+
+function specNames(vars: tf.Variable[]): string[] {
+  return vars.map((v) => v.name.slice(v.name.indexOf('/') + 1));
+}
+
+/** The files of a checkpoint of the trainer's current state. */
+export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8Array>> {
+  const { policy, ref, value, reward } = t.models;
+  const files = new Map<string, Uint8Array>();
+  files.set('config.json', configBytes(policy.config));
+  files.set('model.safetensors', await lmSafetensors(policy));
+  files.set('value_model.safetensors', await scalarSafetensors(value));
+  const writeRef = t.step > 0;
+  if (writeRef) files.set('ref_model.safetensors', await lmSafetensors(ref));
+  if (reward.kind === 'model') files.set(REWARD_FILE, await scalarSafetensors(reward.model));
+  const opt = [
+    ...(await adamTensors(t.policyOpt, 'policy', specNames(policy.trainableVariables()))),
+    ...(await adamTensors(t.valueOpt, 'value', specNames(value.trainableVariables()))),
+  ];
+  if (opt.length) files.set('optimizer.safetensors', writeSafetensors(opt, { format: CHECKPOINT_FORMAT }));
+  const state: TrainerState = {
+    format: CHECKPOINT_FORMAT,
+    step: t.step,
+    config: t.cfg,
+    kl: t.kl.state(),
+    rng: t.rng.state(),
+    promptOrder: t.promptOrder,
+    promptCursor: t.promptCursor,
+    files: { ref: writeRef, reward: reward.kind === 'model' },
+    history: t.history,
+  };
+  files.set('trainer_state.json', new TextEncoder().encode(JSON.stringify(state, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v)) + '\n'));
+  return files;
+}
+
+function reviveNumbers(history: unknown[]): StepMetrics[] {
+  return history.map((h) => {
+    const o: Record<string, number> = {};
+    for (const [k, v] of Object.entries(h as Record<string, unknown>)) o[k] = typeof v === 'string' ? Number(v) : (v as number);
+    return o as StepMetrics;
+  });
+}
+
+async function restoreAdam(opt: tf.Optimizer, prefix: string, varNames: string[], file: ReturnType<typeof readSafetensors> | null, label: string) {
+  if (!file) return;
+  const step = file.tensors.get(`${prefix}.step`);
+  if (!step) return;
+  const weights: { name: string; tensor: tf.Tensor }[] = [{ name: 'iter', tensor: tf.scalar(step.data[0], 'int32') }];
+  for (const kind of ['m', 'v']) {
+    for (const n of varNames) {
+      const t = file.tensors.get(`${prefix}.${kind}.${n}`);
+      if (!t) throw new UserError(`${label}/optimizer.safetensors: tensor "${prefix}.${kind}.${n}" is missing.`);
+      weights.push({ name: n, tensor: tf.tensor(t.data, t.shape) });
+    }
+  }
+  await opt.setWeights(weights);
+  tf.dispose(weights.map((w) => w.tensor));
+}
+
+/** Rebuild a trainer from a checkpoint folder so that the next step continues the saved run. */
+export async function restoreTrainer(files: ModelFiles, res: Resources, opts: Parameters<typeof buildTrainer>[2] = {}): Promise<PpoTrainer> {
+  const raw = await files.read('trainer_state.json');
+  if (!raw) throw new UserError(`${files.label}: trainer_state.json is missing; this is a model folder, not a training checkpoint.`);
+  let state: TrainerState;
+  try {
+    state = JSON.parse(new TextDecoder().decode(raw));
+  } catch (e) {
+    throw new UserError(`${files.label}/trainer_state.json is not valid JSON (${(e as Error).message}).`);
+  }
+  if (state.format !== CHECKPOINT_FORMAT) {
+    throw new UserError(`${files.label}/trainer_state.json: format is ${JSON.stringify(state.format)}, expected "${CHECKPOINT_FORMAT}".`);
+  }
+  const cfg = validateConfig(state.config, `${files.label}/trainer_state.json config`);
+  await readConfig(files);
+  const { model: policy, tokenizer } = await loadLM(files, { trainable: true, label: 'policy' });
+  let ref: GPT2;
+  if (state.files.ref) ref = (await loadLM(files, { trainable: false, label: 'ref', file: 'ref_model.safetensors' })).model;
+  else ref = policy.clone(false, 'ref');
+  const value = await loadScalar(files, 'value_model.safetensors', { trainable: true, label: 'value', config: policy.config });
+  const rewardModel = state.files.reward ? await loadScalar(files, REWARD_FILE, { trainable: false, label: 'reward', config: policy.config }) : undefined;
+  const t = await buildTrainer(cfg, res, { ...opts, weights: { policy, ref, value, rewardModel, tokenizer } });
+  t.step = state.step;
+  t.kl = klControllerFromState(state.kl);
+  t.rng = Rng.fromState(state.rng);
+  t.promptOrder = state.promptOrder;
+  t.promptCursor = state.promptCursor;
+  t.history = reviveNumbers(state.history);
+  const optBytes = await files.read('optimizer.safetensors');
+  const optFile = optBytes ? readSafetensors(optBytes, `${files.label}/optimizer.safetensors`) : null;
+  await restoreAdam(t.policyOpt, 'policy', specNames(policy.trainableVariables()), optFile, files.label);
+  await restoreAdam(t.valueOpt, 'value', specNames(value.trainableVariables()), optFile, files.label);
+  return t;
+}

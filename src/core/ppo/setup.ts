@@ -1,0 +1,85 @@
+/**
+ * Build the four models and a trainer from a validated config. Loading is platform-neutral: the caller
+ * supplies how to open a model folder and a task (Node reads disk; the worker fetches or reads uploads).
+ */
+import type { TrainConfig } from '../config';
+import type { ModelFiles } from '../model/folder';
+import { loadLM, loadScalar } from '../model/folder';
+import { ScalarModel } from '../model/heads';
+import type { GPT2 } from '../model/gpt2';
+import type { Tokenizer } from '../tokenizer/types';
+import type { Task } from '../tasks';
+import { makeReward, type RewardFn } from '../reward/functions';
+import { PpoTrainer, type RewardSource } from './trainer';
+import { UserError } from '../errors';
+
+export interface Resources {
+  /** Open a model folder by preset name or path/URL. */
+  modelFiles(nameOrPath: string): ModelFiles;
+  loadTask(name: string): Promise<Task>;
+}
+
+export interface BuildOptions {
+  /** A user reward function (CLI --reward-module, the UI's code editor); overrides the task's reward. */
+  rewardFn?: { fn: RewardFn; label: string };
+  /** Weights to start from instead of loading (resume): policy, ref, value, reward model. */
+  weights?: { policy: GPT2; ref: GPT2; value: ScalarModel; rewardModel?: ScalarModel; tokenizer: Tokenizer };
+}
+
+/** The reward model file inside a reward folder made by `train-reward`. */
+export const REWARD_FILE = 'reward_model.safetensors';
+
+export async function resolvePrompts(cfg: TrainConfig, res: Resources): Promise<{ prompts: string[]; taskReward?: unknown }> {
+  if (cfg.prompts && cfg.prompts.length) return { prompts: cfg.prompts, taskReward: cfg.task ? (await res.loadTask(cfg.task)).reward : undefined };
+  if (!cfg.task) throw new UserError('config: give "task" (a built-in task name) or "prompts" (a list of strings).');
+  const task = await res.loadTask(cfg.task);
+  return { prompts: task.prompts, taskReward: task.reward };
+}
+
+export async function buildTrainer(cfg: TrainConfig, res: Resources, opts: BuildOptions = {}): Promise<PpoTrainer> {
+  const { prompts, taskReward } = await resolvePrompts(cfg, res);
+  const spec: unknown = cfg.reward ?? taskReward;
+  let policy: GPT2, ref: GPT2, tokenizer: Tokenizer;
+  let rewardModel: ScalarModel | undefined;
+  if (opts.weights) {
+    ({ policy, ref, tokenizer } = opts.weights);
+    rewardModel = opts.weights.rewardModel;
+  } else {
+    const lm = await loadLM(res.modelFiles(cfg.model), { trainable: true, label: 'policy' });
+    policy = lm.model;
+    tokenizer = lm.tokenizer;
+    ref = policy.clone(false, 'ref');
+  }
+  let reward: RewardSource;
+  if (opts.rewardFn) {
+    reward = { kind: 'fn', fn: opts.rewardFn.fn, label: opts.rewardFn.label };
+  } else if (spec && typeof spec === 'object' && 'model' in spec) {
+    const rmPath = String((spec as { model: unknown }).model);
+    if (!rewardModel) {
+      const files = res.modelFiles(rmPath);
+      rewardModel = await loadScalar(files, REWARD_FILE, { trainable: false, label: 'reward' });
+    }
+    if (rewardModel.config.vocab_size !== policy.config.vocab_size || rewardModel.config.tokenizer !== policy.config.tokenizer) {
+      throw new UserError(
+        `reward model ${rmPath} uses the ${rewardModel.config.tokenizer} tokenizer (vocab ${rewardModel.config.vocab_size}); ` +
+          `the policy uses ${policy.config.tokenizer} (vocab ${policy.config.vocab_size}). They must match.`,
+      );
+    }
+    reward = { kind: 'model', model: rewardModel, label: rmPath };
+  } else if (spec !== undefined) {
+    reward = { kind: 'fn', fn: makeReward(spec, 'reward'), label: typeof spec === 'string' ? spec : 'reward mix' };
+  } else {
+    throw new UserError('config: no reward: set "reward", or a "task" whose reward is used, or pass --reward-module.');
+  }
+  let value: ScalarModel;
+  if (opts.weights) value = opts.weights.value;
+  else if (cfg.valueInit === 'reward') {
+    if (reward.kind !== 'model') {
+      throw new UserError('config: valueInit "reward" needs a learned reward model ("reward": {"model": FOLDER}); use valueInit "policy" with reward functions.');
+    }
+    value = reward.model.clone(true, 'value');
+  } else {
+    value = ScalarModel.fromTrunk(policy, true, 'value');
+  }
+  return new PpoTrainer(cfg, { policy, ref, value, reward }, tokenizer, prompts);
+}

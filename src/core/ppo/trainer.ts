@@ -1,0 +1,364 @@
+/**
+ * One PPO-RLHF step over four models, top to bottom in the order of shared/ppo-notes.md:
+ *   1 sample → 2 truncate at the stop token → 3 forward policy/reference/value over query+response →
+ *   4 score → 5 per-token KL-penalised rewards → 6 whiten / GAE / whiten advantages once over the batch →
+ *   7 PPO epochs over shuffled minibatches → 8 KL controller → metrics.
+ * `b*` names are whole-batch arrays, `mb*` names minibatch tensors (CleanRL style).
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import type { TrainConfig } from '../config';
+import { derived } from '../config';
+import type { GPT2 } from '../model/gpt2';
+import type { ScalarModel } from '../model/heads';
+import { generate } from '../model/sampling';
+import type { Tokenizer } from '../tokenizer/types';
+import type { RewardFn, Sample } from '../reward/functions';
+import { scoreSamples } from '../reward/module';
+import { Rng } from '../rng';
+import { clippedStep } from '../optim';
+import { gae, maskedMean, maskedVar, maskedWhiten, perTokenRewards, explainedVariance } from './math';
+import { policyLoss, valueLoss, entropyFromLogits, logprobsFromLogits } from './losses';
+import { makeKlController, type KlController } from './kl';
+import type { StepMetrics } from './metrics';
+import type { Rollout } from './rollout';
+import { healthAlerts, type HealthAlert } from './health';
+import { UserError } from '../errors';
+
+/** Where scores come from: a function of the text, or a learned reward model read at the last real token. */
+export type RewardSource = { kind: 'fn'; fn: RewardFn; label: string } | { kind: 'model'; model: ScalarModel; label: string };
+
+export interface PpoModels {
+  policy: GPT2;
+  ref: GPT2;
+  value: ScalarModel;
+  reward: RewardSource;
+}
+
+export interface StepResult {
+  metrics: StepMetrics;
+  rollout: Rollout;
+  alerts: HealthAlert[];
+  /** Ratio statistics of the very first minibatch of the first epoch (must be exactly 1). */
+  firstMinibatch: { ratioMean: number; ratioMax: number; approxKl: number; clipFrac: number };
+}
+
+export type Phase = 'generating' | 'scoring' | 'updating' | 'idle';
+
+const now = (): number => performance.now();
+const mean = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
+const std = (xs: number[]): number => {
+  const m = mean(xs);
+  return Math.sqrt(mean(xs.map((x) => (x - m) ** 2)));
+};
+
+/** Round up to a multiple of 8 so query lengths fall into a few shape buckets (WebGPU buffer reuse). */
+export function bucket(n: number, cap: number): number {
+  return Math.min(cap, Math.ceil(n / 8) * 8);
+}
+
+export class PpoTrainer {
+  cfg: TrainConfig;
+  readonly models: PpoModels;
+  readonly tokenizer: Tokenizer;
+  readonly prompts: string[];
+  readonly promptTokens: number[][];
+  policyOpt: tf.AdamOptimizer;
+  valueOpt: tf.AdamOptimizer;
+  kl: KlController;
+  rng: Rng;
+  /** Steps completed (the next step is `step + 1`). */
+  step = 0;
+  /** Position in the current pass over the shuffled prompts. */
+  promptOrder: number[] = [];
+  promptCursor = 0;
+  history: StepMetrics[] = [];
+  onPhase: (p: Phase) => void = () => {};
+
+  constructor(cfg: TrainConfig, models: PpoModels, tokenizer: Tokenizer, prompts: string[]) {
+    if (prompts.length === 0) throw new UserError('training needs at least one prompt; the prompt list is empty.');
+    this.cfg = cfg;
+    this.models = models;
+    this.tokenizer = tokenizer;
+    this.prompts = prompts;
+    const maxPrompt = models.policy.config.n_positions - cfg.responseLength;
+    this.promptTokens = prompts.map((p, i) => {
+      let ids = tokenizer.encode(p);
+      if (ids.length === 0) ids = [models.policy.config.bos_token_id];
+      if (ids.length > maxPrompt) {
+        throw new UserError(
+          `prompt ${i} ("${p.slice(0, 40)}…") is ${ids.length} tokens; with responseLength ${cfg.responseLength} ` +
+            `it must be at most ${maxPrompt} (the model's n_positions is ${models.policy.config.n_positions}).`,
+        );
+      }
+      return ids;
+    });
+    this.policyOpt = tf.train.adam(cfg.learningRate);
+    this.valueOpt = tf.train.adam(cfg.valueLearningRate);
+    this.kl = makeKlController(cfg);
+    this.rng = new Rng(cfg.seed);
+  }
+
+  /** Apply live changes (already validated) from the next step on. */
+  setConfig(cfg: TrainConfig): void {
+    this.cfg = cfg;
+    (this.policyOpt as unknown as { learningRate: number }).learningRate = cfg.learningRate;
+    (this.valueOpt as unknown as { learningRate: number }).learningRate = cfg.valueLearningRate;
+    if (!cfg.adaptiveKl) this.kl = makeKlController(cfg);
+  }
+
+  stopId(): number | null {
+    const s = this.cfg.stopToken;
+    return s === null ? null : s === 'eos' ? this.tokenizer.eosId : s;
+  }
+
+  private nextPromptIndices(n: number): number[] {
+    const out: number[] = [];
+    while (out.length < n) {
+      if (this.promptCursor >= this.promptOrder.length) {
+        this.promptOrder = this.rng.permutation(this.prompts.length);
+        this.promptCursor = 0;
+      }
+      out.push(this.promptOrder[this.promptCursor++]);
+    }
+    return out;
+  }
+
+  /**
+   * Batch tensors for rows `rows` of a rollout: ids [n, Tq+R] (query left-padded to Tq, then the response
+   * padded on the right) and the attention mask. Response token t is predicted at position Tq − 1 + t.
+   * Tq is fixed for the whole step, so every forward of the step has the same shapes.
+   */
+  private batchInputs(queries: number[][], responses: number[][], mask: number[][], rows: number[], Tq: number) {
+    const T = Tq + this.cfg.responseLength;
+    const n = rows.length;
+    const ids = new Int32Array(n * T).fill(this.tokenizer.padId);
+    const attn = new Int32Array(n * T);
+    rows.forEach((i, k) => {
+      const q = queries[i];
+      const off = k * T + Tq - q.length;
+      ids.set(q, off);
+      attn.fill(1, off, off + q.length);
+      ids.set(responses[i], k * T + Tq);
+      attn.set(mask[i], k * T + Tq);
+    });
+    return { ids, attn, Tq, T, n };
+  }
+
+  /** Policy (or reference) logits at the response-predicting positions: [n·R, V]. */
+  private responseLogits(model: GPT2, ids: tf.Tensor2D, attn: tf.Tensor2D, Tq: number): tf.Tensor2D {
+    const [n, T] = ids.shape;
+    const R = this.cfg.responseLength;
+    const C = model.config.n_embd;
+    const hidden = tf.reshape(model.trunk(ids, attn), [n, T, C]);
+    const resp = tf.reshape(tf.slice(hidden, [0, Tq - 1, 0], [n, R, C]), [n * R, C]) as tf.Tensor2D;
+    return model.lmHead(resp);
+  }
+
+  private responseValues(model: ScalarModel, ids: tf.Tensor2D, attn: tf.Tensor2D, Tq: number): tf.Tensor2D {
+    const n = ids.shape[0];
+    return tf.slice(model.values(ids, attn), [0, Tq - 1], [n, this.cfg.responseLength]) as tf.Tensor2D;
+  }
+
+  /** Run one PPO step. */
+  async trainStep(): Promise<StepResult> {
+    const cfg = this.cfg;
+    const { policy, ref, value, reward } = this.models;
+    const B = cfg.batchSize;
+    const R = cfg.responseLength;
+    const T0 = now();
+    const stepNo = this.step + 1;
+    const klCoef = this.kl.value;
+
+    // 1. Sample responses for a batch of prompts (pure sampling unless top-k/top-p are set).
+    this.onPhase('generating');
+    const idx = this.nextPromptIndices(B);
+    const queries = idx.map((i) => this.promptTokens[i]);
+    const stop = this.stopId();
+    const gen = await generate(policy, queries, {
+      maxNewTokens: R, temperature: cfg.temperature, topK: cfg.topK, topP: cfg.topP,
+      stopToken: stop, padId: this.tokenizer.padId, rng: this.rng,
+    });
+    const tGen = now();
+
+    // 2. Truncate after the stop token: later positions are PAD and do not count.
+    const bResponses = gen.tokens.map((t) => [...t, ...new Array(R - t.length).fill(this.tokenizer.padId)]);
+    const bMask = gen.tokens.map((t) => [...new Array(t.length).fill(1), ...new Array(R - t.length).fill(0)]);
+    const stopped = gen.tokens.map((t) => stop !== null && t[t.length - 1] === stop);
+
+    // 3. Forward policy, reference and value over query+response, in minibatch-sized chunks.
+    this.onPhase('scoring');
+    const bLogprobs: number[][] = [];
+    const bRefLogprobs: number[][] = [];
+    const bValues: number[][] = [];
+    const bRmScores: number[] = [];
+    const mbSize = derived(cfg).miniBatchSize;
+    const Tq = bucket(Math.max(...queries.map((q) => q.length)), policy.config.n_positions - R);
+    for (let s = 0; s < B; s += mbSize) {
+      const rows = Array.from({ length: Math.min(mbSize, B - s) }, (_, k) => s + k);
+      const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq);
+      const outs = tf.tidy(() => {
+        const ids = tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32');
+        const attn = tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32');
+        const tokens = tf.tensor1d(rows.flatMap((i) => bResponses[i]), 'int32');
+        const lp = logprobsFromLogits(this.responseLogits(policy, ids, attn, inp.Tq), tokens, cfg.temperature);
+        const rlp = logprobsFromLogits(this.responseLogits(ref, ids, attn, inp.Tq), tokens, cfg.temperature);
+        const v = this.responseValues(value, ids, attn, inp.Tq);
+        // 4a. A learned reward model reads its scalar at the last real token.
+        const rm = reward.kind === 'model' ? reward.model.lastTokenValues(ids, attn) : tf.zeros([inp.n]);
+        return tf.concat([lp, rlp, tf.reshape(v, [-1]), rm]);
+      });
+      const data = await outs.data();
+      outs.dispose();
+      const nR = inp.n * R;
+      rows.forEach((_, k) => {
+        bLogprobs.push(Array.from(data.subarray(k * R, (k + 1) * R)));
+        bRefLogprobs.push(Array.from(data.subarray(nR + k * R, nR + (k + 1) * R)));
+        bValues.push(Array.from(data.subarray(2 * nR + k * R, 2 * nR + (k + 1) * R)));
+        bRmScores.push(data[3 * nR + k]);
+      });
+    }
+
+    // 4. Score: the reward function on the decoded text, or the reward model's output.
+    const promptTexts = idx.map((i) => this.prompts[i]);
+    const responseTexts = gen.tokens.map((t) => this.tokenizer.decode(t));
+    let scores: number[];
+    if (reward.kind === 'fn') {
+      const samples: Sample[] = idx.map((_, k) => ({
+        prompt: promptTexts[k], response: responseTexts[k], promptTokens: queries[k], responseTokens: gen.tokens[k],
+      }));
+      scores = await scoreSamples(reward.fn, samples, reward.label);
+    } else {
+      scores = bRmScores;
+    }
+    const penalised = scores.map((s, k) => (stop !== null && !stopped[k] ? s - cfg.missingEosPenalty : s));
+
+    // 5. Per-token rewards r_t = −β·k_t, plus the score at the last counted token.
+    const ptr = perTokenRewards(penalised, bLogprobs, bRefLogprobs, bMask, klCoef, cfg.klEstimator);
+    let bRewards = ptr.rewards;
+    // 6. Optional reward whitening (scale only, TRL's shift_mean=False); GAE; advantages whitened once over the batch.
+    if (cfg.whitenRewards) bRewards = maskedWhiten(bRewards, bMask, false);
+    const { advantages: rawAdv, returns: bReturns } = gae(bRewards, bValues, bMask, cfg.gamma, cfg.lam);
+    const bAdvantages = cfg.whitenAdvantages ? maskedWhiten(rawAdv, bMask, true) : rawAdv;
+    const tScore = now();
+
+    // 7. PPO epochs over shuffled minibatches.
+    this.onPhase('updating');
+    const mbStats: tf.Tensor1D[] = [];
+    const earlyStop = derived(cfg).earlyStopApproxKl;
+    let epochsRun = 0;
+    let firstMinibatch: StepResult['firstMinibatch'] | null = null;
+    epochs: for (let epoch = 0; epoch < cfg.ppoEpochs; epoch++) {
+      epochsRun++;
+      const perm = this.rng.permutation(B);
+      const epochStats: tf.Tensor1D[] = [];
+      for (let s = 0; s < B; s += mbSize) {
+        const rows = perm.slice(s, s + mbSize);
+        const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq);
+        const pick = (m: number[][]) => tf.tensor2d(rows.map((i) => m[i]), [rows.length, R]);
+        const mb = {
+          ids: tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32'),
+          attn: tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32'),
+          tokens: tf.tensor1d(rows.flatMap((i) => bResponses[i]), 'int32'),
+          mask: pick(bMask),
+          oldLogprobs: pick(bLogprobs),
+          advantages: pick(bAdvantages),
+          returns: pick(bReturns),
+          oldValues: pick(bValues),
+        };
+        const pol = clippedStep(this.policyOpt, policy.trainableVariables(), () => {
+          const logits = this.responseLogits(policy, mb.ids, mb.attn, inp.Tq);
+          const lp = tf.reshape(logprobsFromLogits(logits, mb.tokens, cfg.temperature), [inp.n, R]);
+          const pl = policyLoss(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, cfg.logRatioClamp);
+          const ent = entropyFromLogits(logits, tf.reshape(mb.mask, [-1]), cfg.temperature);
+          const loss = tf.sub(pl.loss, tf.mul(cfg.entropyCoef, ent)) as tf.Scalar;
+          return [loss, pl.loss, pl.clipFrac, pl.approxKl, pl.ratioMean, pl.ratioMax, pl.logRatioClampFrac, ent];
+        }, cfg.maxGradNorm);
+        const val = clippedStep(this.valueOpt, value.trainableVariables(), () => {
+          const v = this.responseValues(value, mb.ids, mb.attn, inp.Tq);
+          const vl = valueLoss(v, mb.oldValues, mb.returns, mb.mask, cfg.clipRangeValue);
+          return [tf.mul(cfg.vfCoef, vl.loss) as tf.Scalar, vl.loss, vl.clipFrac];
+        }, cfg.maxGradNorm);
+        tf.dispose(Object.values(mb));
+        // [policyLoss, clipFrac, approxKl, ratioMean, ratioMax, clampFrac, entropy, gradNorm, valueLoss, valueClipFrac, valueGradNorm]
+        const stats = tf.tidy(() =>
+          tf.concat([tf.slice(pol.scalars, 1, 7), tf.reshape(pol.gradNorm, [1]), tf.slice(val.scalars, 1, 2), tf.reshape(val.gradNorm, [1])]),
+        ) as tf.Tensor1D;
+        tf.dispose([pol.scalars, pol.gradNorm, val.scalars, val.gradNorm]);
+        epochStats.push(stats);
+        if (!firstMinibatch) {
+          const d = await stats.data();
+          firstMinibatch = { ratioMean: d[3], ratioMax: d[4], approxKl: d[2], clipFrac: d[1] };
+        }
+      }
+      mbStats.push(...epochStats);
+      if (earlyStop !== null) {
+        const approx = tf.tidy(() => tf.mean(tf.stack(epochStats.map((t) => tf.slice(t, 2, 1)))));
+        const a = (await approx.data())[0];
+        approx.dispose();
+        if (a > earlyStop) break epochs;
+      }
+    }
+    // One readback of every minibatch's statistics.
+    const all = tf.stack(mbStats);
+    const statRows = (await all.array()) as number[][];
+    all.dispose();
+    tf.dispose(mbStats);
+    const col = (j: number) => statRows.map((r) => r[j]);
+    const tUpd = now();
+
+    // 8. KL controller (adaptive: Ziegler et al.), with the batch's mean summed k1.
+    const klMean = mean(ptr.k1Sum);
+    this.kl.update(klMean, B);
+
+    this.step = stepNo;
+    const counted = bMask.map((m) => m.reduce((a, b) => a + b, 0));
+    const totalSecs = (tUpd - T0) / 1000;
+    const metrics: StepMetrics = {
+      step: stepNo,
+      reward: mean(scores),
+      rewardStd: std(scores),
+      kl: klMean,
+      klCoef,
+      nonScoreReward: mean(ptr.nonScoreSum),
+      clipFrac: mean(col(1)),
+      approxKl: mean(col(2)),
+      policyLoss: mean(col(0)),
+      valueLoss: mean(col(8)),
+      valueClipFrac: mean(col(9)),
+      entropy: mean(col(6)),
+      explainedVariance: explainedVariance(bValues, bReturns, bMask),
+      ratioMean: mean(col(3)),
+      ratioMax: Math.max(...col(4)),
+      logRatioClampFrac: mean(col(5)),
+      gradNorm: mean(col(7)),
+      advantageMean: maskedMean(rawAdv, bMask),
+      advantageStd: Math.sqrt(maskedVar(rawAdv, bMask)),
+      returnMean: maskedMean(bReturns, bMask),
+      responseLength: mean(counted),
+      tokensPerSecond: counted.reduce((a, b) => a + b, 0) / totalSecs,
+      timeGenerate: (tGen - T0) / 1000,
+      timeScore: (tScore - tGen) / 1000,
+      timeUpdate: (tUpd - tScore) / 1000,
+      valueGradNorm: mean(col(10)),
+      eosFraction: mean(stopped.map(Number)),
+      scoreMean: mean(penalised),
+      epochsRun,
+      learningRate: cfg.learningRate,
+      valueLearningRate: cfg.valueLearningRate,
+      timeStep: totalSecs,
+    };
+    this.history.push(metrics);
+    this.onPhase('idle');
+    const rollout: Rollout = {
+      queries, responses: bResponses, mask: bMask, logprobs: bLogprobs, refLogprobs: bRefLogprobs, values: bValues,
+      rewards: bRewards, advantages: bAdvantages, returns: bReturns, scores, penalisedScores: penalised,
+      promptTexts, responseTexts, kl: ptr.kl,
+    };
+    return { metrics, rollout, alerts: healthAlerts(metrics, cfg.targetKl), firstMinibatch: firstMinibatch! };
+  }
+
+  dispose(): void {
+    this.policyOpt.dispose();
+    this.valueOpt.dispose();
+  }
+}
