@@ -1,0 +1,114 @@
+import { describe, it, expect, beforeAll } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { useCpu } from './helpers/backend';
+import { makeTinyFolder } from './helpers/tiny';
+import { validateConfig, type TrainConfig } from '../src/core/config';
+import { buildTrainer, type Resources, type BuildOptions } from '../src/core/ppo/setup';
+import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
+import { memoryFiles } from '../src/core/model/folder';
+import { nodeFiles } from '../src/cli/files-node';
+import { loadTaskNode } from '../src/cli/tasks-node';
+import { REQUIRED_METRICS, type StepMetrics } from '../src/core/ppo/metrics';
+import { rolloutDump } from '../src/core/ppo/rollout';
+
+let dir: string;
+const res = (): Resources => ({ modelFiles: (p) => nodeFiles(p === 'tiny-test' ? dir : p), loadTask: loadTaskNode });
+/** A dense reward a random model can move: the mean byte value of the response, in [0, 1]. */
+const eReward: BuildOptions = {
+  rewardFn: { label: 'mean-byte', fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / (256 * s.responseTokens.length) },
+};
+
+function config(over: Partial<TrainConfig> = {}): TrainConfig {
+  return validateConfig({
+    model: 'tiny-test', task: null, prompts: ['Hello', 'The day', 'We', 'A long time ago'], seed: 3, steps: 4,
+    batchSize: 4, miniBatches: 2, ppoEpochs: 2, responseLength: 8, learningRate: 3e-3, valueLearningRate: 3e-3,
+    ...over,
+  });
+}
+
+const TIMING = new Set(['tokensPerSecond', 'timeGenerate', 'timeScore', 'timeUpdate', 'timeStep']);
+
+describe('PPO trainer', () => {
+  beforeAll(async () => {
+    await useCpu();
+    dir = await makeTinyFolder();
+  });
+
+  it('reports every metric of contracts.md §3, and the first minibatch ratio is exactly 1', async () => {
+    const t = await buildTrainer(config(), res(), eReward);
+    const r = await t.trainStep();
+    for (const k of REQUIRED_METRICS) expect(typeof r.metrics[k]).toBe('number');
+    expect(r.metrics.step).toBe(1);
+    expect(r.firstMinibatch.ratioMean).toBe(1);
+    expect(r.firstMinibatch.ratioMax).toBe(1);
+    expect(r.firstMinibatch.approxKl).toBe(0);
+    expect(r.firstMinibatch.clipFrac).toBe(0);
+    // The policy moved during the epochs, so later minibatches see ratios ≠ 1.
+    expect(r.metrics.approxKl).toBeGreaterThan(0);
+    t.dispose();
+  });
+
+  it('the rollout dump follows contracts.md §4 and its numbers agree with each other', async () => {
+    const cfg = config({ klCoef: 0.1, whitenAdvantages: false });
+    const t = await buildTrainer(cfg, res(), eReward);
+    const klCoef = t.kl.value;
+    const r = await t.trainStep();
+    const d = rolloutDump(r.rollout, 1, { ...cfg, klCoef });
+    expect(d.queries.length).toBe(4);
+    for (let i = 0; i < 4; i++) {
+      const L = d.responses[i].length;
+      for (const key of ['responseMask', 'logprobs', 'refLogprobs', 'values', 'rewards', 'advantages', 'returns'] as const) {
+        expect(d[key][i].length).toBe(L);
+      }
+      // rewards = −β·k1 (+ score at the last token); returns = advantages + values (unwhitened here).
+      for (let t2 = 0; t2 < L; t2++) {
+        const k1 = d.logprobs[i][t2] - d.refLogprobs[i][t2];
+        const expected = -klCoef * k1 + (t2 === L - 1 ? d.scores[i] : 0);
+        expect(d.rewards[i][t2]).toBeCloseTo(expected, 6);
+        expect(d.returns[i][t2]).toBeCloseTo(d.advantages[i][t2] + d.values[i][t2], 6);
+      }
+      // First step: the policy is the reference, so logprobs equal refLogprobs exactly.
+      expect(d.logprobs[i]).toEqual(d.refLogprobs[i]);
+    }
+    t.dispose();
+  });
+
+  it('4 steps straight equal 2 steps + checkpoint + resume + 2 steps (metrics to 1e-6)', async () => {
+    const a = await buildTrainer(config(), res(), eReward);
+    const straight: StepMetrics[] = [];
+    for (let i = 0; i < 4; i++) straight.push((await a.trainStep()).metrics);
+    a.dispose();
+
+    const b = await buildTrainer(config(), res(), eReward);
+    await b.trainStep();
+    await b.trainStep();
+    const files = await checkpointFiles(b);
+    b.dispose();
+    expect([...files.keys()].sort()).toEqual(
+      ['config.json', 'model.safetensors', 'optimizer.safetensors', 'ref_model.safetensors', 'trainer_state.json', 'value_model.safetensors'],
+    );
+    const c = await restoreTrainer(memoryFiles('ckpt', files), res(), eReward);
+    expect(c.step).toBe(2);
+    expect(c.history.length).toBe(2);
+    const resumed = [(await c.trainStep()).metrics, (await c.trainStep()).metrics];
+    c.dispose();
+    for (let i = 0; i < 2; i++) {
+      for (const k of REQUIRED_METRICS) {
+        if (TIMING.has(k)) continue;
+        const x = straight[2 + i][k];
+        const y = resumed[i][k];
+        if (Number.isNaN(x)) expect(Number.isNaN(y)).toBe(true);
+        else expect(Math.abs(x - y), `${k} at step ${3 + i}`).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(x)));
+      }
+    }
+  });
+
+  it('tf.memory().numTensors is flat across training steps', async () => {
+    const t = await buildTrainer(config({ ppoEpochs: 1 }), res(), eReward);
+    await t.trainStep();
+    const before = tf.memory().numTensors;
+    for (let i = 0; i < 3; i++) await t.trainStep();
+    expect(tf.memory().numTensors).toBe(before);
+    t.dispose();
+  });
+});
