@@ -5,12 +5,19 @@ type Options = NonNullable<ParseArgsConfig['options']>;
 
 /** node:util parseArgs with errors a person can act on. */
 export function parse(sub: string, argv: string[], options: Options): Record<string, string | boolean | undefined> {
+  // Let string options take negative numbers (`--temperature -1`), which parseArgs calls ambiguous.
+  const args: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const name = argv[i].startsWith('--') ? argv[i].slice(2) : null;
+    if (name && options[name]?.type === 'string' && /^-[\d.]/.test(argv[i + 1] ?? '')) args.push(`${argv[i]}=${argv[++i]}`);
+    else args.push(argv[i]);
+  }
   try {
-    const { values } = parseArgs({ args: argv, options, strict: true, allowPositionals: false });
+    const { values } = parseArgs({ args, options, strict: true, allowPositionals: false });
     return values as Record<string, string | boolean | undefined>;
   } catch (e) {
     const known = Object.keys(options).map((k) => `--${k}`).join(' ');
-    throw new UserError(`${sub}: ${(e as Error).message.split('\n')[0]}. Options: ${known}`);
+    throw new UserError(`${sub}: ${(e as Error).message.split('\n')[0].replace(/\.+$/, '')}. Options: ${known}`);
   }
 }
 

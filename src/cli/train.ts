@@ -4,7 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { parse, num, str } from './args';
 import { setNodeBackend } from './backend-node';
 import { assertFolder, nodeFiles, writeFolder } from './files-node';
-import { resolveModel } from './models';
+import { resolveModel, PRESETS } from './models';
 import { loadTaskNode } from './tasks-node';
 import { validateConfig, type TrainConfig } from '../core/config';
 import { buildTrainer, type Resources, type BuildOptions } from '../core/ppo/setup';
@@ -72,7 +72,7 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   });
   const out = str('train', v, 'out', true);
   const resume = str('train', v, 'resume');
-  const cfgPath = str('train', v, 'config', !resume);
+  const cfgPath = resume ? str('train', v, 'config') : str('train', v, 'config', true);
   await setNodeBackend(str('train', v, 'backend') ?? 'wasm');
   const rewardModule = str('train', v, 'reward-module');
   const opts: BuildOptions = rewardModule ? { rewardFn: await loadRewardModule(rewardModule) } : {};
@@ -84,7 +84,7 @@ export async function cmdTrain(argv: string[]): Promise<void> {
     if (cfgPath) process.stderr.write(`note: --config is ignored with --resume; the checkpoint's config is used.\n`);
   } else {
     const cfg: TrainConfig = validateConfig(await readJsonFile(cfgPath!, 'config'), cfgPath!);
-    if (!(cfg.model in { tiny: 1 })) await assertFolder(resolveModel(cfg.model));
+    if (!(cfg.model in PRESETS)) await assertFolder(resolveModel(cfg.model));
     trainer = await buildTrainer(cfg, nodeResources, opts);
   }
   const steps = num('train', v, 'steps', trainer.cfg.steps, { min: 1, max: 1e6, integer: true });

@@ -63,7 +63,9 @@ export class GPT2 {
       if (data.length !== size) {
         throw new UserError(`model weights: tensor "${spec.name}" has ${data.length} values, expected shape [${spec.shape}] (${size}).`);
       }
-      params.set(spec.name, tf.variable(tf.tensor(data, spec.shape, 'float32'), trainable, `${id}/${spec.name}`));
+      const init = tf.tensor(data, spec.shape, 'float32');
+      params.set(spec.name, tf.variable(init, trainable, `${id}/${spec.name}`));
+      init.dispose(); // the variable holds its own reference to the data
     }
     return new GPT2(config, params, id);
   }

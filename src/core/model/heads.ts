@@ -24,7 +24,9 @@ export class ScalarModel {
   /** A scalar model on a copy of `trunk`'s weights with a zero head (value init "policy"). */
   static fromTrunk(trunk: GPT2, trainable: boolean, label = 'value'): ScalarModel {
     const copy = trunk.clone(trainable, label);
-    const score = tf.variable(tf.zeros([1, trunk.config.n_embd]), trainable, `${copy.id}/score.weight`);
+    const init = tf.zeros([1, trunk.config.n_embd]);
+    const score = tf.variable(init, trainable, `${copy.id}/score.weight`);
+    init.dispose();
     return new ScalarModel(copy, score);
   }
 
@@ -35,7 +37,9 @@ export class ScalarModel {
       trunk.dispose();
       throw new UserError(`scalar model: tensor "score.weight" of shape [1, ${config.n_embd}] is missing or mis-sized.`);
     }
-    const score = tf.variable(tf.tensor(w, [1, config.n_embd]), trainable, `${trunk.id}/score.weight`);
+    const init = tf.tensor(w, [1, config.n_embd]);
+    const score = tf.variable(init, trainable, `${trunk.id}/score.weight`);
+    init.dispose();
     return new ScalarModel(trunk, score);
   }
 

@@ -1,0 +1,95 @@
+import { test, expect, type Page } from '@playwright/test';
+import { watchConsole } from './console';
+
+// SwiftShader runs WebGPU in software on the CPU: keep generations short.
+const WEBGPU_TOKENS = 4;
+
+const badge = (page: Page) => page.getByTestId('backend-badge');
+const output = (page: Page) => page.getByRole('status', { name: 'Output' });
+
+async function generate(page: Page, prompt: string, maxNewTokens: number): Promise<void> {
+  await page.getByLabel('Prompt').fill(prompt);
+  await page.getByLabel('Max new tokens').fill(String(maxNewTokens));
+  await page.getByLabel('Seed').fill('7');
+  const button = page.getByRole('button', { name: 'Generate' });
+  await expect(button).toBeEnabled();
+  await button.click();
+  await expect(output(page).getByTestId('output-text')).toBeVisible();
+}
+
+test.describe('the playground page', () => {
+  let consoleWatch: { errors: string[] };
+
+  test.beforeEach(({ page }) => {
+    consoleWatch = watchConsole(page);
+  });
+
+  test.afterEach(() => {
+    expect(consoleWatch.errors, 'console errors').toEqual([]);
+  });
+
+  test('auto on a software adapter picks WASM, says why, and generates', async ({ page }, testInfo) => {
+    await page.goto('/');
+    await expect(page.getByRole('heading', { name: 'PPO Playground' })).toBeVisible();
+    await expect(badge(page)).toHaveAttribute('data-backend', 'wasm');
+    await expect(page.getByTestId('backend-name')).toHaveText('WASM');
+    await expect(page.getByTestId('backend-adapter')).toContainText(/swiftshader/i);
+    await expect(page.getByTestId('backend-notice')).toHaveText(
+      'WebGPU is only available through a software adapter (SwiftShader) here, so training uses WASM. Choose WebGPU to try it anyway.',
+    );
+    await expect(page.getByTestId('model-summary')).toContainText('built-in tiny');
+
+    await generate(page, 'Hello there', 16);
+    const text = await output(page).getByTestId('output-text').textContent();
+    expect(text?.length ?? 0).toBeGreaterThan(0);
+    await expect(output(page).getByTestId('output-stats')).toContainText(/\d+ tokens · [\d.]+ tokens\/s/);
+    await expect(output(page)).toContainText('Hello there');
+
+    const shot = testInfo.outputPath('main-page.png');
+    await page.screenshot({ path: shot, fullPage: true });
+    await testInfo.attach('main page', { path: shot, contentType: 'image/png' });
+  });
+
+  test('?backend=webgpu runs on WebGPU (SwiftShader) and generates', async ({ page }) => {
+    await page.goto('/?backend=webgpu');
+    // The badge reports tf.getBackend() after setBackend succeeded: a silent WebGL fallback would show here.
+    await expect(badge(page)).toHaveAttribute('data-backend', 'webgpu');
+    await expect(page.getByTestId('backend-name')).toHaveText('WebGPU');
+    await expect(page.getByRole('combobox', { name: 'Backend' })).toHaveValue('webgpu');
+    await expect(page.getByTestId('backend-adapter')).toContainText(/swiftshader/i);
+    await expect(page.getByTestId('backend-adapter')).toContainText('software');
+    await expect(page.getByTestId('backend-notice')).toContainText('software adapter (SwiftShader)');
+    await expect(page.getByTestId('model-summary')).toBeVisible();
+
+    await generate(page, 'Once upon a time', WEBGPU_TOKENS);
+    await expect(output(page).getByTestId('output-stats')).toContainText(/^[1-4] tokens/);
+    await expect(
+      output(page).getByRole('list', { name: 'Generated tokens' }).getByRole('listitem'),
+    ).not.toHaveCount(0);
+  });
+
+  test('choosing a backend re-initialises the worker and keeps the model', async ({ page }) => {
+    await page.goto('/');
+    await expect(badge(page)).toHaveAttribute('data-backend', 'wasm');
+    await page.getByRole('combobox', { name: 'Backend' }).selectOption('cpu');
+    await expect(badge(page)).toHaveAttribute('data-backend', 'cpu');
+    await expect(page).toHaveURL(/[?&]backend=cpu\b/);
+    await expect(page.getByTestId('backend-notice')).toHaveCount(0);
+    await generate(page, 'abc', 4);
+    await expect(output(page).getByTestId('output-stats')).toContainText(/^[1-4] tokens/);
+  });
+
+  test('a mistake is shown as a plain message, without a stack', async ({ page }) => {
+    await page.goto('/?backend=wasm');
+    await expect(badge(page)).toHaveAttribute('data-backend', 'wasm');
+    await expect(page.getByTestId('model-summary')).toBeVisible();
+    await page.getByLabel('Max new tokens').fill('1000');
+    await page.getByRole('button', { name: 'Generate' }).click();
+    const alert = page.getByRole('alert');
+    await expect(alert).toContainText("exceeds the model's n_positions (128)");
+    await expect(alert).not.toContainText('Something went wrong');
+    await expect(alert).not.toContainText(/at .*\.ts:\d+/);
+    await alert.getByRole('button', { name: 'Dismiss error' }).click();
+    await expect(alert).toHaveCount(0);
+  });
+});

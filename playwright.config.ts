@@ -1,0 +1,67 @@
+import { defineConfig } from '@playwright/test';
+import { DEV_PORT as PORT, PREVIEW_PORT } from './e2e/ports';
+
+/**
+ * End-to-end tests in Debian's full Chromium (Playwright's own browser download does not work on these machines,
+ * and its headless shell has no WebGPU). The flags expose WebGPU through SwiftShader, a software Vulkan: slow but
+ * correct, so the specs keep shapes tiny and assert that the backend really is WebGPU (without these flags tfjs
+ * silently falls back to WebGL).
+ */
+const CHROMIUM_ARGS = [
+  '--no-sandbox',
+  '--enable-unsafe-webgpu',
+  '--enable-features=Vulkan',
+  '--use-vulkan=swiftshader',
+  '--use-webgpu-adapter=swiftshader',
+  '--use-angle=swiftshader',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+export default defineConfig({
+  testDir: 'e2e',
+  outputDir: 'test-results',
+  // 2 cores and a software GPU: one test at a time, generous timeouts.
+  workers: 1,
+  fullyParallel: false,
+  timeout: 120_000,
+  expect: { timeout: 60_000 },
+  retries: 0,
+  forbidOnly: !!process.env.CI,
+  reporter: process.env.CI ? [['list'], ['html', { open: 'never' }]] : 'list',
+  use: {
+    baseURL: `http://localhost:${PORT}`,
+    browserName: 'chromium',
+    channel: undefined,
+    headless: true,
+    launchOptions: {
+      executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
+      args: CHROMIUM_ARGS,
+    },
+    screenshot: 'on',
+    trace: 'retain-on-failure',
+    viewport: { width: 1200, height: 820 },
+  },
+  webServer: [
+    {
+      command: `npx vite --port ${PORT} --strictPort`,
+      url: `http://localhost:${PORT}`,
+      reuseExistingServer: !process.env.CI,
+      // vite.config.ts: no HMR or file watching for this server (edits during a run must not reload the page).
+      env: { PPO_E2E: '1' },
+      timeout: 120_000,
+      stdout: 'ignore',
+      stderr: 'pipe',
+    },
+    {
+      // The production build (with its Content-Security-Policy and hashed WASM assets), for e2e/build.spec.ts.
+      command: `npx vite build --logLevel warn && npx vite preview --port ${PREVIEW_PORT} --strictPort`,
+      url: `http://localhost:${PREVIEW_PORT}`,
+      reuseExistingServer: !process.env.CI,
+      timeout: 240_000,
+      stdout: 'ignore',
+      stderr: 'pipe',
+    },
+  ],
+});

@@ -1,0 +1,121 @@
+import { useId } from 'react';
+import { useActions, useCanGenerate, useGenerating, useOutput, useParam } from '../store/hooks';
+import type { GenerateParams } from '../store/types';
+
+type NumericParam = Exclude<keyof GenerateParams, 'prompt'>;
+
+function NumberField(props: {
+  param: NumericParam;
+  label: string;
+  min: number;
+  max?: number;
+  step: number;
+  hint?: string;
+}) {
+  const value = useParam(props.param);
+  const { setParam } = useActions();
+  const id = useId();
+  return (
+    <div className="field">
+      <label htmlFor={id}>{props.label}</label>
+      <input
+        id={id}
+        type="number"
+        inputMode="decimal"
+        min={props.min}
+        max={props.max}
+        step={props.step}
+        value={Number.isFinite(value) ? value : ''}
+        onChange={(e) => setParam(props.param, e.target.valueAsNumber)}
+        aria-describedby={props.hint ? `${id}-hint` : undefined}
+      />
+      {props.hint && (
+        <small id={`${id}-hint`} className="muted">
+          {props.hint}
+        </small>
+      )}
+    </div>
+  );
+}
+
+function PromptField() {
+  const prompt = useParam('prompt');
+  const { setParam } = useActions();
+  const id = useId();
+  return (
+    <div className="field field-wide">
+      <label htmlFor={id}>Prompt</label>
+      <textarea
+        id={id}
+        rows={3}
+        value={prompt}
+        spellCheck={false}
+        onChange={(e) => setParam('prompt', e.target.value)}
+      />
+    </div>
+  );
+}
+
+function Output() {
+  const output = useOutput();
+  const generating = useGenerating();
+  return (
+    <section className="output" role="status" aria-label="Output" aria-live="polite" aria-busy={generating}>
+      {!output && <p className="muted">{generating ? 'Generating…' : 'The continuation appears here.'}</p>}
+      {output && (
+        <>
+          <p className="continuation">
+            <span className="prompt-echo">{output.prompt}</span>
+            <span className="generated" data-testid="output-text">
+              {output.reply.text}
+            </span>
+          </p>
+          <p className="stats" data-testid="output-stats">
+            {output.reply.tokens.length} tokens · {output.reply.tokensPerSecond.toFixed(1)} tokens/s ·{' '}
+            {Math.round(output.reply.millis)} ms
+          </p>
+          <ol className="tokens" aria-label="Generated tokens">
+            {output.reply.tokens.map((id, i) => (
+              <li key={i} title={`id ${id} · log p ${output.reply.logprobs[i].toFixed(3)}`}>
+                {output.reply.tokenTexts[i]}
+              </li>
+            ))}
+          </ol>
+        </>
+      )}
+    </section>
+  );
+}
+
+/** Prompt in, sampled continuation out, through the worker's model. */
+export function GeneratePanel() {
+  const canGenerate = useCanGenerate();
+  const generating = useGenerating();
+  const { generate } = useActions();
+  return (
+    <section className="card" aria-labelledby="generate-heading">
+      <h2 id="generate-heading">Generate</h2>
+      <form
+        className="generate-form"
+        noValidate
+        onSubmit={(e) => {
+          e.preventDefault();
+          void generate();
+        }}
+      >
+        <PromptField />
+        <NumberField param="maxNewTokens" label="Max new tokens" min={1} step={1} />
+        <NumberField param="temperature" label="Temperature" min={0} step={0.1} hint="0 = greedy" />
+        <NumberField param="topK" label="Top-k" min={0} step={1} hint="0 = off" />
+        <NumberField param="topP" label="Top-p" min={0} max={1} step={0.05} hint="1 = off" />
+        <NumberField param="seed" label="Seed" min={0} step={1} />
+        <div className="actions">
+          <button type="submit" className="primary" disabled={!canGenerate}>
+            {generating ? 'Generating…' : 'Generate'}
+          </button>
+        </div>
+      </form>
+      <Output />
+    </section>
+  );
+}

@@ -1,0 +1,133 @@
+/**
+ * Choosing the tfjs backend inside the worker, and saying honestly what was chosen and why.
+ *
+ * `auto` prefers WebGPU on a hardware adapter. A software adapter (SwiftShader, or any adapter the browser
+ * marks as a fallback) is correct but slower than WASM, so `auto` skips it and says so; naming `webgpu`
+ * explicitly uses it anyway (the end-to-end tests do this to prove the WebGPU path on machines without a GPU).
+ * An explicit choice that cannot start falls back along WASM → WebGL → CPU, with a notice naming what happened.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import '@tensorflow/tfjs-backend-cpu';
+import '@tensorflow/tfjs-backend-webgl';
+import '@tensorflow/tfjs-backend-webgpu';
+import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
+// The WASM binaries ship with the app (hashed assets in a build), so the backend works offline.
+import wasmPlainUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
+import wasmSimdUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
+import wasmThreadedSimdUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
+import type { BackendName, BackendPref, BackendReport, AdapterReport } from './protocol';
+
+setWasmPaths({
+  'tfjs-backend-wasm.wasm': wasmPlainUrl,
+  'tfjs-backend-wasm-simd.wasm': wasmSimdUrl,
+  'tfjs-backend-wasm-threaded-simd.wasm': wasmThreadedSimdUrl,
+});
+
+/** What WASM → WebGL → CPU means when the preferred backend is unavailable. */
+const FALLBACK_ORDER: BackendName[] = ['wasm', 'webgl', 'cpu'];
+
+const LABEL: Record<BackendName, string> = { webgpu: 'WebGPU', wasm: 'WASM', webgl: 'WebGL', cpu: 'CPU' };
+
+// The few WebGPU members we read. TypeScript's WebWorker lib has no WebGPU types (they live in @webgpu/types).
+interface GpuAdapterInfoLike {
+  vendor?: string;
+  architecture?: string;
+  description?: string;
+  device?: string;
+}
+interface GpuAdapterLike {
+  info?: GpuAdapterInfoLike;
+  isFallbackAdapter?: boolean;
+  requestAdapterInfo?: () => Promise<GpuAdapterInfoLike>;
+}
+interface GpuLike {
+  requestAdapter(options?: {
+    powerPreference?: 'low-power' | 'high-performance';
+  }): Promise<GpuAdapterLike | null>;
+}
+
+/** The adapter tfjs-backend-webgpu would get (it asks for 'high-performance'), or why there is none. */
+export async function probeWebGpu(): Promise<{ adapter: AdapterReport | null; reason: string | null }> {
+  const gpu = (self.navigator as Navigator & { gpu?: GpuLike }).gpu;
+  if (!gpu) return { adapter: null, reason: 'This browser has no WebGPU' };
+  let adapter: GpuAdapterLike | null;
+  try {
+    adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+  } catch (e) {
+    return { adapter: null, reason: `WebGPU could not find an adapter (${(e as Error).message})` };
+  }
+  if (!adapter) return { adapter: null, reason: 'WebGPU is present but the browser offers no adapter' };
+  const info: GpuAdapterInfoLike =
+    adapter.info ?? (await adapter.requestAdapterInfo?.().catch(() => undefined)) ?? {};
+  const vendor = info.vendor ?? '';
+  const architecture = info.architecture ?? '';
+  const description = info.description ?? info.device ?? '';
+  const isSoftware =
+    adapter.isFallbackAdapter === true ||
+    (info as { isFallbackAdapter?: boolean }).isFallbackAdapter === true ||
+    /swiftshader/i.test(`${vendor} ${architecture} ${description}`);
+  return { adapter: { vendor, architecture, description, isSoftware }, reason: null };
+}
+
+async function trySetBackend(name: BackendName): Promise<boolean> {
+  if (!tf.findBackendFactory(name)) return false;
+  try {
+    if (!(await tf.setBackend(name))) return false;
+    await tf.ready();
+    return tf.getBackend() === name;
+  } catch {
+    return false;
+  }
+}
+
+function adapterName(a: AdapterReport): string {
+  if (/swiftshader/i.test(`${a.vendor} ${a.architecture} ${a.description}`)) return 'SwiftShader';
+  return [a.vendor, a.architecture].filter(Boolean).join(' ') || 'an unnamed adapter';
+}
+
+/**
+ * Select a backend for `pref` and make it tfjs's current backend.
+ * Never throws for an unavailable backend: it falls back and says so in `notice`.
+ */
+export async function selectBackend(pref: BackendPref): Promise<BackendReport> {
+  const probe = await probeWebGpu();
+  const adapter = probe.adapter;
+
+  // Which backend to try first, and what to say if we deliberately skip WebGPU.
+  let first: BackendName;
+  let notice: string | null = null;
+  if (pref === 'auto') {
+    if (adapter && !adapter.isSoftware) {
+      first = 'webgpu';
+    } else {
+      first = 'wasm';
+      notice = adapter
+        ? `WebGPU is only available through a software adapter (${adapterName(adapter)}) here, so training uses WASM. Choose WebGPU to try it anyway.`
+        : `${probe.reason}; using WASM.`;
+    }
+  } else {
+    first = pref;
+  }
+
+  if (first === 'webgpu' && !adapter) {
+    // Asking tfjs anyway would only log a failed initialisation; fall back with the probe's reason.
+    const used = await firstAvailable(FALLBACK_ORDER);
+    return { backend: used, adapter: null, notice: `${probe.reason}; using ${LABEL[used]} instead.` };
+  }
+
+  if (await trySetBackend(first)) {
+    if (first === 'webgpu' && adapter?.isSoftware) {
+      notice = `WebGPU is running on a software adapter (${adapterName(adapter)}): correct but slow. WASM is faster on this machine.`;
+    }
+    return { backend: first, adapter, notice };
+  }
+
+  const used = await firstAvailable(FALLBACK_ORDER.filter((b) => b !== first));
+  const why = `${LABEL[first]} could not start in this browser; using ${LABEL[used]} instead.`;
+  return { backend: used, adapter, notice: notice ? `${notice} ${why}` : why };
+}
+
+async function firstAvailable(order: BackendName[]): Promise<BackendName> {
+  for (const name of order) if (await trySetBackend(name)) return name;
+  throw new Error(`No tfjs backend could start (tried ${order.join(', ')}).`);
+}
