@@ -6,6 +6,8 @@ import { isUserError } from '../core/errors';
 import { cmdGenerate, GENERATE_HELP } from './generate';
 import { cmdSft, SFT_HELP } from './sft';
 import { cmdTrain, TRAIN_HELP } from './train';
+import { cmdTrainReward, TRAIN_REWARD_HELP } from './train-reward';
+import { cmdBench, BENCH_HELP } from './bench';
 
 type Command = { help: string; run: (argv: string[]) => Promise<void> };
 
@@ -13,6 +15,8 @@ const COMMANDS: Record<string, Command> = {
   generate: { help: GENERATE_HELP, run: cmdGenerate },
   train: { help: TRAIN_HELP, run: cmdTrain },
   sft: { help: SFT_HELP, run: cmdSft },
+  'train-reward': { help: TRAIN_REWARD_HELP, run: cmdTrainReward },
+  bench: { help: BENCH_HELP, run: cmdBench },
 };
 
 function usage(): string {
