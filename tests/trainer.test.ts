@@ -2,7 +2,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { validateConfig, type TrainConfig } from '../src/core/config';
+import { validateConfig, applyLiveChanges, type TrainConfig } from '../src/core/config';
 import { buildTrainer, type Resources, type BuildOptions } from '../src/core/ppo/setup';
 import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
 import { memoryFiles } from '../src/core/model/folder';
@@ -101,6 +101,50 @@ describe('PPO trainer', () => {
         else expect(Math.abs(x - y), `${k} at step ${3 + i}`).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(x)));
       }
     }
+  });
+
+  it('temperature ≠ 1: rollout and training logprobs both use logits / T, so the first ratio is still exactly 1', async () => {
+    const t = await buildTrainer(config({ temperature: 0.7 }), res(), eReward);
+    const r = await t.trainStep();
+    expect(r.firstMinibatch.ratioMax).toBe(1);
+    expect(r.firstMinibatch.ratioMean).toBe(1);
+    t.dispose();
+  });
+
+  it('missing-EOS penalty is subtracted only from responses that never stopped; no stop token → all tokens count', async () => {
+    const t = await buildTrainer(config({ missingEosPenalty: 1.5 }), res(), eReward);
+    const r = await t.trainStep();
+    const ro = r.rollout;
+    ro.scores.forEach((s, i) => {
+      const stopped = ro.responses[i][ro.mask[i].reduce((a, b) => a + b, 0) - 1] === 256;
+      expect(ro.penalisedScores[i]).toBeCloseTo(stopped ? s : s - 1.5, 6);
+      // After the stop token the response is PAD (257), distinct from EOS, and masked out.
+      ro.mask[i].forEach((m, k) => {
+        if (!m) expect(ro.responses[i][k]).toBe(257);
+      });
+    });
+    t.dispose();
+    const u = await buildTrainer(config({ stopToken: null }), res(), eReward);
+    const r2 = await u.trainStep();
+    for (const row of r2.rollout.mask) expect(row.every((m) => m === 1)).toBe(true);
+    u.dispose();
+  });
+
+  it('live changes apply from the next step and show in its metrics; the adaptive controller moves β', async () => {
+    const t = await buildTrainer(config(), res(), eReward);
+    await t.trainStep();
+    t.setConfig(applyLiveChanges(t.cfg, { klCoef: 0.3, learningRate: 1e-3 }));
+    const r = await t.trainStep();
+    expect(r.metrics.klCoef).toBe(0.3);
+    expect(r.metrics.learningRate).toBe(1e-3);
+    t.dispose();
+    const a = await buildTrainer(config({ adaptiveKl: true, klCoef: 0.2, targetKl: 0.01, klHorizon: 100, learningRate: 1e-2 }), res(), eReward);
+    const s1 = await a.trainStep();
+    const s2 = await a.trainStep();
+    // β_{2} = β_{1}·(1 + clip(KL/target − 1, ±0.2)·B/horizon), with KL of step 1.
+    const err = Math.max(-0.2, Math.min(0.2, s1.metrics.kl / 0.01 - 1));
+    expect(s2.metrics.klCoef).toBeCloseTo(0.2 * (1 + (err * 4) / 100), 10);
+    a.dispose();
   });
 
   it('tf.memory().numTensors is flat across training steps', async () => {
