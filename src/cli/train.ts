@@ -118,6 +118,12 @@ export async function cmdTrain(argv: string[]): Promise<void> {
         `clip ${m.clipFrac.toFixed(3)} vloss ${m.valueLoss.toFixed(3)} ${m.timeStep.toFixed(1)} s/step\n`,
     );
     for (const a of r.alerts) process.stderr.write(`  alert: ${a.message} ${a.advice}\n`);
+    if (r.shouldPause) {
+      throw new UserError(
+        `stopped at step ${trainer.step}: three steps in a row had NaN/Inf losses or gradients (updates skipped). ` +
+          `The checkpoints already written are intact; resume from the last one with a lower learning rate.`,
+      );
+    }
     const cfg = trainer.cfg;
     if ((cfg.saveEvery > 0 && trainer.step % cfg.saveEvery === 0) || trainer.step === steps) {
       checkpoints.push(await saveCheckpoint(trainer, out));

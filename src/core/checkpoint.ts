@@ -15,6 +15,7 @@ import { buildTrainer, REWARD_FILE, type Resources } from './ppo/setup';
 import type { StepMetrics } from './ppo/metrics';
 import { UserError } from './errors';
 import { GPT2 } from './model/gpt2';
+import { allFinite } from './optim';
 
 export const CHECKPOINT_FORMAT = 'ppo-playground-checkpoint/1';
 
@@ -53,6 +54,11 @@ function specNames(vars: tf.Variable[]): string[] {
 /** The files of a checkpoint of the trainer's current state. */
 export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8Array>> {
   const { policy, ref, value, reward } = t.models;
+  if (!(await allFinite([...policy.trainableVariables(), ...value.trainableVariables()]))) {
+    throw new UserError(
+      `not writing a checkpoint at step ${t.step}: the weights hold NaN/Inf values. The last checkpoint written is the last good one.`,
+    );
+  }
   const files = new Map<string, Uint8Array>();
   files.set('config.json', configBytes(policy.config));
   files.set('model.safetensors', await lmSafetensors(policy));

@@ -1,6 +1,6 @@
 /**
  * One optimisation step with global gradient-norm clipping, the tfjs way (snake-dqn):
- * variableGrads(f, vars) → clip by the global norm → applyGradients → dispose.
+ * variableGrads(f, vars) → check → clip by the global norm → applyGradients → dispose.
  */
 import * as tf from '@tensorflow/tfjs-core';
 
@@ -8,12 +8,37 @@ export interface StepResult {
   /** The loss before the update, plus any extra scalars the loss function returned. */
   scalars: tf.Tensor1D;
   gradNorm: tf.Scalar;
+  /** false when the loss or the gradient norm was NaN/Inf and the update was skipped (guarded steps only). */
+  applied: boolean;
+}
+
+function gradsAndNorm(vars: tf.Variable[], lossFn: () => tf.Scalar[]) {
+  let extras: tf.Scalar[] = [];
+  const { value, grads } = tf.variableGrads(() => {
+    const [loss, ...rest] = lossFn();
+    extras = rest.map((t) => tf.keep(t));
+    return loss;
+  }, vars);
+  const norm = tf.tidy(() => tf.sqrt(tf.addN(Object.values(grads).map((g) => tf.sum(tf.square(g))))) as tf.Scalar);
+  return { value, extras, grads, norm };
+}
+
+function apply(optimizer: tf.Optimizer, grads: tf.NamedTensorMap, norm: tf.Scalar, maxGradNorm: number): void {
+  tf.tidy(() => {
+    let applied: tf.NamedTensorMap = grads;
+    if (maxGradNorm > 0) {
+      const scale = tf.minimum(1, tf.div(maxGradNorm, tf.add(norm, 1e-6)));
+      applied = {};
+      for (const n of Object.keys(grads)) applied[n] = tf.mul(grads[n], scale);
+    }
+    optimizer.applyGradients(applied);
+  });
 }
 
 /**
  * Run `lossFn` (returning [loss, ...extra scalars]), clip gradients to `maxGradNorm` (0 = no clipping)
  * and apply them. Returns a 1-D tensor [loss, ...extras] and the pre-clip global grad norm; the caller
- * reads them back once (batched with other metrics) and disposes them.
+ * reads them back once (batched with other metrics) and disposes them. No readback here.
  */
 export function clippedStep(
   optimizer: tf.Optimizer,
@@ -21,26 +46,40 @@ export function clippedStep(
   lossFn: () => tf.Scalar[],
   maxGradNorm: number,
 ): StepResult {
-  let extras: tf.Scalar[] = [];
-  const { value, grads } = tf.variableGrads(() => {
-    const [loss, ...rest] = lossFn();
-    extras = rest.map((t) => tf.keep(t));
-    return loss;
-  }, vars);
-  const out = tf.tidy(() => {
-    const names = Object.keys(grads);
-    const sq = tf.addN(names.map((n) => tf.sum(tf.square(grads[n]))));
-    const norm = tf.sqrt(sq) as tf.Scalar;
-    let applied: tf.NamedTensorMap = grads;
-    if (maxGradNorm > 0) {
-      const scale = tf.minimum(1, tf.div(maxGradNorm, tf.add(norm, 1e-6)));
-      applied = {};
-      for (const n of names) applied[n] = tf.mul(grads[n], scale);
-    }
-    optimizer.applyGradients(applied);
-    return { norm, scalars: tf.stack([value, ...extras]) as tf.Tensor1D };
-  });
+  const { value, extras, grads, norm } = gradsAndNorm(vars, lossFn);
+  apply(optimizer, grads, norm, maxGradNorm);
+  const scalars = tf.tidy(() => tf.stack([value, ...extras]) as tf.Tensor1D);
   tf.dispose([value, ...extras]);
   tf.dispose(grads);
-  return { scalars: out.scalars, gradNorm: out.norm };
+  return { scalars, gradNorm: norm, applied: true };
+}
+
+/**
+ * Like clippedStep, but reads the loss and the gradient norm back (two scalars) before applying, and skips
+ * the update when either is NaN/Inf — so a bad batch never reaches the weights or the Adam moments.
+ */
+export async function guardedStep(
+  optimizer: tf.Optimizer,
+  vars: tf.Variable[],
+  lossFn: () => tf.Scalar[],
+  maxGradNorm: number,
+): Promise<StepResult> {
+  const { value, extras, grads, norm } = gradsAndNorm(vars, lossFn);
+  const check = tf.tidy(() => tf.stack([value, norm]));
+  const [loss, n] = await check.data();
+  check.dispose();
+  const ok = Number.isFinite(loss) && Number.isFinite(n);
+  if (ok) apply(optimizer, grads, norm, maxGradNorm);
+  const scalars = tf.tidy(() => tf.stack([value, ...extras]) as tf.Tensor1D);
+  tf.dispose([value, ...extras]);
+  tf.dispose(grads);
+  return { scalars, gradNorm: norm, applied: ok };
+}
+
+/** True when every value of every variable is finite (one reduction, one readback). */
+export async function allFinite(vars: tf.Variable[]): Promise<boolean> {
+  const t = tf.tidy(() => tf.all(tf.stack(vars.map((v) => tf.all(tf.isFinite(v))))));
+  const ok = (await t.data())[0] === 1;
+  t.dispose();
+  return ok;
 }

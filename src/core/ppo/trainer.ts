@@ -15,7 +15,7 @@ import type { Tokenizer } from '../tokenizer/types';
 import type { RewardFn, Sample } from '../reward/functions';
 import { scoreSamples } from '../reward/module';
 import { Rng } from '../rng';
-import { clippedStep } from '../optim';
+import { guardedStep } from '../optim';
 import { gae, maskedMean, maskedVar, maskedWhiten, perTokenRewards, explainedVariance } from './math';
 import { policyLoss, valueLoss, entropyFromLogits, logprobsFromLogits } from './losses';
 import { makeKlController, type KlController } from './kl';
@@ -40,6 +40,10 @@ export interface StepResult {
   alerts: HealthAlert[];
   /** Ratio statistics of the very first minibatch of the first epoch (must be exactly 1). */
   firstMinibatch: { ratioMean: number; ratioMax: number; approxKl: number; clipFrac: number };
+  /** Minibatch updates skipped this step because the loss or a gradient was NaN/Inf. */
+  skippedUpdates: number;
+  /** Three steps in a row had skipped updates: the run loop should pause. */
+  shouldPause: boolean;
 }
 
 export type Phase = 'generating' | 'scoring' | 'updating' | 'idle';
@@ -72,6 +76,8 @@ export class PpoTrainer {
   promptOrder: number[] = [];
   promptCursor = 0;
   history: StepMetrics[] = [];
+  /** Consecutive steps with skipped (non-finite) updates. */
+  badSteps = 0;
   onPhase: (p: Phase) => void = () => {};
 
   constructor(cfg: TrainConfig, models: PpoModels, tokenizer: Tokenizer, prompts: string[]) {
@@ -247,6 +253,7 @@ export class PpoTrainer {
     const earlyStop = derived(cfg).earlyStopApproxKl;
     let epochsRun = 0;
     let firstMinibatch: StepResult['firstMinibatch'] | null = null;
+    let skippedUpdates = 0;
     epochs: for (let epoch = 0; epoch < cfg.ppoEpochs; epoch++) {
       epochsRun++;
       const perm = this.rng.permutation(B);
@@ -265,7 +272,7 @@ export class PpoTrainer {
           returns: pick(bReturns),
           oldValues: pick(bValues),
         };
-        const pol = clippedStep(this.policyOpt, policy.trainableVariables(), () => {
+        const pol = await guardedStep(this.policyOpt, policy.trainableVariables(), () => {
           const logits = this.responseLogits(policy, mb.ids, mb.attn, inp.Tq);
           const lp = tf.reshape(logprobsFromLogits(logits, mb.tokens, cfg.temperature), [inp.n, R]);
           const pl = policyLoss(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, cfg.logRatioClamp);
@@ -273,12 +280,13 @@ export class PpoTrainer {
           const loss = tf.sub(pl.loss, tf.mul(cfg.entropyCoef, ent)) as tf.Scalar;
           return [loss, pl.loss, pl.clipFrac, pl.approxKl, pl.ratioMean, pl.ratioMax, pl.logRatioClampFrac, ent];
         }, cfg.maxGradNorm);
-        const val = clippedStep(this.valueOpt, value.trainableVariables(), () => {
+        const val = await guardedStep(this.valueOpt, value.trainableVariables(), () => {
           const v = this.responseValues(value, mb.ids, mb.attn, inp.Tq);
           const vl = valueLoss(v, mb.oldValues, mb.returns, mb.mask, cfg.clipRangeValue);
           return [tf.mul(cfg.vfCoef, vl.loss) as tf.Scalar, vl.loss, vl.clipFrac];
         }, cfg.maxGradNorm);
         tf.dispose(Object.values(mb));
+        if (!pol.applied || !val.applied) skippedUpdates++;
         // [policyLoss, clipFrac, approxKl, ratioMean, ratioMax, clampFrac, entropy, gradNorm, valueLoss, valueClipFrac, valueGradNorm]
         const stats = tf.tidy(() =>
           tf.concat([tf.slice(pol.scalars, 1, 7), tf.reshape(pol.gradNorm, [1]), tf.slice(val.scalars, 1, 2), tf.reshape(val.gradNorm, [1])]),
@@ -349,12 +357,22 @@ export class PpoTrainer {
     };
     this.history.push(metrics);
     this.onPhase('idle');
+    this.badSteps = skippedUpdates > 0 ? this.badSteps + 1 : 0;
+    const alerts = healthAlerts(metrics, cfg.targetKl);
+    if (skippedUpdates > 0) {
+      alerts.unshift({
+        id: 'non-finite', step: stepNo,
+        message: `${skippedUpdates} update(s) this step had a NaN/Inf loss or gradient and were skipped; the weights are unchanged by them.` +
+          (this.badSteps >= 3 ? ' Three steps in a row: pausing.' : ''),
+        advice: 'Lower the learning rate or maxGradNorm, and check that the reward returns finite numbers.',
+      });
+    }
     const rollout: Rollout = {
       queries, responses: bResponses, mask: bMask, logprobs: bLogprobs, refLogprobs: bRefLogprobs, values: bValues,
       rewards: bRewards, advantages: bAdvantages, returns: bReturns, scores, penalisedScores: penalised,
       promptTexts, responseTexts, kl: ptr.kl,
     };
-    return { metrics, rollout, alerts: healthAlerts(metrics, cfg.targetKl), firstMinibatch: firstMinibatch! };
+    return { metrics, rollout, alerts, firstMinibatch: firstMinibatch!, skippedUpdates, shouldPause: this.badSteps >= 3 };
   }
 
   dispose(): void {
