@@ -1,30 +1,28 @@
 /**
  * The object the model worker exposes (protocol.ts's WorkerApi). It owns the tfjs state of the worker: the
- * chosen backend and the loaded policy. Calls run one at a time (comlink would otherwise interleave them at
- * every await), and every error leaves the worker as an Error whose message is fit to show.
+ * chosen backend, the loaded policy and the training run (./run-loop.ts). Calls that touch tfjs run one at a
+ * time (comlink would otherwise interleave them at every await); pause / setHyperparameters / subscribe answer
+ * at once. Every error leaves the worker as an Error whose message is fit to show.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { loadLM, type LoadedLM } from '../core/model/folder';
+import { transfer } from 'comlink';
 import { generate as sample } from '../core/model/sampling';
+import { restoreTrainer } from '../core/checkpoint';
+import { memoryFiles } from '../core/model/folder';
 import { isUserError, UserError } from '../core/errors';
 import { selectBackend } from './backend-web';
-import { fetchFiles, builtinModelUrl } from './files-web';
+import { ModelSources, PREFERENCE_REWARD_MODEL } from './sources';
+import { Run } from './run-loop';
+import { exportCheckpoint, exportMetrics, exportTrlConfig, importCheckpoint } from './exports';
+import { trainPreferenceRewardModel } from './preference-reward';
 import type {
   BackendPref,
   BackendReport,
   GenerateReply,
   GenerateRequest,
   MemoryReport,
-  ModelSource,
-  ModelSummary,
   WorkerApi,
 } from './protocol';
-
-interface Loaded {
-  lm: LoadedLM;
-  source: ModelSource;
-  summary: ModelSummary;
-}
 
 /** Runs async jobs strictly one after another. */
 function serialQueue() {
@@ -55,94 +53,140 @@ function forTransfer(e: unknown): Error {
   return new Error(message);
 }
 
-function sourceLabel(source: ModelSource): string {
-  return source.kind === 'builtin' ? `built-in ${source.name}` : source.baseUrl;
-}
-
-function sourceUrl(source: ModelSource): string {
-  if (source.kind === 'builtin') {
-    if (source.name !== 'tiny')
-      throw new UserError(`There is no built-in model "${source.name}"; the built-in model is "tiny".`);
-    return builtinModelUrl(source.name);
-  }
-  return source.baseUrl;
-}
-
-function summarise(lm: LoadedLM, label: string): ModelSummary {
-  const c = lm.config;
-  let params = 0;
-  for (const v of lm.model.params.values()) params += v.size;
-  return {
-    label,
-    n_layer: c.n_layer,
-    n_embd: c.n_embd,
-    n_head: c.n_head,
-    vocab_size: c.vocab_size,
-    n_positions: c.n_positions,
-    params,
-    tokenizer: c.tokenizer,
-  };
-}
-
 export function createWorkerApi(): WorkerApi {
   const serial = serialQueue();
   let backend: BackendReport | null = null;
-  let loaded: Loaded | null = null;
+  const sources = new ModelSources((task, fraction, message) => run.progress(task, fraction, message));
+  const run: Run = new Run(sources, serial);
 
-  /** Run `job` in turn; errors leave as displayable Errors. */
-  const call = <T>(job: () => Promise<T>): Promise<T> =>
-    serial(async () => {
-      try {
-        return await job();
-      } catch (e) {
-        throw forTransfer(e);
-      }
-    });
+  /** Errors leave as displayable Errors. */
+  const guard = async <T>(job: () => T | Promise<T>): Promise<T> => {
+    try {
+      return await job();
+    } catch (e) {
+      throw forTransfer(e);
+    }
+  };
+  /** Run `job` in turn (it touches tfjs). */
+  const call = <T>(job: () => Promise<T>): Promise<T> => guard(() => serial(job));
 
-  async function load(source: ModelSource): Promise<Loaded> {
-    const label = sourceLabel(source);
-    const lm = await loadLM(fetchFiles(sourceUrl(source), label), { trainable: false, label: 'policy' });
-    return { lm, source, summary: summarise(lm, label) };
+  async function ensureBackend(): Promise<void> {
+    if (!backend) backend = await selectBackend('auto');
   }
 
-  function requireModel(): Loaded {
-    if (!loaded) throw new UserError('No model is loaded yet; load a model first.');
-    return loaded;
-  }
-
+  /** Weights live on the backend that made them: save the run as checkpoint files, switch, restore. */
   async function switchBackend(pref: BackendPref): Promise<BackendReport> {
-    const source = loaded?.source;
-    // Weights live on the backend that created them: free them there, reload on the new one.
-    loaded?.lm.model.dispose();
-    loaded = null;
+    const saved = run.trainer
+      ? { files: (await run.checkpoint()).files, label: run.model?.label ?? 'run' }
+      : null;
+    const hadModel = run.model !== null;
+    run.dropTrainer();
+    run.disposeLm();
     backend = await selectBackend(pref);
-    if (source) loaded = await load(source);
+    if (saved) {
+      const t = await restoreTrainer(memoryFiles(saved.label, saved.files), sources.resources());
+      run.adopt(t, saved.label);
+      run.state = 'paused';
+    } else if (hadModel) {
+      await run.generator(); // reload the model on the new backend
+    }
+    run.emitStatus();
     return backend;
   }
 
   return {
-    init: (pref) => call(() => switchBackend(pref)),
-    setBackend: (pref) => call(() => switchBackend(pref)),
+    init: (pref) => (run.pause(), call(() => switchBackend(pref))),
+    setBackend: (pref) => (run.pause(), call(() => switchBackend(pref))),
 
-    loadModel: (source) =>
+    subscribe: (cb) => guard(() => run.subscribe(cb)),
+    configure: (config) =>
       call(async () => {
-        if (!backend) backend = await selectBackend('auto');
-        const next = await load(source);
-        loaded?.lm.model.dispose();
-        loaded = next;
-        return next.summary;
+        if (typeof config !== 'object' || config === null || Array.isArray(config)) {
+          throw new UserError('configure: expected an object of config keys.');
+        }
+        return run.configure(config);
       }),
+    start: () =>
+      guard(async () => {
+        if (!backend) await serial(ensureBackend);
+        return run.start();
+      }),
+    pause: () => guard(() => run.pause()),
+    stepOnce: () =>
+      guard(async () => {
+        await serial(ensureBackend);
+        return run.stepOnce();
+      }),
+    reset: () => (run.pause(), call(async () => run.reset())),
+    setHyperparameters: (patch) => guard(() => run.setHyperparameters(patch)),
+    setRewardCode: (code) => call(() => run.setRewardCode(code)),
+
+    trainRewardModel: (jsonl, opts = {}) => (
+      run.pause(),
+      call(async () => {
+        await ensureBackend();
+        if (typeof jsonl !== 'string')
+          throw new UserError('trainRewardModel: the preference file must be text (JSONL).');
+        await sources.checkMemory(run.cfg.model);
+        const { report, files } = await trainPreferenceRewardModel(
+          sources.files(run.cfg.model),
+          jsonl,
+          opts,
+          run.cfg.seed,
+          (fraction, message) => run.progress('reward-model', fraction, message),
+        );
+        sources.hold(PREFERENCE_REWARD_MODEL, files);
+        // A new reward is a new run, even when the name is the same as before.
+        run.dropTrainer();
+        await run.configure({ reward: { model: PREFERENCE_REWARD_MODEL } });
+        run.state = 'idle';
+        run.emitStatus();
+        return report;
+      })
+    ),
+
+    exportCheckpoint: () =>
+      call(async () => {
+        await ensureBackend();
+        const zip = await exportCheckpoint(run);
+        // Hand the buffer over instead of copying it (checkpoints of real models are hundreds of MB).
+        return transfer(zip, [zip.bytes.buffer]);
+      }),
+    importCheckpoint: (bytes) => (
+      run.pause(),
+      call(async () => {
+        await ensureBackend();
+        if (!(bytes instanceof Uint8Array))
+          throw new UserError('importCheckpoint: expected the zip file as bytes (Uint8Array).');
+        return importCheckpoint(run, sources, bytes);
+      })
+    ),
+    exportMetrics: (format) => guard(() => exportMetrics(run, format)),
+    exportTrlConfig: () => guard(() => exportTrlConfig(run)),
+    history: () => guard(() => (run.trainer?.history ?? []).map((m) => ({ ...m }))),
+
+    loadModel: (source, opts = {}) => (
+      run.pause(),
+      call(async () => {
+        await ensureBackend();
+        if (opts.memoryBudgetBytes !== undefined) {
+          if (!(opts.memoryBudgetBytes > 0))
+            throw new UserError('loadModel: memoryBudgetBytes must be a positive number.');
+          sources.memoryBudgetBytes = opts.memoryBudgetBytes;
+        }
+        return run.loadModel(sources.nameFor(source));
+      })
+    ),
 
     generate: (req: GenerateRequest) =>
       call(async (): Promise<GenerateReply> => {
-        const { lm } = requireModel();
-        const { model, tokenizer, config } = lm;
+        const { model, tokenizer } = await run.generator();
         if (!Number.isInteger(req.seed) || req.seed < 0) {
           throw new UserError(`Seed must be a whole number of 0 or more, got ${req.seed}.`);
         }
         const encoded = tokenizer.encode(req.prompt);
         // An empty prompt means "unconditional": start from the beginning-of-text token, as GPT-2 does.
-        const prompt = encoded.length > 0 ? encoded : [config.bos_token_id];
+        const prompt = encoded.length > 0 ? encoded : [model.config.bos_token_id];
         const t0 = performance.now();
         const out = await sample(model, [prompt], {
           maxNewTokens: req.maxNewTokens,
@@ -174,9 +218,9 @@ export function createWorkerApi(): WorkerApi {
 
     forwardLogits: (ids, mask) =>
       call(async () => {
-        const { lm } = requireModel();
+        const { model } = await run.generator();
         const out = tf.tidy(() =>
-          lm.model.logits(tf.tensor2d(ids, undefined, 'int32'), tf.tensor2d(mask, undefined, 'int32')),
+          model.logits(tf.tensor2d(ids, undefined, 'int32'), tf.tensor2d(mask, undefined, 'int32')),
         );
         try {
           return (await out.array()) as number[][][];

@@ -3,9 +3,16 @@
  * Start it with `new Worker(new URL('../worker/model.worker.ts', import.meta.url), { type: 'module' })`
  * and talk to it through comlink with the WorkerApi type of ./protocol.ts.
  */
+// Core registers no gradients (its tests and the CLI do it themselves); training needs them all.
+import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import { expose } from 'comlink';
+import { registerWasmExtraKernels } from '../core/kernels/wasm-extra';
 import { createWorkerApi } from './api';
 import type { WorkerApi } from './protocol';
+
+// The WASM backend (imported by ./backend-web via ./api) lacks UnsortedSegmentSum (gather's gradient) and has a
+// slow transposed matmul; core's kernels fill both in.
+registerWasmExtraKernels();
 
 const api: WorkerApi = createWorkerApi();
 expose(api);

@@ -32,7 +32,25 @@ export interface BackendReport {
 export type ModelSource =
   | { kind: 'builtin'; name: 'tiny' }
   /** A folder served over HTTP(S) holding config.json + model.safetensors; relative URLs resolve against the page. */
-  | { kind: 'url'; baseUrl: string };
+  | { kind: 'url'; baseUrl: string }
+  /** A Hugging Face Hub repo id (`openai-community/gpt2`, `distilbert/distilgpt2`), downloaded over https and cached. */
+  | {
+      kind: 'hub';
+      repo: string;
+      revision?: string;
+      /**
+       * Tests only: a loopback origin (http://127.0.0.1:PORT) serving Hub-shaped paths
+       * (`/{repo}/resolve/{revision}/{file}`). Anything else is refused; the app never sets it and always
+       * downloads from https://huggingface.co.
+       */
+      hubBase?: string;
+    }
+  /**
+   * Files the person picked (config.json + model.safetensors), as bytes; other files are ignored. Names may carry
+   * a folder (`my-model/config.json`, from webkitRelativePath) which becomes the label. Check `File.size`
+   * against 2 GB before reading a file: bigger ones are refused here anyway.
+   */
+  | { kind: 'files'; files: { name: string; bytes: Uint8Array }[] };
 
 export interface ModelSummary {
   /** Where it came from, in words ("built-in tiny", a URL). */
@@ -74,6 +92,15 @@ export interface GenerateReply {
   millis: number;
 }
 
+/** Options of loadModel. */
+export interface LoadOptions {
+  /**
+   * Refuse a model whose training state (params × (4 models + 2 Adam moments × 2 trainable models) × 4 bytes)
+   * is over this many bytes. Default: 60% of the device memory the browser reports (≥ 4 GB assumed).
+   */
+  memoryBudgetBytes?: number;
+}
+
 export interface MemoryReport {
   numTensors: number;
   numBytes: number;
@@ -81,13 +108,160 @@ export interface MemoryReport {
   backend: BackendName;
 }
 
+// ---- training (the PPO playground) -----------------------------------------------------------------------
+
+/** Training config: the camelCase keys of contracts.md §5 (src/core/config.ts TrainConfig), as plain data. */
+export type TrainConfigWire = Record<string, unknown>;
+
+export type RunState = 'idle' | 'running' | 'paused';
+export type Phase = 'generating' | 'scoring' | 'updating' | 'idle';
+
+export interface RunStatus {
+  state: RunState;
+  phase: Phase;
+  /** Steps completed. */
+  step: number;
+  /** The run's target number of steps (config `steps`). */
+  steps: number;
+  /** The validated config in force (after defaults). */
+  config: TrainConfigWire;
+  /** The policy in use (loaded, being trained or restored), when there is one. */
+  model?: ModelSummary | null;
+  /** What scores responses, in words: "task sentiment", "your reward code", "reward model from preferences". */
+  reward?: string;
+}
+
+/** One PPO step's metrics: every name of contracts.md §3 plus extras (src/core/ppo/metrics.ts). */
+export type MetricsWire = Record<string, number>;
+
+export interface TokenView {
+  /** Display text of the token (escaped bytes, <|endoftext|>). */
+  text: string;
+  logprob: number;
+  /** Per-token KL estimate k_t against the reference. */
+  kl: number;
+  advantage: number;
+}
+
+export interface SampleView {
+  prompt: string;
+  response: string;
+  score: number;
+  /** Σ_t k1 for this sample. */
+  kl: number;
+  /** Counted tokens only (through the stop token). */
+  tokens: TokenView[];
+}
+
+export interface AlertView {
+  id: string;
+  step: number;
+  message: string;
+  advice: string;
+}
+
+export type TrainerEvent =
+  | { type: 'status'; status: RunStatus }
+  | { type: 'step'; metrics: MetricsWire; samples: SampleView[]; alerts: AlertView[] }
+  /**
+   * Progress of long jobs; fraction in [0, 1] or null when unknown. `task`: 'download' (Hub files, or
+   * "from the browser cache"), 'reward-model' (training from preferences), 'build' (loading the models of a run).
+   */
+  | { type: 'progress'; task: string; fraction: number | null; message: string }
+  /**
+   * A failure while running or in stepOnce (the run is paused, nothing is lost). A user reward code that does
+   * not answer within 2 s: "Your reward code did not return within 2 s (an infinite loop?). The run is paused;
+   * fix the code and press Start."
+   */
+  | { type: 'error'; message: string; userError: boolean };
+
+export interface RewardModelReport {
+  pairs: number;
+  heldOut: number;
+  trainAccuracy: number;
+  heldOutAccuracy: number;
+  /** Lines of the preference file that were skipped, with their line numbers. */
+  skipped: string[];
+}
+
+export interface CheckpointSummary {
+  step: number;
+  historyLength: number;
+  config: TrainConfigWire;
+}
+
 export interface WorkerApi {
+  /**
+   * Events of the training run; `cb` is a comlink proxy (`comlink.proxy(fn)`). Returns the current status.
+   * A status event follows every change of state or phase (generating → scoring → updating → idle).
+   */
+  subscribe(cb: (e: TrainerEvent) => void): Promise<RunStatus>;
+  /**
+   * Validate and set the config (contracts.md §5 keys). Keys not given (or undefined) keep their current values
+   * (initially the defaults: model "tiny", task "sentiment"); `prompts: null` / `reward: null` remove those keys.
+   * Changing a key that is not live (model, task, seed, batchSize, responseLength, …) drops the current run
+   * (step 0, history cleared); live keys are applied from the next step (prefer setHyperparameters for those: it
+   * answers at once, while configure waits for the step in flight). Models are built lazily on the first step.
+   */
+  configure(config: TrainConfigWire): Promise<RunStatus>;
+  /** Run steps until `steps` is reached or pause(); returns at once. Failures arrive as `error` events. */
+  start(): Promise<RunStatus>;
+  /** Stop after the step in flight; returns at once. */
+  pause(): Promise<RunStatus>;
+  /**
+   * One PPO step, then pause; resolves after the step (with the `step` event already sent). A failing step is
+   * reported as an `error` event, not a rejection. While running, it acts as pause().
+   */
+  stepOnce(): Promise<RunStatus>;
+  /** Drop the run: fresh policy/value/optimizers from the configured model; history cleared. */
+  reset(): Promise<RunStatus>;
+  /** Live hyperparameters (config fields marked live), applied from the next step; visible in the metrics. */
+  setHyperparameters(patch: TrainConfigWire): Promise<RunStatus>;
+  /**
+   * User reward code, replacing the task's reward from the next step (the run is not reset); null restores the
+   * configured reward. `sample` is `{prompt, response, promptTokens, responseTokens}`. Two forms:
+   *   - a function body:      `return sample.response.includes('!') ? 1 : 0;`
+   *   - an arrow or function: `(sample) => sample.response.length / 10`  (may be async)
+   * It runs in its own worker with no network (fetch, XMLHttpRequest, WebSocket, EventSource, importScripts,
+   * indexedDB, caches, nested workers, import() and eval are unavailable) and must score a whole batch within
+   * 2 s. Rejects with a UserError on a syntax error. A throw or a non-finite score is an `error` event naming
+   * the sample.
+   */
+  setRewardCode(code: string | null): Promise<RunStatus>;
+  /**
+   * Train a Bradley–Terry reward model (initialised from the configured policy model) from preference JSONL text
+   * (`{"prompt","chosen","rejected"}` per line; bad lines are skipped and listed) and use it as the reward:
+   * config `reward` becomes `{model: "preference-reward-model"}`, which starts a new run. Progress events with
+   * task 'reward-model'.
+   */
+  trainRewardModel(
+    jsonl: string,
+    /** Defaults: 100 steps of 8 pairs at learning rate 3e-4. */
+    opts?: { steps?: number; batchSize?: number; learningRate?: number },
+  ): Promise<RewardModelReport>;
+  /** The whole run as a zip in the checkpoint layout of contracts.md §2. */
+  exportCheckpoint(): Promise<{ name: string; bytes: Uint8Array }>;
+  /**
+   * Resume a run from a checkpoint zip (history restored, continues at the saved step; paused). A zip without
+   * trainer_state.json, or not a zip, is a UserError.
+   */
+  importCheckpoint(bytes: Uint8Array): Promise<CheckpointSummary>;
+  /** All metrics so far, as CSV (header = metric names) or JSON (array of step objects) text. */
+  exportMetrics(format: 'csv' | 'json'): Promise<string>;
+  /** The metric history of the run (e.g. to redraw charts after importCheckpoint). */
+  history(): Promise<MetricsWire[]>;
+  /** The run's hyperparameters mapped to TRL's PPOConfig names (JSON text). */
+  exportTrlConfig(): Promise<string>;
   /** Choose a backend (first call). Safe to call again; same as setBackend. */
   init(pref: BackendPref): Promise<BackendReport>;
   /** Switch backend; a loaded model is reloaded on the new backend. */
   setBackend(pref: BackendPref): Promise<BackendReport>;
-  /** Load (replace) the policy model. */
-  loadModel(source: ModelSource): Promise<ModelSummary>;
+  /**
+   * Load (replace) the policy model; it becomes config `model` and the run restarts from it. Hub downloads send
+   * `progress` events. Refuses a model over the memory budget (see LoadOptions) before loading its weights.
+   */
+  loadModel(source: ModelSource, opts?: LoadOptions): Promise<ModelSummary>;
+  /** Generate with the model in use (the trained policy while a run exists). */
   generate(req: GenerateRequest): Promise<GenerateReply>;
   memory(): Promise<MemoryReport>;
   /** Test hook: full-forward logits [B, T, V] of the loaded model for ids/mask [B, T]. */

@@ -1,0 +1,257 @@
+/**
+ * Models from the Hugging Face Hub, platform-neutral: the caller hands in a `fetch`-like function and a cache
+ * (the worker: the browser's fetch and Cache Storage; tests: Node's fetch against a local server and a Map).
+ *
+ * Only `config.json` and `model.safetensors` are ever requested, from
+ * `${hubBase}/${repo}/resolve/${revision}/${file}` — never pickle (`pytorch_model.bin`) or other code-bearing
+ * files. `hubBase` is https://huggingface.co; tests point it at a local server.
+ *
+ * A download streams the body, reporting progress from Content-Length, and refuses a file over `maxFileBytes`
+ * before reading it whole. A file found in the cache needs no network at all.
+ *
+ * Also here: the memory estimate for training a model, checked against a budget before anything is loaded.
+ */
+import { UserError } from './errors';
+import type { ModelFiles } from './model/folder';
+import type { GPT2Config } from './model/config';
+import { trunkParamSpecs } from './model/specs';
+
+export const HUB_BASE = 'https://huggingface.co';
+/** The only files fetched from the Hub. */
+export const HUB_FILES: readonly string[] = ['config.json', 'model.safetensors'];
+export const MAX_HUB_FILE_BYTES = 2 * 1024 ** 3;
+
+/** The part of a fetch Response this module reads (core has no DOM types). */
+export interface HubResponse {
+  ok: boolean;
+  status: number;
+  statusText: string;
+  headers: { get(name: string): string | null };
+  body: { getReader(): HubReader } | null;
+  arrayBuffer(): Promise<ArrayBuffer>;
+}
+export interface HubReader {
+  read(): Promise<{ done: boolean; value?: Uint8Array }>;
+  cancel(reason?: unknown): Promise<void>;
+}
+export type HubFetch = (url: string) => Promise<HubResponse>;
+
+/** Bytes by URL. `get` returns null on a miss. */
+export interface HubCache {
+  get(key: string): Promise<Uint8Array | null>;
+  put(key: string, bytes: Uint8Array): Promise<void>;
+}
+
+export interface HubProgress {
+  repo: string;
+  file: string;
+  loaded: number;
+  /** From Content-Length; null when the server did not say. */
+  total: number | null;
+  fraction: number | null;
+  fromCache: boolean;
+  done: boolean;
+}
+
+export interface HubOptions {
+  fetch: HubFetch;
+  cache?: HubCache;
+  /** Default https://huggingface.co. Tests only. */
+  hubBase?: string;
+  /** Branch, tag or commit; default "main". */
+  revision?: string;
+  maxFileBytes?: number;
+  onProgress?: (p: HubProgress) => void;
+}
+
+const REPO_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*\/[A-Za-z0-9_.-]+$/;
+const REVISION = /^[A-Za-z0-9_.\-/]+$/;
+
+export function isHubRepoId(s: string): boolean {
+  return REPO_ID.test(s) && !s.split('/').some((p) => p === '.' || p === '..' || p.endsWith('.git'));
+}
+
+/** Check a repo id (`org/name`) and revision; the message shows what an id looks like. */
+export function checkRepoId(repo: string, revision = 'main'): void {
+  if (!isHubRepoId(repo)) {
+    throw new UserError(
+      `"${repo}" is not a Hugging Face model id; it looks like "organisation/name", e.g. "openai-community/gpt2".`,
+    );
+  }
+  if (!REVISION.test(revision) || revision.split('/').includes('..')) {
+    throw new UserError(`"${revision}" is not a revision; give a branch, tag or commit such as "main".`);
+  }
+}
+
+/** `${base}/${repo}/resolve/${revision}/${file}` (the revision %-encoded, so "refs/pr/1" stays one segment). */
+export function hubFileUrl(repo: string, file: string, revision = 'main', base = HUB_BASE): string {
+  checkRepoId(repo, revision);
+  return `${base.replace(/\/+$/, '')}/${repo}/resolve/${encodeURIComponent(revision)}/${file}`;
+}
+
+const mb = (n: number): string => `${(n / 1024 ** 2).toFixed(n < 10 * 1024 ** 2 ? 1 : 0)} MB`;
+const gb = (n: number): string => `${(n / 1024 ** 3).toFixed(1)} GB`;
+
+function tooBig(label: string, bytes: number, limit: number): UserError {
+  return new UserError(
+    `${label} is ${gb(bytes)}, over the ${gb(limit)} limit for one file in the browser; choose a smaller model.`,
+  );
+}
+
+/** Read a response body in chunks, reporting progress; refuses to go past `limit`. */
+async function readBody(
+  res: HubResponse,
+  total: number | null,
+  label: string,
+  limit: number,
+  report: (loaded: number) => void,
+): Promise<Uint8Array> {
+  if (!res.body) {
+    const whole = new Uint8Array(await res.arrayBuffer());
+    if (whole.length > limit) throw tooBig(label, whole.length, limit);
+    report(whole.length);
+    return whole;
+  }
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  // With a known length, write straight into one buffer (no second copy of a 500 MB file).
+  const out = total !== null ? new Uint8Array(total) : null;
+  let loaded = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (!value) continue;
+    if (loaded + value.length > limit || (out && loaded + value.length > out.length)) {
+      await reader.cancel().catch(() => undefined);
+      if (out && loaded + value.length <= limit) {
+        throw new UserError(
+          `${label}: the server sent more bytes than its Content-Length (${total}); try again.`,
+        );
+      }
+      throw tooBig(label, loaded + value.length, limit);
+    }
+    if (out) out.set(value, loaded);
+    else chunks.push(value);
+    loaded += value.length;
+    report(loaded);
+  }
+  if (out) {
+    if (loaded !== out.length)
+      throw new UserError(`${label}: the download stopped at ${mb(loaded)} of ${mb(out.length)}; try again.`);
+    return out;
+  }
+  const whole = new Uint8Array(loaded);
+  let at = 0;
+  for (const c of chunks) {
+    whole.set(c, at);
+    at += c.length;
+  }
+  return whole;
+}
+
+/**
+ * One Hub file: from the cache when there, else downloaded (streamed, with progress) and cached.
+ * Returns null when the Hub has no such file (404).
+ */
+export async function downloadHubFile(
+  repo: string,
+  file: string,
+  opts: HubOptions,
+): Promise<Uint8Array | null> {
+  if (!HUB_FILES.includes(file)) {
+    throw new UserError(`Only ${HUB_FILES.join(' and ')} are read from the Hub, not ${file}.`);
+  }
+  const revision = opts.revision ?? 'main';
+  const url = hubFileUrl(repo, file, revision, opts.hubBase ?? HUB_BASE);
+  const label = `${repo}/${file}`;
+  const limit = opts.maxFileBytes ?? MAX_HUB_FILE_BYTES;
+  const progress = (p: Omit<HubProgress, 'repo' | 'file'>) => opts.onProgress?.({ repo, file, ...p });
+
+  const cached = opts.cache ? await opts.cache.get(url) : null;
+  if (cached) {
+    progress({ loaded: cached.length, total: cached.length, fraction: 1, fromCache: true, done: true });
+    return cached;
+  }
+  let res: HubResponse;
+  try {
+    res = await opts.fetch(url);
+  } catch (e) {
+    throw new UserError(
+      `${url} could not be downloaded (${(e as Error).message}); check the connection and try again.`,
+    );
+  }
+  if (res.status === 404) return null;
+  if (res.status === 401 || res.status === 403) {
+    throw new UserError(
+      `${repo} is private or gated on the Hugging Face Hub (${res.status}); only public models can be loaded here.`,
+    );
+  }
+  if (!res.ok)
+    throw new UserError(`${url}: the Hub answered ${res.status} ${res.statusText}; try again later.`);
+  const lengthHeader = res.headers.get('content-length');
+  const total = lengthHeader !== null && /^\d+$/.test(lengthHeader.trim()) ? Number(lengthHeader) : null;
+  if (total !== null && total > limit) {
+    await res.body
+      ?.getReader()
+      .cancel()
+      .catch(() => undefined);
+    throw tooBig(label, total, limit);
+  }
+  progress({ loaded: 0, total, fraction: total ? 0 : null, fromCache: false, done: false });
+  const bytes = await readBody(res, total, label, limit, (loaded) =>
+    progress({ loaded, total, fraction: total ? loaded / total : null, fromCache: false, done: false }),
+  );
+  progress({ loaded: bytes.length, total: bytes.length, fraction: 1, fromCache: false, done: true });
+  if (opts.cache) {
+    try {
+      await opts.cache.put(url, bytes);
+    } catch {
+      // A full or unavailable cache only costs a download next time.
+    }
+  }
+  return bytes;
+}
+
+/** A Hub repo as a model folder (only config.json and model.safetensors exist in it). */
+export function hubFiles(repo: string, opts: HubOptions): ModelFiles {
+  checkRepoId(repo, opts.revision ?? 'main');
+  const label = opts.revision && opts.revision !== 'main' ? `${repo}@${opts.revision}` : repo;
+  return {
+    label,
+    read: async (name) => (HUB_FILES.includes(name) ? downloadHubFile(repo, name, opts) : null),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Memory estimate, before loading
+
+/** Trainable parameters of a GPT-2 (tied LM head counted once). */
+export function countParams(config: GPT2Config): number {
+  return trunkParamSpecs(config).reduce((n, s) => n + s.shape.reduce((a, b) => a * b, 1), 0);
+}
+
+/** Copies of the weights a PPO run holds: 4 models + Adam's 2 moments for each of the 2 trainable ones. */
+export const TRAINING_WEIGHT_COPIES = 4 + 2 * 2;
+
+/** Bytes of float32 weights and optimiser state for training (activations come on top). */
+export function trainingBytes(params: number): number {
+  return params * TRAINING_WEIGHT_COPIES * 4;
+}
+
+/** Throws a UserError when training `config` would need more than `budgetBytes`. */
+export function checkTrainingMemory(
+  config: GPT2Config,
+  label: string,
+  budgetBytes: number,
+): { params: number; bytes: number } {
+  const params = countParams(config);
+  const bytes = trainingBytes(params);
+  if (bytes > budgetBytes) {
+    throw new UserError(
+      `${label} has ${(params / 1e6).toFixed(1)} M parameters; training it needs about ${gb(bytes)} ` +
+        `(policy, reference, value and reward models plus Adam's two moments for the policy and value, in float32), ` +
+        `over the ${gb(budgetBytes)} budget here. Choose a smaller model (e.g. distilbert/distilgpt2 or tiny).`,
+    );
+  }
+  return { params, bytes };
+}

@@ -1,0 +1,159 @@
+/**
+ * The reward sandbox: a worker of its own that runs the person's reward code, with no network and no way to
+ * load more code. The model worker (./reward-sandbox.ts) starts one per code version and terminates it when a
+ * batch takes longer than the time limit.
+ *
+ * Messages in:  {type: 'compile', id, code} | {type: 'score', id, sample}
+ * Messages out: {type: 'ready'} once loaded; {id, ok: true, value} | {id, ok: false, error}
+ */
+export {};
+
+const scope = self as unknown as Record<string, unknown>;
+// Captured before anything is locked down: our only way to answer and to compile.
+const post = (self as DedicatedWorkerGlobalScope).postMessage.bind(self);
+const listen = self.addEventListener.bind(self);
+const FunctionCtor = Function;
+
+/** Everything that reaches the network, storage or more code. */
+const BLOCKED = [
+  'fetch',
+  'XMLHttpRequest',
+  'WebSocket',
+  'WebSocketStream',
+  'WebTransport',
+  'EventSource',
+  'importScripts',
+  'indexedDB',
+  'caches',
+  'Worker',
+  'SharedWorker',
+  'BroadcastChannel',
+  'RTCPeerConnection',
+  'Request',
+  'navigator',
+  'postMessage',
+  'close',
+  'eval',
+  'Function',
+];
+
+function blocked(): never {
+  throw new Error('not available in reward code (no network, storage or code loading)');
+}
+
+function lockDown(): void {
+  for (const name of BLOCKED) {
+    // Remove the name from the global object and every prototype it inherits from, then pin it to undefined.
+    for (let o: object | null = self; o; o = Object.getPrototypeOf(o)) {
+      if (Object.prototype.hasOwnProperty.call(o, name)) {
+        try {
+          delete (o as Record<string, unknown>)[name];
+        } catch {
+          /* non-configurable: shadowed below */
+        }
+      }
+    }
+    try {
+      Object.defineProperty(self, name, { value: undefined, writable: false, configurable: false });
+    } catch {
+      scope[name] = undefined;
+    }
+  }
+  // `(() => {}).constructor` is Function: make every function constructor throw.
+  const kinds = [function () {}, async function () {}, function* () {}, async function* () {}];
+  for (const f of kinds) {
+    try {
+      Object.defineProperty(Object.getPrototypeOf(f), 'constructor', {
+        value: blocked,
+        writable: false,
+        configurable: false,
+      });
+    } catch {
+      /* already locked */
+    }
+  }
+}
+
+type RewardFn = (sample: unknown) => unknown;
+let fn: RewardFn | null = null;
+
+/**
+ * The code is an arrow/function expression (`(sample) => …`), else the body of `function (sample) { … }`
+ * (`return …;`); a bare expression of `sample` (`sample.response.length / 10`) is taken as what to return.
+ * `import` (static or dynamic) is refused: it would load code from the network.
+ */
+function compile(code: string): RewardFn {
+  if (/\bimport\s*[(.]|\bimport\s+[\w{*'"`]/.test(code))
+    throw new Error('reward code cannot use import; write a plain function');
+  let expression: (() => unknown) | null = null;
+  try {
+    expression = new FunctionCtor(`"use strict";\nreturn (\n${code}\n);`) as () => unknown;
+  } catch {
+    expression = null; // not an expression: a function body
+  }
+  if (expression) {
+    let value: unknown;
+    try {
+      value = expression();
+    } catch {
+      value = undefined; // an expression of `sample`, which is not defined here
+    }
+    if (typeof value === 'function') return value as RewardFn;
+    return new FunctionCtor('sample', `"use strict";\nreturn (\n${code}\n);`) as RewardFn;
+  }
+  try {
+    return new FunctionCtor('sample', `"use strict";\n${code}`) as RewardFn;
+  } catch (e) {
+    throw new Error(`syntax error: ${(e as Error).message}`);
+  }
+}
+
+/** A value that survives postMessage (functions, symbols and the like become a description). */
+function cloneable(v: unknown): unknown {
+  if (v === null || ['number', 'string', 'boolean', 'undefined', 'bigint'].includes(typeof v)) return v;
+  try {
+    return JSON.parse(JSON.stringify(v)) as unknown;
+  } catch {
+    return `<${typeof v}>`;
+  }
+}
+
+listen('message', (ev: MessageEvent) => {
+  const msg = ev.data as
+    { type: 'compile'; id: number; code: string } | { type: 'score'; id: number; sample: unknown };
+  if (msg.type === 'compile') {
+    try {
+      fn = compile(msg.code);
+      lockDown();
+      post({ id: msg.id, ok: true, value: null });
+    } catch (e) {
+      post({ id: msg.id, ok: false, error: (e as Error).message ?? String(e) });
+    }
+    return;
+  }
+  if (!fn) {
+    post({ id: msg.id, ok: false, error: 'no reward code was compiled' });
+    return;
+  }
+  const reward = fn;
+  Promise.resolve()
+    .then(() => reward(msg.sample))
+    .then(
+      (value) => post({ id: msg.id, ok: true, value: cloneable(value) }),
+      (e: unknown) => post({ id: msg.id, ok: false, error: e instanceof Error ? e.message : String(e) }),
+    );
+});
+
+// Network and storage go before any of the person's code runs (compiling an expression evaluates it).
+for (const name of BLOCKED.filter((n) => n !== 'Function' && n !== 'postMessage' && n !== 'eval')) {
+  for (let o: object | null = self; o; o = Object.getPrototypeOf(o)) {
+    if (Object.prototype.hasOwnProperty.call(o, name)) {
+      try {
+        delete (o as Record<string, unknown>)[name];
+      } catch {
+        /* shadowed in lockDown */
+      }
+    }
+  }
+}
+post({ type: 'ready' });

@@ -1,0 +1,213 @@
+/**
+ * Where models and tasks come from, in the browser. A config's `model` string names a model:
+ *   "tiny"                       the built-in model (public/models/tiny, served at models/tiny/)
+ *   "org/name" or "org/name@rev" a Hugging Face Hub repo (config.json + model.safetensors over https from
+ *                                huggingface.co only, cached in Cache Storage: src/core/hub.ts)
+ *   "http(s)://…", "/…", "./…"   a folder served over HTTP
+ *   "uploaded:NAME"              files the person picked (held in memory by this worker)
+ *   "preference-reward-model"    the reward model trained from a preference file (held in memory)
+ */
+import type { ModelFiles } from '../core/model/folder';
+import { memoryFiles, readConfig } from '../core/model/folder';
+import type { Resources } from '../core/ppo/setup';
+import { parseTask, taskUrl, type Task } from '../core/tasks';
+import {
+  checkRepoId,
+  checkTrainingMemory,
+  hubFiles,
+  isHubRepoId,
+  MAX_HUB_FILE_BYTES,
+  type HubCache,
+  type HubProgress,
+} from '../core/hub';
+import { UserError } from '../core/errors';
+import { builtinModelUrl, fetchFiles } from './files-web';
+import type { ModelSource } from './protocol';
+
+export const BUILTIN_MODELS = ['tiny'] as const;
+/** The `reward: {model}` name of the reward model trained from preferences. */
+export const PREFERENCE_REWARD_MODEL = 'preference-reward-model';
+const HUB_CACHE_NAME = 'ppo-playground-hub-v1';
+
+/** Hub files in Cache Storage, keyed by URL (a second load of a repo needs no network). */
+export const cacheStorageHubCache: HubCache = {
+  async get(key) {
+    if (typeof caches === 'undefined') return null;
+    const hit = await (await caches.open(HUB_CACHE_NAME)).match(key);
+    return hit ? new Uint8Array(await hit.arrayBuffer()) : null;
+  },
+  async put(key, bytes) {
+    if (typeof caches === 'undefined') return;
+    const headers = { 'content-type': 'application/octet-stream', 'content-length': String(bytes.length) };
+    await (
+      await caches.open(HUB_CACHE_NAME)
+    ).put(key, new Response(bytes as Uint8Array<ArrayBuffer>, { headers }));
+  },
+};
+
+/** A test-only Hub base must be a loopback http(s) origin; the app itself always uses https://huggingface.co. */
+function checkTestHubBase(base: string): string {
+  let url: URL;
+  try {
+    url = new URL(base);
+  } catch {
+    throw new UserError(`hubBase "${base}" is not a URL.`);
+  }
+  if (!/^https?:$/.test(url.protocol) || !['localhost', '127.0.0.1', '[::1]'].includes(url.hostname)) {
+    throw new UserError(
+      `hubBase is for tests only and must be a loopback address (http://127.0.0.1:PORT), got "${base}".`,
+    );
+  }
+  return url.origin + url.pathname.replace(/\/+$/, '');
+}
+
+const isUrlLike = (s: string) => /^(https?:\/\/|\/|\.\.?\/)/.test(s);
+
+function basename(path: string): string {
+  return path.slice(path.lastIndexOf('/') + 1);
+}
+
+/** The default training-memory budget: 60% of what the browser says the device has (at least 4 GB assumed). */
+export function defaultMemoryBudget(): number {
+  const deviceGb = (self.navigator as Navigator & { deviceMemory?: number }).deviceMemory;
+  return Math.max(deviceGb ?? 8, 4) * 1024 ** 3 * 0.6;
+}
+
+export interface ProgressSink {
+  (task: string, fraction: number | null, message: string): void;
+}
+
+export class ModelSources {
+  private readonly held = new Map<string, Map<string, Uint8Array>>();
+  private readonly hubBases = new Map<string, string>();
+  private readonly tasks = new Map<string, Task>();
+  memoryBudgetBytes = defaultMemoryBudget();
+
+  constructor(private readonly progress: ProgressSink) {}
+
+  /** Keep files in memory under `name` (uploads, the trained reward model). */
+  hold(name: string, files: Map<string, Uint8Array>): void {
+    this.held.set(name, files);
+  }
+
+  /** The config `model` name for a source; uploaded files are checked and held. */
+  nameFor(source: ModelSource): string {
+    switch (source.kind) {
+      case 'builtin':
+        if (!(BUILTIN_MODELS as readonly string[]).includes(source.name)) {
+          throw new UserError(`There is no built-in model "${source.name}"; the built-in model is "tiny".`);
+        }
+        return source.name;
+      case 'url':
+        return source.baseUrl;
+      case 'hub': {
+        checkRepoId(source.repo, source.revision ?? 'main');
+        const name =
+          source.revision && source.revision !== 'main' ? `${source.repo}@${source.revision}` : source.repo;
+        if (source.hubBase !== undefined) this.hubBases.set(name, checkTestHubBase(source.hubBase));
+        else this.hubBases.delete(name);
+        return name;
+      }
+      case 'files':
+        return this.holdUpload(source.files);
+    }
+  }
+
+  private holdUpload(list: { name: string; bytes: Uint8Array }[]): string {
+    const files = new Map<string, Uint8Array>();
+    for (const f of list) {
+      const name = basename(f.name);
+      if (name !== 'config.json' && name !== 'model.safetensors') continue; // never pickle or anything else
+      if (f.bytes.length > MAX_HUB_FILE_BYTES) {
+        throw new UserError(
+          `${name} is ${(f.bytes.length / 1024 ** 3).toFixed(1)} GB, over the 2.0 GB limit for one file in the browser.`,
+        );
+      }
+      files.set(name, f.bytes);
+    }
+    for (const need of ['config.json', 'model.safetensors']) {
+      if (!files.has(need)) {
+        throw new UserError(
+          `The chosen files have no ${need}; pick a model folder with config.json and model.safetensors ` +
+            '(pytorch_model.bin is not read: it can run code).',
+        );
+      }
+    }
+    const first = list.find((f) => f.name.includes('/'));
+    const folder = first ? first.name.split('/').slice(-2, -1)[0] : 'model';
+    const name = `uploaded:${folder}`;
+    this.held.set(name, files);
+    return name;
+  }
+
+  /** Open a model by its config name. */
+  files(name: string): ModelFiles {
+    const held = this.held.get(name);
+    if (held)
+      return memoryFiles(name === PREFERENCE_REWARD_MODEL ? 'reward model from preferences' : name, held);
+    if ((BUILTIN_MODELS as readonly string[]).includes(name))
+      return fetchFiles(builtinModelUrl(name), `built-in ${name}`);
+    if (isUrlLike(name)) return fetchFiles(name);
+    const [repo, revision] = name.split('@');
+    if (isHubRepoId(repo)) {
+      return hubFiles(repo, {
+        fetch: (url) => fetch(url),
+        cache: cacheStorageHubCache,
+        revision,
+        hubBase: this.hubBases.get(name),
+        onProgress: this.hubProgress(),
+      });
+    }
+    if (name.startsWith('uploaded:')) {
+      throw new UserError(
+        `The uploaded model "${name.slice(9)}" is no longer in memory; pick its files again.`,
+      );
+    }
+    throw new UserError(
+      `model "${name}" is not the built-in "tiny", a Hugging Face id like "openai-community/gpt2", or a folder URL.`,
+    );
+  }
+
+  /** Refuse a model whose training state would not fit the budget (reads config.json only). */
+  async checkMemory(name: string): Promise<void> {
+    const files = this.files(name);
+    checkTrainingMemory(await readConfig(files), files.label, this.memoryBudgetBytes);
+  }
+
+  async loadTask(name: string): Promise<Task> {
+    const known = this.tasks.get(name);
+    if (known) return known;
+    const url = new URL(`${import.meta.env.BASE_URL}${taskUrl(name)}`, self.location.origin);
+    let json: unknown;
+    try {
+      const res = await fetch(url, { headers: { Accept: 'application/json' } });
+      if (!res.ok) throw new Error(`${res.status} ${res.statusText}`);
+      json = await res.json();
+    } catch (e) {
+      throw new UserError(`task "${name}": ${url.pathname} could not be read (${(e as Error).message}).`);
+    }
+    const task = parseTask(json, `tasks/${name}.json`);
+    this.tasks.set(name, task);
+    return task;
+  }
+
+  resources(): Resources {
+    return { modelFiles: (n) => this.files(n), loadTask: (n) => this.loadTask(n) };
+  }
+
+  /** Progress events for Hub downloads, at most one per percent. */
+  private hubProgress(): (p: HubProgress) => void {
+    let last = -1;
+    return (p) => {
+      if (p.fromCache) {
+        this.progress('download', 1, `${p.repo} ${p.file}: from the browser cache`);
+        return;
+      }
+      const pct = p.fraction === null ? null : Math.floor(p.fraction * 100);
+      if (!p.done && pct !== null && pct === last) return;
+      last = p.done ? -1 : (pct ?? last);
+      const amount = `${(p.loaded / 1024 ** 2).toFixed(1)}${p.total ? ` / ${(p.total / 1024 ** 2).toFixed(1)}` : ''} MB`;
+      this.progress('download', p.fraction, `Downloading ${p.repo} ${p.file}: ${amount}`);
+    };
+  }
+}

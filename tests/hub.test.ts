@@ -1,0 +1,221 @@
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { createServer, type Server } from 'node:http';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import type { AddressInfo } from 'node:net';
+import { useCpu } from './helpers/backend';
+import {
+  checkRepoId,
+  checkTrainingMemory,
+  countParams,
+  downloadHubFile,
+  hubFileUrl,
+  hubFiles,
+  HUB_BASE,
+  isHubRepoId,
+  type HubCache,
+  type HubFetch,
+  type HubProgress,
+} from '../src/core/hub';
+import { loadLM, readConfig } from '../src/core/model/folder';
+import { isUserError } from '../src/core/errors';
+
+const FIXTURE = fileURLToPath(new URL('./fixtures/parity/tiny-plain/', import.meta.url));
+const files: Record<string, Buffer> = {
+  'config.json': readFileSync(`${FIXTURE}config.json`),
+  'model.safetensors': readFileSync(`${FIXTURE}model.safetensors`),
+};
+
+/** A Hub-shaped server: /{org}/{name}/resolve/{rev}/{file}. Counts hits per path; some paths misbehave on purpose. */
+let server: Server;
+let base: string;
+const hits = new Map<string, number>();
+beforeAll(async () => {
+  await useCpu();
+  server = createServer((req, res) => {
+    const url = req.url ?? '';
+    hits.set(url, (hits.get(url) ?? 0) + 1);
+    const m = /^\/([^/]+\/[^/]+)\/resolve\/([^/]+)\/(.+)$/.exec(url);
+    if (!m) return void res.writeHead(404).end();
+    const [, repo, , file] = m;
+    if (repo === 'org/gated') return void res.writeHead(401).end();
+    if (repo === 'org/huge' && file === 'model.safetensors') {
+      res.writeHead(200, { 'content-length': String(3 * 1024 ** 3) });
+      return void res.write(new Uint8Array(1024)); // never ends; the client must not wait for it
+    }
+    if (repo === 'org/chunked' && files[file]) {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' }); // no content-length: chunked
+      const b = files[file];
+      res.write(b.subarray(0, 1000));
+      return void setTimeout(() => res.end(b.subarray(1000)), 5);
+    }
+    if (repo !== 'org/tiny' || !files[file]) return void res.writeHead(404).end();
+    res.writeHead(200, {
+      'content-length': String(files[file].length),
+      'content-type': 'application/octet-stream',
+    });
+    // Two writes so the client sees more than one chunk.
+    const b = files[file];
+    res.write(b.subarray(0, b.length >> 1));
+    setTimeout(() => res.end(b.subarray(b.length >> 1)), 5);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((r) => server.close(r));
+});
+
+const nodeFetch: HubFetch = (url) => fetch(url) as unknown as ReturnType<HubFetch>;
+function mapCache(): HubCache & { map: Map<string, Uint8Array> } {
+  const map = new Map<string, Uint8Array>();
+  return { map, get: async (k) => map.get(k) ?? null, put: async (k, v) => void map.set(k, v) };
+}
+async function userError(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (e) {
+    expect(isUserError(e), String(e)).toBe(true);
+    return (e as Error).message;
+  }
+  throw new Error('expected a UserError');
+}
+
+describe('Hub ids and URLs', () => {
+  it('builds huggingface.co resolve URLs and refuses odd ids', () => {
+    expect(hubFileUrl('openai-community/gpt2', 'config.json')).toBe(
+      'https://huggingface.co/openai-community/gpt2/resolve/main/config.json',
+    );
+    expect(hubFileUrl('distilbert/distilgpt2', 'model.safetensors', 'refs/pr/1')).toBe(
+      `${HUB_BASE}/distilbert/distilgpt2/resolve/refs%2Fpr%2F1/model.safetensors`,
+    );
+    for (const ok of ['openai-community/gpt2', 'a/b.c', 'Org_1/name-2'])
+      expect(isHubRepoId(ok), ok).toBe(true);
+    for (const bad of ['gpt2', 'a/b/c', '../x', 'a/..', 'https://x/y', '/a/b', 'a b/c'])
+      expect(isHubRepoId(bad), bad).toBe(false);
+    expect(() => checkRepoId('gpt2')).toThrow(
+      /"gpt2" is not a Hugging Face model id; it looks like "organisation\/name"/,
+    );
+    expect(() => checkRepoId('a/b', '../x')).toThrow(/not a revision/);
+  });
+
+  it('never asks for pickle or other files', async () => {
+    const asked: string[] = [];
+    const f = hubFiles('org/tiny', { fetch: async (u) => (asked.push(u), nodeFetch(u)), hubBase: base });
+    expect(await f.read('pytorch_model.bin')).toBeNull();
+    expect(await f.read('tokenizer.json')).toBeNull();
+    expect(asked).toEqual([]);
+    expect(await userError(downloadHubFile('org/tiny', 'pytorch_model.bin', { fetch: nodeFetch }))).toMatch(
+      /Only config\.json and model\.safetensors/,
+    );
+  });
+});
+
+describe('Hub download against a local Hub-shaped server', () => {
+  it('streams with progress, caches, and a second load needs no network', async () => {
+    const cache = mapCache();
+    const progress: HubProgress[] = [];
+    const opts = { fetch: nodeFetch, cache, hubBase: base, onProgress: (p: HubProgress) => progress.push(p) };
+    const lm = await loadLM(hubFiles('org/tiny', opts), { trainable: false });
+    expect(lm.config.n_embd).toBe(24);
+    lm.model.dispose();
+    const modelHits = () => hits.get('/org/tiny/resolve/main/model.safetensors') ?? 0;
+    expect(modelHits()).toBe(1);
+    const weights = progress.filter((p) => p.file === 'model.safetensors');
+    expect(weights[0]).toMatchObject({ loaded: 0, fraction: 0, total: files['model.safetensors'].length });
+    expect(weights.some((p) => p.fraction !== null && p.fraction > 0 && p.fraction < 1)).toBe(true);
+    expect(weights.at(-1)).toMatchObject({ fraction: 1, done: true, fromCache: false });
+    expect([...cache.map.keys()].sort()).toEqual([
+      `${base}/org/tiny/resolve/main/config.json`,
+      `${base}/org/tiny/resolve/main/model.safetensors`,
+    ]);
+
+    progress.length = 0;
+    const again = await loadLM(
+      hubFiles('org/tiny', {
+        ...opts,
+        fetch: async () => {
+          throw new Error('offline');
+        },
+      }),
+      { trainable: false },
+    );
+    again.model.dispose();
+    expect(modelHits()).toBe(1);
+    expect(progress.every((p) => p.fromCache && p.fraction === 1)).toBe(true);
+  });
+
+  it('reads a body without Content-Length (progress unknown)', async () => {
+    const progress: HubProgress[] = [];
+    const bytes = await downloadHubFile('org/chunked', 'model.safetensors', {
+      fetch: nodeFetch,
+      hubBase: base,
+      onProgress: (p) => progress.push(p),
+    });
+    expect(Buffer.from(bytes!).equals(files['model.safetensors'])).toBe(true);
+    expect(progress[0].fraction).toBeNull();
+    expect(progress.at(-1)!.fraction).toBe(1);
+  });
+
+  it('refuses a file over the limit before reading it, with a clear message', async () => {
+    const started = Date.now();
+    const msg = await userError(
+      downloadHubFile('org/huge', 'model.safetensors', { fetch: nodeFetch, hubBase: base }),
+    );
+    expect(msg).toBe(
+      'org/huge/model.safetensors is 3.0 GB, over the 2.0 GB limit for one file in the browser; choose a smaller model.',
+    );
+    expect(Date.now() - started).toBeLessThan(5000);
+    // A server that lies about (or omits) the length is stopped once it passes the limit.
+    const streamed = await userError(
+      downloadHubFile('org/chunked', 'model.safetensors', {
+        fetch: nodeFetch,
+        hubBase: base,
+        maxFileBytes: 2000,
+      }),
+    );
+    expect(streamed).toMatch(/^org\/chunked\/model\.safetensors is .* GB, over the .* GB limit/);
+  });
+
+  it('missing files, gated repos and a dead server are clear errors', async () => {
+    expect(await downloadHubFile('org/none', 'config.json', { fetch: nodeFetch, hubBase: base })).toBeNull();
+    expect(await userError(readConfig(hubFiles('org/none', { fetch: nodeFetch, hubBase: base })))).toMatch(
+      /^org\/none: config\.json is missing/,
+    );
+    expect(
+      await userError(downloadHubFile('org/gated', 'config.json', { fetch: nodeFetch, hubBase: base })),
+    ).toMatch(/private or gated .*\(401\)/);
+    expect(
+      await userError(
+        downloadHubFile('org/tiny', 'config.json', { fetch: nodeFetch, hubBase: 'http://127.0.0.1:1' }),
+      ),
+    ).toMatch(/could not be downloaded .*check the connection/);
+  });
+});
+
+describe('memory estimate', () => {
+  it('counts GPT-2 small at 124.4 M parameters and refuses over budget', async () => {
+    const gpt2 = {
+      model_type: 'gpt2',
+      vocab_size: 50257,
+      n_positions: 1024,
+      n_embd: 768,
+      n_layer: 12,
+      n_head: 12,
+    } as const;
+    const cfg = {
+      ...gpt2,
+      layer_norm_epsilon: 1e-5,
+      activation_function: 'gelu_new',
+      bos_token_id: 50256,
+      eos_token_id: 50256,
+      tokenizer: 'gpt2-bpe',
+    } as const;
+    expect(countParams(cfg)).toBe(124_439_808);
+    expect(checkTrainingMemory(cfg, 'openai-community/gpt2', 8 * 1024 ** 3).bytes).toBe(124_439_808 * 32);
+    expect(() => checkTrainingMemory(cfg, 'openai-community/gpt2', 2 * 1024 ** 3)).toThrow(
+      /^openai-community\/gpt2 has 124\.4 M parameters; training it needs about 3\.7 GB .* over the 2\.0 GB budget here\. Choose a smaller model/,
+    );
+  });
+});
