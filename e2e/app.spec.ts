@@ -6,11 +6,13 @@ const WEBGPU_TOKENS = 4;
 
 const badge = (page: Page) => page.getByTestId('backend-badge');
 const output = (page: Page) => page.getByRole('status', { name: 'Output' });
+/** The "Try the policy" card (the hyperparameter column has its own seed, temperature, topK and topP). */
+const tryPanel = (page: Page) => page.getByRole('region', { name: 'Try the policy' });
 
 async function generate(page: Page, prompt: string, maxNewTokens: number): Promise<void> {
-  await page.getByLabel('Prompt').fill(prompt);
-  await page.getByLabel('Max new tokens').fill(String(maxNewTokens));
-  await page.getByLabel('Seed').fill('7');
+  await tryPanel(page).getByLabel('Prompt', { exact: true }).fill(prompt);
+  await tryPanel(page).getByLabel('Max new tokens').fill(String(maxNewTokens));
+  await tryPanel(page).getByLabel('Seed', { exact: true }).fill('7');
   const button = page.getByRole('button', { name: 'Generate' });
   await expect(button).toBeEnabled();
   await button.click();
@@ -83,7 +85,7 @@ test.describe('the playground page', () => {
     await page.goto('/?backend=wasm');
     await expect(badge(page)).toHaveAttribute('data-backend', 'wasm');
     await expect(page.getByTestId('model-summary')).toBeVisible();
-    await page.getByLabel('Max new tokens').fill('1000');
+    await tryPanel(page).getByLabel('Max new tokens').fill('1000');
     await page.getByRole('button', { name: 'Generate' }).click();
     const alert = page.getByRole('alert');
     await expect(alert).toContainText("exceeds the model's n_positions (128)");

@@ -1,8 +1,13 @@
 /**
- * Browser benchmark page (dev server: /e2e/pages/bench.html?backend=webgpu&batch=8&tokens=64). Runs on the
- * page's main thread — fine for timing — and leaves the result on window.benchResult.
+ * Browser benchmark page, driven by `npm run bench` (src/cli/bench-browser.ts) or by hand on a dev server:
+ *   /e2e/pages/bench.html?backend=webgpu&quick=1&sections=matmul,gen,ppo,lm,memory
+ * Other parameters: `flags` (JSON of tfjs flags to set first, e.g. {"WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE":32}),
+ * `mode=adamcheck` (only the fused-Adam-vs-tfjs-Adam check), `batch`/`tokens` (one generation size).
+ * Runs on the page's main thread (fine for timing) and leaves the result on window.benchResult; progress lines
+ * go to the console as "[bench] …".
  */
 import * as tf from '@tensorflow/tfjs-core';
+import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import '@tensorflow/tfjs-backend-webgpu';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-backend-cpu';
@@ -10,9 +15,15 @@ import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
 import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
 import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
-import { GPT2 } from '../../src/core/model/gpt2';
-import { parseGPT2Config } from '../../src/core/model/config';
-import { benchGeneration, TINY_SHAPE } from '../../src/core/bench';
+import { registerWasmExtraKernels } from '../../src/core/kernels/wasm-extra';
+import { registerFusedAdamKernels } from '../../src/core/perf/adam';
+import { checkFusedAdam, planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../../src/core/bench';
+import type { NanoGptPeer } from '../../src/core/perf/lm-train';
+import { readConfig, loadLM, type ModelFiles } from '../../src/core/model/folder';
+import { tokenizerFor } from '../../src/core/tokenizer';
+import { parseTask, taskUrl } from '../../src/core/tasks';
+import { validateConfig } from '../../src/core/config';
+import { buildTrainer, type Resources } from '../../src/core/ppo/setup';
 
 declare global {
   interface Window {
@@ -21,20 +32,104 @@ declare global {
   }
 }
 
+const log = (msg: string): void => console.log(`[bench] ${msg}`);
+
+/** A model folder served by the dev server (public/models/NAME/). */
+function httpFiles(base: string): ModelFiles {
+  return {
+    label: base,
+    async read(name) {
+      const res = await fetch(new URL(name, new URL(base, location.origin)), { headers: { Accept: 'application/octet-stream, application/json' } });
+      if (!res.ok || (res.headers.get('content-type') ?? '').includes('text/html')) return null;
+      return new Uint8Array(await res.arrayBuffer());
+    },
+  };
+}
+
+const resources: Resources = {
+  modelFiles: (name) => httpFiles(`/models/${name}/`),
+  loadTask: async (name) => parseTask(await (await fetch(`/${taskUrl(name)}`)).json(), `/${taskUrl(name)}`),
+};
+
+const NANO = '/node_modules/@genai-fi/nanogpt/dist/';
+
+/** nanogpt's files loaded as they are (not pre-bundled), so main.js and BasicTrainer.js share its modules. */
+async function loadNanoGpt(): Promise<NanoGptPeer & { selectBackend(b: string): Promise<void> }> {
+  const main = await import(/* @vite-ignore */ `${NANO}main.js`);
+  const trainer = await import(/* @vite-ignore */ `${NANO}training/BasicTrainer.js`);
+  return { NanoGPTV1: main.models.NanoGPTV1, BasicTrainer: trainer.default, selectBackend: (b) => main.TeachableLLM.selectBackend(b) };
+}
+
+async function adapterInfo(): Promise<Record<string, unknown> | null> {
+  type AdapterLike = { info?: Record<string, unknown>; isFallbackAdapter?: boolean };
+  const gpu = (navigator as unknown as { gpu?: { requestAdapter(): Promise<AdapterLike | null> } }).gpu;
+  if (!gpu) return null;
+  const a = await gpu.requestAdapter();
+  if (!a) return null;
+  const info = a.info ?? {};
+  return { vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter: a.isFallbackAdapter ?? info.isFallbackAdapter };
+}
+
 async function main(): Promise<void> {
   const q = new URLSearchParams(location.search);
   const backend = q.get('backend') ?? 'webgpu';
+  const quick = q.get('quick') === '1';
   setWasmPaths({ 'tfjs-backend-wasm.wasm': wasmPlain, 'tfjs-backend-wasm-simd.wasm': wasmSimd, 'tfjs-backend-wasm-threaded-simd.wasm': wasmThreaded });
+  registerWasmExtraKernels();
+  registerFusedAdamKernels();
+  const flags = JSON.parse(q.get('flags') ?? '{}') as Record<string, number | boolean | string>;
+  for (const [k, v] of Object.entries(flags)) tf.env().set(k, v);
   if (!(await tf.setBackend(backend))) throw new Error(`backend ${backend} unavailable`);
   await tf.ready();
-  const model = GPT2.random(parseGPT2Config(TINY_SHAPE), 1, false);
-  const r = await benchGeneration(model, Number(q.get('batch') ?? 8), Number(q.get('tokens') ?? 64));
-  model.dispose();
-  window.benchResult = { backend: tf.getBackend(), ...r };
-  document.getElementById('out')!.textContent = JSON.stringify(window.benchResult, null, 2);
+  if (tf.getBackend() !== backend) throw new Error(`asked for ${backend}, got ${tf.getBackend()}`);
+  const adapter = backend === 'webgpu' ? await adapterInfo() : null;
+  const env = tf.env();
+  const header = {
+    backend, quick, flags, adapter, userAgent: navigator.userAgent, hardwareConcurrency: navigator.hardwareConcurrency,
+    crossOriginIsolated: self.crossOriginIsolated,
+    wasmSimd: backend === 'wasm' ? env.getBool('WASM_HAS_SIMD_SUPPORT') : undefined,
+    wasmThreads: backend === 'wasm' ? env.getBool('WASM_HAS_MULTITHREAD_SUPPORT') : undefined,
+  };
+  if (q.get('mode') === 'adamcheck') {
+    window.benchResult = { ...header, fusedAdamCheck: await checkFusedAdam() };
+    return;
+  }
+
+  const tinyFiles = resources.modelFiles('tiny');
+  const tinyConfig = await readConfig(tinyFiles);
+  const task = await resources.loadTask('sentiment');
+  let nano: Awaited<ReturnType<typeof loadNanoGpt>> | null = null;
+  const benchEnv: BenchEnv = {
+    platform: 'chromium',
+    tinyConfig,
+    tinyTokenizer: tokenizerFor(tinyConfig),
+    prompts: task.prompts,
+    buildPpoTrainer: (o) => buildTrainer(validateConfig({ model: 'tiny', task: 'sentiment', ...o }, 'bench'), resources),
+    loadTinyModel: async () => (await loadLM(tinyFiles, { trainable: false, label: 'bench' })).model,
+    nanogpt: async () => (nano ??= await loadNanoGpt()),
+    // nanogpt ships its own patched WebGPU backend and kernels; it runs on them, after ours ran on the stock one.
+    beforeNanogpt:
+      backend === 'webgpu'
+        ? async () => {
+            await tf.setBackend('cpu');
+            tf.removeBackend('webgpu');
+            await nano!.selectBackend('webgpu');
+            if (tf.getBackend() !== 'webgpu') throw new Error(`nanogpt's selectBackend left ${tf.getBackend()}`);
+          }
+        : undefined,
+    log,
+  };
+  const sections = (q.get('sections')?.split(',').filter(Boolean) ?? SECTIONS) as Section[];
+  const plan = planFor('chromium', backend, quick);
+  if (q.get('batch') && q.get('tokens')) plan.gen = [[Number(q.get('batch')), Number(q.get('tokens'))]];
+  const results = await runBenchSections(benchEnv, sections, plan, { fusedAdamCheck: true });
+  window.benchResult = { ...header, plan, ...results };
 }
 
-main().catch((e) => {
-  window.benchError = String(e);
-  document.getElementById('out')!.textContent = String(e);
-});
+main()
+  .catch((e) => {
+    window.benchError = String((e as Error)?.stack ?? e);
+  })
+  .finally(() => {
+    document.getElementById('out')!.textContent = window.benchError ?? JSON.stringify(window.benchResult, null, 2);
+  });

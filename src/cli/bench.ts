@@ -1,42 +1,238 @@
 /**
- * `npm run bench` / `cli bench`: benchmarks on the Node backends (WASM by default). Speed is measured here,
- * never in unit tests. Prints a markdown table on stderr/stdout and, with --json, one JSON object last.
+ * `npm run bench` / `cli bench`: the benchmark suite (src/core/bench.ts sections) in Node on WASM, then in
+ * headless Chromium per backend (WebGPU, WASM) through scripts/bench-browser.ts, then the GPT-2-sized memory runs
+ * in Node on the CPU backend (GPT-2's four models and optimizers do not fit WASM's 4 GiB heap). Prints markdown
+ * tables, writes them to --out (bench-results.md), and with --json one JSON object on the last stdout line.
+ * Progress goes to stderr. Speed is measured here, never in unit tests.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import os from 'node:os';
+import path from 'node:path';
+import { writeFile } from 'node:fs/promises';
+import { pathToFileURL } from 'node:url';
+import { spawn } from 'node:child_process';
 import { parse, str } from './args';
 import { setNodeBackend } from './backend-node';
-import { parseGPT2Config, type GPT2Config } from '../core/model/config';
-import { GPT2 } from '../core/model/gpt2';
-import { benchGeneration, TINY_SHAPE, type GenBench } from '../core/bench';
 import { nodeFiles } from './files-node';
-import { resolveModel } from './models';
-import { loadLM } from '../core/model/folder';
+import { resolveModel, ROOT } from './models';
+import { nodeResources } from './train';
+import { loadTaskNode } from './tasks-node';
+import { loadLM, readConfig } from '../core/model/folder';
+import { validateConfig } from '../core/config';
+import { buildTrainer } from '../core/ppo/setup';
+import { tokenizerFor } from '../core/tokenizer';
+import { planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../core/bench';
+import { registerFusedAdamKernels } from '../core/perf/adam';
+import { registerFastCpuKernels } from '../core/perf/cpu-kernels';
+import { benchFourModelMemory, SHAPES, shapeConfig, type FourModelMemory } from '../core/perf/memory';
+import type { NanoGptPeer } from '../core/perf/lm-train';
+import { markdown, reportJson, headline, type BenchReport, type BenchRun } from '../core/perf/report';
+import { UserError } from '../core/errors';
 
-export const BENCH_HELP = `bench [--quick] [--backend wasm|cpu] [--json]
-  Generation tokens/s with the KV cache vs full recompute (batch 8, 64 new tokens) on the tiny model shape.`;
+export const BENCH_HELP = `bench [--quick] [--json] [--out FILE] [--no-browser] [--browser-backends webgpu,wasm]
+      [--sections matmul,gen,ppo,lm,memory] [--big-memory gpt2,distilgpt2|none] [--big-memory-adam fused|tfjs]
+      [--backend wasm|cpu] [--model DIR]
+  Matmul peak, generation with/without the KV cache, the PPO step by phase with update MFU, LM training vs
+  @genai-fi/nanogpt, and four-model PPO memory; in Node and in headless Chromium (WebGPU, WASM). --quick runs
+  the smallest sizes (≈ 8 minutes on 2 cores). Writes the tables to --out (default bench-results.md).`;
+
+/** nanogpt's files by path (its package exports only main.js; BasicTrainer must share main.js's modules). */
+async function loadNanoGptNode(): Promise<NanoGptPeer> {
+  const dir = path.join(ROOT, 'node_modules/@genai-fi/nanogpt/dist');
+  // Its bundled tfjs-core sets up a Node platform from a browser stub of `util` and throws; it runs as in a browser.
+  const wasNode = tf.env().getBool('IS_NODE');
+  tf.env().set('IS_NODE', false);
+  try {
+    const main = await import(pathToFileURL(path.join(dir, 'main.js')).href);
+    const trainer = await import(pathToFileURL(path.join(dir, 'training/BasicTrainer.js')).href);
+    return { NanoGPTV1: main.models.NanoGPTV1, BasicTrainer: trainer.default };
+  } finally {
+    tf.env().set('IS_NODE', wasNode);
+  }
+}
+
+function machine(): BenchReport['machine'] {
+  const cpus = os.cpus();
+  return {
+    cpu: `${cpus[0]?.model ?? 'unknown'} × ${cpus.length}`,
+    memory: `${(os.totalmem() / 2 ** 30).toFixed(1)} GiB`,
+    'load average at start': os.loadavg().map((x) => x.toFixed(1)).join(' '),
+    node: process.version,
+    os: `${os.type()} ${os.release()}`,
+    tfjs: tf.version_core,
+  };
+}
 
 export async function cmdBench(argv: string[]): Promise<void> {
-  const v = parse('bench', argv, { quick: { type: 'boolean' }, backend: { type: 'string' }, json: { type: 'boolean' }, model: { type: 'string' } });
+  const v = parse('bench', argv, {
+    quick: { type: 'boolean' }, json: { type: 'boolean' }, out: { type: 'string' }, 'no-browser': { type: 'boolean' },
+    'browser-backends': { type: 'string' }, sections: { type: 'string' }, 'big-memory': { type: 'string' },
+    'big-memory-adam': { type: 'string' }, 'memory-child': { type: 'string' },
+    backend: { type: 'string' }, model: { type: 'string' },
+  });
+  const t0 = performance.now();
+  const quick = !!v.quick;
+  const sections = (str('bench', v, 'sections')?.split(',') ?? SECTIONS) as Section[];
+  for (const s of sections) if (!SECTIONS.includes(s)) throw new UserError(`bench: --sections: unknown section "${s}"; sections are ${SECTIONS.join(', ')}.`);
+  const bigRaw = str('bench', v, 'big-memory') ?? (quick ? 'gpt2' : 'distilgpt2,gpt2');
+  const big = bigRaw === 'none' || !sections.includes('memory') ? [] : bigRaw.split(',');
+  const bigAdam = str('bench', v, 'big-memory-adam') ?? 'fused';
+  if (bigAdam !== 'fused' && bigAdam !== 'tfjs') throw new UserError(`bench: --big-memory-adam must be "fused" or "tfjs", got "${bigAdam}".`);
+  for (const b of big) if (!(b in SHAPES)) throw new UserError(`bench: --big-memory: unknown shape "${b}"; use ${Object.keys(SHAPES).join(', ')} or none.`);
+  const log = (m: string): void => void process.stderr.write(`[${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s] ${m}\n`);
+  const notes: string[] = [];
+  const runs: BenchRun[] = [];
+  const task = await loadTaskNode('sentiment');
+
+  const memoryChildArg = str('bench', v, 'memory-child');
+  if (memoryChildArg !== undefined) {
+    // The child process of step 3: memory runs only, one JSON line out.
+    const r = await memoryRuns(memoryChildArg === 'none' ? [] : memoryChildArg.split(','), bigAdam, quick, task.prompts, str('bench', v, 'model'), log);
+    process.stdout.write(JSON.stringify(r) + '\n');
+    return;
+  }
+  // 3. Memory (the tiny shape's 200-step growth on WASM, the GPT-2-sized shapes on CPU) in a child process: its
+  // numbers are bytes, not times, and GPT-2's four models need ~4 GB of heap of their own. With --quick it starts
+  // first and overlaps the timed sections (which then share the CPU with it: the notes say so); otherwise it runs
+  // after them.
+  const wantMemory = sections.includes('memory');
+  const startMemory = (): Promise<MemoryChildResult> =>
+    wantMemory ? memoryChild(big, bigAdam, quick, str('bench', v, 'model'), log) : Promise.resolve({ tiny: null, bigMemory: [], notes: [] });
+  const memoryEarly = quick ? startMemory() : null;
+  if (memoryEarly && wantMemory) notes.push('--quick: the memory runs (a child process) overlapped the timed sections.');
+
+  // 1. Node.
   const backend = await setNodeBackend(str('bench', v, 'backend') ?? 'wasm');
-  let model: GPT2;
-  const modelArg = str('bench', v, 'model');
-  if (modelArg) model = (await loadLM(nodeFiles(resolveModel(modelArg)), { trainable: false })).model;
-  else model = GPT2.random(parseGPT2Config(TINY_SHAPE) as GPT2Config, 1, false);
-  const rows: GenBench[] = [];
-  const cases: [number, number][] = v.quick ? [[8, 64]] : [[8, 64], [8, 128], [32, 64]];
-  for (const [b, n] of cases) {
-    process.stderr.write(`generation: batch ${b}, ${n} new tokens…\n`);
-    rows.push(await benchGeneration(model, b, n));
+  registerFusedAdamKernels();
+  const modelDir = resolveModel(str('bench', v, 'model') ?? 'tiny');
+  const tinyFiles = nodeFiles(modelDir);
+  const tinyConfig = await readConfig(tinyFiles);
+  const env: BenchEnv = {
+    platform: 'node',
+    tinyConfig,
+    tinyTokenizer: tokenizerFor(tinyConfig),
+    prompts: task.prompts,
+    buildPpoTrainer: (o) => buildTrainer(validateConfig({ model: modelDir, task: 'sentiment', ...o }, 'bench'), nodeResources),
+    loadTinyModel: async () => (await loadLM(tinyFiles, { trainable: false, label: 'bench' })).model,
+    nanogpt: loadNanoGptNode,
+    log,
+  };
+  const nodeRun = await runBenchSections(env, sections.filter((x) => x !== 'memory'), planFor('node', backend, quick), { fusedAdamCheck: true });
+  runs.push({ ...nodeRun, label: `node/${backend}` });
+
+  // 2. Chromium, one page per backend.
+  const browserBackends = v['no-browser'] ? [] : (str('bench', v, 'browser-backends') ?? 'webgpu,wasm').split(',').filter(Boolean);
+  if (browserBackends.length) {
+    const { chromiumPath, runBrowserBench } = await import('../../scripts/bench-browser');
+    if (!chromiumPath()) {
+      notes.push(`Browser part skipped: no Chromium at ${process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'} (set CHROMIUM_PATH or apt-get install chromium).`);
+    } else {
+      const s = await runBrowserBench({
+        backends: browserBackends, quick, sections, log,
+        timeoutSeconds: (b) => (b === 'webgpu' ? (quick ? 300 : 3000) : quick ? 180 : 1200),
+      });
+      for (const r of s.results) {
+        if (r.result) runs.push({ ...(r.result as unknown as BenchRun), label: `chromium/${r.backend}` });
+        else notes.push(`chromium/${r.backend}: ${r.error}`);
+      }
+      notes.push(`Chromium ${s.chromiumVersion}, headless; WebGPU adapter: ${JSON.stringify(runs.find((x) => x.backend === 'webgpu')?.adapter ?? null)}.`);
+    }
   }
-  model.dispose();
-  const table = [
-    `| backend | batch | new tokens | KV cache tok/s | recompute tok/s | speed-up |`,
-    `|---|---|---|---|---|---|`,
-    ...rows.map((r) => `| ${backend} (Node) | ${r.batch} | ${r.newTokens} | ${r.cacheTokensPerSecond.toFixed(0)} | ${r.recomputeTokensPerSecond.toFixed(0)} | ${r.kvSpeedup.toFixed(2)}× |`),
-  ].join('\n');
-  process.stdout.write(table + '\n');
-  if (v.json) {
-    const main = rows[0];
-    process.stdout.write(JSON.stringify({ backend, kvSpeedup: main.kvSpeedup, generation: rows, numTensors: tf.memory().numTensors }) + '\n');
+
+  const mem = await (memoryEarly ?? startMemory());
+  if (mem.tiny) nodeRun.memory.push(mem.tiny);
+  const bigMemory = mem.bigMemory;
+  notes.push(...mem.notes);
+  const report: BenchReport = { quick, machine: machine(), runs, bigMemory, notes, seconds: (performance.now() - t0) / 1000 };
+  const md = markdown(report);
+  const out = str('bench', v, 'out') ?? 'bench-results.md';
+  await writeFile(out, md);
+  process.stdout.write(md);
+  log(`bench: wrote ${out}`);
+  for (const [k, t] of Object.entries(headline(report))) log(`  ${k} = ${t.value ?? '—'} (target ${t.target}: ${t.met == null ? 'not measured' : t.met ? 'met' : 'NOT met'})`);
+  if (v.json) process.stdout.write(JSON.stringify(reportJson(report)) + '\n');
+}
+
+interface MemoryChildResult {
+  tiny: FourModelMemory | null;
+  bigMemory: FourModelMemory[];
+  notes: string[];
+}
+
+/**
+ * The memory section: the tiny shape on WASM (one step, then growth to step 200), then the GPT-2-sized shapes on
+ * the CPU backend (four models and two Adams exceed WASM's 4 GiB heap; numBytes counts the same tensors on every
+ * backend) with perf/cpu-kernels.ts (products on the WASM kernel) and, by default, the fused Adam (the same
+ * optimizer state as tfjs's Adam, so the same bytes after a step).
+ */
+async function memoryRuns(
+  names: string[], adam: string, quick: boolean, prompts: string[], model: string | undefined, log: (m: string) => void,
+): Promise<MemoryChildResult> {
+  const notes: string[] = [];
+  const backend = await setNodeBackend('wasm');
+  registerFusedAdamKernels();
+  const tinyConfig = await readConfig(nodeFiles(resolveModel(model ?? 'tiny')));
+  const m = planFor('node', backend, quick).memoryTiny;
+  let tiny: FourModelMemory | null = null;
+  try {
+    tiny = await benchFourModelMemory({
+      label: 'tiny', config: tinyConfig, tokenizer: tokenizerFor(tinyConfig), prompts, ...m, profilePeak: true,
+      onProgress: (x) => log(`node/${backend} memory ${x}`),
+    });
+  } catch (e) {
+    notes.push(`memory tiny: ${(e as Error).message}`);
   }
+  const bigMemory: FourModelMemory[] = [];
+  if (names.length) {
+    await setNodeBackend('cpu');
+    registerFastCpuKernels({ matmulOnWasm: true });
+    for (const name of names) {
+      const config = shapeConfig(SHAPES[name as keyof typeof SHAPES]);
+      try {
+        bigMemory.push(await benchFourModelMemory({
+          label: name, config, tokenizer: tokenizerFor(config), prompts, batchSize: 2, responseLength: 2, steps: 1,
+          fusedAdam: adam === 'fused', profilePeak: true, onProgress: (x) => log(`node/cpu memory ${x}`),
+        }));
+      } catch (e) {
+        notes.push(`memory ${name}: ${(e as Error).message}`);
+      }
+    }
+    notes.push(
+      'GPT-2-sized memory: Node, CPU backend (the four models and two Adams exceed WASM\'s 4 GiB heap; numBytes counts the same ' +
+        'tensors on every backend), batch 2, responseLength 2, with perf/cpu-kernels.ts (matmuls on the WASM kernel, the rest in JS) and ' +
+        (adam === 'fused'
+          ? 'the fused Adam (the same optimizer state as tfjs\'s Adam, so the same bytes after a step; --big-memory-adam tfjs runs the trainer\'s own Adam).'
+          : 'the trainer\'s own tfjs Adam.'),
+    );
+  }
+  return { tiny, bigMemory, notes };
+}
+
+/** Run memoryRuns in a child process (its own heap: GPT-2's four models take ~4 GB of it). */
+function memoryChild(names: string[], adam: string, quick: boolean, model: string | undefined, log: (m: string) => void): Promise<MemoryChildResult> {
+  return new Promise((resolve) => {
+    const args = [...process.execArgv, process.argv[1], 'bench', '--memory-child', names.length ? names.join(',') : 'none', '--big-memory-adam', adam];
+    if (quick) args.push('--quick');
+    if (model) args.push('--model', model);
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const kill = (): void => void child.kill('SIGTERM');
+    process.once('exit', kill);
+    let stdout = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    let errBuf = '';
+    child.stderr.on('data', (d: Buffer) => {
+      errBuf += d.toString();
+      const lines = errBuf.split('\n');
+      errBuf = lines.pop() ?? '';
+      for (const l of lines) if (l.trim()) log(`(memory) ${l.replace(/^\[\s*\d+ s\] /, '')}`);
+    });
+    child.on('close', (code) => {
+      process.off('exit', kill);
+      try {
+        resolve(JSON.parse(stdout.trim().split('\n').pop() ?? ''));
+      } catch {
+        resolve({ tiny: null, bigMemory: [], notes: [`the memory child process exited with ${code} and no result.`] });
+      }
+    });
+  });
 }

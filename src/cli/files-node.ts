@@ -10,6 +10,13 @@ export const MAX_FILE_BYTES = 4 * 1024 ** 3;
 export function nodeFiles(dir: string): ModelFiles {
   return {
     label: dir,
+    async has(name: string): Promise<boolean> {
+      try {
+        return (await stat(path.join(dir, name))).isFile();
+      } catch {
+        return false;
+      }
+    },
     async read(name: string): Promise<Uint8Array | null> {
       const p = path.join(dir, name);
       let st;

@@ -29,7 +29,10 @@ export async function readJsonFile(file: string, what: string): Promise<unknown>
   try {
     text = await readFile(file, 'utf8');
   } catch (e) {
-    throw new UserError(`cannot read ${what} ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}.`);
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'EISDIR') throw new UserError(`${what} ${file} is a folder; expected a JSON file.`);
+    if (code === 'ENOENT') throw new UserError(`${what} ${file} does not exist; expected a JSON file.`);
+    throw new UserError(`cannot read ${what} ${file}: ${code ?? (e as Error).message}.`);
   }
   try {
     return JSON.parse(text);

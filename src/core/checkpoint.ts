@@ -34,11 +34,15 @@ export interface TrainerState {
 
 async function adamTensors(opt: tf.Optimizer, prefix: string, varNames: string[]): Promise<NamedTensor[]> {
   const weights = await opt.getWeights();
-  if (weights.length <= 1) return []; // no update yet: no moments
+  // getWeights() makes a fresh scalar for the iteration count each call (the moments are the optimizer's own
+  // variables): free it, or every checkpoint (autosave!) leaks one tensor per optimizer.
   const [iter, ...moments] = weights;
+  const steps = iter ? Float32Array.from(await iter.tensor.data()) : null;
+  iter?.tensor.dispose();
+  if (weights.length <= 1 || !steps) return []; // no update yet: no moments
   const n = varNames.length;
   if (moments.length !== 2 * n) throw new Error(`optimizer ${prefix}: ${moments.length} moments for ${n} variables`);
-  const out: NamedTensor[] = [{ name: `${prefix}.step`, shape: [1], data: Float32Array.from(await iter.tensor.data()) }];
+  const out: NamedTensor[] = [{ name: `${prefix}.step`, shape: [1], data: steps }];
   for (let i = 0; i < 2 * n; i++) {
     const kind = i < n ? 'm' : 'v';
     const t = moments[i].tensor;
@@ -110,19 +114,73 @@ async function restoreAdam(opt: tf.Optimizer, prefix: string, varNames: string[]
   tf.dispose(weights.map((w) => w.tensor));
 }
 
+const isNonNegInt = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+/**
+ * Check the shape of a parsed trainer_state.json (a file edited by hand or damaged must be a clear error, not a
+ * crash deep in the trainer). The config is checked by validateConfig, the KL state by klControllerFromState.
+ */
+function checkTrainerState(raw: unknown, where: string): TrainerState {
+  const fail = (what: string, got: unknown): never => {
+    let shown: string;
+    try {
+      shown = JSON.stringify(got) ?? 'nothing';
+    } catch {
+      shown = typeof got;
+    }
+    if (shown.length > 60) shown = `${shown.slice(0, 57)}...`;
+    throw new UserError(
+      `${where}: ${what}, got ${shown}. The file was edited or damaged; re-export the checkpoint from the app or the CLI.`,
+    );
+  };
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail('expected a JSON object', raw);
+  const s = raw as Record<string, unknown>;
+  if (s.format !== CHECKPOINT_FORMAT) {
+    throw new UserError(`${where}: format is ${JSON.stringify(s.format)}, expected "${CHECKPOINT_FORMAT}".`);
+  }
+  if (!isNonNegInt(s.step)) fail('"step" must be a whole number of 0 or more', s.step);
+  if (typeof s.config !== 'object' || s.config === null || Array.isArray(s.config)) {
+    fail('"config" must be an object of config keys', s.config);
+  }
+  if (typeof s.kl !== 'object' || s.kl === null) fail('"kl" must be the KL controller\'s state object', s.kl);
+  const rng = s.rng;
+  if (!Array.isArray(rng) || rng.length !== 4 || !rng.every((x) => isNonNegInt(x) && x < 2 ** 32)) {
+    fail('"rng" must be 4 unsigned 32-bit integers', rng);
+  }
+  if (!Array.isArray(s.promptOrder) || !s.promptOrder.every(isNonNegInt)) {
+    fail('"promptOrder" must be an array of prompt indices', s.promptOrder);
+  }
+  if (!isNonNegInt(s.promptCursor)) fail('"promptCursor" must be a whole number of 0 or more', s.promptCursor);
+  const f = s.files as Record<string, unknown> | null | undefined;
+  if (typeof f !== 'object' || f === null || typeof f.ref !== 'boolean' || typeof f.reward !== 'boolean') {
+    fail('"files" must be {"ref": true|false, "reward": true|false}', f);
+  }
+  const h = s.history;
+  if (!Array.isArray(h) || !h.every((m) => typeof m === 'object' && m !== null && !Array.isArray(m))) {
+    fail('"history" must be an array of per-step metric objects', h);
+  }
+  return raw as TrainerState;
+}
+
 /** Rebuild a trainer from a checkpoint folder so that the next step continues the saved run. */
 export async function restoreTrainer(files: ModelFiles, res: Resources, opts: Parameters<typeof buildTrainer>[2] = {}): Promise<PpoTrainer> {
   const raw = await files.read('trainer_state.json');
-  if (!raw) throw new UserError(`${files.label}: trainer_state.json is missing; this is a model folder, not a training checkpoint.`);
-  let state: TrainerState;
+  if (!raw) {
+    const isModel = (await files.read('config.json')) !== null;
+    throw new UserError(
+      isModel
+        ? `${files.label}: trainer_state.json is missing; this is a model folder, not a training checkpoint.`
+        : `${files.label}: trainer_state.json is missing, so this is not a PPO Playground checkpoint; choose a ` +
+            'checkpoint exported by the app ("Export checkpoint") or written by the CLI (checkpoint-N folders).',
+    );
+  }
+  let parsed: unknown;
   try {
-    state = JSON.parse(new TextDecoder().decode(raw));
+    parsed = JSON.parse(new TextDecoder().decode(raw));
   } catch (e) {
     throw new UserError(`${files.label}/trainer_state.json is not valid JSON (${(e as Error).message}).`);
   }
-  if (state.format !== CHECKPOINT_FORMAT) {
-    throw new UserError(`${files.label}/trainer_state.json: format is ${JSON.stringify(state.format)}, expected "${CHECKPOINT_FORMAT}".`);
-  }
+  const state = checkTrainerState(parsed, `${files.label}/trainer_state.json`);
   const cfg = validateConfig(state.config, `${files.label}/trainer_state.json config`);
   await readConfig(files);
   const { model: policy, tokenizer } = await loadLM(files, { trainable: true, label: 'policy' });
@@ -135,8 +193,10 @@ export async function restoreTrainer(files: ModelFiles, res: Resources, opts: Pa
   t.step = state.step;
   t.kl = klControllerFromState(state.kl);
   t.rng = Rng.fromState(state.rng);
-  t.promptOrder = state.promptOrder;
-  t.promptCursor = state.promptCursor;
+  // An order that does not fit the prompts (a task file changed since the save) starts a fresh shuffle.
+  const orderFits = state.promptOrder.every((i) => i < t.prompts.length) && state.promptCursor <= state.promptOrder.length;
+  t.promptOrder = orderFits ? state.promptOrder : [];
+  t.promptCursor = orderFits ? state.promptCursor : 0;
   t.history = reviveNumbers(state.history);
   const optBytes = await files.read('optimizer.safetensors');
   const optFile = optBytes ? readSafetensors(optBytes, `${files.label}/optimizer.safetensors`) : null;

@@ -1,10 +1,22 @@
 import { useEffect } from 'react';
-import { BackendBadge } from './components/BackendBadge';
+import { AlertsPanel } from './components/AlertsPanel';
+import { BackendNotice } from './components/BackendBadge';
+import { ChartPanel } from './components/ChartPanel';
+import { CheckpointPanel } from './components/CheckpointPanel';
+import { DataPanel } from './components/DataPanel';
 import { ErrorBanner } from './components/ErrorBanner';
 import { GeneratePanel } from './components/GeneratePanel';
+import { HyperparameterPanel } from './components/HyperparameterPanel';
 import { ModelCard } from './components/ModelCard';
+import { RewardPanel } from './components/RewardPanel';
+import { SamplesPanel } from './components/SamplesPanel';
+import { TopBar } from './components/TopBar';
 import { useActions } from './store/hooks';
 
+/**
+ * TensorFlow Playground's layout for RLHF: the run controls on top; data, model and reward on the left; the
+ * charts in the middle with the samples below them; the hyperparameters on the right (scrolling on their own).
+ */
 export function App() {
   const { start } = useActions();
   useEffect(() => {
@@ -13,20 +25,24 @@ export function App() {
 
   return (
     <div className="app">
-      <header className="app-header">
-        <div>
-          <h1>PPO Playground</h1>
-          <p className="tagline">
-            GPT-2 in your browser, on WebGPU — reinforcement learning from feedback comes next.
-          </p>
-        </div>
-      </header>
+      <TopBar />
+      <BackendNotice />
       <ErrorBanner />
-      <main className="layout">
-        <GeneratePanel />
-        <aside className="side">
-          <BackendBadge />
+      <main className="columns">
+        <aside className="col col-left" aria-label="Data, model and reward">
+          <DataPanel />
           <ModelCard />
+          <RewardPanel />
+          <CheckpointPanel />
+        </aside>
+        <div className="col col-centre">
+          <AlertsPanel />
+          <ChartPanel />
+          <SamplesPanel />
+          <GeneratePanel />
+        </div>
+        <aside className="col col-right" aria-label="Hyperparameters">
+          <HyperparameterPanel />
         </aside>
       </main>
     </div>

@@ -10,9 +10,13 @@ import { generate as sample } from '../core/model/sampling';
 import { restoreTrainer } from '../core/checkpoint';
 import { memoryFiles } from '../core/model/folder';
 import { isUserError, UserError } from '../core/errors';
-import { selectBackend } from './backend-web';
+import { currentDeviceLimits, selectBackend } from './backend-web';
+import { checkDeviceLimits } from './device-limits';
 import { ModelSources, PREFERENCE_REWARD_MODEL } from './sources';
 import { Run } from './run-loop';
+import { Reliability } from './reliability';
+import { browserAutosaveSlot } from './autosave-web';
+import type { AutosaveSlot } from '../core/autosave';
 import { exportCheckpoint, exportMetrics, exportTrlConfig, importCheckpoint } from './exports';
 import { trainPreferenceRewardModel } from './preference-reward';
 import type {
@@ -21,7 +25,7 @@ import type {
   GenerateReply,
   GenerateRequest,
   MemoryReport,
-  WorkerApi,
+  ModelWorkerApi,
 } from './protocol';
 
 /** Runs async jobs strictly one after another. */
@@ -53,25 +57,67 @@ function forTransfer(e: unknown): Error {
   return new Error(message);
 }
 
-export function createWorkerApi(): WorkerApi {
+export function createWorkerApi(opts: { autosave?: AutosaveSlot } = {}): ModelWorkerApi {
   const serial = serialQueue();
   let backend: BackendReport | null = null;
+  let backendPref: BackendPref = 'auto';
   const sources = new ModelSources((task, fraction, message) => run.progress(task, fraction, message));
   const run: Run = new Run(sources, serial);
+  const reliability = new Reliability(
+    run,
+    sources,
+    serial,
+    { reselect: () => choose(backendPref) },
+    opts.autosave ?? browserAutosaveSlot(),
+  );
+  run.hooks = reliability;
 
   /** Errors leave as displayable Errors. */
   const guard = async <T>(job: () => T | Promise<T>): Promise<T> => {
     try {
       return await job();
     } catch (e) {
+      // A call that failed because the GPU went away mid-way: say so instead of a WebGPU internal error.
+      if (reliability.deviceTrouble && !isUserError(e)) {
+        throw forTransfer(
+          new UserError('The GPU was lost while this ran; the app is recovering. Try again in a moment.'),
+        );
+      }
       throw forTransfer(e);
     }
   };
   /** Run `job` in turn (it touches tfjs). */
   const call = <T>(job: () => Promise<T>): Promise<T> => guard(() => serial(job));
+  /**
+   * For jobs that replace the run (load a model, import, resume, train a reward model): pause first; if the job
+   * fails, a run that was running runs on, as if nothing had been tried.
+   */
+  const replacing = <T>(job: () => Promise<T>): Promise<T> => {
+    const wasRunning = run.state === 'running';
+    run.pause();
+    return call(job).catch((e: unknown) => {
+      if (wasRunning && run.trainer && run.state === 'paused') {
+        try {
+          run.start();
+        } catch {
+          /* at its last step: stays paused */
+        }
+      }
+      throw e;
+    });
+  };
+
+  /** Select a backend and note what it can hold and which GPU device to watch. */
+  async function choose(pref: BackendPref): Promise<BackendReport> {
+    backendPref = pref;
+    backend = await selectBackend(pref);
+    sources.deviceLimits = currentDeviceLimits();
+    reliability.watchDevice();
+    return backend;
+  }
 
   async function ensureBackend(): Promise<void> {
-    if (!backend) backend = await selectBackend('auto');
+    if (!backend) await choose('auto');
   }
 
   /** Weights live on the backend that made them: save the run as checkpoint files, switch, restore. */
@@ -80,18 +126,33 @@ export function createWorkerApi(): WorkerApi {
       ? { files: (await run.checkpoint()).files, label: run.model?.label ?? 'run' }
       : null;
     const hadModel = run.model !== null;
+    const runId = run.runId ?? undefined;
+    const modelConfig =
+      run.trainer?.models.policy.config ?? (run.hasLm ? (await run.generator()).model.config : null);
+    const previous = backend ? backendPref : null;
     run.dropTrainer();
     run.disposeLm();
-    backend = await selectBackend(pref);
+    await choose(pref);
+    let refused: unknown = null;
+    if (modelConfig) {
+      try {
+        // The model must fit the new backend too (WebGPU buffer limits, the WASM heap).
+        checkDeviceLimits(modelConfig, run.model?.label ?? 'The model', sources.deviceLimits);
+      } catch (e) {
+        refused = e;
+        if (previous) await choose(previous);
+      }
+    }
     if (saved) {
       const t = await restoreTrainer(memoryFiles(saved.label, saved.files), sources.resources());
-      run.adopt(t, saved.label);
+      run.adopt(t, saved.label, runId);
       run.state = 'paused';
     } else if (hadModel) {
       await run.generator(); // reload the model on the new backend
     }
     run.emitStatus();
-    return backend;
+    if (refused) throw refused;
+    return backend!;
   }
 
   return {
@@ -121,9 +182,8 @@ export function createWorkerApi(): WorkerApi {
     setHyperparameters: (patch) => guard(() => run.setHyperparameters(patch)),
     setRewardCode: (code) => call(() => run.setRewardCode(code)),
 
-    trainRewardModel: (jsonl, opts = {}) => (
-      run.pause(),
-      call(async () => {
+    trainRewardModel: (jsonl, opts = {}) =>
+      replacing(async () => {
         await ensureBackend();
         if (typeof jsonl !== 'string')
           throw new UserError('trainRewardModel: the preference file must be text (JSONL).');
@@ -142,8 +202,7 @@ export function createWorkerApi(): WorkerApi {
         run.state = 'idle';
         run.emitStatus();
         return report;
-      })
-    ),
+      }),
 
     exportCheckpoint: () =>
       call(async () => {
@@ -152,31 +211,31 @@ export function createWorkerApi(): WorkerApi {
         // Hand the buffer over instead of copying it (checkpoints of real models are hundreds of MB).
         return transfer(zip, [zip.bytes.buffer]);
       }),
-    importCheckpoint: (bytes) => (
-      run.pause(),
-      call(async () => {
+    importCheckpoint: (bytes) =>
+      replacing(async () => {
         await ensureBackend();
         if (!(bytes instanceof Uint8Array))
           throw new UserError('importCheckpoint: expected the zip file as bytes (Uint8Array).');
         return importCheckpoint(run, sources, bytes);
-      })
-    ),
+      }),
     exportMetrics: (format) => guard(() => exportMetrics(run, format)),
     exportTrlConfig: () => guard(() => exportTrlConfig(run)),
     history: () => guard(() => (run.trainer?.history ?? []).map((m) => ({ ...m }))),
 
-    loadModel: (source, opts = {}) => (
-      run.pause(),
-      call(async () => {
+    loadModel: (source, opts = {}) =>
+      replacing(async () => {
         await ensureBackend();
         if (opts.memoryBudgetBytes !== undefined) {
           if (!(opts.memoryBudgetBytes > 0))
             throw new UserError('loadModel: memoryBudgetBytes must be a positive number.');
           sources.memoryBudgetBytes = opts.memoryBudgetBytes;
         }
-        return run.loadModel(sources.nameFor(source));
-      })
-    ),
+        if (typeof source !== 'object' || source === null || typeof source.kind !== 'string') {
+          throw new UserError('loadModel: expected a model source such as {kind: "builtin", name: "tiny"}.');
+        }
+        // Uploaded files replace those held under the same name only once they loaded.
+        return sources.tentatively(source, (name) => run.loadModel(name));
+      }),
 
     generate: (req: GenerateRequest) =>
       call(async (): Promise<GenerateReply> => {
@@ -215,6 +274,29 @@ export function createWorkerApi(): WorkerApi {
         const m = tf.memory();
         return { numTensors: m.numTensors, numBytes: m.numBytes, backend: backend?.backend ?? 'cpu' };
       }),
+
+    // ---- reliability (protocol.ts ReliabilityApi) ----
+    subscribeReliability: (cb) =>
+      guard(async () => {
+        reliability.subscribe(cb);
+        return reliability.info();
+      }),
+    autosaveInfo: () => guard(() => reliability.info()),
+    resumeAutosave: () =>
+      replacing(async () => {
+        await ensureBackend();
+        return reliability.resume();
+      }),
+    discardAutosave: () => call(() => reliability.discard()),
+    setAutosave: (o) =>
+      guard(async () => {
+        if (typeof o !== 'object' || o === null || typeof o.enabled !== 'boolean') {
+          throw new UserError('setAutosave: expected {enabled: true | false}.');
+        }
+        reliability.enabled = o.enabled;
+        return reliability.info();
+      }),
+    debugLoseDevice: () => guard(async () => reliability.loseDevice()),
 
     forwardLogits: (ids, mask) =>
       call(async () => {

@@ -16,6 +16,7 @@ import wasmPlainUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.w
 import wasmSimdUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
 import wasmThreadedSimdUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
 import type { BackendName, BackendPref, BackendReport, AdapterReport } from './protocol';
+import { WASM_HEAP_BYTES, type DeviceLimits } from './device-limits';
 
 setWasmPaths({
   'tfjs-backend-wasm.wasm': wasmPlainUrl,
@@ -130,4 +131,66 @@ export async function selectBackend(pref: BackendPref): Promise<BackendReport> {
 async function firstAvailable(order: BackendName[]): Promise<BackendName> {
   for (const name of order) if (await trySetBackend(name)) return name;
   throw new Error(`No tfjs backend could start (tried ${order.join(', ')}).`);
+}
+
+// ---- the live WebGPU device: limits, loss, rebuild ---------------------------------------------------------
+
+/** The few GPUDevice members read here. */
+export interface GpuDeviceLike {
+  limits: { maxBufferSize?: number; maxStorageBufferBindingSize?: number };
+  lost: Promise<{ reason?: string; message?: string }>;
+  destroy(): void;
+}
+
+/** The device of tfjs's WebGPU backend when that is the current backend, else null. */
+export function webgpuDevice(): GpuDeviceLike | null {
+  if (tf.getBackend() !== 'webgpu') return null;
+  const device = (tf.backend() as unknown as { device?: GpuDeviceLike }).device;
+  return device ?? null;
+}
+
+/** What the current backend can hold (./device-limits.ts checks a model against it). */
+export function currentDeviceLimits(): DeviceLimits | null {
+  const name = tf.getBackend() as BackendName | undefined;
+  if (name === 'webgpu') {
+    const limits = webgpuDevice()?.limits;
+    return {
+      backend: 'webgpu',
+      maxBufferSize: limits?.maxBufferSize,
+      maxStorageBufferBindingSize: limits?.maxStorageBufferBindingSize,
+    };
+  }
+  if (name === 'wasm') return { backend: 'wasm', heapBytes: WASM_HEAP_BYTES };
+  return null;
+}
+
+/**
+ * Make tfjs forget a WebGPU backend whose device is gone, so that the next setBackend('webgpu') builds a new
+ * one (new adapter, new device). tfjs 4.22 keeps a backend instance per name for good; removeBackend drops the
+ * instance *and* its factory, so the factory is taken first and registered again (same priority as
+ * tfjs-backend-webgpu's own registration). Kernels stay registered (they are per backend name).
+ */
+export function forgetWebGpuBackend(): void {
+  const factory = tf.findBackendFactory('webgpu');
+  if (!factory) return;
+  try {
+    tf.removeBackend('webgpu');
+  } catch {
+    // Disposing a backend whose device is lost may throw half-way: drop the engine's entries by hand.
+    const engine = tf.engine() as unknown as {
+      registry: Record<string, unknown>;
+      registryFactory: Record<string, unknown>;
+      backendName: string | null;
+      backendInstance: unknown;
+      pendingBackendInit: unknown;
+    };
+    delete engine.registry.webgpu;
+    delete engine.registryFactory.webgpu;
+    if (engine.backendName === 'webgpu') {
+      engine.backendName = null;
+      engine.backendInstance = null;
+      engine.pendingBackendInit = null;
+    }
+  }
+  tf.registerBackend('webgpu', factory, 3);
 }

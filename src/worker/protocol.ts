@@ -267,3 +267,91 @@ export interface WorkerApi {
   /** Test hook: full-forward logits [B, T, V] of the loaded model for ids/mask [B, T]. */
   forwardLogits(ids: number[][], mask: number[][]): Promise<number[][][]>;
 }
+
+// ---- reliability: autosave and GPU device loss (src/worker/reliability.ts) ----------------------------------
+
+/** The autosave in this browser (IndexedDB), without its files. */
+export interface AutosaveInfoWire {
+  /** Steps completed when it was saved. */
+  step: number;
+  /** Milliseconds since 1970. */
+  savedAt: number;
+  config: TrainConfigWire;
+  /** The policy's label ("built-in tiny", a Hub id, …). */
+  label: string;
+  /** Metric history entries it holds (one per step). */
+  historyLength: number;
+  /** Bytes in the browser's storage. */
+  bytes: number;
+  /** True when it is a save of the run this worker holds now (so "resume" would not bring anything back). */
+  current: boolean;
+}
+
+/**
+ * Events about autosave and the GPU, for whoever subscribes with subscribeReliability. The failures among them
+ * are also sent to `subscribe` listeners as `error` events (userError: true), and a finished recovery as a
+ * `progress` event with task 'recover', so a UI that only knows TrainerEvent still tells the person.
+ */
+export type ReliabilityEvent =
+  /** A save was written (every min(saveEvery, 10) steps, on pause and at the end of the run). */
+  | { type: 'autosaved'; info: AutosaveInfoWire }
+  /**
+   * A save was not written; the older one (`kept`) is still in force. `quota`: the browser's storage is full
+   * (QuotaExceededError); `nonfinite`: the weights hold NaN/Inf; `failed`: anything else.
+   */
+  | {
+      type: 'autosave-failed';
+      reason: 'quota' | 'nonfinite' | 'failed';
+      message: string;
+      kept: AutosaveInfoWire | null;
+    }
+  /** The WebGPU device was lost (driver reset, GPU removed, tab in the background too long); recovery follows. */
+  | { type: 'device-lost'; message: string; reason: string }
+  /**
+   * Recovery finished: the backend was rebuilt (or fell back to WASM, `backend.notice` says why) and the run was
+   * restored from its last autosave (`fromStep`; null when there was none and the run starts again) in the state
+   * it was in: running again if it was running, else paused.
+   */
+  | {
+      type: 'recovered';
+      message: string;
+      backend: BackendReport;
+      status: RunStatus;
+      fromStep: number | null;
+    }
+  /** Recovery failed; the message says what to do (usually: reload the page, then resume the autosave). */
+  | { type: 'recovery-failed'; message: string };
+
+/**
+ * Autosave and recovery. Kept apart from WorkerApi so a UI (or a stand-in worker) that does not use them yet
+ * still type-checks; the model worker implements both (ModelWorkerApi).
+ *
+ * Autosave: while a run exists, the worker saves its checkpoint files (contracts.md §2: weights, optimizer,
+ * config, metric history) to IndexedDB every min(saveEvery, 10) steps, when it pauses (pause, stepOnce, an
+ * error, the last step) — never a step with NaN/Inf weights. One save is kept per browser profile and origin:
+ * a new save replaces the older one only once it is completely written, so a full disk keeps the older one.
+ * After a reload or a crash, autosaveInfo() tells the page what can be resumed.
+ */
+export interface ReliabilityApi {
+  /** Reliability events (cb is a comlink proxy). Returns the autosave in force, as autosaveInfo. */
+  subscribeReliability(cb: (e: ReliabilityEvent) => void): Promise<AutosaveInfoWire | null>;
+  /** The autosave in this browser, or null. */
+  autosaveInfo(): Promise<AutosaveInfoWire | null>;
+  /**
+   * Continue the autosaved run: restored at its step with its metric history (history() returns it), paused.
+   * The run in the worker (if any) is replaced only once the restore succeeded. UserError when there is none.
+   */
+  resumeAutosave(): Promise<RunStatus>;
+  /** Forget the autosave (the run in the worker is not touched). */
+  discardAutosave(): Promise<void>;
+  /** Turn autosave on or off for this worker (default on). Returns the autosave in force. */
+  setAutosave(opts: { enabled: boolean }): Promise<AutosaveInfoWire | null>;
+  /**
+   * Test hook: destroy the WebGPU device, as a driver reset would (`device.destroy()`); the worker then
+   * recovers as from a real loss. Answers at once, also while a step runs. UserError when not on WebGPU.
+   */
+  debugLoseDevice(): Promise<void>;
+}
+
+/** What the model worker exposes. */
+export type ModelWorkerApi = WorkerApi & ReliabilityApi;

@@ -59,6 +59,19 @@ function lockDown(): void {
       scope[name] = undefined;
     }
   }
+  // setTimeout / setInterval with a string compile it like eval: only functions are let through.
+  for (const name of ['setTimeout', 'setInterval']) {
+    const real = scope[name] as ((...a: unknown[]) => unknown) | undefined;
+    if (typeof real !== 'function') continue;
+    const bound = real.bind(self);
+    const safe = (fn: unknown, ...rest: unknown[]) =>
+      typeof fn === 'function' ? bound(fn, ...rest) : blocked();
+    try {
+      Object.defineProperty(self, name, { value: safe, writable: false, configurable: false });
+    } catch {
+      scope[name] = safe;
+    }
+  }
   // `(() => {}).constructor` is Function: make every function constructor throw.
   const kinds = [function () {}, async function () {}, function* () {}, async function* () {}];
   for (const f of kinds) {
@@ -83,8 +96,11 @@ let fn: RewardFn | null = null;
  * `import` (static or dynamic) is refused: it would load code from the network.
  */
 function compile(code: string): RewardFn {
-  if (/\bimport\s*[(.]|\bimport\s+[\w{*'"`]/.test(code))
-    throw new Error('reward code cannot use import; write a plain function');
+  // Any `import` (also `import/**/(…)`): the keyword cannot be escaped, so this catches every module load.
+  if (/\bimport\b/.test(code))
+    throw new Error(
+      'reward code cannot use import (not even the word, in strings or comments); write a plain function',
+    );
   let expression: (() => unknown) | null = null;
   try {
     expression = new FunctionCtor(`"use strict";\nreturn (\n${code}\n);`) as () => unknown;
@@ -123,8 +139,10 @@ listen('message', (ev: MessageEvent) => {
     { type: 'compile'; id: number; code: string } | { type: 'score'; id: number; sample: unknown };
   if (msg.type === 'compile') {
     try {
-      fn = compile(msg.code);
+      // Locked down before any of the person's code runs (compiling an expression evaluates it), so the code
+      // cannot keep a reference to Function or eval for later.
       lockDown();
+      fn = compile(msg.code);
       post({ id: msg.id, ok: true, value: null });
     } catch (e) {
       post({ id: msg.id, ok: false, error: (e as Error).message ?? String(e) });
@@ -144,7 +162,7 @@ listen('message', (ev: MessageEvent) => {
     );
 });
 
-// Network and storage go before any of the person's code runs (compiling an expression evaluates it).
+// Network and storage go at once; the rest (Function, eval, string timers) in lockDown, before compiling.
 for (const name of BLOCKED.filter((n) => n !== 'Function' && n !== 'postMessage' && n !== 'eval')) {
   for (let o: object | null = self; o; o = Object.getPrototypeOf(o)) {
     if (Object.prototype.hasOwnProperty.call(o, name)) {

@@ -31,6 +31,28 @@ import type { ModelSummary, Phase, RunState, RunStatus, SampleView, TrainerEvent
 export type Serial = <T>(job: () => Promise<T>) => Promise<T>;
 type Listener = (e: TrainerEvent) => unknown;
 
+/** What the run asks of autosave and device-loss handling (./reliability.ts); all run inside the serial queue. */
+export interface RunHooks {
+  /** A step just completed (autosave when it is an autosave step). */
+  afterStep(): Promise<void>;
+  /** The run just paused after steps (pause, stepOnce, an error, the last step): autosave it. */
+  afterPause(): Promise<void>;
+  /** A step failed: is it because the GPU device was lost? (Recovery then takes over; no error event.) */
+  failedForDeviceLoss(): Promise<boolean>;
+}
+
+const NO_HOOKS: RunHooks = {
+  afterStep: async () => {},
+  afterPause: async () => {},
+  failedForDeviceLoss: async () => false,
+};
+
+let runCounter = 0;
+/** A fresh run id: a run keeps it through autosaves, resumes and device recovery. */
+export function newRunId(): string {
+  return `${Date.now().toString(36)}-${(++runCounter).toString(36)}-${Math.floor(Math.random() * 1e9).toString(36)}`;
+}
+
 /** At most this many samples per step event (the rest are in the metrics). */
 const MAX_SAMPLES_PER_EVENT = 64;
 
@@ -85,6 +107,9 @@ export class Run {
   private baseReward: RewardSource | null = null;
   private readonly listeners = new Set<Listener>();
   private looping = false;
+  /** The identity of the run (null while there is no trainer). */
+  runId: string | null = null;
+  hooks: RunHooks = NO_HOOKS;
 
   constructor(
     private readonly sources: ModelSources,
@@ -195,8 +220,12 @@ export class Run {
   async stepOnce(): Promise<RunStatus> {
     if (this.state === 'running') return this.pause();
     return this.serial(async () => {
+      const before = this.trainer?.step;
       await this.runOneStep();
-      if (this.trainer) this.state = 'paused';
+      if (this.trainer) {
+        this.state = 'paused';
+        if (this.trainer.step !== before) await this.hooks.afterPause();
+      }
       return this.emitStatus();
     });
   }
@@ -226,6 +255,7 @@ export class Run {
     } finally {
       this.looping = false;
     }
+    if (this.trainer && this.state === 'paused') await this.serial(() => this.hooks.afterPause());
   }
 
   /** One step; any failure pauses the run and becomes an `error` event. */
@@ -248,7 +278,13 @@ export class Run {
         samples: sampleViews(r.rollout, t.tokenizer),
         alerts: r.alerts.map(({ id, step, message, advice }) => ({ id, step, message, advice })),
       });
+      await this.hooks.afterStep();
     } catch (e) {
+      // A lost GPU fails the step in flight; recovery (./reliability.ts) restores the run and says so.
+      if (await this.hooks.failedForDeviceLoss()) {
+        this.phase = 'idle';
+        return;
+      }
       this.state = this.trainer ? 'paused' : 'idle';
       this.phase = 'idle';
       const message = e instanceof Error ? e.message : String(e);
@@ -284,9 +320,10 @@ export class Run {
     }
   }
 
-  /** Make `t` the run (after a build or a restore). */
-  adopt(t: PpoTrainer, label: string): void {
+  /** Make `t` the run (after a build or a restore); `runId` keeps the identity of a resumed run. */
+  adopt(t: PpoTrainer, label: string, runId: string = newRunId()): void {
     this.trainer = t;
+    this.runId = runId;
     this.cfg = t.cfg;
     this.baseReward = t.models.reward;
     if (this.sandbox.hasCode) t.models.reward = this.codeReward();
@@ -300,6 +337,7 @@ export class Run {
     const t = this.trainer;
     if (!t) return;
     this.trainer = null;
+    this.runId = null;
     t.onPhase = () => {};
     t.dispose();
     t.models.policy.dispose();
@@ -310,6 +348,11 @@ export class Run {
     this.baseReward = null;
   }
 
+  /** Whether a model is loaded for generate (outside a run). */
+  get hasLm(): boolean {
+    return this.lm !== null;
+  }
+
   disposeLm(): void {
     this.lm?.lm.model.dispose();
     this.lm = null;
@@ -317,7 +360,8 @@ export class Run {
 
   /** Load `name` as the policy (serial): the run restarts from it. */
   async loadModel(name: string): Promise<ModelSummary> {
-    await this.sources.checkMemory(name);
+    // Training memory is checked when a run is built; here, what loading and generating need.
+    await this.sources.checkMemory(name, 'load');
     const files = this.sources.files(name);
     const lm = await loadLM(files, { trainable: false, label: 'policy' });
     this.dropTrainer();

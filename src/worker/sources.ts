@@ -22,6 +22,7 @@ import {
 } from '../core/hub';
 import { UserError } from '../core/errors';
 import { builtinModelUrl, fetchFiles } from './files-web';
+import { checkDeviceLimits, type DeviceLimits } from './device-limits';
 import type { ModelSource } from './protocol';
 
 export const BUILTIN_MODELS = ['tiny'] as const;
@@ -82,6 +83,8 @@ export class ModelSources {
   private readonly hubBases = new Map<string, string>();
   private readonly tasks = new Map<string, Task>();
   memoryBudgetBytes = defaultMemoryBudget();
+  /** What the current backend can hold (set by the worker after each backend choice); null = no limits known. */
+  deviceLimits: DeviceLimits | null = null;
 
   constructor(private readonly progress: ProgressSink) {}
 
@@ -113,9 +116,44 @@ export class ModelSources {
     }
   }
 
+  /**
+   * Run `job` with `source` named; uploaded files replace the ones held under the same name only when `job`
+   * succeeds, so a bad upload leaves the model in use (and a reset of its run) as they were.
+   */
+  async tentatively<T>(source: ModelSource, job: (name: string) => Promise<T>): Promise<T> {
+    if (source.kind !== 'files') return job(this.nameFor(source));
+    const { name, files } = this.checkUpload(source.files);
+    const before = this.held.get(name);
+    this.held.set(name, files);
+    try {
+      return await job(name);
+    } catch (e) {
+      if (before) this.held.set(name, before);
+      else this.held.delete(name);
+      throw e;
+    }
+  }
+
   private holdUpload(list: { name: string; bytes: Uint8Array }[]): string {
+    const { name, files } = this.checkUpload(list);
+    this.held.set(name, files);
+    return name;
+  }
+
+  private checkUpload(list: { name: string; bytes: Uint8Array }[]): {
+    name: string;
+    files: Map<string, Uint8Array>;
+  } {
+    if (!Array.isArray(list) || list.length === 0) {
+      throw new UserError(
+        'No files were chosen; pick a model folder with config.json and model.safetensors.',
+      );
+    }
     const files = new Map<string, Uint8Array>();
     for (const f of list) {
+      if (typeof f?.name !== 'string' || !(f.bytes instanceof Uint8Array)) {
+        throw new UserError('loadModel: each file must be {name: string, bytes: Uint8Array}.');
+      }
       const name = basename(f.name);
       if (name !== 'config.json' && name !== 'model.safetensors') continue; // never pickle or anything else
       if (f.bytes.length > MAX_HUB_FILE_BYTES) {
@@ -125,19 +163,25 @@ export class ModelSources {
       }
       files.set(name, f.bytes);
     }
+    const pickles = list
+      .map((f) => basename(f.name))
+      .filter((n) => /\.(bin|pt|pth|ckpt|pkl|pickle)$/i.test(n));
     for (const need of ['config.json', 'model.safetensors']) {
       if (!files.has(need)) {
+        const pickleNote =
+          need === 'model.safetensors' && pickles.length > 0
+            ? `. ${pickles[0]} is a PyTorch pickle, which can run code when loaded, so it is never read: only ` +
+              'safetensors weights are supported. Convert it in Python with ' +
+              '`GPT2LMHeadModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)`.'
+            : ' (pytorch_model.bin is not read: it can run code).';
         throw new UserError(
-          `The chosen files have no ${need}; pick a model folder with config.json and model.safetensors ` +
-            '(pytorch_model.bin is not read: it can run code).',
+          `The chosen files have no ${need}; pick a model folder with config.json and model.safetensors${pickleNote}`,
         );
       }
     }
     const first = list.find((f) => f.name.includes('/'));
     const folder = first ? first.name.split('/').slice(-2, -1)[0] : 'model';
-    const name = `uploaded:${folder}`;
-    this.held.set(name, files);
-    return name;
+    return { name: `uploaded:${folder}`, files };
   }
 
   /** Open a model by its config name. */
@@ -168,10 +212,16 @@ export class ModelSources {
     );
   }
 
-  /** Refuse a model whose training state would not fit the budget (reads config.json only). */
-  async checkMemory(name: string): Promise<void> {
+  /**
+   * Refuse a model that would not fit (reads config.json only): its training state against the memory budget,
+   * its largest tensor against the WebGPU buffer limits, its training state (or, for `load`, its weights)
+   * against the WASM heap.
+   */
+  async checkMemory(name: string, purpose: 'train' | 'load' = 'train'): Promise<void> {
     const files = this.files(name);
-    checkTrainingMemory(await readConfig(files), files.label, this.memoryBudgetBytes);
+    const config = await readConfig(files);
+    checkDeviceLimits(config, files.label, this.deviceLimits, purpose);
+    checkTrainingMemory(config, files.label, this.memoryBudgetBytes);
   }
 
   async loadTask(name: string): Promise<Task> {

@@ -19,17 +19,37 @@ export interface ModelFiles {
   /** How to name the folder in messages (a path, a Hub id, "uploaded files"). */
   label: string;
   read(name: string): Promise<Uint8Array | null>;
+  /** Whether a file exists, without reading it (optional: only used to word error messages). */
+  has?(name: string): Promise<boolean>;
 }
 
 /** A folder held in memory: file name → bytes (also what an export produces). */
 export function memoryFiles(label: string, files: Map<string, Uint8Array>): ModelFiles {
-  return { label, read: async (name) => files.get(name) ?? null };
+  return { label, read: async (name) => files.get(name) ?? null, has: async (name) => files.has(name) };
 }
+
+/** Weight files in PyTorch's pickle format: never read (unpickling can run code). */
+const PICKLE_WEIGHTS = ['pytorch_model.bin', 'model.bin', 'model.pt', 'model.pth', 'model.ckpt'];
 
 async function mustRead(files: ModelFiles, name: string, what: string): Promise<Uint8Array> {
   const bytes = await files.read(name);
-  if (!bytes) throw new UserError(`${files.label}: ${name} is missing; a model folder needs ${what}.`);
-  return bytes;
+  if (bytes) return bytes;
+  let more = '';
+  if (name.endsWith('.safetensors')) {
+    let pickle: string | undefined;
+    for (const p of PICKLE_WEIGHTS) {
+      if (await files.has?.(p).catch(() => false)) {
+        pickle = p;
+        break;
+      }
+    }
+    more = pickle
+      ? ` This folder has ${pickle}, a PyTorch pickle: loading one can run code, so only safetensors weights ` +
+        'are supported. Convert it once in Python: ' +
+        'GPT2LMHeadModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True).'
+      : ' Only safetensors weights are read (never pytorch_model.bin pickles, which can run code).';
+  }
+  throw new UserError(`${files.label}: ${name} is missing; a model folder needs ${what}.${more}`);
 }
 
 export async function readConfig(files: ModelFiles): Promise<GPT2Config> {

@@ -1,6 +1,13 @@
 import { useId } from 'react';
 import { BACKEND_LABEL, BACKEND_OPTIONS, isBackendPref } from '../backend-prefs';
-import { useActions, useBackend, useBackendPhase, useBackendPref, useGenerating } from '../store/hooks';
+import {
+  useActions,
+  useBackend,
+  useBackendPhase,
+  useBackendPref,
+  useGenerating,
+  useRunState,
+} from '../store/hooks';
 import type { AdapterReport } from '../../worker/protocol';
 
 function adapterText(a: AdapterReport): string {
@@ -9,55 +16,63 @@ function adapterText(a: AdapterReport): string {
   return `${name}${desc}${a.isSoftware ? ' — software' : ''}`;
 }
 
-/** Which tfjs backend the worker runs on, the WebGPU adapter, any notice about either, and a way to switch. */
+/** Which tfjs backend the worker runs on, and a way to switch (top bar). */
 export function BackendBadge() {
   const report = useBackend();
   const phase = useBackendPhase();
   const pref = useBackendPref();
   const generating = useGenerating();
+  const running = useRunState() === 'running';
   const { chooseBackend } = useActions();
   const selectId = useId();
 
   const busy = phase === 'busy' || phase === 'idle';
   return (
     <section
-      className="card backend"
+      className="backend"
       aria-label="Compute backend"
       data-testid="backend-badge"
       data-backend={report?.backend ?? ''}
     >
-      <div className="backend-row">
-        <span className={`pill ${report ? `pill-${report.backend}` : ''}`} data-testid="backend-name">
-          {busy ? 'starting…' : report ? BACKEND_LABEL[report.backend] : 'no backend'}
-        </span>
-        <span className="backend-select">
-          <label htmlFor={selectId}>Backend</label>
-          <select
-            id={selectId}
-            value={pref}
-            disabled={busy || generating}
-            onChange={(e) => {
-              if (isBackendPref(e.target.value)) void chooseBackend(e.target.value);
-            }}
-          >
-            {BACKEND_OPTIONS.map((o) => (
-              <option key={o.value} value={o.value}>
-                {o.label}
-              </option>
-            ))}
-          </select>
-        </span>
-      </div>
-      {report && (
-        <p className="adapter" data-testid="backend-adapter">
-          WebGPU adapter: {report.adapter ? adapterText(report.adapter) : 'none'}
-        </p>
-      )}
-      {report?.notice && (
+      <span className={`pill ${report ? `pill-${report.backend}` : ''}`} data-testid="backend-name">
+        {busy ? 'starting…' : report ? BACKEND_LABEL[report.backend] : 'no backend'}
+      </span>
+      <span className="backend-select">
+        <label htmlFor={selectId}>Backend</label>
+        <select
+          id={selectId}
+          value={pref}
+          disabled={busy || generating || running}
+          title={running ? 'Pause the run to switch backend' : undefined}
+          onChange={(e) => {
+            if (isBackendPref(e.target.value)) void chooseBackend(e.target.value);
+          }}
+        >
+          {BACKEND_OPTIONS.map((o) => (
+            <option key={o.value} value={o.value}>
+              {o.label}
+            </option>
+          ))}
+        </select>
+      </span>
+    </section>
+  );
+}
+
+/** The WebGPU adapter and any plain-words notice about the backend (software adapter, fallback). */
+export function BackendNotice() {
+  const report = useBackend();
+  if (!report) return null;
+  return (
+    <div className="backend-notice-strip">
+      <p className="adapter" data-testid="backend-adapter">
+        WebGPU adapter: {report.adapter ? adapterText(report.adapter) : 'none'}
+      </p>
+      {report.notice && (
         <p className="notice" data-testid="backend-notice">
           {report.notice}
         </p>
       )}
-    </section>
+    </div>
   );
 }

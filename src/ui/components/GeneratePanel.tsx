@@ -94,7 +94,8 @@ export function GeneratePanel() {
   const { generate } = useActions();
   return (
     <section className="card" aria-labelledby="generate-heading">
-      <h2 id="generate-heading">Generate</h2>
+      <h2 id="generate-heading">Try the policy</h2>
+      <p className="muted small">Sample from the policy as it is now (paused or between steps).</p>
       <form
         className="generate-form"
         noValidate

@@ -1,53 +1,169 @@
-import { useMemory, useModel, useModelPhase } from '../store/hooks';
+import { useId, useRef, useState } from 'react';
+import { MODEL_CHOICES } from '../lib/catalog';
+import { describeError } from '../errors';
+import { isModelFile, readPickedFiles } from '../lib/download';
+import { formatBytes } from '../lib/format';
+import {
+  useActions,
+  useMemory,
+  useModel,
+  useModelChoice,
+  useModelPhase,
+  useProgress,
+  useRunState,
+} from '../store/hooks';
+import { AppliesOnReset } from './AppliesOnReset';
+import { ProgressBar } from './ProgressBar';
 
 const count = new Intl.NumberFormat('en', { notation: 'compact', maximumFractionDigits: 1 });
 
-function bytes(n: number): string {
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 ** 2) return `${(n / 1024).toFixed(1)} KB`;
-  if (n < 1024 ** 3) return `${(n / 1024 ** 2).toFixed(1)} MB`;
-  return `${(n / 1024 ** 3).toFixed(2)} GB`;
+/** The loaded policy's shape, and the worker's tensor memory (a leak shows as a growing count). */
+function ModelFacts() {
+  const model = useModel();
+  const memory = useMemory();
+  if (!model) return null;
+  return (
+    <dl className="facts" data-testid="model-summary">
+      <dt>Source</dt>
+      <dd>{model.label}</dd>
+      <dt>Parameters</dt>
+      <dd title={model.params.toLocaleString('en')}>{count.format(model.params)}</dd>
+      <dt>Layers × width</dt>
+      <dd>
+        {model.n_layer} × {model.n_embd} ({model.n_head} heads)
+      </dd>
+      <dt>Context</dt>
+      <dd>{model.n_positions} tokens</dd>
+      <dt>Tokenizer</dt>
+      <dd>
+        {model.tokenizer === 'bytes' ? 'bytes' : 'GPT-2 BPE'} ({model.vocab_size.toLocaleString('en')} ids)
+      </dd>
+      {memory && (
+        <>
+          <dt>Tensors</dt>
+          <dd>
+            {memory.numTensors} · {formatBytes(memory.numBytes)}
+          </dd>
+        </>
+      )}
+    </dl>
+  );
 }
 
-/** The loaded policy's shape, and the worker's tensor memory (a leak shows as a growing count). */
+/** Built-in tiny, a Hub id, or files from disk (config.json + model.safetensors). */
+function ModelPicker() {
+  const choice = useModelChoice();
+  const phase = useModelPhase();
+  const progress = useProgress();
+  const running = useRunState() === 'running';
+  const { chooseModel, loadModel, showError } = useActions();
+  const [files, setFiles] = useState<File[]>([]);
+  const filesInput = useRef<HTMLInputElement>(null);
+  const name = useId();
+  const busy = phase === 'busy';
+
+  const load = async () => {
+    if (choice === 'files') {
+      if (files.length === 0) {
+        filesInput.current?.click();
+        return;
+      }
+      let picked;
+      try {
+        picked = await readPickedFiles(files);
+      } catch (e) {
+        showError(describeError(e));
+        return;
+      }
+      await loadModel({ kind: 'files', files: picked });
+    } else {
+      const preset = MODEL_CHOICES.find((m) => m.id === choice);
+      if (!preset) return;
+      await loadModel(
+        preset.id === 'tiny' ? { kind: 'builtin', name: 'tiny' } : { kind: 'hub', repo: preset.id },
+      );
+    }
+  };
+
+  return (
+    <div className="model-picker">
+      <fieldset className="choices" disabled={busy}>
+        <legend className="sr-only">Model to train</legend>
+        {MODEL_CHOICES.map((m) => (
+          <label key={m.id} className="choice">
+            <input
+              type="radio"
+              name={name}
+              value={m.id}
+              checked={choice === m.id}
+              onChange={() => chooseModel(m.id)}
+            />
+            <span>
+              {m.label} <small className="muted">{m.note}</small>
+            </span>
+          </label>
+        ))}
+        <label className="choice">
+          <input
+            type="radio"
+            name={name}
+            value="files"
+            checked={choice === 'files'}
+            onChange={() => chooseModel('files')}
+          />
+          <span>
+            Local files <small className="muted">config.json + model.safetensors</small>
+          </span>
+        </label>
+      </fieldset>
+      {choice === 'files' && (
+        <div className="file-picks">
+          <label className="file-button">
+            Model files
+            <input
+              ref={filesInput}
+              type="file"
+              multiple
+              accept=".json,.safetensors,application/json"
+              onChange={(e) => setFiles(Array.from(e.target.files ?? []))}
+            />
+          </label>
+          <label className="file-button">
+            Model folder
+            <input
+              type="file"
+              // A folder pick (Chromium, Firefox, Safari); the files keep their names.
+              {...{ webkitdirectory: '' }}
+              onChange={(e) => setFiles(Array.from(e.target.files ?? []).filter((f) => isModelFile(f.name)))}
+            />
+          </label>
+          <small className="muted">
+            {files.length > 0 ? files.map((f) => f.name).join(', ') : 'No files chosen'}
+          </small>
+        </div>
+      )}
+      <div className="row">
+        <button type="button" onClick={() => void load()} disabled={busy || running}>
+          {busy ? 'Loading…' : 'Load model'}
+        </button>
+        <AppliesOnReset name="model" />
+      </div>
+      {busy && <ProgressBar progress={progress} label="Model download" />}
+    </div>
+  );
+}
+
 export function ModelCard() {
   const model = useModel();
   const phase = useModelPhase();
-  const memory = useMemory();
   return (
     <section className="card" aria-labelledby="model-heading">
       <h2 id="model-heading">Model</h2>
+      <ModelPicker />
       {!model && (
         <p className="muted">{phase === 'error' ? 'No model loaded.' : 'Loading the built-in model…'}</p>
       )}
-      {model && (
-        <dl className="facts" data-testid="model-summary">
-          <dt>Source</dt>
-          <dd>{model.label}</dd>
-          <dt>Parameters</dt>
-          <dd title={model.params.toLocaleString('en')}>{count.format(model.params)}</dd>
-          <dt>Layers × width</dt>
-          <dd>
-            {model.n_layer} × {model.n_embd} ({model.n_head} heads)
-          </dd>
-          <dt>Context</dt>
-          <dd>{model.n_positions} tokens</dd>
-          <dt>Tokenizer</dt>
-          <dd>
-            {model.tokenizer === 'bytes' ? 'bytes' : 'GPT-2 BPE'} ({model.vocab_size.toLocaleString('en')}{' '}
-            ids)
-          </dd>
-          {memory && (
-            <>
-              <dt>Tensors</dt>
-              <dd>
-                {memory.numTensors} · {bytes(memory.numBytes)}
-              </dd>
-            </>
-          )}
-        </dl>
-      )}
-      {phase === 'busy' && model && <p className="muted">Reloading on the new backend…</p>}
+      <ModelFacts />
     </section>
   );
 }

@@ -1,6 +1,8 @@
 /** React access to the store: one context, and narrow selectors so a component re-renders for its own facts. */
 import { createContext, useContext } from 'react';
 import { useStore } from 'zustand';
+import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../core/config';
+import { runStarted, sameValue } from './config-sync';
 import type { PlaygroundStore } from './store';
 import type { GenerateParams, PlaygroundState } from './types';
 
@@ -26,3 +28,54 @@ export const useError = () => usePlayground((s) => s.error);
 /** Generation needs a ready model and no backend switch under way. */
 export const useCanGenerate = () =>
   usePlayground((s) => s.modelPhase === 'ready' && s.backendPhase === 'ready' && !s.generating);
+
+// ---- training ----
+export const useRunState = () => usePlayground((s) => s.run?.state ?? 'idle');
+export const useRunPhase = () => usePlayground((s) => s.run?.phase ?? 'idle');
+export const useStep = () => usePlayground((s) => s.run?.step ?? 0);
+export const useTargetSteps = () => usePlayground((s) => s.run?.steps ?? s.config.steps);
+export const useRunStarted = () => usePlayground((s) => runStarted(s.run));
+export const useCommand = () => usePlayground((s) => s.command);
+export const useIoTask = () => usePlayground((s) => s.ioTask);
+export const useConfigValue = <K extends ConfigKey>(key: K): TrainConfig[K] =>
+  usePlayground((s) => s.config[key]);
+export const useConfigProblem = () => usePlayground((s) => s.configProblem);
+/** Whether an edit of `key` waits for Reset (a non-live key changed during a run). */
+export const useAppliesOnReset = (key: ConfigKey) =>
+  usePlayground(
+    (s) =>
+      !CONFIG_FIELDS[key].live &&
+      runStarted(s.run) &&
+      !sameValue(s.config[key] ?? null, s.run?.config[key] ?? null),
+  );
+/** Whether any edit waits for Reset. */
+export const useAnyAppliesOnReset = () =>
+  usePlayground(
+    (s) =>
+      runStarted(s.run) &&
+      (Object.keys(CONFIG_FIELDS) as ConfigKey[]).some(
+        (k) => !CONFIG_FIELDS[k].live && !sameValue(s.config[k] ?? null, s.run?.config[k] ?? null),
+      ),
+  );
+export const useMetrics = () => usePlayground((s) => s.metrics);
+/** The newest value of one metric (re-renders only when that number changes). */
+export const useLatestMetric = (key: string) =>
+  usePlayground((s) => {
+    const last = s.metrics[s.metrics.length - 1];
+    return last === undefined ? null : (last[key] ?? null);
+  });
+export const useSmoothing = () => usePlayground((s) => s.smoothing);
+export const useSamples = () => usePlayground((s) => s.samples);
+export const useSampleStep = () => usePlayground((s) => s.sampleStep);
+export const useHeatmap = () => usePlayground((s) => s.heatmap);
+export const useAlerts = () => usePlayground((s) => s.alerts);
+export const useProgress = () => usePlayground((s) => s.progress);
+export const useRewardCode = () => usePlayground((s) => s.rewardCode);
+export const useRewardCodeInUse = () => usePlayground((s) => s.rewardCodeInUse);
+export const useRewardModel = () => usePlayground((s) => s.rewardModel);
+/** What scores responses, in the worker's words ("task sentiment", "your reward code", ...). */
+export const useRewardInWords = () => usePlayground((s) => s.run?.reward ?? null);
+export const useModelChoice = () => usePlayground((s) => s.modelChoice);
+/** Training and stepping need a ready model, a ready backend and a usable config. */
+export const useCanTrain = () =>
+  usePlayground((s) => s.modelPhase === 'ready' && s.backendPhase === 'ready' && s.configProblem === null);

@@ -1,9 +1,19 @@
+import { proxy } from 'comlink';
 import { createStore, type StoreApi } from 'zustand/vanilla';
 import type { ModelWorker } from '../bridge';
 import { describeError } from '../errors';
 import { writeBackendToUrl } from '../backend-prefs';
-import type { BackendPref } from '../../worker/protocol';
+import { DEFAULT_REWARD_CODE, MODEL_CHOICES, modelSourceFor } from '../lib/catalog';
+import { downloadFile } from '../lib/download';
+import { hashFor, readConfigHash, writeHashToUrl } from '../lib/url-config';
+import type { BackendPref, TrainerEvent } from '../../worker/protocol';
+import { configProblem, createConfigSync, toWire } from './config-sync';
+import type { SliceContext, StoreOptions } from './context';
+import { createIoActions } from './io-slice';
+import { createRunActions, reduceEvent } from './run-slice';
 import type { GenerateParams, PlaygroundData, PlaygroundState } from './types';
+
+export type { StoreOptions } from './context';
 
 export const DEFAULT_PARAMS: GenerateParams = {
   prompt: 'Once upon a time',
@@ -14,7 +24,9 @@ export const DEFAULT_PARAMS: GenerateParams = {
   seed: 1,
 };
 
-export function initialData(backendPref: BackendPref): PlaygroundData {
+/** The initial data; `hash` is the URL hash the config comes from (a broken one falls back to defaults). */
+export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData {
+  const { config, error } = readConfigHash(hash);
   return {
     backendPref,
     backend: null,
@@ -25,20 +37,84 @@ export function initialData(backendPref: BackendPref): PlaygroundData {
     params: DEFAULT_PARAMS,
     output: null,
     generating: false,
-    error: null,
+    error,
+    run: null,
+    config,
+    configProblem: configProblem(config),
+    metrics: [],
+    samples: [],
+    sampleStep: null,
+    alerts: [],
+    dismissedAlerts: [],
+    progress: null,
+    smoothing: 0.6,
+    heatmap: 'advantage',
+    command: null,
+    ioTask: null,
+    rewardCode: DEFAULT_REWARD_CODE,
+    rewardCodeInUse: false,
+    rewardModel: null,
+    modelChoice: MODEL_CHOICES.some((m) => m.id === config.model) ? config.model : 'tiny',
   };
 }
 
 export type PlaygroundStore = StoreApi<PlaygroundState>;
 
+const inBrowser = typeof window !== 'undefined';
+
 /** The store talks to the worker through `api` only (a fake one in tests). */
-export function createPlaygroundStore(api: ModelWorker, backendPref: BackendPref): PlaygroundStore {
+export function createPlaygroundStore(
+  api: ModelWorker,
+  backendPref: BackendPref,
+  options: StoreOptions = {},
+): PlaygroundStore {
+  const opts: Required<StoreOptions> = {
+    hash: options.hash ?? (inBrowser ? window.location.hash : ''),
+    writeHash: options.writeHash ?? (inBrowser ? writeHashToUrl : () => {}),
+    download: options.download ?? downloadFile,
+    sendDelayMs: options.sendDelayMs ?? 150,
+  };
+
   return createStore<PlaygroundState>()((set, get) => {
+    let memoryInFlight = false;
     const refreshMemory = async () => {
+      if (memoryInFlight) return;
+      memoryInFlight = true;
       try {
         set({ memory: await api.memory() });
       } catch {
         // Memory figures are informative only; a failure here must not hide the real result.
+      } finally {
+        memoryInFlight = false;
+      }
+    };
+
+    /** Apply a worker event; the URL hash follows a config the worker changed (import, loaded model). */
+    const applyEvent = (e: TrainerEvent) => {
+      const before = get().config;
+      set(reduceEvent(get(), e));
+      const after = get().config;
+      if (after !== before) opts.writeHash(hashFor(after));
+    };
+
+    const ctx: SliceContext = {
+      api,
+      set,
+      get,
+      opts,
+      refreshMemory,
+      adoptRun: (status) => applyEvent({ type: 'status', status }),
+    };
+    const sync = createConfigSync(ctx);
+
+    let lastMemoryAt = 0;
+    const onEvent = (e: TrainerEvent) => {
+      applyEvent(e);
+      // Tensor memory after each step, at most every two seconds (a leak shows as a growing count).
+      const now = Date.now();
+      if (e.type === 'step' && now - lastMemoryAt > 2000) {
+        lastMemoryAt = now;
+        void refreshMemory();
       }
     };
 
@@ -48,7 +124,6 @@ export function createPlaygroundStore(api: ModelWorker, backendPref: BackendPref
         backendPref: pref,
         backendPhase: 'busy',
         modelPhase: hadModel ? 'busy' : get().modelPhase,
-        error: null,
       });
       try {
         const backend = await (first ? api.init(pref) : api.setBackend(pref));
@@ -62,23 +137,45 @@ export function createPlaygroundStore(api: ModelWorker, backendPref: BackendPref
       }
     };
 
-    const loadBuiltin = async () => {
-      set({ modelPhase: 'busy', error: null });
+    /** The model the config names (the built-in tiny one unless the link says otherwise). */
+    const loadConfiguredModel = async () => {
+      set({ modelPhase: 'busy', progress: null });
       try {
-        const model = await api.loadModel({ kind: 'builtin', name: 'tiny' });
-        set({ model, modelPhase: 'ready' });
+        const model = await api.loadModel(modelSourceFor(get().config.model));
+        set({ model, modelPhase: 'ready', progress: null });
       } catch (e) {
-        set({ modelPhase: 'error', error: describeError(e) });
+        set({ modelPhase: 'error', progress: null, error: describeError(e) });
+      }
+    };
+
+    const subscribe = async () => {
+      try {
+        ctx.adoptRun(await api.subscribe(proxy(onEvent)));
+      } catch (e) {
+        set({ error: describeError(e) });
+      }
+    };
+
+    const configureFirstRun = async () => {
+      const { config } = get();
+      if (configProblem(config) !== null) return;
+      try {
+        ctx.adoptRun(await api.configure(toWire(config)));
+      } catch (e) {
+        set({ error: describeError(e) });
       }
     };
 
     return {
-      ...initialData(backendPref),
+      ...initialData(backendPref, opts.hash),
       actions: {
         async start() {
           if (get().backendPhase !== 'idle') return;
           await selectBackend(get().backendPref, true);
-          if (get().backendPhase === 'ready') await loadBuiltin();
+          if (get().backendPhase !== 'ready') return;
+          await subscribe();
+          await loadConfiguredModel();
+          if (get().model !== null) await configureFirstRun();
           await refreshMemory();
         },
 
@@ -86,7 +183,7 @@ export function createPlaygroundStore(api: ModelWorker, backendPref: BackendPref
           writeBackendToUrl(pref);
           await selectBackend(pref, false);
           // A model that failed to load before gets another try on the new backend.
-          if (get().backendPhase === 'ready' && get().model === null) await loadBuiltin();
+          if (get().backendPhase === 'ready' && get().model === null) await loadConfiguredModel();
           await refreshMemory();
         },
 
@@ -111,9 +208,24 @@ export function createPlaygroundStore(api: ModelWorker, backendPref: BackendPref
           set({ error: null });
         },
 
-        workerCrashed(message) {
-          set({ error: message, generating: false, backendPhase: 'error', modelPhase: 'error' });
+        showError(message) {
+          set({ error: message });
         },
+
+        workerCrashed(message) {
+          set({
+            error: message,
+            generating: false,
+            backendPhase: 'error',
+            modelPhase: 'error',
+            command: null,
+            ioTask: null,
+            run: get().run && { ...get().run!, state: 'paused', phase: 'idle' },
+          });
+        },
+
+        ...createRunActions(ctx, sync),
+        ...createIoActions(ctx),
       },
     };
   });

@@ -1,11 +1,19 @@
 /** The playground's state: data and actions typed apart (xyflow style), so selectors can take just one fact. */
+import type { ConfigKey, TrainConfig } from '../../core/config';
 import type {
+  AlertView,
   BackendPref,
   BackendReport,
   GenerateReply,
   MemoryReport,
+  MetricsWire,
+  ModelSource,
   ModelSummary,
+  RewardModelReport,
+  RunStatus,
+  SampleView,
 } from '../../worker/protocol';
+import type { HeatmapMode } from '../lib/heat';
 
 /** idle: not started · busy: a worker call is running · ready · error: the last attempt failed. */
 export type Phase = 'idle' | 'busy' | 'ready' | 'error';
@@ -22,6 +30,24 @@ export interface GenerateParams {
   seed: number;
 }
 
+/** The samples of one PPO step. */
+export interface StepSamples {
+  step: number;
+  samples: SampleView[];
+}
+
+export interface ProgressView {
+  task: string;
+  /** In [0, 1]; null when the total is unknown. */
+  fraction: number | null;
+  message: string;
+}
+
+/** A run command waiting for the worker's answer. */
+export type RunCommand = 'start' | 'pause' | 'step' | 'reset';
+/** A file or reward job waiting for the worker's answer. */
+export type IoTask = 'export' | 'import' | 'metrics' | 'reward-model' | 'reward-code';
+
 export interface PlaygroundData {
   backendPref: BackendPref;
   backend: BackendReport | null;
@@ -35,18 +61,79 @@ export interface PlaygroundData {
   generating: boolean;
   /** The last error, in words fit to show; null when there is none. */
   error: string | null;
+
+  // ---- training ----
+  /** The worker's last word on the run; null before it answered. */
+  run: RunStatus | null;
+  /** The config the controls show and the URL hash mirrors; live keys reach the running job at once. */
+  config: TrainConfig;
+  /** Why `config` cannot be used (e.g. batchSize not divisible by miniBatches); null when it is valid. */
+  configProblem: string | null;
+  /** Every step's metrics, oldest first (the charts downsample what they draw, never this). */
+  metrics: MetricsWire[];
+  /** The samples of the last SAMPLE_STEPS_KEPT steps, oldest first. */
+  samples: StepSamples[];
+  /** The step whose samples are shown; null follows the newest. */
+  sampleStep: number | null;
+  /** Health alerts, newest first, one per id. */
+  alerts: AlertView[];
+  /** Alert ids the person dismissed (until the next reset). */
+  dismissedAlerts: string[];
+  /** Download / reward-model progress from the worker. */
+  progress: ProgressView | null;
+  /** EMA weight of the charts' smoothed line, in [0, 0.99]. */
+  smoothing: number;
+  heatmap: HeatmapMode;
+  command: RunCommand | null;
+  ioTask: IoTask | null;
+  /** The reward code in the editor. */
+  rewardCode: string;
+  /** Whether the worker scores with the person's code. */
+  rewardCodeInUse: boolean;
+  rewardModel: RewardModelReport | null;
+  /** The model picker's choice: a config `model` value, or 'files'. */
+  modelChoice: string;
 }
 
 export interface PlaygroundActions {
-  /** Start the worker's backend and load the built-in model (once; later calls do nothing). */
+  /** Start the worker's backend, subscribe to the run, load the model and configure it (once). */
   start(): Promise<void>;
   /** Switch backend; the loaded model is reloaded on it. */
   chooseBackend(pref: BackendPref): Promise<void>;
   setParam<K extends keyof GenerateParams>(key: K, value: GenerateParams[K]): void;
   generate(): Promise<void>;
   dismissError(): void;
+  /** Show a problem found on the page itself (e.g. a file too large to read). */
+  showError(message: string): void;
   /** The worker died: every pending call is lost. */
   workerCrashed(message: string): void;
+
+  // ---- training ----
+  startRun(): Promise<void>;
+  pauseRun(): Promise<void>;
+  stepRun(): Promise<void>;
+  resetRun(): Promise<void>;
+  /** Edit one config key: live keys go to the running job, others configure the next run. */
+  setConfigValue<K extends ConfigKey>(key: K, value: TrainConfig[K] | undefined): void;
+  /** The URL hash changed under the page (a pasted link). */
+  hashChanged(hash: string): void;
+  setSmoothing(weight: number): void;
+  setHeatmap(mode: HeatmapMode): void;
+  selectSampleStep(step: number | null): void;
+  dismissAlert(id: string): void;
+  chooseModel(choice: string): void;
+  /** Load (replace) the policy; the worker restarts the run from it. */
+  loadModel(source: ModelSource): Promise<void>;
+  editRewardCode(code: string): void;
+  applyRewardCode(): Promise<void>;
+  clearRewardCode(): Promise<void>;
+  trainRewardModel(jsonl: string): Promise<void>;
+  exportCheckpoint(): Promise<void>;
+  exportMetrics(format: 'csv' | 'json'): Promise<void>;
+  exportTrlConfig(): Promise<void>;
+  importCheckpoint(bytes: Uint8Array): Promise<void>;
+  /** Send any slider moves still being gathered (tests; before run commands). */
+  flushConfig(): Promise<void>;
 }
 
 export type PlaygroundState = PlaygroundData & { actions: PlaygroundActions };

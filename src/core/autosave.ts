@@ -1,0 +1,262 @@
+/**
+ * Autosave of a training run, the platform-neutral part: when to save, and how a save replaces the previous
+ * one without ever leaving nothing behind. The worker plugs in IndexedDB (src/worker/autosave-web.ts); the
+ * tests plug in a Map.
+ *
+ * A save is the file map of `checkpointFiles` (contracts.md §2: weights, optimizer, trainer_state.json with the
+ * metric history and config). Each file is its own entry (`save:<id>:<file>`) so no single value is huge, and
+ * one small entry, the pointer (`current`), names the save in force. A new save is written under a new id; the
+ * pointer moves to it only after every file was written; only then are the older save's entries deleted. So a
+ * full disk (QuotaExceededError), a crash or a closed tab in the middle of a save leaves the older save intact,
+ * and the half-written one is swept away by the next successful save.
+ */
+import { isUserError, UserError } from './errors';
+
+/** Keys and values, as IndexedDB (idb-keyval) offers them. */
+export interface AutosaveStore {
+  get(key: string): Promise<unknown>;
+  set(key: string, value: unknown): Promise<void>;
+  del(key: string): Promise<void>;
+  keys(): Promise<string[]>;
+}
+
+/** What a save is, without its files. */
+export interface AutosaveInfo {
+  /** Steps completed when it was saved. */
+  step: number;
+  /** Milliseconds since 1970 (Date.now()). */
+  savedAt: number;
+  /** The run's config (contracts.md §5 keys). */
+  config: Record<string, unknown>;
+  /** The policy's label ("built-in tiny", a Hub id, …). */
+  label: string;
+  /** Which run it belongs to (a run keeps its id through autosaves, resumes and device recovery). */
+  runId: string;
+  /** Metric history entries held (one per step). */
+  historyLength: number;
+  /** Total bytes of its files. */
+  bytes: number;
+}
+
+export const AUTOSAVE_FORMAT = 'ppo-playground-autosave/1';
+const POINTER = 'current';
+const PREFIX = 'save:';
+
+interface Pointer extends AutosaveInfo {
+  format: typeof AUTOSAVE_FORMAT;
+  id: string;
+  files: string[];
+}
+
+/** The browser autosaves at least this often (in steps), or every `saveEvery` steps when that is smaller. */
+export const AUTOSAVE_MAX_INTERVAL = 10;
+
+/**
+ * Steps between autosaves for config `saveEvery`: min(saveEvery, 10); 0 (saveEvery 0) = only when the run
+ * pauses or ends.
+ */
+export function autosaveInterval(saveEvery: number): number {
+  return saveEvery > 0 ? Math.min(saveEvery, AUTOSAVE_MAX_INTERVAL) : 0;
+}
+
+/** Whether the step just completed is an autosave step. */
+export function autosaveDue(step: number, saveEvery: number): boolean {
+  const every = autosaveInterval(saveEvery);
+  return every > 0 && step > 0 && step % every === 0;
+}
+
+/** A storage-quota failure, however the platform spells it (DOMException name / legacy code 22, Firefox's). */
+export function isQuotaError(e: unknown): boolean {
+  if (typeof e !== 'object' || e === null) return false;
+  const err = e as { name?: unknown; code?: unknown; message?: unknown; inner?: unknown };
+  if (err.name === 'QuotaExceededError' || err.name === 'NS_ERROR_DOM_QUOTA_REACHED') return true;
+  if (err.code === 22 || err.code === 1014) return true;
+  return typeof err.message === 'string' && /quota/i.test(err.message);
+}
+
+export type SaveFailure = 'quota' | 'nonfinite' | 'failed';
+
+export type SaveResult =
+  | { ok: true; info: AutosaveInfo }
+  | {
+      ok: false;
+      reason: SaveFailure;
+      /** Plain words for the person: what failed, and that the older save is kept. */
+      message: string;
+      /** The save still in force (the older one), or null when there is none. */
+      kept: AutosaveInfo | null;
+    };
+
+const mb = (n: number): string => `${(n / 1024 ** 2).toFixed(n < 10 * 1024 ** 2 ? 1 : 0)} MB`;
+
+function describeKept(kept: AutosaveInfo | null): string {
+  return kept
+    ? `The previous autosave (step ${kept.step}) is kept.`
+    : 'There is no earlier autosave of this run.';
+}
+
+function isPointer(v: unknown): v is Pointer {
+  if (typeof v !== 'object' || v === null) return false;
+  const p = v as Record<string, unknown>;
+  return (
+    p.format === AUTOSAVE_FORMAT &&
+    typeof p.id === 'string' &&
+    Array.isArray(p.files) &&
+    p.files.every((f) => typeof f === 'string') &&
+    Number.isInteger(p.step) &&
+    typeof p.savedAt === 'number' &&
+    typeof p.config === 'object' &&
+    p.config !== null &&
+    typeof p.runId === 'string'
+  );
+}
+
+function infoOf(p: Pointer): AutosaveInfo {
+  const { step, savedAt, config, label, runId, historyLength, bytes } = p;
+  return { step, savedAt, config, label, runId, historyLength, bytes };
+}
+
+const fileKey = (id: string, name: string): string => `${PREFIX}${id}:${name}`;
+
+/** The one autosave slot of the app. Calls must not overlap (the worker runs them in its serial queue). */
+export class AutosaveSlot {
+  private seq = 0;
+
+  constructor(
+    private readonly store: AutosaveStore,
+    private readonly now: () => number = () => Date.now(),
+  ) {}
+
+  private async pointer(): Promise<Pointer | null> {
+    const raw = await this.store.get(POINTER);
+    return isPointer(raw) ? raw : null;
+  }
+
+  /** The save in force, or null. */
+  async info(): Promise<AutosaveInfo | null> {
+    const p = await this.pointer();
+    return p ? infoOf(p) : null;
+  }
+
+  /**
+   * Save the run. `makeFiles` builds the checkpoint files (it may refuse: core's checkpointFiles throws a
+   * UserError for NaN/Inf weights). Never throws: a failure is a result that says why, and the older save stays.
+   */
+  async save(
+    meta: Omit<AutosaveInfo, 'savedAt' | 'bytes'>,
+    makeFiles: () => Promise<Map<string, Uint8Array>>,
+  ): Promise<SaveResult> {
+    let kept: Pointer | null = null;
+    try {
+      kept = await this.pointer();
+    } catch {
+      kept = null;
+    }
+    const keptInfo = kept ? infoOf(kept) : null;
+
+    let files: Map<string, Uint8Array>;
+    try {
+      files = await makeFiles();
+    } catch (e) {
+      const why = e instanceof Error ? e.message : String(e);
+      const nonfinite = isUserError(e) && /NaN|Inf/.test(why);
+      return {
+        ok: false,
+        reason: nonfinite ? 'nonfinite' : 'failed',
+        message: nonfinite
+          ? `Autosave skipped at step ${meta.step}: the weights hold NaN/Inf values. ${describeKept(keptInfo)}`
+          : `Autosave failed at step ${meta.step}: ${why} ${describeKept(keptInfo)}`,
+        kept: keptInfo,
+      };
+    }
+
+    const savedAt = this.now();
+    const id = `${meta.runId}-${meta.step}-${savedAt}-${++this.seq}`;
+    const written: string[] = [];
+    let bytes = 0;
+    for (const b of files.values()) bytes += b.length;
+    try {
+      for (const [name, data] of files) {
+        const key = fileKey(id, name);
+        await this.store.set(key, data);
+        written.push(key);
+      }
+      const next: Pointer = {
+        ...meta,
+        savedAt,
+        bytes,
+        format: AUTOSAVE_FORMAT,
+        id,
+        files: [...files.keys()],
+      };
+      await this.store.set(POINTER, next);
+    } catch (e) {
+      // Take back what was written of the new save; the pointer still names the older one.
+      for (const key of written) await this.store.del(key).catch(() => undefined);
+      const quota = isQuotaError(e);
+      const why = e instanceof Error ? e.message : String(e);
+      return {
+        ok: false,
+        reason: quota ? 'quota' : 'failed',
+        message: quota
+          ? `Autosave failed at step ${meta.step}: the browser's storage for this site is full (the save needs ` +
+            `${mb(bytes)}). ${describeKept(keptInfo)} Free some space (clear other sites' data) or export a ` +
+            'checkpoint to keep this run.'
+          : `Autosave failed at step ${meta.step}: the browser's storage refused it (${why}). ${describeKept(keptInfo)}`,
+        kept: keptInfo,
+      };
+    }
+    // The new save is in force: sweep the older one and anything a crash left half-written.
+    await this.sweep(id).catch(() => undefined);
+    const info = infoOf({ ...meta, savedAt, bytes, format: AUTOSAVE_FORMAT, id, files: [] });
+    return { ok: true, info };
+  }
+
+  /** Delete every save entry except those of `keepId`. */
+  private async sweep(keepId: string | null): Promise<void> {
+    const keep = keepId === null ? null : `${PREFIX}${keepId}:`;
+    for (const key of await this.store.keys()) {
+      if (key === POINTER) continue;
+      if (keep !== null && key.startsWith(keep)) continue;
+      await this.store.del(key);
+    }
+  }
+
+  /**
+   * The save in force with its files, or null when there is none. A save with a file missing (storage cleared
+   * behind the app's back) is discarded and reported as a UserError.
+   */
+  async load(): Promise<{ info: AutosaveInfo; files: Map<string, Uint8Array> } | null> {
+    const p = await this.pointer();
+    if (!p) return null;
+    const files = new Map<string, Uint8Array>();
+    for (const name of p.files) {
+      const data = await this.store.get(fileKey(p.id, name));
+      if (!(data instanceof Uint8Array)) {
+        await this.discard().catch(() => undefined);
+        throw new UserError(
+          `The autosave of step ${p.step} is incomplete (${name} is missing from the browser's storage) and was ` +
+            'discarded; start the run again or import an exported checkpoint.',
+        );
+      }
+      files.set(name, data);
+    }
+    return { info: infoOf(p), files };
+  }
+
+  /** Forget the autosave (every entry of this slot). */
+  async discard(): Promise<void> {
+    await this.store.del(POINTER);
+    await this.sweep(null);
+  }
+}
+
+/** A Map as an AutosaveStore (tests; also a fallback where IndexedDB is unavailable). */
+export function memoryAutosaveStore(map: Map<string, unknown> = new Map()): AutosaveStore {
+  return {
+    get: async (k) => map.get(k),
+    set: async (k, v) => void map.set(k, v),
+    del: async (k) => void map.delete(k),
+    keys: async () => [...map.keys()],
+  };
+}

@@ -1,0 +1,242 @@
+/**
+ * Fused Adam: a drop-in `tf.AdamOptimizer` whose update is one kernel per variable instead of ~14 ops.
+ *
+ * Why: tfjs's Adam builds the update from element-wise ops (mul, mul, add, square, mul, mul, add, div, div,
+ * sqrt, add, div, mul, add = 14 kernels per variable), and on WebGPU every kernel is a dispatch with its own
+ * uniform buffer and bind group (shared/tfjs-notes.md trap 5). Our GPT-2 has 4 + 12·n_layer variables, so the
+ * tiny model's policy step alone is ~700 dispatches of Adam. Here each variable costs one kernel call: three
+ * small WGSL programs on WebGPU (new m, new v, new weight; a tfjs WebGPU program has one output) and one loop on
+ * CPU/WASM. It also keeps peak memory low: tfjs's Adam holds every variable's temporaries until the end of one
+ * big tidy (~8× the parameter bytes at the peak); this one frees them per variable.
+ *
+ * The state is the same as tfjs's Adam (first and second moments as separate variables named `NAME/m`,
+ * `NAME/v`, the iteration counter, accBeta1/2), so getWeights/setWeights and the checkpoint format do not change.
+ * Bias correction uses β^t computed on the host from the iteration count (tfjs multiplies a float32 scalar
+ * each step; the two agree to ~1e-7 relative). Backends without the kernel fall back to tfjs's Adam.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+
+export const FUSED_ADAM_KERNEL = 'PerfFusedAdam';
+
+interface AdamAttrs {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  /** 1 − β1^t and 1 − β2^t. */
+  bc1: number;
+  bc2: number;
+  eps: number;
+}
+
+type KernelFn = (args: { inputs: tf.NamedTensorInfoMap; backend: unknown; attrs?: tf.NamedAttrMap }) => tf.TensorInfo | tf.TensorInfo[];
+
+/** The update on host arrays (CPU and WASM kernels; also the reference the WebGPU shader mirrors). */
+export function adamUpdateArrays(
+  w: ArrayLike<number>, m: ArrayLike<number>, v: ArrayLike<number>, g: ArrayLike<number>,
+  outW: Float32Array, outM: Float32Array, outV: Float32Array, a: AdamAttrs,
+): void {
+  const { lr, beta1, beta2, bc1, bc2, eps } = a;
+  const c1 = 1 - beta1;
+  const c2 = 1 - beta2;
+  for (let i = 0; i < outW.length; i++) {
+    const gi = g[i];
+    const mi = beta1 * m[i] + c1 * gi;
+    const vi = beta2 * v[i] + c2 * gi * gi;
+    outM[i] = mi;
+    outV[i] = vi;
+    outW[i] = w[i] - (lr * (mi / bc1)) / (Math.sqrt(vi / bc2) + eps);
+  }
+}
+
+// ---- CPU ----------------------------------------------------------------------------------------------
+
+interface CpuBackendLike {
+  data: { get(id: unknown): { values: Float32Array } };
+  makeTensorInfo(shape: number[], dtype: tf.DataType, values?: Float32Array): tf.TensorInfo;
+}
+
+const cpuKernel: KernelFn = ({ inputs, backend, attrs }) => {
+  const b = backend as CpuBackendLike;
+  const { w, m, v, g } = inputs as Record<'w' | 'm' | 'v' | 'g', tf.TensorInfo>;
+  const n = tf.util.sizeFromShape(w.shape);
+  const outW = new Float32Array(n);
+  const outM = new Float32Array(n);
+  const outV = new Float32Array(n);
+  const val = (t: tf.TensorInfo) => b.data.get(t.dataId).values;
+  adamUpdateArrays(val(w), val(m), val(v), val(g), outW, outM, outV, attrs as unknown as AdamAttrs);
+  return [b.makeTensorInfo(w.shape, 'float32', outW), b.makeTensorInfo(w.shape, 'float32', outM), b.makeTensorInfo(w.shape, 'float32', outV)];
+};
+
+// ---- WASM ---------------------------------------------------------------------------------------------
+
+interface WasmBackendLike {
+  typedArrayFromHeap(t: tf.TensorInfo): Float32Array;
+  makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
+}
+
+const wasmKernel: KernelFn = ({ inputs, backend, attrs }) => {
+  const b = backend as WasmBackendLike;
+  const { w, m, v, g } = inputs as Record<'w' | 'm' | 'v' | 'g', tf.TensorInfo>;
+  // Allocate every output before taking heap views: an allocation can grow the heap and detach older views.
+  const oW = b.makeOutput(w.shape, 'float32');
+  const oM = b.makeOutput(w.shape, 'float32');
+  const oV = b.makeOutput(w.shape, 'float32');
+  const h = (t: tf.TensorInfo) => b.typedArrayFromHeap(t);
+  adamUpdateArrays(h(w), h(m), h(v), h(g), h(oW), h(oM), h(oV), attrs as unknown as AdamAttrs);
+  return [oW, oM, oV];
+};
+
+// ---- WebGPU -------------------------------------------------------------------------------------------
+
+interface WebGpuBackendLike {
+  runWebGPUProgram(
+    program: unknown, inputs: tf.TensorInfo[], outputDtype: tf.DataType,
+    uniforms?: { type: 'float32' | 'int32'; data: number[] }[],
+  ): tf.TensorInfo;
+}
+
+type Which = 'm' | 'v' | 'w';
+const WORKGROUP = 64;
+
+/**
+ * One output of the update as a tfjs WebGPU program (the shape of tfjs-backend-webgpu's WebGPUProgram: the
+ * backend adds the buffer bindings, the uniforms struct with `size`, and `main(index)` is called once per
+ * element of the flat output). `w` recomputes m' and v' from the old moments rather than reading the new ones,
+ * so the three dispatches are independent.
+ */
+class AdamProgram {
+  readonly variableNames: string[];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [WORKGROUP, 1, 1];
+  readonly size = true;
+  readonly uniforms = 'lr : f32, beta1 : f32, beta2 : f32, bc1 : f32, bc2 : f32, eps : f32,';
+  private readonly which: Which;
+
+  constructor(which: Which, n: number) {
+    this.which = which;
+    this.variableNames = which === 'm' ? ['M', 'G'] : which === 'v' ? ['V', 'G'] : ['W', 'M', 'V', 'G'];
+    this.outputShape = [n];
+    this.shaderKey = `perfFusedAdam_${which}`;
+    this.dispatch = [Math.ceil(n / WORKGROUP), 1, 1];
+  }
+
+  getUserCode(): string {
+    const body =
+      this.which === 'm'
+        ? 'result[index] = uniforms.beta1 * M[index] + (1.0 - uniforms.beta1) * G[index];'
+        : this.which === 'v'
+          ? 'let g = G[index];\n          result[index] = uniforms.beta2 * V[index] + (1.0 - uniforms.beta2) * g * g;'
+          : `let g = G[index];
+          let m = uniforms.beta1 * M[index] + (1.0 - uniforms.beta1) * g;
+          let v = uniforms.beta2 * V[index] + (1.0 - uniforms.beta2) * g * g;
+          result[index] = W[index] - uniforms.lr * (m / uniforms.bc1) / (sqrt(v / uniforms.bc2) + uniforms.eps);`;
+    return `
+      fn main(index : i32) {
+        if (index < uniforms.size) {
+          ${body}
+        }
+      }`;
+  }
+}
+
+const webgpuKernel: KernelFn = ({ inputs, backend, attrs }) => {
+  const b = backend as WebGpuBackendLike;
+  const { w, m, v, g } = inputs as Record<'w' | 'm' | 'v' | 'g', tf.TensorInfo>;
+  const a = attrs as unknown as AdamAttrs;
+  const n = tf.util.sizeFromShape(w.shape);
+  const u: { type: 'float32'; data: number[] }[] = [a.lr, a.beta1, a.beta2, a.bc1, a.bc2, a.eps].map((x) => ({ type: 'float32', data: [x] }));
+  // Flat views: the shader indexes every buffer by the flat output index.
+  const flat = (t: tf.TensorInfo): tf.TensorInfo => ({ ...t, shape: [n] });
+  const outM = b.runWebGPUProgram(new AdamProgram('m', n), [flat(m), flat(g)], 'float32', u);
+  const outV = b.runWebGPUProgram(new AdamProgram('v', n), [flat(v), flat(g)], 'float32', u);
+  const outW = b.runWebGPUProgram(new AdamProgram('w', n), [flat(w), flat(m), flat(v), flat(g)], 'float32', u);
+  return [outW, outM, outV].map((t) => ({ ...t, shape: w.shape }));
+};
+
+// ---- registration and the optimizer -------------------------------------------------------------------
+
+const KERNELS: Record<string, KernelFn> = { cpu: cpuKernel, wasm: wasmKernel, webgpu: webgpuKernel };
+
+/** Register the fused kernel for cpu, wasm and webgpu (idempotent; the backends need not be loaded yet). */
+export function registerFusedAdamKernels(): void {
+  for (const [backendName, kernelFunc] of Object.entries(KERNELS)) {
+    if (!tf.getKernel(FUSED_ADAM_KERNEL, backendName)) {
+      tf.registerKernel({ kernelName: FUSED_ADAM_KERNEL, backendName, kernelFunc: kernelFunc as tf.KernelFunc });
+    }
+  }
+}
+
+export function fusedAdamAvailable(backendName: string = tf.getBackend()): boolean {
+  return !!tf.getKernel(FUSED_ADAM_KERNEL, backendName);
+}
+
+type NamedTensorList = { name: string; tensor: tf.Tensor }[];
+type GradientsArg = tf.NamedTensorMap | NamedTensorList;
+
+interface AdamInternals {
+  learningRate: number;
+  beta1: number;
+  beta2: number;
+  epsilon: number;
+  accBeta1: tf.Variable;
+  accBeta2: tf.Variable;
+  accumulatedFirstMoment: ({ originalName: string; variable: tf.Variable } | undefined)[];
+  accumulatedSecondMoment: ({ originalName: string; variable: tf.Variable } | undefined)[];
+}
+
+export class FusedAdamOptimizer extends tf.AdamOptimizer {
+  /** Kernel calls made by the fused path (for tests: proves the fused path ran). */
+  fusedCalls = 0;
+
+  constructor(learningRate: number, beta1 = 0.9, beta2 = 0.999, epsilon: number | null = null) {
+    super(learningRate, beta1, beta2, epsilon as number);
+    registerFusedAdamKernels();
+  }
+
+  override applyGradients(variableGradients: GradientsArg): void {
+    if (!fusedAdamAvailable()) {
+      super.applyGradients(variableGradients as Parameters<tf.AdamOptimizer['applyGradients']>[0]);
+      return;
+    }
+    const s = this as unknown as AdamInternals;
+    const isArray = Array.isArray(variableGradients);
+    const names = isArray ? (variableGradients as NamedTensorList).map((v) => v.name) : Object.keys(variableGradients);
+    const t = this.iterations + 1;
+    const attrs: AdamAttrs = {
+      lr: s.learningRate, beta1: s.beta1, beta2: s.beta2,
+      bc1: 1 - Math.pow(s.beta1, t), bc2: 1 - Math.pow(s.beta2, t), eps: s.epsilon,
+    };
+    names.forEach((name, i) => {
+      const value = tf.engine().registeredVariables[name];
+      if (s.accumulatedFirstMoment[i] == null) {
+        s.accumulatedFirstMoment[i] = { originalName: `${name}/m`, variable: tf.tidy(() => tf.zerosLike(value).variable(false)) };
+      }
+      if (s.accumulatedSecondMoment[i] == null) {
+        s.accumulatedSecondMoment[i] = { originalName: `${name}/v`, variable: tf.tidy(() => tf.zerosLike(value).variable(false)) };
+      }
+      const g = isArray ? (variableGradients as NamedTensorList)[i].tensor : (variableGradients as tf.NamedTensorMap)[name];
+      if (g == null) return;
+      const m = s.accumulatedFirstMoment[i]!.variable;
+      const v = s.accumulatedSecondMoment[i]!.variable;
+      const outs = tf.engine().runKernel(FUSED_ADAM_KERNEL, { w: value, m, v, g }, attrs as unknown as tf.NamedAttrMap) as tf.Tensor[];
+      this.fusedCalls++;
+      m.assign(outs[1]);
+      v.assign(outs[2]);
+      value.assign(outs[0]);
+      tf.dispose(outs);
+    });
+    tf.tidy(() => {
+      s.accBeta1.assign(tf.mul(s.accBeta1, s.beta1));
+      s.accBeta2.assign(tf.mul(s.accBeta2, s.beta2));
+    });
+    this.incrementIterations();
+  }
+}
+
+/** `tf.train.adam` with the fused update where the backend has the kernel. */
+export function fusedAdam(learningRate: number, beta1 = 0.9, beta2 = 0.999, epsilon: number | null = null): FusedAdamOptimizer {
+  return new FusedAdamOptimizer(learningRate, beta1, beta2, epsilon);
+}

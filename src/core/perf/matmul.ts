@@ -1,0 +1,45 @@
+/**
+ * The backend's matmul peak: GFLOP/s of an n×n by n×n product, the denominator of MFU. Warm-up calls first
+ * (shader compilation on WebGPU, WASM heap growth), then `iters` timed products, each awaited through `data()`
+ * so that the time includes the GPU finishing, not just the queueing.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import { matmulFlops } from './flops';
+
+export interface MatmulBench {
+  n: number;
+  iters: number;
+  seconds: number;
+  gflops: number;
+}
+
+export async function benchMatmul(n: number, opts: { iters?: number; warmup?: number; minSeconds?: number } = {}): Promise<MatmulBench> {
+  const warmup = opts.warmup ?? 2;
+  const a = tf.randomNormal([n, n], 0, 1, 'float32', 1);
+  const b = tf.randomNormal([n, n], 0, 1, 'float32', 2);
+  // One round: `k` products queued back to back, then one readback of the last (a single GPU queue runs them
+  // in order, so its data() waits for all); the download of one result is amortised over the k products.
+  const round = async (k: number): Promise<void> => {
+    const outs: tf.Tensor[] = [];
+    for (let i = 0; i < k; i++) outs.push(tf.matMul(a, b));
+    await outs[outs.length - 1].data();
+    tf.dispose(outs);
+  };
+  try {
+    for (let i = 0; i < warmup; i++) await round(1);
+    const perRound = opts.iters ?? 2;
+    const minMs = (opts.minSeconds ?? 0.5) * 1000;
+    let iters = 0;
+    const t0 = performance.now();
+    // At least one round, and rounds until minSeconds has passed, so a fast backend is not timed on one call.
+    while (iters === 0 || (performance.now() - t0 < minMs && iters < 400)) {
+      await round(perRound);
+      iters += perRound;
+    }
+    const seconds = (performance.now() - t0) / 1000;
+    return { n, iters, seconds, gflops: (matmulFlops(n, n, n) * iters) / seconds / 1e9 };
+  } finally {
+    a.dispose();
+    b.dispose();
+  }
+}

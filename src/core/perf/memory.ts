@@ -1,0 +1,195 @@
+/**
+ * Tensor memory of the four-model PPO (policy, reference, value, learned reward model of the same shape, and the
+ * two Adam optimizers) at a given GPT-2 shape with random weights, after one PPO step and optionally after many.
+ * Counts `tf.memory().numBytes` (the engine's bytes of live tensors: the same on every backend) relative to
+ * the count before the models were built, and on WebGPU the backend's buffer pool (`numBytesAllocatedInGPU`,
+ * which never shrinks: tfjs-notes trap 3).
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import { validateConfig } from '../config';
+import { parseGPT2Config, type GPT2Config } from '../model/config';
+import { GPT2 } from '../model/gpt2';
+import { ScalarModel } from '../model/heads';
+import { buildTrainer, type Resources } from '../ppo/setup';
+import type { Tokenizer } from '../tokenizer/types';
+import type { PpoTrainer } from '../ppo/trainer';
+import { FusedAdamOptimizer } from './adam';
+
+/** The shapes of the issue. `tiny` is read from the shipped model's config by the caller when it can. */
+export const SHAPES: Record<'distilgpt2' | 'gpt2', Record<string, unknown>> = {
+  distilgpt2: {
+    vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 6, n_head: 12, tokenizer: 'gpt2-bpe',
+    bos_token_id: 50256, eos_token_id: 50256,
+  },
+  gpt2: {
+    vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12, tokenizer: 'gpt2-bpe',
+    bos_token_id: 50256, eos_token_id: 50256,
+  },
+};
+
+export function shapeConfig(raw: Record<string, unknown>): GPT2Config {
+  return parseGPT2Config(raw, 'bench shape');
+}
+
+/** Parameters of one GPT-2 trunk (with the tied head). */
+export function gpt2Params(c: GPT2Config): number {
+  const C = c.n_embd;
+  return c.vocab_size * C + c.n_positions * C + c.n_layer * (12 * C * C + 13 * C) + 2 * C;
+}
+
+/**
+ * What the four models and two optimizers must hold: 4 trunks (+2 scalar heads) and Adam's m and v for the
+ * policy and the value model, float32.
+ */
+export function expectedFourModelBytes(c: GPT2Config): number {
+  const p = gpt2Params(c);
+  const scalar = p + c.n_embd;
+  return 4 * (p + scalar + p + scalar) + 4 * 2 * (p + scalar);
+}
+
+export interface GpuMemory {
+  numBytesInGPU: number;
+  numBytesAllocatedInGPU: number;
+}
+
+/** WebGPU's buffer-manager counters (tfjs-backend-webgpu's `memory()`), or null on other backends. */
+export function gpuMemory(): GpuMemory | null {
+  const m = tf.memory() as tf.MemoryInfo & Partial<GpuMemory>;
+  if (typeof m.numBytesAllocatedInGPU !== 'number') return null;
+  return { numBytesInGPU: m.numBytesInGPU ?? 0, numBytesAllocatedInGPU: m.numBytesAllocatedInGPU };
+}
+
+export interface FourModelMemory {
+  shape: string;
+  backend: string;
+  /** 'tfjs' (the trainer's own tf.train.adam) or 'fused' (FusedAdamOptimizer, the same state). */
+  adam: 'tfjs' | 'fused';
+  params: number;
+  batchSize: number;
+  responseLength: number;
+  /** numBytes after step 1 minus before the models were built. */
+  bytesAfterStep1: number;
+  /** What the weights and optimizer moments alone take (expectedFourModelBytes). */
+  expectedBytes: number;
+  tensorsAfterStep1: number;
+  /** Highest numBytes during step 1 (tf.profile), relative to the baseline; null where not measured. */
+  peakBytesStep1: number | null;
+  gpuAfterStep1: GpuMemory | null;
+  stepSeconds: number;
+  /** Steps run in total (1 when only the first step was measured). */
+  steps: number;
+  bytesAfterLastStep: number;
+  /** bytesAfterLastStep − bytesAfterStep1. */
+  growthBytes: number;
+  tensorGrowth: number;
+  gpuGrowthBytes: number | null;
+}
+
+export interface MemoryBenchOptions {
+  label: string;
+  config: GPT2Config;
+  tokenizer: Tokenizer;
+  prompts: string[];
+  batchSize: number;
+  responseLength: number;
+  /** Total steps (≥ 1); growth is measured from step 1 to this. */
+  steps: number;
+  /** Measure the peak of step 1 with tf.profile (costly on WebGPU: it times every kernel). */
+  profilePeak?: boolean;
+  /**
+   * Swap the trainer's two tfjs Adams for FusedAdamOptimizer (perf/adam.ts): the same optimizer state (m and v
+   * per variable, the iteration count, accBeta1/2), so the same bytes after a step, and a far lower peak; on the
+   * CPU backend it also turns GPT-2's ~100 s of element-wise Adam ops per model into one loop.
+   */
+  fusedAdam?: boolean;
+  onProgress?: (msg: string) => void;
+}
+
+/** Build the four models with random weights and a trainer, as `buildTrainer` does for a real run. */
+export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<PpoTrainer> {
+  const cfg = validateConfig({
+    model: o.label, task: null, prompts: o.prompts, reward: { model: `random-${o.label}` },
+    batchSize: o.batchSize, miniBatches: 1, ppoEpochs: 1, responseLength: o.responseLength, steps: Math.max(1, o.steps),
+    seed: 1,
+  }, 'memory bench');
+  const policy = GPT2.random(o.config, 1, true, 'policy');
+  const ref = policy.clone(false, 'ref');
+  const value = ScalarModel.fromTrunk(policy, true, 'value');
+  const rewardModel = ScalarModel.random(o.config, 2, false, 'reward');
+  const res: Resources = {
+    modelFiles: () => {
+      throw new Error('memory bench: models are random; nothing to load');
+    },
+    loadTask: () => Promise.reject(new Error('memory bench: no task')),
+  };
+  const t = await buildTrainer(cfg, res, { weights: { policy, ref, value, rewardModel, tokenizer: o.tokenizer } });
+  if (o.fusedAdam) {
+    t.policyOpt.dispose();
+    t.valueOpt.dispose();
+    t.policyOpt = new FusedAdamOptimizer(cfg.learningRate);
+    t.valueOpt = new FusedAdamOptimizer(cfg.valueLearningRate);
+  }
+  return t;
+}
+
+export function disposeTrainer(t: PpoTrainer): void {
+  const { policy, ref, value, reward } = t.models;
+  t.dispose();
+  policy.dispose();
+  ref.dispose();
+  value.dispose();
+  if (reward.kind === 'model') reward.model.dispose();
+}
+
+export async function benchFourModelMemory(o: MemoryBenchOptions): Promise<FourModelMemory> {
+  const base = tf.memory().numBytes;
+  const baseTensors = tf.memory().numTensors;
+  const gpuBase = gpuMemory();
+  o.onProgress?.(`${o.label}: building four models with random weights`);
+  const trainer = await randomFourModelTrainer(o);
+  try {
+    o.onProgress?.(`${o.label}: PPO step 1`);
+    const t0 = performance.now();
+    let peak: number | null = null;
+    if (o.profilePeak) {
+      const prof = await tf.profile(async () => {
+        await trainer.trainStep();
+        return [];
+      });
+      peak = prof.peakBytes - base;
+    } else {
+      await trainer.trainStep();
+    }
+    const stepSeconds = (performance.now() - t0) / 1000;
+    const after1 = tf.memory().numBytes - base;
+    const tensors1 = tf.memory().numTensors - baseTensors;
+    const gpu1 = gpuMemory();
+    for (let s = 2; s <= o.steps; s++) {
+      await trainer.trainStep();
+      if (s % 50 === 0 || s === o.steps) o.onProgress?.(`${o.label}: step ${s}/${o.steps}, ${tf.memory().numBytes - base} bytes`);
+    }
+    const afterN = tf.memory().numBytes - base;
+    const gpuN = gpuMemory();
+    return {
+      shape: o.label,
+      backend: tf.getBackend(),
+      adam: o.fusedAdam ? 'fused' : 'tfjs',
+      params: gpt2Params(o.config),
+      batchSize: o.batchSize,
+      responseLength: o.responseLength,
+      bytesAfterStep1: after1,
+      expectedBytes: expectedFourModelBytes(o.config),
+      tensorsAfterStep1: tensors1,
+      peakBytesStep1: peak,
+      gpuAfterStep1: gpu1 && gpuBase ? { numBytesInGPU: gpu1.numBytesInGPU - gpuBase.numBytesInGPU, numBytesAllocatedInGPU: gpu1.numBytesAllocatedInGPU - gpuBase.numBytesAllocatedInGPU } : null,
+      stepSeconds,
+      steps: o.steps,
+      bytesAfterLastStep: afterN,
+      growthBytes: afterN - after1,
+      tensorGrowth: tf.memory().numTensors - baseTensors - tensors1,
+      gpuGrowthBytes: gpu1 && gpuN ? gpuN.numBytesAllocatedInGPU - gpu1.numBytesAllocatedInGPU : null,
+    };
+  } finally {
+    disposeTrainer(trainer);
+  }
+}

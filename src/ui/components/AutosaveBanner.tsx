@@ -1,0 +1,112 @@
+import { useContext, useEffect, useState } from 'react';
+import { proxy } from 'comlink';
+import { StoreContext } from '../store/hooks';
+import { describeError } from '../errors';
+import { ReliabilityWorkerContext, describeAutosave, resumeAutosaveIntoStore } from '../lib/autosave';
+import type { AutosaveInfoWire, ReliabilityEvent } from '../../worker/protocol';
+
+/**
+ * Autosave and GPU recovery, in words: after a reload or a crash it offers to resume the autosaved run (or to
+ * discard it); while training it says when the run was last saved, and after a GPU loss what was recovered.
+ * Storage failures and the loss itself also arrive as the worker's `error` events (the error banner).
+ */
+export function AutosaveBanner() {
+  const api = useContext(ReliabilityWorkerContext);
+  const store = useContext(StoreContext);
+  const [offer, setOffer] = useState<AutosaveInfoWire | null>(null);
+  const [saved, setSaved] = useState<AutosaveInfoWire | null>(null);
+  const [note, setNote] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+
+  useEffect(() => {
+    // A stand-in worker (?worker=fake) has no autosave.
+    if (!api || typeof (api as { subscribeReliability?: unknown }).subscribeReliability !== 'function')
+      return;
+    let alive = true;
+    const onEvent = (e: ReliabilityEvent) => {
+      if (!alive) return;
+      switch (e.type) {
+        case 'autosaved':
+          setSaved(e.info);
+          setOffer(null); // the older save was replaced by this run's
+          break;
+        case 'autosave-failed':
+          if (e.reason !== 'nonfinite') setNote(e.message);
+          break;
+        case 'device-lost':
+          setNote(e.message);
+          break;
+        case 'recovered':
+        case 'recovery-failed':
+          setNote(e.message);
+          break;
+      }
+    };
+    api
+      .subscribeReliability(proxy(onEvent))
+      .then((info) => {
+        if (alive && info && !info.current) setOffer(info);
+      })
+      .catch(() => undefined);
+    return () => {
+      alive = false;
+    };
+  }, [api]);
+
+  if (!api || !store) return null;
+
+  const resume = async () => {
+    setBusy(true);
+    try {
+      await resumeAutosaveIntoStore(api, store);
+      setOffer(null);
+      setNote(null);
+    } catch (e) {
+      store.setState({ error: describeError(e) });
+    } finally {
+      setBusy(false);
+    }
+  };
+  const discard = async () => {
+    setBusy(true);
+    try {
+      await api.discardAutosave();
+      setOffer(null);
+    } catch (e) {
+      store.setState({ error: describeError(e) });
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <>
+      {offer && (
+        <div className="notice autosave-offer" role="status" data-testid="autosave-offer">
+          <span>
+            An autosaved run is in this browser: {describeAutosave(offer)}. Resume it where it stopped?
+          </span>{' '}
+          <button type="button" className="small primary" onClick={resume} disabled={busy}>
+            Resume
+          </button>{' '}
+          <button type="button" className="small" onClick={discard} disabled={busy}>
+            Discard
+          </button>
+        </div>
+      )}
+      {note && (
+        <div className="notice" role="status" data-testid="reliability-notice">
+          <span>{note}</span>{' '}
+          <button type="button" className="link" onClick={() => setNote(null)} aria-label="Dismiss notice">
+            ×
+          </button>
+        </div>
+      )}
+      {saved && !offer && (
+        <p className="adapter" data-testid="autosave-status" title="Saved in this browser (IndexedDB)">
+          Autosaved at step {saved.step}.
+        </p>
+      )}
+    </>
+  );
+}

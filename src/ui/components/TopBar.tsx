@@ -1,0 +1,123 @@
+import { formatBytes, formatNumber } from '../lib/format';
+import {
+  useActions,
+  useCanTrain,
+  useCommand,
+  useLatestMetric,
+  useMemory,
+  useProgress,
+  useRunPhase,
+  useRunState,
+  useStep,
+  useTargetSteps,
+} from '../store/hooks';
+import { BackendBadge } from './BackendBadge';
+import { PauseIcon, PlayIcon, ResetIcon, StepIcon } from './icons';
+
+/** Start, Pause, Step and Reset (their accessible names are exactly these words). */
+function RunControls() {
+  const state = useRunState();
+  const command = useCommand();
+  const canTrain = useCanTrain();
+  const { startRun, pauseRun, stepRun, resetRun } = useActions();
+  const running = state === 'running';
+  const waiting = command !== null;
+  return (
+    <div className="run-controls" role="group" aria-label="Run">
+      <button
+        type="button"
+        className="primary"
+        onClick={() => void startRun()}
+        disabled={!canTrain || running || waiting}
+      >
+        <PlayIcon />
+        Start
+      </button>
+      <button type="button" onClick={() => void pauseRun()} disabled={!running && command !== 'step'}>
+        <PauseIcon />
+        Pause
+      </button>
+      <button type="button" onClick={() => void stepRun()} disabled={!canTrain || running || waiting}>
+        <StepIcon />
+        Step
+      </button>
+      <button
+        type="button"
+        onClick={() => void resetRun()}
+        disabled={waiting}
+        title="Drop the run and start over; settings marked 'applies on reset' take effect"
+      >
+        <ResetIcon />
+        Reset
+      </button>
+    </div>
+  );
+}
+
+const PHASE_WORDS: Record<string, string> = {
+  generating: 'generating',
+  scoring: 'scoring',
+  updating: 'updating',
+};
+
+/** Step counter ("Step N", read by the tests), phase, throughput and the worker's tensor memory. */
+function RunReadout() {
+  const step = useStep();
+  const steps = useTargetSteps();
+  const state = useRunState();
+  const phase = useRunPhase();
+  const command = useCommand();
+  const tokensPerSecond = useLatestMetric('tokensPerSecond');
+  const memory = useMemory();
+  const progress = useProgress();
+  // Loading the run's models before its first step takes a while on a big model: say so.
+  const building = progress?.task === 'build' && progress.fraction !== 1 ? progress.message : null;
+  // After Pause the step in flight still finishes: "pausing" until its phase returns to idle.
+  const phaseText =
+    state === 'running' || command === 'step'
+      ? (PHASE_WORDS[phase] ?? 'running')
+      : phase !== 'idle'
+        ? 'pausing'
+        : state === 'paused'
+          ? 'paused'
+          : 'idle';
+  return (
+    <div className="run-readout" aria-label="Run status" role="group">
+      <span className="step-counter">
+        <span data-testid="step-counter" aria-live="off">
+          Step {step}
+        </span>
+        <span className="muted"> / {steps}</span>
+      </span>
+      <span className={`pill phase phase-${phaseText}`} data-testid="run-phase">
+        {phaseText}
+      </span>
+      {building && <span className="readout building">{building}</span>}
+      <span className="readout" title="response tokens generated per second of the last step">
+        <span className="muted">tokens/s</span> {formatNumber(tokensPerSecond)}
+      </span>
+      {memory && (
+        <span
+          className="readout readout-memory"
+          title="tensors held by the worker (a leak shows as a growing count)"
+        >
+          <span className="muted">memory</span> {memory.numTensors} tensors · {formatBytes(memory.numBytes)}
+        </span>
+      )}
+    </div>
+  );
+}
+
+export function TopBar() {
+  return (
+    <header className="topbar">
+      <div className="brand">
+        <h1>PPO Playground</h1>
+        <span className="tagline">RLHF on GPT-2, in your browser</span>
+      </div>
+      <RunControls />
+      <RunReadout />
+      <BackendBadge />
+    </header>
+  );
+}

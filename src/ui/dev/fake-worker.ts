@@ -1,0 +1,314 @@
+/**
+ * A stand-in for the model worker: the same WorkerApi, no tfjs, synthetic but plausible metrics. The store's
+ * unit tests drive it step by step (`stepMs: 0`, then `tick()`); `npm run dev` with `?worker=fake` runs the UI
+ * on it with a timer, for working on the layout without waiting for real training.
+ */
+import {
+  applyLiveChanges,
+  CONFIG_FIELDS,
+  CONFIG_KEYS,
+  validateConfig,
+  type TrainConfig,
+} from '../../core/config';
+import type {
+  MetricsWire,
+  RunStatus,
+  SampleView,
+  TrainerEvent,
+  TrainConfigWire,
+  WorkerApi,
+} from '../../worker/protocol';
+
+class FakeUserError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'UserError';
+  }
+}
+
+const WORDS = [' good', ' bad', ' movie', ' the', ' was', ' great', ' fun', '.', ' and', ' a', ' plot'];
+
+export interface FakeWorker extends WorkerApi {
+  /** Run one PPO step now (manual mode, or between timer ticks). */
+  tick(): Promise<void>;
+  /** Every call made, in order: [method, argument]. */
+  calls: [string, unknown][];
+}
+
+export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
+  const stepMs = opts.stepMs ?? 0;
+  let config: TrainConfig = validateConfig({});
+  let state: RunStatus['state'] = 'idle';
+  let step = 0;
+  let history: MetricsWire[] = [];
+  let listener: ((e: TrainerEvent) => void) | null = null;
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  let rewardCode: string | null = null;
+  const calls: [string, unknown][] = [];
+
+  const status = (): RunStatus => ({
+    state,
+    phase: 'idle',
+    step,
+    steps: config.steps,
+    config: JSON.parse(JSON.stringify(config)) as TrainConfigWire,
+    reward: rewardCode !== null ? 'your reward code' : `task ${config.task}`,
+  });
+  const dropRun = () => {
+    step = 0;
+    history = [];
+    state = 'idle';
+  };
+  const emit = (e: TrainerEvent) => listener?.(e);
+  const log = (name: string, arg?: unknown) => calls.push([name, arg]);
+
+  let seed = 1;
+  const rand = () => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed / 2147483648;
+  };
+
+  function samples(): SampleView[] {
+    return Array.from({ length: Math.min(config.batchSize, 8) }, (_, i) => {
+      const n = 1 + Math.floor(rand() * Math.min(config.responseLength, 8));
+      const tokens = Array.from({ length: n }, () => ({
+        text: WORDS[Math.floor(rand() * WORDS.length)],
+        logprob: -rand() * 6,
+        kl: (rand() - 0.4) * 0.2,
+        advantage: (rand() - 0.5) * 2,
+      }));
+      const response = tokens.map((t) => t.text).join('');
+      let score = Math.tanh(step / 20) + (rand() - 0.5) * 0.3;
+      if (rewardCode !== null) {
+        if (/while\s*\(\s*true\s*\)/.test(rewardCode)) {
+          throw new FakeUserError('Your reward code ran longer than the time limit (1 s) and was stopped.');
+        }
+        score = response.includes('good') ? 1 : 0;
+      }
+      return {
+        prompt: `Prompt ${i + 1}:`,
+        response,
+        score,
+        kl: tokens.reduce((a, t) => a + t.kl, 0),
+        tokens,
+      };
+    });
+  }
+
+  async function runStep(): Promise<void> {
+    for (const phase of ['generating', 'scoring', 'updating'] as const) {
+      emit({ type: 'status', status: { ...status(), phase } });
+    }
+    let batch: SampleView[];
+    try {
+      batch = samples();
+    } catch (e) {
+      state = 'paused';
+      emit({ type: 'error', message: (e as Error).message, userError: true });
+      emit({ type: 'status', status: status() });
+      throw e;
+    }
+    step += 1;
+    const t = step;
+    const metrics: MetricsWire = {
+      step: t,
+      reward: Math.tanh(t / 20) + (rand() - 0.5) * 0.2,
+      rewardStd: 0.3,
+      kl: 0.5 * Math.log1p(t) + rand() * 0.1,
+      klCoef: config.klCoef,
+      nonScoreReward: -config.klCoef * 0.5,
+      clipFrac: 0.05 + rand() * 0.05,
+      approxKl: 0.001 + rand() * 0.002,
+      policyLoss: -0.01 + rand() * 0.02,
+      valueLoss: 1 / (1 + t / 5) + rand() * 0.05,
+      valueClipFrac: rand() * 0.1,
+      entropy: 3 - Math.log1p(t) * 0.2,
+      explainedVariance: 1 - 1 / (1 + t / 10),
+      ratioMean: 1,
+      ratioMax: 1.2,
+      logRatioClampFrac: 0,
+      gradNorm: 0.5,
+      advantageMean: 0,
+      advantageStd: 1,
+      returnMean: 0.1,
+      responseLength: config.responseLength * (0.5 + rand() * 0.5),
+      tokensPerSecond: 200 + rand() * 50,
+      timeGenerate: 0.1,
+      timeScore: 0.05,
+      timeUpdate: 0.2,
+      learningRate: config.learningRate,
+    };
+    history.push(metrics);
+    const alerts =
+      t % 7 === 0
+        ? [{ id: 'entropy-low', step: t, message: 'Entropy is falling fast.', advice: 'Raise entropyCoef.' }]
+        : [];
+    if (state === 'running' && step >= config.steps) state = 'paused';
+    emit({ type: 'step', metrics, samples: batch, alerts });
+    emit({ type: 'status', status: status() });
+  }
+
+  const schedule = () => {
+    if (stepMs <= 0 || state !== 'running') return;
+    timer = setTimeout(() => {
+      timer = null;
+      if (state !== 'running') return;
+      runStep().then(schedule, () => undefined);
+    }, stepMs);
+  };
+
+  const fake: FakeWorker = {
+    calls,
+    tick: () => runStep(),
+    async subscribe(cb) {
+      log('subscribe');
+      listener = cb;
+      return status();
+    },
+    async configure(c) {
+      log('configure', c);
+      // Like the real worker: merged over the current config; a non-live change drops the run.
+      const next = validateConfig({ ...config, ...c });
+      const changed = CONFIG_KEYS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(config[k]));
+      if (changed.some((k) => !CONFIG_FIELDS[k].live)) dropRun();
+      config = next;
+      emit({ type: 'status', status: status() });
+      return status();
+    },
+    async start() {
+      log('start');
+      state = 'running';
+      emit({ type: 'status', status: status() });
+      schedule();
+      return status();
+    },
+    async pause() {
+      log('pause');
+      state = 'paused';
+      if (timer) clearTimeout(timer);
+      return status();
+    },
+    async stepOnce() {
+      log('stepOnce');
+      await runStep();
+      state = 'paused';
+      return status();
+    },
+    async reset() {
+      log('reset');
+      dropRun();
+      if (timer) clearTimeout(timer);
+      emit({ type: 'status', status: status() });
+      return status();
+    },
+    async setHyperparameters(patch) {
+      log('setHyperparameters', patch);
+      config = applyLiveChanges(config, patch);
+      return status();
+    },
+    async setRewardCode(code) {
+      log('setRewardCode', code);
+      if (code !== null && /[{(]\s*$/.test(code.trim())) {
+        throw new FakeUserError('Your reward code has a syntax error: Unexpected end of input.');
+      }
+      rewardCode = code;
+      return status();
+    },
+    async trainRewardModel(jsonl) {
+      log('trainRewardModel', jsonl.length);
+      const lines = jsonl.split('\n').filter((l) => l.trim());
+      emit({ type: 'progress', task: 'reward-model', fraction: 0.5, message: 'Training the reward model' });
+      config = validateConfig({ ...config, reward: { model: 'preference-reward-model' } });
+      dropRun();
+      emit({ type: 'status', status: status() });
+      return { pairs: lines.length, heldOut: 1, trainAccuracy: 0.9, heldOutAccuracy: 0.75, skipped: [] };
+    },
+    async exportCheckpoint() {
+      log('exportCheckpoint');
+      const body = JSON.stringify({ step, config, history });
+      return { name: `checkpoint-${step}.zip`, bytes: new TextEncoder().encode(body) };
+    },
+    async importCheckpoint(bytes) {
+      log('importCheckpoint', bytes.length);
+      let data: { step: number; config: TrainConfig; history: MetricsWire[] };
+      try {
+        data = JSON.parse(new TextDecoder().decode(bytes)) as typeof data;
+      } catch {
+        throw new FakeUserError('This file is not a checkpoint zip.');
+      }
+      step = data.step;
+      config = validateConfig(data.config);
+      history = data.history;
+      state = 'paused';
+      emit({ type: 'status', status: status() });
+      return { step, historyLength: history.length, config: config as unknown as TrainConfigWire };
+    },
+    async exportMetrics(format) {
+      log('exportMetrics', format);
+      if (format === 'json') return JSON.stringify(history);
+      const keys = Object.keys(history[0] ?? { step: 0 });
+      return [keys.join(','), ...history.map((m) => keys.map((k) => m[k]).join(','))].join('\n');
+    },
+    async history() {
+      return history.map((m) => ({ ...m }));
+    },
+    async exportTrlConfig() {
+      log('exportTrlConfig');
+      return JSON.stringify({ learning_rate: config.learningRate, kl_coef: config.klCoef }, null, 2);
+    },
+    async init(pref) {
+      log('init', pref);
+      return {
+        backend: pref === 'auto' ? 'wasm' : pref,
+        adapter: { vendor: 'google', architecture: 'swiftshader', description: '', isSoftware: true },
+        notice: null,
+      };
+    },
+    async setBackend(pref) {
+      return fake.init(pref);
+    },
+    async loadModel(source) {
+      log('loadModel', source);
+      emit({ type: 'progress', task: 'download', fraction: 1, message: 'Loaded' });
+      const name =
+        source.kind === 'builtin'
+          ? 'tiny'
+          : source.kind === 'hub'
+            ? source.repo
+            : source.kind === 'url'
+              ? source.baseUrl
+              : 'uploaded:model';
+      config = validateConfig({ ...config, model: name });
+      dropRun();
+      emit({ type: 'status', status: status() });
+      return {
+        label: source.kind === 'builtin' ? 'built-in tiny' : name,
+        n_layer: 2,
+        n_embd: 64,
+        n_head: 2,
+        vocab_size: 259,
+        n_positions: 128,
+        params: 120_000,
+        tokenizer: 'bytes',
+      };
+    },
+    async generate(req) {
+      return {
+        text: ' good',
+        tokens: [1],
+        tokenTexts: [' good'],
+        logprobs: [-1],
+        promptTokens: req.prompt.length,
+        tokensPerSecond: 100,
+        millis: 10,
+      };
+    },
+    async memory() {
+      return { numTensors: 42 + step, numBytes: 1024 * 1024, backend: 'wasm' };
+    },
+    async forwardLogits() {
+      return [];
+    },
+  };
+  return fake;
+}

@@ -1,0 +1,84 @@
+/**
+ * Names the UI offers. The task and reward lists mirror src/core/tasks (TASK_NAMES) and
+ * src/core/reward/functions.ts (BUILTIN_REWARD_NAMES), which the UI must not import (they pull in the
+ * sentiment lexicon); tests/ui-catalog.test.ts checks that the lists stay equal.
+ */
+import type { ConfigKey, FieldGroup } from '../../core/config';
+import type { ModelSource } from '../../worker/protocol';
+
+export const TASKS: readonly { name: string; label: string; doc: string }[] = [
+  { name: 'sentiment', label: 'Sentiment', doc: 'continue movie-review openings; reward: positive words' },
+  { name: 'length', label: 'Length', doc: 'reward: a response of the target length (20 characters)' },
+  { name: 'keywords', label: 'Keywords', doc: 'reward: +1 per wanted keyword, −1 per unwanted one' },
+  { name: 'arithmetic', label: 'Arithmetic', doc: 'prompts like "3+4="; reward: the right sum' },
+];
+
+export const REWARD_NAMES: readonly { name: string; doc: string }[] = [
+  { name: 'sentiment', doc: 'AFINN sentiment of the response, in (−1, 1)' },
+  { name: 'length', doc: '0 at the target length, negative away from it' },
+  { name: 'keywords', doc: '+1 per wanted keyword, −1 per unwanted one' },
+  { name: 'arithmetic', doc: '1 for the right sum, 0.1 for a wrong number' },
+];
+
+export interface ModelChoice {
+  /** The config `model` value this choice stands for. */
+  id: string;
+  label: string;
+  note: string;
+}
+
+export const MODEL_CHOICES: readonly ModelChoice[] = [
+  { id: 'tiny', label: 'Built-in tiny', note: 'a few hundred kB; trains in seconds' },
+  { id: 'distilbert/distilgpt2', label: 'DistilGPT-2 (Hub)', note: '82M parameters, ~330 MB download' },
+  { id: 'openai-community/gpt2', label: 'GPT-2 (Hub)', note: '124M parameters, ~550 MB download' },
+];
+
+const HUB_ID = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
+
+/** The worker source for a config `model` value: a built-in preset, a Hub repo id (`repo@revision`), or a URL. */
+export function modelSourceFor(model: string): ModelSource {
+  if (model === 'tiny') return { kind: 'builtin', name: 'tiny' };
+  const [repo, revision] = model.split('@');
+  if (HUB_ID.test(repo) && !/^https?:/.test(model)) {
+    return revision ? { kind: 'hub', repo, revision } : { kind: 'hub', repo };
+  }
+  return { kind: 'url', baseUrl: model };
+}
+
+/** Charts: the four headline ones first, then the rest. `key` is a metric name of src/core/ppo/metrics.ts. */
+export const CHARTS: readonly { key: string; title: string; headline: boolean }[] = [
+  { key: 'reward', title: 'Reward', headline: true },
+  { key: 'kl', title: 'KL', headline: true },
+  { key: 'clipFrac', title: 'Clip fraction', headline: true },
+  { key: 'valueLoss', title: 'Value loss', headline: true },
+  { key: 'entropy', title: 'Entropy', headline: false },
+  { key: 'approxKl', title: 'Approx KL', headline: false },
+  { key: 'explainedVariance', title: 'Explained variance', headline: false },
+  { key: 'responseLength', title: 'Response length', headline: false },
+  { key: 'klCoef', title: 'KL coefficient', headline: false },
+  { key: 'tokensPerSecond', title: 'Tokens per second', headline: false },
+];
+
+/** Config keys with their own panels (data, model, reward) rather than the hyperparameter column. */
+export const SETUP_KEYS: readonly ConfigKey[] = ['model', 'task', 'prompts', 'reward'];
+
+export const GROUP_TITLES: Record<FieldGroup, string> = {
+  setup: 'Run',
+  optimiser: 'Optimiser',
+  ppo: 'PPO',
+  kl: 'KL penalty',
+  advantages: 'Advantages',
+  sampling: 'Sampling',
+};
+
+/** The hyperparameter column's order: what people reach for first on top. */
+export const GROUP_ORDER: readonly FieldGroup[] = [
+  'optimiser',
+  'kl',
+  'ppo',
+  'advantages',
+  'sampling',
+  'setup',
+];
+
+export const DEFAULT_REWARD_CODE = "return sample.response.includes('good') ? 1 : 0;";

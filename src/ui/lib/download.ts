@@ -1,0 +1,44 @@
+/** Saving bytes or text as a file the browser downloads (a Blob URL on an <a download>), and reading picks. */
+export function downloadFile(name: string, data: Uint8Array | string, type: string): void {
+  const blob = new Blob([data as BlobPart], { type });
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = name;
+  a.style.display = 'none';
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  // Revoking at once can cancel the download in some browsers; a minute is plenty.
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+/** The browser cannot hold one file over this in an ArrayBuffer reliably (the worker refuses them too). */
+export const MAX_PICKED_FILE_BYTES = 2 * 1024 ** 3;
+
+/** The model files the worker reads, out of a pick or a whole folder. */
+export function isModelFile(name: string): boolean {
+  return /(^|\/)(config\.json|model\.safetensors)$/.test(name);
+}
+
+/**
+ * Picked files as named bytes. A folder pick keeps the folder in the name (`my-model/config.json`, from
+ * webkitRelativePath), which the worker uses as the model's label. Over-large files are refused before reading.
+ */
+export async function readPickedFiles(files: File[]): Promise<{ name: string; bytes: Uint8Array }[]> {
+  const big = files.find((f) => f.size > MAX_PICKED_FILE_BYTES);
+  if (big) {
+    throw Object.assign(
+      new Error(
+        `${big.name} is ${(big.size / 1024 ** 3).toFixed(1)} GB, over the 2 GB a browser can read at once.`,
+      ),
+      { name: 'UserError' },
+    );
+  }
+  return Promise.all(
+    files.map(async (f) => ({
+      name: f.webkitRelativePath || f.name,
+      bytes: new Uint8Array(await f.arrayBuffer()),
+    })),
+  );
+}

@@ -1,0 +1,67 @@
+/**
+ * The samples heatmap's colour scale (TensorFlow Playground's palette: orange for negative, blue for positive).
+ * Advantage and KL are signed and use a diverging scale around 0, symmetric over the batch; log-probability is
+ * ≤ 0 and uses a sequential one, white for a sure token, orange for a surprising one.
+ */
+import type { TokenView } from '../../worker/protocol';
+
+export type HeatmapMode = 'advantage' | 'kl' | 'logprob';
+
+export const HEATMAP_MODES: readonly { value: HeatmapMode; label: string; doc: string }[] = [
+  { value: 'advantage', label: 'Advantage', doc: 'blue: better than expected, orange: worse' },
+  { value: 'kl', label: 'KL', doc: 'per-token KL to the reference; blue: more likely than the reference' },
+  { value: 'logprob', label: 'Log-prob', doc: 'white: a sure token, orange: a surprising one' },
+];
+
+export interface HeatScale {
+  mode: HeatmapMode;
+  /** Diverging: values are divided by this (> 0). Sequential: the most negative log-prob (< 0). */
+  extent: number;
+}
+
+type Rgb = readonly [number, number, number];
+const WHITE: Rgb = [255, 255, 255];
+const BLUE: Rgb = [8, 119, 189];
+const ORANGE: Rgb = [245, 147, 34];
+const MISSING = 'rgb(221, 221, 221)';
+
+export function tokenValue(t: TokenView, mode: HeatmapMode): number {
+  return mode === 'advantage' ? t.advantage : mode === 'kl' ? t.kl : t.logprob;
+}
+
+/** The scale for a batch of token lists: symmetric max |value| (diverging) or the lowest log-prob. */
+export function heatScale(tokenLists: readonly (readonly TokenView[])[], mode: HeatmapMode): HeatScale {
+  let extent = 0;
+  for (const tokens of tokenLists) {
+    for (const t of tokens) {
+      const v = tokenValue(t, mode);
+      if (!Number.isFinite(v)) continue;
+      extent = mode === 'logprob' ? Math.min(extent, v) : Math.max(extent, Math.abs(v));
+    }
+  }
+  if (mode === 'logprob') return { mode, extent: Math.min(extent, -1e-6) };
+  return { mode, extent: Math.max(extent, 1e-6) };
+}
+
+function mixColor(a: Rgb, b: Rgb, t: number): string {
+  const c = a.map((x, i) => Math.round(x + (b[i] - x) * t));
+  return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
+}
+
+/** The background colour of one value: white at 0, full colour at the scale's extent (clamped beyond). */
+export function heatColor(value: number, scale: HeatScale): string {
+  if (!Number.isFinite(value)) return MISSING;
+  if (scale.mode === 'logprob') {
+    const t = Math.min(Math.max(value / scale.extent, 0), 1);
+    return mixColor(WHITE, ORANGE, t);
+  }
+  const t = Math.min(Math.max(value / scale.extent, -1), 1);
+  return t >= 0 ? mixColor(WHITE, BLUE, t) : mixColor(WHITE, ORANGE, -t);
+}
+
+/** Dark text on light cells, white text on saturated ones. */
+export function heatTextColor(value: number, scale: HeatScale): string {
+  if (!Number.isFinite(value)) return '#1d2430';
+  const t = Math.abs(value / scale.extent);
+  return t > 0.65 ? '#ffffff' : '#1d2430';
+}

@@ -1,0 +1,45 @@
+/**
+ * Reading what the person picked, refusing what is too big before reading it whole (a multi-gigabyte file must
+ * be a message, not a frozen tab): model folders and checkpoint zips.
+ */
+import { isModelFile, MAX_PICKED_FILE_BYTES } from './download';
+
+const gb = (n: number) => `${(n / 1024 ** 3).toFixed(1)} GB`;
+
+function userError(message: string): Error {
+  return Object.assign(new Error(message), { name: 'UserError' });
+}
+
+/**
+ * A model folder pick for loadModel({kind: 'files'}): only config.json and model.safetensors are read (and
+ * size-checked); every other file is passed by name with no bytes, so the worker can say why a folder with
+ * only pytorch_model.bin cannot load, without reading a pickle it would never use.
+ */
+export async function readModelPick(files: File[]): Promise<{ name: string; bytes: Uint8Array }[]> {
+  const name = (f: File) => f.webkitRelativePath || f.name;
+  const big = files.find((f) => isModelFile(name(f)) && f.size > MAX_PICKED_FILE_BYTES);
+  if (big) {
+    throw userError(
+      `${name(big)} is ${gb(big.size)}, over the 2 GB a browser can read at once; choose a smaller model.`,
+    );
+  }
+  return Promise.all(
+    files.map(async (f) => ({
+      name: name(f),
+      bytes: isModelFile(name(f)) ? new Uint8Array(await f.arrayBuffer()) : new Uint8Array(0),
+    })),
+  );
+}
+
+/** A checkpoint zip for importCheckpoint, refused before reading when it is over what the browser can hold. */
+export async function readZipPick(file: File, limit = MAX_PICKED_FILE_BYTES): Promise<Uint8Array> {
+  if (file.size > limit) {
+    throw userError(
+      `${file.name} is ${gb(file.size)}, over the ${gb(limit)} a browser can read at once; a PPO Playground ` +
+        'checkpoint of a model this page can train is smaller. Is it the right file?',
+    );
+  }
+  if (file.size === 0)
+    throw userError(`${file.name} is empty; choose a checkpoint .zip exported by PPO Playground.`);
+  return new Uint8Array(await file.arrayBuffer());
+}

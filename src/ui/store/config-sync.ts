@@ -1,0 +1,169 @@
+/**
+ * Getting the config the person edits to the worker: live keys of a started run go to `setHyperparameters`
+ * (gathered for a moment while a slider moves), everything else `configure`s the next run, and a non-live key
+ * changed during a run waits for Reset ("applies on reset").
+ */
+import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../../core/config';
+import type { RunStatus, TrainConfigWire } from '../../worker/protocol';
+import { describeError } from '../errors';
+import type { SliceContext } from './context';
+
+export function sameValue(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+/**
+ * The config as `configure` wants it: every key, null for the optional ones left out (the worker merges over
+ * its current config, so an absent key would keep an old reward or prompt list).
+ */
+export function toWire(config: TrainConfig): TrainConfigWire {
+  const wire: TrainConfigWire = {};
+  for (const k of Object.keys(CONFIG_FIELDS) as ConfigKey[]) wire[k] = config[k] ?? null;
+  return wire;
+}
+
+/**
+ * The edited config after the worker's config moved from `before` to `after`: keys the worker changed by
+ * itself (a loaded model, a trained reward model, an import) are taken, unless the person has an edit of
+ * that key still on its way or waiting for Reset.
+ */
+export function mergeWorkerConfig(
+  edited: TrainConfig,
+  before: TrainConfigWire | undefined,
+  after: TrainConfigWire,
+): TrainConfig {
+  if (!before) return edited;
+  let out: Record<string, unknown> | null = null;
+  for (const k of Object.keys(CONFIG_FIELDS) as ConfigKey[]) {
+    const was = before[k] ?? null;
+    const now = after[k] ?? null;
+    if (sameValue(was, now) || !sameValue(edited[k] ?? null, was)) continue;
+    out ??= { ...edited };
+    if (now === null && CONFIG_FIELDS[k].type !== 'string' && CONFIG_FIELDS[k].type !== 'stopToken')
+      delete out[k];
+    else out[k] = now;
+  }
+  return (out as unknown as TrainConfig | null) ?? edited;
+}
+
+/** A run has begun once a step ran or it is running: from then on only live keys reach it. */
+export function runStarted(run: RunStatus | null): boolean {
+  return run !== null && (run.step > 0 || run.state !== 'idle');
+}
+
+/** Why the config cannot be used, or null. */
+export function configProblem(config: TrainConfig): string | null {
+  try {
+    validateConfig(config, 'settings');
+    return null;
+  } catch (e) {
+    return e instanceof Error ? e.message : String(e);
+  }
+}
+
+/** The keys whose value differs between the edited config and the one in force. */
+export function pendingKeys(config: TrainConfig, inForce: TrainConfigWire | undefined): ConfigKey[] {
+  if (!inForce) return [];
+  return (Object.keys(CONFIG_FIELDS) as ConfigKey[]).filter(
+    (k) => !sameValue(config[k] ?? null, inForce[k] ?? null),
+  );
+}
+
+export function createConfigSync(ctx: SliceContext) {
+  let livePatch: Record<string, unknown> = {};
+  let liveTimer: ReturnType<typeof setTimeout> | null = null;
+  let configureTimer: ReturnType<typeof setTimeout> | null = null;
+  let inFlight: Promise<void> = Promise.resolve();
+
+  const chain = (job: () => Promise<void>) => {
+    inFlight = inFlight.then(job, job);
+    return inFlight;
+  };
+
+  const sendLive = () =>
+    chain(async () => {
+      liveTimer = null;
+      const patch = livePatch;
+      livePatch = {};
+      if (Object.keys(patch).length === 0) return;
+      try {
+        ctx.adoptRun(await ctx.api.setHyperparameters(patch));
+      } catch (e) {
+        // Show the problem and put the controls back to what the job really uses.
+        const inForce = ctx.get().run?.config ?? {};
+        const config = { ...ctx.get().config } as Record<string, unknown>;
+        for (const k of Object.keys(patch)) config[k] = inForce[k];
+        ctx.set({ error: describeError(e), config: config as unknown as TrainConfig });
+      }
+    });
+
+  const sendConfigure = () =>
+    chain(async () => {
+      configureTimer = null;
+      const { config } = ctx.get();
+      if (configProblem(config) !== null) return;
+      try {
+        ctx.adoptRun(await ctx.api.configure(toWire(config)));
+      } catch (e) {
+        ctx.set({ error: describeError(e) });
+      }
+    });
+
+  const later = (fn: () => Promise<void>) =>
+    setTimeout(() => {
+      void fn();
+    }, ctx.opts.sendDelayMs);
+
+  return {
+    /** The config changed: tell the worker what it may hear now. */
+    changed(key: ConfigKey, value: unknown): void {
+      const { run, configProblem: problem } = ctx.get();
+      if (runStarted(run)) {
+        // The worker checks a live patch against the config in force; other keys wait for Reset.
+        if (!CONFIG_FIELDS[key].live) return;
+        livePatch[key] = value === undefined ? null : value;
+        if (ctx.opts.sendDelayMs <= 0) void sendLive();
+        else liveTimer ??= later(sendLive);
+        return;
+      }
+      if (problem !== null) return;
+      if (ctx.opts.sendDelayMs <= 0) void sendConfigure();
+      else {
+        if (configureTimer) clearTimeout(configureTimer);
+        configureTimer = later(sendConfigure);
+      }
+    },
+    /** Send what is gathered and wait for the worker's answers. */
+    async flush(): Promise<void> {
+      if (liveTimer) {
+        clearTimeout(liveTimer);
+        void sendLive();
+      }
+      if (configureTimer) {
+        clearTimeout(configureTimer);
+        void sendConfigure();
+      }
+      await inFlight;
+    },
+    /** Configure the worker with the edited config now, when it differs from the one in force. */
+    async configureNow(force = false): Promise<boolean> {
+      await this.flush();
+      const { config, run } = ctx.get();
+      const problem = configProblem(config);
+      if (problem !== null) {
+        ctx.set({ error: problem });
+        return false;
+      }
+      if (!force && run && pendingKeys(config, run.config).length === 0) return true;
+      try {
+        ctx.adoptRun(await ctx.api.configure(toWire(config)));
+        return true;
+      } catch (e) {
+        ctx.set({ error: describeError(e) });
+        return false;
+      }
+    },
+  };
+}
+
+export type ConfigSync = ReturnType<typeof createConfigSync>;

@@ -1,0 +1,25 @@
+import type { ModelWorker } from '../bridge';
+import type { RunStatus } from '../../worker/protocol';
+import type { PlaygroundData, PlaygroundState } from './types';
+
+/** What the store's parts share: the worker, state access and the environment's side effects. */
+export interface StoreOptions {
+  /** The URL hash to read the config from (default: the page's). */
+  hash?: string;
+  /** Where the config's hash goes on every change (default: the page's URL, without a history entry). */
+  writeHash?: (hash: string) => void;
+  /** How a file reaches the person (default: a Blob URL download). */
+  download?: (name: string, data: Uint8Array | string, type: string) => void;
+  /** Milliseconds to gather slider moves before telling the worker (0: at once). */
+  sendDelayMs?: number;
+}
+
+export interface SliceContext {
+  api: ModelWorker;
+  set: (partial: Partial<PlaygroundData>) => void;
+  get: () => PlaygroundState;
+  opts: Required<StoreOptions>;
+  refreshMemory(): Promise<void>;
+  /** Take a status the worker answered with (as if it were a status event). */
+  adoptRun(run: RunStatus): void;
+}

@@ -1,0 +1,133 @@
+/** Models, rewards and files: loading a policy, reward code and models, checkpoints and metrics in and out. */
+import { validateConfig, type TrainConfig } from '../../core/config';
+import { describeError } from '../errors';
+import { hashFor } from '../lib/url-config';
+import { configProblem } from './config-sync';
+import type { SliceContext } from './context';
+import { EMPTY_HISTORY } from './run-slice';
+import type { IoTask, PlaygroundActions } from './types';
+
+type IoActions = Pick<
+  PlaygroundActions,
+  | 'chooseModel'
+  | 'loadModel'
+  | 'editRewardCode'
+  | 'applyRewardCode'
+  | 'clearRewardCode'
+  | 'trainRewardModel'
+  | 'exportCheckpoint'
+  | 'exportMetrics'
+  | 'exportTrlConfig'
+  | 'importCheckpoint'
+>;
+
+const stepTag = (step: number | undefined) => `step-${step ?? 0}`;
+
+export function createIoActions(ctx: SliceContext): IoActions {
+  const { api, set, get } = ctx;
+
+  /** One file/reward job at a time; its error goes to the banner. */
+  const task = async (name: IoTask, job: () => Promise<void>) => {
+    if (get().ioTask !== null) return;
+    set({ ioTask: name, error: null });
+    try {
+      await job();
+    } catch (e) {
+      set({ error: describeError(e) });
+    } finally {
+      set({ ioTask: null });
+    }
+  };
+
+  return {
+    chooseModel(choice) {
+      set({ modelChoice: choice });
+    },
+
+    async loadModel(source) {
+      if (get().modelPhase === 'busy') return;
+      set({ modelPhase: 'busy', progress: null, error: null });
+      try {
+        // The worker makes it config `model` and restarts the run (its status event updates the controls).
+        const model = await api.loadModel(source);
+        set({ model, modelPhase: 'ready', progress: null });
+      } catch (e) {
+        set({ modelPhase: get().model ? 'ready' : 'error', progress: null, error: describeError(e) });
+      }
+      await ctx.refreshMemory();
+    },
+
+    editRewardCode(code) {
+      set({ rewardCode: code });
+    },
+
+    applyRewardCode: () =>
+      task('reward-code', async () => {
+        ctx.adoptRun(await api.setRewardCode(get().rewardCode));
+        set({ rewardCodeInUse: true });
+      }),
+
+    clearRewardCode: () =>
+      task('reward-code', async () => {
+        ctx.adoptRun(await api.setRewardCode(null));
+        set({ rewardCodeInUse: false });
+      }),
+
+    trainRewardModel: (jsonl) =>
+      task('reward-model', async () => {
+        set({ progress: null });
+        const report = await api.trainRewardModel(jsonl);
+        set({ rewardModel: report, progress: null });
+      }),
+
+    exportCheckpoint: () =>
+      task('export', async () => {
+        const { name, bytes } = await api.exportCheckpoint();
+        const file = name.toLowerCase().endsWith('.zip') ? name : `${name || 'checkpoint'}.zip`;
+        ctx.opts.download(file, bytes, 'application/zip');
+      }),
+
+    exportMetrics: (format) =>
+      task('metrics', async () => {
+        const text = await api.exportMetrics(format);
+        const type = format === 'csv' ? 'text/csv' : 'application/json';
+        ctx.opts.download(`ppo-metrics-${stepTag(get().run?.step)}.${format}`, text, type);
+      }),
+
+    exportTrlConfig: () =>
+      task('metrics', async () => {
+        const text = await api.exportTrlConfig();
+        ctx.opts.download('trl-ppo-config.json', text, 'application/json');
+      }),
+
+    importCheckpoint: (bytes) =>
+      task('import', async () => {
+        const summary = await api.importCheckpoint(bytes);
+        const metrics = await api.history();
+        let config = get().config;
+        try {
+          config = validateConfig(summary.config, 'checkpoint') as TrainConfig;
+        } catch {
+          // The worker accepted it; a key this UI does not know must not block the import.
+        }
+        const run = get().run;
+        // The worker's own status event may have come first; this keeps its state and sets the rest.
+        set({
+          ...EMPTY_HISTORY,
+          metrics,
+          config,
+          configProblem: configProblem(config),
+          run: {
+            steps: config.steps,
+            ...run,
+            state: run?.state ?? 'paused',
+            phase: run?.phase ?? 'idle',
+            step: summary.step,
+            config: summary.config,
+          },
+        });
+        ctx.opts.writeHash(hashFor(config));
+        await ctx.refreshMemory();
+      }),
+  };
+}

@@ -1,0 +1,173 @@
+/** The training run: the worker's events into the store, run commands, and config edits. */
+import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../core/config';
+import type { AlertView, RunStatus, TrainerEvent } from '../../worker/protocol';
+import { describeError } from '../errors';
+import { hashFor, readConfigHash } from '../lib/url-config';
+import { configProblem, mergeWorkerConfig, runStarted, type ConfigSync } from './config-sync';
+import type { SliceContext } from './context';
+import type { PlaygroundActions, PlaygroundData, RunCommand, StepSamples } from './types';
+
+/** Steps whose samples are kept for browsing. */
+export const SAMPLE_STEPS_KEPT = 50;
+/** Alerts kept (one per id). */
+const ALERTS_KEPT = 20;
+
+/** The state after a run was dropped (reset, or replaced by an import). */
+export const EMPTY_HISTORY: Pick<
+  PlaygroundData,
+  'metrics' | 'samples' | 'sampleStep' | 'alerts' | 'dismissedAlerts'
+> = { metrics: [], samples: [], sampleStep: null, alerts: [], dismissedAlerts: [] };
+
+function mergeAlerts(kept: AlertView[], fresh: AlertView[]): AlertView[] {
+  if (fresh.length === 0) return kept;
+  const ids = new Set(fresh.map((a) => a.id));
+  return [...[...fresh].reverse(), ...kept.filter((a) => !ids.has(a.id))].slice(0, ALERTS_KEPT);
+}
+
+/** The store's reaction to one worker event (pure: state in, changes out). */
+export function reduceEvent(s: PlaygroundData, e: TrainerEvent): Partial<PlaygroundData> {
+  switch (e.type) {
+    case 'status': {
+      const dropped = e.status.step === 0 && s.metrics.length > 0 && e.status.state === 'idle';
+      const config = mergeWorkerConfig(s.config, s.run?.config, e.status.config);
+      return {
+        run: e.status,
+        ...(config !== s.config ? { config, configProblem: configProblem(config) } : {}),
+        ...(e.status.model && JSON.stringify(e.status.model) !== JSON.stringify(s.model)
+          ? { model: e.status.model }
+          : {}),
+        ...(dropped ? EMPTY_HISTORY : {}),
+      };
+    }
+    case 'step': {
+      const step = e.metrics.step;
+      const last = s.metrics[s.metrics.length - 1];
+      // A step at or before the newest kept one means the run went back (import, reset): drop what follows.
+      const metrics =
+        last !== undefined && last.step >= step
+          ? [...s.metrics.filter((m) => m.step < step), e.metrics]
+          : [...s.metrics, e.metrics];
+      const entry: StepSamples = { step, samples: e.samples };
+      const samples = [...s.samples.filter((x) => x.step < step), entry].slice(-SAMPLE_STEPS_KEPT);
+      const run: RunStatus | null = s.run && { ...s.run, step: Math.max(s.run.step, step) };
+      const fresh = e.alerts.filter((a) => !s.dismissedAlerts.includes(a.id));
+      return { metrics, samples, alerts: mergeAlerts(s.alerts, fresh), run };
+    }
+    case 'progress':
+      return { progress: { task: e.task, fraction: e.fraction, message: e.message } };
+    case 'error':
+      return {
+        error: e.userError ? e.message : `Something went wrong: ${e.message}`,
+        // A failed build leaves no progress to wait for.
+        ...(s.progress?.task === 'build' ? { progress: null } : {}),
+      };
+  }
+}
+
+type RunActions = Pick<
+  PlaygroundActions,
+  | 'startRun'
+  | 'pauseRun'
+  | 'stepRun'
+  | 'resetRun'
+  | 'setConfigValue'
+  | 'hashChanged'
+  | 'setSmoothing'
+  | 'setHeatmap'
+  | 'selectSampleStep'
+  | 'dismissAlert'
+  | 'flushConfig'
+>;
+
+export function createRunActions(ctx: SliceContext, sync: ConfigSync): RunActions {
+  const { api, set, get } = ctx;
+
+  /** One run command at a time; the status it answers with is the truth. */
+  const command = async (name: RunCommand, job: () => Promise<RunStatus | null>) => {
+    if (get().command !== null && name !== 'pause') return;
+    set({ command: name, error: null });
+    try {
+      const run = await job();
+      if (run) ctx.adoptRun(run);
+    } catch (e) {
+      set({ error: describeError(e) });
+    } finally {
+      if (get().command === name) set({ command: null });
+    }
+    void ctx.refreshMemory();
+  };
+
+  const writeConfig = (config: TrainConfig) => {
+    set({ config, configProblem: configProblem(config) });
+    ctx.opts.writeHash(hashFor(config));
+  };
+
+  return {
+    startRun: () =>
+      command('start', async () => {
+        if (!runStarted(get().run) && !(await sync.configureNow())) return null;
+        await sync.flush();
+        return api.start();
+      }),
+
+    pauseRun: () => command('pause', () => api.pause()),
+
+    stepRun: () =>
+      command('step', async () => {
+        if (!runStarted(get().run) && !(await sync.configureNow())) return null;
+        await sync.flush();
+        return api.stepOnce();
+      }),
+
+    resetRun: () =>
+      command('reset', async () => {
+        // Settings that waited for the reset ("applies on reset") take effect now.
+        if (!(await sync.configureNow())) return null;
+        const run = await api.reset();
+        set({ ...EMPTY_HISTORY, progress: null });
+        return run;
+      }),
+
+    setConfigValue(key: ConfigKey, value) {
+      const next = { ...get().config } as Record<string, unknown>;
+      if (value === undefined) delete next[key];
+      else next[key] = value;
+      writeConfig(next as unknown as TrainConfig);
+      sync.changed(key, value);
+    },
+
+    hashChanged(hash) {
+      if (hash.replace(/^#/, '') === hashFor(get().config)) return;
+      const reading = readConfigHash(hash);
+      if (reading.error) {
+        set({ error: reading.error });
+        return;
+      }
+      const before = get().config;
+      set({ config: reading.config, configProblem: configProblem(reading.config) });
+      for (const key of Object.keys(CONFIG_FIELDS) as ConfigKey[]) {
+        if (JSON.stringify(before[key]) !== JSON.stringify(reading.config[key])) {
+          sync.changed(key, reading.config[key]);
+        }
+      }
+    },
+
+    setSmoothing(weight) {
+      set({ smoothing: Math.min(Math.max(weight, 0), 0.99) });
+    },
+    setHeatmap(mode) {
+      set({ heatmap: mode });
+    },
+    selectSampleStep(step) {
+      set({ sampleStep: step });
+    },
+    dismissAlert(id) {
+      const s = get();
+      set({
+        alerts: s.alerts.filter((a) => a.id !== id),
+        dismissedAlerts: [...s.dismissedAlerts.filter((x) => x !== id), id],
+      });
+    },
+    flushConfig: () => sync.flush(),
+  };
+}

@@ -1,0 +1,300 @@
+/**
+ * Keeping a run through reloads, crashes and GPU resets.
+ *
+ * Autosave: after every min(saveEvery, 10)-th step and whenever the run pauses, the run's checkpoint files go to
+ * IndexedDB through core's AutosaveSlot (one slot; a new save replaces the older one only once complete). A full
+ * disk or NaN/Inf weights keep the older save and say so. After a reload, autosaveInfo / resumeAutosave bring
+ * the run back at its step with its history.
+ *
+ * Device loss: the WebGPU device can go away (driver reset, GPU removed, `device.destroy()`); every tensor on it
+ * is gone. The worker watches `device.lost`; on a loss it pauses the run, tells the person, makes tfjs build a
+ * new WebGPU backend (or falls back to WASM when WebGPU cannot start again), restores the run from its last
+ * autosave on the new backend and carries on as it was: running again if it was running, else paused.
+ */
+import { restoreTrainer } from '../core/checkpoint';
+import { memoryFiles } from '../core/model/folder';
+import { autosaveDue, type AutosaveInfo, type AutosaveSlot } from '../core/autosave';
+import { UserError } from '../core/errors';
+import { forgetWebGpuBackend, webgpuDevice, type GpuDeviceLike } from './backend-web';
+import type { Run, RunHooks, Serial } from './run-loop';
+import type { ModelSources } from './sources';
+import type { AutosaveInfoWire, BackendReport, ReliabilityEvent, RunStatus } from './protocol';
+
+/** How long a failed step waits for `device.lost` to settle before it counts as an ordinary failure. */
+const LOSS_SETTLE_MS = 1500;
+
+type Listener = (e: ReliabilityEvent) => unknown;
+
+export interface BackendControl {
+  /** Choose the backend again with the person's preference (after tfjs forgot the lost one). */
+  reselect(): Promise<BackendReport>;
+}
+
+export class Reliability implements RunHooks {
+  private readonly listeners = new Set<Listener>();
+  enabled = true;
+  /** The last save this worker wrote or resumed (to skip saving the same step twice). */
+  private lastSaved: { runId: string; step: number } | null = null;
+  /** The WebGPU device being watched. */
+  private device: GpuDeviceLike | null = null;
+  /** Set from a loss until its recovery is done. */
+  private lost: { reason: string; message: string } | null = null;
+  private lostSignal: Promise<true> | null = null;
+  private lostAgain = false;
+
+  constructor(
+    private readonly run: Run,
+    private readonly sources: ModelSources,
+    private readonly serial: Serial,
+    private readonly backend: BackendControl,
+    readonly slot: AutosaveSlot,
+  ) {}
+
+  // ---- events ---------------------------------------------------------------------------------------------
+
+  subscribe(cb: Listener): void {
+    this.listeners.add(cb);
+  }
+
+  private emit(e: ReliabilityEvent): void {
+    for (const cb of this.listeners) {
+      try {
+        void Promise.resolve(cb(e)).catch(() => undefined);
+      } catch {
+        /* a failing listener must not stop the run */
+      }
+    }
+  }
+
+  private wire(info: AutosaveInfo | null): AutosaveInfoWire | null {
+    if (!info) return null;
+    const { step, savedAt, config, label, historyLength, bytes, runId } = info;
+    return { step, savedAt, config, label, historyLength, bytes, current: runId === this.run.runId };
+  }
+
+  // ---- autosave -------------------------------------------------------------------------------------------
+
+  async info(): Promise<AutosaveInfoWire | null> {
+    return this.wire(await this.slot.info());
+  }
+
+  async afterStep(): Promise<void> {
+    const t = this.run.trainer;
+    if (t && autosaveDue(t.step, this.run.cfg.saveEvery)) await this.saveNow();
+  }
+
+  async afterPause(): Promise<void> {
+    await this.saveNow();
+  }
+
+  async failedForDeviceLoss(): Promise<boolean> {
+    if (this.lost) return true;
+    const signal = this.lostSignal;
+    if (!signal) return false;
+    return Promise.race([signal, new Promise<false>((r) => setTimeout(() => r(false), LOSS_SETTLE_MS))]);
+  }
+
+  /** Save the run now (serial). Never throws: failures become events. */
+  async saveNow(): Promise<void> {
+    const run = this.run;
+    const t = run.trainer;
+    const runId = run.runId;
+    if (!this.enabled || this.lost || !t || !runId || t.step === 0) return;
+    if (this.lastSaved?.runId === runId && this.lastSaved.step === t.step) return;
+    const result = await this.slot.save(
+      {
+        step: t.step,
+        config: JSON.parse(JSON.stringify(t.cfg)) as Record<string, unknown>,
+        label: run.model?.label ?? t.cfg.model,
+        runId,
+        historyLength: t.history.length,
+      },
+      async () => (await run.checkpoint()).files,
+    );
+    if (result.ok) {
+      this.lastSaved = { runId, step: result.info.step };
+      this.emit({ type: 'autosaved', info: this.wire(result.info)! });
+      return;
+    }
+    // Reading the weights off a GPU that just went away fails too: recovery tells that story.
+    if (result.reason === 'failed' && (await this.failedForDeviceLoss())) return;
+    this.emit({
+      type: 'autosave-failed',
+      reason: result.reason,
+      message: result.message,
+      kept: this.wire(result.kept),
+    });
+    // NaN/Inf weights already raise the trainer's own alerts; storage failures are news to the person.
+    if (result.reason !== 'nonfinite') run.emit({ type: 'error', message: result.message, userError: true });
+  }
+
+  /** Continue the autosaved run (serial): restored first, so a failure leaves the current run as it was. */
+  async resume(): Promise<RunStatus> {
+    const saved = await this.slot.load();
+    if (!saved) {
+      throw new UserError(
+        'There is no autosaved run in this browser to resume; start a run, or import a checkpoint.',
+      );
+    }
+    const run = this.run;
+    run.pause();
+    const { info, files } = saved;
+    const t = await restoreTrainer(
+      memoryFiles(`autosave (step ${info.step})`, files),
+      this.sources.resources(),
+    );
+    run.dropTrainer();
+    run.disposeLm();
+    run.adopt(t, info.label, info.runId);
+    run.state = 'paused';
+    run.phase = 'idle';
+    this.lastSaved = { runId: info.runId, step: t.step };
+    return run.emitStatus();
+  }
+
+  async discard(): Promise<void> {
+    await this.slot.discard();
+    this.lastSaved = null;
+  }
+
+  // ---- device loss ----------------------------------------------------------------------------------------
+
+  /** Watch the current WebGPU device (call after every backend choice). */
+  watchDevice(): void {
+    const device = webgpuDevice();
+    if (!device || device === this.device) return;
+    this.device = device;
+    this.lostSignal = device.lost.then((info) => {
+      this.onLost(device, info ?? {});
+      return true as const;
+    });
+  }
+
+  /** True between a loss and the end of its recovery. */
+  get deviceTrouble(): boolean {
+    return this.lost !== null;
+  }
+
+  /** Test hook: lose the device now. */
+  loseDevice(): void {
+    const device = webgpuDevice();
+    if (!device) {
+      throw new UserError('debugLoseDevice: the worker is not on WebGPU, so there is no GPU device to lose.');
+    }
+    this.watchDevice();
+    device.destroy();
+  }
+
+  private onLost(device: GpuDeviceLike, info: { reason?: string; message?: string }): void {
+    if (device !== this.device) {
+      // An older device (the backend was switched away from WebGPU earlier): make tfjs build a new one when
+      // WebGPU is chosen again; nothing of the run lives there.
+      forgetWebGpuBackend();
+      return;
+    }
+    this.device = null;
+    this.lostSignal = null;
+    if (this.lost) {
+      // Lost again while recovering: the recovery in progress starts over when it ends.
+      this.lostAgain = true;
+      return;
+    }
+    const reason = info.reason ?? 'unknown';
+    const detail = info.message ? ` (${info.message.replace(/\.$/, '')})` : '';
+    this.lost = { reason, message: info.message ?? '' };
+    const run = this.run;
+    const wasRunning = run.state === 'running';
+    const hadRun = run.trainer !== null;
+    if (wasRunning) run.pause();
+    const message =
+      `The GPU stopped working for this page${detail}: WebGPU lost its device (a driver reset, a GPU switch, or ` +
+      `too long in the background). Nothing you made is lost: ` +
+      (hadRun
+        ? 'the app rebuilds the GPU backend and continues the run from its last autosave.'
+        : 'the app rebuilds the GPU backend and reloads the model.');
+    this.emit({ type: 'device-lost', message, reason });
+    run.emit({ type: 'error', message, userError: true });
+    run.progress('recover', null, 'Rebuilding the GPU backend…');
+    void this.serial(() => this.recover(wasRunning)).catch(() => undefined);
+  }
+
+  /** Rebuild the backend and restore the run (serial). */
+  private async recover(wasRunning: boolean): Promise<void> {
+    const run = this.run;
+    const runId = run.runId;
+    const lostAt = run.trainer?.step ?? null;
+    const hadLm = run.hasLm;
+    const label = run.model?.label ?? run.cfg.model;
+    try {
+      try {
+        run.dropTrainer();
+      } catch {
+        /* tensors of a lost device: nothing to free on the GPU */
+      }
+      try {
+        run.disposeLm();
+      } catch {
+        /* as above */
+      }
+      forgetWebGpuBackend();
+      const report = await this.backend.reselect();
+      const on = report.backend === 'webgpu' ? 'WebGPU' : report.backend.toUpperCase();
+
+      let fromStep: number | null = null;
+      let what: string;
+      if (lostAt !== null && runId) {
+        const saved = await this.slot.load().catch(() => null);
+        if (saved && saved.info.runId === runId) {
+          const t = await restoreTrainer(
+            memoryFiles(`autosave (step ${saved.info.step})`, saved.files),
+            this.sources.resources(),
+          );
+          run.adopt(t, saved.info.label, runId);
+          this.lastSaved = { runId, step: t.step };
+          fromStep = t.step;
+          run.state = 'paused';
+          const redo =
+            lostAt > t.step
+              ? ` (step${lostAt - t.step > 1 ? 's' : ''} ${t.step + 1}–${lostAt} are redone)`
+              : '';
+          what = `the run continues from its autosave at step ${t.step}${redo}`;
+        } else {
+          run.state = 'idle';
+          what = 'this run had no autosave yet, so it starts again from step 0';
+        }
+      } else {
+        run.state = run.trainer ? 'paused' : 'idle';
+        if (hadLm) await run.generator();
+        what = hadLm ? `${label} is loaded again` : 'nothing needed restoring';
+      }
+      run.phase = 'idle';
+      if (this.lostAgain) {
+        this.lostAgain = false;
+        void this.serial(() => this.recover(wasRunning)).catch(() => undefined);
+        return;
+      }
+      this.lost = null;
+      const status = run.emitStatus();
+      const fell = report.backend !== 'webgpu' && report.notice ? ` ${report.notice}` : '';
+      const message = `Recovered from the GPU loss on ${on}: ${what}.${fell}`;
+      run.progress('recover', 1, message);
+      let after = status;
+      if (wasRunning && lostAt !== null && (!run.trainer || run.trainer.step < run.cfg.steps)) {
+        after = run.start();
+      }
+      this.emit({ type: 'recovered', message, backend: report, status: after, fromStep });
+    } catch (e) {
+      this.lost = null;
+      this.lostAgain = false;
+      run.state = run.trainer ? 'paused' : 'idle';
+      run.phase = 'idle';
+      const why = e instanceof Error ? e.message : String(e);
+      const message =
+        `The app could not recover from the GPU loss (${why}). Reload the page; your last autosave will be ` +
+        'offered there.';
+      this.emit({ type: 'recovery-failed', message });
+      run.emit({ type: 'error', message, userError: true });
+      run.emitStatus();
+    }
+  }
+}

@@ -1,0 +1,91 @@
+/**
+ * Memory before loading (src/worker/device-limits.ts, src/core/hub.ts): a model is refused with words, from its
+ * config.json alone, when the backend cannot hold it — GPT-2's wte over a 128 MiB WebGPU storage binding, a
+ * training state over the WASM heap or over the device-memory budget.
+ */
+import { describe, it, expect } from 'vitest';
+import { parseGPT2Config } from '../src/core/model/config';
+import { checkTrainingMemory, countParams } from '../src/core/hub';
+import { checkDeviceLimits, largestTensor, WASM_HEAP_BYTES } from '../src/worker/device-limits';
+import { isUserError } from '../src/core/errors';
+
+const gpt2 = parseGPT2Config({ vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12 });
+const distil = parseGPT2Config({ vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 6, n_head: 12 });
+const tiny = parseGPT2Config({
+  vocab_size: 258,
+  n_positions: 256,
+  n_embd: 160,
+  n_layer: 4,
+  n_head: 4,
+  tokenizer: 'bytes',
+  bos_token_id: 256,
+  eos_token_id: 256,
+});
+const MiB = 1024 ** 2;
+
+function messageOf(f: () => void): string {
+  try {
+    f();
+  } catch (e) {
+    expect(isUserError(e)).toBe(true);
+    return (e as Error).message;
+  }
+  return '';
+}
+
+describe('memory and device limits, before loading', () => {
+  it("finds GPT-2's largest tensor: wte, 50257 × 768 float32", () => {
+    expect(largestTensor(gpt2)).toEqual({ name: 'wte.weight', shape: [50257, 768], bytes: 50257 * 768 * 4 });
+    expect(countParams(gpt2)).toBe(124_439_808);
+  });
+
+  it('WebGPU: refuses GPT-2 where one storage binding is limited to 128 MiB, accepts it with 256 MiB', () => {
+    const limited = {
+      backend: 'webgpu' as const,
+      maxStorageBufferBindingSize: 128 * MiB,
+      maxBufferSize: 256 * MiB,
+    };
+    const msg = messageOf(() => checkDeviceLimits(gpt2, 'openai-community/gpt2', limited));
+    expect(msg).toMatch(
+      /^openai-community\/gpt2 cannot run on this GPU with WebGPU: its largest weight, wte\.weight \[50257 × 768\], takes 147 MiB, over this device's 128 MiB limit for one buffer \(maxStorageBufferBindingSize\)/,
+    );
+    expect(msg).toMatch(/Choose the WASM backend/);
+    expect(
+      messageOf(() =>
+        checkDeviceLimits(gpt2, 'gpt2', { ...limited, maxStorageBufferBindingSize: 256 * MiB }),
+      ),
+    ).toBe('');
+    expect(
+      messageOf(() =>
+        checkDeviceLimits(gpt2, 'gpt2', {
+          ...limited,
+          maxStorageBufferBindingSize: 1024 * MiB,
+          maxBufferSize: 100 * MiB,
+        }),
+      ),
+    ).toMatch(/\(maxBufferSize\)/);
+    expect(messageOf(() => checkDeviceLimits(tiny, 'built-in tiny', limited))).toBe('');
+    expect(messageOf(() => checkDeviceLimits(gpt2, 'gpt2', null))).toBe('');
+  });
+
+  it("WASM: GPT-2's training state (4 GB) is over the 4 GB heap; distilgpt2 fits", () => {
+    const wasm = { backend: 'wasm' as const, heapBytes: WASM_HEAP_BYTES };
+    expect(messageOf(() => checkDeviceLimits(gpt2, 'gpt2', wasm))).toMatch(
+      /^gpt2 has 124\.4 M parameters; training it needs about 3\.7 GB .* more than the WASM backend can hold/,
+    );
+    expect(messageOf(() => checkDeviceLimits(distil, 'distilgpt2', wasm))).toBe('');
+    // Loading GPT-2 to generate with is fine (0.5 GB of weights); a 3 B-parameter-sized one is not.
+    expect(messageOf(() => checkDeviceLimits(gpt2, 'gpt2', wasm, 'load'))).toBe('');
+    const huge = parseGPT2Config({ vocab_size: 50257, n_positions: 1024, n_embd: 2560, n_layer: 32, n_head: 32 });
+    expect(messageOf(() => checkDeviceLimits(huge, 'huge', wasm, 'load'))).toMatch(
+      /^huge has 2\d{3}\.\d M parameters \(\d+\.\d GB of weights\), more than the WASM backend can hold/,
+    );
+  });
+
+  it('the device-memory budget refuses with the numbers', () => {
+    expect(messageOf(() => checkTrainingMemory(gpt2, 'gpt2', 2 * 1024 ** 3))).toMatch(
+      /^gpt2 has 124\.4 M parameters; training it needs about 3\.7 GB .* over the 2\.0 GB budget here/,
+    );
+    expect(checkTrainingMemory(tiny, 'tiny', 2 * 1024 ** 3).params).toBeGreaterThan(1e6);
+  });
+});

@@ -1,0 +1,126 @@
+/** Components rendered to HTML in Node (react-dom/server): names and structure the e2e tests and people rely on. */
+import { describe, expect, it } from 'vitest';
+import { renderToString } from 'react-dom/server';
+import type { ReactNode } from 'react';
+import type { ModelWorker } from '../src/ui/bridge';
+import { createFakeWorker } from '../src/ui/dev/fake-worker';
+import { createPlaygroundStore, type PlaygroundStore } from '../src/ui/store/store';
+import { StoreContext } from '../src/ui/store/hooks';
+import { MetricChart } from '../src/ui/components/MetricChart';
+import { ConfigControl } from '../src/ui/components/ConfigControl';
+import { HyperparameterPanel } from '../src/ui/components/HyperparameterPanel';
+import { TopBar } from '../src/ui/components/TopBar';
+import { SamplesPanel } from '../src/ui/components/SamplesPanel';
+import { App } from '../src/ui/App';
+import { CONFIG_FIELDS, CONFIG_KEYS } from '../src/core/config';
+import { SETUP_KEYS } from '../src/ui/lib/catalog';
+
+function storeWith(hash = ''): PlaygroundStore {
+  return createPlaygroundStore(createFakeWorker() as unknown as ModelWorker, 'auto', {
+    hash,
+    writeHash: () => {},
+    sendDelayMs: 0,
+  });
+}
+
+/** Server rendering reads the store's initial state (zustand's server snapshot): make that the current one. */
+function html(store: PlaygroundStore, node: ReactNode): string {
+  store.getInitialState = () => store.getState();
+  return renderToString(<StoreContext.Provider value={store}>{node}</StoreContext.Provider>);
+}
+
+describe('components', () => {
+  it('a chart is a <figure> named by its caption, with the newest value', () => {
+    const store = storeWith();
+    store.setState({
+      metrics: [
+        { step: 1, klCoef: 0.05 },
+        { step: 2, klCoef: 0.25 },
+      ],
+    });
+    const out = html(store, <MetricChart metric="klCoef" title="KL coefficient" />);
+    const labelledBy = /<figure[^>]*aria-labelledby="([^"]+)"/.exec(out)?.[1];
+    expect(labelledBy).toBeTruthy();
+    expect(out).toContain(`<figcaption id="${labelledBy}"`);
+    expect(out).toMatch(/<figcaption[^>]*>KL coefficient<\/figcaption>/);
+    expect(out).toMatch(/data-testid="chart-latest"[^>]*>0.25</);
+  });
+
+  it('a number control has a slider named by its key, the doc line and the range', () => {
+    const out = html(storeWith('#klCoef=0.2'), <ConfigControl name="klCoef" />);
+    expect(out).toMatch(/<label[^>]*>klCoef<\/label>/);
+    expect(out).toContain('type="range"');
+    expect(out).toContain('aria-label="klCoef value"');
+    expect(out).toContain('value="0.2"');
+    expect(out).toContain(CONFIG_FIELDS.klCoef.doc.replace(/'/g, '&#x27;').slice(0, 30));
+    expect(out).toContain('a number from 0 to 10');
+  });
+
+  it('every config key has a control somewhere (hyperparameters, or the data/model/reward cards)', () => {
+    const out = html(storeWith(), <HyperparameterPanel />);
+    for (const k of CONFIG_KEYS) {
+      if (SETUP_KEYS.includes(k)) continue;
+      expect(out, k).toContain(`data-key="${k}"`);
+    }
+  });
+
+  it('a non-live key edited during a run says "applies on reset"', () => {
+    const store = storeWith('#batchSize=2&miniBatches=1');
+    const run = {
+      state: 'paused' as const,
+      phase: 'idle' as const,
+      step: 3,
+      steps: 100,
+      config: { ...store.getState().config } as Record<string, unknown>,
+    };
+    store.setState({ run, config: { ...store.getState().config, batchSize: 4 } });
+    const out = html(store, <ConfigControl name="batchSize" />);
+    expect(out).toContain('applies on reset');
+    expect(out).toContain('control-waiting');
+    expect(html(store, <ConfigControl name="klCoef" />)).not.toContain('applies on reset');
+  });
+
+  it('the top bar has Start, Pause, Step and Reset, and "Step N"', () => {
+    const store = storeWith();
+    store.setState({ run: { state: 'idle', phase: 'idle', step: 12, steps: 1000, config: {} } });
+    const out = html(store, <TopBar />);
+    for (const name of ['Start', 'Pause', 'Step', 'Reset'])
+      expect(out).toMatch(new RegExp(`</svg>${name}</button>`));
+    expect(out).toMatch(/data-testid="step-counter"[^>]*>Step <!-- -->12</);
+  });
+
+  it('samples show prompt, coloured tokens, score and KL', () => {
+    const store = storeWith();
+    store.setState({
+      samples: [
+        {
+          step: 4,
+          samples: [
+            {
+              prompt: 'The film',
+              response: ' was good',
+              score: 0.75,
+              kl: 0.125,
+              tokens: [
+                { text: ' was', logprob: -1, kl: 0.1, advantage: 1 },
+                { text: ' good', logprob: -2, kl: 0.025, advantage: -1 },
+              ],
+            },
+          ],
+        },
+      ],
+    });
+    const out = html(store, <SamplesPanel />);
+    expect(out).toContain('The film');
+    expect(out).toContain('background:rgb(8, 119, 189)');
+    expect(out).toContain('background:rgb(245, 147, 34)');
+    expect(out).toContain('0.75');
+    expect(out).toContain('0.125');
+  });
+
+  it('the whole app renders without a worker answer yet', () => {
+    const out = html(storeWith(), <App />);
+    expect(out).toContain('PPO Playground');
+    expect(out).toContain('No steps yet');
+  });
+});

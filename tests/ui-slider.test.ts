@@ -1,0 +1,60 @@
+import { describe, expect, it } from 'vitest';
+import { CONFIG_FIELDS, CONFIG_KEYS, type NumberField } from '../src/core/config';
+import { scaleKind, sliderScale, snapValue } from '../src/ui/lib/slider-scale';
+
+const numberFields = CONFIG_KEYS.map((k) => [k, CONFIG_FIELDS[k]] as const).filter(
+  (e): e is readonly [(typeof CONFIG_KEYS)[number], NumberField] => e[1].type === 'number',
+);
+
+describe('slider scales from CONFIG_FIELDS', () => {
+  it('uses the table’s log scale, log1p where the range dwarfs the default, linear otherwise', () => {
+    const kind = (k: string) => scaleKind(CONFIG_FIELDS[k as 'klCoef'] as NumberField);
+    expect(kind('learningRate')).toBe('log');
+    expect(kind('valueLearningRate')).toBe('log');
+    expect(kind('batchSize')).toBe('log');
+    expect(kind('klCoef')).toBe('log1p');
+    expect(kind('maxGradNorm')).toBe('log1p');
+    expect(kind('clipRange')).toBe('linear');
+    expect(kind('gamma')).toBe('linear');
+    expect(kind('ppoEpochs')).toBe('linear');
+  });
+
+  it.each(numberFields)('%s: the ends are min and max, values stay valid and in order', (_, field) => {
+    const s = sliderScale(field);
+    expect(s.fromPosition(0)).toBe(field.min);
+    expect(s.fromPosition(s.positions)).toBe(field.max);
+    expect(s.toPosition(field.min)).toBe(0);
+    expect(s.toPosition(field.max)).toBe(s.positions);
+    let prev = -Infinity;
+    for (let p = 0; p <= s.positions; p += Math.max(1, Math.floor(s.positions / 97))) {
+      const v = s.fromPosition(p);
+      expect(v).toBeGreaterThanOrEqual(field.min);
+      expect(v).toBeLessThanOrEqual(field.max);
+      if (field.integer) expect(Number.isInteger(v)).toBe(true);
+      expect(v).toBeGreaterThanOrEqual(prev);
+      prev = v;
+    }
+  });
+
+  it.each(numberFields)('%s: the default sits on the slider and comes back close', (_, field) => {
+    const s = sliderScale(field);
+    const back = s.fromPosition(s.toPosition(field.default));
+    const tolerance = field.integer
+      ? Math.max(1, field.default * 0.02)
+      : Math.abs(field.default) * 0.03 + 1e-9;
+    expect(Math.abs(back - field.default)).toBeLessThanOrEqual(tolerance);
+  });
+
+  it('gives klCoef’s useful small values most of the track', () => {
+    const s = sliderScale(CONFIG_FIELDS.klCoef);
+    expect(s.fromPosition(s.positions / 2)).toBeLessThan(0.5);
+    expect(s.toPosition(0.05)).toBeGreaterThan(s.positions * 0.2);
+  });
+
+  it('snaps to 3 significant digits, whole numbers, and the range', () => {
+    expect(snapValue(CONFIG_FIELDS.learningRate, 0.00031622776)).toBe(0.000316);
+    expect(snapValue(CONFIG_FIELDS.batchSize, 7.6)).toBe(8);
+    expect(snapValue(CONFIG_FIELDS.clipRange, 5)).toBe(1);
+    expect(snapValue(CONFIG_FIELDS.clipRange, -1)).toBe(0.01);
+  });
+});
