@@ -121,6 +121,8 @@ export async function runBrowserBench(o: BrowserBenchOptions): Promise<BrowserSe
         error = got.e ?? null;
       } catch (e) {
         error = (e as Error).message.split('\n')[0];
+        // Keep what the page finished before its time ran out.
+        result = ((await page.evaluate(() => window.benchPartial).catch(() => null)) as Record<string, unknown> | null) ?? null;
       } finally {
         await page.close().catch(() => {});
       }

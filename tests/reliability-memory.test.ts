@@ -76,7 +76,13 @@ describe('memory and device limits, before loading', () => {
     expect(messageOf(() => checkDeviceLimits(distil, 'distilgpt2', wasm))).toBe('');
     // Loading GPT-2 to generate with is fine (0.5 GB of weights); a 3 B-parameter-sized one is not.
     expect(messageOf(() => checkDeviceLimits(gpt2, 'gpt2', wasm, 'load'))).toBe('');
-    const huge = parseGPT2Config({ vocab_size: 50257, n_positions: 1024, n_embd: 2560, n_layer: 32, n_head: 32 });
+    const huge = parseGPT2Config({
+      vocab_size: 50257,
+      n_positions: 1024,
+      n_embd: 2560,
+      n_layer: 32,
+      n_head: 32,
+    });
     expect(messageOf(() => checkDeviceLimits(huge, 'huge', wasm, 'load'))).toMatch(
       /^huge has 2\d{3}\.\d M parameters \(\d+\.\d GB of weights\), more than the WASM backend can hold/,
     );

@@ -29,6 +29,8 @@ declare global {
   interface Window {
     benchResult?: unknown;
     benchError?: string;
+    /** The sections finished so far (the runner reads it when the page runs out of time). */
+    benchPartial?: unknown;
   }
 }
 
@@ -122,7 +124,10 @@ async function main(): Promise<void> {
   const sections = (q.get('sections')?.split(',').filter(Boolean) ?? SECTIONS) as Section[];
   const plan = planFor('chromium', backend, quick);
   if (q.get('batch') && q.get('tokens')) plan.gen = [[Number(q.get('batch')), Number(q.get('tokens'))]];
-  const results = await runBenchSections(benchEnv, sections, plan, { fusedAdamCheck: true });
+  const results = await runBenchSections(benchEnv, sections, plan, {
+    fusedAdamCheck: true,
+    onPartial: (r) => (window.benchPartial = { ...header, plan, ...JSON.parse(JSON.stringify(r)), partial: true }),
+  });
   window.benchResult = { ...header, plan, ...results };
 }
 

@@ -129,11 +129,11 @@ export async function cmdBench(argv: string[]): Promise<void> {
     } else {
       const s = await runBrowserBench({
         backends: browserBackends, quick, sections, log,
-        timeoutSeconds: (b) => (b === 'webgpu' ? (quick ? 300 : 3000) : quick ? 180 : 1200),
+        timeoutSeconds: (b) => (b === 'webgpu' ? (quick ? 420 : 3600) : quick ? 240 : 1800),
       });
       for (const r of s.results) {
         if (r.result) runs.push({ ...(r.result as unknown as BenchRun), label: `chromium/${r.backend}` });
-        else notes.push(`chromium/${r.backend}: ${r.error}`);
+        if (r.error) notes.push(`chromium/${r.backend}: ${r.error}${r.result ? ' (the sections finished before it are reported)' : ''}`);
       }
       notes.push(`Chromium ${s.chromiumVersion}, headless; WebGPU adapter: ${JSON.stringify(runs.find((x) => x.backend === 'webgpu')?.adapter ?? null)}.`);
     }

@@ -5,6 +5,7 @@ import { ChartPanel } from './components/ChartPanel';
 import { CheckpointPanel } from './components/CheckpointPanel';
 import { DataPanel } from './components/DataPanel';
 import { ErrorBanner } from './components/ErrorBanner';
+import { AutosaveBanner } from './components/AutosaveBanner';
 import { GeneratePanel } from './components/GeneratePanel';
 import { HyperparameterPanel } from './components/HyperparameterPanel';
 import { ModelCard } from './components/ModelCard';
@@ -28,6 +29,7 @@ export function App() {
       <TopBar />
       <BackendNotice />
       <ErrorBanner />
+      <AutosaveBanner />
       <main className="columns">
         <aside className="col col-left" aria-label="Data, model and reward">
           <DataPanel />

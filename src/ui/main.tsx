@@ -5,6 +5,7 @@ import { startModelWorker, type ModelWorker, type WorkerHandle } from './bridge'
 import { backendFromUrl } from './backend-prefs';
 import { createPlaygroundStore } from './store/store';
 import { StoreContext } from './store/hooks';
+import { ReliabilityWorkerContext, type ReliabilityWorker } from './lib/autosave';
 import './styles.css';
 
 /** The model worker; `npm run dev` with `?worker=fake` uses a stand-in with synthetic metrics (layout work). */
@@ -28,7 +29,9 @@ if (!root) throw new Error('index.html has no #root element');
 createRoot(root).render(
   <StrictMode>
     <StoreContext.Provider value={store}>
-      <App />
+      <ReliabilityWorkerContext.Provider value={worker.api as unknown as ReliabilityWorker}>
+        <App />
+      </ReliabilityWorkerContext.Provider>
     </StoreContext.Provider>
   </StrictMode>,
 );

@@ -20,8 +20,13 @@ import type { Run, RunHooks, Serial } from './run-loop';
 import type { ModelSources } from './sources';
 import type { AutosaveInfoWire, BackendReport, ReliabilityEvent, RunStatus } from './protocol';
 
-/** How long a failed step waits for `device.lost` to settle before it counts as an ordinary failure. */
-const LOSS_SETTLE_MS = 1500;
+/**
+ * How long a failed step waits for `device.lost` to settle before it counts as an ordinary failure (only failed
+ * steps on WebGPU wait; on a busy machine the loss can be reported seconds after the reads fail).
+ */
+const LOSS_SETTLE_MS = 5000;
+/** A step that failed this recently while running counts as "was running" when the loss is reported late. */
+const LATE_LOSS_MS = 60_000;
 
 type Listener = (e: ReliabilityEvent) => unknown;
 
@@ -41,6 +46,8 @@ export class Reliability implements RunHooks {
   private lost: { reason: string; message: string } | null = null;
   private lostSignal: Promise<true> | null = null;
   private lostAgain = false;
+  /** The last failed step on WebGPU: whether the run was running then. */
+  private failure: { running: boolean; at: number } | null = null;
 
   constructor(
     private readonly run: Run,
@@ -91,6 +98,7 @@ export class Reliability implements RunHooks {
     if (this.lost) return true;
     const signal = this.lostSignal;
     if (!signal) return false;
+    if (this.run.state === 'running') this.failure = { running: true, at: Date.now() };
     return Promise.race([signal, new Promise<false>((r) => setTimeout(() => r(false), LOSS_SETTLE_MS))]);
   }
 
@@ -203,7 +211,11 @@ export class Reliability implements RunHooks {
     const detail = info.message ? ` (${info.message.replace(/\.$/, '')})` : '';
     this.lost = { reason, message: info.message ?? '' };
     const run = this.run;
-    const wasRunning = run.state === 'running';
+    // A loss reported after the failed step already paused the run still resumes it running.
+    const lateFailure =
+      this.failure !== null && this.failure.running && Date.now() - this.failure.at < LATE_LOSS_MS;
+    const wasRunning = run.state === 'running' || lateFailure;
+    this.failure = null;
     const hadRun = run.trainer !== null;
     if (wasRunning) run.pause();
     const message =

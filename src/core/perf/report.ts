@@ -46,10 +46,10 @@ export function headline(r: BenchReport): Record<string, Target> {
     value: value ?? null, target, met: value == null || !Number.isFinite(value) ? null : ok(value), from,
   });
   return {
-    kvSpeedup: t(g?.kvSpeedup, '≥ 5', (v) => v >= 5, `${node?.label ?? 'node'}, batch ${g?.batch} × ${g?.newTokens} new tokens`),
-    kvSpeedupWebgpu: t(gw?.kvSpeedup, '≥ 5', (v) => v >= 5, `chromium/webgpu, batch ${gw?.batch} × ${gw?.newTokens} new tokens`),
+    kvSpeedup: t(g?.kvSpeedup, '≥ 5', (v) => v >= 5, g ? `${node!.label}, batch ${g.batch} × ${g.newTokens} new tokens` : 'node'),
+    kvSpeedupWebgpu: t(gw?.kvSpeedup, '≥ 5', (v) => v >= 5, gw ? `chromium/webgpu, batch ${gw.batch} × ${gw.newTokens} new tokens` : 'chromium/webgpu'),
     updateMfu: t(node?.ppo?.updateMfu, '≥ 0.5', (v) => v >= 0.5, `${node?.label ?? 'node'}, PPO update FLOP/s ÷ matmul peak`),
-    vsNanogpt: t(ours && nano ? ours.tokensPerSecond / nano.tokensPerSecond : null, '≥ 1.5', (v) => v >= 1.5, 'chromium/webgpu, LM training tokens/s, ours ÷ nanogpt'),
+    vsNanogpt: t(ours && nano ? ours.tokensPerSecond / nano.tokensPerSecond : null, '≥ 1.5', (v) => v >= 1.5, `chromium/webgpu, LM training tokens/s, ours ÷ nanogpt${ours ? ` (L${ours.shape.n_layer} C${ours.shape.n_embd} T${ours.shape.T} B${ours.shape.B})` : ''}`),
     gpt2FourModelBytes: t(gpt2?.bytesAfterStep1, '≤ 4e9', (v) => v <= 4e9, `gpt2-124M shape, node/${gpt2?.backend ?? 'cpu'}, after one PPO step`),
     memoryGrowthBytes: t(tiny?.growthBytes, '= 0', (v) => v === 0, `tiny, node/${tiny?.backend ?? 'wasm'}, step ${tiny?.steps ?? '?'} − step 1`),
   };
