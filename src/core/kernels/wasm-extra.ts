@@ -58,6 +58,7 @@ let registered = false;
 export function registerWasmExtraKernels(): void {
   if (registered) return;
   registered = true;
+  // NO_FAST_MM=1 (Node) keeps tfjs's own kernel, to measure the plain path against this one.
   if (!(globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env.NO_FAST_MM) fastTransposedMatMul();
   tf.registerKernel({
     kernelName: 'UnsortedSegmentSum',
