@@ -4,7 +4,7 @@
  * collects each page's window.benchResult. Everything it starts is stopped before it returns (or on Ctrl-C).
  *
  * Standalone: tsx scripts/bench-browser.ts [--quick] [--backends webgpu,wasm] [--sections gen,lm] [--flags JSON]
- * prints one JSON array (one entry per backend).
+ *   [--mode adamcheck] [--coi] [--timeout S]  prints one JSON object (one result per backend).
  */
 import { existsSync } from 'node:fs';
 import net from 'node:net';
@@ -45,6 +45,11 @@ export interface BrowserBenchOptions {
   flags?: Record<string, unknown>;
   /** Extra query parameters (e.g. mode=adamcheck). */
   query?: Record<string, string>;
+  /**
+   * Serve with COOP/COEP so the page is cross-origin isolated (SharedArrayBuffer: tfjs's threaded WASM build).
+   * The app's own servers do not send these headers today; this measures what they would give.
+   */
+  crossOriginIsolated?: boolean;
   /** Per-page limit in seconds. */
   timeoutSeconds?: (backend: string) => number;
   log?: (msg: string) => void;
@@ -89,7 +94,10 @@ export async function runBrowserBench(o: BrowserBenchOptions): Promise<BrowserSe
     const port = await freePort();
     server = await createServer({
       root: ROOT, configFile: path.join(ROOT, 'vite.config.ts'), logLevel: 'error', clearScreen: false,
-      server: { port, strictPort: true, host: '127.0.0.1' },
+      server: {
+        port, strictPort: true, host: '127.0.0.1',
+        headers: o.crossOriginIsolated ? { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' } : {},
+      },
     });
     await server.listen();
     const base = `http://127.0.0.1:${port}`;
@@ -152,6 +160,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.ar
     flags: opt('flags') ? JSON.parse(opt('flags')!) : undefined,
     query: opt('mode') ? { mode: opt('mode')! } : undefined,
     timeoutSeconds: () => Number(opt('timeout') ?? 1800),
+    crossOriginIsolated: args.includes('--coi'),
   });
   process.stdout.write(JSON.stringify(session) + '\n');
 }

@@ -93,13 +93,12 @@ export async function cmdBench(argv: string[]): Promise<void> {
   }
   // 3. Memory (the tiny shape's 200-step growth on WASM, the GPT-2-sized shapes on CPU) in a child process: its
   // numbers are bytes, not times, and GPT-2's four models need ~4 GB of heap of their own. With --quick it starts
-  // first and overlaps the timed sections (which then share the CPU with it: the notes say so); otherwise it runs
-  // after them.
+  // after the Node sections and overlaps the browser part (which then shares the CPU with it: the notes say so);
+  // otherwise it runs last.
   const wantMemory = sections.includes('memory');
   const startMemory = (): Promise<MemoryChildResult> =>
     wantMemory ? memoryChild(big, bigAdam, quick, str('bench', v, 'model'), log) : Promise.resolve({ tiny: null, bigMemory: [], notes: [] });
-  const memoryEarly = quick ? startMemory() : null;
-  if (memoryEarly && wantMemory) notes.push('--quick: the memory runs (a child process) overlapped the timed sections.');
+  let memoryEarly: Promise<MemoryChildResult> | null = null;
 
   // 1. Node.
   const backend = await setNodeBackend(str('bench', v, 'backend') ?? 'wasm');
@@ -119,6 +118,10 @@ export async function cmdBench(argv: string[]): Promise<void> {
   };
   const nodeRun = await runBenchSections(env, sections.filter((x) => x !== 'memory'), planFor('node', backend, quick), { fusedAdamCheck: true });
   runs.push({ ...nodeRun, label: `node/${backend}` });
+  if (quick && wantMemory) {
+    memoryEarly = startMemory();
+    notes.push('--quick: the memory runs (a child process) overlapped the browser part, which shared the CPU with it.');
+  }
 
   // 2. Chromium, one page per backend.
   const browserBackends = v['no-browser'] ? [] : (str('bench', v, 'browser-backends') ?? 'webgpu,wasm').split(',').filter(Boolean);
