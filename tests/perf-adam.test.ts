@@ -1,5 +1,5 @@
 /**
- * The fused Adam (src/core/perf/adam.ts) against tfjs's plain Adam: same weights, same moments, same state
+ * The fused Adam (src/core/fused-adam.ts) against tfjs's plain Adam: same weights, same moments, same state
  * layout (so checkpoints are unchanged), on the CPU backend and on WASM (the CLI's backend). The WebGPU kernel is
  * checked against the plain path in Chromium by tests/perf-webgpu.test.ts.
  */
@@ -7,7 +7,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import { useCpu } from './helpers/backend';
-import { FusedAdamOptimizer, adamUpdateArrays, fusedAdamAvailable, registerFusedAdamKernels } from '../src/core/perf/adam';
+import { FusedAdamOptimizer, adamUpdateArrays, fusedAdamAvailable, registerFusedAdamKernels } from '../src/core/fused-adam';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
 
 const SHAPES = [[7, 5], [13], [3, 4, 2], [1]];

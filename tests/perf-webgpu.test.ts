@@ -1,5 +1,5 @@
 /**
- * The fused Adam's WebGPU kernel (src/core/perf/adam.ts) against tfjs's Adam on WebGPU, in Chromium
+ * The fused Adam's WebGPU kernel (src/core/fused-adam.ts) against tfjs's Adam on WebGPU, in Chromium
  * (SwiftShader here): the bench page's `mode=adamcheck` runs both optimizers on the same variables and gradients
  * for three steps. Also checks the page ran on a real WebGPU backend, and the WASM kernel in the browser.
  * Skipped when there is no Chromium (CHROMIUM_PATH or /usr/bin/chromium).

@@ -16,7 +16,7 @@ import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.
 import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
 import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
 import { registerWasmExtraKernels } from '../../src/core/kernels/wasm-extra';
-import { registerFusedAdamKernels } from '../../src/core/perf/adam';
+import { registerFusedAdamKernels } from '../../src/core/fused-adam';
 import { checkFusedAdam, planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../../src/core/bench';
 import type { NanoGptPeer } from '../../src/core/perf/lm-train';
 import { readConfig, loadLM, type ModelFiles } from '../../src/core/model/folder';

@@ -22,7 +22,7 @@ import { validateConfig } from '../core/config';
 import { buildTrainer } from '../core/ppo/setup';
 import { tokenizerFor } from '../core/tokenizer';
 import { planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../core/bench';
-import { registerFusedAdamKernels } from '../core/perf/adam';
+import { registerFusedAdamKernels } from '../core/fused-adam';
 import { registerFastCpuKernels } from '../core/perf/cpu-kernels';
 import { benchFourModelMemory, SHAPES, shapeConfig, type FourModelMemory } from '../core/perf/memory';
 import type { NanoGptPeer } from '../core/perf/lm-train';

@@ -18,7 +18,7 @@ import { benchMatmul, type MatmulBench } from './perf/matmul';
 import { benchPpoStep, type PpoBench } from './perf/ppo';
 import { benchOurLmTraining, benchNanoGptTraining, type LmShape, type LmTrainBench, type NanoGptPeer } from './perf/lm-train';
 import { benchFourModelMemory, type FourModelMemory } from './perf/memory';
-import { FusedAdamOptimizer } from './perf/adam';
+import { FusedAdamOptimizer } from './fused-adam';
 
 export interface GenBench {
   batch: number;

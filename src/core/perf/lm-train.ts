@@ -11,7 +11,7 @@ import { parseGPT2Config, type GPT2Config } from '../model/config';
 import { GPT2 } from '../model/gpt2';
 import { lmLoss } from '../sft';
 import { clippedStep } from '../optim';
-import { FusedAdamOptimizer } from './adam';
+import { FusedAdamOptimizer } from '../fused-adam';
 import { lmTrainStepFlops } from './flops';
 
 export interface LmShape {

@@ -13,7 +13,7 @@ import { ScalarModel } from '../model/heads';
 import { buildTrainer, type Resources } from '../ppo/setup';
 import type { Tokenizer } from '../tokenizer/types';
 import type { PpoTrainer } from '../ppo/trainer';
-import { FusedAdamOptimizer } from './adam';
+import { FusedAdamOptimizer } from '../fused-adam';
 
 /** The shapes of the issue. `tiny` is read from the shipped model's config by the caller when it can. */
 export const SHAPES: Record<'distilgpt2' | 'gpt2', Record<string, unknown>> = {
@@ -97,7 +97,7 @@ export interface MemoryBenchOptions {
   /** Measure the peak of step 1 with tf.profile (costly on WebGPU: it times every kernel). */
   profilePeak?: boolean;
   /**
-   * Swap the trainer's two tfjs Adams for FusedAdamOptimizer (perf/adam.ts): the same optimizer state (m and v
+   * Swap the trainer's two tfjs Adams for FusedAdamOptimizer (fused-adam.ts): the same optimizer state (m and v
    * per variable, the iteration count, accBeta1/2), so the same bytes after a step, and a far lower peak; on the
    * CPU backend it also turns GPT-2's ~100 s of element-wise Adam ops per model into one loop.
    */

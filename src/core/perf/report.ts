@@ -142,7 +142,7 @@ export function markdown(r: BenchReport): string {
 
   const checks = runs.filter((x) => x.fusedAdamCheck);
   if (checks.length) {
-    out.push('### Fused Adam (perf/adam.ts) vs tfjs Adam, 6 variables of the tiny model\'s shapes', '');
+    out.push('### Fused Adam (fused-adam.ts) vs tfjs Adam, 6 variables of the tiny model\'s shapes', '');
     out.push(table(['run', 'max |Δw| / max |w| after 3 steps', 'tfjs Adam ms/step', 'fused ms/step', 'speed-up'], checks.map((x) => [
       x.label, x.fusedAdamCheck!.maxRelDiff.toExponential(2), f(x.fusedAdamCheck!.plainMs, 1), f(x.fusedAdamCheck!.fusedMs, 1),
       `${f(x.fusedAdamCheck!.plainMs / x.fusedAdamCheck!.fusedMs)}×`,
