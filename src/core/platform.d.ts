@@ -28,3 +28,17 @@ declare const console: {
 declare const performance: { now(): number };
 declare function setTimeout(cb: () => void, ms?: number): unknown;
 declare function clearTimeout(id: unknown): void;
+/** WebAssembly, for the SIMD matmul kernel over the tfjs WASM backend's heap (src/core/kernels/wasm-bmm.ts). */
+declare namespace WebAssembly {
+  class Module {
+    constructor(bytes: Uint8Array);
+  }
+  class Memory {
+    readonly buffer: ArrayBuffer;
+  }
+  class Instance {
+    constructor(module: Module, imports?: Record<string, Record<string, unknown>>);
+    readonly exports: Record<string, unknown>;
+  }
+  function validate(bytes: Uint8Array): boolean;
+}

@@ -5,8 +5,11 @@
  * the CPU backend's kernel.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { bmmFor, bmmStats } from './wasm-bmm';
 
 interface WasmBackendLike {
+  wasm: { asm?: { memory?: WebAssembly.Memory } };
+  dataIdMap: { get(dataId: unknown): { memoryOffset: number } };
   typedArrayFromHeap(t: tf.TensorInfo): Float32Array | Int32Array | Uint8Array;
   makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
   disposeData(dataId: unknown): boolean;
@@ -15,12 +18,17 @@ interface WasmBackendLike {
 type KernelFn = (args: { inputs: tf.NamedTensorInfoMap; backend: unknown; attrs?: tf.NamedAttrMap }) => tf.TensorInfo | tf.TensorInfo[];
 
 /**
- * tfjs-backend-wasm 4.22's BatchMatMul is 10–20× slower when transposeA/transposeB is set (measured in
- * Node: 0.5–1 GFLOP/s against 11 for the plain product). Every matmul gradient and attention's q·kᵀ use
- * those flags, so training spent ~85% of its time there. This wrapper transposes explicitly (a cheap
- * copy) and calls the fast plain kernel.
+ * tfjs-backend-wasm 4.22's BatchMatMul runs XNNPACK only for a plain product with batch 1 on both sides;
+ * anything with transposeA/transposeB or a batch > 1 goes to a scalar triple loop (0.5–1 GFLOP/s here against
+ * ~14 for XNNPACK). Every matmul gradient uses the transpose flags and attention's products are batched over
+ * batch × heads, so training spent most of its time in that loop. This wrapper:
+ *  - transposes a flagged operand explicitly (a cheap copy), so the product is plain;
+ *  - runs batched products (rank 3, batches equal or one side 1) on the SIMD kernel of wasm-bmm.ts, in place
+ *    on the heap;
+ *  - leaves batch-1 products to XNNPACK, and one-row q·kᵀ (decoding) to tfjs's loop, which reads it in order.
+ * Tested against the CPU backend's kernel (tests/perf-wasm-kernels.test.ts, tests/wasm-bmm.test.ts).
  */
-function fastTransposedMatMul(): void {
+function fastMatMul(): void {
   const orig = tf.getKernel('BatchMatMul', 'wasm');
   const transpose = tf.getKernel('Transpose', 'wasm');
   if (!orig || !transpose) return;
@@ -41,11 +49,30 @@ function fastTransposedMatMul(): void {
     kernelFunc: ({ inputs, backend, attrs }) => {
       const { a, b } = inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
       const at = attrs as unknown as { transposeA: boolean; transposeB: boolean };
-      if (!at.transposeA && !at.transposeB) return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+      const bk = backend as WasmBackendLike;
+      const batchA = a.shape.slice(0, -2).reduce((x, y) => x * y, 1);
+      const batchB = b.shape.slice(0, -2).reduce((x, y) => x * y, 1);
+      const bmm = (batchA > 1 || batchB > 1) && a.shape.length === 3 && b.shape.length === 3 &&
+        (batchA === batchB || batchA === 1 || batchB === 1) && a.dtype === 'float32' && b.dtype === 'float32'
+        ? bmmFor(bk.wasm.asm?.memory) : null;
+      if (!at.transposeA && !at.transposeB && !bmm) return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+      // One-token decoding (q·kᵀ with one query row): tfjs's loop with transposeB is a run of contiguous dot
+      // products, cheaper than copying the whole key cache into its transpose.
+      if (bmm && at.transposeB && !at.transposeA && a.shape[1] < 4) return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
       const a2 = at.transposeA ? swapLast(a, backend) : a;
       const b2 = at.transposeB ? swapLast(b, backend) : b;
-      const out = origFn({ inputs: { a: a2, b: b2 }, backend, attrs: { ...attrs, transposeA: false, transposeB: false } });
-      const bk = backend as WasmBackendLike;
+      let out: tf.TensorInfo;
+      if (bmm) {
+        const [M, K] = a2.shape.slice(1);
+        const N = b2.shape[2];
+        const nb = Math.max(batchA, batchB);
+        out = bk.makeOutput([nb, M, N], 'float32');
+        const off = (t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+        bmm(off(a2), off(b2), off(out), nb, M, K, N, batchA > 1 ? M * K : 0, batchB > 1 ? K * N : 0);
+        bmmStats.calls++;
+      } else {
+        out = origFn({ inputs: { a: a2, b: b2 }, backend, attrs: { ...attrs, transposeA: false, transposeB: false } }) as tf.TensorInfo;
+      }
       if (a2 !== a) bk.disposeData(a2.dataId);
       if (b2 !== b) bk.disposeData(b2.dataId);
       return out as tf.TensorInfo;
@@ -59,7 +86,7 @@ export function registerWasmExtraKernels(): void {
   if (registered) return;
   registered = true;
   // NO_FAST_MM=1 (Node) keeps tfjs's own kernel, to measure the plain path against this one.
-  if (!(globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env.NO_FAST_MM) fastTransposedMatMul();
+  if (!(globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env.NO_FAST_MM) fastMatMul();
   tf.registerKernel({
     kernelName: 'UnsortedSegmentSum',
     backendName: 'wasm',
