@@ -98,6 +98,26 @@ describe('SIMD batched matmul on WASM', () => {
     });
   }
 
+  for (const [ta, tb] of [[true, false], [false, true], [true, true]]) {
+    it(`2-D products with transposeA=${ta}, transposeB=${tb} (explicit transpose, then XNNPACK) match a plain loop`, async () => {
+      const [M, K, N] = [13, 9, 6];
+      const sa = ta ? [K, M] : [M, K];
+      const sb = tb ? [N, K] : [K, N];
+      const av = rand(M * K, 17);
+      const bv = rand(K * N, 19);
+      const before = tf.memory().numTensors;
+      const got = tf.tidy(() => tf.matMul(tf.tensor2d(av, sa as [number, number]), tf.tensor2d(bv, sb as [number, number]), ta, tb));
+      const ref = reference(av, [1, ...sa], bv, [1, ...sb], ta, tb);
+      expect(got.shape).toEqual([M, N]);
+      const d = await got.data();
+      let worst = 0;
+      for (let i = 0; i < d.length; i++) worst = Math.max(worst, Math.abs(d[i] - ref[i]));
+      expect(worst).toBeLessThan(1e-5);
+      got.dispose();
+      expect(tf.memory().numTensors).toBe(before);
+    });
+  }
+
   it('attention-shaped gradients equal the CPU backend\'s', async () => {
     const q = rand(8 * 12 * 8, 3);
     const k = rand(8 * 12 * 8, 5);
