@@ -10,7 +10,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { generate } from './model/sampling';
-import type { GPT2 } from './model/gpt2';
+import { GPT2 } from './model/gpt2';
 import type { GPT2Config } from './model/config';
 import type { PpoTrainer } from './ppo/trainer';
 import type { Tokenizer } from './tokenizer/types';
@@ -26,7 +26,12 @@ export interface GenBench {
   cacheTokensPerSecond: number;
   recomputeTokensPerSecond: number;
   kvSpeedup: number;
+  /** The tiny shape with random weights and a longer position table (prompt + new tokens > the model's 128). */
+  randomWeights?: boolean;
 }
+
+/** Prompt tokens of the generation benchmark. */
+export const GEN_PROMPT = 8;
 
 /**
  * Time generate() with and without the KV cache after one warm-up call each (shader/kernel compilation).
@@ -195,7 +200,18 @@ export async function runBenchSections(
       try {
         for (const [b, n] of plan.gen) {
           env.log(`${env.platform}/${backend} generation batch ${b}, ${n} new tokens`);
-          out.generation.push(await benchGeneration(model, b, n, 8, plan.genRounds));
+          if (GEN_PROMPT + n <= model.config.n_positions) {
+            out.generation.push(await benchGeneration(model, b, n, GEN_PROMPT, plan.genRounds));
+            continue;
+          }
+          // The shipped tiny model has 128 positions; prompt + 128 new tokens needs more. The same shape with a
+          // longer position table and random weights does the same arithmetic per token (no stop token is used).
+          const longer = GPT2.random({ ...model.config, n_positions: GEN_PROMPT + n }, 1, false, 'bench-long');
+          try {
+            out.generation.push({ ...(await benchGeneration(longer, b, n, GEN_PROMPT, plan.genRounds)), randomWeights: true });
+          } finally {
+            longer.dispose();
+          }
         }
       } finally {
         model.dispose();

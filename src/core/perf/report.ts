@@ -112,8 +112,11 @@ export function markdown(r: BenchReport): string {
 
   out.push('### Generation (tiny model, temperature 1, prompt 8 tokens): tokens/s', '');
   out.push(table(['run', 'batch', 'new tokens', 'KV cache', 'recompute', 'speed-up'], runs.flatMap((x) => x.generation.map((g) => [
-    x.label, `${g.batch}`, `${g.newTokens}`, f(g.cacheTokensPerSecond, 1), f(g.recomputeTokensPerSecond, 1), `${f(g.kvSpeedup)}×`,
+    x.label, `${g.batch}`, `${g.newTokens}${g.randomWeights ? ' †' : ''}`, f(g.cacheTokensPerSecond, 1), f(g.recomputeTokensPerSecond, 1), `${f(g.kvSpeedup)}×`,
   ]))), '');
+  if (runs.some((x) => x.generation.some((g) => g.randomWeights))) {
+    out.push('† prompt + new tokens exceed the shipped model\'s 128 positions: the same shape with a longer position table and random weights.', '');
+  }
 
   out.push('### PPO step (tiny model, sentiment task; phase times from the trainer\'s metrics)', '');
   const ppoRuns = runs.filter((x) => x.ppo);
