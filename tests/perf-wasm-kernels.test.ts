@@ -1,5 +1,5 @@
 /**
- * The sharing WASM Identity (src/core/perf/wasm-kernels.ts) against tfjs-backend-wasm's copying one: clones keep
+ * The sharing WASM Identity (src/core/kernels/wasm-identity.ts) against tfjs-backend-wasm's copying one: clones keep
  * their values when the original goes, buffers are freed when the last reference goes, and gradients (which clone
  * every saved tensor) come out the same.
  */
@@ -8,7 +8,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
-import { registerWasmSharedIdentity, unregisterWasmSharedIdentity } from '../src/core/perf/wasm-kernels';
+import { registerWasmSharedIdentity, unregisterWasmSharedIdentity } from '../src/core/kernels/wasm-identity';
 import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { lmLoss } from '../src/core/sft';

@@ -9,7 +9,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
-import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
+import { registerWasmExtraKernels, gatherStats } from '../src/core/kernels/wasm-extra';
 import { BMM_WASM } from '../src/core/kernels/bmm-wasm';
 import { bmmFor, bmmStats } from '../src/core/kernels/wasm-bmm';
 import { assembleBmm, moduleSource } from '../scripts/build-wasm-kernels';
@@ -140,5 +140,49 @@ describe('SIMD batched matmul on WASM', () => {
       for (let j = 0; j < onCpu[i].length; j++) worst = Math.max(worst, Math.abs(onCpu[i][j] - onWasm[i][j]));
       expect(worst).toBeLessThan(1e-4);
     }
+  });
+});
+
+describe('row-copy GatherV2 on WASM', () => {
+  beforeAll(async () => {
+    tf.env().set('IS_TEST', true);
+    registerWasmExtraKernels();
+    await tf.setBackend('wasm');
+    await tf.ready();
+  });
+
+  const cases: { name: string; x: number[]; idx: number[]; idxShape?: number[]; dtype?: 'float32' | 'int32'; axis?: number }[] = [
+    { name: 'rows of a 2-D table (an embedding lookup)', x: [5, 3], idx: [4, 0, 0, 2, 1] },
+    { name: 'a 1-D gather (the flat logprob gather)', x: [11], idx: [10, 3, 3, 0] },
+    { name: '3-D table with 2-D indices', x: [4, 2, 3], idx: [3, 1, 0, 2, 2, 2], idxShape: [2, 3] },
+    { name: 'int32 values', x: [6, 2], idx: [5, 1], dtype: 'int32' },
+    { name: 'axis 1 (left to tfjs\'s kernel)', x: [3, 4], idx: [3, 0], axis: 1 },
+    { name: 'no indices', x: [3, 2], idx: [] },
+  ];
+  for (const c of cases) {
+    it(`${c.name} matches the CPU backend`, async () => {
+      const n = c.x.reduce((a, b) => a * b, 1);
+      const vals = Array.from({ length: n }, (_, i) => (c.dtype === 'int32' ? i * 7 - 20 : Math.sin(i) * 3));
+      const run = (): tf.Tensor => tf.tidy(() =>
+        tf.gather(tf.tensor(vals, c.x, c.dtype ?? 'float32'), tf.tensor(c.idx, c.idxShape ?? [c.idx.length], 'int32'), c.axis ?? 0));
+      const calls = gatherStats.calls;
+      const w = run();
+      const fast = gatherStats.calls - calls;
+      const got = { shape: w.shape, data: Array.from(await w.data()) };
+      w.dispose();
+      await tf.setBackend('cpu');
+      const r = run();
+      const ref = { shape: r.shape, data: Array.from(await r.data()) };
+      r.dispose();
+      await tf.setBackend('wasm');
+      expect(got).toEqual(ref);
+      expect(fast).toBe((c.axis ?? 0) === 0 ? 1 : 0);
+    });
+  }
+
+  it('an index out of range is refused with tfjs\'s message, and nothing leaks', () => {
+    const before = tf.memory().numTensors;
+    expect(() => tf.tidy(() => tf.gather(tf.tensor2d([1, 2, 3, 4], [2, 2]), tf.tensor1d([0, 2], 'int32')))).toThrow(/index value 2 is not in \[0, 1\]/);
+    expect(tf.memory().numTensors).toBe(before);
   });
 });
