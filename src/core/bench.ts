@@ -91,7 +91,7 @@ export function planFor(platform: string, backend: string, quick: boolean): Benc
       // --quick: the headline numbers only (KV speed-up, ours vs nanogpt); PPO and memory on WebGPU in a full run.
       skip: quick ? ['ppo', 'memory'] : [],
       matmulSizes: quick ? [512] : [512, 1024],
-      gen: quick ? [[8, 8]] : [[8, 64]],
+      gen: quick ? [[8, 16]] : [[8, 64]],
       genRounds: 1,
       ppoConfig: { batchSize: 4, miniBatches: 1, ppoEpochs: 1, responseLength: 8 },
       ppoWarmup: 1,
