@@ -28,6 +28,8 @@ export interface WorkerUnderTest {
 declare global {
   interface Window {
     modelWorker: WorkerUnderTest;
+    /** comlink's proxy() from the page's own comlink, for callbacks passed to the worker (subscribe). */
+    comlinkProxy: <T>(x: T) => T;
   }
 }
 

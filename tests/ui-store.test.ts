@@ -111,6 +111,23 @@ describe('the run', () => {
     expect(h.store.getState().alerts).toEqual([]);
   });
 
+  it("each step's event carries the worker's tensor memory into the store, without asking for it", async () => {
+    const h = await started('#batchSize=2&miniBatches=1');
+    await h.store.getState().actions.stepRun();
+    await flush();
+    const asked = calls(h.fake, 'memory').length;
+    for (let i = 0; i < 4; i++) {
+      await h.fake.tick();
+      expect(h.store.getState().memory).toEqual({
+        numTensors: 42 + 2 + i,
+        numBytes: 1024 * 1024,
+        backend: 'wasm',
+      });
+    }
+    await flush();
+    expect(calls(h.fake, 'memory').length).toBe(asked);
+  });
+
   it('keeps every metric but only the last 50 steps of samples', async () => {
     const h = await started('#batchSize=1&miniBatches=1&steps=100000');
     for (let i = 0; i < 120; i++) await h.fake.tick();

@@ -14,6 +14,7 @@ import { currentDeviceLimits, selectBackend } from './backend-web';
 import { checkDeviceLimits } from './device-limits';
 import { ModelSources, PREFERENCE_REWARD_MODEL } from './sources';
 import { Run } from './run-loop';
+import { memoryReport } from './memory';
 import { Reliability } from './reliability';
 import { browserAutosaveSlot } from './autosave-web';
 import type { AutosaveSlot } from '../core/autosave';
@@ -71,6 +72,7 @@ export function createWorkerApi(opts: { autosave?: AutosaveSlot } = {}): ModelWo
     opts.autosave ?? browserAutosaveSlot(),
   );
   run.hooks = reliability;
+  run.memory = () => memoryReport(backend?.backend ?? 'cpu');
 
   /** Errors leave as displayable Errors. */
   const guard = async <T>(job: () => T | Promise<T>): Promise<T> => {
@@ -269,11 +271,7 @@ export function createWorkerApi(opts: { autosave?: AutosaveSlot } = {}): ModelWo
         };
       }),
 
-    memory: () =>
-      call(async (): Promise<MemoryReport> => {
-        const m = tf.memory();
-        return { numTensors: m.numTensors, numBytes: m.numBytes, backend: backend?.backend ?? 'cpu' };
-      }),
+    memory: () => call(async (): Promise<MemoryReport> => memoryReport(backend?.backend ?? 'cpu')),
 
     // ---- reliability (protocol.ts ReliabilityApi) ----
     subscribeReliability: (cb) =>

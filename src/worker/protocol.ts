@@ -101,11 +101,18 @@ export interface LoadOptions {
   memoryBudgetBytes?: number;
 }
 
+/** tf.memory() of the worker. */
 export interface MemoryReport {
   numTensors: number;
   numBytes: number;
   /** The backend these numbers are for. */
   backend: BackendName;
+  /**
+   * WebGPU only: bytes of GPU buffers tensors hold now (tfjs-backend-webgpu's numBytesInGPU), and bytes of every
+   * GPU buffer the backend has created, including those kept in its pool for reuse (numBytesAllocatedInGPU).
+   */
+  numBytesInGPU?: number;
+  numBytesAllocatedInGPU?: number;
 }
 
 // ---- training (the PPO playground) -----------------------------------------------------------------------
@@ -162,7 +169,14 @@ export interface AlertView {
 
 export type TrainerEvent =
   | { type: 'status'; status: RunStatus }
-  | { type: 'step'; metrics: MetricsWire; samples: SampleView[]; alerts: AlertView[] }
+  | {
+      type: 'step';
+      metrics: MetricsWire;
+      samples: SampleView[];
+      alerts: AlertView[];
+      /** tf.memory() right after this step's update (before its autosave): the same point of every step. */
+      memory?: MemoryReport;
+    }
   /**
    * Progress of long jobs; fraction in [0, 1] or null when unknown. `task`: 'download' (Hub files, or
    * "from the browser cache"), 'reward-model' (training from preferences), 'build' (loading the models of a run).

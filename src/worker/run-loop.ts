@@ -26,7 +26,15 @@ import { checkTaskName } from '../core/tasks';
 import { isUserError, UserError } from '../core/errors';
 import { PREFERENCE_REWARD_MODEL, type ModelSources } from './sources';
 import { RewardSandbox, REWARD_CODE_LABEL } from './reward-sandbox';
-import type { ModelSummary, Phase, RunState, RunStatus, SampleView, TrainerEvent } from './protocol';
+import type {
+  MemoryReport,
+  ModelSummary,
+  Phase,
+  RunState,
+  RunStatus,
+  SampleView,
+  TrainerEvent,
+} from './protocol';
 
 export type Serial = <T>(job: () => Promise<T>) => Promise<T>;
 type Listener = (e: TrainerEvent) => unknown;
@@ -110,6 +118,8 @@ export class Run {
   /** The identity of the run (null while there is no trainer). */
   runId: string | null = null;
   hooks: RunHooks = NO_HOOKS;
+  /** tf.memory() for the `step` events (api.ts sets it; it knows the backend). */
+  memory: () => MemoryReport | undefined = () => undefined;
 
   constructor(
     private readonly sources: ModelSources,
@@ -277,6 +287,7 @@ export class Run {
         metrics: { ...r.metrics },
         samples: sampleViews(r.rollout, t.tokenizer),
         alerts: r.alerts.map(({ id, step, message, advice }) => ({ id, step, message, advice })),
+        memory: this.memory(),
       });
       await this.hooks.afterStep();
     } catch (e) {

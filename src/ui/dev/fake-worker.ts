@@ -11,6 +11,7 @@ import {
   type TrainConfig,
 } from '../../core/config';
 import type {
+  MemoryReport,
   MetricsWire,
   RunStatus,
   SampleView,
@@ -60,6 +61,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     state = 'idle';
   };
   const emit = (e: TrainerEvent) => listener?.(e);
+  const fakeMemory = (): MemoryReport => ({ numTensors: 42 + step, numBytes: 1024 * 1024, backend: 'wasm' });
   const log = (name: string, arg?: unknown) => calls.push([name, arg]);
 
   let seed = 1;
@@ -144,7 +146,8 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
         ? [{ id: 'entropy-low', step: t, message: 'Entropy is falling fast.', advice: 'Raise entropyCoef.' }]
         : [];
     if (state === 'running' && step >= config.steps) state = 'paused';
-    emit({ type: 'step', metrics, samples: batch, alerts });
+    // Like the real worker, the step carries the worker's tensor memory (a stand-in figure here).
+    emit({ type: 'step', metrics, samples: batch, alerts, memory: fakeMemory() });
     emit({ type: 'status', status: status() });
   }
 
@@ -304,7 +307,8 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
       };
     },
     async memory() {
-      return { numTensors: 42 + step, numBytes: 1024 * 1024, backend: 'wasm' };
+      log('memory');
+      return fakeMemory();
     },
     async forwardLogits() {
       return [];

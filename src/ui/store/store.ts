@@ -110,9 +110,15 @@ export function createPlaygroundStore(
     let lastMemoryAt = 0;
     const onEvent = (e: TrainerEvent) => {
       applyEvent(e);
-      // Tensor memory after each step, at most every two seconds (a leak shows as a growing count).
+      if (e.type !== 'step') return;
+      // Tensor memory after each step (a leak shows as a growing count): the worker sends it with the step;
+      // a worker that does not is asked, at most every two seconds.
+      if (e.memory) {
+        set({ memory: e.memory });
+        return;
+      }
       const now = Date.now();
-      if (e.type === 'step' && now - lastMemoryAt > 2000) {
+      if (now - lastMemoryAt > 2000) {
         lastMemoryAt = now;
         void refreshMemory();
       }
