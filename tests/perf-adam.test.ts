@@ -7,8 +7,9 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import { useCpu } from './helpers/backend';
-import { FusedAdamOptimizer, adamUpdateArrays, fusedAdamAvailable, registerFusedAdamKernels } from '../src/core/fused-adam';
+import { FusedAdamOptimizer, hasScaledApply, adamUpdateArrays, fusedAdamAvailable, registerFusedAdamKernels } from '../src/core/fused-adam';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
+import { guardedStep, clipScale } from '../src/core/optim';
 
 const SHAPES = [[7, 5], [13], [3, 4, 2], [1]];
 
@@ -83,6 +84,66 @@ function suite(backend: 'cpu' | 'wasm'): void {
       f2.dispose();
     });
 
+    it('applyScaled(g, scale) equals tfjs Adam on scale·g (clipping by a host-side factor), kernel or fallback', async () => {
+      const make = (tag: string) => SHAPES.map((sh, i) => tf.tidy(() => tf.variable(tf.randomNormal(sh, 0, 1, 'float32', 40 + i), true, `${tag}_${i}_${Math.random()}`)));
+      const [plain, fused] = [make('ps'), make('fs')];
+      const p = tf.train.adam(1e-2);
+      const f = new FusedAdamOptimizer(1e-2);
+      for (let s = 0; s < 3; s++) {
+        const scale = [0.25, 1, 0.7][s];
+        const grads = SHAPES.map((sh, i) => tf.randomNormal(sh, 0, 3, 'float32', 500 + 10 * s + i));
+        tf.tidy(() => p.applyGradients(Object.fromEntries(plain.map((v, i) => [v.name, tf.mul(grads[i], scale)])) as never));
+        f.applyScaled(Object.fromEntries(fused.map((v, i) => [v.name, grads[i]])), scale);
+        tf.dispose(grads);
+      }
+      expect(f.fusedCalls).toBe(3 * SHAPES.length);
+      for (let i = 0; i < plain.length; i++) expect(await maxRelDiff(plain[i], fused[i])).toBeLessThan(2e-5);
+      tf.dispose([...plain, ...fused]);
+      p.dispose();
+      f.dispose();
+    });
+
+    it('guardedStep with the fused Adam (clip factor on the host) follows a float64 loop of clipped Adam', async () => {
+      // loss = 10·Σw², so g = 20·w; the global norm is ≫ 1, so every step clips to maxGradNorm 1.
+      const w0 = [0.5, -1, 2, 0.25, -0.75, 1.5];
+      const fused = [tf.variable(tf.tensor1d(w0), true, `fg_${Math.random()}`)];
+      const plain = [tf.variable(tf.tensor1d(w0), true, `pg_${Math.random()}`)];
+      const f = new FusedAdamOptimizer(1e-2);
+      const p = tf.train.adam(1e-2);
+      const loss = (vars: tf.Variable[]) => () => [tf.sum(tf.mul(tf.square(vars[0]), 10)) as tf.Scalar];
+      const w = [...w0];
+      const m = w.map(() => 0);
+      const v = w.map(() => 0);
+      for (let t = 1; t <= 4; t++) {
+        const r = await guardedStep(f, fused, loss(fused), 1);
+        const q = await guardedStep(p, plain, loss(plain), 1);
+        expect(r.applied).toBe(true);
+        tf.dispose([r.scalars, r.gradNorm, q.scalars, q.gradNorm]);
+        const g = w.map((x) => 20 * x);
+        const sc = Math.min(1, 1 / (Math.hypot(...g) + 1e-6));
+        expect(sc).toBeLessThan(0.1);
+        for (let i = 0; i < w.length; i++) {
+          const gi = g[i] * sc;
+          m[i] = 0.9 * m[i] + 0.1 * gi;
+          v[i] = 0.999 * v[i] + 0.001 * gi * gi;
+          w[i] -= (1e-2 * (m[i] / (1 - 0.9 ** t))) / (Math.sqrt(v[i] / (1 - 0.999 ** t)) + 1e-7);
+        }
+      }
+      expect(f.fusedCalls).toBe(4);
+      const got = await fused[0].data();
+      const ref = await plain[0].data();
+      for (let i = 0; i < w.length; i++) {
+        // float32 weights: within a few ulps of the float64 loop.
+        expect(Math.abs(got[i] - w[i])).toBeLessThan(2e-7 * Math.max(1, Math.abs(w[i])));
+        // tfjs's own Adam (op-by-op float32, clip factor on the device) is the same algorithm: it drifts from the
+        // loop by ~2e-5 in 4 steps (its float32 ops, not ours), well apart from a different update (≥ 1e-3 here).
+        expect(Math.abs(ref[i] - w[i])).toBeLessThan(1e-4);
+      }
+      tf.dispose([...fused, ...plain]);
+      f.dispose();
+      p.dispose();
+    });
+
     it('leaks no tensors per step', async () => {
       const v = [tf.tidy(() => tf.variable(tf.ones([64, 3]), true, `leak_${Math.random()}`))];
       const f = new FusedAdamOptimizer(1e-3);
@@ -100,10 +161,39 @@ function suite(backend: 'cpu' | 'wasm'): void {
 suite('cpu');
 suite('wasm');
 
+describe('hasScaledApply', () => {
+  it('tells the fused Adam from tfjs\'s (which passes `instanceof FusedAdamOptimizer`: tfjs duck-types instanceof)', () => {
+    const plain = tf.train.adam(1e-3);
+    const fused = new FusedAdamOptimizer(1e-3);
+    expect(hasScaledApply(fused)).toBe(true);
+    expect(hasScaledApply(plain)).toBe(false);
+    plain.dispose();
+    fused.dispose();
+  });
+});
+
+describe('clipScale', () => {
+  it('is min(1, max / (norm + 1e-6)) and 1 when clipping is off', () => {
+    expect(clipScale(4, 1)).toBeCloseTo(0.25, 6);
+    expect(clipScale(0.5, 1)).toBe(1);
+    expect(clipScale(123, 0)).toBe(1);
+  });
+});
+
 describe('adamUpdateArrays', () => {
+  it('gscale multiplies the gradient first (one element by hand: g = 4 scaled by 0.5 is the update for g = 2)', () => {
+    const out = () => [new Float32Array(1), new Float32Array(1), new Float32Array(1)] as const;
+    const a = out();
+    const b = out();
+    const attrs = { lr: 0.1, beta1: 0.9, beta2: 0.999, bc1: 0.1, bc2: 0.001, eps: 1e-8 };
+    adamUpdateArrays([1], [0.5], [0.25], [4], ...a, { ...attrs, gscale: 0.5 });
+    adamUpdateArrays([1], [0.5], [0.25], [2], ...b, { ...attrs, gscale: 1 });
+    expect(a.map((x) => x[0])).toEqual(b.map((x) => x[0]));
+  });
+
   it('is the textbook update (one element by hand)', () => {
     const [w, m, v] = [new Float32Array(1), new Float32Array(1), new Float32Array(1)];
-    adamUpdateArrays([1], [0.5], [0.25], [2], w, m, v, { lr: 0.1, beta1: 0.9, beta2: 0.999, bc1: 1 - 0.9 ** 2, bc2: 1 - 0.999 ** 2, eps: 1e-8 });
+    adamUpdateArrays([1], [0.5], [0.25], [2], w, m, v, { lr: 0.1, beta1: 0.9, beta2: 0.999, bc1: 1 - 0.9 ** 2, bc2: 1 - 0.999 ** 2, eps: 1e-8, gscale: 1 });
     const m1 = 0.9 * 0.5 + 0.1 * 2;
     const v1 = 0.999 * 0.25 + 0.001 * 4;
     expect(m[0]).toBeCloseTo(m1, 6);

@@ -304,17 +304,20 @@ export async function checkFusedAdam(shapes: number[][] = [[258, 128], [128, 384
   const pa = tf.train.adam(1e-2);
   const pb = new FusedAdamOptimizer(1e-2);
   const grads = shapes.map((s, i) => tf.randomNormal(s, 0, 1, 'float32', 100 + i));
-  const step = async (opt: tf.Optimizer, vars: tf.Variable[]): Promise<number> => {
+  // Step 2 clips: the fused Adam takes the factor as an argument (applyScaled), tfjs's Adam the scaled gradients.
+  const step = async (opt: tf.Optimizer, vars: tf.Variable[], scale: number): Promise<number> => {
     const t0 = performance.now();
-    opt.applyGradients(Object.fromEntries(vars.map((v, i) => [v.name, grads[i]])));
+    if (opt instanceof FusedAdamOptimizer && opt === pb) pb.applyScaled(Object.fromEntries(vars.map((v, i) => [v.name, grads[i]])), scale);
+    else tf.tidy(() => opt.applyGradients(Object.fromEntries(vars.map((v, i) => [v.name, scale === 1 ? grads[i] : tf.mul(grads[i], scale)]))));
     await vars[vars.length - 1].data();
     return performance.now() - t0;
   };
   let plainMs = 0;
   let fusedMs = 0;
   for (let s = 0; s < 3; s++) {
-    const x = await step(pa, a);
-    const y = await step(pb, b);
+    const scale = s === 1 ? 0.5 : 1;
+    const x = await step(pa, a, scale);
+    const y = await step(pb, b, scale);
     if (s > 0) {
       plainMs += x / 2;
       fusedMs += y / 2;

@@ -26,6 +26,8 @@ interface AdamAttrs {
   bc1: number;
   bc2: number;
   eps: number;
+  /** Factor applied to the gradient first (global-norm clipping computed on the host); 1 = none. */
+  gscale: number;
 }
 
 type KernelFn = (args: { inputs: tf.NamedTensorInfoMap; backend: unknown; attrs?: tf.NamedAttrMap }) => tf.TensorInfo | tf.TensorInfo[];
@@ -35,11 +37,11 @@ export function adamUpdateArrays(
   w: ArrayLike<number>, m: ArrayLike<number>, v: ArrayLike<number>, g: ArrayLike<number>,
   outW: Float32Array, outM: Float32Array, outV: Float32Array, a: AdamAttrs,
 ): void {
-  const { lr, beta1, beta2, bc1, bc2, eps } = a;
+  const { lr, beta1, beta2, bc1, bc2, eps, gscale } = a;
   const c1 = 1 - beta1;
   const c2 = 1 - beta2;
   for (let i = 0; i < outW.length; i++) {
-    const gi = g[i];
+    const gi = Math.fround(g[i] * gscale); // as float32 arithmetic (and the WebGPU shader) rounds it
     const mi = beta1 * m[i] + c1 * gi;
     const vi = beta2 * v[i] + c2 * gi * gi;
     outM[i] = mi;
@@ -112,7 +114,7 @@ class AdamProgram {
   dispatch: [number, number, number];
   readonly workgroupSize: [number, number, number] = [WORKGROUP, 1, 1];
   readonly size = true;
-  readonly uniforms = 'lr : f32, beta1 : f32, beta2 : f32, bc1 : f32, bc2 : f32, eps : f32,';
+  readonly uniforms = 'lr : f32, beta1 : f32, beta2 : f32, bc1 : f32, bc2 : f32, eps : f32, gscale : f32,';
   private readonly which: Which;
 
   constructor(which: Which, n: number) {
@@ -126,10 +128,10 @@ class AdamProgram {
   getUserCode(): string {
     const body =
       this.which === 'm'
-        ? 'result[index] = uniforms.beta1 * M[index] + (1.0 - uniforms.beta1) * G[index];'
+        ? 'result[index] = uniforms.beta1 * M[index] + (1.0 - uniforms.beta1) * (G[index] * uniforms.gscale);'
         : this.which === 'v'
-          ? 'let g = G[index];\n          result[index] = uniforms.beta2 * V[index] + (1.0 - uniforms.beta2) * g * g;'
-          : `let g = G[index];
+          ? 'let g = G[index] * uniforms.gscale;\n          result[index] = uniforms.beta2 * V[index] + (1.0 - uniforms.beta2) * g * g;'
+          : `let g = G[index] * uniforms.gscale;
           let m = uniforms.beta1 * M[index] + (1.0 - uniforms.beta1) * g;
           let v = uniforms.beta2 * V[index] + (1.0 - uniforms.beta2) * g * g;
           result[index] = W[index] - uniforms.lr * (m / uniforms.bc1) / (sqrt(v / uniforms.bc2) + uniforms.eps);`;
@@ -147,7 +149,7 @@ const webgpuKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const { w, m, v, g } = inputs as Record<'w' | 'm' | 'v' | 'g', tf.TensorInfo>;
   const a = attrs as unknown as AdamAttrs;
   const n = tf.util.sizeFromShape(w.shape);
-  const u: { type: 'float32'; data: number[] }[] = [a.lr, a.beta1, a.beta2, a.bc1, a.bc2, a.eps].map((x) => ({ type: 'float32', data: [x] }));
+  const u: { type: 'float32'; data: number[] }[] = [a.lr, a.beta1, a.beta2, a.bc1, a.bc2, a.eps, a.gscale].map((x) => ({ type: 'float32', data: [x] }));
   // Flat views: the shader indexes every buffer by the flat output index.
   const flat = (t: tf.TensorInfo): tf.TensorInfo => ({ ...t, shape: [n] });
   const outM = b.runWebGPUProgram(new AdamProgram('m', n), [flat(m), flat(g)], 'float32', u);
@@ -187,6 +189,11 @@ interface AdamInternals {
   accumulatedSecondMoment: ({ originalName: string; variable: tf.Variable } | undefined)[];
 }
 
+/** True for an optimizer with the fused, scaled update (see FusedAdamOptimizer.applyScaled). */
+export function hasScaledApply(o: tf.Optimizer): o is FusedAdamOptimizer {
+  return typeof (o as Partial<FusedAdamOptimizer>).applyScaled === 'function';
+}
+
 export class FusedAdamOptimizer extends tf.AdamOptimizer {
   /** Kernel calls made by the fused path (for tests: proves the fused path ran). */
   fusedCalls = 0;
@@ -197,8 +204,27 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
   }
 
   override applyGradients(variableGradients: GradientsArg): void {
+    this.applyScaled(variableGradients, 1);
+  }
+
+  /**
+   * Adam on `gradScale`·g (gradScale: global-norm clipping worked out on the host from a norm already read back,
+   * so the clipping costs no kernel per variable). Without the fused kernel: tfjs's Adam on the scaled gradients.
+   * (A method of its own, not an argument of applyGradients: tfjs's optimizer classes answer `instanceof` by
+   * duck typing, so a plain tf.AdamOptimizer passes `instanceof FusedAdamOptimizer`; callers test for this method.)
+   */
+  applyScaled(variableGradients: GradientsArg, gradScale: number): void {
     if (!fusedAdamAvailable()) {
-      super.applyGradients(variableGradients as Parameters<tf.AdamOptimizer['applyGradients']>[0]);
+      if (gradScale === 1) {
+        super.applyGradients(variableGradients as Parameters<tf.AdamOptimizer['applyGradients']>[0]);
+      } else {
+        tf.tidy(() => {
+          const list: NamedTensorList = Array.isArray(variableGradients)
+            ? variableGradients
+            : Object.entries(variableGradients).map(([name, tensor]) => ({ name, tensor }));
+          super.applyGradients(list.map(({ name, tensor }) => ({ name, tensor: tf.mul(tensor, gradScale) })));
+        });
+      }
       return;
     }
     const s = this as unknown as AdamInternals;
@@ -207,7 +233,7 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
     const t = this.iterations + 1;
     const attrs: AdamAttrs = {
       lr: s.learningRate, beta1: s.beta1, beta2: s.beta2,
-      bc1: 1 - Math.pow(s.beta1, t), bc2: 1 - Math.pow(s.beta2, t), eps: s.epsilon,
+      bc1: 1 - Math.pow(s.beta1, t), bc2: 1 - Math.pow(s.beta2, t), eps: s.epsilon, gscale: gradScale,
     };
     names.forEach((name, i) => {
       const value = tf.engine().registeredVariables[name];

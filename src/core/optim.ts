@@ -3,6 +3,7 @@
  * variableGrads(f, vars) → check → clip by the global norm → applyGradients → dispose.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { hasScaledApply } from './fused-adam';
 
 export interface StepResult {
   /** The loss before the update, plus any extra scalars the loss function returned. */
@@ -55,6 +56,14 @@ export function clippedStep(
 }
 
 /**
+ * The clipping factor min(1, maxGradNorm / (norm + 1e-6)) as the device computes it in float32 (0 = no clipping).
+ */
+export function clipScale(norm: number, maxGradNorm: number): number {
+  if (!(maxGradNorm > 0)) return 1;
+  return Math.min(1, Math.fround(Math.fround(maxGradNorm) / Math.fround(norm + 1e-6)));
+}
+
+/**
  * Like clippedStep, but reads the loss and the gradient norm back (two scalars) before applying, and skips
  * the update when either is NaN/Inf — so a bad batch never reaches the weights or the Adam moments.
  */
@@ -69,7 +78,11 @@ export async function guardedStep(
   const [loss, n] = await check.data();
   check.dispose();
   const ok = Number.isFinite(loss) && Number.isFinite(n);
-  if (ok) apply(optimizer, grads, norm, maxGradNorm);
+  if (ok) {
+    // The norm is on the host already: the fused Adam scales inside its kernel (no multiply per variable).
+    if (hasScaledApply(optimizer)) optimizer.applyScaled(grads, clipScale(n, maxGradNorm));
+    else apply(optimizer, grads, norm, maxGradNorm);
+  }
   const scalars = tf.tidy(() => tf.stack([value, ...extras]) as tf.Tensor1D);
   tf.dispose([value, ...extras]);
   tf.dispose(grads);
