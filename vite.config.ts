@@ -2,12 +2,17 @@ import { defineConfig, type Plugin } from 'vite';
 import react from '@vitejs/plugin-react';
 
 /**
- * The production Content-Security-Policy. It is added only to the built index.html: Vite's dev server injects
- * inline scripts (React Refresh preamble) that `script-src 'self'` would block.
+ * The production Content-Security-Policy of the app: its page and its model worker.
  * - 'wasm-unsafe-eval': compiling the tfjs WASM backend.
  * - worker-src blob: the WASM backend's threaded build starts its pthreads from blob: URLs.
  * - connect-src: the app's own files (models, wasm) and, later, model downloads from the Hugging Face Hub.
  * - style-src 'unsafe-inline': libraries (charts) may inject style elements or attributes.
+ *
+ * It reaches the browser twice: as a <meta> in the built index.html (for hosts that send no headers), and as the
+ * Content-Security-Policy response header (`vite preview`, and public/_headers for static hosts). The header is
+ * what counts for the workers: a dedicated worker loaded from a URL takes its policy from its own script's
+ * response, never from the page's <meta>. The dev server sends none: Vite's dev page needs inline scripts (React
+ * Refresh preamble) and the e2e specs point the worker at a loopback stand-in for the Hub.
  */
 export const CONTENT_SECURITY_POLICY = [
   "default-src 'self'",
@@ -21,6 +26,43 @@ export const CONTENT_SECURITY_POLICY = [
   "form-action 'self'",
 ].join('; ');
 
+/**
+ * The reward sandbox worker's policy (src/worker/reward-sandbox.worker.ts): it compiles the person's reward
+ * code with `new Function` ('unsafe-eval'), and loads nothing else and reaches no network (default-src 'none'
+ * covers connect-src), on top of the globals it removes itself.
+ */
+export const SANDBOX_CONTENT_SECURITY_POLICY = ["default-src 'none'", "script-src 'self' 'unsafe-eval'"].join(
+  '; ',
+);
+
+/** The build puts the sandbox worker in a folder of its own, so that a static host can give it its policy. */
+export const SANDBOX_DIR = 'sandbox';
+
+/** The policy of the response for `pathname` of the built app. */
+export function contentSecurityPolicyFor(pathname: string): string {
+  return pathname.startsWith(`/${SANDBOX_DIR}/`) ? SANDBOX_CONTENT_SECURITY_POLICY : CONTENT_SECURITY_POLICY;
+}
+
+/**
+ * public/_headers for static hosts that read it (Netlify, Cloudflare Pages); tests/csp-headers.test.ts keeps the
+ * file equal to this. The rules do not overlap, because both hosts apply every rule that matches a path and
+ * would join two Content-Security-Policy values into two policies, both enforced. The documents and the worker
+ * scripts are what a policy governs; other files (models, wasm, json) need none.
+ */
+export function staticHostHeaders(): string {
+  const rule = (path: string, policy: string) => `${path}\n  Content-Security-Policy: ${policy}\n`;
+  return [
+    '# Content-Security-Policy response headers for static hosts (Netlify, Cloudflare Pages).',
+    '# Generated from vite.config.ts (staticHostHeaders); tests/csp-headers.test.ts checks it is current.',
+    '# Workers take their policy from their own script response, not from the page, hence the header.',
+    rule('/', CONTENT_SECURITY_POLICY),
+    rule('/index.html', CONTENT_SECURITY_POLICY),
+    rule('/assets/*', CONTENT_SECURITY_POLICY),
+    rule(`/${SANDBOX_DIR}/*`, SANDBOX_CONTENT_SECURITY_POLICY),
+  ].join('\n');
+}
+
+/** The <meta> policy in the built index.html. */
 function contentSecurityPolicy(): Plugin {
   return {
     name: 'ppo-playground:csp',
@@ -39,14 +81,42 @@ function contentSecurityPolicy(): Plugin {
 }
 
 /**
+ * The policy as a response header of `vite preview`, per path (the sandbox worker has its own). A middleware
+ * rather than `preview.headers`: those are set on every file alike, the sandbox worker's included.
+ */
+function contentSecurityPolicyHeaders(): Plugin {
+  return {
+    name: 'ppo-playground:csp-headers',
+    configurePreviewServer(server) {
+      server.middlewares.use((req, res, next) => {
+        const { pathname } = new URL(req.url ?? '/', 'http://localhost');
+        res.setHeader('Content-Security-Policy', contentSecurityPolicyFor(pathname));
+        next();
+      });
+    },
+  };
+}
+
+/**
  * Set by playwright.config.ts for the server it starts: no file watching and no HMR, so an edit saved while the
  * end-to-end tests run cannot reload the page under test (a reload loses the worker and its model mid-test).
  */
 const E2E = process.env.PPO_E2E === '1';
 
 export default defineConfig({
-  plugins: [react(), contentSecurityPolicy()],
-  worker: { format: 'es' },
+  plugins: [react(), contentSecurityPolicy(), contentSecurityPolicyHeaders()],
+  worker: {
+    format: 'es',
+    rollupOptions: {
+      output: {
+        // The reward sandbox in a folder of its own (its own CSP, see SANDBOX_DIR); other workers as by default.
+        entryFileNames: (chunk) =>
+          chunk.name.startsWith('reward-sandbox')
+            ? `${SANDBOX_DIR}/[name]-[hash].js`
+            : 'assets/[name]-[hash].js',
+      },
+    },
+  },
   // Let the dev server's dependency scan see the worker's imports (tfjs, tokenizer) up front; otherwise it
   // discovers them when the worker starts and reloads the page mid-session.
   optimizeDeps: { entries: ['index.html', 'src/worker/*.worker.ts'] },

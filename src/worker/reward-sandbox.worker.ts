@@ -91,6 +91,17 @@ type RewardFn = (sample: unknown) => unknown;
 let fn: RewardFn | null = null;
 
 /**
+ * `new Function` refused by a Content-Security-Policy without 'unsafe-eval': the host sent this worker the app's
+ * policy instead of the sandbox's own (vite.config.ts SANDBOX_CONTENT_SECURITY_POLICY, public/_headers).
+ */
+function refusedByPolicy(e: unknown): boolean {
+  return e instanceof EvalError || (e as { name?: unknown } | null)?.name === 'EvalError';
+}
+const REFUSED =
+  "this site's Content-Security-Policy does not let the reward sandbox compile code. Whoever hosts the app " +
+  "must send the sandbox worker (/sandbox/…) its own policy: see the README's Hosting section";
+
+/**
  * The code is an arrow/function expression (`(sample) => …`), else the body of `function (sample) { … }`
  * (`return …;`); a bare expression of `sample` (`sample.response.length / 10`) is taken as what to return.
  * `import` (static or dynamic) is refused: it would load code from the network.
@@ -104,7 +115,8 @@ function compile(code: string): RewardFn {
   let expression: (() => unknown) | null = null;
   try {
     expression = new FunctionCtor(`"use strict";\nreturn (\n${code}\n);`) as () => unknown;
-  } catch {
+  } catch (e) {
+    if (refusedByPolicy(e)) throw new Error(REFUSED);
     expression = null; // not an expression: a function body
   }
   if (expression) {
@@ -120,6 +132,7 @@ function compile(code: string): RewardFn {
   try {
     return new FunctionCtor('sample', `"use strict";\n${code}`) as RewardFn;
   } catch (e) {
+    if (refusedByPolicy(e)) throw new Error(REFUSED);
     throw new Error(`syntax error: ${(e as Error).message}`);
   }
 }
