@@ -94,4 +94,48 @@ test.describe('the playground page', () => {
     await alert.getByRole('button', { name: 'Dismiss error' }).click();
     await expect(alert).toHaveCount(0);
   });
+
+  test("two tabs train at once: each keeps its autosave; the banner offers a closed tab's run, never an open one's", async ({
+    page,
+    context,
+  }) => {
+    test.setTimeout(180_000);
+    const TINY = 'batchSize=2&miniBatches=1&ppoEpochs=1&responseLength=4&steps=100';
+    const offer = (p: Page) => p.getByTestId('autosave-offer');
+    const step = async (p: Page, n: number) => {
+      await p.getByRole('button', { name: 'Step', exact: true }).click();
+      await expect(p.getByTestId('step-counter')).toHaveText(`Step ${n}`, { timeout: 60_000 });
+      await expect(p.getByTestId('autosave-status')).toHaveText(`Autosaved at step ${n}.`);
+    };
+    const open = async (p: Page, hash: string) => {
+      await p.goto(`/?backend=wasm#${hash}`);
+      await expect(p.getByTestId('model-summary')).toBeVisible({ timeout: 60_000 });
+    };
+    await open(page, `${TINY}&seed=7`);
+    await step(page, 1);
+
+    const other = await context.newPage();
+    const otherConsole = watchConsole(other);
+    await open(other, `${TINY}&seed=8`);
+    await step(other, 1);
+    await step(other, 2);
+    // The first tab is open, so its run is not offered in the second.
+    await expect(offer(other)).toHaveCount(0);
+
+    // Both tabs go: each run is offered once, newest first, in the next tab.
+    await page.close();
+    await other.reload();
+    await expect(offer(other)).toContainText('An autosaved run is in this browser: step 2 of 100');
+    await other.getByRole('button', { name: 'Resume', exact: true }).click();
+    await expect(other.getByTestId('step-counter')).toHaveText('Step 2');
+    const third = await context.newPage();
+    const thirdConsole = watchConsole(third);
+    await open(third, TINY);
+    await expect(offer(third)).toContainText('An autosaved run is in this browser: step 1 of 100');
+    await third.getByRole('button', { name: 'Resume', exact: true }).click();
+    await expect(third.getByTestId('step-counter')).toHaveText('Step 1');
+    await step(third, 2);
+    expect(otherConsole.errors).toEqual([]);
+    expect(thirdConsole.errors).toEqual([]);
+  });
 });

@@ -5,6 +5,7 @@ import { openWorkerPage } from './worker-page';
 /**
  * Reliability of the model worker (src/worker/reliability.ts), driven through e2e/pages/worker.html:
  *  - autosave to IndexedDB, a page reload, and resumeAutosave at the saved step with the history;
+ *  - two tabs training at once: each keeps its own autosave (Web Locks), a closed tab's run is resumed elsewhere;
  *  - a bad model upload while a model is loaded and a run exists: a clear error, the model and the run intact;
  *  - a WebGPU device loss mid-run (device.destroy()): the event, the backend rebuilt, the run resumed from its
  *    autosave and running on.
@@ -138,6 +139,78 @@ test.describe('reliability of the model worker', () => {
     expect(r.next.step).toBe(3);
     expect(r.historyNext.map((m) => m.step)).toEqual([1, 2, 3]);
     expect(consoleWatch.errors).toEqual([]);
+  });
+
+  test("two tabs training at once keep both autosaves; a closed tab's run is offered and resumed in a new tab", async ({
+    page,
+    context,
+  }) => {
+    test.setTimeout(300_000);
+    const tabs = [page, await context.newPage()];
+    const watches = [consoleWatch, watchConsole(tabs[1])];
+    for (const tab of tabs) await open(tab, 'wasm');
+    const steps = (tab: Page, cfg: Record<string, unknown>, n: number) =>
+      tab.evaluate(
+        async ({ cfg, n }) => {
+          const w = window.modelWorker as unknown as RelWorker;
+          if (Object.keys(cfg).length > 0) await w.configure(cfg);
+          for (let i = 0; i < n; i++) await w.stepOnce();
+          return { info: await w.autosaveInfo(), history: await w.history() };
+        },
+        { cfg, n },
+      );
+    const info = (tab: Page) =>
+      tab.evaluate(() => (window.modelWorker as unknown as RelWorker).autosaveInfo());
+    // One after the other, so that each tab saves after the other did (with one slot per site, the last
+    // writer's save would be the only one left).
+    const a1 = await steps(tabs[0], { ...TINY, seed: 7 }, 2);
+    const b = await steps(tabs[1], { ...TINY, seed: 8 }, 2);
+    const a = await steps(tabs[0], {}, 1);
+    expect(a1.info).toMatchObject({ step: 2, current: true });
+    expect(b.info).toMatchObject({ step: 2, current: true });
+    expect(a.info).toMatchObject({ step: 3, current: true });
+    expect(await info(tabs[1])).toMatchObject({ step: 2, current: true });
+    expect((await info(tabs[1]))!.config).toMatchObject({ seed: 8 });
+
+    // A third tab while both are open: nothing of theirs is offered, and resuming says why.
+    const third = await context.newPage();
+    watches.push(watchConsole(third));
+    const t = await open(third, 'wasm');
+    expect(t.saved).toBeNull();
+    const refused = await third.evaluate(() =>
+      (window.modelWorker as unknown as RelWorker).resumeAutosave().then(
+        () => '',
+        (e: Error) => e.message,
+      ),
+    );
+    expect(refused).toMatch(
+      /^The autosaved runs in this browser belong to another tab of this app that is still open/,
+    );
+
+    // The first tab closes: its run is offered in the third tab at once (the worker waits the moment the browser
+    // takes to give a closed tab's lock back), and resumes there with its history.
+    await tabs[0].close();
+    expect(await info(third)).toMatchObject({ step: 3, current: false });
+    expect((await info(third))!.config).toMatchObject({ seed: 7 });
+    const r = await third.evaluate(async () => {
+      const w = window.modelWorker as unknown as RelWorker;
+      const resumed = await w.resumeAutosave();
+      const next = await w.stepOnce();
+      return { resumed, next, history: await w.history(), info: await w.autosaveInfo() };
+    });
+    expect(r.resumed).toMatchObject({ state: 'paused', step: 3 });
+    expect(r.history.slice(0, 3).map((m) => m.reward)).toEqual(a.history.map((m) => m.reward));
+    expect(r.next.step).toBe(4);
+    expect(r.info).toMatchObject({ step: 4, current: true });
+    // The second tab's save was never touched; once that tab closes, a new tab finds it.
+    expect(await info(tabs[1])).toMatchObject({ step: 2, current: true });
+    await tabs[1].close();
+    const fourth = await context.newPage();
+    watches.push(watchConsole(fourth));
+    await open(fourth, 'wasm');
+    expect(await info(fourth)).toMatchObject({ step: 2, current: false });
+    expect((await info(fourth))!.config).toMatchObject({ seed: 8 });
+    for (const w of watches) expect(w.errors).toEqual([]);
   });
 
   test('storage full (a real QuotaExceededError from IndexedDB): told in words, training goes on', async ({

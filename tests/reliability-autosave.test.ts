@@ -16,6 +16,7 @@ import {
   memoryAutosaveStore,
   type AutosaveStore,
 } from '../src/core/autosave';
+import { TabAutosave, type LockManagerLike } from '../src/core/autosave-tabs';
 import { validateConfig } from '../src/core/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
 import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
@@ -188,6 +189,308 @@ describe('autosave slot', () => {
       /The autosave of step 3 is incomplete \(model\.safetensors is missing/,
     );
     expect(await slot.info()).toBeNull();
+  });
+});
+
+/**
+ * Web Locks for several tabs in one test: `tab()` is one tab's navigator.locks (the part autosave uses);
+ * `close()` drops that tab's locks, as the browser does when a tab closes or crashes.
+ */
+function fakeLocks() {
+  const held = new Map<string, { tab: number; release: () => void }>();
+  let tabs = 0;
+  const tab = () => {
+    const me = ++tabs;
+    const locks: LockManagerLike = {
+      async request(name, options, callback) {
+        if (held.has(name)) {
+          if (options.ifAvailable) return callback(null);
+          throw new Error('fake locks: waiting for a lock is not modelled');
+        }
+        let release!: () => void;
+        const released = new Promise<void>((r) => (release = r));
+        held.set(name, { tab: me, release });
+        try {
+          return await Promise.race([Promise.resolve(callback({ name })), released]);
+        } finally {
+          if (held.get(name)?.tab === me) held.delete(name);
+        }
+      },
+      async query() {
+        return { held: [...held.keys()].map((name) => ({ name })) };
+      },
+    };
+    const close = () => {
+      for (const [name, h] of held) {
+        if (h.tab !== me) continue;
+        held.delete(name);
+        h.release();
+      }
+    };
+    return { locks, close };
+  };
+  return { held, tab };
+}
+
+describe('autosave with several tabs (one slot per tab, Web Locks)', () => {
+  let clock = 1000;
+  const now = () => ++clock;
+  const setup = () => {
+    const map = new Map<string, unknown>();
+    const store = memoryAutosaveStore(map);
+    const locks = fakeLocks();
+    let n = 0;
+    /** A tab: its autosave and a way to close it. */
+    const open = () => {
+      const t = locks.tab();
+      const autosave = new TabAutosave(store, t.locks, now, () => `tab-${++n}`, 0);
+      return { autosave, close: t.close };
+    };
+    return { map, store, locks, open };
+  };
+  const save = (tab: TabAutosave, step: number, runId: string) =>
+    tab.save(meta(step, runId), async () => filesOf(step));
+  const stepOf = async (p: Promise<{ files: Map<string, Uint8Array> } | null>) => {
+    const loaded = await p;
+    return loaded ? loaded.files.get('model.safetensors')![0] : null;
+  };
+
+  it('two tabs training at once keep both saves; a tab still open is never offered or overwritten', async () => {
+    const { map, open } = setup();
+    const a = open();
+    const b = open();
+    expect((await save(a.autosave, 2, 'run-a')).ok).toBe(true);
+    expect((await save(b.autosave, 3, 'run-b')).ok).toBe(true);
+    expect((await save(a.autosave, 4, 'run-a')).ok).toBe(true);
+    expect((await save(b.autosave, 5, 'run-b')).ok).toBe(true);
+    expect(await a.autosave.info()).toMatchObject({ runId: 'run-a', step: 4 });
+    expect(await b.autosave.info()).toMatchObject({ runId: 'run-b', step: 5 });
+    expect(await stepOf(a.autosave.load())).toBe(4);
+    expect(await stepOf(b.autosave.load())).toBe(5);
+    // Two pointers, two files each: nothing of either tab was swept by the other.
+    expect(map.size).toBe(6);
+
+    // A third tab: both saves belong to open tabs, so there is nothing to offer, and resume says why.
+    const c = open();
+    expect(await c.autosave.info()).toBeNull();
+    const err = await c.autosave.resume().catch((e: unknown) => e);
+    expect(isUserError(err)).toBe(true);
+    expect((err as Error).message).toBe(
+      'The autosaved runs in this browser belong to another tab of this app that is still open (each tab ' +
+        'autosaves its own run). Continue it there, or close that tab and resume it here.',
+    );
+    // Its own run's saves do not touch theirs either.
+    expect((await save(c.autosave, 1, 'run-c')).ok).toBe(true);
+    expect(await stepOf(a.autosave.load())).toBe(4);
+    expect(await stepOf(b.autosave.load())).toBe(5);
+  });
+
+  it('a closed tab’s save is offered in a new tab; resuming takes it (one tab only) and the first save replaces it', async () => {
+    const { map, open } = setup();
+    const a = open();
+    const b = open();
+    await save(a.autosave, 4, 'run-a');
+    await save(b.autosave, 5, 'run-b');
+    a.close(); // reload or crash
+
+    const c = open();
+    const d = open();
+    expect(await c.autosave.info()).toMatchObject({ runId: 'run-a', step: 4 });
+    expect(await d.autosave.info()).toMatchObject({ runId: 'run-a', step: 4 });
+    const resumed = await c.autosave.resume();
+    expect(resumed!.info).toMatchObject({ runId: 'run-a', step: 4 });
+    expect(resumed!.files.get('model.safetensors')).toEqual(bytes(4, 1, 2, 3));
+    // Now c holds it: d cannot take it too (b's is live), and d's offer is gone.
+    expect(await d.autosave.info()).toBeNull();
+    await expect(d.autosave.resume()).rejects.toThrow(/belong to another tab of this app that is still open/);
+    // c shows the run it resumed, and recovery (load) finds it before c saved anything.
+    expect(await c.autosave.info()).toMatchObject({ runId: 'run-a', step: 4 });
+    expect(await stepOf(c.autosave.load())).toBe(4);
+
+    expect((await save(c.autosave, 5, 'run-a')).ok).toBe(true);
+    // a's slot is gone (replaced by c's); b's is untouched.
+    expect([...map.keys()].filter((k) => k.includes('tab-1'))).toEqual([]);
+    expect(await c.autosave.info()).toMatchObject({ runId: 'run-a', step: 5 });
+    expect(await stepOf(b.autosave.load())).toBe(5);
+    expect(map.size).toBe(6);
+  });
+
+  it('a tab closed a moment ago: its lock is given back late, and the new tab waits for it', async () => {
+    const { locks, store } = setup();
+    const tab = (id: string, settleMs: number) => {
+      const t = locks.tab();
+      return { ...t, autosave: new TabAutosave(store, t.locks, now, () => id, settleMs) };
+    };
+    // An older run of a tab closed long ago, and the run of a tab closing now (the newer one).
+    const old = tab('tab-old', 0);
+    await save(old.autosave, 9, 'run-old');
+    old.close();
+    const a = tab('tab-a', 0);
+    await save(a.autosave, 3, 'run-a');
+    const waiting = tab('tab-b', 2000);
+    setTimeout(a.close, 300);
+    const t0 = Date.now();
+    expect(await waiting.autosave.info()).toMatchObject({ runId: 'run-a', step: 3 });
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(250);
+
+    // A tab that stays open, with the newest save: waited for in vain, then the older closed tab's is offered.
+    const c = tab('tab-c', 0);
+    await save(c.autosave, 1, 'run-c');
+    const d = tab('tab-d', 300);
+    expect((await d.autosave.resume())!.info.runId).toBe('run-a');
+    const e = tab('tab-e', 300);
+    const t1 = Date.now();
+    expect(await e.autosave.info()).toMatchObject({ runId: 'run-old', step: 9 });
+    expect(Date.now() - t1).toBeGreaterThanOrEqual(250);
+    // With only tabs still open, nothing is offered.
+    await e.autosave.resume(); // takes run-old
+    expect(await tab('tab-f', 300).autosave.info()).toBeNull();
+  });
+
+  it('a new run replaces the save it was offered, and no other', async () => {
+    const { open } = setup();
+    const x = open();
+    await save(x.autosave, 7, 'run-x');
+    x.close();
+    const y = open();
+    await save(y.autosave, 9, 'run-y');
+    y.close();
+
+    const f = open();
+    expect(await f.autosave.info()).toMatchObject({ runId: 'run-y', step: 9 }); // the newest
+    expect((await save(f.autosave, 1, 'run-f')).ok).toBe(true);
+    f.close();
+    // run-y was offered and declined: replaced. run-x was never shown: still there, offered next.
+    const g = open();
+    expect(await g.autosave.info()).toMatchObject({ runId: 'run-f', step: 1 });
+    expect((await g.autosave.resume())!.info.runId).toBe('run-f');
+    const h = open();
+    expect(await h.autosave.info()).toMatchObject({ runId: 'run-x', step: 7 });
+    expect(await stepOf(h.autosave.resume())).toBe(7);
+  });
+
+  it('a tab that never showed the offer replaces nothing', async () => {
+    const { open } = setup();
+    const x = open();
+    await save(x.autosave, 7, 'run-x');
+    x.close();
+    const quiet = open();
+    await save(quiet.autosave, 1, 'run-q');
+    await save(quiet.autosave, 2, 'run-q');
+    quiet.close();
+    const next = open();
+    const info = await next.autosave.info();
+    expect(info).toMatchObject({ runId: 'run-q', step: 2 });
+    next.close();
+    const another = open();
+    await another.autosave.resume(); // takes run-q (the newest)
+    const last = open();
+    expect(await last.autosave.info()).toMatchObject({ runId: 'run-x', step: 7 });
+  });
+
+  it('the save of the single-slot format is offered, resumed, and replaced by the tab’s first save', async () => {
+    const { map, store, open } = setup();
+    const old = new AutosaveSlot(store, now); // the format before tabs: pointer "current"
+    await old.save(meta(6, 'run-old'), async () => filesOf(6));
+    expect(map.has('current')).toBe(true);
+
+    const t = open();
+    expect(await t.autosave.info()).toMatchObject({ runId: 'run-old', step: 6 });
+    expect(await stepOf(t.autosave.resume())).toBe(6);
+    expect((await save(t.autosave, 7, 'run-old')).ok).toBe(true);
+    expect(map.has('current')).toBe(false);
+    expect([...map.keys()].every((k) => k === 'slot:tab-1' || k.startsWith('save:tab-1/'))).toBe(true);
+    expect(await stepOf(t.autosave.load())).toBe(7);
+  });
+
+  it('what a crashed tab left half-written is swept; a live tab’s save in progress is not', async () => {
+    const { map, store, locks, open } = setup();
+    // A tab that crashed in the middle of a save: entries of its slot, no pointer, no lock.
+    map.set('save:dead-1/run-d-3-1-1:model.safetensors', bytes(3));
+    // A live tab in the middle of its first save: files written, its pointer not yet.
+    let letPointer!: () => void;
+    const gate = new Promise<void>((r) => (letPointer = r));
+    const slow: AutosaveStore = {
+      ...store,
+      set: async (k, v) => {
+        if (k.startsWith('slot:')) await gate;
+        return store.set(k, v);
+      },
+    };
+    const liveTab = locks.tab();
+    const live = new TabAutosave(slow, liveTab.locks, now, () => 'live-1');
+    const pending = live.save(meta(2, 'run-l'), async () => filesOf(2));
+    await new Promise((r) => setTimeout(r, 0));
+    expect([...map.keys()].filter((k) => k.startsWith('save:live-1/'))).toHaveLength(2);
+
+    const m = open();
+    expect((await save(m.autosave, 1, 'run-m')).ok).toBe(true);
+    expect([...map.keys()].some((k) => k.startsWith('save:dead-1/'))).toBe(false);
+    expect([...map.keys()].filter((k) => k.startsWith('save:live-1/'))).toHaveLength(2);
+    letPointer();
+    expect((await pending).ok).toBe(true);
+    expect(await stepOf(live.load())).toBe(2);
+  });
+
+  it('a resumed run whose first save fails (storage full) keeps the save it came from, and says so', async () => {
+    const store = limitedStore(60, new FakeQuotaError());
+    const locks = fakeLocks();
+    const a = locks.tab();
+    const tabA = new TabAutosave(store, a.locks, now, () => 'tab-a');
+    await tabA.save(meta(4, 'run-a'), async () => filesOf(4));
+    a.close();
+    const b = locks.tab();
+    const tabB = new TabAutosave(store, b.locks, now, () => 'tab-b');
+    await tabB.resume();
+    const big = new Map([...filesOf(5), ['optimizer.safetensors', new Uint8Array(64)]]);
+    const r = await tabB.save(meta(5, 'run-a'), async () => big);
+    expect(r).toMatchObject({ ok: false, reason: 'quota', kept: { step: 4, runId: 'run-a' } });
+    expect(r.ok ? '' : r.message).toMatch(/The previous autosave \(step 4\) is kept\./);
+    expect(await stepOf(tabB.load())).toBe(4);
+  });
+
+  it('discard forgets this tab’s save, or the one it offered; not one another tab just took', async () => {
+    const { open } = setup();
+    const a = open();
+    await save(a.autosave, 3, 'run-a');
+    await a.autosave.discard();
+    expect(await a.autosave.info()).toBeNull();
+    await save(a.autosave, 4, 'run-a');
+    a.close();
+
+    const b = open();
+    const c = open();
+    expect(await b.autosave.info()).toMatchObject({ step: 4 });
+    expect(await c.autosave.info()).toMatchObject({ step: 4 });
+    await c.autosave.resume();
+    await expect(b.autosave.discard()).rejects.toThrow(
+      'That autosaved run was just resumed in another tab of this app, so it was not discarded.',
+    );
+    expect(await stepOf(c.autosave.load())).toBe(4);
+    c.close();
+    const d = open();
+    expect(await d.autosave.info()).toMatchObject({ step: 4 });
+    await d.autosave.discard();
+    expect(await open().autosave.info()).toBeNull();
+  });
+
+  it('without Web Locks: each tab still saves into its own slot; only the offered save is replaced', async () => {
+    const map = new Map<string, unknown>();
+    const store = memoryAutosaveStore(map);
+    let n = 0;
+    const open = () => new TabAutosave(store, null, now, () => `nl-${++n}`);
+    const a = open();
+    const b = open();
+    await save(a, 2, 'run-a');
+    await save(b, 3, 'run-b');
+    await save(a, 4, 'run-a');
+    expect(await stepOf(a.load())).toBe(4);
+    expect(await stepOf(b.load())).toBe(3);
+    const c = open();
+    expect(await c.info()).toMatchObject({ runId: 'run-a' }); // the newest; cannot tell it is live
+    await save(c, 1, 'run-c');
+    expect(await a.load()).toBeNull(); // replaced (a writes it again at its next save)
+    expect(await stepOf(b.load())).toBe(3);
   });
 });
 

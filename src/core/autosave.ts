@@ -4,11 +4,13 @@
  * tests plug in a Map.
  *
  * A save is the file map of `checkpointFiles` (contracts.md §2: weights, optimizer, trainer_state.json with the
- * metric history and config). Each file is its own entry (`save:<id>:<file>`) so no single value is huge, and
- * one small entry, the pointer (`current`), names the save in force. A new save is written under a new id; the
- * pointer moves to it only after every file was written; only then are the older save's entries deleted. So a
- * full disk (QuotaExceededError), a crash or a closed tab in the middle of a save leaves the older save intact,
- * and the half-written one is swept away by the next successful save.
+ * metric history and config). Each file is its own entry (`save:<slot>/<id>:<file>`) so no single value is huge,
+ * and one small entry, the slot's pointer (`slot:<slot>`), names the save in force. A new save is written under a
+ * new id; the pointer moves to it only after every file was written; only then are the older save's entries
+ * deleted. So a full disk (QuotaExceededError), a crash or a closed tab in the middle of a save leaves the older
+ * save intact, and the half-written one is swept away by the next successful save. Every tab has a slot of its
+ * own (./autosave-tabs.ts); the first format's single slot (pointer `current`, files `save:<id>:<file>`) is still
+ * read.
  */
 import { isUserError, UserError } from './errors';
 
@@ -39,8 +41,53 @@ export interface AutosaveInfo {
 }
 
 export const AUTOSAVE_FORMAT = 'ppo-playground-autosave/1';
-const POINTER = 'current';
 const PREFIX = 'save:';
+
+/**
+ * Where a slot keeps its entries: its pointer, and the prefix of its file entries (`<files><saveId>:<file>`).
+ * The first format had one slot per site (pointer `current`, files `save:<saveId>:<file>`); now every tab has
+ * its own (pointer `slot:<id>`, files `save:<id>/<saveId>:<file>`, see ./autosave-tabs.ts). Save ids hold
+ * neither ':' nor '/', so every entry belongs to exactly one slot.
+ */
+export interface SlotKeys {
+  id: string;
+  pointer: string;
+  files: string;
+}
+
+/** The single slot of the first format (read, resumed and replaced like a closed tab's slot). */
+export const legacySlotKeys: SlotKeys = { id: 'legacy', pointer: 'current', files: PREFIX };
+
+/** A tab's slot. */
+export function tabSlotKeys(id: string): SlotKeys {
+  if (!/^[a-z0-9-]+$/i.test(id) || id === legacySlotKeys.id) throw new Error(`bad autosave slot id "${id}"`);
+  return { id, pointer: `slot:${id}`, files: `${PREFIX}${id}/` };
+}
+
+/** The slot id a key belongs to (a pointer or a file entry), or null for keys of no slot. */
+export function slotIdOfKey(key: string): string | null {
+  if (key === legacySlotKeys.pointer) return legacySlotKeys.id;
+  if (key.startsWith('slot:')) return key.slice(5);
+  if (!key.startsWith(PREFIX)) return null;
+  const rest = key.slice(PREFIX.length);
+  const colon = rest.indexOf(':');
+  const saveId = colon < 0 ? rest : rest.slice(0, colon);
+  const slash = saveId.indexOf('/');
+  return slash < 0 ? legacySlotKeys.id : saveId.slice(0, slash);
+}
+
+/** The slots in a key listing: those with a pointer, and the file entries of each. */
+export function slotIdsOf(keys: string[]): { withPointer: string[]; files: Map<string, string[]> } {
+  const withPointer: string[] = [];
+  const files = new Map<string, string[]>();
+  for (const key of keys) {
+    const id = slotIdOfKey(key);
+    if (id === null) continue;
+    if (key === legacySlotKeys.pointer || key.startsWith('slot:')) withPointer.push(id);
+    else files.set(id, [...(files.get(id) ?? []), key]);
+  }
+  return { withPointer, files };
+}
 
 interface Pointer extends AutosaveInfo {
   format: typeof AUTOSAVE_FORMAT;
@@ -116,20 +163,35 @@ function infoOf(p: Pointer): AutosaveInfo {
   return { step, savedAt, config, label, runId, historyLength, bytes };
 }
 
-const fileKey = (id: string, name: string): string => `${PREFIX}${id}:${name}`;
-
-/** The one autosave slot of the app. Calls must not overlap (the worker runs them in its serial queue). */
+/**
+ * One autosave slot: at most one save in force. Calls must not overlap (the worker runs them in its serial
+ * queue). Several slots can share a store (./autosave-tabs.ts); a slot only ever touches its own entries.
+ */
 export class AutosaveSlot {
   private seq = 0;
 
   constructor(
     private readonly store: AutosaveStore,
     private readonly now: () => number = () => Date.now(),
+    readonly keys: SlotKeys = legacySlotKeys,
   ) {}
 
+  private fileKey(saveId: string, name: string): string {
+    return `${this.keys.files}${saveId}:${name}`;
+  }
+
+  private owns(key: string): boolean {
+    return key !== this.keys.pointer && slotIdOfKey(key) === this.keys.id;
+  }
+
   private async pointer(): Promise<Pointer | null> {
-    const raw = await this.store.get(POINTER);
+    const raw = await this.store.get(this.keys.pointer);
     return isPointer(raw) ? raw : null;
+  }
+
+  /** The id of the save in force, or null. */
+  async pointerId(): Promise<string | null> {
+    return (await this.pointer())?.id ?? null;
   }
 
   /** The save in force, or null. */
@@ -145,6 +207,8 @@ export class AutosaveSlot {
   async save(
     meta: Omit<AutosaveInfo, 'savedAt' | 'bytes'>,
     makeFiles: () => Promise<Map<string, Uint8Array>>,
+    /** The save in force for this run when this slot has none yet (a resumed run's save, in another slot). */
+    keptElsewhere: AutosaveInfo | null = null,
   ): Promise<SaveResult> {
     let kept: Pointer | null = null;
     try {
@@ -152,7 +216,7 @@ export class AutosaveSlot {
     } catch {
       kept = null;
     }
-    const keptInfo = kept ? infoOf(kept) : null;
+    const keptInfo = kept ? infoOf(kept) : keptElsewhere;
 
     let files: Map<string, Uint8Array>;
     try {
@@ -177,7 +241,7 @@ export class AutosaveSlot {
     for (const b of files.values()) bytes += b.length;
     try {
       for (const [name, data] of files) {
-        const key = fileKey(id, name);
+        const key = this.fileKey(id, name);
         await this.store.set(key, data);
         written.push(key);
       }
@@ -189,7 +253,7 @@ export class AutosaveSlot {
         id,
         files: [...files.keys()],
       };
-      await this.store.set(POINTER, next);
+      await this.store.set(this.keys.pointer, next);
     } catch (e) {
       // Take back what was written of the new save; the pointer still names the older one.
       for (const key of written) await this.store.del(key).catch(() => undefined);
@@ -212,14 +276,19 @@ export class AutosaveSlot {
     return { ok: true, info };
   }
 
-  /** Delete every save entry except those of `keepId`. */
+  /** Delete every file entry of this slot except those of save `keepId`. */
   private async sweep(keepId: string | null): Promise<void> {
-    const keep = keepId === null ? null : `${PREFIX}${keepId}:`;
+    const keep = keepId === null ? null : this.fileKey(keepId, '');
     for (const key of await this.store.keys()) {
-      if (key === POINTER) continue;
+      if (!this.owns(key)) continue;
       if (keep !== null && key.startsWith(keep)) continue;
       await this.store.del(key);
     }
+  }
+
+  /** Delete this slot's entries that its pointer does not name (what a crash in the middle of a save left). */
+  async tidy(): Promise<void> {
+    await this.sweep(await this.pointerId());
   }
 
   /**
@@ -231,7 +300,7 @@ export class AutosaveSlot {
     if (!p) return null;
     const files = new Map<string, Uint8Array>();
     for (const name of p.files) {
-      const data = await this.store.get(fileKey(p.id, name));
+      const data = await this.store.get(this.fileKey(p.id, name));
       if (!(data instanceof Uint8Array)) {
         await this.discard().catch(() => undefined);
         throw new UserError(
@@ -246,7 +315,7 @@ export class AutosaveSlot {
 
   /** Forget the autosave (every entry of this slot). */
   async discard(): Promise<void> {
-    await this.store.del(POINTER);
+    await this.store.del(this.keys.pointer);
     await this.sweep(null);
   }
 }

@@ -16,8 +16,8 @@ import { ModelSources, PREFERENCE_REWARD_MODEL } from './sources';
 import { Run } from './run-loop';
 import { memoryReport } from './memory';
 import { Reliability } from './reliability';
-import { browserAutosaveSlot } from './autosave-web';
-import type { AutosaveSlot } from '../core/autosave';
+import { browserAutosave } from './autosave-web';
+import type { TabAutosave } from '../core/autosave-tabs';
 import { exportCheckpoint, exportMetrics, exportTrlConfig, importCheckpoint } from './exports';
 import { trainPreferenceRewardModel } from './preference-reward';
 import type {
@@ -58,7 +58,7 @@ function forTransfer(e: unknown): Error {
   return new Error(message);
 }
 
-export function createWorkerApi(opts: { autosave?: AutosaveSlot } = {}): ModelWorkerApi {
+export function createWorkerApi(opts: { autosave?: TabAutosave } = {}): ModelWorkerApi {
   const serial = serialQueue();
   let backend: BackendReport | null = null;
   let backendPref: BackendPref = 'auto';
@@ -69,7 +69,7 @@ export function createWorkerApi(opts: { autosave?: AutosaveSlot } = {}): ModelWo
     sources,
     serial,
     { reselect: () => choose(backendPref) },
-    opts.autosave ?? browserAutosaveSlot(),
+    opts.autosave ?? browserAutosave(),
   );
   run.hooks = reliability;
   run.memory = () => memoryReport(backend?.backend ?? 'cpu');

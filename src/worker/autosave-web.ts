@@ -1,10 +1,12 @@
 /**
- * The autosave slot in the browser: core's AutosaveSlot (src/core/autosave.ts) over IndexedDB through
- * idb-keyval, in a database of its own so nothing else of the app's storage is touched. Where IndexedDB is
+ * Autosave in the browser: core's per-tab slots (src/core/autosave-tabs.ts, src/core/autosave.ts) over IndexedDB
+ * through idb-keyval, in a database of its own so nothing else of the app's storage is touched, with the Web
+ * Locks API telling which slots belong to tabs still open. Where IndexedDB is
  * missing (a private window in some browsers), saves fail with a message and training goes on.
  */
 import { createStore, del, get, keys, set, type UseStore } from 'idb-keyval';
-import { AutosaveSlot, type AutosaveStore } from '../core/autosave';
+import type { AutosaveStore } from '../core/autosave';
+import { TabAutosave, type LockManagerLike } from '../core/autosave-tabs';
 
 export const AUTOSAVE_DB = 'ppo-playground-autosave';
 export const AUTOSAVE_STORE = 'saves';
@@ -28,6 +30,13 @@ export function indexedDbAutosaveStore(): AutosaveStore {
   };
 }
 
-export function browserAutosaveSlot(): AutosaveSlot {
-  return new AutosaveSlot(indexedDbAutosaveStore());
+/** navigator.locks where the browser offers it (secure contexts: https and localhost), else null. */
+function webLocks(): LockManagerLike | null {
+  const nav = (globalThis as { navigator?: { locks?: LockManagerLike } }).navigator;
+  return nav?.locks ?? null;
+}
+
+/** This tab's autosave: a slot of its own, owned through a Web Lock (src/core/autosave-tabs.ts). */
+export function browserAutosave(): TabAutosave {
+  return new TabAutosave(indexedDbAutosaveStore(), webLocks());
 }

@@ -284,7 +284,7 @@ export interface WorkerApi {
 
 // ---- reliability: autosave and GPU device loss (src/worker/reliability.ts) ----------------------------------
 
-/** The autosave in this browser (IndexedDB), without its files. */
+/** An autosave in this browser (IndexedDB), without its files. */
 export interface AutosaveInfoWire {
   /** Steps completed when it was saved. */
   step: number;
@@ -342,21 +342,28 @@ export type ReliabilityEvent =
  *
  * Autosave: while a run exists, the worker saves its checkpoint files (contracts.md §2: weights, optimizer,
  * config, metric history) to IndexedDB every min(saveEvery, 10) steps, when it pauses (pause, stepOnce, an
- * error, the last step) — never a step with NaN/Inf weights. One save is kept per browser profile and origin:
- * a new save replaces the older one only once it is completely written, so a full disk keeps the older one.
- * After a reload or a crash, autosaveInfo() tells the page what can be resumed.
+ * error, the last step) — never a step with NaN/Inf weights. Each tab (worker) keeps one save of its own,
+ * owned through a Web Lock (src/core/autosave-tabs.ts), so tabs training at once do not overwrite each other: a
+ * new save replaces the tab's older one only once it is completely written, so a full disk keeps the older one.
+ * After a reload or a crash, autosaveInfo() tells the page what can be resumed: the newest save of a tab that is
+ * gone (a save of a tab still open is never offered). Resuming it takes it over; a new run's first save instead
+ * replaces the save that was offered.
  */
 export interface ReliabilityApi {
   /** Reliability events (cb is a comlink proxy). Returns the autosave in force, as autosaveInfo. */
   subscribeReliability(cb: (e: ReliabilityEvent) => void): Promise<AutosaveInfoWire | null>;
-  /** The autosave in this browser, or null. */
+  /**
+   * This tab's autosave (of its run, `current`), else the newest autosave of a tab that is gone (what
+   * resumeAutosave would continue), else null.
+   */
   autosaveInfo(): Promise<AutosaveInfoWire | null>;
   /**
    * Continue the autosaved run: restored at its step with its metric history (history() returns it), paused.
-   * The run in the worker (if any) is replaced only once the restore succeeded. UserError when there is none.
+   * The run in the worker (if any) is replaced only once the restore succeeded. UserError when there is none,
+   * and when every autosave belongs to another tab still open.
    */
   resumeAutosave(): Promise<RunStatus>;
-  /** Forget the autosave (the run in the worker is not touched). */
+  /** Forget the autosave autosaveInfo() names (the run in the worker is not touched). */
   discardAutosave(): Promise<void>;
   /** Turn autosave on or off for this worker (default on). Returns the autosave in force. */
   setAutosave(opts: { enabled: boolean }): Promise<AutosaveInfoWire | null>;

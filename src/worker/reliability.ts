@@ -2,9 +2,10 @@
  * Keeping a run through reloads, crashes and GPU resets.
  *
  * Autosave: after every min(saveEvery, 10)-th step and whenever the run pauses, the run's checkpoint files go to
- * IndexedDB through core's AutosaveSlot (one slot; a new save replaces the older one only once complete). A full
- * disk or NaN/Inf weights keep the older save and say so. After a reload, autosaveInfo / resumeAutosave bring
- * the run back at its step with its history.
+ * IndexedDB through core's TabAutosave (a slot per tab, owned through a Web Lock, so two tabs training at once
+ * keep both saves; a new save replaces the tab's older one only once complete). A full disk or NaN/Inf weights
+ * keep the older save and say so. After a reload, autosaveInfo / resumeAutosave bring the run back at its step
+ * with its history.
  *
  * Device loss: the WebGPU device can go away (driver reset, GPU removed, `device.destroy()`); every tensor on it
  * is gone. The worker watches `device.lost`; on a loss it pauses the run, tells the person, makes tfjs build a
@@ -13,7 +14,8 @@
  */
 import { restoreTrainer } from '../core/checkpoint';
 import { memoryFiles } from '../core/model/folder';
-import { autosaveDue, type AutosaveInfo, type AutosaveSlot } from '../core/autosave';
+import { autosaveDue, type AutosaveInfo } from '../core/autosave';
+import type { TabAutosave } from '../core/autosave-tabs';
 import { UserError } from '../core/errors';
 import { forgetWebGpuBackend, webgpuDevice, type GpuDeviceLike } from './backend-web';
 import type { Run, RunHooks, Serial } from './run-loop';
@@ -54,7 +56,7 @@ export class Reliability implements RunHooks {
     private readonly sources: ModelSources,
     private readonly serial: Serial,
     private readonly backend: BackendControl,
-    readonly slot: AutosaveSlot,
+    readonly slot: TabAutosave,
   ) {}
 
   // ---- events ---------------------------------------------------------------------------------------------
@@ -138,7 +140,7 @@ export class Reliability implements RunHooks {
 
   /** Continue the autosaved run (serial): restored first, so a failure leaves the current run as it was. */
   async resume(): Promise<RunStatus> {
-    const saved = await this.slot.load();
+    const saved = await this.slot.resume();
     if (!saved) {
       throw new UserError(
         'There is no autosaved run in this browser to resume; start a run, or import a checkpoint.',
