@@ -4,6 +4,7 @@
  * at a random line start, so the model sees sentence beginnings at position 0 as prompts will be.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { FusedAdamOptimizer } from './fused-adam';
 import type { GPT2 } from './model/gpt2';
 import type { Tokenizer } from './tokenizer/types';
 import { logprobsFromLogits } from './ppo/losses';
@@ -66,7 +67,7 @@ export async function trainSft(
   const starts = stream.lineStarts.filter((s) => s + o.seqLen + 1 <= stream.tokens.length);
   if (starts.length === 0) throw new UserError(`sft: the corpus is shorter than seqLen + 1 (${o.seqLen + 1}) tokens.`);
   const rng = new Rng(o.seed);
-  const opt = tf.train.adam(o.learningRate, 0.9, 0.95, 1e-8);
+  const opt = new FusedAdamOptimizer(o.learningRate, 0.9, 0.95, 1e-8);
   const vars = model.trainableVariables();
   let last = NaN;
   let t0 = performance.now();

@@ -61,11 +61,11 @@ export function reportJson(r: BenchReport): Record<string, unknown> {
   const flat: Record<string, number | null> = {};
   for (const [k, v] of Object.entries(h)) flat[k] = v.value;
   const webgpu = find(r, 'chromium', 'webgpu');
-  const fused = lmOf(webgpu, 'ours + fused Adam');
+  const tfjsAdam = lmOf(webgpu, 'ours, tf.train.adam');
   const nano = lmOf(webgpu, 'nanogpt');
   return {
     ...flat,
-    vsNanogptFusedAdam: fused && nano ? fused.tokensPerSecond / nano.tokensPerSecond : null,
+    vsNanogptTfjsAdam: tfjsAdam && nano ? tfjsAdam.tokensPerSecond / nano.tokensPerSecond : null,
     targets: h,
     quick: r.quick,
     seconds: r.seconds,
