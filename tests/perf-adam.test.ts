@@ -7,7 +7,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import { useCpu } from './helpers/backend';
-import { FusedAdamOptimizer, hasScaledApply, adamUpdateArrays, fusedAdamAvailable, registerFusedAdamKernels } from '../src/core/fused-adam';
+import { FusedAdamOptimizer, FUSED_ADAM_KERNEL, wasmAdamStats, hasScaledApply, adamUpdateArrays, fusedAdamAvailable, registerFusedAdamKernels } from '../src/core/fused-adam';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
 import { guardedStep, clipScale } from '../src/core/optim';
 
@@ -51,6 +51,26 @@ function suite(backend: 'cpu' | 'wasm'): void {
       expect(tf.getBackend()).toBe(backend);
       expect(fusedAdamAvailable()).toBe(true);
     });
+
+    if (backend === 'wasm') {
+      it('runs the SIMD kernel (adam.wat), odd lengths too, bit-identical to the JS loop', async () => {
+        const n = 1031; // 4·257 + 3: the leftover-element path as well
+        const mk = (seed: number, lo = 0) => Float32Array.from({ length: n }, (_, i) => lo + Math.abs(Math.sin(seed * 7.1 + i * 1.3)) * (lo ? 1 : 2) - (lo ? 0 : 1));
+        const [w, m, g] = [mk(1), mk(2), mk(3)];
+        const v = mk(4, 0.01);
+        const attrs = { lr: 1e-2, beta1: 0.9, beta2: 0.999, bc1: 0.271, bc2: 0.002997, eps: 1e-7, gscale: 0.37 };
+        const ref = [new Float32Array(n), new Float32Array(n), new Float32Array(n)] as const;
+        adamUpdateArrays(w, m, v, g, ...ref, attrs);
+        const before = wasmAdamStats.simd;
+        const outs = tf.engine().runKernel(FUSED_ADAM_KERNEL, { w: tf.tensor1d(w), m: tf.tensor1d(m), v: tf.tensor1d(v), g: tf.tensor1d(g) }, attrs as never) as tf.Tensor[];
+        expect(wasmAdamStats.simd).toBe(before + 1);
+        for (let k = 0; k < 3; k++) {
+          // The same float64 operations in the same order, rounded where the loop rounds: bit-identical.
+          expect(Array.from(await outs[k].data()), ['w', 'm', 'v'][k]).toEqual(Array.from(ref[k]));
+        }
+        tf.dispose(outs);
+      });
+    }
 
     it('matches tfjs Adam: weights and both moments after 6 steps', async () => {
       const { plain, fused, p, f } = await runBoth(6);

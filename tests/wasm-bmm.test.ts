@@ -10,9 +10,8 @@ import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import { registerWasmExtraKernels, gatherStats } from '../src/core/kernels/wasm-extra';
-import { BMM_WASM } from '../src/core/kernels/bmm-wasm';
-import { bmmFor, bmmStats } from '../src/core/kernels/wasm-bmm';
-import { assembleBmm, moduleSource } from '../scripts/build-wasm-kernels';
+import { adamFor, bmmFor, bmmStats } from '../src/core/kernels/wasm-bmm';
+import { assemble, moduleSource, KERNELS } from '../scripts/build-wasm-kernels';
 import { readFile } from 'node:fs/promises';
 
 /** Plain-loop reference: C[b] = op(A[b]) · op(B[b]) with broadcast batches. */
@@ -51,12 +50,14 @@ describe('SIMD batched matmul on WASM', () => {
     await tf.ready();
   });
 
-  it('the committed module is what the .wat assembles to, and it runs on the backend\'s heap', async () => {
-    const bytes = await assembleBmm();
-    expect(Array.from(BMM_WASM)).toEqual(Array.from(bytes));
-    expect(await readFile(new URL('../src/core/kernels/bmm-wasm.ts', import.meta.url), 'utf8')).toBe(moduleSource(bytes));
+  it('the committed modules are what the .wat files assemble to, and they run on the backend\'s heap', async () => {
+    for (const k of KERNELS) {
+      const bytes = await assemble(k.wat);
+      expect(await readFile(k.out, 'utf8'), k.name).toBe(moduleSource(bytes, k.name, k.constName));
+    }
     const mem = (tf.backend() as unknown as { wasm: { asm: { memory: WebAssembly.Memory } } }).wasm.asm.memory;
     expect(bmmFor(mem)).toBeTypeOf('function');
+    expect(adamFor(mem)).toBeTypeOf('function');
   });
 
   const cases: [number[], number[], boolean, boolean][] = [

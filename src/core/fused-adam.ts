@@ -15,6 +15,7 @@
  * each step; the two agree to ~1e-7 relative). Backends without the kernel fall back to tfjs's Adam.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { adamFor } from './kernels/wasm-bmm';
 
 export const FUSED_ADAM_KERNEL = 'PerfFusedAdam';
 
@@ -72,9 +73,14 @@ const cpuKernel: KernelFn = ({ inputs, backend, attrs }) => {
 // ---- WASM ---------------------------------------------------------------------------------------------
 
 interface WasmBackendLike {
+  wasm: { asm?: { memory?: WebAssembly.Memory } };
+  dataIdMap: { get(dataId: unknown): { memoryOffset: number } };
   typedArrayFromHeap(t: tf.TensorInfo): Float32Array;
   makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
 }
+
+/** Updates run on the SIMD kernel (kernels/adam.wat); the others took the JS loop. */
+export const wasmAdamStats = { simd: 0, js: 0 };
 
 const wasmKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const b = backend as WasmBackendLike;
@@ -83,8 +89,17 @@ const wasmKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const oW = b.makeOutput(w.shape, 'float32');
   const oM = b.makeOutput(w.shape, 'float32');
   const oV = b.makeOutput(w.shape, 'float32');
-  const h = (t: tf.TensorInfo) => b.typedArrayFromHeap(t);
-  adamUpdateArrays(h(w), h(m), h(v), h(g), h(oW), h(oM), h(oV), attrs as unknown as AdamAttrs);
+  const a = attrs as unknown as AdamAttrs;
+  const simd = adamFor(b.wasm.asm?.memory);
+  if (simd) {
+    const off = (t: tf.TensorInfo): number => b.dataIdMap.get(t.dataId).memoryOffset;
+    simd(off(w), off(m), off(v), off(g), off(oW), off(oM), off(oV), tf.util.sizeFromShape(w.shape), a.lr, a.beta1, a.beta2, a.bc1, a.bc2, a.eps, a.gscale);
+    wasmAdamStats.simd++;
+  } else {
+    const h = (t: tf.TensorInfo) => b.typedArrayFromHeap(t);
+    adamUpdateArrays(h(w), h(m), h(v), h(g), h(oW), h(oM), h(oV), a);
+    wasmAdamStats.js++;
+  }
   return [oW, oM, oV];
 };
 
