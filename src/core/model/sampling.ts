@@ -87,7 +87,7 @@ export function pickTokens(
   uniforms: tf.Tensor2D | null,
 ): { tokens: tf.Tensor1D; logprobs: tf.Tensor1D } {
   return tf.tidy(() => {
-    const [B, V] = logits.shape;
+    const V = logits.shape[1];
     const greedy = temperature === 0;
     const scaled = greedy ? logits : (tf.div(logits, temperature) as tf.Tensor2D);
     const logp = tf.logSoftmax(scaled, -1);
