@@ -265,21 +265,26 @@ export class TabAutosave {
 
   /** After a good save: delete the save this tab resumed or declined, and what crashed tabs left half-written. */
   private async retire(): Promise<void> {
-    if (this.resumed) {
-      const { slot, release } = this.resumed;
-      this.resumed = null;
-      try {
-        await slot.discard();
-      } finally {
-        release();
-      }
-    }
+    await this.discardResumed();
     if (this.offered) {
       const slot = this.offered;
       this.offered = null;
       await this.withLockIfFree(slot.keys.id, () => slot.discard());
     }
     await this.sweepStrays();
+  }
+
+  /** Delete the save this tab resumed and give its lock back; false when it resumed none. */
+  private async discardResumed(): Promise<boolean> {
+    if (!this.resumed) return false;
+    const { slot, release } = this.resumed;
+    this.resumed = null;
+    try {
+      await slot.discard();
+    } finally {
+      release();
+    }
+    return true;
   }
 
   /** Run `job` holding `slotId`'s lock, unless another tab holds it (then skip). Without Web Locks, just run it. */
@@ -322,16 +327,7 @@ export class TabAutosave {
   async discard(): Promise<void> {
     const hadOwn = (await this.own.info()) !== null;
     if (hadOwn) await this.own.discard();
-    if (this.resumed) {
-      const { slot, release } = this.resumed;
-      this.resumed = null;
-      try {
-        await slot.discard();
-      } finally {
-        release();
-      }
-      return;
-    }
+    if (await this.discardResumed()) return;
     if (hadOwn) return;
     const target = this.offered ?? (await this.orphans()).orphans[0]?.slot ?? null;
     this.offered = null;

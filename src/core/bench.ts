@@ -73,7 +73,6 @@ export interface BenchPlan {
   ppoWarmup: number;
   ppoSteps: number;
   lm: { B: number; T: number; steps: number; warmup: number };
-  /** Also time our step with the fused Adam. */
   /** Also time our step with tf.train.adam instead of the fused Adam. */
   lmFusedVariant: boolean;
   /** Also time our step on nanogpt's backend (WebGPU: its patched backend). */
@@ -308,7 +307,7 @@ export async function checkFusedAdam(shapes: number[][] = [[258, 128], [128, 384
   // Step 2 clips: the fused Adam takes the factor as an argument (applyScaled), tfjs's Adam the scaled gradients.
   const step = async (opt: tf.Optimizer, vars: tf.Variable[], scale: number): Promise<number> => {
     const t0 = performance.now();
-    if (opt instanceof FusedAdamOptimizer && opt === pb) pb.applyScaled(Object.fromEntries(vars.map((v, i) => [v.name, grads[i]])), scale);
+    if (opt === pb) pb.applyScaled(Object.fromEntries(vars.map((v, i) => [v.name, grads[i]])), scale);
     else tf.tidy(() => opt.applyGradients(Object.fromEntries(vars.map((v, i) => [v.name, scale === 1 ? grads[i] : tf.mul(grads[i], scale)]))));
     await vars[vars.length - 1].data();
     return performance.now() - t0;

@@ -15,7 +15,7 @@
  * each step; the two agree to ~1e-7 relative). Backends without the kernel fall back to tfjs's Adam.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { adamFor } from './kernels/wasm-bmm';
+import { adamFor } from './kernels/wasm-simd';
 
 export const FUSED_ADAM_KERNEL = 'PerfFusedAdam';
 
@@ -275,9 +275,4 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
     });
     this.incrementIterations();
   }
-}
-
-/** `tf.train.adam` with the fused update where the backend has the kernel. */
-export function fusedAdam(learningRate: number, beta1 = 0.9, beta2 = 0.999, epsilon: number | null = null): FusedAdamOptimizer {
-  return new FusedAdamOptimizer(learningRate, beta1, beta2, epsilon);
 }

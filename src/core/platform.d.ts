@@ -28,7 +28,7 @@ declare const console: {
 declare const performance: { now(): number };
 declare function setTimeout(cb: () => void, ms?: number): unknown;
 declare function clearTimeout(id: unknown): void;
-/** WebAssembly, for the SIMD matmul kernel over the tfjs WASM backend's heap (src/core/kernels/wasm-bmm.ts). */
+/** WebAssembly, for the SIMD kernels over the tfjs WASM backend's heap (src/core/kernels/wasm-simd.ts). */
 declare namespace WebAssembly {
   class Module {
     constructor(bytes: Uint8Array);

@@ -5,7 +5,7 @@
  * the CPU backend's kernel.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { bmmFor, bmmStats } from './wasm-bmm';
+import { bmmFor, bmmStats } from './wasm-simd';
 import { registerWasmSharedIdentity } from './wasm-identity';
 
 interface WasmBackendLike {
@@ -24,7 +24,7 @@ type KernelFn = (args: { inputs: tf.NamedTensorInfoMap; backend: unknown; attrs?
  * ~14 for XNNPACK). Every matmul gradient uses the transpose flags and attention's products are batched over
  * batch × heads, so training spent most of its time in that loop. This wrapper:
  *  - transposes a flagged operand explicitly (a cheap copy), so the product is plain;
- *  - runs batched products (rank 3, batches equal or one side 1) on the SIMD kernel of wasm-bmm.ts, in place
+ *  - runs batched products (rank 3, batches equal or one side 1) on the SIMD kernel of wasm-simd.ts, in place
  *    on the heap;
  *  - leaves batch-1 products to XNNPACK, and one-row q·kᵀ (decoding) to tfjs's loop, which reads it in order.
  * Tested against the CPU backend's kernel (tests/perf-wasm-kernels.test.ts, tests/wasm-bmm.test.ts).

@@ -13,7 +13,6 @@ import { ScalarModel } from '../model/heads';
 import { buildTrainer, type Resources } from '../ppo/setup';
 import type { Tokenizer } from '../tokenizer/types';
 import type { PpoTrainer } from '../ppo/trainer';
-import { FusedAdamOptimizer } from '../fused-adam';
 
 /** The shapes of the issue. `tiny` is read from the shipped model's config by the caller when it can. */
 export const SHAPES: Record<'distilgpt2' | 'gpt2', Record<string, unknown>> = {
@@ -62,7 +61,7 @@ export function gpuMemory(): GpuMemory | null {
 export interface FourModelMemory {
   shape: string;
   backend: string;
-  /** 'tfjs' (the trainer's own tf.train.adam) or 'fused' (FusedAdamOptimizer, the same state). */
+  /** 'fused' (the trainer's own FusedAdamOptimizer) or 'tfjs' (tf.train.adam swapped in; the same state). */
   adam: 'tfjs' | 'fused';
   params: number;
   batchSize: number;
@@ -97,11 +96,11 @@ export interface MemoryBenchOptions {
   /** Measure the peak of step 1 with tf.profile (costly on WebGPU: it times every kernel). */
   profilePeak?: boolean;
   /**
-   * Swap the trainer's two tfjs Adams for FusedAdamOptimizer (fused-adam.ts): the same optimizer state (m and v
-   * per variable, the iteration count, accBeta1/2), so the same bytes after a step, and a far lower peak; on the
-   * CPU backend it also turns GPT-2's ~100 s of element-wise Adam ops per model into one loop.
+   * Swap the trainer's two fused Adams (fused-adam.ts) for tf.train.adam: the same optimizer state (m and v per
+   * variable, the iteration count, accBeta1/2), so the same bytes after a step, but a far higher peak, and on the
+   * CPU backend ~100 s of element-wise Adam ops per GPT-2-sized model.
    */
-  fusedAdam?: boolean;
+  tfjsAdam?: boolean;
   onProgress?: (msg: string) => void;
 }
 
@@ -123,11 +122,11 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
     loadTask: () => Promise.reject(new Error('memory bench: no task')),
   };
   const t = await buildTrainer(cfg, res, { weights: { policy, ref, value, rewardModel, tokenizer: o.tokenizer } });
-  if (o.fusedAdam) {
+  if (o.tfjsAdam) {
     t.policyOpt.dispose();
     t.valueOpt.dispose();
-    t.policyOpt = new FusedAdamOptimizer(cfg.learningRate);
-    t.valueOpt = new FusedAdamOptimizer(cfg.valueLearningRate);
+    t.policyOpt = tf.train.adam(cfg.learningRate);
+    t.valueOpt = tf.train.adam(cfg.valueLearningRate);
   }
   return t;
 }
@@ -173,7 +172,7 @@ export async function benchFourModelMemory(o: MemoryBenchOptions): Promise<FourM
     return {
       shape: o.label,
       backend: tf.getBackend(),
-      adam: o.fusedAdam ? 'fused' : 'tfjs',
+      adam: o.tfjsAdam ? 'tfjs' : 'fused',
       params: gpt2Params(o.config),
       batchSize: o.batchSize,
       responseLength: o.responseLength,
