@@ -10,7 +10,7 @@ import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import { registerWasmExtraKernels, gatherStats } from '../src/core/kernels/wasm-extra';
-import { adamFor, bmmFor, bmmStats } from '../src/core/kernels/wasm-bmm';
+import { adamFor, bmmFor, bmmStats } from '../src/core/kernels/wasm-simd';
 import { assemble, moduleSource, KERNELS } from '../scripts/build-wasm-kernels';
 import { readFile } from 'node:fs/promises';
 

@@ -194,7 +194,7 @@ async function memoryRuns(
       try {
         bigMemory.push(await benchFourModelMemory({
           label: name, config, tokenizer: tokenizerFor(config), prompts, batchSize: 2, responseLength: 2, steps: 1,
-          fusedAdam: adam === 'fused', profilePeak: true, onProgress: (x) => log(`node/cpu memory ${x}`),
+          tfjsAdam: adam === 'tfjs', profilePeak: true, onProgress: (x) => log(`node/cpu memory ${x}`),
         }));
       } catch (e) {
         notes.push(`memory ${name}: ${(e as Error).message}`);
@@ -204,8 +204,8 @@ async function memoryRuns(
       'GPT-2-sized memory: Node, CPU backend (the four models and two Adams exceed WASM\'s 4 GiB heap; numBytes counts the same ' +
         'tensors on every backend), batch 2, responseLength 2, with perf/cpu-kernels.ts (matmuls on the WASM kernel, the rest in JS) and ' +
         (adam === 'fused'
-          ? 'the fused Adam (the same optimizer state as tfjs\'s Adam, so the same bytes after a step; --big-memory-adam tfjs runs the trainer\'s own Adam).'
-          : 'the trainer\'s own tfjs Adam.'),
+          ? 'the trainer\'s fused Adam (the same optimizer state as tf.train.adam, so the same bytes after a step; --big-memory-adam tfjs swaps in tf.train.adam).'
+          : 'tf.train.adam swapped in for the trainer\'s fused Adam.'),
     );
   }
   return { tiny, bigMemory, notes };
