@@ -11,16 +11,52 @@ export default tseslint.config(
     },
   },
   {
-    // The layers of shared/design.md: core never imports ui/worker; ui never imports tfjs.
+    // The layers of docs/architecture.md: core imports none of the others; ui never imports tfjs.
     files: ['src/core/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: ['**/ui/**', '**/worker/**', '**/cli/**', 'react', 'node:*'] }],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            '**/ui/**',
+            '**/worker/**',
+            '**/cli/**',
+            '**/services/**',
+            '**/bench/**',
+            'react',
+            'node:*',
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // Services (autosave, hub) are shared by the worker and the CLI: they may import core, nothing above it.
+    files: ['src/services/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: ['**/ui/**', '**/worker/**', '**/cli/**', '**/bench/**', 'react', 'node:*'] },
+      ],
+    },
+  },
+  {
+    // The benchmarks run in Node (cli bench) and in Chromium (e2e/pages/bench.ts): core only, no Node modules.
+    files: ['src/bench/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: ['**/ui/**', '**/worker/**', '**/cli/**', '**/services/**', 'react', 'node:*'] },
+      ],
     },
   },
   {
     files: ['src/ui/**/*.ts', 'src/ui/**/*.tsx'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: ['@tensorflow/*', '**/core/model/*', '**/core/ppo/trainer*'] }],
+      'no-restricted-imports': [
+        'error',
+        { patterns: ['@tensorflow/*', '**/core/model/*', '**/core/ppo/trainer*'] },
+      ],
     },
   },
 );

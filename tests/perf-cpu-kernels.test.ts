@@ -1,5 +1,5 @@
 /**
- * The faster CPU kernels (src/core/perf/cpu-kernels.ts) against tfjs-backend-cpu's own: every transpose
+ * The faster CPU kernels (src/bench/perf/cpu-kernels.ts) against tfjs-backend-cpu's own: every transpose
  * combination and batch broadcast of BatchMatMul, UnsortedSegmentSum with rows, out-of-range ids and int32,
  * and the gradients that use them (gather and matMul backward).
  */
@@ -8,7 +8,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import { useCpu } from './helpers/backend';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
-import { registerFastCpuKernels, unregisterFastCpuKernels } from '../src/core/perf/cpu-kernels';
+import { registerFastCpuKernels, unregisterFastCpuKernels } from '../src/bench/perf/cpu-kernels';
 
 /** Run f with tfjs's kernels and with ours; return both results as arrays. */
 let onWasm = false;

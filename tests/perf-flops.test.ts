@@ -1,5 +1,5 @@
 /**
- * The FLOP count of src/core/perf/flops.ts against what the code actually multiplies: profile the CPU kernels of
+ * The FLOP count of src/bench/perf/flops.ts against what the code actually multiplies: profile the CPU kernels of
  * a forward and of a training step and sum 2·m·k·n over every BatchMatMul. The MFU of `npm run bench` divides by
  * this count, so it must be the products our GPT-2 really computes.
  */
@@ -10,7 +10,7 @@ import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { ScalarModel } from '../src/core/model/heads';
 import { lmLoss } from '../src/core/sft';
-import { forwardFlops, lmTrainStepFlops, ppoUpdateFlops, trainFlops } from '../src/core/perf/flops';
+import { forwardFlops, lmTrainStepFlops, ppoUpdateFlops, trainFlops } from '../src/bench/perf/flops';
 
 const config = parseGPT2Config({
   vocab_size: 258, n_positions: 32, n_embd: 16, n_layer: 2, n_head: 2, tokenizer: 'bytes',

@@ -1,11 +1,11 @@
 /**
- * The bench report (src/core/perf/report.ts): the issue's headline keys come from the right runs, targets are
+ * The bench report (src/bench/perf/report.ts): the issue's headline keys come from the right runs, targets are
  * judged as stated (≥ 5, ≥ 0.5, ≥ 1.5, ≤ 4e9, = 0), unmeasured keys are null and "not measured", and the markdown
  * names every run.
  */
 import { describe, it, expect } from 'vitest';
-import { headline, markdown, reportJson, type BenchReport, type BenchRun } from '../src/core/perf/report';
-import type { FourModelMemory } from '../src/core/perf/memory';
+import { headline, markdown, reportJson, type BenchReport, type BenchRun } from '../src/bench/perf/report';
+import type { FourModelMemory } from '../src/bench/perf/memory';
 
 const mem = (shape: string, bytes: number, growth: number, backend = 'wasm'): FourModelMemory => ({
   shape, backend, adam: 'tfjs', params: 1, batchSize: 2, responseLength: 8, bytesAfterStep1: bytes, expectedBytes: bytes,

@@ -17,8 +17,8 @@ import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm
 import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
 import { registerWasmExtraKernels } from '../../src/core/kernels/wasm-extra';
 import { registerFusedAdamKernels } from '../../src/core/fused-adam';
-import { checkFusedAdam, planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../../src/core/bench';
-import type { NanoGptPeer } from '../../src/core/perf/lm-train';
+import { checkFusedAdam, planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../../src/bench/bench';
+import type { NanoGptPeer } from '../../src/bench/perf/lm-train';
 import { readConfig, loadLM, type ModelFiles } from '../../src/core/model/folder';
 import { tokenizerFor } from '../../src/core/tokenizer';
 import { parseTask, taskUrl } from '../../src/core/tasks';

@@ -1,5 +1,5 @@
 /**
- * `npm run bench` / `cli bench`: the benchmark suite (src/core/bench.ts sections) in Node on WASM, then in
+ * `npm run bench` / `cli bench`: the benchmark suite (src/bench/bench.ts sections) in Node on WASM, then in
  * headless Chromium per backend (WebGPU, WASM) through scripts/bench-browser.ts, then the GPT-2-sized memory runs
  * in Node on the CPU backend (GPT-2's four models and optimizers do not fit WASM's 4 GiB heap). Prints markdown
  * tables, writes them to --out (bench-results.md), and with --json one JSON object on the last stdout line.
@@ -21,12 +21,12 @@ import { loadLM, readConfig } from '../core/model/folder';
 import { validateConfig } from '../core/config';
 import { buildTrainer } from '../core/ppo/setup';
 import { tokenizerFor } from '../core/tokenizer';
-import { planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../core/bench';
+import { planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../bench/bench';
 import { registerFusedAdamKernels } from '../core/fused-adam';
-import { registerFastCpuKernels } from '../core/perf/cpu-kernels';
-import { benchFourModelMemory, SHAPES, shapeConfig, type FourModelMemory } from '../core/perf/memory';
-import type { NanoGptPeer } from '../core/perf/lm-train';
-import { markdown, reportJson, headline, type BenchReport, type BenchRun } from '../core/perf/report';
+import { registerFastCpuKernels } from '../bench/perf/cpu-kernels';
+import { benchFourModelMemory, SHAPES, shapeConfig, type FourModelMemory } from '../bench/perf/memory';
+import type { NanoGptPeer } from '../bench/perf/lm-train';
+import { markdown, reportJson, headline, type BenchReport, type BenchRun } from '../bench/perf/report';
 import { UserError } from '../core/errors';
 
 export const BENCH_HELP = `bench [--quick] [--json] [--out FILE] [--no-browser] [--browser-backends webgpu,wasm]

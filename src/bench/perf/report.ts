@@ -165,7 +165,7 @@ export function markdown(r: BenchReport): string {
     `${bytes(m.growthBytes)}${m.gpuGrowthBytes != null ? ` (GPU pool ${bytes(m.gpuGrowthBytes)})` : ''}`, f(m.stepSeconds, 1),
   ])), '');
 
-  const skipped = runs.filter((x) => x.skipped?.length).map((x) => `- ${x.label}: skipped ${x.skipped.join(', ')} (${r.quick ? '--quick' : 'plan'}; see planFor in src/core/bench.ts)`);
+  const skipped = runs.filter((x) => x.skipped?.length).map((x) => `- ${x.label}: skipped ${x.skipped.join(', ')} (${r.quick ? '--quick' : 'plan'}; see planFor in src/bench/bench.ts)`);
   const errs = runs.flatMap((x) => Object.entries(x.errors).filter(([k]) => k !== 'nanogpt').map(([k, v]) => `- ${x.label} ${k}: ${v}`));
   const leaks = [
     ...runs.filter((x) => x.tensorLeak !== 0).map((x) => `- ${x.label}: ${x.tensorLeak} tensors of ours alive after the sections that were not before`),

@@ -7,11 +7,11 @@
  * files differently) and hands in the two classes we need, so core never imports it.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { parseGPT2Config, type GPT2Config } from '../model/config';
-import { GPT2 } from '../model/gpt2';
-import { lmLoss } from '../sft';
-import { clippedStep } from '../optim';
-import { FusedAdamOptimizer } from '../fused-adam';
+import { parseGPT2Config, type GPT2Config } from '../../core/model/config';
+import { GPT2 } from '../../core/model/gpt2';
+import { lmLoss } from '../../core/sft';
+import { clippedStep } from '../../core/optim';
+import { FusedAdamOptimizer } from '../../core/fused-adam';
 import { lmTrainStepFlops } from './flops';
 
 export interface LmShape {

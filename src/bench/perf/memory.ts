@@ -6,13 +6,13 @@
  * which never shrinks: tfjs-notes trap 3).
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { validateConfig } from '../config';
-import { parseGPT2Config, type GPT2Config } from '../model/config';
-import { GPT2 } from '../model/gpt2';
-import { ScalarModel } from '../model/heads';
-import { buildTrainer, type Resources } from '../ppo/setup';
-import type { Tokenizer } from '../tokenizer/types';
-import type { PpoTrainer } from '../ppo/trainer';
+import { validateConfig } from '../../core/config';
+import { parseGPT2Config, type GPT2Config } from '../../core/model/config';
+import { GPT2 } from '../../core/model/gpt2';
+import { ScalarModel } from '../../core/model/heads';
+import { buildTrainer, type Resources } from '../../core/ppo/setup';
+import type { Tokenizer } from '../../core/tokenizer/types';
+import type { PpoTrainer } from '../../core/ppo/trainer';
 
 /** The shapes of the issue. `tiny` is read from the shipped model's config by the caller when it can. */
 export const SHAPES: Record<'distilgpt2' | 'gpt2', Record<string, unknown>> = {

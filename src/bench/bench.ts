@@ -9,16 +9,16 @@
  *   memory  tensor bytes of the four-model PPO after one step and growth over many (perf/memory.ts)
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { generate } from './model/sampling';
-import { GPT2 } from './model/gpt2';
-import type { GPT2Config } from './model/config';
-import type { PpoTrainer } from './ppo/trainer';
-import type { Tokenizer } from './tokenizer/types';
+import { generate } from '../core/model/sampling';
+import { GPT2 } from '../core/model/gpt2';
+import type { GPT2Config } from '../core/model/config';
+import type { PpoTrainer } from '../core/ppo/trainer';
+import type { Tokenizer } from '../core/tokenizer/types';
 import { benchMatmul, type MatmulBench } from './perf/matmul';
 import { benchPpoStep, type PpoBench } from './perf/ppo';
 import { benchOurLmTraining, benchNanoGptTraining, type LmShape, type LmTrainBench, type NanoGptPeer } from './perf/lm-train';
 import { benchFourModelMemory, type FourModelMemory } from './perf/memory';
-import { FusedAdamOptimizer } from './fused-adam';
+import { FusedAdamOptimizer } from '../core/fused-adam';
 
 export interface GenBench {
   batch: number;

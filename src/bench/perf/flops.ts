@@ -12,7 +12,7 @@
  * the same size (gradients of the input and of the weight). With N = 12·L·C² non-embedding parameters this is
  * the usual "6·N·tokens + attention" rule, with the LM head counted only on the rows that compute it.
  */
-import type { GPT2Config } from '../model/config';
+import type { GPT2Config } from '../../core/model/config';
 
 export type ModelShape = Pick<GPT2Config, 'n_layer' | 'n_embd' | 'vocab_size'>;
 

@@ -2,8 +2,8 @@
  * The PPO step, timed by phase from the trainer's own metrics (timeGenerate / timeScore / timeUpdate), with the
  * update's model FLOPs (flops.ts ppoUpdateFlops) and its MFU against a measured matmul peak.
  */
-import type { PpoTrainer } from '../ppo/trainer';
-import { bucket } from '../ppo/trainer';
+import type { PpoTrainer } from '../../core/ppo/trainer';
+import { bucket } from '../../core/ppo/trainer';
 import { ppoUpdateFlops } from './flops';
 
 export interface PpoBench {
