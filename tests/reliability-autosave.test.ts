@@ -1,5 +1,5 @@
 /**
- * Autosave (src/core/autosave.ts): when it saves, and that a new save replaces the older one only once it is
+ * Autosave (src/services/autosave.ts): when it saves, and that a new save replaces the older one only once it is
  * completely written — a full disk (QuotaExceededError), a failure half-way or NaN/Inf weights keep the older
  * save. The IndexedDB side and the reload are e2e/reliability-worker.spec.ts.
  */
@@ -15,8 +15,8 @@ import {
   isQuotaError,
   memoryAutosaveStore,
   type AutosaveStore,
-} from '../src/core/autosave';
-import { TabAutosave, type LockManagerLike } from '../src/core/autosave-tabs';
+} from '../src/services/autosave';
+import { TabAutosave, type LockManagerLike } from '../src/services/autosave-tabs';
 import { validateConfig } from '../src/core/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
 import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';

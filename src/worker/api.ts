@@ -17,7 +17,7 @@ import { Run } from './run-loop';
 import { memoryReport } from './memory';
 import { Reliability } from './reliability';
 import { browserAutosave } from './autosave-web';
-import type { TabAutosave } from '../core/autosave-tabs';
+import type { TabAutosave } from '../services/autosave-tabs';
 import { exportCheckpoint, exportMetrics, exportTrlConfig, importCheckpoint } from './exports';
 import { trainPreferenceRewardModel } from './preference-reward';
 import type {

@@ -1,12 +1,12 @@
 /**
- * Autosave in the browser: core's per-tab slots (src/core/autosave-tabs.ts, src/core/autosave.ts) over IndexedDB
+ * Autosave in the browser: the per-tab slots (src/services/autosave-tabs.ts, autosave.ts) over IndexedDB
  * through idb-keyval, in a database of its own so nothing else of the app's storage is touched, with the Web
  * Locks API telling which slots belong to tabs still open. Where IndexedDB is
  * missing (a private window in some browsers), saves fail with a message and training goes on.
  */
 import { createStore, del, get, keys, set, type UseStore } from 'idb-keyval';
-import type { AutosaveStore } from '../core/autosave';
-import { TabAutosave, type LockManagerLike } from '../core/autosave-tabs';
+import type { AutosaveStore } from '../services/autosave';
+import { TabAutosave, type LockManagerLike } from '../services/autosave-tabs';
 
 export const AUTOSAVE_DB = 'ppo-playground-autosave';
 export const AUTOSAVE_STORE = 'saves';
@@ -36,7 +36,7 @@ function webLocks(): LockManagerLike | null {
   return nav?.locks ?? null;
 }
 
-/** This tab's autosave: a slot of its own, owned through a Web Lock (src/core/autosave-tabs.ts). */
+/** This tab's autosave: a slot of its own, owned through a Web Lock (src/services/autosave-tabs.ts). */
 export function browserAutosave(): TabAutosave {
   return new TabAutosave(indexedDbAutosaveStore(), webLocks());
 }

@@ -343,7 +343,7 @@ export type ReliabilityEvent =
  * Autosave: while a run exists, the worker saves its checkpoint files (contracts.md §2: weights, optimizer,
  * config, metric history) to IndexedDB every min(saveEvery, 10) steps, when it pauses (pause, stepOnce, an
  * error, the last step) — never a step with NaN/Inf weights. Each tab (worker) keeps one save of its own,
- * owned through a Web Lock (src/core/autosave-tabs.ts), so tabs training at once do not overwrite each other: a
+ * owned through a Web Lock (src/services/autosave-tabs.ts), so tabs training at once do not overwrite each other: a
  * new save replaces the tab's older one only once it is completely written, so a full disk keeps the older one.
  * After a reload or a crash, autosaveInfo() tells the page what can be resumed: the newest save of a tab that is
  * gone (a save of a tab still open is never offered). Resuming it takes it over; a new run's first save instead

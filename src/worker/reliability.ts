@@ -14,8 +14,8 @@
  */
 import { restoreTrainer } from '../core/checkpoint';
 import { memoryFiles } from '../core/model/folder';
-import { autosaveDue, type AutosaveInfo } from '../core/autosave';
-import type { TabAutosave } from '../core/autosave-tabs';
+import { autosaveDue, type AutosaveInfo } from '../services/autosave';
+import type { TabAutosave } from '../services/autosave-tabs';
 import { UserError } from '../core/errors';
 import { forgetWebGpuBackend, webgpuDevice, type GpuDeviceLike } from './backend-web';
 import type { Run, RunHooks, Serial } from './run-loop';

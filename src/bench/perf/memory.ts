@@ -3,7 +3,7 @@
  * two Adam optimizers) at a given GPT-2 shape with random weights, after one PPO step and optionally after many.
  * Counts `tf.memory().numBytes` (the engine's bytes of live tensors: the same on every backend) relative to
  * the count before the models were built, and on WebGPU the backend's buffer pool (`numBytesAllocatedInGPU`,
- * which never shrinks: tfjs-notes trap 3).
+ * which never shrinks: docs/tfjs.md trap 3).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { validateConfig } from '../../core/config';

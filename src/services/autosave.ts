@@ -3,7 +3,7 @@
  * one without ever leaving nothing behind. The worker plugs in IndexedDB (src/worker/autosave-web.ts); the
  * tests plug in a Map.
  *
- * A save is the file map of `checkpointFiles` (contracts.md §2: weights, optimizer, trainer_state.json with the
+ * A save is the file map of `checkpointFiles` (docs/formats.md §2: weights, optimizer, trainer_state.json with the
  * metric history and config). Each file is its own entry (`save:<slot>/<id>:<file>`) so no single value is huge,
  * and one small entry, the slot's pointer (`slot:<slot>`), names the save in force. A new save is written under a
  * new id; the pointer moves to it only after every file was written; only then are the older save's entries
@@ -12,7 +12,7 @@
  * own (./autosave-tabs.ts); the first format's single slot (pointer `current`, files `save:<id>:<file>`) is still
  * read.
  */
-import { isUserError, UserError } from './errors';
+import { isUserError, UserError } from '../core/errors';
 
 /** Keys and values, as IndexedDB (idb-keyval) offers them. */
 export interface AutosaveStore {
@@ -28,7 +28,7 @@ export interface AutosaveInfo {
   step: number;
   /** Milliseconds since 1970 (Date.now()). */
   savedAt: number;
-  /** The run's config (contracts.md §5 keys). */
+  /** The run's config (docs/formats.md §5 keys). */
   config: Record<string, unknown>;
   /** The policy's label ("built-in tiny", a Hub id, …). */
   label: string;
