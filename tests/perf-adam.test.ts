@@ -1,7 +1,7 @@
 /**
  * The fused Adam (src/core/fused-adam.ts) against tfjs's plain Adam: same weights, same moments, same state
  * layout (so checkpoints are unchanged), on the CPU backend and on WASM (the CLI's backend). The WebGPU kernel is
- * checked against the plain path in Chromium by tests/perf-webgpu.test.ts.
+ * checked against the plain path in Chromium by tests/perf-webgpu.slow.test.ts.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
