@@ -73,8 +73,29 @@ describe('policyLoss', () => {
     // |ln 0.5| = 0.69 > 0.5 for b and c; a (0.405) and d (0.095) stay
     const r = await readAll(policyLoss(logpNew, logpOld, advantages, mask, 0.2, 0.5));
     expect(r.logRatioClampFrac).toBeCloseTo(0.5, 6);
-    expect(r.ratioMean).toBeCloseTo((1.5 + 2 * Math.exp(-0.5) + 1.1) / 4, 5);
+    // The loss sees the clamped ratios: a 1.5 → −1.2 (clipped), b e^−0.5 → 0.8 (clipped), c e^−0.5 → −2e^−0.5, d 1.1.
+    expect(r.loss).toBeCloseTo((-1.2 + 0.8 - 2 * Math.exp(-0.5) + 1.1) / 4, 5);
+    // The statistics report what the policy did, from the unclamped log ratio (they would under-report
+    // exactly when the clamp fires otherwise).
+    const l = [Math.log(1.5), Math.log(0.5), Math.log(0.5), Math.log(1.1)];
+    expect(r.approxKl).toBeCloseTo(l.reduce((s, x) => s + 0.5 * x * x, 0) / 4, 5);
+    expect(r.ratioMean).toBeCloseTo((1.5 + 0.5 + 0.5 + 1.1) / 4, 5);
+    expect(r.ratioMax).toBeCloseTo(1.5, 5);
     tf.dispose([logpNew, logpOld, advantages, mask]);
+  });
+
+  it('statistics from the unclamped log ratio: a ratio above the clamp shows in ratioMax; padding never makes NaN', async () => {
+    // Counted: log ratios 3 and 0; padding: a log ratio of 200 (e^200 overflows float32 to Infinity).
+    const logpOld = tf.tensor2d([[-4, -1, -300]]);
+    const logpNew = tf.tensor2d([[-1, -1, -100]]);
+    const A = tf.tensor2d([[1, 1, 1]]);
+    const mask = tf.tensor2d([[1, 1, 0]]);
+    const r = await readAll(policyLoss(logpNew, logpOld, A, mask, 0.2, 1));
+    expect(r.ratioMax).toBeCloseTo(Math.exp(3), 3);
+    expect(r.ratioMean).toBeCloseTo((Math.exp(3) + 1) / 2, 3);
+    expect(r.approxKl).toBeCloseTo((0.5 * 9) / 2, 5);
+    expect(r.logRatioClampFrac).toBeCloseTo(0.5, 6);
+    tf.dispose([logpNew, logpOld, A, mask]);
   });
 
   it('ratio exactly 1 → loss = −mean(A), clipFrac 0, approxKl 0', async () => {

@@ -1,5 +1,5 @@
 /**
- * PPO losses over tensors (step 7 of shared/ppo-notes.md). Each function runs in its own `tf.tidy`, so only
+ * PPO losses over tensors (step 7 of docs/engine.md). Each function runs in its own `tf.tidy`, so only
  * the returned tensors outlive it, inside or outside an outer tidy / `tf.variableGrads`. Shapes: N samples,
  * R response tokens, V vocabulary; `mask` is 1 for tokens that count and 0 for padding.
  * Gradients need tfjs's gradient registry filled by the host (src/cli/backend-node.ts, tests/helpers/backend.ts,
@@ -20,18 +20,21 @@ export type PolicyLossResult = {
   loss: tf.Scalar;
   /** Fraction of counted tokens where the clipped branch is the larger loss (TRL `pg_losses2 > pg_losses`). */
   clipFrac: tf.Scalar;
-  /** masked mean of ½·logratio², an estimate of KL(π_old‖π). */
+  /** masked mean of ½·logratio², an estimate of KL(π_old‖π), from the unclamped log ratio. */
   approxKl: tf.Scalar;
+  /** masked mean of exp(logratio), unclamped. */
   ratioMean: tf.Scalar;
-  /** Largest ratio over counted tokens (0 when none counts). */
+  /** Largest exp(logratio) over counted tokens, unclamped (0 when none counts). */
   ratioMax: tf.Scalar;
   /** Fraction of counted tokens whose |logratio| hit `logRatioClamp`. */
   logRatioClampFrac: tf.Scalar;
 };
 
 /**
- * The clipped surrogate. `logRatioClamp` bounds log(π/π_old) before `exp` so a wild token cannot overflow
- * to Infinity; clamped tokens get no gradient through the ratio.
+ * The clipped surrogate. `logRatioClamp` bounds log(π/π_old) before `exp` in the LOSS so a wild token cannot
+ * overflow to Infinity; clamped tokens get no gradient through the ratio. The statistics (approxKl, ratioMean,
+ * ratioMax) read the unclamped log ratio, so they do not under-report exactly when the clamp fires; padding is
+ * zeroed first, so a wild padded token cannot turn a masked mean into Inf·0 = NaN.
  */
 export function policyLoss(
   logpNew: tf.Tensor,
@@ -50,12 +53,15 @@ export function policyLoss(
     const pgLosses = tf.mul(negA, ratio);
     const pgLosses2 = tf.mul(negA, tf.clipByValue(ratio, 1 - clipRange, 1 + clipRange));
     const counted = tf.greater(m, 0);
+    // Statistics: unclamped, padding zeroed (exp(0) = 1 there, masked out below).
+    const statLogRatio = tf.where(counted, rawLogRatio, tf.zerosLike(rawLogRatio));
+    const statRatio = tf.exp(statLogRatio);
     return {
       loss: maskedMeanT(tf.maximum(pgLosses, pgLosses2), m),
       clipFrac: maskedMeanT(tf.cast(tf.greater(pgLosses2, pgLosses), 'float32'), m),
-      approxKl: maskedMeanT(tf.mul(0.5, tf.square(logRatio)), m),
-      ratioMean: maskedMeanT(ratio, m),
-      ratioMax: tf.max(tf.where(counted, ratio, tf.zerosLike(ratio))) as tf.Scalar,
+      approxKl: maskedMeanT(tf.mul(0.5, tf.square(statLogRatio)), m),
+      ratioMean: maskedMeanT(statRatio, m),
+      ratioMax: tf.max(tf.where(counted, statRatio, tf.zerosLike(statRatio))) as tf.Scalar,
       logRatioClampFrac: maskedMeanT(tf.cast(tf.greater(tf.abs(rawLogRatio), logRatioClamp), 'float32'), m),
     };
   });
