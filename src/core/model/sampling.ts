@@ -43,7 +43,10 @@ export interface GenerateResult {
 const FILTERED = -1e30;
 
 /** Left-pad prompts to a common length: ids/mask [B, Tp] as flat arrays. */
-export function leftPad(prompts: number[][], padId: number): { ids: Int32Array; mask: Int32Array; Tp: number } {
+export function leftPad(
+  prompts: number[][],
+  padId: number,
+): { ids: Int32Array; mask: Int32Array; Tp: number } {
   const Tp = Math.max(...prompts.map((p) => p.length));
   const B = prompts.length;
   const ids = new Int32Array(B * Tp).fill(padId);
@@ -96,10 +99,24 @@ export function pickTokens(
       tokens = tf.cast(tf.argMax(logits, 1), 'int32') as tf.Tensor1D;
     } else {
       if (!uniforms) throw new Error('pickTokens: uniforms are required when sampling');
+      // Inverse CDF against the row's own total: the float32 cumsum ends a few ulps off 1, and comparing with
+      // u alone sent all the missing mass to token V − 1 (EOS for GPT-2, PAD for bytes), filtered or not.
+      // The token is the first j with cdf[j] > u·cdf[V−1]: strictly greater, so a zero-probability token
+      // (its cdf equal to the one before) is never it; capped at the last token with probability > 0 for
+      // the case u·cdf[V−1] rounds up to the total.
       const probs = tf.softmax(filterLogits(scaled as tf.Tensor2D, topK, topP), -1);
       const cdf = tf.cumsum(probs, 1);
-      const below = tf.sum(tf.cast(tf.less(cdf, uniforms), 'int32'), 1);
-      tokens = tf.minimum(below, tf.scalar(V - 1, 'int32')) as tf.Tensor1D;
+      const target = tf.mul(uniforms, tf.slice(cdf, [0, V - 1], [-1, 1]));
+      const below = tf.sum(tf.cast(tf.lessEqual(cdf, target), 'int32'), 1);
+      const lastPositive = tf.max(
+        tf.where(
+          tf.greater(probs, 0),
+          tf.tile(tf.reshape(tf.range(0, V, 1, 'int32'), [1, V]), [probs.shape[0], 1]),
+          tf.fill(probs.shape, -1, 'int32'),
+        ),
+        1,
+      );
+      tokens = tf.minimum(below, lastPositive) as tf.Tensor1D;
     }
     return { tokens, logprobs: gatherRows(logp as tf.Tensor2D, tokens) };
   });
@@ -112,7 +129,9 @@ function validate(model: GPT2, prompts: number[][], o: SampleOptions): void {
     if (p.length === 0) throw new UserError(`generate: prompt ${i} is empty; give at least one token.`);
     for (const t of p) {
       if (!Number.isInteger(t) || t < 0 || t >= c.vocab_size) {
-        throw new UserError(`generate: prompt ${i} has token id ${t}; ids must be integers from 0 to ${c.vocab_size - 1}.`);
+        throw new UserError(
+          `generate: prompt ${i} has token id ${t}; ids must be integers from 0 to ${c.vocab_size - 1}.`,
+        );
       }
     }
   });
@@ -129,13 +148,19 @@ function validate(model: GPT2, prompts: number[][], o: SampleOptions): void {
     throw new UserError(`generate: temperature must be ≥ 0 (0 = greedy), got ${o.temperature}.`);
   }
   const topK = o.topK ?? 0;
-  if (!Number.isInteger(topK) || topK < 0) throw new UserError(`generate: topK must be an integer ≥ 0 (0 = off), got ${topK}.`);
+  if (!Number.isInteger(topK) || topK < 0)
+    throw new UserError(`generate: topK must be an integer ≥ 0 (0 = off), got ${topK}.`);
   const topP = o.topP ?? 1;
-  if (!(topP > 0 && topP <= 1)) throw new UserError(`generate: topP must be in (0, 1] (1 = off), got ${topP}.`);
+  if (!(topP > 0 && topP <= 1))
+    throw new UserError(`generate: topP must be in (0, 1] (1 = off), got ${topP}.`);
 }
 
 /** Sample continuations for a batch of prompts. */
-export async function generate(model: GPT2, prompts: number[][], opts: SampleOptions): Promise<GenerateResult> {
+export async function generate(
+  model: GPT2,
+  prompts: number[][],
+  opts: SampleOptions,
+): Promise<GenerateResult> {
   validate(model, prompts, opts);
   const rng = typeof opts.rng === 'number' ? new Rng(opts.rng) : opts.rng;
   const B = prompts.length;
@@ -149,7 +174,12 @@ export async function generate(model: GPT2, prompts: number[][], opts: SampleOpt
   const realLen = prompts.map((p) => p.length);
 
   const uniforms = (): tf.Tensor2D | null =>
-    opts.temperature === 0 ? null : tf.tensor2d(Array.from({ length: B }, () => rng.next()), [B, 1]);
+    opts.temperature === 0
+      ? null
+      : tf.tensor2d(
+          Array.from({ length: B }, () => rng.next()),
+          [B, 1],
+        );
 
   const stepTokens: tf.Tensor1D[] = [];
   const stepLogprobs: tf.Tensor1D[] = [];
@@ -165,11 +195,24 @@ export async function generate(model: GPT2, prompts: number[][], opts: SampleOpt
       const maskT = tf.tensor2d(mask, [B, Tp], 'int32');
       const kv: LayerKV[] = [];
       const hidden = model.trunk(idsT, maskT, opts.useCache === false ? undefined : kv);
-      const lastRows = tf.tensor1d(Array.from({ length: B }, (_, b) => b * Tp + Tp - 1), 'int32');
+      const lastRows = tf.tensor1d(
+        Array.from({ length: B }, (_, b) => b * Tp + Tp - 1),
+        'int32',
+      );
       const lg = model.lmHead(tf.gather(hidden, lastRows) as tf.Tensor2D);
       const padded = kv.map(({ k, v }) => ({
-        k: tf.pad(k, [[0, 0], [0, 0], [0, S - Tp], [0, 0]]) as tf.Tensor4D,
-        v: tf.pad(v, [[0, 0], [0, 0], [0, S - Tp], [0, 0]]) as tf.Tensor4D,
+        k: tf.pad(k, [
+          [0, 0],
+          [0, 0],
+          [0, S - Tp],
+          [0, 0],
+        ]) as tf.Tensor4D,
+        v: tf.pad(v, [
+          [0, 0],
+          [0, 0],
+          [0, S - Tp],
+          [0, 0],
+        ]) as tf.Tensor4D,
       }));
       const km = tf.concat([tf.cast(maskT, 'float32'), tf.zeros([B, N])], 1) as tf.Tensor2D;
       return { lg, padded, km };
@@ -190,7 +233,8 @@ export async function generate(model: GPT2, prompts: number[][], opts: SampleOpt
       const chosen = tf.tidy(() => {
         const tok = tf.where(finished, tf.fill([B], opts.padId, 'int32'), picked.tokens) as tf.Tensor1D;
         const lp = tf.where(finished, tf.zeros([B]), picked.logprobs) as tf.Tensor1D;
-        const fin = stop === null ? tf.clone(finished) : tf.logicalOr(finished, tf.equal(picked.tokens, stop));
+        const fin =
+          stop === null ? tf.clone(finished) : tf.logicalOr(finished, tf.equal(picked.tokens, stop));
         return { tok, lp, fin };
       });
       picked.tokens.dispose();
@@ -218,7 +262,10 @@ export async function generate(model: GPT2, prompts: number[][], opts: SampleOpt
           const idsT = tf.tensor2d(seqIds.flat(), [B, T], 'int32');
           const maskT = tf.tensor2d(seqMask.flat(), [B, T], 'int32');
           const hidden = model.trunk(idsT, maskT);
-          const lastRows = tf.tensor1d(Array.from({ length: B }, (_, b) => b * T + T - 1), 'int32');
+          const lastRows = tf.tensor1d(
+            Array.from({ length: B }, (_, b) => b * T + T - 1),
+            'int32',
+          );
           return model.lmHead(tf.gather(hidden, lastRows) as tf.Tensor2D);
         });
         logits.dispose();
@@ -230,7 +277,10 @@ export async function generate(model: GPT2, prompts: number[][], opts: SampleOpt
       const next = tf.tidy(() => {
         const oh = tf.cast(tf.reshape(tf.oneHot(tf.tensor1d([slot], 'int32'), S), [S]), 'float32');
         const km = tf.add(keyMask, tf.reshape(oh, [1, S])) as tf.Tensor2D;
-        const pos = tf.tensor1d(realLen.map((n) => n + s), 'int32');
+        const pos = tf.tensor1d(
+          realLen.map((n) => n + s),
+          'int32',
+        );
         const out = model.decodeStep(chosen.tok, pos, oh, km, cache);
         return { lg: model.lmHead(out.hidden), cache: out.cache, km };
       });
