@@ -1,94 +1,76 @@
 /**
  * GPT-2 in TensorFlow.js, computing what Hugging Face's GPT2LMHeadModel computes (eval mode, no dropout).
  *
- * Bottom-up like nanoGPT: layer norm → attention → MLP → block → trunk → LM head. Every matmul with
- * weights is 2-D ([N, C] · [C, D]) because broadcast matMul gradients are wrong on tfjs WebGPU (tfjs#8721).
+ * Bottom-up like nanoGPT: layer norm → attention → MLP → block → trunk → LM head (the ops in ops.ts). One
+ * `block()` serves the full forward and the KV-cache decode step. Every matmul with weights is 2-D
+ * ([N, C] · [C, D]) because broadcast matMul gradients are wrong on tfjs WebGPU (tfjs#8721).
  * Parameters are tf.Variables keyed by Hugging Face's GPT2Model names (without `transformer.`).
+ *
+ * LoRA (docs/formats.md §6): `base.withLora(adapters)` is a view over the same variables that adds PEFT's
+ * low-rank term in each adapted Conv1D (ops.ts conv1d); the base itself is the reference.
+ * Small binding limits (docs/tfjs.md trap 8): with `maxBindingBytes`, `wte` (and the tied LM head) is held
+ * as vocabulary chunks that each fit one binding; names in files stay `wte.weight`.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { GPT2Config } from './config';
 import { trunkParamSpecs, type ParamSpec } from './specs';
 import { UserError } from '../errors';
+import { conv1d, geluNew, layerNorm, mergedConv1dWeight } from './ops';
+import { LoraAdapters, loraModuleShape } from './lora';
+
+export { layerNorm, layerNormPlain, geluNew, geluNewPlain } from './ops';
 
 let modelCounter = 0;
 
+/** Model options that change the in-memory layout only (never the names or values in files). */
+export interface GPT2Options {
+  /**
+   * The most bytes one kernel may bind as a storage buffer (WebGPU's `maxStorageBufferBindingSize`):
+   * `wte` is then held as vocabulary chunks of at most this size. Absent: `wte` is one tensor.
+   */
+  maxBindingBytes?: number;
+}
+
+/**
+ * Rows of `wte` per vocabulary chunk for a binding limit (all of them when it fits, or there is no limit).
+ * Throws a UserError when not even one row (n_embd float32 values) fits.
+ */
+export function embeddingChunkRows(
+  config: Pick<GPT2Config, 'vocab_size' | 'n_embd'>,
+  maxBindingBytes?: number,
+): number {
+  const V = config.vocab_size;
+  if (maxBindingBytes === undefined || maxBindingBytes <= 0) return V;
+  const rowBytes = config.n_embd * 4;
+  const rows = Math.floor(maxBindingBytes / rowBytes);
+  if (rows < 1) {
+    throw new UserError(
+      `the token embedding's rows are ${rowBytes} bytes (n_embd ${config.n_embd} × float32), more than the ` +
+        `${maxBindingBytes}-byte limit for one buffer binding; a limit of at least ${rowBytes} bytes is needed.`,
+    );
+  }
+  return Math.min(rows, V);
+}
+
+/**
+ * How `wte` is laid out under a binding limit: rows per chunk, the number of chunks, and the bytes of the
+ * largest chunk (what a device check compares against the limit in place of wte's 154 MB for GPT-2).
+ */
+export function embeddingChunks(
+  config: Pick<GPT2Config, 'vocab_size' | 'n_embd'>,
+  maxBindingBytes?: number,
+): { rows: number; count: number; largestBytes: number } {
+  const rows = embeddingChunkRows(config, maxBindingBytes);
+  return { rows, count: Math.ceil(config.vocab_size / rows), largestBytes: rows * config.n_embd * 4 };
+}
+
+/** The variable name of wte's chunk k when `wte` is chunked (its rows are k·rows … (k+1)·rows − 1). */
+export function wteChunkName(k: number): string {
+  return `wte.weight.chunk${k}`;
+}
+
 /** Large negative bias for masked attention scores (finite, so fully-masked pad rows stay finite). */
 const MASKED = -1e9;
-
-/** Layer norm over the last axis, as autodiff composes it (the reference for `layerNorm`'s gradient). */
-export function layerNormPlain(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number): tf.Tensor {
-  const { mean, variance } = tf.moments(x, -1, true);
-  return tf.add(tf.mul(tf.mul(tf.sub(x, mean), tf.rsqrt(tf.add(variance, eps))), g), b);
-}
-
-const layerNormByEps = new Map<number, (x: tf.Tensor, g: tf.Tensor, b: tf.Tensor) => tf.Tensor>();
-
-/**
- * Layer norm over the last axis with its gradient written out (about half the kernels of autodiff's, which
- * matters where every kernel is a dispatch): with x̂ = (x − μ)·r, r = 1/√(σ² + ε),
- *   dx = r·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)),  dx̂ = dy·g,  dg = Σ_rows dy·x̂,  db = Σ_rows dy.
- * Same values as layerNormPlain; gradients tested against it (tests/fused-ops.test.ts).
- */
-export function layerNorm(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number): tf.Tensor {
-  let f = layerNormByEps.get(eps);
-  if (!f) {
-    f = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
-      const [xi, gi, bi] = args as tf.Tensor[];
-      const save = args[3] as tf.GradSaveFunc;
-      const { mean, variance } = tf.moments(xi, -1, true);
-      const r = tf.rsqrt(tf.add(variance, eps));
-      const xhat = tf.mul(tf.sub(xi, mean), r);
-      save([xhat, r, gi]);
-      return {
-        value: tf.add(tf.mul(xhat, gi), bi),
-        gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-          const [xh, rs, gs] = saved;
-          const C = xh.shape[xh.shape.length - 1];
-          const dxhat = tf.mul(dy, gs);
-          const dx = tf.mul(rs, tf.sub(tf.sub(dxhat, tf.mean(dxhat, -1, true)), tf.mul(xh, tf.mean(tf.mul(dxhat, xh), -1, true))));
-          const dg = tf.sum(tf.reshape(tf.mul(dy, xh), [-1, C]), 0);
-          const db = tf.sum(tf.reshape(dy, [-1, C]), 0);
-          return [dx, dg, db];
-        },
-      };
-    }) as (x: tf.Tensor, g: tf.Tensor, b: tf.Tensor) => tf.Tensor;
-    layerNormByEps.set(eps, f);
-  }
-  return f(x, g, b);
-}
-
-/**
- * gelu_new: 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))), computed as the identical x·σ(2·√(2/π)(x + 0.044715x³)).
- * The sigmoid form takes fewer ops than tanh and pow (pow's gradient goes through log; both were hot in the
- * WASM profile), and sidesteps WGSL's tanh returning NaN for large inputs.
- */
-export function geluNewPlain(x: tf.Tensor): tf.Tensor {
-  const x3 = tf.mul(tf.mul(x, x), x);
-  const inner = tf.mul(GELU_K, tf.add(x, tf.mul(0.044715, x3)));
-  return tf.mul(x, tf.sigmoid(inner));
-}
-
-const GELU_K = 2 * Math.sqrt(2 / Math.PI);
-
-/**
- * geluNewPlain with its gradient written out: y = x·s, s = σ(k(x + 0.044715x³)), so
- *   dy/dx = s + x·s·(1 − s)·k·(1 + 3·0.044715·x²)
- * (9 kernels instead of autodiff's ~15). Tested against geluNewPlain's autodiff (tests/fused-ops.test.ts).
- */
-export const geluNew = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
-  const x = args[0] as tf.Tensor;
-  const save = args[1] as tf.GradSaveFunc;
-  const s = tf.sigmoid(tf.mul(GELU_K, tf.add(x, tf.mul(0.044715, tf.mul(tf.mul(x, x), x)))));
-  save([x, s]);
-  return {
-    value: tf.mul(x, s),
-    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
-      const [xs, ss] = saved;
-      const slope = tf.add(GELU_K, tf.mul(3 * 0.044715 * GELU_K, tf.mul(xs, xs)));
-      return tf.mul(dy, tf.add(ss, tf.mul(tf.mul(xs, tf.mul(ss, tf.sub(1, ss))), slope)));
-    },
-  };
-}) as (x: tf.Tensor) => tf.Tensor;
 
 /** Per-layer keys and values, each [B, nh, S, hs]. */
 export type LayerKV = {
@@ -98,62 +80,186 @@ export type LayerKV = {
 
 export class GPT2 {
   readonly config: GPT2Config;
-  /** Trunk parameters by HF name (`wte.weight`, `h.0.attn.c_attn.weight`, …). */
+  /**
+   * Trunk parameters by HF name (`wte.weight`, `h.0.attn.c_attn.weight`, …). With a binding limit `wte.weight`
+   * is absent and its chunks are here as `wte.weight.chunk{k}` (wteChunkName). A LoRA view shares its base's map.
+   */
   readonly params: Map<string, tf.Variable>;
   readonly specs: ParamSpec[];
   /** Unique prefix of this instance's variable names (tfjs registers variables globally by name). */
   readonly id: string;
+  /** Rows of `wte` per chunk (vocab_size when it is one tensor). */
+  readonly wteChunkRows: number;
+  /** The model whose weights this one computes with: itself, or for a LoRA view the shared base. */
+  readonly base: GPT2;
+  /** The adapters this view applies (null for a plain model). */
+  readonly lora: LoraAdapters | null;
+  /** wte's chunks in vocabulary order (one chunk: wte itself). */
+  private readonly wte: tf.Variable[];
 
-  private constructor(config: GPT2Config, params: Map<string, tf.Variable>, id: string) {
+  private constructor(
+    config: GPT2Config,
+    params: Map<string, tf.Variable>,
+    id: string,
+    wteChunkRows: number,
+    base: GPT2 | null = null,
+    lora: LoraAdapters | null = null,
+  ) {
     this.config = config;
     this.params = params;
     this.specs = trunkParamSpecs(config);
     this.id = id;
+    this.wteChunkRows = wteChunkRows;
+    this.base = base ?? this;
+    this.lora = lora;
+    const n = Math.ceil(config.vocab_size / wteChunkRows);
+    this.wte =
+      n === 1 ? [this.p('wte.weight')] : Array.from({ length: n }, (_, k) => this.p(wteChunkName(k)));
   }
 
-  /** Build from host arrays (e.g. a loaded safetensors file, already name-mapped and shape-checked). */
-  static fromArrays(config: GPT2Config, arrays: Map<string, Float32Array>, trainable: boolean, label = 'gpt2'): GPT2 {
+  /**
+   * Build from host arrays (e.g. a loaded safetensors file, already name-mapped and shape-checked). With
+   * `opts.maxBindingBytes`, wte's chunks are made straight from views of its host array (never a full copy).
+   */
+  static fromArrays(
+    config: GPT2Config,
+    arrays: Map<string, Float32Array>,
+    trainable: boolean,
+    label = 'gpt2',
+    opts: GPT2Options = {},
+  ): GPT2 {
     const id = `${label}_${modelCounter++}`;
+    const rows = embeddingChunkRows(config, opts.maxBindingBytes);
     const params = new Map<string, tf.Variable>();
-    for (const spec of trunkParamSpecs(config)) {
-      const data = arrays.get(spec.name);
-      if (!data) throw new UserError(`model weights: tensor "${spec.name}" of shape [${spec.shape}] is missing.`);
-      const size = spec.shape.reduce((a, b) => a * b, 1);
-      if (data.length !== size) {
-        throw new UserError(`model weights: tensor "${spec.name}" has ${data.length} values, expected shape [${spec.shape}] (${size}).`);
+    try {
+      for (const spec of trunkParamSpecs(config)) {
+        const data = arrays.get(spec.name);
+        if (!data)
+          throw new UserError(`model weights: tensor "${spec.name}" of shape [${spec.shape}] is missing.`);
+        const size = spec.shape.reduce((a, b) => a * b, 1);
+        if (data.length !== size) {
+          throw new UserError(
+            `model weights: tensor "${spec.name}" has ${data.length} values, expected shape [${spec.shape}] (${size}).`,
+          );
+        }
+        for (const [name, shape, part] of GPT2.layout(spec, data, rows)) {
+          const init = tf.tensor(part, shape, 'float32');
+          params.set(name, tf.variable(init, trainable, `${id}/${name}`));
+          init.dispose(); // the variable holds its own reference to the data
+        }
       }
-      const init = tf.tensor(data, spec.shape, 'float32');
-      params.set(spec.name, tf.variable(init, trainable, `${id}/${spec.name}`));
-      init.dispose(); // the variable holds its own reference to the data
+    } catch (e) {
+      for (const v of params.values()) v.dispose();
+      throw e;
     }
-    return new GPT2(config, params, id);
+    return new GPT2(config, params, id, rows);
   }
 
-  /** GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/√(2·n_layer), LN (1, 0). */
-  static random(config: GPT2Config, seed: number, trainable = true, label = 'gpt2'): GPT2 {
+  /** A parameter's in-memory pieces: itself, or for wte under a binding limit its row chunks (subarray views). */
+  private static layout(
+    spec: ParamSpec,
+    data: Float32Array,
+    rows: number,
+  ): [string, number[], Float32Array][] {
+    const [V, C] = spec.shape;
+    if (spec.name !== 'wte.weight' || rows >= V) return [[spec.name, spec.shape, data]];
+    const out: [string, number[], Float32Array][] = [];
+    for (let k = 0, lo = 0; lo < V; k++, lo += rows) {
+      const hi = Math.min(V, lo + rows);
+      out.push([wteChunkName(k), [hi - lo, C], data.subarray(lo * C, hi * C)]);
+    }
+    return out;
+  }
+
+  /**
+   * GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/√(2·n_layer), LN (1, 0).
+   * With a binding limit each wte chunk is drawn on its own (seeds derived from wte's), so a chunked random
+   * model's wte differs from an unchunked one of the same seed; every other tensor is the same.
+   */
+  static random(
+    config: GPT2Config,
+    seed: number,
+    trainable = true,
+    label = 'gpt2',
+    opts: GPT2Options = {},
+  ): GPT2 {
     const id = `${label}_${modelCounter++}`;
+    const rows = embeddingChunkRows(config, opts.maxBindingBytes);
     const params = new Map<string, tf.Variable>();
     let s = seed;
     for (const spec of trunkParamSpecs(config)) {
       const name = spec.name;
-      const init = tf.tidy(() => {
-        if (name.includes('ln_') && name.endsWith('.weight')) return tf.ones(spec.shape);
-        if (name.endsWith('.bias')) return tf.zeros(spec.shape);
-        const std = name.endsWith('c_proj.weight') ? 0.02 / Math.sqrt(2 * config.n_layer) : 0.02;
-        return tf.randomNormal(spec.shape, 0, std, 'float32', s++);
-      });
+      const draw = (shape: number[], sd: number) =>
+        tf.tidy(() => {
+          if (name.includes('ln_') && name.endsWith('.weight')) return tf.ones(shape);
+          if (name.endsWith('.bias')) return tf.zeros(shape);
+          const std = name.endsWith('c_proj.weight') ? 0.02 / Math.sqrt(2 * config.n_layer) : 0.02;
+          return tf.randomNormal(shape, 0, std, 'float32', sd);
+        });
+      const sd = s++;
+      if (name === 'wte.weight' && rows < config.vocab_size) {
+        const [V, C] = spec.shape;
+        for (let k = 0, lo = 0; lo < V; k++, lo += rows) {
+          const init = draw([Math.min(V, lo + rows) - lo, C], sd * 7919 + k);
+          params.set(wteChunkName(k), tf.variable(init, trainable, `${id}/${wteChunkName(k)}`));
+          init.dispose();
+        }
+        continue;
+      }
+      const init = draw(spec.shape, sd);
       params.set(name, tf.variable(init, trainable, `${id}/${name}`));
       init.dispose();
     }
-    return new GPT2(config, params, id);
+    return new GPT2(config, params, id, rows);
   }
 
-  /** A new model with copies of this one's weights (e.g. the frozen reference). */
+  /**
+   * A new plain model with copies of the weights this one computes with (e.g. a frozen reference of a full
+   * fine-tuning run): for a LoRA view, the merged W + (B·A)ᵀ·scaling. Same wte layout.
+   */
   clone(trainable: boolean, label = 'gpt2'): GPT2 {
     const id = `${label}_${modelCounter++}`;
     const params = new Map<string, tf.Variable>();
-    for (const [name, v] of this.params) params.set(name, tf.variable(v, trainable, `${id}/${name}`));
-    return new GPT2(this.config, params, id);
+    for (const [name, v] of this.params) {
+      const lr = this.lowRankOf(name);
+      if (!lr) {
+        params.set(name, tf.variable(v, trainable, `${id}/${name}`));
+        continue;
+      }
+      const merged = mergedConv1dWeight(v, lr);
+      params.set(name, tf.variable(merged, trainable, `${id}/${name}`));
+      merged.dispose();
+    }
+    return new GPT2(this.config, params, id, this.wteChunkRows);
+  }
+
+  /**
+   * A view that computes with this model's weights (shared, not copied) plus `adapters` (null: none). The view
+   * takes ownership of the adapters (its dispose() frees them, never the base's weights); its trainable
+   * variables are the adapters' alone. The base (this) stays the model without adapters: the reference.
+   */
+  withLora(adapters: LoraAdapters | null, label = 'lora'): GPT2 {
+    if (this.base !== this) throw new Error('GPT2.withLora: call it on the base model, not on a LoRA view');
+    if (adapters) {
+      for (const [key, m] of adapters.modules) {
+        const w = this.params.get(`${key}.weight`);
+        const want = loraModuleShape(this.config, m.target);
+        if (!w || w.shape[0] !== m.in || w.shape[1] !== m.out || want.in !== m.in || want.out !== m.out) {
+          throw new UserError(
+            `LoRA adapters do not fit this model: ${key} has A [${m.a.shape}] and B [${m.b.shape}], but the ` +
+              `model's ${key}.weight is [${w ? w.shape : 'missing'}] (A must be [r, in], B [out, r]).`,
+          );
+        }
+      }
+    }
+    return new GPT2(
+      this.config,
+      this.params,
+      `${label}_${modelCounter++}`,
+      this.wteChunkRows,
+      this,
+      adapters,
+    );
   }
 
   p(name: string): tf.Variable {
@@ -162,31 +268,63 @@ export class GPT2 {
     return v;
   }
 
+  /** What an optimiser updates: all weights, or for a LoRA view the adapters' A and B alone. */
   trainableVariables(): tf.Variable[] {
+    if (this.base !== this) return this.lora ? this.lora.variables() : [];
     return [...this.params.values()];
   }
 
+  /**
+   * The weights by HF name (`wte.weight` whole, however it is held), as this model computes with them: for a
+   * LoRA view with its adapters on, the merged W + (B·A)ᵀ·scaling, so lmSafetensors/exportLM of a view
+   * write the merged policy (docs/formats.md §6).
+   */
   async toArrays(): Promise<Map<string, Float32Array>> {
     const out = new Map<string, Float32Array>();
-    for (const [name, v] of this.params) out.set(name, (await v.data()) as Float32Array);
+    const C = this.config.n_embd;
+    if (this.wte.length > 1) {
+      const wte = new Float32Array(this.config.vocab_size * C);
+      for (let k = 0; k < this.wte.length; k++)
+        wte.set((await this.wte[k].data()) as Float32Array, k * this.wteChunkRows * C);
+      out.set('wte.weight', wte);
+    }
+    for (const spec of this.specs) {
+      if (spec.name === 'wte.weight' && this.wte.length > 1) continue;
+      const v = this.p(spec.name);
+      const lr = this.lowRankOf(spec.name);
+      if (!lr) {
+        out.set(spec.name, (await v.data()) as Float32Array);
+        continue;
+      }
+      const merged = mergedConv1dWeight(v, lr);
+      out.set(spec.name, (await merged.data()) as Float32Array);
+      merged.dispose();
+    }
     return out;
   }
 
+  /** A plain model frees its weights; a LoRA view frees its adapters only (the base is shared). */
   dispose(): void {
+    if (this.base !== this) {
+      this.lora?.dispose();
+      return;
+    }
     for (const v of this.params.values()) v.dispose();
     this.params.clear();
   }
 
   // ---- building blocks ---------------------------------------------------------------------------
 
-  /** x [N, C_in] · W [C_in, C_out] + b. */
-  private linear(x: tf.Tensor2D, w: string, b: string): tf.Tensor2D {
-    return tf.add(tf.matMul(x, this.p(w)), this.p(b)) as tf.Tensor2D;
+  /** The active LoRA pair of the Conv1D whose weight is `weightName` (null: none, or adapters off). */
+  private lowRankOf(weightName: string) {
+    if (!this.lora || !weightName.endsWith('.weight')) return null;
+    return this.lora.lowRank(weightName.slice(0, -'.weight'.length));
   }
 
-  private mlp(x: tf.Tensor2D, i: number): tf.Tensor2D {
-    const h = geluNew(this.linear(x, `h.${i}.mlp.c_fc.weight`, `h.${i}.mlp.c_fc.bias`)) as tf.Tensor2D;
-    return this.linear(h, `h.${i}.mlp.c_proj.weight`, `h.${i}.mlp.c_proj.bias`);
+  /** Conv1D `module` of block i (`attn.c_attn`, …): x [N, in] · W [in, out] + b, plus LoRA when adapted. */
+  private linear(x: tf.Tensor2D, i: number, module: string): tf.Tensor2D {
+    const key = `h.${i}.${module}`;
+    return conv1d(x, this.p(`${key}.weight`), this.p(`${key}.bias`), this.lora?.lowRank(key));
   }
 
   /** [B·T, C] → [B, nh, T, hs] */
@@ -213,10 +351,60 @@ export class GPT2 {
     return tf.reshape(tf.transpose(tf.reshape(y, [B, nh, Tq, hs]), [0, 2, 1, 3]), [B * Tq, nh * hs]);
   }
 
+  /**
+   * Rows of wte for token ids [N] → [N, C]. Chunked: each chunk gathers at the ids it holds (others clipped into
+   * range and replaced by exact zeros), and the chunks' results are summed: the same values and gradients as
+   * one gather, with no kernel binding more than one chunk.
+   */
+  private gatherWte(flatIds: tf.Tensor): tf.Tensor2D {
+    if (this.wte.length === 1) return tf.gather(this.wte[0], flatIds) as tf.Tensor2D;
+    const ids = tf.cast(flatIds, 'int32');
+    let out: tf.Tensor | null = null;
+    for (let k = 0; k < this.wte.length; k++) {
+      const lo = k * this.wteChunkRows;
+      const rows = this.wte[k].shape[0];
+      const local = tf.sub(ids, lo);
+      const inChunk = tf.reshape(tf.logicalAnd(tf.greaterEqual(local, 0), tf.less(local, rows)), [-1, 1]);
+      const g = tf.gather(this.wte[k], tf.clipByValue(local, 0, rows - 1));
+      const part = tf.where(inChunk, g, tf.zerosLike(g));
+      out = out ? tf.add(out, part) : part;
+    }
+    return out as tf.Tensor2D;
+  }
+
   private embed(ids: tf.Tensor, positions: tf.Tensor): tf.Tensor2D {
     const flatIds = tf.reshape(ids, [-1]);
     const flatPos = tf.reshape(positions, [-1]);
-    return tf.add(tf.gather(this.p('wte.weight'), flatIds), tf.gather(this.p('wpe.weight'), flatPos)) as tf.Tensor2D;
+    return tf.add(this.gatherWte(flatIds), tf.gather(this.p('wpe.weight'), flatPos)) as tf.Tensor2D;
+  }
+
+  /**
+   * Transformer block i on x [N, C]. `attention` maps this block's q, k, v [N, C] to the attended values
+   * [N, C]: the full forward attends within the batch, the decode step writes k, v into its cache first.
+   */
+  private block(
+    x: tf.Tensor2D,
+    i: number,
+    attention: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D,
+  ): tf.Tensor2D {
+    const eps = this.config.layer_norm_epsilon;
+    const h = layerNorm(x, this.p(`h.${i}.ln_1.weight`), this.p(`h.${i}.ln_1.bias`), eps) as tf.Tensor2D;
+    const qkv = this.linear(h, i, 'attn.c_attn'); // [N, 3C]
+    const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
+    const y = attention(q, k, v);
+    const x1 = tf.add(x, this.linear(y, i, 'attn.c_proj')) as tf.Tensor2D;
+    const h2 = layerNorm(x1, this.p(`h.${i}.ln_2.weight`), this.p(`h.${i}.ln_2.bias`), eps) as tf.Tensor2D;
+    const m = this.linear(geluNew(this.linear(h2, i, 'mlp.c_fc')) as tf.Tensor2D, i, 'mlp.c_proj');
+    return tf.add(x1, m) as tf.Tensor2D;
+  }
+
+  private finalNorm(x: tf.Tensor2D): tf.Tensor2D {
+    return layerNorm(
+      x,
+      this.p('ln_f.weight'),
+      this.p('ln_f.bias'),
+      this.config.layer_norm_epsilon,
+    ) as tf.Tensor2D;
   }
 
   // ---- forward -----------------------------------------------------------------------------------
@@ -230,7 +418,9 @@ export class GPT2 {
     const [B, T] = ids.shape;
     const c = this.config;
     if (T > c.n_positions) {
-      throw new UserError(`sequence of ${T} tokens is longer than the model's n_positions (${c.n_positions}).`);
+      throw new UserError(
+        `sequence of ${T} tokens is longer than the model's n_positions (${c.n_positions}).`,
+      );
     }
     const maskF = tf.cast(mask, 'float32');
     const positions = tf.cast(tf.maximum(tf.sub(tf.cumsum(maskF, 1), 1), 0), 'int32');
@@ -241,24 +431,27 @@ export class GPT2 {
 
     let x = this.embed(ids, positions);
     for (let i = 0; i < c.n_layer; i++) {
-      const h = layerNorm(x, this.p(`h.${i}.ln_1.weight`), this.p(`h.${i}.ln_1.bias`), c.layer_norm_epsilon) as tf.Tensor2D;
-      const qkv = this.linear(h, `h.${i}.attn.c_attn.weight`, `h.${i}.attn.c_attn.bias`); // [B·T, 3C]
-      const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
-      const q4 = this.splitHeads(q, B, T);
-      const k4 = this.splitHeads(k, B, T);
-      const v4 = this.splitHeads(v, B, T);
-      if (collectKV) collectKV.push({ k: k4, v: v4 });
-      const y = this.attend(q4, k4, v4, bias);
-      x = tf.add(x, this.linear(y, `h.${i}.attn.c_proj.weight`, `h.${i}.attn.c_proj.bias`));
-      const h2 = layerNorm(x, this.p(`h.${i}.ln_2.weight`), this.p(`h.${i}.ln_2.bias`), c.layer_norm_epsilon) as tf.Tensor2D;
-      x = tf.add(x, this.mlp(h2, i));
+      x = this.block(x, i, (q, k, v) => {
+        const q4 = this.splitHeads(q, B, T);
+        const k4 = this.splitHeads(k, B, T);
+        const v4 = this.splitHeads(v, B, T);
+        if (collectKV) collectKV.push({ k: k4, v: v4 });
+        return this.attend(q4, k4, v4, bias);
+      });
     }
-    return layerNorm(x, this.p('ln_f.weight'), this.p('ln_f.bias'), c.layer_norm_epsilon) as tf.Tensor2D;
+    return this.finalNorm(x);
   }
 
-  /** Tied LM head: hidden [N, C] → logits [N, V]. */
+  /**
+   * Tied LM head: hidden [N, C] → logits [N, V]. Chunked wte: each chunk's logits [N, rows_k], concatenated
+   * along the vocabulary (the same dot products as one matmul).
+   */
   lmHead(hidden: tf.Tensor2D): tf.Tensor2D {
-    return tf.matMul(hidden, this.p('wte.weight'), false, true);
+    if (this.wte.length === 1) return tf.matMul(hidden, this.wte[0], false, true);
+    return tf.concat(
+      this.wte.map((w) => tf.matMul(hidden, w as tf.Tensor as tf.Tensor2D, false, true)),
+      1,
+    ) as tf.Tensor2D;
   }
 
   /** Full forward: logits [B, T, V]. */
@@ -289,18 +482,13 @@ export class GPT2 {
     let x = this.embed(ids, positions); // [B, C]
     const next: LayerKV[] = [];
     for (let i = 0; i < c.n_layer; i++) {
-      const h = layerNorm(x, this.p(`h.${i}.ln_1.weight`), this.p(`h.${i}.ln_1.bias`), c.layer_norm_epsilon) as tf.Tensor2D;
-      const qkv = this.linear(h, `h.${i}.attn.c_attn.weight`, `h.${i}.attn.c_attn.bias`); // [B, 3C]
-      const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
-      const k4 = tf.add(cache[i].k, tf.mul(this.splitHeads(k, B, 1), oh)) as tf.Tensor4D; // write slot
-      const v4 = tf.add(cache[i].v, tf.mul(this.splitHeads(v, B, 1), oh)) as tf.Tensor4D;
-      next.push({ k: k4, v: v4 });
-      const y = this.attend(this.splitHeads(q, B, 1), k4, v4, bias);
-      x = tf.add(x, this.linear(y, `h.${i}.attn.c_proj.weight`, `h.${i}.attn.c_proj.bias`));
-      const h2 = layerNorm(x, this.p(`h.${i}.ln_2.weight`), this.p(`h.${i}.ln_2.bias`), c.layer_norm_epsilon) as tf.Tensor2D;
-      x = tf.add(x, this.mlp(h2, i));
+      x = this.block(x, i, (q, k, v) => {
+        const k4 = tf.add(cache[i].k, tf.mul(this.splitHeads(k, B, 1), oh)) as tf.Tensor4D; // write slot
+        const v4 = tf.add(cache[i].v, tf.mul(this.splitHeads(v, B, 1), oh)) as tf.Tensor4D;
+        next.push({ k: k4, v: v4 });
+        return this.attend(this.splitHeads(q, B, 1), k4, v4, bias);
+      });
     }
-    const hidden = layerNorm(x, this.p('ln_f.weight'), this.p('ln_f.bias'), c.layer_norm_epsilon) as tf.Tensor2D;
-    return { hidden, cache: next };
+    return { hidden: this.finalNorm(x), cache: next };
   }
 }

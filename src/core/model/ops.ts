@@ -1,0 +1,112 @@
+/**
+ * The GPT-2 forward's building-block ops, shared by the trunk, the KV-cache decode step and the scalar models:
+ * layer norm and gelu_new with hand-written gradients (fewer kernels than autodiff's, which matters where every
+ * kernel is a dispatch; docs/tfjs.md), their plain compositions (the references the tests compare against), and
+ * the Conv1D linear layer with an optional LoRA term (docs/formats.md §6).
+ */
+import * as tf from '@tensorflow/tfjs-core';
+
+/** Layer norm over the last axis, as autodiff composes it (the reference for `layerNorm`'s gradient). */
+export function layerNormPlain(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number): tf.Tensor {
+  const { mean, variance } = tf.moments(x, -1, true);
+  return tf.add(tf.mul(tf.mul(tf.sub(x, mean), tf.rsqrt(tf.add(variance, eps))), g), b);
+}
+
+const layerNormByEps = new Map<number, (x: tf.Tensor, g: tf.Tensor, b: tf.Tensor) => tf.Tensor>();
+
+/**
+ * Layer norm over the last axis with its gradient written out (about half the kernels of autodiff's): with
+ * x̂ = (x − μ)·r, r = 1/√(σ² + ε),
+ *   dx = r·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)),  dx̂ = dy·g,  dg = Σ_rows dy·x̂,  db = Σ_rows dy.
+ * Same values as layerNormPlain; gradients tested against it (tests/fused-ops.test.ts).
+ */
+export function layerNorm(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number): tf.Tensor {
+  let f = layerNormByEps.get(eps);
+  if (!f) {
+    f = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+      const [xi, gi, bi] = args as tf.Tensor[];
+      const save = args[3] as tf.GradSaveFunc;
+      const { mean, variance } = tf.moments(xi, -1, true);
+      const r = tf.rsqrt(tf.add(variance, eps));
+      const xhat = tf.mul(tf.sub(xi, mean), r);
+      save([xhat, r, gi]);
+      return {
+        value: tf.add(tf.mul(xhat, gi), bi),
+        gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+          const [xh, rs, gs] = saved;
+          const C = xh.shape[xh.shape.length - 1];
+          const dxhat = tf.mul(dy, gs);
+          const dx = tf.mul(
+            rs,
+            tf.sub(tf.sub(dxhat, tf.mean(dxhat, -1, true)), tf.mul(xh, tf.mean(tf.mul(dxhat, xh), -1, true))),
+          );
+          const dg = tf.sum(tf.reshape(tf.mul(dy, xh), [-1, C]), 0);
+          const db = tf.sum(tf.reshape(dy, [-1, C]), 0);
+          return [dx, dg, db];
+        },
+      };
+    }) as (x: tf.Tensor, g: tf.Tensor, b: tf.Tensor) => tf.Tensor;
+    layerNormByEps.set(eps, f);
+  }
+  return f(x, g, b);
+}
+
+const GELU_K = 2 * Math.sqrt(2 / Math.PI);
+
+/**
+ * gelu_new: 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))), computed as the identical x·σ(2·√(2/π)(x + 0.044715x³)).
+ * The sigmoid form takes fewer ops than tanh and pow (pow's gradient goes through log; both were hot in the
+ * WASM profile), and sidesteps WGSL's tanh returning NaN for large inputs (docs/tfjs.md trap 7).
+ */
+export function geluNewPlain(x: tf.Tensor): tf.Tensor {
+  const x3 = tf.mul(tf.mul(x, x), x);
+  const inner = tf.mul(GELU_K, tf.add(x, tf.mul(0.044715, x3)));
+  return tf.mul(x, tf.sigmoid(inner));
+}
+
+/**
+ * geluNewPlain with its gradient written out: y = x·s, s = σ(k(x + 0.044715x³)), so
+ *   dy/dx = s + x·s·(1 − s)·k·(1 + 3·0.044715·x²)
+ * (9 kernels instead of autodiff's ~15). Tested against geluNewPlain's autodiff (tests/fused-ops.test.ts).
+ */
+export const geluNew = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+  const x = args[0] as tf.Tensor;
+  const save = args[1] as tf.GradSaveFunc;
+  const s = tf.sigmoid(tf.mul(GELU_K, tf.add(x, tf.mul(0.044715, tf.mul(tf.mul(x, x), x)))));
+  save([x, s]);
+  return {
+    value: tf.mul(x, s),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [xs, ss] = saved;
+      const slope = tf.add(GELU_K, tf.mul(3 * 0.044715 * GELU_K, tf.mul(xs, xs)));
+      return tf.mul(dy, tf.add(ss, tf.mul(tf.mul(xs, tf.mul(ss, tf.sub(1, ss))), slope)));
+    },
+  };
+}) as (x: tf.Tensor) => tf.Tensor;
+
+/** A LoRA pair in PEFT's layout: A [r, in], B [out, r], and scaling = lora_alpha / r. */
+export interface LowRank {
+  a: tf.Tensor2D;
+  b: tf.Tensor2D;
+  scaling: number;
+}
+
+/**
+ * GPT-2's Conv1D: x [N, in] · W [in, out] + bias, plus, with a LoRA pair, PEFT's
+ * ((x · Aᵀ) · scaling) · Bᵀ, never forming W + (B·A)ᵀ·scaling (the merged weight) in the forward: the extra
+ * cost is two thin matmuls through [N, r], and the backward gives A and B their gradients without a
+ * [in, out] weight gradient. Without a pair it is exactly today's `x·W + b` (the same kernels).
+ */
+export function conv1d(x: tf.Tensor2D, w: tf.Tensor, bias: tf.Tensor, lowRank?: LowRank | null): tf.Tensor2D {
+  const y = tf.add(tf.matMul(x, w as tf.Tensor2D), bias) as tf.Tensor2D;
+  if (!lowRank) return y;
+  const down = tf.mul(tf.matMul(x, lowRank.a, false, true), lowRank.scaling); // [N, r]
+  return tf.add(y, tf.matMul(down as tf.Tensor2D, lowRank.b, false, true)) as tf.Tensor2D;
+}
+
+/** W + (B·A)ᵀ·scaling: the merged Conv1D weight [in, out] (for export, never the training path). */
+export function mergedConv1dWeight(w: tf.Tensor, lowRank: LowRank): tf.Tensor2D {
+  return tf.tidy(
+    () => tf.add(w, tf.mul(tf.transpose(tf.matMul(lowRank.b, lowRank.a)), lowRank.scaling)) as tf.Tensor2D,
+  );
+}
