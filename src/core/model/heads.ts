@@ -1,10 +1,13 @@
 /**
  * Scalar-head GPT-2 (GPT2ForSequenceClassification with one label): the value and reward models.
  * value = hidden · score.weightᵀ, with `score.weight` [1, n_embd] and no bias, as in Hugging Face.
+ * With LoRA (docs/formats.md §6) the value model is `ScalarModel.onSharedBase`: the policy's frozen base with its
+ * own adapters and a zero head, so policy, reference and value hold one copy of the base weights.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { GPT2Config } from './config';
-import { GPT2 } from './gpt2';
+import { GPT2, type GPT2Options } from './gpt2';
+import type { LoraAdapters } from './lora';
 import { UserError } from '../errors';
 import { gatherRows } from './gather';
 
@@ -30,12 +33,33 @@ export class ScalarModel {
     return new ScalarModel(copy, score);
   }
 
-  static fromArrays(config: GPT2Config, arrays: Map<string, Float32Array>, trainable: boolean, label = 'scalar'): ScalarModel {
-    const trunk = GPT2.fromArrays(config, arrays, trainable, label);
+  /**
+   * A value model over `base`'s weights (shared, never copied) with `adapters` of its own (null: the trunk stays
+   * frozen and only the head trains) and a zero-initialised trainable head. Its trainable variables are the
+   * adapters' A, B and `score.weight`; dispose() frees those and never the base.
+   */
+  static onSharedBase(base: GPT2, adapters: LoraAdapters | null, label = 'value'): ScalarModel {
+    const trunk = base.withLora(adapters, label);
+    const init = tf.zeros([1, base.config.n_embd]);
+    const score = tf.variable(init, true, `${trunk.id}/score.weight`);
+    init.dispose();
+    return new ScalarModel(trunk, score);
+  }
+
+  static fromArrays(
+    config: GPT2Config,
+    arrays: Map<string, Float32Array>,
+    trainable: boolean,
+    label = 'scalar',
+    opts: GPT2Options = {},
+  ): ScalarModel {
+    const trunk = GPT2.fromArrays(config, arrays, trainable, label, opts);
     const w = arrays.get('score.weight');
     if (!w || w.length !== config.n_embd) {
       trunk.dispose();
-      throw new UserError(`scalar model: tensor "score.weight" of shape [1, ${config.n_embd}] is missing or mis-sized.`);
+      throw new UserError(
+        `scalar model: tensor "score.weight" of shape [1, ${config.n_embd}] is missing or mis-sized.`,
+      );
     }
     const init = tf.tensor(w, [1, config.n_embd]);
     const score = tf.variable(init, trainable, `${trunk.id}/score.weight`);
@@ -43,8 +67,14 @@ export class ScalarModel {
     return new ScalarModel(trunk, score);
   }
 
-  static random(config: GPT2Config, seed: number, trainable = true, label = 'scalar'): ScalarModel {
-    const trunk = GPT2.random(config, seed, trainable, label);
+  static random(
+    config: GPT2Config,
+    seed: number,
+    trainable = true,
+    label = 'scalar',
+    opts: GPT2Options = {},
+  ): ScalarModel {
+    const trunk = GPT2.random(config, seed, trainable, label, opts);
     const init = tf.randomNormal([1, config.n_embd], 0, 0.02, 'float32', seed + 7919);
     const score = tf.variable(init, trainable, `${trunk.id}/score.weight`);
     init.dispose();

@@ -1,0 +1,292 @@
+/**
+ * LoRA checkpoint files in PEFT's format (docs/formats.md §6), beside a model folder's files:
+ * - `adapter_config.json`: PEFT's LoraConfig (peft_type LORA, r, lora_alpha, target_modules, fan_in_fan_out true);
+ * - `adapter_model.safetensors`: `base_model.model.transformer.h.{i}.{attn.c_attn|attn.c_proj|mlp.c_fc|mlp.c_proj}
+ *   .lora_A.weight` [r, in] and `.lora_B.weight` [out, r];
+ * - `model.safetensors`: the merged policy W + (B·A)ᵀ·scaling (mergedWeights; lmSafetensors/exportLM of a LoRA
+ *   view write it too), so every tool loads it as a plain GPT2LMHeadModel.
+ * readAdapters checks everything against the base before it assigns anything.
+ */
+import type { GPT2 } from './gpt2';
+import type { ModelFiles } from './folder';
+import {
+  LoraAdapters,
+  LORA_TARGETS,
+  loraModuleShape,
+  loraModules,
+  type LoraArrays,
+  type LoraTarget,
+} from './lora';
+import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors';
+import { UserError } from '../errors';
+
+export const ADAPTER_CONFIG_FILE = 'adapter_config.json';
+export const ADAPTER_WEIGHTS_FILE = 'adapter_model.safetensors';
+
+/** PEFT's tensor name of module `key` (`h.{i}.attn.c_attn`, …)'s A or B. */
+export function peftTensorName(key: string, which: 'A' | 'B'): string {
+  return `base_model.model.transformer.${key}.lora_${which}.weight`;
+}
+
+/**
+ * The merged policy's weights, by GPT2Model name as GPT2.toArrays gives them: W + (B·A)ᵀ·scaling for every
+ * adapted Conv1D, the base's own values for the rest. `adapters` defaults to the view's own; they are merged
+ * even while switched off. For model.safetensors: toHfTensors + writeSafetensors, as folder.ts lmSafetensors.
+ */
+export async function mergedWeights(
+  model: GPT2,
+  adapters: LoraAdapters | null = model.lora,
+): Promise<Map<string, Float32Array>> {
+  const view = model.base.withLora(null);
+  const out = await view.toArrays(); // the base's values
+  if (!adapters) return out;
+  const merged = new Map<string, Float32Array>();
+  for (const [key, m] of adapters.modules) {
+    const w = out.get(`${key}.weight`)!;
+    const a = (await m.a.data()) as Float32Array; // [r, in]
+    const b = (await m.b.data()) as Float32Array; // [out, r]
+    merged.set(`${key}.weight`, mergeHost(w, a, b, m.in, m.out, adapters.r, adapters.scaling));
+  }
+  for (const [k, v] of merged) out.set(k, v);
+  return out;
+}
+
+/** W [in, out] + (B [out, r] · A [r, in])ᵀ · s on the host, in float64 sums rounded once (no device copy). */
+function mergeHost(
+  w: Float32Array,
+  a: Float32Array,
+  b: Float32Array,
+  nIn: number,
+  nOut: number,
+  r: number,
+  s: number,
+): Float32Array {
+  const out = new Float32Array(w.length);
+  for (let i = 0; i < nIn; i++) {
+    for (let o = 0; o < nOut; o++) {
+      let d = 0;
+      for (let k = 0; k < r; k++) d += b[o * r + k] * a[k * nIn + i];
+      out[i * nOut + o] = w[i * nOut + o] + d * s;
+    }
+  }
+  return out;
+}
+
+/** PEFT's adapter_config.json for a set, with the base model's name or path. */
+export function adapterConfigJson(adapters: LoraAdapters, baseName: string): Record<string, unknown> {
+  return {
+    peft_type: 'LORA',
+    task_type: 'CAUSAL_LM',
+    r: adapters.r,
+    lora_alpha: adapters.alpha,
+    target_modules: [...adapters.targets],
+    fan_in_fan_out: true,
+    bias: 'none',
+    lora_dropout: 0,
+    base_model_name_or_path: baseName,
+  };
+}
+
+/** `adapter_config.json` and `adapter_model.safetensors` of an adapter set (PEFT names and layout). */
+export async function adapterFiles(
+  adapters: LoraAdapters,
+  baseName: string,
+): Promise<Map<string, Uint8Array>> {
+  const tensors: NamedTensor[] = [];
+  for (const [key, m] of adapters.modules) {
+    tensors.push({
+      name: peftTensorName(key, 'A'),
+      shape: [adapters.r, m.in],
+      data: (await m.a.data()) as Float32Array,
+    });
+    tensors.push({
+      name: peftTensorName(key, 'B'),
+      shape: [m.out, adapters.r],
+      data: (await m.b.data()) as Float32Array,
+    });
+  }
+  const json = JSON.stringify(adapterConfigJson(adapters, baseName), null, 2) + '\n';
+  return new Map([
+    [ADAPTER_CONFIG_FILE, new TextEncoder().encode(json)],
+    [ADAPTER_WEIGHTS_FILE, writeSafetensors(tensors, { format: 'pt' })],
+  ]);
+}
+
+/** target_modules entries PEFT users write for GPT-2, mapped onto ours (`c_proj` matches both projections). */
+const TARGET_ALIASES: Record<string, LoraTarget[]> = {
+  c_attn: ['c_attn'],
+  'attn.c_attn': ['c_attn'],
+  'attn.c_proj': ['attn.c_proj'],
+  c_fc: ['c_fc'],
+  'mlp.c_fc': ['c_fc'],
+  'mlp.c_proj': ['mlp.c_proj'],
+  c_proj: ['attn.c_proj', 'mlp.c_proj'],
+};
+
+const MODULE_TARGET: Record<string, LoraTarget> = {
+  'attn.c_attn': 'c_attn',
+  'attn.c_proj': 'attn.c_proj',
+  'mlp.c_fc': 'c_fc',
+  'mlp.c_proj': 'mlp.c_proj',
+};
+
+const TENSOR_NAME =
+  /^base_model\.model\.transformer\.h\.(\d+)\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.lora_([AB])\.weight$/;
+
+async function readJson(files: ModelFiles, name: string): Promise<Record<string, unknown>> {
+  const bytes = await files.read(name);
+  if (!bytes)
+    throw new UserError(
+      `${files.label}: ${name} is missing; a LoRA checkpoint needs ${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE}.`,
+    );
+  let raw: unknown;
+  try {
+    raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch (e) {
+    throw new UserError(`${files.label}/${name} is not valid JSON (${(e as Error).message}).`);
+  }
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw))
+    throw new UserError(`${files.label}/${name} must hold a JSON object (PEFT's LoraConfig).`);
+  return raw as Record<string, unknown>;
+}
+
+/**
+ * Read and check a LoRA checkpoint's adapter files against `model`'s base, then load them. Into `model`'s own
+ * adapters when it is a LoRA view (its r, lora_alpha and targets must match the files'), else into a new set
+ * for `model.withLora(...)`. Every check runs before any value is assigned: on an error (a UserError naming
+ * the file and the tensor or key) the model and its adapters are exactly as they were.
+ */
+export async function readAdapters(files: ModelFiles, model: GPT2): Promise<LoraAdapters> {
+  const cfgPath = `${files.label}/${ADAPTER_CONFIG_FILE}`;
+  const wPath = `${files.label}/${ADAPTER_WEIGHTS_FILE}`;
+  const raw = await readJson(files, ADAPTER_CONFIG_FILE);
+  const bad = (msg: string): never => {
+    throw new UserError(`${cfgPath}: ${msg}`);
+  };
+  if (raw.peft_type !== 'LORA')
+    bad(`"peft_type" is ${JSON.stringify(raw.peft_type)}; only "LORA" adapters can be loaded.`);
+  if (raw.fan_in_fan_out !== true) {
+    bad(
+      `"fan_in_fan_out" is ${JSON.stringify(raw.fan_in_fan_out)}; GPT-2's layers are Conv1D (weights [in, out]), ` +
+        'which PEFT adapts with "fan_in_fan_out": true (W + (B·A)ᵀ·scaling). Adapters made otherwise do not apply to GPT-2.',
+    );
+  }
+  const r = raw.r;
+  if (typeof r !== 'number' || !Number.isSafeInteger(r) || r < 1)
+    bad(`"r" is ${JSON.stringify(r)}; it must be a whole number ≥ 1 (the LoRA rank).`);
+  const alpha = raw.lora_alpha;
+  if (typeof alpha !== 'number' || !Number.isFinite(alpha) || alpha <= 0)
+    bad(`"lora_alpha" is ${JSON.stringify(alpha)}; it must be a number > 0.`);
+  if (raw.bias !== undefined && raw.bias !== 'none')
+    bad(`"bias" is ${JSON.stringify(raw.bias)}; only "none" is supported (no trained biases).`);
+  if (raw.use_rslora === true)
+    bad('"use_rslora" is true; only PEFT\'s standard scaling lora_alpha / r is supported.');
+  if (raw.use_dora === true) bad('"use_dora" is true; DoRA adapters are not supported, only plain LoRA.');
+  for (const key of ['rank_pattern', 'alpha_pattern'] as const) {
+    const v = raw[key];
+    if (v && typeof v === 'object' && Object.keys(v).length)
+      bad(`"${key}" is set; one r and lora_alpha for every layer is supported, not per-layer patterns.`);
+  }
+  const tm = raw.target_modules;
+  if (!Array.isArray(tm) || tm.length === 0 || tm.some((t) => typeof t !== 'string')) {
+    bad(
+      `"target_modules" is ${JSON.stringify(tm)}; it must be a list of GPT-2 layer names drawn from ${JSON.stringify(LORA_TARGETS)}.`,
+    );
+  }
+  const targetSet = new Set<LoraTarget>();
+  for (const t of tm as string[]) {
+    const mapped = TARGET_ALIASES[t];
+    if (!mapped)
+      bad(
+        `"target_modules" names ${JSON.stringify(t)}, which is not a GPT-2 Conv1D layer; use names from ${JSON.stringify(LORA_TARGETS)}.`,
+      );
+    for (const m of mapped) targetSet.add(m);
+  }
+  const targets = LORA_TARGETS.filter((t) => targetSet.has(t));
+  const rank = r as number;
+  const config = model.config;
+
+  const bytes = await files.read(ADAPTER_WEIGHTS_FILE);
+  if (!bytes)
+    throw new UserError(
+      `${files.label}: ${ADAPTER_WEIGHTS_FILE} is missing; a LoRA checkpoint needs it beside ${ADAPTER_CONFIG_FILE}.`,
+    );
+  const st = readSafetensors(bytes, wPath);
+  const found = new Map<string, { a?: Float32Array; b?: Float32Array }>();
+  for (const [name, t] of st.tensors) {
+    const fail = (msg: string): never => {
+      throw new UserError(`${wPath}: tensor "${name}" ${msg}`);
+    };
+    const m = TENSOR_NAME.exec(name);
+    if (!m) {
+      fail(
+        'is not a LoRA tensor of a GPT-2 layer; names are base_model.model.transformer.h.{i}.' +
+          '{attn.c_attn|attn.c_proj|mlp.c_fc|mlp.c_proj}.lora_{A|B}.weight.',
+      );
+    }
+    const [, layerStr, module, which] = m!;
+    const layer = Number(layerStr);
+    if (layer >= config.n_layer)
+      fail(
+        `is for block ${layer}, but the base model has ${config.n_layer} blocks (h.0 … h.${config.n_layer - 1}).`,
+      );
+    const target = MODULE_TARGET[module];
+    if (!targetSet.has(target))
+      fail(
+        `adapts ${module}, which ${ADAPTER_CONFIG_FILE}'s target_modules (${JSON.stringify(tm)}) does not list.`,
+      );
+    const { in: nIn, out: nOut } = loraModuleShape(config, target);
+    const shape = t.shape;
+    if (shape.length !== 2) fail(`has shape [${shape}]; lora_${which} must be 2-D.`);
+    if (which === 'A') {
+      if (shape[1] !== nIn)
+        fail(
+          `has shape [${shape}], which does not fit the base: its ${module} takes ${nIn} inputs, so lora_A must be [r, ${nIn}].`,
+        );
+      if (shape[0] !== rank)
+        fail(
+          `has shape [${shape}]: its rank ${shape[0]} disagrees with "r": ${rank} in ${ADAPTER_CONFIG_FILE} (lora_A must be [${rank}, ${nIn}]).`,
+        );
+    } else {
+      if (shape[0] !== nOut)
+        fail(
+          `has shape [${shape}], which does not fit the base: its ${module} has ${nOut} outputs, so lora_B must be [${nOut}, r].`,
+        );
+      if (shape[1] !== rank)
+        fail(
+          `has shape [${shape}]: its rank ${shape[1]} disagrees with "r": ${rank} in ${ADAPTER_CONFIG_FILE} (lora_B must be [${nOut}, ${rank}]).`,
+        );
+    }
+    const key = `h.${layer}.${module}`;
+    const entry = found.get(key) ?? {};
+    if (which === 'A') entry.a = t.data;
+    else entry.b = t.data;
+    found.set(key, entry);
+  }
+  const arrays = new Map<string, LoraArrays>();
+  for (const m of loraModules(config, targets)) {
+    const e = found.get(m.key);
+    for (const which of ['A', 'B'] as const) {
+      if (!e || !(which === 'A' ? e.a : e.b)) {
+        throw new UserError(
+          `${wPath}: tensor "${peftTensorName(m.key, which)}" is missing; target_modules ${JSON.stringify(tm)} ` +
+            `asks for lora_A and lora_B in every one of the base's ${config.n_layer} blocks.`,
+        );
+      }
+    }
+    arrays.set(m.key, { a: e!.a!, b: e!.b! });
+  }
+  const cfg = { lora: rank, loraAlpha: alpha as number, loraTargets: targets };
+  const own = model.lora;
+  if (own) {
+    const want = `r ${own.r}, lora_alpha ${own.alpha}, targets ${JSON.stringify(own.targets)}`;
+    const got = `r ${rank}, lora_alpha ${alpha}, targets ${JSON.stringify(targets)}`;
+    if (want !== got)
+      throw new UserError(
+        `${cfgPath}: the adapters have ${got}; the model they are loaded into has ${want}. Use the same LoRA settings.`,
+      );
+    own.assignArrays(arrays);
+    return own;
+  }
+  return LoraAdapters.fromArrays(config, cfg, arrays, 'lora');
+}
