@@ -1,0 +1,296 @@
+/**
+ * PEFT's LoRA files (src/core/model/peft.ts; docs/formats.md §6): adapter_config.json and
+ * adapter_model.safetensors written with PEFT's names and shapes and read back exactly; every bad file refused
+ * with an error that names the file and the tensor (or key), leaving the model and its adapters as they were.
+ */
+import { describe, it, expect, beforeAll } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { useCpu } from './helpers/backend';
+import { GPT2 } from '../src/core/model/gpt2';
+import { LoraAdapters } from '../src/core/model/lora';
+import {
+  adapterFiles,
+  readAdapters,
+  peftTensorName,
+  ADAPTER_CONFIG_FILE,
+  ADAPTER_WEIGHTS_FILE,
+} from '../src/core/model/peft';
+import { memoryFiles } from '../src/core/model/folder';
+import { readSafetensors, writeSafetensors, type NamedTensor } from '../src/core/model/safetensors';
+import { parseGPT2Config } from '../src/core/model/config';
+
+const cfg = parseGPT2Config({
+  vocab_size: 258,
+  n_positions: 40,
+  n_embd: 16,
+  n_layer: 2,
+  n_head: 2,
+  tokenizer: 'bytes',
+  bos_token_id: 256,
+  eos_token_id: 256,
+  pad_token_id: 257,
+});
+
+function rand(n: number, seed: number): Float32Array {
+  let x = seed;
+  return Float32Array.from({ length: n }, () => ((x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31) * 2 - 1);
+}
+
+const bitEqual = (a: Float32Array, b: Float32Array): boolean =>
+  a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
+
+async function snapshot(m: GPT2): Promise<Map<string, Float32Array>> {
+  const out = new Map<string, Float32Array>();
+  for (const [k, v] of m.params) out.set(k, (await v.data()) as Float32Array);
+  if (m.lora) for (const v of m.lora.variables()) out.set(v.name, (await v.data()) as Float32Array);
+  return out;
+}
+
+async function expectSame(a: Map<string, Float32Array>, b: Map<string, Float32Array>): Promise<void> {
+  expect([...a.keys()]).toEqual([...b.keys()]);
+  for (const [k, v] of a) expect(bitEqual(v, b.get(k)!), k).toBe(true);
+}
+
+describe('PEFT adapter files', () => {
+  let base: GPT2;
+  let saved: LoraAdapters;
+  let files: Map<string, Uint8Array>;
+  beforeAll(async () => {
+    await useCpu();
+    base = GPT2.random(cfg, 5, false, 'base');
+    saved = LoraAdapters.create(cfg, { lora: 4, loraAlpha: 8 }, 3, 'saved');
+    let k = 1;
+    for (const m of saved.modules.values())
+      m.b.assign(tf.tensor2d(rand(m.b.size, k++), m.b.shape as [number, number]));
+    files = await adapterFiles(saved, 'tiny-base');
+  });
+
+  it("writes PEFT's adapter_config.json and tensor names/shapes byte for byte", async () => {
+    const json = new TextDecoder().decode(files.get(ADAPTER_CONFIG_FILE)!);
+    expect(json).toBe(
+      '{\n  "peft_type": "LORA",\n  "task_type": "CAUSAL_LM",\n  "r": 4,\n  "lora_alpha": 8,\n  "target_modules": [\n' +
+        '    "c_attn",\n    "attn.c_proj",\n    "c_fc",\n    "mlp.c_proj"\n  ],\n  "fan_in_fan_out": true,\n' +
+        '  "bias": "none",\n  "lora_dropout": 0,\n  "base_model_name_or_path": "tiny-base"\n}\n',
+    );
+    const st = readSafetensors(files.get(ADAPTER_WEIGHTS_FILE)!, 'x');
+    const want: [string, number[]][] = [];
+    for (let i = 0; i < 2; i++) {
+      const p = `base_model.model.transformer.h.${i}.`;
+      want.push(
+        [`${p}attn.c_attn.lora_A.weight`, [4, 16]],
+        [`${p}attn.c_attn.lora_B.weight`, [48, 4]],
+        [`${p}attn.c_proj.lora_A.weight`, [4, 16]],
+        [`${p}attn.c_proj.lora_B.weight`, [16, 4]],
+        [`${p}mlp.c_fc.lora_A.weight`, [4, 16]],
+        [`${p}mlp.c_fc.lora_B.weight`, [64, 4]],
+        [`${p}mlp.c_proj.lora_A.weight`, [4, 64]],
+        [`${p}mlp.c_proj.lora_B.weight`, [16, 4]],
+      );
+    }
+    expect([...st.tensors].map(([n, t]) => [n, t.shape]).sort()).toEqual(want.sort());
+    expect([...st.tensors.values()].every((t) => t.dtype === 'F32')).toBe(true);
+    expect(st.metadata).toEqual({ format: 'pt' });
+  });
+
+  it("reads back exactly: into a new set for a base, and into an existing view's adapters", async () => {
+    const fresh = await readAdapters(memoryFiles('ckpt', files), base);
+    expect(fresh.config()).toEqual(saved.config());
+    for (const [key, m] of saved.modules) {
+      const f = fresh.modules.get(key)!;
+      expect(bitEqual((await f.a.data()) as Float32Array, (await m.a.data()) as Float32Array), key).toBe(
+        true,
+      );
+      expect(bitEqual((await f.b.data()) as Float32Array, (await m.b.data()) as Float32Array), key).toBe(
+        true,
+      );
+    }
+    // Written again: the same bytes.
+    const again = await adapterFiles(fresh, 'tiny-base');
+    for (const [name, bytes] of files)
+      expect(Buffer.from(again.get(name)!).equals(Buffer.from(bytes)), name).toBe(true);
+    fresh.dispose();
+    const view = base.withLora(LoraAdapters.create(cfg, { lora: 4, loraAlpha: 8 }, 99));
+    const got = await readAdapters(memoryFiles('ckpt', files), view);
+    expect(got).toBe(view.lora);
+    for (const [key, m] of saved.modules) {
+      expect(
+        bitEqual(
+          (await view.lora!.modules.get(key)!.b.data()) as Float32Array,
+          (await m.b.data()) as Float32Array,
+        ),
+      ).toBe(true);
+    }
+    view.dispose();
+  });
+
+  it('accepts PEFT\'s usual GPT-2 target list ["c_attn", "c_proj", "c_fc"] (c_proj = both projections)', async () => {
+    const cfgJson = JSON.parse(new TextDecoder().decode(files.get(ADAPTER_CONFIG_FILE)!));
+    cfgJson.target_modules = ['c_attn', 'c_proj', 'c_fc'];
+    const f = new Map(files);
+    f.set(ADAPTER_CONFIG_FILE, new TextEncoder().encode(JSON.stringify(cfgJson)));
+    const ad = await readAdapters(memoryFiles('ckpt', f), base);
+    expect(ad.targets).toEqual(['c_attn', 'attn.c_proj', 'c_fc', 'mlp.c_proj']);
+    ad.dispose();
+  });
+
+  /** The saved files with the config edited and/or the tensors edited. */
+  function variant(edit: {
+    config?: (c: Record<string, unknown>) => void;
+    tensors?: (t: NamedTensor[]) => NamedTensor[];
+  }): Map<string, Uint8Array> {
+    const c = JSON.parse(new TextDecoder().decode(files.get(ADAPTER_CONFIG_FILE)!)) as Record<
+      string,
+      unknown
+    >;
+    edit.config?.(c);
+    const st = readSafetensors(files.get(ADAPTER_WEIGHTS_FILE)!, 'x');
+    let t: NamedTensor[] = [...st.tensors].map(([name, v]) => ({ name, shape: v.shape, data: v.data }));
+    if (edit.tensors) t = edit.tensors(t);
+    return new Map([
+      [ADAPTER_CONFIG_FILE, new TextEncoder().encode(JSON.stringify(c))],
+      [ADAPTER_WEIGHTS_FILE, writeSafetensors(t, { format: 'pt' })],
+    ]);
+  }
+
+  const A0 = peftTensorName('h.0.attn.c_attn', 'A');
+  const CFG = `ckpt/${ADAPTER_CONFIG_FILE}`;
+  const W = `ckpt/${ADAPTER_WEIGHTS_FILE}`;
+  const cases: {
+    name: string;
+    files: () => Map<string, Uint8Array>;
+    message: RegExp;
+    file: string;
+    what: string;
+  }[] = [
+    {
+      name: 'a shape that does not fit the base',
+      files: () =>
+        variant({
+          tensors: (t) =>
+            t.map((x) => (x.name === A0 ? { ...x, shape: [4, 17], data: new Float32Array(68) } : x)),
+        }),
+      message: /has shape \[4,17\], which does not fit the base: its attn\.c_attn takes 16 inputs/,
+      file: W,
+      what: A0,
+    },
+    {
+      name: 'an r in the config that disagrees with the tensors',
+      files: () => variant({ config: (c) => (c.r = 8) }),
+      message: /its rank 4 disagrees with "r": 8 in adapter_config\.json/,
+      file: W,
+      what: 'base_model.model.transformer.h.0.attn.c_attn.lora_A.weight',
+    },
+    {
+      name: 'a missing A (last block)',
+      files: () =>
+        variant({ tensors: (t) => t.filter((x) => x.name !== peftTensorName('h.1.mlp.c_proj', 'A')) }),
+      message: /is missing; target_modules .* asks for lora_A and lora_B in every one of the base's 2 blocks/,
+      file: W,
+      what: peftTensorName('h.1.mlp.c_proj', 'A'),
+    },
+    {
+      name: 'a missing B',
+      files: () =>
+        variant({ tensors: (t) => t.filter((x) => x.name !== peftTensorName('h.1.attn.c_proj', 'B')) }),
+      message: /is missing/,
+      file: W,
+      what: peftTensorName('h.1.attn.c_proj', 'B'),
+    },
+    {
+      name: 'an unknown module name',
+      files: () =>
+        variant({
+          tensors: (t) => [
+            ...t,
+            {
+              name: 'base_model.model.transformer.h.0.attn.q_proj.lora_A.weight',
+              shape: [4, 16],
+              data: new Float32Array(64),
+            },
+          ],
+        }),
+      message: /is not a LoRA tensor of a GPT-2 layer/,
+      file: W,
+      what: 'base_model.model.transformer.h.0.attn.q_proj.lora_A.weight',
+    },
+    {
+      name: 'a block the base does not have',
+      files: () =>
+        variant({
+          tensors: (t) => [
+            ...t,
+            { name: peftTensorName('h.2.mlp.c_fc', 'A'), shape: [4, 16], data: new Float32Array(64) },
+          ],
+        }),
+      message: /is for block 2, but the base model has 2 blocks/,
+      file: W,
+      what: peftTensorName('h.2.mlp.c_fc', 'A'),
+    },
+    {
+      name: 'a module target_modules does not list',
+      files: () => variant({ config: (c) => (c.target_modules = ['c_attn', 'attn.c_proj', 'c_fc']) }),
+      message: /adapts mlp\.c_proj, which adapter_config\.json's target_modules/,
+      file: W,
+      what: peftTensorName('h.0.mlp.c_proj', 'A'),
+    },
+    {
+      name: 'peft_type not LORA',
+      files: () => variant({ config: (c) => (c.peft_type = 'IA3') }),
+      message: /"peft_type" is "IA3"; only "LORA" adapters can be loaded/,
+      file: CFG,
+      what: 'peft_type',
+    },
+    {
+      name: 'fan_in_fan_out false',
+      files: () => variant({ config: (c) => (c.fan_in_fan_out = false) }),
+      message: /"fan_in_fan_out" is false; GPT-2's layers are Conv1D/,
+      file: CFG,
+      what: 'fan_in_fan_out',
+    },
+    {
+      name: 'an unknown target module',
+      files: () => variant({ config: (c) => (c.target_modules = ['q_proj']) }),
+      message: /"target_modules" names "q_proj", which is not a GPT-2 Conv1D layer/,
+      file: CFG,
+      what: 'target_modules',
+    },
+    {
+      name: 'a missing adapter_config.json',
+      files: () => new Map([[ADAPTER_WEIGHTS_FILE, files.get(ADAPTER_WEIGHTS_FILE)!]]),
+      message: /adapter_config\.json is missing/,
+      file: 'ckpt',
+      what: ADAPTER_CONFIG_FILE,
+    },
+  ];
+
+  it.each(cases)('refuses $name, naming the file and the tensor, and changes nothing', async (c) => {
+    const view = base.withLora(LoraAdapters.create(cfg, { lora: 4, loraAlpha: 8 }, 42));
+    const before = await snapshot(view);
+    const tensorsBefore = tf.memory().numTensors;
+    const err = await readAdapters(memoryFiles('ckpt', c.files()), view).then(
+      () => null,
+      (e: Error) => e,
+    );
+    expect(err).not.toBeNull();
+    expect(err!.name).toBe('UserError');
+    expect(err!.message).toMatch(c.message);
+    expect(err!.message.startsWith(c.file)).toBe(true);
+    expect(err!.message).toContain(c.what);
+    await expectSame(await snapshot(view), before);
+    expect(tf.memory().numTensors).toBe(tensorsBefore);
+    // A plain base: no adapters created, nothing left behind.
+    await expect(readAdapters(memoryFiles('ckpt', c.files()), base)).rejects.toThrow(c.message);
+    expect(tf.memory().numTensors).toBe(tensorsBefore);
+    view.dispose();
+  });
+
+  it('refuses files whose settings differ from the view they are loaded into, before assigning anything', async () => {
+    const view = base.withLora(LoraAdapters.create(cfg, { lora: 4, loraAlpha: 16 }, 42));
+    const before = await snapshot(view);
+    await expect(readAdapters(memoryFiles('ckpt', files), view)).rejects.toThrow(
+      /ckpt\/adapter_config\.json: the adapters have r 4, lora_alpha 8, .*the model they are loaded into has r 4, lora_alpha 16/,
+    );
+    await expectSame(await snapshot(view), before);
+    view.dispose();
+  });
+});
