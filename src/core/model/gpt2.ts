@@ -361,11 +361,17 @@ export class GPT2 {
     const ids = tf.cast(flatIds, 'int32');
     let out: tf.Tensor | null = null;
     for (let k = 0; k < this.wte.length; k++) {
-      const lo = k * this.wteChunkRows;
       const rows = this.wte[k].shape[0];
-      const local = tf.sub(ids, lo);
-      const inChunk = tf.reshape(tf.logicalAnd(tf.greaterEqual(local, 0), tf.less(local, rows)), [-1, 1]);
-      const g = tf.gather(this.wte[k], tf.clipByValue(local, 0, rows - 1));
+      const local = tf.sub(ids, tf.scalar(k * this.wteChunkRows, 'int32'));
+      const inChunk = tf.reshape(
+        tf.logicalAnd(
+          tf.greaterEqual(local, tf.scalar(0, 'int32')),
+          tf.less(local, tf.scalar(rows, 'int32')),
+        ),
+        [-1, 1],
+      );
+      const clipped = tf.minimum(tf.maximum(local, tf.scalar(0, 'int32')), tf.scalar(rows - 1, 'int32'));
+      const g = tf.gather(this.wte[k], clipped);
       const part = tf.where(inChunk, g, tf.zerosLike(g));
       out = out ? tf.add(out, part) : part;
     }
