@@ -71,7 +71,7 @@ describe('components', () => {
       phase: 'idle' as const,
       step: 3,
       steps: 100,
-      config: { ...store.getState().config } as Record<string, unknown>,
+      config: { ...store.getState().config },
     };
     store.setState({ run, config: { ...store.getState().config, batchSize: 4 } });
     const out = html(store, <ConfigControl name="batchSize" />);
@@ -82,7 +82,7 @@ describe('components', () => {
 
   it('the top bar has Start, Pause, Step and Reset, and "Step N"', () => {
     const store = storeWith();
-    store.setState({ run: { state: 'idle', phase: 'idle', step: 12, steps: 1000, config: {} } });
+    store.setState({ run: { state: 'idle', phase: 'idle', step: 12, steps: 1000, config: store.getState().config } });
     const out = html(store, <TopBar />);
     for (const name of ['Start', 'Pause', 'Step', 'Reset'])
       expect(out).toMatch(new RegExp(`</svg>${name}</button>`));

@@ -7,17 +7,17 @@ import { assertFolder, nodeFiles, writeFolder } from './files-node';
 import { resolveModel, PRESETS } from './models';
 import { loadTaskNode } from './tasks-node';
 import { validateConfig, type TrainConfig } from '../core/config';
-import { buildTrainer, type Resources, type BuildOptions } from '../core/ppo/setup';
-import { checkpointFiles, restoreTrainer } from '../core/checkpoint';
+import type { Resources, BuildOptions } from '../core/ppo/setup';
+import { TrainingSession } from '../core/session';
+import { NONFINITE_CLI_ADVICE } from '../core/stops';
 import { rolloutDump } from '../core/ppo/rollout';
 import { rewardFnFromModule } from '../core/reward/module';
 import { UserError } from '../core/errors';
-import type { PpoTrainer } from '../core/ppo/trainer';
 
 export const TRAIN_HELP = `train --config FILE --out DIR [--steps N] [--resume CKPT_DIR] [--reward-module FILE.mjs] [--dump-rollouts]
       [--backend wasm|cpu] [--json]
   PPO-RLHF. Writes DIR/metrics.jsonl, DIR/checkpoint-0/, DIR/checkpoint-<step>/ every saveEvery steps and at
-  the end, and with --dump-rollouts DIR/rollouts/step-<n>.json. Config keys: contracts.md §5 (README).`;
+  the end, and with --dump-rollouts DIR/rollouts/step-<n>.json. Config keys: docs/formats.md §5 (README).`;
 
 export const nodeResources: Resources = {
   modelFiles: (nameOrPath) => nodeFiles(resolveModel(nameOrPath)),
@@ -61,12 +61,17 @@ function bar(step: number, total: number, width = 24): string {
   return `[${'#'.repeat(done)}${'.'.repeat(width - done)}]`;
 }
 
-async function saveCheckpoint(t: PpoTrainer, out: string): Promise<string> {
-  const dir = path.join(out, `checkpoint-${t.step}`);
-  await writeFolder(dir, await checkpointFiles(t));
+async function saveCheckpoint(session: TrainingSession, out: string): Promise<string> {
+  const dir = path.join(out, `checkpoint-${session.step}`);
+  await writeFolder(dir, await session.checkpointFiles());
   return dir;
 }
 
+/**
+ * `train`: a disk adapter over core's TrainingSession (src/core/session.ts), which runs the steps, applies the
+ * checkpoint cadence and stops on three non-finite steps in a row. This file writes what the session reports:
+ * metrics.jsonl, checkpoint folders, rollout dumps, and progress on stderr.
+ */
 export async function cmdTrain(argv: string[]): Promise<void> {
   const v = parse('train', argv, {
     config: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string' }, resume: { type: 'string' },
@@ -80,58 +85,61 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   const rewardModule = str('train', v, 'reward-module');
   const opts: BuildOptions = rewardModule ? { rewardFn: await loadRewardModule(rewardModule) } : {};
 
-  let trainer: PpoTrainer;
+  let session: TrainingSession;
   if (resume) {
     await assertFolder(resume, 'checkpoint folder');
-    trainer = await restoreTrainer(nodeFiles(resume), nodeResources, opts);
+    session = await TrainingSession.restore(nodeFiles(resume), nodeResources, opts);
     if (cfgPath) process.stderr.write(`note: --config is ignored with --resume; the checkpoint's config is used.\n`);
   } else {
     const cfg: TrainConfig = validateConfig(await readJsonFile(cfgPath!, 'config'), cfgPath!);
     if (!(cfg.model in PRESETS)) await assertFolder(resolveModel(cfg.model));
-    trainer = await buildTrainer(cfg, nodeResources, opts);
+    session = await TrainingSession.build(cfg, nodeResources, opts);
   }
-  const steps = num('train', v, 'steps', trainer.cfg.steps, { min: 1, max: 1e6, integer: true });
-  await mkdir(out, { recursive: true });
-  const metricsPath = path.join(out, 'metrics.jsonl');
-  if (!resume) await writeFile(metricsPath, '');
-  else {
-    try {
-      await access(metricsPath);
-    } catch {
-      await writeFile(metricsPath, trainer.history.map((m) => JSON.stringify(m) + '\n').join(''));
+  try {
+    const steps = num('train', v, 'steps', session.cfg.steps, { min: 1, max: 1e6, integer: true });
+    await mkdir(out, { recursive: true });
+    const metricsPath = path.join(out, 'metrics.jsonl');
+    if (!resume) await writeFile(metricsPath, '');
+    else {
+      try {
+        await access(metricsPath);
+      } catch {
+        await writeFile(metricsPath, session.history.map((m) => JSON.stringify(m) + '\n').join(''));
+      }
     }
-  }
-  const checkpoints: string[] = [];
-  if (!resume) checkpoints.push(await saveCheckpoint(trainer, out));
-  if (v['dump-rollouts']) await mkdir(path.join(out, 'rollouts'), { recursive: true });
+    const dump = v['dump-rollouts'] === true;
+    if (dump) await mkdir(path.join(out, 'rollouts'), { recursive: true });
 
-  let last = trainer.history[trainer.history.length - 1];
-  while (trainer.step < steps) {
-    const klCoef = trainer.kl.value;
-    const r = await trainer.trainStep();
-    last = r.metrics;
-    await appendFile(metricsPath, JSON.stringify(r.metrics) + '\n');
-    if (v['dump-rollouts']) {
-      const dump = rolloutDump(r.rollout, trainer.step, { ...trainer.cfg, klCoef });
-      await writeFile(path.join(out, 'rollouts', `step-${trainer.step}.json`), JSON.stringify(dump));
+    const checkpoints: string[] = [];
+    let last = session.history[session.history.length - 1];
+    session.hooks = {
+      step: async (r, s) => {
+        const m = r.metrics;
+        last = m;
+        await appendFile(metricsPath, JSON.stringify(m) + '\n');
+        if (dump) {
+          // The dump records the KL coefficient the step used (before the controller's update).
+          const rollout = rolloutDump(r.rollout, s.step, { ...s.trainer.cfg, klCoef: m.klCoef });
+          await writeFile(path.join(out, 'rollouts', `step-${s.step}.json`), JSON.stringify(rollout));
+        }
+        process.stderr.write(
+          `step ${m.step}/${steps} ${bar(m.step, steps)} reward ${m.reward.toFixed(3)} kl ${m.kl.toFixed(3)} ` +
+            `clip ${m.clipFrac.toFixed(3)} vloss ${m.valueLoss.toFixed(3)} ${m.timeStep.toFixed(1)} s/step\n`,
+        );
+        for (const a of r.alerts) process.stderr.write(`  alert: ${a.message} ${a.advice}\n`);
+      },
+      // checkpoint-0 (a fresh run's starting weights), every saveEvery steps, and the last step.
+      checkpoint: async (s) => void checkpoints.push(await saveCheckpoint(s, out)),
+    };
+    const end = await session.run({ until: steps });
+    if (end.reason === 'error') throw end.error;
+    if (end.reason === 'nonfinite') {
+      throw new UserError(`${end.message} ${NONFINITE_CLI_ADVICE}`);
     }
-    const m = r.metrics;
-    process.stderr.write(
-      `step ${m.step}/${steps} ${bar(m.step, steps)} reward ${m.reward.toFixed(3)} kl ${m.kl.toFixed(3)} ` +
-        `clip ${m.clipFrac.toFixed(3)} vloss ${m.valueLoss.toFixed(3)} ${m.timeStep.toFixed(1)} s/step\n`,
-    );
-    for (const a of r.alerts) process.stderr.write(`  alert: ${a.message} ${a.advice}\n`);
-    if (r.shouldPause) {
-      throw new UserError(
-        `stopped at step ${trainer.step}: three steps in a row had NaN/Inf losses or gradients (updates skipped). ` +
-          `The checkpoints already written are intact; resume from the last one with a lower learning rate.`,
-      );
+    if (v.json) {
+      process.stdout.write(JSON.stringify({ out, steps: session.step, checkpoints, metrics: last ?? null }) + '\n');
     }
-    const cfg = trainer.cfg;
-    if ((cfg.saveEvery > 0 && trainer.step % cfg.saveEvery === 0) || trainer.step === steps) {
-      checkpoints.push(await saveCheckpoint(trainer, out));
-    }
+  } finally {
+    session.dispose();
   }
-  if (v.json) process.stdout.write(JSON.stringify({ out, steps: trainer.step, checkpoints, metrics: last ?? null }) + '\n');
-  trainer.dispose();
 }

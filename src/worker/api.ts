@@ -7,7 +7,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { transfer } from 'comlink';
 import { generate as sample } from '../core/model/sampling';
-import { restoreTrainer } from '../core/checkpoint';
+import { TrainingSession } from '../core/session';
 import { memoryFiles } from '../core/model/folder';
 import { isUserError, UserError } from '../core/errors';
 import { currentDeviceLimits, selectBackend } from './backend-web';
@@ -98,7 +98,7 @@ export function createWorkerApi(opts: { autosave?: TabAutosave } = {}): ModelWor
     const wasRunning = run.state === 'running';
     run.pause();
     return call(job).catch((e: unknown) => {
-      if (wasRunning && run.trainer && run.state === 'paused') {
+      if (wasRunning && run.trainer && run.is('paused')) {
         try {
           run.start();
         } catch {
@@ -146,9 +146,11 @@ export function createWorkerApi(opts: { autosave?: TabAutosave } = {}): ModelWor
       }
     }
     if (saved) {
-      const t = await restoreTrainer(memoryFiles(saved.label, saved.files), sources.resources());
-      run.adopt(t, saved.label, runId);
-      run.state = 'paused';
+      const session = await TrainingSession.restore(
+        memoryFiles(saved.label, saved.files),
+        sources.resources(),
+      );
+      run.resumeFrom(session, saved.label, runId);
     } else if (hadModel) {
       await run.generator(); // reload the model on the new backend
     }
@@ -199,10 +201,7 @@ export function createWorkerApi(opts: { autosave?: TabAutosave } = {}): ModelWor
         );
         sources.hold(PREFERENCE_REWARD_MODEL, files);
         // A new reward is a new run, even when the name is the same as before.
-        run.dropTrainer();
-        await run.configure({ reward: { model: PREFERENCE_REWARD_MODEL } });
-        run.state = 'idle';
-        run.emitStatus();
+        await run.startOverWithReward({ model: PREFERENCE_REWARD_MODEL });
         return report;
       }),
 

@@ -1,9 +1,9 @@
 /**
- * What leaves and enters the worker as files: checkpoint zips (contracts.md §2 layout under one top folder),
+ * What leaves and enters the worker as files: checkpoint zips (docs/formats.md §2 layout under one top folder),
  * metrics as CSV / JSON and the TRL config. The zip / CSV helpers are pure and live in core
  * (src/core/checkpoint-zip.ts, src/core/trl.ts); this file ties them to the run.
  */
-import { restoreTrainer } from '../core/checkpoint';
+import { TrainingSession } from '../core/session';
 import {
   checkpointFolderName,
   checkpointZipName,
@@ -46,16 +46,13 @@ export async function importCheckpoint(
   }
   run.pause();
   const label = 'checkpoint';
-  const t = await restoreTrainer(memoryFiles(label, files), sources.resources());
-  run.dropTrainer();
-  run.disposeLm();
-  run.adopt(t, `${label} at step ${t.step}`);
-  run.state = 'paused';
+  const session = await TrainingSession.restore(memoryFiles(label, files), sources.resources());
+  run.resumeFrom(session, `${label} at step ${session.step}`);
   run.emitStatus();
   return {
-    step: t.step,
-    historyLength: t.history.length,
-    config: JSON.parse(JSON.stringify(t.cfg)) as CheckpointSummary['config'],
+    step: session.step,
+    historyLength: session.history.length,
+    config: JSON.parse(JSON.stringify(session.cfg)) as CheckpointSummary['config'],
   };
 }
 

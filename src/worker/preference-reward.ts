@@ -1,14 +1,16 @@
 /**
- * "Train a reward model from a preference file" in the browser: Bradley–Terry training (core:
- * src/core/reward/reward-model.ts) of a scalar model that starts from the configured policy's weights.
- * The result is held in memory as a reward folder (config.json + reward_model.safetensors) under
- * PREFERENCE_REWARD_MODEL, which config `reward: {model}` then names.
+ * "Train a reward model from a preference file" in the browser: core's preference pipeline
+ * (src/core/reward/preference-pipeline.ts, the same defaults and training as `cli train-reward`) on a scalar
+ * model that starts from the configured policy's weights. Bad lines of the file are skipped and listed (the CLI
+ * refuses them instead). The result is held in memory as a reward folder (config.json +
+ * reward_model.safetensors + reward_stats.json) under PREFERENCE_REWARD_MODEL, which config `reward: {model}`
+ * then names.
  */
-import { configBytes, loadLM, scalarSafetensors } from '../core/model/folder';
-import { ScalarModel } from '../core/model/heads';
-import { parsePreferences, splitPreferences } from '../core/reward/preferences';
-import { REWARD_STATS_FILE, trainRewardModel } from '../core/reward/reward-model';
-import { REWARD_FILE } from '../core/ppo/setup';
+import { parsePreferences } from '../core/reward/preferences';
+import {
+  preferenceOptions,
+  trainPreferenceRewardModel as trainFromPairs,
+} from '../core/reward/preference-pipeline';
 import { UserError } from '../core/errors';
 import type { ModelFiles } from '../core/model/folder';
 import type { RewardModelReport } from './protocol';
@@ -26,6 +28,11 @@ export async function trainPreferenceRewardModel(
   seed: number,
   progress: (fraction: number, message: string) => void,
 ): Promise<{ report: RewardModelReport; files: Map<string, Uint8Array> }> {
+  if (typeof opts !== 'object' || opts === null || Array.isArray(opts)) {
+    throw new UserError('trainRewardModel: options must be an object {steps?, batchSize?, learningRate?}.');
+  }
+  const { steps, batchSize, learningRate } = opts;
+  const options = preferenceOptions({ steps, batchSize, learningRate, seed }, 'trainRewardModel');
   const { pairs, errors } = parsePreferences(jsonl, 'preference file');
   if (pairs.length < 2) {
     const bad = errors.length
@@ -36,48 +43,26 @@ export async function trainPreferenceRewardModel(
         '(one is held out). Each line: {"prompt": "...", "chosen": "...", "rejected": "..."}.',
     );
   }
-  const { train, heldOut } = splitPreferences(pairs, 0.1, seed);
-  const steps = opts.steps ?? 100;
-  const lm = await loadLM(policyFiles, { trainable: false, label: 'reward-init' });
-  const model = ScalarModel.fromTrunk(lm.model, true, 'reward');
-  lm.model.dispose();
-  try {
-    progress(0, `Training the reward model on ${train.length} pairs…`);
-    const result = await trainRewardModel(
-      model,
-      lm.tokenizer,
-      train,
-      heldOut,
-      {
-        steps,
-        batchSize: opts.batchSize ?? 8,
-        learningRate: opts.learningRate ?? 3e-4,
-        maxGradNorm: 1,
-        seed,
-        evalEvery: steps,
-        logEvery: Math.max(1, Math.round(steps / 20)),
-      },
-      (log) =>
-        progress(
-          log.step / steps,
-          `Reward model: step ${log.step}/${steps}, loss ${log.loss.toFixed(3)}, accuracy ${(log.accuracy * 100).toFixed(0)}%`,
-        ),
-    );
-    const files = new Map<string, Uint8Array>([
-      ['config.json', configBytes(model.config)],
-      [REWARD_FILE, await scalarSafetensors(model)],
-      [REWARD_STATS_FILE, new TextEncoder().encode(JSON.stringify(result.stats, null, 2) + '\n')],
-    ]);
-    const report: RewardModelReport = {
-      pairs: pairs.length,
-      heldOut: heldOut.length,
-      trainAccuracy: result.train.accuracy,
-      heldOutAccuracy: result.heldOut.accuracy,
-      skipped: errors,
-    };
-    progress(1, `Reward model trained: held-out accuracy ${(report.heldOutAccuracy * 100).toFixed(0)}%.`);
-    return { report, files };
-  } finally {
-    model.dispose();
-  }
+  const total = options.steps;
+  const {
+    files,
+    result,
+    pairs: split,
+  } = await trainFromPairs(policyFiles, pairs, options, {
+    start: ({ train }) => progress(0, `Training the reward model on ${train} pairs…`),
+    log: (log) =>
+      progress(
+        log.step / total,
+        `Reward model: step ${log.step}/${total}, loss ${log.loss.toFixed(3)}, accuracy ${(log.accuracy * 100).toFixed(0)}%`,
+      ),
+  });
+  const report: RewardModelReport = {
+    pairs: pairs.length,
+    heldOut: split.heldOut,
+    trainAccuracy: result.train.accuracy,
+    heldOutAccuracy: result.heldOut.accuracy,
+    skipped: errors,
+  };
+  progress(1, `Reward model trained: held-out accuracy ${(report.heldOutAccuracy * 100).toFixed(0)}%.`);
+  return { report, files };
 }

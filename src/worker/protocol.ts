@@ -4,8 +4,11 @@
  * `message` is meant for a person. `name === 'UserError'` marks a mistake the person can fix (show the
  * message alone); any other name is a bug (show the message, log the details).
  *
- * Keep this file types only: it is the contract between the two threads.
+ * Keep this file types only: it is the contract between the two threads. The config and metrics are core's own
+ * types (src/core/config.ts, src/core/ppo/metrics.ts), imported as types only.
  */
+import type { ConfigKey, TrainConfig } from '../core/config';
+import type { StepMetrics } from '../core/ppo/metrics';
 
 /** A tfjs backend the worker can run on. */
 export type BackendName = 'webgpu' | 'wasm' | 'webgl' | 'cpu';
@@ -117,8 +120,14 @@ export interface MemoryReport {
 
 // ---- training (the PPO playground) -----------------------------------------------------------------------
 
-/** Training config: the camelCase keys of contracts.md §5 (src/core/config.ts TrainConfig), as plain data. */
-export type TrainConfigWire = Record<string, unknown>;
+/** A validated training config: the camelCase keys of docs/formats.md §5 (src/core/config.ts), as plain data. */
+export type TrainConfigWire = TrainConfig;
+
+/**
+ * What `configure` and `setHyperparameters` take: any of the config keys; a key left out (or undefined) keeps
+ * its value, and `null` removes the optional keys `prompts` / `reward`.
+ */
+export type ConfigPatch = { [K in ConfigKey]?: TrainConfig[K] | null };
 
 export type RunState = 'idle' | 'running' | 'paused';
 export type Phase = 'generating' | 'scoring' | 'updating' | 'idle';
@@ -138,8 +147,10 @@ export interface RunStatus {
   reward?: string;
 }
 
-/** One PPO step's metrics: every name of contracts.md §3 plus extras (src/core/ppo/metrics.ts). */
-export type MetricsWire = Record<string, number>;
+/** One PPO step's metrics: every name of docs/formats.md §3 plus extras (src/core/ppo/metrics.ts). */
+export type MetricsWire = StepMetrics;
+/** Metrics as the UI reads them, by any name (a StepMetrics is one). */
+export type MetricsByName = Record<string, number>;
 
 export interface TokenView {
   /** Display text of the token (escaped bytes, <|endoftext|>). */
@@ -211,13 +222,13 @@ export interface WorkerApi {
    */
   subscribe(cb: (e: TrainerEvent) => void): Promise<RunStatus>;
   /**
-   * Validate and set the config (contracts.md §5 keys). Keys not given (or undefined) keep their current values
+   * Validate and set the config (docs/formats.md §5 keys). Keys not given (or undefined) keep their current values
    * (initially the defaults: model "tiny", task "sentiment"); `prompts: null` / `reward: null` remove those keys.
    * Changing a key that is not live (model, task, seed, batchSize, responseLength, …) drops the current run
    * (step 0, history cleared); live keys are applied from the next step (prefer setHyperparameters for those: it
    * answers at once, while configure waits for the step in flight). Models are built lazily on the first step.
    */
-  configure(config: TrainConfigWire): Promise<RunStatus>;
+  configure(config: ConfigPatch): Promise<RunStatus>;
   /** Run steps until `steps` is reached or pause(); returns at once. Failures arrive as `error` events. */
   start(): Promise<RunStatus>;
   /** Stop after the step in flight; returns at once. */
@@ -230,7 +241,7 @@ export interface WorkerApi {
   /** Drop the run: fresh policy/value/optimizers from the configured model; history cleared. */
   reset(): Promise<RunStatus>;
   /** Live hyperparameters (config fields marked live), applied from the next step; visible in the metrics. */
-  setHyperparameters(patch: TrainConfigWire): Promise<RunStatus>;
+  setHyperparameters(patch: ConfigPatch): Promise<RunStatus>;
   /**
    * User reward code, replacing the task's reward from the next step (the run is not reset); null restores the
    * configured reward. `sample` is `{prompt, response, promptTokens, responseTokens}`. Two forms:
@@ -253,7 +264,7 @@ export interface WorkerApi {
     /** Defaults: 100 steps of 8 pairs at learning rate 3e-4. */
     opts?: { steps?: number; batchSize?: number; learningRate?: number },
   ): Promise<RewardModelReport>;
-  /** The whole run as a zip in the checkpoint layout of contracts.md §2. */
+  /** The whole run as a zip in the checkpoint layout of docs/formats.md §2. */
   exportCheckpoint(): Promise<{ name: string; bytes: Uint8Array }>;
   /**
    * Resume a run from a checkpoint zip (history restored, continues at the saved step; paused). A zip without
@@ -290,7 +301,8 @@ export interface AutosaveInfoWire {
   step: number;
   /** Milliseconds since 1970. */
   savedAt: number;
-  config: TrainConfigWire;
+  /** The saved run's config as it was written (possibly by an older version of the app). */
+  config: Record<string, unknown>;
   /** The policy's label ("built-in tiny", a Hub id, …). */
   label: string;
   /** Metric history entries it holds (one per step). */
@@ -340,7 +352,7 @@ export type ReliabilityEvent =
  * Autosave and recovery. Kept apart from WorkerApi so a UI (or a stand-in worker) that does not use them yet
  * still type-checks; the model worker implements both (ModelWorkerApi).
  *
- * Autosave: while a run exists, the worker saves its checkpoint files (contracts.md §2: weights, optimizer,
+ * Autosave: while a run exists, the worker saves its checkpoint files (docs/formats.md §2: weights, optimizer,
  * config, metric history) to IndexedDB every min(saveEvery, 10) steps, when it pauses (pause, stepOnce, an
  * error, the last step) — never a step with NaN/Inf weights. Each tab (worker) keeps one save of its own,
  * owned through a Web Lock (src/services/autosave-tabs.ts), so tabs training at once do not overwrite each other: a

@@ -12,9 +12,9 @@
  * new WebGPU backend (or falls back to WASM when WebGPU cannot start again), restores the run from its last
  * autosave on the new backend and carries on as it was: running again if it was running, else paused.
  */
-import { restoreTrainer } from '../core/checkpoint';
 import { memoryFiles } from '../core/model/folder';
-import { autosaveDue, type AutosaveInfo } from '../services/autosave';
+import type { AutosaveInfo } from '../services/autosave';
+import { TrainingSession } from '../core/session';
 import type { TabAutosave } from '../services/autosave-tabs';
 import { UserError } from '../core/errors';
 import { forgetWebGpuBackend, webgpuDevice, type GpuDeviceLike } from './backend-web';
@@ -87,12 +87,8 @@ export class Reliability implements RunHooks {
     return this.wire(await this.slot.info());
   }
 
-  async afterStep(): Promise<void> {
-    const t = this.run.trainer;
-    if (t && autosaveDue(t.step, this.run.cfg.saveEvery)) await this.saveNow();
-  }
-
-  async afterPause(): Promise<void> {
+  /** RunHooks: the session says when (every min(saveEvery, 10) steps, and when the run stops). */
+  async autosave(): Promise<void> {
     await this.saveNow();
   }
 
@@ -149,16 +145,12 @@ export class Reliability implements RunHooks {
     const run = this.run;
     run.pause();
     const { info, files } = saved;
-    const t = await restoreTrainer(
+    const session = await TrainingSession.restore(
       memoryFiles(`autosave (step ${info.step})`, files),
       this.sources.resources(),
     );
-    run.dropTrainer();
-    run.disposeLm();
-    run.adopt(t, info.label, info.runId);
-    run.state = 'paused';
-    run.phase = 'idle';
-    this.lastSaved = { runId: info.runId, step: t.step };
+    run.resumeFrom(session, info.label, info.runId);
+    this.lastSaved = { runId: info.runId, step: session.step };
     return run.emitStatus();
   }
 
@@ -259,29 +251,27 @@ export class Reliability implements RunHooks {
       if (lostAt !== null && runId) {
         const saved = await this.slot.load().catch(() => null);
         if (saved && saved.info.runId === runId) {
-          const t = await restoreTrainer(
+          const session = await TrainingSession.restore(
             memoryFiles(`autosave (step ${saved.info.step})`, saved.files),
             this.sources.resources(),
           );
-          run.adopt(t, saved.info.label, runId);
-          this.lastSaved = { runId, step: t.step };
-          fromStep = t.step;
-          run.state = 'paused';
+          run.resumeFrom(session, saved.info.label, runId);
+          this.lastSaved = { runId, step: session.step };
+          fromStep = session.step;
           const redo =
-            lostAt > t.step
-              ? ` (step${lostAt - t.step > 1 ? 's' : ''} ${t.step + 1}–${lostAt} are redone)`
+            lostAt > session.step
+              ? ` (step${lostAt - session.step > 1 ? 's' : ''} ${session.step + 1}–${lostAt} are redone)`
               : '';
-          what = `the run continues from its autosave at step ${t.step}${redo}`;
+          what = `the run continues from its autosave at step ${session.step}${redo}`;
         } else {
-          run.state = 'idle';
+          // No autosave of this run: with its trainer dropped, the run is idle (halt below).
           what = 'this run had no autosave yet, so it starts again from step 0';
         }
       } else {
-        run.state = run.trainer ? 'paused' : 'idle';
         if (hadLm) await run.generator();
         what = hadLm ? `${label} is loaded again` : 'nothing needed restoring';
       }
-      run.phase = 'idle';
+      run.halt();
       if (this.lostAgain) {
         this.lostAgain = false;
         void this.serial(() => this.recover(wasRunning)).catch(() => undefined);
@@ -300,8 +290,7 @@ export class Reliability implements RunHooks {
     } catch (e) {
       this.lost = null;
       this.lostAgain = false;
-      run.state = run.trainer ? 'paused' : 'idle';
-      run.phase = 'idle';
+      run.halt();
       const why = e instanceof Error ? e.message : String(e);
       const message =
         `The app could not recover from the GPU loss (${why}). Reload the page; your last autosave will be ` +

@@ -1,21 +1,20 @@
 /**
- * The training run inside the worker: the trainer (four models, rollout, optimisers), the run state, the loop
- * that steps until paused, and the events the UI subscribes to.
+ * The training run inside the worker, as events and a queue over core's TrainingSession (src/core/session.ts,
+ * the same run loop the CLI drives): the session owns the trainer and its four models; this file owns the run
+ * state the UI sees, the events it subscribes to, the reward-code stand-in, and the model generate uses outside
+ * a run.
  *
- * Every tfjs job runs through the worker's serial queue (api.ts). The loop queues one step at a time and
- * yields a macrotask between steps, so pause / setHyperparameters / generate calls are answered between steps.
- * pause() and setHyperparameters() take effect without waiting: the first stops the loop after the step in
- * flight, the second is applied at the start of the next step (so that step's metrics show it).
+ * Every tfjs job runs through the worker's serial queue (api.ts). The session's loop queues one step at a time
+ * and yields a macrotask between steps, so pause / setHyperparameters / generate calls are answered between
+ * steps. pause() and setHyperparameters() take effect without waiting: the first stops the loop after the step
+ * in flight, the second is applied at the start of the next step (so that step's metrics show it).
+ *
+ * `state` changes only through the methods here (start, pause, stepOnce, reset, resumeFrom, halt, …).
  */
-import {
-  applyLiveChanges,
-  CONFIG_FIELDS,
-  CONFIG_KEYS,
-  validateConfig,
-  type TrainConfig,
-} from '../core/config';
-import { buildTrainer } from '../core/ppo/setup';
-import { checkpointFiles } from '../core/checkpoint';
+import { validateConfig, type TrainConfig } from '../core/config';
+import { applyLive, mergeConfig } from '../core/live';
+import { TrainingSession, type RunEnd, type SessionHooks } from '../core/session';
+import { nonFiniteRunError } from '../core/stops';
 import type { PpoTrainer, RewardSource } from '../core/ppo/trainer';
 import type { Rollout } from '../core/ppo/rollout';
 import type { Tokenizer } from '../core/tokenizer/types';
@@ -39,21 +38,23 @@ import type {
 export type Serial = <T>(job: () => Promise<T>) => Promise<T>;
 type Listener = (e: TrainerEvent) => unknown;
 
-/** What the run asks of autosave and device-loss handling (./reliability.ts); all run inside the serial queue. */
+/** What the run asks of autosave and device-loss handling (./reliability.ts). */
 export interface RunHooks {
-  /** A step just completed (autosave when it is an autosave step). */
-  afterStep(): Promise<void>;
-  /** The run just paused after steps (pause, stepOnce, an error, the last step): autosave it. */
-  afterPause(): Promise<void>;
+  /**
+   * Save the run now (inside the serial queue). Called when the session's cadence says an autosave is due and
+   * whenever the run stops after steps (pause, stepOnce, an error, the last step).
+   */
+  autosave(): Promise<void>;
   /** A step failed: is it because the GPU device was lost? (Recovery then takes over; no error event.) */
   failedForDeviceLoss(): Promise<boolean>;
 }
 
 const NO_HOOKS: RunHooks = {
-  afterStep: async () => {},
-  afterPause: async () => {},
+  autosave: async () => {},
   failedForDeviceLoss: async () => false,
 };
+
+const macrotask = () => new Promise<void>((r) => setTimeout(r, 0));
 
 let runCounter = 0;
 /** A fresh run id: a run keeps it through autosaves, resumes and device recovery. */
@@ -101,18 +102,17 @@ function describeReward(cfg: TrainConfig): string {
 
 export class Run {
   cfg: TrainConfig = validateConfig({});
-  trainer: PpoTrainer | null = null;
+  /** The training run (null until the first step builds it, or a checkpoint is restored). */
+  session: TrainingSession | null = null;
   /** The model used by generate when no run exists (loaded by loadModel, or lazily). */
   private lm: { name: string; lm: LoadedLM } | null = null;
   /** The policy in use, for status. */
   model: ModelSummary | null = null;
   /** Whether a model was named (loaded, configured or trained): generate may then load `cfg.model` itself. */
   private chosen = false;
-  state: RunState = 'idle';
-  phase: Phase = 'idle';
+  private runState: RunState = 'idle';
+  private runPhase: Phase = 'idle';
   readonly sandbox = new RewardSandbox();
-  /** The reward the trainer was built with; reward code swaps in front of it and back. */
-  private baseReward: RewardSource | null = null;
   private readonly listeners = new Set<Listener>();
   private looping = false;
   /** The identity of the run (null while there is no trainer). */
@@ -126,14 +126,33 @@ export class Run {
     private readonly serial: Serial,
   ) {}
 
+  /** idle (no run, or a new one pending), running, or paused. Changed only by this class's methods. */
+  get state(): RunState {
+    return this.runState;
+  }
+
+  /** Whether the run is in `state` now (a call, so a test before an await does not narrow the next one). */
+  is(state: RunState): boolean {
+    return this.runState === state;
+  }
+
+  get phase(): Phase {
+    return this.runPhase;
+  }
+
+  /** The session's trainer, when there is a run. */
+  get trainer(): PpoTrainer | null {
+    return this.session?.trainer ?? null;
+  }
+
   // ---- events ---------------------------------------------------------------------------------------------
 
   status(): RunStatus {
     const reward = this.sandbox.hasCode ? 'your reward code' : describeReward(this.cfg);
     return {
-      state: this.state,
-      phase: this.phase,
-      step: this.trainer?.step ?? 0,
+      state: this.runState,
+      phase: this.runPhase,
+      step: this.session?.step ?? 0,
       steps: this.cfg.steps,
       config: JSON.parse(JSON.stringify(this.cfg)) as RunStatus['config'],
       model: this.model,
@@ -169,52 +188,58 @@ export class Run {
   }
 
   private setPhase(p: Phase): void {
-    if (p === this.phase) return;
-    this.phase = p;
+    if (p === this.runPhase) return;
+    this.runPhase = p;
     if (p === 'scoring') this.sandbox.beginBatch();
     this.emitStatus();
   }
 
   // ---- config ---------------------------------------------------------------------------------------------
 
-  /** Merge `partial` over the current config (serial). Non-live changes drop the run. */
+  /** Merge `partial` over the current config (serial). Non-live changes (src/core/live.ts) drop the run. */
   async configure(partial: Record<string, unknown>): Promise<RunStatus> {
-    const given = Object.fromEntries(Object.entries(partial).filter(([, v]) => v !== undefined));
-    const next = validateConfig({ ...this.cfg, ...given }, 'config');
+    const { config: next, changes } = mergeConfig(this.cfg, partial, 'config');
     if (next.task !== null) checkTaskName(next.task);
     if (next.reward !== undefined && !(typeof next.reward === 'object' && 'model' in next.reward)) {
       makeReward(next.reward, 'config: "reward"');
     }
-    const changed = CONFIG_KEYS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(this.cfg[k]));
-    if (changed.some((k) => !CONFIG_FIELDS[k].live)) {
+    if (changes.restart.length > 0) {
       this.dropTrainer();
-      this.state = 'idle';
+      this.runState = 'idle';
+    } else {
+      this.session?.setConfig(next);
     }
     if (next.model !== this.cfg.model) {
       this.disposeLm();
       this.model = null;
     }
-    if ('model' in given) this.chosen = true;
+    if (partial.model !== undefined) this.chosen = true;
     this.cfg = next;
     return this.emitStatus();
   }
 
   /** Live keys only; applied when the next step starts (not serial: answers while a step runs). */
   setHyperparameters(patch: Record<string, unknown>): RunStatus {
-    this.cfg = applyLiveChanges(this.cfg, patch, 'setHyperparameters');
+    const next = applyLive(this.cfg, patch, 'setHyperparameters');
+    this.session?.setConfig(next);
+    this.cfg = next;
     return this.emitStatus();
   }
 
   // ---- run state ------------------------------------------------------------------------------------------
 
-  start(): RunStatus {
-    if (this.trainer && this.trainer.step >= this.cfg.steps) {
+  private checkNotDone(): void {
+    if (this.session && this.session.step >= this.cfg.steps) {
       throw new UserError(
         `The run has done its ${this.cfg.steps} steps; raise "steps" to continue it, or reset.`,
       );
     }
-    if (this.state !== 'running') {
-      this.state = 'running';
+  }
+
+  start(): RunStatus {
+    this.checkNotDone();
+    if (this.runState !== 'running') {
+      this.runState = 'running';
       this.emitStatus();
     }
     if (!this.looping) void this.loop();
@@ -222,20 +247,34 @@ export class Run {
   }
 
   pause(): RunStatus {
-    if (this.state !== 'running') return this.status();
-    this.state = 'paused';
+    if (this.runState !== 'running') return this.status();
+    this.runState = 'paused';
+    this.session?.pause();
     return this.emitStatus();
   }
 
+  /** Not running any more: paused when a run exists, else idle (after a failure, a recovery, …). */
+  halt(): void {
+    this.session?.pause();
+    this.runState = this.session ? 'paused' : 'idle';
+    this.runPhase = 'idle';
+  }
+
   async stepOnce(): Promise<RunStatus> {
-    if (this.state === 'running') return this.pause();
+    if (this.runState === 'running') return this.pause();
     return this.serial(async () => {
-      const before = this.trainer?.step;
-      await this.runOneStep();
-      if (this.trainer) {
-        this.state = 'paused';
-        if (this.trainer.step !== before) await this.hooks.afterPause();
+      const session = await this.sessionOrFail();
+      if (!session) return this.status();
+      let stepped = false;
+      try {
+        const out = await session.runStep(this.cfg.steps);
+        stepped = true;
+        if (out.stop) this.stoppedNonFinite(session.step);
+      } catch (e) {
+        if (await this.failed(e)) return this.status();
       }
+      this.runState = 'paused';
+      if (stepped) await this.hooks.autosave();
       return this.emitStatus();
     });
   }
@@ -243,120 +282,160 @@ export class Run {
   /** Drop the run (serial): the next step starts fresh from the configured model. */
   reset(): RunStatus {
     this.dropTrainer();
-    this.state = 'idle';
-    this.phase = 'idle';
+    this.runState = 'idle';
+    this.runPhase = 'idle';
     return this.emitStatus();
+  }
+
+  /** The session's callbacks: its phases, steps and autosaves become this run's events. */
+  private sessionHooks(): SessionHooks {
+    return {
+      phase: (p) => this.setPhase(p),
+      beforeStep: () => this.sandbox.beginBatch(),
+      step: (r, s) => {
+        this.emit({
+          type: 'step',
+          metrics: { ...r.metrics },
+          samples: sampleViews(r.rollout, s.trainer.tokenizer),
+          alerts: r.alerts.map(({ id, step, message, advice }) => ({ id, step, message, advice })),
+          memory: this.memory(),
+        });
+      },
+      autosave: () => this.hooks.autosave(),
+    };
   }
 
   private async loop(): Promise<void> {
     this.looping = true;
     try {
-      while (this.state === 'running') {
-        await this.serial(() => this.runOneStep(true));
-        if (this.state !== 'running') break;
-        if (this.trainer && this.trainer.step >= this.cfg.steps) {
-          this.state = 'paused';
-          this.emitStatus();
-          break;
-        }
-        // Let queued messages (pause, setHyperparameters, generate) in before the next step.
-        await new Promise((r) => setTimeout(r, 0));
+      for (;;) {
+        const session = await this.serial(async () =>
+          this.runState === 'running' ? this.sessionOrFail() : null,
+        );
+        if (!session || this.runState !== 'running') return;
+        const end = await session.run({ schedule: this.serial, between: macrotask });
+        if (this.session !== session) return; // reset, replaced or dropped meanwhile
+        if (end.reason === 'paused' && this.runState === 'running') continue; // started again meanwhile
+        await this.ended(end);
+        return;
       }
     } finally {
       this.looping = false;
     }
-    if (this.trainer && this.state === 'paused') await this.serial(() => this.hooks.afterPause());
   }
 
-  /** One step; any failure pauses the run and becomes an `error` event. */
-  private async runOneStep(fromLoop = false): Promise<void> {
-    // A pause / reset / import queued ahead of this step has already stopped the loop.
-    if (fromLoop && this.state !== 'running') return;
-    try {
-      const t = await this.ensureTrainer();
-      if (t.step >= this.cfg.steps) {
-        throw new UserError(
-          `The run has done its ${this.cfg.steps} steps; raise "steps" to continue it, or reset.`,
-        );
-      }
-      if (t.cfg !== this.cfg) t.setConfig(this.cfg);
-      this.sandbox.beginBatch();
-      const r = await t.trainStep();
-      this.emit({
-        type: 'step',
-        metrics: { ...r.metrics },
-        samples: sampleViews(r.rollout, t.tokenizer),
-        alerts: r.alerts.map(({ id, step, message, advice }) => ({ id, step, message, advice })),
-        memory: this.memory(),
-      });
-      await this.hooks.afterStep();
-    } catch (e) {
-      // A lost GPU fails the step in flight; recovery (./reliability.ts) restores the run and says so.
-      if (await this.hooks.failedForDeviceLoss()) {
-        this.phase = 'idle';
+  /** The session's run ended: say why. */
+  private async ended(end: RunEnd): Promise<void> {
+    switch (end.reason) {
+      case 'paused':
         return;
-      }
-      this.state = this.trainer ? 'paused' : 'idle';
-      this.phase = 'idle';
-      const message = e instanceof Error ? e.message : String(e);
-      this.emit({ type: 'error', message, userError: isUserError(e) });
-      this.emitStatus();
+      case 'done':
+        this.runState = 'paused';
+        this.emitStatus();
+        return;
+      case 'nonfinite':
+        this.runState = 'paused';
+        this.stoppedNonFinite(end.step);
+        this.emitStatus();
+        return;
+      case 'error':
+        if (await this.failed(end.error)) return;
+        if (this.session) await this.serial(() => this.hooks.autosave());
+        return;
+    }
+  }
+
+  /** Three non-finite steps in a row: the error event the person sees (the run pauses). */
+  private stoppedNonFinite(step: number): void {
+    this.emit({ type: 'error', message: nonFiniteRunError(step), userError: true });
+  }
+
+  /**
+   * A step (or building the run) failed: pause and say so as an `error` event. Returns true when the failure was
+   * a lost GPU device (recovery in ./reliability.ts takes over and tells the story instead).
+   */
+  private async failed(e: unknown): Promise<boolean> {
+    if (await this.hooks.failedForDeviceLoss()) {
+      this.runPhase = 'idle';
+      return true;
+    }
+    this.halt();
+    const message = e instanceof Error ? e.message : String(e);
+    this.emit({ type: 'error', message, userError: isUserError(e) });
+    this.emitStatus();
+    return false;
+  }
+
+  /** The session, built when there is none; a failure is reported (and null returned). Serial. */
+  private async sessionOrFail(): Promise<TrainingSession | null> {
+    try {
+      return await this.ensureSession();
+    } catch (e) {
+      await this.failed(e);
+      return null;
     }
   }
 
   // ---- models ---------------------------------------------------------------------------------------------
 
-  /** The trainer, built from the config when there is none (memory checked first). */
-  async ensureTrainer(): Promise<PpoTrainer> {
-    if (this.trainer) return this.trainer;
+  /** The run's session, built from the config when there is none (memory checked first). */
+  async ensureSession(): Promise<TrainingSession> {
+    if (this.session) return this.session;
     const cfg = this.cfg;
     this.progress('build', null, `Loading ${cfg.model} for training…`);
     await this.sources.checkMemory(cfg.model);
     this.disposeLm(); // the trainer's policy takes its place
-    const t = await buildTrainer(cfg, this.sources.resources());
-    this.adopt(t, this.sources.files(cfg.model).label);
+    const session = await TrainingSession.build(cfg, this.sources.resources());
+    this.adopt(session, this.sources.files(cfg.model).label);
     this.progress('build', 1, `Loaded ${cfg.model}.`);
-    return t;
+    return session;
   }
 
   /** The run's checkpoint files, with the configured reward in place even while reward code stands in for it. */
   async checkpoint(): Promise<{ step: number; files: Map<string, Uint8Array> }> {
-    const t = await this.ensureTrainer();
-    const current = t.models.reward;
-    if (this.baseReward) t.models.reward = this.baseReward;
-    try {
-      return { step: t.step, files: await checkpointFiles(t) };
-    } finally {
-      t.models.reward = current;
-    }
+    const s = await this.ensureSession();
+    return { step: s.step, files: await s.checkpointFiles() };
   }
 
-  /** Make `t` the run (after a build or a restore); `runId` keeps the identity of a resumed run. */
-  adopt(t: PpoTrainer, label: string, runId: string = newRunId()): void {
-    this.trainer = t;
+  /** Make `session` the run (after a build or a restore); `runId` keeps the identity of a resumed run. */
+  private adopt(session: TrainingSession, label: string, runId: string = newRunId()): void {
+    this.session = session;
     this.runId = runId;
-    this.cfg = t.cfg;
-    this.baseReward = t.models.reward;
-    if (this.sandbox.hasCode) t.models.reward = this.codeReward();
-    t.onPhase = (p) => this.setPhase(p);
-    this.model = summarise(t.models.policy, label);
+    this.cfg = session.cfg;
+    session.hooks = this.sessionHooks();
+    if (this.sandbox.hasCode) session.overrideReward(this.codeReward());
+    this.model = summarise(session.trainer.models.policy, label);
     this.chosen = true;
   }
 
-  /** Free every tensor of the run: optimisers (trainer.dispose) and the four models. */
+  /**
+   * Replace the run by a restored one (import, autosave resume, backend switch, device recovery), paused at its
+   * step. The caller sends the status.
+   */
+  resumeFrom(session: TrainingSession, label: string, runId?: string): void {
+    this.pause();
+    this.dropTrainer();
+    this.disposeLm();
+    this.adopt(session, label, runId);
+    this.runState = 'paused';
+    this.runPhase = 'idle';
+  }
+
+  /** A new reward (e.g. the model trained from preferences) is a new run, even under the same name. Serial. */
+  async startOverWithReward(reward: TrainConfig['reward']): Promise<RunStatus> {
+    this.dropTrainer();
+    await this.configure({ reward });
+    this.runState = 'idle';
+    return this.emitStatus();
+  }
+
+  /** Free every tensor of the run (TrainingSession.dispose: optimisers and the four models). */
   dropTrainer(): void {
-    const t = this.trainer;
-    if (!t) return;
-    this.trainer = null;
+    const s = this.session;
+    if (!s) return;
+    this.session = null;
     this.runId = null;
-    t.onPhase = () => {};
-    t.dispose();
-    t.models.policy.dispose();
-    t.models.ref.dispose();
-    t.models.value.dispose();
-    const reward = this.baseReward ?? t.models.reward;
-    if (reward.kind === 'model') reward.model.dispose();
-    this.baseReward = null;
+    s.dispose();
   }
 
   /** Whether a model is loaded for generate (outside a run). */
@@ -379,7 +458,7 @@ export class Run {
     this.disposeLm();
     this.lm = { name, lm };
     this.cfg = validateConfig({ ...this.cfg, model: name });
-    this.state = 'idle';
+    this.runState = 'idle';
     this.model = summarise(lm.model, files.label);
     this.chosen = true;
     this.emitStatus();
@@ -388,7 +467,8 @@ export class Run {
 
   /** The model generate uses: the trained policy while a run exists, else the loaded one. */
   async generator(): Promise<{ model: GPT2; tokenizer: Tokenizer }> {
-    if (this.trainer) return { model: this.trainer.models.policy, tokenizer: this.trainer.tokenizer };
+    const t = this.trainer;
+    if (t) return { model: t.models.policy, tokenizer: t.tokenizer };
     if (!this.lm) {
       if (!this.chosen) throw new UserError('No model is loaded yet; load a model first.');
       const files = this.sources.files(this.cfg.model);
@@ -408,10 +488,10 @@ export class Run {
   async setRewardCode(code: string | null): Promise<RunStatus> {
     if (code === null) {
       this.sandbox.dispose();
-      if (this.trainer && this.baseReward) this.trainer.models.reward = this.baseReward;
+      this.session?.overrideReward(null);
     } else {
       await this.sandbox.setCode(code);
-      if (this.trainer) this.trainer.models.reward = this.codeReward();
+      this.session?.overrideReward(this.codeReward());
     }
     return this.emitStatus();
   }

@@ -3,15 +3,12 @@
  * unit tests drive it step by step (`stepMs: 0`, then `tick()`); `npm run dev` with `?worker=fake` runs the UI
  * on it with a timer, for working on the layout without waiting for real training.
  */
-import {
-  applyLiveChanges,
-  CONFIG_FIELDS,
-  CONFIG_KEYS,
-  validateConfig,
-  type TrainConfig,
-} from '../../core/config';
+import { validateConfig, type TrainConfig } from '../../core/config';
+import { applyLive, mergeConfig } from '../../core/live';
+import { nonFiniteRunError } from '../../core/stops';
 import type {
   MemoryReport,
+  MetricsByName,
   MetricsWire,
   RunStatus,
   SampleView,
@@ -45,6 +42,8 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
   let listener: ((e: TrainerEvent) => void) | null = null;
   let timer: ReturnType<typeof setTimeout> | null = null;
   let rewardCode: string | null = null;
+  /** Steps in a row with (simulated) non-finite updates; three pause the run, as the real worker does. */
+  let badSteps = 0;
   const calls: [string, unknown][] = [];
 
   const status = (): RunStatus => ({
@@ -58,7 +57,18 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
   const dropRun = () => {
     step = 0;
     history = [];
+    badSteps = 0;
     state = 'idle';
+  };
+  /**
+   * The stand-in for a reward that overflows: a mix weight beyond float32's range (3.4e38) makes the real
+   * worker's returns ±Infinity in float32, so its value updates are skipped as non-finite every step.
+   */
+  const overflows = () => {
+    const r = config.reward;
+    return (
+      typeof r === 'object' && r !== null && 'mix' in r && r.mix.some((m) => Math.abs(m.weight) > 3.4e38)
+    );
   };
   const emit = (e: TrainerEvent) => listener?.(e);
   const fakeMemory = (): MemoryReport => ({ numTensors: 42 + step, numBytes: 1024 * 1024, backend: 'wasm' });
@@ -139,15 +149,34 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
       timeScore: 0.05,
       timeUpdate: 0.2,
       learningRate: config.learningRate,
+      valueLearningRate: config.valueLearningRate,
+      valueGradNorm: 0.4,
+      eosFraction: 0.5,
+      scoreMean: Math.tanh(t / 20),
+      epochsRun: config.ppoEpochs,
+      timeStep: 0.35,
     };
+    const bad = overflows();
+    if (bad) metrics.valueLoss = Infinity;
+    badSteps = bad ? badSteps + 1 : 0;
     history.push(metrics);
     const alerts =
       t % 7 === 0
         ? [{ id: 'entropy-low', step: t, message: 'Entropy is falling fast.', advice: 'Raise entropyCoef.' }]
         : [];
-    if (state === 'running' && step >= config.steps) state = 'paused';
+    if (bad) {
+      alerts.unshift({
+        id: 'non-finite',
+        step: t,
+        message: 'The updates this step had a NaN/Inf loss or gradient and were skipped.',
+        advice: 'Lower the learning rate or maxGradNorm, and check that the reward returns finite numbers.',
+      });
+    }
+    const stopped = badSteps >= 3;
+    if (state === 'running' && (step >= config.steps || stopped)) state = 'paused';
     // Like the real worker, the step carries the worker's tensor memory (a stand-in figure here).
     emit({ type: 'step', metrics, samples: batch, alerts, memory: fakeMemory() });
+    if (stopped) emit({ type: 'error', message: nonFiniteRunError(t), userError: true });
     emit({ type: 'status', status: status() });
   }
 
@@ -170,16 +199,20 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     },
     async configure(c) {
       log('configure', c);
-      // Like the real worker: merged over the current config; a non-live change drops the run.
-      const next = validateConfig({ ...config, ...c });
-      const changed = CONFIG_KEYS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(config[k]));
-      if (changed.some((k) => !CONFIG_FIELDS[k].live)) dropRun();
+      // The real worker's rule (src/core/live.ts): merged over the current config; a non-live change drops the run.
+      const { config: next, changes } = mergeConfig(config, c, 'config');
+      if (changes.restart.length > 0) dropRun();
       config = next;
       emit({ type: 'status', status: status() });
       return status();
     },
     async start() {
       log('start');
+      if (step > 0 && step >= config.steps) {
+        throw new FakeUserError(
+          `The run has done its ${config.steps} steps; raise "steps" to continue it, or reset.`,
+        );
+      }
       state = 'running';
       emit({ type: 'status', status: status() });
       schedule();
@@ -206,7 +239,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     },
     async setHyperparameters(patch) {
       log('setHyperparameters', patch);
-      config = applyLiveChanges(config, patch);
+      config = applyLive(config, patch, 'setHyperparameters');
       return status();
     },
     async setRewardCode(code) {
@@ -250,7 +283,8 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
       log('exportMetrics', format);
       if (format === 'json') return JSON.stringify(history);
       const keys = Object.keys(history[0] ?? { step: 0 });
-      return [keys.join(','), ...history.map((m) => keys.map((k) => m[k]).join(','))].join('\n');
+      const rows = history as MetricsByName[];
+      return [keys.join(','), ...rows.map((m) => keys.map((k) => m[k]).join(','))].join('\n');
     },
     async history() {
       return history.map((m) => ({ ...m }));

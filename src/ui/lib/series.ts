@@ -2,7 +2,7 @@
  * Chart series: EMA smoothing over everything that is kept, then min/max-preserving downsampling of what is
  * drawn. Pure functions (tests/ui-series.test.ts); the store keeps every step, the charts draw ≤ maxPoints.
  */
-import type { MetricsWire } from '../../worker/protocol';
+import type { MetricsByName } from '../../worker/protocol';
 
 export interface ChartPoint {
   step: number;
@@ -85,7 +85,7 @@ export function downsampleMinMax<T>(
 
 /** One metric's drawable series: smoothed over the whole history, then downsampled. */
 export function chartSeries(
-  metrics: readonly MetricsWire[],
+  metrics: readonly MetricsByName[],
   key: string,
   smoothing: number,
   maxPoints = MAX_DRAWN_POINTS,
@@ -161,7 +161,7 @@ export function niceTicks(lo: number, hi: number, count = 4, integer = false): n
 }
 
 /** The newest finite value of a metric, or null. */
-export function latestValue(metrics: readonly MetricsWire[], key: string): number | null {
+export function latestValue(metrics: readonly MetricsByName[], key: string): number | null {
   for (let i = metrics.length - 1; i >= 0; i--) if (finite(metrics[i][key])) return metrics[i][key];
   return null;
 }

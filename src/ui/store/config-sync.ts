@@ -4,7 +4,7 @@
  * changed during a run waits for Reset ("applies on reset").
  */
 import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../../core/config';
-import type { RunStatus, TrainConfigWire } from '../../worker/protocol';
+import type { ConfigPatch, RunStatus, TrainConfigWire } from '../../worker/protocol';
 import { describeError } from '../errors';
 import type { SliceContext } from './context';
 
@@ -16,10 +16,10 @@ export function sameValue(a: unknown, b: unknown): boolean {
  * The config as `configure` wants it: every key, null for the optional ones left out (the worker merges over
  * its current config, so an absent key would keep an old reward or prompt list).
  */
-export function toWire(config: TrainConfig): TrainConfigWire {
-  const wire: TrainConfigWire = {};
+export function toWire(config: TrainConfig): ConfigPatch {
+  const wire: Record<string, unknown> = {};
   for (const k of Object.keys(CONFIG_FIELDS) as ConfigKey[]) wire[k] = config[k] ?? null;
-  return wire;
+  return wire as ConfigPatch;
 }
 
 /**
@@ -90,7 +90,7 @@ export function createConfigSync(ctx: SliceContext) {
         ctx.adoptRun(await ctx.api.setHyperparameters(patch));
       } catch (e) {
         // Show the problem and put the controls back to what the job really uses.
-        const inForce = ctx.get().run?.config ?? {};
+        const inForce = (ctx.get().run?.config ?? {}) as unknown as Record<string, unknown>;
         const config = { ...ctx.get().config } as Record<string, unknown>;
         for (const k of Object.keys(patch)) config[k] = inForce[k];
         ctx.set({ error: describeError(e), config: config as unknown as TrainConfig });

@@ -6,7 +6,7 @@ import type {
   BackendReport,
   GenerateReply,
   MemoryReport,
-  MetricsWire,
+  MetricsByName,
   ModelSource,
   ModelSummary,
   RewardModelReport,
@@ -70,7 +70,7 @@ export interface PlaygroundData {
   /** Why `config` cannot be used (e.g. batchSize not divisible by miniBatches); null when it is valid. */
   configProblem: string | null;
   /** Every step's metrics, oldest first (the charts downsample what they draw, never this). */
-  metrics: MetricsWire[];
+  metrics: MetricsByName[];
   /** The samples of the last SAMPLE_STEPS_KEPT steps, oldest first. */
   samples: StepSamples[];
   /** The step whose samples are shown; null follows the newest. */

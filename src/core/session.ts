@@ -1,0 +1,280 @@
+/**
+ * One PPO training run, as the CLI (src/cli/train.ts) and the model worker (src/worker/run-loop.ts) both drive
+ * it. The session owns the trainer and its four models and frees all of them in `dispose()`; it runs steps
+ * until the target step, `pause()`, or the trainer's non-finite guard asks to stop; it applies live config
+ * changes at the start of the next step; and it calls back for every step, for checkpoints and for autosaves
+ * on one cadence rule. The adapters only turn those callbacks into files (CLI) or events (worker).
+ *
+ * Platform-neutral (no node:*, no DOM): see docs/architecture.md for the layers, docs/engine.md for the step.
+ */
+import type { TrainConfig } from './config';
+import { applyLive, classifyChanges } from './live';
+import { checkpointFiles, restoreTrainer } from './checkpoint';
+import { buildTrainer, type BuildOptions, type Resources } from './ppo/setup';
+import type { Phase, PpoTrainer, RewardSource, StepResult } from './ppo/trainer';
+import type { ModelFiles } from './model/folder';
+import { UserError } from './errors';
+import { nonFiniteMessage } from './stops';
+
+/**
+ * The checkpoint cadence: the starting weights (step 0), every `saveEvery` steps (0 = none in between), and the
+ * last step of the run.
+ */
+export function isCheckpointStep(step: number, saveEvery: number, last: number): boolean {
+  return step === 0 || step === last || (saveEvery > 0 && step % saveEvery === 0);
+}
+
+/** Why `run()` returned. */
+export type StopReason =
+  /** The target step was reached. */
+  | 'done'
+  /** `pause()` (or `dispose()`) was called. */
+  | 'paused'
+  /** Three steps in a row had NaN/Inf losses or gradients (the trainer's `shouldPause`). */
+  | 'nonfinite'
+  /** A step threw (`error` holds it); the run is as it was after the last good step. */
+  | 'error';
+
+export interface RunEnd {
+  reason: StopReason;
+  /** Steps completed. */
+  step: number;
+  /** For 'nonfinite': what happened, in words (the adapters add what to do next). */
+  message?: string;
+  /** For 'error'. */
+  error?: unknown;
+}
+
+export interface SessionHooks {
+  /** Just before a step starts (after live changes were applied). */
+  beforeStep?(session: TrainingSession): void | Promise<void>;
+  /** A step finished; `result.metrics.klCoef` is the KL coefficient the step used. */
+  step?(result: StepResult, session: TrainingSession): void | Promise<void>;
+  /** The trainer's phase changed (generating → scoring → updating → idle). */
+  phase?(phase: Phase): void;
+  /** A checkpoint is due (`isCheckpointStep`): step 0 before the first step of a fresh run, then after steps. */
+  checkpoint?(session: TrainingSession): Promise<void>;
+  /**
+   * Whether an autosave is due after `step` (the worker passes src/services/autosave.ts's `autosaveDue`: every
+   * min(saveEvery, 10) steps). Without it, autosaves happen only when `run()` stops.
+   */
+  autosaveDue?(step: number, saveEvery: number): boolean;
+  /** Save now: when `autosaveDue` says so after a step, and when `run()` stops after steps. */
+  autosave?(session: TrainingSession): Promise<void>;
+}
+
+export interface RunOptions {
+  /** Run until this many steps are done (default: the config's `steps`, read before each step). */
+  until?: number;
+  /** Runs each step's work (the worker passes its serial queue, so other calls go in between steps). */
+  schedule?: <T>(job: () => Promise<T>) => Promise<T>;
+  /** Awaited between steps (the worker yields a macrotask so queued messages are answered). */
+  between?: () => Promise<void>;
+}
+
+/** What one step gave, and whether the run must stop because of it. */
+export interface StepOutcome {
+  result: StepResult;
+  /** Set when the trainer's non-finite guard asks to stop (three bad steps in a row). */
+  stop: { reason: 'nonfinite'; message: string } | null;
+}
+
+export class TrainingSession {
+  hooks: SessionHooks;
+  /** The config the next step runs with (live changes wait here until the next step starts). */
+  private next: TrainConfig;
+  /** The reward the trainer was built with (a stand-in such as the UI's reward code goes in front of it). */
+  private readonly baseReward: RewardSource;
+  private pauseRequested = false;
+  private runningNow = false;
+  private disposed = false;
+  private startCheckpointDone = false;
+
+  constructor(
+    readonly trainer: PpoTrainer,
+    hooks: SessionHooks = {},
+  ) {
+    this.hooks = hooks;
+    this.next = trainer.cfg;
+    this.baseReward = trainer.models.reward;
+    trainer.onPhase = (p) => this.hooks.phase?.(p);
+  }
+
+  /** A fresh run from a validated config. */
+  static async build(cfg: TrainConfig, res: Resources, opts: BuildOptions = {}): Promise<TrainingSession> {
+    return new TrainingSession(await buildTrainer(cfg, res, opts));
+  }
+
+  /** The run saved in a checkpoint folder, continuing at its step. */
+  static async restore(files: ModelFiles, res: Resources, opts: BuildOptions = {}): Promise<TrainingSession> {
+    return new TrainingSession(await restoreTrainer(files, res, opts));
+  }
+
+  /** Steps completed. */
+  get step(): number {
+    return this.trainer.step;
+  }
+
+  /** The config in force from the next step on. */
+  get cfg(): TrainConfig {
+    return this.next;
+  }
+
+  get history() {
+    return this.trainer.history;
+  }
+
+  /** True while `run()` is stepping. */
+  get running(): boolean {
+    return this.runningNow;
+  }
+
+  get isDisposed(): boolean {
+    return this.disposed;
+  }
+
+  // ---- config -----------------------------------------------------------------------------------------------
+
+  /** Live keys only (src/core/live.ts); applied when the next step starts. Returns the new config. */
+  setHyperparameters(patch: unknown, source = 'setHyperparameters'): TrainConfig {
+    this.next = applyLive(this.next, patch, source);
+    return this.next;
+  }
+
+  /** Take an already validated config whose changes are all live (else a UserError: that needs a new run). */
+  setConfig(cfg: TrainConfig): void {
+    const { restart } = classifyChanges(this.next, cfg);
+    if (restart.length > 0) {
+      throw new UserError(
+        `"${restart[0]}" cannot change on a running job; start a new run (the changed keys: ${restart.join(', ')}).`,
+      );
+    }
+    this.next = cfg;
+  }
+
+  // ---- reward -----------------------------------------------------------------------------------------------
+
+  /** Put `reward` in front of the configured reward from the next step on; null restores the configured one. */
+  overrideReward(reward: RewardSource | null): void {
+    this.trainer.models.reward = reward ?? this.baseReward;
+  }
+
+  /** The run's checkpoint files, with the configured reward in place even while a stand-in scores. */
+  async checkpointFiles(): Promise<Map<string, Uint8Array>> {
+    const t = this.trainer;
+    const current = t.models.reward;
+    t.models.reward = this.baseReward;
+    try {
+      return await checkpointFiles(t);
+    } finally {
+      t.models.reward = current;
+    }
+  }
+
+  // ---- stepping ---------------------------------------------------------------------------------------------
+
+  /** Stop `run()` after the step in flight. */
+  pause(): void {
+    this.pauseRequested = true;
+  }
+
+  private checkUsable(): void {
+    if (this.disposed) throw new Error('this training session was disposed; build or restore a new one.');
+  }
+
+  /**
+   * One step: live changes first, then the trainer's step, the `step` hook, and (unless the non-finite guard
+   * asks to stop) the checkpoint and autosave hooks that are due. `until` is the run's last step (default the
+   * config's `steps`); a session already there refuses with a UserError.
+   */
+  async runStep(until: number = this.next.steps): Promise<StepOutcome> {
+    this.checkUsable();
+    const t = this.trainer;
+    if (t.step >= until) {
+      throw new UserError(`The run has done its ${until} steps; raise "steps" to continue it, or reset.`);
+    }
+    if (t.cfg !== this.next) t.setConfig(this.next);
+    await this.hooks.beforeStep?.(this);
+    const result = await t.trainStep();
+    await this.hooks.step?.(result, this);
+    if (result.shouldPause) {
+      return { result, stop: { reason: 'nonfinite', message: nonFiniteMessage(t.step) } };
+    }
+    if (isCheckpointStep(t.step, t.cfg.saveEvery, until)) await this.hooks.checkpoint?.(this);
+    if (this.hooks.autosaveDue?.(t.step, t.cfg.saveEvery)) await this.hooks.autosave?.(this);
+    return { result, stop: null };
+  }
+
+  /**
+   * Step until `until` steps are done, `pause()`, a non-finite stop or a failing step. A fresh session (step 0)
+   * first writes its step-0 checkpoint. When any step ran, the `autosave` hook is called once more at the end
+   * (unless the session was disposed), so a paused or finished run is saved where it stopped.
+   */
+  async run(opts: RunOptions = {}): Promise<RunEnd> {
+    this.checkUsable();
+    if (this.runningNow) throw new Error('TrainingSession.run: already running.');
+    const schedule = opts.schedule ?? (<T>(job: () => Promise<T>) => job());
+    const until = () => opts.until ?? this.next.steps;
+    this.pauseRequested = false;
+    this.runningNow = true;
+    let stepped = false;
+    let end: RunEnd;
+    try {
+      if (this.trainer.step === 0 && !this.startCheckpointDone && this.hooks.checkpoint) {
+        this.startCheckpointDone = true;
+        await schedule(() => this.hooks.checkpoint!(this));
+      }
+      for (;;) {
+        if (this.pauseRequested || this.disposed) {
+          end = { reason: 'paused', step: this.trainer.step };
+          break;
+        }
+        if (this.trainer.step >= until()) {
+          end = { reason: 'done', step: this.trainer.step };
+          break;
+        }
+        let out: StepOutcome | null;
+        try {
+          // A pause (or dispose) queued ahead of this step has already stopped the run.
+          out = await schedule(async () =>
+            this.pauseRequested || this.disposed ? null : this.runStep(until()),
+          );
+        } catch (error) {
+          end = { reason: 'error', step: this.trainer.step, error };
+          break;
+        }
+        if (!out) continue;
+        stepped = true;
+        if (out.stop) {
+          end = { reason: 'nonfinite', step: this.trainer.step, message: out.stop.message };
+          break;
+        }
+        await opts.between?.();
+      }
+    } finally {
+      this.runningNow = false;
+    }
+    if (stepped && !this.disposed && end.reason !== 'error' && this.hooks.autosave) {
+      await schedule(() => this.hooks.autosave!(this));
+    }
+    return end;
+  }
+
+  // ---- lifetime ---------------------------------------------------------------------------------------------
+
+  /** Free every tensor of the run: both optimisers and the policy, reference, value and reward models. */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.pauseRequested = true;
+    const t = this.trainer;
+    t.onPhase = () => {};
+    t.dispose();
+    t.models.policy.dispose();
+    t.models.ref.dispose();
+    t.models.value.dispose();
+    if (this.baseReward.kind === 'model') this.baseReward.model.dispose();
+    const current = t.models.reward;
+    if (current !== this.baseReward && current.kind === 'model') current.model.dispose();
+  }
+}
