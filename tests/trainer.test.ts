@@ -12,16 +12,31 @@ import { REQUIRED_METRICS, type StepMetrics } from '../src/core/ppo/metrics';
 import { rolloutDump } from '../src/core/ppo/rollout';
 
 let dir: string;
-const res = (): Resources => ({ modelFiles: (p) => nodeFiles(p === 'tiny-test' ? dir : p), loadTask: loadTaskNode });
+const res = (): Resources => ({
+  modelFiles: (p) => nodeFiles(p === 'tiny-test' ? dir : p),
+  loadTask: loadTaskNode,
+});
 /** A dense reward a random model can move: the mean byte value of the response, in [0, 1]. */
 const eReward: BuildOptions = {
-  rewardFn: { label: 'mean-byte', fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / (256 * s.responseTokens.length) },
+  rewardFn: {
+    label: 'mean-byte',
+    fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / (256 * s.responseTokens.length),
+  },
 };
 
 function config(over: Partial<TrainConfig> = {}): TrainConfig {
   return validateConfig({
-    model: 'tiny-test', task: null, prompts: ['Hello', 'The day', 'We', 'A long time ago'], seed: 3, steps: 4,
-    batchSize: 4, miniBatches: 2, ppoEpochs: 2, responseLength: 8, learningRate: 3e-3, valueLearningRate: 3e-3,
+    model: 'tiny-test',
+    task: null,
+    prompts: ['Hello', 'The day', 'We', 'A long time ago'],
+    seed: 3,
+    steps: 4,
+    batchSize: 4,
+    miniBatches: 2,
+    ppoEpochs: 2,
+    responseLength: 8,
+    learningRate: 3e-3,
+    valueLearningRate: 3e-3,
     ...over,
   });
 }
@@ -34,7 +49,7 @@ describe('PPO trainer', () => {
     dir = await makeTinyFolder();
   });
 
-  it('reports every metric of contracts.md §3, and the first minibatch ratio is exactly 1', async () => {
+  it('reports every metric of docs/formats.md §3, and the first minibatch ratio is exactly 1', async () => {
     const t = await buildTrainer(config(), res(), eReward);
     const r = await t.trainStep();
     for (const k of REQUIRED_METRICS) expect(typeof r.metrics[k]).toBe('number');
@@ -48,7 +63,7 @@ describe('PPO trainer', () => {
     t.dispose();
   });
 
-  it('the rollout dump follows contracts.md §4 and its numbers agree with each other', async () => {
+  it('the rollout dump follows docs/formats.md §4 and its numbers agree with each other', async () => {
     const cfg = config({ klCoef: 0.1, whitenAdvantages: false });
     const t = await buildTrainer(cfg, res(), eReward);
     const klCoef = t.kl.value;
@@ -57,7 +72,15 @@ describe('PPO trainer', () => {
     expect(d.queries.length).toBe(4);
     for (let i = 0; i < 4; i++) {
       const L = d.responses[i].length;
-      for (const key of ['responseMask', 'logprobs', 'refLogprobs', 'values', 'rewards', 'advantages', 'returns'] as const) {
+      for (const key of [
+        'responseMask',
+        'logprobs',
+        'refLogprobs',
+        'values',
+        'rewards',
+        'advantages',
+        'returns',
+      ] as const) {
         expect(d[key][i].length).toBe(L);
       }
       // rewards = −β·k1 (+ score at the last token); returns = advantages + values (unwhitened here).
@@ -84,9 +107,14 @@ describe('PPO trainer', () => {
     await b.trainStep();
     const files = await checkpointFiles(b);
     b.dispose();
-    expect([...files.keys()].sort()).toEqual(
-      ['config.json', 'model.safetensors', 'optimizer.safetensors', 'ref_model.safetensors', 'trainer_state.json', 'value_model.safetensors'],
-    );
+    expect([...files.keys()].sort()).toEqual([
+      'config.json',
+      'model.safetensors',
+      'optimizer.safetensors',
+      'ref_model.safetensors',
+      'trainer_state.json',
+      'value_model.safetensors',
+    ]);
     const c = await restoreTrainer(memoryFiles('ckpt', files), res(), eReward);
     expect(c.step).toBe(2);
     expect(c.history.length).toBe(2);
@@ -98,12 +126,15 @@ describe('PPO trainer', () => {
         const x = straight[2 + i][k];
         const y = resumed[i][k];
         if (Number.isNaN(x)) expect(Number.isNaN(y)).toBe(true);
-        else expect(Math.abs(x - y), `${k} at step ${3 + i}`).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(x)));
+        else
+          expect(Math.abs(x - y), `${k} at step ${3 + i}`).toBeLessThanOrEqual(
+            1e-6 * Math.max(1, Math.abs(x)),
+          );
       }
     }
   });
 
-  it('the trainer\'s fused Adam (one kernel per variable) trains as tf.train.adam does: 2 steps, metrics to 1e-4', async () => {
+  it("the trainer's fused Adam (one kernel per variable) trains as tf.train.adam does: 2 steps, metrics to 1e-4", async () => {
     const run = async (plain: boolean): Promise<{ m: StepMetrics[]; fusedCalls: number }> => {
       const t = await buildTrainer(config(), res(), eReward);
       if (plain) {
@@ -130,7 +161,10 @@ describe('PPO trainer', () => {
         const x = plain.m[i][k];
         const y = fused.m[i][k];
         if (Number.isNaN(x)) expect(Number.isNaN(y)).toBe(true);
-        else expect(Math.abs(x - y), `${k} at step ${1 + i}`).toBeLessThanOrEqual(1e-4 * Math.max(1, Math.abs(x)));
+        else
+          expect(Math.abs(x - y), `${k} at step ${1 + i}`).toBeLessThanOrEqual(
+            1e-4 * Math.max(1, Math.abs(x)),
+          );
       }
     }
   });
@@ -170,7 +204,11 @@ describe('PPO trainer', () => {
     expect(r.metrics.klCoef).toBe(0.3);
     expect(r.metrics.learningRate).toBe(1e-3);
     t.dispose();
-    const a = await buildTrainer(config({ adaptiveKl: true, klCoef: 0.2, targetKl: 0.01, klHorizon: 100, learningRate: 1e-2 }), res(), eReward);
+    const a = await buildTrainer(
+      config({ adaptiveKl: true, klCoef: 0.2, targetKl: 0.01, klHorizon: 100, learningRate: 1e-2 }),
+      res(),
+      eReward,
+    );
     const s1 = await a.trainStep();
     const s2 = await a.trainStep();
     // β_{2} = β_{1}·(1 + clip(KL/target − 1, ±0.2)·B/horizon), with KL of step 1.

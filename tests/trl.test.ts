@@ -80,6 +80,7 @@ describe('TRL config export', () => {
       stopToken: 5,
       missingEosPenalty: 0,
       earlyStopKl: true,
+      earlyStopApproxKl: 0.05,
     });
     const t = toTrlConfig(cfg);
     expect(t.sft_model_path).toMatch(/^<path to the policy model folder: export "tiny"/);
@@ -95,7 +96,7 @@ describe('TRL config export', () => {
       'whitenAdvantages',
       'entropyCoef',
       'topK 20',
-      'earlyStopKl',
+      'earlyStopKl (earlyStopApproxKl 0.05 nats per token)',
       '2 prompts of your own',
       '1×sentiment + 0.5×length',
     ]) {
@@ -107,5 +108,9 @@ describe('TRL config export', () => {
     const t = toTrlConfig(validateConfig({ reward: { model: 'org/rm' }, valueInit: 'reward' }));
     expect(t.reward_model_path).toBe('org/rm');
     expect((t._comment as string[]).join('\n')).not.toContain('valueInit');
+    // Our run centres the reward model's scores; TRL would not: the comment says how to match.
+    expect((t._comment as string[]).join('\n')).toContain('rewardModelCenter');
+    const raw = toTrlConfig(validateConfig({ reward: { model: 'org/rm' }, rewardModelCenter: false }));
+    expect((raw._comment as string[]).join('\n')).not.toContain('rewardModelCenter');
   });
 });

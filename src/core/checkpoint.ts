@@ -1,12 +1,20 @@
 /**
- * Checkpoints in the layout of contracts.md §2: a Hugging Face model folder (config.json + model.safetensors
+ * Checkpoints in the layout of docs/formats.md §2: a Hugging Face model folder (config.json + model.safetensors
  * that `transformers` loads) plus value_model / ref_model / reward_model safetensors, optimizer.safetensors
  * (Adam moments and step per variable) and trainer_state.json (step, config, KL controller, RNG state,
- * prompt order, metric history). Restoring it continues the same run.
+ * prompt order, metric history, bad-step counter, the reward model's recorded mean). Restoring it continues the same run.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { PpoTrainer } from './ppo/trainer';
-import { configBytes, lmSafetensors, scalarSafetensors, loadLM, loadScalar, readConfig, type ModelFiles } from './model/folder';
+import {
+  configBytes,
+  lmSafetensors,
+  scalarSafetensors,
+  loadLM,
+  loadScalar,
+  readConfig,
+  type ModelFiles,
+} from './model/folder';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './model/safetensors';
 import { validateConfig, type TrainConfig } from './config';
 import { klControllerFromState, type KlControllerState } from './ppo/kl';
@@ -30,6 +38,13 @@ export interface TrainerState {
   /** Which optional model files this checkpoint holds. */
   files: { ref: boolean; reward: boolean };
   history: StepMetrics[];
+  /** Consecutive steps with skipped (non-finite) updates; absent in older checkpoints (read as 0). */
+  badSteps?: number;
+  /**
+   * The reward model's recorded mean score (from its reward_stats.json), subtracted with rewardModelCenter;
+   * null = none recorded. Absent in older checkpoints (read as null).
+   */
+  rewardMean?: number | null;
 }
 
 async function adamTensors(opt: tf.Optimizer, prefix: string, varNames: string[]): Promise<NamedTensor[]> {
@@ -41,12 +56,17 @@ async function adamTensors(opt: tf.Optimizer, prefix: string, varNames: string[]
   iter?.tensor.dispose();
   if (weights.length <= 1 || !steps) return []; // no update yet: no moments
   const n = varNames.length;
-  if (moments.length !== 2 * n) throw new Error(`optimizer ${prefix}: ${moments.length} moments for ${n} variables`);
+  if (moments.length !== 2 * n)
+    throw new Error(`optimizer ${prefix}: ${moments.length} moments for ${n} variables`);
   const out: NamedTensor[] = [{ name: `${prefix}.step`, shape: [1], data: steps }];
   for (let i = 0; i < 2 * n; i++) {
     const kind = i < n ? 'm' : 'v';
     const t = moments[i].tensor;
-    out.push({ name: `${prefix}.${kind}.${varNames[i % n]}`, shape: t.shape, data: (await t.data()) as Float32Array });
+    out.push({
+      name: `${prefix}.${kind}.${varNames[i % n]}`,
+      shape: t.shape,
+      data: (await t.data()) as Float32Array,
+    });
   }
   return out;
 }
@@ -85,28 +105,45 @@ export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8A
     promptCursor: t.promptCursor,
     files: { ref: writeRef, reward: reward.kind === 'model' },
     history: t.history,
+    badSteps: t.badSteps,
+    rewardMean: t.rewardMean,
   };
-  files.set('trainer_state.json', new TextEncoder().encode(JSON.stringify(state, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v)) + '\n'));
+  files.set(
+    'trainer_state.json',
+    new TextEncoder().encode(
+      JSON.stringify(state, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v)) + '\n',
+    ),
+  );
   return files;
 }
 
 function reviveNumbers(history: unknown[]): StepMetrics[] {
   return history.map((h) => {
     const o: Record<string, number> = {};
-    for (const [k, v] of Object.entries(h as Record<string, unknown>)) o[k] = typeof v === 'string' ? Number(v) : (v as number);
+    for (const [k, v] of Object.entries(h as Record<string, unknown>))
+      o[k] = typeof v === 'string' ? Number(v) : (v as number);
     return o as StepMetrics;
   });
 }
 
-async function restoreAdam(opt: tf.Optimizer, prefix: string, varNames: string[], file: ReturnType<typeof readSafetensors> | null, label: string) {
+async function restoreAdam(
+  opt: tf.Optimizer,
+  prefix: string,
+  varNames: string[],
+  file: ReturnType<typeof readSafetensors> | null,
+  label: string,
+) {
   if (!file) return;
   const step = file.tensors.get(`${prefix}.step`);
   if (!step) return;
-  const weights: { name: string; tensor: tf.Tensor }[] = [{ name: 'iter', tensor: tf.scalar(step.data[0], 'int32') }];
+  const weights: { name: string; tensor: tf.Tensor }[] = [
+    { name: 'iter', tensor: tf.scalar(step.data[0], 'int32') },
+  ];
   for (const kind of ['m', 'v']) {
     for (const n of varNames) {
       const t = file.tensors.get(`${prefix}.${kind}.${n}`);
-      if (!t) throw new UserError(`${label}/optimizer.safetensors: tensor "${prefix}.${kind}.${n}" is missing.`);
+      if (!t)
+        throw new UserError(`${label}/optimizer.safetensors: tensor "${prefix}.${kind}.${n}" is missing.`);
       weights.push({ name: n, tensor: tf.tensor(t.data, t.shape) });
     }
   }
@@ -150,7 +187,8 @@ function checkTrainerState(raw: unknown, where: string): TrainerState {
   if (!Array.isArray(s.promptOrder) || !s.promptOrder.every(isNonNegInt)) {
     fail('"promptOrder" must be an array of prompt indices', s.promptOrder);
   }
-  if (!isNonNegInt(s.promptCursor)) fail('"promptCursor" must be a whole number of 0 or more', s.promptCursor);
+  if (!isNonNegInt(s.promptCursor))
+    fail('"promptCursor" must be a whole number of 0 or more', s.promptCursor);
   const f = s.files as Record<string, unknown> | null | undefined;
   if (typeof f !== 'object' || f === null || typeof f.ref !== 'boolean' || typeof f.reward !== 'boolean') {
     fail('"files" must be {"ref": true|false, "reward": true|false}', f);
@@ -159,11 +197,25 @@ function checkTrainerState(raw: unknown, where: string): TrainerState {
   if (!Array.isArray(h) || !h.every((m) => typeof m === 'object' && m !== null && !Array.isArray(m))) {
     fail('"history" must be an array of per-step metric objects', h);
   }
+  if (s.badSteps !== undefined && !isNonNegInt(s.badSteps)) {
+    fail(
+      '"badSteps" must be a whole number of 0 or more (consecutive steps with skipped updates)',
+      s.badSteps,
+    );
+  }
+  const rm = s.rewardMean;
+  if (rm !== undefined && rm !== null && (typeof rm !== 'number' || !Number.isFinite(rm))) {
+    fail('"rewardMean" must be a finite number or null', rm);
+  }
   return raw as TrainerState;
 }
 
 /** Rebuild a trainer from a checkpoint folder so that the next step continues the saved run. */
-export async function restoreTrainer(files: ModelFiles, res: Resources, opts: Parameters<typeof buildTrainer>[2] = {}): Promise<PpoTrainer> {
+export async function restoreTrainer(
+  files: ModelFiles,
+  res: Resources,
+  opts: Parameters<typeof buildTrainer>[2] = {},
+): Promise<PpoTrainer> {
   const raw = await files.read('trainer_state.json');
   if (!raw) {
     const isModel = (await files.read('config.json')) !== null;
@@ -185,19 +237,32 @@ export async function restoreTrainer(files: ModelFiles, res: Resources, opts: Pa
   await readConfig(files);
   const { model: policy, tokenizer } = await loadLM(files, { trainable: true, label: 'policy' });
   let ref: GPT2;
-  if (state.files.ref) ref = (await loadLM(files, { trainable: false, label: 'ref', file: 'ref_model.safetensors' })).model;
+  if (state.files.ref)
+    ref = (await loadLM(files, { trainable: false, label: 'ref', file: 'ref_model.safetensors' })).model;
   else ref = policy.clone(false, 'ref');
-  const value = await loadScalar(files, 'value_model.safetensors', { trainable: true, label: 'value', config: policy.config });
-  const rewardModel = state.files.reward ? await loadScalar(files, REWARD_FILE, { trainable: false, label: 'reward', config: policy.config }) : undefined;
-  const t = await buildTrainer(cfg, res, { ...opts, weights: { policy, ref, value, rewardModel, tokenizer } });
+  const value = await loadScalar(files, 'value_model.safetensors', {
+    trainable: true,
+    label: 'value',
+    config: policy.config,
+  });
+  const rewardModel = state.files.reward
+    ? await loadScalar(files, REWARD_FILE, { trainable: false, label: 'reward', config: policy.config })
+    : undefined;
+  const t = await buildTrainer(cfg, res, {
+    ...opts,
+    weights: { policy, ref, value, rewardModel, tokenizer },
+  });
   t.step = state.step;
   t.kl = klControllerFromState(state.kl);
   t.rng = Rng.fromState(state.rng);
   // An order that does not fit the prompts (a task file changed since the save) starts a fresh shuffle.
-  const orderFits = state.promptOrder.every((i) => i < t.prompts.length) && state.promptCursor <= state.promptOrder.length;
+  const orderFits =
+    state.promptOrder.every((i) => i < t.prompts.length) && state.promptCursor <= state.promptOrder.length;
   t.promptOrder = orderFits ? state.promptOrder : [];
   t.promptCursor = orderFits ? state.promptCursor : 0;
   t.history = reviveNumbers(state.history);
+  t.badSteps = state.badSteps ?? 0;
+  t.rewardMean = state.rewardMean ?? null;
   const optBytes = await files.read('optimizer.safetensors');
   const optFile = optBytes ? readSafetensors(optBytes, `${files.label}/optimizer.safetensors`) : null;
   await restoreAdam(t.policyOpt, 'policy', specNames(policy.trainableVariables()), optFile, files.label);

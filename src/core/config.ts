@@ -1,5 +1,5 @@
 /**
- * The one training config (shared/contracts.md §5). Like TensorFlow Playground's `state.ts`, a single table,
+ * The one training config (docs/formats.md §5). Like TensorFlow Playground's `state.ts`, a single table,
  * `CONFIG_FIELDS`, drives the defaults, the one-line docs shown in the UI, the allowed ranges, the sliders'
  * scale, which keys may change on a running job, and the URL hash. Everything else reads from it.
  */
@@ -42,6 +42,8 @@ export interface TrainConfig {
   klHorizon: number;
   klEstimator: KlEstimator;
   earlyStopKl: boolean;
+  earlyStopApproxKl: number;
+  rewardModelCenter: boolean;
   gamma: number;
   lam: number;
   whitenAdvantages: boolean;
@@ -206,6 +208,12 @@ export const CONFIG_FIELDS = {
     live: false,
     doc: 'Value model starts from the policy with a zero head, or from the reward model.',
   },
+  rewardModelCenter: bool(
+    'setup',
+    true,
+    'Subtract the mean that train-reward recorded in reward_stats.json from reward-model scores (none recorded: as is).',
+    false,
+  ),
   // --- optimiser ---
   learningRate: num(
     'optimiser',
@@ -220,7 +228,13 @@ export const CONFIG_FIELDS = {
   valueLearningRate: num('optimiser', 1e-3, 1e-7, 0.1, 'Adam learning rate of the value model.', {
     scale: 'log',
   }),
-  maxGradNorm: num('optimiser', 1, 0, 1000, 'Clip the global gradient norm to this; 0 = no clipping.'),
+  maxGradNorm: num(
+    'optimiser',
+    1,
+    0,
+    1000,
+    'Clip the global gradient norm over policy and value parameters together to this; 0 = no clipping.',
+  ),
   // --- ppo ---
   batchSize: int('ppo', 16, 1, 4096, 'Prompts sampled per PPO step (the rollout batch).', {
     scale: 'log',
@@ -241,8 +255,20 @@ export const CONFIG_FIELDS = {
   clipRangeValue: num('ppo', 0.2, 0.01, 100, 'Value clip: predictions are clipped to old value ± this.', {
     scale: 'log',
   }),
-  vfCoef: num('ppo', 0.1, 0, 10, 'Weight of the value loss.'),
-  entropyCoef: num('ppo', 0, 0, 1, 'Entropy bonus weight (0 = none).'),
+  vfCoef: num(
+    'ppo',
+    0.1,
+    0,
+    10,
+    'Weight of the value loss in loss = policy − entropyCoef·entropy + vfCoef·value, whose gradient norm maxGradNorm clips.',
+  ),
+  entropyCoef: num(
+    'ppo',
+    0,
+    0,
+    1,
+    'Entropy bonus weight (0 = none: entropy is then only measured, not differentiated).',
+  ),
   logRatioClamp: num('ppo', 20, 0.1, 80, 'Clamp log(π/π_old) to ±this before exp, against overflow.', {
     scale: 'log',
   }),
@@ -274,7 +300,19 @@ export const CONFIG_FIELDS = {
     live: true,
     doc: 'Per-token KL estimator in the penalty: k1 = log ratio, k2 = ½ log ratio², k3 = (r−1) − log r.',
   },
-  earlyStopKl: bool('kl', false, 'Stop the remaining epochs of a step when approx KL passes 1.5 × targetKl.'),
+  earlyStopKl: bool(
+    'kl',
+    false,
+    'Skip the remaining PPO epochs of a step once a minibatch’s approx KL passes earlyStopApproxKl.',
+  ),
+  earlyStopApproxKl: num(
+    'kl',
+    0.02,
+    1e-6,
+    10,
+    'earlyStopKl threshold, nats per token: mean ½(log π/π_rollout)² over a minibatch’s counted tokens, measured before its update.',
+    { scale: 'log' },
+  ),
   // --- advantages ---
   gamma: num('advantages', 1, 0, 1, 'Discount γ over response tokens.'),
   lam: num('advantages', 0.95, 0, 1, 'GAE λ: 0 = one-step TD, 1 = Monte Carlo.'),
@@ -573,11 +611,6 @@ export interface DerivedConfig {
   maxResponseTokensPerStep: number;
   /** Pure sampling (no top-k / top-p), so the KL estimate is unbiased. */
   pureSampling: boolean;
-  /**
-   * Per-token approx-KL threshold for `earlyStopKl`, or null when off. `targetKl` is in nats per sample and
-   * `approxKl` is a per-token mean, so the sample budget 1.5 × targetKl is spread over responseLength tokens.
-   */
-  earlyStopApproxKl: number | null;
 }
 
 export function derived(cfg: TrainConfig): DerivedConfig {
@@ -587,7 +620,6 @@ export function derived(cfg: TrainConfig): DerivedConfig {
     totalSamples: cfg.steps * cfg.batchSize,
     maxResponseTokensPerStep: cfg.batchSize * cfg.responseLength,
     pureSampling: cfg.topK === 0 && cfg.topP === 1,
-    earlyStopApproxKl: cfg.earlyStopKl ? (1.5 * cfg.targetKl) / cfg.responseLength : null,
   };
 }
 

@@ -1,5 +1,5 @@
 /**
- * "Export as TRL config": our training config (contracts.md §5) in the field names of Hugging Face TRL's
+ * "Export as TRL config": our training config (docs/formats.md §5) in the field names of Hugging Face TRL's
  * `PPOConfig` (the on-policy PPOTrainer of TRL ≥ 0.12, built on `transformers.TrainingArguments`), so a run
  * tried here can be repeated at scale. Keys with no TRL equivalent are listed in `_comment`; drop the keys that
  * start with "_" before `PPOConfig(**config)`.
@@ -97,7 +97,17 @@ export function toTrlConfig(cfg: TrainConfig): TrlConfig {
   if (cfg.logRatioClamp !== DEFAULT_CONFIG.logRatioClamp) {
     notes.push(`logRatioClamp ${cfg.logRatioClamp}: TRL does not clamp the log ratio.`);
   }
-  if (cfg.earlyStopKl) notes.push('earlyStopKl: TRL has no KL early stop of the PPO epochs.');
+  if (cfg.earlyStopKl) {
+    notes.push(
+      `earlyStopKl (earlyStopApproxKl ${cfg.earlyStopApproxKl} nats per token): TRL has no KL early stop of the PPO epochs.`,
+    );
+  }
+  if (rewardModel && cfg.rewardModelCenter) {
+    notes.push(
+      'rewardModelCenter: TRL uses the reward model\'s raw scores; subtract the "mean" of its reward_stats.json ' +
+        '(e.g. fold it into a score bias) to train on the same rewards.',
+    );
+  }
   if (cfg.valueInit === 'policy') {
     notes.push(
       'valueInit "policy": TRL initialises the value model from reward_model_path (our valueInit "reward").',

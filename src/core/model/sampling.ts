@@ -116,7 +116,8 @@ export function pickTokens(
         ),
         1,
       );
-      tokens = tf.minimum(below, lastPositive) as tf.Tensor1D;
+      // A row of NaN (a diverged policy) has no positive probability: token 0, as before, never an index −1.
+      tokens = tf.maximum(tf.minimum(below, lastPositive), tf.scalar(0, 'int32')) as tf.Tensor1D;
     }
     return { tokens, logprobs: gatherRows(logp as tf.Tensor2D, tokens) };
   });

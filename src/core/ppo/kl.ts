@@ -1,5 +1,5 @@
 /**
- * KL-penalty controllers (step 8 of shared/ppo-notes.md). The coefficient β they hold multiplies the per-token
+ * KL-penalty controllers (step 8 of docs/engine.md). The coefficient β they hold multiplies the per-token
  * KL estimate in the reward. Their state goes into `trainer_state.json` so that a resumed run continues with the
  * same β.
  */
@@ -75,6 +75,22 @@ export function makeKlController(
   return cfg.adaptiveKl
     ? new AdaptiveKlController(cfg.klCoef, cfg.targetKl, cfg.klHorizon)
     : new FixedKlController(cfg.klCoef);
+}
+
+/**
+ * The controller after a live config change (`adaptiveKl` itself is not live). Fixed: β = the new klCoef.
+ * Adaptive: the new targetKl and klHorizon apply from the next update; β keeps its adapted value unless klCoef
+ * itself changed, in which case it restarts from the new klCoef.
+ */
+export function liveKlController(
+  current: KlController,
+  prev: Pick<TrainConfig, 'klCoef'>,
+  next: Pick<TrainConfig, 'klCoef' | 'adaptiveKl' | 'targetKl' | 'klHorizon'>,
+): KlController {
+  if (!next.adaptiveKl) return new FixedKlController(next.klCoef);
+  const beta =
+    next.klCoef !== prev.klCoef || !(current instanceof AdaptiveKlController) ? next.klCoef : current.value;
+  return new AdaptiveKlController(beta, next.targetKl, next.klHorizon);
 }
 
 /** Rebuild a controller from `state()` output (e.g. read from trainer_state.json); errors name the field. */

@@ -146,14 +146,14 @@ export interface PerTokenRewards {
   kl: number[][];
   /** The KL-penalty part of the reward, −klCoef·k_t (TRL's non_score_reward). */
   nonScore: number[][];
-  /** Per sample: Σ_t k1 = Σ (logp − ref), whatever the estimator (the `kl` metric of contracts.md §3). */
+  /** Per sample: Σ_t k1 = Σ (logp − ref), whatever the estimator (the `kl` metric of docs/formats.md §3). */
   k1Sum: number[];
   /** Per sample: Σ_t nonScore (the `nonScoreReward` metric is its mean). */
   nonScoreSum: number[];
 }
 
 /**
- * The per-token reward of step 5 of ppo-notes.md: r_t = −klCoef·k_t, with the sample's score added at its
+ * The per-token reward of step 5 of docs/engine.md: r_t = −klCoef·k_t, with the sample's score added at its
  * last counted token. Throws if a row has no counted token (its score would be lost).
  */
 export function perTokenRewards(

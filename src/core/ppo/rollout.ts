@@ -1,6 +1,6 @@
 /**
  * The rollout buffer of one PPO step: everything sampled and computed before the update, as plain arrays
- * ([batch][responseLength] rows, padded; `mask` says which tokens count), plus the dump of contracts.md §4.
+ * ([batch][responseLength] rows, padded; `mask` says which tokens count), plus the dump of docs/formats.md §4.
  */
 import type { KlEstimator } from '../config';
 
@@ -53,14 +53,26 @@ export interface RolloutDump {
 }
 
 function cut<T>(rows: T[][], mask: number[][]): T[][] {
-  return rows.map((row, i) => row.slice(0, mask[i].reduce((a, b) => a + b, 0)));
+  return rows.map((row, i) =>
+    row.slice(
+      0,
+      mask[i].reduce((a, b) => a + b, 0),
+    ),
+  );
 }
 
-/** contracts.md §4: one entry per sample, lists unpadded (cut at the last counted token). */
+/** docs/formats.md §4: one entry per sample, lists unpadded (cut at the last counted token). */
 export function rolloutDump(
   r: Rollout,
   step: number,
-  p: { temperature: number; gamma: number; lam: number; klCoef: number; klEstimator: KlEstimator; whitenAdvantages: boolean },
+  p: {
+    temperature: number;
+    gamma: number;
+    lam: number;
+    klCoef: number;
+    klEstimator: KlEstimator;
+    whitenAdvantages: boolean;
+  },
 ): RolloutDump {
   return {
     step,

@@ -10,6 +10,7 @@ import type { GPT2 } from '../model/gpt2';
 import type { Tokenizer } from '../tokenizer/types';
 import type { Task } from '../tasks';
 import { makeReward, type RewardFn } from '../reward/functions';
+import { readRewardMean } from '../reward/reward-model';
 import { PpoTrainer, type RewardSource } from './trainer';
 import { UserError } from '../errors';
 
@@ -55,9 +56,11 @@ export async function buildTrainer(cfg: TrainConfig, res: Resources, opts: Build
     reward = { kind: 'fn', fn: opts.rewardFn.fn, label: opts.rewardFn.label };
   } else if (spec && typeof spec === 'object' && 'model' in spec) {
     const rmPath = String((spec as { model: unknown }).model);
+    let rewardMean: number | null = null; // on resume, restoreTrainer sets the mean saved in the checkpoint
     if (!rewardModel) {
       const files = res.modelFiles(rmPath);
       rewardModel = await loadScalar(files, REWARD_FILE, { trainable: false, label: 'reward' });
+      rewardMean = await readRewardMean(files);
     }
     if (rewardModel.config.vocab_size !== policy.config.vocab_size || rewardModel.config.tokenizer !== policy.config.tokenizer) {
       throw new UserError(
@@ -65,7 +68,7 @@ export async function buildTrainer(cfg: TrainConfig, res: Resources, opts: Build
           `the policy uses ${policy.config.tokenizer} (vocab ${policy.config.vocab_size}). They must match.`,
       );
     }
-    reward = { kind: 'model', model: rewardModel, label: rmPath };
+    reward = { kind: 'model', model: rewardModel, label: rmPath, mean: rewardMean };
   } else if (spec !== undefined) {
     reward = { kind: 'fn', fn: makeReward(spec, 'reward'), label: typeof spec === 'string' ? spec : 'reward mix' };
   } else {

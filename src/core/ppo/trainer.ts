@@ -1,8 +1,8 @@
 /**
- * One PPO-RLHF step over four models, top to bottom in the order of shared/ppo-notes.md:
+ * One PPO-RLHF step over four models, top to bottom in the order of docs/engine.md:
  *   1 sample → 2 truncate at the stop token → 3 forward policy/reference/value over query+response →
  *   4 score → 5 per-token KL-penalised rewards → 6 whiten / GAE / whiten advantages once over the batch →
- *   7 PPO epochs over shuffled minibatches → 8 KL controller → metrics.
+ *   7 PPO epochs over shuffled minibatches (one joint loss, one gradient clip) → 8 KL controller → 9 metrics.
  * `b*` names are whole-batch arrays, `mb*` names minibatch tensors (CleanRL style).
  */
 import * as tf from '@tensorflow/tfjs-core';
@@ -15,18 +15,39 @@ import type { Tokenizer } from '../tokenizer/types';
 import type { RewardFn, Sample } from '../reward/functions';
 import { scoreSamples } from '../reward/module';
 import { Rng } from '../rng';
-import { guardedStep } from '../optim';
 import { FusedAdamOptimizer } from '../fused-adam';
+import { REWARD_STATS_FILE } from '../reward/reward-model';
 import { gae, maskedMean, maskedVar, maskedWhiten, perTokenRewards, explainedVariance } from './math';
 import { policyLoss, valueLoss, entropyFromLogits, logprobsFromLogits } from './losses';
-import { makeKlController, type KlController } from './kl';
-import type { StepMetrics } from './metrics';
+import { liveKlController, makeKlController, type KlController } from './kl';
+import { stepMetrics, type MinibatchStats, type StepMetrics } from './metrics';
+import { jointGuardedStep, type JointStepResult, type Objective } from './update';
 import type { Rollout } from './rollout';
 import { healthAlerts, type HealthAlert } from './health';
 import { UserError } from '../errors';
 
-/** Where scores come from: a function of the text, or a learned reward model read at the last real token. */
-export type RewardSource = { kind: 'fn'; fn: RewardFn; label: string } | { kind: 'model'; model: ScalarModel; label: string };
+/**
+ * Where scores come from: a function of the text, or a learned reward model read at the last real token.
+ * `mean`: the mean its reward_stats.json records (subtracted with rewardModelCenter); null or absent = unknown.
+ */
+export type RewardSource =
+  | { kind: 'fn'; fn: RewardFn; label: string }
+  | { kind: 'model'; model: ScalarModel; label: string; mean?: number | null };
+
+/** One minibatch's tensors in step 7. */
+interface Minibatch {
+  ids: tf.Tensor2D;
+  attn: tf.Tensor2D;
+  tokens: tf.Tensor1D;
+  mask: tf.Tensor2D;
+  oldLogprobs: tf.Tensor2D;
+  advantages: tf.Tensor2D;
+  returns: tf.Tensor2D;
+  oldValues: tf.Tensor2D;
+}
+type PolicyStat =
+  'policyLoss' | 'clipFrac' | 'approxKl' | 'ratioMean' | 'ratioMax' | 'logRatioClampFrac' | 'entropy';
+type ValueStat = 'valueLoss' | 'valueClipFrac';
 
 export interface PpoModels {
   policy: GPT2;
@@ -51,10 +72,6 @@ export type Phase = 'generating' | 'scoring' | 'updating' | 'idle';
 
 const now = (): number => performance.now();
 const mean = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
-const std = (xs: number[]): number => {
-  const m = mean(xs);
-  return Math.sqrt(mean(xs.map((x) => (x - m) ** 2)));
-};
 
 /** Round up to a multiple of 8 so query lengths fall into a few shape buckets (WebGPU buffer reuse). */
 export function bucket(n: number, cap: number): number {
@@ -77,12 +94,17 @@ export class PpoTrainer {
   promptOrder: number[] = [];
   promptCursor = 0;
   history: StepMetrics[] = [];
-  /** Consecutive steps with skipped (non-finite) updates. */
+  /** Consecutive steps with skipped (non-finite) updates (checkpointed; 3 → shouldPause). */
   badSteps = 0;
+  /** The reward model's recorded mean score (reward_stats.json), subtracted with rewardModelCenter; null = none. */
+  rewardMean: number | null;
+  /** The 'reward-uncentred' alert was raised already. */
+  private saidUncentred = false;
   onPhase: (p: Phase) => void = () => {};
 
   constructor(cfg: TrainConfig, models: PpoModels, tokenizer: Tokenizer, prompts: string[]) {
-    if (prompts.length === 0) throw new UserError('training needs at least one prompt; the prompt list is empty.');
+    if (prompts.length === 0)
+      throw new UserError('training needs at least one prompt; the prompt list is empty.');
     this.cfg = cfg;
     this.models = models;
     this.tokenizer = tokenizer;
@@ -105,14 +127,15 @@ export class PpoTrainer {
     this.valueOpt = new FusedAdamOptimizer(cfg.valueLearningRate);
     this.kl = makeKlController(cfg);
     this.rng = new Rng(cfg.seed);
+    this.rewardMean = models.reward.kind === 'model' ? (models.reward.mean ?? null) : null;
   }
 
   /** Apply live changes (already validated) from the next step on. */
   setConfig(cfg: TrainConfig): void {
-    this.cfg = cfg;
     (this.policyOpt as unknown as { learningRate: number }).learningRate = cfg.learningRate;
     (this.valueOpt as unknown as { learningRate: number }).learningRate = cfg.valueLearningRate;
-    if (!cfg.adaptiveKl) this.kl = makeKlController(cfg);
+    this.kl = liveKlController(this.kl, this.cfg, cfg);
+    this.cfg = cfg;
   }
 
   stopId(): number | null {
@@ -137,7 +160,13 @@ export class PpoTrainer {
    * padded on the right) and the attention mask. Response token t is predicted at position Tq − 1 + t.
    * Tq is fixed for the whole step, so every forward of the step has the same shapes.
    */
-  private batchInputs(queries: number[][], responses: number[][], mask: number[][], rows: number[], Tq: number) {
+  private batchInputs(
+    queries: number[][],
+    responses: number[][],
+    mask: number[][],
+    rows: number[],
+    Tq: number,
+  ) {
     const T = Tq + this.cfg.responseLength;
     const n = rows.length;
     const ids = new Int32Array(n * T).fill(this.tokenizer.padId);
@@ -168,7 +197,35 @@ export class PpoTrainer {
     return tf.slice(model.values(ids, attn), [0, Tq - 1], [n, this.cfg.responseLength]) as tf.Tensor2D;
   }
 
-  /** Run one PPO step. */
+  /** Step 7's policy part of the joint loss: pg − entropyCoef·entropy, and the statistics read back with it. */
+  private policyObjective(mb: Minibatch, Tq: number): Objective<PolicyStat> {
+    const cfg = this.cfg;
+    const [n, R] = mb.mask.shape;
+    const logits = this.responseLogits(this.models.policy, mb.ids, mb.attn, Tq);
+    const lp = tf.reshape(logprobsFromLogits(logits, mb.tokens, cfg.temperature), [n, R]);
+    const pl = policyLoss(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, cfg.logRatioClamp);
+    // With entropyCoef 0 the entropy is only measured: it stays out of the loss, so it is not differentiated.
+    const entropy = entropyFromLogits(logits, tf.reshape(mb.mask, [-1]), cfg.temperature);
+    const loss =
+      cfg.entropyCoef === 0 ? pl.loss : (tf.sub(pl.loss, tf.mul(cfg.entropyCoef, entropy)) as tf.Scalar);
+    const { clipFrac, approxKl, ratioMean, ratioMax, logRatioClampFrac } = pl;
+    return {
+      loss,
+      stats: { policyLoss: pl.loss, clipFrac, approxKl, ratioMean, ratioMax, logRatioClampFrac, entropy },
+    };
+  }
+
+  /** Step 7's value part of the joint loss: vfCoef·(clipped value loss). */
+  private valueObjective(mb: Minibatch, Tq: number): Objective<ValueStat> {
+    const v = this.responseValues(this.models.value, mb.ids, mb.attn, Tq);
+    const vl = valueLoss(v, mb.oldValues, mb.returns, mb.mask, this.cfg.clipRangeValue);
+    return {
+      loss: tf.mul(this.cfg.vfCoef, vl.loss) as tf.Scalar,
+      stats: { valueLoss: vl.loss, valueClipFrac: vl.clipFrac },
+    };
+  }
+
+  /** Run one PPO step (the numbered steps of docs/engine.md). */
   async trainStep(): Promise<StepResult> {
     const cfg = this.cfg;
     const { policy, ref, value, reward } = this.models;
@@ -177,6 +234,7 @@ export class PpoTrainer {
     const T0 = now();
     const stepNo = this.step + 1;
     const klCoef = this.kl.value;
+    const mbSize = derived(cfg).miniBatchSize;
 
     // 1. Sample responses for a batch of prompts (pure sampling unless top-k/top-p are set).
     this.onPhase('generating');
@@ -184,8 +242,13 @@ export class PpoTrainer {
     const queries = idx.map((i) => this.promptTokens[i]);
     const stop = this.stopId();
     const gen = await generate(policy, queries, {
-      maxNewTokens: R, temperature: cfg.temperature, topK: cfg.topK, topP: cfg.topP,
-      stopToken: stop, padId: this.tokenizer.padId, rng: this.rng,
+      maxNewTokens: R,
+      temperature: cfg.temperature,
+      topK: cfg.topK,
+      topP: cfg.topP,
+      stopToken: stop,
+      padId: this.tokenizer.padId,
+      rng: this.rng,
     });
     const tGen = now();
 
@@ -194,13 +257,12 @@ export class PpoTrainer {
     const bMask = gen.tokens.map((t) => [...new Array(t.length).fill(1), ...new Array(R - t.length).fill(0)]);
     const stopped = gen.tokens.map((t) => stop !== null && t[t.length - 1] === stop);
 
-    // 3. Forward policy, reference and value over query+response, in minibatch-sized chunks.
+    // 3. Forward policy, reference and value over query+response, in minibatch-sized chunks; one readback each.
     this.onPhase('scoring');
     const bLogprobs: number[][] = [];
     const bRefLogprobs: number[][] = [];
     const bValues: number[][] = [];
     const bRmScores: number[] = [];
-    const mbSize = derived(cfg).miniBatchSize;
     const Tq = bucket(Math.max(...queries.map((q) => q.length)), policy.config.n_positions - R);
     for (let s = 0; s < B; s += mbSize) {
       const rows = Array.from({ length: Math.min(mbSize, B - s) }, (_, k) => s + k);
@@ -208,8 +270,15 @@ export class PpoTrainer {
       const outs = tf.tidy(() => {
         const ids = tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32');
         const attn = tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32');
-        const tokens = tf.tensor1d(rows.flatMap((i) => bResponses[i]), 'int32');
-        const lp = logprobsFromLogits(this.responseLogits(policy, ids, attn, inp.Tq), tokens, cfg.temperature);
+        const tokens = tf.tensor1d(
+          rows.flatMap((i) => bResponses[i]),
+          'int32',
+        );
+        const lp = logprobsFromLogits(
+          this.responseLogits(policy, ids, attn, inp.Tq),
+          tokens,
+          cfg.temperature,
+        );
         const rlp = logprobsFromLogits(this.responseLogits(ref, ids, attn, inp.Tq), tokens, cfg.temperature);
         const v = this.responseValues(value, ids, attn, inp.Tq);
         // 4a. A learned reward model reads its scalar at the last real token.
@@ -218,28 +287,35 @@ export class PpoTrainer {
       });
       const data = await outs.data();
       outs.dispose();
+      // Layout of `data`: [policy logprobs n·R | reference logprobs n·R | values n·R | reward-model scores n].
       const nR = inp.n * R;
+      const part = (k: number, from: number) => Array.from(data.subarray(from + k * R, from + (k + 1) * R));
       rows.forEach((_, k) => {
-        bLogprobs.push(Array.from(data.subarray(k * R, (k + 1) * R)));
-        bRefLogprobs.push(Array.from(data.subarray(nR + k * R, nR + (k + 1) * R)));
-        bValues.push(Array.from(data.subarray(2 * nR + k * R, 2 * nR + (k + 1) * R)));
+        bLogprobs.push(part(k, 0));
+        bRefLogprobs.push(part(k, nR));
+        bValues.push(part(k, 2 * nR));
         bRmScores.push(data[3 * nR + k]);
       });
     }
 
-    // 4. Score: the reward function on the decoded text, or the reward model's output.
+    // 4. Score: the reward function on the decoded text, or the reward model's output (centred on the mean
+    //    reward_stats.json recorded, with rewardModelCenter); then the missing-EOS penalty.
     const promptTexts = idx.map((i) => this.prompts[i]);
     const responseTexts = gen.tokens.map((t) => this.tokenizer.decode(t));
     let scores: number[];
     if (reward.kind === 'fn') {
       const samples: Sample[] = idx.map((_, k) => ({
-        prompt: promptTexts[k], response: responseTexts[k], promptTokens: queries[k], responseTokens: gen.tokens[k],
+        prompt: promptTexts[k],
+        response: responseTexts[k],
+        promptTokens: queries[k],
+        responseTokens: gen.tokens[k],
       }));
       scores = await scoreSamples(reward.fn, samples, reward.label);
     } else {
-      scores = bRmScores;
+      const centre = cfg.rewardModelCenter && this.rewardMean !== null ? this.rewardMean : 0;
+      scores = bRmScores.map((x) => x - centre);
     }
-    const penalised = scores.map((s, k) => (stop !== null && !stopped[k] ? s - cfg.missingEosPenalty : s));
+    const penalised = scores.map((x, k) => (stop !== null && !stopped[k] ? x - cfg.missingEosPenalty : x));
 
     // 5. Per-token rewards r_t = −β·k_t, plus the score at the last counted token.
     const ptr = perTokenRewards(penalised, bLogprobs, bRefLogprobs, bMask, klCoef, cfg.klEstimator);
@@ -250,132 +326,139 @@ export class PpoTrainer {
     const bAdvantages = cfg.whitenAdvantages ? maskedWhiten(rawAdv, bMask, true) : rawAdv;
     const tScore = now();
 
-    // 7. PPO epochs over shuffled minibatches.
+    // 7. PPO epochs over shuffled minibatches: one joint loss pg − entropyCoef·entropy + vfCoef·vloss, one
+    //    gradient clip over policy and value, each model's own Adam step. Early stop (earlyStopKl): after an
+    //    epoch in which a minibatch's approx KL passed earlyStopApproxKl, the remaining epochs are skipped.
     this.onPhase('updating');
-    const mbStats: tf.Tensor1D[] = [];
-    const earlyStop = derived(cfg).earlyStopApproxKl;
+    const minibatches: MinibatchStats[] = [];
     let epochsRun = 0;
-    let firstMinibatch: StepResult['firstMinibatch'] | null = null;
     let skippedUpdates = 0;
-    epochs: for (let epoch = 0; epoch < cfg.ppoEpochs; epoch++) {
+    for (let epoch = 0; epoch < cfg.ppoEpochs; epoch++) {
       epochsRun++;
       const perm = this.rng.permutation(B);
-      const epochStats: tf.Tensor1D[] = [];
+      let epochMaxApproxKl = -Infinity;
       for (let s = 0; s < B; s += mbSize) {
         const rows = perm.slice(s, s + mbSize);
         const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq);
-        const pick = (m: number[][]) => tf.tensor2d(rows.map((i) => m[i]), [rows.length, R]);
-        const mb = {
+        const pick = (m: number[][]) =>
+          tf.tensor2d(
+            rows.map((i) => m[i]),
+            [rows.length, R],
+          );
+        const mb: Minibatch = {
           ids: tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32'),
           attn: tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32'),
-          tokens: tf.tensor1d(rows.flatMap((i) => bResponses[i]), 'int32'),
+          tokens: tf.tensor1d(
+            rows.flatMap((i) => bResponses[i]),
+            'int32',
+          ),
           mask: pick(bMask),
           oldLogprobs: pick(bLogprobs),
           advantages: pick(bAdvantages),
           returns: pick(bReturns),
           oldValues: pick(bValues),
         };
-        const pol = await guardedStep(this.policyOpt, policy.trainableVariables(), () => {
-          const logits = this.responseLogits(policy, mb.ids, mb.attn, inp.Tq);
-          const lp = tf.reshape(logprobsFromLogits(logits, mb.tokens, cfg.temperature), [inp.n, R]);
-          const pl = policyLoss(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, cfg.logRatioClamp);
-          const ent = entropyFromLogits(logits, tf.reshape(mb.mask, [-1]), cfg.temperature);
-          const loss = tf.sub(pl.loss, tf.mul(cfg.entropyCoef, ent)) as tf.Scalar;
-          return [loss, pl.loss, pl.clipFrac, pl.approxKl, pl.ratioMean, pl.ratioMax, pl.logRatioClampFrac, ent];
-        }, cfg.maxGradNorm);
-        const val = await guardedStep(this.valueOpt, value.trainableVariables(), () => {
-          const v = this.responseValues(value, mb.ids, mb.attn, inp.Tq);
-          const vl = valueLoss(v, mb.oldValues, mb.returns, mb.mask, cfg.clipRangeValue);
-          return [tf.mul(cfg.vfCoef, vl.loss) as tf.Scalar, vl.loss, vl.clipFrac];
-        }, cfg.maxGradNorm);
-        tf.dispose(Object.values(mb));
-        if (!pol.applied || !val.applied) skippedUpdates++;
-        // [policyLoss, clipFrac, approxKl, ratioMean, ratioMax, clampFrac, entropy, gradNorm, valueLoss, valueClipFrac, valueGradNorm]
-        const stats = tf.tidy(() =>
-          tf.concat([tf.slice(pol.scalars, 1, 7), tf.reshape(pol.gradNorm, [1]), tf.slice(val.scalars, 1, 2), tf.reshape(val.gradNorm, [1])]),
-        ) as tf.Tensor1D;
-        tf.dispose([pol.scalars, pol.gradNorm, val.scalars, val.gradNorm]);
-        epochStats.push(stats);
-        if (!firstMinibatch) {
-          const d = await stats.data();
-          firstMinibatch = { ratioMean: d[3], ratioMax: d[4], approxKl: d[2], clipFrac: d[1] };
+        let upd: JointStepResult<PolicyStat | ValueStat>;
+        try {
+          upd = await jointGuardedStep<PolicyStat | ValueStat>(
+            [
+              {
+                optimizer: this.policyOpt,
+                vars: policy.trainableVariables(),
+                objective: () => this.policyObjective(mb, inp.Tq),
+              },
+              {
+                optimizer: this.valueOpt,
+                vars: value.trainableVariables(),
+                objective: () => this.valueObjective(mb, inp.Tq),
+              },
+            ],
+            cfg.maxGradNorm,
+          );
+        } finally {
+          tf.dispose(Object.values(mb));
         }
+        if (!upd.applied) skippedUpdates++;
+        minibatches.push({ ...upd.stats, gradNorm: upd.gradNorms[0], valueGradNorm: upd.gradNorms[1] });
+        epochMaxApproxKl = Math.max(epochMaxApproxKl, upd.stats.approxKl);
       }
-      mbStats.push(...epochStats);
-      if (earlyStop !== null) {
-        const approx = tf.tidy(() => tf.mean(tf.stack(epochStats.map((t) => tf.slice(t, 2, 1)))));
-        const a = (await approx.data())[0];
-        approx.dispose();
-        if (a > earlyStop) break epochs;
-      }
+      if (cfg.earlyStopKl && epochMaxApproxKl > cfg.earlyStopApproxKl) break;
     }
-    // One readback of every minibatch's statistics.
-    const all = tf.stack(mbStats);
-    const statRows = (await all.array()) as number[][];
-    all.dispose();
-    tf.dispose(mbStats);
-    const col = (j: number) => statRows.map((r) => r[j]);
     const tUpd = now();
 
     // 8. KL controller (adaptive: Ziegler et al.), with the batch's mean summed k1.
-    const klMean = mean(ptr.k1Sum);
-    this.kl.update(klMean, B);
-
+    this.kl.update(mean(ptr.k1Sum), B);
     this.step = stepNo;
-    const counted = bMask.map((m) => m.reduce((a, b) => a + b, 0));
-    const totalSecs = (tUpd - T0) / 1000;
-    const metrics: StepMetrics = {
+
+    // 9. Metrics, health alerts and the rollout.
+    const metrics = stepMetrics({
       step: stepNo,
-      reward: mean(scores),
-      rewardStd: std(scores),
-      kl: klMean,
+      scores,
+      penalisedScores: penalised,
+      k1Sum: ptr.k1Sum,
+      nonScoreSum: ptr.nonScoreSum,
       klCoef,
-      nonScoreReward: mean(ptr.nonScoreSum),
-      clipFrac: mean(col(1)),
-      approxKl: mean(col(2)),
-      policyLoss: mean(col(0)),
-      valueLoss: mean(col(8)),
-      valueClipFrac: mean(col(9)),
-      entropy: mean(col(6)),
+      minibatches,
+      epochsRun,
       explainedVariance: explainedVariance(bValues, bReturns, bMask),
-      ratioMean: mean(col(3)),
-      ratioMax: Math.max(...col(4)),
-      logRatioClampFrac: mean(col(5)),
-      gradNorm: mean(col(7)),
       advantageMean: maskedMean(rawAdv, bMask),
       advantageStd: Math.sqrt(maskedVar(rawAdv, bMask)),
       returnMean: maskedMean(bReturns, bMask),
-      responseLength: mean(counted),
-      tokensPerSecond: counted.reduce((a, b) => a + b, 0) / totalSecs,
+      counted: bMask.map((m) => m.reduce((a, b) => a + b, 0)),
+      stopped,
+      learningRate: cfg.learningRate,
+      valueLearningRate: cfg.valueLearningRate,
       timeGenerate: (tGen - T0) / 1000,
       timeScore: (tScore - tGen) / 1000,
       timeUpdate: (tUpd - tScore) / 1000,
-      valueGradNorm: mean(col(10)),
-      eosFraction: mean(stopped.map(Number)),
-      scoreMean: mean(penalised),
-      epochsRun,
-      learningRate: cfg.learningRate,
-      valueLearningRate: cfg.valueLearningRate,
-      timeStep: totalSecs,
-    };
+    });
     this.history.push(metrics);
     this.onPhase('idle');
     this.badSteps = skippedUpdates > 0 ? this.badSteps + 1 : 0;
     const alerts = healthAlerts(metrics, cfg.targetKl);
     if (skippedUpdates > 0) {
       alerts.unshift({
-        id: 'non-finite', step: stepNo,
-        message: `${skippedUpdates} update(s) this step had a NaN/Inf loss or gradient and were skipped; the weights are unchanged by them.` +
+        id: 'non-finite',
+        step: stepNo,
+        message:
+          `${skippedUpdates} update(s) this step had a NaN/Inf loss or gradient and were skipped; the weights are unchanged by them.` +
           (this.badSteps >= 3 ? ' Three steps in a row: pausing.' : ''),
         advice: 'Lower the learning rate or maxGradNorm, and check that the reward returns finite numbers.',
       });
     }
+    if (reward.kind === 'model' && cfg.rewardModelCenter && this.rewardMean === null && !this.saidUncentred) {
+      this.saidUncentred = true;
+      alerts.push({
+        id: 'reward-uncentred',
+        step: stepNo,
+        message: `The reward model ${reward.label} has no ${REWARD_STATS_FILE}, so its scores are used as they are, not centred on the mean of its training responses.`,
+        advice: `Train it with train-reward (it writes ${REWARD_STATS_FILE} beside the model), or set rewardModelCenter to false.`,
+      });
+    }
     const rollout: Rollout = {
-      queries, responses: bResponses, mask: bMask, logprobs: bLogprobs, refLogprobs: bRefLogprobs, values: bValues,
-      rewards: bRewards, advantages: bAdvantages, returns: bReturns, scores, penalisedScores: penalised,
-      promptTexts, responseTexts, kl: ptr.kl,
+      queries,
+      responses: bResponses,
+      mask: bMask,
+      logprobs: bLogprobs,
+      refLogprobs: bRefLogprobs,
+      values: bValues,
+      rewards: bRewards,
+      advantages: bAdvantages,
+      returns: bReturns,
+      scores,
+      penalisedScores: penalised,
+      promptTexts,
+      responseTexts,
+      kl: ptr.kl,
     };
-    return { metrics, rollout, alerts, firstMinibatch: firstMinibatch!, skippedUpdates, shouldPause: this.badSteps >= 3 };
+    const first = minibatches[0];
+    const firstMinibatch = {
+      ratioMean: first.ratioMean,
+      ratioMax: first.ratioMax,
+      approxKl: first.approxKl,
+      clipFrac: first.clipFrac,
+    };
+    return { metrics, rollout, alerts, firstMinibatch, skippedUpdates, shouldPause: this.badSteps >= 3 };
   }
 
   dispose(): void {

@@ -11,10 +11,13 @@
  * we score the training responses, and divide the head by their std (`score.weight /= std`), so the saved
  * model's scores have std 1 on the training distribution. HF's GPT2ForSequenceClassification head has no
  * bias, so the mean cannot be folded in: it is recorded (with the raw mean/std and the scale applied) in
- * `reward_stats.json` beside the model; a consumer that wants centred rewards subtracts its `mean`.
+ * `reward_stats.json` beside the model. PPO subtracts that `mean` from the model's scores (config key
+ * `rewardModelCenter`, on by default; lm-human-preferences likewise normalises its reward model to mean 0), so
+ * scores are centred on the training responses; `readRewardMean` reads it.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { ScalarModel } from '../model/heads';
+import type { ModelFiles } from '../model/folder';
 import type { Tokenizer } from '../tokenizer/types';
 import { leftPad } from '../model/sampling';
 import { clippedStep } from '../optim';
@@ -24,6 +27,32 @@ import type { PreferencePair } from './preferences';
 
 /** The optional file beside reward_model.safetensors that records the reward scale (see the module comment). */
 export const REWARD_STATS_FILE = 'reward_stats.json';
+
+/**
+ * The `mean` recorded in a reward folder's reward_stats.json, or null when the folder has no such file (a reward
+ * model from elsewhere: PPO then uses its scores as they are and says so). A file that is there but unreadable,
+ * or whose `mean` is not a finite number, is an error naming the file.
+ */
+export async function readRewardMean(files: ModelFiles): Promise<number | null> {
+  const bytes = await files.read(REWARD_STATS_FILE);
+  if (!bytes) return null;
+  const where = `${files.label}/${REWARD_STATS_FILE}`;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(new TextDecoder().decode(bytes));
+  } catch (e) {
+    throw new UserError(
+      `${where} is not valid JSON (${(e as Error).message}); rewrite it with train-reward or delete it.`,
+    );
+  }
+  const mean = (parsed as { mean?: unknown } | null)?.mean;
+  if (typeof mean !== 'number' || !Number.isFinite(mean)) {
+    throw new UserError(
+      `${where}: "mean" must be a finite number (the mean score of the training responses), got ${JSON.stringify(mean) ?? 'nothing'}.`,
+    );
+  }
+  return mean;
+}
 
 export interface RewardTrainOptions {
   steps: number;
