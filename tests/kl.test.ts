@@ -5,6 +5,7 @@ import {
   AdaptiveKlController,
   FixedKlController,
   klControllerFromState,
+  liveKlController,
   makeKlController,
 } from '../src/core/ppo/kl';
 
@@ -82,5 +83,27 @@ describe('KL controllers', () => {
       validateConfig({ adaptiveKl: true, klCoef: 0.2, targetKl: 4, klHorizon: 500 }),
     );
     expect(adaptive.state()).toEqual({ kind: 'adaptive', value: 0.2, target: 4, horizon: 500 });
+  });
+
+  it('a live change: fixed takes the new klCoef; adaptive takes target and horizon, keeps β unless klCoef changed', () => {
+    const prev = { klCoef: 0.2, adaptiveKl: true, targetKl: 6, klHorizon: 10000 };
+    const a = new AdaptiveKlController(0.25, 6, 10000);
+    expect(liveKlController(a, prev, { ...prev, targetKl: 1, klHorizon: 20 }).state()).toEqual({
+      kind: 'adaptive',
+      value: 0.25,
+      target: 1,
+      horizon: 20,
+    });
+    expect(liveKlController(a, prev, { ...prev, klCoef: 0.4 }).state()).toEqual({
+      kind: 'adaptive',
+      value: 0.4,
+      target: 6,
+      horizon: 10000,
+    });
+    const fixed = { ...prev, adaptiveKl: false };
+    expect(liveKlController(new FixedKlController(0.2), fixed, { ...fixed, klCoef: 0.3 }).state()).toEqual({
+      kind: 'fixed',
+      value: 0.3,
+    });
   });
 });

@@ -17,6 +17,8 @@ import {
   pairSequences,
   scorePairs,
   trainRewardModel,
+  readRewardMean,
+  REWARD_STATS_FILE,
   type RewardLog,
 } from '../src/core/reward/reward-model';
 import { REWARD_FILE } from '../src/core/ppo/setup';
@@ -188,5 +190,18 @@ describe('trainRewardModel', () => {
     }
     model.dispose();
     back.dispose();
+  });
+
+  it('readRewardMean: the recorded mean, null without the file, a UserError naming the file when it is broken', async () => {
+    const enc = (x: string) => new TextEncoder().encode(x);
+    const folder = (stats?: string) =>
+      memoryFiles('rm', new Map(stats === undefined ? [] : [[REWARD_STATS_FILE, enc(stats)]]));
+    expect(await readRewardMean(folder(JSON.stringify({ mean: -0.5, std: 1 })))).toBe(-0.5);
+    expect(await readRewardMean(folder())).toBeNull();
+    for (const bad of ['{', JSON.stringify({ std: 1 }), JSON.stringify({ mean: 'x' })]) {
+      const err = await readRewardMean(folder(bad)).catch((e: unknown) => e);
+      expect(isUserError(err)).toBe(true);
+      expect((err as Error).message).toContain(`rm/${REWARD_STATS_FILE}`);
+    }
   });
 });
