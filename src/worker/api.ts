@@ -12,7 +12,7 @@ import { memoryFiles } from '../core/model/folder';
 import { isUserError, UserError } from '../core/errors';
 import { currentDeviceLimits, selectBackend } from './backend-web';
 import { checkDeviceLimits } from './device-limits';
-import { ModelSources, PREFERENCE_REWARD_MODEL } from './sources';
+import { ModelSources, PREFERENCE_REWARD_MODEL, type ProgressSink } from './sources';
 import { Run } from './run-loop';
 import { memoryReport } from './memory';
 import { Reliability } from './reliability';
@@ -58,11 +58,22 @@ function forTransfer(e: unknown): Error {
   return new Error(message);
 }
 
-export function createWorkerApi(opts: { autosave?: TabAutosave } = {}): ModelWorkerApi {
+export interface WorkerApiOptions {
+  /** Where autosaves go (default: IndexedDB with Web Locks, src/worker/autosave-web.ts). */
+  autosave?: TabAutosave;
+  /**
+   * Where models and tasks come from (default: the browser's ModelSources). Tests in Node pass a subclass that
+   * reads folders from disk (tests/worker-contract.test.ts).
+   */
+  sources?: (progress: ProgressSink) => ModelSources;
+}
+
+export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
   const serial = serialQueue();
   let backend: BackendReport | null = null;
   let backendPref: BackendPref = 'auto';
-  const sources = new ModelSources((task, fraction, message) => run.progress(task, fraction, message));
+  const progress: ProgressSink = (task, fraction, message) => run.progress(task, fraction, message);
+  const sources = opts.sources?.(progress) ?? new ModelSources(progress);
   const run: Run = new Run(sources, serial);
   const reliability = new Reliability(
     run,

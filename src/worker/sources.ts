@@ -70,7 +70,8 @@ function basename(path: string): string {
 
 /** The default training-memory budget: 60% of what the browser says the device has (at least 4 GB assumed). */
 export function defaultMemoryBudget(): number {
-  const deviceGb = (self.navigator as Navigator & { deviceMemory?: number }).deviceMemory;
+  const nav = (globalThis as { navigator?: Navigator & { deviceMemory?: number } }).navigator;
+  const deviceGb = nav?.deviceMemory;
   return Math.max(deviceGb ?? 8, 4) * 1024 ** 3 * 0.6;
 }
 

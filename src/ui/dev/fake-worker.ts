@@ -220,8 +220,11 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     },
     async pause() {
       log('pause');
+      if (state !== 'running') return status();
       state = 'paused';
       if (timer) clearTimeout(timer);
+      // Like the real worker: every change of state is a status event.
+      emit({ type: 'status', status: status() });
       return status();
     },
     async stepOnce() {
