@@ -16,7 +16,13 @@ import type { PpoTrainer } from '../core/ppo/trainer';
 import type { Tokenizer } from '../core/tokenizer/types';
 import { benchMatmul, type MatmulBench } from './perf/matmul';
 import { benchPpoStep, type PpoBench } from './perf/ppo';
-import { benchOurLmTraining, benchNanoGptTraining, type LmShape, type LmTrainBench, type NanoGptPeer } from './perf/lm-train';
+import {
+  benchOurLmTraining,
+  benchNanoGptTraining,
+  type LmShape,
+  type LmTrainBench,
+  type NanoGptPeer,
+} from './perf/lm-train';
 import { benchFourModelMemory, type FourModelMemory } from './perf/memory';
 import { FusedAdamOptimizer } from '../core/fused-adam';
 
@@ -38,9 +44,23 @@ export const GEN_PROMPT = 8;
  * `rounds` > 1 alternates cache and recompute runs and keeps each one's best, so that load from other jobs on a
  * shared machine, which comes and goes, skews the ratio less.
  */
-export async function benchGeneration(model: GPT2, batch: number, newTokens: number, promptLen = 8, rounds = 1): Promise<GenBench> {
-  const prompts = Array.from({ length: batch }, (_, b) => Array.from({ length: promptLen }, (_, t) => (b * 7 + t * 13) % 250));
-  const opts = { maxNewTokens: newTokens, temperature: 1, padId: model.config.vocab_size - 1, rng: 1, stopToken: null };
+export async function benchGeneration(
+  model: GPT2,
+  batch: number,
+  newTokens: number,
+  promptLen = 8,
+  rounds = 1,
+): Promise<GenBench> {
+  const prompts = Array.from({ length: batch }, (_, b) =>
+    Array.from({ length: promptLen }, (_, t) => (b * 7 + t * 13) % 250),
+  );
+  const opts = {
+    maxNewTokens: newTokens,
+    temperature: 1,
+    padId: model.config.vocab_size - 1,
+    rng: 1,
+    stopToken: null,
+  };
   const time = async (useCache: boolean): Promise<number> => {
     const t0 = performance.now();
     await generate(model, prompts, { ...opts, useCache });
@@ -54,7 +74,13 @@ export async function benchGeneration(model: GPT2, batch: number, newTokens: num
     cache = Math.max(cache, await time(true));
     recompute = Math.max(recompute, await time(false));
   }
-  return { batch, newTokens, cacheTokensPerSecond: cache, recomputeTokensPerSecond: recompute, kvSpeedup: cache / recompute };
+  return {
+    batch,
+    newTokens,
+    cacheTokensPerSecond: cache,
+    recomputeTokensPerSecond: recompute,
+    kvSpeedup: cache / recompute,
+  };
 }
 
 export type Section = 'matmul' | 'gen' | 'ppo' | 'lm' | 'memory';
@@ -99,7 +125,9 @@ export function planFor(platform: string, backend: string, quick: boolean): Benc
       lm: quick ? { B: 2, T: 16, steps: 1, warmup: 1 } : { B: 4, T: 32, steps: 2, warmup: 1 },
       lmFusedVariant: !quick,
       lmOursOnNanoBackend: !quick,
-      memoryTiny: quick ? { batchSize: 2, responseLength: 4, steps: 1 } : { batchSize: 2, responseLength: 8, steps: 5 },
+      memoryTiny: quick
+        ? { batchSize: 2, responseLength: 4, steps: 1 }
+        : { batchSize: 2, responseLength: 8, steps: 5 },
     };
   }
   const node = platform === 'node';
@@ -107,7 +135,14 @@ export function planFor(platform: string, backend: string, quick: boolean): Benc
     // The browser's WASM page in --quick: the speed sections; LM and memory are Node's and WebGPU's job there.
     skip: quick && !node ? ['lm', 'memory'] : [],
     matmulSizes: [512, 1024],
-    gen: quick ? [[8, 64]] : [[8, 64], [8, 128], [32, 64], [32, 128]],
+    gen: quick
+      ? [[8, 64]]
+      : [
+          [8, 64],
+          [8, 128],
+          [32, 64],
+          [32, 128],
+        ],
     genRounds: 2,
     ppoConfig: {},
     ppoWarmup: 1,
@@ -152,7 +187,13 @@ export interface SectionResults {
   /** The largest matmul measured again right after the PPO step (part of MFU's denominator). */
   matmulAfterPpo?: MatmulBench;
   /** Fused Adam vs tfjs Adam on this backend (max |Δw| / max |w| after 3 steps); null when not checked. */
-  fusedAdamCheck: { maxRelDiff: number; plainMs: number; fusedMs: number; variables: number; fusedCalls: number } | null;
+  fusedAdamCheck: {
+    maxRelDiff: number;
+    plainMs: number;
+    fusedMs: number;
+    variables: number;
+    fusedCalls: number;
+  } | null;
   notes: string[];
   errors: Record<string, string>;
   /** Tensors alive at the end minus at the start, not counting nanogpt's (0 = no leaks in our code). */
@@ -168,14 +209,29 @@ const peak = (m: MatmulBench[]): number | null => (m.length ? Math.max(...m.map(
  * section runs last: nanogpt may switch the backend to its own (env.beforeNanogpt).
  */
 export async function runBenchSections(
-  env: BenchEnv, sections: Section[], plan: BenchPlan, extra: { fusedAdamCheck?: boolean; onPartial?: (r: SectionResults) => void } = {},
+  env: BenchEnv,
+  sections: Section[],
+  plan: BenchPlan,
+  extra: { fusedAdamCheck?: boolean; onPartial?: (r: SectionResults) => void } = {},
 ): Promise<SectionResults> {
   const backend = tf.getBackend();
   const tensors0 = tf.memory().numTensors;
   sections = sections.filter((x) => !plan.skip.includes(x));
   const out: SectionResults = {
-    platform: env.platform, backend, skipped: plan.skip, matmul: [], generation: [], ppo: null, ppoConfig: null, lm: [], memory: [],
-    fusedAdamCheck: null, notes: [], errors: {}, tensorLeak: 0, nanogptTensorLeak: 0,
+    platform: env.platform,
+    backend,
+    skipped: plan.skip,
+    matmul: [],
+    generation: [],
+    ppo: null,
+    ppoConfig: null,
+    lm: [],
+    memory: [],
+    fusedAdamCheck: null,
+    notes: [],
+    errors: {},
+    tensorLeak: 0,
+    nanogptTensorLeak: 0,
   };
   const guard = async (name: string, f: () => Promise<void>): Promise<void> => {
     try {
@@ -190,7 +246,12 @@ export async function runBenchSections(
     await guard('matmul', async () => {
       for (const n of plan.matmulSizes) {
         env.log(`${env.platform}/${backend} matmul ${n}²`);
-        out.matmul.push(await benchMatmul(n, { iters: backend === 'webgpu' ? 1 : 2, minSeconds: backend === 'webgpu' ? 0 : 1 }));
+        out.matmul.push(
+          await benchMatmul(n, {
+            iters: backend === 'webgpu' ? 1 : 2,
+            minSeconds: backend === 'webgpu' ? 0 : 1,
+          }),
+        );
       }
     });
   }
@@ -206,9 +267,17 @@ export async function runBenchSections(
           }
           // The shipped tiny model has 128 positions; prompt + 128 new tokens needs more. The same shape with a
           // longer position table and random weights does the same arithmetic per token (no stop token is used).
-          const longer = GPT2.random({ ...model.config, n_positions: GEN_PROMPT + n }, 1, false, 'bench-long');
+          const longer = GPT2.random(
+            { ...model.config, n_positions: GEN_PROMPT + n },
+            1,
+            false,
+            'bench-long',
+          );
           try {
-            out.generation.push({ ...(await benchGeneration(longer, b, n, GEN_PROMPT, plan.genRounds)), randomWeights: true });
+            out.generation.push({
+              ...(await benchGeneration(longer, b, n, GEN_PROMPT, plan.genRounds)),
+              randomWeights: true,
+            });
           } finally {
             longer.dispose();
           }
@@ -218,7 +287,8 @@ export async function runBenchSections(
       }
     });
   }
-  if (extra.fusedAdamCheck) await guard('fusedAdam', async () => void (out.fusedAdamCheck = await checkFusedAdam()));
+  if (extra.fusedAdamCheck)
+    await guard('fusedAdam', async () => void (out.fusedAdamCheck = await checkFusedAdam()));
   if (sections.includes('ppo')) {
     await guard('ppo', async () => {
       out.ppoConfig = plan.ppoConfig;
@@ -226,13 +296,18 @@ export async function runBenchSections(
       try {
         env.log(`${env.platform}/${backend} PPO step (${plan.ppoWarmup} warm-up + ${plan.ppoSteps} timed)`);
         out.ppo = await benchPpoStep(trainer, {
-          steps: plan.ppoSteps, warmup: plan.ppoWarmup, peakGflops: null,
+          steps: plan.ppoSteps,
+          warmup: plan.ppoWarmup,
+          peakGflops: null,
           onStep: (i, s) => env.log(`  ${i < 0 ? 'warm-up' : 'step'} ${s.toFixed(1)} s`),
         });
         // MFU's denominator: the best matmul rate seen in this run, including one measured right after the step
         // (on a shared machine the rate drifts; the highest is the conservative choice).
         if (out.matmul.length) {
-          const again = await benchMatmul(Math.max(...plan.matmulSizes), { iters: 1, minSeconds: backend === 'webgpu' ? 0 : 1 });
+          const again = await benchMatmul(Math.max(...plan.matmulSizes), {
+            iters: 1,
+            minSeconds: backend === 'webgpu' ? 0 : 1,
+          });
           out.matmulAfterPpo = again;
           const p = Math.max(peak(out.matmul)!, again.gflops);
           out.ppo = { ...out.ppo, peakGflops: p, updateMfu: out.ppo.updateGflopsPerSecond / p };
@@ -251,8 +326,14 @@ export async function runBenchSections(
       const m = plan.memoryTiny;
       out.memory.push(
         await benchFourModelMemory({
-          label: 'tiny', config: env.tinyConfig, tokenizer: env.tinyTokenizer, prompts: env.prompts,
-          batchSize: m.batchSize, responseLength: m.responseLength, steps: m.steps, profilePeak: backend !== 'webgpu',
+          label: 'tiny',
+          config: env.tinyConfig,
+          tokenizer: env.tinyTokenizer,
+          prompts: env.prompts,
+          batchSize: m.batchSize,
+          responseLength: m.responseLength,
+          steps: m.steps,
+          profilePeak: backend !== 'webgpu',
           onProgress: (s) => env.log(`  ${s}`),
         }),
       );
@@ -260,7 +341,14 @@ export async function runBenchSections(
   }
   if (sections.includes('lm')) {
     const c = env.tinyConfig;
-    const shape: LmShape = { n_layer: c.n_layer, n_embd: c.n_embd, n_head: c.n_head, vocab_size: c.vocab_size, T: plan.lm.T, B: plan.lm.B };
+    const shape: LmShape = {
+      n_layer: c.n_layer,
+      n_embd: c.n_embd,
+      n_head: c.n_head,
+      vocab_size: c.vocab_size,
+      T: plan.lm.T,
+      B: plan.lm.B,
+    };
     const o = { steps: plan.lm.steps, warmup: plan.lm.warmup };
     await guard('lm', async () => {
       env.log(`${env.platform}/${backend} LM training, ours (B ${shape.B}, T ${shape.T})`);
@@ -296,9 +384,20 @@ export async function runBenchSections(
  * steps each; returns the largest weight difference relative to the largest weight, and the time of one step
  * of each over the tiny model's variable shapes (after a warm-up step).
  */
-export async function checkFusedAdam(shapes: number[][] = [[258, 128], [128, 384], [384], [128, 128], [512, 128], [128]]): Promise<SectionResults['fusedAdamCheck']> {
+export async function checkFusedAdam(
+  shapes: number[][] = [[258, 128], [128, 384], [384], [128, 128], [512, 128], [128]],
+): Promise<SectionResults['fusedAdamCheck']> {
   // tf.variable keeps its initial tensor alive unless that tensor is disposed: make it inside tidy.
-  const mk = (tag: string) => shapes.map((s, i) => tf.tidy(() => tf.variable(tf.randomNormal(s, 0, 1, 'float32', i + 1), true, `adamcheck_${tag}_${i}_${Math.random()}`)));
+  const mk = (tag: string) =>
+    shapes.map((s, i) =>
+      tf.tidy(() =>
+        tf.variable(
+          tf.randomNormal(s, 0, 1, 'float32', i + 1),
+          true,
+          `adamcheck_${tag}_${i}_${Math.random()}`,
+        ),
+      ),
+    );
   const a = mk('plain');
   const b = mk('fused');
   const pa = tf.train.adam(1e-2);
@@ -308,7 +407,12 @@ export async function checkFusedAdam(shapes: number[][] = [[258, 128], [128, 384
   const step = async (opt: tf.Optimizer, vars: tf.Variable[], scale: number): Promise<number> => {
     const t0 = performance.now();
     if (opt === pb) pb.applyScaled(Object.fromEntries(vars.map((v, i) => [v.name, grads[i]])), scale);
-    else tf.tidy(() => opt.applyGradients(Object.fromEntries(vars.map((v, i) => [v.name, scale === 1 ? grads[i] : tf.mul(grads[i], scale)]))));
+    else
+      tf.tidy(() =>
+        opt.applyGradients(
+          Object.fromEntries(vars.map((v, i) => [v.name, scale === 1 ? grads[i] : tf.mul(grads[i], scale)])),
+        ),
+      );
     await vars[vars.length - 1].data();
     return performance.now() - t0;
   };

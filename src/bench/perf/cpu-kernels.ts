@@ -20,7 +20,11 @@ interface CpuBackendLike {
   makeTensorInfo(shape: number[], dtype: tf.DataType, values?: Float32Array | Int32Array): tf.TensorInfo;
 }
 
-type KernelFn = (args: { inputs: tf.NamedTensorInfoMap; backend: unknown; attrs?: tf.NamedAttrMap }) => tf.TensorInfo | tf.TensorInfo[];
+type KernelFn = (args: {
+  inputs: tf.NamedTensorInfoMap;
+  backend: unknown;
+  attrs?: tf.NamedAttrMap;
+}) => tf.TensorInfo | tf.TensorInfo[];
 
 const values = (b: CpuBackendLike, t: tf.TensorInfo) => b.data.get(t.dataId).values;
 
@@ -32,7 +36,8 @@ const segmentSum: KernelFn = ({ inputs, backend, attrs }) => {
   const rowSize = inner.reduce((a, c) => a * c, 1);
   const src = values(b, x);
   const ids = values(b, segmentIds);
-  const out = x.dtype === 'int32' ? new Int32Array(numSegments * rowSize) : new Float32Array(numSegments * rowSize);
+  const out =
+    x.dtype === 'int32' ? new Int32Array(numSegments * rowSize) : new Float32Array(numSegments * rowSize);
   for (let i = 0; i < ids.length; i++) {
     const seg = ids[i];
     if (seg < 0 || seg >= numSegments) continue;
@@ -44,11 +49,17 @@ const segmentSum: KernelFn = ({ inputs, backend, attrs }) => {
 };
 
 /** [rows, cols] → [cols, rows] for each of `batch` matrices. */
-function transposeLast(src: Float32Array | Int32Array, batch: number, rows: number, cols: number): Float32Array {
+function transposeLast(
+  src: Float32Array | Int32Array,
+  batch: number,
+  rows: number,
+  cols: number,
+): Float32Array {
   const out = new Float32Array(batch * rows * cols);
   for (let bi = 0; bi < batch; bi++) {
     const o = bi * rows * cols;
-    for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[o + c * rows + r] = src[o + r * cols + c];
+    for (let r = 0; r < rows; r++)
+      for (let c = 0; c < cols; c++) out[o + c * rows + r] = src[o + r * cols + c];
   }
   return out;
 }
@@ -57,14 +68,16 @@ const batchMatMul: KernelFn = ({ inputs, backend, attrs }) => {
   const b = backend as CpuBackendLike;
   const { a, b: bT } = inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
   const { transposeA, transposeB } = attrs as unknown as { transposeA: boolean; transposeB: boolean };
-  if (a.dtype !== 'float32' || bT.dtype !== 'float32') return (saved.get('BatchMatMul')!.kernelFunc as KernelFn)({ inputs, backend, attrs });
+  if (a.dtype !== 'float32' || bT.dtype !== 'float32')
+    return (saved.get('BatchMatMul')!.kernelFunc as KernelFn)({ inputs, backend, attrs });
   const ra = a.shape.length;
   const rb = bT.shape.length;
   const M = transposeA ? a.shape[ra - 1] : a.shape[ra - 2];
   const K = transposeA ? a.shape[ra - 2] : a.shape[ra - 1];
   const Kb = transposeB ? bT.shape[rb - 1] : bT.shape[rb - 2];
   const N = transposeB ? bT.shape[rb - 2] : bT.shape[rb - 1];
-  if (K !== Kb) throw new Error(`matMul: inner shapes ${K} and ${Kb} of [${a.shape}] and [${bT.shape}] do not match`);
+  if (K !== Kb)
+    throw new Error(`matMul: inner shapes ${K} and ${Kb} of [${a.shape}] and [${bT.shape}] do not match`);
   const outerA = a.shape.slice(0, -2);
   const outerB = bT.shape.slice(0, -2);
   const batchA = outerA.reduce((x, y) => x * y, 1);
@@ -133,7 +146,8 @@ interface WasmBackendLike {
  */
 const batchMatMulOnWasm: KernelFn = (args) => {
   const { a, b: bT } = args.inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
-  const wasm = (tf.engine() as unknown as { registry: Record<string, WasmBackendLike | undefined> }).registry.wasm;
+  const wasm = (tf.engine() as unknown as { registry: Record<string, WasmBackendLike | undefined> }).registry
+    .wasm;
   const kernel = tf.getKernel('BatchMatMul', 'wasm');
   if (!wasm || !kernel || a.dtype !== 'float32' || bT.dtype !== 'float32') return batchMatMul(args);
   const cpu = args.backend as CpuBackendLike;
@@ -141,8 +155,12 @@ const batchMatMulOnWasm: KernelFn = (args) => {
   const bId = wasm.write(values(cpu, bT) as Float32Array, bT.shape, 'float32');
   try {
     const out = (kernel.kernelFunc as KernelFn)({
-      inputs: { a: { dataId: aId, shape: a.shape, dtype: 'float32' }, b: { dataId: bId, shape: bT.shape, dtype: 'float32' } } as unknown as tf.NamedTensorInfoMap,
-      backend: wasm, attrs: args.attrs,
+      inputs: {
+        a: { dataId: aId, shape: a.shape, dtype: 'float32' },
+        b: { dataId: bId, shape: bT.shape, dtype: 'float32' },
+      } as unknown as tf.NamedTensorInfoMap,
+      backend: wasm,
+      attrs: args.attrs,
     }) as tf.TensorInfo;
     const vals = wasm.readSync(out.dataId);
     wasm.disposeData(out.dataId, true);

@@ -44,7 +44,10 @@ export function trainFlops(c: ModelShape, rows: number, T: number, lmRows = 0, s
  *     value:  3·[batch·T·L·(24C² + 4TC) + batch·T·2C]    (trunk on every token, scalar head on every position)
  * ≈ epochs · 2 · (6·N·batch·T + attention) for a small vocabulary, as the issue's formula says.
  */
-export function ppoUpdateFlops(c: ModelShape, o: { batch: number; Tq: number; R: number; epochs: number }): number {
+export function ppoUpdateFlops(
+  c: ModelShape,
+  o: { batch: number; Tq: number; R: number; epochs: number },
+): number {
   const T = o.Tq + o.R;
   const policy = trainFlops(c, o.batch, T, o.batch * o.R, 0);
   const value = trainFlops(c, o.batch, T, 0, o.batch * T);

@@ -59,14 +59,24 @@ function randomTokens(B: number, T: number, V: number, seed: number): Int32Array
 }
 
 function toConfig(s: LmShape): GPT2Config {
-  return parseGPT2Config({
-    vocab_size: s.vocab_size, n_positions: Math.max(s.T, 8), n_embd: s.n_embd, n_layer: s.n_layer, n_head: s.n_head,
-    tokenizer: s.vocab_size === 258 ? 'bytes' : 'gpt2-bpe', bos_token_id: 0, eos_token_id: 0,
-  }, 'lm bench shape');
+  return parseGPT2Config(
+    {
+      vocab_size: s.vocab_size,
+      n_positions: Math.max(s.T, 8),
+      n_embd: s.n_embd,
+      n_layer: s.n_layer,
+      n_head: s.n_head,
+      tokenizer: s.vocab_size === 258 ? 'bytes' : 'gpt2-bpe',
+      bos_token_id: 0,
+      eos_token_id: 0,
+    },
+    'lm bench shape',
+  );
 }
 
 async function timeSteps(
-  step: () => tf.Scalar, o: { steps: number; warmup: number },
+  step: () => tf.Scalar,
+  o: { steps: number; warmup: number },
 ): Promise<{ seconds: number; first: number; last: number }> {
   let first = NaN;
   for (let i = 0; i < o.warmup; i++) {
@@ -89,10 +99,15 @@ async function timeSteps(
  * Our GPT-2 trained as `trainSft` trains it (the fused Adam, β2 0.95, global-norm clipping 1); `tfjsAdam` swaps in
  * tf.train.adam (the same update in ~14 kernels per variable).
  */
-export async function benchOurLmTraining(s: LmShape, o: { steps: number; warmup?: number; tfjsAdam?: boolean }): Promise<LmTrainBench> {
+export async function benchOurLmTraining(
+  s: LmShape,
+  o: { steps: number; warmup?: number; tfjsAdam?: boolean },
+): Promise<LmTrainBench> {
   const config = toConfig(s);
   const model = GPT2.random(config, 5, true, 'lmbench');
-  const opt = o.tfjsAdam ? tf.train.adam(3e-4, 0.9, 0.95, 1e-8) : new FusedAdamOptimizer(3e-4, 0.9, 0.95, 1e-8);
+  const opt = o.tfjsAdam
+    ? tf.train.adam(3e-4, 0.9, 0.95, 1e-8)
+    : new FusedAdamOptimizer(3e-4, 0.9, 0.95, 1e-8);
   const windows = tf.tensor2d(randomTokens(s.B, s.T + 1, s.vocab_size, 7), [s.B, s.T + 1], 'int32');
   const vars = model.trainableVariables();
   try {
@@ -104,7 +119,13 @@ export async function benchOurLmTraining(s: LmShape, o: { steps: number; warmup?
       return loss;
     };
     const t = await timeSteps(step, { steps: o.steps, warmup: o.warmup ?? 1 });
-    return result(o.tfjsAdam ? 'ours, tf.train.adam' : 'ours', s, vars.reduce((a, v) => a + v.size, 0), o.steps, t);
+    return result(
+      o.tfjsAdam ? 'ours, tf.train.adam' : 'ours',
+      s,
+      vars.reduce((a, v) => a + v.size, 0),
+      o.steps,
+      t,
+    );
   } finally {
     windows.dispose();
     opt.dispose();
@@ -117,10 +138,20 @@ export async function benchOurLmTraining(s: LmShape, o: { steps: number; warmup?
  * BasicTrainer's step (forward with training: true, its sparse cross-entropy with a custom gradient, its AdamW
  * with packed moments and global-norm clipping 1). No dropout, no mixed precision, no checkpointing.
  */
-export async function benchNanoGptTraining(peer: NanoGptPeer, s: LmShape, o: { steps: number; warmup?: number }): Promise<LmTrainBench> {
+export async function benchNanoGptTraining(
+  peer: NanoGptPeer,
+  s: LmShape,
+  o: { steps: number; warmup?: number },
+): Promise<LmTrainBench> {
   const model = new peer.NanoGPTV1({
-    modelType: 'GenAI_NanoGPT_v1', vocabSize: s.vocab_size, blockSize: s.T, nLayer: s.n_layer, nHead: s.n_head,
-    nEmbed: s.n_embd, mlpFactor: 4, useRope: false,
+    modelType: 'GenAI_NanoGPT_v1',
+    vocabSize: s.vocab_size,
+    blockSize: s.T,
+    nLayer: s.n_layer,
+    nHead: s.n_head,
+    nEmbed: s.n_embd,
+    mlpFactor: 4,
+    useRope: false,
   });
   const trainer = new peer.BasicTrainer(model, null, { clipNorm: 1, warmupSteps: 0 }) as unknown as {
     trainStep(state: object, batch: { xs: tf.Tensor; ys: tf.Tensor }): tf.Scalar;
@@ -136,7 +167,10 @@ export async function benchNanoGptTraining(peer: NanoGptPeer, s: LmShape, o: { s
   const xs = tf.tensor2d(xsA, [s.B, s.T], 'int32');
   const ys = tf.tensor2d(ysA, [s.B, s.T], 'int32');
   try {
-    const t = await timeSteps(() => trainer.trainStep({}, { xs, ys }), { steps: o.steps, warmup: o.warmup ?? 1 });
+    const t = await timeSteps(() => trainer.trainStep({}, { xs, ys }), {
+      steps: o.steps,
+      warmup: o.warmup ?? 1,
+    });
     return result('nanogpt', s, model.getNumParams(), o.steps, t);
   } finally {
     xs.dispose();
@@ -146,11 +180,25 @@ export async function benchNanoGptTraining(peer: NanoGptPeer, s: LmShape, o: { s
   }
 }
 
-function result(impl: string, s: LmShape, params: number, steps: number, t: { seconds: number; first: number; last: number }): LmTrainBench {
-  const flops = lmTrainStepFlops({ n_layer: s.n_layer, n_embd: s.n_embd, vocab_size: s.vocab_size }, s.B, s.T) * steps;
+function result(
+  impl: string,
+  s: LmShape,
+  params: number,
+  steps: number,
+  t: { seconds: number; first: number; last: number },
+): LmTrainBench {
+  const flops =
+    lmTrainStepFlops({ n_layer: s.n_layer, n_embd: s.n_embd, vocab_size: s.vocab_size }, s.B, s.T) * steps;
   return {
-    impl, backend: tf.getBackend(), shape: s, params, steps, seconds: t.seconds,
-    tokensPerSecond: (steps * s.B * s.T) / t.seconds, gflopsPerSecond: flops / t.seconds / 1e9,
-    firstLoss: t.first, lastLoss: t.last,
+    impl,
+    backend: tf.getBackend(),
+    shape: s,
+    params,
+    steps,
+    seconds: t.seconds,
+    tokensPerSecond: (steps * s.B * s.T) / t.seconds,
+    gflopsPerSecond: flops / t.seconds / 1e9,
+    firstLoss: t.first,
+    lastLoss: t.last,
   };
 }

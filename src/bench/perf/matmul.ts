@@ -13,7 +13,10 @@ export interface MatmulBench {
   gflops: number;
 }
 
-export async function benchMatmul(n: number, opts: { iters?: number; warmup?: number; minSeconds?: number } = {}): Promise<MatmulBench> {
+export async function benchMatmul(
+  n: number,
+  opts: { iters?: number; warmup?: number; minSeconds?: number } = {},
+): Promise<MatmulBench> {
   const warmup = opts.warmup ?? 2;
   const a = tf.randomNormal([n, n], 0, 1, 'float32', 1);
   const b = tf.randomNormal([n, n], 0, 1, 'float32', 2);

@@ -17,12 +17,24 @@ import type { PpoTrainer } from '../../core/ppo/trainer';
 /** The shapes of the issue. `tiny` is read from the shipped model's config by the caller when it can. */
 export const SHAPES: Record<'distilgpt2' | 'gpt2', Record<string, unknown>> = {
   distilgpt2: {
-    vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 6, n_head: 12, tokenizer: 'gpt2-bpe',
-    bos_token_id: 50256, eos_token_id: 50256,
+    vocab_size: 50257,
+    n_positions: 1024,
+    n_embd: 768,
+    n_layer: 6,
+    n_head: 12,
+    tokenizer: 'gpt2-bpe',
+    bos_token_id: 50256,
+    eos_token_id: 50256,
   },
   gpt2: {
-    vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12, tokenizer: 'gpt2-bpe',
-    bos_token_id: 50256, eos_token_id: 50256,
+    vocab_size: 50257,
+    n_positions: 1024,
+    n_embd: 768,
+    n_layer: 12,
+    n_head: 12,
+    tokenizer: 'gpt2-bpe',
+    bos_token_id: 50256,
+    eos_token_id: 50256,
   },
 };
 
@@ -106,11 +118,21 @@ export interface MemoryBenchOptions {
 
 /** Build the four models with random weights and a trainer, as `buildTrainer` does for a real run. */
 export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<PpoTrainer> {
-  const cfg = validateConfig({
-    model: o.label, task: null, prompts: o.prompts, reward: { model: `random-${o.label}` },
-    batchSize: o.batchSize, miniBatches: 1, ppoEpochs: 1, responseLength: o.responseLength, steps: Math.max(1, o.steps),
-    seed: 1,
-  }, 'memory bench');
+  const cfg = validateConfig(
+    {
+      model: o.label,
+      task: null,
+      prompts: o.prompts,
+      reward: { model: `random-${o.label}` },
+      batchSize: o.batchSize,
+      miniBatches: 1,
+      ppoEpochs: 1,
+      responseLength: o.responseLength,
+      steps: Math.max(1, o.steps),
+      seed: 1,
+    },
+    'memory bench',
+  );
   const policy = GPT2.random(o.config, 1, true, 'policy');
   const ref = policy.clone(false, 'ref');
   const value = ScalarModel.fromTrunk(policy, true, 'value');
@@ -121,7 +143,9 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
     },
     loadTask: () => Promise.reject(new Error('memory bench: no task')),
   };
-  const t = await buildTrainer(cfg, res, { weights: { policy, ref, value, rewardModel, tokenizer: o.tokenizer } });
+  const t = await buildTrainer(cfg, res, {
+    weights: { policy, ref, value, rewardModel, tokenizer: o.tokenizer },
+  });
   if (o.tfjsAdam) {
     t.policyOpt.dispose();
     t.valueOpt.dispose();
@@ -165,7 +189,8 @@ export async function benchFourModelMemory(o: MemoryBenchOptions): Promise<FourM
     const gpu1 = gpuMemory();
     for (let s = 2; s <= o.steps; s++) {
       await trainer.trainStep();
-      if (s % 50 === 0 || s === o.steps) o.onProgress?.(`${o.label}: step ${s}/${o.steps}, ${tf.memory().numBytes - base} bytes`);
+      if (s % 50 === 0 || s === o.steps)
+        o.onProgress?.(`${o.label}: step ${s}/${o.steps}, ${tf.memory().numBytes - base} bytes`);
     }
     const afterN = tf.memory().numBytes - base;
     const gpuN = gpuMemory();
@@ -180,7 +205,13 @@ export async function benchFourModelMemory(o: MemoryBenchOptions): Promise<FourM
       expectedBytes: expectedFourModelBytes(o.config),
       tensorsAfterStep1: tensors1,
       peakBytesStep1: peak,
-      gpuAfterStep1: gpu1 && gpuBase ? { numBytesInGPU: gpu1.numBytesInGPU - gpuBase.numBytesInGPU, numBytesAllocatedInGPU: gpu1.numBytesAllocatedInGPU - gpuBase.numBytesAllocatedInGPU } : null,
+      gpuAfterStep1:
+        gpu1 && gpuBase
+          ? {
+              numBytesInGPU: gpu1.numBytesInGPU - gpuBase.numBytesInGPU,
+              numBytesAllocatedInGPU: gpu1.numBytesAllocatedInGPU - gpuBase.numBytesAllocatedInGPU,
+            }
+          : null,
       stepSeconds,
       steps: o.steps,
       bytesAfterLastStep: afterN,

@@ -37,22 +37,43 @@ const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length
  */
 export async function benchPpoStep(
   trainer: PpoTrainer,
-  o: { steps: number; warmup?: number; peakGflops?: number | null; onStep?: (i: number, secs: number) => void },
+  o: {
+    steps: number;
+    warmup?: number;
+    peakGflops?: number | null;
+    onStep?: (i: number, secs: number) => void;
+  },
 ): Promise<PpoBench> {
   for (let i = 0; i < (o.warmup ?? 1); i++) {
     const r = await trainer.trainStep();
     o.onStep?.(-1 - i, r.metrics.timeStep);
   }
-  const rows: { gen: number; score: number; upd: number; step: number; tps: number; flops: number; tokens: number; Tq: number }[] = [];
+  const rows: {
+    gen: number;
+    score: number;
+    upd: number;
+    step: number;
+    tps: number;
+    flops: number;
+    tokens: number;
+    Tq: number;
+  }[] = [];
   const cfg = trainer.cfg;
   const c = trainer.models.policy.config;
   for (let i = 0; i < o.steps; i++) {
     const r = await trainer.trainStep();
     const m = r.metrics;
-    const Tq = bucket(Math.max(...r.rollout.queries.map((q) => q.length)), c.n_positions - cfg.responseLength);
+    const Tq = bucket(
+      Math.max(...r.rollout.queries.map((q) => q.length)),
+      c.n_positions - cfg.responseLength,
+    );
     const epochs = m.epochsRun;
     rows.push({
-      gen: m.timeGenerate, score: m.timeScore, upd: m.timeUpdate, step: m.timeStep, tps: m.tokensPerSecond,
+      gen: m.timeGenerate,
+      score: m.timeScore,
+      upd: m.timeUpdate,
+      step: m.timeStep,
+      tps: m.tokensPerSecond,
       flops: ppoUpdateFlops(c, { batch: cfg.batchSize, Tq, R: cfg.responseLength, epochs }),
       tokens: epochs * cfg.batchSize * (Tq + cfg.responseLength),
       Tq,

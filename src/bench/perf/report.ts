@@ -7,7 +7,12 @@ import type { FourModelMemory } from './memory';
 import type { LmTrainBench } from './lm-train';
 
 /** One platform/backend run: the section results plus what the page or process says about itself. */
-export type BenchRun = SectionResults & { label: string; plan?: unknown; adapter?: Record<string, unknown> | null; [k: string]: unknown };
+export type BenchRun = SectionResults & {
+  label: string;
+  plan?: unknown;
+  adapter?: Record<string, unknown> | null;
+  [k: string]: unknown;
+};
 
 export interface BenchReport {
   quick: boolean;
@@ -30,7 +35,8 @@ export interface Target {
 const find = (r: BenchReport, platform: string, backend: string): BenchRun | undefined =>
   r.runs.find((x) => x.platform === platform && x.backend === backend);
 
-const lmOf = (run: BenchRun | undefined, impl: string): LmTrainBench | undefined => run?.lm.find((x) => x.impl === impl);
+const lmOf = (run: BenchRun | undefined, impl: string): LmTrainBench | undefined =>
+  run?.lm.find((x) => x.impl === impl);
 
 /** The headline numbers of the issue, each with its target and whether it is met (null = not measured). */
 export function headline(r: BenchReport): Record<string, Target> {
@@ -44,19 +50,62 @@ export function headline(r: BenchReport): Record<string, Target> {
   const nano = lmOf(webgpu, 'nanogpt');
   const gpt2 = r.bigMemory.find((m) => m.shape === 'gpt2');
   const tiny = node?.memory.find((m) => m.shape === 'tiny');
-  const t = (value: number | null | undefined, target: string, ok: (v: number) => boolean, from: string): Target => ({
-    value: value ?? null, target, met: value == null || !Number.isFinite(value) ? null : ok(value), from,
+  const t = (
+    value: number | null | undefined,
+    target: string,
+    ok: (v: number) => boolean,
+    from: string,
+  ): Target => ({
+    value: value ?? null,
+    target,
+    met: value == null || !Number.isFinite(value) ? null : ok(value),
+    from,
   });
   return {
-    kvSpeedup: t(g?.kvSpeedup, '≥ 5', (v) => v >= 5, g ? `${node!.label}, batch ${g.batch} × ${g.newTokens} new tokens` : 'node'),
-    kvSpeedupWebgpu: t(gw?.kvSpeedup, '≥ 5', (v) => v >= 5, gw ? `chromium/webgpu, batch ${gw.batch} × ${gw.newTokens} new tokens` : 'chromium/webgpu'),
+    kvSpeedup: t(
+      g?.kvSpeedup,
+      '≥ 5',
+      (v) => v >= 5,
+      g ? `${node!.label}, batch ${g.batch} × ${g.newTokens} new tokens` : 'node',
+    ),
+    kvSpeedupWebgpu: t(
+      gw?.kvSpeedup,
+      '≥ 5',
+      (v) => v >= 5,
+      gw ? `chromium/webgpu, batch ${gw.batch} × ${gw.newTokens} new tokens` : 'chromium/webgpu',
+    ),
     // The app's WASM is Chromium's (the worker's backend when there is no hardware WebGPU); Node's WASM runs the
     // same code on Node 20's older V8 and is reported beside it.
-    updateMfu: t(mfuRun?.ppo?.updateMfu, '≥ 0.5', (v) => v >= 0.5, `${mfuRun?.label ?? 'chromium/wasm'}, PPO update FLOP/s ÷ the same page's matmul peak`),
-    updateMfuNode: t(node?.ppo?.updateMfu, '≥ 0.5', (v) => v >= 0.5, `${node?.label ?? 'node'}, PPO update FLOP/s ÷ the same process's matmul peak`),
-    vsNanogpt: t(ours && nano ? ours.tokensPerSecond / nano.tokensPerSecond : null, '≥ 1.5', (v) => v >= 1.5, `chromium/webgpu, LM training tokens/s, ours ÷ nanogpt${ours ? ` (L${ours.shape.n_layer} C${ours.shape.n_embd} T${ours.shape.T} B${ours.shape.B})` : ''}`),
-    gpt2FourModelBytes: t(gpt2?.bytesAfterStep1, '≤ 4e9', (v) => v <= 4e9, `gpt2-124M shape, node/${gpt2?.backend ?? 'cpu'}, after one PPO step`),
-    memoryGrowthBytes: t(tiny?.growthBytes, '= 0', (v) => v === 0, `tiny, node/${tiny?.backend ?? 'wasm'}, step ${tiny?.steps ?? '?'} − step 1`),
+    updateMfu: t(
+      mfuRun?.ppo?.updateMfu,
+      '≥ 0.5',
+      (v) => v >= 0.5,
+      `${mfuRun?.label ?? 'chromium/wasm'}, PPO update FLOP/s ÷ the same page's matmul peak`,
+    ),
+    updateMfuNode: t(
+      node?.ppo?.updateMfu,
+      '≥ 0.5',
+      (v) => v >= 0.5,
+      `${node?.label ?? 'node'}, PPO update FLOP/s ÷ the same process's matmul peak`,
+    ),
+    vsNanogpt: t(
+      ours && nano ? ours.tokensPerSecond / nano.tokensPerSecond : null,
+      '≥ 1.5',
+      (v) => v >= 1.5,
+      `chromium/webgpu, LM training tokens/s, ours ÷ nanogpt${ours ? ` (L${ours.shape.n_layer} C${ours.shape.n_embd} T${ours.shape.T} B${ours.shape.B})` : ''}`,
+    ),
+    gpt2FourModelBytes: t(
+      gpt2?.bytesAfterStep1,
+      '≤ 4e9',
+      (v) => v <= 4e9,
+      `gpt2-124M shape, node/${gpt2?.backend ?? 'cpu'}, after one PPO step`,
+    ),
+    memoryGrowthBytes: t(
+      tiny?.growthBytes,
+      '= 0',
+      (v) => v === 0,
+      `tiny, node/${tiny?.backend ?? 'wasm'}, step ${tiny?.steps ?? '?'} − step 1`,
+    ),
   };
 }
 
@@ -83,8 +132,10 @@ export function reportJson(r: BenchReport): Record<string, unknown> {
 
 // ---- markdown -----------------------------------------------------------------------------------------
 
-const f = (x: number | null | undefined, d = 2): string => (x == null || !Number.isFinite(x) ? '—' : x.toFixed(d));
-const n0 = (x: number | null | undefined): string => (x == null || !Number.isFinite(x) ? '—' : Math.round(x).toLocaleString('en-US'));
+const f = (x: number | null | undefined, d = 2): string =>
+  x == null || !Number.isFinite(x) ? '—' : x.toFixed(d);
+const n0 = (x: number | null | undefined): string =>
+  x == null || !Number.isFinite(x) ? '—' : Math.round(x).toLocaleString('en-US');
 const bytes = (x: number | null | undefined): string => {
   if (x == null || !Number.isFinite(x)) return '—';
   const a = Math.abs(x);
@@ -95,83 +146,221 @@ const bytes = (x: number | null | undefined): string => {
 };
 
 function table(head: string[], rows: string[][]): string {
-  return [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+  return [
+    `| ${head.join(' | ')} |`,
+    `|${head.map(() => '---').join('|')}|`,
+    ...rows.map((r) => `| ${r.join(' | ')} |`),
+  ].join('\n');
 }
 
 export function markdown(r: BenchReport): string {
   const out: string[] = [];
   const runs = r.runs;
   out.push(`## Benchmarks${r.quick ? ' (--quick)' : ''}`, '');
-  out.push(Object.entries(r.machine).map(([k, v]) => `- ${k}: ${v}`).join('\n'), '');
+  out.push(
+    Object.entries(r.machine)
+      .map(([k, v]) => `- ${k}: ${v}`)
+      .join('\n'),
+    '',
+  );
 
   const h = headline(r);
   out.push('### Targets', '');
-  out.push(table(['key', 'value', 'target', 'met', 'measured on'], Object.entries(h).map(([k, t]) => [
-    `\`${k}\``, k === 'gpt2FourModelBytes' || k === 'memoryGrowthBytes' ? (t.value == null ? '—' : `${bytes(t.value)} (${n0(t.value)})`) : f(t.value, 3),
-    t.target, t.met == null ? 'not measured' : t.met ? 'yes' : 'NO', t.from,
-  ])), '');
+  out.push(
+    table(
+      ['key', 'value', 'target', 'met', 'measured on'],
+      Object.entries(h).map(([k, t]) => [
+        `\`${k}\``,
+        k === 'gpt2FourModelBytes' || k === 'memoryGrowthBytes'
+          ? t.value == null
+            ? '—'
+            : `${bytes(t.value)} (${n0(t.value)})`
+          : f(t.value, 3),
+        t.target,
+        t.met == null ? 'not measured' : t.met ? 'yes' : 'NO',
+        t.from,
+      ]),
+    ),
+    '',
+  );
 
   out.push('### Matmul peak (GFLOP/s, n×n · n×n, warmed up, awaited)', '');
   const sizes = [...new Set(runs.flatMap((x) => x.matmul.map((m) => m.n)))];
-  out.push(table(['n', ...runs.map((x) => x.label)], sizes.map((n) => [`${n}`, ...runs.map((x) => f(x.matmul.find((m) => m.n === n)?.gflops))])), '');
+  out.push(
+    table(
+      ['n', ...runs.map((x) => x.label)],
+      sizes.map((n) => [`${n}`, ...runs.map((x) => f(x.matmul.find((m) => m.n === n)?.gflops))]),
+    ),
+    '',
+  );
 
   out.push('### Generation (tiny model, temperature 1, prompt 8 tokens): tokens/s', '');
-  out.push(table(['run', 'batch', 'new tokens', 'KV cache', 'recompute', 'speed-up'], runs.flatMap((x) => x.generation.map((g) => [
-    x.label, `${g.batch}`, `${g.newTokens}${g.randomWeights ? ' †' : ''}`, f(g.cacheTokensPerSecond, 1), f(g.recomputeTokensPerSecond, 1), `${f(g.kvSpeedup)}×`,
-  ]))), '');
+  out.push(
+    table(
+      ['run', 'batch', 'new tokens', 'KV cache', 'recompute', 'speed-up'],
+      runs.flatMap((x) =>
+        x.generation.map((g) => [
+          x.label,
+          `${g.batch}`,
+          `${g.newTokens}${g.randomWeights ? ' †' : ''}`,
+          f(g.cacheTokensPerSecond, 1),
+          f(g.recomputeTokensPerSecond, 1),
+          `${f(g.kvSpeedup)}×`,
+        ]),
+      ),
+    ),
+    '',
+  );
   if (runs.some((x) => x.generation.some((g) => g.randomWeights))) {
-    out.push('† prompt + new tokens exceed the shipped model\'s 128 positions: the same shape with a longer position table and random weights.', '');
+    out.push(
+      "† prompt + new tokens exceed the shipped model's 128 positions: the same shape with a longer position table and random weights.",
+      '',
+    );
   }
 
-  out.push('### PPO step (tiny model, sentiment task; phase times from the trainer\'s metrics)', '');
+  out.push("### PPO step (tiny model, sentiment task; phase times from the trainer's metrics)", '');
   const ppoRuns = runs.filter((x) => x.ppo);
-  out.push(table(['', ...ppoRuns.map((x) => x.label)], [
-    ['config', ...ppoRuns.map((x) => `B ${x.ppo!.batchSize}, R ${x.ppo!.responseLength}, Tq ${x.ppo!.Tq}${x.ppoConfig && Object.keys(x.ppoConfig).length ? ` (${Object.entries(x.ppoConfig).map(([k, v]) => `${k} ${v}`).join(', ')})` : ' (defaults)'}`)],
-    ['generate s', ...ppoRuns.map((x) => f(x.ppo!.timeGenerate))],
-    ['score s', ...ppoRuns.map((x) => f(x.ppo!.timeScore))],
-    ['update s', ...ppoRuns.map((x) => f(x.ppo!.timeUpdate))],
-    ['step s', ...ppoRuns.map((x) => f(x.ppo!.timeStep))],
-    ['response tokens/s (whole step)', ...ppoRuns.map((x) => f(x.ppo!.tokensPerSecond, 1))],
-    ['update tokens/s (query+response, all epochs)', ...ppoRuns.map((x) => f(x.ppo!.updateTokensPerSecond, 1))],
-    ['update model GFLOP', ...ppoRuns.map((x) => f(x.ppo!.updateFlops / 1e9, 2))],
-    ['update GFLOP/s', ...ppoRuns.map((x) => f(x.ppo!.updateGflopsPerSecond, 3))],
-    ['matmul peak GFLOP/s', ...ppoRuns.map((x) => f(x.ppo!.peakGflops, 2))],
-    ['**update MFU**', ...ppoRuns.map((x) => f(x.ppo!.updateMfu, 3))],
-  ]), '');
+  out.push(
+    table(
+      ['', ...ppoRuns.map((x) => x.label)],
+      [
+        [
+          'config',
+          ...ppoRuns.map(
+            (x) =>
+              `B ${x.ppo!.batchSize}, R ${x.ppo!.responseLength}, Tq ${x.ppo!.Tq}${
+                x.ppoConfig && Object.keys(x.ppoConfig).length
+                  ? ` (${Object.entries(x.ppoConfig)
+                      .map(([k, v]) => `${k} ${v}`)
+                      .join(', ')})`
+                  : ' (defaults)'
+              }`,
+          ),
+        ],
+        ['generate s', ...ppoRuns.map((x) => f(x.ppo!.timeGenerate))],
+        ['score s', ...ppoRuns.map((x) => f(x.ppo!.timeScore))],
+        ['update s', ...ppoRuns.map((x) => f(x.ppo!.timeUpdate))],
+        ['step s', ...ppoRuns.map((x) => f(x.ppo!.timeStep))],
+        ['response tokens/s (whole step)', ...ppoRuns.map((x) => f(x.ppo!.tokensPerSecond, 1))],
+        [
+          'update tokens/s (query+response, all epochs)',
+          ...ppoRuns.map((x) => f(x.ppo!.updateTokensPerSecond, 1)),
+        ],
+        ['update model GFLOP', ...ppoRuns.map((x) => f(x.ppo!.updateFlops / 1e9, 2))],
+        ['update GFLOP/s', ...ppoRuns.map((x) => f(x.ppo!.updateGflopsPerSecond, 3))],
+        ['matmul peak GFLOP/s', ...ppoRuns.map((x) => f(x.ppo!.peakGflops, 2))],
+        ['**update MFU**', ...ppoRuns.map((x) => f(x.ppo!.updateMfu, 3))],
+      ],
+    ),
+    '',
+  );
 
   out.push('### Supervised LM training (same layers, width, heads, context, batch): tokens/s', '');
-  const lmRows = runs.flatMap((x) => x.lm.map((l) => [
-    x.label, l.impl, `L${l.shape.n_layer} C${l.shape.n_embd} H${l.shape.n_head} T${l.shape.T} B${l.shape.B}`, n0(l.params),
-    f(l.tokensPerSecond, 1), f(l.gflopsPerSecond, 3), `${f(l.firstLoss, 3)} → ${f(l.lastLoss, 3)}`,
-  ]));
-  out.push(table(['run', 'implementation', 'shape', 'params', 'tokens/s', 'model GFLOP/s', 'loss (first → last)'], lmRows), '');
-  for (const x of runs) if (x.errors.nanogpt) out.push(`- ${x.label}: nanogpt did not run: ${x.errors.nanogpt}`);
+  const lmRows = runs.flatMap((x) =>
+    x.lm.map((l) => [
+      x.label,
+      l.impl,
+      `L${l.shape.n_layer} C${l.shape.n_embd} H${l.shape.n_head} T${l.shape.T} B${l.shape.B}`,
+      n0(l.params),
+      f(l.tokensPerSecond, 1),
+      f(l.gflopsPerSecond, 3),
+      `${f(l.firstLoss, 3)} → ${f(l.lastLoss, 3)}`,
+    ]),
+  );
+  out.push(
+    table(
+      ['run', 'implementation', 'shape', 'params', 'tokens/s', 'model GFLOP/s', 'loss (first → last)'],
+      lmRows,
+    ),
+    '',
+  );
+  for (const x of runs)
+    if (x.errors.nanogpt) out.push(`- ${x.label}: nanogpt did not run: ${x.errors.nanogpt}`);
   out.push('');
 
   const checks = runs.filter((x) => x.fusedAdamCheck);
   if (checks.length) {
-    out.push('### Fused Adam (fused-adam.ts) vs tfjs Adam, 6 variables of the tiny model\'s shapes', '');
-    out.push(table(['run', 'max |Δw| / max |w| after 3 steps', 'tfjs Adam ms/step', 'fused ms/step', 'speed-up'], checks.map((x) => [
-      x.label, x.fusedAdamCheck!.maxRelDiff.toExponential(2), f(x.fusedAdamCheck!.plainMs, 1), f(x.fusedAdamCheck!.fusedMs, 1),
-      `${f(x.fusedAdamCheck!.plainMs / x.fusedAdamCheck!.fusedMs)}×`,
-    ])), '');
+    out.push("### Fused Adam (fused-adam.ts) vs tfjs Adam, 6 variables of the tiny model's shapes", '');
+    out.push(
+      table(
+        ['run', 'max |Δw| / max |w| after 3 steps', 'tfjs Adam ms/step', 'fused ms/step', 'speed-up'],
+        checks.map((x) => [
+          x.label,
+          x.fusedAdamCheck!.maxRelDiff.toExponential(2),
+          f(x.fusedAdamCheck!.plainMs, 1),
+          f(x.fusedAdamCheck!.fusedMs, 1),
+          `${f(x.fusedAdamCheck!.plainMs / x.fusedAdamCheck!.fusedMs)}×`,
+        ]),
+      ),
+      '',
+    );
   }
 
-  out.push('### Tensor memory of the four-model PPO (policy, ref, value, reward model + 2 Adam), random weights', '');
-  const mem = [...runs.flatMap((x) => x.memory.map((m) => ({ run: x.label, m }))), ...r.bigMemory.map((m) => ({ run: `node/${m.backend}`, m }))];
-  out.push(table(['run', 'shape', 'Adam', 'params/model', 'B, R', 'after step 1', 'weights + moments', 'peak in step 1', 'GPU allocated after step 1', 'steps', 'growth to last step', 'step-1 s'], mem.map(({ run, m }) => [
-    run, m.shape, m.adam, n0(m.params), `${m.batchSize}, ${m.responseLength}`, bytes(m.bytesAfterStep1), bytes(m.expectedBytes), bytes(m.peakBytesStep1),
-    m.gpuAfterStep1 ? bytes(m.gpuAfterStep1.numBytesAllocatedInGPU) : '—', `${m.steps}`,
-    `${bytes(m.growthBytes)}${m.gpuGrowthBytes != null ? ` (GPU pool ${bytes(m.gpuGrowthBytes)})` : ''}`, f(m.stepSeconds, 1),
-  ])), '');
-
-  const skipped = runs.filter((x) => x.skipped?.length).map((x) => `- ${x.label}: skipped ${x.skipped.join(', ')} (${r.quick ? '--quick' : 'plan'}; see planFor in src/bench/bench.ts)`);
-  const errs = runs.flatMap((x) => Object.entries(x.errors).filter(([k]) => k !== 'nanogpt').map(([k, v]) => `- ${x.label} ${k}: ${v}`));
-  const leaks = [
-    ...runs.filter((x) => x.tensorLeak !== 0).map((x) => `- ${x.label}: ${x.tensorLeak} tensors of ours alive after the sections that were not before`),
-    ...runs.filter((x) => x.nanogptTensorLeak).map((x) => `- ${x.label}: nanogpt's run left ${x.nanogptTensorLeak} tensors alive`),
+  out.push(
+    '### Tensor memory of the four-model PPO (policy, ref, value, reward model + 2 Adam), random weights',
+    '',
+  );
+  const mem = [
+    ...runs.flatMap((x) => x.memory.map((m) => ({ run: x.label, m }))),
+    ...r.bigMemory.map((m) => ({ run: `node/${m.backend}`, m })),
   ];
-  if (skipped.length || errs.length || leaks.length || r.notes.length) out.push('### Notes', '', ...r.notes.map((x) => `- ${x}`), ...skipped, ...errs, ...leaks, '');
+  out.push(
+    table(
+      [
+        'run',
+        'shape',
+        'Adam',
+        'params/model',
+        'B, R',
+        'after step 1',
+        'weights + moments',
+        'peak in step 1',
+        'GPU allocated after step 1',
+        'steps',
+        'growth to last step',
+        'step-1 s',
+      ],
+      mem.map(({ run, m }) => [
+        run,
+        m.shape,
+        m.adam,
+        n0(m.params),
+        `${m.batchSize}, ${m.responseLength}`,
+        bytes(m.bytesAfterStep1),
+        bytes(m.expectedBytes),
+        bytes(m.peakBytesStep1),
+        m.gpuAfterStep1 ? bytes(m.gpuAfterStep1.numBytesAllocatedInGPU) : '—',
+        `${m.steps}`,
+        `${bytes(m.growthBytes)}${m.gpuGrowthBytes != null ? ` (GPU pool ${bytes(m.gpuGrowthBytes)})` : ''}`,
+        f(m.stepSeconds, 1),
+      ]),
+    ),
+    '',
+  );
+
+  const skipped = runs
+    .filter((x) => x.skipped?.length)
+    .map(
+      (x) =>
+        `- ${x.label}: skipped ${x.skipped.join(', ')} (${r.quick ? '--quick' : 'plan'}; see planFor in src/bench/bench.ts)`,
+    );
+  const errs = runs.flatMap((x) =>
+    Object.entries(x.errors)
+      .filter(([k]) => k !== 'nanogpt')
+      .map(([k, v]) => `- ${x.label} ${k}: ${v}`),
+  );
+  const leaks = [
+    ...runs
+      .filter((x) => x.tensorLeak !== 0)
+      .map(
+        (x) => `- ${x.label}: ${x.tensorLeak} tensors of ours alive after the sections that were not before`,
+      ),
+    ...runs
+      .filter((x) => x.nanogptTensorLeak)
+      .map((x) => `- ${x.label}: nanogpt's run left ${x.nanogptTensorLeak} tensors alive`),
+  ];
+  if (skipped.length || errs.length || leaks.length || r.notes.length)
+    out.push('### Notes', '', ...r.notes.map((x) => `- ${x}`), ...skipped, ...errs, ...leaks, '');
   out.push(`Total time: ${f(r.seconds, 0)} s.`);
   return out.join('\n') + '\n';
 }
