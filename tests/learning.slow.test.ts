@@ -16,8 +16,17 @@ describe('PPO learns', () => {
 
   it('sentiment reward: last 10 of 30 steps clearly beat the first 10 (tiny model, WASM)', async () => {
     const cfg = validateConfig({
-      model: 'tiny', task: 'sentiment', seed: 1, steps: 30, batchSize: 16, miniBatches: 2, ppoEpochs: 2,
-      learningRate: 5e-4, valueLearningRate: 1e-3, klCoef: 0.02, responseLength: 16,
+      model: 'tiny',
+      task: 'sentiment',
+      seed: 1,
+      steps: 30,
+      batchSize: 16,
+      miniBatches: 2,
+      ppoEpochs: 2,
+      learningRate: 5e-4,
+      valueLearningRate: 1e-3,
+      klCoef: 0.02,
+      responseLength: 16,
     });
     const t = await buildTrainer(cfg, nodeResources);
     const rewards: number[] = [];
@@ -31,7 +40,9 @@ describe('PPO learns', () => {
     const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
     const first = mean(rewards.slice(0, 10));
     const last = mean(rewards.slice(20));
-    console.log(`sentiment reward: first 10 steps ${first.toFixed(3)}, last 10 ${last.toFixed(3)}; final KL ${kls[29].toFixed(3)}`);
+    console.log(
+      `sentiment reward: first 10 steps ${first.toFixed(3)}, last 10 ${last.toFixed(3)}; final KL ${kls[29].toFixed(3)}`,
+    );
     expect(last - first).toBeGreaterThan(0.15);
     for (const k of kls) expect(Number.isFinite(k)).toBe(true);
     expect(tf.getBackend()).toBe('wasm');

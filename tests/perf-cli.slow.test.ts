@@ -9,7 +9,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 
 function cli(args: string[]) {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], { encoding: 'utf8', timeout: 300_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+    encoding: 'utf8',
+    timeout: 300_000,
+  });
   const lines = r.stdout.trim().split('\n');
   return { code: r.status, stdout: r.stdout, stderr: r.stderr, last: lines[lines.length - 1] };
 }
@@ -17,10 +20,29 @@ function cli(args: string[]) {
 describe('cli bench', () => {
   it('--json: the headline keys on the last line; the tables in --out', { timeout: 300_000 }, () => {
     const out = path.join(mkdtempSync(path.join(tmpdir(), 'ppo-bench-')), 'bench.md');
-    const r = cli(['bench', '--quick', '--no-browser', '--sections', 'matmul', '--big-memory', 'none', '--json', '--out', out]);
+    const r = cli([
+      'bench',
+      '--quick',
+      '--no-browser',
+      '--sections',
+      'matmul',
+      '--big-memory',
+      'none',
+      '--json',
+      '--out',
+      out,
+    ]);
     expect(r.code, r.stderr).toBe(0);
     const j = JSON.parse(r.last);
-    for (const k of ['kvSpeedup', 'kvSpeedupWebgpu', 'updateMfu', 'vsNanogpt', 'gpt2FourModelBytes', 'memoryGrowthBytes']) expect(k in j).toBe(true);
+    for (const k of [
+      'kvSpeedup',
+      'kvSpeedupWebgpu',
+      'updateMfu',
+      'vsNanogpt',
+      'gpt2FourModelBytes',
+      'memoryGrowthBytes',
+    ])
+      expect(k in j).toBe(true);
     expect(j.targets.updateMfu.target).toBe('≥ 0.5');
     expect(j.runs[0].matmul.map((m: { n: number }) => m.n)).toEqual([512, 1024]);
     expect(j.runs[0].matmul[0].gflops).toBeGreaterThan(0);

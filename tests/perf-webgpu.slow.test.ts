@@ -10,7 +10,11 @@ import { chromiumPath, runBrowserBench } from '../scripts/bench-browser';
 describe.skipIf(!chromiumPath())('fused Adam in Chromium', () => {
   it('matches tfjs Adam on webgpu and wasm', { timeout: 240_000 }, async () => {
     const s = await runBrowserBench({
-      backends: ['webgpu', 'wasm'], quick: true, query: { mode: 'adamcheck' }, timeoutSeconds: () => 150, log: () => {},
+      backends: ['webgpu', 'wasm'],
+      quick: true,
+      query: { mode: 'adamcheck' },
+      timeoutSeconds: () => 150,
+      log: () => {},
     });
     for (const r of s.results) {
       expect(r.error).toBeNull();

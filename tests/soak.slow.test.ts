@@ -16,7 +16,14 @@ describe('soak', () => {
 
   it('500 steps: tf.memory() tensors and bytes are flat', async () => {
     const cfg = validateConfig({
-      model: 'tiny', task: 'sentiment', seed: 2, steps: 500, batchSize: 2, miniBatches: 1, ppoEpochs: 1, responseLength: 4,
+      model: 'tiny',
+      task: 'sentiment',
+      seed: 2,
+      steps: 500,
+      batchSize: 2,
+      miniBatches: 1,
+      ppoEpochs: 1,
+      responseLength: 4,
     });
     const t = await buildTrainer(cfg, nodeResources);
     await t.trainStep();
@@ -25,7 +32,9 @@ describe('soak', () => {
     const t0 = performance.now();
     for (let i = 2; i < 500; i++) await t.trainStep();
     const end = tf.memory();
-    console.log(`soak: 498 steps in ${((performance.now() - t0) / 1000).toFixed(0)} s; tensors ${start.numTensors} → ${end.numTensors}, bytes ${start.numBytes} → ${end.numBytes}`);
+    console.log(
+      `soak: 498 steps in ${((performance.now() - t0) / 1000).toFixed(0)} s; tensors ${start.numTensors} → ${end.numTensors}, bytes ${start.numBytes} → ${end.numBytes}`,
+    );
     expect(t.step).toBe(500);
     expect(end.numTensors).toBe(start.numTensors);
     expect(end.numBytes).toBe(start.numBytes);
