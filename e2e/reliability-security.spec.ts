@@ -1,6 +1,7 @@
 import { test, expect } from '@playwright/test';
 import { watchConsole } from './console';
 import { openWorkerPage } from './worker-page';
+import type { ModelWorkerApi } from '../src/worker/protocol';
 
 /**
  * The reward-code sandbox (src/worker/reward-sandbox.worker.ts) against code that tries to reach past it: the
@@ -9,13 +10,7 @@ import { openWorkerPage } from './worker-page';
  * network.
  */
 
-interface W {
-  init(pref: string): Promise<{ backend: string }>;
-  configure(c: Record<string, unknown>): Promise<{ step: number }>;
-  subscribe(cb: unknown): Promise<unknown>;
-  setRewardCode(code: string | null): Promise<{ reward?: string }>;
-  stepOnce(): Promise<{ step: number; state: string }>;
-}
+type W = ModelWorkerApi;
 type Ev = { type: string; message?: string };
 
 declare global {

@@ -1,6 +1,7 @@
 import { test, expect, type Page } from '@playwright/test';
 import { watchConsole } from './console';
 import { openWorkerPage } from './worker-page';
+import type { AutosaveInfoWire, BackendPref, ModelWorkerApi, RunStatus } from '../src/worker/protocol';
 
 /**
  * Reliability of the model worker (src/worker/reliability.ts), driven through e2e/pages/worker.html:
@@ -11,43 +12,10 @@ import { openWorkerPage } from './worker-page';
  *    autosave and running on.
  */
 
-/** The part of the worker API (protocol.ts ModelWorkerApi) these specs call. */
-interface RelWorker {
-  init(
-    pref: string,
-  ): Promise<{ backend: string; adapter: { isSoftware: boolean } | null; notice: string | null }>;
-  configure(c: Record<string, unknown>): Promise<Status>;
-  subscribe(cb: unknown): Promise<Status>;
-  subscribeReliability(cb: unknown): Promise<AutosaveInfo | null>;
-  start(): Promise<Status>;
-  pause(): Promise<Status>;
-  stepOnce(): Promise<Status>;
-  reset(): Promise<Status>;
-  history(): Promise<Record<string, number>[]>;
-  memory(): Promise<{ backend: string }>;
-  loadModel(source: unknown): Promise<{ label: string; params: number }>;
-  autosaveInfo(): Promise<AutosaveInfo | null>;
-  resumeAutosave(): Promise<Status>;
-  discardAutosave(): Promise<void>;
-  debugLoseDevice(): Promise<void>;
-}
-interface Status {
-  state: string;
-  phase: string;
-  step: number;
-  steps: number;
-  config: Record<string, unknown>;
-  model?: { label: string } | null;
-}
-interface AutosaveInfo {
-  step: number;
-  savedAt: number;
-  config: Record<string, unknown>;
-  label: string;
-  historyLength: number;
-  bytes: number;
-  current: boolean;
-}
+/** The worker's own types (src/worker/protocol.ts). */
+type RelWorker = ModelWorkerApi;
+type Status = RunStatus;
+type AutosaveInfo = AutosaveInfoWire;
 type Ev = { type: string; [k: string]: unknown };
 
 declare global {
@@ -68,7 +36,7 @@ const TINY = {
 };
 
 /** Open the worker page, choose a backend, and collect both event streams (see e2e/worker-train.spec.ts). */
-async function open(page: Page, backend: string, navigate = true) {
+async function open(page: Page, backend: BackendPref, navigate = true) {
   if (navigate) await openWorkerPage(page);
   return page.evaluate(async (pref) => {
     const w = window.modelWorker as unknown as RelWorker;

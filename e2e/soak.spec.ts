@@ -1,4 +1,5 @@
 import { test, expect, type Page } from '@playwright/test';
+import type { BackendPref, MemoryReport, ModelWorkerApi, TrainerEvent } from '../src/worker/protocol';
 import { watchConsole } from './console';
 import { openWorkerPage } from './worker-page';
 
@@ -16,33 +17,12 @@ import { openWorkerPage } from './worker-page';
  *    SOAK_WEBGPU_STEPS=500 runs the full length (hours on SwiftShader; minutes on a real GPU).
  */
 
-interface Memory {
-  numTensors: number;
-  numBytes: number;
-  backend: string;
-  numBytesInGPU?: number;
-  numBytesAllocatedInGPU?: number;
-}
+type Memory = MemoryReport;
 interface Sample extends Memory {
   step: number;
 }
-interface Status {
-  state: string;
-  step: number;
-}
-interface SoakWorker {
-  init(pref: string): Promise<{ backend: string; adapter: { isSoftware: boolean } | null }>;
-  configure(c: Record<string, unknown>): Promise<Status>;
-  subscribe(cb: unknown): Promise<Status>;
-  start(): Promise<Status>;
-  memory(): Promise<Memory>;
-  discardAutosave(): Promise<void>;
-}
-type Ev =
-  | { type: 'step'; metrics: { step: number }; memory?: Memory }
-  | { type: 'status'; status: Status }
-  | { type: 'error'; message: string }
-  | { type: 'progress' };
+type SoakWorker = ModelWorkerApi;
+type Ev = TrainerEvent;
 
 declare global {
   interface Window {
@@ -75,7 +55,7 @@ const WEBGPU = {
 
 async function soak(
   page: Page,
-  backend: string,
+  backend: BackendPref,
   run: { steps: number; config: Record<string, unknown> },
   timeoutMs: number,
 ) {

@@ -1,4 +1,5 @@
 import { test, expect } from '@playwright/test';
+import type { TrainerEvent } from '../src/worker/protocol';
 import { createServer, type Server } from 'node:http';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
@@ -56,12 +57,7 @@ test.afterAll(async () => {
   await new Promise((r) => server.close(r));
 });
 
-interface Progress {
-  type: 'progress';
-  task: string;
-  fraction: number | null;
-  message: string;
-}
+type Progress = Extract<TrainerEvent, { type: 'progress' }>;
 
 test('(d) Hub loader: progress while downloading, then served from Cache Storage with no request', async ({
   page,

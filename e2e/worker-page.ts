@@ -1,29 +1,12 @@
 import type { Page } from '@playwright/test';
 
+import type { ModelWorkerApi } from '../src/worker/protocol';
+
 /**
- * The part of the worker's API (src/worker/protocol.ts) the specs call, restated because the e2e project
- * (tsconfig.node.json) does not reference the worker's. e2e/pages/worker.html puts the app's model worker,
- * wrapped by comlink, on `window.modelWorker`; use it inside page.evaluate.
+ * The model worker's API (src/worker/protocol.ts, types only). e2e/pages/worker.html puts the app's model
+ * worker, wrapped by comlink, on `window.modelWorker`; use it inside page.evaluate.
  */
-export interface WorkerUnderTest {
-  init(
-    pref: string,
-  ): Promise<{ backend: string; adapter: { architecture: string; isSoftware: boolean } | null }>;
-  setBackend(pref: string): Promise<{ backend: string }>;
-  loadModel(
-    source: { kind: 'builtin'; name: 'tiny' } | { kind: 'url'; baseUrl: string },
-  ): Promise<{ params: number }>;
-  generate(req: {
-    prompt: string;
-    maxNewTokens: number;
-    temperature: number;
-    topK: number;
-    topP: number;
-    seed: number;
-  }): Promise<{ tokens: number[]; logprobs: number[]; text: string }>;
-  memory(): Promise<{ numTensors: number; numBytes: number }>;
-  forwardLogits(ids: number[][], mask: number[][]): Promise<number[][][]>;
-}
+export type WorkerUnderTest = ModelWorkerApi;
 
 declare global {
   interface Window {

@@ -4,6 +4,7 @@ import { unzipSync } from 'fflate';
 import { watchConsole } from './console';
 import { openWorkerPage } from './worker-page';
 import { REQUIRED_METRICS } from '../src/core/ppo/metrics';
+import type { BackendPref, BackendReport, RunStatus, TrainerEvent } from '../src/worker/protocol';
 
 /**
  * The training side of the model worker (src/worker/protocol.ts WorkerApi), driven directly through
@@ -11,53 +12,8 @@ import { REQUIRED_METRICS } from '../src/core/ppo/metrics';
  * export / import, and user reward code in its sandbox worker.
  */
 
-/** The part of the training API these specs call (e2e cannot import the worker project's types). */
-interface TrainWorker {
-  init(
-    pref: string,
-  ): Promise<{ backend: string; adapter: { architecture: string; isSoftware: boolean } | null }>;
-  configure(c: Record<string, unknown>): Promise<Status>;
-  subscribe(cb: unknown): Promise<Status>;
-  start(): Promise<Status>;
-  pause(): Promise<Status>;
-  stepOnce(): Promise<Status>;
-  reset(): Promise<Status>;
-  setHyperparameters(p: Record<string, unknown>): Promise<Status>;
-  setRewardCode(code: string | null): Promise<Status>;
-  exportCheckpoint(): Promise<{ name: string; bytes: Uint8Array }>;
-  importCheckpoint(
-    bytes: Uint8Array,
-  ): Promise<{ step: number; historyLength: number; config: Record<string, unknown> }>;
-  exportMetrics(format: 'csv' | 'json'): Promise<string>;
-  exportTrlConfig(): Promise<string>;
-  history(): Promise<Record<string, number>[]>;
-  memory(): Promise<{ numTensors: number; numBytes: number; backend: string }>;
-  generate(req: Record<string, unknown>): Promise<{ tokens: number[] }>;
-}
-interface Status {
-  state: string;
-  phase: string;
-  step: number;
-  steps: number;
-  config: Record<string, unknown>;
-  reward?: string;
-}
-type Event =
-  | { type: 'status'; status: Status }
-  | {
-      type: 'step';
-      metrics: Record<string, number>;
-      samples: {
-        prompt: string;
-        response: string;
-        score: number;
-        kl: number;
-        tokens: { text: string; logprob: number; kl: number; advantage: number }[];
-      }[];
-      alerts: unknown[];
-    }
-  | { type: 'progress'; task: string; fraction: number | null; message: string }
-  | { type: 'error'; message: string; userError: boolean };
+type Status = RunStatus;
+type Event = TrainerEvent;
 
 declare global {
   interface Window {
@@ -81,13 +37,10 @@ const TINY = {
  * comlink proxy made by the page's own comlink instance (its proxy marker is a module-local Symbol), so the
  * module is imported again from the URL the page loaded it from.
  */
-async function openAndSubscribe(
-  page: Page,
-  backend: string,
-): Promise<{ backend: string; adapter: { architecture: string; isSoftware: boolean } | null }> {
+async function openAndSubscribe(page: Page, backend: BackendPref): Promise<BackendReport> {
   await openWorkerPage(page);
   return page.evaluate(async (pref) => {
-    const w = window.modelWorker as unknown as TrainWorker;
+    const w = window.modelWorker;
     const report = await w.init(pref);
     const url = performance
       .getEntriesByType('resource')
@@ -127,7 +80,7 @@ test.describe('training in the model worker', () => {
     const report = await openAndSubscribe(page, 'webgpu');
     expect(report.backend).toBe('webgpu');
     const r = await page.evaluate(async (cfg) => {
-      const w = window.modelWorker as unknown as TrainWorker;
+      const w = window.modelWorker;
       const configured = await w.configure(cfg);
       const first = await w.stepOnce();
       const live = await w.setHyperparameters({ klCoef: 0.3, learningRate: 2e-4 });
@@ -177,7 +130,7 @@ test.describe('training in the model worker', () => {
     await openAndSubscribe(page, 'wasm');
     const r = await page.evaluate(
       async (cfg) => {
-        const w = window.modelWorker as unknown as TrainWorker;
+        const w = window.modelWorker;
         await w.configure(cfg);
         await w.stepOnce();
         await w.stepOnce();
@@ -207,9 +160,7 @@ test.describe('training in the model worker', () => {
         }
         const afterBad = await w.history();
         // Switching backend carries the run over (saved as checkpoint files, restored on the new backend).
-        const switched = await (
-          w as unknown as { setBackend(p: string): Promise<{ backend: string }> }
-        ).setBackend('cpu');
+        const switched = await w.setBackend('cpu');
         const afterSwitch = await w.history();
         const onCpu = await w.stepOnce();
         return {
@@ -303,7 +254,7 @@ test.describe('training in the model worker', () => {
     test.setTimeout(300_000);
     await openAndSubscribe(page, 'wasm');
     const r = await page.evaluate(async (cfg) => {
-      const w = window.modelWorker as unknown as TrainWorker;
+      const w = window.modelWorker;
       await w.configure(cfg);
       const caught: string[] = [];
       try {
@@ -374,20 +325,7 @@ test('(e) uploaded model files, and a reward model trained from a preference fil
   const consoleWatch = watchConsole(page);
   await openAndSubscribe(page, 'wasm');
   const r = await page.evaluate(async (cfg) => {
-    type W = TrainWorker & {
-      loadModel(s: unknown): Promise<{ label: string; params: number }>;
-      trainRewardModel(
-        jsonl: string,
-        o?: unknown,
-      ): Promise<{
-        pairs: number;
-        heldOut: number;
-        trainAccuracy: number;
-        heldOutAccuracy: number;
-        skipped: string[];
-      }>;
-    };
-    const w = window.modelWorker as unknown as W;
+    const w = window.modelWorker;
     const read = async (f: string) => new Uint8Array(await (await fetch(`/models/tiny/${f}`)).arrayBuffer());
     const files = [
       { name: 'my-tiny/config.json', bytes: await read('config.json') },
