@@ -6,8 +6,6 @@ import type { AddressInfo } from 'node:net';
 import { useCpu } from './helpers/backend';
 import {
   checkRepoId,
-  checkTrainingMemory,
-  countParams,
   downloadHubFile,
   hubFileUrl,
   hubFiles,
@@ -16,7 +14,8 @@ import {
   type HubCache,
   type HubFetch,
   type HubProgress,
-} from '../src/core/hub';
+} from '../src/services/hub';
+import { checkTrainingMemory, paramCount } from '../src/core/model/size';
 import { loadLM, readConfig } from '../src/core/model/folder';
 import { isUserError } from '../src/core/errors';
 
@@ -212,10 +211,13 @@ describe('memory estimate', () => {
       eos_token_id: 50256,
       tokenizer: 'gpt2-bpe',
     } as const;
-    expect(countParams(cfg)).toBe(124_439_808);
-    expect(checkTrainingMemory(cfg, 'openai-community/gpt2', 8 * 1024 ** 3).bytes).toBe(124_439_808 * 32);
+    expect(paramCount(cfg)).toBe(124_439_808);
+    // Policy P, reference P, value model S = P + 768 (its score head), Adam 2·(P + S), gradients P + S.
+    const P = 124_439_808;
+    const S = P + 768;
+    expect(checkTrainingMemory(cfg, 'openai-community/gpt2', 8 * 1024 ** 3).bytes).toBe((5 * P + 4 * S) * 4);
     expect(() => checkTrainingMemory(cfg, 'openai-community/gpt2', 2 * 1024 ** 3)).toThrow(
-      /^openai-community\/gpt2 has 124\.4 M parameters; training it needs about 3\.7 GB .* over the 2\.0 GB budget here\. Choose a smaller model/,
+      /^openai-community\/gpt2 has 124\.4 M parameters; training it needs ≈ 4\.5 GB of weights, gradients and optimiser state \(policy 0\.50, reference 0\.50, value 0\.50, Adam 1\.99, gradients 1\.00 GB\), over the 2\.1 GB budget here\. Choose a smaller model/,
     );
   });
 });

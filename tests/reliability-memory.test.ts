@@ -1,11 +1,11 @@
 /**
- * Memory before loading (src/worker/device-limits.ts, src/core/hub.ts): a model is refused with words, from its
+ * Memory before loading (src/worker/device-limits.ts, src/core/model/size.ts): a model is refused with words, from its
  * config.json alone, when the backend cannot hold it — GPT-2's wte over a 128 MiB WebGPU storage binding, a
  * training state over the WASM heap or over the device-memory budget.
  */
 import { describe, it, expect } from 'vitest';
 import { parseGPT2Config } from '../src/core/model/config';
-import { checkTrainingMemory, countParams } from '../src/core/hub';
+import { checkTrainingMemory, paramCount } from '../src/core/model/size';
 import { checkDeviceLimits, largestTensor, WASM_HEAP_BYTES } from '../src/worker/device-limits';
 import { isUserError } from '../src/core/errors';
 
@@ -36,7 +36,7 @@ function messageOf(f: () => void): string {
 describe('memory and device limits, before loading', () => {
   it("finds GPT-2's largest tensor: wte, 50257 × 768 float32", () => {
     expect(largestTensor(gpt2)).toEqual({ name: 'wte.weight', shape: [50257, 768], bytes: 50257 * 768 * 4 });
-    expect(countParams(gpt2)).toBe(124_439_808);
+    expect(paramCount(gpt2)).toBe(124_439_808);
   });
 
   it('WebGPU: refuses GPT-2 where one storage binding is limited to 128 MiB, accepts it with 256 MiB', () => {
@@ -68,10 +68,10 @@ describe('memory and device limits, before loading', () => {
     expect(messageOf(() => checkDeviceLimits(gpt2, 'gpt2', null))).toBe('');
   });
 
-  it("WASM: GPT-2's training state (4 GB) is over the 4 GB heap; distilgpt2 fits", () => {
+  it("WASM: GPT-2's training state (4.5 GB) is over the heap's 3.2 GB share; distilgpt2 fits", () => {
     const wasm = { backend: 'wasm' as const, heapBytes: WASM_HEAP_BYTES };
     expect(messageOf(() => checkDeviceLimits(gpt2, 'gpt2', wasm))).toMatch(
-      /^gpt2 has 124\.4 M parameters; training it needs about 3\.7 GB .* more than the WASM backend can hold/,
+      /^gpt2 has 124\.4 M parameters; training it needs ≈ 4\.5 GB of weights, gradients and optimiser state \(policy 0\.50, reference 0\.50, value 0\.50, Adam 1\.99, gradients 1\.00 GB\), more than the WASM backend can hold \(its memory stops at 4\.3 GB, and 75% of it, 3\.2 GB, may go to the run\)/,
     );
     expect(messageOf(() => checkDeviceLimits(distil, 'distilgpt2', wasm))).toBe('');
     // Loading GPT-2 to generate with is fine (0.5 GB of weights); a 3 B-parameter-sized one is not.
@@ -90,7 +90,7 @@ describe('memory and device limits, before loading', () => {
 
   it('the device-memory budget refuses with the numbers', () => {
     expect(messageOf(() => checkTrainingMemory(gpt2, 'gpt2', 2 * 1024 ** 3))).toMatch(
-      /^gpt2 has 124\.4 M parameters; training it needs about 3\.7 GB .* over the 2\.0 GB budget here/,
+      /^gpt2 has 124\.4 M parameters; training it needs ≈ 4\.5 GB of weights, gradients and optimiser state .* over the 2\.1 GB budget here/,
     );
     expect(checkTrainingMemory(tiny, 'tiny', 2 * 1024 ** 3).params).toBeGreaterThan(1e6);
   });

@@ -9,12 +9,10 @@
  * A download streams the body, reporting progress from Content-Length, and refuses a file over `maxFileBytes`
  * before reading it whole. A file found in the cache needs no network at all.
  *
- * Also here: the memory estimate for training a model, checked against a budget before anything is loaded.
+ * The memory a model needs (checked from its config.json before these downloads) is src/core/model/size.ts.
  */
-import { UserError } from './errors';
-import type { ModelFiles } from './model/folder';
-import type { GPT2Config } from './model/config';
-import { trunkParamSpecs } from './model/specs';
+import { UserError } from '../core/errors';
+import type { ModelFiles } from '../core/model/folder';
 
 export const HUB_BASE = 'https://huggingface.co';
 /** The only files fetched from the Hub. */
@@ -220,38 +218,4 @@ export function hubFiles(repo: string, opts: HubOptions): ModelFiles {
     label,
     read: async (name) => (HUB_FILES.includes(name) ? downloadHubFile(repo, name, opts) : null),
   };
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Memory estimate, before loading
-
-/** Trainable parameters of a GPT-2 (tied LM head counted once). */
-export function countParams(config: GPT2Config): number {
-  return trunkParamSpecs(config).reduce((n, s) => n + s.shape.reduce((a, b) => a * b, 1), 0);
-}
-
-/** Copies of the weights a PPO run holds: 4 models + Adam's 2 moments for each of the 2 trainable ones. */
-export const TRAINING_WEIGHT_COPIES = 4 + 2 * 2;
-
-/** Bytes of float32 weights and optimiser state for training (activations come on top). */
-export function trainingBytes(params: number): number {
-  return params * TRAINING_WEIGHT_COPIES * 4;
-}
-
-/** Throws a UserError when training `config` would need more than `budgetBytes`. */
-export function checkTrainingMemory(
-  config: GPT2Config,
-  label: string,
-  budgetBytes: number,
-): { params: number; bytes: number } {
-  const params = countParams(config);
-  const bytes = trainingBytes(params);
-  if (bytes > budgetBytes) {
-    throw new UserError(
-      `${label} has ${(params / 1e6).toFixed(1)} M parameters; training it needs about ${gb(bytes)} ` +
-        `(policy, reference, value and reward models plus Adam's two moments for the policy and value, in float32), ` +
-        `over the ${gb(budgetBytes)} budget here. Choose a smaller model (e.g. distilbert/distilgpt2 or tiny).`,
-    );
-  }
-  return { params, bytes };
 }

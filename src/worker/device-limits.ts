@@ -9,11 +9,21 @@
  *   so refuse first.
  * - WASM: every tensor lives in one WebAssembly heap of at most 4 GB (wasm32), so the weights of the four
  *   models and the two Adam moments must fit, with room left for activations.
- * The total budget against the device's memory (hub.ts checkTrainingMemory) applies on every backend.
+ * The total budget against the device's memory (size.ts checkTrainingMemory) applies on every backend.
+ * Sizes and estimates: src/core/model/size.ts.
  */
 import type { GPT2Config } from '../core/model/config';
-import { trunkParamSpecs } from '../core/model/specs';
-import { trainingBytes, countParams } from '../core/hub';
+import {
+  estimateRunMemory,
+  fixedBytes,
+  formatParts,
+  formatGB,
+  largestTensor,
+  paramCount,
+  PPO_DEFAULTS,
+  WASM_HEAP_BYTES,
+  WASM_HEAP_SHARE,
+} from '../core/model/size';
 import { UserError } from '../core/errors';
 import type { BackendName } from './protocol';
 
@@ -26,23 +36,9 @@ export interface DeviceLimits {
   heapBytes?: number;
 }
 
-/** tfjs-backend-wasm 4.22's emscripten heap maximum (getHeapMax()). */
-export const WASM_HEAP_BYTES = 4294901760;
-/** Share of the WASM heap the weights and optimiser state may take (the rest: activations, the rollout). */
-export const WASM_HEAP_SHARE = 0.75;
+export { largestTensor, WASM_HEAP_BYTES, WASM_HEAP_SHARE };
 
 const mib = (n: number): string => `${(n / 1024 ** 2).toFixed(0)} MiB`;
-const gb = (n: number): string => `${(n / 1024 ** 3).toFixed(1)} GB`;
-
-/** The biggest single weight tensor of the model (float32). */
-export function largestTensor(config: GPT2Config): { name: string; shape: number[]; bytes: number } {
-  let best = { name: '', shape: [] as number[], bytes: 0 };
-  for (const s of trunkParamSpecs(config)) {
-    const bytes = s.shape.reduce((a, b) => a * b, 1) * 4;
-    if (bytes > best.bytes) best = { name: s.name, shape: s.shape, bytes };
-  }
-  return best;
-}
 
 /**
  * Throws a UserError naming the limit when `config` cannot be held by the backend described by `limits`.
@@ -74,24 +70,29 @@ export function checkDeviceLimits(
   }
   if (limits.backend === 'wasm') {
     const heap = limits.heapBytes ?? WASM_HEAP_BYTES;
-    const params = countParams(config);
-    const need = trainingBytes(params);
+    const params = paramCount(config);
+    const estimate = estimateRunMemory(
+      config,
+      { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
+      PPO_DEFAULTS,
+    );
+    const need = fixedBytes(estimate);
     if (purpose === 'load') {
       // The weights, and their copy on the way in.
       if (params * 4 * 2 > heap * WASM_HEAP_SHARE) {
         throw new UserError(
-          `${label} has ${(params / 1e6).toFixed(1)} M parameters (${gb(params * 4)} of weights), more than the ` +
-            `WASM backend can hold (its memory stops at ${gb(heap)}). Choose WebGPU on a GPU, or a smaller model.`,
+          `${label} has ${(params / 1e6).toFixed(1)} M parameters (${formatGB(params * 4)} of weights), more than the ` +
+            `WASM backend can hold (its memory stops at ${formatGB(heap)}). Choose WebGPU on a GPU, or a smaller model.`,
         );
       }
       return;
     }
     if (need > heap * WASM_HEAP_SHARE) {
       throw new UserError(
-        `${label} has ${(params / 1e6).toFixed(1)} M parameters; training it needs about ${gb(need)} for the ` +
-          `four models and Adam's moments, more than the WASM backend can hold (its memory stops at ${gb(heap)}, ` +
-          `and ${Math.round(WASM_HEAP_SHARE * 100)}% of it may go to weights). Choose WebGPU on a GPU, or a ` +
-          'smaller model (e.g. distilbert/distilgpt2 or tiny).',
+        `${label} has ${(params / 1e6).toFixed(1)} M parameters; training it needs ≈ ${formatGB(need)} of ` +
+          `weights, gradients and optimiser state (${formatParts(estimate)}), more than the WASM backend can hold (its memory stops at ` +
+          `${formatGB(heap)}, and ${Math.round(WASM_HEAP_SHARE * 100)}% of it, ${formatGB(heap * WASM_HEAP_SHARE)}, ` +
+          'may go to the run). Choose WebGPU on a GPU, or a smaller model (e.g. distilbert/distilgpt2 or tiny).',
       );
     }
   }

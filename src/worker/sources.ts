@@ -2,7 +2,7 @@
  * Where models and tasks come from, in the browser. A config's `model` string names a model:
  *   "tiny"                       the built-in model (public/models/tiny, served at models/tiny/)
  *   "org/name" or "org/name@rev" a Hugging Face Hub repo (config.json + model.safetensors over https from
- *                                huggingface.co only, cached in Cache Storage: src/core/hub.ts)
+ *                                huggingface.co only, cached in Cache Storage: src/services/hub.ts)
  *   "http(s)://…", "/…", "./…"   a folder served over HTTP
  *   "uploaded:NAME"              files the person picked (held in memory by this worker)
  *   "preference-reward-model"    the reward model trained from a preference file (held in memory)
@@ -13,13 +13,13 @@ import type { Resources } from '../core/ppo/setup';
 import { parseTask, taskUrl, type Task } from '../core/tasks';
 import {
   checkRepoId,
-  checkTrainingMemory,
   hubFiles,
   isHubRepoId,
   MAX_HUB_FILE_BYTES,
   type HubCache,
   type HubProgress,
-} from '../core/hub';
+} from '../services/hub';
+import { checkTrainingMemory } from '../core/model/size';
 import { UserError } from '../core/errors';
 import { builtinModelUrl, fetchFiles } from './files-web';
 import { checkDeviceLimits, type DeviceLimits } from './device-limits';

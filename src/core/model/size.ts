@@ -1,0 +1,357 @@
+/**
+ * How big a model is and how much memory a run on it holds, from its config.json alone (before any weight is
+ * read). The one place for these numbers: the worker's checks before loading (src/worker/sources.ts,
+ * src/worker/device-limits.ts), the CLI's (src/cli/preflight.ts) and the memory bench (src/bench/perf/memory.ts).
+ *
+ * A run holds, in float32:
+ *   base         the policy's weights (with LoRA: the one frozen base the policy, reference and value views share)
+ *   reference    the frozen reference policy (none with LoRA: the base with adapters off is the reference)
+ *   value        the value model (a trunk of its own + a scalar head; 'shared': a head only; 'none': critic-free)
+ *   rewardModel  a learned reward model (a trunk + a head), when the reward is one
+ *   adapters     LoRA's A and B matrices (policy, and the value model when it shares the base)
+ *   adam         Adam's two moments, m and v, per trainable parameter
+ *   gradients    one gradient per trainable parameter, all held at once during the joint update (ppo/update.ts)
+ *   activations  the rest of the peak: the largest of the three phases' working tensors (generate: the KV cache;
+ *                score: the forwards of every model over a minibatch inside one tidy; update: one forward kept
+ *                for its backward, plus the gradients), from batch × (prompt + response) × width × layers, the
+ *                attention scores and the logits B·T·V. With gradients counted apart, a peak in the generate or
+ *                score phase (gradients not live) shows as activations = peak − gradients.
+ * The activation constants count tensors as `tf.memory().numBytes` does (a reshape's view counts again); they
+ * are checked against measured peaks on the CPU backend (tests/size.test.ts, within 25%).
+ */
+import type { GPT2Config } from './config';
+import { trunkParamSpecs, scoreHeadSpecs } from './specs';
+import { loraModules, type LoraTarget } from './lora';
+import { UserError } from '../errors';
+
+export const FLOAT32_BYTES = 4;
+
+type Shape = Pick<GPT2Config, 'vocab_size' | 'n_positions' | 'n_embd' | 'n_layer' | 'n_head'>;
+
+const product = (shape: number[]): number => shape.reduce((a, b) => a * b, 1);
+
+/** Parameters of a GPT-2 LM, the tied head counted once (GPT-2 124M: 124,439,808). */
+export function paramCount(c: Shape): number {
+  return trunkParamSpecs(c as GPT2Config).reduce((n, s) => n + product(s.shape), 0);
+}
+
+/** Parameters of a scalar model (value or reward model): a trunk and GPT2ForSequenceClassification's score head. */
+export function scalarParamCount(c: Shape): number {
+  return paramCount(c) + scoreHeadSpecs(c as GPT2Config).reduce((n, s) => n + product(s.shape), 0);
+}
+
+/** The biggest single weight tensor of the model (float32). */
+export function largestTensor(c: Shape): { name: string; shape: number[]; bytes: number } {
+  let best = { name: '', shape: [] as number[], bytes: 0 };
+  for (const s of trunkParamSpecs(c as GPT2Config)) {
+    const bytes = product(s.shape) * FLOAT32_BYTES;
+    if (bytes > best.bytes) best = { name: s.name, shape: s.shape, bytes };
+  }
+  return best;
+}
+
+/** LoRA settings as the estimate needs them: rank r and the adapted Conv1D layers. */
+export interface LoraShape {
+  r: number;
+  targets: readonly LoraTarget[];
+}
+
+/** Parameters of one LoRA adapter set: A [r, in] and B [out, r] per adapted module. */
+export function loraParamCount(c: Shape, lora: LoraShape): number {
+  return loraModules(c as GPT2Config, lora.targets).reduce((n, m) => n + lora.r * (m.in + m.out), 0);
+}
+
+/** The sizes of a run that its memory depends on. */
+export interface RunShape {
+  /** Sequences per rollout. */
+  batchSize: number;
+  /** Minibatches per epoch: the scoring forwards and the updates run over batchSize / miniBatches rows. */
+  miniBatches: number;
+  /** Prompt tokens (the longest prompt, or n_positions − responseLength when unknown). */
+  promptLength: number;
+  responseLength: number;
+}
+
+/**
+ * What a run builds. `lora` absent: full fine-tuning (every policy weight trainable, a full reference copy).
+ * `valueModel`: 'separate' (PPO today: a trunk of its own), 'shared' (a head on the policy's base, with its own
+ * adapters under LoRA), 'none' (critic-free algorithms).
+ */
+export interface RunMemoryOptions {
+  lora?: LoraShape;
+  valueModel: 'separate' | 'shared' | 'none';
+  rewardModel: boolean;
+}
+
+export interface MemoryParts {
+  base: number;
+  reference: number;
+  value: number;
+  rewardModel: number;
+  adapters: number;
+  adam: number;
+  gradients: number;
+  activations: number;
+}
+
+export type MemoryPhase = 'generate' | 'score' | 'update';
+
+export interface MemoryEstimate {
+  /** Bytes, the sum of the parts. */
+  total: number;
+  parts: MemoryParts;
+  /** Parameters the optimiser updates. */
+  trainableParams: number;
+  /** The phase whose working tensors are the largest (what `activations` counts). */
+  peakPhase: MemoryPhase;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Activations, in floats, counted as tf.memory().numBytes counts them. Per token per layer of a forward kept whole
+// (inside a tidy, or on the tape for a backward): the block's tensors that scale with the width C (the layer
+// norms' intermediates, the qkv projection and its split, the heads' reshapes and transposes, the MLP's 4C hidden
+// and gelu's intermediates), and per head per key the attention scores, the bias, the softmax and their views.
+// Fitted on the CPU backend by varying one dimension at a time (n_layer, n_embd, n_head, T) and checked on other
+// shapes within 25% (tests/size.test.ts).
+/** Floats per token per layer that scale with n_embd. */
+export const ACT_PER_C = 42;
+/** Floats per token per layer per head per key position. */
+export const ACT_PER_HT = 6;
+/** Floats per token per n_embd outside the blocks (embeddings, positions, the final layer norm). */
+export const ACT_OUTSIDE_BLOCKS = 12;
+/** Floats per response token per vocabulary entry: the logits and the log-softmax of one LM while scoring. */
+export const LOGITS_SCORE = 3;
+/** The same while updating: the logits, log-softmax, entropy terms and their gradients. */
+export const LOGITS_UPDATE = 9;
+/** Forward-sized sets of tensors a backward holds: the forward's, kept on the tape, and the gradients tfjs keeps
+ * until the backward ends (it runs inside one tidy). */
+export const UPDATE_FORWARDS = 3;
+
+/** Floats held by one forward over n rows of T tokens, kept whole. */
+function forwardFloats(c: Shape, n: number, T: number): number {
+  const N = n * T;
+  return (
+    c.n_layer * N * (ACT_PER_C * c.n_embd + ACT_PER_HT * c.n_head * T) + ACT_OUTSIDE_BLOCKS * N * c.n_embd
+  );
+}
+
+/** Working floats of each phase (weights, optimiser state and gradients not included). */
+export function phaseFloats(
+  c: Shape,
+  run: RunShape,
+  models: { scorers: number },
+): Record<MemoryPhase, number> {
+  const T = run.promptLength + run.responseLength;
+  const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
+  const V = c.vocab_size;
+  // Generation: the KV cache (keys and values of every layer; the old and the new cache during a decode step)
+  // and the prompt's forward that fills it, over the whole batch.
+  const generate =
+    2 * 2 * run.batchSize * c.n_layer * T * c.n_embd +
+    forwardFloats(c, run.batchSize, run.promptLength) +
+    2 * run.batchSize * V;
+  // Scoring: every model's forward over a minibatch in one tidy, the two LMs' response logits.
+  const score = models.scorers * forwardFloats(c, mb, T) + LOGITS_SCORE * 2 * mb * run.responseLength * V;
+  // Update: one model's forward kept for its backward, the backward's transients, the response logits.
+  const update = UPDATE_FORWARDS * forwardFloats(c, mb, T) + LOGITS_UPDATE * mb * run.responseLength * V;
+  return { generate, score, update };
+}
+
+/** The memory a training run holds at its peak, broken down (bytes). */
+export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOptions): MemoryEstimate {
+  const P = paramCount(c);
+  const S = scalarParamCount(c);
+  const head = S - P;
+  const lora = opts.lora && opts.lora.r > 0 ? opts.lora : null;
+  const adapterSet = lora ? loraParamCount(c, lora) : 0;
+  const base = P;
+  let reference = 0;
+  let value = 0;
+  let adapters = 0;
+  let trainable: number;
+  if (lora) {
+    // One frozen base; the reference is the base with the adapters off. Only adapters (and a value head) train.
+    adapters = adapterSet;
+    trainable = adapterSet;
+    if (opts.valueModel === 'separate') {
+      value = S;
+      trainable += S;
+    } else if (opts.valueModel === 'shared') {
+      value = head;
+      adapters += adapterSet;
+      trainable += adapterSet + head;
+    }
+  } else {
+    reference = P;
+    trainable = P;
+    if (opts.valueModel === 'separate') {
+      value = S;
+      trainable += S;
+    } else if (opts.valueModel === 'shared') {
+      value = head;
+      trainable += head;
+    }
+  }
+  const rewardModel = opts.rewardModel ? S : 0;
+  // The models that run a forward while scoring: policy, reference, value (a trunk of its own), reward model.
+  const scorers = 2 + (opts.valueModel === 'separate' ? 1 : 0) + (opts.rewardModel ? 1 : 0);
+  const phases = phaseFloats(c, run, { scorers });
+  // Gradients are live during the update only: the peak is the largest of generate, score, update + gradients.
+  const withGrads = { ...phases, update: phases.update + trainable };
+  const peakPhase = (Object.keys(withGrads) as MemoryPhase[]).reduce((a, b) =>
+    withGrads[b] > withGrads[a] ? b : a,
+  );
+  const parts: MemoryParts = {
+    base: base * FLOAT32_BYTES,
+    reference: reference * FLOAT32_BYTES,
+    value: value * FLOAT32_BYTES,
+    rewardModel: rewardModel * FLOAT32_BYTES,
+    adapters: adapters * FLOAT32_BYTES,
+    adam: 2 * trainable * FLOAT32_BYTES,
+    gradients: trainable * FLOAT32_BYTES,
+    activations: (withGrads[peakPhase] - trainable) * FLOAT32_BYTES,
+  };
+  return { total: sum(parts), parts, trainableParams: trainable, peakPhase };
+}
+
+const sum = (parts: MemoryParts): number => Object.values(parts).reduce((a, b) => a + b, 0);
+
+function estimateOf(
+  parts: Partial<MemoryParts>,
+  trainableParams: number,
+  peakPhase: MemoryPhase,
+): MemoryEstimate {
+  const full: MemoryParts = {
+    base: 0,
+    reference: 0,
+    value: 0,
+    rewardModel: 0,
+    adapters: 0,
+    adam: 0,
+    gradients: 0,
+    activations: 0,
+    ...parts,
+  };
+  return { total: sum(full), parts: full, trainableParams, peakPhase };
+}
+
+/** Generating from one model (CLI `generate`): its weights, the KV cache and the prompt's forward. */
+export function estimateGenerateMemory(
+  c: Shape,
+  gen: { batchSize: number; promptLength: number; maxNewTokens: number },
+): MemoryEstimate {
+  const T = Math.min(c.n_positions, gen.promptLength + gen.maxNewTokens);
+  const floats =
+    2 * 2 * gen.batchSize * c.n_layer * T * c.n_embd +
+    forwardFloats(c, gen.batchSize, Math.min(gen.promptLength, T)) +
+    2 * gen.batchSize * c.vocab_size;
+  return estimateOf(
+    { base: paramCount(c) * FLOAT32_BYTES, activations: floats * FLOAT32_BYTES },
+    0,
+    'generate',
+  );
+}
+
+/**
+ * Training one model on sequences (SFT's next-token loss over every position, or a reward model's
+ * Bradley–Terry loss over 2 · pairs sequences): its weights, Adam, gradients, and one forward kept for the
+ * backward (with the logits B·T·V for an LM).
+ */
+export function estimateSequenceTrainingMemory(
+  c: Shape,
+  o: { sequences: number; seqLen: number; head: 'lm' | 'scalar' },
+): MemoryEstimate {
+  const P = o.head === 'lm' ? paramCount(c) : scalarParamCount(c);
+  const T = Math.min(c.n_positions, o.seqLen);
+  const logits = o.head === 'lm' ? LOGITS_UPDATE * o.sequences * T * c.vocab_size : 0;
+  const floats = UPDATE_FORWARDS * forwardFloats(c, o.sequences, T) + logits;
+  return estimateOf(
+    {
+      base: o.head === 'lm' ? P * FLOAT32_BYTES : 0,
+      value: o.head === 'scalar' ? P * FLOAT32_BYTES : 0,
+      adam: 2 * P * FLOAT32_BYTES,
+      gradients: P * FLOAT32_BYTES,
+      activations: floats * FLOAT32_BYTES,
+    },
+    P,
+    'update',
+  );
+}
+
+/** Weights and optimiser state: everything but the activations (what no batch size can shrink). */
+export function fixedBytes(e: MemoryEstimate): number {
+  return e.total - e.parts.activations;
+}
+
+const PART_LABELS: Record<keyof MemoryParts, string> = {
+  base: 'policy',
+  reference: 'reference',
+  value: 'value',
+  rewardModel: 'reward model',
+  adapters: 'LoRA adapters',
+  adam: 'Adam',
+  gradients: 'gradients',
+  activations: 'activations',
+};
+
+/** Decimal gigabytes, as the messages print them. */
+export function formatGB(bytes: number, digits = 1): string {
+  return `${(bytes / 1e9).toFixed(digits)} GB`;
+}
+
+/** "policy 0.50, reference 0.50, value 0.50, Adam 2.00, gradients 1.00 GB" (parts that are zero left out). */
+export function formatParts(e: MemoryEstimate): string {
+  const shown = (Object.keys(PART_LABELS) as (keyof MemoryParts)[])
+    .filter((k) => e.parts[k] > 0)
+    .map((k) => {
+      // With LoRA the base is shared by the policy, the reference and a shared value model.
+      const label = k === 'base' && e.parts.adapters > 0 ? 'base' : PART_LABELS[k];
+      return `${label} ${(e.parts[k] / 1e9).toFixed(2)}`;
+    });
+  return `${shown.join(', ')} GB`;
+}
+
+/** "≈ 4.6 GB: policy 0.50, reference 0.50, value 0.50, Adam 2.00, gradients 1.00, activations 0.06 GB". */
+export function formatEstimate(e: MemoryEstimate): string {
+  return `≈ ${formatGB(e.total)}: ${formatParts(e)}`;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Budgets and refusals
+
+/** tfjs-backend-wasm 4.22's emscripten heap maximum (getHeapMax(): 4 GiB less one 64 KiB page). */
+export const WASM_HEAP_BYTES = 4294901760;
+/** Share of the WASM heap a run's estimate may take (the rest: allocator slack, the rollout, transients). */
+export const WASM_HEAP_SHARE = 0.75;
+/** Share of the machine's (or the browser's reported) memory a run's estimate may take. */
+export const DEVICE_MEMORY_SHARE = 0.6;
+
+/** PPO as the engine builds it today: a separate value model, no LoRA; the reward model when it is a learned one. */
+export const PPO_DEFAULTS: RunMemoryOptions = { valueModel: 'separate', rewardModel: false };
+
+/**
+ * The weights and optimiser state of training `config` (no activations: the run's sizes are not known here),
+ * refused with a UserError over `budgetBytes`. The app checks this before loading, from config.json alone.
+ */
+export function checkTrainingMemory(
+  config: Shape,
+  label: string,
+  budgetBytes: number,
+  opts: RunMemoryOptions = PPO_DEFAULTS,
+): { params: number; bytes: number } {
+  const params = paramCount(config);
+  const e = estimateRunMemory(
+    config,
+    { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
+    opts,
+  );
+  const bytes = fixedBytes(e);
+  if (bytes > budgetBytes) {
+    throw new UserError(
+      `${label} has ${(params / 1e6).toFixed(1)} M parameters; training it needs ≈ ${formatGB(bytes)} of weights, ` +
+        `gradients and optimiser state (${formatParts(e)}), over the ${formatGB(budgetBytes)} budget here. Choose a smaller model ` +
+        '(e.g. distilbert/distilgpt2 or tiny).',
+    );
+  }
+  return { params, bytes };
+}
