@@ -7,16 +7,22 @@ import '@tensorflow/tfjs';
 import { UserError } from '../core/errors';
 import { registerWasmExtraKernels } from '../core/kernels/wasm-extra';
 
-export type NodeBackend = 'wasm' | 'cpu';
+export type NodeBackend = 'wasm' | 'cpu' | 'webgpu';
 
 /** Node: WASM by default (≈4× the CPU backend here), `cpu` for exact reference runs. */
 export async function setNodeBackend(name: string = 'wasm'): Promise<NodeBackend> {
-  if (name !== 'wasm' && name !== 'cpu') {
-    throw new UserError(`--backend must be "wasm" or "cpu" in Node, got "${name}".`);
+  if (name !== 'wasm' && name !== 'cpu' && name !== 'webgpu') {
+    throw new UserError(`--backend must be "wasm", "cpu" or "webgpu" in Node, got "${name}".`);
   }
   // PROD: skip tfjs debug checks and its "install tfjs-node" banner (tfjs-node cannot install here).
   tf.env().set('PROD', true);
   registerWasmExtraKernels();
+  if (name === 'webgpu') {
+    // Dawn through the `webgpu` package; a UserError naming what to install when no adapter is found.
+    const w = await import('./backend-webgpu-node');
+    process.stderr.write(`webgpu: ${w.adapterLabel(await w.setNodeWebGpuBackend())}\n`);
+    return name;
+  }
   const ok = await tf.setBackend(name);
   if (!ok) throw new UserError(`could not initialise the ${name} backend.`);
   await tf.ready();

@@ -1,0 +1,203 @@
+/**
+ * WebGPU in Node through Dawn (the `webgpu` npm package: Dawn's Node binding with a prebuilt dawn.node), so the
+ * CLI can train on a GPU wherever one exists and Vitest can test the WGSL kernels without a browser
+ * (docs/formats.md §8, docs/tfjs.md).
+ *
+ * Dawn needs a Vulkan loader (libvulkan.so.1) and a Vulkan driver. In order, this tries:
+ * 1. the system's loader and drivers as the environment gives them (a GPU vendor's driver, Mesa's lavapipe from
+ *    `libvulkan1 mesa-vulkan-drivers`, or whatever LD_LIBRARY_PATH / VK_ICD_FILENAMES point at);
+ * 2. Chromium's own copies (Debian's `chromium` ships libvulkan.so.1 and the SwiftShader driver in
+ *    /usr/lib/chromium): its loader is loaded into the process by absolute path (RTLD_NODELETE, so that Dawn's
+ *    later dlopen("libvulkan.so.1") finds it already loaded: no re-exec with LD_LIBRARY_PATH needed) and
+ *    VK_ICD_FILENAMES is pointed at its SwiftShader ICD (the loader reads it when Dawn creates its instance).
+ * `PPO_WEBGPU_VULKAN=system|chromium` takes one of the two only.
+ *
+ * tfjs-backend-webgpu registers its backend at import time only when `navigator.gpu` exists, so it is imported
+ * here, after the globals are in place.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import * as tf from '@tensorflow/tfjs-core';
+import { UserError } from '../core/errors';
+
+export interface NodeWebGpuAdapter {
+  vendor: string;
+  architecture: string;
+  device: string;
+  description: string;
+  /** A CPU implementation of Vulkan (SwiftShader, lavapipe/llvmpipe): correct, but far slower than WASM. */
+  software: boolean;
+  /** Where the Vulkan loader and driver came from. */
+  vulkan: 'system' | 'chromium';
+  maxStorageBufferBindingSize: number;
+  maxBufferSize: number;
+}
+
+type DawnModule = { create(flags: string[]): GPU; globals: Record<string, unknown> };
+type GPU = { requestAdapter(o?: { powerPreference?: string }): Promise<GPUAdapterLike | null> };
+interface GPUAdapterLike {
+  info?: { vendor?: string; architecture?: string; device?: string; description?: string };
+  isFallbackAdapter?: boolean;
+  limits: { maxStorageBufferBindingSize: number; maxBufferSize: number };
+}
+
+/** Where Chromium keeps its own Vulkan loader and SwiftShader (Debian/Ubuntu/Fedora layouts). */
+export const CHROMIUM_VULKAN_DIRS = ['/usr/lib/chromium', '/usr/lib64/chromium', '/usr/lib/chromium-browser'];
+const RTLD_NODELETE = 0x1000; // glibc and musl; not in os.constants.dlopen
+
+export const NO_ADAPTER_HELP =
+  'WebGPU in Node (Dawn) found no adapter: it needs a Vulkan loader and a Vulkan driver. Install one of: ' +
+  '`apt-get install chromium` (its libvulkan.so.1 and SwiftShader in /usr/lib/chromium are found automatically), ' +
+  '`apt-get install libvulkan1 mesa-vulkan-drivers` (the system loader and the lavapipe software driver), ' +
+  "or your GPU vendor's Vulkan driver. Or point the loader yourself: " +
+  'LD_LIBRARY_PATH=<dir with libvulkan.so.1> VK_ICD_FILENAMES=<driver ICD json>. ' +
+  'Without a GPU, `--backend wasm` is the fast choice.';
+
+let dawn: DawnModule | null = null;
+let found: Found | null = null;
+
+async function loadDawn(): Promise<DawnModule> {
+  if (dawn) return dawn;
+  try {
+    dawn = (await import('webgpu')) as unknown as DawnModule;
+  } catch (e) {
+    throw new UserError(
+      `WebGPU in Node needs the optional npm package "webgpu" (Dawn's Node binding), which did not load: ${(e as Error).message}. ` +
+        'Run `npm install` (it is in optionalDependencies) on linux-x64/arm64, macOS or Windows.',
+    );
+  }
+  return dawn;
+}
+
+function describe(a: GPUAdapterLike, vulkan: NodeWebGpuAdapter['vulkan']): NodeWebGpuAdapter {
+  const i = a.info ?? {};
+  const s = (x: unknown) => (typeof x === 'string' ? x : '');
+  const text = `${s(i.vendor)} ${s(i.architecture)} ${s(i.device)} ${s(i.description)}`.toLowerCase();
+  return {
+    vendor: s(i.vendor),
+    architecture: s(i.architecture),
+    device: s(i.device),
+    description: s(i.description),
+    software: !!a.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe|software/.test(text),
+    vulkan,
+    maxStorageBufferBindingSize: a.limits.maxStorageBufferBindingSize,
+    maxBufferSize: a.limits.maxBufferSize,
+  };
+}
+
+/** Whether a system libvulkan.so.1 is visible (on Linux; elsewhere assume yes and let Dawn look). */
+function systemVulkanPresent(): boolean {
+  if (process.platform !== 'linux') return true;
+  const dirs = [
+    ...(process.env.LD_LIBRARY_PATH ?? '').split(':').filter(Boolean),
+    `/usr/lib/${process.arch === 'arm64' ? 'aarch64' : 'x86_64'}-linux-gnu`,
+    '/usr/lib64',
+    '/usr/lib',
+    '/lib64',
+    '/usr/local/lib',
+  ];
+  return dirs.some((d) => fs.existsSync(path.join(d, 'libvulkan.so.1')));
+}
+
+/** Load Chromium's libvulkan.so.1 into the process (kept loaded) and use its SwiftShader ICD; null if absent. */
+function preloadChromiumVulkan(): string | null {
+  if (process.platform !== 'linux') return null;
+  for (const dir of CHROMIUM_VULKAN_DIRS) {
+    const lib = path.join(dir, 'libvulkan.so.1');
+    const icd = path.join(dir, 'vk_swiftshader_icd.json');
+    if (!fs.existsSync(lib) || !fs.existsSync(icd)) continue;
+    try {
+      // Not a Node addon, so this throws "did not self-register" — after the library is loaded for good.
+      process.dlopen({ exports: {} } as NodeJS.Module, lib, os.constants.dlopen.RTLD_NOW | RTLD_NODELETE);
+    } catch {
+      /* expected */
+    }
+    process.env.VK_ICD_FILENAMES = icd;
+    return dir;
+  }
+  return null;
+}
+
+type Found = { gpu: GPU; adapter: NodeWebGpuAdapter };
+
+async function probe(d: DawnModule, vulkan: NodeWebGpuAdapter['vulkan']): Promise<Found | null> {
+  const gpu = d.create([]);
+  const a = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+  return a ? { gpu, adapter: describe(a, vulkan) } : null;
+}
+
+/**
+ * Find a WebGPU adapter through Dawn and install `navigator.gpu` and the WebGPU globals (GPUBufferUsage, …) on
+ * globalThis. Idempotent. Throws a UserError naming what to install when there is none.
+ */
+export async function initNodeWebGpu(): Promise<NodeWebGpuAdapter> {
+  if (found) return found.adapter;
+  const d = await loadDawn();
+  const mode = process.env.PPO_WEBGPU_VULKAN ?? '';
+  if (mode && mode !== 'system' && mode !== 'chromium') {
+    throw new UserError(`PPO_WEBGPU_VULKAN must be "system" or "chromium", got "${mode}".`);
+  }
+  const tried: string[] = [];
+  let hit: Found | null = null;
+  if (mode !== 'chromium' && (mode === 'system' || systemVulkanPresent())) {
+    hit = await probe(d, 'system');
+    tried.push(
+      'the system Vulkan loader' +
+        (process.env.VK_ICD_FILENAMES ? ` (VK_ICD_FILENAMES=${process.env.VK_ICD_FILENAMES})` : ''),
+    );
+  }
+  if (!hit && mode !== 'system') {
+    // (Without a system loader, probing it would only print Dawn's "Couldn't load Vulkan" warning.)
+    const dir = preloadChromiumVulkan();
+    tried.push(
+      dir ? `Chromium's Vulkan in ${dir}` : `Chromium's Vulkan (none in ${CHROMIUM_VULKAN_DIRS.join(', ')})`,
+    );
+    if (dir) hit = await probe(d, 'chromium');
+  }
+  if (!hit) throw new UserError(`${NO_ADAPTER_HELP} (Tried: ${tried.join('; ')}.)`);
+  found = hit;
+  Object.assign(globalThis, d.globals);
+  const nav = (globalThis as { navigator?: object }).navigator;
+  if (nav) {
+    Object.defineProperty(nav, 'gpu', { value: hit.gpu, configurable: true });
+  } else {
+    Object.defineProperty(globalThis, 'navigator', {
+      value: { gpu: hit.gpu },
+      configurable: true,
+      writable: true,
+    });
+  }
+  return hit.adapter;
+}
+
+/** The adapter found, or null if none (never throws): for tests that skip without one. */
+export async function nodeWebGpuAdapter(): Promise<NodeWebGpuAdapter | null> {
+  try {
+    return await initNodeWebGpu();
+  } catch {
+    return null;
+  }
+}
+
+/** initNodeWebGpu, then register tfjs's WebGPU backend and make it current. */
+export async function setNodeWebGpuBackend(): Promise<NodeWebGpuAdapter> {
+  const adapter = await initNodeWebGpu();
+  await import('@tensorflow/tfjs-backend-webgpu');
+  if (!tf.findBackendFactory('webgpu')) {
+    throw new UserError(
+      'tfjs-backend-webgpu did not register its backend: navigator.gpu was not in place when it was first imported.',
+    );
+  }
+  const ok = await tf.setBackend('webgpu');
+  if (!ok)
+    throw new UserError(`could not initialise the webgpu backend on adapter ${adapterLabel(adapter)}.`);
+  await tf.ready();
+  return adapter;
+}
+
+export function adapterLabel(a: NodeWebGpuAdapter): string {
+  const name =
+    [a.vendor, a.architecture, a.device].filter(Boolean).join(' / ') || a.description || 'unknown adapter';
+  return `${name} (Vulkan: ${a.vulkan}${a.software ? ', software adapter' : ''})`;
+}

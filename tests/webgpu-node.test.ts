@@ -1,0 +1,114 @@
+/**
+ * The WGSL kernels on WebGPU in Node (Dawn; tests/helpers/webgpu-node.ts), tiny shapes: the fused Adam
+ * (src/core/fused-adam.ts) against a float64 loop and against tfjs's Adam. Skipped, with a test named after
+ * what to install, where no WebGPU adapter exists.
+ */
+import { describe, it, expect, beforeAll } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter } from './helpers/webgpu-node';
+import {
+  FUSED_ADAM_KERNEL,
+  FusedAdamOptimizer,
+  adamUpdateArrays,
+  fusedAdamAvailable,
+  registerFusedAdamKernels,
+} from '../src/core/fused-adam';
+
+const adapter = await webGpuAdapter();
+
+/** max |a − b| / max(floor, |b|) over the elements. */
+function maxRel(a: ArrayLike<number>, b: ArrayLike<number>, floor = 1e-3): number {
+  expect(a.length).toBe(b.length);
+  let worst = 0;
+  for (let i = 0; i < a.length; i++)
+    worst = Math.max(worst, Math.abs(a[i] - b[i]) / Math.max(floor, Math.abs(b[i])));
+  return worst;
+}
+
+function seeded(n: number, seed: number, lo = -1, hi = 1): Float32Array {
+  return Float32Array.from(
+    { length: n },
+    (_, i) => lo + (hi - lo) * Math.abs(Math.sin(seed * 12.9898 + i * 78.233)),
+  );
+}
+
+describe('fused Adam on Node WebGPU', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(async () => {
+    registerFusedAdamKernels();
+    await useNodeWebGpu();
+  });
+
+  it('runs on the webgpu backend with the kernel registered', () => {
+    expect(tf.getBackend()).toBe('webgpu');
+    expect(fusedAdamAvailable()).toBe(true);
+  });
+
+  it('one update (odd length, gradient scale) equals the float64 loop to float32 rounding', async () => {
+    const n = 67; // one full workgroup of 64 and a partial one
+    const [w, m, g] = [seeded(n, 1), seeded(n, 2), seeded(n, 3, -3, 3)];
+    const v = seeded(n, 4, 0.001, 0.05);
+    const attrs = {
+      lr: 1e-2,
+      beta1: 0.9,
+      beta2: 0.999,
+      bc1: 1 - 0.9 ** 3,
+      bc2: 1 - 0.999 ** 3,
+      eps: 1e-7,
+      gscale: 0.37,
+    };
+    const ref = [new Float32Array(n), new Float32Array(n), new Float32Array(n)] as const;
+    adamUpdateArrays(w, m, v, g, ...ref, attrs);
+    const before = tf.memory().numTensors;
+    const ins = {
+      w: tf.tensor2d(w, [1, n]),
+      m: tf.tensor2d(m, [1, n]),
+      v: tf.tensor2d(v, [1, n]),
+      g: tf.tensor2d(g, [1, n]),
+    };
+    const outs = tf.engine().runKernel(FUSED_ADAM_KERNEL, ins, attrs as never) as tf.Tensor[];
+    for (const o of outs) expect(o.shape).toEqual([1, n]);
+    const got = await Promise.all(outs.map((o) => o.data()));
+    expect(maxRel(got[0], ref[0]), 'w').toBeLessThan(2e-6);
+    expect(maxRel(got[1], ref[1]), 'm').toBeLessThan(2e-6);
+    expect(maxRel(got[2], ref[2]), 'v').toBeLessThan(2e-6);
+    // The update moved every weight (a kernel that copied w would fail above only through the tolerance).
+    for (let i = 0; i < n; i++) expect(got[0][i]).not.toBe(w[i]);
+    tf.dispose([...outs, ...Object.values(ins)]);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it('FusedAdamOptimizer matches tf.train.adam over 4 steps: weights and both moments', async () => {
+    const shapes = [[5, 3], [7], [2, 2, 3]];
+    const plain = shapes.map((s, i) =>
+      tf.variable(tf.tensor(seeded(tf.util.sizeFromShape(s), 10 + i), s), true, `wgpu_plain_${i}`),
+    );
+    const fused = shapes.map((s, i) =>
+      tf.variable(tf.tensor(seeded(tf.util.sizeFromShape(s), 10 + i), s), true, `wgpu_fused_${i}`),
+    );
+    const p = tf.train.adam(1e-2);
+    const f = new FusedAdamOptimizer(1e-2);
+    for (let step = 0; step < 4; step++) {
+      const grads = shapes.map((s, i) =>
+        tf.tensor(seeded(tf.util.sizeFromShape(s), 100 * step + i, -1 - step, 1 + step), s),
+      );
+      p.applyGradients(
+        Object.fromEntries(plain.map((v, i) => [v.name, grads[i]])) as tf.NamedTensorMap as never,
+      );
+      f.applyGradients(Object.fromEntries(fused.map((v, i) => [v.name, grads[i]])));
+      tf.dispose(grads);
+    }
+    expect(f.fusedCalls).toBe(4 * shapes.length);
+    // Weights are O(1) and some pass near 0, where a relative error means nothing: absolute error, a few
+    // float32 roundings of the ~1e-2 steps (tfjs's Adam is 14 f32 ops on the GPU, the fused one uses host β^t).
+    for (let i = 0; i < shapes.length; i++)
+      expect(maxRel(await fused[i].data(), await plain[i].data(), 1), `weight ${i}`).toBeLessThan(1e-6);
+    const [pw, fw] = [await p.getWeights(), await f.getWeights()];
+    expect(fw.map((x) => x.name)).toEqual(pw.map((x) => x.name.replace('plain', 'fused')));
+    for (let i = 1; i < pw.length; i++)
+      expect(maxRel(await fw[i].tensor.data(), await pw[i].tensor.data()), pw[i].name).toBeLessThan(2e-5);
+    p.dispose();
+    f.dispose();
+    tf.dispose([...plain, ...fused]);
+  });
+});
