@@ -20,6 +20,8 @@ function typeOf(f: ConfigField): string {
       return f.integer ? 'integer' : 'number';
     case 'choice':
       return f.choices.map((c) => `"${c}"`).join(' | ');
+    case 'choices':
+      return `(${f.choices.map((c) => `"${c}"`).join(' | ')})[]`;
     case 'stopToken':
       return '"eos" | id | null';
     case 'string':

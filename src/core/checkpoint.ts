@@ -3,6 +3,12 @@
  * that `transformers` loads) plus value_model / ref_model / reward_model safetensors, optimizer.safetensors
  * (Adam moments and step per variable) and trainer_state.json (step, config, KL controller, RNG state,
  * prompt order, metric history, bad-step counter, the reward model's recorded mean). Restoring it continues the same run.
+ *
+ * A LoRA run (docs/formats.md §6) writes model.safetensors as the MERGED policy, the policy's adapters as PEFT's
+ * adapter_config.json + adapter_model.safetensors, the frozen base once as ref_model.safetensors (from step 1;
+ * at step 0 the merged policy is the base, B being 0), and a shared-base value model as
+ * value_adapter_config.json + value_adapter_model.safetensors (its adapters in PEFT names and its head as
+ * `base_model.model.score.weight`, PEFT's modules_to_save). Adam moments exist for adapters and heads only.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { PpoTrainer } from './ppo/trainer';
@@ -23,7 +29,32 @@ import { buildTrainer, REWARD_FILE, type Resources } from './ppo/setup';
 import type { StepMetrics } from './ppo/metrics';
 import { UserError } from './errors';
 import { GPT2 } from './model/gpt2';
+import { ScalarModel } from './model/heads';
+import type { LoraAdapters } from './model/lora';
+import { adapterFiles, readAdapters, readAdapterSet, ADAPTER_CONFIG_FILE } from './model/peft';
 import { allFinite } from './optim';
+import type { Tokenizer } from './tokenizer/types';
+
+/** A shared-base value model's adapters and head (docs/formats.md §6). */
+export const VALUE_ADAPTER_CONFIG_FILE = 'value_adapter_config.json';
+export const VALUE_ADAPTER_WEIGHTS_FILE = 'value_adapter_model.safetensors';
+/** The value head's name in VALUE_ADAPTER_WEIGHTS_FILE (PEFT's name for modules_to_save ["score"]). */
+export const VALUE_HEAD_TENSOR = 'base_model.model.score.weight';
+const VALUE_FILES = {
+  configFile: VALUE_ADAPTER_CONFIG_FILE,
+  weightsFile: VALUE_ADAPTER_WEIGHTS_FILE,
+  taskType: 'SEQ_CLS',
+  modulesToSave: ['score'],
+};
+
+/** What trainer_state.json records of a LoRA run (null: full fine-tuning). */
+export interface LoraState {
+  r: number;
+  loraAlpha: number;
+  targets: string[];
+  /** "shared": the value model's adapters + head are in VALUE_ADAPTER_*; "separate": value_model.safetensors. */
+  valueModel: 'shared' | 'separate';
+}
 
 export const CHECKPOINT_FORMAT = 'ppo-playground-checkpoint/1';
 
@@ -37,6 +68,8 @@ export interface TrainerState {
   promptCursor: number;
   /** Which optional model files this checkpoint holds. */
   files: { ref: boolean; reward: boolean };
+  /** The LoRA settings of the run; absent or null = full fine-tuning. */
+  lora?: LoraState | null;
   history: StepMetrics[];
   /** Consecutive steps with skipped (non-finite) updates; absent in older checkpoints (read as 0). */
   badSteps?: number;
@@ -85,8 +118,24 @@ export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8A
   }
   const files = new Map<string, Uint8Array>();
   files.set('config.json', configBytes(policy.config));
-  files.set('model.safetensors', await lmSafetensors(policy));
-  files.set('value_model.safetensors', await scalarSafetensors(value));
+  files.set('model.safetensors', await lmSafetensors(policy)); // a LoRA view writes the merged weights
+  let lora: LoraState | null = null;
+  if (policy.lora) {
+    if (ref !== policy.base) throw new Error("checkpoint: a LoRA run's reference must be its policy's base");
+    for (const [k, v] of await adapterFiles(policy.lora, t.cfg.model)) files.set(k, v);
+    const shared = value.trunkModel.base === policy.base && value.trunkModel.lora !== null;
+    lora = {
+      r: policy.lora.r,
+      loraAlpha: policy.lora.alpha,
+      targets: [...policy.lora.targets],
+      valueModel: shared ? 'shared' : 'separate',
+    };
+    if (shared) {
+      const head = { name: VALUE_HEAD_TENSOR, shape: [1, value.config.n_embd], data: await scoreData(value) };
+      for (const [k, v] of await adapterFiles(value.trunkModel.lora!, t.cfg.model, VALUE_FILES, [head]))
+        files.set(k, v);
+    } else files.set('value_model.safetensors', await scalarSafetensors(value));
+  } else files.set('value_model.safetensors', await scalarSafetensors(value));
   const writeRef = t.step > 0;
   if (writeRef) files.set('ref_model.safetensors', await lmSafetensors(ref));
   if (reward.kind === 'model') files.set(REWARD_FILE, await scalarSafetensors(reward.model));
@@ -104,6 +153,7 @@ export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8A
     promptOrder: t.promptOrder,
     promptCursor: t.promptCursor,
     files: { ref: writeRef, reward: reward.kind === 'model' },
+    lora,
     history: t.history,
     badSteps: t.badSteps,
     rewardMean: t.rewardMean,
@@ -115,6 +165,10 @@ export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8A
     ),
   );
   return files;
+}
+
+async function scoreData(value: ScalarModel): Promise<Float32Array> {
+  return (await value.score.data()) as Float32Array;
 }
 
 function reviveNumbers(history: unknown[]): StepMetrics[] {
@@ -136,17 +190,19 @@ async function restoreAdam(
   if (!file) return;
   const step = file.tensors.get(`${prefix}.step`);
   if (!step) return;
-  const weights: { name: string; tensor: tf.Tensor }[] = [
-    { name: 'iter', tensor: tf.scalar(step.data[0], 'int32') },
-  ];
+  const host: { name: string; data: Float32Array; shape: number[] }[] = [];
   for (const kind of ['m', 'v']) {
     for (const n of varNames) {
       const t = file.tensors.get(`${prefix}.${kind}.${n}`);
       if (!t)
         throw new UserError(`${label}/optimizer.safetensors: tensor "${prefix}.${kind}.${n}" is missing.`);
-      weights.push({ name: n, tensor: tf.tensor(t.data, t.shape) });
+      host.push({ name: n, data: t.data, shape: t.shape });
     }
   }
+  const weights: { name: string; tensor: tf.Tensor }[] = [
+    { name: 'iter', tensor: tf.scalar(step.data[0], 'int32') },
+    ...host.map((h) => ({ name: h.name, tensor: tf.tensor(h.data, h.shape) })),
+  ];
   await opt.setWeights(weights);
   tf.dispose(weights.map((w) => w.tensor));
 }
@@ -203,6 +259,18 @@ function checkTrainerState(raw: unknown, where: string): TrainerState {
       s.badSteps,
     );
   }
+  const l = s.lora as Record<string, unknown> | null | undefined;
+  if (
+    l !== undefined &&
+    l !== null &&
+    (typeof l !== 'object' ||
+      !isNonNegInt(l.r) ||
+      typeof l.loraAlpha !== 'number' ||
+      !Array.isArray(l.targets) ||
+      (l.valueModel !== 'shared' && l.valueModel !== 'separate'))
+  ) {
+    fail('"lora" must be null or {"r", "loraAlpha", "targets", "valueModel": "shared"|"separate"}', l);
+  }
   const rm = s.rewardMean;
   if (rm !== undefined && rm !== null && (typeof rm !== 'number' || !Number.isFinite(rm))) {
     fail('"rewardMean" must be a finite number or null', rm);
@@ -235,37 +303,113 @@ export async function restoreTrainer(
   const state = checkTrainerState(parsed, `${files.label}/trainer_state.json`);
   const cfg = validateConfig(state.config, `${files.label}/trainer_state.json config`);
   await readConfig(files);
-  const { model: policy, tokenizer } = await loadLM(files, { trainable: true, label: 'policy' });
-  let ref: GPT2;
-  if (state.files.ref)
-    ref = (await loadLM(files, { trainable: false, label: 'ref', file: 'ref_model.safetensors' })).model;
-  else ref = policy.clone(false, 'ref');
-  const value = await loadScalar(files, 'value_model.safetensors', {
-    trainable: true,
-    label: 'value',
-    config: policy.config,
-  });
-  const rewardModel = state.files.reward
-    ? await loadScalar(files, REWARD_FILE, { trainable: false, label: 'reward', config: policy.config })
-    : undefined;
-  const t = await buildTrainer(cfg, res, {
-    ...opts,
-    weights: { policy, ref, value, rewardModel, tokenizer },
-  });
-  t.step = state.step;
-  t.kl = klControllerFromState(state.kl);
-  t.rng = Rng.fromState(state.rng);
-  // An order that does not fit the prompts (a task file changed since the save) starts a fresh shuffle.
-  const orderFits =
-    state.promptOrder.every((i) => i < t.prompts.length) && state.promptCursor <= state.promptOrder.length;
-  t.promptOrder = orderFits ? state.promptOrder : [];
-  t.promptCursor = orderFits ? state.promptCursor : 0;
-  t.history = reviveNumbers(state.history);
-  t.badSteps = state.badSteps ?? 0;
-  t.rewardMean = state.rewardMean ?? null;
-  const optBytes = await files.read('optimizer.safetensors');
-  const optFile = optBytes ? readSafetensors(optBytes, `${files.label}/optimizer.safetensors`) : null;
-  await restoreAdam(t.policyOpt, 'policy', specNames(policy.trainableVariables()), optFile, files.label);
-  await restoreAdam(t.valueOpt, 'value', specNames(value.trainableVariables()), optFile, files.label);
+  // Everything built here is freed again if anything below fails: a bad file leaves no tensors behind.
+  const built: { dispose(): void }[] = [];
+  const keep = <T extends { dispose(): void }>(x: T): T => (built.push(x), x);
+  let t: PpoTrainer | null = null;
+  try {
+    const m = await restoreModels(files, state, cfg, keep);
+    const rewardModel = state.files.reward
+      ? keep(
+          await loadScalar(files, REWARD_FILE, {
+            trainable: false,
+            label: 'reward',
+            config: m.policy.config,
+          }),
+        )
+      : undefined;
+    t = await buildTrainer(cfg, res, { ...opts, weights: { ...m, rewardModel } });
+    t.step = state.step;
+    t.kl = klControllerFromState(state.kl);
+    t.rng = Rng.fromState(state.rng);
+    // An order that does not fit the prompts (a task file changed since the save) starts a fresh shuffle.
+    const orderFits =
+      state.promptOrder.every((i) => i < t!.prompts.length) && state.promptCursor <= state.promptOrder.length;
+    t.promptOrder = orderFits ? state.promptOrder : [];
+    t.promptCursor = orderFits ? state.promptCursor : 0;
+    t.history = reviveNumbers(state.history);
+    t.badSteps = state.badSteps ?? 0;
+    t.rewardMean = state.rewardMean ?? null;
+    const optBytes = await files.read('optimizer.safetensors');
+    const optFile = optBytes ? readSafetensors(optBytes, `${files.label}/optimizer.safetensors`) : null;
+    await restoreAdam(t.policyOpt, 'policy', specNames(m.policy.trainableVariables()), optFile, files.label);
+    await restoreAdam(t.valueOpt, 'value', specNames(m.value.trainableVariables()), optFile, files.label);
+  } catch (e) {
+    t?.dispose();
+    for (const b of built.reverse()) b.dispose();
+    throw e;
+  }
   return t;
+}
+
+/**
+ * The policy, reference and value model of a checkpoint. Full fine-tuning: model / ref_model / value_model
+ * safetensors. LoRA (trainer_state.json's config has lora > 0): the frozen base (ref_model.safetensors, or at
+ * step 0 model.safetensors, which then equals it), the policy's PEFT adapters on it, and the value model's
+ * adapters + head on the same base ("shared") or its own value_model.safetensors ("separate").
+ */
+async function restoreModels(
+  files: ModelFiles,
+  state: TrainerState,
+  cfg: TrainConfig,
+  keep: <T extends { dispose(): void }>(x: T) => T,
+): Promise<{ policy: GPT2; ref: GPT2; value: ScalarModel; tokenizer: Tokenizer }> {
+  const refFile = 'ref_model.safetensors';
+  if (cfg.lora === 0) {
+    const { model: policy, tokenizer } = await loadLM(files, { trainable: true, label: 'policy' });
+    keep(policy);
+    const ref = keep(
+      state.files.ref
+        ? (await loadLM(files, { trainable: false, label: 'ref', file: refFile })).model
+        : policy.clone(false, 'ref'),
+    );
+    const value = keep(
+      await loadScalar(files, 'value_model.safetensors', {
+        trainable: true,
+        label: 'value',
+        config: policy.config,
+      }),
+    );
+    return { policy, ref, value, tokenizer };
+  }
+  const lm = await loadLM(files, {
+    trainable: false,
+    label: 'base',
+    file: state.files.ref ? refFile : 'model.safetensors',
+  });
+  const base = keep(lm.model);
+  const adapters = keep(await readAdapters(files, base));
+  sameLora(adapters, cfg, `${files.label}/${ADAPTER_CONFIG_FILE}`);
+  const policy = keep(base.withLora(adapters, 'policy'));
+  let value: ScalarModel;
+  if (cfg.valueModel === 'shared') {
+    const C = base.config.n_embd;
+    const read = await readAdapterSet(files, base, VALUE_FILES, [{ name: VALUE_HEAD_TENSOR, shape: [1, C] }]);
+    keep(read.adapters);
+    sameLora(read.adapters, cfg, `${files.label}/${VALUE_ADAPTER_CONFIG_FILE}`);
+    value = keep(ScalarModel.onSharedBase(base, read.adapters, 'value'));
+    const head = read.extra.get(VALUE_HEAD_TENSOR)!;
+    tf.tidy(() => value.score.assign(tf.tensor2d(head, [1, C])));
+  } else {
+    value = keep(
+      await loadScalar(files, 'value_model.safetensors', {
+        trainable: true,
+        label: 'value',
+        config: base.config,
+      }),
+    );
+  }
+  return { policy, ref: base, value, tokenizer: lm.tokenizer };
+}
+
+/** The adapters in a checkpoint must have the run's lora / loraAlpha / loraTargets. */
+function sameLora(a: LoraAdapters, cfg: TrainConfig, where: string): void {
+  const got = `r ${a.r}, lora_alpha ${a.alpha}, target_modules ${JSON.stringify(a.targets)}`;
+  const want = `r ${cfg.lora}, lora_alpha ${cfg.loraAlpha}, target_modules ${JSON.stringify(cfg.loraTargets)}`;
+  if (got !== want) {
+    throw new UserError(
+      `${where}: the adapters have ${got}, but trainer_state.json's config has lora ${cfg.lora}, loraAlpha ` +
+        `${cfg.loraAlpha}, loraTargets ${JSON.stringify(cfg.loraTargets)} (${want}); they must agree.`,
+    );
+  }
 }

@@ -7,6 +7,11 @@ import { UserError } from './errors';
 
 export type KlEstimator = 'k1' | 'k2' | 'k3';
 export type ValueInit = 'policy' | 'reward';
+/** With LoRA: the value model on the policy's frozen base (own adapters + zero head), or a full copy of its own. */
+export type ValueModelKind = 'shared' | 'separate';
+/** The Conv1D layers LoRA can adapt (docs/formats.md §6), in PEFT's target_modules names for GPT-2. */
+export const LORA_TARGET_NAMES = ['c_attn', 'attn.c_proj', 'c_fc', 'mlp.c_proj'] as const;
+export type LoraTargetName = (typeof LORA_TARGET_NAMES)[number];
 /** `'eos'` = the model's EOS id; a number = that token id; `null` = never stop early. */
 export type StopToken = 'eos' | number | null;
 
@@ -57,6 +62,14 @@ export interface TrainConfig {
   stopToken: StopToken;
   missingEosPenalty: number;
   valueInit: ValueInit;
+  /** LoRA rank r (docs/formats.md §6); 0 = off, full fine-tuning. */
+  lora: number;
+  /** LoRA scaling = loraAlpha / lora. */
+  loraAlpha: number;
+  /** The layers LoRA adapts, in LORA_TARGET_NAMES order. */
+  loraTargets: LoraTargetName[];
+  /** With LoRA: "shared" base for the value model, or "separate" full value model (no LoRA: always separate). */
+  valueModel: ValueModelKind;
   saveEvery: number;
 }
 
@@ -89,6 +102,12 @@ export interface ChoiceField extends FieldCommon {
   default: string;
   choices: readonly string[];
 }
+/** A non-empty list of distinct entries of `choices` (kept in `choices` order). */
+export interface ChoicesField extends FieldCommon {
+  type: 'choices';
+  default: readonly string[];
+  choices: readonly string[];
+}
 /** A free string (model preset or folder, task name); `nullable` fields accept `null`. */
 export interface StringField extends FieldCommon {
   type: 'string';
@@ -111,7 +130,14 @@ export interface StopTokenField extends FieldCommon {
   max: number;
 }
 export type ConfigField =
-  NumberField | BooleanField | ChoiceField | StringField | PromptsField | RewardField | StopTokenField;
+  | NumberField
+  | BooleanField
+  | ChoiceField
+  | ChoicesField
+  | StringField
+  | PromptsField
+  | RewardField
+  | StopTokenField;
 
 type Table = { readonly [K in ConfigKey]-?: ConfigField & { default: TrainConfig[K] } };
 
@@ -207,6 +233,38 @@ export const CONFIG_FIELDS = {
     choices: ['policy', 'reward'],
     live: false,
     doc: 'Value model starts from the policy with a zero head, or from the reward model.',
+  },
+  lora: int(
+    'setup',
+    0,
+    0,
+    1024,
+    'LoRA rank r: train low-rank adapters on one frozen base (0 = off, full fine-tuning); wants ~10× the learning rate (1e-4 to 1e-3 for GPT-2 small). Applies on reset.',
+    { live: false },
+  ),
+  loraAlpha: num(
+    'setup',
+    16,
+    0.01,
+    10000,
+    'LoRA alpha: the adapters are scaled by loraAlpha / lora (PEFT’s lora_alpha). Applies on reset.',
+    { scale: 'log', live: false },
+  ),
+  loraTargets: {
+    type: 'choices',
+    group: 'setup',
+    default: [...LORA_TARGET_NAMES],
+    choices: LORA_TARGET_NAMES,
+    live: false,
+    doc: 'GPT-2 layers that get LoRA adapters (PEFT’s target_modules); default all four. Applies on reset.',
+  },
+  valueModel: {
+    type: 'choice',
+    group: 'setup',
+    default: 'shared',
+    choices: ['shared', 'separate'],
+    live: false,
+    doc: 'With LoRA: "shared" = value on the frozen base with its own adapters + zero head; "separate" = a full model (no LoRA: always separate). Applies on reset.',
   },
   rewardModelCenter: bool(
     'setup',
@@ -394,6 +452,8 @@ export function describeAllowed(key: ConfigKey): string {
       return 'true or false';
     case 'choice':
       return `one of ${f.choices.map((c) => `"${c}"`).join(', ')}`;
+    case 'choices':
+      return `a non-empty list of distinct entries from ${f.choices.map((c) => `"${c}"`).join(', ')}`;
     case 'string':
       return f.nullable ? 'a non-empty string or null' : 'a non-empty string';
     case 'prompts':
@@ -496,6 +556,14 @@ function checkValue(key: ConfigKey, v: unknown): unknown {
     case 'choice':
       if (typeof v !== 'string' || !f.choices.includes(v)) bad();
       return v;
+    case 'choices': {
+      if (!Array.isArray(v) || v.length === 0) bad();
+      const arr = v as unknown[];
+      const i = arr.findIndex((x) => typeof x !== 'string' || !f.choices.includes(x));
+      if (i >= 0) bad(` (entry ${show(arr[i])})`);
+      if (new Set(arr).size !== arr.length) bad(' (an entry is listed twice)');
+      return f.choices.filter((c) => arr.includes(c));
+    }
     case 'string':
       if (v === null && f.nullable) return null;
       if (!nonEmptyString(v)) bad();
@@ -569,6 +637,12 @@ export function validateConfig(partial: unknown, source = 'config'): TrainConfig
     if (c.adaptiveKl && c.klCoef === 0) {
       problems.push(`${source}: "adaptiveKl" needs "klCoef" > 0 (the controller multiplies it), got 0.`);
     }
+    if (c.lora > 0 && c.valueModel === 'shared' && c.valueInit === 'reward') {
+      problems.push(
+        `${source}: "valueInit" "reward" cannot be used with "lora" > 0 and "valueModel" "shared" (the shared ` +
+          'value model is the policy\'s base with its own adapters); set "valueModel" to "separate" or "valueInit" to "policy".',
+      );
+    }
   }
   if (problems.length > 0) throw new UserError(problems.join('\n'));
   return out as unknown as TrainConfig;
@@ -633,6 +707,8 @@ function encodeValue(key: ConfigKey, v: unknown): string {
     case 'boolean':
     case 'choice':
       return String(v);
+    case 'choices':
+      return (v as string[]).join(',');
     case 'string':
       return v === null ? '' : String(v);
     case 'stopToken':
@@ -658,6 +734,8 @@ function decodeValue(key: ConfigKey, s: string): unknown {
       return s === 'true' ? true : s === 'false' ? false : bad();
     case 'choice':
       return s;
+    case 'choices':
+      return s === '' ? [] : s.split(',');
     case 'string':
       return s === '' && f.nullable ? null : s;
     case 'stopToken':

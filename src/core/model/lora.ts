@@ -15,10 +15,11 @@ import type { GPT2Config } from './config';
 import { Rng } from '../rng';
 import { UserError } from '../errors';
 import type { LowRank } from './ops';
+import { LORA_TARGET_NAMES, type LoraTargetName } from '../config';
 
 /** The Conv1D layers LoRA can adapt, in the names the config key `loraTargets` and PEFT's target_modules use. */
-export const LORA_TARGETS = ['c_attn', 'attn.c_proj', 'c_fc', 'mlp.c_proj'] as const;
-export type LoraTarget = (typeof LORA_TARGETS)[number];
+export const LORA_TARGETS = LORA_TARGET_NAMES;
+export type LoraTarget = LoraTargetName;
 
 /** The config keys of docs/formats.md §5/§6: `lora` = rank r (0 = off, full fine-tuning). */
 export interface LoraConfig {

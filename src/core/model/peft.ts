@@ -23,6 +23,25 @@ import { UserError } from '../errors';
 export const ADAPTER_CONFIG_FILE = 'adapter_config.json';
 export const ADAPTER_WEIGHTS_FILE = 'adapter_model.safetensors';
 
+/**
+ * Which files an adapter set is written to / read from, and tensors stored beside the adapters (a value model's
+ * `score` head, PEFT's modules_to_save). Defaults: the policy's PEFT pair, CAUSAL_LM, no extra tensors.
+ */
+export interface AdapterFileOptions {
+  configFile?: string;
+  weightsFile?: string;
+  /** PEFT's task_type in the config file ("CAUSAL_LM" for the policy, "SEQ_CLS" for a value model). */
+  taskType?: string;
+  /** PEFT's modules_to_save (e.g. ["score"]); written only when given. */
+  modulesToSave?: string[];
+}
+
+/** An extra tensor the weights file must hold, with its exact shape. */
+export interface ExtraTensorSpec {
+  name: string;
+  shape: number[];
+}
+
 /** PEFT's tensor name of module `key` (`h.{i}.attn.c_attn`, …)'s A or B. */
 export function peftTensorName(key: string, which: 'A' | 'B'): string {
   return `base_model.model.transformer.${key}.lora_${which}.weight`;
@@ -73,10 +92,14 @@ function mergeHost(
 }
 
 /** PEFT's adapter_config.json for a set, with the base model's name or path. */
-export function adapterConfigJson(adapters: LoraAdapters, baseName: string): Record<string, unknown> {
+export function adapterConfigJson(
+  adapters: LoraAdapters,
+  baseName: string,
+  opts: AdapterFileOptions = {},
+): Record<string, unknown> {
   return {
     peft_type: 'LORA',
-    task_type: 'CAUSAL_LM',
+    task_type: opts.taskType ?? 'CAUSAL_LM',
     r: adapters.r,
     lora_alpha: adapters.alpha,
     target_modules: [...adapters.targets],
@@ -84,13 +107,19 @@ export function adapterConfigJson(adapters: LoraAdapters, baseName: string): Rec
     bias: 'none',
     lora_dropout: 0,
     base_model_name_or_path: baseName,
+    ...(opts.modulesToSave ? { modules_to_save: [...opts.modulesToSave] } : {}),
   };
 }
 
-/** `adapter_config.json` and `adapter_model.safetensors` of an adapter set (PEFT names and layout). */
+/**
+ * `adapter_config.json` and `adapter_model.safetensors` of an adapter set (PEFT names and layout); with `opts`,
+ * other file names and `extra` tensors written after the adapters (e.g. a value model's score head).
+ */
 export async function adapterFiles(
   adapters: LoraAdapters,
   baseName: string,
+  opts: AdapterFileOptions = {},
+  extra: NamedTensor[] = [],
 ): Promise<Map<string, Uint8Array>> {
   const tensors: NamedTensor[] = [];
   for (const [key, m] of adapters.modules) {
@@ -105,10 +134,11 @@ export async function adapterFiles(
       data: (await m.b.data()) as Float32Array,
     });
   }
-  const json = JSON.stringify(adapterConfigJson(adapters, baseName), null, 2) + '\n';
+  tensors.push(...extra);
+  const json = JSON.stringify(adapterConfigJson(adapters, baseName, opts), null, 2) + '\n';
   return new Map([
-    [ADAPTER_CONFIG_FILE, new TextEncoder().encode(json)],
-    [ADAPTER_WEIGHTS_FILE, writeSafetensors(tensors, { format: 'pt' })],
+    [opts.configFile ?? ADAPTER_CONFIG_FILE, new TextEncoder().encode(json)],
+    [opts.weightsFile ?? ADAPTER_WEIGHTS_FILE, writeSafetensors(tensors, { format: 'pt' })],
   ]);
 }
 
@@ -133,11 +163,15 @@ const MODULE_TARGET: Record<string, LoraTarget> = {
 const TENSOR_NAME =
   /^base_model\.model\.transformer\.h\.(\d+)\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.lora_([AB])\.weight$/;
 
-async function readJson(files: ModelFiles, name: string): Promise<Record<string, unknown>> {
+async function readJson(
+  files: ModelFiles,
+  name: string,
+  weightsFile: string,
+): Promise<Record<string, unknown>> {
   const bytes = await files.read(name);
   if (!bytes)
     throw new UserError(
-      `${files.label}: ${name} is missing; a LoRA checkpoint needs ${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE}.`,
+      `${files.label}: ${name} is missing; a LoRA checkpoint needs ${name} and ${weightsFile}.`,
     );
   let raw: unknown;
   try {
@@ -157,9 +191,25 @@ async function readJson(files: ModelFiles, name: string): Promise<Record<string,
  * the file and the tensor or key) the model and its adapters are exactly as they were.
  */
 export async function readAdapters(files: ModelFiles, model: GPT2): Promise<LoraAdapters> {
-  const cfgPath = `${files.label}/${ADAPTER_CONFIG_FILE}`;
-  const wPath = `${files.label}/${ADAPTER_WEIGHTS_FILE}`;
-  const raw = await readJson(files, ADAPTER_CONFIG_FILE);
+  return (await readAdapterSet(files, model)).adapters;
+}
+
+/**
+ * readAdapters with other file names (`opts`) and `extra` tensors that the weights file must also hold with
+ * exactly these shapes (e.g. a value model's score head); they are returned by name, checked like the rest
+ * before anything is assigned.
+ */
+export async function readAdapterSet(
+  files: ModelFiles,
+  model: GPT2,
+  opts: AdapterFileOptions = {},
+  extra: ExtraTensorSpec[] = [],
+): Promise<{ adapters: LoraAdapters; extra: Map<string, Float32Array> }> {
+  const configFile = opts.configFile ?? ADAPTER_CONFIG_FILE;
+  const weightsFile = opts.weightsFile ?? ADAPTER_WEIGHTS_FILE;
+  const cfgPath = `${files.label}/${configFile}`;
+  const wPath = `${files.label}/${weightsFile}`;
+  const raw = await readJson(files, configFile, weightsFile);
   const bad = (msg: string): never => {
     throw new UserError(`${cfgPath}: ${msg}`);
   };
@@ -206,17 +256,25 @@ export async function readAdapters(files: ModelFiles, model: GPT2): Promise<Lora
   const rank = r as number;
   const config = model.config;
 
-  const bytes = await files.read(ADAPTER_WEIGHTS_FILE);
+  const bytes = await files.read(weightsFile);
   if (!bytes)
     throw new UserError(
-      `${files.label}: ${ADAPTER_WEIGHTS_FILE} is missing; a LoRA checkpoint needs it beside ${ADAPTER_CONFIG_FILE}.`,
+      `${files.label}: ${weightsFile} is missing; a LoRA checkpoint needs it beside ${configFile}.`,
     );
   const st = readSafetensors(bytes, wPath);
   const found = new Map<string, { a?: Float32Array; b?: Float32Array }>();
+  const extraFound = new Map<string, Float32Array>();
   for (const [name, t] of st.tensors) {
     const fail = (msg: string): never => {
       throw new UserError(`${wPath}: tensor "${name}" ${msg}`);
     };
+    const ex = extra.find((e) => e.name === name);
+    if (ex) {
+      if (t.shape.length !== ex.shape.length || t.shape.some((d, i) => d !== ex.shape[i]))
+        fail(`has shape [${t.shape}]; it must be [${ex.shape}].`);
+      extraFound.set(name, t.data);
+      continue;
+    }
     const m = TENSOR_NAME.exec(name);
     if (!m) {
       fail(
@@ -232,9 +290,7 @@ export async function readAdapters(files: ModelFiles, model: GPT2): Promise<Lora
       );
     const target = MODULE_TARGET[module];
     if (!targetSet.has(target))
-      fail(
-        `adapts ${module}, which ${ADAPTER_CONFIG_FILE}'s target_modules (${JSON.stringify(tm)}) does not list.`,
-      );
+      fail(`adapts ${module}, which ${configFile}'s target_modules (${JSON.stringify(tm)}) does not list.`);
     const { in: nIn, out: nOut } = loraModuleShape(config, target);
     const shape = t.shape;
     if (shape.length !== 2) fail(`has shape [${shape}]; lora_${which} must be 2-D.`);
@@ -245,7 +301,7 @@ export async function readAdapters(files: ModelFiles, model: GPT2): Promise<Lora
         );
       if (shape[0] !== rank)
         fail(
-          `has shape [${shape}]: its rank ${shape[0]} disagrees with "r": ${rank} in ${ADAPTER_CONFIG_FILE} (lora_A must be [${rank}, ${nIn}]).`,
+          `has shape [${shape}]: its rank ${shape[0]} disagrees with "r": ${rank} in ${configFile} (lora_A must be [${rank}, ${nIn}]).`,
         );
     } else {
       if (shape[0] !== nOut)
@@ -254,7 +310,7 @@ export async function readAdapters(files: ModelFiles, model: GPT2): Promise<Lora
         );
       if (shape[1] !== rank)
         fail(
-          `has shape [${shape}]: its rank ${shape[1]} disagrees with "r": ${rank} in ${ADAPTER_CONFIG_FILE} (lora_B must be [${nOut}, ${rank}]).`,
+          `has shape [${shape}]: its rank ${shape[1]} disagrees with "r": ${rank} in ${configFile} (lora_B must be [${nOut}, ${rank}]).`,
         );
     }
     const key = `h.${layer}.${module}`;
@@ -276,6 +332,10 @@ export async function readAdapters(files: ModelFiles, model: GPT2): Promise<Lora
     }
     arrays.set(m.key, { a: e!.a!, b: e!.b! });
   }
+  for (const e of extra) {
+    if (!extraFound.has(e.name))
+      throw new UserError(`${wPath}: tensor "${e.name}" of shape [${e.shape}] is missing.`);
+  }
   const cfg = { lora: rank, loraAlpha: alpha as number, loraTargets: targets };
   const own = model.lora;
   if (own) {
@@ -286,7 +346,7 @@ export async function readAdapters(files: ModelFiles, model: GPT2): Promise<Lora
         `${cfgPath}: the adapters have ${got}; the model they are loaded into has ${want}. Use the same LoRA settings.`,
       );
     own.assignArrays(arrays);
-    return own;
+    return { adapters: own, extra: extraFound };
   }
-  return LoraAdapters.fromArrays(config, cfg, arrays, 'lora');
+  return { adapters: LoraAdapters.fromArrays(config, cfg, arrays, 'lora'), extra: extraFound };
 }

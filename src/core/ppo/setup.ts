@@ -6,6 +6,7 @@ import type { TrainConfig } from '../config';
 import type { ModelFiles } from '../model/folder';
 import { loadLM, loadScalar } from '../model/folder';
 import { ScalarModel } from '../model/heads';
+import { LoraAdapters } from '../model/lora';
 import type { GPT2 } from '../model/gpt2';
 import type { Tokenizer } from '../tokenizer/types';
 import type { Task } from '../tasks';
@@ -45,6 +46,13 @@ export async function buildTrainer(cfg: TrainConfig, res: Resources, opts: Build
   if (opts.weights) {
     ({ policy, ref, tokenizer } = opts.weights);
     rewardModel = opts.weights.rewardModel;
+  } else if (cfg.lora > 0) {
+    // LoRA (docs/formats.md §6): the base is loaded once, frozen. The policy is a view with adapters seeded from
+    // cfg.seed (B = 0: it starts equal to the base); the reference IS the base, not a copy.
+    const lm = await loadLM(res.modelFiles(cfg.model), { trainable: false, label: 'base' });
+    tokenizer = lm.tokenizer;
+    ref = lm.model;
+    policy = ref.withLora(LoraAdapters.create(ref.config, cfg, cfg.seed, 'policy'), 'policy');
   } else {
     const lm = await loadLM(res.modelFiles(cfg.model), { trainable: true, label: 'policy' });
     policy = lm.model;
@@ -76,7 +84,12 @@ export async function buildTrainer(cfg: TrainConfig, res: Resources, opts: Build
   }
   let value: ScalarModel;
   if (opts.weights) value = opts.weights.value;
-  else if (cfg.valueInit === 'reward') {
+  else if (cfg.lora > 0 && cfg.valueModel === 'shared') {
+    // The value model on the same frozen base: its own adapters (seed + 1) and a zero head (validateConfig
+    // refuses valueInit "reward" here).
+    const adapters = LoraAdapters.create(policy.config, cfg, cfg.seed + 1, 'value');
+    value = ScalarModel.onSharedBase(policy.base, adapters, 'value');
+  } else if (cfg.valueInit === 'reward') {
     if (reward.kind !== 'model') {
       throw new UserError('config: valueInit "reward" needs a learned reward model ("reward": {"model": FOLDER}); use valueInit "policy" with reward functions.');
     }

@@ -56,6 +56,28 @@ export interface PpoModels {
   reward: RewardSource;
 }
 
+/**
+ * Free every model of a run exactly once: the policy (a LoRA view frees only its adapters), the reference (with
+ * LoRA the shared base itself), the base of any view, the value model (on a shared base: its adapters and head)
+ * and the learned reward models of `models.reward` and of `otherRewards` (e.g. a reward swapped out for a
+ * preference run). Objects met twice (the base is the reference) are freed once. The optimisers are the
+ * trainer's: PpoTrainer.dispose().
+ */
+export function disposeModels(models: PpoModels, otherRewards: readonly RewardSource[] = []): void {
+  const freed = new Set<object>();
+  const free = (m: { dispose(): void }) => {
+    if (freed.has(m)) return;
+    freed.add(m);
+    m.dispose();
+  };
+  free(models.value);
+  free(models.policy);
+  free(models.ref);
+  free(models.policy.base);
+  free(models.value.trunkModel.base);
+  for (const r of [models.reward, ...otherRewards]) if (r.kind === 'model') free(r.model);
+}
+
 export interface StepResult {
   metrics: StepMetrics;
   rollout: Rollout;
@@ -461,8 +483,15 @@ export class PpoTrainer {
     return { metrics, rollout, alerts, firstMinibatch, skippedUpdates, shouldPause: this.badSteps >= 3 };
   }
 
+  /** Free the optimisers' state (Adam moments). The models: disposeModels, or disposeAll for both. */
   dispose(): void {
     this.policyOpt.dispose();
     this.valueOpt.dispose();
+  }
+
+  /** Free the optimisers and every model of `models` (disposeModels), each tensor once. */
+  disposeAll(otherRewards: readonly RewardSource[] = []): void {
+    this.dispose();
+    disposeModels(this.models, otherRewards);
   }
 }
