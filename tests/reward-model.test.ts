@@ -205,3 +205,38 @@ describe('trainRewardModel', () => {
     }
   });
 });
+
+describe('one preference pipeline for the CLI and the browser', () => {
+  it('one defaults table; both front ends validate against it', async () => {
+    const { PREFERENCE_DEFAULTS, preferenceOptions, logEvery } =
+      await import('../src/core/reward/preference-pipeline');
+    const { validateRewardConfig } = await import('../src/cli/train-reward');
+    expect(PREFERENCE_DEFAULTS).toEqual({
+      steps: 100,
+      batchSize: 8,
+      learningRate: 3e-4,
+      maxGradNorm: 1,
+      seed: 1,
+      heldOut: 0.1,
+      evalEvery: 20,
+      freezeEmbeddings: false,
+      normalise: true,
+    });
+    const cli = validateRewardConfig({ data: 'pairs.jsonl' }, '/cfg/rm.json');
+    expect(cli).toEqual({ ...PREFERENCE_DEFAULTS, model: 'tiny', data: '/cfg/pairs.jsonl' });
+    // The worker passes {steps, batchSize, learningRate} (undefined = default) and the run's seed.
+    expect(preferenceOptions({ steps: 4, batchSize: undefined, seed: 7 }, 'trainRewardModel')).toEqual({
+      ...PREFERENCE_DEFAULTS,
+      steps: 4,
+      seed: 7,
+    });
+    expect(() => preferenceOptions({ learningRate: 0 }, 'trainRewardModel')).toThrow(
+      'trainRewardModel: "learningRate" must be a number above 0 up to 1, got 0.',
+    );
+    expect(() => validateRewardConfig({ data: 'x', batchSize: 1.5 }, 'rm.json')).toThrow(
+      'train-reward: "batchSize" must be an integer from 1 to 4096, got 1.5.',
+    );
+    // About 20 progress reports a run, at least one every 10 steps.
+    expect([1, 4, 30, 100, 200, 1000].map(logEvery)).toEqual([1, 1, 2, 5, 10, 10]);
+  });
+});
