@@ -167,6 +167,37 @@ describe('validation errors name the key and what would be right', () => {
     expect(userError(() => validateConfig({ adaptiveKl: true, klCoef: 0 }))).toContain('"klCoef" > 0');
   });
 
+  it('LoRA keys: rank, alpha, targets (kept in table order), valueModel and its cross-key rule', () => {
+    expect(DEFAULT_CONFIG.lora).toBe(0);
+    expect(DEFAULT_CONFIG.loraAlpha).toBe(16);
+    expect(DEFAULT_CONFIG.loraTargets).toEqual(['c_attn', 'attn.c_proj', 'c_fc', 'mlp.c_proj']);
+    expect(DEFAULT_CONFIG.valueModel).toBe('shared');
+    for (const k of ['lora', 'loraAlpha', 'loraTargets', 'valueModel'] as const) {
+      expect(CONFIG_FIELDS[k].live, k).toBe(false);
+      expect(CONFIG_FIELDS[k].doc, k).toContain('Applies on reset');
+    }
+    expect(CONFIG_FIELDS.lora.doc).toMatch(/1e-4 to 1e-3 for GPT-2 small/);
+    const c = validateConfig({ lora: 8, loraTargets: ['mlp.c_proj', 'c_attn'] });
+    expect(c.loraTargets).toEqual(['c_attn', 'mlp.c_proj']);
+    expect(userError(() => validateConfig({ lora: 1.5 }))).toContain(
+      '"lora" must be an integer from 0 to 1024',
+    );
+    expect(userError(() => validateConfig({ loraAlpha: 0 }))).toContain('"loraAlpha"');
+    expect(userError(() => validateConfig({ loraTargets: [] }))).toContain(
+      '"loraTargets" must be a non-empty list',
+    );
+    expect(userError(() => validateConfig({ loraTargets: ['c_proj'] }))).toContain('(entry "c_proj")');
+    expect(userError(() => validateConfig({ loraTargets: ['c_fc', 'c_fc'] }))).toContain('listed twice');
+    expect(userError(() => validateConfig({ loraTargets: 'c_fc' }))).toContain('"loraTargets"');
+    expect(userError(() => validateConfig({ valueModel: 'both' }))).toContain('one of "shared", "separate"');
+    // Without LoRA "shared" means a separate value model, so valueInit "reward" is fine; with LoRA it is not.
+    expect(validateConfig({ valueInit: 'reward' }).valueInit).toBe('reward');
+    expect(userError(() => validateConfig({ lora: 4, valueInit: 'reward' }))).toContain(
+      'set "valueModel" to "separate" or "valueInit" to "policy"',
+    );
+    expect(validateConfig({ lora: 4, valueInit: 'reward', valueModel: 'separate' }).lora).toBe(4);
+  });
+
   it('describeAllowed covers every key', () => {
     for (const k of CONFIG_KEYS) expect(describeAllowed(k).length).toBeGreaterThan(4);
   });
@@ -207,6 +238,15 @@ describe('URL hash', () => {
     const hash = configToHash(cfg);
     expect(hash).not.toMatch(/[ #]/);
     expect(configFromHash('#' + hash)).toEqual(cfg);
+    const lora = validateConfig({
+      lora: 8,
+      loraAlpha: 32,
+      loraTargets: ['c_attn', 'c_fc'],
+      valueModel: 'separate',
+    });
+    expect(configToHash(lora)).toBe('lora=8&loraAlpha=32&loraTargets=c_attn%2Cc_fc&valueModel=separate');
+    expect(configFromHash(configToHash(lora))).toEqual(lora);
+    expect(userError(() => configFromHash('loraTargets=c_attn%2Cnope'))).toContain('"loraTargets"');
     const cfg2 = validateConfig({ reward: 'length', stopToken: 7, task: 'other' });
     expect(configFromHash(configToHash(cfg2))).toEqual(cfg2);
     // URLSearchParams reads what we write, and '+' reads as a space like it does there

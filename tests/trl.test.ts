@@ -114,3 +114,38 @@ describe('TRL config export', () => {
     expect((raw._comment as string[]).join('\n')).not.toContain('rewardModelCenter');
   });
 });
+
+describe('TRL config export with LoRA', () => {
+  it('writes a peft_config (PEFT LoraConfig) beside the PPOConfig fields, and says how to pass it', () => {
+    const t = toTrlConfig(
+      validateConfig({ lora: 16, loraAlpha: 32, loraTargets: ['c_attn', 'mlp.c_proj'], learningRate: 5e-4 }),
+    );
+    expect(t.peft_config).toEqual({
+      r: 16,
+      lora_alpha: 32,
+      target_modules: ['c_attn', 'mlp.c_proj'],
+      lora_dropout: 0,
+      bias: 'none',
+      task_type: 'CAUSAL_LM',
+      fan_in_fan_out: true,
+    });
+    expect(t.learning_rate).toBe(5e-4);
+    const comment = (t._comment as string[]).join('\n');
+    expect(comment).toContain('peft_config=LoraConfig(**peft_config)');
+    expect(comment).toContain('valueModel "shared"');
+    const separate = toTrlConfig(validateConfig({ lora: 4, valueModel: 'separate' }));
+    expect((separate.peft_config as { target_modules: string[] }).target_modules).toEqual([
+      'c_attn',
+      'attn.c_proj',
+      'c_fc',
+      'mlp.c_proj',
+    ]);
+    expect((separate._comment as string[]).join('\n')).not.toContain('valueModel "shared"');
+  });
+
+  it('without LoRA there is no peft_config', () => {
+    const t = toTrlConfig(validateConfig({}));
+    expect(t).not.toHaveProperty('peft_config');
+    expect((t._comment as string[]).join('\n')).not.toContain('peft_config');
+  });
+});

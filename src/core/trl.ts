@@ -4,6 +4,11 @@
  * tried here can be repeated at scale. Keys with no TRL equivalent are listed in `_comment`; drop the keys that
  * start with "_" before `PPOConfig(**config)`.
  *
+ * LoRA runs (docs/formats.md §6) add `peft_config`, PEFT's LoraConfig fields (r, lora_alpha, target_modules,
+ * lora_dropout 0, bias "none", task_type "CAUSAL_LM", fan_in_fan_out true for GPT-2's Conv1D), beside the
+ * PPOConfig fields: pop it too and pass `PPOTrainer(..., peft_config=LoraConfig(**peft_config))`; TRL then uses
+ * the policy with its adapters off as the reference, as this run does.
+ *
  * Batch sizes. TRL's rollout batch per device is
  *   per_device_train_batch_size × gradient_accumulation_steps × num_mini_batches,
  * and each optimiser step sees per_device_train_batch_size × gradient_accumulation_steps samples. Ours are
@@ -26,7 +31,10 @@ function describeReward(cfg: TrainConfig): string {
   return '';
 }
 
-/** Our config → TRL PPOConfig fields, plus `_comment` (what does not carry over) and `_trl_classic`. */
+/**
+ * Our config → TRL PPOConfig fields, plus `_comment` (what does not carry over), `_trl_classic` and, with LoRA,
+ * `peft_config` (PEFT LoraConfig fields, for PPOTrainer's peft_config argument).
+ */
 export function toTrlConfig(cfg: TrainConfig): TrlConfig {
   const notes: string[] = [];
   const out: TrlConfig = {};
@@ -69,6 +77,27 @@ export function toTrlConfig(cfg: TrainConfig): TrlConfig {
   out.missing_eos_penalty = cfg.missingEosPenalty === 0 ? null : cfg.missingEosPenalty;
   out.max_grad_norm = cfg.maxGradNorm;
   out.seed = cfg.seed;
+  if (cfg.lora > 0) {
+    out.peft_config = {
+      r: cfg.lora,
+      lora_alpha: cfg.loraAlpha,
+      target_modules: [...cfg.loraTargets],
+      lora_dropout: 0,
+      bias: 'none',
+      task_type: 'CAUSAL_LM',
+      fan_in_fan_out: true,
+    };
+    notes.push(
+      'peft_config: not a PPOConfig field; pop it and pass PPOTrainer(..., peft_config=LoraConfig(**peft_config)) ' +
+        '(the reference is then the policy with its adapters off, as here).',
+    );
+    if (cfg.valueModel === 'shared') {
+      notes.push(
+        'valueModel "shared": here the value model is the frozen base with its own adapters and a zero head; ' +
+          "TRL's PPOTrainer trains a full value model (value_model, from reward_model_path).",
+      );
+    }
+  }
 
   // TRL-classic (PPOTrainer before 0.12) names for the adaptive KL controller.
   out._trl_classic = {
