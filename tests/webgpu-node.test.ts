@@ -1,11 +1,12 @@
 /**
  * The WGSL kernels on WebGPU in Node (Dawn; tests/helpers/webgpu-node.ts), tiny shapes: the fused Adam
- * (src/core/fused-adam.ts) against a float64 loop and against tfjs's Adam. Skipped, with a test named after
+ * (src/core/fused-adam.ts) against a float64 loop and against tfjs's Adam; AddN of many tensors
+ * (src/core/kernels/webgpu-addn.ts). Skipped, with a test named after
  * what to install, where no WebGPU adapter exists.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
-import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter } from './helpers/webgpu-node';
+import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import {
   FUSED_ADAM_KERNEL,
   FusedAdamOptimizer,
@@ -110,5 +111,35 @@ describe('fused Adam on Node WebGPU', () => {
     p.dispose();
     f.dispose();
     tf.dispose([...plain, ...fused]);
+  });
+});
+
+describe('AddN on Node WebGPU (src/core/kernels/webgpu-addn.ts)', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(useNodeWebGpu);
+
+  it('sums 2 to 40 tensors exactly, with no invalid pipeline (tfjs alone: >7 inputs read back stale memory)', async () => {
+    const before = tf.memory().numTensors;
+    for (const n of [2, 7, 8, 9, 16, 40]) {
+      // Integers: exact in float32 whatever the grouping.
+      const xs = Array.from({ length: n }, (_, i) => tf.tensor1d([i, 2 * i, -i, 1]));
+      const s = tf.addN(xs);
+      const want = [(n * (n - 1)) / 2, n * (n - 1), (-n * (n - 1)) / 2, n];
+      expect(Array.from(await s.data()), `n = ${n}`).toEqual(want);
+      tf.dispose([s, ...xs]);
+    }
+    expect(await webGpuErrors()).toEqual([]);
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it('a gradient norm over 16 variables (the trainer’s addN of Σg²) equals the host value', async () => {
+    const vs = Array.from({ length: 16 }, (_, i) => tf.tensor1d([i + 1, -(i % 3)]));
+    const norm = tf.tidy(() => tf.sqrt(tf.addN(vs.map((g) => tf.sum(tf.square(g))))));
+    const host = Math.sqrt(
+      Array.from({ length: 16 }, (_, i) => (i + 1) ** 2 + (i % 3) ** 2).reduce((a, b) => a + b),
+    );
+    expect((await norm.data())[0]).toBeCloseTo(host, 4);
+    tf.dispose([norm, ...vs]);
+    expect(await webGpuErrors()).toEqual([]);
   });
 });

@@ -20,6 +20,7 @@ import os from 'node:os';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
 import { UserError } from '../core/errors';
+import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
 
 export interface NodeWebGpuAdapter {
   vendor: string;
@@ -180,10 +181,18 @@ export async function nodeWebGpuAdapter(): Promise<NodeWebGpuAdapter | null> {
   }
 }
 
-/** initNodeWebGpu, then register tfjs's WebGPU backend and make it current. */
-export async function setNodeWebGpuBackend(): Promise<NodeWebGpuAdapter> {
+/**
+ * initNodeWebGpu, then register tfjs's WebGPU backend and make it current.
+ *
+ * WebGPU reports an invalid pipeline or binding as an "uncaptured error" event, never a throw, and drops the
+ * command buffer it was in, so every kernel batched with it silently does nothing. With `fatalErrors` (the CLI)
+ * the first such error ends the process with exit code 70 and the message on stderr: wrong numbers are worse
+ * than no run. Tests pass false and collect them (tests/helpers/webgpu-node.ts).
+ */
+export async function setNodeWebGpuBackend(opts: { fatalErrors?: boolean } = {}): Promise<NodeWebGpuAdapter> {
   const adapter = await initNodeWebGpu();
   await import('@tensorflow/tfjs-backend-webgpu');
+  registerWebGpuAddNChunked();
   if (!tf.findBackendFactory('webgpu')) {
     throw new UserError(
       'tfjs-backend-webgpu did not register its backend: navigator.gpu was not in place when it was first imported.',
@@ -193,6 +202,16 @@ export async function setNodeWebGpuBackend(): Promise<NodeWebGpuAdapter> {
   if (!ok)
     throw new UserError(`could not initialise the webgpu backend on adapter ${adapterLabel(adapter)}.`);
   await tf.ready();
+  if (opts.fatalErrors ?? true) {
+    const device = (tf.backend() as unknown as { device: EventTarget }).device;
+    device.addEventListener('uncapturederror', (e) => {
+      const msg = (e as Event & { error?: { message?: string } }).error?.message ?? String(e);
+      process.stderr.write(
+        `internal error: WebGPU rejected a kernel (its results would be wrong), stopping: ${msg}\n`,
+      );
+      process.exit(70);
+    });
+  }
   return adapter;
 }
 

@@ -17,6 +17,10 @@ import wasmSimdUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-si
 import wasmThreadedSimdUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
 import type { BackendName, BackendPref, BackendReport, AdapterReport } from './protocol';
 import { WASM_HEAP_BYTES, type DeviceLimits } from './device-limits';
+import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
+
+// tfjs-webgpu's AddN of more than 7 tensors is an invalid pipeline that drops its whole command batch.
+registerWebGpuAddNChunked();
 
 setWasmPaths({
   'tfjs-backend-wasm.wasm': wasmPlainUrl,

@@ -19,12 +19,35 @@ export async function webGpuAdapter(): Promise<NodeWebGpuAdapter | null> {
   return nodeWebGpuAdapter();
 }
 
-/** Make tfjs's WebGPU backend current (PROD: no debug checks; see tests/helpers/backend.ts for why not IS_TEST). */
+const errors: string[] = [];
+let listening = false;
+
+/**
+ * Make tfjs's WebGPU backend current (PROD: no debug checks; see tests/helpers/backend.ts for why not IS_TEST),
+ * and collect the device's uncaptured errors: WebGPU reports an invalid pipeline or binding that way, never as a
+ * throw, and drops the command buffer it was in. Tests assert `webGpuErrors()` is empty.
+ */
 export async function useNodeWebGpu(): Promise<NodeWebGpuAdapter> {
   tf.env().set('PROD', true);
-  const a = await setNodeWebGpuBackend();
+  const a = await setNodeWebGpuBackend({ fatalErrors: false });
   if (tf.getBackend() !== 'webgpu') throw new Error(`expected the webgpu backend, got ${tf.getBackend()}`);
+  if (!listening) {
+    const device = (tf.backend() as unknown as { device: EventTarget }).device;
+    device.addEventListener('uncapturederror', (e) =>
+      errors.push(String((e as Event & { error?: { message?: string } }).error?.message ?? e)),
+    );
+    listening = true;
+  }
   return a;
+}
+
+/** Uncaptured WebGPU errors since the last call (then cleared); waits for the queue so late ones arrive. */
+export async function webGpuErrors(): Promise<string[]> {
+  const device = (tf.backend() as unknown as { device: { queue: { onSubmittedWorkDone(): Promise<void> } } })
+    .device;
+  await device.queue.onSubmittedWorkDone();
+  await new Promise((r) => setTimeout(r, 0));
+  return errors.splice(0);
 }
 
 /** A skipped test that says why (call inside a describe when `webGpuAdapter()` gave null). */
