@@ -200,6 +200,36 @@ function ChoiceControl({ name }: { name: ConfigKey }) {
   );
 }
 
+/** A non-empty subset of the field's choices (loraTargets): one checkbox each; the last one cannot be cleared. */
+function ChoicesControl({ name }: { name: ConfigKey }) {
+  const field = CONFIG_FIELDS[name];
+  const value = useConfigValue(name) as string[];
+  const { setConfigValue } = useActions();
+  const id = useId();
+  const choices = field.type === 'choices' ? field.choices : [];
+  const toggle = (c: string, on: boolean) => {
+    const next = choices.filter((x) => (x === c ? on : value.includes(x)));
+    if (next.length > 0) setConfigValue(name, next as never);
+  };
+  return (
+    <ControlFrame name={name} labelFor={`${id}-0`} docId={`${id}-doc`}>
+      <span className="inline" role="group" aria-describedby={`${id}-doc`}>
+        {choices.map((c, i) => (
+          <label key={c}>
+            <input
+              id={`${id}-${i}`}
+              type="checkbox"
+              checked={value.includes(c)}
+              onChange={(e) => toggle(c, e.target.checked)}
+            />{' '}
+            {c}
+          </label>
+        ))}
+      </span>
+    </ControlFrame>
+  );
+}
+
 /** "eos", never, or a token id. */
 function StopTokenControl({ name }: { name: ConfigKey }) {
   const value = useConfigValue(name) as StopToken;
@@ -258,6 +288,8 @@ export function ConfigControl({ name }: { name: ConfigKey }) {
       return <BooleanControl name={name} />;
     case 'choice':
       return <ChoiceControl name={name} />;
+    case 'choices':
+      return <ChoicesControl name={name} />;
     case 'stopToken':
       return <StopTokenControl name={name} />;
     default:
