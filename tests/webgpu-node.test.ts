@@ -1,12 +1,16 @@
 /**
  * The WGSL kernels on WebGPU in Node (Dawn; tests/helpers/webgpu-node.ts), tiny shapes: the fused Adam
  * (src/core/fused-adam.ts) against a float64 loop and against tfjs's Adam; AddN of many tensors
- * (src/core/kernels/webgpu-addn.ts). Skipped, with a test named after
- * what to install, where no WebGPU adapter exists.
+ * (src/core/kernels/webgpu-addn.ts); the fused layer norm (src/core/kernels/webgpu-layernorm.ts) against the
+ * plain ops, values and gradients. Skipped, with a test named after what to install, where no WebGPU adapter
+ * exists.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+import { layerNorm, layerNormPlain } from '../src/core/model/ops';
+import { LN_FWD, LN_DX } from '../src/core/kernels/webgpu-layernorm';
+import { countDispatches } from '../src/bench/webgpu-dispatch';
 import {
   FUSED_ADAM_KERNEL,
   FusedAdamOptimizer,
@@ -141,5 +145,80 @@ describe('AddN on Node WebGPU (src/core/kernels/webgpu-addn.ts)', () => {
     expect((await norm.data())[0]).toBeCloseTo(host, 4);
     tf.dispose([norm, ...vs]);
     expect(await webGpuErrors()).toEqual([]);
+  });
+});
+
+describe('fused layer norm on Node WebGPU (src/core/kernels/webgpu-layernorm.ts)', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(useNodeWebGpu);
+
+  /** max |a − b| and the largest |b|. */
+  async function diff(a: tf.Tensor, b: tf.Tensor): Promise<{ abs: number; scale: number }> {
+    expect(a.shape).toEqual(b.shape);
+    const [x, y] = await Promise.all([a.data(), b.data()]);
+    let abs = 0;
+    let scale = 0;
+    for (let i = 0; i < x.length; i++) {
+      abs = Math.max(abs, Math.abs(x[i] - y[i]));
+      scale = Math.max(scale, Math.abs(y[i]));
+    }
+    return { abs, scale };
+  }
+
+  // C = 24 (fewer columns than the 64 lanes), 100 (not a multiple of 64), 160 (the tiny model's width).
+  for (const [name, shape, spread] of [
+    ['2-D rows, C 24', [7, 24], 3],
+    ['3-D, tiny variance, C 100', [2, 5, 100], 1e-3],
+    ['3-D, C 160', [2, 3, 160], 1],
+  ] as const) {
+    it(`${name}: values and dx, dg, db equal the plain ops'`, async () => {
+      const C = shape[shape.length - 1];
+      const x = tf.tidy(() => tf.add(tf.randomNormal([...shape], 0, spread, 'float32', 1), 4));
+      const g = tf.randomNormal([C], 1, 0.3, 'float32', 2);
+      const b = tf.randomNormal([C], 0, 0.3, 'float32', 3);
+      const dy = tf.randomNormal([...shape], 0, 1, 'float32', 4);
+      const eps = 1e-5;
+      const before = tf.memory().numTensors;
+      // It is the fused path: the forward is the one kernel, one dispatch.
+      const prof = await tf.profile(() => layerNorm(x, g, b, eps));
+      expect(prof.kernelNames.filter(Boolean)).toEqual([LN_FWD]);
+      tf.dispose(prof.result as tf.Tensor);
+      const counted = await countDispatches(() => layerNorm(x, g, b, eps));
+      expect(counted.dispatches).toBe(1);
+      tf.dispose(counted.result);
+      const v1 = tf.tidy(() => layerNorm(x, g, b, eps));
+      const v2 = tf.tidy(() => layerNormPlain(x, g, b, eps));
+      const d0 = await diff(v1, v2);
+      expect(d0.abs).toBeLessThan(1e-5 * Math.max(1, d0.scale));
+      const grads = (f: typeof layerNorm) =>
+        tf.grads((a: tf.Tensor, c: tf.Tensor, e: tf.Tensor) => tf.sum(tf.mul(f(a, c, e, eps), dy)))([
+          x,
+          g,
+          b,
+        ]);
+      const mine = grads(layerNorm);
+      const ref = grads(layerNormPlain);
+      for (let i = 0; i < 3; i++) {
+        const d = await diff(mine[i], ref[i]);
+        // dx of a tiny-variance row is large (r ≈ 1/σ): the bound scales with the gradient's size.
+        expect(d.abs, ['dx', 'dg', 'db'][i]).toBeLessThan(2e-5 * Math.max(1, d.scale));
+      }
+      tf.dispose([v1, v2, ...mine, ...ref]);
+      expect(tf.memory().numTensors).toBe(before);
+      expect(await webGpuErrors()).toEqual([]);
+      tf.dispose([x, g, b, dy]);
+    });
+  }
+
+  it('the backward runs the fused kernels (stats, dx, dg and db: 4 dispatches), not the ops', async () => {
+    const x = tf.randomNormal([3, 8], 0, 1, 'float32', 9);
+    const g = tf.ones([8]);
+    const b = tf.zeros([8]);
+    const prof = await tf.profile(() =>
+      tf.tidy(() => tf.grads((a: tf.Tensor) => tf.sum(layerNorm(a, g, b, 1e-5)))([x])),
+    );
+    expect(prof.kernelNames).toContain(LN_DX);
+    expect(prof.kernelNames).not.toContain('Rsqrt');
+    tf.dispose([...(prof.result as tf.Tensor[]), x, g, b]);
   });
 });

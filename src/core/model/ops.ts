@@ -5,6 +5,7 @@
  * the Conv1D linear layer with an optional LoRA term (docs/formats.md §6).
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { layerNormWebGpu, webGpuLayerNormApplies } from '../kernels/webgpu-layernorm';
 
 /** Layer norm over the last axis, as autodiff composes it (the reference for `layerNorm`'s gradient). */
 export function layerNormPlain(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number): tf.Tensor {
@@ -18,9 +19,11 @@ const layerNormByEps = new Map<number, (x: tf.Tensor, g: tf.Tensor, b: tf.Tensor
  * Layer norm over the last axis with its gradient written out (about half the kernels of autodiff's): with
  * x̂ = (x − μ)·r, r = 1/√(σ² + ε),
  *   dx = r·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)),  dx̂ = dy·g,  dg = Σ_rows dy·x̂,  db = Σ_rows dy.
- * Same values as layerNormPlain; gradients tested against it (tests/fused-ops.test.ts).
+ * Same values as layerNormPlain; gradients tested against it (tests/fused-ops.test.ts). On WebGPU: fused WGSL
+ * kernels instead, 1 dispatch forward and 4 backward (kernels/webgpu-layernorm.ts, tests/webgpu-node.test.ts).
  */
 export function layerNorm(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number): tf.Tensor {
+  if (webGpuLayerNormApplies(x)) return layerNormWebGpu(x, g, b, eps);
   let f = layerNormByEps.get(eps);
   if (!f) {
     f = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
