@@ -15,6 +15,9 @@ import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter } from './helpers/webg
 import { loadLM } from '../src/core/model/folder';
 import { generate } from '../src/core/model/sampling';
 import { nodeFiles } from '../src/cli/files-node';
+import { countDispatches, gpt2LayerDispatches } from '../src/bench/webgpu-dispatch';
+import { setWebGpuLayerNormFused } from '../src/core/kernels/webgpu-layernorm';
+import { layerNormPlain } from '../src/core/model/ops';
 
 const adapter = await webGpuAdapter();
 
@@ -127,5 +130,22 @@ describe('CLI --backend webgpu in Node', () => {
     const w2 = readFileSync(path.join(run, 'checkpoint-2', 'model.safetensors'));
     expect(w2.length).toBe(w0.length);
     expect(w2.equals(w0)).toBe(false);
+  });
+
+  it('GPT-2 dispatches per layer: the fused layer norm saves (plain layer norm − 1) for each of the 2 per layer', async () => {
+    await useNodeWebGpu();
+    const x = tf.randomNormal([32, 64]);
+    const g = tf.ones([64]);
+    const b = tf.zeros([64]);
+    const plainLn = await countDispatches(() => layerNormPlain(x, g, b, 1e-5));
+    tf.dispose([plainLn.result, x, g, b]);
+    const fused = await gpt2LayerDispatches();
+    setWebGpuLayerNormFused(false);
+    const plain = await gpt2LayerDispatches().finally(() => setWebGpuLayerNormFused(true));
+    expect(Number.isInteger(plain.webgpuDispatchesPerLayerFwd)).toBe(true);
+    expect(plain.webgpuDispatchesPerLayerFwd - fused.webgpuDispatchesPerLayerFwd).toBe(
+      2 * (plainLn.dispatches - 1),
+    );
+    expect(fused.webgpuDispatchesPerLayerFwdBwd).toBeLessThan(plain.webgpuDispatchesPerLayerFwdBwd);
   });
 });

@@ -222,3 +222,28 @@ describe('fused layer norm on Node WebGPU (src/core/kernels/webgpu-layernorm.ts)
     tf.dispose([...(prof.result as tf.Tensor[]), x, g, b]);
   });
 });
+
+describe('dispatch counting (src/bench/webgpu-dispatch.ts)', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(useNodeWebGpu);
+
+  it('counts one dispatch per kernel and one readback per data(), and restores the prototypes', async () => {
+    // 1000 elements: tfjs-webgpu runs tiny ops on host data on the CPU (no dispatch at all).
+    const n = 1000;
+    const a = tf.tensor1d(Float32Array.from({ length: n }, (_, i) => i));
+    const b = tf.tensor1d(Float32Array.from({ length: n }, () => 4));
+    const dispatch = GPUComputePassEncoder.prototype.dispatchWorkgroups;
+    const r = await countDispatches(async () => {
+      const c = tf.add(a, b);
+      const d = tf.mul(c, c);
+      const v = await d.data();
+      tf.dispose([c, d]);
+      return Array.from(v.subarray(0, 3));
+    });
+    expect(r.result).toEqual([16, 25, 36]);
+    expect(r.dispatches).toBe(2);
+    expect(r.readbacks).toBe(1);
+    expect(GPUComputePassEncoder.prototype.dispatchWorkgroups).toBe(dispatch);
+    tf.dispose([a, b]);
+  });
+});

@@ -31,10 +31,13 @@ import { UserError } from '../core/errors';
 
 export const BENCH_HELP = `bench [--quick] [--json] [--out FILE] [--no-browser] [--browser-backends webgpu,wasm]
       [--sections matmul,gen,ppo,lm,memory] [--big-memory gpt2,distilgpt2|none] [--big-memory-adam fused|tfjs]
-      [--backend wasm|cpu] [--model DIR]
+      [--backend wasm|cpu] [--model DIR] [--gpu]
   Matmul peak, generation with/without the KV cache, the PPO step by phase with update MFU, LM training vs
   @genai-fi/nanogpt, and four-model PPO memory; in Node and in headless Chromium (WebGPU, WASM). --quick runs
-  the smallest sizes (≈ 8 minutes on 2 cores). Writes the tables to --out (default bench-results.md).`;
+  the smallest sizes (≈ 8 minutes on 2 cores). Writes the tables to --out (default bench-results.md).
+  --gpu: only WebGPU in Node (Dawn) on whatever adapter exists: the adapter, its matmul peak, the tiny PPO step
+  (seconds, update MFU, dispatches and readbacks per step) and GPT-2 dispatches per layer; smallest sizes on a
+  software adapter.`;
 
 /** nanogpt's files by path (its package exports only main.js; BasicTrainer must share main.js's modules). */
 async function loadNanoGptNode(): Promise<NanoGptPeer> {
@@ -56,7 +59,10 @@ function machine(): BenchReport['machine'] {
   return {
     cpu: `${cpus[0]?.model ?? 'unknown'} × ${cpus.length}`,
     memory: `${(os.totalmem() / 2 ** 30).toFixed(1)} GiB`,
-    'load average at start': os.loadavg().map((x) => x.toFixed(1)).join(' '),
+    'load average at start': os
+      .loadavg()
+      .map((x) => x.toFixed(1))
+      .join(' '),
     node: process.version,
     os: `${os.type()} ${os.release()}`,
     tfjs: tf.version_core,
@@ -65,29 +71,57 @@ function machine(): BenchReport['machine'] {
 
 export async function cmdBench(argv: string[]): Promise<void> {
   const v = parse('bench', argv, {
-    quick: { type: 'boolean' }, json: { type: 'boolean' }, out: { type: 'string' }, 'no-browser': { type: 'boolean' },
-    'browser-backends': { type: 'string' }, sections: { type: 'string' }, 'big-memory': { type: 'string' },
-    'big-memory-adam': { type: 'string' }, 'memory-child': { type: 'string' },
-    backend: { type: 'string' }, model: { type: 'string' },
+    quick: { type: 'boolean' },
+    json: { type: 'boolean' },
+    out: { type: 'string' },
+    'no-browser': { type: 'boolean' },
+    'browser-backends': { type: 'string' },
+    sections: { type: 'string' },
+    'big-memory': { type: 'string' },
+    'big-memory-adam': { type: 'string' },
+    'memory-child': { type: 'string' },
+    backend: { type: 'string' },
+    model: { type: 'string' },
+    gpu: { type: 'boolean' },
   });
   const t0 = performance.now();
   const quick = !!v.quick;
   const sections = (str('bench', v, 'sections')?.split(',') ?? SECTIONS) as Section[];
-  for (const s of sections) if (!SECTIONS.includes(s)) throw new UserError(`bench: --sections: unknown section "${s}"; sections are ${SECTIONS.join(', ')}.`);
+  for (const s of sections)
+    if (!SECTIONS.includes(s))
+      throw new UserError(`bench: --sections: unknown section "${s}"; sections are ${SECTIONS.join(', ')}.`);
   const bigRaw = str('bench', v, 'big-memory') ?? (quick ? 'gpt2' : 'distilgpt2,gpt2');
   const big = bigRaw === 'none' || !sections.includes('memory') ? [] : bigRaw.split(',');
   const bigAdam = str('bench', v, 'big-memory-adam') ?? 'fused';
-  if (bigAdam !== 'fused' && bigAdam !== 'tfjs') throw new UserError(`bench: --big-memory-adam must be "fused" or "tfjs", got "${bigAdam}".`);
-  for (const b of big) if (!(b in SHAPES)) throw new UserError(`bench: --big-memory: unknown shape "${b}"; use ${Object.keys(SHAPES).join(', ')} or none.`);
-  const log = (m: string): void => void process.stderr.write(`[${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s] ${m}\n`);
+  if (bigAdam !== 'fused' && bigAdam !== 'tfjs')
+    throw new UserError(`bench: --big-memory-adam must be "fused" or "tfjs", got "${bigAdam}".`);
+  for (const b of big)
+    if (!(b in SHAPES))
+      throw new UserError(
+        `bench: --big-memory: unknown shape "${b}"; use ${Object.keys(SHAPES).join(', ')} or none.`,
+      );
+  const log = (m: string): void =>
+    void process.stderr.write(`[${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s] ${m}\n`);
   const notes: string[] = [];
   const runs: BenchRun[] = [];
   const task = await loadTaskNode('sentiment');
 
+  if (v.gpu) {
+    await gpuBench(str('bench', v, 'model') ?? 'tiny', !!v.json, str('bench', v, 'out'), log);
+    return;
+  }
+
   const memoryChildArg = str('bench', v, 'memory-child');
   if (memoryChildArg !== undefined) {
     // The child process of step 3: memory runs only, one JSON line out.
-    const r = await memoryRuns(memoryChildArg === 'none' ? [] : memoryChildArg.split(','), bigAdam, quick, task.prompts, str('bench', v, 'model'), log);
+    const r = await memoryRuns(
+      memoryChildArg === 'none' ? [] : memoryChildArg.split(','),
+      bigAdam,
+      quick,
+      task.prompts,
+      str('bench', v, 'model'),
+      log,
+    );
     process.stdout.write(JSON.stringify(r) + '\n');
     return;
   }
@@ -97,7 +131,9 @@ export async function cmdBench(argv: string[]): Promise<void> {
   // otherwise it runs last.
   const wantMemory = sections.includes('memory');
   const startMemory = (): Promise<MemoryChildResult> =>
-    wantMemory ? memoryChild(big, bigAdam, quick, str('bench', v, 'model'), log) : Promise.resolve({ tiny: null, bigMemory: [], notes: [] });
+    wantMemory
+      ? memoryChild(big, bigAdam, quick, str('bench', v, 'model'), log)
+      : Promise.resolve({ tiny: null, bigMemory: [], notes: [] });
   let memoryEarly: Promise<MemoryChildResult> | null = null;
 
   // 1. Node.
@@ -111,34 +147,54 @@ export async function cmdBench(argv: string[]): Promise<void> {
     tinyConfig,
     tinyTokenizer: tokenizerFor(tinyConfig),
     prompts: task.prompts,
-    buildPpoTrainer: (o) => buildTrainer(validateConfig({ model: modelDir, task: 'sentiment', ...o }, 'bench'), nodeResources),
+    buildPpoTrainer: (o) =>
+      buildTrainer(validateConfig({ model: modelDir, task: 'sentiment', ...o }, 'bench'), nodeResources),
     loadTinyModel: async () => (await loadLM(tinyFiles, { trainable: false, label: 'bench' })).model,
     nanogpt: loadNanoGptNode,
     log,
   };
-  const nodeRun = await runBenchSections(env, sections.filter((x) => x !== 'memory'), planFor('node', backend, quick), { fusedAdamCheck: true });
+  const nodeRun = await runBenchSections(
+    env,
+    sections.filter((x) => x !== 'memory'),
+    planFor('node', backend, quick),
+    { fusedAdamCheck: true },
+  );
   runs.push({ ...nodeRun, label: `node/${backend}` });
   if (quick && wantMemory) {
     memoryEarly = startMemory();
-    notes.push('--quick: the memory runs (a child process) overlapped the browser part, which shared the CPU with it.');
+    notes.push(
+      '--quick: the memory runs (a child process) overlapped the browser part, which shared the CPU with it.',
+    );
   }
 
   // 2. Chromium, one page per backend.
-  const browserBackends = v['no-browser'] ? [] : (str('bench', v, 'browser-backends') ?? 'webgpu,wasm').split(',').filter(Boolean);
+  const browserBackends = v['no-browser']
+    ? []
+    : (str('bench', v, 'browser-backends') ?? 'webgpu,wasm').split(',').filter(Boolean);
   if (browserBackends.length) {
     const { chromiumPath, runBrowserBench } = await import('../../scripts/bench-browser');
     if (!chromiumPath()) {
-      notes.push(`Browser part skipped: no Chromium at ${process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'} (set CHROMIUM_PATH or apt-get install chromium).`);
+      notes.push(
+        `Browser part skipped: no Chromium at ${process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'} (set CHROMIUM_PATH or apt-get install chromium).`,
+      );
     } else {
       const s = await runBrowserBench({
-        backends: browserBackends, quick, sections, log,
+        backends: browserBackends,
+        quick,
+        sections,
+        log,
         timeoutSeconds: (b) => (b === 'webgpu' ? (quick ? 420 : 3600) : quick ? 240 : 1800),
       });
       for (const r of s.results) {
         if (r.result) runs.push({ ...(r.result as unknown as BenchRun), label: `chromium/${r.backend}` });
-        if (r.error) notes.push(`chromium/${r.backend}: ${r.error}${r.result ? ' (the sections finished before it are reported)' : ''}`);
+        if (r.error)
+          notes.push(
+            `chromium/${r.backend}: ${r.error}${r.result ? ' (the sections finished before it are reported)' : ''}`,
+          );
       }
-      notes.push(`Chromium ${s.chromiumVersion}, headless; WebGPU adapter: ${JSON.stringify(runs.find((x) => x.backend === 'webgpu')?.adapter ?? null)}.`);
+      notes.push(
+        `Chromium ${s.chromiumVersion}, headless; WebGPU adapter: ${JSON.stringify(runs.find((x) => x.backend === 'webgpu')?.adapter ?? null)}.`,
+      );
     }
   }
 
@@ -146,13 +202,23 @@ export async function cmdBench(argv: string[]): Promise<void> {
   if (mem.tiny) nodeRun.memory.push(mem.tiny);
   const bigMemory = mem.bigMemory;
   notes.push(...mem.notes);
-  const report: BenchReport = { quick, machine: machine(), runs, bigMemory, notes, seconds: (performance.now() - t0) / 1000 };
+  const report: BenchReport = {
+    quick,
+    machine: machine(),
+    runs,
+    bigMemory,
+    notes,
+    seconds: (performance.now() - t0) / 1000,
+  };
   const md = markdown(report);
   const out = str('bench', v, 'out') ?? 'bench-results.md';
   await writeFile(out, md);
   process.stdout.write(md);
   log(`bench: wrote ${out}`);
-  for (const [k, t] of Object.entries(headline(report))) log(`  ${k} = ${t.value ?? '—'} (target ${t.target}: ${t.met == null ? 'not measured' : t.met ? 'met' : 'NOT met'})`);
+  for (const [k, t] of Object.entries(headline(report)))
+    log(
+      `  ${k} = ${t.value ?? '—'} (target ${t.target}: ${t.met == null ? 'not measured' : t.met ? 'met' : 'NOT met'})`,
+    );
   if (v.json) process.stdout.write(JSON.stringify(reportJson(report)) + '\n');
 }
 
@@ -169,7 +235,12 @@ interface MemoryChildResult {
  * optimizer state as tfjs's Adam, so the same bytes after a step).
  */
 async function memoryRuns(
-  names: string[], adam: string, quick: boolean, prompts: string[], model: string | undefined, log: (m: string) => void,
+  names: string[],
+  adam: string,
+  quick: boolean,
+  prompts: string[],
+  model: string | undefined,
+  log: (m: string) => void,
 ): Promise<MemoryChildResult> {
   const notes: string[] = [];
   const backend = await setNodeBackend('wasm');
@@ -179,7 +250,12 @@ async function memoryRuns(
   let tiny: FourModelMemory | null = null;
   try {
     tiny = await benchFourModelMemory({
-      label: 'tiny', config: tinyConfig, tokenizer: tokenizerFor(tinyConfig), prompts, ...m, profilePeak: true,
+      label: 'tiny',
+      config: tinyConfig,
+      tokenizer: tokenizerFor(tinyConfig),
+      prompts,
+      ...m,
+      profilePeak: true,
       onProgress: (x) => log(`node/${backend} memory ${x}`),
     });
   } catch (e) {
@@ -192,29 +268,53 @@ async function memoryRuns(
     for (const name of names) {
       const config = shapeConfig(SHAPES[name as keyof typeof SHAPES]);
       try {
-        bigMemory.push(await benchFourModelMemory({
-          label: name, config, tokenizer: tokenizerFor(config), prompts, batchSize: 2, responseLength: 2, steps: 1,
-          tfjsAdam: adam === 'tfjs', profilePeak: true, onProgress: (x) => log(`node/cpu memory ${x}`),
-        }));
+        bigMemory.push(
+          await benchFourModelMemory({
+            label: name,
+            config,
+            tokenizer: tokenizerFor(config),
+            prompts,
+            batchSize: 2,
+            responseLength: 2,
+            steps: 1,
+            tfjsAdam: adam === 'tfjs',
+            profilePeak: true,
+            onProgress: (x) => log(`node/cpu memory ${x}`),
+          }),
+        );
       } catch (e) {
         notes.push(`memory ${name}: ${(e as Error).message}`);
       }
     }
     notes.push(
-      'GPT-2-sized memory: Node, CPU backend (the four models and two Adams exceed WASM\'s 4 GiB heap; numBytes counts the same ' +
+      "GPT-2-sized memory: Node, CPU backend (the four models and two Adams exceed WASM's 4 GiB heap; numBytes counts the same " +
         'tensors on every backend), batch 2, responseLength 2, with perf/cpu-kernels.ts (matmuls on the WASM kernel, the rest in JS) and ' +
         (adam === 'fused'
-          ? 'the trainer\'s fused Adam (the same optimizer state as tf.train.adam, so the same bytes after a step; --big-memory-adam tfjs swaps in tf.train.adam).'
-          : 'tf.train.adam swapped in for the trainer\'s fused Adam.'),
+          ? "the trainer's fused Adam (the same optimizer state as tf.train.adam, so the same bytes after a step; --big-memory-adam tfjs swaps in tf.train.adam)."
+          : "tf.train.adam swapped in for the trainer's fused Adam."),
     );
   }
   return { tiny, bigMemory, notes };
 }
 
 /** Run memoryRuns in a child process (its own heap: GPT-2's four models take ~4 GB of it). */
-function memoryChild(names: string[], adam: string, quick: boolean, model: string | undefined, log: (m: string) => void): Promise<MemoryChildResult> {
+function memoryChild(
+  names: string[],
+  adam: string,
+  quick: boolean,
+  model: string | undefined,
+  log: (m: string) => void,
+): Promise<MemoryChildResult> {
   return new Promise((resolve) => {
-    const args = [...process.execArgv, process.argv[1], 'bench', '--memory-child', names.length ? names.join(',') : 'none', '--big-memory-adam', adam];
+    const args = [
+      ...process.execArgv,
+      process.argv[1],
+      'bench',
+      '--memory-child',
+      names.length ? names.join(',') : 'none',
+      '--big-memory-adam',
+      adam,
+    ];
     if (quick) args.push('--quick');
     if (model) args.push('--model', model);
     const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -234,8 +334,40 @@ function memoryChild(names: string[], adam: string, quick: boolean, model: strin
       try {
         resolve(JSON.parse(stdout.trim().split('\n').pop() ?? ''));
       } catch {
-        resolve({ tiny: null, bigMemory: [], notes: [`the memory child process exited with ${code} and no result.`] });
+        resolve({
+          tiny: null,
+          bigMemory: [],
+          notes: [`the memory child process exited with ${code} and no result.`],
+        });
       }
     });
   });
+}
+
+/** `bench --gpu`: src/bench/webgpu-gpu.ts on Node WebGPU; markdown to stdout and --out, JSON last with --json. */
+async function gpuBench(
+  model: string,
+  json: boolean,
+  out: string | undefined,
+  log: (m: string) => void,
+): Promise<void> {
+  const { setNodeWebGpuBackend } = await import('./backend-webgpu-node');
+  const { runGpuBench, gpuMarkdown } = await import('../bench/webgpu-gpu');
+  tf.env().set('PROD', true);
+  const adapter = await setNodeWebGpuBackend();
+  registerFusedAdamKernels();
+  const modelDir = resolveModel(model);
+  const r = await runGpuBench({
+    adapter,
+    buildTinyTrainer: (o) =>
+      buildTrainer(validateConfig({ model: modelDir, task: 'sentiment', ...o }, 'bench'), nodeResources),
+    log,
+  });
+  const md = gpuMarkdown(r);
+  process.stdout.write(md + '\n');
+  if (out) await writeFile(out, md);
+  if (json) {
+    const { ppo, layers, ...rest } = r;
+    process.stdout.write(JSON.stringify({ ...rest, layers, ppo }) + '\n');
+  }
 }

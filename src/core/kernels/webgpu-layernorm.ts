@@ -236,10 +236,20 @@ export function registerWebGpuLayerNorm(): void {
   }
 }
 
-/** Whether layerNormWebGpu applies: the webgpu backend is current and the rows fit one dispatch. */
+let enabled = true;
+
+/** Switch the fused path off (it is on by default): the bench counts dispatches with and without it. */
+export function setWebGpuLayerNormFused(on: boolean): void {
+  enabled = on;
+}
+
+/** Whether layerNormWebGpu applies: enabled, the webgpu backend is current and the rows fit one dispatch. */
 export function webGpuLayerNormApplies(x: tf.Tensor): boolean {
   return (
-    tf.getBackend() === 'webgpu' && x.dtype === 'float32' && x.size / x.shape[x.shape.length - 1] <= MAX_ROWS
+    enabled &&
+    tf.getBackend() === 'webgpu' &&
+    x.dtype === 'float32' &&
+    x.size / x.shape[x.shape.length - 1] <= MAX_ROWS
   );
 }
 
