@@ -11,6 +11,10 @@
  *    later dlopen("libvulkan.so.1") finds it already loaded: no re-exec with LD_LIBRARY_PATH needed) and
  *    VK_ICD_FILENAMES is pointed at its SwiftShader ICD (the loader reads it when Dawn creates its instance).
  * `PPO_WEBGPU_VULKAN=system|chromium` takes one of the two only.
+ * Measured on Debian 12 (2 cores, no GPU): Chromium's SwiftShader gives a 512² matmul at ~0.1–0.3 GFLOP/s and a
+ * width-64 two-layer forward in ~0.65 s; Debian 12's lavapipe (Mesa 22.3, `libvulkan1 mesa-vulkan-drivers`) gives
+ * no adapter at all (this Dawn requires shaderUniform*ArrayDynamicIndexing, which it lacks). So the tests here
+ * run on SwiftShader, which `apt-get install chromium` (CI installs it for the end-to-end tests) brings along.
  *
  * tfjs-backend-webgpu registers its backend at import time only when `navigator.gpu` exists, so it is imported
  * here, after the globals are in place.
