@@ -54,7 +54,7 @@ const RTLD_NODELETE = 0x1000; // glibc and musl; not in os.constants.dlopen
 export const NO_ADAPTER_HELP =
   'WebGPU in Node (Dawn) found no adapter: it needs a Vulkan loader and a Vulkan driver. Install one of: ' +
   '`apt-get install chromium` (its libvulkan.so.1 and SwiftShader in /usr/lib/chromium are found automatically), ' +
-  '`apt-get install libvulkan1 mesa-vulkan-drivers` (the system loader and the lavapipe software driver), ' +
+  "`apt-get install libvulkan1 mesa-vulkan-drivers` (the system loader and Mesa's lavapipe; Debian 12's Mesa 22.3 is too old for this Dawn), " +
   "or your GPU vendor's Vulkan driver. Or point the loader yourself: " +
   'LD_LIBRARY_PATH=<dir with libvulkan.so.1> VK_ICD_FILENAMES=<driver ICD json>. ' +
   'Without a GPU, `--backend wasm` is the fast choice.';
@@ -174,15 +174,6 @@ export async function initNodeWebGpu(): Promise<NodeWebGpuAdapter> {
     });
   }
   return hit.adapter;
-}
-
-/** The adapter found, or null if none (never throws): for tests that skip without one. */
-export async function nodeWebGpuAdapter(): Promise<NodeWebGpuAdapter | null> {
-  try {
-    return await initNodeWebGpu();
-  } catch {
-    return null;
-  }
 }
 
 /**

@@ -9,14 +9,21 @@ import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import {
   NO_ADAPTER_HELP,
-  nodeWebGpuAdapter,
+  initNodeWebGpu,
   setNodeWebGpuBackend,
   type NodeWebGpuAdapter,
 } from '../../src/cli/backend-webgpu-node';
 
+let why = NO_ADAPTER_HELP;
+
 /** The adapter Dawn finds here, or null (call at the top level of a test file: `await webGpuAdapter()`). */
 export async function webGpuAdapter(): Promise<NodeWebGpuAdapter | null> {
-  return nodeWebGpuAdapter();
+  try {
+    return await initNodeWebGpu();
+  } catch (e) {
+    why = (e as Error).message;
+    return null;
+  }
 }
 
 const errors: string[] = [];
@@ -52,5 +59,5 @@ export async function webGpuErrors(): Promise<string[]> {
 
 /** A skipped test that says why (call inside a describe when `webGpuAdapter()` gave null). */
 export function skipWithoutAdapter(): void {
-  it.skip(`SKIPPED: no WebGPU adapter in Node. ${NO_ADAPTER_HELP}`, () => {});
+  it.skip(`SKIPPED: no WebGPU adapter in Node. ${why}`, () => {});
 }
