@@ -10,6 +10,7 @@ import {
   valueDomain,
 } from '../src/ui/lib/series';
 import { formatNumber, formatTick } from '../src/ui/lib/format';
+import type { MetricsByName } from '../src/worker/protocol';
 
 describe('ema (TensorBoard smoothing)', () => {
   it('is the identity at weight 0', () => {
@@ -125,7 +126,7 @@ describe('chartSeries', () => {
   });
 
   it('a missing metric is a gap, and latestValue skips it', () => {
-    const ms: Record<string, number>[] = [{ step: 1, x: 1 }, { step: 2 }, { step: 3, x: NaN }];
+    const ms: MetricsByName[] = [{ step: 1, x: 1 }, { step: 2 }, { step: 3, x: NaN }];
     expect(chartSeries(ms, 'x', 0).map((p) => p.value)).toEqual([1, null, null]);
     expect(latestValue(ms, 'x')).toBe(1);
     expect(latestValue([], 'x')).toBeNull();

@@ -122,6 +122,9 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     }
     step += 1;
     const t = step;
+    // Critic-free algorithms (docs/formats.md §7) have no value model: their value metrics are null.
+    const critic = ((config as unknown as Record<string, unknown>).algorithm ?? 'ppo') === 'ppo';
+    const valueMetric = (v: number) => (critic ? v : null);
     const metrics: MetricsWire = {
       step: t,
       reward: Math.tanh(t / 20) + (rand() - 0.5) * 0.2,
@@ -132,29 +135,32 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
       clipFrac: 0.05 + rand() * 0.05,
       approxKl: 0.001 + rand() * 0.002,
       policyLoss: -0.01 + rand() * 0.02,
-      valueLoss: 1 / (1 + t / 5) + rand() * 0.05,
-      valueClipFrac: rand() * 0.1,
+      valueLoss: valueMetric(1 / (1 + t / 5) + rand() * 0.05),
+      valueClipFrac: valueMetric(rand() * 0.1),
       entropy: 3 - Math.log1p(t) * 0.2,
-      explainedVariance: 1 - 1 / (1 + t / 10),
+      explainedVariance: valueMetric(1 - 1 / (1 + t / 10)),
       ratioMean: 1,
       ratioMax: 1.2,
       logRatioClampFrac: 0,
       gradNorm: 0.5,
       advantageMean: 0,
       advantageStd: 1,
-      returnMean: 0.1,
+      returnMean: valueMetric(0.1),
       responseLength: config.responseLength * (0.5 + rand() * 0.5),
       tokensPerSecond: 200 + rand() * 50,
       timeGenerate: 0.1,
       timeScore: 0.05,
       timeUpdate: 0.2,
       learningRate: config.learningRate,
-      valueLearningRate: config.valueLearningRate,
-      valueGradNorm: 0.4,
+      valueLearningRate: valueMetric(config.valueLearningRate),
+      valueGradNorm: valueMetric(0.4),
       eosFraction: 0.5,
       scoreMean: Math.tanh(t / 20),
       epochsRun: config.ppoEpochs,
       timeStep: 0.35,
+      fracRewardZeroStd: critic ? null : rand() * 0.2,
+      clipFracLow: 0.02,
+      clipFracHigh: 0.03,
     };
     const bad = overflows();
     if (bad) metrics.valueLoss = Infinity;

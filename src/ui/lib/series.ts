@@ -165,3 +165,44 @@ export function latestValue(metrics: readonly MetricsByName[], key: string): num
   for (let i = metrics.length - 1; i >= 0; i--) if (finite(metrics[i][key])) return metrics[i][key];
   return null;
 }
+
+/** One row of an overlay chart: a step and each run's smoothed value there (null: no point of that run). */
+export type OverlayRow = { step: number } & Record<string, number | null>;
+
+/**
+ * Several runs' series of one metric on one x axis: each run smoothed over its own whole history and
+ * downsampled to its share of `maxPoints`, then merged by step (a step that only some runs have leaves the
+ * others null; the lines connect across those).
+ */
+export function overlaySeries(
+  runs: readonly { key: string; metrics: readonly MetricsByName[] }[],
+  metric: string,
+  smoothing: number,
+  maxPoints = MAX_DRAWN_POINTS,
+): OverlayRow[] {
+  const share = Math.max(4, Math.floor(maxPoints / Math.max(runs.length, 1)));
+  const bySteps = new Map<number, OverlayRow>();
+  for (const run of runs) {
+    for (const p of chartSeries(run.metrics, metric, smoothing, share)) {
+      let row = bySteps.get(p.step);
+      if (!row) {
+        row = { step: p.step } as OverlayRow;
+        for (const r of runs) row[r.key] = null;
+        bySteps.set(p.step, row);
+      }
+      row[run.key] = p.smooth;
+    }
+  }
+  return [...bySteps.values()].sort((a, b) => a.step - b.step);
+}
+
+/** The overlay rows as chart points (for valueDomain / stepDomain): one per value drawn. */
+export function overlayPoints(rows: readonly OverlayRow[], keys: readonly string[]): ChartPoint[] {
+  const out: ChartPoint[] = [];
+  for (const row of rows)
+    for (const k of keys) {
+      const v = row[k];
+      if (v !== null && v !== undefined) out.push({ step: row.step, value: v, smooth: v });
+    }
+  return out.sort((a, b) => a.step - b.step);
+}

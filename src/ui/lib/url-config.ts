@@ -14,10 +14,23 @@ export function defaultConfig(): TrainConfig {
   return JSON.parse(JSON.stringify(DEFAULT_CONFIG)) as TrainConfig;
 }
 
+/** The hash key that holds the compared runs' configs: `compare=<hash 1>,<hash 2>` (each %-encoded). */
+export const COMPARE_KEY = 'compare';
+
+/** A hash split into the config's part and the compared runs' config hashes (null when it compares none). */
+export function splitComparison(hash: string): { config: string; compare: string[] | null } {
+  const parts = hash.replace(/^#/, '').split('&');
+  const at = parts.findIndex((p) => p.startsWith(`${COMPARE_KEY}=`));
+  if (at < 0) return { config: parts.join('&'), compare: null };
+  const value = parts[at].slice(COMPARE_KEY.length + 1);
+  parts.splice(at, 1);
+  return { config: parts.join('&'), compare: value.split(',') };
+}
+
 /** The config a hash stands for, or the defaults with the reason when it is broken or tampered with. */
 export function readConfigHash(hash: string): HashReading {
   try {
-    return { config: configFromHash(hash), error: null };
+    return { config: configFromHash(splitComparison(hash).config), error: null };
   } catch (e) {
     const why = e instanceof Error ? e.message : String(e);
     return {
@@ -28,10 +41,44 @@ export function readConfigHash(hash: string): HashReading {
 }
 
 /**
- * The hash of a config. Models that exist only in this tab (picked files, a reward model trained from
- * preferences) cannot travel in a link, so they are left out (the link then names the defaults).
+ * The hash of a config and, when two or more runs are compared, `compare=` with each compared run's config
+ * (seed included; never metrics). Models that exist only in this tab (picked files, a reward model trained
+ * from preferences) cannot travel in a link, so they are left out (the link then names the defaults).
  */
-export function hashFor(config: TrainConfig): string {
+export function hashFor(config: TrainConfig, compared: readonly TrainConfig[] = []): string {
+  const own = configHash(config);
+  if (compared.length < 2) return own;
+  const list = compared.map((c) => encodeURIComponent(configHash(c))).join(',');
+  return own ? `${own}&${COMPARE_KEY}=${list}` : `${COMPARE_KEY}=${list}`;
+}
+
+export interface ComparisonReading {
+  /** The compared runs' configs (seeds included), in order; empty when the hash compares none. */
+  configs: TrainConfig[];
+  /** Why the comparison could not be read, in words; null when it was fine. */
+  error: string | null;
+}
+
+/** The compared runs' configs a hash holds (written by hashFor with two or more runs). */
+export function readComparisonHash(hash: string): ComparisonReading {
+  const { compare } = splitComparison(hash);
+  if (compare === null) return { configs: [], error: null };
+  const configs: TrainConfig[] = [];
+  for (let i = 0; i < compare.length; i++) {
+    try {
+      configs.push(configFromHash(decodeURIComponent(compare[i])));
+    } catch (e) {
+      const why = e instanceof Error ? e.message : String(e);
+      return {
+        configs: [],
+        error: `The runs this link compares could not be read (run ${i + 1} of ${compare.length}): ${why}`,
+      };
+    }
+  }
+  return { configs, error: null };
+}
+
+function configHash(config: TrainConfig): string {
   const shareable = { ...config };
   if (shareable.model.startsWith('uploaded:')) shareable.model = DEFAULT_CONFIG.model;
   const r = shareable.reward;

@@ -1,5 +1,6 @@
 import type { ModelWorker } from '../bridge';
 import type { RunStatus } from '../../worker/protocol';
+import type { RunBudget, RunStorage } from '../lib/runs';
 import type { PlaygroundData, PlaygroundState } from './types';
 
 /** What the store's parts share: the worker, state access and the environment's side effects. */
@@ -12,6 +13,12 @@ export interface StoreOptions {
   download?: (name: string, data: Uint8Array | string, type: string) => void;
   /** Milliseconds to gather slider moves before telling the worker (0: at once). */
   sendDelayMs?: number;
+  /** Where kept runs live (default: IndexedDB in a browser, memory elsewhere). */
+  runStorage?: RunStorage;
+  /** Milliseconds to gather a run's steps before writing it to storage (0: at once). */
+  runSaveDelayMs?: number;
+  /** How many runs / bytes of history are kept (default RUN_BUDGET). */
+  runBudget?: RunBudget;
 }
 
 export interface SliceContext {
@@ -22,4 +29,6 @@ export interface SliceContext {
   refreshMemory(): Promise<void>;
   /** Take a status the worker answered with (as if it were a status event). */
   adoptRun(run: RunStatus): void;
+  /** Write the URL hash for the config and the comparison now in the store. */
+  writeHash(): void;
 }

@@ -1,7 +1,6 @@
 /** Models, rewards and files: loading a policy, reward code and models, checkpoints and metrics in and out. */
 import { validateConfig, type TrainConfig } from '../../core/config';
 import { describeError } from '../errors';
-import { hashFor } from '../lib/url-config';
 import { configProblem } from './config-sync';
 import type { SliceContext } from './context';
 import { EMPTY_HISTORY } from './run-slice';
@@ -126,7 +125,7 @@ export function createIoActions(ctx: SliceContext): IoActions {
             config: summary.config,
           },
         });
-        ctx.opts.writeHash(hashFor(config));
+        ctx.writeHash();
         await ctx.refreshMemory();
       }),
   };

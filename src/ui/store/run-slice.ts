@@ -1,10 +1,11 @@
 /** The training run: the worker's events into the store, run commands, and config edits. */
 import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../core/config';
-import type { AlertView, RunStatus, TrainerEvent } from '../../worker/protocol';
+import type { AlertView, MetricsByName, RunStatus, TrainerEvent } from '../../worker/protocol';
 import { describeError } from '../errors';
-import { hashFor, readConfigHash } from '../lib/url-config';
+import { hashFor, readComparisonHash, readConfigHash, splitComparison } from '../lib/url-config';
 import { configProblem, mergeWorkerConfig, runStarted, type ConfigSync } from './config-sync';
 import type { SliceContext } from './context';
+import { comparedConfigs } from './runs-slice';
 import type { PlaygroundActions, PlaygroundData, RunCommand, StepSamples } from './types';
 
 /** Steps whose samples are kept for browsing. */
@@ -12,11 +13,11 @@ export const SAMPLE_STEPS_KEPT = 50;
 /** Alerts kept (one per id). */
 const ALERTS_KEPT = 20;
 
-/** The state after a run was dropped (reset, or replaced by an import). */
+/** The state after a run was dropped (reset, or replaced by an import); the next step begins a new kept run. */
 export const EMPTY_HISTORY: Pick<
   PlaygroundData,
-  'metrics' | 'samples' | 'sampleStep' | 'alerts' | 'dismissedAlerts'
-> = { metrics: [], samples: [], sampleStep: null, alerts: [], dismissedAlerts: [] };
+  'metrics' | 'samples' | 'sampleStep' | 'alerts' | 'dismissedAlerts' | 'currentRunId'
+> = { metrics: [], samples: [], sampleStep: null, alerts: [], dismissedAlerts: [], currentRunId: null };
 
 function mergeAlerts(kept: AlertView[], fresh: AlertView[]): AlertView[] {
   if (fresh.length === 0) return kept;
@@ -41,11 +42,12 @@ export function reduceEvent(s: PlaygroundData, e: TrainerEvent): Partial<Playgro
     }
     case 'step': {
       const step = e.metrics.step;
+      const before = (m: MetricsByName) => m.step < step;
       const last = s.metrics[s.metrics.length - 1];
       // A step at or before the newest kept one means the run went back (import, reset): drop what follows.
       const metrics =
-        last !== undefined && last.step >= step
-          ? [...s.metrics.filter((m) => m.step < step), e.metrics]
+        last !== undefined && !before(last)
+          ? [...s.metrics.filter(before), e.metrics]
           : [...s.metrics, e.metrics];
       const entry: StepSamples = { step, samples: e.samples };
       const samples = [...s.samples.filter((x) => x.step < step), entry].slice(-SAMPLE_STEPS_KEPT);
@@ -77,6 +79,7 @@ type RunActions = Pick<
   | 'selectSampleStep'
   | 'dismissAlert'
   | 'flushConfig'
+  | 'launchRun'
 >;
 
 export function createRunActions(ctx: SliceContext, sync: ConfigSync): RunActions {
@@ -99,7 +102,7 @@ export function createRunActions(ctx: SliceContext, sync: ConfigSync): RunAction
 
   const writeConfig = (config: TrainConfig) => {
     set({ config, configProblem: configProblem(config) });
-    ctx.opts.writeHash(hashFor(config));
+    ctx.writeHash();
   };
 
   return {
@@ -136,8 +139,27 @@ export function createRunActions(ctx: SliceContext, sync: ConfigSync): RunAction
       sync.changed(key, value);
     },
 
+    launchRun: (config) =>
+      command('start', async () => {
+        // The run in the worker stays kept; its step in flight finishes before `configure` answers.
+        if (get().run?.state === 'running') await api.pause();
+        writeConfig(config);
+        if (!(await sync.configureNow(true))) return null;
+        // A change of live keys only (learningRate) would go on with the same run: drop it.
+        ctx.adoptRun(await api.reset());
+        set({ ...EMPTY_HISTORY, progress: null });
+        return api.start();
+      }),
+
     hashChanged(hash) {
-      if (hash.replace(/^#/, '') === hashFor(get().config)) return;
+      const comparison = readComparisonHash(hash);
+      if (comparison.error) set({ error: comparison.error });
+      else if (comparison.configs.length > 0) {
+        const own = splitComparison(hashFor(get().config, comparedConfigs(get()))).compare;
+        const theirs = splitComparison(hash).compare;
+        if (JSON.stringify(own) !== JSON.stringify(theirs)) set({ linkedRuns: comparison.configs });
+      }
+      if (splitComparison(hash).config === hashFor(get().config)) return;
       const reading = readConfigHash(hash);
       if (reading.error) {
         set({ error: reading.error });

@@ -5,12 +5,14 @@ import { describeError } from '../errors';
 import { writeBackendToUrl } from '../backend-prefs';
 import { DEFAULT_REWARD_CODE, MODEL_CHOICES, modelSourceFor } from '../lib/catalog';
 import { downloadFile } from '../lib/download';
-import { hashFor, readConfigHash, writeHashToUrl } from '../lib/url-config';
+import { indexedDbRunStorage, memoryRunStorage, RUN_BUDGET } from '../lib/runs';
+import { hashFor, readComparisonHash, readConfigHash, writeHashToUrl } from '../lib/url-config';
 import type { BackendPref, TrainerEvent } from '../../worker/protocol';
 import { configProblem, createConfigSync, toWire } from './config-sync';
 import type { SliceContext, StoreOptions } from './context';
 import { createIoActions } from './io-slice';
 import { createRunActions, reduceEvent } from './run-slice';
+import { comparedConfigs, createRunsKeeper } from './runs-slice';
 import type { GenerateParams, PlaygroundData, PlaygroundState } from './types';
 
 export type { StoreOptions } from './context';
@@ -27,6 +29,7 @@ export const DEFAULT_PARAMS: GenerateParams = {
 /** The initial data; `hash` is the URL hash the config comes from (a broken one falls back to defaults). */
 export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData {
   const { config, error } = readConfigHash(hash);
+  const comparison = readComparisonHash(hash);
   return {
     backendPref,
     backend: null,
@@ -37,7 +40,7 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
     params: DEFAULT_PARAMS,
     output: null,
     generating: false,
-    error,
+    error: error ?? comparison.error,
     run: null,
     config,
     configProblem: configProblem(config),
@@ -55,6 +58,13 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
     rewardCodeInUse: false,
     rewardModel: null,
     modelChoice: MODEL_CHOICES.some((m) => m.id === config.model) ? config.model : 'tiny',
+    runs: [],
+    currentRunId: null,
+    compared: [],
+    runsNote: null,
+    linkedRuns: comparison.configs.length > 0 ? comparison.configs : null,
+    rerunQueue: [],
+    autoCompare: 0,
   };
 }
 
@@ -73,6 +83,10 @@ export function createPlaygroundStore(
     writeHash: options.writeHash ?? (inBrowser ? writeHashToUrl : () => {}),
     download: options.download ?? downloadFile,
     sendDelayMs: options.sendDelayMs ?? 150,
+    runStorage:
+      options.runStorage ?? (typeof indexedDB !== 'undefined' ? indexedDbRunStorage() : memoryRunStorage()),
+    runSaveDelayMs: options.runSaveDelayMs ?? 1000,
+    runBudget: options.runBudget ?? RUN_BUDGET,
   };
 
   return createStore<PlaygroundState>()((set, get) => {
@@ -89,12 +103,24 @@ export function createPlaygroundStore(
       }
     };
 
-    /** Apply a worker event; the URL hash follows a config the worker changed (import, loaded model). */
+    let lastHash: string | null = null;
+    /** The URL hash of the config and the comparison; written when it changed (or always, `force`). */
+    const writeHash = (force = true) => {
+      const hash = hashFor(get().config, comparedConfigs(get()));
+      if (!force && hash === lastHash) return;
+      lastHash = hash;
+      opts.writeHash(hash);
+    };
+
+    /**
+     * Apply a worker event; the kept runs follow it, and the URL hash follows a config the worker changed
+     * (import, loaded model) or a comparison that changed (a new run in it).
+     */
     const applyEvent = (e: TrainerEvent) => {
       const before = get().config;
       set(reduceEvent(get(), e));
-      const after = get().config;
-      if (after !== before) opts.writeHash(hashFor(after));
+      keeper.onEvent(e);
+      writeHash(get().config !== before);
     };
 
     const ctx: SliceContext = {
@@ -104,8 +130,10 @@ export function createPlaygroundStore(
       opts,
       refreshMemory,
       adoptRun: (status) => applyEvent({ type: 'status', status }),
+      writeHash: () => writeHash(true),
     };
     const sync = createConfigSync(ctx);
+    const keeper = createRunsKeeper(ctx);
 
     let lastMemoryAt = 0;
     const onEvent = (e: TrainerEvent) => {
@@ -177,6 +205,7 @@ export function createPlaygroundStore(
       actions: {
         async start() {
           if (get().backendPhase !== 'idle') return;
+          await keeper.load();
           await selectBackend(get().backendPref, true);
           if (get().backendPhase !== 'ready') return;
           await subscribe();
@@ -232,6 +261,7 @@ export function createPlaygroundStore(
 
         ...createRunActions(ctx, sync),
         ...createIoActions(ctx),
+        ...keeper.actions,
       },
     };
   });

@@ -14,6 +14,7 @@ import type {
   SampleView,
 } from '../../worker/protocol';
 import type { HeatmapMode } from '../lib/heat';
+import type { KeptRun } from '../lib/runs';
 
 /** idle: not started · busy: a worker call is running · ready · error: the last attempt failed. */
 export type Phase = 'idle' | 'busy' | 'ready' | 'error';
@@ -93,6 +94,22 @@ export interface PlaygroundData {
   rewardModel: RewardModelReport | null;
   /** The model picker's choice: a config `model` value, or 'files'. */
   modelChoice: string;
+
+  // ---- kept runs and the comparison ----
+  /** Every kept run, oldest first (the current one included once its first step ran). */
+  runs: KeptRun[];
+  /** The kept run the worker is training now; null before its first step (or after a reset). */
+  currentRunId: string | null;
+  /** Runs chosen for the charts (at most MAX_COMPARED), in the order chosen; the current run is drawn anyway. */
+  compared: string[];
+  /** A word about the kept runs (one dropped to stay within the budget, storage trouble); null when none. */
+  runsNote: string | null;
+  /** The configs a link compares, offered for a re-run; null when the link compares none or the offer is gone. */
+  linkedRuns: TrainConfig[] | null;
+  /** Configs still to run, one after the other (a linked comparison being re-run). */
+  rerunQueue: TrainConfig[];
+  /** How many of the next new runs join the comparison by themselves ("Run again with…", a re-run link). */
+  autoCompare: number;
 }
 
 export interface PlaygroundActions {
@@ -134,6 +151,29 @@ export interface PlaygroundActions {
   importCheckpoint(bytes: Uint8Array): Promise<void>;
   /** Send any slider moves still being gathered (tests; before run commands). */
   flushConfig(): Promise<void>;
+
+  // ---- kept runs and the comparison ----
+  /** Start a new run with this config (the run in the worker is paused and dropped; it stays kept). */
+  launchRun(config: TrainConfig): Promise<void>;
+  renameRun(id: string, name: string): void;
+  deleteRun(id: string): void;
+  /** Add a run to the charts' comparison, or take it out. */
+  toggleCompare(id: string): void;
+  /**
+   * A new run from a kept run's config with `key` set to `text` (typed as the key wants); it joins the
+   * comparison with its source. Returns why it could not start (in words), or null.
+   */
+  runAgainWith(id: string, key: ConfigKey, text: string): Promise<string | null>;
+  /** Re-run the runs the link compares, one after the other; each joins the comparison. */
+  rerunLinked(): Promise<void>;
+  dismissLinkedRuns(): void;
+  /** Stop re-running the linked runs after the one in progress. */
+  cancelRerun(): void;
+  dismissRunsNote(): void;
+  /** The compared runs (or the current one) as one CSV with a `run` column. */
+  exportComparisonCsv(): void;
+  /** Wait for the kept runs' storage writes (tests). */
+  flushRuns(): Promise<void>;
 }
 
 export type PlaygroundState = PlaygroundData & { actions: PlaygroundActions };
