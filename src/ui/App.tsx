@@ -10,6 +10,7 @@ import { GeneratePanel } from './components/GeneratePanel';
 import { HyperparameterPanel } from './components/HyperparameterPanel';
 import { ModelCard } from './components/ModelCard';
 import { RewardPanel } from './components/RewardPanel';
+import { LinkedRunsBanner, RunsPanel } from './components/RunsPanel';
 import { SamplesPanel } from './components/SamplesPanel';
 import { TopBar } from './components/TopBar';
 import { useActions } from './store/hooks';
@@ -30,6 +31,7 @@ export function App() {
       <BackendNotice />
       <ErrorBanner />
       <AutosaveBanner />
+      <LinkedRunsBanner />
       <main className="columns">
         <aside className="col col-left" aria-label="Data, model and reward">
           <DataPanel />
@@ -40,6 +42,7 @@ export function App() {
         <div className="col col-centre">
           <AlertsPanel />
           <ChartPanel />
+          <RunsPanel />
           <SamplesPanel />
           <GeneratePanel />
         </div>

@@ -12,8 +12,19 @@ import {
 } from 'recharts';
 import { METRIC_DOCS, type MetricName } from '../../core/ppo/metrics';
 import { formatNumber, formatTick } from '../lib/format';
-import { chartSeries, latestValue, niceTicks, stepDomain, valueDomain, type ChartPoint } from '../lib/series';
-import { useMetrics, useSmoothing } from '../store/hooks';
+import { algorithmLabel, hasValueModel, type OverlayRun } from '../lib/runs';
+import {
+  chartSeries,
+  latestValue,
+  niceTicks,
+  overlayPoints,
+  overlaySeries,
+  stepDomain,
+  valueDomain,
+  type ChartPoint,
+  type OverlayRow,
+} from '../lib/series';
+import { useMetrics, useOverlayRuns, useRunConfig, useSmoothing } from '../store/hooks';
 import { useInView } from './useInView';
 
 function HoverValues({ active, payload }: TooltipContentProps<TooltipValueType, string | number>) {
@@ -32,9 +43,57 @@ function HoverValues({ active, payload }: TooltipContentProps<TooltipValueType, 
   );
 }
 
+/** Metrics of the value model: null in critic-free runs (docs/formats.md §7). */
+export const VALUE_METRICS: ReadonlySet<string> = new Set([
+  'valueLoss',
+  'valueClipFrac',
+  'explainedVariance',
+  'valueGradNorm',
+  'valueLearningRate',
+  'returnMean',
+]);
+
+/** The hover box of an overlay chart: each run's smoothed value at the step. */
+function OverlayHoverValues({ active, payload }: TooltipContentProps<TooltipValueType, string | number>) {
+  if (!active || !payload || payload.length === 0) return null;
+  const row = payload[0].payload as OverlayRow;
+  return (
+    <div className="chart-tooltip">
+      <div>step {row.step}</div>
+      {payload.map((p) => (
+        <div key={String(p.dataKey)}>
+          <span className="swatch" style={{ background: p.color }} aria-hidden="true" />{' '}
+          <strong>{formatNumber(typeof p.value === 'number' ? p.value : null)}</strong>{' '}
+          <span className="muted">{p.name}</span>
+        </div>
+      ))}
+    </div>
+  );
+}
+
+/** The overlaid runs' names and colours; the current run is bold, as its line. */
+function RunLegend(props: { runs: readonly OverlayRun[]; title: string }) {
+  return (
+    <ul className="chart-legend" aria-label={`Runs in ${props.title}`}>
+      {props.runs.map((r) => (
+        <li key={r.id} className={r.current ? 'current' : undefined} data-run-id={r.id}>
+          <span className="swatch" style={{ background: r.colour }} aria-hidden="true" />
+          {r.name}
+          {r.current && <span className="muted"> (current)</span>}
+        </li>
+      ))}
+    </ul>
+  );
+}
+
+const finiteIn = (rows: readonly OverlayRow[], key: string) =>
+  rows.some((r) => typeof r[key] === 'number' && Number.isFinite(r[key]));
+
 /**
  * One metric over the steps: the raw values faint, the EMA-smoothed line bold, ≤ 500 points drawn whatever
- * the history length. A <figure> named by its title; the newest value is readable beside the title.
+ * the history length. With two or more runs compared, one smoothed line per run (one colour each, the current
+ * run bold) and a legend. A <figure> named by its title; the newest value is readable beside the title. A
+ * value-model chart of a critic-free run says so ("no value model (GRPO)") instead of an empty axis.
  */
 export const MetricChart = memo(function MetricChart(props: {
   metric: string;
@@ -45,16 +104,35 @@ export const MetricChart = memo(function MetricChart(props: {
 }) {
   // Deferred: a burst of steps redraws once, at low priority, without blocking input or the step counter.
   const metrics = useDeferredValue(useMetrics());
+  const overlay = useDeferredValue(useOverlayRuns());
   const smoothing = useDeferredValue(useSmoothing());
+  const runConfig = useRunConfig();
   const captionId = useId();
   const body = useRef<HTMLDivElement>(null);
   const visible = useInView(body);
-  const data = useMemo(
-    () => (visible ? chartSeries(metrics, props.metric, smoothing) : []),
-    [visible, metrics, props.metric, smoothing],
+  const comparing = overlay.length >= 2;
+  const keys = useMemo(() => overlay.map((_, i) => `r${i}`), [overlay]);
+  const single = useMemo(
+    () => (visible && !comparing ? chartSeries(metrics, props.metric, smoothing) : []),
+    [visible, comparing, metrics, props.metric, smoothing],
   );
-  const yTicks = useMemo(() => niceTicks(...valueDomain(data), 4), [data]);
-  const xDomain = useMemo(() => stepDomain(data), [data]);
+  const rows = useMemo(
+    () =>
+      visible && comparing
+        ? overlaySeries(
+            overlay.map((r, i) => ({ key: keys[i], metrics: r.metrics })),
+            props.metric,
+            smoothing,
+          )
+        : [],
+    [visible, comparing, overlay, keys, props.metric, smoothing],
+  );
+  const points = useMemo(
+    () => (comparing ? overlayPoints(rows, keys) : single),
+    [comparing, rows, keys, single],
+  );
+  const yTicks = useMemo(() => niceTicks(...valueDomain(points), 4), [points]);
+  const xDomain = useMemo(() => stepDomain(points), [points]);
   const xTicks = useMemo(
     () => niceTicks(...xDomain, 4, true).filter((t) => t >= xDomain[0] && t <= xDomain[1]),
     [xDomain],
@@ -62,12 +140,108 @@ export const MetricChart = memo(function MetricChart(props: {
   const latest = useMemo(() => latestValue(metrics, props.metric), [metrics, props.metric]);
   const doc = METRIC_DOCS[props.metric as MetricName] as string | undefined;
 
+  // The current run has no value model: its value metrics are null (or it is configured critic-free).
+  const noValueModel =
+    VALUE_METRICS.has(props.metric) &&
+    (!hasValueModel(runConfig) ||
+      (metrics.length > 0 &&
+        metrics.every((m) => m[props.metric] === null || m[props.metric] === undefined)));
+  const noValueText = `no value model (${algorithmLabel(runConfig)})`;
+  const othersDrawn = comparing && keys.some((k, i) => !overlay[i].current && finiteIn(rows, k));
+  const empty = comparing ? overlay.every((r) => r.metrics.length === 0) : metrics.length === 0;
+
+  const axes = (
+    <>
+      <CartesianGrid stroke="#eef0f3" vertical={false} />
+      <XAxis
+        dataKey="step"
+        type="number"
+        domain={xDomain}
+        ticks={xTicks}
+        allowDecimals={false}
+        tick={{ fontSize: 11 }}
+        tickLine={false}
+        height={18}
+      />
+      <YAxis
+        width={46}
+        tick={{ fontSize: 11 }}
+        tickLine={false}
+        axisLine={false}
+        tickFormatter={formatTick}
+        domain={[yTicks[0], yTicks[yTicks.length - 1]]}
+        ticks={yTicks}
+      />
+    </>
+  );
+
+  let plot;
+  if (noValueModel && !othersDrawn) {
+    plot = (
+      <p className="chart-empty muted" data-testid="no-value-model">
+        {noValueText}
+      </p>
+    );
+  } else if (empty) {
+    plot = <p className="chart-empty muted">No steps yet</p>;
+  } else if (!visible) {
+    plot = null;
+  } else if (comparing) {
+    plot = (
+      <ResponsiveContainer width="100%" height="100%" minWidth={0}>
+        <LineChart data={rows} margin={{ top: 6, right: 8, bottom: 0, left: 0 }}>
+          {axes}
+          <Tooltip content={OverlayHoverValues} isAnimationActive={false} />
+          {overlay.map((r, i) => (
+            <Line
+              key={r.id}
+              dataKey={keys[i]}
+              name={r.name}
+              className={r.current ? 'run-line run-line-current' : 'run-line'}
+              stroke={r.colour}
+              strokeWidth={r.current ? 2.75 : 1.5}
+              dot={rows.length === 1}
+              isAnimationActive={false}
+              connectNulls
+            />
+          ))}
+        </LineChart>
+      </ResponsiveContainer>
+    );
+  } else {
+    plot = (
+      <ResponsiveContainer width="100%" height="100%" minWidth={0}>
+        <LineChart data={single} margin={{ top: 6, right: 8, bottom: 0, left: 0 }}>
+          {axes}
+          <Tooltip content={HoverValues} isAnimationActive={false} />
+          <Line
+            dataKey="value"
+            stroke="#9db7e0"
+            strokeWidth={1}
+            dot={false}
+            isAnimationActive={false}
+            connectNulls={false}
+          />
+          <Line
+            dataKey="smooth"
+            stroke="#0877bd"
+            strokeWidth={2}
+            dot={single.length === 1}
+            isAnimationActive={false}
+            connectNulls={false}
+          />
+        </LineChart>
+      </ResponsiveContainer>
+    );
+  }
+
   return (
     <figure className="chart" aria-labelledby={captionId} data-metric={props.metric}>
       <div className="chart-head">
         <figcaption id={captionId} title={doc}>
           {props.title}
         </figcaption>
+        {noValueModel && othersDrawn && <span className="chart-note muted">current run: {noValueText}</span>}
         <span
           className="chart-latest"
           data-testid="chart-latest"
@@ -78,52 +252,9 @@ export const MetricChart = memo(function MetricChart(props: {
         </span>
       </div>
       <div className="chart-body" ref={body} style={{ height: props.height ?? 130 }}>
-        {metrics.length === 0 ? (
-          <p className="chart-empty muted">No steps yet</p>
-        ) : !visible ? null : (
-          <ResponsiveContainer width="100%" height="100%" minWidth={0}>
-            <LineChart data={data} margin={{ top: 6, right: 8, bottom: 0, left: 0 }}>
-              <CartesianGrid stroke="#eef0f3" vertical={false} />
-              <XAxis
-                dataKey="step"
-                type="number"
-                domain={xDomain}
-                ticks={xTicks}
-                allowDecimals={false}
-                tick={{ fontSize: 11 }}
-                tickLine={false}
-                height={18}
-              />
-              <YAxis
-                width={46}
-                tick={{ fontSize: 11 }}
-                tickLine={false}
-                axisLine={false}
-                tickFormatter={formatTick}
-                domain={[yTicks[0], yTicks[yTicks.length - 1]]}
-                ticks={yTicks}
-              />
-              <Tooltip content={HoverValues} isAnimationActive={false} />
-              <Line
-                dataKey="value"
-                stroke="#9db7e0"
-                strokeWidth={1}
-                dot={false}
-                isAnimationActive={false}
-                connectNulls={false}
-              />
-              <Line
-                dataKey="smooth"
-                stroke="#0877bd"
-                strokeWidth={2}
-                dot={data.length === 1}
-                isAnimationActive={false}
-                connectNulls={false}
-              />
-            </LineChart>
-          </ResponsiveContainer>
-        )}
+        {plot}
       </div>
+      {comparing && <RunLegend runs={overlay} title={props.title} />}
       {doc && props.showDoc && <p className="chart-doc muted">{doc}</p>}
     </figure>
   );

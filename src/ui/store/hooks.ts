@@ -1,8 +1,9 @@
 /** React access to the store: one context, and narrow selectors so a component re-renders for its own facts. */
-import { createContext, useContext } from 'react';
+import { createContext, useContext, useMemo } from 'react';
 import { useStore } from 'zustand';
 import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../core/config';
 import { runStarted, sameValue } from './config-sync';
+import { overlayRuns, type OverlayRun } from '../lib/runs';
 import type { PlaygroundStore } from './store';
 import type { GenerateParams, PlaygroundState } from './types';
 
@@ -79,3 +80,25 @@ export const useModelChoice = () => usePlayground((s) => s.modelChoice);
 /** Training and stepping need a ready model, a ready backend and a usable config. */
 export const useCanTrain = () =>
   usePlayground((s) => s.modelPhase === 'ready' && s.backendPhase === 'ready' && s.configProblem === null);
+
+// ---- kept runs and the comparison ----
+export const useRuns = () => usePlayground((s) => s.runs);
+export const useCompared = () => usePlayground((s) => s.compared);
+export const useCurrentRunId = () => usePlayground((s) => s.currentRunId);
+export const useRunsNote = () => usePlayground((s) => s.runsNote);
+export const useLinkedRuns = () => usePlayground((s) => s.linkedRuns);
+export const useRerunQueue = () => usePlayground((s) => s.rerunQueue);
+/** The config of the run in the worker (the edited one before the worker answered). */
+export const useRunConfig = () => usePlayground((s) => s.run?.config ?? s.config);
+/** The runs the charts draw: the compared ones and the current run (bold). */
+export function useOverlayRuns(): OverlayRun[] {
+  const runs = useRuns();
+  const compared = useCompared();
+  const currentRunId = useCurrentRunId();
+  const metrics = useMetrics();
+  const runConfig = usePlayground((s) => s.run?.config ?? null);
+  return useMemo(
+    () => overlayRuns({ runs, compared, currentRunId, metrics, runConfig }),
+    [runs, compared, currentRunId, metrics, runConfig],
+  );
+}
