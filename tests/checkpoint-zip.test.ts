@@ -168,7 +168,7 @@ describe('checkpoint zip round trip through restoreTrainer', () => {
       tr.dispose();
       tr.models.policy.dispose();
       tr.models.ref.dispose();
-      tr.models.value.dispose();
+      tr.models.value?.dispose();
     }
   });
 });

@@ -76,13 +76,69 @@ describe('the table', () => {
       totalSamples: 1600,
       maxResponseTokensPerStep: 16 * 24,
       pureSampling: true,
+      groupSize: 1,
+      promptsPerStep: 16,
+      valueModel: true,
     });
     const d = derived(validateConfig({ topK: 5 }));
     expect(d.pureSampling).toBe(false);
   });
+
+  it('groupSize 0 is the algorithm’s default G: 1 for ppo and reinforce++, 4 for grpo and rloo', () => {
+    const g = (o: object) => derived(validateConfig(o));
+    expect(g({ algorithm: 'ppo' })).toMatchObject({ groupSize: 1, promptsPerStep: 16, valueModel: true });
+    expect(g({ algorithm: 'reinforce++' })).toMatchObject({ groupSize: 1, valueModel: false });
+    expect(g({ algorithm: 'grpo' })).toMatchObject({ groupSize: 4, promptsPerStep: 4, valueModel: false });
+    expect(g({ algorithm: 'rloo', groupSize: 8 })).toMatchObject({ groupSize: 8, promptsPerStep: 2 });
+    expect(g({ algorithm: 'ppo', groupSize: 2 })).toMatchObject({ groupSize: 2, promptsPerStep: 8 });
+  });
 });
 
 describe('validation errors name the key and what would be right', () => {
+  it('algorithms (docs/formats.md §7): groupSize must divide batchSize, grpo/rloo need G ≥ 2, no valueInit without a value model', () => {
+    const err = (o: object) => {
+      try {
+        validateConfig(o, 'cfg.json');
+      } catch (e) {
+        return (e as Error).message;
+      }
+      return '';
+    };
+    expect(err({ algorithm: 'grpo', batchSize: 6 })).toMatch(
+      /"groupSize" \(4, the default for "grpo"\) must divide "batchSize" \(6\)/,
+    );
+    expect(err({ algorithm: 'ppo', batchSize: 16, groupSize: 3 })).toMatch(
+      /"groupSize" \(3\) must divide "batchSize" \(16\)/,
+    );
+    expect(err({ algorithm: 'grpo', groupSize: 1 })).toMatch(
+      /"algorithm" "grpo" .* "groupSize" must be 2 or more, got 1/,
+    );
+    expect(err({ algorithm: 'rloo', groupSize: 1 })).toMatch(
+      /"algorithm" "rloo" .* "groupSize" must be 2 or more/,
+    );
+    expect(err({ algorithm: 'reinforce++', valueInit: 'reward' })).toMatch(
+      /"valueInit" "reward" needs a value model, but "algorithm" "reinforce\+\+" has none/,
+    );
+    expect(err({ algorithm: 'dpo' })).toMatch(
+      /"algorithm" must be one of "ppo", "grpo", "rloo", "reinforce\+\+", got "dpo"/,
+    );
+    expect(err({ scaleRewards: 'mean' })).toMatch(/"scaleRewards" must be one of "group", "batch", "none"/);
+    expect(err({ lossAggregation: 'sum' })).toMatch(
+      /"lossAggregation" must be one of "token-mean", "seq-mean", "seq-sum-norm"/,
+    );
+    // The valid ones pass: reinforce++ with G 1, grpo with its default, ppo with groups.
+    expect(err({ algorithm: 'reinforce++' })).toBe('');
+    expect(err({ algorithm: 'grpo', groupSize: 2, batchSize: 4, miniBatches: 2 })).toBe('');
+    expect(err({ algorithm: 'ppo', groupSize: 4 })).toBe('');
+  });
+
+  it('algorithm keys round-trip through the URL hash ("reinforce++" escaped)', () => {
+    const cfg = validateConfig({ algorithm: 'reinforce++', groupSize: 2, lossAggregation: 'seq-sum-norm' });
+    const hash = configToHash(cfg);
+    expect(hash).toContain('algorithm=reinforce%2B%2B');
+    expect(configFromHash(hash)).toEqual(cfg);
+  });
+
   it('unknown keys, with close suggestions', () => {
     let m = userError(() => validateConfig({ batch_size: 8 }, 'run.json'));
     expect(m).toContain('run.json');

@@ -68,7 +68,8 @@ function expectSameMetrics(a: StepMetrics[], b: StepMetrics[], firstStep: number
       if (TIMING.has(k)) continue;
       const x = a[i][k];
       const y = b[i][k];
-      if (Number.isNaN(x)) expect(Number.isNaN(y), `${k} at step ${firstStep + i}`).toBe(true);
+      if (x === null || y === null) expect(y, `${k} at step ${firstStep + i}`).toBe(x);
+      else if (Number.isNaN(x)) expect(Number.isNaN(y), `${k} at step ${firstStep + i}`).toBe(true);
       else
         expect(Math.abs(x - y), `${k} at step ${firstStep + i}`).toBeLessThanOrEqual(
           1e-6 * Math.max(1, Math.abs(x)),
@@ -107,7 +108,8 @@ describe('LoRA PPO runs', () => {
 
   it('one frozen base: the reference is the base, the value model shares it, Adam holds adapters and the head only', async () => {
     const t = await buildTrainer(config(), res(), eReward);
-    const { policy, ref, value } = t.models;
+    const { policy, ref } = t.models;
+    const value = t.models.value!;
     expect(ref).toBe(policy.base);
     expect(value.trunkModel.base).toBe(ref);
     expect([...ref.params.values()].every((v) => !v.trainable)).toBe(true);
@@ -130,7 +132,7 @@ describe('LoRA PPO runs', () => {
     // r 4, C 32, 2 layers: Σ over c_attn, attn.c_proj, c_fc, mlp.c_proj of r·(in + out) floats.
     expect(adapterBytes).toBe(2 * 4 * (32 + 96 + 32 + 32 + 32 + 128 + 128 + 32) * 4);
     const pState = await adamState(t.policyOpt);
-    const vState = await adamState(t.valueOpt);
+    const vState = await adamState(t.valueOpt!);
     expect(pState.names).toEqual([...pVars, ...pVars].map((v) => v.name));
     expect(pState.bytes).toBe(2 * adapterBytes);
     expect(vState.names).toEqual([...vVars, ...vVars].map((v) => v.name));
@@ -201,7 +203,8 @@ describe('LoRA PPO runs', () => {
 
   it('valueModel "separate" with LoRA: a full value model of its own, started from the policy (= the base)', async () => {
     const t = await buildTrainer(config({ valueModel: 'separate' }), res(), eReward);
-    const { policy, value } = t.models;
+    const { policy } = t.models;
+    const value = t.models.value!;
     expect(value.trunkModel.base).toBe(value.trunkModel);
     expect(value.trunkModel.params).not.toBe(policy.base.params);
     expect(value.trainableVariables().length).toBe(policy.base.params.size + 1);

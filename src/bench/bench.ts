@@ -317,7 +317,7 @@ export async function runBenchSections(
         trainer.dispose();
         policy.dispose();
         ref.dispose();
-        value.dispose();
+        value?.dispose();
       }
     });
   }

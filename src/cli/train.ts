@@ -45,7 +45,9 @@ export async function loadRewardModule(file: string): Promise<BuildOptions['rewa
   try {
     await access(file);
   } catch {
-    throw new UserError(`--reward-module ${file} does not exist; pass an .mjs file whose default export scores a sample.`);
+    throw new UserError(
+      `--reward-module ${file} does not exist; pass an .mjs file whose default export scores a sample.`,
+    );
   }
   let mod: unknown;
   try {
@@ -74,8 +76,13 @@ async function saveCheckpoint(session: TrainingSession, out: string): Promise<st
  */
 export async function cmdTrain(argv: string[]): Promise<void> {
   const v = parse('train', argv, {
-    config: { type: 'string' }, out: { type: 'string' }, steps: { type: 'string' }, resume: { type: 'string' },
-    'reward-module': { type: 'string' }, 'dump-rollouts': { type: 'boolean' }, backend: { type: 'string' },
+    config: { type: 'string' },
+    out: { type: 'string' },
+    steps: { type: 'string' },
+    resume: { type: 'string' },
+    'reward-module': { type: 'string' },
+    'dump-rollouts': { type: 'boolean' },
+    backend: { type: 'string' },
     json: { type: 'boolean' },
   });
   const out = str('train', v, 'out', true);
@@ -89,7 +96,8 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   if (resume) {
     await assertFolder(resume, 'checkpoint folder');
     session = await TrainingSession.restore(nodeFiles(resume), nodeResources, opts);
-    if (cfgPath) process.stderr.write(`note: --config is ignored with --resume; the checkpoint's config is used.\n`);
+    if (cfgPath)
+      process.stderr.write(`note: --config is ignored with --resume; the checkpoint's config is used.\n`);
   } else {
     const cfg: TrainConfig = validateConfig(await readJsonFile(cfgPath!, 'config'), cfgPath!);
     if (!(cfg.model in PRESETS)) await assertFolder(resolveModel(cfg.model));
@@ -124,7 +132,8 @@ export async function cmdTrain(argv: string[]): Promise<void> {
         }
         process.stderr.write(
           `step ${m.step}/${steps} ${bar(m.step, steps)} reward ${m.reward.toFixed(3)} kl ${m.kl.toFixed(3)} ` +
-            `clip ${m.clipFrac.toFixed(3)} vloss ${m.valueLoss.toFixed(3)} ${m.timeStep.toFixed(1)} s/step\n`,
+            `clip ${m.clipFrac.toFixed(3)} ${m.valueLoss === null ? 'no value model' : `vloss ${m.valueLoss.toFixed(3)}`} ` +
+            `${m.timeStep.toFixed(1)} s/step\n`,
         );
         for (const a of r.alerts) process.stderr.write(`  alert: ${a.message} ${a.advice}\n`);
       },
@@ -137,7 +146,9 @@ export async function cmdTrain(argv: string[]): Promise<void> {
       throw new UserError(`${end.message} ${NONFINITE_CLI_ADVICE}`);
     }
     if (v.json) {
-      process.stdout.write(JSON.stringify({ out, steps: session.step, checkpoints, metrics: last ?? null }) + '\n');
+      process.stdout.write(
+        JSON.stringify({ out, steps: session.step, checkpoints, metrics: last ?? null }) + '\n',
+      );
     }
   } finally {
     session.dispose();

@@ -98,7 +98,7 @@ export function unzipFolder(
 // Metrics history as CSV / JSON
 
 /** The columns for a history: every contract name, then the extras present, then anything else as first seen. */
-export function metricColumns(history: Record<string, number>[]): string[] {
+export function metricColumns(history: Record<string, number | null>[]): string[] {
   const seen = new Set<string>();
   for (const row of history) for (const k of Object.keys(row)) seen.add(k);
   const known: string[] = [...REQUIRED_METRICS, ...EXTRA_METRICS];
@@ -107,7 +107,7 @@ export function metricColumns(history: Record<string, number>[]): string[] {
 }
 
 /** CSV with a header of metric names, one row per step; NaN / ±Infinity written as such, missing as empty. */
-export function metricsToCsv(history: Record<string, number>[]): string {
+export function metricsToCsv(history: Record<string, number | null>[]): string {
   const cols = metricColumns(history);
   const lines = [cols.join(',')];
   for (const row of history) {
@@ -117,6 +117,6 @@ export function metricsToCsv(history: Record<string, number>[]): string {
 }
 
 /** A JSON array of per-step objects (non-finite numbers become null, as in the CLI's metrics.jsonl). */
-export function metricsToJson(history: Record<string, number>[]): string {
+export function metricsToJson(history: Record<string, number | null>[]): string {
   return JSON.stringify(history, null, 1) + '\n';
 }

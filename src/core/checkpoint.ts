@@ -9,6 +9,9 @@
  * at step 0 the merged policy is the base, B being 0), and a shared-base value model as
  * value_adapter_config.json + value_adapter_model.safetensors (its adapters in PEFT names and its head as
  * `base_model.model.score.weight`, PEFT's modules_to_save). Adam moments exist for adapters and heads only.
+ *
+ * A critic-free run (algorithm grpo / rloo / reinforce++, docs/formats.md §7) has no value model: no value file
+ * (value_model.safetensors, value_adapter_*) and no `value.*` Adam tensors are written or read.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { PpoTrainer } from './ppo/trainer';
@@ -22,7 +25,7 @@ import {
   type ModelFiles,
 } from './model/folder';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './model/safetensors';
-import { validateConfig, type TrainConfig } from './config';
+import { hasValueModel, validateConfig, type TrainConfig } from './config';
 import { klControllerFromState, type KlControllerState } from './ppo/kl';
 import { Rng } from './rng';
 import { buildTrainer, REWARD_FILE, type Resources } from './ppo/setup';
@@ -111,7 +114,7 @@ function specNames(vars: tf.Variable[]): string[] {
 /** The files of a checkpoint of the trainer's current state. */
 export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8Array>> {
   const { policy, ref, value, reward } = t.models;
-  if (!(await allFinite([...policy.trainableVariables(), ...value.trainableVariables()]))) {
+  if (!(await allFinite([...policy.trainableVariables(), ...(value?.trainableVariables() ?? [])]))) {
     throw new UserError(
       `not writing a checkpoint at step ${t.step}: the weights hold NaN/Inf values. The last checkpoint written is the last good one.`,
     );
@@ -123,25 +126,27 @@ export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8A
   if (policy.lora) {
     if (ref !== policy.base) throw new Error("checkpoint: a LoRA run's reference must be its policy's base");
     for (const [k, v] of await adapterFiles(policy.lora, t.cfg.model)) files.set(k, v);
-    const shared = value.trunkModel.base === policy.base && value.trunkModel.lora !== null;
+    const shared = value !== null && value.trunkModel.base === policy.base && value.trunkModel.lora !== null;
     lora = {
       r: policy.lora.r,
       loraAlpha: policy.lora.alpha,
       targets: [...policy.lora.targets],
-      valueModel: shared ? 'shared' : 'separate',
+      valueModel: value === null ? t.cfg.valueModel : shared ? 'shared' : 'separate',
     };
-    if (shared) {
+    if (value && shared) {
       const head = { name: VALUE_HEAD_TENSOR, shape: [1, value.config.n_embd], data: await scoreData(value) };
       for (const [k, v] of await adapterFiles(value.trunkModel.lora!, t.cfg.model, VALUE_FILES, [head]))
         files.set(k, v);
-    } else files.set('value_model.safetensors', await scalarSafetensors(value));
-  } else files.set('value_model.safetensors', await scalarSafetensors(value));
+    } else if (value) files.set('value_model.safetensors', await scalarSafetensors(value));
+  } else if (value) files.set('value_model.safetensors', await scalarSafetensors(value));
   const writeRef = t.step > 0;
   if (writeRef) files.set('ref_model.safetensors', await lmSafetensors(ref));
   if (reward.kind === 'model') files.set(REWARD_FILE, await scalarSafetensors(reward.model));
   const opt = [
     ...(await adamTensors(t.policyOpt, 'policy', specNames(policy.trainableVariables()))),
-    ...(await adamTensors(t.valueOpt, 'value', specNames(value.trainableVariables()))),
+    ...(value && t.valueOpt
+      ? await adamTensors(t.valueOpt, 'value', specNames(value.trainableVariables()))
+      : []),
   ];
   if (opt.length) files.set('optimizer.safetensors', writeSafetensors(opt, { format: CHECKPOINT_FORMAT }));
   const state: TrainerState = {
@@ -333,7 +338,9 @@ export async function restoreTrainer(
     const optBytes = await files.read('optimizer.safetensors');
     const optFile = optBytes ? readSafetensors(optBytes, `${files.label}/optimizer.safetensors`) : null;
     await restoreAdam(t.policyOpt, 'policy', specNames(m.policy.trainableVariables()), optFile, files.label);
-    await restoreAdam(t.valueOpt, 'value', specNames(m.value.trainableVariables()), optFile, files.label);
+    if (m.value && t.valueOpt) {
+      await restoreAdam(t.valueOpt, 'value', specNames(m.value.trainableVariables()), optFile, files.label);
+    }
   } catch (e) {
     t?.dispose();
     for (const b of built.reverse()) b.dispose();
@@ -353,8 +360,9 @@ async function restoreModels(
   state: TrainerState,
   cfg: TrainConfig,
   keep: <T extends { dispose(): void }>(x: T) => T,
-): Promise<{ policy: GPT2; ref: GPT2; value: ScalarModel; tokenizer: Tokenizer }> {
+): Promise<{ policy: GPT2; ref: GPT2; value: ScalarModel | null; tokenizer: Tokenizer }> {
   const refFile = 'ref_model.safetensors';
+  const withValue = hasValueModel(cfg); // critic-free runs: no value file to read
   if (cfg.lora === 0) {
     const { model: policy, tokenizer } = await loadLM(files, { trainable: true, label: 'policy' });
     keep(policy);
@@ -363,13 +371,15 @@ async function restoreModels(
         ? (await loadLM(files, { trainable: false, label: 'ref', file: refFile })).model
         : policy.clone(false, 'ref'),
     );
-    const value = keep(
-      await loadScalar(files, 'value_model.safetensors', {
-        trainable: true,
-        label: 'value',
-        config: policy.config,
-      }),
-    );
+    const value = withValue
+      ? keep(
+          await loadScalar(files, 'value_model.safetensors', {
+            trainable: true,
+            label: 'value',
+            config: policy.config,
+          }),
+        )
+      : null;
     return { policy, ref, value, tokenizer };
   }
   const lm = await loadLM(files, {
@@ -381,15 +391,17 @@ async function restoreModels(
   const adapters = keep(await readAdapters(files, base));
   sameLora(adapters, cfg, `${files.label}/${ADAPTER_CONFIG_FILE}`);
   const policy = keep(base.withLora(adapters, 'policy'));
-  let value: ScalarModel;
-  if (cfg.valueModel === 'shared') {
+  let value: ScalarModel | null;
+  if (!withValue) value = null;
+  else if (cfg.valueModel === 'shared') {
     const C = base.config.n_embd;
     const read = await readAdapterSet(files, base, VALUE_FILES, [{ name: VALUE_HEAD_TENSOR, shape: [1, C] }]);
     keep(read.adapters);
     sameLora(read.adapters, cfg, `${files.label}/${VALUE_ADAPTER_CONFIG_FILE}`);
-    value = keep(ScalarModel.onSharedBase(base, read.adapters, 'value'));
+    const shared = keep(ScalarModel.onSharedBase(base, read.adapters, 'value'));
     const head = read.extra.get(VALUE_HEAD_TENSOR)!;
-    tf.tidy(() => value.score.assign(tf.tensor2d(head, [1, C])));
+    tf.tidy(() => shared.score.assign(tf.tensor2d(head, [1, C])));
+    value = shared;
   } else {
     value = keep(
       await loadScalar(files, 'value_model.safetensors', {

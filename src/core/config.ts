@@ -6,6 +6,13 @@
 import { UserError } from './errors';
 
 export type KlEstimator = 'k1' | 'k2' | 'k3';
+/** The RL algorithm (docs/formats.md §7): PPO with a value model, or one of the critic-free three. */
+export const ALGORITHMS = ['ppo', 'grpo', 'rloo', 'reinforce++'] as const;
+export type Algorithm = (typeof ALGORITHMS)[number];
+/** GRPO's division of the group-centred scores: by the group's std, the batch's std, or not at all (Dr. GRPO). */
+export type ScaleRewards = 'group' | 'batch' | 'none';
+/** How per-token policy losses become one number per minibatch (docs/formats.md §7). */
+export type LossAggregation = 'token-mean' | 'seq-mean' | 'seq-sum-norm';
 export type ValueInit = 'policy' | 'reward';
 /** With LoRA: the value model on the policy's frozen base (own adapters + zero head), or a full copy of its own. */
 export type ValueModelKind = 'shared' | 'separate';
@@ -71,6 +78,15 @@ export interface TrainConfig {
   /** With LoRA: "shared" base for the value model, or "separate" full value model (no LoRA: always separate). */
   valueModel: ValueModelKind;
   saveEvery: number;
+  /** docs/formats.md §7. */
+  algorithm: Algorithm;
+  /** Samples per prompt (G); 0 = the algorithm's default (`derived(cfg).groupSize`: 1 for ppo/reinforce++, 4 for grpo/rloo). */
+  groupSize: number;
+  /** GRPO only. */
+  scaleRewards: ScaleRewards;
+  /** RLOO only: whiten the advantages over the batch's samples. */
+  normalizeAdvantages: boolean;
+  lossAggregation: LossAggregation;
 }
 
 export type ConfigKey = keyof TrainConfig;
@@ -294,10 +310,54 @@ export const CONFIG_FIELDS = {
     'Clip the global gradient norm over policy and value parameters together to this; 0 = no clipping.',
   ),
   // --- ppo ---
-  batchSize: int('ppo', 16, 1, 4096, 'Prompts sampled per PPO step (the rollout batch).', {
-    scale: 'log',
+  algorithm: {
+    type: 'choice',
+    group: 'ppo',
+    default: 'ppo',
+    choices: ALGORITHMS,
     live: false,
-  }),
+    doc: 'RL algorithm: "ppo" (value model + GAE), or critic-free "grpo", "rloo", "reinforce++" (no value model). Applies on reset.',
+  },
+  groupSize: int(
+    'ppo',
+    0,
+    0,
+    4096,
+    'Samples per prompt (G) in a step; must divide batchSize. 0 = the algorithm’s default: 1 for ppo and reinforce++, 4 for grpo and rloo (which need ≥ 2). Applies on reset.',
+    { live: false },
+  ),
+  scaleRewards: {
+    type: 'choice',
+    group: 'ppo',
+    default: 'group',
+    choices: ['group', 'batch', 'none'],
+    live: true,
+    doc: 'GRPO: divide the group-centred scores by the group’s std + 1e-4, the batch’s std + 1e-4, or not at all ("none", Dr. GRPO).',
+  },
+  normalizeAdvantages: bool(
+    'ppo',
+    false,
+    'RLOO: whiten the leave-one-out advantages over the batch’s samples (mean 0, std 1).',
+  ),
+  lossAggregation: {
+    type: 'choice',
+    group: 'ppo',
+    default: 'token-mean',
+    choices: ['token-mean', 'seq-mean', 'seq-sum-norm'],
+    live: true,
+    doc: 'Policy loss over a minibatch: mean over counted tokens, mean per sequence then over sequences, or sum / (sequences × responseLength) (Dr. GRPO).',
+  },
+  batchSize: int(
+    'ppo',
+    16,
+    1,
+    4096,
+    'Samples per step (the rollout batch): batchSize / groupSize prompts, each sampled groupSize times.',
+    {
+      scale: 'log',
+      live: false,
+    },
+  ),
   miniBatches: int(
     'ppo',
     2,
@@ -637,6 +697,26 @@ export function validateConfig(partial: unknown, source = 'config'): TrainConfig
     if (c.adaptiveKl && c.klCoef === 0) {
       problems.push(`${source}: "adaptiveKl" needs "klCoef" > 0 (the controller multiplies it), got 0.`);
     }
+    const G = groupSizeOf(c);
+    if (c.batchSize % G !== 0) {
+      problems.push(
+        `${source}: "groupSize" (${G}${c.groupSize === 0 ? `, the default for "${c.algorithm}"` : ''}) must divide ` +
+          `"batchSize" (${c.batchSize}) (batchSize counts samples, groupSize of them per prompt); ` +
+          `set batchSize to a multiple of ${G} or choose another groupSize.`,
+      );
+    }
+    if ((c.algorithm === 'grpo' || c.algorithm === 'rloo') && G < 2) {
+      problems.push(
+        `${source}: "algorithm" "${c.algorithm}" compares samples of the same prompt, so "groupSize" must be 2 or ` +
+          `more, got ${G}; set groupSize to 0 (its default, 4) or 2 – ${c.batchSize}.`,
+      );
+    }
+    if (c.algorithm !== 'ppo' && c.valueInit === 'reward') {
+      problems.push(
+        `${source}: "valueInit" "reward" needs a value model, but "algorithm" "${c.algorithm}" has none (it is ` +
+          'critic-free); remove valueInit (or set it to "policy"), or use algorithm "ppo".',
+      );
+    }
     if (c.lora > 0 && c.valueModel === 'shared' && c.valueInit === 'reward') {
       problems.push(
         `${source}: "valueInit" "reward" cannot be used with "lora" > 0 and "valueModel" "shared" (the shared ` +
@@ -674,6 +754,17 @@ function sameValue(a: unknown, b: unknown): boolean {
 // ---------------------------------------------------------------------------------------------------------
 // Derived sizes: computed in one place (CleanRL style).
 
+/** G: the config's groupSize, or its algorithm's default when 0 (1 for ppo and reinforce++, 4 for grpo and rloo). */
+export function groupSizeOf(cfg: Pick<TrainConfig, 'algorithm' | 'groupSize'>): number {
+  if (cfg.groupSize > 0) return cfg.groupSize;
+  return cfg.algorithm === 'grpo' || cfg.algorithm === 'rloo' ? 4 : 1;
+}
+
+/** Critic-free algorithms build no value model (docs/formats.md §7). */
+export function hasValueModel(cfg: Pick<TrainConfig, 'algorithm'>): boolean {
+  return cfg.algorithm === 'ppo';
+}
+
 export interface DerivedConfig {
   /** Samples per minibatch: batchSize / miniBatches. */
   miniBatchSize: number;
@@ -685,6 +776,12 @@ export interface DerivedConfig {
   maxResponseTokensPerStep: number;
   /** Pure sampling (no top-k / top-p), so the KL estimate is unbiased. */
   pureSampling: boolean;
+  /** G, samples per prompt: groupSize, or the algorithm's default when groupSize is 0. */
+  groupSize: number;
+  /** Distinct prompts per step: batchSize / groupSize. */
+  promptsPerStep: number;
+  /** Whether the run has a value model (ppo) or is critic-free. */
+  valueModel: boolean;
 }
 
 export function derived(cfg: TrainConfig): DerivedConfig {
@@ -694,6 +791,9 @@ export function derived(cfg: TrainConfig): DerivedConfig {
     totalSamples: cfg.steps * cfg.batchSize,
     maxResponseTokensPerStep: cfg.batchSize * cfg.responseLength,
     pureSampling: cfg.topK === 0 && cfg.topP === 1,
+    groupSize: groupSizeOf(cfg),
+    promptsPerStep: cfg.batchSize / groupSizeOf(cfg),
+    valueModel: hasValueModel(cfg),
   };
 }
 

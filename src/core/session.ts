@@ -262,7 +262,7 @@ export class TrainingSession {
 
   // ---- lifetime ---------------------------------------------------------------------------------------------
 
-  /** Free every tensor of the run: both optimisers and the policy, reference, value and reward models. */
+  /** Free every tensor of the run: the optimisers and the policy, reference, value (if any) and reward models. */
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
@@ -272,7 +272,7 @@ export class TrainingSession {
     t.dispose();
     t.models.policy.dispose();
     t.models.ref.dispose();
-    t.models.value.dispose();
+    t.models.value?.dispose(); // null in critic-free runs
     if (this.baseReward.kind === 'model') this.baseReward.model.dispose();
     const current = t.models.reward;
     if (current !== this.baseReward && current.kind === 'model') current.model.dispose();

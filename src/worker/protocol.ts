@@ -149,8 +149,8 @@ export interface RunStatus {
 
 /** One PPO step's metrics: every name of docs/formats.md §3 plus extras (src/core/ppo/metrics.ts). */
 export type MetricsWire = StepMetrics;
-/** Metrics as the UI reads them, by any name (a StepMetrics is one). */
-export type MetricsByName = Record<string, number>;
+/** Metrics as the UI reads them, by any name (a StepMetrics is one; null = not in this run, e.g. value metrics of GRPO). */
+export type MetricsByName = { step: number; [name: string]: number | null };
 
 export interface TokenView {
   /** Display text of the token (escaped bytes, <|endoftext|>). */

@@ -148,7 +148,7 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
   });
   if (o.tfjsAdam) {
     t.policyOpt.dispose();
-    t.valueOpt.dispose();
+    t.valueOpt?.dispose();
     t.policyOpt = tf.train.adam(cfg.learningRate);
     t.valueOpt = tf.train.adam(cfg.valueLearningRate);
   }
@@ -160,7 +160,7 @@ export function disposeTrainer(t: PpoTrainer): void {
   t.dispose();
   policy.dispose();
   ref.dispose();
-  value.dispose();
+  value?.dispose();
   if (reward.kind === 'model') reward.model.dispose();
 }
 

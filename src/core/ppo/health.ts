@@ -10,18 +10,33 @@ export interface HealthAlert {
     | 'non-finite'
     | 'negative-kl'
     /** A reward model without reward_stats.json: its scores are not centred (the trainer raises it, once). */
-    | 'reward-uncentred';
+    | 'reward-uncentred'
+    /** fracRewardZeroStd above 0.5 for ZERO_STD_STEPS steps in a row: most groups carry no signal. */
+    | 'groups-zero-std';
   step: number;
   message: string;
   advice: string;
 }
 
-export function healthAlerts(m: StepMetrics, targetKl: number): HealthAlert[] {
+/** Steps in a row with fracRewardZeroStd > ZERO_STD_FRACTION before 'groups-zero-std' fires. */
+export const ZERO_STD_STEPS = 5;
+export const ZERO_STD_FRACTION = 0.5;
+
+/**
+ * The alerts of one step. `previous` are the steps before it, oldest first (the trainer passes its history): the
+ * 'groups-zero-std' alert looks at the last ZERO_STD_STEPS steps including this one.
+ */
+export function healthAlerts(
+  m: StepMetrics,
+  targetKl: number,
+  previous: readonly StepMetrics[] = [],
+): HealthAlert[] {
   const out: HealthAlert[] = [];
   const step = m.step;
-  // explainedVariance is NaN by definition when the returns do not vary; that is not an alarm.
+  // explainedVariance is NaN by definition when the returns do not vary; that is not an alarm. null = the metric
+  // does not exist in this run (value metrics of a critic-free run).
   const bad = Object.entries(m).filter(
-    ([k, v]) => !Number.isFinite(v) && !(k === 'explainedVariance' && Number.isNaN(v)),
+    ([k, v]) => v !== null && !Number.isFinite(v) && !(k === 'explainedVariance' && Number.isNaN(v)),
   );
   if (bad.length) {
     out.push({
@@ -64,6 +79,21 @@ export function healthAlerts(m: StepMetrics, targetKl: number): HealthAlert[] {
       step,
       message: `${(m.logRatioClampFrac * 100).toFixed(1)}% of log ratios hit the clamp.`,
       advice: 'Updates are too drastic: lower the learning rate or ppoEpochs.',
+    });
+  }
+  const streak = [...previous.slice(-(ZERO_STD_STEPS - 1)), m];
+  if (
+    streak.length === ZERO_STD_STEPS &&
+    streak.every((s) => s.fracRewardZeroStd !== null && s.fracRewardZeroStd > ZERO_STD_FRACTION)
+  ) {
+    out.push({
+      id: 'groups-zero-std',
+      step,
+      message:
+        'most groups score the same: the task is too easy or too hard for this model; raise temperature, groupSize, or change the reward',
+      advice:
+        `More than ${ZERO_STD_FRACTION * 100}% of the groups scored all-equal in each of the last ${ZERO_STD_STEPS} steps ` +
+        `(now ${((m.fracRewardZeroStd ?? 0) * 100).toFixed(0)}%); such a group gives every sample advantage 0, so it teaches nothing.`,
     });
   }
   if (m.ratioMax > 2) {

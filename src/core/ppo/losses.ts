@@ -6,6 +6,7 @@
  * the worker's backend setup): tfjs-core alone registers none.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { LossAggregation } from '../config';
 
 /** Σ x·mask / Σ mask over every element; 0 when nothing counts. */
 export function maskedMeanT(x: tf.Tensor, mask: tf.Tensor): tf.Scalar {
@@ -15,8 +16,92 @@ export function maskedMeanT(x: tf.Tensor, mask: tf.Tensor): tf.Scalar {
   });
 }
 
+/**
+ * A minibatch's per-token losses [n, R] as one number (docs/formats.md §7; plain-loop reference:
+ * `aggregateLoss` in advantages.ts): token-mean Σ L·m / Σ m; seq-mean the mean over rows of Σ_t L·m / Σ_t m;
+ * seq-sum-norm Σ L·m / (n · responseLength) (Dr. GRPO).
+ */
+export function aggregateLossT(
+  perToken: tf.Tensor,
+  mask: tf.Tensor,
+  kind: LossAggregation,
+  responseLength: number,
+): tf.Scalar {
+  return tf.tidy(() => {
+    const m = tf.cast(mask, 'float32');
+    const lm = tf.mul(perToken, m);
+    const n = perToken.shape[0];
+    switch (kind) {
+      case 'token-mean':
+        return maskedMeanT(perToken, m);
+      case 'seq-mean':
+        return tf.mean(tf.div(tf.sum(lm, 1), tf.maximum(tf.sum(m, 1), 1))) as tf.Scalar;
+      case 'seq-sum-norm':
+        return tf.div(tf.sum(lm), n * responseLength) as tf.Scalar;
+    }
+  });
+}
+
+/**
+ * GRPO's per-token KL (k3, with the ratio p_ref / p): exp(ref − logp) − (ref − logp) − 1, ≥ 0, differentiable in
+ * logp (TRL GRPOTrainer's per_token_kl).
+ */
+export function k3PerToken(logp: tf.Tensor, refLogp: tf.Tensor): tf.Tensor {
+  return tf.tidy(() => {
+    const d = tf.sub(refLogp, logp);
+    return tf.sub(tf.sub(tf.exp(d), d), 1);
+  });
+}
+
+/** How the clipped surrogate's per-token losses are aggregated (docs/formats.md §7). */
+export interface PolicyLossOptions {
+  /** Default token-mean. */
+  aggregation?: LossAggregation;
+  /** R, for seq-sum-norm (default: the tensors' second dimension). */
+  responseLength?: number;
+}
+
+/**
+ * GRPO's KL loss term before its coefficient: k3 against the reference per token, aggregated as the surrogate is
+ * (aggregation is linear, so agg(pg + β·k3) = agg(pg) + β·agg(k3), TRL's per_token_loss + beta·per_token_kl).
+ */
+export function klTermLoss(
+  logpNew: tf.Tensor,
+  refLogp: tf.Tensor,
+  mask: tf.Tensor,
+  kind: LossAggregation,
+  responseLength: number,
+): tf.Scalar {
+  return tf.tidy(() => aggregateLossT(k3PerToken(logpNew, refLogp), mask, kind, responseLength));
+}
+
+/**
+ * TRL GRPOTrainer's clip statistics over counted tokens: `low` = share with ratio < 1 − ε and A < 0 (clipped from
+ * below), `high` = share with ratio > 1 + ε and A > 0. The ratio is exp(logp − logp_old), unclamped, padding
+ * zeroed as in policyLoss.
+ */
+export function clipFractions(
+  logpNew: tf.Tensor,
+  logpOld: tf.Tensor,
+  advantages: tf.Tensor,
+  mask: tf.Tensor,
+  clipRange: number,
+): { low: tf.Scalar; high: tf.Scalar } {
+  return tf.tidy(() => {
+    const m = tf.cast(mask, 'float32');
+    const lr = tf.sub(logpNew, logpOld);
+    const ratio = tf.exp(tf.where(tf.greater(m, 0), lr, tf.zerosLike(lr)));
+    const zero = tf.zerosLike(advantages);
+    const frac = (b: tf.Tensor) => maskedMeanT(tf.cast(b, 'float32'), m);
+    return {
+      low: frac(tf.logicalAnd(tf.less(ratio, 1 - clipRange), tf.less(advantages, zero))),
+      high: frac(tf.logicalAnd(tf.greater(ratio, 1 + clipRange), tf.greater(advantages, zero))),
+    };
+  });
+}
+
 export type PolicyLossResult = {
-  /** masked mean of max(−A·ratio, −A·clip(ratio, 1−ε, 1+ε)). */
+  /** max(−A·ratio, −A·clip(ratio, 1−ε, 1+ε)) per counted token, aggregated (token mean by default). */
   loss: tf.Scalar;
   /** Fraction of counted tokens where the clipped branch is the larger loss (TRL `pg_losses2 > pg_losses`). */
   clipFrac: tf.Scalar;
@@ -43,6 +128,7 @@ export function policyLoss(
   mask: tf.Tensor,
   clipRange: number,
   logRatioClamp: number,
+  opts: PolicyLossOptions = {},
 ): PolicyLossResult {
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');
@@ -56,8 +142,14 @@ export function policyLoss(
     // Statistics: unclamped, padding zeroed (exp(0) = 1 there, masked out below).
     const statLogRatio = tf.where(counted, rawLogRatio, tf.zerosLike(rawLogRatio));
     const statRatio = tf.exp(statLogRatio);
+    const loss = aggregateLossT(
+      tf.maximum(pgLosses, pgLosses2),
+      m,
+      opts.aggregation ?? 'token-mean',
+      opts.responseLength ?? (logpNew.shape[1] as number),
+    );
     return {
-      loss: maskedMeanT(tf.maximum(pgLosses, pgLosses2), m),
+      loss,
       clipFrac: maskedMeanT(tf.cast(tf.greater(pgLosses2, pgLosses), 'float32'), m),
       approxKl: maskedMeanT(tf.mul(0.5, tf.square(statLogRatio)), m),
       ratioMean: maskedMeanT(statRatio, m),

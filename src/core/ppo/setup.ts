@@ -1,8 +1,9 @@
 /**
- * Build the four models and a trainer from a validated config. Loading is platform-neutral: the caller
+ * Build the models and a trainer from a validated config: policy, reference, reward, and for PPO the value model
+ * (critic-free algorithms build none: docs/formats.md §7). Loading is platform-neutral: the caller
  * supplies how to open a model folder and a task (Node reads disk; the worker fetches or reads uploads).
  */
-import type { TrainConfig } from '../config';
+import { hasValueModel, type TrainConfig } from '../config';
 import type { ModelFiles } from '../model/folder';
 import { loadLM, loadScalar } from '../model/folder';
 import { ScalarModel } from '../model/heads';
@@ -24,21 +25,36 @@ export interface Resources {
 export interface BuildOptions {
   /** A user reward function (CLI --reward-module, the UI's code editor); overrides the task's reward. */
   rewardFn?: { fn: RewardFn; label: string };
-  /** Weights to start from instead of loading (resume): policy, ref, value, reward model. */
-  weights?: { policy: GPT2; ref: GPT2; value: ScalarModel; rewardModel?: ScalarModel; tokenizer: Tokenizer };
+  /** Weights to start from instead of loading (resume): policy, ref, value (null: critic-free), reward model. */
+  weights?: {
+    policy: GPT2;
+    ref: GPT2;
+    value: ScalarModel | null;
+    rewardModel?: ScalarModel;
+    tokenizer: Tokenizer;
+  };
 }
 
 /** The reward model file inside a reward folder made by `train-reward`. */
 export const REWARD_FILE = 'reward_model.safetensors';
 
-export async function resolvePrompts(cfg: TrainConfig, res: Resources): Promise<{ prompts: string[]; taskReward?: unknown }> {
-  if (cfg.prompts && cfg.prompts.length) return { prompts: cfg.prompts, taskReward: cfg.task ? (await res.loadTask(cfg.task)).reward : undefined };
-  if (!cfg.task) throw new UserError('config: give "task" (a built-in task name) or "prompts" (a list of strings).');
+export async function resolvePrompts(
+  cfg: TrainConfig,
+  res: Resources,
+): Promise<{ prompts: string[]; taskReward?: unknown }> {
+  if (cfg.prompts && cfg.prompts.length)
+    return { prompts: cfg.prompts, taskReward: cfg.task ? (await res.loadTask(cfg.task)).reward : undefined };
+  if (!cfg.task)
+    throw new UserError('config: give "task" (a built-in task name) or "prompts" (a list of strings).');
   const task = await res.loadTask(cfg.task);
   return { prompts: task.prompts, taskReward: task.reward };
 }
 
-export async function buildTrainer(cfg: TrainConfig, res: Resources, opts: BuildOptions = {}): Promise<PpoTrainer> {
+export async function buildTrainer(
+  cfg: TrainConfig,
+  res: Resources,
+  opts: BuildOptions = {},
+): Promise<PpoTrainer> {
   const { prompts, taskReward } = await resolvePrompts(cfg, res);
   const spec: unknown = cfg.reward ?? taskReward;
   let policy: GPT2, ref: GPT2, tokenizer: Tokenizer;
@@ -70,7 +86,10 @@ export async function buildTrainer(cfg: TrainConfig, res: Resources, opts: Build
       rewardModel = await loadScalar(files, REWARD_FILE, { trainable: false, label: 'reward' });
       rewardMean = await readRewardMean(files);
     }
-    if (rewardModel.config.vocab_size !== policy.config.vocab_size || rewardModel.config.tokenizer !== policy.config.tokenizer) {
+    if (
+      rewardModel.config.vocab_size !== policy.config.vocab_size ||
+      rewardModel.config.tokenizer !== policy.config.tokenizer
+    ) {
       throw new UserError(
         `reward model ${rmPath} uses the ${rewardModel.config.tokenizer} tokenizer (vocab ${rewardModel.config.vocab_size}); ` +
           `the policy uses ${policy.config.tokenizer} (vocab ${policy.config.vocab_size}). They must match.`,
@@ -78,12 +97,20 @@ export async function buildTrainer(cfg: TrainConfig, res: Resources, opts: Build
     }
     reward = { kind: 'model', model: rewardModel, label: rmPath, mean: rewardMean };
   } else if (spec !== undefined) {
-    reward = { kind: 'fn', fn: makeReward(spec, 'reward'), label: typeof spec === 'string' ? spec : 'reward mix' };
+    reward = {
+      kind: 'fn',
+      fn: makeReward(spec, 'reward'),
+      label: typeof spec === 'string' ? spec : 'reward mix',
+    };
   } else {
-    throw new UserError('config: no reward: set "reward", or a "task" whose reward is used, or pass --reward-module.');
+    throw new UserError(
+      'config: no reward: set "reward", or a "task" whose reward is used, or pass --reward-module.',
+    );
   }
-  let value: ScalarModel;
+  let value: ScalarModel | null;
   if (opts.weights) value = opts.weights.value;
+  else if (!hasValueModel(cfg))
+    value = null; // critic-free: no value model, no value optimiser
   else if (cfg.lora > 0 && cfg.valueModel === 'shared') {
     // The value model on the same frozen base: its own adapters (seed + 1) and a zero head (validateConfig
     // refuses valueInit "reward" here).
@@ -91,7 +118,9 @@ export async function buildTrainer(cfg: TrainConfig, res: Resources, opts: Build
     value = ScalarModel.onSharedBase(policy.base, adapters, 'value');
   } else if (cfg.valueInit === 'reward') {
     if (reward.kind !== 'model') {
-      throw new UserError('config: valueInit "reward" needs a learned reward model ("reward": {"model": FOLDER}); use valueInit "policy" with reward functions.');
+      throw new UserError(
+        'config: valueInit "reward" needs a learned reward model ("reward": {"model": FOLDER}); use valueInit "policy" with reward functions.',
+      );
     }
     value = reward.model.clone(true, 'value');
   } else {

@@ -1,8 +1,10 @@
 /**
- * One PPO-RLHF step over four models, top to bottom in the order of docs/engine.md:
- *   1 sample → 2 truncate at the stop token → 3 forward policy/reference/value over query+response →
- *   4 score → 5 per-token KL-penalised rewards → 6 whiten / GAE / whiten advantages once over the batch →
- *   7 PPO epochs over shuffled minibatches (one joint loss, one gradient clip) → 8 KL controller → 9 metrics.
+ * One RLHF step, top to bottom in the order of docs/engine.md:
+ *   1 sample (groupSize samples per prompt, one batched generate call) → 2 truncate at the stop token →
+ *   3 forward policy/reference(/value) over query+response → 4 score → 5–6 advantages: PPO's per-token
+ *   KL-penalised rewards, whitening and GAE, or a critic-free algorithm's (GRPO, RLOO, REINFORCE++: advantages.ts)
+ *   → 7 epochs over shuffled minibatches (clipped surrogate, one joint loss, one gradient clip) → 8 KL controller
+ *   → 9 metrics. Critic-free runs have no value model, no value optimiser and no value forward.
  * `b*` names are whole-batch arrays, `mb*` names minibatch tensors (CleanRL style).
  */
 import * as tf from '@tensorflow/tfjs-core';
@@ -17,11 +19,34 @@ import { scoreSamples } from '../reward/module';
 import { Rng } from '../rng';
 import { FusedAdamOptimizer } from '../fused-adam';
 import { REWARD_STATS_FILE } from '../reward/reward-model';
-import { gae, maskedMean, maskedVar, maskedWhiten, perTokenRewards, explainedVariance } from './math';
-import { policyLoss, valueLoss, entropyFromLogits, logprobsFromLogits } from './losses';
+import {
+  gae,
+  maskedMean,
+  maskedVar,
+  maskedWhiten,
+  perTokenRewards,
+  explainedVariance,
+  type PerTokenRewards,
+} from './math';
+import {
+  broadcastToTokens,
+  groupIds,
+  groupStats,
+  grpoAdvantages,
+  reinforcePlusPlus,
+  rlooAdvantages,
+} from './advantages';
+import {
+  clipFractions,
+  klTermLoss,
+  policyLoss,
+  valueLoss,
+  entropyFromLogits,
+  logprobsFromLogits,
+} from './losses';
 import { liveKlController, makeKlController, type KlController } from './kl';
 import { stepMetrics, type MinibatchStats, type StepMetrics } from './metrics';
-import { jointGuardedStep, type JointStepResult, type Objective } from './update';
+import { jointGuardedStep, type JointStepResult, type Objective, type UpdatePart } from './update';
 import type { Rollout } from './rollout';
 import { healthAlerts, type HealthAlert } from './health';
 import { UserError } from '../errors';
@@ -42,17 +67,29 @@ interface Minibatch {
   mask: tf.Tensor2D;
   oldLogprobs: tf.Tensor2D;
   advantages: tf.Tensor2D;
-  returns: tf.Tensor2D;
-  oldValues: tf.Tensor2D;
+  /** PPO only (the value loss). */
+  returns?: tf.Tensor2D;
+  oldValues?: tf.Tensor2D;
+  /** GRPO with klCoef > 0 only (the k3 loss term). */
+  refLogprobs?: tf.Tensor2D;
 }
 type PolicyStat =
-  'policyLoss' | 'clipFrac' | 'approxKl' | 'ratioMean' | 'ratioMax' | 'logRatioClampFrac' | 'entropy';
+  | 'policyLoss'
+  | 'clipFrac'
+  | 'approxKl'
+  | 'ratioMean'
+  | 'ratioMax'
+  | 'logRatioClampFrac'
+  | 'entropy'
+  | 'clipFracLow'
+  | 'clipFracHigh';
 type ValueStat = 'valueLoss' | 'valueClipFrac';
 
 export interface PpoModels {
   policy: GPT2;
   ref: GPT2;
-  value: ScalarModel;
+  /** null for the critic-free algorithms (grpo, rloo, reinforce++): no value model at all. */
+  value: ScalarModel | null;
   reward: RewardSource;
 }
 
@@ -70,11 +107,11 @@ export function disposeModels(models: PpoModels, otherRewards: readonly RewardSo
     freed.add(m);
     m.dispose();
   };
-  free(models.value);
+  if (models.value) free(models.value);
   free(models.policy);
   free(models.ref);
   free(models.policy.base);
-  free(models.value.trunkModel.base);
+  if (models.value) free(models.value.trunkModel.base);
   for (const r of [models.reward, ...otherRewards]) if (r.kind === 'model') free(r.model);
 }
 
@@ -107,7 +144,8 @@ export class PpoTrainer {
   readonly prompts: string[];
   readonly promptTokens: number[][];
   policyOpt: tf.AdamOptimizer;
-  valueOpt: tf.AdamOptimizer;
+  /** null without a value model (critic-free algorithms). */
+  valueOpt: tf.AdamOptimizer | null;
   kl: KlController;
   rng: Rng;
   /** Steps completed (the next step is `step + 1`). */
@@ -146,7 +184,12 @@ export class PpoTrainer {
     // Adam with one fused kernel per variable (src/core/fused-adam.ts): the same state and update as
     // tf.train.adam (tests/perf-adam.test.ts, tests/trainer.test.ts), ~14× fewer kernels per step.
     this.policyOpt = new FusedAdamOptimizer(cfg.learningRate);
-    this.valueOpt = new FusedAdamOptimizer(cfg.valueLearningRate);
+    if ((models.value !== null) !== derived(cfg).valueModel) {
+      throw new Error(
+        `PpoTrainer: algorithm "${cfg.algorithm}" ${derived(cfg).valueModel ? 'needs a value model' : 'is critic-free and takes no value model'}`,
+      );
+    }
+    this.valueOpt = models.value ? new FusedAdamOptimizer(cfg.valueLearningRate) : null;
     this.kl = makeKlController(cfg);
     this.rng = new Rng(cfg.seed);
     this.rewardMean = models.reward.kind === 'model' ? (models.reward.mean ?? null) : null;
@@ -155,7 +198,8 @@ export class PpoTrainer {
   /** Apply live changes (already validated) from the next step on. */
   setConfig(cfg: TrainConfig): void {
     (this.policyOpt as unknown as { learningRate: number }).learningRate = cfg.learningRate;
-    (this.valueOpt as unknown as { learningRate: number }).learningRate = cfg.valueLearningRate;
+    if (this.valueOpt)
+      (this.valueOpt as unknown as { learningRate: number }).learningRate = cfg.valueLearningRate;
     this.kl = liveKlController(this.kl, this.cfg, cfg);
     this.cfg = cfg;
   }
@@ -225,22 +269,42 @@ export class PpoTrainer {
     const [n, R] = mb.mask.shape;
     const logits = this.responseLogits(this.models.policy, mb.ids, mb.attn, Tq);
     const lp = tf.reshape(logprobsFromLogits(logits, mb.tokens, cfg.temperature), [n, R]);
-    const pl = policyLoss(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, cfg.logRatioClamp);
+    // The surrogate's per-token losses aggregated by lossAggregation; GRPO adds klCoef·k3 per token (its KL
+    // term), aggregated the same way.
+    const pl = policyLoss(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, cfg.logRatioClamp, {
+      aggregation: cfg.lossAggregation,
+      responseLength: R,
+    });
+    const clip = clipFractions(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange);
+    let loss = pl.loss;
+    if (mb.refLogprobs) {
+      const k3 = klTermLoss(lp, mb.refLogprobs, mb.mask, cfg.lossAggregation, R);
+      loss = tf.add(loss, tf.mul(this.kl.value, k3)) as tf.Scalar;
+    }
     // With entropyCoef 0 the entropy is only measured: it stays out of the loss, so it is not differentiated.
     const entropy = entropyFromLogits(logits, tf.reshape(mb.mask, [-1]), cfg.temperature);
-    const loss =
-      cfg.entropyCoef === 0 ? pl.loss : (tf.sub(pl.loss, tf.mul(cfg.entropyCoef, entropy)) as tf.Scalar);
+    if (cfg.entropyCoef !== 0) loss = tf.sub(loss, tf.mul(cfg.entropyCoef, entropy)) as tf.Scalar;
     const { clipFrac, approxKl, ratioMean, ratioMax, logRatioClampFrac } = pl;
     return {
       loss,
-      stats: { policyLoss: pl.loss, clipFrac, approxKl, ratioMean, ratioMax, logRatioClampFrac, entropy },
+      stats: {
+        policyLoss: pl.loss,
+        clipFrac,
+        approxKl,
+        ratioMean,
+        ratioMax,
+        logRatioClampFrac,
+        entropy,
+        clipFracLow: clip.low,
+        clipFracHigh: clip.high,
+      },
     };
   }
 
   /** Step 7's value part of the joint loss: vfCoef·(clipped value loss). */
-  private valueObjective(mb: Minibatch, Tq: number): Objective<ValueStat> {
-    const v = this.responseValues(this.models.value, mb.ids, mb.attn, Tq);
-    const vl = valueLoss(v, mb.oldValues, mb.returns, mb.mask, this.cfg.clipRangeValue);
+  private valueObjective(value: ScalarModel, mb: Minibatch, Tq: number): Objective<ValueStat> {
+    const v = this.responseValues(value, mb.ids, mb.attn, Tq);
+    const vl = valueLoss(v, mb.oldValues!, mb.returns!, mb.mask, this.cfg.clipRangeValue);
     return {
       loss: tf.mul(this.cfg.vfCoef, vl.loss) as tf.Scalar,
       stats: { valueLoss: vl.loss, valueClipFrac: vl.clipFrac },
@@ -256,11 +320,16 @@ export class PpoTrainer {
     const T0 = now();
     const stepNo = this.step + 1;
     const klCoef = this.kl.value;
-    const mbSize = derived(cfg).miniBatchSize;
+    const d = derived(cfg);
+    const mbSize = d.miniBatchSize;
+    const G = d.groupSize;
+    const algo = cfg.algorithm;
 
-    // 1. Sample responses for a batch of prompts (pure sampling unless top-k/top-p are set).
+    // 1. Sample responses: B / G prompts, each repeated G times in ONE batched generate call (sample i belongs to
+    //    group ⌊i / G⌋), pure sampling unless top-k/top-p are set. G = 1 is PPO's one sample per prompt.
     this.onPhase('generating');
-    const idx = this.nextPromptIndices(B);
+    const idx = this.nextPromptIndices(B / G).flatMap((i) => new Array<number>(G).fill(i));
+    const groups = groupIds(B, G);
     const queries = idx.map((i) => this.promptTokens[i]);
     const stop = this.stopId();
     const gen = await generate(policy, queries, {
@@ -279,11 +348,12 @@ export class PpoTrainer {
     const bMask = gen.tokens.map((t) => [...new Array(t.length).fill(1), ...new Array(R - t.length).fill(0)]);
     const stopped = gen.tokens.map((t) => stop !== null && t[t.length - 1] === stop);
 
-    // 3. Forward policy, reference and value over query+response, in minibatch-sized chunks; one readback each.
+    // 3. Forward policy, reference and (PPO only) value model over query+response, in minibatch-sized chunks;
+    //    one readback each.
     this.onPhase('scoring');
     const bLogprobs: number[][] = [];
     const bRefLogprobs: number[][] = [];
-    const bValues: number[][] = [];
+    const bValues: number[][] | null = value ? [] : null;
     const bRmScores: number[] = [];
     const Tq = bucket(Math.max(...queries.map((q) => q.length)), policy.config.n_positions - R);
     for (let s = 0; s < B; s += mbSize) {
@@ -302,21 +372,22 @@ export class PpoTrainer {
           cfg.temperature,
         );
         const rlp = logprobsFromLogits(this.responseLogits(ref, ids, attn, inp.Tq), tokens, cfg.temperature);
-        const v = this.responseValues(value, ids, attn, inp.Tq);
+        const v = value ? tf.reshape(this.responseValues(value, ids, attn, inp.Tq), [-1]) : tf.zeros([0]);
         // 4a. A learned reward model reads its scalar at the last real token.
         const rm = reward.kind === 'model' ? reward.model.lastTokenValues(ids, attn) : tf.zeros([inp.n]);
-        return tf.concat([lp, rlp, tf.reshape(v, [-1]), rm]);
+        return tf.concat([lp, rlp, v, rm]);
       });
       const data = await outs.data();
       outs.dispose();
-      // Layout of `data`: [policy logprobs n·R | reference logprobs n·R | values n·R | reward-model scores n].
+      // Layout of `data`: [policy logprobs n·R | reference logprobs n·R | values n·R (PPO) | reward-model scores n].
       const nR = inp.n * R;
+      const vR = value ? nR : 0;
       const part = (k: number, from: number) => Array.from(data.subarray(from + k * R, from + (k + 1) * R));
       rows.forEach((_, k) => {
         bLogprobs.push(part(k, 0));
         bRefLogprobs.push(part(k, nR));
-        bValues.push(part(k, 2 * nR));
-        bRmScores.push(data[3 * nR + k]);
+        bValues?.push(part(k, 2 * nR));
+        bRmScores.push(data[2 * nR + vR + k]);
       });
     }
 
@@ -339,19 +410,17 @@ export class PpoTrainer {
     }
     const penalised = scores.map((x, k) => (stop !== null && !stopped[k] ? x - cfg.missingEosPenalty : x));
 
-    // 5. Per-token rewards r_t = −β·k_t, plus the score at the last counted token.
-    const ptr = perTokenRewards(penalised, bLogprobs, bRefLogprobs, bMask, klCoef, cfg.klEstimator);
-    let bRewards = ptr.rewards;
-    // 6. Optional reward whitening (scale only, TRL's shift_mean=False); GAE; advantages whitened once over the batch.
-    if (cfg.whitenRewards) bRewards = maskedWhiten(bRewards, bMask, false);
-    const { advantages: rawAdv, returns: bReturns } = gae(bRewards, bValues, bMask, cfg.gamma, cfg.lam);
-    const bAdvantages = cfg.whitenAdvantages ? maskedWhiten(rawAdv, bMask, true) : rawAdv;
+    // 5–6. Rewards and advantages (docs/formats.md §4 and §7). `rawAdv` is before any whitening (its metrics).
+    const adv = this.advantages(penalised, bLogprobs, bRefLogprobs, bMask, bValues, klCoef, G);
+    const { rewards: bRewards, advantages: bAdvantages, returns: bReturns, ptr } = adv;
     const tScore = now();
 
-    // 7. PPO epochs over shuffled minibatches: one joint loss pg − entropyCoef·entropy + vfCoef·vloss, one
-    //    gradient clip over policy and value, each model's own Adam step. Early stop (earlyStopKl): after an
-    //    epoch in which a minibatch's approx KL passed earlyStopApproxKl, the remaining epochs are skipped.
+    // 7. Epochs over shuffled minibatches: one joint loss pg − entropyCoef·entropy (+ klCoef·k3 for GRPO)
+    //    (+ vfCoef·vloss for PPO), one gradient clip over every trained model, each model's own Adam step. Early
+    //    stop (earlyStopKl): after an epoch in which a minibatch's approx KL passed earlyStopApproxKl, the
+    //    remaining epochs are skipped.
     this.onPhase('updating');
+    const grpoKl = algo === 'grpo' && klCoef > 0;
     const minibatches: MinibatchStats[] = [];
     let epochsRun = 0;
     let skippedUpdates = 0;
@@ -377,31 +446,39 @@ export class PpoTrainer {
           mask: pick(bMask),
           oldLogprobs: pick(bLogprobs),
           advantages: pick(bAdvantages),
-          returns: pick(bReturns),
-          oldValues: pick(bValues),
         };
+        if (value) {
+          mb.returns = pick(bReturns!);
+          mb.oldValues = pick(bValues!);
+        }
+        if (grpoKl) mb.refLogprobs = pick(bRefLogprobs);
         let upd: JointStepResult<PolicyStat | ValueStat>;
         try {
-          upd = await jointGuardedStep<PolicyStat | ValueStat>(
-            [
-              {
-                optimizer: this.policyOpt,
-                vars: policy.trainableVariables(),
-                objective: () => this.policyObjective(mb, inp.Tq),
-              },
-              {
-                optimizer: this.valueOpt,
-                vars: value.trainableVariables(),
-                objective: () => this.valueObjective(mb, inp.Tq),
-              },
-            ],
-            cfg.maxGradNorm,
-          );
+          const parts: UpdatePart<PolicyStat | ValueStat>[] = [
+            {
+              optimizer: this.policyOpt,
+              vars: policy.trainableVariables(),
+              objective: () => this.policyObjective(mb, inp.Tq),
+            },
+          ];
+          if (value) {
+            parts.push({
+              optimizer: this.valueOpt!,
+              vars: value.trainableVariables(),
+              objective: () => this.valueObjective(value, mb, inp.Tq),
+            });
+          }
+          upd = await jointGuardedStep<PolicyStat | ValueStat>(parts, cfg.maxGradNorm);
         } finally {
-          tf.dispose(Object.values(mb));
+          tf.dispose(Object.values(mb) as tf.Tensor[]);
         }
         if (!upd.applied) skippedUpdates++;
-        minibatches.push({ ...upd.stats, gradNorm: upd.gradNorms[0], valueGradNorm: upd.gradNorms[1] });
+        const { valueLoss: vl, valueClipFrac: vcf, ...policyStats } = upd.stats;
+        minibatches.push({
+          ...policyStats,
+          gradNorm: upd.gradNorms[0],
+          ...(value ? { valueLoss: vl, valueClipFrac: vcf, valueGradNorm: upd.gradNorms[1] } : {}),
+        });
         epochMaxApproxKl = Math.max(epochMaxApproxKl, upd.stats.approxKl);
       }
       if (cfg.earlyStopKl && epochMaxApproxKl > cfg.earlyStopApproxKl) break;
@@ -413,19 +490,24 @@ export class PpoTrainer {
     this.step = stepNo;
 
     // 9. Metrics, health alerts and the rollout.
+    const gs = groupStats(scores, G);
     const metrics = stepMetrics({
       step: stepNo,
       scores,
       penalisedScores: penalised,
+      rewardStd: gs.rewardStd,
+      // Counted on the scores that enter the advantages: an all-equal group there gives A = 0.
+      fracRewardZeroStd: groupStats(penalised, G).fracRewardZeroStd,
+      valueModel: value !== null,
       k1Sum: ptr.k1Sum,
       nonScoreSum: ptr.nonScoreSum,
       klCoef,
       minibatches,
       epochsRun,
-      explainedVariance: explainedVariance(bValues, bReturns, bMask),
-      advantageMean: maskedMean(rawAdv, bMask),
-      advantageStd: Math.sqrt(maskedVar(rawAdv, bMask)),
-      returnMean: maskedMean(bReturns, bMask),
+      explainedVariance: bValues && bReturns ? explainedVariance(bValues, bReturns, bMask) : null,
+      advantageMean: maskedMean(adv.rawAdvantages, bMask),
+      advantageStd: Math.sqrt(maskedVar(adv.rawAdvantages, bMask)),
+      returnMean: bReturns ? maskedMean(bReturns, bMask) : null,
       counted: bMask.map((m) => m.reduce((a, b) => a + b, 0)),
       stopped,
       learningRate: cfg.learningRate,
@@ -434,10 +516,11 @@ export class PpoTrainer {
       timeScore: (tScore - tGen) / 1000,
       timeUpdate: (tUpd - tScore) / 1000,
     });
+    const previous = this.history.slice(-5);
     this.history.push(metrics);
     this.onPhase('idle');
     this.badSteps = skippedUpdates > 0 ? this.badSteps + 1 : 0;
-    const alerts = healthAlerts(metrics, cfg.targetKl);
+    const alerts = healthAlerts(metrics, cfg.targetKl, previous);
     if (skippedUpdates > 0) {
       alerts.unshift({
         id: 'non-finite',
@@ -467,6 +550,7 @@ export class PpoTrainer {
       rewards: bRewards,
       advantages: bAdvantages,
       returns: bReturns,
+      groups,
       scores,
       penalisedScores: penalised,
       promptTexts,
@@ -483,10 +567,87 @@ export class PpoTrainer {
     return { metrics, rollout, alerts, firstMinibatch, skippedUpdates, shouldPause: this.badSteps >= 3 };
   }
 
+  /**
+   * Steps 5–6 for the configured algorithm, on the host (docs/formats.md §4, §7):
+   * - ppo: r_t = −β·k_t (+ score at the last counted token), optional reward whitening, GAE, advantages whitened
+   *   once over the batch (whitenAdvantages); returns = raw advantages + values.
+   * - grpo: A_i from the group-centred scores (scaleRewards) at every counted token; rewards = the score at the last
+   *   counted token (its KL is the loss term klCoef·k3, step 7).
+   * - rloo: r_i = s_i − β·Σ_t k_t, leave-one-out baseline, optional whitening over samples (normalizeAdvantages).
+   * - reinforce++: per-token KL-penalised rewards, discounted returns G_t whitened over all counted tokens.
+   * `ptr.k1Sum` (the `kl` metric) is always Σ k1 against the reference; `ptr.nonScoreSum` the KL penalty per sample
+   * (for grpo: −β·Σ_t k3 at the rollout policy, the loss term's value at ratio 1).
+   */
+  private advantages(
+    scores: number[],
+    logprobs: number[][],
+    refLogprobs: number[][],
+    mask: number[][],
+    values: number[][] | null,
+    klCoef: number,
+    G: number,
+  ): {
+    rewards: number[][];
+    advantages: number[][];
+    rawAdvantages: number[][];
+    returns: number[][] | null;
+    ptr: PerTokenRewards;
+  } {
+    const cfg = this.cfg;
+    switch (cfg.algorithm) {
+      case 'ppo': {
+        const ptr = perTokenRewards(scores, logprobs, refLogprobs, mask, klCoef, cfg.klEstimator);
+        // Optional reward whitening (scale only, TRL's shift_mean=False); GAE; advantages whitened once over the batch.
+        const rewards = cfg.whitenRewards ? maskedWhiten(ptr.rewards, mask, false) : ptr.rewards;
+        const { advantages: raw, returns } = gae(rewards, values!, mask, cfg.gamma, cfg.lam);
+        const advantages = cfg.whitenAdvantages ? maskedWhiten(raw, mask, true) : raw;
+        return { rewards, advantages, rawAdvantages: raw, returns, ptr };
+      }
+      case 'grpo': {
+        const ptr = perTokenRewards(scores, logprobs, refLogprobs, mask, klCoef, 'k3');
+        const rewards = perTokenRewards(scores, logprobs, refLogprobs, mask, 0, 'k1').rewards;
+        const a = broadcastToTokens(grpoAdvantages(scores, G, cfg.scaleRewards), mask);
+        return { rewards, advantages: a, rawAdvantages: a, returns: null, ptr };
+      }
+      case 'rloo': {
+        const r = rlooAdvantages(
+          scores,
+          logprobs,
+          refLogprobs,
+          mask,
+          klCoef,
+          cfg.klEstimator,
+          G,
+          cfg.normalizeAdvantages,
+        );
+        const raw = cfg.normalizeAdvantages
+          ? rlooAdvantages(scores, logprobs, refLogprobs, mask, klCoef, cfg.klEstimator, G, false).advantages
+          : r.advantages;
+        return {
+          rewards: r.perToken.rewards,
+          advantages: broadcastToTokens(r.advantages, mask),
+          rawAdvantages: broadcastToTokens(raw, mask),
+          returns: null,
+          ptr: r.perToken,
+        };
+      }
+      case 'reinforce++': {
+        const r = reinforcePlusPlus(scores, logprobs, refLogprobs, mask, klCoef, cfg.klEstimator, cfg.gamma);
+        return {
+          rewards: r.perToken.rewards,
+          advantages: r.advantages,
+          rawAdvantages: r.returns,
+          returns: null,
+          ptr: r.perToken,
+        };
+      }
+    }
+  }
+
   /** Free the optimisers' state (Adam moments). The models: disposeModels, or disposeAll for both. */
   dispose(): void {
     this.policyOpt.dispose();
-    this.valueOpt.dispose();
+    this.valueOpt?.dispose();
   }
 
   /** Free the optimisers and every model of `models` (disposeModels), each tensor once. */
