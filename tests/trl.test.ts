@@ -148,4 +148,105 @@ describe('TRL config export with LoRA', () => {
     expect(t).not.toHaveProperty('peft_config');
     expect((t._comment as string[]).join('\n')).not.toContain('peft_config');
   });
+
+  it('grpo writes a GRPOConfig with TRL’s field names (num_generations, beta, epsilon, num_iterations, scale_rewards, loss_type)', () => {
+    const cfg = validateConfig({
+      model: 'openai-community/gpt2',
+      algorithm: 'grpo',
+      batchSize: 16,
+      miniBatches: 2,
+      ppoEpochs: 3,
+      steps: 10,
+      klCoef: 0.04,
+      clipRange: 0.25,
+      scaleRewards: 'batch',
+      lossAggregation: 'seq-sum-norm',
+      responseLength: 32,
+      learningRate: 1e-5,
+      seed: 5,
+    });
+    const t = toTrlConfig(cfg);
+    expect(t).toMatchObject({
+      _trl_class: 'GRPOConfig',
+      _model: 'openai-community/gpt2',
+      learning_rate: 1e-5,
+      per_device_train_batch_size: 8,
+      gradient_accumulation_steps: 1,
+      steps_per_generation: 2,
+      num_generations: 4, // groupSize 0 = grpo's default
+      num_iterations: 3,
+      max_steps: 60,
+      epsilon: 0.25,
+      beta: 0.04,
+      scale_rewards: 'batch',
+      loss_type: 'dr_grpo',
+      max_completion_length: 32,
+      temperature: 1,
+      top_k: 0,
+      top_p: 1,
+      max_grad_norm: 1,
+      seed: 5,
+    });
+    // PPO-only fields do not leak into a GRPOConfig.
+    for (const k of ['kl_coef', 'vf_coef', 'cliprange', 'num_ppo_epochs', 'sft_model_path', 'lam']) {
+      expect(t).not.toHaveProperty(k);
+    }
+    expect(toTrlConfig(validateConfig({ algorithm: 'grpo' })).loss_type).toBe('bnpo');
+    expect(toTrlConfig(validateConfig({ algorithm: 'grpo', lossAggregation: 'seq-mean' })).loss_type).toBe(
+      'grpo',
+    );
+    expect((t._comment as string[]).join('\n')).toMatch(/GRPOTrainer\(model=\.\.\., reward_funcs=/);
+  });
+
+  it('rloo writes an RLOOConfig (normalize_advantages, no scale_rewards / loss_type) and says what does not carry over', () => {
+    const t = toTrlConfig(
+      validateConfig({
+        algorithm: 'rloo',
+        groupSize: 8,
+        normalizeAdvantages: true,
+        lossAggregation: 'seq-mean',
+        lora: 4,
+      }),
+    );
+    expect(t).toMatchObject({
+      _trl_class: 'RLOOConfig',
+      num_generations: 8,
+      normalize_advantages: true,
+      beta: 0.05,
+      epsilon: 0.2,
+      num_iterations: 2,
+    });
+    expect(t).not.toHaveProperty('scale_rewards');
+    expect(t).not.toHaveProperty('loss_type');
+    expect(t.peft_config).toMatchObject({ r: 4, task_type: 'CAUSAL_LM' });
+    const comment = (t._comment as string[]).join('\n');
+    expect(comment).toContain('lossAggregation "seq-mean": RLOOConfig has no loss_type');
+    expect(comment).toContain('RLOOTrainer(..., peft_config=LoraConfig(**peft_config))');
+  });
+
+  it('reinforce++ has no TRL trainer: OpenRLHF’s --advantage_estimator reinforce flags, and it says so', () => {
+    const t = toTrlConfig(
+      validateConfig({ algorithm: 'reinforce++', batchSize: 16, miniBatches: 4, gamma: 0.99 }),
+    );
+    expect(t._trl_class).toBeNull();
+    expect(t._openrlhf).toMatchObject({
+      advantage_estimator: 'reinforce',
+      rollout_batch_size: 16,
+      n_samples_per_prompt: 1,
+      train_batch_size: 4,
+      init_kl_coef: 0.05,
+      kl_estimator: 'k1',
+      gamma: 0.99,
+      eps_clip: 0.2,
+    });
+    expect((t._comment as string[])[0]).toMatch(/TRL has no REINFORCE\+\+ trainer\. OpenRLHF runs it/);
+  });
+
+  it('ppo still writes a PPOConfig, and notes the §7 keys it cannot carry', () => {
+    const t = toTrlConfig(validateConfig({ groupSize: 2, lossAggregation: 'seq-mean' }));
+    expect(t._trl_class).toBe('PPOConfig');
+    const comment = (t._comment as string[]).join('\n');
+    expect(comment).toContain('groupSize 2: TRL');
+    expect(comment).toContain('lossAggregation "seq-mean"');
+  });
 });

@@ -6,7 +6,7 @@ import { setNodeBackend } from './backend-node';
 import { assertFolder, nodeFiles, writeFolder } from './files-node';
 import { resolveModel, PRESETS } from './models';
 import { loadTaskNode } from './tasks-node';
-import { validateConfig, type TrainConfig } from '../core/config';
+import { derived, validateConfig, type TrainConfig } from '../core/config';
 import type { Resources, BuildOptions } from '../core/ppo/setup';
 import { TrainingSession } from '../core/session';
 import { NONFINITE_CLI_ADVICE } from '../core/stops';
@@ -16,8 +16,9 @@ import { UserError } from '../core/errors';
 
 export const TRAIN_HELP = `train --config FILE --out DIR [--steps N] [--resume CKPT_DIR] [--reward-module FILE.mjs] [--dump-rollouts]
       [--backend wasm|cpu] [--json]
-  PPO-RLHF. Writes DIR/metrics.jsonl, DIR/checkpoint-0/, DIR/checkpoint-<step>/ every saveEvery steps and at
-  the end, and with --dump-rollouts DIR/rollouts/step-<n>.json. Config keys: docs/formats.md §5 (README).`;
+  RLHF with PPO, GRPO, RLOO or REINFORCE++ (config key "algorithm", docs/formats.md §7). Writes DIR/metrics.jsonl,
+  DIR/checkpoint-0/, DIR/checkpoint-<step>/ every saveEvery steps and at the end, and with --dump-rollouts
+  DIR/rollouts/step-<n>.json. Config keys: docs/formats.md §5 (README).`;
 
 export const nodeResources: Resources = {
   modelFiles: (nameOrPath) => nodeFiles(resolveModel(nameOrPath)),
@@ -127,7 +128,13 @@ export async function cmdTrain(argv: string[]): Promise<void> {
         await appendFile(metricsPath, JSON.stringify(m) + '\n');
         if (dump) {
           // The dump records the KL coefficient the step used (before the controller's update).
-          const rollout = rolloutDump(r.rollout, s.step, { ...s.trainer.cfg, klCoef: m.klCoef });
+          // groupSize as resolved (0 in the config = the algorithm's default).
+          const cfg = s.trainer.cfg;
+          const rollout = rolloutDump(r.rollout, s.step, {
+            ...cfg,
+            groupSize: derived(cfg).groupSize,
+            klCoef: m.klCoef,
+          });
           await writeFile(path.join(out, 'rollouts', `step-${s.step}.json`), JSON.stringify(rollout));
         }
         process.stderr.write(

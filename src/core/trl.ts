@@ -14,8 +14,18 @@
  * and each optimiser step sees per_device_train_batch_size × gradient_accumulation_steps samples. Ours are
  * batchSize and batchSize / miniBatches, so per_device_train_batch_size = batchSize / miniBatches with
  * gradient_accumulation_steps = 1 (on one device). `batch_size` is what TRL derives from them at run time.
+ *
+ * Critic-free algorithms (docs/formats.md §7): "grpo" writes a `GRPOConfig` and "rloo" an `RLOOConfig` (TRL's
+ * standard RL trainers), with their field names (num_generations, beta, epsilon, num_iterations, scale_rewards,
+ * loss_type, normalize_advantages, steps_per_generation, …, as in trl/trainer/grpo_config.py and rloo_config.py).
+ * TRL has no REINFORCE++: "reinforce++" writes OpenRLHF's train_ppo_ray flags (`--advantage_estimator
+ * reinforce`) under `_openrlhf`. `_trl_class` names the class the fields belong to (null: none in TRL).
+ *
+ * GRPO/RLOO batch sizes: TRL counts completions; one generation batch of per_device_train_batch_size ×
+ * steps_per_generation completions (our batchSize) is split into steps_per_generation optimiser steps (our
+ * miniBatches) and reused num_iterations times (our ppoEpochs), so max_steps = steps × miniBatches × ppoEpochs.
  */
-import { DEFAULT_CONFIG, type TrainConfig } from './config';
+import { DEFAULT_CONFIG, derived, type LossAggregation, type TrainConfig } from './config';
 
 const HUB_ID = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
 
@@ -31,13 +41,187 @@ function describeReward(cfg: TrainConfig): string {
   return '';
 }
 
+/** TRL GRPOConfig's loss_type for our lossAggregation (one device, no gradient accumulation). */
+export const TRL_LOSS_TYPE: Record<LossAggregation, string> = {
+  // Σ over the minibatch's counted tokens / their number ("dapo", TRL's default, equals it on one device).
+  'token-mean': 'bnpo',
+  // Mean over sequences of each sequence's token mean.
+  'seq-mean': 'grpo',
+  // Σ / (sequences × max_completion_length).
+  'seq-sum-norm': 'dr_grpo',
+};
+
+function peftConfig(cfg: TrainConfig): TrlConfig {
+  return {
+    r: cfg.lora,
+    lora_alpha: cfg.loraAlpha,
+    target_modules: [...cfg.loraTargets],
+    lora_dropout: 0,
+    bias: 'none',
+    task_type: 'CAUSAL_LM',
+    fan_in_fan_out: true,
+  };
+}
+
+/** Notes every algorithm shares: sampling filters, clamps, early stop, prompts, saving. */
+function commonNotes(cfg: TrainConfig, notes: string[]): void {
+  if (cfg.logRatioClamp !== DEFAULT_CONFIG.logRatioClamp) {
+    notes.push(`logRatioClamp ${cfg.logRatioClamp}: TRL does not clamp the log ratio.`);
+  }
+  if (cfg.earlyStopKl) {
+    notes.push(
+      `earlyStopKl (earlyStopApproxKl ${cfg.earlyStopApproxKl} nats per token): TRL has no KL early stop of the PPO epochs.`,
+    );
+  }
+  notes.push(
+    `prompts: ${cfg.prompts ? `${cfg.prompts.length} prompts of your own` : `the "${cfg.task}" task's prompts`} ` +
+      'become the train_dataset (tokenised "input_ids").',
+  );
+  if (cfg.saveEvery > 0) notes.push(`saveEvery ${cfg.saveEvery}: use save_strategy "steps" with save_steps.`);
+}
+
 /**
- * Our config → TRL PPOConfig fields, plus `_comment` (what does not carry over), `_trl_classic` and, with LoRA,
- * `peft_config` (PEFT LoraConfig fields, for PPOTrainer's peft_config argument).
+ * Our config → the TRL config of its algorithm: PPOConfig (ppo), GRPOConfig (grpo), RLOOConfig (rloo), or for
+ * reinforce++ OpenRLHF's flags; plus `_comment` (what does not carry over) and, with LoRA, `peft_config` (PEFT
+ * LoraConfig fields, for the trainer's peft_config argument).
  */
 export function toTrlConfig(cfg: TrainConfig): TrlConfig {
+  switch (cfg.algorithm) {
+    case 'grpo':
+    case 'rloo':
+      return groupConfig(cfg);
+    case 'reinforce++':
+      return openRlhfConfig(cfg);
+    case 'ppo':
+      return ppoConfig(cfg);
+  }
+}
+
+/** GRPOConfig / RLOOConfig fields (TRL's GRPOTrainer / RLOOTrainer). */
+function groupConfig(cfg: TrainConfig): TrlConfig {
+  const grpo = cfg.algorithm === 'grpo';
   const notes: string[] = [];
-  const out: TrlConfig = {};
+  const out: TrlConfig = { _trl_class: grpo ? 'GRPOConfig' : 'RLOOConfig' };
+  out.output_dir = `ppo-playground-${cfg.algorithm}`;
+  out._model = HUB_ID.test(cfg.model)
+    ? cfg.model
+    : `<path to the policy model folder: export "${cfg.model}" from the playground>`;
+  const rm = cfg.reward !== undefined && typeof cfg.reward === 'object' && 'model' in cfg.reward;
+  notes.push(
+    `_model: not a config field; pass it as ${grpo ? 'GRPOTrainer' : 'RLOOTrainer'}(model=..., reward_funcs=..., args=config). ` +
+      `reward_funcs: ${rm ? 'the reward model folder' : `a function doing what ${describeReward(cfg) || 'the reward'} does`} ` +
+      '(TRL calls reward functions with the prompts and completions).',
+  );
+  out.learning_rate = cfg.learningRate;
+  out.per_device_train_batch_size = cfg.batchSize / cfg.miniBatches;
+  out.gradient_accumulation_steps = 1;
+  out.steps_per_generation = cfg.miniBatches;
+  out.num_generations = derived(cfg).groupSize;
+  out.num_iterations = cfg.ppoEpochs;
+  out.max_steps = cfg.steps * cfg.miniBatches * cfg.ppoEpochs;
+  out.epsilon = cfg.clipRange;
+  out.beta = cfg.klCoef;
+  if (grpo) {
+    out.scale_rewards = cfg.scaleRewards;
+    out.loss_type = TRL_LOSS_TYPE[cfg.lossAggregation];
+  } else {
+    out.normalize_advantages = cfg.normalizeAdvantages;
+    if (cfg.lossAggregation !== 'token-mean') {
+      notes.push(`lossAggregation "${cfg.lossAggregation}": RLOOConfig has no loss_type to choose it.`);
+    }
+    if (cfg.klEstimator !== 'k1') {
+      notes.push(
+        `klEstimator "${cfg.klEstimator}": here RLOO's sequence penalty sums ${cfg.klEstimator}; check which estimator your TRL version's RLOOTrainer sums.`,
+      );
+    }
+  }
+  out.max_completion_length = cfg.responseLength;
+  out.temperature = cfg.temperature;
+  out.top_k = cfg.topK;
+  out.top_p = cfg.topP;
+  out.max_grad_norm = cfg.maxGradNorm;
+  out.seed = cfg.seed;
+  if (cfg.lora > 0) {
+    out.peft_config = peftConfig(cfg);
+    notes.push(
+      `peft_config: not a ${out._trl_class as string} field; pop it and pass ${grpo ? 'GRPOTrainer' : 'RLOOTrainer'}(..., peft_config=LoraConfig(**peft_config)).`,
+    );
+  }
+  if (cfg.adaptiveKl) notes.push('adaptiveKl: TRL keeps beta fixed.');
+  if (cfg.missingEosPenalty !== 0) {
+    notes.push(
+      `missingEosPenalty ${cfg.missingEosPenalty}: subtract it in your reward function for completions without EOS.`,
+    );
+  }
+  if (cfg.entropyCoef !== 0) notes.push(`entropyCoef ${cfg.entropyCoef}: TRL's loss has no entropy bonus.`);
+  if (cfg.stopToken !== 'eos')
+    notes.push(`stopToken ${JSON.stringify(cfg.stopToken)}: TRL stops at the tokenizer's EOS.`);
+  if (rm && cfg.rewardModelCenter) {
+    notes.push(
+      `rewardModelCenter: subtract the "mean" of the reward model's reward_stats.json in the reward.`,
+    );
+  }
+  out._comment = notes;
+  commonNotes(cfg, notes);
+  return out;
+}
+
+/** REINFORCE++ has no TRL trainer: OpenRLHF's train_ppo_ray flags for it. */
+function openRlhfConfig(cfg: TrainConfig): TrlConfig {
+  const notes: string[] = [
+    'reinforce++: TRL has no REINFORCE++ trainer. OpenRLHF runs it: python3 -m openrlhf.cli.train_ppo_ray ' +
+      '--advantage_estimator reinforce with the flags in _openrlhf (as --name value).',
+  ];
+  const G = derived(cfg).groupSize;
+  const openrlhf: TrlConfig = {
+    advantage_estimator: 'reinforce',
+    pretrain: HUB_ID.test(cfg.model) ? cfg.model : `<path to the policy model folder: export "${cfg.model}">`,
+    actor_learning_rate: cfg.learningRate,
+    // OpenRLHF's rollout_batch_size counts prompts; each is sampled n_samples_per_prompt times.
+    rollout_batch_size: cfg.batchSize / G,
+    n_samples_per_prompt: G,
+    train_batch_size: cfg.batchSize / cfg.miniBatches,
+    max_epochs: cfg.ppoEpochs,
+    num_episodes: cfg.steps,
+    init_kl_coef: cfg.klCoef,
+    kl_estimator: cfg.klEstimator,
+    gamma: cfg.gamma,
+    eps_clip: cfg.clipRange,
+    max_norm: cfg.maxGradNorm,
+    generate_max_len: cfg.responseLength,
+    temperature: cfg.temperature,
+    top_p: cfg.topP,
+    seed: cfg.seed,
+  };
+  if (cfg.lora > 0) {
+    openrlhf.lora_rank = cfg.lora;
+    openrlhf.lora_alpha = cfg.loraAlpha;
+    notes.push(
+      `loraTargets ${JSON.stringify(cfg.loraTargets)}: OpenRLHF's --target_modules takes the module names.`,
+    );
+  }
+  if (cfg.topK !== 0) notes.push(`topK ${cfg.topK}: set OpenRLHF's --top_k if your version has it.`);
+  if (cfg.lossAggregation !== 'token-mean') {
+    notes.push(`lossAggregation "${cfg.lossAggregation}": OpenRLHF's REINFORCE++ takes the token mean.`);
+  }
+  if (cfg.adaptiveKl)
+    notes.push(`adaptiveKl: OpenRLHF's --kl_target ${cfg.targetKl} and --kl_horizon ${cfg.klHorizon}.`);
+  if (cfg.missingEosPenalty !== 0)
+    notes.push(`missingEosPenalty ${cfg.missingEosPenalty}: subtract it in the reward.`);
+  if (cfg.entropyCoef !== 0) notes.push(`entropyCoef ${cfg.entropyCoef}: OpenRLHF's --entropy_loss_coef.`);
+  commonNotes(cfg, notes);
+  return {
+    _trl_class: null,
+    output_dir: 'ppo-playground-reinforce++',
+    _openrlhf: openrlhf,
+    _comment: notes,
+  };
+}
+
+/** PPOConfig fields (TRL's on-policy PPOTrainer). */
+function ppoConfig(cfg: TrainConfig): TrlConfig {
+  const notes: string[] = [];
+  const out: TrlConfig = { _trl_class: 'PPOConfig' };
   out.output_dir = 'ppo-playground-trl';
   out.sft_model_path = HUB_ID.test(cfg.model)
     ? cfg.model
@@ -78,15 +262,7 @@ export function toTrlConfig(cfg: TrainConfig): TrlConfig {
   out.max_grad_norm = cfg.maxGradNorm;
   out.seed = cfg.seed;
   if (cfg.lora > 0) {
-    out.peft_config = {
-      r: cfg.lora,
-      lora_alpha: cfg.loraAlpha,
-      target_modules: [...cfg.loraTargets],
-      lora_dropout: 0,
-      bias: 'none',
-      task_type: 'CAUSAL_LM',
-      fan_in_fan_out: true,
-    };
+    out.peft_config = peftConfig(cfg);
     notes.push(
       'peft_config: not a PPOConfig field; pop it and pass PPOTrainer(..., peft_config=LoraConfig(**peft_config)) ' +
         '(the reference is then the policy with its adapters off, as here).',
@@ -123,13 +299,11 @@ export function toTrlConfig(cfg: TrainConfig): TrlConfig {
   if (cfg.topK !== 0 || cfg.topP !== 1) {
     notes.push(`topK ${cfg.topK} / topP ${cfg.topP}: TRL samples with temperature only (top_k 0, top_p 1).`);
   }
-  if (cfg.logRatioClamp !== DEFAULT_CONFIG.logRatioClamp) {
-    notes.push(`logRatioClamp ${cfg.logRatioClamp}: TRL does not clamp the log ratio.`);
+  if (cfg.lossAggregation !== 'token-mean') {
+    notes.push(`lossAggregation "${cfg.lossAggregation}": TRL's PPOTrainer takes the token mean.`);
   }
-  if (cfg.earlyStopKl) {
-    notes.push(
-      `earlyStopKl (earlyStopApproxKl ${cfg.earlyStopApproxKl} nats per token): TRL has no KL early stop of the PPO epochs.`,
-    );
+  if (derived(cfg).groupSize > 1) {
+    notes.push(`groupSize ${derived(cfg).groupSize}: TRL's PPOTrainer samples each prompt once per batch.`);
   }
   if (rewardModel && cfg.rewardModelCenter) {
     notes.push(
@@ -142,11 +316,7 @@ export function toTrlConfig(cfg: TrainConfig): TrlConfig {
       'valueInit "policy": TRL initialises the value model from reward_model_path (our valueInit "reward").',
     );
   }
-  notes.push(
-    `prompts: ${cfg.prompts ? `${cfg.prompts.length} prompts of your own` : `the "${cfg.task}" task's prompts`} ` +
-      'become the train_dataset (tokenised "input_ids").',
-  );
-  if (cfg.saveEvery > 0) notes.push(`saveEvery ${cfg.saveEvery}: use save_strategy "steps" with save_steps.`);
+  commonNotes(cfg, notes);
   out._comment = notes;
   return out;
 }
