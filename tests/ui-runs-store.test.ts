@@ -72,6 +72,38 @@ describe('kept runs', () => {
     expect(stored[0].config.seed).toBe(5);
   });
 
+  it('start() twice at once (React StrictMode) subscribes once', async () => {
+    const fake = createFakeWorker();
+    const store = createPlaygroundStore(fake as unknown as ModelWorker, 'auto', {
+      hash: `#${TINY}`,
+      writeHash: () => {},
+      sendDelayMs: 0,
+      runStorage: memoryRunStorage(),
+    });
+    await Promise.all([store.getState().actions.start(), store.getState().actions.start()]);
+    expect(fake.calls.filter(([n]) => n === 'subscribe')).toHaveLength(1);
+  });
+
+  it('an event heard twice keeps one run', async () => {
+    const fake = createFakeWorker();
+    const subscribe = fake.subscribe.bind(fake);
+    fake.subscribe = (cb) =>
+      subscribe((e) => {
+        cb(e);
+        cb(e);
+      });
+    const store = createPlaygroundStore(fake as unknown as ModelWorker, 'auto', {
+      hash: `#${TINY}`,
+      writeHash: () => {},
+      sendDelayMs: 0,
+      runStorage: memoryRunStorage(),
+    });
+    await store.getState().actions.start();
+    await store.getState().actions.stepRun();
+    await store.getState().actions.stepRun();
+    expect(store.getState().runs.map((r) => [r.name, r.metrics.length])).toEqual([['ppo lr 1e-4', 2]]);
+  });
+
   it('Reset and a changed setting begin a new run; names stay distinct', async () => {
     const h = await started();
     await runToEnd(h);

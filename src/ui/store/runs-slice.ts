@@ -113,7 +113,8 @@ export function createRunsKeeper(ctx: SliceContext) {
     if (s.currentRunId !== null && !current) return;
     const now = Date.now();
     const lastKept = current?.metrics[current.metrics.length - 1];
-    if (current && (lastKept === undefined || lastKept.step < last.step)) {
+    // The same step again (a repeated event) updates the run; a step before its newest begins a new run.
+    if (current && (lastKept === undefined || lastKept.step <= last.step)) {
       set({
         runs: s.runs.map((r) => (r.id === current.id ? { ...r, metrics: s.metrics, updatedAt: now } : r)),
       });

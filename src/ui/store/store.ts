@@ -205,8 +205,10 @@ export function createPlaygroundStore(
       actions: {
         async start() {
           if (get().backendPhase !== 'idle') return;
-          await keeper.load();
+          // selectBackend marks the backend busy before its first await: a second start() returns above.
+          const loaded = keeper.load();
           await selectBackend(get().backendPref, true);
+          await loaded;
           if (get().backendPhase !== 'ready') return;
           await subscribe();
           await loadConfiguredModel();
