@@ -211,6 +211,38 @@ describe('LoRA PPO runs', () => {
     t.disposeAll();
   });
 
+  it('GRPO with LoRA: no value model (no value adapters, head or Adam), PEFT files for the policy only; resume exact', async () => {
+    const cfg = config({ algorithm: 'grpo', groupSize: 2 });
+    const start = tf.memory().numTensors;
+    const a = await buildTrainer(cfg, res(), eReward);
+    expect(a.models.value).toBeNull();
+    expect(a.valueOpt).toBeNull();
+    const straight: StepMetrics[] = [];
+    for (let i = 0; i < 4; i++) straight.push((await a.trainStep()).metrics);
+    a.disposeAll();
+    expect(tf.memory().numTensors).toBe(start);
+    const b = await buildTrainer(cfg, res(), eReward);
+    await b.trainStep();
+    await b.trainStep();
+    const files = await checkpointFiles(b);
+    b.disposeAll();
+    expect([...files.keys()].sort()).toEqual([
+      'adapter_config.json',
+      'adapter_model.safetensors',
+      'config.json',
+      'model.safetensors',
+      'optimizer.safetensors',
+      'ref_model.safetensors',
+      'trainer_state.json',
+    ]);
+    const c = await restoreTrainer(memoryFiles('ckpt', files), res(), eReward);
+    expect(c.models.value).toBeNull();
+    const resumed = [(await c.trainStep()).metrics, (await c.trainStep()).metrics];
+    c.disposeAll();
+    expect(tf.memory().numTensors).toBe(start);
+    expectSameMetrics(straight.slice(2), resumed, 3);
+  });
+
   it('valueInit "reward" with the shared value model is a config error naming both ways out', () => {
     expect(() => config({ valueInit: 'reward' })).toThrow(
       /"valueModel" to "separate" or "valueInit" to "policy"/,
