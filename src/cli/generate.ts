@@ -2,6 +2,7 @@ import { parse, num, str } from './args';
 import { setNodeBackend } from './backend-node';
 import { assertFolder, nodeFiles } from './files-node';
 import { resolveModel } from './models';
+import { preflightGenerate } from './preflight';
 import { loadLM } from '../core/model/folder';
 import { generate } from '../core/model/sampling';
 import { UserError } from '../core/errors';
@@ -12,9 +13,16 @@ export const GENERATE_HELP = `generate --model DIR|tiny --prompt TEXT [--max-new
 
 export async function cmdGenerate(argv: string[]): Promise<void> {
   const v = parse('generate', argv, {
-    model: { type: 'string' }, prompt: { type: 'string' }, 'max-new-tokens': { type: 'string' },
-    temperature: { type: 'string' }, 'top-k': { type: 'string' }, 'top-p': { type: 'string' },
-    seed: { type: 'string' }, backend: { type: 'string' }, json: { type: 'boolean' }, 'no-stop': { type: 'boolean' },
+    model: { type: 'string' },
+    prompt: { type: 'string' },
+    'max-new-tokens': { type: 'string' },
+    temperature: { type: 'string' },
+    'top-k': { type: 'string' },
+    'top-p': { type: 'string' },
+    seed: { type: 'string' },
+    backend: { type: 'string' },
+    json: { type: 'boolean' },
+    'no-stop': { type: 'boolean' },
   });
   const dir = resolveModel(str('generate', v, 'model', true));
   const prompt = v.prompt;
@@ -26,12 +34,18 @@ export async function cmdGenerate(argv: string[]): Promise<void> {
   const seed = num('generate', v, 'seed', 0, { min: 0, max: 2 ** 32 - 1, integer: true });
   await setNodeBackend(str('generate', v, 'backend') ?? 'wasm');
   await assertFolder(dir);
+  await preflightGenerate(dir, { prompt, maxNewTokens });
   const { model, tokenizer, config } = await loadLM(nodeFiles(dir), { trainable: false });
   let promptTokens = tokenizer.encode(prompt);
   if (promptTokens.length === 0) promptTokens = [config.bos_token_id];
   const t0 = performance.now();
   const r = await generate(model, [promptTokens], {
-    maxNewTokens, temperature, topK, topP, rng: seed, padId: tokenizer.padId,
+    maxNewTokens,
+    temperature,
+    topK,
+    topP,
+    rng: seed,
+    padId: tokenizer.padId,
     stopToken: v['no-stop'] ? null : tokenizer.eosId,
   });
   const secs = (performance.now() - t0) / 1000;

@@ -1,8 +1,9 @@
 /**
- * The headless CLI over src/core (contracts.md §1): `npm run -s cli -- <subcommand> ...`.
+ * The headless CLI over src/core (docs/formats.md §1): `npm run -s cli -- <subcommand> ...`.
  * Progress goes to stderr; with --json the last stdout line is one JSON object.
  */
 import { isUserError } from '../core/errors';
+import { asHeapExhaustion } from '../core/oom';
 import { cmdGenerate, GENERATE_HELP } from './generate';
 import { cmdSft, SFT_HELP } from './sft';
 import { cmdTrain, TRAIN_HELP } from './train';
@@ -20,7 +21,9 @@ const COMMANDS: Record<string, Command> = {
 };
 
 function usage(): string {
-  return `usage: npm run -s cli -- <subcommand> [options]\n\n${Object.values(COMMANDS).map((c) => c.help).join('\n\n')}\n`;
+  return `usage: npm run -s cli -- <subcommand> [options]\n\n${Object.values(COMMANDS)
+    .map((c) => c.help)
+    .join('\n\n')}\n`;
 }
 
 async function main(): Promise<number> {
@@ -31,7 +34,9 @@ async function main(): Promise<number> {
   }
   const cmd = COMMANDS[sub];
   if (!cmd) {
-    process.stderr.write(`error: unknown subcommand "${sub}"; expected one of: ${Object.keys(COMMANDS).join(', ')}\n`);
+    process.stderr.write(
+      `error: unknown subcommand "${sub}"; expected one of: ${Object.keys(COMMANDS).join(', ')}\n`,
+    );
     return 2;
   }
   if (rest.includes('--help') || rest.includes('-h')) {
@@ -44,6 +49,12 @@ async function main(): Promise<number> {
   } catch (e) {
     if (isUserError(e)) {
       process.stderr.write(`error: ${e.message}\n`);
+      return 1;
+    }
+    // A backend that ran out of memory (a WASM trap, an allocation failure) is said in words, never as a stack.
+    const oom = asHeapExhaustion(e, { phase: sub });
+    if (oom) {
+      process.stderr.write(`error: ${oom.message}\n`);
       return 1;
     }
     throw e;

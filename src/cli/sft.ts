@@ -4,6 +4,7 @@ import { parse, str } from './args';
 import { setNodeBackend } from './backend-node';
 import { assertFolder, nodeFiles, writeFolder } from './files-node';
 import { resolveModel, ROOT } from './models';
+import { preflightSequenceTraining, preflightSft } from './preflight';
 import { loadLM, exportLM } from '../core/model/folder';
 import { parseGPT2Config } from '../core/model/config';
 import { GPT2 } from '../core/model/gpt2';
@@ -17,10 +18,26 @@ export const SFT_HELP = `sft --config FILE --out DIR [--backend wasm|cpu] [--jso
   model (a folder or preset to start from) or init (GPT-2 config fields for a fresh model), steps, batchSize,
   seqLen, learningRate, warmup, maxGradNorm, seed. Writes DIR/config.json, DIR/model.safetensors, DIR/metrics.jsonl.`;
 
-const SFT_KEYS = ['corpus', 'model', 'init', 'steps', 'batchSize', 'seqLen', 'learningRate', 'warmup', 'maxGradNorm', 'seed'];
+const SFT_KEYS = [
+  'corpus',
+  'model',
+  'init',
+  'steps',
+  'batchSize',
+  'seqLen',
+  'learningRate',
+  'warmup',
+  'maxGradNorm',
+  'seed',
+];
 
 export async function cmdSft(argv: string[]): Promise<void> {
-  const v = parse('sft', argv, { config: { type: 'string' }, out: { type: 'string' }, backend: { type: 'string' }, json: { type: 'boolean' } });
+  const v = parse('sft', argv, {
+    config: { type: 'string' },
+    out: { type: 'string' },
+    backend: { type: 'string' },
+    json: { type: 'boolean' },
+  });
   const cfgPath = str('sft', v, 'config', true);
   const out = str('sft', v, 'out', true);
   let raw: Record<string, unknown>;
@@ -30,26 +47,39 @@ export async function cmdSft(argv: string[]): Promise<void> {
     throw new UserError(`sft: cannot read config ${cfgPath}: ${(e as Error).message}`);
   }
   for (const k of Object.keys(raw)) {
-    if (!SFT_KEYS.includes(k)) throw new UserError(`sft: unknown config key "${k}"; allowed: ${SFT_KEYS.join(', ')}.`);
+    if (!SFT_KEYS.includes(k))
+      throw new UserError(`sft: unknown config key "${k}"; allowed: ${SFT_KEYS.join(', ')}.`);
   }
   const o: SftOptions = {
-    steps: Number(raw.steps ?? 1000), batchSize: Number(raw.batchSize ?? 16), seqLen: Number(raw.seqLen ?? 64),
-    learningRate: Number(raw.learningRate ?? 3e-3), warmup: Number(raw.warmup ?? 50),
-    maxGradNorm: Number(raw.maxGradNorm ?? 1), seed: Number(raw.seed ?? 1),
+    steps: Number(raw.steps ?? 1000),
+    batchSize: Number(raw.batchSize ?? 16),
+    seqLen: Number(raw.seqLen ?? 64),
+    learningRate: Number(raw.learningRate ?? 3e-3),
+    warmup: Number(raw.warmup ?? 50),
+    maxGradNorm: Number(raw.maxGradNorm ?? 1),
+    seed: Number(raw.seed ?? 1),
   };
   for (const [k, val] of Object.entries(o)) {
-    if (!Number.isFinite(val) || val < 0) throw new UserError(`sft: "${k}" must be a non-negative number, got ${raw[k]}.`);
+    if (!Number.isFinite(val) || val < 0)
+      throw new UserError(`sft: "${k}" must be a non-negative number, got ${raw[k]}.`);
   }
   await setNodeBackend(str('sft', v, 'backend') ?? 'wasm');
   let model: GPT2;
+  const sequences = { sequences: o.batchSize, seqLen: o.seqLen + 1, head: 'lm' as const };
   if (raw.init) {
-    model = GPT2.random(parseGPT2Config(raw.init, `${cfgPath} "init"`), o.seed);
+    const init = parseGPT2Config(raw.init, `${cfgPath} "init"`);
+    preflightSequenceTraining('SFT of', `${cfgPath} "init"`, init, sequences);
+    model = GPT2.random(init, o.seed);
   } else {
     const dir = resolveModel(String(raw.model ?? 'tiny'));
     await assertFolder(dir);
+    await preflightSft(dir, o);
     model = (await loadLM(nodeFiles(dir))).model;
   }
-  const corpusPath = path.resolve(path.dirname(cfgPath), String(raw.corpus ?? path.join(ROOT, 'public/corpus/tiny.txt')));
+  const corpusPath = path.resolve(
+    path.dirname(cfgPath),
+    String(raw.corpus ?? path.join(ROOT, 'public/corpus/tiny.txt')),
+  );
   const text = await readFile(corpusPath, 'utf8').catch(() => {
     throw new UserError(`sft: cannot read corpus ${corpusPath}.`);
   });
@@ -58,8 +88,13 @@ export async function cmdSft(argv: string[]): Promise<void> {
   const metricsPath = path.join(out, 'metrics.jsonl');
   await writeFile(metricsPath, '');
   const loss = await trainSft(model, stream, o, (step, l, lr, tps) => {
-    process.stderr.write(`step ${step}/${o.steps} loss ${l.toFixed(4)} lr ${lr.toExponential(2)} ${tps.toFixed(0)} tok/s\n`);
-    void appendFile(metricsPath, JSON.stringify({ step, loss: l, learningRate: lr, tokensPerSecond: tps }) + '\n');
+    process.stderr.write(
+      `step ${step}/${o.steps} loss ${l.toFixed(4)} lr ${lr.toExponential(2)} ${tps.toFixed(0)} tok/s\n`,
+    );
+    void appendFile(
+      metricsPath,
+      JSON.stringify({ step, loss: l, learningRate: lr, tokensPerSecond: tps }) + '\n',
+    );
   });
   await writeFolder(out, await exportLM(model));
   model.dispose();

@@ -5,7 +5,7 @@
  * - WebGPU: tfjs keeps every tensor in one GPU buffer and binds it whole as a storage buffer, so the largest
  *   tensor must fit both `maxBufferSize` and `maxStorageBufferBindingSize`. GPT-2's token embedding `wte`
  *   (50257 × 768 float32 = 154 MB) is over the 128 MiB that WebGPU guarantees and that many devices allow
- *   (shared/tfjs-notes.md trap 8); past the limit the buffer is invalid and the results are silently wrong,
+ *   (docs/tfjs.md trap 8); past the limit the buffer is invalid and the results are silently wrong,
  *   so refuse first.
  * - WASM: every tensor lives in one WebAssembly heap of at most 4 GB (wasm32), so the weights of the four
  *   models and the two Adam moments must fit, with room left for activations.
