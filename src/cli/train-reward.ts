@@ -104,6 +104,7 @@ export async function cmdTrainReward(argv: string[]): Promise<void> {
   await assertFolder(modelDir);
 
   await setNodeBackend(str('train-reward', v, 'backend') ?? 'wasm');
+  await (await import('./preflight')).preflightTrainReward(cfg.model, { batchSize: cfg.batchSize, pairs }); // memory check
   await mkdir(out, { recursive: true });
   const metricsPath = path.join(out, 'metrics.jsonl');
   await writeFile(metricsPath, '');

@@ -92,6 +92,7 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   await setNodeBackend(str('train', v, 'backend') ?? 'wasm');
   const rewardModule = str('train', v, 'reward-module');
   const opts: BuildOptions = rewardModule ? { rewardFn: await loadRewardModule(rewardModule) } : {};
+  await (await import('./preflight')).preflightTrainCommand({ cfgPath, resume }, nodeResources); // memory check, config.json only
 
   let session: TrainingSession;
   if (resume) {
