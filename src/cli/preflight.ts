@@ -154,6 +154,12 @@ export async function preflightTrain(
           ',',
       );
     }
+    if (opts.valueModel === 'separate' && 'algorithm' in cfg) {
+      const critic = estimateRunMemory(config, run, { ...opts, valueModel: 'none' });
+      remedies.push(
+        `a critic-free algorithm (\`"algorithm": "grpo"\`: no value model, ≈ ${formatGB(critic.total)}),`,
+      );
+    }
     if (budget.backend === 'wasm') {
       const cpu = memoryBudget('cpu');
       remedies.push(

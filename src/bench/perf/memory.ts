@@ -10,6 +10,7 @@ import { validateConfig } from '../../core/config';
 import { parseGPT2Config, type GPT2Config } from '../../core/model/config';
 import { GPT2 } from '../../core/model/gpt2';
 import { ScalarModel } from '../../core/model/heads';
+import { estimateRunMemory, paramCount } from '../../core/model/size';
 import { buildTrainer, type Resources } from '../../core/ppo/setup';
 import type { Tokenizer } from '../../core/tokenizer/types';
 import type { PpoTrainer } from '../../core/ppo/trainer';
@@ -42,20 +43,21 @@ export function shapeConfig(raw: Record<string, unknown>): GPT2Config {
   return parseGPT2Config(raw, 'bench shape');
 }
 
-/** Parameters of one GPT-2 trunk (with the tied head). */
-export function gpt2Params(c: GPT2Config): number {
-  const C = c.n_embd;
-  return c.vocab_size * C + c.n_positions * C + c.n_layer * (12 * C * C + 13 * C) + 2 * C;
-}
+/** Parameters of one GPT-2 trunk (with the tied head): src/core/model/size.ts. */
+export const gpt2Params = (c: GPT2Config): number => paramCount(c);
 
 /**
- * What the four models and two optimizers must hold: 4 trunks (+2 scalar heads) and Adam's m and v for the
+ * What the four models and two optimizers hold after a step (src/core/model/size.ts without gradients or
+ * activations, which are gone by then): policy, reference, value and reward models, Adam's m and v for the
  * policy and the value model, float32.
  */
 export function expectedFourModelBytes(c: GPT2Config): number {
-  const p = gpt2Params(c);
-  const scalar = p + c.n_embd;
-  return 4 * (p + scalar + p + scalar) + 4 * 2 * (p + scalar);
+  const { parts } = estimateRunMemory(
+    c,
+    { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
+    { valueModel: 'separate', rewardModel: true },
+  );
+  return parts.base + parts.reference + parts.value + parts.rewardModel + parts.adam;
 }
 
 export interface GpuMemory {
