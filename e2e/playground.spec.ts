@@ -120,7 +120,7 @@ test('Pause stops the step counter; Step advances exactly one', async () => {
 
 let exported: { path: string; step: number };
 
-test('Export checkpoint downloads a zip in the layout of contracts.md §2', async () => {
+test('Export checkpoint downloads a zip in the layout of docs/formats.md §2', async () => {
   test.setTimeout(STEP_MS);
   const step = await currentStep();
   const download = page.waitForEvent('download');

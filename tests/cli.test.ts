@@ -1,4 +1,4 @@
-/** The CLI as a user runs it (contracts.md §1): spawn `tsx src/cli/main.ts …` and read stdout/stderr. */
+/** The CLI as a user runs it (docs/formats.md §1): spawn `tsx src/cli/main.ts …` and read stdout/stderr. */
 import { describe, it, expect, beforeAll } from 'vitest';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, writeFileSync, existsSync } from 'node:fs';

@@ -1,7 +1,7 @@
 /**
- * What a run exports as files, kept pure so Node tests cover it: a checkpoint folder (contracts.md §2, the map
+ * What a run exports as files, kept pure so Node tests cover it: a checkpoint folder (docs/formats.md §2, the map
  * that `checkpointFiles` returns) as a zip with one top folder, the zip back into a file map, and the metric
- * history as CSV or JSON (contracts.md §3 names as the header).
+ * history as CSV or JSON (docs/formats.md §3 names as the header).
  *
  * Zips are made and read with fflate. Safetensors are stored uncompressed (float weights barely deflate and
  * storing is ~free); JSON is deflated.

@@ -3,7 +3,7 @@
  *
  * Why: tfjs's Adam builds the update from element-wise ops (mul, mul, add, square, mul, mul, add, div, div,
  * sqrt, add, div, mul, add = 14 kernels per variable), and on WebGPU every kernel is a dispatch with its own
- * uniform buffer and bind group (shared/tfjs-notes.md trap 5). Our GPT-2 has 4 + 12·n_layer variables, so the
+ * uniform buffer and bind group (docs/tfjs.md trap 5). Our GPT-2 has 4 + 12·n_layer variables, so the
  * tiny model's policy step alone is ~700 dispatches of Adam. Here each variable costs one kernel call: three
  * small WGSL programs on WebGPU (new m, new v, new weight; a tfjs WebGPU program has one output) and one loop on
  * CPU/WASM. It also keeps peak memory low: tfjs's Adam holds every variable's temporaries until the end of one

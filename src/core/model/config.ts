@@ -1,6 +1,6 @@
 import { UserError } from '../errors';
 
-/** Which tokenizer a model folder uses (contracts.md §2). */
+/** Which tokenizer a model folder uses (docs/formats.md §2). */
 export type TokenizerKind = 'gpt2-bpe' | 'bytes';
 
 /**

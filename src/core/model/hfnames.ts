@@ -1,5 +1,5 @@
 /**
- * Hugging Face GPT-2 tensor names ↔ our parameter specs (contracts.md §2), with a shape check per tensor.
+ * Hugging Face GPT-2 tensor names ↔ our parameter specs (docs/formats.md §2), with a shape check per tensor.
  *
  * Import accepts names with or without the `transformer.` prefix (GPT2LMHeadModel /
  * GPT2ForSequenceClassification vs GPT2Model), ignores the `attn.bias` / `attn.masked_bias` buffers and

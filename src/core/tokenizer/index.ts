@@ -12,7 +12,7 @@ let bpeSingleton: Gpt2BpeTokenizer | undefined;
 let bytesSingleton: BytesTokenizer | undefined;
 
 /**
- * The tokenizer a model folder's config.json names (contracts.md §2: its `tokenizer` field; parseGPT2Config already
+ * The tokenizer a model folder's config.json names (docs/formats.md §2: its `tokenizer` field; parseGPT2Config already
  * assumes "gpt2-bpe" for vocab_size 50257 when the field is absent). Checks that the config's sizes and special ids
  * agree with the tokenizer, so a mismatch is an error here rather than garbage text later.
  */

@@ -1,6 +1,6 @@
 /**
  * The one tokenizer interface the rest of the code sees. Which implementation a model uses is decided by its
- * config.json (contracts.md §2), through `tokenizerFor` in ./index.ts.
+ * config.json (docs/formats.md §2), through `tokenizerFor` in ./index.ts.
  *
  * Padding is tracked by masks, never by comparing ids: `padId` is only the filler written at masked positions
  * (for GPT-2 BPE it equals `eosId`, because GPT-2 has no pad token).
