@@ -93,3 +93,30 @@ describe('links and names in the docs and the README', () => {
     expect(missing).toEqual([]);
   });
 });
+
+describe('the repository explains itself', () => {
+  /** Every file under these folders, recursively (node_modules and build output are not under them). */
+  function files(dir: string): string[] {
+    const abs = path.join(ROOT, dir);
+    if (!existsSync(abs)) return [];
+    return readdirSync(abs, { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory() ? files(`${dir}/${e.name}`) : [`${dir}/${e.name}`],
+    );
+  }
+
+  it('no source, test, e2e spec or script points at notes outside the repository', () => {
+    const outside = /\bshared\/|contracts\.md|ppo-notes|tfjs-notes/;
+    const offenders = ['src', 'tests', 'e2e', 'scripts']
+      .flatMap(files)
+      .filter((f) => /\.(ts|tsx|js|mjs|py|wat|css|html)$/.test(f))
+      .filter((f) => f !== 'tests/docs.test.ts')
+      .flatMap((f) =>
+        read(f)
+          .split('\n')
+          .map((line, i) => ({ f, line, i }))
+          .filter(({ line }) => outside.test(line))
+          .map(({ f, line, i }) => `${f}:${i + 1}: ${line.trim()}`),
+      );
+    expect(offenders).toEqual([]);
+  });
+});
