@@ -313,13 +313,14 @@ export async function restoreTrainer(
   const keep = <T extends { dispose(): void }>(x: T): T => (built.push(x), x);
   let t: PpoTrainer | null = null;
   try {
-    const m = await restoreModels(files, state, cfg, keep);
+    const m = await restoreModels(files, state, cfg, keep, res.maxBindingBytes);
     const rewardModel = state.files.reward
       ? keep(
           await loadScalar(files, REWARD_FILE, {
             trainable: false,
             label: 'reward',
             config: m.policy.config,
+            maxBindingBytes: res.maxBindingBytes,
           }),
         )
       : undefined;
@@ -360,15 +361,20 @@ async function restoreModels(
   state: TrainerState,
   cfg: TrainConfig,
   keep: <T extends { dispose(): void }>(x: T) => T,
+  maxBindingBytes?: number,
 ): Promise<{ policy: GPT2; ref: GPT2; value: ScalarModel | null; tokenizer: Tokenizer }> {
   const refFile = 'ref_model.safetensors';
   const withValue = hasValueModel(cfg); // critic-free runs: no value file to read
   if (cfg.lora === 0) {
-    const { model: policy, tokenizer } = await loadLM(files, { trainable: true, label: 'policy' });
+    const { model: policy, tokenizer } = await loadLM(files, {
+      trainable: true,
+      label: 'policy',
+      maxBindingBytes,
+    });
     keep(policy);
     const ref = keep(
       state.files.ref
-        ? (await loadLM(files, { trainable: false, label: 'ref', file: refFile })).model
+        ? (await loadLM(files, { trainable: false, label: 'ref', file: refFile, maxBindingBytes })).model
         : policy.clone(false, 'ref'),
     );
     const value = withValue
@@ -377,6 +383,7 @@ async function restoreModels(
             trainable: true,
             label: 'value',
             config: policy.config,
+            maxBindingBytes,
           }),
         )
       : null;
@@ -386,6 +393,7 @@ async function restoreModels(
     trainable: false,
     label: 'base',
     file: state.files.ref ? refFile : 'model.safetensors',
+    maxBindingBytes,
   });
   const base = keep(lm.model);
   const adapters = keep(await readAdapters(files, base));
@@ -408,6 +416,7 @@ async function restoreModels(
         trainable: true,
         label: 'value',
         config: base.config,
+        maxBindingBytes,
       }),
     );
   }

@@ -11,7 +11,8 @@ import { TrainingSession } from '../core/session';
 import { memoryFiles } from '../core/model/folder';
 import { isUserError, UserError } from '../core/errors';
 import { currentDeviceLimits, selectBackend } from './backend-web';
-import { checkDeviceLimits } from './device-limits';
+import { checkDeviceLimits, rewardIsModel, runMemoryOptions } from './device-limits';
+import { mergeConfig } from '../core/live';
 import { ModelSources, PREFERENCE_REWARD_MODEL, type ProgressSink } from './sources';
 import { Run } from './run-loop';
 import { memoryReport } from './memory';
@@ -150,7 +151,8 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
     if (modelConfig) {
       try {
         // The model must fit the new backend too (WebGPU buffer limits, the WASM heap).
-        checkDeviceLimits(modelConfig, run.model?.label ?? 'The model', sources.deviceLimits);
+        const opts = runMemoryOptions(run.cfg, rewardIsModel(run.cfg));
+        checkDeviceLimits(modelConfig, run.model?.label ?? 'The model', sources.deviceLimits, 'train', opts);
       } catch (e) {
         refused = e;
         if (previous) await choose(previous);
@@ -282,6 +284,9 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
       }),
 
     memory: () => call(async (): Promise<MemoryReport> => memoryReport(backend?.backend ?? 'cpu')),
+    // Not serial: reads config.json and the task only, so it answers while a step runs.
+    estimateMemory: (config = {}) =>
+      guard(() => sources.estimateReport(mergeConfig(run.cfg, config, 'estimateMemory').config)),
 
     // ---- reliability (protocol.ts ReliabilityApi) ----
     subscribeReliability: (cb) =>

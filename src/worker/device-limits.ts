@@ -1,29 +1,40 @@
 /**
- * What the chosen backend can hold, checked against a model's config before any weight is read (pure: the
- * limits come in as numbers, so Node tests cover it).
+ * What the chosen backend can hold, checked against a model's config (and the run's config) before any weight
+ * is read (pure: the limits come in as numbers, so Node tests cover it).
  *
- * - WebGPU: tfjs keeps every tensor in one GPU buffer and binds it whole as a storage buffer, so the largest
+ * - WebGPU: tfjs keeps every tensor in one GPU buffer and binds it whole as a storage buffer, so each weight
  *   tensor must fit both `maxBufferSize` and `maxStorageBufferBindingSize`. GPT-2's token embedding `wte`
  *   (50257 × 768 float32 = 154 MB) is over the 128 MiB that WebGPU guarantees and that many devices allow
- *   (docs/tfjs.md trap 8); past the limit the buffer is invalid and the results are silently wrong,
- *   so refuse first.
- * - WASM: every tensor lives in one WebAssembly heap of at most 4 GB (wasm32), so the weights of the four
- *   models and the two Adam moments must fit, with room left for activations.
- * The total budget against the device's memory (size.ts checkTrainingMemory) applies on every backend.
- * Sizes and estimates: src/core/model/size.ts.
+ *   (docs/tfjs.md trap 8), so on WebGPU the models are built with `maxBindingBytes` (webgpuBindingBytes):
+ *   `wte` and the tied LM head are held as vocabulary chunks that each fit (gpt2.ts embeddingChunks). What is
+ *   compared against the limit is then the largest chunk, beside the largest other tensor.
+ * - WASM: every tensor lives in one WebAssembly heap of at most 4 GB (wasm32), so what the run holds must fit,
+ *   with room left for the allocator and short-lived tensors.
+ * - Every backend: the run's estimate against the device-memory budget (checkRunMemory).
+ * What a run holds is counted from its config (runMemoryOptions): one frozen base with LoRA, adapters, the value
+ * model (separate, shared or none), the reward model when the reward is a learned one, Adam and gradients on the
+ * trainable parameters only, and the activations of its batch. Sizes and estimates: src/core/model/size.ts.
  */
 import type { GPT2Config } from '../core/model/config';
+import { embeddingChunks } from '../core/model/gpt2';
 import {
   estimateRunMemory,
   fixedBytes,
+  formatEstimate,
   formatParts,
   formatGB,
   largestTensor,
+  loraParamCount,
   paramCount,
   PPO_DEFAULTS,
   WASM_HEAP_BYTES,
   WASM_HEAP_SHARE,
+  type MemoryEstimate,
+  type RunMemoryOptions,
+  type RunShape,
 } from '../core/model/size';
+import { trunkParamSpecs } from '../core/model/specs';
+import { hasValueModel, LORA_TARGET_NAMES, type TrainConfig } from '../core/config';
 import { UserError } from '../core/errors';
 import type { BackendName } from './protocol';
 
@@ -39,20 +50,55 @@ export interface DeviceLimits {
 export { largestTensor, WASM_HEAP_BYTES, WASM_HEAP_SHARE };
 
 const mib = (n: number): string => `${(n / 1024 ** 2).toFixed(0)} MiB`;
+const millions = (n: number): string => `${(n / 1e6).toFixed(1)} M`;
+
+/**
+ * The binding limit models are built under on this backend (GPT2Options.maxBindingBytes): WebGPU's smaller of
+ * maxStorageBufferBindingSize and maxBufferSize; undefined elsewhere (one `wte` tensor).
+ */
+export function webgpuBindingBytes(limits: DeviceLimits | null): number | undefined {
+  if (!limits || limits.backend !== 'webgpu') return undefined;
+  const caps = [limits.maxStorageBufferBindingSize, limits.maxBufferSize].filter(
+    (c): c is number => c !== undefined && c > 0,
+  );
+  return caps.length > 0 ? Math.min(...caps) : undefined;
+}
+
+/** The largest weight tensor a model holds under a binding limit: wte's largest chunk, or another tensor. */
+export function largestHeldTensor(
+  config: GPT2Config,
+  maxBindingBytes?: number,
+): { name: string; shape: number[]; bytes: number } {
+  const chunks = embeddingChunks(config, maxBindingBytes);
+  let best = {
+    name: chunks.count > 1 ? 'wte.weight (its largest vocabulary chunk)' : 'wte.weight',
+    shape: [chunks.rows, config.n_embd],
+    bytes: chunks.largestBytes,
+  };
+  for (const s of trunkParamSpecs(config)) {
+    if (s.name === 'wte.weight') continue;
+    const bytes = s.shape.reduce((a, b) => a * b, 1) * 4;
+    if (bytes > best.bytes) best = { name: s.name, shape: s.shape, bytes };
+  }
+  return best;
+}
 
 /**
  * Throws a UserError naming the limit when `config` cannot be held by the backend described by `limits`.
- * `purpose`: 'train' checks the whole training state; 'load' (generate only) one model's weights.
+ * `purpose`: 'train' checks the whole training state (of a run built as `opts` says; default: PPO with full
+ * copies); 'load' (generate only) one model's weights.
  */
 export function checkDeviceLimits(
   config: GPT2Config,
   label: string,
   limits: DeviceLimits | null,
   purpose: 'train' | 'load' = 'train',
+  opts: RunMemoryOptions = PPO_DEFAULTS,
 ): void {
   if (!limits) return;
   if (limits.backend === 'webgpu') {
-    const t = largestTensor(config);
+    // embeddingChunks throws (in words) when not even one row of wte fits one binding.
+    const t = largestHeldTensor(config, webgpuBindingBytes(limits));
     const caps: [string, number | undefined][] = [
       ['maxStorageBufferBindingSize', limits.maxStorageBufferBindingSize],
       ['maxBufferSize', limits.maxBufferSize],
@@ -60,10 +106,9 @@ export function checkDeviceLimits(
     for (const [name, cap] of caps) {
       if (cap !== undefined && cap > 0 && t.bytes > cap) {
         throw new UserError(
-          `${label} cannot run on this GPU with WebGPU: its largest weight, ${t.name} ` +
-            `[${t.shape.join(' × ')}], takes ${mib(t.bytes)}, over this device's ${mib(cap)} limit for one ` +
-            `buffer (${name}). GPT-2's token embedding (wte, 154 MB) is over the 128 MiB many GPUs allow. ` +
-            'Choose the WASM backend, or a model with a smaller vocabulary or width.',
+          `${label} cannot run on this GPU with WebGPU: its weight ${t.name} ` +
+            `[${t.shape.join(' × ')}] takes ${mib(t.bytes)}, over this device's ${mib(cap)} limit for one ` +
+            `buffer (${name}). Choose the WASM backend, or a model with a smaller width.`,
         );
       }
     }
@@ -71,29 +116,175 @@ export function checkDeviceLimits(
   if (limits.backend === 'wasm') {
     const heap = limits.heapBytes ?? WASM_HEAP_BYTES;
     const params = paramCount(config);
-    const estimate = estimateRunMemory(
-      config,
-      { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
-      PPO_DEFAULTS,
-    );
-    const need = fixedBytes(estimate);
     if (purpose === 'load') {
       // The weights, and their copy on the way in.
       if (params * 4 * 2 > heap * WASM_HEAP_SHARE) {
         throw new UserError(
-          `${label} has ${(params / 1e6).toFixed(1)} M parameters (${formatGB(params * 4)} of weights), more than the ` +
+          `${label} has ${millions(params)} parameters (${formatGB(params * 4)} of weights), more than the ` +
             `WASM backend can hold (its memory stops at ${formatGB(heap)}). Choose WebGPU on a GPU, or a smaller model.`,
         );
       }
       return;
     }
+    const estimate = estimateRunMemory(
+      config,
+      { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
+      opts,
+    );
+    const need = fixedBytes(estimate);
     if (need > heap * WASM_HEAP_SHARE) {
+      const smaller = 'a smaller model (e.g. distilbert/distilgpt2 or tiny)';
+      const remedy = opts.lora
+        ? `Choose WebGPU on a GPU, or ${smaller}.`
+        : `${loraRemedy(config, opts)}, choose WebGPU on a GPU, or ${smaller}.`;
       throw new UserError(
-        `${label} has ${(params / 1e6).toFixed(1)} M parameters; training it needs ≈ ${formatGB(need)} of ` +
+        `${label} has ${millions(params)} parameters; training it needs ≈ ${formatGB(need)} of ` +
           `weights, gradients and optimiser state (${formatParts(estimate)}), more than the WASM backend can hold (its memory stops at ` +
           `${formatGB(heap)}, and ${Math.round(WASM_HEAP_SHARE * 100)}% of it, ${formatGB(heap * WASM_HEAP_SHARE)}, ` +
-          'may go to the run). Choose WebGPU on a GPU, or a smaller model (e.g. distilbert/distilgpt2 or tiny).',
+          `may go to the run). ${remedy}`,
       );
     }
   }
 }
+
+/** 'Use LoRA ("lora": 8: …, ≈ 0.54 GB of weights and optimiser state)': the remedy for full copies that do not fit. */
+function loraRemedy(config: GPT2Config, opts: RunMemoryOptions): string {
+  const lora = { r: 8, targets: LORA_TARGET_NAMES };
+  const withLora = estimateRunMemory(
+    config,
+    { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
+    { ...opts, lora, valueModel: opts.valueModel === 'none' ? 'none' : 'shared' },
+  );
+  return (
+    `Use LoRA ("lora": 8: ${millions(loraParamCount(config, lora))} adapter parameters trained on one frozen ` +
+    `base, ≈ ${formatGB(fixedBytes(withLora), 2)} of weights and optimiser state)`
+  );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The run's estimate from its config
+
+/** Whether the run's reward is a learned reward model (a `{model}` reward, or a task whose reward is one). */
+export function rewardIsModel(cfg: Pick<TrainConfig, 'reward'>, taskReward?: unknown): boolean {
+  const spec: unknown = cfg.reward ?? taskReward;
+  return !!spec && typeof spec === 'object' && 'model' in spec;
+}
+
+/**
+ * What a run of `cfg` builds, as the estimate counts it (src/core/ppo/setup.ts buildTrainer): LoRA's rank and
+ * targets, the value model ('none' for critic-free algorithms; 'shared' only with LoRA), the reward model.
+ */
+export function runMemoryOptions(
+  cfg: Pick<TrainConfig, 'lora' | 'loraTargets' | 'valueModel' | 'algorithm'>,
+  rewardModel: boolean,
+): RunMemoryOptions {
+  const lora = cfg.lora > 0 ? { r: cfg.lora, targets: cfg.loraTargets } : undefined;
+  const valueModel = !hasValueModel(cfg)
+    ? 'none'
+    : lora && cfg.valueModel === 'shared'
+      ? 'shared'
+      : 'separate';
+  return { lora, valueModel, rewardModel };
+}
+
+/** The budget a run's estimate is held to on a backend, and how it was set (for messages). */
+export interface MemoryBudget {
+  bytes: number;
+  what: string;
+}
+
+/**
+ * WASM: the smaller of the heap's share and the device budget; elsewhere the device budget (60% of the memory
+ * the browser reports, src/worker/sources.ts defaultMemoryBudget).
+ */
+export function memoryBudget(limits: DeviceLimits | null, deviceBudgetBytes: number): MemoryBudget {
+  const device = {
+    bytes: deviceBudgetBytes,
+    what: `the budget here is ${formatGB(deviceBudgetBytes)} (60% of this device's memory)`,
+  };
+  if (limits?.backend !== 'wasm') return device;
+  const heap = (limits.heapBytes ?? WASM_HEAP_BYTES) * WASM_HEAP_SHARE;
+  if (heap > deviceBudgetBytes) return device;
+  return {
+    bytes: heap,
+    what:
+      `the WASM backend allows ${formatGB(heap)} (${Math.round(WASM_HEAP_SHARE * 100)}% of its ` +
+      `${formatGB(limits.heapBytes ?? WASM_HEAP_BYTES)} heap)`,
+  };
+}
+
+/** The run's estimate with what the UI shows beside it, and why Start would refuse it (null: it fits). */
+export interface RunMemoryCheck {
+  estimate: MemoryEstimate;
+  /** Parameters of the policy model (the tied head once). */
+  params: number;
+  /** Parameters the policy trains: its LoRA adapters, or all of them. */
+  policyTrainableParams: number;
+  budget: MemoryBudget;
+  problem: string | null;
+}
+
+/** The largest batch size (a multiple of miniBatches, below the configured one) whose estimate fits, or 0. */
+function largestFittingBatch(
+  config: GPT2Config,
+  shape: RunShape,
+  opts: RunMemoryOptions,
+  budget: number,
+): number {
+  for (let b = shape.batchSize - shape.miniBatches; b >= shape.miniBatches; b -= shape.miniBatches) {
+    if (estimateRunMemory(config, { ...shape, batchSize: b }, opts).total <= budget) return b;
+  }
+  return 0;
+}
+
+/**
+ * Estimate a run of `config` shaped as `shape` and built as `opts`, against `budget`; `problem` says, with
+ * numbers and remedies, why it would not fit (a smaller batch, LoRA, WebGPU, a smaller model).
+ */
+export function runMemoryCheck(
+  config: GPT2Config,
+  label: string,
+  shape: RunShape,
+  opts: RunMemoryOptions,
+  budget: MemoryBudget,
+  backend: BackendName | null,
+): RunMemoryCheck {
+  const estimate = estimateRunMemory(config, shape, opts);
+  const params = paramCount(config);
+  const policyTrainableParams = opts.lora ? loraParamCount(config, opts.lora) : params;
+  let problem: string | null = null;
+  if (estimate.total > budget.bytes) {
+    const fixed = fixedBytes(estimate);
+    const how = opts.lora ? `with LoRA r=${opts.lora.r}` : 'with full copies';
+    const remedies: string[] = [];
+    if (fixed <= budget.bytes) {
+      const b = largestFittingBatch(config, shape, opts, budget.bytes);
+      remedies.push(
+        b > 0
+          ? `batchSize ${b} would fit (or lower responseLength, or raise miniBatches from ${shape.miniBatches}: the activations grow with batchSize / miniBatches).`
+          : `Lower batchSize or responseLength, or raise miniBatches (now ${shape.miniBatches}).`,
+      );
+    } else {
+      if (!opts.lora) remedies.push(`${loraRemedy(config, opts)}.`);
+      if (backend === 'wasm') remedies.push('Choose WebGPU on a GPU (not bound by the WASM heap).');
+      remedies.push('Or choose a smaller model (e.g. distilbert/distilgpt2 or tiny).');
+    }
+    const need =
+      fixed > budget.bytes
+        ? `≈ ${formatGB(fixed)} of weights, gradients and optimiser state`
+        : `≈ ${formatGB(estimate.total)} with the activations of its batch`;
+    problem =
+      `Training ${label} (${millions(params)} parameters) ${how} needs ${need} ` +
+      `(${formatParts(estimate)}); ${budget.what}. ${remedies.join(' ')}`;
+  }
+  return { estimate, params, policyTrainableParams, budget, problem };
+}
+
+/** runMemoryCheck, refused with a UserError when it does not fit. */
+export function checkRunMemory(...args: Parameters<typeof runMemoryCheck>): RunMemoryCheck {
+  const check = runMemoryCheck(...args);
+  if (check.problem) throw new UserError(check.problem);
+  return check;
+}
+
+export { formatEstimate };

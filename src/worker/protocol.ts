@@ -9,6 +9,7 @@
  */
 import type { ConfigKey, TrainConfig } from '../core/config';
 import type { StepMetrics } from '../core/ppo/metrics';
+import type { MemoryParts } from '../core/model/size';
 
 /** A tfjs backend the worker can run on. */
 export type BackendName = 'webgpu' | 'wasm' | 'webgl' | 'cpu';
@@ -102,6 +103,32 @@ export interface LoadOptions {
    * is over this many bytes. Default: 60% of the device memory the browser reports (≥ 4 GB assumed).
    */
   memoryBudgetBytes?: number;
+}
+
+/**
+ * What a run of a config would hold at its peak, from the model's config.json and the config alone (nothing
+ * loaded; src/core/model/size.ts estimateRunMemory, src/worker/device-limits.ts).
+ */
+export interface MemoryEstimateReport {
+  /** The model's label ("built-in tiny", a Hub id, …). */
+  model: string;
+  /** Parameters of the policy model (the tied LM head counted once). */
+  params: number;
+  /** Parameters the policy trains: its LoRA adapters, or every weight. */
+  policyTrainableParams: number;
+  /** Parameters every optimiser of the run updates (policy, value adapters or model, heads). */
+  trainableParams: number;
+  /** LoRA rank (0: full fine-tuning). */
+  lora: number;
+  /** Bytes in all: the sum of `parts`. */
+  bytes: number;
+  /** Bytes per part: base, reference, value, rewardModel, adapters, adam, gradients, activations. */
+  parts: MemoryParts;
+  /** The budget Start holds the run to on this backend, and how it is set, in words. */
+  budgetBytes: number;
+  budget: string;
+  /** Why Start would refuse the run, with numbers and remedies; null when it fits. */
+  problem: string | null;
 }
 
 /** tf.memory() of the worker. */
@@ -289,6 +316,11 @@ export interface WorkerApi {
   /** Generate with the model in use (the trained policy while a run exists). */
   generate(req: GenerateRequest): Promise<GenerateReply>;
   memory(): Promise<MemoryReport>;
+  /**
+   * The memory a run would hold, broken down, for the current config with `config`'s keys over it (nothing is
+   * changed or loaded; reads config.json and the task). Answers while a step runs.
+   */
+  estimateMemory(config?: ConfigPatch): Promise<MemoryEstimateReport>;
   /** Test hook: full-forward logits [B, T, V] of the loaded model for ids/mask [B, T]. */
   forwardLogits(ids: number[][], mask: number[][]): Promise<number[][][]>;
 }

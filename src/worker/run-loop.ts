@@ -383,7 +383,7 @@ export class Run {
     if (this.session) return this.session;
     const cfg = this.cfg;
     this.progress('build', null, `Loading ${cfg.model} for training…`);
-    await this.sources.checkMemory(cfg.model);
+    await this.sources.checkMemory(cfg.model, 'train', cfg);
     this.disposeLm(); // the trainer's policy takes its place
     const session = await TrainingSession.build(cfg, this.sources.resources());
     this.adopt(session, this.sources.files(cfg.model).label);
@@ -453,7 +453,7 @@ export class Run {
     // Training memory is checked when a run is built; here, what loading and generating need.
     await this.sources.checkMemory(name, 'load');
     const files = this.sources.files(name);
-    const lm = await loadLM(files, { trainable: false, label: 'policy' });
+    const lm = await loadLM(files, { trainable: false, label: 'policy', ...this.sources.modelOptions() });
     this.dropTrainer();
     this.disposeLm();
     this.lm = { name, lm };
@@ -472,7 +472,10 @@ export class Run {
     if (!this.lm) {
       if (!this.chosen) throw new UserError('No model is loaded yet; load a model first.');
       const files = this.sources.files(this.cfg.model);
-      this.lm = { name: this.cfg.model, lm: await loadLM(files, { trainable: false, label: 'policy' }) };
+      this.lm = {
+        name: this.cfg.model,
+        lm: await loadLM(files, { trainable: false, label: 'policy', ...this.sources.modelOptions() }),
+      };
       this.model ??= summarise(this.lm.lm.model, files.label);
     }
     return { model: this.lm.lm.model, tokenizer: this.lm.lm.tokenizer };

@@ -9,7 +9,10 @@
  */
 import type { ModelFiles } from '../core/model/folder';
 import { memoryFiles, readConfig } from '../core/model/folder';
-import type { Resources } from '../core/ppo/setup';
+import { resolvePrompts, type Resources } from '../core/ppo/setup';
+import { bucket } from '../core/ppo/trainer';
+import type { TrainConfig } from '../core/config';
+import { tokenizerFor } from '../core/tokenizer';
 import { parseTask, taskUrl, type Task } from '../core/tasks';
 import {
   checkRepoId,
@@ -19,11 +22,20 @@ import {
   type HubCache,
   type HubProgress,
 } from '../services/hub';
-import { checkTrainingMemory } from '../core/model/size';
+import { checkTrainingMemory, formatGB, paramCount } from '../core/model/size';
 import { UserError } from '../core/errors';
 import { builtinModelUrl, fetchFiles } from './files-web';
-import { checkDeviceLimits, type DeviceLimits } from './device-limits';
-import type { ModelSource } from './protocol';
+import {
+  checkDeviceLimits,
+  memoryBudget,
+  rewardIsModel,
+  runMemoryCheck,
+  runMemoryOptions,
+  webgpuBindingBytes,
+  type DeviceLimits,
+  type RunMemoryCheck,
+} from './device-limits';
+import type { MemoryEstimateReport, ModelSource } from './protocol';
 
 export const BUILTIN_MODELS = ['tiny'] as const;
 /** The `reward: {model}` name of the reward model trained from preferences. */
@@ -214,15 +226,94 @@ export class ModelSources {
   }
 
   /**
-   * Refuse a model that would not fit (reads config.json only): its training state against the memory budget,
-   * its largest tensor against the WebGPU buffer limits, its training state (or, for `load`, its weights)
-   * against the WASM heap.
+   * Refuse a model that would not fit (reads config.json only, and for a run the task's prompts). `load`: its
+   * weights against the WebGPU buffer limits, the WASM heap and the memory budget. `train` with the run's
+   * config: what that run holds (runEstimate) against the backend's budget, and its tensors against the WebGPU
+   * limits. `train` without a config (a reward model trained from preferences): full copies' weights and state.
    */
-  async checkMemory(name: string, purpose: 'train' | 'load' = 'train'): Promise<void> {
+  async checkMemory(
+    name: string,
+    purpose: 'train' | 'load' = 'train',
+    cfg?: TrainConfig,
+  ): Promise<RunMemoryCheck | null> {
+    if (purpose === 'train' && cfg) {
+      const check = await this.runEstimate({ ...cfg, model: name });
+      if (check.problem) throw new UserError(check.problem);
+      return check;
+    }
     const files = this.files(name);
     const config = await readConfig(files);
     checkDeviceLimits(config, files.label, this.deviceLimits, purpose);
-    checkTrainingMemory(config, files.label, this.memoryBudgetBytes);
+    if (purpose === 'train') {
+      checkTrainingMemory(config, files.label, this.memoryBudgetBytes);
+      return null;
+    }
+    // Loading to generate: the weights, and their copy on the way in.
+    const weights = paramCount(config) * 4;
+    if (2 * weights > this.memoryBudgetBytes) {
+      throw new UserError(
+        `${files.label} has ${(weights / 4e6).toFixed(1)} M parameters (${formatGB(weights)} of weights); loading ` +
+          `it needs twice that, over the ${formatGB(this.memoryBudgetBytes)} budget here. Choose a smaller model.`,
+      );
+    }
+    return null;
+  }
+
+  /**
+   * What a run of `cfg` would hold at its peak, from the model's config.json, the task's prompts and the config
+   * (nothing is loaded): the estimate, the policy's trainable parameters, the backend's budget, and why Start
+   * would refuse it (`problem`; also the WebGPU buffer limits and the WASM heap). Throws only when config.json
+   * or the task cannot be read.
+   */
+  async runEstimate(cfg: TrainConfig): Promise<RunMemoryCheck> {
+    const files = this.files(cfg.model);
+    const config = await readConfig(files);
+    // The prompts set the query length (the trainer pads them to a multiple of 8); the tokenizer needs no weights.
+    const { prompts, taskReward } = await resolvePrompts(cfg, this.resources());
+    const tok = tokenizerFor(config);
+    const longest = Math.max(1, ...prompts.map((p) => tok.encode(p).length));
+    const promptLength = bucket(longest, Math.max(1, config.n_positions - cfg.responseLength));
+    const opts = runMemoryOptions(cfg, rewardIsModel(cfg, taskReward));
+    const shape = {
+      batchSize: cfg.batchSize,
+      miniBatches: cfg.miniBatches,
+      promptLength,
+      responseLength: cfg.responseLength,
+    };
+    const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
+    const check = runMemoryCheck(
+      config,
+      files.label,
+      shape,
+      opts,
+      budget,
+      this.deviceLimits?.backend ?? null,
+    );
+    if (!check.problem) {
+      try {
+        checkDeviceLimits(config, files.label, this.deviceLimits, 'train', opts);
+      } catch (e) {
+        check.problem = (e as Error).message;
+      }
+    }
+    return check;
+  }
+
+  /** runEstimate as the worker sends it to the UI. */
+  async estimateReport(cfg: TrainConfig): Promise<MemoryEstimateReport> {
+    const c = await this.runEstimate(cfg);
+    return {
+      model: this.files(cfg.model).label,
+      params: c.params,
+      policyTrainableParams: c.policyTrainableParams,
+      trainableParams: c.estimate.trainableParams,
+      lora: cfg.lora,
+      bytes: c.estimate.total,
+      parts: { ...c.estimate.parts },
+      budgetBytes: c.budget.bytes,
+      budget: c.budget.what,
+      problem: c.problem,
+    };
   }
 
   async loadTask(name: string): Promise<Task> {
@@ -242,8 +333,23 @@ export class ModelSources {
     return task;
   }
 
+  /**
+   * How core opens models and tasks here. On WebGPU, models are built with the device's binding limit, so
+   * GPT-2's wte is held as vocabulary chunks that each fit one binding (device-limits.ts webgpuBindingBytes).
+   */
   resources(): Resources {
-    return { modelFiles: (n) => this.files(n), loadTask: (n) => this.loadTask(n) };
+    const maxBindingBytes = webgpuBindingBytes(this.deviceLimits);
+    return {
+      modelFiles: (n) => this.files(n),
+      loadTask: (n) => this.loadTask(n),
+      ...(maxBindingBytes !== undefined ? { maxBindingBytes } : {}),
+    };
+  }
+
+  /** Model options for loading outside a run (generate): the binding limit on WebGPU. */
+  modelOptions(): { maxBindingBytes?: number } {
+    const maxBindingBytes = webgpuBindingBytes(this.deviceLimits);
+    return maxBindingBytes !== undefined ? { maxBindingBytes } : {};
   }
 
   /** Progress events for Hub downloads, at most one per percent. */

@@ -1,11 +1,11 @@
 /**
- * Model folders in Hugging Face layout (contracts.md §2): config.json + model.safetensors, and for the
+ * Model folders in Hugging Face layout (docs/formats.md §2): config.json + model.safetensors, and for the
  * scalar models GPT2ForSequenceClassification names. Core never touches a file system: callers hand in a
  * `ModelFiles` (Node reads a directory, the browser reads Files, a zip, Cache Storage or fetch).
  */
 import type { GPT2Config } from './config';
 import { parseGPT2Config, configToJson } from './config';
-import { GPT2 } from './gpt2';
+import { GPT2, type GPT2Options } from './gpt2';
 import { ScalarModel } from './heads';
 import { readSafetensors, writeSafetensors } from './safetensors';
 import { mapHfTensors, toHfTensors } from './hfnames';
@@ -53,7 +53,11 @@ async function mustRead(files: ModelFiles, name: string, what: string): Promise<
 }
 
 export async function readConfig(files: ModelFiles): Promise<GPT2Config> {
-  const bytes = await mustRead(files, 'config.json', 'config.json (GPT-2 config with Hugging Face field names)');
+  const bytes = await mustRead(
+    files,
+    'config.json',
+    'config.json (GPT-2 config with Hugging Face field names)',
+  );
   let raw: unknown;
   try {
     raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
@@ -69,29 +73,46 @@ export interface LoadedLM {
   model: GPT2;
 }
 
-/** Load the policy (GPT2LMHeadModel weights) of a model folder. */
-export async function loadLM(files: ModelFiles, opts: { trainable?: boolean; label?: string; file?: string } = {}): Promise<LoadedLM> {
+/** How to load a model: trainable variables or not, a label for their names, and the in-memory layout. */
+export interface ModelLoadOptions extends GPT2Options {
+  trainable?: boolean;
+  label?: string;
+}
+
+/**
+ * Load the policy (GPT2LMHeadModel weights) of a model folder. `maxBindingBytes` (GPT2Options): hold `wte` as
+ * vocabulary chunks that each fit one buffer binding (the worker sets it on WebGPU; docs/tfjs.md trap 8).
+ */
+export async function loadLM(
+  files: ModelFiles,
+  opts: ModelLoadOptions & { file?: string } = {},
+): Promise<LoadedLM> {
   const config = await readConfig(files);
   const tokenizer = tokenizerFor(config);
   const file = opts.file ?? 'model.safetensors';
   const bytes = await mustRead(files, file, 'model.safetensors (GPT2LMHeadModel weights)');
   const path = `${files.label}/${file}`;
   const arrays = mapHfTensors(readSafetensors(bytes, path), trunkParamSpecs(config), path);
-  return { config, tokenizer, model: GPT2.fromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'policy') };
+  const model = GPT2.fromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'policy', {
+    maxBindingBytes: opts.maxBindingBytes,
+  });
+  return { config, tokenizer, model };
 }
 
 /** Load a scalar-head model (value or reward) from `file` in a folder whose config.json describes it. */
 export async function loadScalar(
   files: ModelFiles,
   file: string,
-  opts: { trainable?: boolean; label?: string; config?: GPT2Config } = {},
+  opts: ModelLoadOptions & { config?: GPT2Config } = {},
 ): Promise<ScalarModel> {
   const config = opts.config ?? (await readConfig(files));
   const bytes = await mustRead(files, file, `${file} (GPT2ForSequenceClassification weights)`);
   const path = `${files.label}/${file}`;
   const specs = [...trunkParamSpecs(config), ...scoreHeadSpecs(config)];
   const arrays = mapHfTensors(readSafetensors(bytes, path), specs, path);
-  return ScalarModel.fromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'scalar');
+  return ScalarModel.fromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'scalar', {
+    maxBindingBytes: opts.maxBindingBytes,
+  });
 }
 
 export function configBytes(config: GPT2Config): Uint8Array {

@@ -20,6 +20,11 @@ export interface Resources {
   /** Open a model folder by preset name or path/URL. */
   modelFiles(nameOrPath: string): ModelFiles;
   loadTask(name: string): Promise<Task>;
+  /**
+   * Build models with `wte` in vocabulary chunks of at most this many bytes (GPT2Options.maxBindingBytes; the
+   * worker sets it on WebGPU to the device's binding limit, docs/tfjs.md trap 8). Absent: one `wte` tensor.
+   */
+  maxBindingBytes?: number;
 }
 
 export interface BuildOptions {
@@ -65,12 +70,20 @@ export async function buildTrainer(
   } else if (cfg.lora > 0) {
     // LoRA (docs/formats.md §6): the base is loaded once, frozen. The policy is a view with adapters seeded from
     // cfg.seed (B = 0: it starts equal to the base); the reference IS the base, not a copy.
-    const lm = await loadLM(res.modelFiles(cfg.model), { trainable: false, label: 'base' });
+    const lm = await loadLM(res.modelFiles(cfg.model), {
+      trainable: false,
+      label: 'base',
+      maxBindingBytes: res.maxBindingBytes,
+    });
     tokenizer = lm.tokenizer;
     ref = lm.model;
     policy = ref.withLora(LoraAdapters.create(ref.config, cfg, cfg.seed, 'policy'), 'policy');
   } else {
-    const lm = await loadLM(res.modelFiles(cfg.model), { trainable: true, label: 'policy' });
+    const lm = await loadLM(res.modelFiles(cfg.model), {
+      trainable: true,
+      label: 'policy',
+      maxBindingBytes: res.maxBindingBytes,
+    });
     policy = lm.model;
     tokenizer = lm.tokenizer;
     ref = policy.clone(false, 'ref');
@@ -83,7 +96,11 @@ export async function buildTrainer(
     let rewardMean: number | null = null; // on resume, restoreTrainer sets the mean saved in the checkpoint
     if (!rewardModel) {
       const files = res.modelFiles(rmPath);
-      rewardModel = await loadScalar(files, REWARD_FILE, { trainable: false, label: 'reward' });
+      rewardModel = await loadScalar(files, REWARD_FILE, {
+        trainable: false,
+        label: 'reward',
+        maxBindingBytes: res.maxBindingBytes,
+      });
       rewardMean = await readRewardMean(files);
     }
     if (

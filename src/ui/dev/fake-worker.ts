@@ -7,6 +7,7 @@ import { validateConfig, type TrainConfig } from '../../core/config';
 import { applyLive, mergeConfig } from '../../core/live';
 import { nonFiniteRunError } from '../../core/stops';
 import type {
+  MemoryEstimateReport,
   MemoryReport,
   MetricsByName,
   MetricsWire,
@@ -31,6 +32,52 @@ export interface FakeWorker extends WorkerApi {
   tick(): Promise<void>;
   /** Every call made, in order: [method, argument]. */
   calls: [string, unknown][];
+}
+
+const dropUndefined = (o: object) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+
+/** The fake model's parameters (its loadModel summary says the same). */
+const FAKE_PARAMS = 120_000;
+
+/**
+ * A stand-in estimate with the real one's shape (src/worker/sources.ts estimateReport), from simple counts of the
+ * fake 120 k-parameter model: LoRA trains r · 1,000 adapter parameters per adapter set on one base; full
+ * fine-tuning holds a reference and a value copy; activations grow with batchSize × responseLength.
+ */
+export function fakeEstimate(cfg: TrainConfig): MemoryEstimateReport {
+  const P = FAKE_PARAMS;
+  const critic = cfg.algorithm === 'ppo';
+  const adapterSet = cfg.lora * 1000;
+  const shared = cfg.lora > 0 && cfg.valueModel === 'shared';
+  const trainable =
+    cfg.lora > 0
+      ? adapterSet + (critic ? (shared ? adapterSet + 64 : P + 64) : 0)
+      : P + (critic ? P + 64 : 0);
+  const parts = {
+    base: P * 4,
+    reference: cfg.lora > 0 ? 0 : P * 4,
+    value: critic ? (shared ? 64 * 4 : (P + 64) * 4) : 0,
+    rewardModel: typeof cfg.reward === 'object' && cfg.reward !== null && 'model' in cfg.reward ? P * 4 : 0,
+    adapters: (cfg.lora > 0 ? adapterSet * (shared && critic ? 2 : 1) : 0) * 4,
+    adam: 2 * trainable * 4,
+    gradients: trainable * 4,
+    activations: cfg.batchSize * (16 + cfg.responseLength) * 64 * 40 * 4,
+  };
+  const bytes = Object.values(parts).reduce((a, b) => a + b, 0);
+  const budgetBytes = 3.2e9;
+  return {
+    model: cfg.model === 'tiny' ? 'built-in tiny' : cfg.model,
+    params: P,
+    policyTrainableParams: cfg.lora > 0 ? adapterSet : P,
+    trainableParams: trainable,
+    lora: cfg.lora,
+    bytes,
+    parts,
+    budgetBytes,
+    budget: 'the WASM backend allows 3.2 GB (75% of its 4.3 GB heap)',
+    problem:
+      bytes > budgetBytes ? `Training ${cfg.model} needs ≈ ${(bytes / 1e9).toFixed(1)} GB; too much.` : null,
+  };
 }
 
 export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
@@ -334,7 +381,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
         n_head: 2,
         vocab_size: 259,
         n_positions: 128,
-        params: 120_000,
+        params: FAKE_PARAMS,
         tokenizer: 'bytes',
       };
     },
@@ -352,6 +399,10 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     async memory() {
       log('memory');
       return fakeMemory();
+    },
+    async estimateMemory(patch = {}) {
+      log('estimateMemory', patch);
+      return fakeEstimate(validateConfig({ ...config, ...dropUndefined(patch) }));
     },
     async forwardLogits() {
       return [];
