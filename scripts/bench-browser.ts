@@ -16,9 +16,15 @@ import type { ViteDevServer } from 'vite';
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 export const CHROMIUM_ARGS = [
-  '--no-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan', '--use-vulkan=swiftshader',
-  '--use-webgpu-adapter=swiftshader', '--use-angle=swiftshader', '--disable-background-networking',
-  '--disable-component-update', '--disable-sync',
+  '--no-sandbox',
+  '--enable-unsafe-webgpu',
+  '--enable-features=Vulkan',
+  '--use-vulkan=swiftshader',
+  '--use-webgpu-adapter=swiftshader',
+  '--use-angle=swiftshader',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
 ];
 
 export function chromiumPath(): string | null {
@@ -70,7 +76,10 @@ export interface BrowserSession {
 /** Run the bench page once per backend; always stops the browser and the server it started. */
 export async function runBrowserBench(o: BrowserBenchOptions): Promise<BrowserSession> {
   const exe = chromiumPath();
-  if (!exe) throw new Error(`no Chromium at ${process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'} (set CHROMIUM_PATH, or apt-get install chromium)`);
+  if (!exe)
+    throw new Error(
+      `no Chromium at ${process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'} (set CHROMIUM_PATH, or apt-get install chromium)`,
+    );
   const log = o.log ?? ((m: string) => process.stderr.write(`${m}\n`));
   let server: ViteDevServer | null = null;
   let browser: Browser | null = null;
@@ -93,10 +102,17 @@ export async function runBrowserBench(o: BrowserBenchOptions): Promise<BrowserSe
     const { createServer } = await import('vite');
     const port = await freePort();
     server = await createServer({
-      root: ROOT, configFile: path.join(ROOT, 'vite.config.ts'), logLevel: 'error', clearScreen: false,
+      root: ROOT,
+      configFile: path.join(ROOT, 'vite.config.ts'),
+      logLevel: 'error',
+      clearScreen: false,
       server: {
-        port, strictPort: true, host: '127.0.0.1',
-        headers: o.crossOriginIsolated ? { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' } : {},
+        port,
+        strictPort: true,
+        host: '127.0.0.1',
+        headers: o.crossOriginIsolated
+          ? { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' }
+          : {},
       },
     });
     await server.listen();
@@ -123,14 +139,21 @@ export async function runBrowserBench(o: BrowserBenchOptions): Promise<BrowserSe
       try {
         await page.goto(`${base}/e2e/pages/bench.html?${q}`);
         const limit = (o.timeoutSeconds?.(backend) ?? 600) * 1000;
-        await page.waitForFunction(() => window.benchResult || window.benchError, undefined, { timeout: limit, polling: 1000 });
+        await page.waitForFunction(() => window.benchResult || window.benchError, undefined, {
+          timeout: limit,
+          polling: 1000,
+        });
         const got = await page.evaluate(() => ({ r: window.benchResult, e: window.benchError }));
         result = (got.r as Record<string, unknown>) ?? null;
         error = got.e ?? null;
       } catch (e) {
         error = (e as Error).message.split('\n')[0];
         // Keep what the page finished before its time ran out.
-        result = ((await page.evaluate(() => window.benchPartial).catch(() => null)) as Record<string, unknown> | null) ?? null;
+        result =
+          ((await page.evaluate(() => window.benchPartial).catch(() => null)) as Record<
+            string,
+            unknown
+          > | null) ?? null;
       } finally {
         await page.close().catch(() => {});
       }

@@ -16,9 +16,15 @@ if (!out) {
 await setNodeBackend('cpu');
 const bytes = Number(vocab) === 258;
 const config = parseGPT2Config({
-  vocab_size: Number(vocab), n_positions: Number(np), n_embd: Number(ne), n_layer: Number(nl), n_head: Number(nh),
+  vocab_size: Number(vocab),
+  n_positions: Number(np),
+  n_embd: Number(ne),
+  n_layer: Number(nl),
+  n_head: Number(nh),
   tokenizer: bytes ? 'bytes' : 'gpt2-bpe',
-  bos_token_id: bytes ? 256 : 50256, eos_token_id: bytes ? 256 : 50256, ...(bytes ? { pad_token_id: 257 } : {}),
+  bos_token_id: bytes ? 256 : 50256,
+  eos_token_id: bytes ? 256 : 50256,
+  ...(bytes ? { pad_token_id: 257 } : {}),
 });
 const model = GPT2.random(config, 1234);
 await writeFolder(out, await exportLM(model));

@@ -12,13 +12,18 @@ import { buildTrainer } from '../src/core/ppo/setup';
 
 const [backendName = 'wasm', B = '16', R = '24'] = process.argv.slice(2);
 await setNodeBackend(backendName);
-const cfg = validateConfig({ model: resolveModel('tiny'), task: 'sentiment', batchSize: Number(B), responseLength: Number(R) }, 'profile');
+const cfg = validateConfig(
+  { model: resolveModel('tiny'), task: 'sentiment', batchSize: Number(B), responseLength: Number(R) },
+  'profile',
+);
 const trainer = await buildTrainer(cfg, nodeResources);
 await trainer.trainStep();
 const byKernel = new Map<string, { ms: number; n: number }>();
 const info = await tf.profile(async () => {
   const r = await trainer.trainStep();
-  console.error(`step ${r.metrics.timeStep.toFixed(2)} s: generate ${r.metrics.timeGenerate.toFixed(2)}, score ${r.metrics.timeScore.toFixed(2)}, update ${r.metrics.timeUpdate.toFixed(2)}`);
+  console.error(
+    `step ${r.metrics.timeStep.toFixed(2)} s: generate ${r.metrics.timeGenerate.toFixed(2)}, score ${r.metrics.timeScore.toFixed(2)}, update ${r.metrics.timeUpdate.toFixed(2)}`,
+  );
   return tf.scalar(0);
 });
 let total = 0;

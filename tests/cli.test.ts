@@ -9,7 +9,10 @@ import { useCpu } from './helpers/backend';
 import { REQUIRED_METRICS } from '../src/core/ppo/metrics';
 
 function cli(args: string[]) {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], { encoding: 'utf8', timeout: 300_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+    encoding: 'utf8',
+    timeout: 300_000,
+  });
   const lines = r.stdout.trim().split('\n');
   return { code: r.status, stdout: r.stdout, stderr: r.stderr, last: lines[lines.length - 1] };
 }
@@ -22,7 +25,21 @@ describe('cli generate', () => {
     // The fixture's greedy prompt is raw byte ids; decode them to the same text.
     const prompt = Buffer.from(exp.greedy.prompt_ids).toString('latin1');
     const ok = exp.greedy.prompt_ids.every((b: number) => b < 128);
-    const r = cli(['generate', '--model', PARITY, '--prompt', ok ? prompt : 'Hello', '--max-new-tokens', '12', '--temperature', '0', '--no-stop', '--json', '--backend', 'cpu']);
+    const r = cli([
+      'generate',
+      '--model',
+      PARITY,
+      '--prompt',
+      ok ? prompt : 'Hello',
+      '--max-new-tokens',
+      '12',
+      '--temperature',
+      '0',
+      '--no-stop',
+      '--json',
+      '--backend',
+      'cpu',
+    ]);
     expect(r.code, r.stderr).toBe(0);
     const j = JSON.parse(r.last);
     expect(Object.keys(j).sort()).toEqual(['logprobs', 'promptTokens', 'text', 'tokens']);
@@ -37,7 +54,23 @@ describe('cli generate', () => {
 
   it('the same seed gives the same sample on WASM, and a different seed another', () => {
     const run = (seed: string) =>
-      JSON.parse(cli(['generate', '--model', PARITY, '--prompt', 'Hi', '--max-new-tokens', '8', '--temperature', '1', '--seed', seed, '--no-stop', '--json']).last);
+      JSON.parse(
+        cli([
+          'generate',
+          '--model',
+          PARITY,
+          '--prompt',
+          'Hi',
+          '--max-new-tokens',
+          '8',
+          '--temperature',
+          '1',
+          '--seed',
+          seed,
+          '--no-stop',
+          '--json',
+        ]).last,
+      );
     const a = run('5');
     expect(run('5')).toEqual(a);
     expect(run('6').tokens).not.toEqual(a.tokens);
@@ -46,8 +79,14 @@ describe('cli generate', () => {
   it('bad input gives a clear one-line error and exit code 1, no stack trace', () => {
     const cases: [string[], RegExp][] = [
       [['generate', '--model', '/no/such/dir', '--prompt', 'x'], /does not exist/],
-      [['generate', '--model', PARITY, '--prompt', 'x', '--temperature', '-1'], /--temperature must be a number from 0/],
-      [['generate', '--model', PARITY, '--prompt', 'x', '--max-new-tokens', '1000'], /exceeds the model's n_positions/],
+      [
+        ['generate', '--model', PARITY, '--prompt', 'x', '--temperature', '-1'],
+        /--temperature must be a number from 0/,
+      ],
+      [
+        ['generate', '--model', PARITY, '--prompt', 'x', '--max-new-tokens', '1000'],
+        /exceeds the model's n_positions/,
+      ],
       [['generate', '--model', PARITY, '--prompt', 'x', '--bogus'], /Unknown option/i],
       [['generate', '--model', 'package.json', '--prompt', 'x'], /is a file/],
     ];
@@ -70,28 +109,86 @@ describe('cli train', () => {
   it('writes metrics.jsonl, checkpoint-0, periodic checkpoints, rollouts, and resumes', () => {
     const out = mkdtempSync(path.join(tmpdir(), 'ppo-cli-'));
     const cfgFile = path.join(out, 'config.json');
-    writeFileSync(cfgFile, JSON.stringify({
-      model, task: 'sentiment', steps: 3, batchSize: 4, miniBatches: 2, ppoEpochs: 1, responseLength: 8, saveEvery: 2,
-    }));
+    writeFileSync(
+      cfgFile,
+      JSON.stringify({
+        model,
+        task: 'sentiment',
+        steps: 3,
+        batchSize: 4,
+        miniBatches: 2,
+        ppoEpochs: 1,
+        responseLength: 8,
+        saveEvery: 2,
+      }),
+    );
     const run = path.join(out, 'run');
     const r = cli(['train', '--config', cfgFile, '--out', run, '--dump-rollouts', '--json']);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toMatch(/step 3\/3 \[#+\]/);
-    const lines = readFileSync(path.join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const lines = readFileSync(path.join(run, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines.map((l) => l.step)).toEqual([1, 2, 3]);
     for (const k of REQUIRED_METRICS) expect(lines[0]).toHaveProperty(k);
-    expect(readdirSync(run).sort()).toEqual(['checkpoint-0', 'checkpoint-2', 'checkpoint-3', 'metrics.jsonl', 'rollouts']);
-    expect(readdirSync(path.join(run, 'checkpoint-0')).sort()).toEqual(['config.json', 'model.safetensors', 'trainer_state.json', 'value_model.safetensors']);
-    expect(readdirSync(path.join(run, 'rollouts')).sort()).toEqual(['step-1.json', 'step-2.json', 'step-3.json']);
+    expect(readdirSync(run).sort()).toEqual([
+      'checkpoint-0',
+      'checkpoint-2',
+      'checkpoint-3',
+      'metrics.jsonl',
+      'rollouts',
+    ]);
+    expect(readdirSync(path.join(run, 'checkpoint-0')).sort()).toEqual([
+      'config.json',
+      'model.safetensors',
+      'trainer_state.json',
+      'value_model.safetensors',
+    ]);
+    expect(readdirSync(path.join(run, 'rollouts')).sort()).toEqual([
+      'step-1.json',
+      'step-2.json',
+      'step-3.json',
+    ]);
     const dump = JSON.parse(readFileSync(path.join(run, 'rollouts', 'step-2.json'), 'utf8'));
-    for (const k of ['step', 'temperature', 'gamma', 'lam', 'klCoef', 'klEstimator', 'whitenAdvantages', 'queries', 'responses',
-      'responseMask', 'logprobs', 'refLogprobs', 'values', 'rewards', 'advantages', 'returns', 'scores']) expect(dump).toHaveProperty(k);
+    for (const k of [
+      'step',
+      'temperature',
+      'gamma',
+      'lam',
+      'klCoef',
+      'klEstimator',
+      'whitenAdvantages',
+      'queries',
+      'responses',
+      'responseMask',
+      'logprobs',
+      'refLogprobs',
+      'values',
+      'rewards',
+      'advantages',
+      'returns',
+      'scores',
+    ])
+      expect(dump).toHaveProperty(k);
     expect(dump.step).toBe(2);
     expect(JSON.parse(r.last).steps).toBe(3);
 
-    const r2 = cli(['train', '--resume', path.join(run, 'checkpoint-2'), '--out', path.join(out, 'resumed'), '--steps', '3', '--json']);
+    const r2 = cli([
+      'train',
+      '--resume',
+      path.join(run, 'checkpoint-2'),
+      '--out',
+      path.join(out, 'resumed'),
+      '--steps',
+      '3',
+      '--json',
+    ]);
     expect(r2.code, r2.stderr).toBe(0);
-    const resumed = readFileSync(path.join(out, 'resumed', 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const resumed = readFileSync(path.join(out, 'resumed', 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(resumed.map((l) => l.step)).toEqual([1, 2, 3]);
     expect(resumed[2].reward).toBeCloseTo(lines[2].reward, 6);
     expect(resumed[2].kl).toBeCloseTo(lines[2].kl, 5);
@@ -101,13 +198,45 @@ describe('cli train', () => {
   it('a reward module scores samples, and one returning NaN is a clear error naming the sample', () => {
     const out = mkdtempSync(path.join(tmpdir(), 'ppo-cli-'));
     const cfgFile = path.join(out, 'config.json');
-    writeFileSync(cfgFile, JSON.stringify({ model, prompts: ['Hi', 'Yo'], task: null, steps: 1, batchSize: 2, miniBatches: 1, ppoEpochs: 1, responseLength: 4 }));
-    writeFileSync(path.join(out, 'len.mjs'), 'export default (s) => s.responseTokens.length + s.promptTokens.length * 0;\n');
+    writeFileSync(
+      cfgFile,
+      JSON.stringify({
+        model,
+        prompts: ['Hi', 'Yo'],
+        task: null,
+        steps: 1,
+        batchSize: 2,
+        miniBatches: 1,
+        ppoEpochs: 1,
+        responseLength: 4,
+      }),
+    );
+    writeFileSync(
+      path.join(out, 'len.mjs'),
+      'export default (s) => s.responseTokens.length + s.promptTokens.length * 0;\n',
+    );
     writeFileSync(path.join(out, 'nan.mjs'), 'export default (s) => (s.prompt === "Yo" ? NaN : 1);\n');
-    const ok = cli(['train', '--config', cfgFile, '--out', path.join(out, 'a'), '--reward-module', path.join(out, 'len.mjs'), '--json']);
+    const ok = cli([
+      'train',
+      '--config',
+      cfgFile,
+      '--out',
+      path.join(out, 'a'),
+      '--reward-module',
+      path.join(out, 'len.mjs'),
+      '--json',
+    ]);
     expect(ok.code, ok.stderr).toBe(0);
     expect(JSON.parse(ok.last).metrics.reward).toBeGreaterThan(0);
-    const bad = cli(['train', '--config', cfgFile, '--out', path.join(out, 'b'), '--reward-module', path.join(out, 'nan.mjs')]);
+    const bad = cli([
+      'train',
+      '--config',
+      cfgFile,
+      '--out',
+      path.join(out, 'b'),
+      '--reward-module',
+      path.join(out, 'nan.mjs'),
+    ]);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/NaN for sample \d/);
     expect(bad.stderr).toMatch(/"Yo"/);

@@ -24,7 +24,9 @@ describe('hand-written gradients equal autodiff of the plain ops', () => {
   beforeAll(useCpu);
 
   it('gelu_new: values and dx, x from −12 to 12', async () => {
-    const x = tf.tidy(() => tf.concat([tf.linspace(-12, 12, 481), tf.randomNormal([300], 0, 2, 'float32', 5)]));
+    const x = tf.tidy(() =>
+      tf.concat([tf.linspace(-12, 12, 481), tf.randomNormal([300], 0, 2, 'float32', 5)]),
+    );
     const dy = tf.randomNormal(x.shape, 0, 1, 'float32', 6);
     const before = tf.memory().numTensors;
     const [v1, v2] = [tf.tidy(() => geluNew(x)), tf.tidy(() => geluNewPlain(x))];
@@ -41,7 +43,10 @@ describe('hand-written gradients equal autodiff of the plain ops', () => {
     tf.dispose([x, dy]);
   });
 
-  for (const [name, shape, spread] of [['2-D rows', [7, 24], 3], ['3-D, tiny variance', [2, 5, 16], 1e-3]] as const) {
+  for (const [name, shape, spread] of [
+    ['2-D rows', [7, 24], 3],
+    ['3-D, tiny variance', [2, 5, 16], 1e-3],
+  ] as const) {
     it(`layer norm (${name}): values and dx, dg, db`, async () => {
       const x = tf.tidy(() => tf.add(tf.randomNormal([...shape], 0, spread, 'float32', 1), 4));
       const C = shape[shape.length - 1];
@@ -54,7 +59,12 @@ describe('hand-written gradients equal autodiff of the plain ops', () => {
       const v2 = tf.tidy(() => layerNormPlain(x, g, b, eps));
       const d0 = await maxDiff(v1, v2);
       expect(d0.abs).toBeLessThan(1e-5 * Math.max(1, d0.scale));
-      const grads = (f: typeof layerNorm) => tf.grads((a: tf.Tensor, c: tf.Tensor, e: tf.Tensor) => tf.sum(tf.mul(f(a, c, e, eps), dy)))([x, g, b]);
+      const grads = (f: typeof layerNorm) =>
+        tf.grads((a: tf.Tensor, c: tf.Tensor, e: tf.Tensor) => tf.sum(tf.mul(f(a, c, e, eps), dy)))([
+          x,
+          g,
+          b,
+        ]);
       const mine = grads(layerNorm);
       const ref = grads(layerNormPlain);
       for (let i = 0; i < 3; i++) {

@@ -6,8 +6,15 @@ import { generate, leftPad } from '../src/core/model/sampling';
 import { parseGPT2Config } from '../src/core/model/config';
 
 const cfg = parseGPT2Config({
-  vocab_size: 258, n_positions: 40, n_embd: 32, n_layer: 2, n_head: 4, tokenizer: 'bytes',
-  bos_token_id: 256, eos_token_id: 256, pad_token_id: 257,
+  vocab_size: 258,
+  n_positions: 40,
+  n_embd: 32,
+  n_layer: 2,
+  n_head: 4,
+  tokenizer: 'bytes',
+  bos_token_id: 256,
+  eos_token_id: 256,
+  pad_token_id: 257,
 });
 
 /** Full-forward logits of the last position of each row of a left-padded batch. */
@@ -37,10 +44,17 @@ describe('GPT-2 KV cache and padding', () => {
   it('greedy decode with the KV cache equals greedy full recompute, token by token', async () => {
     const prompts = [[72, 101, 108, 108, 111], [87, 104, 121], [65]];
     const a = await generate(model, prompts, { maxNewTokens: 12, temperature: 0, padId: 257, rng: 1 });
-    const b = await generate(model, prompts, { maxNewTokens: 12, temperature: 0, padId: 257, rng: 1, useCache: false });
+    const b = await generate(model, prompts, {
+      maxNewTokens: 12,
+      temperature: 0,
+      padId: 257,
+      rng: 1,
+      useCache: false,
+    });
     expect(a.tokens).toEqual(b.tokens);
     for (let i = 0; i < prompts.length; i++) {
-      for (let t = 0; t < a.logprobs[i].length; t++) expect(a.logprobs[i][t]).toBeCloseTo(b.logprobs[i][t], 4);
+      for (let t = 0; t < a.logprobs[i].length; t++)
+        expect(a.logprobs[i][t]).toBeCloseTo(b.logprobs[i][t], 4);
     }
   });
 
@@ -59,7 +73,11 @@ describe('GPT-2 KV cache and padding', () => {
   });
 
   it('a left-padded batch gives each sequence the logits it has alone', async () => {
-    const seqs = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11, 12]];
+    const seqs = [
+      [1, 2, 3, 4, 5, 6],
+      [7, 8],
+      [9, 10, 11, 12],
+    ];
     const batched = await fullLastLogits(model, seqs);
     for (let i = 0; i < seqs.length; i++) {
       const [alone] = await fullLastLogits(model, [seqs[i]]);
@@ -68,7 +86,10 @@ describe('GPT-2 KV cache and padding', () => {
   });
 
   it('sampling is reproducible with the same seed and differs with another', async () => {
-    const prompts = [[72, 101], [87, 104, 121]];
+    const prompts = [
+      [72, 101],
+      [87, 104, 121],
+    ];
     const o = { maxNewTokens: 10, temperature: 1, topK: 0, topP: 1, padId: 257 };
     const a = await generate(model, prompts, { ...o, rng: 42 });
     const b = await generate(model, prompts, { ...o, rng: 42 });
@@ -79,8 +100,17 @@ describe('GPT-2 KV cache and padding', () => {
 
   it('stops after the stop token and pads nothing into the result', async () => {
     // Make EOS (256) overwhelmingly likely: bump its embedding row alignment via a greedy check.
-    const prompts = [[72, 101], [87, 104, 121]];
-    const r = await generate(model, prompts, { maxNewTokens: 10, temperature: 1, padId: 257, rng: 5, stopToken: 256 });
+    const prompts = [
+      [72, 101],
+      [87, 104, 121],
+    ];
+    const r = await generate(model, prompts, {
+      maxNewTokens: 10,
+      temperature: 1,
+      padId: 257,
+      rng: 5,
+      stopToken: 256,
+    });
     for (const row of r.tokens) {
       const i = row.indexOf(256);
       if (i >= 0) expect(i).toBe(row.length - 1);
@@ -89,7 +119,10 @@ describe('GPT-2 KV cache and padding', () => {
   });
 
   it('tensor count is flat across repeated generate calls', async () => {
-    const prompts = [[72, 101], [87, 104, 121]];
+    const prompts = [
+      [72, 101],
+      [87, 104, 121],
+    ];
     const o = { maxNewTokens: 8, temperature: 0.8, topK: 20, topP: 0.9, padId: 257, stopToken: 256 };
     await generate(model, prompts, { ...o, rng: 1 });
     const before = tf.memory().numTensors;

@@ -33,6 +33,8 @@ describe('health alerts', () => {
   });
 
   it('thresholds are where the notes put them: entropy 0.01, clamp 1%, ratio 2', () => {
-    expect(healthAlerts({ ...healthy(), entropy: 0.011, logRatioClampFrac: 0.01, ratioMax: 2 }, 6)).toEqual([]);
+    expect(healthAlerts({ ...healthy(), entropy: 0.011, logRatioClampFrac: 0.01, ratioMax: 2 }, 6)).toEqual(
+      [],
+    );
   });
 });

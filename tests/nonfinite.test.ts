@@ -19,12 +19,16 @@ describe('non-finite guard', () => {
     expect(good.applied).toBe(true);
     tf.dispose([good.scalars, good.gradNorm]);
     const before = Array.from(await w.data());
-    const momentsBefore = await Promise.all((await opt.getWeights()).map(async (x) => Array.from(await x.tensor.data())));
+    const momentsBefore = await Promise.all(
+      (await opt.getWeights()).map(async (x) => Array.from(await x.tensor.data())),
+    );
     const bad = await guardedStep(opt, [w], () => [tf.mul(tf.sum(w), NaN) as tf.Scalar], 1);
     expect(bad.applied).toBe(false);
     tf.dispose([bad.scalars, bad.gradNorm]);
     expect(Array.from(await w.data())).toEqual(before);
-    const momentsAfter = await Promise.all((await opt.getWeights()).map(async (x) => Array.from(await x.tensor.data())));
+    const momentsAfter = await Promise.all(
+      (await opt.getWeights()).map(async (x) => Array.from(await x.tensor.data())),
+    );
     expect(momentsAfter).toEqual(momentsBefore);
     expect(await allFinite([w])).toBe(true);
     opt.dispose();
@@ -33,7 +37,14 @@ describe('non-finite guard', () => {
 
   it('a policy poisoned with NaN: updates skipped, alert raised, pause after three steps, no checkpoint written', async () => {
     const dir = await makeTinyFolder();
-    const cfg = validateConfig({ model: dir, task: 'sentiment', batchSize: 2, miniBatches: 1, ppoEpochs: 1, responseLength: 4 });
+    const cfg = validateConfig({
+      model: dir,
+      task: 'sentiment',
+      batchSize: 2,
+      miniBatches: 1,
+      ppoEpochs: 1,
+      responseLength: 4,
+    });
     const t = await buildTrainer(cfg, { modelFiles: (p) => nodeFiles(p), loadTask: loadTaskNode });
     const ln = t.models.policy.params.get('ln_f.bias')!;
     ln.assign(tf.fill(ln.shape, NaN));

@@ -39,7 +39,9 @@ describe.each(['tiny-prefixed', 'tiny-plain'])('parity with the PyTorch referenc
 
   async function logitsOf(ids: number[][], mask: number[][]): Promise<number[][][]> {
     const { model } = await loadLM(nodeFiles(dir));
-    const out = tf.tidy(() => model.logits(tf.tensor2d(ids, undefined, 'int32'), tf.tensor2d(mask, undefined, 'int32')));
+    const out = tf.tidy(() =>
+      model.logits(tf.tensor2d(ids, undefined, 'int32'), tf.tensor2d(mask, undefined, 'int32')),
+    );
     const arr = (await out.array()) as number[][][];
     out.dispose();
     model.dispose();
@@ -71,7 +73,10 @@ describe.each(['tiny-prefixed', 'tiny-plain'])('parity with the PyTorch referenc
     const { model } = await loadLM(nodeFiles(dir));
     const g = exp.greedy;
     const r = await generate(model, [g.prompt_ids], {
-      maxNewTokens: g.new_tokens.length, temperature: 0, padId: 257, rng: 0,
+      maxNewTokens: g.new_tokens.length,
+      temperature: 0,
+      padId: 257,
+      rng: 0,
     });
     model.dispose();
     expect(r.tokens[0]).toEqual(g.new_tokens);

@@ -7,21 +7,40 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import { useCpu } from './helpers/backend';
-import { FusedAdamOptimizer, FUSED_ADAM_KERNEL, wasmAdamStats, hasScaledApply, adamUpdateArrays, fusedAdamAvailable, registerFusedAdamKernels } from '../src/core/fused-adam';
+import {
+  FusedAdamOptimizer,
+  FUSED_ADAM_KERNEL,
+  wasmAdamStats,
+  hasScaledApply,
+  adamUpdateArrays,
+  fusedAdamAvailable,
+  registerFusedAdamKernels,
+} from '../src/core/fused-adam';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
 import { guardedStep, clipScale } from '../src/core/optim';
 
 const SHAPES = [[7, 5], [13], [3, 4, 2], [1]];
 
 /** Two identical sets of variables, one per optimizer; random gradients per step (seeded). */
-async function runBoth(steps: number, lr = 1e-2): Promise<{ plain: tf.Variable[]; fused: tf.Variable[]; p: tf.AdamOptimizer; f: FusedAdamOptimizer }> {
-  const plain = SHAPES.map((s, i) => tf.tidy(() => tf.variable(tf.randomNormal(s, 0, 1, 'float32', 10 + i), true, `plain_${i}_${Math.random()}`)));
-  const fused = plain.map((v, i) => tf.tidy(() => tf.variable(v.clone(), true, `fused_${i}_${Math.random()}`)));
+async function runBoth(
+  steps: number,
+  lr = 1e-2,
+): Promise<{ plain: tf.Variable[]; fused: tf.Variable[]; p: tf.AdamOptimizer; f: FusedAdamOptimizer }> {
+  const plain = SHAPES.map((s, i) =>
+    tf.tidy(() =>
+      tf.variable(tf.randomNormal(s, 0, 1, 'float32', 10 + i), true, `plain_${i}_${Math.random()}`),
+    ),
+  );
+  const fused = plain.map((v, i) =>
+    tf.tidy(() => tf.variable(v.clone(), true, `fused_${i}_${Math.random()}`)),
+  );
   const p = tf.train.adam(lr);
   const f = new FusedAdamOptimizer(lr);
   for (let s = 0; s < steps; s++) {
     const grads = SHAPES.map((sh, i) => tf.randomNormal(sh, 0, 1 + s, 'float32', 100 * s + i));
-    p.applyGradients(Object.fromEntries(plain.map((v, i) => [v.name, grads[i]])) as tf.NamedTensorMap as never);
+    p.applyGradients(
+      Object.fromEntries(plain.map((v, i) => [v.name, grads[i]])) as tf.NamedTensorMap as never,
+    );
     f.applyGradients(Object.fromEntries(fused.map((v, i) => [v.name, grads[i]])));
     tf.dispose(grads);
   }
@@ -55,14 +74,32 @@ function suite(backend: 'cpu' | 'wasm'): void {
     if (backend === 'wasm') {
       it('runs the SIMD kernel (adam.wat), odd lengths too, bit-identical to the JS loop', async () => {
         const n = 1031; // 4·257 + 3: the leftover-element path as well
-        const mk = (seed: number, lo = 0) => Float32Array.from({ length: n }, (_, i) => lo + Math.abs(Math.sin(seed * 7.1 + i * 1.3)) * (lo ? 1 : 2) - (lo ? 0 : 1));
+        const mk = (seed: number, lo = 0) =>
+          Float32Array.from(
+            { length: n },
+            (_, i) => lo + Math.abs(Math.sin(seed * 7.1 + i * 1.3)) * (lo ? 1 : 2) - (lo ? 0 : 1),
+          );
         const [w, m, g] = [mk(1), mk(2), mk(3)];
         const v = mk(4, 0.01);
-        const attrs = { lr: 1e-2, beta1: 0.9, beta2: 0.999, bc1: 0.271, bc2: 0.002997, eps: 1e-7, gscale: 0.37 };
+        const attrs = {
+          lr: 1e-2,
+          beta1: 0.9,
+          beta2: 0.999,
+          bc1: 0.271,
+          bc2: 0.002997,
+          eps: 1e-7,
+          gscale: 0.37,
+        };
         const ref = [new Float32Array(n), new Float32Array(n), new Float32Array(n)] as const;
         adamUpdateArrays(w, m, v, g, ...ref, attrs);
         const before = wasmAdamStats.simd;
-        const outs = tf.engine().runKernel(FUSED_ADAM_KERNEL, { w: tf.tensor1d(w), m: tf.tensor1d(m), v: tf.tensor1d(v), g: tf.tensor1d(g) }, attrs as never) as tf.Tensor[];
+        const outs = tf
+          .engine()
+          .runKernel(
+            FUSED_ADAM_KERNEL,
+            { w: tf.tensor1d(w), m: tf.tensor1d(m), v: tf.tensor1d(v), g: tf.tensor1d(g) },
+            attrs as never,
+          ) as tf.Tensor[];
         expect(wasmAdamStats.simd).toBe(before + 1);
         for (let k = 0; k < 3; k++) {
           // The same float64 operations in the same order, rounded where the loop rounds: bit-identical.
@@ -94,7 +131,9 @@ function suite(backend: 'cpu' | 'wasm'): void {
       const f2 = new FusedAdamOptimizer(1e-2);
       await f2.setWeights(saved.map((w) => ({ name: w.name, tensor: w.tensor.clone() })));
       const g = SHAPES.map((sh, i) => tf.randomNormal(sh, 0, 1, 'float32', 999 + i));
-      const copies = plain.map((v, i) => tf.tidy(() => tf.variable(v.clone(), true, `copy_${i}_${Math.random()}`)));
+      const copies = plain.map((v, i) =>
+        tf.tidy(() => tf.variable(v.clone(), true, `copy_${i}_${Math.random()}`)),
+      );
       p.applyGradients(Object.fromEntries(plain.map((v, i) => [v.name, g[i]])) as never);
       f2.applyGradients(Object.fromEntries(copies.map((v, i) => [v.name, g[i]])));
       for (let i = 0; i < plain.length; i++) expect(await maxRelDiff(plain[i], copies[i])).toBeLessThan(2e-5);
@@ -105,14 +144,23 @@ function suite(backend: 'cpu' | 'wasm'): void {
     });
 
     it('applyScaled(g, scale) equals tfjs Adam on scale·g (clipping by a host-side factor), kernel or fallback', async () => {
-      const make = (tag: string) => SHAPES.map((sh, i) => tf.tidy(() => tf.variable(tf.randomNormal(sh, 0, 1, 'float32', 40 + i), true, `${tag}_${i}_${Math.random()}`)));
+      const make = (tag: string) =>
+        SHAPES.map((sh, i) =>
+          tf.tidy(() =>
+            tf.variable(tf.randomNormal(sh, 0, 1, 'float32', 40 + i), true, `${tag}_${i}_${Math.random()}`),
+          ),
+        );
       const [plain, fused] = [make('ps'), make('fs')];
       const p = tf.train.adam(1e-2);
       const f = new FusedAdamOptimizer(1e-2);
       for (let s = 0; s < 3; s++) {
         const scale = [0.25, 1, 0.7][s];
         const grads = SHAPES.map((sh, i) => tf.randomNormal(sh, 0, 3, 'float32', 500 + 10 * s + i));
-        tf.tidy(() => p.applyGradients(Object.fromEntries(plain.map((v, i) => [v.name, tf.mul(grads[i], scale)])) as never));
+        tf.tidy(() =>
+          p.applyGradients(
+            Object.fromEntries(plain.map((v, i) => [v.name, tf.mul(grads[i], scale)])) as never,
+          ),
+        );
         f.applyScaled(Object.fromEntries(fused.map((v, i) => [v.name, grads[i]])), scale);
         tf.dispose(grads);
       }
@@ -182,7 +230,7 @@ suite('cpu');
 suite('wasm');
 
 describe('hasScaledApply', () => {
-  it('tells the fused Adam from tfjs\'s (which passes `instanceof FusedAdamOptimizer`: tfjs duck-types instanceof)', () => {
+  it("tells the fused Adam from tfjs's (which passes `instanceof FusedAdamOptimizer`: tfjs duck-types instanceof)", () => {
     const plain = tf.train.adam(1e-3);
     const fused = new FusedAdamOptimizer(1e-3);
     expect(hasScaledApply(fused)).toBe(true);
@@ -213,7 +261,15 @@ describe('adamUpdateArrays', () => {
 
   it('is the textbook update (one element by hand)', () => {
     const [w, m, v] = [new Float32Array(1), new Float32Array(1), new Float32Array(1)];
-    adamUpdateArrays([1], [0.5], [0.25], [2], w, m, v, { lr: 0.1, beta1: 0.9, beta2: 0.999, bc1: 1 - 0.9 ** 2, bc2: 1 - 0.999 ** 2, eps: 1e-8, gscale: 1 });
+    adamUpdateArrays([1], [0.5], [0.25], [2], w, m, v, {
+      lr: 0.1,
+      beta1: 0.9,
+      beta2: 0.999,
+      bc1: 1 - 0.9 ** 2,
+      bc2: 1 - 0.999 ** 2,
+      eps: 1e-8,
+      gscale: 1,
+    });
     const m1 = 0.9 * 0.5 + 0.1 * 2;
     const v1 = 0.999 * 0.25 + 0.001 * 4;
     expect(m[0]).toBeCloseTo(m1, 6);

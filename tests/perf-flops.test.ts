@@ -13,8 +13,15 @@ import { lmLoss } from '../src/core/sft';
 import { forwardFlops, lmTrainStepFlops, ppoUpdateFlops, trainFlops } from '../src/bench/perf/flops';
 
 const config = parseGPT2Config({
-  vocab_size: 258, n_positions: 32, n_embd: 16, n_layer: 2, n_head: 2, tokenizer: 'bytes',
-  bos_token_id: 256, eos_token_id: 256, pad_token_id: 257,
+  vocab_size: 258,
+  n_positions: 32,
+  n_embd: 16,
+  n_layer: 2,
+  n_head: 2,
+  tokenizer: 'bytes',
+  bos_token_id: 256,
+  eos_token_id: 256,
+  pad_token_id: 257,
 });
 
 /** Σ 2·m·k·n over the BatchMatMul kernels f runs (batch dims multiply in). */
@@ -47,7 +54,11 @@ describe('model FLOP count', () => {
   it('forward: trunk on every token + LM head on the rows it is applied to', async () => {
     const B = 3;
     const T = 10;
-    const ids = tf.tensor2d(Array.from({ length: B * T }, (_, i) => i % 250), [B, T], 'int32');
+    const ids = tf.tensor2d(
+      Array.from({ length: B * T }, (_, i) => i % 250),
+      [B, T],
+      'int32',
+    );
     const mask = tf.onesLike(ids) as tf.Tensor2D;
     const got = await matmulFlopsOf(() => model.logits(ids, mask));
     expect(got).toBe(forwardFlops(config, B, T, B * T));
@@ -57,7 +68,11 @@ describe('model FLOP count', () => {
   it('training step = 3 × forward (lmLoss through variableGrads)', async () => {
     const B = 2;
     const T = 8;
-    const w = tf.tensor2d(Array.from({ length: B * (T + 1) }, (_, i) => (i * 7) % 250), [B, T + 1], 'int32');
+    const w = tf.tensor2d(
+      Array.from({ length: B * (T + 1) }, (_, i) => (i * 7) % 250),
+      [B, T + 1],
+      'int32',
+    );
     const got = await matmulFlopsOf(() => {
       const { value, grads } = tf.variableGrads(() => lmLoss(model, w), model.trainableVariables());
       tf.dispose(grads);
@@ -69,10 +84,17 @@ describe('model FLOP count', () => {
 
   it('value model: trunk + scalar head on every position, 3× for training', async () => {
     const v = ScalarModel.fromTrunk(model, true);
-    const ids = tf.tensor2d(Array.from({ length: 2 * 6 }, (_, i) => i), [2, 6], 'int32');
+    const ids = tf.tensor2d(
+      Array.from({ length: 2 * 6 }, (_, i) => i),
+      [2, 6],
+      'int32',
+    );
     const mask = tf.onesLike(ids) as tf.Tensor2D;
     const got = await matmulFlopsOf(() => {
-      const { value, grads } = tf.variableGrads(() => tf.sum(v.values(ids, mask)) as tf.Scalar, v.trainableVariables());
+      const { value, grads } = tf.variableGrads(
+        () => tf.sum(v.values(ids, mask)) as tf.Scalar,
+        v.trainableVariables(),
+      );
       tf.dispose(grads);
       return value;
     });
@@ -84,7 +106,9 @@ describe('model FLOP count', () => {
   it('PPO update = epochs × (policy + value) training passes', () => {
     const o = { batch: 4, Tq: 8, R: 5, epochs: 2 };
     const T = 13;
-    expect(ppoUpdateFlops(config, o)).toBe(2 * (trainFlops(config, 4, T, 4 * 5) + trainFlops(config, 4, T, 0, 4 * T)));
+    expect(ppoUpdateFlops(config, o)).toBe(
+      2 * (trainFlops(config, 4, T, 4 * 5) + trainFlops(config, 4, T, 0, 4 * T)),
+    );
     // ≈ 6·N·tokens per model for a small vocabulary and short context (the rule of thumb), N = 12·L·C².
     const N = 12 * config.n_layer * config.n_embd ** 2;
     const rule = 2 * 2 * 6 * N * 4 * T;

@@ -8,42 +8,109 @@ import { headline, markdown, reportJson, type BenchReport, type BenchRun } from 
 import type { FourModelMemory } from '../src/bench/perf/memory';
 
 const mem = (shape: string, bytes: number, growth: number, backend = 'wasm'): FourModelMemory => ({
-  shape, backend, adam: 'tfjs', params: 1, batchSize: 2, responseLength: 8, bytesAfterStep1: bytes, expectedBytes: bytes,
-  tensorsAfterStep1: 10, peakBytesStep1: null, gpuAfterStep1: null, stepSeconds: 1, steps: 200, bytesAfterLastStep: bytes + growth,
-  growthBytes: growth, tensorGrowth: 0, gpuGrowthBytes: null,
+  shape,
+  backend,
+  adam: 'tfjs',
+  params: 1,
+  batchSize: 2,
+  responseLength: 8,
+  bytesAfterStep1: bytes,
+  expectedBytes: bytes,
+  tensorsAfterStep1: 10,
+  peakBytesStep1: null,
+  gpuAfterStep1: null,
+  stepSeconds: 1,
+  steps: 200,
+  bytesAfterLastStep: bytes + growth,
+  growthBytes: growth,
+  tensorGrowth: 0,
+  gpuGrowthBytes: null,
 });
 
 const run = (platform: string, backend: string, over: Partial<BenchRun>): BenchRun => ({
-  label: `${platform}/${backend}`, platform, backend, skipped: [], matmul: [{ n: 512, iters: 4, seconds: 1, gflops: 10 }], generation: [],
-  ppo: null, ppoConfig: null, lm: [], memory: [], fusedAdamCheck: null, notes: [], errors: {}, tensorLeak: 0, nanogptTensorLeak: 0, ...over,
+  label: `${platform}/${backend}`,
+  platform,
+  backend,
+  skipped: [],
+  matmul: [{ n: 512, iters: 4, seconds: 1, gflops: 10 }],
+  generation: [],
+  ppo: null,
+  ppoConfig: null,
+  lm: [],
+  memory: [],
+  fusedAdamCheck: null,
+  notes: [],
+  errors: {},
+  tensorLeak: 0,
+  nanogptTensorLeak: 0,
+  ...over,
 });
 
 const lm = (impl: string, tps: number) => ({
-  impl, backend: 'webgpu', shape: { n_layer: 4, n_embd: 160, n_head: 4, vocab_size: 258, T: 16, B: 2 }, params: 1, steps: 1, seconds: 1,
-  tokensPerSecond: tps, gflopsPerSecond: 1, firstLoss: 5.6, lastLoss: 5,
+  impl,
+  backend: 'webgpu',
+  shape: { n_layer: 4, n_embd: 160, n_head: 4, vocab_size: 258, T: 16, B: 2 },
+  params: 1,
+  steps: 1,
+  seconds: 1,
+  tokensPerSecond: tps,
+  gflopsPerSecond: 1,
+  firstLoss: 5.6,
+  lastLoss: 5,
 });
 
 describe('bench report', () => {
   const report: BenchReport = {
-    quick: true, machine: { cpu: 'test × 2' }, seconds: 10, notes: ['a note'],
+    quick: true,
+    machine: { cpu: 'test × 2' },
+    seconds: 10,
+    notes: ['a note'],
     bigMemory: [mem('gpt2', 3_982_086_160, 0, 'cpu')],
     runs: [
       run('node', 'wasm', {
-        generation: [{ batch: 8, newTokens: 64, cacheTokensPerSecond: 600, recomputeTokensPerSecond: 60, kvSpeedup: 10 }],
+        generation: [
+          { batch: 8, newTokens: 64, cacheTokensPerSecond: 600, recomputeTokensPerSecond: 60, kvSpeedup: 10 },
+        ],
         ppo: {
-          steps: 1, batchSize: 16, responseLength: 24, Tq: 24, timeGenerate: 1, timeScore: 1, timeUpdate: 5, timeStep: 7, tokensPerSecond: 30,
-          updateTokensPerSecond: 300, updateFlops: 2e10, updateGflopsPerSecond: 4, updateMfu: 0.4, peakGflops: 10,
+          steps: 1,
+          batchSize: 16,
+          responseLength: 24,
+          Tq: 24,
+          timeGenerate: 1,
+          timeScore: 1,
+          timeUpdate: 5,
+          timeStep: 7,
+          tokensPerSecond: 30,
+          updateTokensPerSecond: 300,
+          updateFlops: 2e10,
+          updateGflopsPerSecond: 4,
+          updateMfu: 0.4,
+          peakGflops: 10,
         },
         memory: [mem('tiny', 4e7, 0)],
       }),
       run('chromium', 'webgpu', {
-        generation: [{ batch: 8, newTokens: 8, cacheTokensPerSecond: 6, recomputeTokensPerSecond: 2, kvSpeedup: 3 }],
+        generation: [
+          { batch: 8, newTokens: 8, cacheTokensPerSecond: 6, recomputeTokensPerSecond: 2, kvSpeedup: 3 },
+        ],
         lm: [lm('ours', 4), lm('nanogpt', 2)],
       }),
       run('chromium', 'wasm', {
         ppo: {
-          steps: 1, batchSize: 16, responseLength: 24, Tq: 24, timeGenerate: 1, timeScore: 1, timeUpdate: 4, timeStep: 6, tokensPerSecond: 30,
-          updateTokensPerSecond: 300, updateFlops: 2e10, updateGflopsPerSecond: 5.5, updateMfu: 0.55, peakGflops: 10,
+          steps: 1,
+          batchSize: 16,
+          responseLength: 24,
+          Tq: 24,
+          timeGenerate: 1,
+          timeScore: 1,
+          timeUpdate: 4,
+          timeStep: 6,
+          tokensPerSecond: 30,
+          updateTokensPerSecond: 300,
+          updateFlops: 2e10,
+          updateGflopsPerSecond: 5.5,
+          updateMfu: 0.55,
+          peakGflops: 10,
         },
       }),
     ],
@@ -70,7 +137,15 @@ describe('bench report', () => {
 
   it('puts the headline keys at the top level of the JSON and every run in the markdown', () => {
     const j = reportJson(report);
-    for (const k of ['kvSpeedup', 'kvSpeedupWebgpu', 'updateMfu', 'vsNanogpt', 'gpt2FourModelBytes', 'memoryGrowthBytes']) expect(k in j).toBe(true);
+    for (const k of [
+      'kvSpeedup',
+      'kvSpeedupWebgpu',
+      'updateMfu',
+      'vsNanogpt',
+      'gpt2FourModelBytes',
+      'memoryGrowthBytes',
+    ])
+      expect(k in j).toBe(true);
     expect(JSON.parse(JSON.stringify(j)).kvSpeedup).toBe(10);
     const md = markdown(report);
     expect(md).toContain('node/wasm');

@@ -46,10 +46,21 @@ describe('shared Identity on WASM', () => {
 
   it('gives the same LM-loss gradients as the copying Identity', async () => {
     const config = parseGPT2Config({
-      vocab_size: 258, n_positions: 16, n_embd: 16, n_layer: 2, n_head: 2, tokenizer: 'bytes', bos_token_id: 256, eos_token_id: 256,
+      vocab_size: 258,
+      n_positions: 16,
+      n_embd: 16,
+      n_layer: 2,
+      n_head: 2,
+      tokenizer: 'bytes',
+      bos_token_id: 256,
+      eos_token_id: 256,
     });
     const model = GPT2.random(config, 3);
-    const w = tf.tensor2d(Array.from({ length: 2 * 9 }, (_, i) => (i * 31) % 256), [2, 9], 'int32');
+    const w = tf.tensor2d(
+      Array.from({ length: 2 * 9 }, (_, i) => (i * 31) % 256),
+      [2, 9],
+      'int32',
+    );
     const grads = async (): Promise<Float32Array[]> => {
       const { value, grads: g } = tf.variableGrads(() => lmLoss(model, w), model.trainableVariables());
       const out = await Promise.all(Object.values(g).map((t) => t.data() as Promise<Float32Array>));

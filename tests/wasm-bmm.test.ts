@@ -15,7 +15,14 @@ import { assemble, moduleSource, KERNELS } from '../scripts/build-wasm-kernels';
 import { readFile } from 'node:fs/promises';
 
 /** Plain-loop reference: C[b] = op(A[b]) · op(B[b]) with broadcast batches. */
-function reference(a: Float32Array, sa: number[], b: Float32Array, sb: number[], ta: boolean, tb: boolean): Float32Array {
+function reference(
+  a: Float32Array,
+  sa: number[],
+  b: Float32Array,
+  sb: number[],
+  ta: boolean,
+  tb: boolean,
+): Float32Array {
   const [ba, ra, ca] = sa;
   const [bb, rb, cb] = sb;
   const M = ta ? ca : ra;
@@ -29,7 +36,8 @@ function reference(a: Float32Array, sa: number[], b: Float32Array, sb: number[],
     for (let i = 0; i < M; i++) {
       for (let j = 0; j < N; j++) {
         let s = 0;
-        for (let k = 0; k < K; k++) s += a[ao + (ta ? k * ca + i : i * ca + k)] * b[bo + (tb ? j * cb + k : k * cb + j)];
+        for (let k = 0; k < K; k++)
+          s += a[ao + (ta ? k * ca + i : i * ca + k)] * b[bo + (tb ? j * cb + k : k * cb + j)];
         out[q * M * N + i * N + j] = s;
       }
     }
@@ -50,12 +58,13 @@ describe('SIMD batched matmul on WASM', () => {
     await tf.ready();
   });
 
-  it('the committed modules are what the .wat files assemble to, and they run on the backend\'s heap', async () => {
+  it("the committed modules are what the .wat files assemble to, and they run on the backend's heap", async () => {
     for (const k of KERNELS) {
       const bytes = await assemble(k.wat);
       expect(await readFile(k.out, 'utf8'), k.name).toBe(moduleSource(bytes, k.name, k.constName));
     }
-    const mem = (tf.backend() as unknown as { wasm: { asm: { memory: WebAssembly.Memory } } }).wasm.asm.memory;
+    const mem = (tf.backend() as unknown as { wasm: { asm: { memory: WebAssembly.Memory } } }).wasm.asm
+      .memory;
     expect(bmmFor(mem)).toBeTypeOf('function');
     expect(adamFor(mem)).toBeTypeOf('function');
   });
@@ -76,11 +85,24 @@ describe('SIMD batched matmul on WASM', () => {
   ];
   for (const [sa, sb, ta, tb] of cases) {
     it(`${JSON.stringify(sa)}${ta ? 'ᵀ' : ''} · ${JSON.stringify(sb)}${tb ? 'ᵀ' : ''} matches a plain loop`, async () => {
-      const av = rand(sa.reduce((x, y) => x * y, 1), 7);
-      const bv = rand(sb.reduce((x, y) => x * y, 1), 11);
+      const av = rand(
+        sa.reduce((x, y) => x * y, 1),
+        7,
+      );
+      const bv = rand(
+        sb.reduce((x, y) => x * y, 1),
+        11,
+      );
       const before = tf.memory().numTensors;
       const calls = bmmStats.calls;
-      const got = tf.tidy(() => tf.matMul(tf.tensor3d(av, sa as [number, number, number]), tf.tensor3d(bv, sb as [number, number, number]), ta, tb));
+      const got = tf.tidy(() =>
+        tf.matMul(
+          tf.tensor3d(av, sa as [number, number, number]),
+          tf.tensor3d(bv, sb as [number, number, number]),
+          ta,
+          tb,
+        ),
+      );
       const ref = reference(av, sa, bv, sb, ta, tb);
       const M = ta ? sa[2] : sa[1];
       const N = tb ? sb[1] : sb[2];
@@ -99,7 +121,11 @@ describe('SIMD batched matmul on WASM', () => {
     });
   }
 
-  for (const [ta, tb] of [[true, false], [false, true], [true, true]]) {
+  for (const [ta, tb] of [
+    [true, false],
+    [false, true],
+    [true, true],
+  ]) {
     it(`2-D products with transposeA=${ta}, transposeB=${tb} (explicit transpose, then XNNPACK) match a plain loop`, async () => {
       const [M, K, N] = [13, 9, 6];
       const sa = ta ? [K, M] : [M, K];
@@ -107,7 +133,9 @@ describe('SIMD batched matmul on WASM', () => {
       const av = rand(M * K, 17);
       const bv = rand(K * N, 19);
       const before = tf.memory().numTensors;
-      const got = tf.tidy(() => tf.matMul(tf.tensor2d(av, sa as [number, number]), tf.tensor2d(bv, sb as [number, number]), ta, tb));
+      const got = tf.tidy(() =>
+        tf.matMul(tf.tensor2d(av, sa as [number, number]), tf.tensor2d(bv, sb as [number, number]), ta, tb),
+      );
       const ref = reference(av, [1, ...sa], bv, [1, ...sb], ta, tb);
       expect(got.shape).toEqual([M, N]);
       const d = await got.data();
@@ -119,14 +147,21 @@ describe('SIMD batched matmul on WASM', () => {
     });
   }
 
-  it('attention-shaped gradients equal the CPU backend\'s', async () => {
+  it("attention-shaped gradients equal the CPU backend's", async () => {
     const q = rand(8 * 12 * 8, 3);
     const k = rand(8 * 12 * 8, 5);
     const v = rand(8 * 12 * 8, 9);
     const grads = (): Promise<Float32Array[]> => {
       const [tq, tk, tv] = [q, k, v].map((x) => tf.tensor3d(x, [8, 12, 8]));
       const f = (a: tf.Tensor, b: tf.Tensor, c: tf.Tensor): tf.Scalar =>
-        tf.sum(tf.square(tf.matMul(tf.softmax(tf.matMul(a as tf.Tensor3D, b as tf.Tensor3D, false, true)), c as tf.Tensor3D)));
+        tf.sum(
+          tf.square(
+            tf.matMul(
+              tf.softmax(tf.matMul(a as tf.Tensor3D, b as tf.Tensor3D, false, true)),
+              c as tf.Tensor3D,
+            ),
+          ),
+        );
       const g = tf.grads(f)([tq, tk, tv]);
       const out = Promise.all(g.map((t) => t.data() as Promise<Float32Array>));
       void out.then(() => tf.dispose([...g, tq, tk, tv]));
@@ -152,20 +187,33 @@ describe('row-copy GatherV2 on WASM', () => {
     await tf.ready();
   });
 
-  const cases: { name: string; x: number[]; idx: number[]; idxShape?: number[]; dtype?: 'float32' | 'int32'; axis?: number }[] = [
+  const cases: {
+    name: string;
+    x: number[];
+    idx: number[];
+    idxShape?: number[];
+    dtype?: 'float32' | 'int32';
+    axis?: number;
+  }[] = [
     { name: 'rows of a 2-D table (an embedding lookup)', x: [5, 3], idx: [4, 0, 0, 2, 1] },
     { name: 'a 1-D gather (the flat logprob gather)', x: [11], idx: [10, 3, 3, 0] },
     { name: '3-D table with 2-D indices', x: [4, 2, 3], idx: [3, 1, 0, 2, 2, 2], idxShape: [2, 3] },
     { name: 'int32 values', x: [6, 2], idx: [5, 1], dtype: 'int32' },
-    { name: 'axis 1 (left to tfjs\'s kernel)', x: [3, 4], idx: [3, 0], axis: 1 },
+    { name: "axis 1 (left to tfjs's kernel)", x: [3, 4], idx: [3, 0], axis: 1 },
     { name: 'no indices', x: [3, 2], idx: [] },
   ];
   for (const c of cases) {
     it(`${c.name} matches the CPU backend`, async () => {
       const n = c.x.reduce((a, b) => a * b, 1);
       const vals = Array.from({ length: n }, (_, i) => (c.dtype === 'int32' ? i * 7 - 20 : Math.sin(i) * 3));
-      const run = (): tf.Tensor => tf.tidy(() =>
-        tf.gather(tf.tensor(vals, c.x, c.dtype ?? 'float32'), tf.tensor(c.idx, c.idxShape ?? [c.idx.length], 'int32'), c.axis ?? 0));
+      const run = (): tf.Tensor =>
+        tf.tidy(() =>
+          tf.gather(
+            tf.tensor(vals, c.x, c.dtype ?? 'float32'),
+            tf.tensor(c.idx, c.idxShape ?? [c.idx.length], 'int32'),
+            c.axis ?? 0,
+          ),
+        );
       const calls = gatherStats.calls;
       const w = run();
       const fast = gatherStats.calls - calls;
@@ -181,9 +229,11 @@ describe('row-copy GatherV2 on WASM', () => {
     });
   }
 
-  it('an index out of range is refused with tfjs\'s message, and nothing leaks', () => {
+  it("an index out of range is refused with tfjs's message, and nothing leaks", () => {
     const before = tf.memory().numTensors;
-    expect(() => tf.tidy(() => tf.gather(tf.tensor2d([1, 2, 3, 4], [2, 2]), tf.tensor1d([0, 2], 'int32')))).toThrow(/index value 2 is not in \[0, 1\]/);
+    expect(() =>
+      tf.tidy(() => tf.gather(tf.tensor2d([1, 2, 3, 4], [2, 2]), tf.tensor1d([0, 2], 'int32'))),
+    ).toThrow(/index value 2 is not in \[0, 1\]/);
     expect(tf.memory().numTensors).toBe(before);
   });
 });

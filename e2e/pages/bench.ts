@@ -17,7 +17,14 @@ import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm
 import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
 import { registerWasmExtraKernels } from '../../src/core/kernels/wasm-extra';
 import { registerFusedAdamKernels } from '../../src/core/fused-adam';
-import { checkFusedAdam, planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../../src/bench/bench';
+import {
+  checkFusedAdam,
+  planFor,
+  runBenchSections,
+  SECTIONS,
+  type BenchEnv,
+  type Section,
+} from '../../src/bench/bench';
 import type { NanoGptPeer } from '../../src/bench/perf/lm-train';
 import { readConfig, loadLM, type ModelFiles } from '../../src/core/model/folder';
 import { tokenizerFor } from '../../src/core/tokenizer';
@@ -41,7 +48,9 @@ function httpFiles(base: string): ModelFiles {
   return {
     label: base,
     async read(name) {
-      const res = await fetch(new URL(name, new URL(base, location.origin)), { headers: { Accept: 'application/octet-stream, application/json' } });
+      const res = await fetch(new URL(name, new URL(base, location.origin)), {
+        headers: { Accept: 'application/octet-stream, application/json' },
+      });
       if (!res.ok || (res.headers.get('content-type') ?? '').includes('text/html')) return null;
       return new Uint8Array(await res.arrayBuffer());
     },
@@ -59,7 +68,11 @@ const NANO = '/node_modules/@genai-fi/nanogpt/dist/';
 async function loadNanoGpt(): Promise<NanoGptPeer & { selectBackend(b: string): Promise<void> }> {
   const main = await import(/* @vite-ignore */ `${NANO}main.js`);
   const trainer = await import(/* @vite-ignore */ `${NANO}training/BasicTrainer.js`);
-  return { NanoGPTV1: main.models.NanoGPTV1, BasicTrainer: trainer.default, selectBackend: (b) => main.TeachableLLM.selectBackend(b) };
+  return {
+    NanoGPTV1: main.models.NanoGPTV1,
+    BasicTrainer: trainer.default,
+    selectBackend: (b) => main.TeachableLLM.selectBackend(b),
+  };
 }
 
 async function adapterInfo(): Promise<Record<string, unknown> | null> {
@@ -69,14 +82,23 @@ async function adapterInfo(): Promise<Record<string, unknown> | null> {
   const a = await gpu.requestAdapter();
   if (!a) return null;
   const info = a.info ?? {};
-  return { vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter: a.isFallbackAdapter ?? info.isFallbackAdapter };
+  return {
+    vendor: info.vendor,
+    architecture: info.architecture,
+    description: info.description,
+    isFallbackAdapter: a.isFallbackAdapter ?? info.isFallbackAdapter,
+  };
 }
 
 async function main(): Promise<void> {
   const q = new URLSearchParams(location.search);
   const backend = q.get('backend') ?? 'webgpu';
   const quick = q.get('quick') === '1';
-  setWasmPaths({ 'tfjs-backend-wasm.wasm': wasmPlain, 'tfjs-backend-wasm-simd.wasm': wasmSimd, 'tfjs-backend-wasm-threaded-simd.wasm': wasmThreaded });
+  setWasmPaths({
+    'tfjs-backend-wasm.wasm': wasmPlain,
+    'tfjs-backend-wasm-simd.wasm': wasmSimd,
+    'tfjs-backend-wasm-threaded-simd.wasm': wasmThreaded,
+  });
   registerWasmExtraKernels();
   registerFusedAdamKernels();
   const flags = JSON.parse(q.get('flags') ?? '{}') as Record<string, number | boolean | string>;
@@ -87,7 +109,12 @@ async function main(): Promise<void> {
   const adapter = backend === 'webgpu' ? await adapterInfo() : null;
   const env = tf.env();
   const header = {
-    backend, quick, flags, adapter, userAgent: navigator.userAgent, hardwareConcurrency: navigator.hardwareConcurrency,
+    backend,
+    quick,
+    flags,
+    adapter,
+    userAgent: navigator.userAgent,
+    hardwareConcurrency: navigator.hardwareConcurrency,
     crossOriginIsolated: self.crossOriginIsolated,
     wasmSimd: backend === 'wasm' ? env.getBool('WASM_HAS_SIMD_SUPPORT') : undefined,
     wasmThreads: backend === 'wasm' ? env.getBool('WASM_HAS_MULTITHREAD_SUPPORT') : undefined,
@@ -106,7 +133,8 @@ async function main(): Promise<void> {
     tinyConfig,
     tinyTokenizer: tokenizerFor(tinyConfig),
     prompts: task.prompts,
-    buildPpoTrainer: (o) => buildTrainer(validateConfig({ model: 'tiny', task: 'sentiment', ...o }, 'bench'), resources),
+    buildPpoTrainer: (o) =>
+      buildTrainer(validateConfig({ model: 'tiny', task: 'sentiment', ...o }, 'bench'), resources),
     loadTinyModel: async () => (await loadLM(tinyFiles, { trainable: false, label: 'bench' })).model,
     nanogpt: async () => (nano ??= await loadNanoGpt()),
     // nanogpt ships its own patched WebGPU backend and kernels; it runs on them, after ours ran on the stock one.
@@ -116,7 +144,8 @@ async function main(): Promise<void> {
             await tf.setBackend('cpu');
             tf.removeBackend('webgpu');
             await nano!.selectBackend('webgpu');
-            if (tf.getBackend() !== 'webgpu') throw new Error(`nanogpt's selectBackend left ${tf.getBackend()}`);
+            if (tf.getBackend() !== 'webgpu')
+              throw new Error(`nanogpt's selectBackend left ${tf.getBackend()}`);
           }
         : undefined,
     log,
@@ -126,7 +155,8 @@ async function main(): Promise<void> {
   if (q.get('batch') && q.get('tokens')) plan.gen = [[Number(q.get('batch')), Number(q.get('tokens'))]];
   const results = await runBenchSections(benchEnv, sections, plan, {
     fusedAdamCheck: true,
-    onPartial: (r) => (window.benchPartial = { ...header, plan, ...JSON.parse(JSON.stringify(r)), partial: true }),
+    onPartial: (r) =>
+      (window.benchPartial = { ...header, plan, ...JSON.parse(JSON.stringify(r)), partial: true }),
   });
   window.benchResult = { ...header, plan, ...results };
 }
@@ -136,5 +166,6 @@ main()
     window.benchError = String((e as Error)?.stack ?? e);
   })
   .finally(() => {
-    document.getElementById('out')!.textContent = window.benchError ?? JSON.stringify(window.benchResult, null, 2);
+    document.getElementById('out')!.textContent =
+      window.benchError ?? JSON.stringify(window.benchResult, null, 2);
   });

@@ -27,7 +27,9 @@ export function nodeFiles(dir: string): ModelFiles {
       }
       if (st.isDirectory()) throw new UserError(`${p} is a folder; expected the file ${name}.`);
       if (st.size > MAX_FILE_BYTES) {
-        throw new UserError(`${p} is ${(st.size / 1024 ** 3).toFixed(1)} GB; files above ${MAX_FILE_BYTES / 1024 ** 3} GB are refused.`);
+        throw new UserError(
+          `${p} is ${(st.size / 1024 ** 3).toFixed(1)} GB; files above ${MAX_FILE_BYTES / 1024 ** 3} GB are refused.`,
+        );
       }
       const buf = await readFile(p);
       return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
@@ -41,7 +43,9 @@ export async function assertFolder(dir: string, what = 'model folder'): Promise<
   try {
     st = await stat(dir);
   } catch {
-    throw new UserError(`${what} ${dir} does not exist; pass a folder holding config.json and model.safetensors.`);
+    throw new UserError(
+      `${what} ${dir} does not exist; pass a folder holding config.json and model.safetensors.`,
+    );
   }
   if (!st.isDirectory()) throw new UserError(`${what} ${dir} is a file; pass the folder that holds it.`);
 }

@@ -31,12 +31,22 @@ interface AdamAttrs {
   gscale: number;
 }
 
-type KernelFn = (args: { inputs: tf.NamedTensorInfoMap; backend: unknown; attrs?: tf.NamedAttrMap }) => tf.TensorInfo | tf.TensorInfo[];
+type KernelFn = (args: {
+  inputs: tf.NamedTensorInfoMap;
+  backend: unknown;
+  attrs?: tf.NamedAttrMap;
+}) => tf.TensorInfo | tf.TensorInfo[];
 
 /** The update on host arrays (CPU and WASM kernels; also the reference the WebGPU shader mirrors). */
 export function adamUpdateArrays(
-  w: ArrayLike<number>, m: ArrayLike<number>, v: ArrayLike<number>, g: ArrayLike<number>,
-  outW: Float32Array, outM: Float32Array, outV: Float32Array, a: AdamAttrs,
+  w: ArrayLike<number>,
+  m: ArrayLike<number>,
+  v: ArrayLike<number>,
+  g: ArrayLike<number>,
+  outW: Float32Array,
+  outM: Float32Array,
+  outV: Float32Array,
+  a: AdamAttrs,
 ): void {
   const { lr, beta1, beta2, bc1, bc2, eps, gscale } = a;
   const c1 = 1 - beta1;
@@ -67,7 +77,11 @@ const cpuKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const outV = new Float32Array(n);
   const val = (t: tf.TensorInfo) => b.data.get(t.dataId).values;
   adamUpdateArrays(val(w), val(m), val(v), val(g), outW, outM, outV, attrs as unknown as AdamAttrs);
-  return [b.makeTensorInfo(w.shape, 'float32', outW), b.makeTensorInfo(w.shape, 'float32', outM), b.makeTensorInfo(w.shape, 'float32', outV)];
+  return [
+    b.makeTensorInfo(w.shape, 'float32', outW),
+    b.makeTensorInfo(w.shape, 'float32', outM),
+    b.makeTensorInfo(w.shape, 'float32', outV),
+  ];
 };
 
 // ---- WASM ---------------------------------------------------------------------------------------------
@@ -93,7 +107,23 @@ const wasmKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const simd = adamFor(b.wasm.asm?.memory);
   if (simd) {
     const off = (t: tf.TensorInfo): number => b.dataIdMap.get(t.dataId).memoryOffset;
-    simd(off(w), off(m), off(v), off(g), off(oW), off(oM), off(oV), tf.util.sizeFromShape(w.shape), a.lr, a.beta1, a.beta2, a.bc1, a.bc2, a.eps, a.gscale);
+    simd(
+      off(w),
+      off(m),
+      off(v),
+      off(g),
+      off(oW),
+      off(oM),
+      off(oV),
+      tf.util.sizeFromShape(w.shape),
+      a.lr,
+      a.beta1,
+      a.beta2,
+      a.bc1,
+      a.bc2,
+      a.eps,
+      a.gscale,
+    );
     wasmAdamStats.simd++;
   } else {
     const h = (t: tf.TensorInfo) => b.typedArrayFromHeap(t);
@@ -107,7 +137,9 @@ const wasmKernel: KernelFn = ({ inputs, backend, attrs }) => {
 
 interface WebGpuBackendLike {
   runWebGPUProgram(
-    program: unknown, inputs: tf.TensorInfo[], outputDtype: tf.DataType,
+    program: unknown,
+    inputs: tf.TensorInfo[],
+    outputDtype: tf.DataType,
     uniforms?: { type: 'float32' | 'int32'; data: number[] }[],
   ): tf.TensorInfo;
 }
@@ -164,12 +196,25 @@ const webgpuKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const { w, m, v, g } = inputs as Record<'w' | 'm' | 'v' | 'g', tf.TensorInfo>;
   const a = attrs as unknown as AdamAttrs;
   const n = tf.util.sizeFromShape(w.shape);
-  const u: { type: 'float32'; data: number[] }[] = [a.lr, a.beta1, a.beta2, a.bc1, a.bc2, a.eps, a.gscale].map((x) => ({ type: 'float32', data: [x] }));
+  const u: { type: 'float32'; data: number[] }[] = [
+    a.lr,
+    a.beta1,
+    a.beta2,
+    a.bc1,
+    a.bc2,
+    a.eps,
+    a.gscale,
+  ].map((x) => ({ type: 'float32', data: [x] }));
   // Flat views: the shader indexes every buffer by the flat output index.
   const flat = (t: tf.TensorInfo): tf.TensorInfo => ({ ...t, shape: [n] });
   const outM = b.runWebGPUProgram(new AdamProgram('m', n), [flat(m), flat(g)], 'float32', u);
   const outV = b.runWebGPUProgram(new AdamProgram('v', n), [flat(v), flat(g)], 'float32', u);
-  const outW = b.runWebGPUProgram(new AdamProgram('w', n), [flat(w), flat(m), flat(v), flat(g)], 'float32', u);
+  const outW = b.runWebGPUProgram(
+    new AdamProgram('w', n),
+    [flat(w), flat(m), flat(v), flat(g)],
+    'float32',
+    u,
+  );
   return [outW, outM, outV].map((t) => ({ ...t, shape: w.shape }));
 };
 
@@ -181,7 +226,11 @@ const KERNELS: Record<string, KernelFn> = { cpu: cpuKernel, wasm: wasmKernel, we
 export function registerFusedAdamKernels(): void {
   for (const [backendName, kernelFunc] of Object.entries(KERNELS)) {
     if (!tf.getKernel(FUSED_ADAM_KERNEL, backendName)) {
-      tf.registerKernel({ kernelName: FUSED_ADAM_KERNEL, backendName, kernelFunc: kernelFunc as tf.KernelFunc });
+      tf.registerKernel({
+        kernelName: FUSED_ADAM_KERNEL,
+        backendName,
+        kernelFunc: kernelFunc as tf.KernelFunc,
+      });
     }
   }
 }
@@ -244,25 +293,46 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
     }
     const s = this as unknown as AdamInternals;
     const isArray = Array.isArray(variableGradients);
-    const names = isArray ? (variableGradients as NamedTensorList).map((v) => v.name) : Object.keys(variableGradients);
+    const names = isArray
+      ? (variableGradients as NamedTensorList).map((v) => v.name)
+      : Object.keys(variableGradients);
     const t = this.iterations + 1;
     const attrs: AdamAttrs = {
-      lr: s.learningRate, beta1: s.beta1, beta2: s.beta2,
-      bc1: 1 - Math.pow(s.beta1, t), bc2: 1 - Math.pow(s.beta2, t), eps: s.epsilon, gscale: gradScale,
+      lr: s.learningRate,
+      beta1: s.beta1,
+      beta2: s.beta2,
+      bc1: 1 - Math.pow(s.beta1, t),
+      bc2: 1 - Math.pow(s.beta2, t),
+      eps: s.epsilon,
+      gscale: gradScale,
     };
     names.forEach((name, i) => {
       const value = tf.engine().registeredVariables[name];
       if (s.accumulatedFirstMoment[i] == null) {
-        s.accumulatedFirstMoment[i] = { originalName: `${name}/m`, variable: tf.tidy(() => tf.zerosLike(value).variable(false)) };
+        s.accumulatedFirstMoment[i] = {
+          originalName: `${name}/m`,
+          variable: tf.tidy(() => tf.zerosLike(value).variable(false)),
+        };
       }
       if (s.accumulatedSecondMoment[i] == null) {
-        s.accumulatedSecondMoment[i] = { originalName: `${name}/v`, variable: tf.tidy(() => tf.zerosLike(value).variable(false)) };
+        s.accumulatedSecondMoment[i] = {
+          originalName: `${name}/v`,
+          variable: tf.tidy(() => tf.zerosLike(value).variable(false)),
+        };
       }
-      const g = isArray ? (variableGradients as NamedTensorList)[i].tensor : (variableGradients as tf.NamedTensorMap)[name];
+      const g = isArray
+        ? (variableGradients as NamedTensorList)[i].tensor
+        : (variableGradients as tf.NamedTensorMap)[name];
       if (g == null) return;
       const m = s.accumulatedFirstMoment[i]!.variable;
       const v = s.accumulatedSecondMoment[i]!.variable;
-      const outs = tf.engine().runKernel(FUSED_ADAM_KERNEL, { w: value, m, v, g }, attrs as unknown as tf.NamedAttrMap) as tf.Tensor[];
+      const outs = tf
+        .engine()
+        .runKernel(
+          FUSED_ADAM_KERNEL,
+          { w: value, m, v, g },
+          attrs as unknown as tf.NamedAttrMap,
+        ) as tf.Tensor[];
       this.fusedCalls++;
       m.assign(outs[1]);
       v.assign(outs[2]);

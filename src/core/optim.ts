@@ -20,11 +20,18 @@ function gradsAndNorm(vars: tf.Variable[], lossFn: () => tf.Scalar[]) {
     extras = rest.map((t) => tf.keep(t));
     return loss;
   }, vars);
-  const norm = tf.tidy(() => tf.sqrt(tf.addN(Object.values(grads).map((g) => tf.sum(tf.square(g))))) as tf.Scalar);
+  const norm = tf.tidy(
+    () => tf.sqrt(tf.addN(Object.values(grads).map((g) => tf.sum(tf.square(g))))) as tf.Scalar,
+  );
   return { value, extras, grads, norm };
 }
 
-function apply(optimizer: tf.Optimizer, grads: tf.NamedTensorMap, norm: tf.Scalar, maxGradNorm: number): void {
+function apply(
+  optimizer: tf.Optimizer,
+  grads: tf.NamedTensorMap,
+  norm: tf.Scalar,
+  maxGradNorm: number,
+): void {
   tf.tidy(() => {
     let applied: tf.NamedTensorMap = grads;
     if (maxGradNorm > 0) {

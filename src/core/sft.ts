@@ -65,7 +65,8 @@ export async function trainSft(
   logEvery = 25,
 ): Promise<number> {
   const starts = stream.lineStarts.filter((s) => s + o.seqLen + 1 <= stream.tokens.length);
-  if (starts.length === 0) throw new UserError(`sft: the corpus is shorter than seqLen + 1 (${o.seqLen + 1}) tokens.`);
+  if (starts.length === 0)
+    throw new UserError(`sft: the corpus is shorter than seqLen + 1 (${o.seqLen + 1}) tokens.`);
   const rng = new Rng(o.seed);
   const opt = new FusedAdamOptimizer(o.learningRate, 0.9, 0.95, 1e-8);
   const vars = model.trainableVariables();

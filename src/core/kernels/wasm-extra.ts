@@ -16,7 +16,11 @@ interface WasmBackendLike {
   disposeData(dataId: unknown): boolean;
 }
 
-type KernelFn = (args: { inputs: tf.NamedTensorInfoMap; backend: unknown; attrs?: tf.NamedAttrMap }) => tf.TensorInfo | tf.TensorInfo[];
+type KernelFn = (args: {
+  inputs: tf.NamedTensorInfoMap;
+  backend: unknown;
+  attrs?: tf.NamedAttrMap;
+}) => tf.TensorInfo | tf.TensorInfo[];
 
 /**
  * tfjs-backend-wasm 4.22's BatchMatMul runs XNNPACK only for a plain product with batch 1 on both sides;
@@ -53,13 +57,21 @@ function fastMatMul(): void {
       const bk = backend as WasmBackendLike;
       const batchA = a.shape.slice(0, -2).reduce((x, y) => x * y, 1);
       const batchB = b.shape.slice(0, -2).reduce((x, y) => x * y, 1);
-      const bmm = (batchA > 1 || batchB > 1) && a.shape.length === 3 && b.shape.length === 3 &&
-        (batchA === batchB || batchA === 1 || batchB === 1) && a.dtype === 'float32' && b.dtype === 'float32'
-        ? bmmFor(bk.wasm.asm?.memory) : null;
-      if (!at.transposeA && !at.transposeB && !bmm) return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+      const bmm =
+        (batchA > 1 || batchB > 1) &&
+        a.shape.length === 3 &&
+        b.shape.length === 3 &&
+        (batchA === batchB || batchA === 1 || batchB === 1) &&
+        a.dtype === 'float32' &&
+        b.dtype === 'float32'
+          ? bmmFor(bk.wasm.asm?.memory)
+          : null;
+      if (!at.transposeA && !at.transposeB && !bmm)
+        return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
       // One-token decoding (q·kᵀ with one query row): tfjs's loop with transposeB is a run of contiguous dot
       // products, cheaper than copying the whole key cache into its transpose.
-      if (bmm && at.transposeB && !at.transposeA && a.shape[1] < 4) return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+      if (bmm && at.transposeB && !at.transposeA && a.shape[1] < 4)
+        return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
       const a2 = at.transposeA ? swapLast(a, backend) : a;
       const b2 = at.transposeB ? swapLast(b, backend) : b;
       let out: tf.TensorInfo;
@@ -72,7 +84,11 @@ function fastMatMul(): void {
         bmm(off(a2), off(b2), off(out), nb, M, K, N, batchA > 1 ? M * K : 0, batchB > 1 ? K * N : 0);
         bmmStats.calls++;
       } else {
-        out = origFn({ inputs: { a: a2, b: b2 }, backend, attrs: { ...attrs, transposeA: false, transposeB: false } }) as tf.TensorInfo;
+        out = origFn({
+          inputs: { a: a2, b: b2 },
+          backend,
+          attrs: { ...attrs, transposeA: false, transposeB: false },
+        }) as tf.TensorInfo;
       }
       if (a2 !== a) bk.disposeData(a2.dataId);
       if (b2 !== b) bk.disposeData(b2.dataId);
@@ -104,7 +120,12 @@ function fastGather(): void {
       const { x, indices } = inputs as { x: tf.TensorInfo; indices: tf.TensorInfo };
       const { axis, batchDims } = attrs as unknown as { axis: number; batchDims: number };
       const ax = axis < 0 ? axis + x.shape.length : axis;
-      if (ax !== 0 || (batchDims ?? 0) !== 0 || (x.dtype !== 'float32' && x.dtype !== 'int32') || x.shape.length === 0) {
+      if (
+        ax !== 0 ||
+        (batchDims ?? 0) !== 0 ||
+        (x.dtype !== 'float32' && x.dtype !== 'int32') ||
+        x.shape.length === 0
+      ) {
         return origFn({ inputs, backend, attrs });
       }
       const bk = backend as WasmBackendLike;
@@ -136,7 +157,8 @@ export function registerWasmExtraKernels(): void {
   if (registered) return;
   registered = true;
   // NO_FAST_MM=1 (Node) keeps tfjs's own kernel, to measure the plain path against this one.
-  if (!(globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env.NO_FAST_MM) fastMatMul();
+  if (!(globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env.NO_FAST_MM)
+    fastMatMul();
   fastGather();
   // tfjs's autodiff clones every tensor a gradient keeps; share the buffer as the other backends do.
   registerWasmSharedIdentity();

@@ -12,10 +12,33 @@
 import { BMM_WASM } from './bmm-wasm';
 import { ADAM_WASM } from './adam-wasm';
 
-export type Bmm = (a: number, b: number, c: number, nb: number, M: number, K: number, N: number, sa: number, sb: number) => void;
+export type Bmm = (
+  a: number,
+  b: number,
+  c: number,
+  nb: number,
+  M: number,
+  K: number,
+  N: number,
+  sa: number,
+  sb: number,
+) => void;
 export type Adam = (
-  w: number, m: number, v: number, g: number, ow: number, om: number, ov: number, n: number,
-  lr: number, b1: number, b2: number, bc1: number, bc2: number, eps: number, gs: number,
+  w: number,
+  m: number,
+  v: number,
+  g: number,
+  ow: number,
+  om: number,
+  ov: number,
+  n: number,
+  lr: number,
+  b1: number,
+  b2: number,
+  bc1: number,
+  bc2: number,
+  eps: number,
+  gs: number,
 ) => void;
 
 /** Products run on the matmul kernel (tests use it to see that the fast path really ran). */

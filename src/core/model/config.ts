@@ -39,9 +39,7 @@ function positiveInt(raw: Record<string, unknown>, key: keyof typeof MAX_REASONA
   const v = raw[key];
   const max = MAX_REASONABLE[key];
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > max) {
-    throw new UserError(
-      `${file}: "${key}" must be an integer from 1 to ${max}, got ${JSON.stringify(v)}.`,
-    );
+    throw new UserError(`${file}: "${key}" must be an integer from 1 to ${max}, got ${JSON.stringify(v)}.`);
   }
   return v;
 }
@@ -49,12 +47,16 @@ function positiveInt(raw: Record<string, unknown>, key: keyof typeof MAX_REASONA
 /** Validate a parsed config.json; errors name the file, the field, and what would be right. */
 export function parseGPT2Config(raw: unknown, file = 'config.json'): GPT2Config {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-    throw new UserError(`${file}: expected a JSON object with GPT-2 fields, got ${Array.isArray(raw) ? 'an array' : typeof raw}.`);
+    throw new UserError(
+      `${file}: expected a JSON object with GPT-2 fields, got ${Array.isArray(raw) ? 'an array' : typeof raw}.`,
+    );
   }
   const r = raw as Record<string, unknown>;
   const modelType = r.model_type ?? 'gpt2';
   if (modelType !== 'gpt2') {
-    throw new UserError(`${file}: "model_type" must be "gpt2" (only GPT-2 models are supported), got ${JSON.stringify(modelType)}.`);
+    throw new UserError(
+      `${file}: "model_type" must be "gpt2" (only GPT-2 models are supported), got ${JSON.stringify(modelType)}.`,
+    );
   }
   const vocab_size = positiveInt(r, 'vocab_size', file);
   const n_positions = positiveInt(r, 'n_positions', file);
@@ -66,7 +68,9 @@ export function parseGPT2Config(raw: unknown, file = 'config.json'): GPT2Config 
   }
   const eps = r.layer_norm_epsilon ?? 1e-5;
   if (typeof eps !== 'number' || !(eps > 0 && eps < 1)) {
-    throw new UserError(`${file}: "layer_norm_epsilon" must be a number in (0, 1), got ${JSON.stringify(eps)}.`);
+    throw new UserError(
+      `${file}: "layer_norm_epsilon" must be a number in (0, 1), got ${JSON.stringify(eps)}.`,
+    );
   }
   const act = r.activation_function ?? 'gelu_new';
   if (act !== 'gelu_new') {
@@ -82,12 +86,16 @@ export function parseGPT2Config(raw: unknown, file = 'config.json'): GPT2Config 
     }
   }
   if (tokenizer !== 'gpt2-bpe' && tokenizer !== 'bytes') {
-    throw new UserError(`${file}: "tokenizer" must be "gpt2-bpe" or "bytes", got ${JSON.stringify(tokenizer)}.`);
+    throw new UserError(
+      `${file}: "tokenizer" must be "gpt2-bpe" or "bytes", got ${JSON.stringify(tokenizer)}.`,
+    );
   }
   const tokenId = (key: string, dflt: number): number => {
     const v = r[key] ?? dflt;
     if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v >= vocab_size) {
-      throw new UserError(`${file}: "${key}" must be an integer from 0 to ${vocab_size - 1}, got ${JSON.stringify(v)}.`);
+      throw new UserError(
+        `${file}: "${key}" must be an integer from 0 to ${vocab_size - 1}, got ${JSON.stringify(v)}.`,
+      );
     }
     return v;
   };
@@ -95,14 +103,35 @@ export function parseGPT2Config(raw: unknown, file = 'config.json'): GPT2Config 
   const bos_token_id = tokenId('bos_token_id', eos_token_id);
   const pad_token_id = r.pad_token_id == null ? undefined : tokenId('pad_token_id', eos_token_id);
   const known = new Set([
-    'model_type', 'vocab_size', 'n_positions', 'n_embd', 'n_layer', 'n_head', 'layer_norm_epsilon',
-    'activation_function', 'bos_token_id', 'eos_token_id', 'tokenizer', 'pad_token_id',
+    'model_type',
+    'vocab_size',
+    'n_positions',
+    'n_embd',
+    'n_layer',
+    'n_head',
+    'layer_norm_epsilon',
+    'activation_function',
+    'bos_token_id',
+    'eos_token_id',
+    'tokenizer',
+    'pad_token_id',
   ]);
   const extra: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(r)) if (!known.has(k)) extra[k] = v;
   return {
-    model_type: 'gpt2', vocab_size, n_positions, n_embd, n_layer, n_head, layer_norm_epsilon: eps,
-    activation_function: 'gelu_new', bos_token_id, eos_token_id, tokenizer, pad_token_id, extra,
+    model_type: 'gpt2',
+    vocab_size,
+    n_positions,
+    n_embd,
+    n_layer,
+    n_head,
+    layer_norm_epsilon: eps,
+    activation_function: 'gelu_new',
+    bos_token_id,
+    eos_token_id,
+    tokenizer,
+    pad_token_id,
+    extra,
   };
 }
 
