@@ -104,6 +104,30 @@ async function adamTensors(opt: tf.Optimizer, prefix: string, varNames: string[]
       data: (await t.data()) as Float32Array,
     });
   }
+  return mergeWteChunks(out);
+}
+
+/** `….wte.weight.chunk{k}` (a model held under a binding limit, gpt2.ts): its moments' rows in vocabulary order. */
+const WTE_CHUNK = /^(.*\.wte\.weight)\.chunk(\d+)$/;
+
+/**
+ * The file names wte's moments `wte.weight` whatever the in-memory layout: chunked moments are written as one
+ * tensor (rows concatenated in chunk order), so a checkpoint restores with or without a binding limit.
+ */
+function mergeWteChunks(tensors: NamedTensor[]): NamedTensor[] {
+  const out: NamedTensor[] = [];
+  const merged = new Map<string, NamedTensor[]>();
+  for (const t of tensors) {
+    const m = WTE_CHUNK.exec(t.name);
+    if (!m) out.push(t);
+    else (merged.get(m[1]) ?? merged.set(m[1], []).get(m[1])!)[Number(m[2])] = t;
+  }
+  for (const [name, chunks] of merged) {
+    const data = new Float32Array(chunks.reduce((a, c) => a + c.data.length, 0));
+    let at = 0;
+    for (const c of chunks) data.set(c.data, (at += c.data.length) - c.data.length);
+    out.push({ name, shape: [chunks.reduce((a, c) => a + c.shape[0], 0), chunks[0].shape[1]], data });
+  }
   return out;
 }
 
@@ -188,16 +212,29 @@ function reviveNumbers(history: unknown[]): StepMetrics[] {
 async function restoreAdam(
   opt: tf.Optimizer,
   prefix: string,
-  varNames: string[],
+  vars: tf.Variable[],
   file: ReturnType<typeof readSafetensors> | null,
   label: string,
 ) {
   if (!file) return;
   const step = file.tensors.get(`${prefix}.step`);
   if (!step) return;
+  const varNames = specNames(vars);
   const host: { name: string; data: Float32Array; shape: number[] }[] = [];
   for (const kind of ['m', 'v']) {
-    for (const n of varNames) {
+    let wteRow = 0; // wte's chunks (in vocabulary order) take their rows of the file's one wte.weight moment
+    for (const [i, n] of varNames.entries()) {
+      const chunk = WTE_CHUNK.exec(`${prefix}.${kind}.${n}`);
+      const whole = chunk ? file.tensors.get(chunk[1]) : undefined;
+      if (chunk && whole) {
+        const [rows, C] = vars[i].shape;
+        const data = whole.data.slice(wteRow * C, (wteRow + rows) * C);
+        wteRow += rows;
+        if (data.length === rows * C) {
+          host.push({ name: n, data, shape: [rows, C] });
+          continue;
+        }
+      }
       const t = file.tensors.get(`${prefix}.${kind}.${n}`);
       if (!t)
         throw new UserError(`${label}/optimizer.safetensors: tensor "${prefix}.${kind}.${n}" is missing.`);
@@ -338,9 +375,9 @@ export async function restoreTrainer(
     t.rewardMean = state.rewardMean ?? null;
     const optBytes = await files.read('optimizer.safetensors');
     const optFile = optBytes ? readSafetensors(optBytes, `${files.label}/optimizer.safetensors`) : null;
-    await restoreAdam(t.policyOpt, 'policy', specNames(m.policy.trainableVariables()), optFile, files.label);
+    await restoreAdam(t.policyOpt, 'policy', m.policy.trainableVariables(), optFile, files.label);
     if (m.value && t.valueOpt) {
-      await restoreAdam(t.valueOpt, 'value', specNames(m.value.trainableVariables()), optFile, files.label);
+      await restoreAdam(t.valueOpt, 'value', m.value.trainableVariables(), optFile, files.label);
     }
   } catch (e) {
     t?.dispose();
