@@ -212,7 +212,8 @@ describe('models, rewards and files', () => {
     const h = await started();
     await h.store.getState().actions.loadModel({ kind: 'hub', repo: 'distilbert/distilgpt2' });
     expect(h.store.getState().config.model).toBe('distilbert/distilgpt2');
-    expect(h.hashes.at(-1)).toBe('model=distilbert%2Fdistilgpt2');
+    // An 82 M-parameter model also gets LoRA preselected (tests/ui-lora-estimate.test.tsx), which the link keeps.
+    expect(h.hashes.at(-1)).toBe('model=distilbert%2Fdistilgpt2&lora=8&learningRate=0.0003');
   });
 
   it('exports a checkpoint zip and metrics; importing restores the history and the step', async () => {

@@ -9,6 +9,7 @@ import { AutosaveBanner } from './components/AutosaveBanner';
 import { GeneratePanel } from './components/GeneratePanel';
 import { HyperparameterPanel } from './components/HyperparameterPanel';
 import { ModelCard } from './components/ModelCard';
+import { MemoryEstimate } from './components/MemoryEstimate';
 import { RewardPanel } from './components/RewardPanel';
 import { LinkedRunsBanner, RunsPanel } from './components/RunsPanel';
 import { SamplesPanel } from './components/SamplesPanel';
@@ -28,6 +29,7 @@ export function App() {
   return (
     <div className="app">
       <TopBar />
+      <MemoryEstimate />
       <BackendNotice />
       <ErrorBanner />
       <AutosaveBanner />

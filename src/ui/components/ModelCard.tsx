@@ -3,12 +3,14 @@ import { MODEL_CHOICES } from '../lib/catalog';
 import { describeError } from '../errors';
 import { isModelFile, readPickedFiles } from '../lib/download';
 import { formatBytes } from '../lib/format';
+import { trainableLine } from '../lib/memory-estimate';
 import {
   useActions,
   useMemory,
   useModel,
   useModelChoice,
   useModelPhase,
+  usePlayground,
   useProgress,
   useRunState,
 } from '../store/hooks';
@@ -21,6 +23,7 @@ const count = new Intl.NumberFormat('en', { notation: 'compact', maximumFraction
 function ModelFacts() {
   const model = useModel();
   const memory = useMemory();
+  const estimate = usePlayground((s) => s.estimate);
   if (!model) return null;
   return (
     <dl className="facts" data-testid="model-summary">
@@ -28,6 +31,21 @@ function ModelFacts() {
       <dd>{model.label}</dd>
       <dt>Parameters</dt>
       <dd title={model.params.toLocaleString('en')}>{count.format(model.params)}</dd>
+      {estimate && estimate.params === model.params && (
+        <>
+          <dt>Trains</dt>
+          <dd
+            data-testid="trainable-params"
+            title={
+              `${estimate.policyTrainableParams.toLocaleString('en')} of the policy's parameters ` +
+              `(${estimate.lora > 0 ? `LoRA r=${estimate.lora} adapters` : 'every weight'}); ` +
+              `${estimate.trainableParams.toLocaleString('en')} with the value model's.`
+            }
+          >
+            {trainableLine(estimate)}
+          </dd>
+        </>
+      )}
       <dt>Layers × width</dt>
       <dd>
         {model.n_layer} × {model.n_embd} ({model.n_head} heads)
@@ -153,6 +171,26 @@ function ModelPicker() {
   );
 }
 
+/** Why LoRA was turned on for a big model, with the way back to full fine-tuning. */
+function LoraNote() {
+  const note = usePlayground((s) => s.loraNote);
+  const { trainAllWeights, dismissLoraNote } = useActions();
+  if (!note) return null;
+  return (
+    <div className="lora-note small" data-testid="lora-note" role="note">
+      <p>{note.text}</p>
+      <div className="row">
+        <button type="button" onClick={trainAllWeights}>
+          Train all weights instead
+        </button>
+        <button type="button" className="link" onClick={dismissLoraNote}>
+          OK
+        </button>
+      </div>
+    </div>
+  );
+}
+
 export function ModelCard() {
   const model = useModel();
   const phase = useModelPhase();
@@ -163,6 +201,7 @@ export function ModelCard() {
       {!model && (
         <p className="muted">{phase === 'error' ? 'No model loaded.' : 'Loading the built-in model…'}</p>
       )}
+      <LoraNote />
       <ModelFacts />
     </section>
   );

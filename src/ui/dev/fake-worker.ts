@@ -36,18 +36,27 @@ export interface FakeWorker extends WorkerApi {
 
 const dropUndefined = (o: object) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
 
-/** The fake model's parameters (its loadModel summary says the same). */
-const FAKE_PARAMS = 120_000;
+/**
+ * The fake models' sizes (their loadModel summaries say the same): parameters and LoRA adapter parameters per
+ * unit of rank on the four targets. The Hub's GPT-2 and DistilGPT-2 have their real counts, so the UI's LoRA
+ * preselection for big models can be exercised; anything else is the 120 k-parameter fake.
+ */
+const FAKE_MODELS: Record<string, { params: number; adapterPerRank: number }> = {
+  'openai-community/gpt2': { params: 124_439_808, adapterPerRank: 147_456 },
+  'distilbert/distilgpt2': { params: 81_912_576, adapterPerRank: 73_728 },
+};
+const FAKE_SMALL = { params: 120_000, adapterPerRank: 1000 };
+const fakeModel = (name: string) => FAKE_MODELS[name] ?? FAKE_SMALL;
 
 /**
  * A stand-in estimate with the real one's shape (src/worker/sources.ts estimateReport), from simple counts of the
- * fake 120 k-parameter model: LoRA trains r · 1,000 adapter parameters per adapter set on one base; full
+ * fake models: LoRA trains r · adapterPerRank parameters per adapter set on one base; full
  * fine-tuning holds a reference and a value copy; activations grow with batchSize × responseLength.
  */
 export function fakeEstimate(cfg: TrainConfig): MemoryEstimateReport {
-  const P = FAKE_PARAMS;
+  const { params: P, adapterPerRank } = fakeModel(cfg.model);
   const critic = cfg.algorithm === 'ppo';
-  const adapterSet = cfg.lora * 1000;
+  const adapterSet = cfg.lora * adapterPerRank;
   const shared = cfg.lora > 0 && cfg.valueModel === 'shared';
   const trainable =
     cfg.lora > 0
@@ -381,7 +390,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
         n_head: 2,
         vocab_size: 259,
         n_positions: 128,
-        params: FAKE_PARAMS,
+        params: fakeModel(name).params,
         tokenizer: 'bytes',
       };
     },

@@ -50,6 +50,7 @@ export function createIoActions(ctx: SliceContext): IoActions {
         // The worker makes it config `model` and restarts the run (its status event updates the controls).
         const model = await api.loadModel(source);
         set({ model, modelPhase: 'ready', progress: null });
+        await get().actions.preselectLora(model);
       } catch (e) {
         set({ modelPhase: get().model ? 'ready' : 'error', progress: null, error: describeError(e) });
       }

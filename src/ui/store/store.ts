@@ -11,6 +11,7 @@ import type { BackendPref, TrainerEvent } from '../../worker/protocol';
 import { configProblem, createConfigSync, toWire } from './config-sync';
 import type { SliceContext, StoreOptions } from './context';
 import { createIoActions } from './io-slice';
+import { createEstimateActions } from './estimate-slice';
 import { createRunActions, reduceEvent } from './run-slice';
 import { comparedConfigs, createRunsKeeper } from './runs-slice';
 import type { GenerateParams, PlaygroundData, PlaygroundState } from './types';
@@ -58,6 +59,8 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
     rewardCodeInUse: false,
     rewardModel: null,
     modelChoice: MODEL_CHOICES.some((m) => m.id === config.model) ? config.model : 'tiny',
+    estimate: null,
+    loraNote: null,
     runs: [],
     currentRunId: null,
     compared: [],
@@ -263,6 +266,7 @@ export function createPlaygroundStore(
 
         ...createRunActions(ctx, sync),
         ...createIoActions(ctx),
+        ...createEstimateActions(ctx),
         ...keeper.actions,
       },
     };

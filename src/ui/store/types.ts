@@ -5,6 +5,7 @@ import type {
   BackendPref,
   BackendReport,
   GenerateReply,
+  MemoryEstimateReport,
   MemoryReport,
   MetricsByName,
   ModelSource,
@@ -48,6 +49,13 @@ export interface ProgressView {
 export type RunCommand = 'start' | 'pause' | 'step' | 'reset';
 /** A file or reward job waiting for the worker's answer. */
 export type IoTask = 'export' | 'import' | 'metrics' | 'reward-model' | 'reward-code';
+
+/** Why LoRA was turned on for a big model, and what to set back if the person turns it off. */
+export interface LoraNote {
+  text: string;
+  previousLearningRate: number;
+  learningRateChanged: boolean;
+}
 
 export interface PlaygroundData {
   backendPref: BackendPref;
@@ -94,6 +102,10 @@ export interface PlaygroundData {
   rewardModel: RewardModelReport | null;
   /** The model picker's choice: a config `model` value, or 'files'. */
   modelChoice: string;
+  /** The worker's estimate of what a run of the config would hold (null: none yet, or no model). */
+  estimate: MemoryEstimateReport | null;
+  /** LoRA preselected for a big model, and why; null when not (or dismissed). */
+  loraNote: LoraNote | null;
 
   // ---- kept runs and the comparison ----
   /** Every kept run, oldest first (the current one included once its first step ran). */
@@ -141,6 +153,13 @@ export interface PlaygroundActions {
   chooseModel(choice: string): void;
   /** Load (replace) the policy; the worker restarts the run from it. */
   loadModel(source: ModelSource): Promise<void>;
+  /** Ask the worker for the memory estimate of the config (the model and the keys it depends on). */
+  refreshEstimate(): Promise<void>;
+  /** After loading `model`: LoRA (and a learning rate for it) when it is big, with a note saying why. */
+  preselectLora(model: ModelSummary): Promise<void>;
+  /** Turn the preselected LoRA off again (and the learning rate back). */
+  trainAllWeights(): void;
+  dismissLoraNote(): void;
   editRewardCode(code: string): void;
   applyRewardCode(): Promise<void>;
   clearRewardCode(): Promise<void>;

@@ -1,0 +1,53 @@
+import { useEffect } from 'react';
+import { estimateLine } from '../lib/memory-estimate';
+import { useActions, useBackend, useModel, usePlayground } from '../store/hooks';
+
+/** The config keys the estimate depends on (beside the model and the backend). */
+const KEYS = [
+  'model',
+  'task',
+  'prompts',
+  'reward',
+  'algorithm',
+  'lora',
+  'loraTargets',
+  'valueModel',
+  'batchSize',
+  'miniBatches',
+  'responseLength',
+] as const;
+
+/**
+ * What a run of the current config would hold, broken down, before Start (the worker computes it from the model's
+ * config.json and the config); it says so when Start would refuse the run, and why. Asks again when the model,
+ * the backend or a key it depends on changes.
+ */
+export function MemoryEstimate() {
+  const model = useModel();
+  const backend = useBackend()?.backend ?? null;
+  const estimate = usePlayground((s) => s.estimate);
+  const deps = usePlayground((s) => JSON.stringify(KEYS.map((k) => s.config[k] ?? null)));
+  const { refreshEstimate } = useActions();
+  const label = model?.label ?? null;
+
+  useEffect(() => {
+    void refreshEstimate();
+  }, [refreshEstimate, label, backend, deps]);
+
+  if (!estimate) return null;
+  return (
+    <div
+      className={`memory-estimate small${estimate.problem ? ' memory-estimate-over' : ''}`}
+      data-testid="memory-estimate"
+      title={`Peak memory of a run of this config, estimated from config.json; ${estimate.budget}.`}
+    >
+      <span className="muted">Memory estimate </span>
+      <span data-testid="memory-estimate-line">{estimateLine(estimate)}</span>
+      {estimate.problem && (
+        <p className="problem" data-testid="memory-estimate-problem">
+          {estimate.problem}
+        </p>
+      )}
+    </div>
+  );
+}
