@@ -1,0 +1,129 @@
+/**
+ * A LoRA run's exports through the model worker's own path (src/worker/api.ts → src/worker/exports.ts), in Node
+ * on the CPU backend with a tiny random model: the checkpoint zip holds PEFT's pair (adapter_config.json +
+ * adapter_model.safetensors in PEFT names) and the merged policy as model.safetensors, which loads as a plain
+ * model and computes what the trained policy computes; the zip imports back and the run continues; the TRL config
+ * export carries peft_config.
+ */
+import { describe, it, expect, beforeAll } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { useCpu } from './helpers/backend';
+import { makeTinyFolder } from './helpers/tiny';
+import { nodeFiles } from '../src/cli/files-node';
+import { loadTaskNode } from '../src/cli/tasks-node';
+import { memoryAutosaveStore } from '../src/services/autosave';
+import { TabAutosave } from '../src/services/autosave-tabs';
+import { unzipFolder } from '../src/core/checkpoint-zip';
+import { loadLM, memoryFiles, type ModelFiles } from '../src/core/model/folder';
+import { readSafetensors } from '../src/core/model/safetensors';
+import type { ModelWorkerApi, TrainerEvent } from '../src/worker/protocol';
+
+(globalThis as { self?: unknown }).self ??= globalThis;
+(globalThis as { navigator?: unknown }).navigator ??= {};
+
+let dir: string;
+let api: ModelWorkerApi;
+const events: TrainerEvent[] = [];
+
+beforeAll(async () => {
+  await useCpu();
+  dir = await makeTinyFolder({ n_layer: 2, n_embd: 16, n_head: 2 });
+  const { createWorkerApi } = await import('../src/worker/api');
+  const { ModelSources } = await import('../src/worker/sources');
+  class DiskSources extends ModelSources {
+    override files(name: string): ModelFiles {
+      return name === 'tiny-test' ? nodeFiles(dir) : super.files(name);
+    }
+    override loadTask = loadTaskNode;
+  }
+  api = createWorkerApi({
+    autosave: new TabAutosave(memoryAutosaveStore(), null),
+    sources: (progress) => new DiskSources(progress),
+  });
+  await api.init('cpu');
+  await api.subscribe((e) => void events.push(e));
+});
+
+describe('a LoRA run exported through the worker', () => {
+  it('the zip holds adapter_config.json, adapter_model.safetensors and the merged model.safetensors', async () => {
+    await api.configure({
+      model: 'tiny-test',
+      task: 'sentiment',
+      // A dense reward (0 at 20 characters, negative away from it): a random model's responses all score
+      // differently from 0, so the first update moves the adapters.
+      reward: 'length',
+      batchSize: 2,
+      miniBatches: 1,
+      ppoEpochs: 1,
+      responseLength: 4,
+      seed: 5,
+      saveEvery: 0,
+      lora: 4,
+      loraAlpha: 8,
+      loraTargets: ['c_attn', 'mlp.c_proj'],
+      learningRate: 0.05,
+    });
+    await api.stepOnce();
+    await api.stepOnce();
+    const steps = events.flatMap((e) => (e.type === 'step' ? [e.metrics] : []));
+    expect(steps.map((m) => m.step)).toEqual([1, 2]);
+    expect(steps[0].kl).toBe(0);
+    // The worker's estimate of this run: adapters on c_attn (16 → 48) and mlp.c_proj (64 → 16), r = 4, 2 layers.
+    const estimate = await api.estimateMemory();
+    expect(estimate.policyTrainableParams).toBe(2 * (4 * (16 + 48) + 4 * (64 + 16)));
+    expect(estimate.parts.reference).toBe(0);
+
+    const zip = await api.exportCheckpoint();
+    expect(zip.name).toBe('ppo-playground-step-2.zip');
+    const files = unzipFolder(zip.bytes, 'export');
+    for (const f of ['adapter_config.json', 'adapter_model.safetensors', 'model.safetensors', 'config.json'])
+      expect(files.has(f), f).toBe(true);
+    const adapterConfig = JSON.parse(new TextDecoder().decode(files.get('adapter_config.json')!));
+    expect(adapterConfig).toMatchObject({
+      peft_type: 'LORA',
+      r: 4,
+      lora_alpha: 8,
+      target_modules: ['c_attn', 'mlp.c_proj'],
+      fan_in_fan_out: true,
+    });
+    const names = [...readSafetensors(files.get('adapter_model.safetensors')!, 'adapters').tensors.keys()];
+    expect(names).toContain('base_model.model.transformer.h.0.attn.c_attn.lora_A.weight');
+    expect(names).toContain('base_model.model.transformer.h.1.mlp.c_proj.lora_B.weight');
+    expect(names).toHaveLength(2 * 2 * 2); // layers × targets × (A, B)
+
+    // The merged model is a plain GPT-2 folder that computes the trained policy's logits.
+    const ids = [[72, 101, 108, 108, 111, 32]];
+    const mask = [[1, 1, 1, 1, 1, 1]];
+    const trained = await api.forwardLogits(ids, mask);
+    const merged = await loadLM(memoryFiles('merged', files), { trainable: false });
+    const base = await loadLM(nodeFiles(dir), { trainable: false });
+    const logits = async (m: typeof merged.model) => {
+      const t = tf.tidy(() =>
+        m.logits(tf.tensor2d(ids, undefined, 'int32'), tf.tensor2d(mask, undefined, 'int32')),
+      );
+      const out = (await t.array()) as number[][][];
+      t.dispose();
+      return out.flat(2);
+    };
+    const [m, b, want] = [await logits(merged.model), await logits(base.model), trained.flat(2)];
+    merged.model.dispose();
+    base.model.dispose();
+    const maxDiff = (x: number[], y: number[]) => Math.max(...x.map((v, i) => Math.abs(v - y[i])));
+    expect(maxDiff(m, want)).toBeLessThanOrEqual(1e-5);
+    // …and is not the base: two updates moved the adapters' B away from 0.
+    expect(maxDiff(b, want)).toBeGreaterThan(1e-4);
+
+    // The zip imports back as the same run, paused at step 2, and goes on.
+    const summary = await api.importCheckpoint(zip.bytes);
+    expect(summary).toMatchObject({ step: 2, historyLength: 2 });
+    expect(summary.config).toMatchObject({ lora: 4, loraTargets: ['c_attn', 'mlp.c_proj'] });
+    expect(await api.forwardLogits(ids, mask)).toEqual(trained);
+    await api.stepOnce();
+    expect(events.flatMap((e) => (e.type === 'step' ? [e.metrics.step] : [])).at(-1)).toBe(3);
+  });
+
+  it('the TRL config export writes peft_config beside the PPOConfig', async () => {
+    const trl = JSON.parse(await api.exportTrlConfig());
+    expect(trl.peft_config).toMatchObject({ r: 4, lora_alpha: 8, target_modules: ['c_attn', 'mlp.c_proj'] });
+  });
+});
