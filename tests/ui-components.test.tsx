@@ -82,7 +82,9 @@ describe('components', () => {
 
   it('the top bar has Start, Pause, Step and Reset, and "Step N"', () => {
     const store = storeWith();
-    store.setState({ run: { state: 'idle', phase: 'idle', step: 12, steps: 1000, config: store.getState().config } });
+    store.setState({
+      run: { state: 'idle', phase: 'idle', step: 12, steps: 1000, config: store.getState().config },
+    });
     const out = html(store, <TopBar />);
     for (const name of ['Start', 'Pause', 'Step', 'Reset'])
       expect(out).toMatch(new RegExp(`</svg>${name}</button>`));
