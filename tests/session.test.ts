@@ -183,6 +183,184 @@ describe('TrainingSession (CPU, tiny model)', () => {
     expect(end.reason).toBe('error');
     expect(end.step).toBe(0);
     expect((end.error as Error).message).toMatch(/reward exploded/);
+    // An ordinary failure while scoring leaves the run as it was: it can be saved and go on.
+    expect(s.spoiled).toBeNull();
+    s.overrideReward(null);
+    expect((await s.runStep()).result.metrics.step).toBe(1);
+    s.dispose();
+  });
+});
+
+/** A WebAssembly trap as tfjs-backend-wasm raises it after a failed _malloc. */
+function wasmTrap(): Error {
+  const e = new Error('memory access out of bounds');
+  e.name = 'RuntimeError';
+  e.stack =
+    'RuntimeError: memory access out of bounds\n    at wasm://wasm/00a3b2c6:wasm-function[512]:0x2c1f4';
+  return e;
+}
+
+describe('TrainingSession: running out of memory at the step boundary (CPU, tiny model)', () => {
+  let res: Resources;
+  let cfg: TrainConfig;
+  beforeAll(async () => {
+    await useCpu();
+    const dir = await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
+    res = { modelFiles: (p) => nodeFiles(p === 'tiny-test' ? dir : p), loadTask: loadTaskNode };
+    cfg = validateConfig({
+      model: 'tiny-test',
+      task: 'sentiment',
+      batchSize: 2,
+      miniBatches: 1,
+      ppoEpochs: 1,
+      responseLength: 4,
+      steps: 4,
+      saveEvery: 1,
+    });
+  });
+
+  /** The hooks' calls, and the checkpoint files each checkpoint hook got. */
+  function record(s: TrainingSession) {
+    const calls: string[] = [];
+    const saved = new Map<number, Map<string, Uint8Array>>();
+    s.hooks = {
+      step: (r) => void calls.push(`step ${r.metrics.step}`),
+      checkpoint: async (x) => {
+        saved.set(x.step, await x.checkpointFiles());
+        calls.push(`checkpoint ${x.step}`);
+      },
+      autosaveDue: () => true,
+      autosave: async (x) => void calls.push(`autosave ${x.step}`),
+    };
+    return { calls, saved };
+  }
+
+  async function expectSpoiled(s: TrainingSession, step: number): Promise<void> {
+    expect(s.spoiled).toBe(
+      `Step ${step} ran out of memory while ${step === 1 ? 'updating the weights' : 'scoring'}`,
+    );
+    const refusal = new RegExp(
+      `^Step ${step} ran out of memory .*, so this run can neither go on nor be saved; resume its last checkpoint or autosave`,
+    );
+    await expect(s.runStep()).rejects.toThrow(refusal);
+    await expect(s.checkpointFiles()).rejects.toThrow(refusal);
+    const again = await s.run();
+    expect(again.reason).toBe('error');
+    expect(isUserError(again.error)).toBe(true);
+    expect((again.error as Error).message).toMatch(refusal);
+  }
+
+  it('a forced-small budget that Adam’s moments outgrow stops step 1 after its update: nothing recorded or saved after it', async () => {
+    const s = await TrainingSession.build(cfg, res);
+    const { calls } = record(s);
+    const t = s.trainer;
+    const trainable = [...t.models.policy.trainableVariables(), ...t.models.value!.trainableVariables()];
+    const adamBytes = 2 * 4 * trainable.reduce((n, v) => n + v.size, 0);
+    // Every tensor live now (the models) fits; the two Adam moments the first update makes do not.
+    s.heapBudgetBytes = tf.memory().numBytes + adamBytes / 2;
+    const end = await s.run();
+    expect(end.reason).toBe('error');
+    expect(isUserError(end.error)).toBe(true);
+    expect((end.error as Error).message).toMatch(
+      /^Ran out of memory while updating \(the PPO minibatch backward passes\) at step 1: this process's memory could not hold the run's tensors \(\d+\.\d\d GB of tensors are live, over the \d+\.\d\d GB budget\)\. Lower batchSize or responseLength, raise miniBatches \(smaller forwards and backwards\), or choose a smaller model; .* The run stopped at step 1 and saves nothing from here on \(step 1 is not recorded\); its last checkpoint or autosave, written before step 1, is intact\.$/,
+    );
+    // checkpoint-0 only: no step event, no checkpoint and no autosave of the state after the failure.
+    expect(calls).toEqual(['checkpoint 0']);
+    await expectSpoiled(s, 1);
+    s.dispose();
+  });
+
+  it('a budget outgrown while scoring step 3 (tensors a reward holds): steps 1–2 recorded and saved, then the clear error', async () => {
+    const s = await TrainingSession.build(cfg, res);
+    const { calls, saved } = record(s);
+    const held: tf.Tensor[] = [];
+    // Scoring at step 3 holds 4 MB more than the budget leaves room for (activations larger than estimated).
+    s.overrideReward({
+      kind: 'fn',
+      fn: () => {
+        if (s.trainer.step === 2 && held.length === 0) held.push(tf.zeros([1 << 20]));
+        return 1;
+      },
+      label: 'holds tensors',
+    });
+    s.heapBudgetBytes = Infinity;
+    s.hooks.beforeStep = (x) => {
+      // From step 2 on (Adam's moments exist), the budget is what is live plus 1 MB.
+      if (x.step === 1) x.heapBudgetBytes = tf.memory().numBytes + (1 << 20);
+    };
+    const end = await s.run();
+    expect(end).toMatchObject({ reason: 'error', step: 2 });
+    const message = (end.error as Error).message;
+    expect(message).toMatch(
+      /^Ran out of memory while scoring \(the forwards of policy, reference, value and reward models\) at step 3: .*over the .* budget\)\. Lower batchSize or responseLength, raise miniBatches/,
+    );
+    expect(message).toMatch(
+      /The run stopped at step 3 and saves nothing from here on \(the step was left half-done\); its last checkpoint or autosave, written before step 3, is intact\.$/,
+    );
+    expect(calls).toEqual([
+      'checkpoint 0',
+      'step 1',
+      'checkpoint 1',
+      'autosave 1',
+      'step 2',
+      'checkpoint 2',
+      'autosave 2',
+    ]);
+    expect(s.spoiled).toBe('Step 3 ran out of memory while scoring');
+    // The last checkpoint is whole: it restores at step 2 with its history.
+    const back = await TrainingSession.restore(memoryFiles('checkpoint-2', saved.get(2)!), res);
+    expect(back.step).toBe(2);
+    expect(back.history.map((m) => m.step)).toEqual([1, 2]);
+    back.dispose();
+    tf.dispose(held);
+    s.dispose();
+  });
+
+  it('a real WASM trap mid-update (simulated) becomes the same clear error, without RuntimeError or a stack', async () => {
+    const s = await TrainingSession.build(cfg, res);
+    const { calls, saved } = record(s);
+    const valueOpt = s.trainer.valueOpt as unknown as { applyScaled: (...a: unknown[]) => void };
+    const apply = valueOpt.applyScaled.bind(valueOpt);
+    // Step 2's value update fails after the policy's was applied: the weights are half-updated.
+    valueOpt.applyScaled = (...a: unknown[]) => {
+      if (s.trainer.step === 1) throw wasmTrap();
+      apply(...a);
+    };
+    const end = await s.run();
+    expect(end).toMatchObject({ reason: 'error', step: 1 });
+    expect(isUserError(end.error)).toBe(true);
+    const message = (end.error as Error).message;
+    expect(message).toMatch(
+      /^Ran out of memory while updating \(the PPO minibatch backward passes\) at step 2: this process's memory could not hold the run's tensors \(\d+\.\d\d GB of tensors were live; the backend said "memory access out of bounds"\)\. Lower batchSize or responseLength, raise miniBatches/,
+    );
+    expect(message).toMatch(
+      /The run stopped at step 2 and saves nothing from here on \(its weights and optimiser state may be half-updated\); its last checkpoint or autosave, written before step 2, is intact\.$/,
+    );
+    expect(message).not.toMatch(/RuntimeError|wasm-function|internal error|\n/);
+    expect(calls).toEqual(['checkpoint 0', 'step 1', 'checkpoint 1', 'autosave 1']);
+    expect(s.spoiled).toBe('Step 2 ran out of memory while updating the weights');
+    await expect(s.checkpointFiles()).rejects.toThrow(/can neither go on nor be saved/);
+    const back = await TrainingSession.restore(memoryFiles('checkpoint-1', saved.get(1)!), res);
+    expect(back.step).toBe(1);
+    back.dispose();
+    s.dispose();
+  });
+
+  it('any other failure while updating is reported as it is, and spoils the session too (weights may be half-updated)', async () => {
+    const s = await TrainingSession.build(cfg, res);
+    const { calls } = record(s);
+    const bug = new TypeError("Cannot read properties of undefined (reading 'shape')");
+    (s.trainer.valueOpt as unknown as { applyScaled: () => void }).applyScaled = () => {
+      throw bug;
+    };
+    const end = await s.run();
+    expect(end.reason).toBe('error');
+    expect(end.error).toBe(bug);
+    expect(calls).toEqual(['checkpoint 0']);
+    expect(s.spoiled).toBe('Step 1 failed while updating the weights');
+    await expect(s.checkpointFiles()).rejects.toThrow(
+      /^Step 1 failed while updating the weights, so this run/,
+    );
     s.dispose();
   });
 });

@@ -117,23 +117,58 @@ function remedy(phase: OomPhase | undefined): string {
   }
 }
 
+/**
+ * Running out of memory, said in words: a UserError (isUserError holds; the CLI prints its message, the worker
+ * sends it with userError true) that also keeps where it happened, so the training session can tell whether the
+ * weights may be half-updated (src/core/session.ts).
+ */
+export class HeapExhaustedError extends UserError {
+  constructor(
+    message: string,
+    readonly phase: OomPhase | undefined,
+    readonly step: number | undefined,
+  ) {
+    super(message);
+  }
+}
+
+/** The step's phase in the session's words: the trainer's 'generating' is 'generate', and so on. */
+export function stepPhase(phase: OomPhase | undefined): 'generate' | 'score' | 'update' | undefined {
+  switch (phase) {
+    case 'generate':
+    case 'generating':
+      return 'generate';
+    case 'score':
+    case 'scoring':
+      return 'score';
+    case 'update':
+    case 'updating':
+      return 'update';
+    default:
+      return undefined;
+  }
+}
+
 /** The UserError for running out, with the numbers when known. */
-export function heapExhaustedError(where: OomWhere, detail?: string): UserError {
+export function heapExhaustedError(where: OomWhere, detail?: string): HeapExhaustedError {
   const backend = currentBackend(where);
   const tail = detail ? ` (${detail})` : '';
-  return new UserError(
+  return new HeapExhaustedError(
     `Ran out of memory${whereText(where)}: ${whatRanOut(backend)} could not hold the run's tensors${tail}. ` +
       remedy(where.phase),
+    where.phase,
+    where.step,
   );
 }
 
 /**
  * `e` as a clear UserError when it is a backend's allocation failure, else null (rethrow it as it is).
- * The original message is kept at the end, in brackets, for bug reports.
+ * The backend's own words are kept at the end, in brackets, for bug reports: the first line of the message only,
+ * without the error's class or its stack (a person sees no "RuntimeError" and no wasm-function frames).
  */
-export function asHeapExhaustion(e: unknown, where: OomWhere = {}): UserError | null {
+export function asHeapExhaustion(e: unknown, where: OomWhere = {}): HeapExhaustedError | null {
   if (!isHeapExhaustion(e)) return null;
-  const first = messageOf(e).split('\n')[0].slice(0, 200);
+  const first = (e instanceof Error ? e.message : String(e)).split('\n')[0].slice(0, 200);
   let bytes: number | null = null;
   try {
     bytes = tf.memory().numBytes;
@@ -160,12 +195,16 @@ function envBudget(): number | null {
 
 /**
  * The tensor-memory budget on the current backend: `PPO_HEAP_BUDGET_BYTES` when set, else the WASM heap's
- * limit on `wasm`, else null (no fixed limit known: CPU and GPU backends fail on their own terms).
+ * limit on `wasm` (`wasmHeapBytes`: the worker passes the heap its WASM module really has), else null (no fixed
+ * limit known: CPU and GPU backends fail on their own terms).
  */
-export function defaultHeapBudget(backend = currentBackend({})): number | null {
+export function defaultHeapBudget(
+  backend = currentBackend({}),
+  wasmHeapBytes = WASM_HEAP_BYTES,
+): number | null {
   const fromEnv = envBudget();
   if (fromEnv !== null) return fromEnv;
-  return backend === 'wasm' ? WASM_HEAP_BYTES : null;
+  return backend === 'wasm' ? wasmHeapBytes : null;
 }
 
 /**

@@ -15,6 +15,7 @@ import type { Phase, PpoTrainer, RewardSource, StepResult } from './ppo/trainer'
 import type { ModelFiles } from './model/folder';
 import { UserError } from './errors';
 import { nonFiniteMessage } from './stops';
+import { asHeapExhaustion, checkHeapBudget, HeapExhaustedError, stepPhase } from './oom';
 
 /**
  * The checkpoint cadence: the starting weights (step 0), every `saveEvery` steps (0 = none in between), and the
@@ -32,7 +33,11 @@ export type StopReason =
   | 'paused'
   /** Three steps in a row had NaN/Inf losses or gradients (the trainer's `shouldPause`). */
   | 'nonfinite'
-  /** A step threw (`error` holds it); the run is as it was after the last good step. */
+  /**
+   * A step threw (`error` holds it). After an ordinary failure while generating or scoring, the run is as it was
+   * after the last good step. After running out of memory, or any failure while updating, the session is spoiled
+   * (`spoiled`): it runs and saves nothing more, and the last checkpoint or autosave is what to resume.
+   */
   | 'error';
 
 export interface RunEnd {
@@ -79,8 +84,20 @@ export interface StepOutcome {
   stop: { reason: 'nonfinite'; message: string } | null;
 }
 
+/** Options of a session. */
+export interface SessionOptions {
+  /**
+   * Live tensor bytes allowed at the step's phase boundaries (src/core/oom.ts checkHeapBudget): the CLI passes
+   * defaultHeapBudget() (PPO_HEAP_BUDGET_BYTES, else the WASM heap on wasm), the worker its backend's heap.
+   * null (the default): no check.
+   */
+  heapBudgetBytes?: number | null;
+}
+
 export class TrainingSession {
   hooks: SessionHooks;
+  /** See SessionOptions.heapBudgetBytes; may change between steps (a new backend, a new budget). */
+  heapBudgetBytes: number | null;
   /** The config the next step runs with (live changes wait here until the next step starts). */
   private next: TrainConfig;
   /** The reward the trainer was built with (a stand-in such as the UI's reward code goes in front of it). */
@@ -89,15 +106,26 @@ export class TrainingSession {
   private runningNow = false;
   private disposed = false;
   private startCheckpointDone = false;
+  /** The trainer's phase now ('idle' between steps). */
+  private phaseNow: Phase = 'idle';
+  /** Why this session may neither step nor save any more (null while it can). */
+  private spoiledBy: string | null = null;
 
   constructor(
     readonly trainer: PpoTrainer,
     hooks: SessionHooks = {},
+    opts: SessionOptions = {},
   ) {
     this.hooks = hooks;
+    this.heapBudgetBytes = opts.heapBudgetBytes ?? null;
     this.next = trainer.cfg;
     this.baseReward = trainer.models.reward;
-    trainer.onPhase = (p) => this.hooks.phase?.(p);
+    trainer.onPhase = (p) => {
+      // The budget guard at the boundary: what the phase that just ended left live. It throws out of trainStep.
+      if (p === 'scoring' || p === 'updating') this.checkHeap(this.phaseNow, this.trainer.step + 1);
+      this.phaseNow = p;
+      this.hooks.phase?.(p);
+    };
   }
 
   /** A fresh run from a validated config. */
@@ -133,6 +161,15 @@ export class TrainingSession {
     return this.disposed;
   }
 
+  /**
+   * Why the session may neither step nor save any more, or null. Set when a step ran out of memory (any phase:
+   * a failed WASM allocation can have written through a null pointer) or failed while updating (the weights and
+   * Adam's moments may be half-updated). Its last checkpoint or autosave, written before that step, is intact.
+   */
+  get spoiled(): string | null {
+    return this.spoiledBy;
+  }
+
   // ---- config -----------------------------------------------------------------------------------------------
 
   /** Live keys only (src/core/live.ts); applied when the next step starts. Returns the new config. */
@@ -159,8 +196,12 @@ export class TrainingSession {
     this.trainer.models.reward = reward ?? this.baseReward;
   }
 
-  /** The run's checkpoint files, with the configured reward in place even while a stand-in scores. */
+  /**
+   * The run's checkpoint files, with the configured reward in place even while a stand-in scores. A spoiled
+   * session (`spoiled`) refuses: its state is not one to save.
+   */
   async checkpointFiles(): Promise<Map<string, Uint8Array>> {
+    this.checkNotSpoiled();
     const t = this.trainer;
     const current = t.models.reward;
     t.models.reward = this.baseReward;
@@ -180,6 +221,53 @@ export class TrainingSession {
 
   private checkUsable(): void {
     if (this.disposed) throw new Error('this training session was disposed; build or restore a new one.');
+    this.checkNotSpoiled();
+  }
+
+  private checkNotSpoiled(): void {
+    if (this.spoiledBy) throw this.spoiledError();
+  }
+
+  private spoiledError(): UserError {
+    return new UserError(
+      `${this.spoiledBy}, so this run can neither go on nor be saved; resume its last checkpoint or ` +
+        'autosave (written before that step, and intact), or start it again.',
+    );
+  }
+
+  /** The budget guard (src/core/oom.ts) for the phase that just ended; a no-op without a budget. */
+  private checkHeap(phase: Phase, step: number): void {
+    if (this.heapBudgetBytes === null) return;
+    checkHeapBudget(this.heapBudgetBytes, stepPhase(phase) ?? phase, step);
+  }
+
+  /**
+   * What a failed step becomes. Running out of memory becomes the clear error of src/core/oom.ts, followed by
+   * what happened to the run; it and any failure while updating spoil the session. Other failures (a reward that
+   * throws while scoring, …) leave the run as it was after the last good step and are returned as they are.
+   */
+  private stepFailed(e: unknown, step: number): unknown {
+    const afterUpdate = this.phaseNow === 'idle'; // the guard after the step: the update itself completed
+    const running = stepPhase(this.phaseNow);
+    const heap = e instanceof HeapExhaustedError ? e : asHeapExhaustion(e, { phase: running, step });
+    const phase = stepPhase(heap?.phase) ?? running;
+    if (!heap && phase !== 'update') return e;
+    const halfUpdated = phase === 'update';
+    this.spoiledBy = `Step ${step} ${heap ? 'ran out of memory' : 'failed'} while ${
+      halfUpdated ? 'updating the weights' : phase === 'generate' ? 'generating' : 'scoring'
+    }`;
+    if (!heap) return e; // a bug while updating: reported as it is, but nothing is saved after it
+    const state = afterUpdate
+      ? `step ${step} is not recorded`
+      : halfUpdated
+        ? 'its weights and optimiser state may be half-updated'
+        : 'the step was left half-done';
+    return new HeapExhaustedError(
+      `${heap.message} The run stopped at step ${step} and saves nothing from here on (${state}); its last ` +
+        `checkpoint or autosave, written before step ${step}, is intact.`,
+      heap.phase,
+      heap.step,
+    );
   }
 
   /**
@@ -195,24 +283,42 @@ export class TrainingSession {
     }
     if (t.cfg !== this.next) t.setConfig(this.next);
     await this.hooks.beforeStep?.(this);
-    const result = await t.trainStep();
+    const stepNo = t.step + 1;
+    let result: StepResult;
+    try {
+      result = await t.trainStep();
+      // After the update: Adam's moments (made by the first update) and anything the step left live.
+      this.checkHeap('updating', stepNo);
+    } catch (e) {
+      throw this.stepFailed(e, stepNo);
+    } finally {
+      this.phaseNow = 'idle';
+    }
     await this.hooks.step?.(result, this);
     if (result.shouldPause) {
       return { result, stop: { reason: 'nonfinite', message: nonFiniteMessage(t.step) } };
     }
-    if (isCheckpointStep(t.step, t.cfg.saveEvery, until)) await this.hooks.checkpoint?.(this);
-    if (this.hooks.autosaveDue?.(t.step, t.cfg.saveEvery)) await this.hooks.autosave?.(this);
+    try {
+      if (isCheckpointStep(t.step, t.cfg.saveEvery, until)) await this.hooks.checkpoint?.(this);
+      if (this.hooks.autosaveDue?.(t.step, t.cfg.saveEvery)) await this.hooks.autosave?.(this);
+    } catch (e) {
+      // Reading the weights out to save them can run out too; the state itself is whole (no spoiling).
+      throw asHeapExhaustion(e, { phase: 'save', step: t.step }) ?? e;
+    }
     return { result, stop: null };
   }
 
   /**
-   * Step until `until` steps are done, `pause()`, a non-finite stop or a failing step. A fresh session (step 0)
+   * Step until `until` steps are done, `pause()`, a non-finite stop or a failing step (at once for a `spoiled`
+   * session, with the error that says so). A fresh session (step 0)
    * first writes its step-0 checkpoint. When any step ran, the `autosave` hook is called once more at the end
    * (unless the session was disposed), so a paused or finished run is saved where it stopped.
    */
   async run(opts: RunOptions = {}): Promise<RunEnd> {
-    this.checkUsable();
+    if (this.disposed) this.checkUsable();
     if (this.runningNow) throw new Error('TrainingSession.run: already running.');
+    // A spoiled session ends at once, as a failed step would (the adapters report it the same way).
+    if (this.spoiledBy) return { reason: 'error', step: this.trainer.step, error: this.spoiledError() };
     const schedule = opts.schedule ?? (<T>(job: () => Promise<T>) => job());
     const until = () => opts.until ?? this.next.steps;
     this.pauseRequested = false;
