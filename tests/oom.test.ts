@@ -53,7 +53,9 @@ describe('asHeapExhaustion', () => {
         /^Ran out of memory while updating \(the PPO minibatch backward passes\) at step 7: the WASM heap \(at most 4\.29 GB, shared by every tensor\) could not hold the run's tensors/,
       );
       expect(u!.message).toMatch(/Lower batchSize or responseLength, raise miniBatches/);
-      expect(u!.message).not.toMatch(/wasm-function|\n/);
+      // On WASM the way around its heap; the backend's words without the error's class or stack.
+      expect(u!.message).toMatch(/`--backend cpu` in the CLI is not bound by the 4 GB WASM heap\.$/);
+      expect(u!.message).not.toMatch(/wasm-function|RuntimeError|RangeError|\n/);
     });
   }
 
@@ -66,6 +68,13 @@ describe('asHeapExhaustion', () => {
       /^Ran out of memory while generating responses at step 2: this process's memory/,
     );
     expect(u!.message).toMatch(/Lower batchSize or responseLength \(the KV cache grows with both\)/);
+    // Not on WASM: no advice to leave its heap.
+    const cpu = asHeapExhaustion(new RangeError('Array buffer allocation failed'), {
+      phase: 'update',
+      backend: 'cpu',
+    });
+    expect(cpu!.message).toMatch(/or choose a smaller model\.$/);
+    expect(cpu!.message).not.toMatch(/--backend cpu/);
     expect(asHeapExhaustion(wasmTrap('memory access out of bounds'), { phase: 'train' })!.message).toMatch(
       /^Ran out of memory while running train: /,
     );
@@ -101,7 +110,7 @@ describe('checkHeapBudget', () => {
       }
       expect(isUserError(err)).toBe(true);
       expect((err as Error).message).toMatch(
-        /^Ran out of memory while scoring \(the forwards of policy, reference, value and reward models\) at step 3: .* of tensors are live, over the 0\.00 GB budget\)/,
+        /^Ran out of memory while scoring \(the forwards of policy, reference, value and reward models\) at step 3: .* of tensors are live, over the \d+\.\d kB budget\)/,
       );
       expect(() => checkHeapBudget(null, 'score', 3)).not.toThrow();
     } finally {

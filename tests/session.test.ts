@@ -262,7 +262,7 @@ describe('TrainingSession: running out of memory at the step boundary (CPU, tiny
     expect(end.reason).toBe('error');
     expect(isUserError(end.error)).toBe(true);
     expect((end.error as Error).message).toMatch(
-      /^Ran out of memory while updating \(the PPO minibatch backward passes\) at step 1: this process's memory could not hold the run's tensors \(\d+\.\d\d GB of tensors are live, over the \d+\.\d\d GB budget\)\. Lower batchSize or responseLength, raise miniBatches \(smaller forwards and backwards\), or choose a smaller model; .* The run stopped at step 1 and saves nothing from here on \(step 1 is not recorded\); its last checkpoint or autosave, written before step 1, is intact\.$/,
+      /^Ran out of memory while updating \(the PPO minibatch backward passes\) at step 1: this process's memory could not hold the run's tensors \(\d+\.\d [kM]B of tensors are live, over the \d+\.\d [kM]B budget\)\. Lower batchSize or responseLength, raise miniBatches \(smaller forwards and backwards\), or choose a smaller model\. The run stopped at step 1 and saves nothing from here on \(step 1 is not recorded\); its last checkpoint or autosave, written before step 1, is intact\.$/,
     );
     // checkpoint-0 only: no step event, no checkpoint and no autosave of the state after the failure.
     expect(calls).toEqual(['checkpoint 0']);
@@ -331,7 +331,7 @@ describe('TrainingSession: running out of memory at the step boundary (CPU, tiny
     expect(isUserError(end.error)).toBe(true);
     const message = (end.error as Error).message;
     expect(message).toMatch(
-      /^Ran out of memory while updating \(the PPO minibatch backward passes\) at step 2: this process's memory could not hold the run's tensors \(\d+\.\d\d GB of tensors were live; the backend said "memory access out of bounds"\)\. Lower batchSize or responseLength, raise miniBatches/,
+      /^Ran out of memory while updating \(the PPO minibatch backward passes\) at step 2: this process's memory could not hold the run's tensors \(\d+\.\d [kM]B of tensors were live; the backend said "memory access out of bounds"\)\. Lower batchSize or responseLength, raise miniBatches/,
     );
     expect(message).toMatch(
       /The run stopped at step 2 and saves nothing from here on \(its weights and optimiser state may be half-updated\); its last checkpoint or autosave, written before step 2, is intact\.$/,

@@ -1,7 +1,10 @@
 /**
  * The headless CLI over src/core (docs/formats.md §1): `npm run -s cli -- <subcommand> ...`.
  * Progress goes to stderr; with --json the last stdout line is one JSON object.
+ * Run as a script it exits with runCli's code; imported (tests), it only exports runCli.
  */
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { isUserError } from '../core/errors';
 import { asHeapExhaustion } from '../core/oom';
 import { cmdGenerate, GENERATE_HELP } from './generate';
@@ -26,21 +29,35 @@ function usage(): string {
     .join('\n\n')}\n`;
 }
 
-async function main(): Promise<number> {
-  const [sub, ...rest] = process.argv.slice(2);
+/** Where the CLI writes (the process's streams; tests pass their own). */
+export interface CliOutput {
+  stdout(text: string): void;
+  stderr(text: string): void;
+}
+
+const processOutput: CliOutput = {
+  stdout: (t) => void process.stdout.write(t),
+  stderr: (t) => void process.stderr.write(t),
+};
+
+/**
+ * One invocation (`args`: what follows the script) and its exit code: 0 done, 1 a UserError or running out of
+ * memory (one line on stderr, no stack), 2 a usage error. Anything else is rethrown (a bug: the script prints
+ * it as an internal error with exit code 70).
+ */
+export async function runCli(args: string[], out: CliOutput = processOutput): Promise<number> {
+  const [sub, ...rest] = args;
   if (!sub || sub === '--help' || sub === '-h' || sub === 'help') {
-    process.stdout.write(usage());
+    out.stdout(usage());
     return sub ? 0 : 2;
   }
   const cmd = COMMANDS[sub];
   if (!cmd) {
-    process.stderr.write(
-      `error: unknown subcommand "${sub}"; expected one of: ${Object.keys(COMMANDS).join(', ')}\n`,
-    );
+    out.stderr(`error: unknown subcommand "${sub}"; expected one of: ${Object.keys(COMMANDS).join(', ')}\n`);
     return 2;
   }
   if (rest.includes('--help') || rest.includes('-h')) {
-    process.stdout.write(cmd.help + '\n');
+    out.stdout(cmd.help + '\n');
     return 0;
   }
   try {
@@ -48,23 +65,35 @@ async function main(): Promise<number> {
     return 0;
   } catch (e) {
     if (isUserError(e)) {
-      process.stderr.write(`error: ${e.message}\n`);
+      out.stderr(`error: ${e.message}\n`);
       return 1;
     }
     // A backend that ran out of memory (a WASM trap, an allocation failure) is said in words, never as a stack.
     const oom = asHeapExhaustion(e, { phase: sub });
     if (oom) {
-      process.stderr.write(`error: ${oom.message}\n`);
+      out.stderr(`error: ${oom.message}\n`);
       return 1;
     }
     throw e;
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (e) => {
-    process.stderr.write(`internal error: ${(e as Error).stack ?? e}\n`);
-    process.exit(70);
-  },
-);
+function isScript(): boolean {
+  try {
+    return (
+      !!process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url))
+    );
+  } catch {
+    return false;
+  }
+}
+
+if (isScript()) {
+  runCli(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (e) => {
+      process.stderr.write(`internal error: ${(e as Error).stack ?? e}\n`);
+      process.exit(70);
+    },
+  );
+}

@@ -1,4 +1,4 @@
-import { readFile, writeFile, appendFile, mkdir, access } from 'node:fs/promises';
+import { readFile, writeFile, appendFile, mkdir, access, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parse, num, str } from './args';
@@ -13,6 +13,7 @@ import { NONFINITE_CLI_ADVICE } from '../core/stops';
 import { rolloutDump } from '../core/ppo/rollout';
 import { rewardFnFromModule } from '../core/reward/module';
 import { UserError } from '../core/errors';
+import { asHeapExhaustion, defaultHeapBudget, HeapExhaustedError } from '../core/oom';
 
 export const TRAIN_HELP = `train --config FILE --out DIR [--steps N] [--resume CKPT_DIR] [--reward-module FILE.mjs] [--dump-rollouts]
       [--backend wasm|cpu] [--json]
@@ -64,10 +65,56 @@ function bar(step: number, total: number, width = 24): string {
   return `[${'#'.repeat(done)}${'.'.repeat(width - done)}]`;
 }
 
+/**
+ * Write a folder whole or not at all: into `<dir>.partial` first, then renamed into place (an older folder of the
+ * same name is moved aside and removed only after). A run stopped while writing leaves the previous checkpoints
+ * and at most a `.partial` folder, never a half-written `checkpoint-N`.
+ */
+export async function writeFolderAtomic(dir: string, files: Map<string, Uint8Array>): Promise<void> {
+  const partial = `${dir}.partial`;
+  const old = `${dir}.old`;
+  await rm(partial, { recursive: true, force: true });
+  await writeFolder(partial, files);
+  let moved = false;
+  try {
+    await rename(dir, old);
+    moved = true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+  await rename(partial, dir);
+  if (moved) await rm(old, { recursive: true, force: true });
+}
+
 async function saveCheckpoint(session: TrainingSession, out: string): Promise<string> {
   const dir = path.join(out, `checkpoint-${session.step}`);
-  await writeFolder(dir, await session.checkpointFiles());
+  await writeFolderAtomic(dir, await session.checkpointFiles());
   return dir;
+}
+
+/**
+ * A step that failed: running out of memory is said with what of the run's files is intact (the checkpoints are
+ * written whole, metrics.jsonl holds one complete line per finished step) and how to go on.
+ */
+function stepFailure(
+  e: unknown,
+  session: TrainingSession,
+  checkpoint: { dir: string; step: number } | null,
+  finished: number,
+): unknown {
+  const err = asHeapExhaustion(e, { phase: 'train', step: session.step + 1 }) ?? e;
+  // Other failures go on as they are (a UserError in its own words; a bug as an internal error).
+  if (!(err instanceof HeapExhaustedError)) return err;
+  const kept = checkpoint
+    ? `the last checkpoint, ${checkpoint.dir} (step ${checkpoint.step}), is complete`
+    : 'no checkpoint was written yet';
+  const metrics = finished > 0 ? `its last line is step ${finished}` : 'it holds no step yet';
+  const resume = checkpoint ? `continue with \`train --resume ${checkpoint.dir}\` or ` : '';
+  const said = err.parts ? `${err.parts.exhausted} ${err.parts.stopped}.` : err.message;
+  return new UserError(
+    `${said} Your files are intact: ${kept}, and metrics.jsonl holds one complete line per finished step ` +
+      `(${metrics}); ${resume}start again with smaller sizes.`,
+  );
 }
 
 /**
@@ -95,16 +142,24 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   await (await import('./preflight')).preflightTrainCommand({ cfgPath, resume }, nodeResources); // memory check, config.json only
 
   let session: TrainingSession;
+  // Loading can run out as well (the preflight above is an estimate): said with the phase, not as a stack.
+  const loading = (e: unknown) => asHeapExhaustion(e, { phase: 'load' }) ?? e;
   if (resume) {
     await assertFolder(resume, 'checkpoint folder');
-    session = await TrainingSession.restore(nodeFiles(resume), nodeResources, opts);
+    session = await TrainingSession.restore(nodeFiles(resume), nodeResources, opts).catch((e) => {
+      throw loading(e);
+    });
     if (cfgPath)
       process.stderr.write(`note: --config is ignored with --resume; the checkpoint's config is used.\n`);
   } else {
     const cfg: TrainConfig = validateConfig(await readJsonFile(cfgPath!, 'config'), cfgPath!);
     if (!(cfg.model in PRESETS)) await assertFolder(resolveModel(cfg.model));
-    session = await TrainingSession.build(cfg, nodeResources, opts);
+    session = await TrainingSession.build(cfg, nodeResources, opts).catch((e) => {
+      throw loading(e);
+    });
   }
+  // The budget guard at every phase boundary: PPO_HEAP_BUDGET_BYTES, else the WASM heap on wasm (src/core/oom.ts).
+  session.heapBudgetBytes = defaultHeapBudget();
   try {
     const steps = num('train', v, 'steps', session.cfg.steps, { min: 1, max: 1e6, integer: true });
     await mkdir(out, { recursive: true });
@@ -122,11 +177,18 @@ export async function cmdTrain(argv: string[]): Promise<void> {
 
     const checkpoints: string[] = [];
     let last = session.history[session.history.length - 1];
+    let finished = session.step; // the last step recorded in metrics.jsonl
+    // The checkpoint to go back to: the one resumed from, until this run writes its own.
+    let lastCheckpoint: { dir: string; step: number } | null = resume
+      ? { dir: resume, step: session.step }
+      : null;
     session.hooks = {
       step: async (r, s) => {
         const m = r.metrics;
         last = m;
+        // One write of one complete line per finished step.
         await appendFile(metricsPath, JSON.stringify(m) + '\n');
+        finished = m.step;
         if (dump) {
           // The dump records the KL coefficient the step used (before the controller's update).
           // groupSize as resolved (0 in the config = the algorithm's default).
@@ -146,10 +208,14 @@ export async function cmdTrain(argv: string[]): Promise<void> {
         for (const a of r.alerts) process.stderr.write(`  alert: ${a.message} ${a.advice}\n`);
       },
       // checkpoint-0 (a fresh run's starting weights), every saveEvery steps, and the last step.
-      checkpoint: async (s) => void checkpoints.push(await saveCheckpoint(s, out)),
+      checkpoint: async (s) => {
+        const dir = await saveCheckpoint(s, out);
+        checkpoints.push(dir);
+        lastCheckpoint = { dir, step: s.step };
+      },
     };
     const end = await session.run({ until: steps });
-    if (end.reason === 'error') throw end.error;
+    if (end.reason === 'error') throw stepFailure(end.error, session, lastCheckpoint, finished);
     if (end.reason === 'nonfinite') {
       throw new UserError(`${end.message} ${NONFINITE_CLI_ADVICE}`);
     }

@@ -54,7 +54,13 @@ export function isHeapExhaustion(e: unknown): boolean {
   return HEAP_EXHAUSTION_PATTERNS.some((p) => p.test(text));
 }
 
-const gb = (n: number): string => `${(n / 1e9).toFixed(2)} GB`;
+/** Decimal units, two decimals in GB (the messages' budgets), MB and kB below (small runs and forced budgets). */
+const gb = (n: number): string =>
+  n >= 1e9
+    ? `${(n / 1e9).toFixed(2)} GB`
+    : n >= 1e6
+      ? `${(n / 1e6).toFixed(1)} MB`
+      : `${(n / 1e3).toFixed(1)} kB`;
 
 function currentBackend(where: OomWhere): string {
   if (where.backend) return where.backend;
@@ -98,11 +104,11 @@ function phaseWords(phase: OomPhase): string {
   }
 }
 
-/** What to lower, by phase: the sizes each phase's tensors grow with. */
-function remedy(phase: OomPhase | undefined): string {
+/** What to lower, by phase: the sizes each phase's tensors grow with (and on WASM, the way around its heap). */
+function remedy(phase: OomPhase | undefined, backend: string): string {
   const generic =
     'Lower batchSize or responseLength, raise miniBatches (smaller forwards and backwards), or choose a smaller ' +
-    'model; `--backend cpu` in the CLI is not bound by the 4 GB WASM heap.';
+    (backend === 'wasm' ? 'model; `--backend cpu` in the CLI is not bound by the 4 GB WASM heap.' : 'model.');
   switch (phase) {
     case 'generate':
     case 'generating':
@@ -127,6 +133,11 @@ export class HeapExhaustedError extends UserError {
     message: string,
     readonly phase: OomPhase | undefined,
     readonly step: number | undefined,
+    /**
+     * Set by the training session: `exhausted` (what ran out, where, what to lower) and `stopped` (what became
+     * of the run), so an adapter can say what of its own files is intact in place of the session's last words.
+     */
+    readonly parts?: { exhausted: string; stopped: string },
   ) {
     super(message);
   }
@@ -155,7 +166,7 @@ export function heapExhaustedError(where: OomWhere, detail?: string): HeapExhaus
   const tail = detail ? ` (${detail})` : '';
   return new HeapExhaustedError(
     `Ran out of memory${whereText(where)}: ${whatRanOut(backend)} could not hold the run's tensors${tail}. ` +
-      remedy(where.phase),
+      remedy(where.phase, backend),
     where.phase,
     where.step,
   );

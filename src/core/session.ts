@@ -262,11 +262,12 @@ export class TrainingSession {
       : halfUpdated
         ? 'its weights and optimiser state may be half-updated'
         : 'the step was left half-done';
+    const stopped = `The run stopped at step ${step} and saves nothing from here on (${state})`;
     return new HeapExhaustedError(
-      `${heap.message} The run stopped at step ${step} and saves nothing from here on (${state}); its last ` +
-        `checkpoint or autosave, written before step ${step}, is intact.`,
+      `${heap.message} ${stopped}; its last checkpoint or autosave, written before step ${step}, is intact.`,
       heap.phase,
       heap.step,
+      { exhausted: heap.message, stopped },
     );
   }
 
