@@ -5,7 +5,7 @@
  * a live change reaches the next step, a non-live change starts a new run, three non-finite steps in a row pause
  * the run with an error event, and a checkpoint exported and imported continues the run.
  */
-import { describe, it, expect, beforeAll } from 'vitest';
+import { describe, it, expect, beforeAll, afterEach, vi } from 'vitest';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
@@ -14,7 +14,16 @@ import { memoryAutosaveStore } from '../src/services/autosave';
 import { TabAutosave } from '../src/services/autosave-tabs';
 import { createFakeWorker } from '../src/ui/dev/fake-worker';
 import type { ModelFiles } from '../src/core/model/folder';
-import type { ConfigPatch, RunStatus, TrainerEvent, WorkerApi } from '../src/worker/protocol';
+import type {
+  ConfigPatch,
+  ModelWorkerApi,
+  ReliabilityEvent,
+  RunStatus,
+  TrainerEvent,
+  WorkerApi,
+} from '../src/worker/protocol';
+import { HEAP_BUDGET_ENV } from '../src/core/oom';
+import { FusedAdamOptimizer } from '../src/core/fused-adam';
 
 // The worker's modules read `self` and `navigator` (worker globals); in Node the global object stands in for
 // `self`, and a navigator without WebGPU for `navigator` (Node 20 has none).
@@ -45,7 +54,7 @@ interface Harness {
 
 let dir: string;
 
-async function realWorker(): Promise<Harness> {
+async function realWorker(): Promise<Harness & { api: ModelWorkerApi }> {
   await useCpu();
   dir ??= await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
   const { createWorkerApi } = await import('../src/worker/api');
@@ -217,5 +226,95 @@ describe.each([
     h.events.length = 0;
     expect(await h.api.stepOnce()).toMatchObject({ state: 'paused', step: 3 });
     expect(stepsOf(h.events).map((e) => e.metrics.step)).toEqual([3]);
+  });
+});
+
+describe('the model worker running out of memory mid-step (CPU, in Node)', () => {
+  let h: Harness & { api: ModelWorkerApi };
+  const rel: ReliabilityEvent[] = [];
+  beforeAll(async () => {
+    h = await realWorker();
+    await h.api.subscribeReliability((e) => void rel.push(e));
+  });
+  afterEach(() => {
+    delete process.env[HEAP_BUDGET_ENV];
+    vi.restoreAllMocks();
+  });
+
+  const autosavedSteps = () => rel.flatMap((e) => (e.type === 'autosaved' ? [e.info.step] : []));
+
+  it('a forced-small heap budget pauses the run with the clear error; the last autosave is the one from before', async () => {
+    await h.api.configure({ ...TINY, steps: 2, saveEvery: 1, reward: null });
+    h.events.length = 0;
+    await h.api.start();
+    expect(await settled(h)).toMatchObject({ state: 'paused', step: 2 });
+    // The cadence (every min(saveEvery, 10) steps) and the stop: one autosave per step.
+    expect(autosavedSteps()).toEqual([1, 2]);
+    const before = await h.api.autosaveInfo();
+    expect(before).toMatchObject({ step: 2, historyLength: 2, current: true });
+
+    // Step 3 with a budget below what the run holds: it runs out at the first phase boundary, after generating.
+    await h.api.setHyperparameters({ steps: 10 });
+    process.env[HEAP_BUDGET_ENV] = '1000';
+    h.events.length = 0;
+    rel.length = 0;
+    await h.api.start();
+    const end = await settled(h);
+    expect(end).toMatchObject({ state: 'paused', phase: 'idle', step: 2 });
+    expect(stepsOf(h.events)).toEqual([]);
+    const errors = errorsOf(h.events);
+    expect(errors).toHaveLength(1);
+    expect(errors[0].userError).toBe(true);
+    expect(errors[0].message).toMatch(
+      /^Ran out of memory while generating responses at step 3: this process's memory could not hold the run's tensors \(\d+\.\d [kM]B of tensors are live, over the 1\.0 kB budget\)\. Lower batchSize or responseLength \(the KV cache grows with both\), or choose a smaller model\. The run stopped at step 3 and saves nothing from here on \(the step was left half-done\); its last checkpoint or autosave, written before step 3, is intact\.$/,
+    );
+    // Nothing saved over the last good autosave.
+    expect(rel.filter((e) => e.type === 'autosaved' || e.type === 'autosave-failed')).toEqual([]);
+    expect(await h.api.autosaveInfo()).toEqual(before);
+
+    // Start again: refused in words, still nothing saved.
+    h.events.length = 0;
+    await h.api.start();
+    await settled(h);
+    expect(errorsOf(h.events).map((e) => e.message)).toEqual([
+      'Step 3 ran out of memory while generating, so this run can neither go on nor be saved; resume its last ' +
+        'checkpoint or autosave (written before that step, and intact), or start it again.',
+    ]);
+    await expect(h.api.exportCheckpoint()).rejects.toThrow(/can neither go on nor be saved/);
+    expect(await h.api.autosaveInfo()).toEqual(before);
+
+    // The autosave continues the run at step 2.
+    delete process.env[HEAP_BUDGET_ENV];
+    expect(await h.api.resumeAutosave()).toMatchObject({ state: 'paused', step: 2 });
+    await h.api.setHyperparameters({ steps: 10 }); // it was saved with steps 2
+    h.events.length = 0;
+    expect(await h.api.stepOnce()).toMatchObject({ state: 'paused', step: 3 });
+    expect(stepsOf(h.events).map((e) => e.metrics.step)).toEqual([3]);
+  });
+
+  it('a WASM trap mid-update (simulated) pauses the run with the same clear error and no autosave of that state', async () => {
+    await h.api.configure({ ...TINY, steps: 10, saveEvery: 1, reward: null, seed: 6 });
+    await h.api.stepOnce();
+    const before = await h.api.autosaveInfo();
+    expect(before).toMatchObject({ step: 1, current: true });
+    vi.spyOn(FusedAdamOptimizer.prototype, 'applyScaled').mockImplementation(() => {
+      const e = new Error('memory access out of bounds');
+      e.name = 'RuntimeError';
+      e.stack =
+        'RuntimeError: memory access out of bounds\n    at wasm://wasm/00a3b2c6:wasm-function[512]:0x2c1f4';
+      throw e;
+    });
+    h.events.length = 0;
+    rel.length = 0;
+    await h.api.start();
+    expect(await settled(h)).toMatchObject({ state: 'paused', step: 1 });
+    const [error] = errorsOf(h.events);
+    expect(error.userError).toBe(true);
+    expect(error.message).toMatch(
+      /^Ran out of memory while updating \(the PPO minibatch backward passes\) at step 2: .*the backend said "memory access out of bounds"\)\. Lower batchSize or responseLength, raise miniBatches .* \(its weights and optimiser state may be half-updated\); its last checkpoint or autosave, written before step 2, is intact\.$/,
+    );
+    expect(error.message).not.toMatch(/RuntimeError|wasm-function/);
+    expect(rel.filter((e) => e.type === 'autosaved' || e.type === 'autosave-failed')).toEqual([]);
+    expect(await h.api.autosaveInfo()).toEqual(before);
   });
 });

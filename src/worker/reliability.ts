@@ -106,6 +106,8 @@ export class Reliability implements RunHooks {
     const t = run.trainer;
     const runId = run.runId;
     if (!this.enabled || this.lost || !t || !runId || t.step === 0) return;
+    // A run that ran out of memory or failed mid-update is not saved over its last good autosave.
+    if (run.session?.spoiled) return;
     if (this.lastSaved?.runId === runId && this.lastSaved.step === t.step) return;
     const result = await this.slot.save(
       {
@@ -144,6 +146,8 @@ export class Reliability implements RunHooks {
     }
     const run = this.run;
     run.pause();
+    // A spoiled run (out of memory) cannot go on: free its tensors first, so the restore has the room it needs.
+    if (run.session?.spoiled) run.dropTrainer();
     const { info, files } = saved;
     const session = await TrainingSession.restore(
       memoryFiles(`autosave (step ${info.step})`, files),

@@ -23,6 +23,8 @@ import { loadLM, type LoadedLM } from '../core/model/folder';
 import { makeReward } from '../core/reward/functions';
 import { checkTaskName } from '../core/tasks';
 import { isUserError, UserError } from '../core/errors';
+import { asHeapExhaustion, defaultHeapBudget } from '../core/oom';
+import { autosaveDue } from '../services/autosave';
 import { PREFERENCE_REWARD_MODEL, type ModelSources } from './sources';
 import { RewardSandbox, REWARD_CODE_LABEL } from './reward-sandbox';
 import type {
@@ -120,6 +122,12 @@ export class Run {
   hooks: RunHooks = NO_HOOKS;
   /** tf.memory() for the `step` events (api.ts sets it; it knows the backend). */
   memory: () => MemoryReport | undefined = () => undefined;
+  /**
+   * The live-tensor budget the session checks at every phase boundary (src/core/oom.ts): on WASM the heap this
+   * backend really has, PPO_HEAP_BUDGET_BYTES where a process sets it (Node tests), else none.
+   */
+  heapBudget = (): number | null =>
+    defaultHeapBudget(undefined, this.sources.deviceLimits?.heapBytes ?? undefined);
 
   constructor(
     private readonly sources: ModelSources,
@@ -291,7 +299,10 @@ export class Run {
   private sessionHooks(): SessionHooks {
     return {
       phase: (p) => this.setPhase(p),
-      beforeStep: () => this.sandbox.beginBatch(),
+      beforeStep: (s) => {
+        this.sandbox.beginBatch();
+        s.heapBudgetBytes = this.heapBudget(); // follows the backend from step to step
+      },
       step: (r, s) => {
         this.emit({
           type: 'step',
@@ -301,6 +312,8 @@ export class Run {
           memory: this.memory(),
         });
       },
+      // Every min(saveEvery, 10) steps, and when the run stops (src/services/autosave.ts).
+      autosaveDue,
       autosave: () => this.hooks.autosave(),
     };
   }
@@ -340,7 +353,8 @@ export class Run {
         return;
       case 'error':
         if (await this.failed(end.error)) return;
-        if (this.session) await this.serial(() => this.hooks.autosave());
+        // Not after running out of memory or a failed update: the last autosave is the run's good state.
+        if (this.session && !this.session.spoiled) await this.serial(() => this.hooks.autosave());
         return;
     }
   }
@@ -371,7 +385,7 @@ export class Run {
     try {
       return await this.ensureSession();
     } catch (e) {
-      await this.failed(e);
+      await this.failed(asHeapExhaustion(e, { phase: 'load' }) ?? e);
       return null;
     }
   }
@@ -403,6 +417,7 @@ export class Run {
     this.runId = runId;
     this.cfg = session.cfg;
     session.hooks = this.sessionHooks();
+    session.heapBudgetBytes = this.heapBudget();
     if (this.sandbox.hasCode) session.overrideReward(this.codeReward());
     this.model = summarise(session.trainer.models.policy, label);
     this.chosen = true;
