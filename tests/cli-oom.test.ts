@@ -6,7 +6,7 @@
  * finished steps as complete lines, and the last checkpoint folder is complete and loads (restoreTrainer).
  */
 import { describe, it, expect, beforeAll, afterEach, vi } from 'vitest';
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
@@ -14,7 +14,7 @@ import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { runCli } from '../src/cli/main';
 import { nodeFiles } from '../src/cli/files-node';
-import { nodeResources } from '../src/cli/train';
+import { nodeResources, writeFolderAtomic } from '../src/cli/train';
 import { restoreTrainer } from '../src/core/checkpoint';
 import { readConfig } from '../src/core/model/folder';
 import { paramCount, scalarParamCount } from '../src/core/model/size';
@@ -201,4 +201,29 @@ describe('train: running out of memory mid-step (CLI, in-process, CPU, tiny mode
     expect(readdirSync(out).sort()).toEqual(['checkpoint-0', 'checkpoint-1', 'metrics.jsonl']);
     await expectLoads(path.join(out, 'checkpoint-1'), 1);
   }, 120_000);
+});
+
+describe('checkpoint folders are written whole or not at all', () => {
+  const bytes = (s: string) => new TextEncoder().encode(s);
+  it('a write that fails half-way leaves the folder as it was and no half-written one; a good write replaces it', async () => {
+    const parent = mkdtempSync(path.join(tmpdir(), 'ppo-atomic-'));
+    const ckpt = path.join(parent, 'checkpoint-2');
+    await writeFolderAtomic(ckpt, new Map([['a.json', bytes('old a')]]));
+    expect(readdirSync(parent)).toEqual(['checkpoint-2']);
+    // The second file cannot be written (its folder does not exist): the failure comes after a.json was written.
+    const failing = new Map([
+      ['a.json', bytes('new a')],
+      ['missing/b.json', bytes('b')],
+    ]);
+    await expect(writeFolderAtomic(ckpt, failing)).rejects.toThrow(/ENOENT/);
+    expect(readFileSync(path.join(ckpt, 'a.json'), 'utf8')).toBe('old a');
+    expect(readdirSync(ckpt)).toEqual(['a.json']);
+    expect(readdirSync(parent).sort()).toEqual(['checkpoint-2', 'checkpoint-2.partial']);
+    mkdirSync(path.join(parent, 'checkpoint-3.partial'));
+    await writeFolderAtomic(path.join(parent, 'checkpoint-3'), new Map([['c.json', bytes('c')]]));
+    await writeFolderAtomic(ckpt, new Map([['a.json', bytes('new a')]]));
+    expect(readFileSync(path.join(ckpt, 'a.json'), 'utf8')).toBe('new a');
+    // Leftover .partial folders (of a write that failed) are cleared by the next write of the same name.
+    expect(readdirSync(parent).sort()).toEqual(['checkpoint-2', 'checkpoint-3']);
+  });
 });

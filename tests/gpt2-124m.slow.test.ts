@@ -1,0 +1,103 @@
+/**
+ * A GPT-2-124M-shaped model (random weights in GPT-2's exact shapes and vocabulary, made at test time in a temp
+ * dir, never committed) with the sentiment task, batch 4, responseLength 8, through the CLI as a user runs it
+ * (issue #14):
+ * (a) full copies on WASM are refused in words before loading, with the weights present: in seconds, and
+ *     without reading them (the process stays far below the 0.5 GB of model.safetensors);
+ * (b) with `"lora": 8` the same run is accepted and trains one step on WASM: exit 0, metrics.jsonl has step 1
+ *     with a finite reward and a KL of exactly 0 (the adapters start at B = 0, so the policy is the reference).
+ * Wall time and peak RSS are printed (GNU time). Slow tier: it writes 0.5 GB and trains a 124M model.
+ */
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+const TIME = '/usr/bin/time';
+let dir: string;
+let gpt2: string;
+
+/** Spawn the CLI (under GNU time -v when present): exit code, output, wall seconds and peak RSS in MB. */
+function cli(args: string[], timeoutMs: number) {
+  const node = [process.execPath, '--import', 'tsx', 'src/cli/main.ts', ...args];
+  const timed = existsSync(TIME);
+  const t0 = Date.now();
+  const r = spawnSync(timed ? TIME : node[0], timed ? ['-v', ...node] : node.slice(1), {
+    encoding: 'utf8',
+    timeout: timeoutMs,
+  });
+  const wall = (Date.now() - t0) / 1000;
+  const rss = /Maximum resident set size \(kbytes\): (\d+)/.exec(r.stderr);
+  return {
+    status: r.status,
+    stdout: r.stdout,
+    stderr: r.stderr,
+    wall,
+    peakRssMB: rss ? Number(rss[1]) / 1024 : null,
+  };
+}
+
+function writeConfig(name: string, extra: Record<string, unknown>): string {
+  const file = path.join(dir, `${name}.json`);
+  writeFileSync(
+    file,
+    JSON.stringify({ model: gpt2, task: 'sentiment', batchSize: 4, responseLength: 8, steps: 1, ...extra }),
+  );
+  return file;
+}
+
+beforeAll(() => {
+  dir = mkdtempSync(path.join(tmpdir(), 'ppo-gpt2-124m-'));
+  gpt2 = path.join(dir, 'gpt2-124m');
+  // GPT-2 124M: 12 layers, width 768, 12 heads, 1024 positions, the 50257-token BPE vocabulary.
+  const r = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', 'scripts/make-random-model.ts', gpt2, '12', '768', '12', '1024', '50257'],
+    { encoding: 'utf8', timeout: 600_000 },
+  );
+  expect(r.status, r.stderr).toBe(0);
+  expect(statSync(path.join(gpt2, 'model.safetensors')).size).toBeGreaterThan(490e6);
+}, 600_000);
+
+afterAll(() => {
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('GPT-2-124M-shaped runs on WASM (CLI)', () => {
+  it('full copies: refused in words before any weight is read (exit 1, no stack, seconds)', () => {
+    const out = path.join(dir, 'full');
+    const r = cli(['train', '--config', writeConfig('full', {}), '--out', out, '--json'], 120_000);
+    console.log(`full copies refused: ${r.wall.toFixed(1)} s, peak RSS ${r.peakRssMB?.toFixed(0)} MB`);
+    expect(r.status, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(
+      /^error: Training .*gpt2-124m \(124\.4 M parameters\) with full copies needs ≈ \d\.\d GB of weights, gradients and optimiser state alone/m,
+    );
+    expect(r.stderr).toMatch(/the WASM heap allows 3\.2 GB/);
+    expect(r.stderr).toMatch(/Use LoRA \(`"lora": 8`/);
+    expect(r.stderr).not.toMatch(/internal error|RuntimeError|wasm-function|\n {4}at /);
+    expect(r.stdout).toBe('');
+    expect(existsSync(out)).toBe(false);
+    // model.safetensors alone is 0.5 GB: a process that read it would hold at least that.
+    if (r.peakRssMB !== null) expect(r.peakRssMB).toBeLessThan(400);
+    expect(r.wall).toBeLessThan(30);
+  }, 180_000);
+
+  it('"lora": 8: accepted, trains one step on WASM (exit 0; step 1 with a finite reward and KL exactly 0)', () => {
+    const out = path.join(dir, 'lora');
+    const r = cli(['train', '--config', writeConfig('lora', { lora: 8 }), '--out', out, '--json'], 900_000);
+    console.log(
+      `lora 8, 1 step on WASM: ${r.wall.toFixed(1)} s wall, peak RSS ${r.peakRssMB?.toFixed(0)} MB`,
+    );
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stderr).not.toMatch(/internal error|RuntimeError|wasm-function/);
+    const lines = readFileSync(path.join(out, 'metrics.jsonl'), 'utf8').trim().split('\n');
+    expect(lines).toHaveLength(1);
+    const m = JSON.parse(lines[0]) as { step: number; reward: number; kl: number };
+    expect(m.step).toBe(1);
+    expect(Number.isFinite(m.reward)).toBe(true);
+    expect(m.kl).toBe(0);
+    const summary = JSON.parse(r.stdout.trim().split('\n').pop()!) as { steps: number };
+    expect(summary.steps).toBe(1);
+  }, 900_000);
+});
