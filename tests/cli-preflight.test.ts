@@ -128,6 +128,14 @@ describe('generate, sft, train-reward', () => {
 
   it('sft and train-reward: GPT-2 fits at small batches on WASM, and is refused in words at large ones', async () => {
     expect(await messageOf(preflightSft(gpt2, { batchSize: 2, seqLen: 32 }, wasm))).toBe('');
+    // Batch 1–2 at seqLen 64: the 2.0 GB of weights, Adam and gradients plus their activations fit the 3.2 GB.
+    expect(await messageOf(preflightSft(gpt2, { batchSize: 1, seqLen: 64 }, wasm))).toBe('');
+    expect(await messageOf(preflightSft(gpt2, { batchSize: 2, seqLen: 64 }, wasm))).toBe('');
+    // Batch 4 at seqLen 64 is refused: ≈ 3.9 GB with 1.88 GB of activations (the logits alone are
+    // 4 · 65 · 50257 floats per tensor, and the backward holds several).
+    expect(await messageOf(preflightSft(gpt2, { batchSize: 4, seqLen: 64 }, wasm))).toMatch(
+      /^SFT of .*gpt2 \(124\.4 M parameters\) needs ≈ 3\.9 GB: policy 0\.50, Adam 1\.00, gradients 0\.50, activations 1\.88 GB, with the activations of its batch; the WASM heap allows 3\.2 GB/,
+    );
     expect(await messageOf(preflightSft(gpt2, { batchSize: 64, seqLen: 512 }, wasm))).toMatch(
       /^SFT of .*gpt2 \(124\.4 M parameters\) needs ≈ \d+\.\d GB: .*activations .* GB, with the activations of its batch; the WASM heap allows 3\.2 GB .*\. Lower batchSize or seqLen, use `--backend cpu`, or choose a smaller model\.$/,
     );
