@@ -118,6 +118,44 @@ function stepFailure(
 }
 
 /**
+ * Resuming into an out folder whose metrics.jsonl already holds steps after the checkpoint (a run that went on,
+ * or crashed, after writing it): keep the lines up to the checkpoint's step and drop the rest, so the steps this
+ * run writes appear once. A line that does not parse (cut short by a crash mid-write) is dropped too. The file is
+ * rewritten atomically (a temporary file, then a rename). No file: the checkpoint's history is written. Returns
+ * the number of lines dropped.
+ */
+export async function trimMetrics(
+  metricsPath: string,
+  step: number,
+  history: readonly object[],
+): Promise<number> {
+  let text: string;
+  try {
+    text = await readFile(metricsPath, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    await writeFile(metricsPath, history.map((m) => JSON.stringify(m) + '\n').join(''));
+    return 0;
+  }
+  const lines = text.split('\n').filter((l) => l.trim() !== '');
+  const kept = lines.filter((l) => {
+    try {
+      const m = JSON.parse(l) as { step?: unknown };
+      return typeof m.step === 'number' && m.step <= step;
+    } catch {
+      return false;
+    }
+  });
+  const dropped = lines.length - kept.length;
+  if (dropped > 0) {
+    const tmp = `${metricsPath}.tmp`;
+    await writeFile(tmp, kept.map((l) => l + '\n').join(''));
+    await rename(tmp, metricsPath);
+  }
+  return dropped;
+}
+
+/**
  * `train`: a disk adapter over core's TrainingSession (src/core/session.ts), which runs the steps, applies the
  * checkpoint cadence and stops on three non-finite steps in a row. This file writes what the session reports:
  * metrics.jsonl, checkpoint folders, rollout dumps, and progress on stderr.
@@ -166,10 +204,12 @@ export async function cmdTrain(argv: string[]): Promise<void> {
     const metricsPath = path.join(out, 'metrics.jsonl');
     if (!resume) await writeFile(metricsPath, '');
     else {
-      try {
-        await access(metricsPath);
-      } catch {
-        await writeFile(metricsPath, session.history.map((m) => JSON.stringify(m) + '\n').join(''));
+      const dropped = await trimMetrics(metricsPath, session.step, session.history);
+      if (dropped > 0) {
+        process.stderr.write(
+          `metrics.jsonl: dropped ${dropped} line${dropped === 1 ? '' : 's'} after step ${session.step}, ` +
+            'the checkpoint resumed from\n',
+        );
       }
     }
     const dump = v['dump-rollouts'] === true;
