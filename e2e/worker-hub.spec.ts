@@ -122,7 +122,7 @@ test('(d) Hub loader: progress while downloading, then served from Cache Storage
   expect(refused.error).toEqual({
     name: 'UserError',
     message: expect.stringMatching(
-      /^some-org\/tiny has 0\.0 M parameters; training it needs about 0\.0 GB .* over the 0\.0 GB budget here\. Choose a smaller model/,
+      /^some-org\/tiny has 0\.0 M parameters \(0\.0 GB of weights\); loading it needs twice that, over the 0\.0 GB budget here\. Choose a smaller model/,
     ) as unknown as string,
   });
   expect(weights()).toBe(0);
