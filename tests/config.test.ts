@@ -3,7 +3,6 @@ import {
   CONFIG_FIELDS,
   CONFIG_KEYS,
   DEFAULT_CONFIG,
-  applyLiveChanges,
   configFromHash,
   configToHash,
   derived,
@@ -12,6 +11,7 @@ import {
   type ConfigField,
   type TrainConfig,
 } from '../src/core/config';
+import { applyLive } from '../src/core/live';
 import { isUserError } from '../src/core/errors';
 
 /** The message of the UserError that `fn` throws. */
@@ -335,14 +335,14 @@ describe('URL hash', () => {
 describe('live changes', () => {
   it('accepts live keys and refuses the others, naming them', () => {
     const cfg = validateConfig({});
-    expect(applyLiveChanges(cfg, { learningRate: 3e-4, klCoef: 0.2 })).toMatchObject({
+    expect(applyLive(cfg, { learningRate: 3e-4, klCoef: 0.2 })).toMatchObject({
       learningRate: 3e-4,
       klCoef: 0.2,
     });
-    expect(applyLiveChanges(cfg, { batchSize: 16 }).batchSize).toBe(16); // unchanged value is fine
-    const m = userError(() => applyLiveChanges(cfg, { batchSize: 32 }));
+    expect(applyLive(cfg, { batchSize: 16 }).batchSize).toBe(16); // unchanged value is fine
+    const m = userError(() => applyLive(cfg, { batchSize: 32 }));
     expect(m).toContain('"batchSize" cannot change on a running job');
     expect(m).toContain('learningRate');
-    expect(userError(() => applyLiveChanges(cfg, { learningRate: 5 }))).toContain('from 1e-7 to 0.1');
+    expect(userError(() => applyLive(cfg, { learningRate: 5 }))).toContain('from 1e-7 to 0.1');
   });
 });

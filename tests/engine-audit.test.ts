@@ -6,7 +6,8 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { validateConfig, applyLiveChanges, derived, type TrainConfig } from '../src/core/config';
+import { validateConfig, derived, type TrainConfig } from '../src/core/config';
+import { applyLive } from '../src/core/live';
 import { buildTrainer, REWARD_FILE, type Resources, type BuildOptions } from '../src/core/ppo/setup';
 import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
 import {
@@ -90,7 +91,7 @@ describe('engine audit', () => {
     t.kl.update(0, 4); // β moves away from klCoef: 0.2·(1 − 0.2·4/100)
     const beta = 0.2 * (1 - (0.2 * 4) / 100);
     expect(t.kl.value).toBeCloseTo(beta, 12);
-    t.setConfig(applyLiveChanges(t.cfg, { targetKl: 2, klHorizon: 50 }));
+    t.setConfig(applyLive(t.cfg, { targetKl: 2, klHorizon: 50 }));
     expect(t.kl).toBeInstanceOf(AdaptiveKlController);
     expect(t.kl.state()).toEqual({ kind: 'adaptive', value: beta, target: 2, horizon: 50 });
     // The new target and horizon drive the next update: KL 3 against target 2 → err +0.2 (clipped), n 4, horizon 50.
@@ -98,10 +99,10 @@ describe('engine audit', () => {
     const beta2 = beta * (1 + (0.2 * 4) / 50);
     expect(t.kl.value).toBeCloseTo(beta2, 12);
     // An unrelated live change keeps β.
-    t.setConfig(applyLiveChanges(t.cfg, { learningRate: 1e-3 }));
+    t.setConfig(applyLive(t.cfg, { learningRate: 1e-3 }));
     expect(t.kl.value).toBeCloseTo(beta2, 12);
     // klCoef itself changed: β restarts from it.
-    t.setConfig(applyLiveChanges(t.cfg, { klCoef: 0.5 }));
+    t.setConfig(applyLive(t.cfg, { klCoef: 0.5 }));
     expect(t.kl.state()).toEqual({ kind: 'adaptive', value: 0.5, target: 2, horizon: 50 });
     t.dispose();
   });

@@ -2,7 +2,8 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { validateConfig, applyLiveChanges, type TrainConfig } from '../src/core/config';
+import { validateConfig, type TrainConfig } from '../src/core/config';
+import { applyLive } from '../src/core/live';
 import { buildTrainer, type Resources, type BuildOptions } from '../src/core/ppo/setup';
 import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
 import { memoryFiles } from '../src/core/model/folder';
@@ -201,7 +202,7 @@ describe('PPO trainer', () => {
   it('live changes apply from the next step and show in its metrics; the adaptive controller moves β', async () => {
     const t = await buildTrainer(config(), res(), eReward);
     await t.trainStep();
-    t.setConfig(applyLiveChanges(t.cfg, { klCoef: 0.3, learningRate: 1e-3 }));
+    t.setConfig(applyLive(t.cfg, { klCoef: 0.3, learningRate: 1e-3 }));
     const r = await t.trainStep();
     expect(r.metrics.klCoef).toBe(0.3);
     expect(r.metrics.learningRate).toBe(1e-3);

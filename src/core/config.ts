@@ -728,29 +728,6 @@ export function validateConfig(partial: unknown, source = 'config'): TrainConfig
   return out as unknown as TrainConfig;
 }
 
-/**
- * Apply a change to a running job: only `live` keys may change. Returns the new, validated config.
- */
-export function applyLiveChanges(current: TrainConfig, patch: unknown, source = 'live change'): TrainConfig {
-  if (!isObject(patch))
-    throw new UserError(`${source}: expected an object of config keys, got ${show(patch)}.`);
-  for (const key of Object.keys(patch)) {
-    if (!Object.hasOwn(CONFIG_FIELDS, key)) throw new UserError(unknownKeyMessage(source, key));
-    const f: ConfigField = CONFIG_FIELDS[key as ConfigKey];
-    if (!f.live && !sameValue(patch[key], current[key as ConfigKey])) {
-      const live = CONFIG_KEYS.filter((k) => CONFIG_FIELDS[k].live);
-      throw new UserError(
-        `${source}: "${key}" cannot change on a running job; start a new run. Keys that can: ${live.join(', ')}.`,
-      );
-    }
-  }
-  return validateConfig({ ...current, ...patch }, source);
-}
-
-function sameValue(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Derived sizes: computed in one place (CleanRL style).
 
@@ -851,6 +828,10 @@ function decodeValue(key: ConfigKey, s: string): unknown {
         return bad();
       }
   }
+}
+
+function sameValue(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
 }
 
 /** The config as a URL hash (without '#'): only non-default keys, e.g. `steps=200&klCoef=0.1`. */
