@@ -4,7 +4,7 @@
  * tf.profile, as src/bench/perf/memory.ts measures it) on the CPU backend, for shapes the activation constants
  * were not fitted on.
  */
-import { describe, it, expect, beforeAll } from 'vitest';
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { validateConfig } from '../src/core/config';
@@ -14,8 +14,14 @@ import { ScalarModel } from '../src/core/model/heads';
 import { LoraAdapters, LORA_TARGETS } from '../src/core/model/lora';
 import { PpoTrainer, bucket, type RewardSource } from '../src/core/ppo/trainer';
 import { tokenizerFor } from '../src/core/tokenizer';
+import type { Tokenizer } from '../src/core/tokenizer/types';
+import { lmLoss } from '../src/core/sft';
+import { clippedStep } from '../src/core/optim';
+import { FusedAdamOptimizer } from '../src/core/fused-adam';
+import { registerFastCpuKernels, unregisterFastCpuKernels } from '../src/bench/perf/cpu-kernels';
 import {
   estimateRunMemory,
+  estimateSequenceTrainingMemory,
   formatEstimate,
   loraParamCount,
   paramCount,
@@ -87,12 +93,13 @@ describe('the run estimate', () => {
     expect(e.trainableParams).toBe(P + S);
     expect(e.peakPhase).toBe('update');
     // Update: 3 forwards kept over 4 × 16 tokens (12 layers, 42·768 + 6·12·16 floats per token and layer, and
-    // 12·768 per token outside the blocks) + 9 floats per response logit (4 × 8 × 50257).
+    // 12·768 per token outside the blocks) + 21 floats per response logit (4 × 8 × 50257) + 4 wte-sized tensors
+    // (the gather's and the tied head's kept copies of wte, and their two gradients of it: 50257 × 768).
     const forward = 12 * 64 * (42 * 768 + 6 * 12 * 16) + 12 * 64 * 768;
-    expect(e.parts.activations).toBe(4 * (3 * forward + 9 * 4 * 8 * 50257));
+    expect(e.parts.activations).toBe(4 * (3 * forward + 21 * 4 * 8 * 50257 + 4 * 50257 * 768));
     expect(e.total).toBe(Object.values(e.parts).reduce((a, b) => a + b, 0));
     expect(formatEstimate(e)).toBe(
-      '≈ 4.9 GB: policy 0.50, reference 0.50, value 0.50, Adam 1.99, gradients 1.00, activations 0.37 GB',
+      '≈ 5.5 GB: policy 0.50, reference 0.50, value 0.50, Adam 1.99, gradients 1.00, activations 1.07 GB',
     );
   });
 
@@ -212,5 +219,171 @@ describe('the run estimate', () => {
         rm?.dispose();
       }
     }, 120_000);
+  }
+});
+
+// ---------------------------------------------------------------------------------------------------------
+// Large vocabularies: the logits (B·T·V) and the wte-sized tensors of the backward dominate. The constants were
+// fitted on 1-layer models of width 16 and 64, 2 heads, vocabularies 2048 and 8192 (the slope in V of the
+// measured peak); these shapes (2 layers of width 32 with 4 heads and 2 minibatches; 1 layer of width 48 with 3
+// heads, a 12288 vocabulary and 10 response tokens) were not among them.
+//
+// The random models sample ids past the byte tokenizer's 258: decoded modulo 256 (the text is only for the
+// reward, which counts tokens). tfjs's CPU UnsortedSegmentSum (the gather's gradient) runs 4 kernels per
+// segment, rows · V segments for the log-softmax's gather: minutes here. perf/cpu-kernels.ts's one-pass kernel
+// gives the same tensors (its output is one engine tensor either way: tfjs's per-segment temporaries are the
+// backend's, not counted in tf.memory().numBytes), so the peaks measured are the same, in about a second.
+const wideVocab = (V: number, L: number, C: number, H: number): GPT2Config =>
+  parseGPT2Config({
+    vocab_size: V,
+    n_positions: 64,
+    n_embd: C,
+    n_layer: L,
+    n_head: H,
+    tokenizer: 'bytes',
+    bos_token_id: 256,
+    eos_token_id: 256,
+    pad_token_id: 257,
+  });
+
+function bytesModulo(): Tokenizer {
+  const t = tokenizerFor(bytesShape(1, 8, 1));
+  return {
+    kind: t.kind,
+    vocabSize: t.vocabSize,
+    eosId: t.eosId,
+    padId: t.padId,
+    encode: (text) => t.encode(text),
+    decode: (ids) => t.decode(ids.map((i) => i % 256)),
+    decodeToken: (i) => t.decodeToken(i % 256),
+  };
+}
+
+const within25 = (estimate: number, measured: number) =>
+  expect(
+    Math.abs(estimate - measured) / measured,
+    `estimate ${estimate} vs measured ${measured}`,
+  ).toBeLessThan(0.25);
+
+describe('the estimate with a large vocabulary (measured on the CPU backend, within 25%)', () => {
+  beforeAll(() => registerFastCpuKernels());
+  afterAll(() => unregisterFastCpuKernels());
+
+  const shapes = [
+    {
+      name: 'V 8192, 2 layers, width 32, 4 heads',
+      V: 8192,
+      L: 2,
+      C: 32,
+      H: 4,
+      B: 4,
+      mbs: 2,
+      R: 6,
+      sft: [2, 24],
+    },
+    {
+      name: 'V 12288, 1 layer, width 48, 3 heads',
+      V: 12288,
+      L: 1,
+      C: 48,
+      H: 3,
+      B: 2,
+      mbs: 1,
+      R: 10,
+      sft: [1, 32],
+    },
+  ];
+  for (const k of shapes) {
+    for (const lora of [false, true]) {
+      it(`a ${lora ? 'LoRA (r 4, shared value model)' : 'full fine-tuning'} PPO step: ${k.name}`, async () => {
+        const config = wideVocab(k.V, k.L, k.C, k.H);
+        const cfg = validateConfig(
+          {
+            model: 'random',
+            task: null,
+            prompts: ['the movie was really', 'a film that i thought', 'this story is quite'],
+            reward: 'length',
+            batchSize: k.B,
+            miniBatches: k.mbs,
+            ppoEpochs: 1,
+            responseLength: k.R,
+            stopToken: null,
+            seed: 3,
+            ...(lora ? { lora: 4 } : {}),
+          },
+          'size test',
+        );
+        const base = tf.memory().numBytes;
+        let policy: GPT2, ref: GPT2, value: ScalarModel;
+        if (lora) {
+          // As buildTrainer builds it: the frozen base is the reference; policy and value are views with adapters.
+          ref = GPT2.random(config, 1, false, 'base');
+          policy = ref.withLora(LoraAdapters.create(config, cfg, 3, 'policy'), 'policy');
+          value = ScalarModel.onSharedBase(
+            policy.base,
+            LoraAdapters.create(config, cfg, 4, 'value'),
+            'value',
+          );
+        } else {
+          policy = GPT2.random(config, 1, true, 'policy');
+          ref = policy.clone(false, 'ref');
+          value = ScalarModel.fromTrunk(policy, true, 'value');
+        }
+        const reward: RewardSource = { kind: 'fn', fn: (s) => s.responseTokens.length, label: 'tokens' };
+        const trainer = new PpoTrainer(cfg, { policy, ref, value, reward }, bytesModulo(), cfg.prompts!);
+        try {
+          await trainer.trainStep(); // Adam's moments exist from here on
+          const prof = await tf.profile(async () => {
+            await trainer.trainStep();
+            return [];
+          });
+          const promptLength = bucket(
+            Math.max(...trainer.promptTokens.map((p) => p.length)),
+            config.n_positions - k.R,
+          );
+          const opts: RunMemoryOptions = lora
+            ? { lora: { r: 4, targets: cfg.loraTargets }, valueModel: 'shared', rewardModel: false }
+            : { valueModel: 'separate', rewardModel: false };
+          const run = { batchSize: k.B, miniBatches: k.mbs, promptLength, responseLength: k.R };
+          const e = estimateRunMemory(config, run, opts);
+          expect(e.peakPhase).toBe('update');
+          within25(e.total, prof.peakBytes - base);
+        } finally {
+          trainer.dispose();
+          policy.dispose();
+          ref.dispose();
+          value.dispose();
+        }
+      }, 60_000);
+    }
+
+    it(`an SFT step (batch ${k.sft[0]}, ${k.sft[1]} tokens): ${k.name}`, async () => {
+      const config = wideVocab(k.V, k.L, k.C, k.H);
+      const [B, T] = k.sft;
+      const base = tf.memory().numBytes;
+      const model = GPT2.random(config, 1, true, 'policy');
+      const opt = new FusedAdamOptimizer(1e-3, 0.9, 0.95, 1e-8);
+      const vars = model.trainableVariables();
+      // Windows of T + 1 tokens (inputs and next-token targets), as trainSft builds them.
+      const windows = tf.randomUniform([B, T + 1], 0, k.V, 'int32', 7) as tf.Tensor2D;
+      const step = () => {
+        const r = clippedStep(opt, vars, () => [lmLoss(model, windows)], 1);
+        tf.dispose([r.scalars, r.gradNorm]);
+      };
+      try {
+        step(); // Adam's moments exist from here on
+        const prof = await tf.profile(async () => {
+          step();
+          return [];
+        });
+        const measured = prof.peakBytes - base - windows.size * 4;
+        const e = estimateSequenceTrainingMemory(config, { sequences: B, seqLen: T, head: 'lm' });
+        within25(e.total, measured);
+      } finally {
+        windows.dispose();
+        opt.dispose();
+        model.dispose();
+      }
+    }, 60_000);
   }
 });

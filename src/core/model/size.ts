@@ -16,8 +16,24 @@
  *                for its backward, plus the gradients), from batch × (prompt + response) × width × layers, the
  *                attention scores and the logits B·T·V. With gradients counted apart, a peak in the generate or
  *                score phase (gradients not live) shows as activations = peak − gradients.
- * The activation constants count tensors as `tf.memory().numBytes` does (a reshape's view counts again); they
- * are checked against measured peaks on the CPU backend (tests/size.test.ts, within 25%).
+ * The activation constants count tensors as `tf.memory().numBytes` does (a reshape's view counts again, and so
+ * does the copy tfjs's autodiff keeps of every input a gradient needs, even where the backend shares its buffer);
+ * they are checked against measured peaks on the CPU backend (tests/size.test.ts, within 25%, for a bytes
+ * vocabulary of 258 and vocabularies of 8192 and more).
+ *
+ * With a large vocabulary (GPT-2's 50257) two terms dominate the update's activations, and both are counted:
+ *   - the logits-sized tensors, B·T·V (T: the response tokens in PPO, every position in SFT): the logits, the
+ *     log-softmax's (max-shifted, exp, flattened for the gather) and, in PPO, the entropy's (softmax, product),
+ *     each with autodiff's kept copy, then the backward's gradient of each, all held until the backward's tidy
+ *     ends (LOGITS_UPDATE for PPO's policy loss, LOGITS_LM_LOSS for SFT's next-token loss);
+ *   - wte-sized tensors, V·C: the token embedding's gather and the tied LM head's product each keep a copy of
+ *     wte for the backward (WTE_TAPE_COPIES), and when wte trains (full fine-tuning, SFT) the head's and the
+ *     gather's gradients of wte are both held besides their sum, the gradient (WTE_PARTIAL_GRADIENTS). Under LoRA
+ *     the base is frozen: no wte gradient, but the copies are kept all the same (measured).
+ * Both fitted on 1-layer models (width 16 and 64, vocabularies 2048 and 8192: the slope of the measured peak in V
+ * separates B·T·V from V·C) and checked on others: full PPO reads ≈ 5% high (every gradient is counted at once;
+ * the value model's come after the policy's peak), LoRA PPO and SFT within 3%.
+ * See docs/engine.md for the step these tensors belong to and docs/tfjs.md for the backends' kernels.
  */
 import type { GPT2Config } from './config';
 import { trunkParamSpecs, scoreHeadSpecs } from './specs';
@@ -121,8 +137,18 @@ export const ACT_PER_HT = 6;
 export const ACT_OUTSIDE_BLOCKS = 12;
 /** Floats per response token per vocabulary entry: the logits and the log-softmax of one LM while scoring. */
 export const LOGITS_SCORE = 3;
-/** The same while updating: the logits, log-softmax, entropy terms and their gradients. */
-export const LOGITS_UPDATE = 9;
+/**
+ * The same while updating the policy (PPO's loss): the logits, the log-softmax's and the entropy's tensors, the
+ * copies autodiff keeps of them, and their gradients, all live until the backward's tidy ends. Fitted on the CPU
+ * backend with vocabularies of 2048 and 8192 (the slope of the measured peak in V), checked on other shapes.
+ */
+export const LOGITS_UPDATE = 21;
+/** Floats per token per vocabulary entry of SFT's next-token loss (the log-softmax only, no entropy): as above. */
+export const LOGITS_LM_LOSS = 13;
+/** Copies of the token embedding wte ([V, C]) kept for a backward through an LM: the gather's and the tied head's. */
+export const WTE_TAPE_COPIES = 2;
+/** wte-sized gradients held besides wte's gradient when it trains: the tied head's and the gather's, summed. */
+export const WTE_PARTIAL_GRADIENTS = 2;
 /** Forward-sized sets of tensors a backward holds: the forward's, kept on the tape, and the gradients tfjs keeps
  * until the backward ends (it runs inside one tidy). */
 export const UPDATE_FORWARDS = 3;
@@ -139,7 +165,7 @@ function forwardFloats(c: Shape, n: number, T: number): number {
 export function phaseFloats(
   c: Shape,
   run: RunShape,
-  models: { scorers: number },
+  models: { scorers: number; wteTrains?: boolean },
 ): Record<MemoryPhase, number> {
   const T = run.promptLength + run.responseLength;
   const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
@@ -152,9 +178,18 @@ export function phaseFloats(
     2 * run.batchSize * V;
   // Scoring: every model's forward over a minibatch in one tidy, the two LMs' response logits.
   const score = models.scorers * forwardFloats(c, mb, T) + LOGITS_SCORE * 2 * mb * run.responseLength * V;
-  // Update: one model's forward kept for its backward, the backward's transients, the response logits.
-  const update = UPDATE_FORWARDS * forwardFloats(c, mb, T) + LOGITS_UPDATE * mb * run.responseLength * V;
+  // Update: one model's forward kept for its backward, the backward's transients, the response logits, and the
+  // wte-sized tensors of the backward through the policy (full fine-tuning unless told otherwise).
+  const update =
+    UPDATE_FORWARDS * forwardFloats(c, mb, T) +
+    LOGITS_UPDATE * mb * run.responseLength * V +
+    (mb > 0 ? wteFloats(c, models.wteTrains ?? true) : 0); // no batch, no backward
   return { generate, score, update };
+}
+
+/** wte-sized floats a backward through an LM holds beyond the weights and the gradient (see above). */
+function wteFloats(c: Shape, trains: boolean): number {
+  return (WTE_TAPE_COPIES + (trains ? WTE_PARTIAL_GRADIENTS : 0)) * c.vocab_size * c.n_embd;
 }
 
 /** The memory a training run holds at its peak, broken down (bytes). */
@@ -195,7 +230,7 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
   const rewardModel = opts.rewardModel ? S : 0;
   // The models that run a forward while scoring: policy, reference, value (a trunk of its own), reward model.
   const scorers = 2 + (opts.valueModel === 'separate' ? 1 : 0) + (opts.rewardModel ? 1 : 0);
-  const phases = phaseFloats(c, run, { scorers });
+  const phases = phaseFloats(c, run, { scorers, wteTrains: !lora });
   // Gradients are live during the update only: the peak is the largest of generate, score, update + gradients.
   const withGrads = { ...phases, update: phases.update + trainable };
   const peakPhase = (Object.keys(withGrads) as MemoryPhase[]).reduce((a, b) =>
@@ -263,7 +298,12 @@ export function estimateSequenceTrainingMemory(
 ): MemoryEstimate {
   const P = o.head === 'lm' ? paramCount(c) : scalarParamCount(c);
   const T = Math.min(c.n_positions, o.seqLen);
-  const logits = o.head === 'lm' ? LOGITS_UPDATE * o.sequences * T * c.vocab_size : 0;
+  // An LM: the logits of every position, and wte's copies and partial gradients (it trains). A scalar model
+  // uses wte in the gather only: one copy kept, and the gather's gradient is wte's gradient itself.
+  const logits =
+    o.head === 'lm'
+      ? LOGITS_LM_LOSS * o.sequences * T * c.vocab_size + wteFloats(c, true)
+      : c.vocab_size * c.n_embd;
   const floats = UPDATE_FORWARDS * forwardFloats(c, o.sequences, T) + logits;
   return estimateOf(
     {
