@@ -8,7 +8,7 @@ import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { validateConfig, derived, type TrainConfig } from '../src/core/config';
 import { applyLive } from '../src/core/live';
-import { buildTrainer, REWARD_FILE, type Resources, type BuildOptions } from '../src/core/ppo/setup';
+import { buildTrainer, REWARD_FILE, type Resources } from '../src/core/ppo/setup';
 import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
 import {
   memoryFiles,
@@ -19,43 +19,22 @@ import {
 } from '../src/core/model/folder';
 import { ScalarModel } from '../src/core/model/heads';
 import { nodeFiles } from '../src/cli/files-node';
-import { loadTaskNode } from '../src/cli/tasks-node';
 import { pickTokens, filterLogits } from '../src/core/model/sampling';
 import { AdaptiveKlController } from '../src/core/ppo/kl';
 import { REWARD_STATS_FILE } from '../src/core/reward/reward-model';
 import { jointGuardedStep } from '../src/core/ppo/update';
 import { Rng } from '../src/core/rng';
+import { tinyResources, tinyConfig, meanByteReward } from './helpers/trainer-fixture';
 
 let dir: string;
 let rmFiles: Map<string, Uint8Array>;
 const RM_MEAN = 0.75;
 
-const res = (extra: Record<string, ModelFiles> = {}): Resources => ({
-  modelFiles: (p) => extra[p] ?? nodeFiles(p === 'tiny-test' ? dir : p),
-  loadTask: loadTaskNode,
-});
-const eReward: BuildOptions = {
-  rewardFn: {
-    label: 'mean-byte',
-    fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / (256 * s.responseTokens.length),
-  },
-};
+const res = (extra: Record<string, ModelFiles> = {}): Resources => tinyResources(() => dir, extra);
+const eReward = meanByteReward;
 
 function config(over: Partial<TrainConfig> = {}): TrainConfig {
-  return validateConfig({
-    model: 'tiny-test',
-    task: null,
-    prompts: ['Hello', 'The day', 'We', 'A long time ago'],
-    seed: 3,
-    steps: 4,
-    batchSize: 4,
-    miniBatches: 2,
-    ppoEpochs: 2,
-    responseLength: 8,
-    learningRate: 3e-3,
-    valueLearningRate: 3e-3,
-    ...over,
-  });
+  return tinyConfig(over);
 }
 
 async function weights(vars: tf.Variable[]): Promise<number[]> {

@@ -2,44 +2,21 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { validateConfig, type TrainConfig } from '../src/core/config';
+import type { TrainConfig } from '../src/core/config';
 import { applyLive } from '../src/core/live';
-import { buildTrainer, type Resources, type BuildOptions } from '../src/core/ppo/setup';
+import { buildTrainer, type Resources } from '../src/core/ppo/setup';
 import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
 import { memoryFiles } from '../src/core/model/folder';
-import { nodeFiles } from '../src/cli/files-node';
-import { loadTaskNode } from '../src/cli/tasks-node';
 import { REQUIRED_METRICS, type StepMetrics } from '../src/core/ppo/metrics';
 import { rolloutDump } from '../src/core/ppo/rollout';
+import { tinyResources, tinyConfig, meanByteReward } from './helpers/trainer-fixture';
 
 let dir: string;
-const res = (): Resources => ({
-  modelFiles: (p) => nodeFiles(p === 'tiny-test' ? dir : p),
-  loadTask: loadTaskNode,
-});
-/** A dense reward a random model can move: the mean byte value of the response, in [0, 1]. */
-const eReward: BuildOptions = {
-  rewardFn: {
-    label: 'mean-byte',
-    fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / (256 * s.responseTokens.length),
-  },
-};
+const res = (): Resources => tinyResources(() => dir);
+const eReward = meanByteReward;
 
 function config(over: Partial<TrainConfig> = {}): TrainConfig {
-  return validateConfig({
-    model: 'tiny-test',
-    task: null,
-    prompts: ['Hello', 'The day', 'We', 'A long time ago'],
-    seed: 3,
-    steps: 4,
-    batchSize: 4,
-    miniBatches: 2,
-    ppoEpochs: 2,
-    responseLength: 8,
-    learningRate: 3e-3,
-    valueLearningRate: 3e-3,
-    ...over,
-  });
+  return tinyConfig(over);
 }
 
 const TIMING = new Set(['tokensPerSecond', 'timeGenerate', 'timeScore', 'timeUpdate', 'timeStep']);

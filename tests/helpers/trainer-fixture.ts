@@ -1,0 +1,44 @@
+/**
+ * The tiny-trainer fixture shared by the trainer tests (trainer, lora-trainer, engine-audit, algorithms):
+ * resources that open the test's tiny model folder as "tiny-test", a dense reward a random model can move, and
+ * the small config those tests start from.
+ */
+import { validateConfig, type TrainConfig } from '../../src/core/config';
+import type { Resources, BuildOptions } from '../../src/core/ppo/setup';
+import type { ModelFiles } from '../../src/core/model/folder';
+import { nodeFiles } from '../../src/cli/files-node';
+import { loadTaskNode } from '../../src/cli/tasks-node';
+
+/** Resources where "tiny-test" is the folder `dir()` names (read when a model is opened), plus `extra` by name. */
+export function tinyResources(dir: () => string, extra: Record<string, ModelFiles> = {}): Resources {
+  return {
+    modelFiles: (p) => extra[p] ?? nodeFiles(p === 'tiny-test' ? dir() : p),
+    loadTask: loadTaskNode,
+  };
+}
+
+/** A dense reward a random model can move: the mean byte value of the response, in [0, 1]. */
+export const meanByteReward: BuildOptions = {
+  rewardFn: {
+    label: 'mean-byte',
+    fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / (256 * s.responseTokens.length),
+  },
+};
+
+/** The trainer tests' config: 4 prompts, batch 4 in 2 minibatches × 2 epochs, 8 tokens, a large learning rate. */
+export function tinyConfig(over: Partial<TrainConfig> = {}): TrainConfig {
+  return validateConfig({
+    model: 'tiny-test',
+    task: null,
+    prompts: ['Hello', 'The day', 'We', 'A long time ago'],
+    seed: 3,
+    steps: 4,
+    batchSize: 4,
+    miniBatches: 2,
+    ppoEpochs: 2,
+    responseLength: 8,
+    learningRate: 3e-3,
+    valueLearningRate: 3e-3,
+    ...over,
+  });
+}
