@@ -10,12 +10,10 @@ import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { derived, validateConfig, type Algorithm, type TrainConfig } from '../src/core/config';
-import { buildTrainer, type Resources, type BuildOptions } from '../src/core/ppo/setup';
+import { buildTrainer, type Resources } from '../src/core/ppo/setup';
 import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
 import { memoryFiles } from '../src/core/model/folder';
 import { readSafetensors } from '../src/core/model/safetensors';
-import { nodeFiles } from '../src/cli/files-node';
-import { loadTaskNode } from '../src/cli/tasks-node';
 import { REQUIRED_METRICS, NULLABLE_METRICS, type StepMetrics } from '../src/core/ppo/metrics';
 import { rolloutDump, type RolloutDump } from '../src/core/ppo/rollout';
 import { healthAlerts } from '../src/core/ppo/health';
@@ -30,6 +28,7 @@ import {
 } from '../src/core/ppo/advantages';
 import { aggregateLossT, clipFractions, k3PerToken, klTermLoss } from '../src/core/ppo/losses';
 import * as sampling from '../src/core/model/sampling';
+import { tinyResources, meanByteReward } from './helpers/trainer-fixture';
 
 // Count the trainer's generate calls (the real function runs underneath).
 vi.mock('../src/core/model/sampling', async (importOriginal) => {
@@ -308,17 +307,8 @@ describe('health: groups that score the same', () => {
 // The trainer, on a tiny random model (CPU).
 
 let dir: string;
-const res = (): Resources => ({
-  modelFiles: (p) => nodeFiles(p === 'tiny-test' ? dir : p),
-  loadTask: loadTaskNode,
-});
-/** A dense reward a random model can move: the mean byte value of the response, in [0, 1]. */
-const eReward: BuildOptions = {
-  rewardFn: {
-    label: 'mean-byte',
-    fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / (256 * s.responseTokens.length),
-  },
-};
+const res = (): Resources => tinyResources(() => dir);
+const eReward = meanByteReward;
 const ALGOS: Algorithm[] = ['ppo', 'grpo', 'rloo', 'reinforce++'];
 const TIMING = new Set(['tokensPerSecond', 'timeGenerate', 'timeScore', 'timeUpdate', 'timeStep']);
 
