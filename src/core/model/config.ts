@@ -161,10 +161,3 @@ export function configToJson(c: GPT2Config): Record<string, unknown> {
   if (c.pad_token_id !== undefined) out.pad_token_id = c.pad_token_id;
   return out;
 }
-
-/** Parameter count of the LM (tied head counted once). */
-export function parameterCount(c: GPT2Config): number {
-  const C = c.n_embd;
-  const perBlock = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
-  return c.vocab_size * C + c.n_positions * C + c.n_layer * perBlock + 2 * C;
-}
