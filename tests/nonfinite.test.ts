@@ -2,7 +2,8 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { guardedStep, allFinite } from '../src/core/optim';
+import { allFinite } from '../src/core/optim';
+import { jointGuardedStep } from '../src/core/ppo/update';
 import { validateConfig } from '../src/core/config';
 import { buildTrainer } from '../src/core/ppo/setup';
 import { checkpointFiles } from '../src/core/checkpoint';
@@ -12,19 +13,19 @@ import { loadTaskNode } from '../src/cli/tasks-node';
 describe('non-finite guard', () => {
   beforeAll(useCpu);
 
-  it('guardedStep skips a NaN loss: weights and Adam moments unchanged', async () => {
+  it('the guarded update skips a NaN loss: weights and Adam moments unchanged', async () => {
     const w = tf.variable(tf.tensor1d([1, 2, 3]), true, 'guard_w');
     const opt = tf.train.adam(0.1);
-    const good = await guardedStep(opt, [w], () => [tf.sum(tf.square(w)) as tf.Scalar], 1);
+    const step = (loss: () => tf.Scalar) =>
+      jointGuardedStep([{ optimizer: opt, vars: [w], objective: () => ({ loss: loss(), stats: {} }) }], 1);
+    const good = await step(() => tf.sum(tf.square(w)) as tf.Scalar);
     expect(good.applied).toBe(true);
-    tf.dispose([good.scalars, good.gradNorm]);
     const before = Array.from(await w.data());
     const momentsBefore = await Promise.all(
       (await opt.getWeights()).map(async (x) => Array.from(await x.tensor.data())),
     );
-    const bad = await guardedStep(opt, [w], () => [tf.mul(tf.sum(w), NaN) as tf.Scalar], 1);
+    const bad = await step(() => tf.mul(tf.sum(w), NaN) as tf.Scalar);
     expect(bad.applied).toBe(false);
-    tf.dispose([bad.scalars, bad.gradNorm]);
     expect(Array.from(await w.data())).toEqual(before);
     const momentsAfter = await Promise.all(
       (await opt.getWeights()).map(async (x) => Array.from(await x.tensor.data())),

@@ -3,13 +3,12 @@
  * variableGrads(f, vars) → check → clip by the global norm → applyGradients → dispose.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { hasScaledApply } from './fused-adam';
 
 export interface StepResult {
   /** The loss before the update, plus any extra scalars the loss function returned. */
   scalars: tf.Tensor1D;
   gradNorm: tf.Scalar;
-  /** false when the loss or the gradient norm was NaN/Inf and the update was skipped (guarded steps only). */
+  /** Always true here: the guarded update that can skip a NaN/Inf step is jointGuardedStep (ppo/update.ts). */
   applied: boolean;
 }
 
@@ -68,32 +67,6 @@ export function clippedStep(
 export function clipScale(norm: number, maxGradNorm: number): number {
   if (!(maxGradNorm > 0)) return 1;
   return Math.min(1, Math.fround(Math.fround(maxGradNorm) / Math.fround(norm + 1e-6)));
-}
-
-/**
- * Like clippedStep, but reads the loss and the gradient norm back (two scalars) before applying, and skips
- * the update when either is NaN/Inf — so a bad batch never reaches the weights or the Adam moments.
- */
-export async function guardedStep(
-  optimizer: tf.Optimizer,
-  vars: tf.Variable[],
-  lossFn: () => tf.Scalar[],
-  maxGradNorm: number,
-): Promise<StepResult> {
-  const { value, extras, grads, norm } = gradsAndNorm(vars, lossFn);
-  const check = tf.tidy(() => tf.stack([value, norm]));
-  const [loss, n] = await check.data();
-  check.dispose();
-  const ok = Number.isFinite(loss) && Number.isFinite(n);
-  if (ok) {
-    // The norm is on the host already: the fused Adam scales inside its kernel (no multiply per variable).
-    if (hasScaledApply(optimizer)) optimizer.applyScaled(grads, clipScale(n, maxGradNorm));
-    else apply(optimizer, grads, norm, maxGradNorm);
-  }
-  const scalars = tf.tidy(() => tf.stack([value, ...extras]) as tf.Tensor1D);
-  tf.dispose([value, ...extras]);
-  tf.dispose(grads);
-  return { scalars, gradNorm: norm, applied: ok };
 }
 
 /** True when every value of every variable is finite (one reduction, one readback). */
