@@ -15,7 +15,8 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { GPT2Config } from './config';
 import { trunkParamSpecs, type ParamSpec } from './specs';
 import { UserError } from '../errors';
-import { conv1d, geluNew, layerNorm, mergedConv1dWeight } from './ops';
+import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './ops';
+import { attend, causalPaddingBias, causalSelfAttention, MASKED, splitHeads } from './attention';
 import { LoraAdapters, loraModuleShape } from './lora';
 
 export { layerNorm, layerNormPlain, geluNew, geluNewPlain } from './ops';
@@ -68,9 +69,6 @@ export function embeddingChunks(
 export function wteChunkName(k: number): string {
   return `wte.weight.chunk${k}`;
 }
-
-/** Large negative bias for masked attention scores (finite, so fully-masked pad rows stay finite). */
-const MASKED = -1e9;
 
 /** Per-layer keys and values, each [B, nh, S, hs]. */
 export type LayerKV = {
@@ -321,34 +319,13 @@ export class GPT2 {
     return this.lora.lowRank(weightName.slice(0, -'.weight'.length));
   }
 
-  /** Conv1D `module` of block i (`attn.c_attn`, …): x [N, in] · W [in, out] + b, plus LoRA when adapted. */
-  private linear(x: tf.Tensor2D, i: number, module: string): tf.Tensor2D {
-    const key = `h.${i}.${module}`;
-    return conv1d(x, this.p(`${key}.weight`), this.p(`${key}.bias`), this.lora?.lowRank(key));
-  }
-
-  /** [B·T, C] → [B, nh, T, hs] */
-  private splitHeads(x: tf.Tensor2D, B: number, T: number): tf.Tensor4D {
-    const nh = this.config.n_head;
-    const hs = this.config.n_embd / nh;
-    return tf.transpose(tf.reshape(x, [B, T, nh, hs]), [0, 2, 1, 3]);
-  }
-
   /**
-   * Attention of queries over keys/values with an additive bias.
-   * q [B, nh, Tq, hs], k/v [B, nh, Tk, hs], bias broadcastable to [B, 1, Tq, Tk] → [B·Tq, C].
+   * Conv1D `module` of block i (`attn.c_attn`, …): x [N, in] · W [in, out] + b, plus LoRA when adapted, then
+   * the epilogue (gelu_new, a residual add) when asked.
    */
-  private attend(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, bias: tf.Tensor): tf.Tensor2D {
-    const [B, nh, Tq, hs] = q.shape;
-    const Tk = k.shape[2];
-    const q3 = tf.reshape(q, [B * nh, Tq, hs]);
-    const k3 = tf.reshape(k, [B * nh, Tk, hs]);
-    const v3 = tf.reshape(v, [B * nh, Tk, hs]);
-    const scores = tf.mul(tf.matMul(q3, k3, false, true), 1 / Math.sqrt(hs)); // [B·nh, Tq, Tk]
-    const masked = tf.add(tf.reshape(scores, [B, nh, Tq, Tk]), bias);
-    const att = tf.softmax(masked, -1);
-    const y = tf.matMul(tf.reshape(att, [B * nh, Tq, Tk]), v3); // [B·nh, Tq, hs]
-    return tf.reshape(tf.transpose(tf.reshape(y, [B, nh, Tq, hs]), [0, 2, 1, 3]), [B * Tq, nh * hs]);
+  private linear(x: tf.Tensor2D, i: number, module: string, epilogue?: Conv1dEpilogue): tf.Tensor2D {
+    const key = `h.${i}.${module}`;
+    return conv1d(x, this.p(`${key}.weight`), this.p(`${key}.bias`), this.lora?.lowRank(key), epilogue);
   }
 
   /**
@@ -385,23 +362,19 @@ export class GPT2 {
   }
 
   /**
-   * Transformer block i on x [N, C]. `attention` maps this block's q, k, v [N, C] to the attended values
-   * [N, C]: the full forward attends within the batch, the decode step writes k, v into its cache first.
+   * Transformer block i on x [N, C]. `attention` maps this block's fused q|k|v projection [N, 3C] to the
+   * attended values [N, C]: the full forward attends within the batch (model/attention.ts), the decode step
+   * writes k, v into its cache first. The residual adds and gelu_new go through conv1d's epilogue options
+   * (ops.ts), so a backend with fused kernels can do them in the matmul's dispatch.
    */
-  private block(
-    x: tf.Tensor2D,
-    i: number,
-    attention: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D,
-  ): tf.Tensor2D {
+  private block(x: tf.Tensor2D, i: number, attention: (qkv: tf.Tensor2D) => tf.Tensor2D): tf.Tensor2D {
     const eps = this.config.layer_norm_epsilon;
     const h = layerNorm(x, this.p(`h.${i}.ln_1.weight`), this.p(`h.${i}.ln_1.bias`), eps) as tf.Tensor2D;
-    const qkv = this.linear(h, i, 'attn.c_attn'); // [N, 3C]
-    const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
-    const y = attention(q, k, v);
-    const x1 = tf.add(x, this.linear(y, i, 'attn.c_proj')) as tf.Tensor2D;
+    const y = attention(this.linear(h, i, 'attn.c_attn')); // [N, 3C] → [N, C]
+    const x1 = this.linear(y, i, 'attn.c_proj', { residual: x });
     const h2 = layerNorm(x1, this.p(`h.${i}.ln_2.weight`), this.p(`h.${i}.ln_2.bias`), eps) as tf.Tensor2D;
-    const m = this.linear(geluNew(this.linear(h2, i, 'mlp.c_fc')) as tf.Tensor2D, i, 'mlp.c_proj');
-    return tf.add(x1, m) as tf.Tensor2D;
+    const a = this.linear(h2, i, 'mlp.c_fc', { activation: 'gelu_new' });
+    return this.linear(a, i, 'mlp.c_proj', { residual: x1 });
   }
 
   private finalNorm(x: tf.Tensor2D): tf.Tensor2D {
@@ -431,19 +404,13 @@ export class GPT2 {
     const maskF = tf.cast(mask, 'float32');
     const positions = tf.cast(tf.maximum(tf.sub(tf.cumsum(maskF, 1), 1), 0), 'int32');
     // Causal and key-padding mask as one additive bias [B, 1, T, T].
-    const causal = tf.linalg.bandPart(tf.ones([T, T]), -1, 0); // lower triangle incl. diagonal
-    const allowed = tf.mul(tf.reshape(causal, [1, 1, T, T]), tf.reshape(maskF, [B, 1, 1, T]));
-    const bias = tf.mul(tf.sub(1, allowed), MASKED);
+    const bias = causalPaddingBias(maskF as tf.Tensor2D);
 
     let x = this.embed(ids, positions);
     for (let i = 0; i < c.n_layer; i++) {
-      x = this.block(x, i, (q, k, v) => {
-        const q4 = this.splitHeads(q, B, T);
-        const k4 = this.splitHeads(k, B, T);
-        const v4 = this.splitHeads(v, B, T);
-        if (collectKV) collectKV.push({ k: k4, v: v4 });
-        return this.attend(q4, k4, v4, bias);
-      });
+      x = this.block(x, i, (qkv) =>
+        causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head, collectKV),
+      );
     }
     return this.finalNorm(x);
   }
@@ -488,11 +455,12 @@ export class GPT2 {
     let x = this.embed(ids, positions); // [B, C]
     const next: LayerKV[] = [];
     for (let i = 0; i < c.n_layer; i++) {
-      x = this.block(x, i, (q, k, v) => {
-        const k4 = tf.add(cache[i].k, tf.mul(this.splitHeads(k, B, 1), oh)) as tf.Tensor4D; // write slot
-        const v4 = tf.add(cache[i].v, tf.mul(this.splitHeads(v, B, 1), oh)) as tf.Tensor4D;
+      x = this.block(x, i, (qkv) => {
+        const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
+        const k4 = tf.add(cache[i].k, tf.mul(splitHeads(k, B, 1, c.n_head), oh)) as tf.Tensor4D; // write slot
+        const v4 = tf.add(cache[i].v, tf.mul(splitHeads(v, B, 1, c.n_head), oh)) as tf.Tensor4D;
         next.push({ k: k4, v: v4 });
-        return this.attend(this.splitHeads(q, B, 1), k4, v4, bias);
+        return attend(splitHeads(q, B, 1, c.n_head), k4, v4, bias);
       });
     }
     return { hidden: this.finalNorm(x), cache: next };

@@ -94,17 +94,35 @@ export interface LowRank {
   scaling: number;
 }
 
+/** What follows a Conv1D's matmul + bias in GPT-2's block: gelu_new (mlp.c_fc), a residual add (the projections). */
+export interface Conv1dEpilogue {
+  activation?: 'gelu_new';
+  /** [N, out], added after the activation. */
+  residual?: tf.Tensor2D;
+}
+
 /**
  * GPT-2's Conv1D: x [N, in] · W [in, out] + bias, plus, with a LoRA pair, PEFT's
  * ((x · Aᵀ) · scaling) · Bᵀ, never forming W + (B·A)ᵀ·scaling (the merged weight) in the forward: the extra
  * cost is two thin matmuls through [N, r], and the backward gives A and B their gradients without a
- * [in, out] weight gradient. Without a pair it is exactly today's `x·W + b` (the same kernels).
+ * [in, out] weight gradient. Then the epilogue: gelu_new(y) and/or residual + y. Without a pair and epilogue
+ * it is exactly `x·W + b` (the same kernels).
  */
-export function conv1d(x: tf.Tensor2D, w: tf.Tensor, bias: tf.Tensor, lowRank?: LowRank | null): tf.Tensor2D {
-  const y = tf.add(tf.matMul(x, w as tf.Tensor2D), bias) as tf.Tensor2D;
-  if (!lowRank) return y;
-  const down = tf.mul(tf.matMul(x, lowRank.a, false, true), lowRank.scaling); // [N, r]
-  return tf.add(y, tf.matMul(down as tf.Tensor2D, lowRank.b, false, true)) as tf.Tensor2D;
+export function conv1d(
+  x: tf.Tensor2D,
+  w: tf.Tensor,
+  bias: tf.Tensor,
+  lowRank?: LowRank | null,
+  epilogue?: Conv1dEpilogue,
+): tf.Tensor2D {
+  let y = tf.add(tf.matMul(x, w as tf.Tensor2D), bias) as tf.Tensor2D;
+  if (lowRank) {
+    const down = tf.mul(tf.matMul(x, lowRank.a, false, true), lowRank.scaling); // [N, r]
+    y = tf.add(y, tf.matMul(down as tf.Tensor2D, lowRank.b, false, true)) as tf.Tensor2D;
+  }
+  if (epilogue?.activation === 'gelu_new') y = geluNew(y) as tf.Tensor2D;
+  if (epilogue?.residual) y = tf.add(epilogue.residual, y) as tf.Tensor2D;
+  return y;
 }
 
 /** W + (B·A)ᵀ·scaling: the merged Conv1D weight [in, out] (for export, never the training path). */

@@ -1,0 +1,69 @@
+/**
+ * GPT-2's causal self-attention on the fused q|k|v projection, as plain tfjs ops: split heads, scores
+ * q·kᵀ/√hs plus an additive mask (causal and key padding, MASKED where not allowed), softmax, weighted sum of
+ * the values, heads merged back. The trunk's forward goes through `causalSelfAttention`; the KV-cache decode
+ * step calls `attend` with its cache (model/gpt2.ts). On WebGPU a fused kernel may take `causalSelfAttention`'s
+ * place; this file is its reference (docs/tfjs.md, dispatch counts).
+ */
+import * as tf from '@tensorflow/tfjs-core';
+
+/** Large negative bias for masked attention scores (finite, so fully-masked pad rows stay finite). */
+export const MASKED = -1e9;
+
+/** [B·T, C] → [B, nh, T, hs] */
+export function splitHeads(x: tf.Tensor2D, B: number, T: number, nh: number): tf.Tensor4D {
+  const hs = x.shape[1] / nh;
+  return tf.transpose(tf.reshape(x, [B, T, nh, hs]), [0, 2, 1, 3]);
+}
+
+/**
+ * Attention of queries over keys/values with an additive bias.
+ * q [B, nh, Tq, hs], k/v [B, nh, Tk, hs], bias broadcastable to [B, 1, Tq, Tk] → [B·Tq, C].
+ */
+export function attend(q: tf.Tensor4D, k: tf.Tensor4D, v: tf.Tensor4D, bias: tf.Tensor): tf.Tensor2D {
+  const [B, nh, Tq, hs] = q.shape;
+  const Tk = k.shape[2];
+  const q3 = tf.reshape(q, [B * nh, Tq, hs]);
+  const k3 = tf.reshape(k, [B * nh, Tk, hs]);
+  const v3 = tf.reshape(v, [B * nh, Tk, hs]);
+  const scores = tf.mul(tf.matMul(q3, k3, false, true), 1 / Math.sqrt(hs)); // [B·nh, Tq, Tk]
+  const masked = tf.add(tf.reshape(scores, [B, nh, Tq, Tk]), bias);
+  const att = tf.softmax(masked, -1);
+  const y = tf.matMul(tf.reshape(att, [B * nh, Tq, Tk]), v3); // [B·nh, Tq, hs]
+  return tf.reshape(tf.transpose(tf.reshape(y, [B, nh, Tq, hs]), [0, 2, 1, 3]), [B * Tq, nh * hs]);
+}
+
+/** The causal + key-padding mask of a [B, T] batch as one additive bias [B, 1, T, T] (0 allowed, MASKED not). */
+export function causalPaddingBias(maskF: tf.Tensor2D): tf.Tensor4D {
+  const [B, T] = maskF.shape;
+  const causal = tf.linalg.bandPart(tf.ones([T, T]), -1, 0); // lower triangle incl. diagonal
+  const allowed = tf.mul(tf.reshape(causal, [1, 1, T, T]), tf.reshape(maskF, [B, 1, 1, T]));
+  return tf.mul(tf.sub(1, allowed), MASKED) as tf.Tensor4D;
+}
+
+/** One layer's keys and values [B, nh, T, hs], for the KV cache. */
+export interface AttentionKV {
+  k: tf.Tensor4D;
+  v: tf.Tensor4D;
+}
+
+/**
+ * Causal self-attention of a [B, T] batch: qkv [B·T, 3C] (GPT-2's c_attn output, q | k | v along the last
+ * axis), maskF [B, T] float (1 real token, 0 padding), bias = causalPaddingBias(maskF) → [B·T, C].
+ * With `collect`, the layer's keys and values are pushed into it (the KV cache's prefill).
+ */
+export function causalSelfAttention(
+  qkv: tf.Tensor2D,
+  maskF: tf.Tensor2D,
+  bias: tf.Tensor4D,
+  nh: number,
+  collect?: AttentionKV[],
+): tf.Tensor2D {
+  const [B, T] = maskF.shape;
+  const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
+  const q4 = splitHeads(q, B, T, nh);
+  const k4 = splitHeads(k, B, T, nh);
+  const v4 = splitHeads(v, B, T, nh);
+  if (collect) collect.push({ k: k4, v: v4 });
+  return attend(q4, k4, v4, bias);
+}
