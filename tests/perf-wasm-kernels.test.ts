@@ -12,6 +12,8 @@ import { registerWasmSharedIdentity, unregisterWasmSharedIdentity } from '../src
 import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { lmLoss } from '../src/core/sft';
+import { adamFor, isSharedMemory } from '../src/core/kernels/wasm-simd';
+import { adamUpdateArrays } from '../src/core/fused-adam';
 
 const buffers = (): number => (tf.backend() as unknown as { numDataIds(): number }).numDataIds();
 
@@ -77,5 +79,51 @@ describe('shared Identity on WASM', () => {
     for (let i = 0; i < shared.length; i++) expect(Array.from(shared[i])).toEqual(Array.from(copied[i]));
     model.dispose();
     w.dispose();
+  });
+});
+
+describe('the SIMD Adam kernel on a shared memory (the heap of tfjs’s threaded build)', () => {
+  // 37 elements: pairs of float64 lanes and one leftover; gradients up to ±8, some moments zero.
+  const n = 37;
+  const vals = (seed: number, scale: number): Float32Array =>
+    Float32Array.from({ length: n }, (_, i) => Math.sin(i * 1.7 + seed) * scale);
+  const w = vals(1, 1);
+  const m = vals(2, 0.1).map((x, i) => (i % 5 === 0 ? 0 : x));
+  const v = vals(3, 0.01).map((x) => Math.abs(x));
+  const g = vals(4, 8);
+  const attrs: Parameters<typeof adamUpdateArrays>[7] = {
+    lr: 3e-3,
+    beta1: 0.9,
+    beta2: 0.999,
+    bc1: 1 - 0.9 ** 3,
+    bc2: 1 - 0.999 ** 3,
+    eps: 1e-8,
+    gscale: 0.7,
+  };
+
+  /** Lay w, m, v, g and three outputs out in `mem`, run the kernel, return the outputs. */
+  function run(mem: WebAssembly.Memory): Float32Array[] {
+    const adam = adamFor(mem);
+    if (!adam) throw new Error('no Adam kernel for this memory');
+    const at = (k: number): number => 64 + k * n * 4;
+    [w, m, v, g].forEach((x, k) => new Float32Array(mem.buffer, at(k), n).set(x));
+    const { lr, beta1, beta2, bc1, bc2, eps, gscale } = attrs;
+    adam(at(0), at(1), at(2), at(3), at(4), at(5), at(6), n, lr, beta1, beta2, bc1, bc2, eps, gscale);
+    return [4, 5, 6].map((k) => new Float32Array(mem.buffer, at(k), n).slice());
+  }
+
+  it('is bit-identical to the plain-memory kernel and to the JS loop it replaces', () => {
+    const shared = new WebAssembly.Memory({ initial: 1, maximum: 65536, shared: true });
+    const plain = new WebAssembly.Memory({ initial: 1 });
+    expect(isSharedMemory(shared)).toBe(true);
+    const ref = [new Float32Array(n), new Float32Array(n), new Float32Array(n)];
+    adamUpdateArrays(w, m, v, g, ref[0], ref[1], ref[2], attrs);
+    const onShared = run(shared);
+    const onPlain = run(plain);
+    for (let k = 0; k < 3; k++) {
+      expect(Array.from(onShared[k])).toEqual(Array.from(onPlain[k]));
+      expect(Array.from(onShared[k])).toEqual(Array.from(ref[k]));
+    }
+    expect(onShared[0].some((x, i) => x !== w[i])).toBe(true); // the update did something
   });
 });

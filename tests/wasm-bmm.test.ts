@@ -2,7 +2,8 @@
  * The SIMD batched matmul (src/core/kernels/bmm.wat → bmm-wasm.ts, used by the WASM BatchMatMul wrapper in
  * wasm-extra.ts) against the CPU backend's matMul: batched, broadcast, transposed, shapes with leftover rows and
  * columns (M, N not multiples of 4), and the gradients of attention-shaped products. Also: the committed bytes
- * are exactly what scripts/build-wasm-kernels.ts assembles from the .wat.
+ * are exactly what scripts/build-wasm-kernels.ts assembles from the .wat, and the kernel's shared-memory variant
+ * (tfjs's threaded build imports a shared heap) gives the same bits as the plain one and a float32 plain loop.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
@@ -10,8 +11,8 @@ import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import { registerWasmExtraKernels, gatherStats } from '../src/core/kernels/wasm-extra';
-import { adamFor, bmmFor, bmmStats } from '../src/core/kernels/wasm-simd';
-import { assemble, moduleSource, KERNELS } from '../scripts/build-wasm-kernels';
+import { adamFor, bmmFor, bmmStats, heapMemory, isSharedMemory } from '../src/core/kernels/wasm-simd';
+import { kernelModule, KERNELS, sharedVariant, SHARED_MEMORY_IMPORT } from '../scripts/build-wasm-kernels';
 import { readFile } from 'node:fs/promises';
 
 /** Plain-loop reference: C[b] = op(A[b]) · op(B[b]) with broadcast batches. */
@@ -60,11 +61,15 @@ describe('SIMD batched matmul on WASM', () => {
 
   it("the committed modules are what the .wat files assemble to, and they run on the backend's heap", async () => {
     for (const k of KERNELS) {
-      const bytes = await assemble(k.wat);
-      expect(await readFile(k.out, 'utf8'), k.name).toBe(moduleSource(bytes, k.name, k.constName));
+      const { source } = await kernelModule(k);
+      expect(await readFile(k.out, 'utf8'), k.name).toBe(source);
+      expect(sharedVariant(await readFile(k.wat, 'utf8'))).toContain(SHARED_MEMORY_IMPORT);
     }
-    const mem = (tf.backend() as unknown as { wasm: { asm: { memory: WebAssembly.Memory } } }).wasm.asm
-      .memory;
+    const mem = heapMemory(
+      (tf.backend() as unknown as { wasm: { asm: { memory: WebAssembly.Memory } } }).wasm,
+    );
+    expect(mem).toBeInstanceOf(WebAssembly.Memory);
+    expect(isSharedMemory(mem!)).toBe(false); // Node runs tfjs's single-threaded SIMD build
     expect(bmmFor(mem)).toBeTypeOf('function');
     expect(adamFor(mem)).toBeTypeOf('function');
   });
@@ -176,6 +181,101 @@ describe('SIMD batched matmul on WASM', () => {
       for (let j = 0; j < onCpu[i].length; j++) worst = Math.max(worst, Math.abs(onCpu[i][j] - onWasm[i][j]));
       expect(worst).toBeLessThan(1e-4);
     }
+  });
+});
+
+/** C = A·B in float32 as a plain loop: every product and every partial sum rounded to float32, k in order. */
+function referenceF32(
+  a: Float32Array,
+  b: Float32Array,
+  nb: number,
+  M: number,
+  K: number,
+  N: number,
+  sa: number,
+  sb: number,
+): Float32Array {
+  const out = new Float32Array(nb * M * N);
+  for (let q = 0; q < nb; q++)
+    for (let i = 0; i < M; i++)
+      for (let j = 0; j < N; j++) {
+        let s = 0;
+        for (let k = 0; k < K; k++)
+          s = Math.fround(s + Math.fround(a[q * sa + i * K + k] * b[q * sb + k * N + j]));
+        out[q * M * N + i * N + j] = s;
+      }
+  return out;
+}
+
+describe('SIMD batched matmul on a shared memory (the heap of tfjs’s threaded build)', () => {
+  // As tfjs's threaded build makes its heap: shared, with a maximum (its is 65536 pages, 4 GiB).
+  const shared = new WebAssembly.Memory({ initial: 8, maximum: 65536, shared: true });
+  const plain = new WebAssembly.Memory({ initial: 8 });
+
+  /** Write A and B at the start of `mem`, run the kernel, return C (a copy). */
+  function run(
+    mem: WebAssembly.Memory,
+    av: Float32Array,
+    bv: Float32Array,
+    dims: number[],
+    base = 0,
+  ): Float32Array {
+    const [nb, M, K, N, sa, sb] = dims;
+    const bmm = bmmFor(mem);
+    if (!bmm) throw new Error('no bmm kernel for this memory');
+    const pa = base;
+    const pb = pa + av.byteLength;
+    const pc = pb + bv.byteLength;
+    new Float32Array(mem.buffer, pa, av.length).set(av);
+    new Float32Array(mem.buffer, pb, bv.length).set(bv);
+    bmm(pa, pb, pc, nb, M, K, N, sa, sb);
+    return new Float32Array(mem.buffer, pc, nb * M * N).slice();
+  }
+
+  it('is picked by the memory’s buffer type, and the shared memory really is shared', () => {
+    expect(isSharedMemory(shared)).toBe(true);
+    expect(isSharedMemory(plain)).toBe(false);
+    const fs = bmmFor(shared);
+    const fp = bmmFor(plain);
+    expect(fs).toBeTypeOf('function');
+    expect(fp).toBeTypeOf('function');
+    expect(fs).not.toBe(fp);
+    expect(bmmFor(shared)).toBe(fs); // one instance per memory
+  });
+
+  // [nb, M, K, N, batch stride of A, of B]: leftover rows and columns, one row, broadcast on either side.
+  const dims: number[][] = [
+    [3, 5, 7, 6, 35, 42],
+    [2, 8, 12, 8, 96, 96],
+    [4, 1, 9, 3, 9, 27],
+    [32, 12, 8, 12, 96, 96],
+    [4, 6, 5, 7, 0, 35],
+    [4, 6, 5, 7, 30, 0],
+  ];
+  for (const d of dims) {
+    it(`[${d.join(', ')}]: bit-identical to the plain-memory kernel and a float32 plain loop`, () => {
+      const [nb, M, K, N, sa, sb] = d;
+      const av = rand((sa ? nb : 1) * M * K, 7 + M);
+      const bv = rand((sb ? nb : 1) * K * N, 11 + N);
+      const onShared = run(shared, av, bv, d);
+      const onPlain = run(plain, av, bv, d);
+      const ref = referenceF32(av, bv, nb, M, K, N, sa, sb);
+      expect(Array.from(onShared)).toEqual(Array.from(onPlain));
+      expect(Array.from(onShared)).toEqual(Array.from(ref));
+    });
+  }
+
+  it('keeps working after the shared heap grows (same instance, pointers past the old end)', () => {
+    const before = bmmFor(shared);
+    const oldEnd = shared.buffer.byteLength;
+    shared.grow(1);
+    expect(bmmFor(shared)).toBe(before);
+    const d = [2, 5, 6, 7, 30, 42];
+    const av = rand(60, 3);
+    const bv = rand(84, 5);
+    expect(Array.from(run(shared, av, bv, d, oldEnd))).toEqual(
+      Array.from(referenceF32(av, bv, 2, 5, 6, 7, 30, 42)),
+    );
   });
 });
 

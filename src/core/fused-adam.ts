@@ -15,7 +15,7 @@
  * each step; the two agree to ~1e-7 relative). Backends without the kernel fall back to tfjs's Adam.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { adamFor } from './kernels/wasm-simd';
+import { adamFor, heapMemory } from './kernels/wasm-simd';
 
 export const FUSED_ADAM_KERNEL = 'PerfFusedAdam';
 
@@ -104,7 +104,7 @@ const wasmKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const oM = b.makeOutput(w.shape, 'float32');
   const oV = b.makeOutput(w.shape, 'float32');
   const a = attrs as unknown as AdamAttrs;
-  const simd = adamFor(b.wasm.asm?.memory);
+  const simd = adamFor(heapMemory(b.wasm));
   if (simd) {
     const off = (t: tf.TensorInfo): number => b.dataIdMap.get(t.dataId).memoryOffset;
     simd(

@@ -5,7 +5,8 @@
 ;; The same operations in the same order as adamUpdateArrays in fused-adam.ts — float64 arithmetic on float32
 ;; loads, rounded to float32 where that loop rounds (g' and the stores) — so the results are bit-identical to it.
 ;; Two float64 lanes at a time, then a leftover element. Pointers are byte offsets of float32 arrays of n
-;; elements. Built into src/core/kernels/adam-wasm.ts by scripts/build-wasm-kernels.ts.
+;; elements. Built into src/core/kernels/adam-wasm.ts by scripts/build-wasm-kernels.ts, twice: as written, and
+;; importing a shared memory (tfjs's threaded build) — the same code.
 (module
   (import "env" "memory" (memory 1))
   (func (export "adam")

@@ -7,7 +7,8 @@
 ;; SIMD lane group: four f32x4 accumulators held across the whole k loop, so each B vector loaded feeds four
 ;; rows. Every C element is the sum over k in increasing order (the order of a plain loop). Columns past the
 ;; last multiple of 4 and rows past the last multiple of 4 take the scalar and one-row paths.
-;; Built into src/core/kernels/bmm-wasm.ts by scripts/build-wasm-kernels.ts.
+;; Built into src/core/kernels/bmm-wasm.ts by scripts/build-wasm-kernels.ts, twice: as written, and importing a
+;; shared memory (tfjs's threaded build) — the same code.
 (module
   (import "env" "memory" (memory 1))
 

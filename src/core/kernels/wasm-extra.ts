@@ -5,11 +5,11 @@
  * the CPU backend's kernel.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { bmmFor, bmmStats } from './wasm-simd';
+import { bmmFor, bmmStats, heapMemory } from './wasm-simd';
 import { registerWasmSharedIdentity } from './wasm-identity';
 
 interface WasmBackendLike {
-  wasm: { asm?: { memory?: WebAssembly.Memory } };
+  wasm: { asm?: { memory?: WebAssembly.Memory }; HEAPU8: Uint8Array };
   dataIdMap: { get(dataId: unknown): { memoryOffset: number } };
   typedArrayFromHeap(t: tf.TensorInfo): Float32Array | Int32Array | Uint8Array;
   makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
@@ -64,7 +64,7 @@ function fastMatMul(): void {
         (batchA === batchB || batchA === 1 || batchB === 1) &&
         a.dtype === 'float32' &&
         b.dtype === 'float32'
-          ? bmmFor(bk.wasm.asm?.memory)
+          ? bmmFor(heapMemory(bk.wasm))
           : null;
       if (!at.transposeA && !at.transposeB && !bmm)
         return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
@@ -151,6 +151,99 @@ function fastGather(): void {
   });
 }
 
+/**
+ * Slice and SplitV without copying the whole input. tfjs-backend-wasm 4.22's Slice starts with
+ * `backend.readSync(x)`, which copies ALL of x out of the heap into a fresh ArrayBuffer (HEAPU8.slice) before it
+ * copies the slice, and its SplitV calls that Slice once per piece: splitting attention's [rows, 3C] qkv costs
+ * three full copies and three fresh buffers (1.5 ms per split of [384, 480] here, against ~0.05 ms for the
+ * bytes the pieces hold; the garbage also brings V8's GC sooner). This copies the slice's contiguous runs
+ * heap-to-heap with copyWithin. Strings keep tfjs's kernels. Tested against the CPU backend
+ * (tests/wasm-slice.test.ts).
+ */
+export const sliceStats = { calls: 0 };
+
+function sliceOnHeap(
+  bk: WasmBackendLike,
+  x: tf.TensorInfo,
+  begin: number[],
+  size: number[],
+): tf.TensorInfo {
+  const out = bk.makeOutput(size, x.dtype);
+  const n = size.reduce((a, b) => a * b, 1);
+  if (n === 0) return out;
+  const bpe = x.dtype === 'bool' ? 1 : 4;
+  // Merge trailing dimensions taken whole into one contiguous run.
+  const rank = x.shape.length;
+  let inner = rank - 1;
+  let run = size[rank - 1] ?? 1;
+  while (inner > 0 && size[inner] === x.shape[inner]) {
+    inner--;
+    run *= size[inner];
+  }
+  // After makeOutput: it may grow the heap (and replace HEAPU8).
+  const heap = bk.wasm.HEAPU8;
+  const xOff = bk.dataIdMap.get(x.dataId).memoryOffset;
+  const oOff = bk.dataIdMap.get(out.dataId).memoryOffset;
+  const strides = new Array<number>(rank).fill(1);
+  for (let d = rank - 2; d >= 0; d--) strides[d] = strides[d + 1] * x.shape[d + 1];
+  // Dimensions 0..inner-1 are iterated (an odometer); dimension `inner` starts each run.
+  const idx = new Array<number>(Math.max(inner, 0)).fill(0);
+  const runs = n / run;
+  for (let r = 0; r < runs; r++) {
+    let src = begin[inner] * strides[inner];
+    for (let d = 0; d < inner; d++) src += (begin[d] + idx[d]) * strides[d];
+    const s = xOff + src * bpe;
+    heap.copyWithin(oOff + r * run * bpe, s, s + run * bpe);
+    for (let d = inner - 1; d >= 0; d--) {
+      if (++idx[d] < size[d]) break;
+      idx[d] = 0;
+    }
+  }
+  sliceStats.calls++;
+  return out;
+}
+
+function fastSlice(): void {
+  const orig = tf.getKernel('Slice', 'wasm');
+  const origSplit = tf.getKernel('SplitV', 'wasm');
+  if (!orig || !origSplit) return;
+  const origFn = orig.kernelFunc as unknown as KernelFn;
+  const origSplitFn = origSplit.kernelFunc as unknown as KernelFn;
+  tf.unregisterKernel('Slice', 'wasm');
+  tf.registerKernel({
+    kernelName: 'Slice',
+    backendName: 'wasm',
+    kernelFunc: ({ inputs, backend, attrs }) => {
+      const { x } = inputs as { x: tf.TensorInfo };
+      if (x.dtype === 'string' || x.dtype === 'complex64')
+        return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+      const a = attrs as unknown as { begin: number | number[]; size: number | number[] };
+      const [begin, size] = tf.slice_util.parseSliceParams(x as tf.Tensor, a.begin, a.size);
+      return sliceOnHeap(backend as WasmBackendLike, x, begin, size);
+    },
+  });
+  tf.unregisterKernel('SplitV', 'wasm');
+  tf.registerKernel({
+    kernelName: 'SplitV',
+    backendName: 'wasm',
+    kernelFunc: ({ inputs, backend, attrs }) => {
+      const { x } = inputs as { x: tf.TensorInfo };
+      if (x.dtype === 'string' || x.dtype === 'complex64') return origSplitFn({ inputs, backend, attrs });
+      const a = attrs as unknown as { numOrSizeSplits: number | number[]; axis: number | number[] };
+      const axis = tf.util.parseAxisParam(a.axis, x.shape)[0];
+      const sizes = tf.backend_util.prepareSplitSize(x as tf.Tensor, a.numOrSizeSplits, axis);
+      const begin = new Array<number>(x.shape.length).fill(0);
+      return sizes.map((s) => {
+        const size = x.shape.slice();
+        size[axis] = s;
+        const out = sliceOnHeap(backend as WasmBackendLike, x, begin.slice(), size);
+        begin[axis] += s;
+        return out;
+      });
+    },
+  });
+}
+
 let registered = false;
 
 export function registerWasmExtraKernels(): void {
@@ -160,6 +253,7 @@ export function registerWasmExtraKernels(): void {
   if (!(globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env.NO_FAST_MM)
     fastMatMul();
   fastGather();
+  fastSlice();
   // tfjs's autodiff clones every tensor a gradient keeps; share the buffer as the other backends do.
   registerWasmSharedIdentity();
   tf.registerKernel({

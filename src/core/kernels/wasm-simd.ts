@@ -6,11 +6,14 @@
  * (batch_mat_mul_impl.cc slow_batch_matmul, ~1 GFLOP/s here), and attention's q·kᵀ and att·v — forward and
  * backward — are batched over batch × heads. Why Adam: a JS loop over the heap costs 10–40 ns per element here.
  * Each module imports the backend's WebAssembly.Memory, so it reads and writes tensors in place: no copies. They
- * are instantiated lazily per memory (the heap's Memory object stays the same when it grows) and are unavailable
- * where the memory is shared (the threaded build) or the engine lacks SIMD; callers then keep their other path.
+ * are instantiated lazily per memory (the heap's Memory object stays the same when it grows). tfjs's threaded
+ * build (a cross-origin isolated page) has a shared memory, which only a module declaring its import `shared`
+ * may import: each kernel also ships as that variant (scripts/build-wasm-kernels.ts), the same code, picked by
+ * the memory's buffer type. The kernels run on the calling thread (the worker), between tfjs's kernels, while
+ * XNNPACK's threads are idle. Unavailable where the engine lacks SIMD; callers then keep their other path.
  */
-import { BMM_WASM } from './bmm-wasm';
-import { ADAM_WASM } from './adam-wasm';
+import { BMM_SHARED_WASM, BMM_WASM } from './bmm-wasm';
+import { ADAM_SHARED_WASM, ADAM_WASM } from './adam-wasm';
 
 export type Bmm = (
   a: number,
@@ -44,31 +47,57 @@ export type Adam = (
 /** Products run on the matmul kernel (tests use it to see that the fast path really ran). */
 export const bmmStats = { calls: 0 };
 
-const instances = new Map<Uint8Array, { memory: WebAssembly.Memory; exports: Record<string, unknown> }>();
-let unavailable = false;
+/** A kernel's two builds: for a plain memory, and for a shared one (tfjs's threaded build). */
+interface KernelBytes {
+  plain: Uint8Array;
+  shared: Uint8Array;
+}
+const BMM: KernelBytes = { plain: BMM_WASM, shared: BMM_SHARED_WASM };
+const ADAM: KernelBytes = { plain: ADAM_WASM, shared: ADAM_SHARED_WASM };
 
-function exportOf<T>(bytes: Uint8Array, name: string, memory: WebAssembly.Memory | undefined): T | null {
-  if (!memory || unavailable) return null;
-  const got = instances.get(bytes);
-  if (got?.memory === memory) return got.exports[name] as T;
-  const buf = memory.buffer as unknown as { constructor: { name: string } };
-  if (buf.constructor.name === 'SharedArrayBuffer') return null;
+/** Whether `memory` is shared (its buffer a SharedArrayBuffer, from any realm). */
+export function isSharedMemory(memory: WebAssembly.Memory): boolean {
+  return Object.prototype.toString.call(memory.buffer) === '[object SharedArrayBuffer]';
+}
+
+/**
+ * The heap of a tfjs WASM backend module (`backend.wasm`): the single-threaded builds export their memory
+ * (`asm.memory`); the threaded build imports a shared one, which Emscripten keeps as `wasmMemory`.
+ */
+export function heapMemory(
+  wasm: { asm?: { memory?: WebAssembly.Memory }; wasmMemory?: WebAssembly.Memory } | undefined,
+): WebAssembly.Memory | undefined {
+  return wasm?.asm?.memory ?? wasm?.wasmMemory;
+}
+
+const instances = new WeakMap<WebAssembly.Memory, Map<Uint8Array, Record<string, unknown>>>();
+/** Builds this engine cannot instantiate (no SIMD, or no threads for the shared one). */
+const failed = new Set<Uint8Array>();
+
+function exportOf<T>(kernel: KernelBytes, name: string, memory: WebAssembly.Memory | undefined): T | null {
+  if (!memory) return null;
+  const bytes = isSharedMemory(memory) ? kernel.shared : kernel.plain;
+  if (failed.has(bytes)) return null;
+  let perMemory = instances.get(memory);
+  const got = perMemory?.get(bytes);
+  if (got) return got[name] as T;
   try {
     const inst = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { memory } });
-    instances.set(bytes, { memory, exports: inst.exports });
+    if (!perMemory) instances.set(memory, (perMemory = new Map()));
+    perMemory.set(bytes, inst.exports);
     return inst.exports[name] as T;
   } catch {
-    unavailable = true; // no SIMD in this engine
+    failed.add(bytes);
     return null;
   }
 }
 
-/** The batched matmul bound to `memory`, or null where it cannot run. */
+/** The batched matmul bound to `memory` (plain or shared), or null where it cannot run. */
 export function bmmFor(memory: WebAssembly.Memory | undefined): Bmm | null {
-  return exportOf<Bmm>(BMM_WASM, 'bmm', memory);
+  return exportOf<Bmm>(BMM, 'bmm', memory);
 }
 
-/** The Adam update bound to `memory`, or null where it cannot run. */
+/** The Adam update bound to `memory` (plain or shared), or null where it cannot run. */
 export function adamFor(memory: WebAssembly.Memory | undefined): Adam | null {
-  return exportOf<Adam>(ADAM_WASM, 'adam', memory);
+  return exportOf<Adam>(ADAM, 'adam', memory);
 }
