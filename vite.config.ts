@@ -44,17 +44,39 @@ export function contentSecurityPolicyFor(pathname: string): string {
 }
 
 /**
+ * Cross-origin isolation, so that tfjs-backend-wasm can use its threaded SIMD build: it needs SharedArrayBuffer,
+ * which browsers give only to a cross-origin isolated page (docs/tfjs.md, "Cross-origin isolation and WASM
+ * threads"). Sent on every response, by the dev server, `vite preview` and public/_headers: the documents need
+ * them, and the worker scripts too (a dedicated worker takes its embedder policy from its own script response).
+ *
+ * `require-corp` rather than `credentialless`: every cross-origin request the app makes is a CORS fetch to the
+ * Hugging Face Hub (model downloads, whose responses carry Access-Control-Allow-Origin), which `require-corp`
+ * allows as it is, and `require-corp` works in every browser with SharedArrayBuffer, where `credentialless` is
+ * missing in Safari. Everything else is same-origin: the app, its workers, the WASM binaries (hashed assets),
+ * the built-in models; tfjs's pthread workers are blob: URLs, which inherit the page's policies.
+ */
+export const CROSS_ORIGIN_ISOLATION_HEADERS: Readonly<Record<string, string>> = {
+  'Cross-Origin-Opener-Policy': 'same-origin',
+  'Cross-Origin-Embedder-Policy': 'require-corp',
+};
+
+/**
  * public/_headers for static hosts that read it (Netlify, Cloudflare Pages); tests/csp-headers.test.ts keeps the
- * file equal to this. The rules do not overlap, because both hosts apply every rule that matches a path and
- * would join two Content-Security-Policy values into two policies, both enforced. The documents and the worker
- * scripts are what a policy governs; other files (models, wasm, json) need none.
+ * file equal to this. Both hosts apply every rule that matches a path and would join two values of one header
+ * (two Content-Security-Policy values are two policies, both enforced), so no header is set by two rules that
+ * match one path: the isolation headers by `/*` alone, each policy by one of the other rules. The documents and
+ * the worker scripts are what a policy governs; other files (models, wasm, json) need none.
  */
 export function staticHostHeaders(): string {
   const rule = (path: string, policy: string) => `${path}\n  Content-Security-Policy: ${policy}\n`;
+  const isolation = Object.entries(CROSS_ORIGIN_ISOLATION_HEADERS)
+    .map(([name, value]) => `  ${name}: ${value}\n`)
+    .join('');
   return [
-    '# Content-Security-Policy response headers for static hosts (Netlify, Cloudflare Pages).',
+    '# Response headers for static hosts (Netlify, Cloudflare Pages): cross-origin isolation and Content-Security-Policy.',
     '# Generated from vite.config.ts (staticHostHeaders); tests/csp-headers.test.ts checks it is current.',
-    '# Workers take their policy from their own script response, not from the page, hence the header.',
+    '# Workers take their policies from their own script response, not from the page, hence the headers.',
+    `/*\n${isolation}`,
     rule('/', CONTENT_SECURITY_POLICY),
     rule('/index.html', CONTENT_SECURITY_POLICY),
     rule('/assets/*', CONTENT_SECURITY_POLICY),
@@ -120,7 +142,11 @@ export default defineConfig({
   // Let the dev server's dependency scan see the worker's imports (tfjs, tokenizer) up front; otherwise it
   // discovers them when the worker starts and reloads the page mid-session.
   optimizeDeps: { entries: ['index.html', 'src/worker/*.worker.ts'] },
-  server: { port: 5173, ...(E2E ? { hmr: false, watch: null } : {}) },
-  preview: { port: 4173 },
+  server: {
+    port: 5173,
+    headers: { ...CROSS_ORIGIN_ISOLATION_HEADERS },
+    ...(E2E ? { hmr: false, watch: null } : {}),
+  },
+  preview: { port: 4173, headers: { ...CROSS_ORIGIN_ISOLATION_HEADERS } },
   build: { target: 'es2022' },
 });
