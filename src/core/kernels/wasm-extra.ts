@@ -162,12 +162,7 @@ function fastGather(): void {
  */
 export const sliceStats = { calls: 0 };
 
-function sliceOnHeap(
-  bk: WasmBackendLike,
-  x: tf.TensorInfo,
-  begin: number[],
-  size: number[],
-): tf.TensorInfo {
+function sliceOnHeap(bk: WasmBackendLike, x: tf.TensorInfo, begin: number[], size: number[]): tf.TensorInfo {
   const out = bk.makeOutput(size, x.dtype);
   const n = size.reduce((a, b) => a * b, 1);
   if (n === 0) return out;
@@ -215,7 +210,7 @@ function fastSlice(): void {
     backendName: 'wasm',
     kernelFunc: ({ inputs, backend, attrs }) => {
       const { x } = inputs as { x: tf.TensorInfo };
-      if (x.dtype === 'string' || x.dtype === 'complex64')
+      if (x.dtype === 'string' || x.dtype === 'complex64' || x.shape.length === 0)
         return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
       const a = attrs as unknown as { begin: number | number[]; size: number | number[] };
       const [begin, size] = tf.slice_util.parseSliceParams(x as tf.Tensor, a.begin, a.size);
