@@ -6,6 +6,7 @@
  * place; this file is its reference (docs/tfjs.md, dispatch counts).
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { causalSelfAttentionWebGpu, webGpuAttentionApplies } from '../kernels/webgpu-attention';
 
 /** Large negative bias for masked attention scores (finite, so fully-masked pad rows stay finite). */
 export const MASKED = -1e9;
@@ -51,6 +52,8 @@ export interface AttentionKV {
  * Causal self-attention of a [B, T] batch: qkv [B·T, 3C] (GPT-2's c_attn output, q | k | v along the last
  * axis), maskF [B, T] float (1 real token, 0 padding), bias = causalPaddingBias(maskF) → [B·T, C].
  * With `collect`, the layer's keys and values are pushed into it (the KV cache's prefill).
+ * On WebGPU without `collect`: the fused kernels of kernels/webgpu-attention.ts (1 dispatch forward, 2 backward;
+ * the mask is made in the kernel from maskF, `bias` is not read), same values and gradients as the ops below.
  */
 export function causalSelfAttention(
   qkv: tf.Tensor2D,
@@ -59,6 +62,7 @@ export function causalSelfAttention(
   nh: number,
   collect?: AttentionKV[],
 ): tf.Tensor2D {
+  if (!collect && webGpuAttentionApplies(qkv, maskF, nh)) return causalSelfAttentionWebGpu(qkv, maskF, nh);
   const [B, T] = maskF.shape;
   const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
   const q4 = splitHeads(q, B, T, nh);
