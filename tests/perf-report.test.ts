@@ -1,14 +1,24 @@
 /**
  * The bench report (src/bench/perf/report.ts): the issue's headline keys come from the right runs, targets are
- * judged as stated (≥ 5, ≥ 0.5, ≥ 1.5, ≤ 4e9, = 0), unmeasured keys are null and "not measured", and the markdown
- * names every run.
+ * judged as stated (≥ 5, ≥ 0.5, ≥ 1.5, ≤ 4e9, = 0, ≤ 20, ≤ 50, ≤ 1.5e9, ≤ 1.0e9), keys without a target are
+ * reported and neither met nor missed, unmeasured keys are null and "not measured", and the markdown names every
+ * run.
  */
 import { describe, it, expect } from 'vitest';
 import { headline, markdown, reportJson, type BenchReport, type BenchRun } from '../src/bench/perf/report';
-import type { FourModelMemory } from '../src/bench/perf/memory';
+import type { FourModelMemory, MemorySetup } from '../src/bench/perf/memory';
+import type { GpuDispatchCounts } from '../src/bench/perf/dispatch';
 
-const mem = (shape: string, bytes: number, growth: number, backend = 'wasm'): FourModelMemory => ({
+const mem = (
+  shape: string,
+  bytes: number,
+  growth: number,
+  backend = 'wasm',
+  setup?: MemorySetup,
+  peak: number | null = null,
+): FourModelMemory => ({
   shape,
+  setup,
   backend,
   adam: 'tfjs',
   params: 1,
@@ -17,7 +27,7 @@ const mem = (shape: string, bytes: number, growth: number, backend = 'wasm'): Fo
   bytesAfterStep1: bytes,
   expectedBytes: bytes,
   tensorsAfterStep1: 10,
-  peakBytesStep1: null,
+  peakBytesStep1: peak,
   gpuAfterStep1: null,
   stepSeconds: 1,
   steps: 200,
@@ -59,13 +69,36 @@ const lm = (impl: string, tps: number) => ({
   lastLoss: 5,
 });
 
+const dispatch: GpuDispatchCounts = {
+  adapter: 'Google / swiftshader',
+  software: true,
+  perLayer: {
+    webgpuDispatchesPerLayerFwd: 31,
+    webgpuDispatchesPerLayerFwdBwd: 48,
+    fixedFwd: 9,
+    fixedFwdBwd: 30,
+  },
+  webgpuDispatchesPerLayerFwd: 31,
+  webgpuDispatchesPerLayerFwdBwd: 48,
+  webgpuDispatchesPerStep: 2589,
+  readbacksPerStep: 4,
+  step: { batchSize: 2, miniBatches: 1, ppoEpochs: 1, responseLength: 4 },
+  seconds: 30,
+};
+
 describe('bench report', () => {
   const report: BenchReport = {
     quick: true,
     machine: { cpu: 'test × 2' },
     seconds: 10,
     notes: ['a note'],
-    bigMemory: [mem('gpt2', 3_982_086_160, 0, 'cpu')],
+    // The LoRA runs come first: gpt2FourModelBytes must still be the four-model run's.
+    bigMemory: [
+      mem('gpt2', 612_000_000, 0, 'cpu', 'lora-ppo', 1_400_000_000),
+      mem('gpt2', 1_200_000_000, 0, 'cpu', 'grpo-lora'),
+      mem('gpt2', 3_982_086_160, 0, 'cpu'),
+    ],
+    gpuDispatch: dispatch,
     runs: [
       run('node', 'wasm', {
         generation: [
@@ -96,6 +129,7 @@ describe('bench report', () => {
         lm: [lm('ours', 4), lm('nanogpt', 2)],
       }),
       run('chromium', 'wasm', {
+        wasmThreads: { threads: 2, speedup: 1.62, updateSeconds1: 4.05, updateSecondsN: 2.5, isolated: true },
         ppo: {
           steps: 1,
           batchSize: 16,
@@ -125,12 +159,67 @@ describe('bench report', () => {
     expect(h.vsNanogpt).toMatchObject({ value: 2, met: true });
     expect(h.gpt2FourModelBytes).toMatchObject({ value: 3_982_086_160, met: true });
     expect(h.memoryGrowthBytes).toMatchObject({ value: 0, met: true });
+    expect(h.wasmThreadsSpeedup).toMatchObject({ value: 1.62, target: '≥ 1.5', met: true });
+    expect(h.wasmThreadsSpeedup.from).toContain('4.05 s on 1 thread ÷ 2.50 s on 2');
+    expect(h.wasmThreads).toMatchObject({ value: 2, target: 'reported', met: null });
+    expect(h.webgpuDispatchesPerLayerFwd).toMatchObject({ value: 31, target: '≤ 20', met: false });
+    expect(h.webgpuDispatchesPerLayerFwdBwd).toMatchObject({ value: 48, target: '≤ 50', met: true });
+    expect(h.webgpuDispatchesPerStep).toMatchObject({ value: 2589, target: 'reported', met: null });
+    expect(h.readbacksPerStep).toMatchObject({ value: 4, target: 'reported', met: null });
+    expect(h.webgpuDispatchesPerStep.from).toContain('swiftshader');
+    expect(h.gpt2LoraPpoBytes).toMatchObject({ value: 612_000_000, target: '≤ 1.5e9', met: true });
+    expect(h.gpt2LoraPpoBytes.from).toContain('peak in the step 1.400e+9');
+    expect(h.gpt2GrpoLoraBytes).toMatchObject({ value: 1_200_000_000, target: '≤ 1.0e9', met: false });
+  });
+
+  it('judges the boundaries as stated (≤ and ≥ include the target)', () => {
+    const at = headline({
+      ...report,
+      bigMemory: [mem('gpt2', 1.5e9, 0, 'cpu', 'lora-ppo'), mem('gpt2', 1.0e9, 0, 'cpu', 'grpo-lora')],
+      gpuDispatch: { ...dispatch, webgpuDispatchesPerLayerFwd: 20, webgpuDispatchesPerLayerFwdBwd: 50.5 },
+      runs: report.runs.map((x) =>
+        x.backend === 'wasm' && x.platform === 'chromium'
+          ? {
+              ...x,
+              wasmThreads: {
+                threads: 4,
+                speedup: 1.49,
+                updateSeconds1: 1,
+                updateSecondsN: 1,
+                isolated: true,
+              },
+            }
+          : x,
+      ),
+    });
+    expect(at.gpt2LoraPpoBytes.met).toBe(true);
+    expect(at.gpt2GrpoLoraBytes.met).toBe(true);
+    expect(at.webgpuDispatchesPerLayerFwd.met).toBe(true);
+    expect(at.webgpuDispatchesPerLayerFwdBwd.met).toBe(false);
+    expect(at.wasmThreadsSpeedup.met).toBe(false);
+    expect(at.wasmThreads.value).toBe(4);
   });
 
   it('reports an unmeasured key as null, not as a pass or a fail', () => {
-    const h = headline({ ...report, bigMemory: [], runs: report.runs.slice(0, 1) });
+    const h = headline({ ...report, bigMemory: [], gpuDispatch: null, runs: report.runs.slice(0, 1) });
     expect(h.gpt2FourModelBytes).toMatchObject({ value: null, met: null });
     expect(h.vsNanogpt).toMatchObject({ value: null, met: null });
+    for (const k of [
+      'wasmThreadsSpeedup',
+      'wasmThreads',
+      'webgpuDispatchesPerLayerFwd',
+      'webgpuDispatchesPerLayerFwdBwd',
+      'webgpuDispatchesPerStep',
+      'readbacksPerStep',
+      'gpt2LoraPpoBytes',
+      'gpt2GrpoLoraBytes',
+    ])
+      expect(h[k], k).toMatchObject({ value: null, met: null });
+    // A report from before the new fields (no gpuDispatch key at all, no setup on the memory runs) still reads.
+    const old = headline({ ...report, gpuDispatch: undefined, bigMemory: [mem('gpt2', 3e9, 0, 'cpu')] });
+    expect(old.gpt2FourModelBytes).toMatchObject({ value: 3e9, met: true });
+    expect(old.gpt2LoraPpoBytes.value).toBeNull();
+    expect(old.webgpuDispatchesPerStep.value).toBeNull();
     // Without the browser run, updateMfu is Node's.
     expect(h.updateMfu).toMatchObject({ value: 0.4, met: false });
   });
@@ -144,14 +233,32 @@ describe('bench report', () => {
       'vsNanogpt',
       'gpt2FourModelBytes',
       'memoryGrowthBytes',
+      'wasmThreadsSpeedup',
+      'wasmThreads',
+      'webgpuDispatchesPerLayerFwd',
+      'webgpuDispatchesPerLayerFwdBwd',
+      'webgpuDispatchesPerStep',
+      'readbacksPerStep',
+      'gpt2LoraPpoBytes',
+      'gpt2GrpoLoraBytes',
     ])
-      expect(k in j).toBe(true);
-    expect(JSON.parse(JSON.stringify(j)).kvSpeedup).toBe(10);
+      expect(k in j, k).toBe(true);
+    const parsed = JSON.parse(JSON.stringify(j));
+    expect(parsed.kvSpeedup).toBe(10);
+    expect(parsed.webgpuDispatchesPerStep).toBe(2589);
+    expect(parsed.gpt2GrpoLoraBytes).toBe(1_200_000_000);
+    expect(parsed.targets.gpt2LoraPpoBytes.target).toBe('≤ 1.5e9');
     const md = markdown(report);
     expect(md).toContain('node/wasm');
     expect(md).toContain('chromium/webgpu');
     expect(md).toContain('| `updateMfu` | 0.550 | ≥ 0.5 | yes |');
     expect(md).toContain('| `updateMfuNode` | 0.400 | ≥ 0.5 | NO |');
     expect(md).toContain('a note');
+    expect(md).toContain('| `wasmThreadsSpeedup` | 1.620 | ≥ 1.5 | yes |');
+    expect(md).toContain('| `wasmThreads` | 2 | reported | no target |');
+    expect(md).toContain('| `webgpuDispatchesPerLayerFwd` | 31.000 | ≤ 20 | NO |');
+    expect(md).toContain('| `webgpuDispatchesPerStep` | 2,589 | reported | no target |');
+    expect(md).toContain('| `gpt2GrpoLoraBytes` | 1.200 GB (1,200,000,000) | ≤ 1.0e9 | NO |');
+    expect(md).toContain('| node/cpu | gpt2 | lora-ppo |');
   });
 });

@@ -24,16 +24,32 @@ import { tokenizerFor } from '../core/tokenizer';
 import { planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../bench/bench';
 import { registerFusedAdamKernels } from '../core/fused-adam';
 import { registerFastCpuKernels } from '../bench/perf/cpu-kernels';
-import { benchFourModelMemory, SHAPES, shapeConfig, type FourModelMemory } from '../bench/perf/memory';
+import {
+  benchFourModelMemory,
+  SHAPES,
+  shapeConfig,
+  type FourModelMemory,
+  type MemorySetup,
+} from '../bench/perf/memory';
 import type { NanoGptPeer } from '../bench/perf/lm-train';
-import { markdown, reportJson, headline, type BenchReport, type BenchRun } from '../bench/perf/report';
+import type { GpuDispatchCounts } from '../bench/perf/dispatch';
+import {
+  markdown,
+  reportJson,
+  headline,
+  REPORTED,
+  type BenchReport,
+  type BenchRun,
+} from '../bench/perf/report';
 import { UserError } from '../core/errors';
 
 export const BENCH_HELP = `bench [--quick] [--json] [--out FILE] [--no-browser] [--browser-backends webgpu,wasm]
-      [--sections matmul,gen,ppo,lm,memory] [--big-memory gpt2,distilgpt2|none] [--big-memory-adam fused|tfjs]
+      [--sections matmul,gen,ppo,lm,memory,dispatch] [--big-memory gpt2,distilgpt2|none]
+      [--big-memory-setups four-model,lora-ppo,grpo-lora] [--big-memory-adam fused|tfjs]
       [--backend wasm|cpu] [--model DIR] [--gpu]
   Matmul peak, generation with/without the KV cache, the PPO step by phase with update MFU, LM training vs
-  @genai-fi/nanogpt, and four-model PPO memory; in Node and in headless Chromium (WebGPU, WASM). --quick runs
+  @genai-fi/nanogpt, four-model, LoRA PPO and GRPO LoRA memory at GPT-2 sizes, and WebGPU dispatches per layer and
+  per step (Node WebGPU, any adapter); in Node and in headless Chromium (WebGPU, WASM). --quick runs
   the smallest sizes (≈ 8 minutes on 2 cores). Writes the tables to --out (default bench-results.md).
   --gpu: only WebGPU in Node (Dawn) on whatever adapter exists: the adapter, its matmul peak, the tiny PPO step
   (seconds, update MFU, dispatches and readbacks per step) and GPT-2 dispatches per layer; smallest sizes on a
@@ -79,20 +95,32 @@ export async function cmdBench(argv: string[]): Promise<void> {
     sections: { type: 'string' },
     'big-memory': { type: 'string' },
     'big-memory-adam': { type: 'string' },
+    'big-memory-setups': { type: 'string' },
     'memory-child': { type: 'string' },
     backend: { type: 'string' },
     model: { type: 'string' },
     gpu: { type: 'boolean' },
+    'gpu-dispatch-only': { type: 'boolean' },
   });
   const t0 = performance.now();
   const quick = !!v.quick;
-  const sections = (str('bench', v, 'sections')?.split(',') ?? SECTIONS) as Section[];
-  for (const s of sections)
-    if (!SECTIONS.includes(s))
-      throw new UserError(`bench: --sections: unknown section "${s}"; sections are ${SECTIONS.join(', ')}.`);
+  const cliSections = (str('bench', v, 'sections')?.split(',') ?? CLI_SECTIONS) as CliSection[];
+  for (const s of cliSections)
+    if (!CLI_SECTIONS.includes(s))
+      throw new UserError(
+        `bench: --sections: unknown section "${s}"; sections are ${CLI_SECTIONS.join(', ')}.`,
+      );
+  // 'dispatch' is the CLI's own (a Node WebGPU child process); the others run on every platform.
+  const sections = cliSections.filter((x): x is Section => x !== 'dispatch');
   const bigRaw = str('bench', v, 'big-memory') ?? (quick ? 'gpt2' : 'distilgpt2,gpt2');
   const big = bigRaw === 'none' || !sections.includes('memory') ? [] : bigRaw.split(',');
   const bigAdam = str('bench', v, 'big-memory-adam') ?? 'fused';
+  const setups = (str('bench', v, 'big-memory-setups')?.split(',') ?? MEMORY_SETUPS) as MemorySetup[];
+  for (const x of setups)
+    if (!MEMORY_SETUPS.includes(x))
+      throw new UserError(
+        `bench: --big-memory-setups: unknown setup "${x}"; setups are ${MEMORY_SETUPS.join(', ')}.`,
+      );
   if (bigAdam !== 'fused' && bigAdam !== 'tfjs')
     throw new UserError(`bench: --big-memory-adam must be "fused" or "tfjs", got "${bigAdam}".`);
   for (const b of big)
@@ -111,11 +139,19 @@ export async function cmdBench(argv: string[]): Promise<void> {
     return;
   }
 
+  if (v['gpu-dispatch-only']) {
+    // The child process of the dispatch section: one JSON line out.
+    const r = await gpuDispatchRun(str('bench', v, 'model') ?? 'tiny', log);
+    process.stdout.write(JSON.stringify(r) + '\n');
+    return;
+  }
+
   const memoryChildArg = str('bench', v, 'memory-child');
   if (memoryChildArg !== undefined) {
     // The child process of step 3: memory runs only, one JSON line out.
     const r = await memoryRuns(
       memoryChildArg === 'none' ? [] : memoryChildArg.split(','),
+      setups,
       bigAdam,
       quick,
       task.prompts,
@@ -132,7 +168,7 @@ export async function cmdBench(argv: string[]): Promise<void> {
   const wantMemory = sections.includes('memory');
   const startMemory = (): Promise<MemoryChildResult> =>
     wantMemory
-      ? memoryChild(big, bigAdam, quick, str('bench', v, 'model'), log)
+      ? memoryChild(big, setups, bigAdam, quick, str('bench', v, 'model'), log)
       : Promise.resolve({ tiny: null, bigMemory: [], notes: [] });
   let memoryEarly: Promise<MemoryChildResult> | null = null;
 
@@ -198,6 +234,15 @@ export async function cmdBench(argv: string[]): Promise<void> {
     }
   }
 
+  // 4. WebGPU dispatch counts on Node WebGPU (Dawn), in a child process (counts, not times: it may overlap the
+  // memory child).
+  let gpuDispatch: GpuDispatchCounts | null = null;
+  if (cliSections.includes('dispatch')) {
+    const d = await gpuDispatchChild(str('bench', v, 'model'), log);
+    gpuDispatch = d.counts;
+    if (d.note) notes.push(d.note);
+  }
+
   const mem = await (memoryEarly ?? startMemory());
   if (mem.tiny) nodeRun.memory.push(mem.tiny);
   const bigMemory = mem.bigMemory;
@@ -207,6 +252,7 @@ export async function cmdBench(argv: string[]): Promise<void> {
     machine: machine(),
     runs,
     bigMemory,
+    gpuDispatch,
     notes,
     seconds: (performance.now() - t0) / 1000,
   };
@@ -217,10 +263,108 @@ export async function cmdBench(argv: string[]): Promise<void> {
   log(`bench: wrote ${out}`);
   for (const [k, t] of Object.entries(headline(report)))
     log(
-      `  ${k} = ${t.value ?? '—'} (target ${t.target}: ${t.met == null ? 'not measured' : t.met ? 'met' : 'NOT met'})`,
+      `  ${k} = ${t.value ?? '—'} (target ${t.target}: ${t.value == null ? 'not measured' : t.target === REPORTED ? 'no target' : t.met ? 'met' : 'NOT met'})`,
     );
   if (v.json) process.stdout.write(JSON.stringify(reportJson(report)) + '\n');
 }
+
+type CliSection = Section | 'dispatch';
+/** The sections of `cli bench`: bench.ts's, and 'dispatch' (WebGPU dispatch counts, Node WebGPU). */
+export const CLI_SECTIONS: CliSection[] = [...SECTIONS, 'dispatch'];
+
+interface GpuDispatchChildResult {
+  counts: GpuDispatchCounts | null;
+  /** Why there are no counts (no adapter, a failure), or what they ran on. */
+  note: string | null;
+}
+
+/** The dispatch section in this process: Node WebGPU on whatever adapter exists; null counts and why when none. */
+async function gpuDispatchRun(model: string, log: (m: string) => void): Promise<GpuDispatchChildResult> {
+  let adapter;
+  const w = await import('./backend-webgpu-node');
+  try {
+    tf.env().set('PROD', true);
+    adapter = await w.setNodeWebGpuBackend();
+  } catch (e) {
+    return { counts: null, note: `WebGPU dispatches not counted: ${(e as Error).message}` };
+  }
+  registerFusedAdamKernels();
+  const { countGpuDispatches } = await import('../bench/perf/dispatch');
+  const modelDir = resolveModel(model);
+  const label = w.adapterLabel(adapter);
+  try {
+    const counts = await countGpuDispatches({
+      adapter: label,
+      software: adapter.software,
+      buildTinyTrainer: (o) =>
+        buildTrainer(validateConfig({ model: modelDir, task: 'sentiment', ...o }, 'bench'), nodeResources),
+      log,
+    });
+    return {
+      counts,
+      note: `WebGPU dispatches counted on Node WebGPU (Dawn), adapter ${label}: dispatchWorkgroups and mapAsync calls (they do not depend on the adapter's speed).`,
+    };
+  } catch (e) {
+    return { counts: null, note: `WebGPU dispatches not counted: ${(e as Error).message}` };
+  }
+}
+
+/** gpuDispatchRun in a child process (`bench --gpu-dispatch-only --json`). */
+function gpuDispatchChild(
+  model: string | undefined,
+  log: (m: string) => void,
+): Promise<GpuDispatchChildResult> {
+  const args = ['bench', '--gpu-dispatch-only'];
+  if (model) args.push('--model', model);
+  return childJson(args, '(dispatch)', log, (code) => ({
+    counts: null,
+    note: `WebGPU dispatches not counted: the child process exited with ${code} and no result.`,
+  }));
+}
+
+/** Run `cli <args>` in a child process with this one's Node flags; its last stdout line is the JSON result. */
+function childJson<T>(
+  cliArgs: string[],
+  tag: string,
+  log: (m: string) => void,
+  onFail: (code: number | null) => T,
+): Promise<T> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [...process.execArgv, process.argv[1], ...cliArgs], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const kill = (): void => void child.kill('SIGTERM');
+    process.once('exit', kill);
+    let stdout = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    let errBuf = '';
+    child.stderr.on('data', (d: Buffer) => {
+      errBuf += d.toString();
+      const lines = errBuf.split('\n');
+      errBuf = lines.pop() ?? '';
+      for (const l of lines) if (l.trim()) log(`${tag} ${l.replace(/^\[\s*\d+ s\] /, '')}`);
+    });
+    child.on('close', (code) => {
+      process.off('exit', kill);
+      try {
+        resolve(JSON.parse(stdout.trim().split('\n').pop() ?? ''));
+      } catch {
+        resolve(onFail(code));
+      }
+    });
+  });
+}
+
+/** The batch of each GPT-2-sized memory run (the LoRA runs at the app's defaults, GRPO in groups of 4). */
+const BIG_MEMORY_RUNS: Record<
+  MemorySetup,
+  { batchSize: number; responseLength: number; groupSize?: number }
+> = {
+  'four-model': { batchSize: 2, responseLength: 2 },
+  'lora-ppo': { batchSize: 16, responseLength: 24 },
+  'grpo-lora': { batchSize: 16, responseLength: 24, groupSize: 4 },
+};
+export const MEMORY_SETUPS = Object.keys(BIG_MEMORY_RUNS) as MemorySetup[];
 
 interface MemoryChildResult {
   tiny: FourModelMemory | null;
@@ -236,6 +380,7 @@ interface MemoryChildResult {
  */
 async function memoryRuns(
   names: string[],
+  setups: MemorySetup[],
   adam: string,
   quick: boolean,
   prompts: string[],
@@ -267,28 +412,32 @@ async function memoryRuns(
     registerFastCpuKernels({ matmulOnWasm: true });
     for (const name of names) {
       const config = shapeConfig(SHAPES[name as keyof typeof SHAPES]);
-      try {
-        bigMemory.push(
-          await benchFourModelMemory({
-            label: name,
-            config,
-            tokenizer: tokenizerFor(config),
-            prompts,
-            batchSize: 2,
-            responseLength: 2,
-            steps: 1,
-            tfjsAdam: adam === 'tfjs',
-            profilePeak: true,
-            onProgress: (x) => log(`node/cpu memory ${x}`),
-          }),
-        );
-      } catch (e) {
-        notes.push(`memory ${name}: ${(e as Error).message}`);
+      for (const setup of setups) {
+        const run = BIG_MEMORY_RUNS[setup];
+        try {
+          bigMemory.push(
+            await benchFourModelMemory({
+              label: name,
+              setup,
+              config,
+              tokenizer: tokenizerFor(config),
+              prompts,
+              ...run,
+              steps: 1,
+              tfjsAdam: setup === 'four-model' && adam === 'tfjs',
+              profilePeak: true,
+              onProgress: (x) => log(`node/cpu memory ${setup} ${x}`),
+            }),
+          );
+        } catch (e) {
+          notes.push(`memory ${name} ${setup}: ${(e as Error).message}`);
+        }
       }
     }
     notes.push(
       "GPT-2-sized memory: Node, CPU backend (the four models and two Adams exceed WASM's 4 GiB heap; numBytes counts the same " +
-        'tensors on every backend), batch 2, responseLength 2, with perf/cpu-kernels.ts (matmuls on the WASM kernel, the rest in JS) and ' +
+        'tensors on every backend); four-model: batch 2, responseLength 2, 1 epoch of 1 minibatch; LoRA PPO (r 8, value model shared, reward function) ' +
+        'and GRPO LoRA (r 8, reward function, 4 prompts × 4 samples): batch 16, responseLength 24, the default 2 epochs × 2 minibatches; with perf/cpu-kernels.ts (matmuls on the WASM kernel, the rest in JS) and ' +
         (adam === 'fused'
           ? "the trainer's fused Adam (the same optimizer state as tf.train.adam, so the same bytes after a step; --big-memory-adam tfjs swaps in tf.train.adam)."
           : "tf.train.adam swapped in for the trainer's fused Adam."),
@@ -300,48 +449,28 @@ async function memoryRuns(
 /** Run memoryRuns in a child process (its own heap: GPT-2's four models take ~4 GB of it). */
 function memoryChild(
   names: string[],
+  setups: MemorySetup[],
   adam: string,
   quick: boolean,
   model: string | undefined,
   log: (m: string) => void,
 ): Promise<MemoryChildResult> {
-  return new Promise((resolve) => {
-    const args = [
-      ...process.execArgv,
-      process.argv[1],
-      'bench',
-      '--memory-child',
-      names.length ? names.join(',') : 'none',
-      '--big-memory-adam',
-      adam,
-    ];
-    if (quick) args.push('--quick');
-    if (model) args.push('--model', model);
-    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    const kill = (): void => void child.kill('SIGTERM');
-    process.once('exit', kill);
-    let stdout = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    let errBuf = '';
-    child.stderr.on('data', (d: Buffer) => {
-      errBuf += d.toString();
-      const lines = errBuf.split('\n');
-      errBuf = lines.pop() ?? '';
-      for (const l of lines) if (l.trim()) log(`(memory) ${l.replace(/^\[\s*\d+ s\] /, '')}`);
-    });
-    child.on('close', (code) => {
-      process.off('exit', kill);
-      try {
-        resolve(JSON.parse(stdout.trim().split('\n').pop() ?? ''));
-      } catch {
-        resolve({
-          tiny: null,
-          bigMemory: [],
-          notes: [`the memory child process exited with ${code} and no result.`],
-        });
-      }
-    });
-  });
+  const args = [
+    'bench',
+    '--memory-child',
+    names.length ? names.join(',') : 'none',
+    '--big-memory-adam',
+    adam,
+    '--big-memory-setups',
+    setups.join(','),
+  ];
+  if (quick) args.push('--quick');
+  if (model) args.push('--model', model);
+  return childJson(args, '(memory)', log, (code) => ({
+    tiny: null,
+    bigMemory: [],
+    notes: [`the memory child process exited with ${code} and no result.`],
+  }));
 }
 
 /** `bench --gpu`: src/bench/webgpu-gpu.ts on Node WebGPU; markdown to stdout and --out, JSON last with --json. */
@@ -357,12 +486,44 @@ async function gpuBench(
   const adapter = await setNodeWebGpuBackend();
   registerFusedAdamKernels();
   const modelDir = resolveModel(model);
+  // wte in vocabulary chunks where it exceeds the device's binding limit (docs/tfjs.md trap 8).
+  const limits = (tf.backend() as unknown as { device: { limits: { maxStorageBufferBindingSize: number } } })
+    .device.limits;
+  const res = { ...nodeResources, maxBindingBytes: limits.maxStorageBufferBindingSize };
+  // GPT-2 124M's shapes with random weights, written once to a temporary folder (hardware adapters only).
+  let gpt2Dir: string | null = null;
+  const gpt2Folder = async (): Promise<string> => {
+    if (gpt2Dir) return gpt2Dir;
+    const { mkdtemp } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const { GPT2 } = await import('../core/model/gpt2');
+    const { exportLM } = await import('../core/model/folder');
+    const { writeFolder } = await import('./files-node');
+    const { SHAPES, shapeConfig } = await import('../bench/perf/memory');
+    const dir = join(await mkdtemp(join(tmpdir(), 'ppo-gpu-bench-')), 'gpt2-124m');
+    log(`writing a GPT-2 124M-shaped model with random weights to ${dir}`);
+    const m = GPT2.random(shapeConfig(SHAPES.gpt2), 1234);
+    try {
+      await writeFolder(dir, await exportLM(m));
+    } finally {
+      m.dispose();
+    }
+    return (gpt2Dir = dir);
+  };
   const r = await runGpuBench({
     adapter,
     buildTinyTrainer: (o) =>
-      buildTrainer(validateConfig({ model: modelDir, task: 'sentiment', ...o }, 'bench'), nodeResources),
+      buildTrainer(validateConfig({ model: modelDir, task: 'sentiment', ...o }, 'bench'), res),
+    buildGpt2Trainer: async (o) =>
+      buildTrainer(validateConfig({ model: await gpt2Folder(), task: 'sentiment', ...o }, 'bench'), res),
     log,
   });
+  if (gpt2Dir) {
+    const { rm } = await import('node:fs/promises');
+    const { dirname } = await import('node:path');
+    await rm(dirname(gpt2Dir), { recursive: true, force: true });
+  }
   const md = gpuMarkdown(r);
   process.stdout.write(md + '\n');
   if (out) await writeFile(out, md);

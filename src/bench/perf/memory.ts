@@ -10,6 +10,7 @@ import { validateConfig } from '../../core/config';
 import { parseGPT2Config, type GPT2Config } from '../../core/model/config';
 import { GPT2 } from '../../core/model/gpt2';
 import { ScalarModel } from '../../core/model/heads';
+import { LoraAdapters, LORA_DEFAULTS } from '../../core/model/lora';
 import { estimateRunMemory, paramCount } from '../../core/model/size';
 import { buildTrainer, type Resources } from '../../core/ppo/setup';
 import type { Tokenizer } from '../../core/tokenizer/types';
@@ -60,6 +61,21 @@ export function expectedFourModelBytes(c: GPT2Config): number {
   return parts.base + parts.reference + parts.value + parts.rewardModel + parts.adam;
 }
 
+/** What the weights, adapters and optimizer moments of a setup take (no gradients or activations). */
+export function expectedSetupBytes(c: GPT2Config, setup: MemorySetup): number {
+  if (setup === 'four-model') return expectedFourModelBytes(c);
+  const { parts } = estimateRunMemory(
+    c,
+    { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
+    {
+      lora: { r: MEMORY_LORA_RANK, targets: LORA_DEFAULTS.loraTargets },
+      valueModel: setup === 'lora-ppo' ? 'shared' : 'none',
+      rewardModel: false,
+    },
+  );
+  return parts.base + parts.reference + parts.value + parts.rewardModel + parts.adapters + parts.adam;
+}
+
 export interface GpuMemory {
   numBytesInGPU: number;
   numBytesAllocatedInGPU: number;
@@ -72,8 +88,20 @@ export function gpuMemory(): GpuMemory | null {
   return { numBytesInGPU: m.numBytesInGPU ?? 0, numBytesAllocatedInGPU: m.numBytesAllocatedInGPU };
 }
 
+/**
+ * What is built: 'four-model' (full fine-tuning: policy, reference, value and learned reward model of the same
+ * shape, two Adams), 'lora-ppo' (PPO with LoRA r 8 on one frozen base, the value model shared with its own
+ * adapters, a reward function), 'grpo-lora' (GRPO with LoRA r 8, no value model, a reward function, groups of 4).
+ */
+export type MemorySetup = 'four-model' | 'lora-ppo' | 'grpo-lora';
+
+/** The LoRA rank of the 'lora-ppo' and 'grpo-lora' setups. */
+export const MEMORY_LORA_RANK = 8;
+
 export interface FourModelMemory {
   shape: string;
+  /** Absent: 'four-model' (results from before the setups existed). */
+  setup?: MemorySetup;
   backend: string;
   /** 'fused' (the trainer's own FusedAdamOptimizer) or 'tfjs' (tf.train.adam swapped in; the same state). */
   adam: 'tfjs' | 'fused';
@@ -82,7 +110,7 @@ export interface FourModelMemory {
   responseLength: number;
   /** numBytes after step 1 minus before the models were built. */
   bytesAfterStep1: number;
-  /** What the weights and optimizer moments alone take (expectedFourModelBytes). */
+  /** What the weights and optimizer moments alone take (expectedFourModelBytes, or expectedSetupBytes). */
   expectedBytes: number;
   tensorsAfterStep1: number;
   /** Highest numBytes during step 1 (tf.profile), relative to the baseline; null where not measured. */
@@ -100,6 +128,10 @@ export interface FourModelMemory {
 
 export interface MemoryBenchOptions {
   label: string;
+  /** Default 'four-model'. */
+  setup?: MemorySetup;
+  /** Samples per prompt (grpo-lora; default the algorithm's, 4). */
+  groupSize?: number;
   config: GPT2Config;
   tokenizer: Tokenizer;
   prompts: string[];
@@ -118,33 +150,59 @@ export interface MemoryBenchOptions {
   onProgress?: (msg: string) => void;
 }
 
-/** Build the four models with random weights and a trainer, as `buildTrainer` does for a real run. */
+/**
+ * Build the setup's models with random weights and a trainer, as `buildTrainer` does for a real run: the four
+ * models, or (LoRA) one frozen base with the policy's adapters (seed 1) and for PPO the shared value model's
+ * (seed 2), the same seeds buildTrainer uses for seed 1.
+ */
 export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<PpoTrainer> {
+  const setup = o.setup ?? 'four-model';
+  const lora = setup !== 'four-model';
   const cfg = validateConfig(
     {
       model: o.label,
       task: null,
       prompts: o.prompts,
-      reward: { model: `random-${o.label}` },
+      // A reward function for the LoRA setups (no fourth model); a learned reward model of the same shape for four.
+      reward: lora ? 'sentiment' : { model: `random-${o.label}` },
       batchSize: o.batchSize,
-      miniBatches: 1,
-      ppoEpochs: 1,
       responseLength: o.responseLength,
       steps: Math.max(1, o.steps),
       seed: 1,
+      ...(lora
+        ? {
+            lora: MEMORY_LORA_RANK,
+            algorithm: setup === 'grpo-lora' ? 'grpo' : 'ppo',
+            ...(setup === 'lora-ppo' ? { valueModel: 'shared' } : {}),
+            ...(o.groupSize ? { groupSize: o.groupSize } : {}),
+          }
+        : { miniBatches: 1, ppoEpochs: 1 }),
     },
     'memory bench',
   );
-  const policy = GPT2.random(o.config, 1, true, 'policy');
-  const ref = policy.clone(false, 'ref');
-  const value = ScalarModel.fromTrunk(policy, true, 'value');
-  const rewardModel = ScalarModel.random(o.config, 2, false, 'reward');
   const res: Resources = {
     modelFiles: () => {
       throw new Error('memory bench: models are random; nothing to load');
     },
     loadTask: () => Promise.reject(new Error('memory bench: no task')),
   };
+  if (lora) {
+    const ref = GPT2.random(o.config, 1, false, 'base');
+    const policy = ref.withLora(LoraAdapters.create(ref.config, cfg, cfg.seed, 'policy'), 'policy');
+    const value =
+      setup === 'lora-ppo'
+        ? ScalarModel.onSharedBase(
+            policy.base,
+            LoraAdapters.create(ref.config, cfg, cfg.seed + 1, 'value'),
+            'value',
+          )
+        : null;
+    return buildTrainer(cfg, res, { weights: { policy, ref, value, tokenizer: o.tokenizer } });
+  }
+  const policy = GPT2.random(o.config, 1, true, 'policy');
+  const ref = policy.clone(false, 'ref');
+  const value = ScalarModel.fromTrunk(policy, true, 'value');
+  const rewardModel = ScalarModel.random(o.config, 2, false, 'reward');
   const t = await buildTrainer(cfg, res, {
     weights: { policy, ref, value, rewardModel, tokenizer: o.tokenizer },
   });
@@ -198,13 +256,14 @@ export async function benchFourModelMemory(o: MemoryBenchOptions): Promise<FourM
     const gpuN = gpuMemory();
     return {
       shape: o.label,
+      setup: o.setup ?? 'four-model',
       backend: tf.getBackend(),
       adam: o.tfjsAdam ? 'tfjs' : 'fused',
       params: gpt2Params(o.config),
       batchSize: o.batchSize,
       responseLength: o.responseLength,
       bytesAfterStep1: after1,
-      expectedBytes: expectedFourModelBytes(o.config),
+      expectedBytes: expectedSetupBytes(o.config, o.setup ?? 'four-model'),
       tensorsAfterStep1: tensors1,
       peakBytesStep1: peak,
       gpuAfterStep1:

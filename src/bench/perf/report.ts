@@ -5,6 +5,21 @@
 import type { SectionResults } from '../bench';
 import type { FourModelMemory } from './memory';
 import type { LmTrainBench } from './lm-train';
+import type { GpuDispatchCounts } from './dispatch';
+
+/**
+ * The chromium/wasm run's WASM threads measurement (tfjs's threaded build against one thread, on the PPO update),
+ * as the browser bench page reports it in the run's `wasmThreads` field.
+ */
+export interface WasmThreadsBench {
+  threads: number;
+  /** updateSeconds1 / updateSecondsN. */
+  speedup: number;
+  updateSeconds1: number;
+  updateSecondsN: number;
+  /** Whether the page was cross-origin isolated (SharedArrayBuffer: what the threaded build needs). */
+  isolated: boolean;
+}
 
 /** One platform/backend run: the section results plus what the page or process says about itself. */
 export type BenchRun = SectionResults & {
@@ -20,6 +35,8 @@ export interface BenchReport {
   runs: BenchRun[];
   /** The GPT-2-sized memory runs (Node, CPU backend). */
   bigMemory: FourModelMemory[];
+  /** WebGPU dispatch counts on Node WebGPU (perf/dispatch.ts); null or absent when not counted. */
+  gpuDispatch?: GpuDispatchCounts | null;
   notes: string[];
   seconds: number;
 }
@@ -32,11 +49,19 @@ export interface Target {
   from: string;
 }
 
+/** Byte-valued headline keys (the markdown writes them in GB and in full). */
+const BYTE_KEYS = ['gpt2FourModelBytes', 'memoryGrowthBytes', 'gpt2LoraPpoBytes', 'gpt2GrpoLoraBytes'];
+/** Count-valued headline keys (written as whole numbers). */
+const COUNT_KEYS = ['wasmThreads', 'webgpuDispatchesPerStep', 'readbacksPerStep'];
+
 const find = (r: BenchReport, platform: string, backend: string): BenchRun | undefined =>
   r.runs.find((x) => x.platform === platform && x.backend === backend);
 
 const lmOf = (run: BenchRun | undefined, impl: string): LmTrainBench | undefined =>
   run?.lm.find((x) => x.impl === impl);
+
+/** The target of a key that is reported without one. */
+export const REPORTED = 'reported';
 
 /** The headline numbers of the issue, each with its target and whether it is met (null = not measured). */
 export function headline(r: BenchReport): Record<string, Target> {
@@ -48,7 +73,16 @@ export function headline(r: BenchReport): Record<string, Target> {
   const gw = webgpu?.generation[0];
   const ours = lmOf(webgpu, 'ours');
   const nano = lmOf(webgpu, 'nanogpt');
-  const gpt2 = r.bigMemory.find((m) => m.shape === 'gpt2');
+  const gpt2Of = (setup: string) =>
+    r.bigMemory.find((m) => m.shape === 'gpt2' && (m.setup ?? 'four-model') === setup);
+  const gpt2 = gpt2Of('four-model');
+  const lora = gpt2Of('lora-ppo');
+  const grpo = gpt2Of('grpo-lora');
+  const threads = chromiumWasm?.wasmThreads as WasmThreadsBench | null | undefined;
+  const d = r.gpuDispatch ?? null;
+  const dFrom = d ? `Node WebGPU (${d.adapter})` : 'Node WebGPU';
+  const peakOf = (m: FourModelMemory | undefined): string =>
+    m?.peakBytesStep1 != null ? `; peak in the step ${m.peakBytesStep1.toExponential(3)}` : '';
   const tiny = node?.memory.find((m) => m.shape === 'tiny');
   const t = (
     value: number | null | undefined,
@@ -58,7 +92,8 @@ export function headline(r: BenchReport): Record<string, Target> {
   ): Target => ({
     value: value ?? null,
     target,
-    met: value == null || !Number.isFinite(value) ? null : ok(value),
+    // A key reported without a target is neither met nor missed.
+    met: value == null || !Number.isFinite(value) || target === REPORTED ? null : ok(value),
     from,
   });
   return {
@@ -105,6 +140,51 @@ export function headline(r: BenchReport): Record<string, Target> {
       '= 0',
       (v) => v === 0,
       `tiny, node/${tiny?.backend ?? 'wasm'}, step ${tiny?.steps ?? '?'} − step 1`,
+    ),
+    wasmThreadsSpeedup: t(
+      threads?.speedup,
+      '≥ 1.5',
+      (v) => v >= 1.5,
+      threads
+        ? `chromium/wasm, PPO update ${threads.updateSeconds1.toFixed(2)} s on 1 thread ÷ ${threads.updateSecondsN.toFixed(2)} s on ${threads.threads}${threads.isolated ? '' : ' (page not cross-origin isolated)'}`
+        : 'chromium/wasm, PPO update on 1 thread ÷ on N threads',
+    ),
+    wasmThreads: t(threads?.threads, REPORTED, () => true, 'chromium/wasm, threads of the threaded run'),
+    webgpuDispatchesPerLayerFwd: t(
+      d?.webgpuDispatchesPerLayerFwd,
+      '≤ 20',
+      (v) => v <= 20,
+      `${dFrom}, GPT-2 forward, per layer ((n_layer 8 − n_layer 2) / 6)`,
+    ),
+    webgpuDispatchesPerLayerFwdBwd: t(
+      d?.webgpuDispatchesPerLayerFwdBwd,
+      '≤ 50',
+      (v) => v <= 50,
+      `${dFrom}, GPT-2 forward + backward, per layer`,
+    ),
+    webgpuDispatchesPerStep: t(
+      d?.webgpuDispatchesPerStep,
+      REPORTED,
+      () => true,
+      `${dFrom}, one tiny PPO step${d ? ` (batch ${d.step.batchSize}, response ${d.step.responseLength})` : ''}`,
+    ),
+    readbacksPerStep: t(
+      d?.readbacksPerStep,
+      REPORTED,
+      () => true,
+      `${dFrom}, one tiny PPO step, mapAsync calls`,
+    ),
+    gpt2LoraPpoBytes: t(
+      lora?.bytesAfterStep1,
+      '≤ 1.5e9',
+      (v) => v <= 1.5e9,
+      `gpt2-124M shape, PPO LoRA r 8, value model shared, reward function, node/${lora?.backend ?? 'cpu'}, batch ${lora?.batchSize ?? '?'} × ${lora?.responseLength ?? '?'}, after one step${peakOf(lora)}`,
+    ),
+    gpt2GrpoLoraBytes: t(
+      grpo?.bytesAfterStep1,
+      '≤ 1.0e9',
+      (v) => v <= 1.0e9,
+      `gpt2-124M shape, GRPO LoRA r 8, reward function, node/${grpo?.backend ?? 'cpu'}, batch ${grpo?.batchSize ?? '?'} (groups of 4) × ${grpo?.responseLength ?? '?'}, after one step${peakOf(grpo)}`,
     ),
   };
 }
@@ -171,13 +251,15 @@ export function markdown(r: BenchReport): string {
       ['key', 'value', 'target', 'met', 'measured on'],
       Object.entries(h).map(([k, t]) => [
         `\`${k}\``,
-        k === 'gpt2FourModelBytes' || k === 'memoryGrowthBytes'
+        BYTE_KEYS.includes(k)
           ? t.value == null
             ? '—'
             : `${bytes(t.value)} (${n0(t.value)})`
-          : f(t.value, 3),
+          : COUNT_KEYS.includes(k)
+            ? n0(t.value)
+            : f(t.value, 3),
         t.target,
-        t.met == null ? 'not measured' : t.met ? 'yes' : 'NO',
+        t.value == null ? 'not measured' : t.target === REPORTED ? 'no target' : t.met ? 'yes' : 'NO',
         t.from,
       ]),
     ),
@@ -297,7 +379,7 @@ export function markdown(r: BenchReport): string {
   }
 
   out.push(
-    '### Tensor memory of the four-model PPO (policy, ref, value, reward model + 2 Adam), random weights',
+    '### Tensor memory of a PPO step, random weights (four-model: policy, ref, value, reward model + 2 Adam; LoRA: one frozen base + adapters)',
     '',
   );
   const mem = [
@@ -309,6 +391,7 @@ export function markdown(r: BenchReport): string {
       [
         'run',
         'shape',
+        'setup',
         'Adam',
         'params/model',
         'B, R',
@@ -323,6 +406,7 @@ export function markdown(r: BenchReport): string {
       mem.map(({ run, m }) => [
         run,
         m.shape,
+        m.setup ?? 'four-model',
         m.adam,
         n0(m.params),
         `${m.batchSize}, ${m.responseLength}`,
