@@ -6,6 +6,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { layerNormWebGpu, webGpuLayerNormApplies } from '../kernels/webgpu-layernorm';
+import { linearWebGpu, webGpuLinearApplies } from '../kernels/webgpu-linear';
 
 /** Layer norm over the last axis, as autodiff composes it (the reference for `layerNorm`'s gradient). */
 export function layerNormPlain(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number): tf.Tensor {
@@ -106,7 +107,9 @@ export interface Conv1dEpilogue {
  * ((x · Aᵀ) · scaling) · Bᵀ, never forming W + (B·A)ᵀ·scaling (the merged weight) in the forward: the extra
  * cost is two thin matmuls through [N, r], and the backward gives A and B their gradients without a
  * [in, out] weight gradient. Then the epilogue: gelu_new(y) and/or residual + y. Without a pair and epilogue
- * it is exactly `x·W + b` (the same kernels).
+ * it is exactly `x·W + b` (the same kernels). On WebGPU: one fused dispatch forward for matmul, bias, LoRA term,
+ * gelu_new and residual (after the pair's two thin matmuls), 3 or 4 backward (kernels/webgpu-linear.ts,
+ * tests/webgpu-linear.test.ts).
  */
 export function conv1d(
   x: tf.Tensor2D,
@@ -115,6 +118,19 @@ export function conv1d(
   lowRank?: LowRank | null,
   epilogue?: Conv1dEpilogue,
 ): tf.Tensor2D {
+  if (webGpuLinearApplies(x, w, bias, epilogue?.residual)) {
+    const extra = lowRank
+      ? {
+          t: tf.matMul(tf.matMul(x, lowRank.a, false, true), lowRank.b, false, true) as tf.Tensor2D,
+          scale: lowRank.scaling,
+        }
+      : null;
+    return linearWebGpu(x, w as tf.Tensor2D, bias as tf.Tensor1D, {
+      gelu: epilogue?.activation === 'gelu_new',
+      residual: epilogue?.residual,
+      extra,
+    });
+  }
   let y = tf.add(tf.matMul(x, w as tf.Tensor2D), bias) as tf.Tensor2D;
   if (lowRank) {
     const down = tf.mul(tf.matMul(x, lowRank.a, false, true), lowRank.scaling); // [N, r]

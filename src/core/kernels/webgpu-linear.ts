@@ -1,0 +1,546 @@
+/**
+ * GPT-2's Conv1D (x·W + b, then gelu_new, then + residual) on WebGPU as fused WGSL kernels, registered as tfjs
+ * kernels for the webgpu backend and used by model/ops.ts's conv1d there (other backends keep their ops, bit for
+ * bit).
+ *
+ * Why: every tfjs op is a dispatch on WebGPU (docs/tfjs.md trap 5). Through ops, mlp.c_fc is a matmul, a bias
+ * add and gelu_new's seven elementwise kernels; each projection is a matmul and two adds. Here every Conv1D
+ * forward is ONE dispatch, a tiled matmul whose store applies the epilogue:
+ *   y = act(x·W + b + s·L) + residual        (act: identity or gelu_new; L, s: the LoRA term, see below)
+ * - `PerfLinearFwd`: 64×64 output tile per workgroup of 16×16 threads (4×4 outputs each, strided so that
+ *   neighbouring threads store neighbouring columns), K in slices of 16 through workgroup memory (8 KB), loads
+ *   laid out so that neighbouring threads read neighbouring addresses in either operand layout.
+ * - backward, with dz = dy ⊙ gelu'(pre) (dz = dy without gelu):
+ *   `PerfLinearDz` (gelu only) recomputes pre = x·W + b + s·L in the same tiled matmul and stores dz directly;
+ *   `PerfLinearMatMul` dx = dz·Wᵀ and dW = xᵀ·dz (the same program with transposed loads, no transpose kernel);
+ *   `PerfLinearColSum` db = Σ_rows dz (32 columns × 8 row lanes per workgroup, then a workgroup sum);
+ *   dresidual = dy and dL = s·dz (no dispatch for the first, one multiply for the second).
+ *   So 1 dispatch forward; backward 3 (plain, residual) or 4 (gelu_new).
+ * Why recompute pre instead of saving it: a tfjs WebGPU program has exactly one output binding (inputs are
+ * bound read-only, and tfjs-webgpu has no zero-copy slice), so the forward cannot also write pre. Saving it
+ * would take a second forward dispatch (pre, then gelu as its own kernel): the same total dispatches for a
+ * training step, one more for every inference forward (rollouts, scoring), and N×4C more floats kept alive.
+ * Recomputing costs one more matmul's FLOPs in c_fc's backward only.
+ *
+ * Frozen weights: when W and b are tf.Variables with trainable = false (the base under LoRA; the reference
+ * model), they are not inputs of the custom gradient at all, so its backward computes dx (and dL) only: tfjs
+ * evaluates a customGrad's gradFunc eagerly for every input, needed or not, and would otherwise spend the dW
+ * matmul and the db sum on gradients nobody reads. (tf.grads asked for such a frozen W explicitly gets none.)
+ *
+ * LoRA (docs/formats.md §6): conv1d passes L = (x·Aᵀ)·Bᵀ as an extra input with s = scaling; the kernel adds s·L
+ * before the activation, so gelu_new and the residual apply to base + LoRA as in the plain path, and the
+ * LoRA forward is 2 thin matmuls + this dispatch (the plain path multiplies by s as its own kernel).
+ *
+ * WGSL: gelu_new is x·σ(2·√(2/π)(x + 0.044715x³)) with σ(z) = 1/(1 + e^(−z)) (no tanh: docs/tfjs.md trap 7).
+ * Within WebGPU's default limits: 256 threads, 8 KB of workgroup memory, ≤ 65535 workgroups per dimension
+ * (webGpuLinearApplies refuses bigger shapes; the plain ops run them).
+ *
+ * Tested against the plain ops and a float64 loop, values and gradients (x, W, b, residual, LoRA A and B), with
+ * the dispatch counts, on WebGPU in Node (tests/webgpu-linear.test.ts); checkLinearOnCurrentBackend() runs the
+ * same comparison wherever the webgpu backend is current (a Chromium page).
+ */
+import * as tf from '@tensorflow/tfjs-core';
+
+export const LIN_FWD = 'PerfLinearFwd';
+export const LIN_DZ = 'PerfLinearDz';
+export const LIN_MM = 'PerfLinearMatMul';
+export const LIN_COLSUM = 'PerfLinearColSum';
+
+/** Output tile (rows × columns) per workgroup, K slice, threads per side, outputs per thread per side. */
+const TM = 64;
+const TN = 64;
+const TK = 16;
+const TS = 16;
+const PER = TM / TS; // 4
+/** Workgroups per dispatch dimension that WebGPU guarantees. */
+const MAX_GROUPS = 65535;
+
+const GELU_K = 2 * Math.sqrt(2 / Math.PI);
+
+interface WebGpuBackendLike {
+  runWebGPUProgram(
+    program: unknown,
+    inputs: tf.TensorInfo[],
+    outputDtype: tf.DataType,
+    uniforms?: { type: 'float32' | 'int32'; data: number[] }[],
+  ): tf.TensorInfo;
+}
+
+type Mode = 'fwd' | 'dz' | 'mm';
+
+interface MatMulOptions {
+  mode: Mode;
+  transA: boolean;
+  transB: boolean;
+  gelu: boolean;
+  /** An extra [M, N] input added (times the `addScale` uniform) before the activation: LoRA's term. */
+  hasExtra: boolean;
+  /** A residual [M, N] added after the activation (forward only). */
+  hasRes: boolean;
+}
+
+const f32 = (v: number): string => {
+  const s = String(v);
+  return s.includes('.') || s.includes('e') ? s : `${s}.0`;
+};
+
+/**
+ * C [M, N] = op(A)·op(B) (op: transpose or not) with an epilogue in the store; the shape of a tfjs
+ * WebGPUProgram (the backend adds bindings, uniforms and the entry point).
+ */
+class LinearMatMulProgram {
+  readonly variableNames: string[];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [TS, TS, 1];
+  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32,';
+  private readonly o: MatMulOptions;
+
+  constructor(o: MatMulOptions, M: number, N: number) {
+    this.o = o;
+    this.variableNames =
+      o.mode === 'mm'
+        ? ['A', 'B']
+        : [
+            'A',
+            'B',
+            'Bias',
+            ...(o.hasExtra ? ['Extra'] : []),
+            ...(o.mode === 'dz' ? ['DY'] : o.hasRes ? ['Res'] : []),
+          ];
+    this.outputShape = [M, N];
+    this.shaderKey = `perfLinear_${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}`;
+    this.dispatch = [Math.ceil(N / TN), Math.ceil(M / TM), 1];
+  }
+
+  getUserCode(): string {
+    const { mode, transA, transB, gelu, hasExtra, hasRes } = this.o;
+    const loads = (TM * TK) / (TS * TS); // elements of each tile per thread: 4
+    // A tile As[k][m] (TK × TM). Row-major A [M, K]: neighbouring threads take neighbouring k; A stored [K, M]
+    // (transA): neighbouring m. Likewise B tile Bs[k][n] from B [K, N] or B stored [N, K] (transB).
+    const loadA = transA
+      ? `let mm = f % ${TM}; let kk = f / ${TM};
+         let r = row0 + mm; let k = k0 + kk;
+         var v = 0.0;
+         if (r < M && k < K) { v = A[k * M + r]; }`
+      : `let kk = f % ${TK}; let mm = f / ${TK};
+         let r = row0 + mm; let k = k0 + kk;
+         var v = 0.0;
+         if (r < M && k < K) { v = A[r * K + k]; }`;
+    const loadB = transB
+      ? `let kk = f % ${TK}; let nn = f / ${TK};
+         let c = col0 + nn; let k = k0 + kk;
+         var v = 0.0;
+         if (c < N && k < K) { v = B[c * K + k]; }`
+      : `let nn = f % ${TN}; let kk = f / ${TN};
+         let c = col0 + nn; let k = k0 + kk;
+         var v = 0.0;
+         if (c < N && k < K) { v = B[k * N + c]; }`;
+    const idx = (i: number, j: number) => `${i}${j}`;
+    const accDecl: string[] = [];
+    const fmas: string[] = [];
+    const stores: string[] = [];
+    for (let i = 0; i < PER; i++) {
+      for (let j = 0; j < PER; j++) {
+        accDecl.push(`var acc${idx(i, j)} = 0.0;`);
+        fmas.push(`acc${idx(i, j)} = fma(a${i}, b${j}, acc${idx(i, j)});`);
+      }
+    }
+    const extra = hasExtra ? ' + uniforms.addScale * Extra[o]' : '';
+    let epilogue: string;
+    if (mode === 'mm') epilogue = 'result[o] = acc;';
+    else if (mode === 'dz') epilogue = `result[o] = DY[o] * geluNewGrad(acc + Bias[c]${extra});`;
+    else {
+      const pre = `acc + Bias[c]${extra}`;
+      const act = gelu ? `geluNew(${pre})` : pre;
+      epilogue = `result[o] = ${hasRes ? `Res[o] + ${act}` : act};`;
+    }
+    for (let i = 0; i < PER; i++) {
+      stores.push(`{
+          let r = row0 + ty + ${i * TS};
+          if (r < M) {`);
+      for (let j = 0; j < PER; j++) {
+        stores.push(`
+            {
+              let c = col0 + tx + ${j * TS};
+              if (c < N) {
+                let o = r * N + c;
+                let acc = acc${idx(i, j)};
+                ${epilogue}
+              }
+            }`);
+      }
+      stores.push(`
+          }
+        }`);
+    }
+    const aRegs = Array.from({ length: PER }, (_, i) => `let a${i} = As[kk * ${TM} + ty + ${i * TS}];`);
+    const bRegs = Array.from({ length: PER }, (_, j) => `let b${j} = Bs[kk * ${TN} + tx + ${j * TS}];`);
+    return `
+      var<workgroup> As : array<f32, ${TM * TK}>;
+      var<workgroup> Bs : array<f32, ${TN * TK}>;
+
+      fn sigmoidStable(z : f32) -> f32 { return 1.0 / (1.0 + exp(-z)); }
+      fn geluNew(x : f32) -> f32 {
+        return x * sigmoidStable(${f32(GELU_K)} * (x + 0.044715 * x * x * x));
+      }
+      fn geluNewGrad(x : f32) -> f32 {
+        let s = sigmoidStable(${f32(GELU_K)} * (x + 0.044715 * x * x * x));
+        return s + x * s * (1.0 - s) * (${f32(GELU_K)} + ${f32(3 * 0.044715 * GELU_K)} * x * x);
+      }
+
+      fn main(index : i32) {
+        let M = uniforms.dimM;
+        let N = uniforms.dimN;
+        let K = uniforms.dimK;
+        let tx = i32(localId.x);
+        let ty = i32(localId.y);
+        let tid = ty * ${TS} + tx;
+        let row0 = i32(workgroupId.y) * ${TM};
+        let col0 = i32(workgroupId.x) * ${TN};
+        ${accDecl.join('\n        ')}
+        for (var k0 = 0; k0 < K; k0 = k0 + ${TK}) {
+          for (var l = 0; l < ${loads}; l = l + 1) {
+            let f = tid + l * ${TS * TS};
+            ${loadA}
+            As[kk * ${TM} + mm] = v;
+          }
+          for (var l = 0; l < ${loads}; l = l + 1) {
+            let f = tid + l * ${TS * TS};
+            ${loadB}
+            Bs[kk * ${TN} + nn] = v;
+          }
+          workgroupBarrier();
+          for (var kk = 0; kk < ${TK}; kk = kk + 1) {
+            ${aRegs.join('\n            ')}
+            ${bRegs.join('\n            ')}
+            ${fmas.join('\n            ')}
+          }
+          workgroupBarrier();
+        }
+        ${stores.join('')}
+      }`;
+  }
+}
+
+const CS_COLS = 32;
+const CS_LANES = 8;
+
+/** out[c] = Σ_r X[r, c]: 32 columns per workgroup, 8 lanes striding the rows, then a sum of the 8 lanes. */
+class ColumnSumProgram {
+  readonly variableNames = ['X'];
+  readonly outputShape: number[];
+  readonly shaderKey = 'perfLinear_colsum';
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [CS_COLS, CS_LANES, 1];
+  readonly uniforms = 'rows : i32, cols : i32,';
+
+  constructor(cols: number) {
+    this.outputShape = [cols];
+    this.dispatch = [Math.ceil(cols / CS_COLS), 1, 1];
+  }
+
+  getUserCode(): string {
+    return `
+      var<workgroup> part : array<f32, ${CS_COLS * CS_LANES}>;
+      fn main(index : i32) {
+        let C = uniforms.cols;
+        let c = i32(workgroupId.x) * ${CS_COLS} + i32(localId.x);
+        var s = 0.0;
+        if (c < C) {
+          for (var r = i32(localId.y); r < uniforms.rows; r = r + ${CS_LANES}) { s = s + X[r * C + c]; }
+        }
+        part[localId.y * ${CS_COLS}u + localId.x] = s;
+        workgroupBarrier();
+        if (localId.y == 0u && c < C) {
+          var t = 0.0;
+          for (var k = 0u; k < ${CS_LANES}u; k = k + 1u) { t = t + part[k * ${CS_COLS}u + localId.x]; }
+          result[c] = t;
+        }
+      }`;
+  }
+}
+
+type KernelFn = (args: {
+  inputs: tf.NamedTensorInfoMap;
+  backend: unknown;
+  attrs?: tf.NamedAttrMap;
+}) => tf.TensorInfo | tf.TensorInfo[];
+
+const dims = (M: number, N: number, K: number, scale = 0) => [
+  { type: 'int32' as const, data: [M] },
+  { type: 'int32' as const, data: [N] },
+  { type: 'int32' as const, data: [K] },
+  { type: 'float32' as const, data: [scale] },
+];
+
+/** The forward and the recomputing dz kernel: x [M, K], w [K, N], bias [N], extra? [M, N], then res or dy. */
+function epilogueKernel(mode: 'fwd' | 'dz'): KernelFn {
+  return ({ inputs, backend, attrs }) => {
+    const { x, w, bias, extra, res, dy } = inputs as Record<string, tf.TensorInfo | undefined>;
+    const [M, K] = x!.shape;
+    const N = w!.shape[1];
+    const program = new LinearMatMulProgram(
+      {
+        mode,
+        transA: false,
+        transB: false,
+        gelu: mode === 'dz' || !!attrs?.gelu,
+        hasExtra: !!extra,
+        hasRes: mode === 'fwd' && !!res,
+      },
+      M,
+      N,
+    );
+    const ins = [x!, w!, bias!, ...(extra ? [extra] : []), ...(mode === 'dz' ? [dy!] : res ? [res] : [])];
+    const scale = (attrs?.scale as number | undefined) ?? 0;
+    return (backend as WebGpuBackendLike).runWebGPUProgram(program, ins, 'float32', dims(M, N, K, scale));
+  };
+}
+
+const KERNELS: Record<string, KernelFn> = {
+  [LIN_FWD]: epilogueKernel('fwd'),
+  [LIN_DZ]: epilogueKernel('dz'),
+  [LIN_MM]: ({ inputs, backend, attrs }) => {
+    const { a, b } = inputs as Record<'a' | 'b', tf.TensorInfo>;
+    const transA = !!attrs?.transA;
+    const transB = !!attrs?.transB;
+    const [M, K] = transA ? [a.shape[1], a.shape[0]] : a.shape;
+    const N = transB ? b.shape[0] : b.shape[1];
+    const program = new LinearMatMulProgram(
+      { mode: 'mm', transA, transB, gelu: false, hasExtra: false, hasRes: false },
+      M,
+      N,
+    );
+    return (backend as WebGpuBackendLike).runWebGPUProgram(program, [a, b], 'float32', dims(M, N, K));
+  },
+  [LIN_COLSUM]: ({ inputs, backend }) => {
+    const { x } = inputs as Record<'x', tf.TensorInfo>;
+    const [R, C] = x.shape;
+    return (backend as WebGpuBackendLike).runWebGPUProgram(new ColumnSumProgram(C), [x], 'float32', [
+      { type: 'int32', data: [R] },
+      { type: 'int32', data: [C] },
+    ]);
+  },
+};
+
+/** Register the four kernels for webgpu (idempotent; the backend need not be loaded yet). */
+export function registerWebGpuLinear(): void {
+  for (const [kernelName, kernelFunc] of Object.entries(KERNELS)) {
+    if (!tf.getKernel(kernelName, 'webgpu')) {
+      tf.registerKernel({
+        kernelName,
+        backendName: 'webgpu',
+        kernelFunc: kernelFunc as unknown as tf.KernelFunc,
+      });
+    }
+  }
+}
+
+let enabled = true;
+
+/** Switch the fused path off (it is on by default): the bench counts dispatches with and without it. */
+export function setWebGpuLinearFused(on: boolean): void {
+  enabled = on;
+}
+
+/**
+ * Whether linearWebGpu applies to x [N, in] · w [in, out] + bias [out] (+ residual [N, out]): enabled, the
+ * webgpu backend is current, all float32, the shapes agree, and every matmul of the forward and backward fits
+ * one dispatch (≤ 65535 tiles of 64 per dimension).
+ */
+export function webGpuLinearApplies(
+  x: tf.Tensor,
+  w: tf.Tensor,
+  bias: tf.Tensor,
+  residual?: tf.Tensor | null,
+): boolean {
+  if (!enabled || tf.getBackend() !== 'webgpu') return false;
+  if (x.rank !== 2 || w.rank !== 2 || bias.rank !== 1) return false;
+  const [N, K] = x.shape;
+  const out = w.shape[1];
+  if (w.shape[0] !== K || bias.shape[0] !== out) return false;
+  if (residual && (residual.rank !== 2 || residual.shape[0] !== N || residual.shape[1] !== out)) return false;
+  if ([x, w, bias, residual].some((t) => t && t.dtype !== 'float32')) return false;
+  return [N, K, out].every((d) => d > 0 && Math.ceil(d / 64) <= MAX_GROUPS);
+}
+
+export interface LinearOptions {
+  gelu?: boolean;
+  /** [N, out], added after the activation. */
+  residual?: tf.Tensor2D | null;
+  /** [N, out] times `scale`, added before the activation (LoRA's (x·Aᵀ)·Bᵀ with its scaling). */
+  extra?: { t: tf.Tensor2D; scale: number } | null;
+}
+
+const isFrozen = (t: tf.Tensor): boolean => t instanceof tf.Variable && !t.trainable;
+
+/**
+ * act(x·W + b + s·extra) + residual through the fused kernels, with its gradient: 1 dispatch forward; backward
+ * dx, dW (matmuls), db (column sum), plus the dz kernel with gelu_new; dW and db skipped for frozen W and b.
+ */
+export function linearWebGpu(
+  x: tf.Tensor2D,
+  w: tf.Tensor2D,
+  bias: tf.Tensor1D,
+  opts: LinearOptions = {},
+): tf.Tensor2D {
+  registerWebGpuLinear();
+  const gelu = !!opts.gelu;
+  const extra = opts.extra ?? null;
+  const residual = opts.residual ?? null;
+  const frozen = isFrozen(w) && isFrozen(bias);
+  const scale = extra?.scale ?? 0;
+  const run = (xi: tf.Tensor, wi: tf.Tensor, bi: tf.Tensor, ei: tf.Tensor | null, ri: tf.Tensor | null) =>
+    tf
+      .engine()
+      .runKernel(
+        LIN_FWD,
+        { x: xi, w: wi, bias: bi, ...(ei ? { extra: ei } : {}), ...(ri ? { res: ri } : {}) },
+        { gelu, scale },
+      ) as tf.Tensor2D;
+  // Inputs of the custom gradient, in order: x, [w, b], [extra], [residual].
+  const inputs: tf.Tensor[] = [
+    x,
+    ...(frozen ? [] : [w, bias]),
+    ...(extra ? [extra.t] : []),
+    ...(residual ? [residual] : []),
+  ];
+  const f = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+    const ts = args.slice(0, inputs.length) as tf.Tensor[];
+    const save = args[inputs.length] as tf.GradSaveFunc;
+    let k = 0;
+    const xi = ts[k++];
+    const wi = frozen ? w : ts[k++];
+    const bi = frozen ? bias : ts[k++];
+    const ei = extra ? ts[k++] : null;
+    const ri = residual ? ts[k++] : null;
+    // The backward needs x and W, and for gelu_new's recomputed pre-activation b and the extra term too.
+    save(frozen ? [xi, ...(gelu && ei ? [ei] : [])] : [xi, wi, bi, ...(gelu && ei ? [ei] : [])]);
+    return {
+      value: run(xi, wi, bi, ei, ri),
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        const xs = saved[0];
+        const [ws, bs] = frozen ? [w, bias] : [saved[1], saved[2]];
+        const es = gelu && extra ? saved[saved.length - 1] : null;
+        const dz = gelu
+          ? (tf
+              .engine()
+              .runKernel(
+                LIN_DZ,
+                { x: xs, w: ws, bias: bs, ...(es ? { extra: es } : {}), dy },
+                { scale },
+              ) as tf.Tensor)
+          : dy;
+        const mm = (a: tf.Tensor, b: tf.Tensor, transA: boolean, transB: boolean) =>
+          tf.engine().runKernel(LIN_MM, { a, b }, { transA, transB }) as tf.Tensor;
+        const grads: tf.Tensor[] = [mm(dz, ws, false, true)];
+        if (!frozen)
+          grads.push(mm(xs, dz, true, false), tf.engine().runKernel(LIN_COLSUM, { x: dz }) as tf.Tensor);
+        if (extra) grads.push(tf.mul(dz, scale));
+        if (residual) grads.push(tf.clone(dy));
+        return grads;
+      },
+    };
+  }) as (...ts: tf.Tensor[]) => tf.Tensor2D;
+  return f(...inputs);
+}
+
+/** Dispatches made while `fn` runs (GPUComputePassEncoder.dispatchWorkgroups calls; WebGPU must be a global). */
+async function countDispatchCalls(fn: () => void | Promise<void>): Promise<number> {
+  const cls = (globalThis as unknown as Record<string, { prototype: Record<string, unknown> } | undefined>)
+    .GPUComputePassEncoder;
+  if (!cls) throw new Error('GPUComputePassEncoder is not a global here: WebGPU is not set up.');
+  const proto = cls.prototype as { dispatchWorkgroups: (...a: unknown[]) => unknown };
+  const orig = proto.dispatchWorkgroups;
+  let n = 0;
+  proto.dispatchWorkgroups = function (this: unknown, ...a: unknown[]) {
+    n++;
+    return orig.apply(this, a);
+  };
+  try {
+    await fn();
+  } finally {
+    proto.dispatchWorkgroups = orig;
+  }
+  return n;
+}
+
+/** The plain composition conv1d runs elsewhere: matMul + add, the LoRA term, gelu_new (sigmoid form), + res. */
+function plainLinear(
+  x: tf.Tensor2D,
+  w: tf.Tensor2D,
+  bias: tf.Tensor1D,
+  gelu: boolean,
+  residual: tf.Tensor2D | null,
+): tf.Tensor2D {
+  let y: tf.Tensor = tf.add(tf.matMul(x, w), bias);
+  if (gelu) {
+    const inner = tf.mul(GELU_K, tf.add(y, tf.mul(0.044715, tf.mul(tf.mul(y, y), y))));
+    y = tf.mul(y, tf.sigmoid(inner));
+  }
+  return (residual ? tf.add(residual, y) : y) as tf.Tensor2D;
+}
+
+/**
+ * Fused vs plain on the current backend (webgpu): a tiny Conv1D with gelu_new and a residual (rows and
+ * columns not multiples of the 64 tile), values and the gradients of x, W, b and the residual under random
+ * upstream weights. Returns the worst relative differences (|a − b| / max(1, max|b|) per tensor) and the
+ * dispatches of the fused op, forward and forward + backward (the backward from a given dy).
+ */
+export async function checkLinearOnCurrentBackend(): Promise<{
+  maxRelValue: number;
+  maxRelGrad: number;
+  dispatchesFwd: number;
+  dispatchesFwdBwd: number;
+}> {
+  const [N, K, O] = [70, 24, 40];
+  const x = tf.randomNormal([N, K], 0, 1, 'float32', 11) as tf.Tensor2D;
+  const w = tf.randomNormal([K, O], 0, 0.5, 'float32', 12) as tf.Tensor2D;
+  const b = tf.randomNormal([O], 0, 0.5, 'float32', 13) as tf.Tensor1D;
+  const res = tf.randomNormal([N, O], 0, 1, 'float32', 14) as tf.Tensor2D;
+  const dy = tf.randomNormal([N, O], 0, 1, 'float32', 15) as tf.Tensor2D;
+  const wasOn = enabled;
+  try {
+    enabled = true;
+    if (!webGpuLinearApplies(x, w, b, res))
+      throw new Error(
+        `checkLinearOnCurrentBackend needs the webgpu backend (the fused Conv1D applies there only), not ${tf.getBackend()}.`,
+      );
+    const fused = (a: tf.Tensor, c: tf.Tensor, d: tf.Tensor, e: tf.Tensor) =>
+      linearWebGpu(a as tf.Tensor2D, c as tf.Tensor2D, d as tf.Tensor1D, {
+        gelu: true,
+        residual: e as tf.Tensor2D,
+      });
+    const plain = (a: tf.Tensor, c: tf.Tensor, d: tf.Tensor, e: tf.Tensor) =>
+      plainLinear(a as tf.Tensor2D, c as tf.Tensor2D, d as tf.Tensor1D, true, e as tf.Tensor2D);
+    const vjp = (f: typeof fused) => tf.grads(f)([x, w, b, res], dy);
+    const rel = async (p: tf.Tensor, q: tf.Tensor) => {
+      const [u, v] = await Promise.all([p.data(), q.data()]);
+      let abs = 0;
+      let scale = 0;
+      for (let i = 0; i < u.length; i++) {
+        abs = Math.max(abs, Math.abs(u[i] - v[i]));
+        scale = Math.max(scale, Math.abs(v[i]));
+      }
+      return abs / Math.max(1, scale);
+    };
+    const vf = fused(x, w, b, res);
+    const vp = plain(x, w, b, res);
+    const maxRelValue = await rel(vf, vp);
+    const gf = vjp(fused);
+    const gp = vjp(plain);
+    let maxRelGrad = 0;
+    for (let i = 0; i < gf.length; i++) maxRelGrad = Math.max(maxRelGrad, await rel(gf[i], gp[i]));
+    tf.dispose([vf, vp, ...gf, ...gp]);
+    const dispatchesFwd = await countDispatchCalls(() => tf.dispose(fused(x, w, b, res)));
+    const dispatchesFwdBwd = await countDispatchCalls(() => tf.dispose(vjp(fused)));
+    return { maxRelValue, maxRelGrad, dispatchesFwd, dispatchesFwdBwd };
+  } finally {
+    enabled = wasOn;
+    tf.dispose([x, w, b, res, dy]);
+  }
+}
