@@ -41,8 +41,19 @@ describe('cli bench', () => {
       'vsNanogpt',
       'gpt2FourModelBytes',
       'memoryGrowthBytes',
+      'wasmThreadsSpeedup',
+      'wasmThreads',
+      'webgpuDispatchesPerLayerFwd',
+      'webgpuDispatchesPerLayerFwdBwd',
+      'webgpuDispatchesPerStep',
+      'readbacksPerStep',
+      'gpt2LoraPpoBytes',
+      'gpt2GrpoLoraBytes',
     ])
-      expect(k in j).toBe(true);
+      expect(k in j, k).toBe(true);
+    // Sections not run are null ("not measured"), never a pass or a fail.
+    expect(j.webgpuDispatchesPerStep).toBeNull();
+    expect(j.targets.gpt2GrpoLoraBytes).toMatchObject({ value: null, met: null, target: '≤ 1.0e9' });
     expect(j.targets.updateMfu.target).toBe('≥ 0.5');
     expect(j.runs[0].matmul.map((m: { n: number }) => m.n)).toEqual([512, 1024]);
     expect(j.runs[0].matmul[0].gflops).toBeGreaterThan(0);
@@ -58,6 +69,13 @@ describe('cli bench', () => {
     const r = cli(['bench', '--sections', 'matmul,speed', '--no-browser']);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('unknown section "speed"');
-    expect(r.stderr).toContain('matmul, gen, ppo, lm, memory');
+    expect(r.stderr).toContain('matmul, gen, ppo, lm, memory, dispatch');
+  });
+
+  it('names a wrong memory setup and lists the right ones', () => {
+    const r = cli(['bench', '--big-memory-setups', 'lora-ppo,lora-dpo', '--no-browser']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('unknown setup "lora-dpo"');
+    expect(r.stderr).toContain('four-model, lora-ppo, grpo-lora');
   });
 });

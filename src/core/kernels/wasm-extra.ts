@@ -244,11 +244,11 @@ let registered = false;
 export function registerWasmExtraKernels(): void {
   if (registered) return;
   registered = true;
-  // NO_FAST_MM=1 (Node) keeps tfjs's own kernel, to measure the plain path against this one.
-  if (!(globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env.NO_FAST_MM)
-    fastMatMul();
+  // NO_FAST_MM=1 / NO_FAST_SLICE=1 (Node) keep tfjs's own kernels, to measure the plain path against these.
+  const env = (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env ?? {};
+  if (!env.NO_FAST_MM) fastMatMul();
   fastGather();
-  fastSlice();
+  if (!env.NO_FAST_SLICE) fastSlice();
   // tfjs's autodiff clones every tensor a gradient keeps; share the buffer as the other backends do.
   registerWasmSharedIdentity();
   tf.registerKernel({
