@@ -7,6 +7,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { LossAggregation } from '../config';
+import { entropyRowsWebGpu, logprobsWebGpu, webGpuLogprobApplies } from '../kernels/webgpu-logprob';
 
 /** Σ x·mask / Σ mask over every element; 0 when nothing counts. */
 export function maskedMeanT(x: tf.Tensor, mask: tf.Tensor): tf.Scalar {
@@ -190,9 +191,20 @@ export function valueLoss(
 
 /**
  * Masked mean entropy of softmax(logits / temperature) over the last axis: logits [N, R, V] with mask [N, R],
- * or [M, V] with mask [M]. H = logsumexp(z) − Σ softmax(z)·z.
+ * or [M, V] with mask [M]. H = logsumexp(z) − Σ softmax(z)·z. On WebGPU the per-row entropy is one fused kernel,
+ * forward and backward (kernels/webgpu-logprob.ts); elsewhere entropyFromLogitsPlain.
  */
 export function entropyFromLogits(logits: tf.Tensor, mask: tf.Tensor, temperature = 1): tf.Scalar {
+  if (!webGpuLogprobApplies(logits)) return entropyFromLogitsPlain(logits, mask, temperature);
+  return tf.tidy(() => {
+    const V = logits.shape[logits.rank - 1];
+    const rows = entropyRowsWebGpu(tf.reshape(logits, [-1, V]) as tf.Tensor2D, temperature);
+    return maskedMeanT(tf.reshape(rows, logits.shape.slice(0, -1)), mask);
+  });
+}
+
+/** entropyFromLogits as tfjs ops (every backend but WebGPU, and the fused kernel's reference). */
+export function entropyFromLogitsPlain(logits: tf.Tensor, mask: tf.Tensor, temperature = 1): tf.Scalar {
   return tf.tidy(() => {
     const z = temperature === 1 ? logits : tf.div(logits, temperature);
     const axis = z.rank - 1;
@@ -202,9 +214,9 @@ export function entropyFromLogits(logits: tf.Tensor, mask: tf.Tensor, temperatur
 }
 
 /**
- * log softmax(logits / temperature) at the chosen token of each row: logits [M, V], tokens [M] → [M].
- * Gathers M entries of the flattened logits (index row·V + token) instead of building an [M, V] one-hot,
- * which matters for a 50k vocabulary (its gradient is a sparse scatter, not a dense product).
+ * log softmax(logits / temperature) at the chosen token of each row: logits [M, V], tokens [M] → [M]. On WebGPU
+ * one fused kernel reads the tokens and the logits' rows directly, 1 dispatch forward and 1 backward
+ * (kernels/webgpu-logprob.ts); elsewhere logprobsFromLogitsPlain.
  */
 export function logprobsFromLogits(
   logits2d: tf.Tensor2D,
@@ -212,12 +224,40 @@ export function logprobsFromLogits(
   temperature = 1,
 ): tf.Tensor1D {
   if (!(temperature > 0)) throw new Error(`logprobsFromLogits: temperature must be > 0, got ${temperature}`);
+  if (!webGpuLogprobApplies(logits2d) || logits2d.rank !== 2)
+    return logprobsFromLogitsPlain(logits2d, tokens, temperature);
+  return tf.tidy(() => {
+    const tok = tokensTensor(tokens, logits2d.shape[0]);
+    return logprobsWebGpu(logits2d, tok, temperature);
+  });
+}
+
+function tokensTensor(tokens: tf.Tensor1D | ArrayLike<number>, M: number): tf.Tensor1D {
+  const tok =
+    tokens instanceof tf.Tensor
+      ? tokens.dtype === 'int32'
+        ? tokens
+        : tf.cast(tokens, 'int32')
+      : tf.tensor1d(Array.from(tokens), 'int32');
+  if (tok.shape[0] !== M)
+    throw new Error(`logprobsFromLogits: ${tok.shape[0]} tokens for ${M} rows of logits`);
+  return tok;
+}
+
+/**
+ * logprobsFromLogits as tfjs ops (every backend but WebGPU, and the fused kernel's reference). Gathers M entries
+ * of the flattened logits (index row·V + token) instead of building an [M, V] one-hot, which matters for a 50k
+ * vocabulary (its gradient is a sparse scatter, not a dense product).
+ */
+export function logprobsFromLogitsPlain(
+  logits2d: tf.Tensor2D,
+  tokens: tf.Tensor1D | ArrayLike<number>,
+  temperature = 1,
+): tf.Tensor1D {
+  if (!(temperature > 0)) throw new Error(`logprobsFromLogits: temperature must be > 0, got ${temperature}`);
   return tf.tidy(() => {
     const [M, V] = logits2d.shape;
-    const tok =
-      tokens instanceof tf.Tensor ? tf.cast(tokens, 'int32') : tf.tensor1d(Array.from(tokens), 'int32');
-    if (tok.shape[0] !== M)
-      throw new Error(`logprobsFromLogits: ${tok.shape[0]} tokens for ${M} rows of logits`);
+    const tok = tokensTensor(tokens, M);
     const z = temperature === 1 ? logits2d : tf.div(logits2d, temperature);
     const lse = tf.logSumExp(z, 1); // [M]
     const flatIndex = tf.add(tf.mul(tf.range(0, M, 1, 'int32'), tf.scalar(V, 'int32')), tok); // [M] int32
