@@ -563,7 +563,7 @@ export async function checkAttentionOnCurrentBackend(): Promise<{
   });
   const qkv = tf.randomNormal([B * T, 3 * C], 0, 1, 'float32', 11) as tf.Tensor2D;
   const maskF = tf.tensor2d(mask, [B, T], 'float32');
-  const bias = causalPaddingBias(maskF);
+  const bias = tf.tidy(() => causalPaddingBias(maskF));
   const w = tf.randomNormal([B * T, C], 0, 1, 'float32', 12);
   const was = enabled;
   const both = (on: boolean) => {
