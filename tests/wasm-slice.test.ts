@@ -1,6 +1,7 @@
 /**
  * Slice and SplitV on WASM (src/core/kernels/wasm-extra.ts fastSlice: heap-to-heap copies instead of tfjs 4.22's
- * copy of the whole input per slice) against the CPU backend: every rank to 5, partial and whole dimensions,
+ * copy of the whole input per slice) and Sum over leading axes (fastSum: on the SIMD matmul kernel instead of a
+ * transpose first) against the CPU backend: every rank to 5, partial and whole dimensions,
  * float32 / int32 / bool, splits along every axis, and gradients through split (concat) and slice (pad).
  */
 import { describe, it, expect, beforeAll } from 'vitest';
@@ -8,7 +9,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
-import { registerWasmExtraKernels, sliceStats } from '../src/core/kernels/wasm-extra';
+import { registerWasmExtraKernels, sliceStats, sumStats } from '../src/core/kernels/wasm-extra';
 
 type Dt = 'float32' | 'int32' | 'bool';
 
@@ -35,6 +36,15 @@ function input(shape: number[], dtype: Dt): tf.Tensor {
     dtype === 'bool' ? i % 3 === 0 : dtype === 'int32' ? i * 7 - 50 : i * 0.5 - 3.25,
   );
   return tf.tensor(v as number[], shape, dtype);
+}
+
+/** Values whose float32 sums depend on the order they are added in. */
+function noisy(shape: number[]): tf.Tensor {
+  const n = shape.reduce((a, b) => a * b, 1);
+  return tf.tensor(
+    Float32Array.from({ length: n }, (_, i) => (((i * 2654435761) % 1000003) / 1000003 - 0.5) * 3.7),
+    shape,
+  );
 }
 
 describe('WASM Slice and SplitV on the heap', () => {
@@ -97,10 +107,56 @@ describe('WASM Slice and SplitV on the heap', () => {
     expect(r.wasm).toEqual(r.cpu);
   });
 
+  it('sum over the leading axes is a float32 plain loop over the rows, in order, and matches the CPU backend', async () => {
+    for (const [shape, axis, keepDims] of [
+      [[384, 640], 0, false],
+      [[7, 13], [0], true],
+      [[3, 5, 6], [0, 1], false],
+      [[3, 5, 6], [1, 0], true],
+      [[2, 3, 5], 0, false],
+      [[1, 9], 0, false],
+    ] as [number[], number | number[], boolean][]) {
+      const calls = sumStats.calls;
+      const r = await onBoth<{ shape: number[]; values: number[] }>(() =>
+        tf.tidy(() => tf.sum(noisy(shape), axis, keepDims)),
+      );
+      expect(sumStats.calls).toBe(calls + 1);
+      // The reference: rows added in increasing order in float32.
+      const t = noisy(shape);
+      const x = await t.data();
+      t.dispose();
+      const k = Array.isArray(axis) ? axis.length : 1;
+      const rows = shape.slice(0, k).reduce((a, b) => a * b, 1);
+      const cols = x.length / rows;
+      const ref = Array.from({ length: cols }, (_, j) => {
+        let acc = 0;
+        for (let i = 0; i < rows; i++) acc = Math.fround(acc + x[i * cols + j]);
+        return acc;
+      });
+      expect(r.wasm.values, JSON.stringify(shape)).toEqual(ref);
+      expect(r.wasm.shape).toEqual(r.cpu.shape);
+      // The CPU backend adds in float64: the same sums to float32 rounding.
+      for (let j = 0; j < cols; j++) expect(Math.abs(r.wasm.values[j] - r.cpu.values[j])).toBeLessThan(1e-4);
+    }
+    // Not leading axes, all axes, or int32: tfjs's kernel, still right.
+    for (const [shape, axis, dtype] of [
+      [[4, 6], 1, 'float32'],
+      [[4, 6], [0, 1], 'float32'],
+      [[4, 6], 0, 'int32'],
+    ] as [number[], number | number[], Dt][]) {
+      const calls = sumStats.calls;
+      const r = await onBoth<{ shape: number[]; values: number[] }>(() =>
+        tf.tidy(() => tf.sum(input(shape, dtype), axis)),
+      );
+      expect(r.wasm).toEqual(r.cpu);
+      expect(sumStats.calls).toBe(calls);
+    }
+  });
+
   it('leaves no buffers behind', async () => {
     const n0 = tf.memory().numTensors;
     const x = input([6, 9], 'float32');
-    tf.dispose([tf.slice(x, [1, 1], [2, 2]), ...tf.split(x, 3, 1)]);
+    tf.dispose([tf.slice(x, [1, 1], [2, 2]), ...tf.split(x, 3, 1), tf.sum(x, 0)]);
     x.dispose();
     expect(tf.memory().numTensors).toBe(n0);
   });

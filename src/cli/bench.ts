@@ -437,7 +437,7 @@ async function memoryRuns(
     notes.push(
       "GPT-2-sized memory: Node, CPU backend (the four models and two Adams exceed WASM's 4 GiB heap; numBytes counts the same " +
         'tensors on every backend); four-model: batch 2, responseLength 2, 1 epoch of 1 minibatch; LoRA PPO (r 8, value model shared, reward function) ' +
-        'and GRPO LoRA (r 8, reward function, 4 prompts × 4 samples): batch 16, responseLength 24, the default 2 epochs × 2 minibatches; with perf/cpu-kernels.ts (matmuls on the WASM kernel, the rest in JS) and ' +
+        'and GRPO LoRA (r 8, reward function, 4 prompts × 4 samples): batch 16, responseLength 24, 2 minibatches (the default), 1 epoch (a second repeats the same tensors); with perf/cpu-kernels.ts (matmuls on the WASM kernel, the rest in JS) and ' +
         (adam === 'fused'
           ? "the trainer's fused Adam (the same optimizer state as tf.train.adam, so the same bytes after a step; --big-memory-adam tfjs swaps in tf.train.adam)."
           : "tf.train.adam swapped in for the trainer's fused Adam."),

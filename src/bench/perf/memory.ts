@@ -172,6 +172,9 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
       ...(lora
         ? {
             lora: MEMORY_LORA_RANK,
+            // The default 2 minibatches (the update's rows, what its peak depends on); one epoch, since a second
+            // one repeats the same tensors and only doubles the time.
+            ppoEpochs: 1,
             algorithm: setup === 'grpo-lora' ? 'grpo' : 'ppo',
             ...(setup === 'lora-ppo' ? { valueModel: 'shared' } : {}),
             ...(o.groupSize ? { groupSize: o.groupSize } : {}),

@@ -239,16 +239,65 @@ function fastSlice(): void {
   });
 }
 
+/**
+ * Sum over the leading axes (a bias's gradient: [rows, C] summed over the rows; layer norm's gain and bias
+ * gradients). tfjs-backend-wasm 4.22 transposes the input first so that the reduced axes are innermost (a full
+ * copy through its generic transpose: 0.8 ms for [384, 640] here), then sums. This computes the same sums as
+ * ones[1, rows] · X[rows, C] on the SIMD matmul kernel (bmm.wat: each output the sum over the rows in increasing
+ * order, as tfjs's loop adds them), in place on the heap. Other axes, dtypes, or no SIMD kernel keep tfjs's.
+ * Tested against the CPU backend (tests/wasm-slice.test.ts).
+ */
+export const sumStats = { calls: 0 };
+
+function fastSum(): void {
+  const orig = tf.getKernel('Sum', 'wasm');
+  if (!orig) return;
+  const origFn = orig.kernelFunc as unknown as KernelFn;
+  tf.unregisterKernel('Sum', 'wasm');
+  tf.registerKernel({
+    kernelName: 'Sum',
+    backendName: 'wasm',
+    setupFunc: orig.setupFunc,
+    disposeFunc: orig.disposeFunc,
+    kernelFunc: ({ inputs, backend, attrs }) => {
+      const { x } = inputs as { x: tf.TensorInfo };
+      const { axis, keepDims } = attrs as unknown as { axis: number | number[]; keepDims: boolean };
+      const rank = x.shape.length;
+      const axes = tf.util.parseAxisParam(axis, x.shape).sort((a, b) => a - b);
+      const k = axes.length;
+      const bk = backend as WasmBackendLike;
+      const leading = k > 0 && k < rank && axes.every((a, i) => a === i);
+      const bmm = leading && x.dtype === 'float32' ? bmmFor(bk.wasm.asm?.memory) : null;
+      const rows = x.shape.slice(0, k).reduce((a, b) => a * b, 1);
+      const inner = x.shape.slice(k);
+      const cols = inner.reduce((a, b) => a * b, 1);
+      if (!bmm || rows === 0 || cols === 0) return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+      const ones = bk.makeOutput([rows], 'float32');
+      const out = bk.makeOutput(
+        keepDims ? [...x.shape.slice(0, k).map(() => 1), ...inner] : inner,
+        'float32',
+      );
+      (bk.typedArrayFromHeap(ones) as Float32Array).fill(1);
+      const off = (t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+      bmm(off(ones), off(x), off(out), 1, 1, rows, cols, 0, 0);
+      bk.disposeData(ones.dataId);
+      sumStats.calls++;
+      return out;
+    },
+  });
+}
+
 let registered = false;
 
 export function registerWasmExtraKernels(): void {
   if (registered) return;
   registered = true;
-  // NO_FAST_MM=1 / NO_FAST_SLICE=1 (Node) keep tfjs's own kernels, to measure the plain path against these.
+  // NO_FAST_MM=1 / NO_FAST_SLICE=1 / NO_FAST_SUM=1 (Node) keep tfjs's own kernels, to measure the plain path against these.
   const env = (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env ?? {};
   if (!env.NO_FAST_MM) fastMatMul();
   fastGather();
   if (!env.NO_FAST_SLICE) fastSlice();
+  if (!env.NO_FAST_SUM) fastSum();
   // tfjs's autodiff clones every tensor a gradient keeps; share the buffer as the other backends do.
   registerWasmSharedIdentity();
   tf.registerKernel({
