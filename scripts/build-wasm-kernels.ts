@@ -43,7 +43,8 @@ export async function assembleText(name: string, text: string): Promise<Uint8Arr
   const features = { simd: true, threads: true };
   const mod = wabt.parseWat(name, text, features);
   try {
-    mod.validate(features);
+    // validate() checks against its own feature set (wabt's typings omit the argument): shared memory needs threads.
+    (mod as unknown as { validate(f: typeof features): void }).validate(features);
     return mod.toBinary({}).buffer;
   } finally {
     mod.destroy();

@@ -10,7 +10,7 @@ import { generate as sample } from '../core/model/sampling';
 import { TrainingSession } from '../core/session';
 import { memoryFiles } from '../core/model/folder';
 import { isUserError, UserError } from '../core/errors';
-import { currentDeviceLimits, selectBackend } from './backend-web';
+import { applyBackendOptions, currentDeviceLimits, selectBackend } from './backend-web';
 import { checkDeviceLimits, rewardIsModel, runMemoryOptions } from './device-limits';
 import { mergeConfig } from '../core/live';
 import { ModelSources, PREFERENCE_REWARD_MODEL, type ProgressSink } from './sources';
@@ -173,7 +173,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
   }
 
   return {
-    init: (pref) => (run.pause(), call(() => switchBackend(pref))),
+    init: (pref, options) => (run.pause(), call(() => (applyBackendOptions(options), switchBackend(pref)))),
     setBackend: (pref) => (run.pause(), call(() => switchBackend(pref))),
 
     subscribe: (cb) => guard(() => run.subscribe(cb)),

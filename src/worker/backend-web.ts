@@ -10,12 +10,20 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-webgl';
 import '@tensorflow/tfjs-backend-webgpu';
-import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
+import { getThreadsCount, setThreadsCount, setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 // The WASM binaries ship with the app (hashed assets in a build), so the backend works offline.
 import wasmPlainUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
 import wasmSimdUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
 import wasmThreadedSimdUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
-import type { BackendName, BackendPref, BackendReport, AdapterReport } from './protocol';
+import type {
+  BackendName,
+  BackendOptions,
+  BackendPref,
+  BackendReport,
+  AdapterReport,
+  WasmThreadsReport,
+} from './protocol';
+import { startWasmWithThreads, wasmThreadsFor } from './wasm-threads';
 import { WASM_HEAP_BYTES, type DeviceLimits } from './device-limits';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
 
@@ -27,6 +35,44 @@ setWasmPaths({
   'tfjs-backend-wasm-simd.wasm': wasmSimdUrl,
   'tfjs-backend-wasm-threaded-simd.wasm': wasmThreadedSimdUrl,
 });
+
+/** Whether the page is cross-origin isolated (SharedArrayBuffer: tfjs's threaded WASM build can load). */
+const isolated = (): boolean =>
+  (globalThis as { crossOriginIsolated?: boolean }).crossOriginIsolated === true;
+
+/** Logical cores, where the environment says (a browser or worker; Node 20 has no navigator). */
+const cores = (): number | undefined =>
+  (globalThis as { navigator?: { hardwareConcurrency?: number } }).navigator?.hardwareConcurrency;
+
+/** The WASM backend's thread count, for when it starts (docs/tfjs.md, "Cross-origin isolation and WASM threads"). */
+let wasmThreads = wasmThreadsFor(cores());
+// Also tfjs's own setting, in case something starts the backend other than trySetBackend.
+setThreadsCount(wasmThreads);
+
+/** Whether tfjs has built its WASM backend (it reads the thread count once, then). */
+function wasmStarted(): boolean {
+  try {
+    getThreadsCount();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Apply `options` that must come before the WASM backend starts: the thread count (an override, else the
+ * default). Once WASM has started in this worker its count is fixed; a later request changes nothing, and the
+ * report says the count in use.
+ */
+export function applyBackendOptions(options: BackendOptions | undefined): void {
+  if (!wasmStarted()) wasmThreads = wasmThreadsFor(cores(), options?.wasmThreads);
+}
+
+/** The WASM backend's threads, when it is the current backend. */
+export function wasmThreadsReport(): WasmThreadsReport | undefined {
+  if (tf.getBackend() !== 'wasm' || !wasmStarted()) return undefined;
+  return { threads: getThreadsCount(), isolated: isolated() };
+}
 
 /** What WASM → WebGL → CPU means when the preferred backend is unavailable. */
 const FALLBACK_ORDER: BackendName[] = ['wasm', 'webgl', 'cpu'];
@@ -77,7 +123,11 @@ export async function probeWebGpu(): Promise<{ adapter: AdapterReport | null; re
 async function trySetBackend(name: BackendName): Promise<boolean> {
   if (!tf.findBackendFactory(name)) return false;
   try {
-    if (!(await tf.setBackend(name))) return false;
+    const set = () => tf.setBackend(name);
+    const ok = await (name === 'wasm' && !wasmStarted()
+      ? startWasmWithThreads(wasmThreads, setThreadsCount, set)
+      : set());
+    if (!ok) return false;
     await tf.ready();
     return tf.getBackend() === name;
   } catch {
@@ -95,6 +145,12 @@ function adapterName(a: AdapterReport): string {
  * Never throws for an unavailable backend: it falls back and says so in `notice`.
  */
 export async function selectBackend(pref: BackendPref): Promise<BackendReport> {
+  const report = await chooseBackend(pref);
+  const wasm = wasmThreadsReport();
+  return wasm ? { ...report, wasm } : report;
+}
+
+async function chooseBackend(pref: BackendPref): Promise<BackendReport> {
   const probe = await probeWebGpu();
   const adapter = probe.adapter;
 

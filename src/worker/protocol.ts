@@ -31,6 +31,24 @@ export interface BackendReport {
   adapter: AdapterReport | null;
   /** Plain words about a fallback or a software adapter; null when there is nothing to say. */
   notice: string | null;
+  /** On WASM: the threads it runs on (absent on other backends). */
+  wasm?: WasmThreadsReport;
+}
+
+export interface WasmThreadsReport {
+  /** Threads tfjs-backend-wasm runs its XNNPACK kernels on (its getThreadsCount()); 1 when not isolated. */
+  threads: number;
+  /** Whether the page is cross-origin isolated, which tfjs's threaded build needs (docs/tfjs.md). */
+  isolated: boolean;
+}
+
+/** Options of the worker's first `init`, applied before any backend starts. */
+export interface BackendOptions {
+  /**
+   * Threads for the WASM backend (a positive integer; default navigator.hardwareConcurrency, at most 8). Only
+   * before WASM first starts in the worker; the app passes its page's `?wasmThreads=N`.
+   */
+  wasmThreads?: number;
 }
 
 export type ModelSource =
@@ -304,8 +322,8 @@ export interface WorkerApi {
   history(): Promise<MetricsWire[]>;
   /** The run's hyperparameters mapped to TRL's PPOConfig names (JSON text). */
   exportTrlConfig(): Promise<string>;
-  /** Choose a backend (first call). Safe to call again; same as setBackend. */
-  init(pref: BackendPref): Promise<BackendReport>;
+  /** Choose a backend (first call), after applying `options`. Safe to call again; same as setBackend. */
+  init(pref: BackendPref, options?: BackendOptions): Promise<BackendReport>;
   /** Switch backend; a loaded model is reloaded on the new backend. */
   setBackend(pref: BackendPref): Promise<BackendReport>;
   /**

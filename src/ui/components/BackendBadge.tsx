@@ -8,7 +8,7 @@ import {
   useGenerating,
   useRunState,
 } from '../store/hooks';
-import type { AdapterReport } from '../../worker/protocol';
+import type { AdapterReport, BackendReport } from '../../worker/protocol';
 
 function adapterText(a: AdapterReport): string {
   const name = [a.vendor, a.architecture].filter(Boolean).join(' · ') || 'unnamed adapter';
@@ -16,7 +16,18 @@ function adapterText(a: AdapterReport): string {
   return `${name}${desc}${a.isSoftware ? ' — software' : ''}`;
 }
 
-/** Which tfjs backend the worker runs on, and a way to switch (top bar). */
+/**
+ * The WASM backend's threads in words — "8 threads", or "1 thread (page not cross-origin isolated)" where the
+ * page cannot have tfjs's threaded build — or null on other backends (docs/tfjs.md, WASM threads).
+ */
+export function wasmThreadsText(report: BackendReport | null): string | null {
+  const w = report?.backend === 'wasm' ? report.wasm : undefined;
+  if (!w) return null;
+  const n = `${w.threads} thread${w.threads === 1 ? '' : 's'}`;
+  return w.isolated ? n : `${n} (page not cross-origin isolated)`;
+}
+
+/** Which tfjs backend the worker runs on (with WASM's threads), and a way to switch (top bar). */
 export function BackendBadge() {
   const report = useBackend();
   const phase = useBackendPhase();
@@ -27,6 +38,7 @@ export function BackendBadge() {
   const selectId = useId();
 
   const busy = phase === 'busy' || phase === 'idle';
+  const threads = wasmThreadsText(report);
   return (
     <section
       className="backend"
@@ -37,6 +49,11 @@ export function BackendBadge() {
       <span className={`pill ${report ? `pill-${report.backend}` : ''}`} data-testid="backend-name">
         {busy ? 'starting…' : report ? BACKEND_LABEL[report.backend] : 'no backend'}
       </span>
+      {!busy && threads && (
+        <span className="backend-threads" data-testid="backend-threads">
+          · {threads}
+        </span>
+      )}
       <span className="backend-select">
         <label htmlFor={selectId}>Backend</label>
         <select

@@ -163,7 +163,10 @@ export function createPlaygroundStore(
         modelPhase: hadModel ? 'busy' : get().modelPhase,
       });
       try {
-        const backend = await (first ? api.init(pref) : api.setBackend(pref));
+        // `?wasmThreads=N` in the page's address: WASM's thread count (the worker checks it; docs/tfjs.md).
+        const wasmThreads =
+          Number(new URLSearchParams(globalThis.location?.search).get('wasmThreads')) || undefined;
+        const backend = await (first ? api.init(pref, { wasmThreads }) : api.setBackend(pref));
         set({ backend, backendPhase: 'ready', modelPhase: hadModel ? 'ready' : get().modelPhase });
       } catch (e) {
         set({
