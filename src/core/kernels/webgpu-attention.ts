@@ -78,11 +78,13 @@ function common(hs: number): string {
   var<workgroup> wgFirst : atomic<i32>;
 
   // Index of batch row b's first real token (T if none): query rows before it have no allowed key.
+  // M is read through f32(): a float32 maskF made by tf.cast of an int32 mask keeps the int32 buffer on webgpu
+  // (the cast is free there), so M may be array<i32>.
   fn attnFirstReal(b : i32, T : i32) -> i32 {
     if (localId.x == 0u) { atomicStore(&wgFirst, T); }
     workgroupBarrier();
     for (var j = i32(localId.x); j < T; j = j + A_BR) {
-      if (M[b * T + j] != 0.0) {
+      if (f32(M[b * T + j]) != 0.0) {
         atomicMin(&wgFirst, j);
         break;
       }
@@ -109,7 +111,7 @@ function common(hs: number): string {
     }
     if (lid < A_BC) {
       var mv = 0.0;
-      if (j0 + lid < T) { mv = M[b * T + j0 + lid]; }
+      if (j0 + lid < T) { mv = f32(M[b * T + j0 + lid]); }
       tS[lid] = mv;
     }
   }`;
@@ -300,7 +302,7 @@ const BWD = `
       a2[d] = QKV[rowOff + 2 * C + d];
       acc[d] = 0.0;
     }
-    keyReal = M[b * T + rc] != 0.0;
+    keyReal = f32(M[b * T + rc]) != 0.0;
   }
   let full = r < first;
   let needAll = first > r0;
