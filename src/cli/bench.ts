@@ -373,10 +373,11 @@ interface MemoryChildResult {
 }
 
 /**
- * The memory section: the tiny shape on WASM (one step, then growth to step 200), then the GPT-2-sized shapes on
- * the CPU backend (four models and two Adams exceed WASM's 4 GiB heap; numBytes counts the same tensors on every
- * backend) with perf/cpu-kernels.ts (products on the WASM kernel) and, by default, the fused Adam (the same
- * optimizer state as tfjs's Adam, so the same bytes after a step).
+ * The memory section: the tiny shape on WASM (one step, then growth to step 200), then the GPT-2-sized shapes:
+ * the LoRA setups (PPO with a shared value model, GRPO) on WASM, the four-model setup on the CPU backend (four
+ * models and two Adams exceed WASM's 4 GiB heap; numBytes counts the same tensors on every backend) with
+ * perf/cpu-kernels.ts (products on the WASM kernel) and, by default, the fused Adam (the same optimizer state as
+ * tfjs's Adam, so the same bytes after a step).
  */
 async function memoryRuns(
   names: string[],
@@ -408,12 +409,18 @@ async function memoryRuns(
   }
   const bigMemory: FourModelMemory[] = [];
   if (names.length) {
-    await setNodeBackend('cpu');
-    registerFastCpuKernels({ matmulOnWasm: true });
-    for (const name of names) {
-      const config = shapeConfig(SHAPES[name as keyof typeof SHAPES]);
-      for (const setup of setups) {
-        const run = BIG_MEMORY_RUNS[setup];
+    // The LoRA setups on WASM (one frozen base: they fit its heap, and the CPU backend's broadcasting element-wise
+    // ops, a per-element index walk, take minutes over GPT-2's [rows, 50257] logits); four models on CPU.
+    const order = [...setups].sort((a, b) => Number(a === 'four-model') - Number(b === 'four-model'));
+    for (const setup of order) {
+      const onCpu = setup === 'four-model';
+      if (onCpu && tf.getBackend() !== 'cpu') {
+        await setNodeBackend('cpu');
+        registerFastCpuKernels({ matmulOnWasm: true });
+      }
+      const run = BIG_MEMORY_RUNS[setup];
+      for (const name of names) {
+        const config = shapeConfig(SHAPES[name as keyof typeof SHAPES]);
         try {
           bigMemory.push(
             await benchFourModelMemory({
@@ -424,9 +431,9 @@ async function memoryRuns(
               prompts,
               ...run,
               steps: 1,
-              tfjsAdam: setup === 'four-model' && adam === 'tfjs',
+              tfjsAdam: onCpu && adam === 'tfjs',
               profilePeak: true,
-              onProgress: (x) => log(`node/cpu memory ${setup} ${x}`),
+              onProgress: (x) => log(`node/${tf.getBackend()} memory ${setup} ${x}`),
             }),
           );
         } catch (e) {
@@ -435,12 +442,13 @@ async function memoryRuns(
       }
     }
     notes.push(
-      "GPT-2-sized memory: Node, CPU backend (the four models and two Adams exceed WASM's 4 GiB heap; numBytes counts the same " +
-        'tensors on every backend); four-model: batch 2, responseLength 2, 1 epoch of 1 minibatch; LoRA PPO (r 8, value model shared, reward function) ' +
-        'and GRPO LoRA (r 8, reward function, 4 prompts × 4 samples): batch 16, responseLength 24, 2 minibatches (the default), 1 epoch (a second repeats the same tensors); with perf/cpu-kernels.ts (matmuls on the WASM kernel, the rest in JS) and ' +
+      'GPT-2-sized memory (numBytes counts the same tensors on every backend): four-model on the CPU backend (four models and two Adams ' +
+        "exceed WASM's 4 GiB heap), batch 2, responseLength 2, 1 epoch of 1 minibatch, with perf/cpu-kernels.ts (matmuls on the WASM kernel, the rest in JS) and " +
         (adam === 'fused'
-          ? "the trainer's fused Adam (the same optimizer state as tf.train.adam, so the same bytes after a step; --big-memory-adam tfjs swaps in tf.train.adam)."
-          : "tf.train.adam swapped in for the trainer's fused Adam."),
+          ? "the trainer's fused Adam (the same optimizer state as tf.train.adam, so the same bytes after a step; --big-memory-adam tfjs swaps in tf.train.adam); "
+          : "tf.train.adam swapped in for the trainer's fused Adam; ") +
+        'LoRA PPO (r 8, value model shared, reward function) and GRPO LoRA (r 8, reward function, 4 prompts × 4 samples) on WASM: batch 16, ' +
+        'responseLength 24, 2 minibatches (the default), 1 epoch (a second repeats the same tensors).',
     );
   }
   return { tiny, bigMemory, notes };
