@@ -65,6 +65,8 @@ test('(d) Hub loader: progress while downloading, then served from Cache Storage
   test.setTimeout(180_000);
   const consoleWatch = watchConsole(page);
   await openWorkerPage(page);
+  // The page is cross-origin isolated (COEP require-corp, vite.config.ts): the Hub's CORS responses still load.
+  expect(await page.evaluate(() => self.crossOriginIsolated)).toBe(true);
   const weights = () => hits.filter((h) => h.endsWith('/model.safetensors')).length;
   const configs = () => hits.filter((h) => h.endsWith('/config.json')).length;
 
