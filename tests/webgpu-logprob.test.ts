@@ -113,19 +113,6 @@ describe('fused token log-prob and entropy on Node WebGPU (src/core/kernels/webg
       const [lpF, gF, hF, ghF] = fused.map((p) => p[1]);
       const [lpP, gP, hP, ghP] = plain.map((p) => p[1]);
       const sumH = ref.ent.reduce((a, b) => a + b, 0);
-      if (process.env.LP_DEBUG)
-        console.log(
-          JSON.stringify({
-            lpF: diff(lpF, ref.logp),
-            lpP: diff(lpP, ref.logp),
-            hF: hF[0] - sumH,
-            hP: hP[0] - sumH,
-            gF: diff(gF, rowsScaled(ref.dLogp, w, V)),
-            gP: diff(gP, rowsScaled(ref.dLogp, w, V)),
-            ghF: diff(ghF, ref.dEnt),
-            ghP: diff(ghP, ref.dEnt),
-          }),
-        );
       // Against float64. Values are O(max|z|) = 80/T (−230 at T 0.7): float32 rounds z itself by ~ulp(max|z|).
       const zMax = spikes ? 80 / T : 3 / T;
       const vTol = 6e-8 * Math.max(1, zMax) * 4;
