@@ -10,6 +10,7 @@ import type { PpoTrainer } from '../core/ppo/trainer';
 import { setWebGpuLayerNormFused } from '../core/kernels/webgpu-layernorm';
 import { benchMatmul, type MatmulBench } from './perf/matmul';
 import { benchPpoStep, type PpoBench } from './perf/ppo';
+import type { ModelShape } from './perf/flops';
 import { disposeTrainer } from './perf/memory';
 import { countDispatches, gpt2LayerDispatches, type LayerDispatches } from './webgpu-dispatch';
 
@@ -27,6 +28,8 @@ export interface GpuBenchResult {
   /** "software adapter: smallest sizes only", or null on a hardware adapter. */
   sizes: string | null;
   matmul: MatmulBench;
+  /** Wall time per dispatch of a chain of small element-wise kernels (the fixed cost of one tfjs kernel). */
+  dispatchOverheadMs: number;
   /** With the fused layer norm (what training uses) and without it (tfjs ops). */
   layers: { fused: LayerDispatches; plain: LayerDispatches };
   webgpuDispatchesPerLayerFwd: number;
@@ -34,13 +37,53 @@ export interface GpuBenchResult {
   ppo: PpoBench & { webgpuDispatchesPerStep: number; readbacksPerStep: number };
   webgpuDispatchesPerStep: number;
   readbacksPerStep: number;
+  /** GPT-2 124M-shaped LoRA steps (PPO and GRPO), on hardware adapters only; [] where not run. */
+  gpt2Lora: Gpt2LoraStep[];
   notes: string[];
+}
+
+/** One GPT-2-shaped LoRA step on the GPU: phase times, update FLOPs with a frozen base, MFU, dispatches. */
+export interface Gpt2LoraStep {
+  label: string;
+  algorithm: string;
+  batchSize: number;
+  responseLength: number;
+  Tq: number;
+  timeStep: number;
+  timeGenerate: number;
+  timeScore: number;
+  timeUpdate: number;
+  updateFlops: number;
+  updateGflopsPerSecond: number;
+  updateMfu: number;
+  webgpuDispatchesPerStep: number;
+  readbacksPerStep: number;
+}
+
+/**
+ * Update FLOPs of a LoRA step (frozen base): per token and layer the weight products cost 24·C² forward and the
+ * same again for the input gradient (no weight gradient for the frozen base), the attention products 4·T·C
+ * forward and twice that backward (both inputs need gradients); the tied LM head (frozen) 2·C·V per response
+ * row forward and again backward. The low-rank products (r ≪ C) and the scalar head are left out (< 1%).
+ * A shared value model runs the trunk again over every token.
+ */
+export function loraUpdateFlops(
+  c: ModelShape,
+  o: { batch: number; Tq: number; R: number; epochs: number; value: boolean },
+): number {
+  const T = o.Tq + o.R;
+  const C = c.n_embd;
+  const trunk = o.batch * T * c.n_layer * (2 * 24 * C * C + 3 * 4 * T * C);
+  const head = 2 * o.batch * o.R * 2 * C * c.vocab_size;
+  return o.epochs * (trunk + head + (o.value ? trunk : 0));
 }
 
 export async function runGpuBench(o: {
   adapter: GpuAdapterReport;
   /** A PPO trainer on the tiny model with these overrides of the config. */
   buildTinyTrainer: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
+  /** A trainer on a GPT-2 124M-shaped model (random weights) with these overrides; hardware adapters only. */
+  buildGpt2Trainer?: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
   log: (m: string) => void;
 }): Promise<GpuBenchResult> {
   if (tf.getBackend() !== 'webgpu')
@@ -53,6 +96,9 @@ export async function runGpuBench(o: {
     );
   o.log(`matmul peak (${soft ? 256 : 2048}²)`);
   const matmul = await benchMatmul(soft ? 256 : 2048, { iters: soft ? 1 : 8, minSeconds: soft ? 0.2 : 2 });
+
+  o.log('dispatch overhead (a chain of small element-wise kernels)');
+  const dispatchOverheadMs = await measureDispatchOverhead(soft ? 50 : 2000);
 
   o.log('GPT-2 dispatches per layer (n_layer 2 and 8), fused layer norm');
   const fused = await gpt2LayerDispatches();
@@ -81,19 +127,111 @@ export async function runGpuBench(o: {
   notes.push(
     `Dispatches counted as GPUComputePassEncoder.dispatchWorkgroups calls, readbacks as GPUBuffer.mapAsync calls; per layer = (count at n_layer 8 − count at 2) / 6 on the project's GPT-2 at width 64, batch 2 × 16 tokens.`,
   );
-  notes.push('GPT-2 124M-shaped LoRA PPO step: not run by this bench yet (not measured).');
+  const gpt2Lora: Gpt2LoraStep[] = [];
+  if (soft || !o.buildGpt2Trainer) {
+    notes.push(
+      `GPT-2 124M-shaped LoRA steps: not run (${soft ? 'software adapter' : 'no GPT-2 model builder'}; not measured).`,
+    );
+  } else {
+    const runs: [string, Record<string, unknown>][] = [
+      ['PPO, LoRA r 8, shared value', { algorithm: 'ppo', lora: 8, batchSize: 16, responseLength: 24 }],
+      [
+        'GRPO, LoRA r 8, 4 prompts × 4',
+        { algorithm: 'grpo', lora: 8, batchSize: 16, groupSize: 4, responseLength: 24 },
+      ],
+    ];
+    for (const [label, over] of runs) {
+      o.log(`GPT-2 124M shape: ${label}`);
+      try {
+        gpt2Lora.push(await gpt2LoraStep(o.buildGpt2Trainer, label, over, matmul.gflops, o.log));
+      } catch (e) {
+        notes.push(`GPT-2 124M shape, ${label}: failed: ${(e as Error).message}`);
+      }
+    }
+  }
   return {
     adapter: o.adapter,
     sizes: soft ? 'software adapter: smallest sizes only' : null,
     matmul,
+    dispatchOverheadMs,
     layers: { fused, plain },
     webgpuDispatchesPerLayerFwd: fused.webgpuDispatchesPerLayerFwd,
     webgpuDispatchesPerLayerFwdBwd: fused.webgpuDispatchesPerLayerFwdBwd,
     ppo,
     webgpuDispatchesPerStep: ppo.webgpuDispatchesPerStep,
     readbacksPerStep: ppo.readbacksPerStep,
+    gpt2Lora,
     notes,
   };
+}
+
+/**
+ * Milliseconds per kernel of a chain of `n` dependent adds on 256 floats (after a warm-up chain): what one
+ * dispatch costs when the arithmetic is nothing — the JS, binding and submit work of tfjs and Dawn.
+ */
+export async function measureDispatchOverhead(n: number): Promise<number> {
+  const chain = async (k: number): Promise<number> => {
+    const t0 = performance.now();
+    let x = tf.zeros([256]);
+    const one = tf.ones([256]);
+    for (let i = 0; i < k; i++) {
+      const y = tf.add(x, one);
+      x.dispose();
+      x = y;
+    }
+    await x.data();
+    x.dispose();
+    one.dispose();
+    return performance.now() - t0;
+  };
+  await chain(Math.min(n, 50));
+  return (await chain(n)) / n;
+}
+
+async function gpt2LoraStep(
+  build: (overrides: Record<string, unknown>) => Promise<PpoTrainer>,
+  label: string,
+  over: Record<string, unknown>,
+  peakGflops: number,
+  log: (m: string) => void,
+): Promise<Gpt2LoraStep> {
+  const trainer = await build({ ...over, miniBatches: 1, ppoEpochs: 1, steps: 10 });
+  try {
+    const timed = await benchPpoStep(trainer, {
+      steps: 2,
+      warmup: 1,
+      peakGflops,
+      onStep: (i, s) => log(`  ${i < 0 ? 'warm-up' : 'step'} ${s.toFixed(2)} s`),
+    });
+    const counted = await countDispatches(() => trainer.trainStep());
+    const c = trainer.models.policy.config;
+    const flops = loraUpdateFlops(c, {
+      batch: timed.batchSize,
+      Tq: timed.Tq,
+      R: timed.responseLength,
+      epochs: trainer.cfg.ppoEpochs,
+      value: trainer.models.value !== null,
+    });
+    const gflops = flops / timed.timeUpdate / 1e9;
+    return {
+      label,
+      algorithm: String(trainer.cfg.algorithm),
+      batchSize: timed.batchSize,
+      responseLength: timed.responseLength,
+      Tq: timed.Tq,
+      timeStep: timed.timeStep,
+      timeGenerate: timed.timeGenerate,
+      timeScore: timed.timeScore,
+      timeUpdate: timed.timeUpdate,
+      updateFlops: flops,
+      updateGflopsPerSecond: gflops,
+      updateMfu: gflops / peakGflops,
+      webgpuDispatchesPerStep: counted.dispatches,
+      readbacksPerStep: counted.readbacks,
+    };
+  } finally {
+    disposeTrainer(trainer);
+  }
 }
 
 const f = (x: number | null, d = 2): string => (x == null ? 'not measured' : x.toFixed(d));
@@ -110,6 +248,7 @@ export function gpuMarkdown(r: GpuBenchResult): string {
     '| measure | value |',
     '| --- | --- |',
     `| matmul peak, ${r.matmul.n}² | ${f(r.matmul.gflops, 3)} GFLOP/s |`,
+    `| one small kernel (dispatch overhead) | ${f(r.dispatchOverheadMs, 3)} ms |`,
     `| tiny PPO step (batch ${r.ppo.batchSize}, response ${r.ppo.responseLength}) | ${f(r.ppo.timeStep)} s (update ${f(r.ppo.timeUpdate)} s) |`,
     `| update MFU against that peak | ${f(r.ppo.updateMfu, 3)} |`,
     `| webgpuDispatchesPerStep | ${r.webgpuDispatchesPerStep} |`,
@@ -121,6 +260,17 @@ export function gpuMarkdown(r: GpuBenchResult): string {
     `| forward + backward | ${f(L.plain.webgpuDispatchesPerLayerFwdBwd, 1)} | ${f(L.fused.webgpuDispatchesPerLayerFwdBwd, 1)} |`,
     `| fixed per forward (embeddings, final norm, head) | ${f(L.plain.fixedFwd, 1)} | ${f(L.fused.fixedFwd, 1)} |`,
     '',
+    ...(r.gpt2Lora.length
+      ? [
+          '| GPT-2 124M shape (random weights) | batch × response | s/step | generate | score | update | update GFLOP/s | MFU | dispatches/step | readbacks/step |',
+          '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+          ...r.gpt2Lora.map(
+            (g) =>
+              `| ${g.label} | ${g.batchSize} × ${g.responseLength} (prompt ${g.Tq}) | ${f(g.timeStep)} | ${f(g.timeGenerate)} | ${f(g.timeScore)} | ${f(g.timeUpdate)} | ${f(g.updateGflopsPerSecond, 1)} | ${f(g.updateMfu, 3)} | ${g.webgpuDispatchesPerStep} | ${g.readbacksPerStep} |`,
+          ),
+          '',
+        ]
+      : []),
     ...r.notes.map((n) => `- ${n}`),
     '',
   ].join('\n');

@@ -28,3 +28,15 @@ export async function setNodeBackend(name: string = 'wasm'): Promise<NodeBackend
   await tf.ready();
   return name;
 }
+
+/**
+ * On WebGPU, the device's largest storage-buffer binding (models then hold `wte` in vocabulary chunks that fit,
+ * docs/tfjs.md trap 8); undefined on the other backends (no limit).
+ */
+export function nodeBindingLimit(): number | undefined {
+  if (tf.getBackend() !== 'webgpu') return undefined;
+  const device = (
+    tf.backend() as unknown as { device?: { limits?: { maxStorageBufferBindingSize?: number } } }
+  ).device;
+  return device?.limits?.maxStorageBufferBindingSize;
+}

@@ -193,6 +193,7 @@ export async function setNodeWebGpuBackend(opts: { fatalErrors?: boolean } = {})
       'tfjs-backend-webgpu did not register its backend: navigator.gpu was not in place when it was first imported.',
     );
   }
+  applyTfjsFlags();
   const ok = await tf.setBackend('webgpu');
   if (!ok)
     throw new UserError(`could not initialise the webgpu backend on adapter ${adapterLabel(adapter)}.`);
@@ -208,6 +209,27 @@ export async function setNodeWebGpuBackend(opts: { fatalErrors?: boolean } = {})
     });
   }
   return adapter;
+}
+
+/**
+ * tfjs environment flags from `PPO_TFJS_FLAGS` (a JSON object, e.g. '{"WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE":64}'),
+ * for experiments on real hardware; a clear error when it is not a JSON object of flag values.
+ */
+export function applyTfjsFlags(raw = process.env.PPO_TFJS_FLAGS): Record<string, unknown> {
+  if (!raw) return {};
+  let flags: unknown;
+  try {
+    flags = JSON.parse(raw);
+  } catch {
+    flags = null;
+  }
+  if (!flags || typeof flags !== 'object' || Array.isArray(flags)) {
+    throw new UserError(
+      `PPO_TFJS_FLAGS must be a JSON object of tfjs flags, e.g. '{"WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE":64}'; got ${raw}.`,
+    );
+  }
+  for (const [k, v] of Object.entries(flags)) tf.env().set(k, v as tf.Tensor['dtype'] & number);
+  return flags as Record<string, unknown>;
 }
 
 export function adapterLabel(a: NodeWebGpuAdapter): string {

@@ -1,5 +1,5 @@
 import { parse, num, str } from './args';
-import { setNodeBackend } from './backend-node';
+import { nodeBindingLimit, setNodeBackend } from './backend-node';
 import { assertFolder, nodeFiles } from './files-node';
 import { resolveModel } from './models';
 import { preflightGenerate } from './preflight';
@@ -8,7 +8,7 @@ import { generate } from '../core/model/sampling';
 import { UserError } from '../core/errors';
 
 export const GENERATE_HELP = `generate --model DIR|tiny --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]
-         [--seed S] [--no-stop] [--backend wasm|cpu] [--json]
+         [--seed S] [--no-stop] [--backend wasm|cpu|webgpu] [--json]
   Temperature 0 is greedy. Stops after the model's EOS unless --no-stop.`;
 
 export async function cmdGenerate(argv: string[]): Promise<void> {
@@ -35,7 +35,10 @@ export async function cmdGenerate(argv: string[]): Promise<void> {
   await setNodeBackend(str('generate', v, 'backend') ?? 'wasm');
   await assertFolder(dir);
   await preflightGenerate(dir, { prompt, maxNewTokens });
-  const { model, tokenizer, config } = await loadLM(nodeFiles(dir), { trainable: false });
+  const { model, tokenizer, config } = await loadLM(nodeFiles(dir), {
+    trainable: false,
+    maxBindingBytes: nodeBindingLimit(),
+  });
   let promptTokens = tokenizer.encode(prompt);
   if (promptTokens.length === 0) promptTokens = [config.bos_token_id];
   const t0 = performance.now();

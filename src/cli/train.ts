@@ -2,7 +2,7 @@ import { readFile, writeFile, appendFile, mkdir, access, rename, rm } from 'node
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parse, num, str } from './args';
-import { setNodeBackend } from './backend-node';
+import { nodeBindingLimit, setNodeBackend } from './backend-node';
 import { assertFolder, nodeFiles, writeFolder } from './files-node';
 import { resolveModel, PRESETS } from './models';
 import { loadTaskNode } from './tasks-node';
@@ -16,7 +16,7 @@ import { UserError } from '../core/errors';
 import { asHeapExhaustion, defaultHeapBudget, HeapExhaustedError } from '../core/oom';
 
 export const TRAIN_HELP = `train --config FILE --out DIR [--steps N] [--resume CKPT_DIR] [--reward-module FILE.mjs] [--dump-rollouts]
-      [--backend wasm|cpu] [--json]
+      [--backend wasm|cpu|webgpu] [--json]
   RLHF with PPO, GRPO, RLOO or REINFORCE++ (config key "algorithm", docs/formats.md §7). Writes DIR/metrics.jsonl,
   DIR/checkpoint-0/, DIR/checkpoint-<step>/ every saveEvery steps and at the end, and with --dump-rollouts
   DIR/rollouts/step-<n>.json. Config keys: docs/formats.md §5 (README).`;
@@ -24,6 +24,10 @@ export const TRAIN_HELP = `train --config FILE --out DIR [--steps N] [--resume C
 export const nodeResources: Resources = {
   modelFiles: (nameOrPath) => nodeFiles(resolveModel(nameOrPath)),
   loadTask: loadTaskNode,
+  // Read when models are built: the WebGPU device's binding limit, none on WASM/CPU.
+  get maxBindingBytes() {
+    return nodeBindingLimit();
+  },
 };
 
 export async function readJsonFile(file: string, what: string): Promise<unknown> {
