@@ -1,7 +1,8 @@
 /**
- * PEFT's LoRA files (src/core/model/peft.ts; docs/formats.md §6): adapter_config.json and
- * adapter_model.safetensors written with PEFT's names and shapes and read back exactly; every bad file refused
- * with an error that names the file and the tensor (or key), leaving the model and its adapters as they were.
+ * PEFT's LoRA files (src/core/model/peft.ts; docs/formats.md §6): adapter/adapter_config.json and
+ * adapter/adapter_model.safetensors written with PEFT's names and shapes and read back exactly (also from the top
+ * of the folder, where older checkpoints kept them); every bad file refused with an error that names the file
+ * (with its subfolder) and the tensor (or key), leaving the model and its adapters as they were.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
@@ -11,6 +12,7 @@ import { LoraAdapters } from '../src/core/model/lora';
 import {
   adapterFiles,
   readAdapters,
+  readAdapterSet,
   peftTensorName,
   ADAPTER_CONFIG_FILE,
   ADAPTER_WEIGHTS_FILE,
@@ -65,7 +67,10 @@ describe('PEFT adapter files', () => {
     files = await adapterFiles(saved, 'tiny-base');
   });
 
-  it("writes PEFT's adapter_config.json and tensor names/shapes byte for byte", async () => {
+  it("writes PEFT's adapter_config.json and tensor names/shapes byte for byte, in adapter/", async () => {
+    // In a subfolder: a top-level adapter_config.json beside the merged model.safetensors would make
+    // transformers (with peft installed) apply the adapters a second time.
+    expect([...files.keys()]).toEqual(['adapter/adapter_config.json', 'adapter/adapter_model.safetensors']);
     const json = new TextDecoder().decode(files.get(ADAPTER_CONFIG_FILE)!);
     expect(json).toBe(
       '{\n  "peft_type": "LORA",\n  "task_type": "CAUSAL_LM",\n  "r": 4,\n  "lora_alpha": 8,\n  "target_modules": [\n' +
@@ -123,6 +128,44 @@ describe('PEFT adapter files', () => {
     view.dispose();
   });
 
+  it('reads the pair at the top of the folder (checkpoints of earlier versions) the same; adapter/ first', async () => {
+    const top = new Map([
+      ['adapter_config.json', files.get(ADAPTER_CONFIG_FILE)!],
+      ['adapter_model.safetensors', files.get(ADAPTER_WEIGHTS_FILE)!],
+    ]);
+    const read = await readAdapterSet(memoryFiles('old', top), base);
+    expect(read.configFile).toBe('adapter_config.json');
+    for (const [key, m] of saved.modules) {
+      const f = read.adapters.modules.get(key)!;
+      expect(bitEqual((await f.a.data()) as Float32Array, (await m.a.data()) as Float32Array), key).toBe(
+        true,
+      );
+      expect(bitEqual((await f.b.data()) as Float32Array, (await m.b.data()) as Float32Array), key).toBe(
+        true,
+      );
+    }
+    read.adapters.dispose();
+    // Both present: adapter/ is read (the top-level pair here has r 2).
+    const rank2 = LoraAdapters.create(cfg, { lora: 2, loraAlpha: 8 }, 7, 'other');
+    const other = new Map(
+      [...(await adapterFiles(rank2, 'tiny-base'))].map(([n, b]) => [n.slice('adapter/'.length), b]),
+    );
+    rank2.dispose();
+    const both = await readAdapterSet(memoryFiles('both', new Map([...files, ...other])), base);
+    expect(both.configFile).toBe('adapter/adapter_config.json');
+    expect(both.adapters.r).toBe(4);
+    both.adapters.dispose();
+    // Other paths given: no fallback to the top.
+    await expect(
+      readAdapterSet(memoryFiles('old', top), base, {
+        configFile: 'value_adapter/adapter_config.json',
+        weightsFile: 'value_adapter/adapter_model.safetensors',
+      }),
+    ).rejects.toThrow(
+      /^old: value_adapter\/adapter_config\.json is missing; a LoRA checkpoint needs value_adapter\/adapter_config\.json and value_adapter\/adapter_model\.safetensors\.$/,
+    );
+  });
+
   it('accepts PEFT\'s usual GPT-2 target list ["c_attn", "c_proj", "c_fc"] (c_proj = both projections)', async () => {
     const cfgJson = JSON.parse(new TextDecoder().decode(files.get(ADAPTER_CONFIG_FILE)!));
     cfgJson.target_modules = ['c_attn', 'c_proj', 'c_fc'];
@@ -176,7 +219,7 @@ describe('PEFT adapter files', () => {
     {
       name: 'an r in the config that disagrees with the tensors',
       files: () => variant({ config: (c) => (c.r = 8) }),
-      message: /its rank 4 disagrees with "r": 8 in adapter_config\.json/,
+      message: /its rank 4 disagrees with "r": 8 in adapter\/adapter_config\.json/,
       file: W,
       what: 'base_model.model.transformer.h.0.attn.c_attn.lora_A.weight',
     },
@@ -229,7 +272,7 @@ describe('PEFT adapter files', () => {
     {
       name: 'a module target_modules does not list',
       files: () => variant({ config: (c) => (c.target_modules = ['c_attn', 'attn.c_proj', 'c_fc']) }),
-      message: /adapts mlp\.c_proj, which adapter_config\.json's target_modules/,
+      message: /adapts mlp\.c_proj, which adapter\/adapter_config\.json's target_modules/,
       file: W,
       what: peftTensorName('h.0.mlp.c_proj', 'A'),
     },
@@ -257,9 +300,31 @@ describe('PEFT adapter files', () => {
     {
       name: 'a missing adapter_config.json',
       files: () => new Map([[ADAPTER_WEIGHTS_FILE, files.get(ADAPTER_WEIGHTS_FILE)!]]),
-      message: /adapter_config\.json is missing/,
+      message:
+        /^ckpt: adapter\/adapter_config\.json is missing; a LoRA checkpoint needs adapter\/adapter_config\.json and adapter\/adapter_model\.safetensors \(checkpoints of earlier versions: adapter_config\.json and adapter_model\.safetensors at the top\)\.$/,
       file: 'ckpt',
       what: ADAPTER_CONFIG_FILE,
+    },
+    {
+      name: 'a missing adapter/adapter_model.safetensors',
+      files: () => new Map([[ADAPTER_CONFIG_FILE, files.get(ADAPTER_CONFIG_FILE)!]]),
+      message:
+        /^ckpt: adapter\/adapter_model\.safetensors is missing; a LoRA checkpoint needs it beside adapter\/adapter_config\.json\.$/,
+      file: 'ckpt',
+      what: ADAPTER_WEIGHTS_FILE,
+    },
+    {
+      name: 'a bad pair at the top (an older checkpoint), named at the top',
+      files: () =>
+        new Map(
+          [...variant({ tensors: (t) => t.filter((x) => x.name !== A0) })].map(([n, b]) => [
+            n.slice('adapter/'.length),
+            b,
+          ]),
+        ),
+      message: /^ckpt\/adapter_model\.safetensors: tensor ".*" is missing/,
+      file: 'ckpt/adapter_model.safetensors',
+      what: A0,
     },
   ];
 
@@ -288,7 +353,7 @@ describe('PEFT adapter files', () => {
     const view = base.withLora(LoraAdapters.create(cfg, { lora: 4, loraAlpha: 16 }, 42));
     const before = await snapshot(view);
     await expect(readAdapters(memoryFiles('ckpt', files), view)).rejects.toThrow(
-      /ckpt\/adapter_config\.json: the adapters have r 4, lora_alpha 8, .*the model they are loaded into has r 4, lora_alpha 16/,
+      /ckpt\/adapter\/adapter_config\.json: the adapters have r 4, lora_alpha 8, .*the model they are loaded into has r 4, lora_alpha 16/,
     );
     await expectSame(await snapshot(view), before);
     view.dispose();

@@ -1,8 +1,9 @@
 /**
  * LoRA in the trainer (docs/formats.md §6): one frozen base for policy, reference and (shared) value model;
  * gradients and Adam state for adapters and heads only; step 1's policy is the reference (KL exactly 0);
- * every tensor freed once; checkpoints in PEFT's files with the merged policy; resume (folder and zip) exact;
- * bad adapter files refused naming file and tensor with nothing left behind.
+ * every tensor freed once; checkpoints with the merged policy at the top and PEFT's pairs in adapter/ and
+ * value_adapter/ (never a top-level adapter_config.json); resume (folder, zip, older layout) exact; bad adapter
+ * files refused naming file and tensor with nothing left behind.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
@@ -67,6 +68,21 @@ async function adamState(opt: tf.Optimizer): Promise<{ names: string[]; bytes: n
     names: moments.map((w) => w.name.replace(/\/[mv]$/, '')),
     bytes: moments.reduce((s, w) => s + w.tensor.size * 4, 0),
   };
+}
+
+/**
+ * A checkpoint as versions before the adapter/ folder wrote it: the policy's pair at the top
+ * (adapter_config.json, adapter_model.safetensors), the value model's as value_adapter_config.json +
+ * value_adapter_model.safetensors.
+ */
+function legacyLayout(files: Map<string, Uint8Array>): Map<string, Uint8Array> {
+  const rename: Record<string, string> = {
+    'adapter/adapter_config.json': 'adapter_config.json',
+    'adapter/adapter_model.safetensors': 'adapter_model.safetensors',
+    'value_adapter/adapter_config.json': 'value_adapter_config.json',
+    'value_adapter/adapter_model.safetensors': 'value_adapter_model.safetensors',
+  };
+  return new Map([...files].map(([n, b]) => [rename[n] ?? n, b]));
 }
 
 const varName = (v: tf.Variable) => v.name.slice(v.name.indexOf('/') + 1);
@@ -208,8 +224,8 @@ describe('LoRA PPO runs', () => {
     const files = await checkpointFiles(b);
     b.disposeAll();
     expect([...files.keys()].sort()).toEqual([
-      'adapter_config.json',
-      'adapter_model.safetensors',
+      'adapter/adapter_config.json',
+      'adapter/adapter_model.safetensors',
       'config.json',
       'model.safetensors',
       'optimizer.safetensors',
@@ -231,10 +247,52 @@ describe('LoRA PPO runs', () => {
     expect(config({ valueInit: 'reward', valueModel: 'separate' }).valueInit).toBe('reward');
   });
 
-  it('checkpoint files follow §6: PEFT pair, merged model.safetensors, the base once, the value adapters + head', async () => {
+  it.each([
+    ['valueModel "shared", step 1', {}, 1],
+    ['valueModel "separate", step 1', { valueModel: 'separate' as const }, 1],
+    ['grpo (no value model), step 1', { algorithm: 'grpo' as const, groupSize: 2 }, 1],
+    ['valueModel "shared", step 0', {}, 0],
+  ])(
+    'no top-level adapter_config.json (%s): PEFT pairs only in adapter/ and value_adapter/',
+    async (_, over, steps) => {
+      // transformers with peft installed applies a top-level adapter_config.json on top of the folder's
+      // model.safetensors, which is already merged: the adapters would count twice (docs/formats.md §6).
+      const t = await buildTrainer(config(over), res(), eReward);
+      for (let i = 0; i < steps; i++) await t.trainStep();
+      const files = await checkpointFiles(t);
+      const shared = t.models.value !== null && t.models.value.trunkModel.lora !== null;
+      t.disposeAll();
+      const names = [...files.keys()];
+      const top = names.filter((n) => !n.includes('/'));
+      expect(top).not.toContain('adapter_config.json');
+      expect(top).not.toContain('adapter_model.safetensors');
+      expect(top.filter((n) => n.startsWith('value_adapter'))).toEqual([]);
+      expect(top).toContain('model.safetensors');
+      expect(names.filter((n) => n.includes('/')).sort()).toEqual(
+        [
+          'adapter/adapter_config.json',
+          'adapter/adapter_model.safetensors',
+          ...(shared ? ['value_adapter/adapter_config.json', 'value_adapter/adapter_model.safetensors'] : []),
+        ].sort(),
+      );
+    },
+  );
+
+  it('checkpoint files follow §6: PEFT pair in adapter/, merged model.safetensors, the base once, the value adapters + head in value_adapter/', async () => {
     const t = await buildTrainer(config(), res(), eReward);
     await t.trainStep();
     const files = await checkpointFiles(t);
+    expect([
+      ADAPTER_CONFIG_FILE,
+      ADAPTER_WEIGHTS_FILE,
+      VALUE_ADAPTER_CONFIG_FILE,
+      VALUE_ADAPTER_WEIGHTS_FILE,
+    ]).toEqual([
+      'adapter/adapter_config.json',
+      'adapter/adapter_model.safetensors',
+      'value_adapter/adapter_config.json',
+      'value_adapter/adapter_model.safetensors',
+    ]);
     expect([...files.keys()].sort()).toEqual(
       [
         ADAPTER_CONFIG_FILE,
@@ -296,7 +354,7 @@ describe('LoRA PPO runs', () => {
   });
 
   it.each(['shared', 'separate'] as const)(
-    'valueModel "%s": 4 steps straight equal 2 steps + checkpoint + restore + 2 steps (metrics to 1e-6); "shared" also through a zip',
+    'valueModel "%s": 4 steps straight equal 2 steps + checkpoint + restore + 2 steps (metrics to 1e-6), also from the older layout (pairs at the top); "shared" also through a zip',
     async (valueModel) => {
       const cfg = config({ valueModel });
       const a = await buildTrainer(cfg, res(), eReward);
@@ -322,6 +380,16 @@ describe('LoRA PPO runs', () => {
       expectSameMetrics(
         straight.slice(2),
         await resumeFrom(await restoreTrainer(memoryFiles('ckpt', files), res(), eReward)),
+        3,
+      );
+      // A checkpoint of an earlier version (the pairs at the top: adapter_*, value_adapter_*) resumes the same.
+      const old = legacyLayout(files);
+      expect([...old.keys()].filter((n) => n.includes('/'))).toEqual([]);
+      expect(old.has('adapter_config.json')).toBe(true);
+      expect(old.has('value_adapter_model.safetensors')).toBe(valueModel === 'shared');
+      expectSameMetrics(
+        straight.slice(2),
+        await resumeFrom(await restoreTrainer(memoryFiles('old-ckpt', old), res(), eReward)),
         3,
       );
       if (valueModel === 'separate') return; // the zip path is the same for both; once is enough
@@ -382,7 +450,7 @@ describe('LoRA PPO runs', () => {
                 : t,
             ),
           ),
-        /ckpt\/adapter_model\.safetensors: tensor "base_model\.model\.transformer\.h\.0\.attn\.c_attn\.lora_A\.weight" has shape \[4,16\], which does not fit the base/,
+        /ckpt\/adapter\/adapter_model\.safetensors: tensor "base_model\.model\.transformer\.h\.0\.attn\.c_attn\.lora_A\.weight" has shape \[4,16\], which does not fit the base/,
       ],
       [
         'a missing lora_B',
@@ -390,12 +458,12 @@ describe('LoRA PPO runs', () => {
           withTensors(ADAPTER_WEIGHTS_FILE, (ts) =>
             ts.filter((t) => t.name !== peftTensorName('h.1.mlp.c_fc', 'B')),
           ),
-        /ckpt\/adapter_model\.safetensors: tensor "base_model\.model\.transformer\.h\.1\.mlp\.c_fc\.lora_B\.weight" is missing/,
+        /ckpt\/adapter\/adapter_model\.safetensors: tensor "base_model\.model\.transformer\.h\.1\.mlp\.c_fc\.lora_B\.weight" is missing/,
       ],
       [
         'peft_type not LORA',
         () => withJson(ADAPTER_CONFIG_FILE, (o) => (o.peft_type = 'IA3')),
-        /ckpt\/adapter_config\.json: "peft_type" is "IA3"; only "LORA"/,
+        /ckpt\/adapter\/adapter_config\.json: "peft_type" is "IA3"; only "LORA"/,
       ],
       [
         'a value adapter of the wrong rank',
@@ -407,7 +475,7 @@ describe('LoRA PPO runs', () => {
                 : t,
             ),
           ),
-        /ckpt\/value_adapter_model\.safetensors: tensor "base_model\.model\.transformer\.h\.1\.attn\.c_proj\.lora_B\.weight" has shape \[32,2\]: its rank 2 disagrees with "r": 4 in value_adapter_config\.json/,
+        /ckpt\/value_adapter\/adapter_model\.safetensors: tensor "base_model\.model\.transformer\.h\.1\.attn\.c_proj\.lora_B\.weight" has shape \[32,2\]: its rank 2 disagrees with "r": 4 in value_adapter\/adapter_config\.json/,
       ],
       [
         'a value head of the wrong shape',
@@ -415,7 +483,7 @@ describe('LoRA PPO runs', () => {
           withTensors(VALUE_ADAPTER_WEIGHTS_FILE, (ts) =>
             ts.map((t) => (t.name === VALUE_HEAD_TENSOR ? { ...t, shape: [2, 16] } : t)),
           ),
-        /ckpt\/value_adapter_model\.safetensors: tensor "base_model\.model\.score\.weight" has shape \[2,16\]; it must be \[1,32\]/,
+        /ckpt\/value_adapter\/adapter_model\.safetensors: tensor "base_model\.model\.score\.weight" has shape \[2,16\]; it must be \[1,32\]/,
       ],
       [
         "adapters whose r disagrees with the run's lora",
@@ -423,7 +491,42 @@ describe('LoRA PPO runs', () => {
           withJson('trainer_state.json', (o) => {
             (o.config as Record<string, unknown>).lora = 8;
           }),
-        /ckpt\/adapter_config\.json: the adapters have r 4, .* but trainer_state\.json's config has lora 8/,
+        /ckpt\/adapter\/adapter_config\.json: the adapters have r 4, .* but trainer_state\.json's config has lora 8/,
+      ],
+      [
+        'no policy adapters at all (neither adapter/ nor the top)',
+        () => new Map([...good].filter(([n]) => !n.startsWith('adapter/'))),
+        /^ckpt: adapter\/adapter_config\.json is missing; a LoRA checkpoint needs adapter\/adapter_config\.json and adapter\/adapter_model\.safetensors \(checkpoints of earlier versions: adapter_config\.json and adapter_model\.safetensors at the top\)\.$/,
+      ],
+      [
+        'adapter/adapter_config.json without its weights file',
+        () => new Map([...good].filter(([n]) => n !== ADAPTER_WEIGHTS_FILE)),
+        /^ckpt: adapter\/adapter_model\.safetensors is missing; a LoRA checkpoint needs it beside adapter\/adapter_config\.json\.$/,
+      ],
+      [
+        'an older checkpoint (pairs at the top) whose adapter_config.json is not LORA',
+        () => {
+          const old = legacyLayout(good);
+          const o = JSON.parse(new TextDecoder().decode(old.get('adapter_config.json')));
+          o.peft_type = 'IA3';
+          return new Map([...old, ['adapter_config.json', new TextEncoder().encode(JSON.stringify(o))]]);
+        },
+        /ckpt\/adapter_config\.json: "peft_type" is "IA3"; only "LORA"/,
+      ],
+      [
+        'an older checkpoint whose value_adapter_model.safetensors lacks the head',
+        () => {
+          const old = legacyLayout(good);
+          const st = readSafetensors(old.get('value_adapter_model.safetensors')!, 'v');
+          const ts = [...st.tensors]
+            .filter(([name]) => name !== VALUE_HEAD_TENSOR)
+            .map(([name, t]) => ({ name, shape: t.shape, data: t.data }));
+          return new Map([
+            ...old,
+            ['value_adapter_model.safetensors', writeSafetensors(ts, { format: 'pt' })],
+          ]);
+        },
+        /ckpt\/value_adapter_model\.safetensors: tensor "base_model\.model\.score\.weight" of shape \[1,32\] is missing/,
       ],
     ];
     it.each(cases)(

@@ -50,7 +50,12 @@ export async function assertFolder(dir: string, what = 'model folder'): Promise<
   if (!st.isDirectory()) throw new UserError(`${what} ${dir} is a file; pass the folder that holds it.`);
 }
 
+/** Write `files` into `dir`; a name with a '/' (a LoRA checkpoint's adapter/…) goes into that subfolder. */
 export async function writeFolder(dir: string, files: Map<string, Uint8Array>): Promise<void> {
   await mkdir(dir, { recursive: true });
-  for (const [name, bytes] of files) await writeFile(path.join(dir, name), bytes);
+  for (const [name, bytes] of files) {
+    const p = path.join(dir, name);
+    if (name.includes('/')) await mkdir(path.dirname(p), { recursive: true });
+    await writeFile(p, bytes);
+  }
 }

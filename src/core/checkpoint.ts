@@ -5,13 +5,16 @@
  * prompt order, metric history, bad-step counter, the reward model's recorded mean). Restoring it continues the same run.
  *
  * A LoRA run (docs/formats.md §6) writes model.safetensors as the MERGED policy, the policy's adapters as PEFT's
- * adapter_config.json + adapter_model.safetensors, the frozen base once as ref_model.safetensors (from step 1;
- * at step 0 the merged policy is the base, B being 0), and a shared-base value model as
- * value_adapter_config.json + value_adapter_model.safetensors (its adapters in PEFT names and its head as
- * `base_model.model.score.weight`, PEFT's modules_to_save). Adam moments exist for adapters and heads only.
+ * pair in a subfolder, adapter/adapter_config.json + adapter/adapter_model.safetensors, the frozen base once as
+ * ref_model.safetensors (from step 1; at step 0 the merged policy is the base, B being 0), and a shared-base
+ * value model as value_adapter/adapter_config.json + value_adapter/adapter_model.safetensors (its adapters in
+ * PEFT names and its head as `base_model.model.score.weight`, PEFT's modules_to_save). No adapter_config.json
+ * at the top: transformers with peft installed would apply it on top of the merged model.safetensors. Restore
+ * also reads older checkpoints with the pairs at the top (adapter_*, value_adapter_*). Adam moments exist for
+ * adapters and heads only.
  *
  * A critic-free run (algorithm grpo / rloo / reinforce++, docs/formats.md §7) has no value model: no value file
- * (value_model.safetensors, value_adapter_*) and no `value.*` Adam tensors are written or read.
+ * (value_model.safetensors, value_adapter/) and no `value.*` Adam tensors are written or read.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { PpoTrainer } from './ppo/trainer';
@@ -34,18 +37,28 @@ import { UserError } from './errors';
 import { GPT2 } from './model/gpt2';
 import { ScalarModel } from './model/heads';
 import type { LoraAdapters } from './model/lora';
-import { adapterFiles, readAdapters, readAdapterSet, ADAPTER_CONFIG_FILE } from './model/peft';
+import { adapterFiles, readAdapterSet, PEFT_CONFIG_NAME, PEFT_WEIGHTS_NAME } from './model/peft';
 import { allFinite } from './optim';
 import type { Tokenizer } from './tokenizer/types';
 
-/** A shared-base value model's adapters and head (docs/formats.md §6). */
-export const VALUE_ADAPTER_CONFIG_FILE = 'value_adapter_config.json';
-export const VALUE_ADAPTER_WEIGHTS_FILE = 'value_adapter_model.safetensors';
+/**
+ * A shared-base value model's adapters and head (docs/formats.md §6): PEFT's pair under PEFT's own names in
+ * value_adapter/, so `PeftModel.from_pretrained(GPT2ForSequenceClassification…, "CKPT/value_adapter")` reads it.
+ */
+export const VALUE_ADAPTER_DIR = 'value_adapter';
+export const VALUE_ADAPTER_CONFIG_FILE = `${VALUE_ADAPTER_DIR}/${PEFT_CONFIG_NAME}`;
+export const VALUE_ADAPTER_WEIGHTS_FILE = `${VALUE_ADAPTER_DIR}/${PEFT_WEIGHTS_NAME}`;
+/** Where checkpoints before the value_adapter/ folder kept it (still read, never written). */
+export const LEGACY_VALUE_ADAPTER_FILES = {
+  configFile: 'value_adapter_config.json',
+  weightsFile: 'value_adapter_model.safetensors',
+};
 /** The value head's name in VALUE_ADAPTER_WEIGHTS_FILE (PEFT's name for modules_to_save ["score"]). */
 export const VALUE_HEAD_TENSOR = 'base_model.model.score.weight';
 const VALUE_FILES = {
   configFile: VALUE_ADAPTER_CONFIG_FILE,
   weightsFile: VALUE_ADAPTER_WEIGHTS_FILE,
+  legacy: LEGACY_VALUE_ADAPTER_FILES,
   taskType: 'SEQ_CLS',
   modulesToSave: ['score'],
 };
@@ -55,7 +68,7 @@ export interface LoraState {
   r: number;
   loraAlpha: number;
   targets: string[];
-  /** "shared": the value model's adapters + head are in VALUE_ADAPTER_*; "separate": value_model.safetensors. */
+  /** "shared": the value model's adapters + head are in value_adapter/; "separate": value_model.safetensors. */
   valueModel: 'shared' | 'separate';
 }
 
@@ -390,8 +403,9 @@ export async function restoreTrainer(
 /**
  * The policy, reference and value model of a checkpoint. Full fine-tuning: model / ref_model / value_model
  * safetensors. LoRA (trainer_state.json's config has lora > 0): the frozen base (ref_model.safetensors, or at
- * step 0 model.safetensors, which then equals it), the policy's PEFT adapters on it, and the value model's
- * adapters + head on the same base ("shared") or its own value_model.safetensors ("separate").
+ * step 0 model.safetensors, which then equals it), the policy's PEFT adapters on it (adapter/), and the value
+ * model's adapters + head on the same base ("shared", value_adapter/) or its own value_model.safetensors
+ * ("separate"). Checkpoints of earlier versions with the pairs at the top read the same.
  */
 async function restoreModels(
   files: ModelFiles,
@@ -433,8 +447,9 @@ async function restoreModels(
     maxBindingBytes,
   });
   const base = keep(lm.model);
-  const adapters = keep(await readAdapters(files, base));
-  sameLora(adapters, cfg, `${files.label}/${ADAPTER_CONFIG_FILE}`);
+  const policyRead = await readAdapterSet(files, base); // adapter/, or the top of an older checkpoint
+  const adapters = keep(policyRead.adapters);
+  sameLora(adapters, cfg, `${files.label}/${policyRead.configFile}`);
   const policy = keep(base.withLora(adapters, 'policy'));
   let value: ScalarModel | null;
   if (!withValue) value = null;
@@ -442,7 +457,7 @@ async function restoreModels(
     const C = base.config.n_embd;
     const read = await readAdapterSet(files, base, VALUE_FILES, [{ name: VALUE_HEAD_TENSOR, shape: [1, C] }]);
     keep(read.adapters);
-    sameLora(read.adapters, cfg, `${files.label}/${VALUE_ADAPTER_CONFIG_FILE}`);
+    sameLora(read.adapters, cfg, `${files.label}/${read.configFile}`);
     const shared = keep(ScalarModel.onSharedBase(base, read.adapters, 'value'));
     const head = read.extra.get(VALUE_HEAD_TENSOR)!;
     tf.tidy(() => shared.score.assign(tf.tensor2d(head, [1, C])));

@@ -1,10 +1,14 @@
 /**
- * LoRA checkpoint files in PEFT's format (docs/formats.md §6), beside a model folder's files:
- * - `adapter_config.json`: PEFT's LoraConfig (peft_type LORA, r, lora_alpha, target_modules, fan_in_fan_out true);
- * - `adapter_model.safetensors`: `base_model.model.transformer.h.{i}.{attn.c_attn|attn.c_proj|mlp.c_fc|mlp.c_proj}
- *   .lora_A.weight` [r, in] and `.lora_B.weight` [out, r];
+ * LoRA checkpoint files in PEFT's format (docs/formats.md §6). A checkpoint folder holds:
  * - `model.safetensors`: the merged policy W + (B·A)ᵀ·scaling (mergedWeights; lmSafetensors/exportLM of a LoRA
- *   view write it too), so every tool loads it as a plain GPT2LMHeadModel.
+ *   view write it too), so every tool loads the folder as a plain GPT2LMHeadModel;
+ * - `adapter/adapter_config.json`: PEFT's LoraConfig (peft_type LORA, r, lora_alpha, target_modules,
+ *   fan_in_fan_out true);
+ * - `adapter/adapter_model.safetensors`: `base_model.model.transformer.h.{i}.{attn.c_attn|attn.c_proj|mlp.c_fc|
+ *   mlp.c_proj}.lora_A.weight` [r, in] and `.lora_B.weight` [out, r].
+ * The pair sits in a subfolder, never beside model.safetensors: transformers with peft installed applies a
+ * top-level adapter_config.json on top of the folder's (already merged) weights, counting the adapters twice.
+ * Older checkpoints kept the pair at the top; readAdapterSet still reads them (`legacy`).
  * readAdapters checks everything against the base before it assigns anything.
  */
 import type { GPT2 } from './gpt2';
@@ -20,16 +24,39 @@ import {
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors';
 import { UserError } from '../errors';
 
-export const ADAPTER_CONFIG_FILE = 'adapter_config.json';
-export const ADAPTER_WEIGHTS_FILE = 'adapter_model.safetensors';
+/** PEFT's file names inside an adapter folder (what `PeftModel.from_pretrained(base, folder)` reads). */
+export const PEFT_CONFIG_NAME = 'adapter_config.json';
+export const PEFT_WEIGHTS_NAME = 'adapter_model.safetensors';
+/** The policy adapters' folder in a checkpoint (docs/formats.md §6; not at the top, see above). */
+export const ADAPTER_DIR = 'adapter';
+export const ADAPTER_CONFIG_FILE = `${ADAPTER_DIR}/${PEFT_CONFIG_NAME}`;
+export const ADAPTER_WEIGHTS_FILE = `${ADAPTER_DIR}/${PEFT_WEIGHTS_NAME}`;
+
+/** A config + weights pair of files, by path inside the checkpoint folder. */
+export interface AdapterPair {
+  configFile: string;
+  weightsFile: string;
+}
+
+/** Where checkpoints before the adapter/ folder kept the policy's pair: at the top, beside model.safetensors. */
+export const LEGACY_ADAPTER_FILES: AdapterPair = {
+  configFile: PEFT_CONFIG_NAME,
+  weightsFile: PEFT_WEIGHTS_NAME,
+};
 
 /**
  * Which files an adapter set is written to / read from, and tensors stored beside the adapters (a value model's
- * `score` head, PEFT's modules_to_save). Defaults: the policy's PEFT pair, CAUSAL_LM, no extra tensors.
+ * `score` head, PEFT's modules_to_save). Defaults: the policy's pair in adapter/ (read also from the top, where
+ * older checkpoints kept it), CAUSAL_LM, no extra tensors.
  */
 export interface AdapterFileOptions {
   configFile?: string;
   weightsFile?: string;
+  /**
+   * Read only: where older checkpoints kept this pair, tried when `configFile` does not exist. Defaults to
+   * LEGACY_ADAPTER_FILES when neither configFile nor weightsFile is given; null: no fallback.
+   */
+  legacy?: AdapterPair | null;
   /** PEFT's task_type in the config file ("CAUSAL_LM" for the policy, "SEQ_CLS" for a value model). */
   taskType?: string;
   /** PEFT's modules_to_save (e.g. ["score"]); written only when given. */
@@ -112,8 +139,8 @@ export function adapterConfigJson(
 }
 
 /**
- * `adapter_config.json` and `adapter_model.safetensors` of an adapter set (PEFT names and layout); with `opts`,
- * other file names and `extra` tensors written after the adapters (e.g. a value model's score head).
+ * `adapter/adapter_config.json` and `adapter/adapter_model.safetensors` of an adapter set (PEFT names and layout);
+ * with `opts`, other paths and `extra` tensors written after the adapters (e.g. a value model's score head).
  */
 export async function adapterFiles(
   adapters: LoraAdapters,
@@ -163,24 +190,36 @@ const MODULE_TARGET: Record<string, LoraTarget> = {
 const TENSOR_NAME =
   /^base_model\.model\.transformer\.h\.(\d+)\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.lora_([AB])\.weight$/;
 
-async function readJson(
+/**
+ * Which pair to read: `pair` when its config file exists, else `legacy` when its config file does; neither: a
+ * UserError naming the pair that is missing (and where older checkpoints kept it).
+ */
+async function findPair(
   files: ModelFiles,
-  name: string,
-  weightsFile: string,
-): Promise<Record<string, unknown>> {
-  const bytes = await files.read(name);
-  if (!bytes)
-    throw new UserError(
-      `${files.label}: ${name} is missing; a LoRA checkpoint needs ${name} and ${weightsFile}.`,
-    );
+  pair: AdapterPair,
+  legacy: AdapterPair | null,
+): Promise<{ pair: AdapterPair; bytes: Uint8Array }> {
+  const bytes = await files.read(pair.configFile);
+  if (bytes) return { pair, bytes };
+  const old = legacy ? await files.read(legacy.configFile) : null;
+  if (legacy && old) return { pair: legacy, bytes: old };
+  const before = legacy
+    ? ` (checkpoints of earlier versions: ${legacy.configFile} and ${legacy.weightsFile} at the top)`
+    : '';
+  throw new UserError(
+    `${files.label}: ${pair.configFile} is missing; a LoRA checkpoint needs ${pair.configFile} and ${pair.weightsFile}${before}.`,
+  );
+}
+
+function parseConfigJson(bytes: Uint8Array, path: string): Record<string, unknown> {
   let raw: unknown;
   try {
     raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
   } catch (e) {
-    throw new UserError(`${files.label}/${name} is not valid JSON (${(e as Error).message}).`);
+    throw new UserError(`${path} is not valid JSON (${(e as Error).message}).`);
   }
   if (!raw || typeof raw !== 'object' || Array.isArray(raw))
-    throw new UserError(`${files.label}/${name} must hold a JSON object (PEFT's LoraConfig).`);
+    throw new UserError(`${path} must hold a JSON object (PEFT's LoraConfig).`);
   return raw as Record<string, unknown>;
 }
 
@@ -195,21 +234,30 @@ export async function readAdapters(files: ModelFiles, model: GPT2): Promise<Lora
 }
 
 /**
- * readAdapters with other file names (`opts`) and `extra` tensors that the weights file must also hold with
+ * readAdapters with other file paths (`opts`) and `extra` tensors that the weights file must also hold with
  * exactly these shapes (e.g. a value model's score head); they are returned by name, checked like the rest
- * before anything is assigned.
+ * before anything is assigned. `configFile`: the path of the config file it read (the legacy one for an older
+ * checkpoint), for messages.
  */
 export async function readAdapterSet(
   files: ModelFiles,
   model: GPT2,
   opts: AdapterFileOptions = {},
   extra: ExtraTensorSpec[] = [],
-): Promise<{ adapters: LoraAdapters; extra: Map<string, Float32Array> }> {
-  const configFile = opts.configFile ?? ADAPTER_CONFIG_FILE;
-  const weightsFile = opts.weightsFile ?? ADAPTER_WEIGHTS_FILE;
+): Promise<{ adapters: LoraAdapters; extra: Map<string, Float32Array>; configFile: string }> {
+  const named = opts.configFile !== undefined || opts.weightsFile !== undefined;
+  const found = await findPair(
+    files,
+    {
+      configFile: opts.configFile ?? ADAPTER_CONFIG_FILE,
+      weightsFile: opts.weightsFile ?? ADAPTER_WEIGHTS_FILE,
+    },
+    opts.legacy !== undefined ? opts.legacy : named ? null : LEGACY_ADAPTER_FILES,
+  );
+  const { configFile, weightsFile } = found.pair;
   const cfgPath = `${files.label}/${configFile}`;
   const wPath = `${files.label}/${weightsFile}`;
-  const raw = await readJson(files, configFile, weightsFile);
+  const raw = parseConfigJson(found.bytes, cfgPath);
   const bad = (msg: string): never => {
     throw new UserError(`${cfgPath}: ${msg}`);
   };
@@ -262,7 +310,7 @@ export async function readAdapterSet(
       `${files.label}: ${weightsFile} is missing; a LoRA checkpoint needs it beside ${configFile}.`,
     );
   const st = readSafetensors(bytes, wPath);
-  const found = new Map<string, { a?: Float32Array; b?: Float32Array }>();
+  const byModule = new Map<string, { a?: Float32Array; b?: Float32Array }>();
   const extraFound = new Map<string, Float32Array>();
   for (const [name, t] of st.tensors) {
     const fail = (msg: string): never => {
@@ -314,14 +362,14 @@ export async function readAdapterSet(
         );
     }
     const key = `h.${layer}.${module}`;
-    const entry = found.get(key) ?? {};
+    const entry = byModule.get(key) ?? {};
     if (which === 'A') entry.a = t.data;
     else entry.b = t.data;
-    found.set(key, entry);
+    byModule.set(key, entry);
   }
   const arrays = new Map<string, LoraArrays>();
   for (const m of loraModules(config, targets)) {
-    const e = found.get(m.key);
+    const e = byModule.get(m.key);
     for (const which of ['A', 'B'] as const) {
       if (!e || !(which === 'A' ? e.a : e.b)) {
         throw new UserError(
@@ -346,7 +394,7 @@ export async function readAdapterSet(
         `${cfgPath}: the adapters have ${got}; the model they are loaded into has ${want}. Use the same LoRA settings.`,
       );
     own.assignArrays(arrays);
-    return { adapters: own, extra: extraFound };
+    return { adapters: own, extra: extraFound, configFile };
   }
-  return { adapters: LoraAdapters.fromArrays(config, cfg, arrays, 'lora'), extra: extraFound };
+  return { adapters: LoraAdapters.fromArrays(config, cfg, arrays, 'lora'), extra: extraFound, configFile };
 }
