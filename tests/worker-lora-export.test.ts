@@ -1,9 +1,11 @@
 /**
  * A LoRA run's exports through the model worker's own path (src/worker/api.ts → src/worker/exports.ts), in Node
- * on the CPU backend with a tiny random model: the checkpoint zip holds PEFT's pair (adapter_config.json +
- * adapter_model.safetensors in PEFT names) and the merged policy as model.safetensors, which loads as a plain
- * model and computes what the trained policy computes; the zip imports back and the run continues; the TRL config
- * export carries peft_config.
+ * on the CPU backend with a tiny random model: the checkpoint zip holds the merged policy as model.safetensors at
+ * its top, which loads as a plain model and computes what the trained policy computes, and PEFT's pairs in
+ * adapter/ and value_adapter/ (adapter_config.json + adapter_model.safetensors in PEFT names; none at the top,
+ * where transformers + peft would apply them again on the merged weights); the zip imports back and the run
+ * continues, and a zip of an earlier version (the pairs at the top) imports too; the TRL config export carries
+ * peft_config.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
@@ -13,7 +15,7 @@ import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
 import { memoryAutosaveStore } from '../src/services/autosave';
 import { TabAutosave } from '../src/services/autosave-tabs';
-import { unzipFolder } from '../src/core/checkpoint-zip';
+import { unzipFolder, zipFolder } from '../src/core/checkpoint-zip';
 import { loadLM, memoryFiles, type ModelFiles } from '../src/core/model/folder';
 import { readSafetensors } from '../src/core/model/safetensors';
 import type { ModelWorkerApi, TrainerEvent } from '../src/worker/protocol';
@@ -45,7 +47,7 @@ beforeAll(async () => {
 });
 
 describe('a LoRA run exported through the worker', () => {
-  it('the zip holds adapter_config.json, adapter_model.safetensors and the merged model.safetensors', async () => {
+  it('the zip holds the merged model.safetensors at the top and adapter/adapter_config.json + adapter/adapter_model.safetensors', async () => {
     await api.configure({
       model: 'tiny-test',
       task: 'sentiment',
@@ -76,9 +78,18 @@ describe('a LoRA run exported through the worker', () => {
     const zip = await api.exportCheckpoint();
     expect(zip.name).toBe('ppo-playground-step-2.zip');
     const files = unzipFolder(zip.bytes, 'export');
-    for (const f of ['adapter_config.json', 'adapter_model.safetensors', 'model.safetensors', 'config.json'])
+    for (const f of [
+      'adapter/adapter_config.json',
+      'adapter/adapter_model.safetensors',
+      'value_adapter/adapter_config.json',
+      'value_adapter/adapter_model.safetensors',
+      'model.safetensors',
+      'config.json',
+    ])
       expect(files.has(f), f).toBe(true);
-    const adapterConfig = JSON.parse(new TextDecoder().decode(files.get('adapter_config.json')!));
+    const top = [...files.keys()].filter((n) => !n.includes('/'));
+    expect(top.filter((n) => n.includes('adapter'))).toEqual([]);
+    const adapterConfig = JSON.parse(new TextDecoder().decode(files.get('adapter/adapter_config.json')!));
     expect(adapterConfig).toMatchObject({
       peft_type: 'LORA',
       r: 4,
@@ -86,7 +97,9 @@ describe('a LoRA run exported through the worker', () => {
       target_modules: ['c_attn', 'mlp.c_proj'],
       fan_in_fan_out: true,
     });
-    const names = [...readSafetensors(files.get('adapter_model.safetensors')!, 'adapters').tensors.keys()];
+    const names = [
+      ...readSafetensors(files.get('adapter/adapter_model.safetensors')!, 'adapters').tensors.keys(),
+    ];
     expect(names).toContain('base_model.model.transformer.h.0.attn.c_attn.lora_A.weight');
     expect(names).toContain('base_model.model.transformer.h.1.mlp.c_proj.lora_B.weight');
     expect(names).toHaveLength(2 * 2 * 2); // layers × targets × (A, B)
@@ -112,6 +125,19 @@ describe('a LoRA run exported through the worker', () => {
     expect(maxDiff(m, want)).toBeLessThanOrEqual(1e-5);
     // …and is not the base: two updates moved the adapters' B away from 0.
     expect(maxDiff(b, want)).toBeGreaterThan(1e-4);
+
+    // A zip of an earlier version (the pairs at the top: adapter_*, value_adapter_*) imports as the same run.
+    const rename: Record<string, string> = {
+      'adapter/adapter_config.json': 'adapter_config.json',
+      'adapter/adapter_model.safetensors': 'adapter_model.safetensors',
+      'value_adapter/adapter_config.json': 'value_adapter_config.json',
+      'value_adapter/adapter_model.safetensors': 'value_adapter_model.safetensors',
+    };
+    const old = new Map([...files].map(([n, b]) => [rename[n] ?? n, b]));
+    expect([...old.keys()].filter((n) => n.includes('/'))).toEqual([]);
+    const oldSummary = await api.importCheckpoint(zipFolder(old, 'ppo-playground-step-2'));
+    expect(oldSummary).toMatchObject({ step: 2, historyLength: 2 });
+    expect(await api.forwardLogits(ids, mask)).toEqual(trained);
 
     // The zip imports back as the same run, paused at step 2, and goes on.
     const summary = await api.importCheckpoint(zip.bytes);
