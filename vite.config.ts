@@ -4,7 +4,9 @@ import react from '@vitejs/plugin-react';
 /**
  * The production Content-Security-Policy of the app: its page and its model worker.
  * - 'wasm-unsafe-eval': compiling the tfjs WASM backend.
- * - worker-src blob: the WASM backend's threaded build starts its pthreads from blob: URLs.
+ * - worker-src blob: and script-src blob: the WASM backend's threaded build (the page is cross-origin isolated,
+ *   CROSS_ORIGIN_ISOLATION_HEADERS) starts its pthreads from blob: URLs, and each loads the backend's script
+ *   from another blob: URL with importScripts. Only script already running in the app can make a blob: URL.
  * - connect-src: the app's own files (models, wasm) and, later, model downloads from the Hugging Face Hub.
  * - style-src 'unsafe-inline': libraries (charts) may inject style elements or attributes.
  *
@@ -16,7 +18,7 @@ import react from '@vitejs/plugin-react';
  */
 export const CONTENT_SECURITY_POLICY = [
   "default-src 'self'",
-  "script-src 'self' 'wasm-unsafe-eval'",
+  "script-src 'self' 'wasm-unsafe-eval' blob:",
   "worker-src 'self' blob:",
   "connect-src 'self' https://huggingface.co https://*.huggingface.co https://*.hf.co",
   "img-src 'self' data: blob:",

@@ -1,6 +1,7 @@
 import { test, expect, type Page } from '@playwright/test';
 import { watchConsole } from './console';
 import { openWorkerPage } from './worker-page';
+import { PREVIEW_PORT } from './ports';
 import type { BackendReport, MetricsWire } from '../src/worker/protocol';
 
 /**
@@ -81,5 +82,19 @@ test.describe('cross-origin isolation and WASM threads', () => {
     await page.goto('/?wasmThreads=1');
     await expect(page.getByTestId('backend-badge')).toHaveAttribute('data-backend', 'wasm');
     await expect(page.getByTestId('backend-threads')).toHaveText('· 1 thread');
+  });
+
+  test('the production build (vite preview, its CSP) runs the threaded build too and generates', async ({
+    page,
+  }) => {
+    const response = await page.goto(`http://localhost:${PREVIEW_PORT}/`);
+    expect(response!.headers()['cross-origin-embedder-policy']).toBe('require-corp');
+    expect(response!.headers()['cross-origin-opener-policy']).toBe('same-origin');
+    const n = Math.min(await page.evaluate(() => navigator.hardwareConcurrency), 8);
+    await expect(page.getByTestId('backend-threads')).toHaveText(`· ${n} thread${n === 1 ? '' : 's'}`);
+    await expect(page.getByTestId('model-summary')).toBeVisible();
+    await page.getByLabel('Max new tokens').fill('4');
+    await page.getByRole('button', { name: 'Generate' }).click();
+    await expect(page.getByTestId('output-stats')).toContainText(/^[1-4] tokens/);
   });
 });

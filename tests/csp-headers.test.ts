@@ -50,6 +50,9 @@ describe('Content-Security-Policy headers', () => {
     );
     expect(CONTENT_SECURITY_POLICY).not.toContain("'unsafe-eval'");
     expect(CONTENT_SECURITY_POLICY).toContain("script-src 'self' 'wasm-unsafe-eval'");
+    // tfjs's threaded WASM build: pthread workers from blob: URLs, each importScripts-ing a blob: script.
+    expect(CONTENT_SECURITY_POLICY).toContain("script-src 'self' 'wasm-unsafe-eval' blob:");
+    expect(CONTENT_SECURITY_POLICY).toContain("worker-src 'self' blob:");
     expect(SANDBOX_CONTENT_SECURITY_POLICY).toBe("default-src 'none'; script-src 'self' 'unsafe-eval'");
   });
 
