@@ -9,45 +9,8 @@ import * as tf from '@tensorflow/tfjs-core';
 import { parseGPT2Config } from '../core/model/config';
 import { GPT2 } from '../core/model/gpt2';
 
-export interface DispatchCount<T> {
-  result: T;
-  dispatches: number;
-  readbacks: number;
-}
-
-type Proto = Record<string, (...a: unknown[]) => unknown>;
-
-function protoOf(name: string): Proto {
-  const cls = (globalThis as unknown as Record<string, { prototype: Proto } | undefined>)[name];
-  if (!cls?.prototype)
-    throw new Error(`${name} is not a global here: WebGPU is not set up (Node: setNodeWebGpuBackend).`);
-  return cls.prototype;
-}
-
-/** Run `fn` and count the dispatches and readbacks it makes (nested calls count into each level). */
-export async function countDispatches<T>(fn: () => T | Promise<T>): Promise<DispatchCount<T>> {
-  const pass = protoOf('GPUComputePassEncoder');
-  const buffer = protoOf('GPUBuffer');
-  const dispatch = pass.dispatchWorkgroups;
-  const mapAsync = buffer.mapAsync;
-  let dispatches = 0;
-  let readbacks = 0;
-  pass.dispatchWorkgroups = function (this: unknown, ...a: unknown[]) {
-    dispatches++;
-    return dispatch.apply(this, a);
-  };
-  buffer.mapAsync = function (this: unknown, ...a: unknown[]) {
-    readbacks++;
-    return mapAsync.apply(this, a);
-  };
-  try {
-    const result = await fn();
-    return { result, dispatches, readbacks };
-  } finally {
-    pass.dispatchWorkgroups = dispatch;
-    buffer.mapAsync = mapAsync;
-  }
-}
+export { countDispatches, type DispatchCount } from '../core/kernels/webgpu-count';
+import { countDispatches } from '../core/kernels/webgpu-count';
 
 export interface LayerDispatches {
   /** Dispatches per transformer layer: (count at n_layer 8 − count at 2) / 6. */

@@ -1,13 +1,14 @@
 /**
  * `npm run bench -- --gpu`: WebGPU in Node (Dawn) on whatever adapter is present. It reports the adapter, the
  * matmul peak measured on it, the tiny model's PPO step (seconds, update MFU against that peak, dispatches and
- * readbacks per step) and the GPT-2 dispatches per transformer layer with and without the fused layer norm.
+ * readbacks per step) and the GPT-2 dispatches per transformer layer with and without the fused kernels; on a
+ * hardware adapter also GPT-2 124M-shaped LoRA steps (PPO and GRPO, and PPO again on tfjs's ops).
  * On a software adapter (SwiftShader, lavapipe) it runs the smallest sizes only and says so; it never reports a
  * number it did not measure (what was skipped is null, with a note).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { PpoTrainer } from '../core/ppo/trainer';
-import { setWebGpuLayerNormFused } from '../core/kernels/webgpu-layernorm';
+import { setWebGpuFusedKernels } from '../core/kernels/webgpu-fused';
 import { benchMatmul, type MatmulBench } from './perf/matmul';
 import { benchPpoStep, type PpoBench } from './perf/ppo';
 import type { ModelShape } from './perf/flops';
@@ -30,7 +31,7 @@ export interface GpuBenchResult {
   matmul: MatmulBench;
   /** Wall time per dispatch of a chain of small element-wise kernels (the fixed cost of one tfjs kernel). */
   dispatchOverheadMs: number;
-  /** With the fused layer norm (what training uses) and without it (tfjs ops). */
+  /** With the fused kernels (what training uses) and without them (tfjs ops). */
   layers: { fused: LayerDispatches; plain: LayerDispatches };
   webgpuDispatchesPerLayerFwd: number;
   webgpuDispatchesPerLayerFwdBwd: number;
@@ -100,15 +101,15 @@ export async function runGpuBench(o: {
   o.log('dispatch overhead (a chain of small element-wise kernels)');
   const dispatchOverheadMs = await measureDispatchOverhead(soft ? 50 : 2000);
 
-  o.log('GPT-2 dispatches per layer (n_layer 2 and 8), fused layer norm');
+  o.log('GPT-2 dispatches per layer (n_layer 2 and 8), fused kernels');
   const fused = await gpt2LayerDispatches();
-  o.log('… and with tfjs ops for layer norm');
-  setWebGpuLayerNormFused(false);
+  o.log("… and with tfjs's ops");
+  setWebGpuFusedKernels(false);
   let plain: LayerDispatches;
   try {
     plain = await gpt2LayerDispatches();
   } finally {
-    setWebGpuLayerNormFused(true);
+    setWebGpuFusedKernels(true);
   }
 
   const shape = soft
@@ -140,12 +141,19 @@ export async function runGpuBench(o: {
         { algorithm: 'grpo', lora: 8, batchSize: 16, groupSize: 4, responseLength: 24 },
       ],
     ];
-    for (const [label, over] of runs) {
+    runs.push([
+      'PPO, LoRA r 8, shared value — tfjs ops (fused kernels off)',
+      { ...runs[0][1], fused: false },
+    ]);
+    for (const [label, { fused = true, ...over }] of runs) {
       o.log(`GPT-2 124M shape: ${label}`);
+      setWebGpuFusedKernels(fused !== false);
       try {
         gpt2Lora.push(await gpt2LoraStep(o.buildGpt2Trainer, label, over, matmul.gflops, o.log));
       } catch (e) {
         notes.push(`GPT-2 124M shape, ${label}: failed: ${(e as Error).message}`);
+      } finally {
+        setWebGpuFusedKernels(true);
       }
     }
   }
@@ -254,7 +262,7 @@ export function gpuMarkdown(r: GpuBenchResult): string {
     `| webgpuDispatchesPerStep | ${r.webgpuDispatchesPerStep} |`,
     `| readbacksPerStep | ${r.readbacksPerStep} |`,
     '',
-    '| dispatches per transformer layer | tfjs ops for layer norm | fused layer norm |',
+    '| dispatches per transformer layer | tfjs ops | fused kernels |',
     '| --- | --- | --- |',
     `| forward | ${f(L.plain.webgpuDispatchesPerLayerFwd, 1)} | ${f(L.fused.webgpuDispatchesPerLayerFwd, 1)} |`,
     `| forward + backward | ${f(L.plain.webgpuDispatchesPerLayerFwdBwd, 1)} | ${f(L.fused.webgpuDispatchesPerLayerFwdBwd, 1)} |`,

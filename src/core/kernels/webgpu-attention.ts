@@ -34,6 +34,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 // A cycle (attention.ts imports this file), used at call time only.
 import { causalPaddingBias, causalSelfAttention } from '../model/attention';
+import { countDispatches } from './webgpu-count';
 
 export const ATTN_FWD = 'PerfAttentionFwd';
 export const ATTN_STATS = 'PerfAttentionStats';
@@ -502,26 +503,9 @@ export function causalSelfAttentionWebGpu(qkv: tf.Tensor2D, maskF: tf.Tensor2D, 
   return f(qkv) as tf.Tensor2D;
 }
 
-type Proto = Record<string, (...a: unknown[]) => unknown>;
-
-/** Dispatches `fn` makes (GPUComputePassEncoder.dispatchWorkgroups calls), as src/bench/webgpu-dispatch.ts counts. */
+/** Dispatches `fn` makes (webgpu-count.ts). */
 async function dispatchesOf(fn: () => void | Promise<void>): Promise<number> {
-  const cls = (globalThis as unknown as Record<string, { prototype: Proto } | undefined>)
-    .GPUComputePassEncoder;
-  if (!cls?.prototype) throw new Error('GPUComputePassEncoder is not a global here: WebGPU is not set up.');
-  const pass = cls.prototype;
-  const dispatch = pass.dispatchWorkgroups;
-  let n = 0;
-  pass.dispatchWorkgroups = function (this: unknown, ...a: unknown[]) {
-    n++;
-    return dispatch.apply(this, a);
-  };
-  try {
-    await fn();
-  } finally {
-    pass.dispatchWorkgroups = dispatch;
-  }
-  return n;
+  return (await countDispatches(fn)).dispatches;
 }
 
 /** max |a − b| / max |b| (relative to the reference's scale, so entries near 0 do not blow it up). */

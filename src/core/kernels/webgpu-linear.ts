@@ -40,6 +40,7 @@
  * same comparison wherever the webgpu backend is current (a Chromium page).
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { countDispatches } from './webgpu-count';
 
 export const LIN_FWD = 'PerfLinearFwd';
 export const LIN_DZ = 'PerfLinearDz';
@@ -449,24 +450,9 @@ export function linearWebGpu(
   return f(...inputs);
 }
 
-/** Dispatches made while `fn` runs (GPUComputePassEncoder.dispatchWorkgroups calls; WebGPU must be a global). */
+/** Dispatches made while `fn` runs (webgpu-count.ts). */
 async function countDispatchCalls(fn: () => void | Promise<void>): Promise<number> {
-  const cls = (globalThis as unknown as Record<string, { prototype: Record<string, unknown> } | undefined>)
-    .GPUComputePassEncoder;
-  if (!cls) throw new Error('GPUComputePassEncoder is not a global here: WebGPU is not set up.');
-  const proto = cls.prototype as { dispatchWorkgroups: (...a: unknown[]) => unknown };
-  const orig = proto.dispatchWorkgroups;
-  let n = 0;
-  proto.dispatchWorkgroups = function (this: unknown, ...a: unknown[]) {
-    n++;
-    return orig.apply(this, a);
-  };
-  try {
-    await fn();
-  } finally {
-    proto.dispatchWorkgroups = orig;
-  }
-  return n;
+  return (await countDispatches(fn)).dispatches;
 }
 
 /** The plain composition conv1d runs elsewhere: matMul + add, the LoRA term, gelu_new (sigmoid form), + res. */

@@ -38,6 +38,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 // A cycle (losses.ts imports this file for the fused path); used only inside checkLogprobOnCurrentBackend.
 import { entropyFromLogits, logprobsFromLogits } from '../ppo/losses';
+import { countDispatches } from './webgpu-count';
 
 export const LOGPROB_FWD = 'PerfLogprobFwd';
 export const LOGPROB_BWD = 'PerfLogprobBwd';
@@ -344,25 +345,10 @@ export interface LogprobCheck extends KernelCheck {
   entropy: KernelCheck;
 }
 
-/** Count GPUComputePassEncoder.dispatchWorkgroups calls while fn runs (src/bench's countDispatches, which core may not import). */
+/** Dispatches made while `fn` runs (webgpu-count.ts). */
 async function countDispatchCalls<T>(fn: () => T): Promise<{ result: T; dispatches: number }> {
-  const g = globalThis as unknown as Record<
-    string,
-    { prototype: Record<string, (...a: unknown[]) => unknown> }
-  >;
-  const proto = g.GPUComputePassEncoder?.prototype;
-  if (!proto) throw new Error('checkLogprobOnCurrentBackend: GPUComputePassEncoder is not a global here');
-  const original = proto.dispatchWorkgroups;
-  let dispatches = 0;
-  proto.dispatchWorkgroups = function (this: unknown, ...a: unknown[]) {
-    dispatches++;
-    return original.apply(this, a);
-  };
-  try {
-    return { result: fn(), dispatches };
-  } finally {
-    proto.dispatchWorkgroups = original;
-  }
+  const c = await countDispatches(fn);
+  return { result: c.result as T, dispatches: c.dispatches };
 }
 
 async function relDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
