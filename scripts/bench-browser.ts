@@ -3,8 +3,15 @@
  * Debian's Chromium with the WebGPU-through-SwiftShader flags, opens e2e/pages/bench.html once per backend and
  * collects each page's window.benchResult. Everything it starts is stopped before it returns (or on Ctrl-C).
  *
+ * The pages are cross-origin isolated, as the app is (vite.config.ts sends COOP + COEP), so WASM runs tfjs's
+ * threaded build on the app's thread count. With the WASM backend (and the ppo section), two more page loads time
+ * the same PPO update on 1 thread and on all threads (`?wasmThreads=1`, then the default): the wasm result's
+ * `wasmThreads` field, { threads, speedup = 1-thread ÷ N-thread update seconds, updateSeconds1, updateSecondsN,
+ * isolated } (src/bench/perf/report.ts reads it).
+ *
  * Standalone: tsx scripts/bench-browser.ts [--quick] [--backends webgpu,wasm] [--sections gen,lm] [--flags JSON]
- *   [--mode adamcheck] [--coi] [--timeout S]  prints one JSON object (one result per backend).
+ *   [--mode adamcheck|threads] [--no-coi] [--no-threads] [--profile-threads] [--timeout S]  prints one JSON
+ *   object (one result per backend). `--mode threads --backends wasm` runs only the threads measurement.
  */
 import { existsSync } from 'node:fs';
 import net from 'node:net';
@@ -12,6 +19,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Browser } from '@playwright/test';
 import type { ViteDevServer } from 'vite';
+import type { WasmThreadsBench } from '../src/bench/perf/report';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -52,10 +60,14 @@ export interface BrowserBenchOptions {
   /** Extra query parameters (e.g. mode=adamcheck). */
   query?: Record<string, string>;
   /**
-   * Serve with COOP/COEP so the page is cross-origin isolated (SharedArrayBuffer: tfjs's threaded WASM build).
-   * The app's own servers do not send these headers today; this measures what they would give.
+   * false: serve without cross-origin isolation (COOP/COEP `unsafe-none`), so WASM runs single-threaded as on a
+   * host that sends no headers. Default: isolated, as vite.config.ts serves the app.
    */
   crossOriginIsolated?: boolean;
+  /** false: skip the 1-thread vs N-thread PPO update measurement on WASM. */
+  wasmThreads?: boolean;
+  /** Also profile one step per thread count (kernel time by kernel), in the wasm result's `wasmThreadsProfile`. */
+  profileThreads?: boolean;
   /** Per-page limit in seconds. */
   timeoutSeconds?: (backend: string) => number;
   log?: (msg: string) => void;
@@ -110,9 +122,11 @@ export async function runBrowserBench(o: BrowserBenchOptions): Promise<BrowserSe
         port,
         strictPort: true,
         host: '127.0.0.1',
-        headers: o.crossOriginIsolated
-          ? { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' }
-          : {},
+        // vite.config.ts's server.headers isolate the page; these are merged over them.
+        headers:
+          o.crossOriginIsolated === false
+            ? { 'Cross-Origin-Opener-Policy': 'unsafe-none', 'Cross-Origin-Embedder-Policy': 'unsafe-none' }
+            : {},
       },
     });
     await server.listen();
@@ -122,25 +136,29 @@ export async function runBrowserBench(o: BrowserBenchOptions): Promise<BrowserSe
     browser = await chromium.launch({ executablePath: exe, args: CHROMIUM_ARGS, headless: true });
     const chromiumVersion = browser.version();
     const results: BrowserBenchResult[] = [];
-    for (const backend of o.backends) {
+    /** Open the bench page with `query`, wait for its result (or keep what it finished in time). */
+    const runPage = async (
+      label: string,
+      query: Record<string, string>,
+      limitSeconds: number,
+    ): Promise<BrowserBenchResult> => {
       const t0 = performance.now();
-      const page = await browser.newPage();
+      const page = await browser!.newPage();
       page.on('console', (m) => {
         const text = m.text();
-        if (text.startsWith('[bench]')) log(`chromium/${backend}: ${text.slice(8)}`);
-        else if (m.type() === 'error') log(`chromium/${backend} console error: ${text.slice(0, 300)}`);
+        if (text.startsWith('[bench]')) log(`chromium/${label}: ${text.slice(8)}`);
+        else if (m.type() === 'error') log(`chromium/${label} console error: ${text.slice(0, 300)}`);
       });
-      page.on('pageerror', (e) => log(`chromium/${backend} page error: ${e.message.slice(0, 300)}`));
-      const q = new URLSearchParams({ backend, quick: o.quick ? '1' : '0', ...(o.query ?? {}) });
+      page.on('pageerror', (e) => log(`chromium/${label} page error: ${e.message.slice(0, 300)}`));
+      const q = new URLSearchParams({ quick: o.quick ? '1' : '0', ...(o.query ?? {}), ...query });
       if (o.sections) q.set('sections', o.sections.join(','));
       if (o.flags) q.set('flags', JSON.stringify(o.flags));
       let result: Record<string, unknown> | null = null;
       let error: string | null = null;
       try {
         await page.goto(`${base}/e2e/pages/bench.html?${q}`);
-        const limit = (o.timeoutSeconds?.(backend) ?? 600) * 1000;
         await page.waitForFunction(() => window.benchResult || window.benchError, undefined, {
-          timeout: limit,
+          timeout: limitSeconds * 1000,
           polling: 1000,
         });
         const got = await page.evaluate(() => ({ r: window.benchResult, e: window.benchError }));
@@ -158,8 +176,23 @@ export async function runBrowserBench(o: BrowserBenchOptions): Promise<BrowserSe
         await page.close().catch(() => {});
       }
       const seconds = (performance.now() - t0) / 1000;
-      log(`chromium/${backend}: ${error ? `failed: ${error}` : 'done'} in ${seconds.toFixed(0)} s`);
-      results.push({ backend, result, error, seconds });
+      log(`chromium/${label}: ${error ? `failed: ${error}` : 'done'} in ${seconds.toFixed(0)} s`);
+      return { backend: query.backend, result, error, seconds };
+    };
+    const threadsOnly = o.query?.mode === 'threads';
+    for (const backend of o.backends) {
+      if (threadsOnly) continue;
+      results.push(await runPage(backend, { backend }, o.timeoutSeconds?.(backend) ?? 600));
+    }
+    const ppoWanted = !o.sections || o.sections.includes('ppo');
+    if (o.backends.includes('wasm') && o.wasmThreads !== false && (ppoWanted || threadsOnly)) {
+      const limit = o.timeoutSeconds?.('wasm') ?? 600;
+      const measured = await measureWasmThreads(runPage, limit, !!o.profileThreads, log);
+      let wasm = results.find((r) => r.backend === 'wasm');
+      if (!wasm) results.push((wasm = { backend: 'wasm', result: {}, error: null, seconds: 0 }));
+      if (measured.error) wasm.error = [wasm.error, measured.error].filter(Boolean).join('; ');
+      if (wasm.result && measured.threads) wasm.result.wasmThreads = measured.threads;
+      if (wasm.result && measured.profile) wasm.result.wasmThreadsProfile = measured.profile;
     }
     return { chromiumVersion, results };
   } finally {
@@ -167,6 +200,55 @@ export async function runBrowserBench(o: BrowserBenchOptions): Promise<BrowserSe
     process.off('SIGTERM', onSignal);
     await stop();
   }
+}
+
+type RunPage = (
+  label: string,
+  query: Record<string, string>,
+  limitSeconds: number,
+) => Promise<BrowserBenchResult>;
+
+/**
+ * The PPO update on 1 thread, then on the page's default (all threads, at most 8), one page load each
+ * (`mode=threads`): the same config, warm-up and timed steps as the ppo section (benchPpoStep's timeUpdate).
+ */
+export async function measureWasmThreads(
+  runPage: RunPage,
+  limitSeconds: number,
+  profile: boolean,
+  log: (msg: string) => void,
+): Promise<{ threads: WasmThreadsBench | null; profile: unknown; error: string | null }> {
+  const extra: Record<string, string> = {
+    backend: 'wasm',
+    mode: 'threads',
+    ...(profile ? { profile: '1' } : {}),
+  };
+  const one = await runPage('wasm, 1 thread', { ...extra, wasmThreads: '1' }, limitSeconds);
+  const all = await runPage('wasm, all threads', extra, limitSeconds);
+  type Run = { threads: number; isolated: boolean; ppo: { timeUpdate: number }; profile?: unknown };
+  const r1 = one.result?.threadsRun as Run | undefined;
+  const rN = all.result?.threadsRun as Run | undefined;
+  const errors = [one.error && `1 thread: ${one.error}`, all.error && `all threads: ${all.error}`].filter(
+    Boolean,
+  );
+  if (!r1 || !rN) return { threads: null, profile: null, error: errors.join('; ') || 'no threads result' };
+  const threads: WasmThreadsBench = {
+    threads: rN.threads,
+    speedup: r1.ppo.timeUpdate / rN.ppo.timeUpdate,
+    updateSeconds1: r1.ppo.timeUpdate,
+    updateSecondsN: rN.ppo.timeUpdate,
+    isolated: rN.isolated,
+  };
+  log(
+    `chromium/wasm threads: update ${threads.updateSeconds1.toFixed(2)} s on 1 thread, ` +
+      `${threads.updateSecondsN.toFixed(2)} s on ${threads.threads}: ×${threads.speedup.toFixed(2)}` +
+      (threads.isolated ? '' : ' (page not cross-origin isolated: both ran one thread)'),
+  );
+  return {
+    threads,
+    profile: profile ? { oneThread: r1.profile, allThreads: rN.profile } : null,
+    error: errors.join('; ') || null,
+  };
 }
 
 // Standalone use.
@@ -183,7 +265,9 @@ if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.ar
     flags: opt('flags') ? JSON.parse(opt('flags')!) : undefined,
     query: opt('mode') ? { mode: opt('mode')! } : undefined,
     timeoutSeconds: () => Number(opt('timeout') ?? 1800),
-    crossOriginIsolated: args.includes('--coi'),
+    crossOriginIsolated: !args.includes('--no-coi'),
+    wasmThreads: !args.includes('--no-threads'),
+    profileThreads: args.includes('--profile-threads'),
   });
   process.stdout.write(JSON.stringify(session) + '\n');
 }

@@ -2,7 +2,11 @@
  * Browser benchmark page, driven by `npm run bench` (src/cli/bench-browser.ts) or by hand on a dev server:
  *   /e2e/pages/bench.html?backend=webgpu&quick=1&sections=matmul,gen,ppo,lm,memory
  * Other parameters: `flags` (JSON of tfjs flags to set first, e.g. {"WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE":32}),
- * `mode=adamcheck` (only the fused-Adam-vs-tfjs-Adam check), `batch`/`tokens` (one generation size).
+ * `mode=adamcheck` (only the fused-Adam-vs-tfjs-Adam check), `batch`/`tokens` (one generation size),
+ * `wasmThreads=N` (WASM's thread count, as the app's `?wasmThreads=N`; default the app's: the logical cores, at
+ * most 8; one thread where the page is not cross-origin isolated), `mode=threads` (only the PPO step's timing,
+ * for the 1-thread ÷ N-thread ratio scripts/bench-browser.ts makes; with `profile=1` also one step's kernel
+ * times by kernel).
  * Runs on the page's main thread (fine for timing) and leaves the result on window.benchResult; progress lines
  * go to the console as "[bench] …".
  */
@@ -11,7 +15,7 @@ import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import '@tensorflow/tfjs-backend-webgpu';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-backend-cpu';
-import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
+import { getThreadsCount, setThreadsCount, setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
 import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
 import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
@@ -31,6 +35,9 @@ import { tokenizerFor } from '../../src/core/tokenizer';
 import { parseTask, taskUrl } from '../../src/core/tasks';
 import { validateConfig } from '../../src/core/config';
 import { buildTrainer, type Resources } from '../../src/core/ppo/setup';
+import { benchPpoStep } from '../../src/bench/perf/ppo';
+import { bmmStats } from '../../src/core/kernels/wasm-simd';
+import { startWasmWithThreads, wasmThreadsFor, wasmThreadsParam } from '../../src/worker/wasm-threads';
 
 declare global {
   interface Window {
@@ -90,6 +97,73 @@ async function adapterInfo(): Promise<Record<string, unknown> | null> {
   };
 }
 
+/** Kernel time of one PPO step, by kernel (batched products, our SIMD kernel, apart from XNNPACK's 2-D ones). */
+interface KernelShare {
+  name: string;
+  ms: number;
+  calls: number;
+}
+
+/**
+ * The PPO step of the WASM page's plan, timed as the ppo section times it (benchPpoStep's timeUpdate), on the
+ * page's thread count; with `profile`, one more step under tf.profile, its kernel time summed by kernel.
+ */
+async function timePpoUpdate(quick: boolean, profile: boolean): Promise<Record<string, unknown>> {
+  const plan = planFor('chromium', 'wasm', quick);
+  const trainer = await buildTrainer(
+    validateConfig({ model: 'tiny', task: 'sentiment', ...plan.ppoConfig }, 'bench'),
+    resources,
+  );
+  try {
+    const threads = getThreadsCount();
+    log(`PPO step on ${threads} thread(s) (${plan.ppoWarmup} warm-up + ${plan.ppoSteps} timed)`);
+    const calls = bmmStats.calls;
+    const ppo = await benchPpoStep(trainer, {
+      steps: plan.ppoSteps,
+      warmup: plan.ppoWarmup,
+      onStep: (i, secs) => log(`  ${i < 0 ? 'warm-up' : 'step'} ${secs.toFixed(2)} s`),
+    });
+    const out: Record<string, unknown> = {
+      threads,
+      isolated: self.crossOriginIsolated,
+      ppoConfig: plan.ppoConfig,
+      ppo,
+      bmmCalls: bmmStats.calls - calls,
+    };
+    if (profile) {
+      let update = 0;
+      const info = await tf.profile(async () => {
+        const r = await trainer.trainStep();
+        update = r.metrics.timeUpdate;
+        return [];
+      });
+      const by = new Map<string, KernelShare>();
+      for (const k of info.kernels) {
+        const batched =
+          k.name === 'BatchMatMul' && k.inputShapes.some((s) => s != null && s.length === 3 && s[0] > 1);
+        const name = batched ? 'BatchMatMul (batched: our SIMD bmm)' : k.name;
+        const e = by.get(name) ?? { name, ms: 0, calls: 0 };
+        e.ms += Number(await k.kernelTimeMs);
+        e.calls++;
+        by.set(name, e);
+      }
+      const kernels = [...by.values()].sort((a, b) => b.ms - a.ms);
+      out.profile = {
+        stepUpdateSeconds: update,
+        totalKernelMs: kernels.reduce((a, k) => a + k.ms, 0),
+        kernels: kernels.slice(0, 15),
+      };
+    }
+    return out;
+  } finally {
+    const { policy, ref, value } = trainer.models;
+    trainer.dispose();
+    policy.dispose();
+    ref.dispose();
+    value?.dispose();
+  }
+}
+
 async function main(): Promise<void> {
   const q = new URLSearchParams(location.search);
   const backend = q.get('backend') ?? 'webgpu';
@@ -103,7 +177,11 @@ async function main(): Promise<void> {
   registerFusedAdamKernels();
   const flags = JSON.parse(q.get('flags') ?? '{}') as Record<string, number | boolean | string>;
   for (const [k, v] of Object.entries(flags)) tf.env().set(k, v);
-  if (!(await tf.setBackend(backend))) throw new Error(`backend ${backend} unavailable`);
+  // WASM on the app's thread count (src/worker/backend-web.ts does the same in the worker).
+  const threadsAsked = wasmThreadsFor(navigator.hardwareConcurrency, wasmThreadsParam(location.search));
+  const set = () => tf.setBackend(backend);
+  if (!(await (backend === 'wasm' ? startWasmWithThreads(threadsAsked, setThreadsCount, set) : set())))
+    throw new Error(`backend ${backend} unavailable`);
   await tf.ready();
   if (tf.getBackend() !== backend) throw new Error(`asked for ${backend}, got ${tf.getBackend()}`);
   const adapter = backend === 'webgpu' ? await adapterInfo() : null;
@@ -117,8 +195,13 @@ async function main(): Promise<void> {
     hardwareConcurrency: navigator.hardwareConcurrency,
     crossOriginIsolated: self.crossOriginIsolated,
     wasmSimd: backend === 'wasm' ? env.getBool('WASM_HAS_SIMD_SUPPORT') : undefined,
-    wasmThreads: backend === 'wasm' ? env.getBool('WASM_HAS_MULTITHREAD_SUPPORT') : undefined,
+    wasmThreadsSupported: backend === 'wasm' ? env.getBool('WASM_HAS_MULTITHREAD_SUPPORT') : undefined,
+    wasmThreadsUsed: backend === 'wasm' ? getThreadsCount() : undefined,
   };
+  if (q.get('mode') === 'threads') {
+    window.benchResult = { ...header, threadsRun: await timePpoUpdate(quick, q.get('profile') === '1') };
+    return;
+  }
   if (q.get('mode') === 'adamcheck') {
     window.benchResult = { ...header, fusedAdamCheck: await checkFusedAdam() };
     return;
