@@ -225,7 +225,13 @@ export async function measureWasmThreads(
   };
   const one = await runPage('wasm, 1 thread', { ...extra, wasmThreads: '1' }, limitSeconds);
   const all = await runPage('wasm, all threads', extra, limitSeconds);
-  type Run = { threads: number; isolated: boolean; ppo: { timeUpdate: number }; profile?: unknown };
+  type Run = {
+    threads: number;
+    isolated: boolean;
+    ppo: { timeUpdate: number };
+    matmul512Gflops: number;
+    profile?: unknown;
+  };
   const r1 = one.result?.threadsRun as Run | undefined;
   const rN = all.result?.threadsRun as Run | undefined;
   const errors = [one.error && `1 thread: ${one.error}`, all.error && `all threads: ${all.error}`].filter(
@@ -242,7 +248,8 @@ export async function measureWasmThreads(
   log(
     `chromium/wasm threads: update ${threads.updateSeconds1.toFixed(2)} s on 1 thread, ` +
       `${threads.updateSecondsN.toFixed(2)} s on ${threads.threads}: ×${threads.speedup.toFixed(2)}` +
-      (threads.isolated ? '' : ' (page not cross-origin isolated: both ran one thread)'),
+      (threads.isolated ? '' : ' (page not cross-origin isolated: both ran one thread)') +
+      `; 512² matmul ${r1.matmul512Gflops.toFixed(1)} → ${rN.matmul512Gflops.toFixed(1)} GFLOP/s`,
   );
   return {
     threads,

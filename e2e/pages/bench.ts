@@ -36,6 +36,7 @@ import { parseTask, taskUrl } from '../../src/core/tasks';
 import { validateConfig } from '../../src/core/config';
 import { buildTrainer, type Resources } from '../../src/core/ppo/setup';
 import { benchPpoStep } from '../../src/bench/perf/ppo';
+import { benchMatmul } from '../../src/bench/perf/matmul';
 import { bmmStats } from '../../src/core/kernels/wasm-simd';
 import { startWasmWithThreads, wasmThreadsFor, wasmThreadsParam } from '../../src/worker/wasm-threads';
 
@@ -123,12 +124,15 @@ async function timePpoUpdate(quick: boolean, profile: boolean): Promise<Record<s
       warmup: plan.ppoWarmup,
       onStep: (i, secs) => log(`  ${i < 0 ? 'warm-up' : 'step'} ${secs.toFixed(2)} s`),
     });
+    // XNNPACK's own scaling in this page, for comparison: a 512² product (the matmul section's smallest).
+    const matmul512 = await benchMatmul(512, { iters: 1, minSeconds: 1 });
     const out: Record<string, unknown> = {
       threads,
       isolated: self.crossOriginIsolated,
       ppoConfig: plan.ppoConfig,
       ppo,
       bmmCalls: bmmStats.calls - calls,
+      matmul512Gflops: matmul512.gflops,
     };
     if (profile) {
       let update = 0;
