@@ -1,0 +1,35 @@
+/**
+ * The fused WGSL kernels in Chromium on WebGPU (SwiftShader here): each one's values and gradients against
+ * tfjs's ops on the same backend, and its dispatch count (e2e/pages/kernels.ts runs the check functions of
+ * src/core/kernels/webgpu-fused.ts, the ones Vitest runs on Node's Dawn).
+ */
+import { test, expect } from '@playwright/test';
+
+test('fused WebGPU kernels equal tfjs ops in Chromium (values and gradients)', async ({ page }) => {
+  test.setTimeout(240_000);
+  await page.goto('/e2e/pages/kernels.html');
+  await page.waitForFunction(() => document.body.dataset.ready === 'true');
+  const r = await page.evaluate(() => window.runKernelChecks());
+  console.log(JSON.stringify(r));
+  expect(r.backend).toBe('webgpu');
+  const names = Object.keys(r.checks);
+  expect(names).toEqual(
+    expect.arrayContaining([
+      'layer norm',
+      'Conv1D + bias + LoRA + gelu_new + residual',
+      'causal self-attention',
+      'token log-prob (and entropy)',
+      'fused Adam',
+    ]),
+  );
+  for (const name of names.filter((n) => n !== 'fused Adam')) {
+    const c = r.checks[name] as Record<string, number> & { error?: string };
+    expect(c.error, name).toBeUndefined();
+    expect(c.maxRelValue, name).toBeLessThan(1e-5);
+    expect(c.maxRelGrad, name).toBeLessThan(1e-5);
+    expect(c.dispatchesFwd, name).toBeLessThanOrEqual(2);
+  }
+  const adam = r.checks['fused Adam'] as { maxRelDiff: number; fusedCalls: number };
+  expect(adam.fusedCalls).toBeGreaterThan(0);
+  expect(adam.maxRelDiff).toBeLessThan(1e-5);
+});
