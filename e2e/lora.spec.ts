@@ -7,7 +7,9 @@ import { watchConsole } from './console';
  * A LoRA run in the playground on WebGPU (SwiftShader: slow, so the built-in tiny model, lora 4, batch 2,
  * responseLength 4, 2 steps): the memory estimate and "trainable of total" are shown before Start, the run trains
  * (step events arrive; KL at step 1 is exactly 0: the adapters' B starts at zero, so the policy is the reference),
- * and the exported zip holds PEFT's pair and the merged model (docs/formats.md §6).
+ * and the exported zip holds the merged model at its top and PEFT's pairs in adapter/ and value_adapter/, with no
+ * adapter_config.json at the top (transformers with peft would apply it again on the merged weights;
+ * docs/formats.md §6).
  */
 const LORA_RUN = 'batchSize=2&miniBatches=1&ppoEpochs=1&responseLength=4&steps=2&lora=4';
 const STEP_MS = 240_000;
@@ -65,7 +67,7 @@ test('Start trains 2 LoRA steps; KL at step 1 is 0', async () => {
   expect(metrics[0].kl).toBe(0);
 });
 
-test('Export checkpoint: adapter_config.json, adapter_model.safetensors and the merged model.safetensors', async () => {
+test('Export checkpoint: the merged model.safetensors at the top, adapter/adapter_config.json + adapter/adapter_model.safetensors', async () => {
   test.setTimeout(STEP_MS);
   const download = page.waitForEvent('download');
   await button('Export checkpoint').click();
@@ -74,14 +76,18 @@ test('Export checkpoint: adapter_config.json, adapter_model.safetensors and the 
     .filter((n) => !n.endsWith('/'))
     .map((n) => n.split('/').slice(1).join('/'));
   for (const need of [
-    'adapter_config.json',
-    'adapter_model.safetensors',
+    'adapter/adapter_config.json',
+    'adapter/adapter_model.safetensors',
+    'value_adapter/adapter_config.json',
+    'value_adapter/adapter_model.safetensors',
     'model.safetensors',
     'config.json',
     'trainer_state.json',
   ])
     expect(inFolder).toContain(need);
-  const adapterConfig = Object.entries(entries).find(([n]) => n.endsWith('/adapter_config.json'))![1];
+  // Nothing adapter-like at the folder's top: only the plain model folder and the run's files.
+  expect(inFolder.filter((n) => !n.includes('/') && n.includes('adapter'))).toEqual([]);
+  const adapterConfig = Object.entries(entries).find(([n]) => n.endsWith('/adapter/adapter_config.json'))![1];
   expect(JSON.parse(strFromU8(adapterConfig))).toMatchObject({
     peft_type: 'LORA',
     r: 4,
