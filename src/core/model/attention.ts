@@ -50,7 +50,8 @@ export interface AttentionKV {
 
 /**
  * Causal self-attention of a [B, T] batch: qkv [B·T, 3C] (GPT-2's c_attn output, q | k | v along the last
- * axis), maskF [B, T] float (1 real token, 0 padding), bias = causalPaddingBias(maskF) → [B·T, C].
+ * axis), maskF [B, T] float (1 real token, 0 padding), bias = causalPaddingBias(maskF) → [B·T, C]. `bias` may be
+ * a function that makes it: the fused WebGPU kernel builds the mask itself and never calls it.
  * With `collect`, the layer's keys and values are pushed into it (the KV cache's prefill).
  * On WebGPU without `collect`: the fused kernels of kernels/webgpu-attention.ts (1 dispatch forward, 2 backward;
  * the mask is made in the kernel from maskF, `bias` is not read), same values and gradients as the ops below.
@@ -58,11 +59,12 @@ export interface AttentionKV {
 export function causalSelfAttention(
   qkv: tf.Tensor2D,
   maskF: tf.Tensor2D,
-  bias: tf.Tensor4D,
+  bias: tf.Tensor4D | (() => tf.Tensor4D),
   nh: number,
   collect?: AttentionKV[],
 ): tf.Tensor2D {
   if (!collect && webGpuAttentionApplies(qkv, maskF, nh)) return causalSelfAttentionWebGpu(qkv, maskF, nh);
+  if (typeof bias === 'function') bias = bias();
   const [B, T] = maskF.shape;
   const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
   const q4 = splitHeads(q, B, T, nh);

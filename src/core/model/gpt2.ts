@@ -404,7 +404,9 @@ export class GPT2 {
     const maskF = tf.cast(mask, 'float32');
     const positions = tf.cast(tf.maximum(tf.sub(tf.cumsum(maskF, 1), 1), 0), 'int32');
     // Causal and key-padding mask as one additive bias [B, 1, T, T].
-    const bias = causalPaddingBias(maskF as tf.Tensor2D);
+    // Built on first use only: the fused WebGPU attention makes the mask in its kernel.
+    let built: tf.Tensor4D | null = null;
+    const bias = () => (built ??= causalPaddingBias(maskF as tf.Tensor2D));
 
     let x = this.embed(ids, positions);
     for (let i = 0; i < c.n_layer; i++) {
