@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parse, str } from './args';
-import { setNodeBackend } from './backend-node';
+import { nodeBindingLimit, setNodeBackend } from './backend-node';
 import { assertFolder, nodeFiles, writeFolder } from './files-node';
 import { resolveModel, ROOT } from './models';
 import { preflightSequenceTraining, preflightSft } from './preflight';
@@ -13,7 +13,7 @@ import { tokenizeCorpus, trainSft, type SftOptions } from '../core/sft';
 import { UserError } from '../core/errors';
 import { writeFile, mkdir, appendFile } from 'node:fs/promises';
 
-export const SFT_HELP = `sft --config FILE --out DIR [--backend wasm|cpu] [--json]
+export const SFT_HELP = `sft --config FILE --out DIR [--backend wasm|cpu|webgpu] [--json]
   Supervised next-token training on a text corpus. Config JSON keys: corpus (path, one document per line),
   model (a folder or preset to start from) or init (GPT-2 config fields for a fresh model), steps, batchSize,
   seqLen, learningRate, warmup, maxGradNorm, seed. Writes DIR/config.json, DIR/model.safetensors, DIR/metrics.jsonl.`;
@@ -74,7 +74,7 @@ export async function cmdSft(argv: string[]): Promise<void> {
     const dir = resolveModel(String(raw.model ?? 'tiny'));
     await assertFolder(dir);
     await preflightSft(dir, o);
-    model = (await loadLM(nodeFiles(dir))).model;
+    model = (await loadLM(nodeFiles(dir), { maxBindingBytes: nodeBindingLimit() })).model;
   }
   const corpusPath = path.resolve(
     path.dirname(cfgPath),

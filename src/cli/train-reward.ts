@@ -22,7 +22,7 @@ import {
 } from '../core/reward/preference-pipeline';
 import { UserError } from '../core/errors';
 
-export const TRAIN_REWARD_HELP = `train-reward --config FILE --out DIR [--steps N] [--backend wasm|cpu] [--json]
+export const TRAIN_REWARD_HELP = `train-reward --config FILE --out DIR [--steps N] [--backend wasm|cpu|webgpu] [--json]
   Train a Bradley–Terry reward model on preference pairs (JSONL lines {"prompt", "chosen", "rejected"}).
   Config JSON keys: model (preset or folder whose trunk to start from, default "tiny"), data (JSONL path,
   relative to the config file's folder), steps, batchSize, learningRate, maxGradNorm, seed, heldOut (fraction
