@@ -57,7 +57,10 @@ export interface BrowserBenchOptions {
   sections?: string[];
   /** tfjs flags to set in the page before the backend starts. */
   flags?: Record<string, unknown>;
-  /** Extra query parameters (e.g. mode=adamcheck). */
+  /**
+   * Extra query parameters (e.g. mode=adamcheck; wasmThreads=1 runs the backend pages' WASM on one thread, the
+   * threads measurement keeps its own 1 and default).
+   */
   query?: Record<string, string>;
   /**
    * false: serve without cross-origin isolation (COOP/COEP `unsafe-none`), so WASM runs single-threaded as on a
@@ -150,7 +153,12 @@ export async function runBrowserBench(o: BrowserBenchOptions): Promise<BrowserSe
         else if (m.type() === 'error') log(`chromium/${label} console error: ${text.slice(0, 300)}`);
       });
       page.on('pageerror', (e) => log(`chromium/${label} page error: ${e.message.slice(0, 300)}`));
-      const q = new URLSearchParams({ quick: o.quick ? '1' : '0', ...(o.query ?? {}), ...query });
+      const q = new URLSearchParams({ quick: o.quick ? '1' : '0', ...(o.query ?? {}) });
+      // A page's own query wins; an empty value drops the parameter (the all-threads page drops wasmThreads).
+      for (const [k, v] of Object.entries(query)) {
+        if (v === '') q.delete(k);
+        else q.set(k, v);
+      }
       if (o.sections) q.set('sections', o.sections.join(','));
       if (o.flags) q.set('flags', JSON.stringify(o.flags));
       let result: Record<string, unknown> | null = null;
@@ -224,7 +232,7 @@ export async function measureWasmThreads(
     ...(profile ? { profile: '1' } : {}),
   };
   const one = await runPage('wasm, 1 thread', { ...extra, wasmThreads: '1' }, limitSeconds);
-  const all = await runPage('wasm, all threads', extra, limitSeconds);
+  const all = await runPage('wasm, all threads', { ...extra, wasmThreads: '' }, limitSeconds);
   type Run = {
     threads: number;
     isolated: boolean;
