@@ -267,7 +267,7 @@ function fastSum(): void {
       const k = axes.length;
       const bk = backend as WasmBackendLike;
       const leading = k > 0 && k < rank && axes.every((a, i) => a === i);
-      const bmm = leading && x.dtype === 'float32' ? bmmFor(bk.wasm.asm?.memory) : null;
+      const bmm = leading && x.dtype === 'float32' ? bmmFor(heapMemory(bk.wasm)) : null;
       const rows = x.shape.slice(0, k).reduce((a, b) => a * b, 1);
       const inner = x.shape.slice(k);
       const cols = inner.reduce((a, b) => a * b, 1);
