@@ -14,6 +14,7 @@ import { registerWasmExtraKernels, gatherStats } from '../src/core/kernels/wasm-
 import { adamFor, bmmFor, bmmStats, heapMemory, isSharedMemory } from '../src/core/kernels/wasm-simd';
 import { kernelModule, KERNELS, sharedVariant, SHARED_MEMORY_IMPORT } from '../scripts/build-wasm-kernels';
 import { readFile } from 'node:fs/promises';
+import { readdirSync, readFileSync } from 'node:fs';
 
 /** Plain-loop reference: C[b] = op(A[b]) · op(B[b]) with broadcast batches. */
 function reference(
@@ -231,6 +232,25 @@ describe('SIMD batched matmul on a shared memory (the heap of tfjs’s threaded 
     bmm(pa, pb, pc, nb, M, K, N, sa, sb);
     return new Float32Array(mem.buffer, pc, nb * M * N).slice();
   }
+
+  it('every caller finds the heap through heapMemory (the threaded build has no asm.memory)', () => {
+    const dir = 'src/core';
+    const offenders: string[] = [];
+    const walk = (d: string): void => {
+      for (const e of readdirSync(d, { withFileTypes: true })) {
+        const f = `${d}/${e.name}`;
+        if (e.isDirectory()) walk(f);
+        else if (/\.tsx?$/.test(e.name) && !f.endsWith('kernels/wasm-simd.ts')) {
+          if (/asm\??\.memory/.test(readFileSync(f, 'utf8'))) offenders.push(f);
+        }
+      }
+    };
+    walk(dir);
+    expect(offenders, 'use heapMemory(backend.wasm) from kernels/wasm-simd.ts').toEqual([]);
+    const fake = new WebAssembly.Memory({ initial: 1, maximum: 2, shared: true });
+    expect(heapMemory({ wasmMemory: fake })).toBe(fake);
+    expect(heapMemory({ asm: { memory: plain }, wasmMemory: fake })).toBe(plain);
+  });
 
   it('is picked by the memory’s buffer type, and the shared memory really is shared', () => {
     expect(isSharedMemory(shared)).toBe(true);
