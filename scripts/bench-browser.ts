@@ -20,6 +20,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Browser } from '@playwright/test';
 import type { ViteDevServer } from 'vite';
 import type { WasmThreadsBench } from '../src/bench/perf/report';
+import os from 'node:os';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -232,7 +233,12 @@ export async function measureWasmThreads(
     ...(profile ? { profile: '1' } : {}),
   };
   const one = await runPage('wasm, 1 thread', { ...extra, wasmThreads: '1' }, limitSeconds);
-  const all = await runPage('wasm, all threads', { ...extra, wasmThreads: '' }, limitSeconds);
+  // All threads = the machine's logical cores (the app's default leaves one to the page).
+  const all = await runPage(
+    'wasm, all threads',
+    { ...extra, wasmThreads: String(Math.min(os.cpus().length, 8)) },
+    limitSeconds,
+  );
   type Run = {
     threads: number;
     isolated: boolean;

@@ -19,10 +19,12 @@ import { createPlaygroundStore } from '../src/ui/store/store';
 import { StoreContext } from '../src/ui/store/hooks';
 
 describe('the WASM thread count', () => {
-  it('defaults to the logical cores, capped at the 8 pthread workers tfjs starts', () => {
+  it('defaults to the logical cores less one (the page and the worker keep a core), 1 to 8', () => {
     expect(MAX_WASM_THREADS).toBe(8);
-    expect(wasmThreadsFor(2)).toBe(2);
-    expect(wasmThreadsFor(8)).toBe(8);
+    expect(wasmThreadsFor(1)).toBe(1);
+    expect(wasmThreadsFor(2)).toBe(1);
+    expect(wasmThreadsFor(4)).toBe(3);
+    expect(wasmThreadsFor(8)).toBe(7);
     expect(wasmThreadsFor(16)).toBe(8);
     expect(wasmThreadsFor(undefined)).toBe(1);
     expect(wasmThreadsFor(0)).toBe(1);
@@ -33,7 +35,7 @@ describe('the WASM thread count', () => {
     expect(wasmThreadsFor(8, 1)).toBe(1);
     expect(wasmThreadsFor(2, 4)).toBe(4);
     expect(wasmThreadsFor(16, 12)).toBe(8);
-    for (const bad of [0, -2, 1.5, Number.NaN, null, undefined]) expect(wasmThreadsFor(6, bad)).toBe(6);
+    for (const bad of [0, -2, 1.5, Number.NaN, null, undefined]) expect(wasmThreadsFor(6, bad)).toBe(5);
   });
 
   it('reads ?wasmThreads=N from a query string', () => {

@@ -3,7 +3,7 @@
  *   /e2e/pages/bench.html?backend=webgpu&quick=1&sections=matmul,gen,ppo,lm,memory
  * Other parameters: `flags` (JSON of tfjs flags to set first, e.g. {"WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE":32}),
  * `mode=adamcheck` (only the fused-Adam-vs-tfjs-Adam check), `batch`/`tokens` (one generation size),
- * `wasmThreads=N` (WASM's thread count, as the app's `?wasmThreads=N`; default the app's: the logical cores, at
+ * `wasmThreads=N` (WASM's thread count, as the app's `?wasmThreads=N`; default the app's: the logical cores less one, at
  * most 8; one thread where the page is not cross-origin isolated), `mode=threads` (only the PPO step's timing,
  * for the 1-thread ÷ N-thread ratio scripts/bench-browser.ts makes; with `profile=1` also one step's kernel
  * times by kernel).

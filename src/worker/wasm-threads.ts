@@ -15,15 +15,19 @@
 export const MAX_WASM_THREADS = 8;
 
 /**
- * The thread count to give tfjs: `requested` when it is a positive integer, else the machine's logical cores
- * (`navigator.hardwareConcurrency`, 1 when unknown), capped at MAX_WASM_THREADS.
+ * The thread count to give tfjs: `requested` when it is a positive integer, else one less than the machine's
+ * logical cores (`navigator.hardwareConcurrency`; 1 when unknown), at least 1 and at most MAX_WASM_THREADS.
+ * One core is left to the page's main thread (the charts) and the worker's own JavaScript (autodiff, our
+ * kernels), which is most of what is not threaded: measured on a busy 2-core machine, a second XNNPACK thread
+ * that has to wait for a core made the PPO update 1.5–5× slower, while on a free core a 512² matmul ran 1.57×
+ * faster (docs/tfjs.md, "Cross-origin isolation and WASM threads").
  */
 export function wasmThreadsFor(hardwareConcurrency: number | undefined, requested?: number | null): number {
   const want =
     requested != null && Number.isInteger(requested) && requested > 0
       ? requested
       : hardwareConcurrency != null && Number.isFinite(hardwareConcurrency) && hardwareConcurrency >= 1
-        ? Math.floor(hardwareConcurrency)
+        ? Math.max(1, Math.floor(hardwareConcurrency) - 1)
         : 1;
   return Math.min(want, MAX_WASM_THREADS);
 }
