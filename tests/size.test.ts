@@ -6,7 +6,10 @@
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
+import '@tensorflow/tfjs-backend-wasm';
 import { useCpu } from './helpers/backend';
+import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
+import { registerFusedAdamKernels } from '../src/core/fused-adam';
 import { validateConfig } from '../src/core/config';
 import { parseGPT2Config, type GPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
@@ -20,8 +23,10 @@ import { clippedStep } from '../src/core/optim';
 import { FusedAdamOptimizer } from '../src/core/fused-adam';
 import { registerFastCpuKernels, unregisterFastCpuKernels } from '../src/bench/perf/cpu-kernels';
 import {
+  ACT_LORA_PER_OUT,
   estimateRunMemory,
   estimateSequenceTrainingMemory,
+  fixedBytes,
   formatEstimate,
   loraParamCount,
   paramCount,
@@ -118,7 +123,16 @@ describe('the run estimate', () => {
     expect(e.trainableParams).toBe(2 * A + 768);
     expect(e.parts.adam).toBe(4 * 2 * (2 * A + 768));
     expect(e.parts.gradients).toBe(4 * (2 * A + 768));
-    expect(e.total).toBeLessThan(full.total / 2.5);
+    // Activations: the update's, as full fine-tuning's (3 forwards over 4 × 16 tokens, 21 floats per response
+    // logit, wte's two kept copies, no wte gradients), plus LoRA's: the kept copy of every block's four Conv1D
+    // weights (12 · 768² per layer) and 6 floats per token per layer per adapted output feature
+    // (3C + C + 4C + C = 9 · 768 of them per layer).
+    const forward = 12 * 64 * (42 * 768 + 6 * 12 * 16) + 12 * 64 * 768;
+    const loraTerms = 12 * 12 * 768 * 768 + ACT_LORA_PER_OUT * 64 * 12 * 9 * 768;
+    expect(e.peakPhase).toBe('update');
+    expect(e.parts.activations).toBe(4 * (3 * forward + 21 * 4 * 8 * 50257 + 2 * 50257 * 768 + loraTerms));
+    // Weights and optimiser state: one base and a reward model against four models and two full Adams.
+    expect(fixedBytes(e)).toBeLessThan(fixedBytes(full) / 2.5);
     const criticFree = estimateRunMemory(gpt2, run, { valueModel: 'none', rewardModel: false });
     expect(criticFree.parts.value).toBe(0);
     expect(criticFree.trainableParams).toBe(124_439_808);
@@ -386,4 +400,107 @@ describe('the estimate with a large vocabulary (measured on the CPU backend, wit
       }
     }, 60_000);
   }
+});
+
+// ---------------------------------------------------------------------------------------------------------
+// LoRA on the WASM backend (the path GPT-2 LoRA runs take in Node and in the browser without WebGPU): the same
+// tensors as on the CPU backend (numBytes counts tensors, not the backend's buffers), and what LoRA's backward
+// holds beyond full fine-tuning's forwards: the kept copy of every Conv1D weight and the adapters' own tensors
+// (LORA_WEIGHT_TAPE_COPIES, ACT_LORA_PER_OUT). Without them the estimate grew by 9.8 MB per layer where the peak
+// grows by 13.9 MB (width 128, 120 tokens per minibatch), and GPT-2 124M's LoRA PPO read 2.96 GB against 3.79.
+describe('the estimate with LoRA on the WASM backend (V 8192, within 25%)', () => {
+  beforeAll(async () => {
+    registerWasmExtraKernels();
+    registerFusedAdamKernels();
+    await tf.setBackend('wasm');
+    await tf.ready();
+  });
+  afterAll(useCpu);
+
+  /** The measured peak of a second LoRA step (after Adam's moments exist) and its estimate. */
+  async function loraStep(k: {
+    L: number;
+    C: number;
+    H: number;
+    B: number;
+    R: number;
+    algorithm: 'ppo' | 'grpo';
+  }): Promise<{ measured: number; estimate: number }> {
+    const config = wideVocab(8192, k.L, k.C, k.H);
+    const cfg = validateConfig(
+      {
+        model: 'random',
+        task: null,
+        prompts: ['the movie was really', 'a film that i thought', 'this story is quite'],
+        reward: 'length',
+        batchSize: k.B,
+        miniBatches: 1,
+        ppoEpochs: 1,
+        responseLength: k.R,
+        stopToken: null,
+        seed: 3,
+        lora: 4,
+        algorithm: k.algorithm,
+        ...(k.algorithm === 'ppo' ? { valueModel: 'shared' } : { groupSize: 2 }),
+      },
+      'size test',
+    );
+    const base = tf.memory().numBytes;
+    // As buildTrainer builds it: the frozen base is the reference; policy (and value) are views with adapters.
+    const ref = GPT2.random(config, 1, false, 'base');
+    const policy = ref.withLora(LoraAdapters.create(config, cfg, 3, 'policy'), 'policy');
+    const value =
+      k.algorithm === 'ppo'
+        ? ScalarModel.onSharedBase(policy.base, LoraAdapters.create(config, cfg, 4, 'value'), 'value')
+        : null;
+    const reward: RewardSource = { kind: 'fn', fn: (s) => s.responseTokens.length, label: 'tokens' };
+    const trainer = new PpoTrainer(
+      cfg,
+      { policy, ref, value: value as ScalarModel, reward },
+      bytesModulo(),
+      cfg.prompts!,
+    );
+    try {
+      await trainer.trainStep(); // Adam's moments exist from here on
+      const prof = await tf.profile(async () => {
+        await trainer.trainStep();
+        return [];
+      });
+      const promptLength = bucket(
+        Math.max(...trainer.promptTokens.map((p) => p.length)),
+        config.n_positions - k.R,
+      );
+      const e = estimateRunMemory(
+        config,
+        { batchSize: k.B, miniBatches: 1, promptLength, responseLength: k.R },
+        {
+          lora: { r: 4, targets: cfg.loraTargets },
+          valueModel: k.algorithm === 'ppo' ? 'shared' : 'none',
+          rewardModel: false,
+        },
+      );
+      expect(e.peakPhase).toBe('update');
+      return { measured: prof.peakBytes - base, estimate: e.total };
+    } finally {
+      trainer.dispose();
+      policy.dispose();
+      ref.dispose();
+      value?.dispose();
+    }
+  }
+
+  it('PPO with a shared value model, 1 and 3 layers of width 128: the peaks, and their growth per layer', async () => {
+    const k = { C: 128, H: 4, B: 4, R: 6, algorithm: 'ppo' as const };
+    const one = await loraStep({ ...k, L: 1 });
+    const three = await loraStep({ ...k, L: 3 });
+    within25(one.estimate, one.measured);
+    within25(three.estimate, three.measured);
+    // The layers' share alone (the vocabulary's terms cancel): what LoRA's backward adds per layer.
+    within25(three.estimate - one.estimate, three.measured - one.measured);
+  }, 60_000);
+
+  it('GRPO (no value model), 2 layers of width 96, 3 heads', async () => {
+    const r = await loraStep({ L: 2, C: 96, H: 3, B: 4, R: 8, algorithm: 'grpo' });
+    within25(r.estimate, r.measured);
+  }, 60_000);
 });

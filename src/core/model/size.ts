@@ -32,12 +32,17 @@
  *     the base is frozen: no wte gradient, but the copies are kept all the same (measured).
  * Both fitted on 1-layer models (width 16 and 64, vocabularies 2048 and 8192: the slope of the measured peak in V
  * separates B·T·V from V·C) and checked on others: full PPO reads ≈ 5% high (every gradient is counted at once;
- * the value model's come after the policy's peak), LoRA PPO and SFT within 3%.
+ * the value model's come after the policy's peak), SFT within 3%.
+ * LoRA's backward holds two more terms (LORA_WEIGHT_TAPE_COPIES, ACT_LORA_PER_OUT), fitted on the slope of the
+ * measured peak in n_layer; LoRA PPO and GRPO read 2–12% high on small shapes, and +0.4% on GPT-2 124M's LoRA
+ * PPO at batch 16 (3.81 GB against a measured 3.79; the WASM backend counts the same tensors as the CPU one).
+ * On WASM these are tensor bytes, not heap: kept copies share their buffer there (kernels/wasm-identity.ts), and
+ * that run's heap stopped at 2.86 GB.
  * See docs/engine.md for the step these tensors belong to and docs/tfjs.md for the backends' kernels.
  */
 import type { GPT2Config } from './config';
 import { trunkParamSpecs, scoreHeadSpecs } from './specs';
-import { loraModules, type LoraTarget } from './lora';
+import { loraModules, LORA_TARGETS, type LoraTarget } from './lora';
 import { UserError } from '../errors';
 
 export const FLOAT32_BYTES = 4;
@@ -149,6 +154,20 @@ export const LOGITS_LM_LOSS = 13;
 export const WTE_TAPE_COPIES = 2;
 /** wte-sized gradients held besides wte's gradient when it trains: the tied head's and the gather's, summed. */
 export const WTE_PARTIAL_GRADIENTS = 2;
+/**
+ * Under LoRA the update holds more than the forwards above count: full fine-tuning's estimate counts the value
+ * model's gradients, which do not exist yet at the policy's backward (its peak), and they stand in for the copy
+ * autodiff keeps of every Conv1D weight the forward multiplies by; with frozen weights nothing stands in. So for
+ * LoRA: that copy (the block's four Conv1D weights, 12·C² per layer; tf.memory().numBytes counts a kept copy even
+ * where the backend shares its buffer), and per token per layer per output feature of each adapted Conv1D the
+ * LoRA path's tensors (x·Aᵀ·s·Bᵀ, the sum with x·W + b, their kept copies and gradients). Fitted on 1- and 3-layer
+ * models (width 128 and 256, 120 and 240 tokens per minibatch: the slope of the measured peak in n_layer, with
+ * and without LoRA), the same on the CPU and WASM backends. Missing both, the estimate of GPT-2 124M's LoRA PPO
+ * at batch 16 read 2.96 GB against a measured 3.79 GB.
+ */
+export const LORA_WEIGHT_TAPE_COPIES = 1;
+/** Floats per token per layer per output feature of an adapted Conv1D, while updating (see above). */
+export const ACT_LORA_PER_OUT = 6;
 /** Forward-sized sets of tensors a backward holds: the forward's, kept on the tape, and the gradients tfjs keeps
  * until the backward ends (it runs inside one tidy). */
 export const UPDATE_FORWARDS = 3;
@@ -165,7 +184,7 @@ function forwardFloats(c: Shape, n: number, T: number): number {
 export function phaseFloats(
   c: Shape,
   run: RunShape,
-  models: { scorers: number; wteTrains?: boolean },
+  models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null },
 ): Record<MemoryPhase, number> {
   const T = run.promptLength + run.responseLength;
   const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
@@ -183,8 +202,16 @@ export function phaseFloats(
   const update =
     UPDATE_FORWARDS * forwardFloats(c, mb, T) +
     LOGITS_UPDATE * mb * run.responseLength * V +
-    (mb > 0 ? wteFloats(c, models.wteTrains ?? true) : 0); // no batch, no backward
+    (mb > 0 ? wteFloats(c, models.wteTrains ?? true) : 0) + // no batch, no backward
+    (mb > 0 && models.lora ? loraUpdateFloats(c, models.lora, mb * T) : 0);
   return { generate, score, update };
+}
+
+/** What a backward through LoRA views holds beyond the forwards, over N tokens (see LORA_WEIGHT_TAPE_COPIES). */
+function loraUpdateFloats(c: Shape, lora: LoraShape, N: number): number {
+  const weights = loraModules(c as GPT2Config, LORA_TARGETS).reduce((n, m) => n + m.in * m.out, 0);
+  const outs = loraModules(c as GPT2Config, lora.targets).reduce((n, m) => n + m.out, 0);
+  return LORA_WEIGHT_TAPE_COPIES * weights + ACT_LORA_PER_OUT * N * outs;
 }
 
 /** wte-sized floats a backward through an LM holds beyond the weights and the gradient (see above). */
@@ -230,7 +257,7 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
   const rewardModel = opts.rewardModel ? S : 0;
   // The models that run a forward while scoring: policy, reference, value (a trunk of its own), reward model.
   const scorers = 2 + (opts.valueModel === 'separate' ? 1 : 0) + (opts.rewardModel ? 1 : 0);
-  const phases = phaseFloats(c, run, { scorers, wteTrains: !lora });
+  const phases = phaseFloats(c, run, { scorers, wteTrains: !lora, lora });
   // Gradients are live during the update only: the peak is the largest of generate, score, update + gradients.
   const withGrads = { ...phases, update: phases.update + trainable };
   const peakPhase = (Object.keys(withGrads) as MemoryPhase[]).reduce((a, b) =>
