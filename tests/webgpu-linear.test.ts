@@ -13,8 +13,11 @@ import {
   LIN_DZ,
   LIN_FWD,
   LIN_MM,
+  LINEAR_SMALL_ROWS_DEFAULT,
   checkLinearOnCurrentBackend,
+  linearPlan,
   setWebGpuLinearFused,
+  setWebGpuLinearSmallRows,
   webGpuLinearApplies,
 } from '../src/core/kernels/webgpu-linear';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
@@ -158,6 +161,26 @@ interface Run {
   fwd: number;
   bwd: number;
   kernels: string[];
+  /** Workgroups [x, y, z] of each forward dispatch, in order (webgpu only). */
+  fwdGroups: number[][];
+}
+
+/** The workgroup counts of every dispatch `fn` makes (GPUComputePassEncoder.dispatchWorkgroups's arguments). */
+async function recordWorkgroups(fn: () => void): Promise<number[][]> {
+  const proto = (globalThis as unknown as Record<string, { prototype: Record<string, unknown> }>)
+    .GPUComputePassEncoder.prototype;
+  const dispatch = proto.dispatchWorkgroups as (...a: number[]) => void;
+  const groups: number[][] = [];
+  proto.dispatchWorkgroups = function (this: unknown, x: number, y = 1, z = 1) {
+    groups.push([x, y, z]);
+    return dispatch.call(this, x, y, z);
+  };
+  try {
+    fn();
+    return groups;
+  } finally {
+    proto.dispatchWorkgroups = dispatch;
+  }
 }
 
 /**
@@ -206,14 +229,49 @@ async function runConv1d(c: Case, h: Host, frozenBase = false): Promise<Run> {
   const grads = (await Promise.all(gT.map((g) => g.data()))) as Float32Array[];
   tf.dispose(gT);
   // Counted after a first run (shaders compiled); the backward alone is fwd+bwd minus the forward.
-  const fwd = await count(() => tf.tidy(() => void f(...xs)));
+  const fwdGroups = onWebGpu ? await recordWorkgroups(() => tf.tidy(() => void f(...xs))) : [];
+  const fwd = fwdGroups.length;
   const fwdBwd = await count(() => tf.tidy(() => void tf.grads(f)(xs, dy)));
   const prof = await tf.profile(() => tf.tidy(() => tf.grads(f)(xs, dy)));
   tf.dispose(prof.result as tf.Tensor[]);
   tf.dispose([x, w, b, wt, bt, dy, ...[res, a, bb].filter((t): t is tf.Tensor2D => t !== null)]);
   expect(tf.memory().numTensors).toBe(before);
-  return { y, grads, fwd, bwd: fwdBwd - fwd, kernels: prof.kernelNames };
+  return { y, grads, fwd, bwd: fwdBwd - fwd, kernels: prof.kernelNames, fwdGroups };
 }
+
+describe('linearPlan: workgroups of the fused Conv1D (no GPU needed)', () => {
+  afterEach(() => setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT));
+  const total = (M: number, N: number, transA = false) => {
+    const p = linearPlan(M, N, transA);
+    return p.groups[0] * p.groups[1];
+  };
+
+  it("GPT-2 124M's decode shapes (16 rows): ≥ 128 workgroups each, against 12–48 on the 64×64 tiles", () => {
+    // c_attn [16,768]·[768,2304], c_fc [16,768]·[768,3072], attn c_proj [16,768]·[768,768], mlp c_proj
+    // [16,3072]·[3072,768]: the output is [16, N] whatever K is.
+    expect(linearPlan(16, 2304)).toEqual({ program: 'rows', groups: [288, 2], rows: 8, columns: 8 });
+    expect(linearPlan(16, 3072)).toEqual({ program: 'rows', groups: [384, 2], rows: 8, columns: 8 });
+    expect(linearPlan(16, 768)).toEqual({ program: 'rows', groups: [96, 2], rows: 8, columns: 8 });
+    expect([2304, 3072, 768].map((N) => total(16, N))).toEqual([576, 768, 192]);
+    setWebGpuLinearSmallRows(0);
+    expect(linearPlan(16, 768)).toEqual({ program: 'tiled', groups: [12, 1], rows: 64, columns: 64 });
+    expect([2304, 3072, 768].map((N) => total(16, N))).toEqual([36, 48, 12]);
+  });
+
+  it('row blocks of 1, 2, 4 or 8; strips of 4 columns when 8 would give < 128 workgroups; tiles beyond 64 rows and for dW', () => {
+    expect(linearPlan(1, 768)).toEqual({ program: 'rows', groups: [192, 1], rows: 1, columns: 4 });
+    expect(linearPlan(2, 2304)).toEqual({ program: 'rows', groups: [288, 1], rows: 2, columns: 8 });
+    expect(linearPlan(3, 37)).toEqual({ program: 'rows', groups: [10, 1], rows: 4, columns: 4 });
+    expect(linearPlan(33, 1000)).toEqual({ program: 'rows', groups: [125, 5], rows: 8, columns: 8 });
+    expect(linearPlan(64, 768).program).toBe('rows');
+    expect(linearPlan(65, 768)).toEqual({ program: 'tiled', groups: [12, 2], rows: 64, columns: 64 });
+    // dW = xᵀ·dz: A transposed, its output has `in` rows: always the tiles.
+    expect(linearPlan(16, 768, true).program).toBe('tiled');
+    expect(setWebGpuLinearSmallRows(128)).toBe(LINEAR_SMALL_ROWS_DEFAULT);
+    expect(linearPlan(128, 768)).toEqual({ program: 'rows', groups: [96, 16], rows: 8, columns: 8 });
+    expect(() => setWebGpuLinearSmallRows(-1)).toThrow(/integer ≥ 0/);
+  });
+});
 
 describe('fused Conv1D on Node WebGPU (src/core/kernels/webgpu-linear.ts)', () => {
   if (!adapter) return skipWithoutAdapter();
@@ -261,6 +319,103 @@ describe('fused Conv1D on Node WebGPU (src/core/kernels/webgpu-linear.ts)', () =
       expect(await webGpuErrors()).toEqual([]);
     });
   }
+
+  // The few-rows program (decode shapes, ≤ 64 rows; the cases above with 5–33 rows run it too, on short sums):
+  // K around 1000 (each thread's k lane sums 16–35 terms, then the workgroup adds 32–64 lanes), columns not
+  // multiples of the 4- or 8-column strip, rows 1, 3, 16, 33 (row blocks of 1, 4, 8, and 8 with a fifth holding
+  // one row). dx = dz·Wᵀ runs it too (Wᵀ read along k), dW the tiles. The forward's workgroups are asserted (the
+  // few-rows program ran: the tiles would be 1 × 1). Against the float64 loop, the bounds of the cases above.
+  // Against the plain ops twice those: tfjs's own matmul over K ≈ 1000 is off the float64 loop by up to ~2e-6
+  // (measured; float32 rounding grows about as √K), the fused kernel by ~3e-7. LoRA's A and B gradients go through
+  // tfjs's matmuls over K as well (plain-op rounding again: the same doubled bound).
+  const Y_TOL = 4e-6;
+  const G_TOL = 2e-5;
+  const fewRows: [string, Case, boolean][] = [
+    ['1 row, x·W + b alone, 37 columns (strip 4)', { N: 1, K: 1030, O: 37, gelu: false, res: false }, false],
+    [
+      '3 rows, gelu_new + residual, 45 columns (strip 4)',
+      { N: 3, K: 1100, O: 45, gelu: true, res: true },
+      false,
+    ],
+    [
+      '16 rows, K 520, gelu_new + residual, 1030 columns (strip 8), frozen W and b',
+      { N: 16, K: 520, O: 1030, gelu: true, res: true },
+      true,
+    ],
+  ];
+  for (const [name, c, frozen] of fewRows) {
+    it(`few rows: ${name}: values and gradients equal the float64 loop and the plain ops; 1 dispatch forward`, async () => {
+      const h = hostInputs(c, 51);
+      const ref = reference(c, h);
+      const fused = await runConv1d(c, h, frozen);
+      setWebGpuLinearFused(false);
+      const plain = await runConv1d(c, h, frozen);
+      setWebGpuLinearFused(true);
+      const plan = linearPlan(c.N, c.O);
+      expect(plan.program).toBe('rows');
+      expect(fused.fwdGroups).toEqual([[...plan.groups, 1]]);
+      expect(fused.bwd).toBe((frozen ? 1 : 3) + (c.gelu ? 1 : 0));
+      for (const v of fused.y) expect(Number.isFinite(v)).toBe(true);
+      expect(relErr(fused.y, ref.y), 'y vs float64').toBeLessThan(2e-6);
+      expect(relErr(fused.y, plain.y), 'y vs plain').toBeLessThan(Y_TOL);
+      const names = frozen ? ['dx', 'dres'] : ['dx', 'dW', 'db', 'dres'];
+      const refs = frozen ? [ref.dx, h.dy] : [ref.dx, ref.dw, ref.db, h.dy];
+      expect(fused.grads.length).toBe(names.length - (c.res ? 0 : 1));
+      for (let i = 0; i < fused.grads.length; i++) {
+        expect(relErr(fused.grads[i], refs[i]), `${names[i]} vs float64`).toBeLessThan(1e-5);
+        expect(relErr(fused.grads[i], plain.grads[i]), `${names[i]} vs plain`).toBeLessThan(G_TOL);
+      }
+      expect(await webGpuErrors()).toEqual([]);
+    });
+  }
+
+  it('few rows with LoRA on a frozen base (33 rows, K 1000, gelu_new + residual): values and x, A, B gradients', async () => {
+    const c: Case = { N: 33, K: 1000, O: 70, gelu: true, res: true, r: 4, s: 2.5 };
+    const h = hostInputs(c, 61);
+    const ref = reference(c, h);
+    const fused = await runConv1d(c, h, true);
+    expect(linearPlan(c.N, c.O)).toEqual({ program: 'rows', groups: [18, 5], rows: 8, columns: 4 });
+    // x·Aᵀ and ·Bᵀ (tfjs matmuls), then the fused kernel.
+    expect(fused.fwdGroups.length).toBe(3);
+    expect(fused.fwdGroups[2]).toEqual([18, 5, 1]);
+    expect(fused.bwd).toBe(8);
+    expect(relErr(fused.y, ref.y), 'y vs float64').toBeLessThan(2e-6);
+    const refs = [ref.dx, ref.da, ref.dbb, h.dy];
+    const tols = [1e-5, G_TOL, G_TOL, 0];
+    for (let i = 0; i < 4; i++)
+      expect(relErr(fused.grads[i], refs[i]), `grad ${i} vs float64`).toBeLessThanOrEqual(tols[i]);
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it('setWebGpuLinearSmallRows(0) runs the tiles instead, with the same values (16 rows, gelu_new + residual)', async () => {
+    const c: Case = { N: 16, K: 300, O: 50, gelu: true, res: true };
+    const h = hostInputs(c, 71);
+    const x = tf.tensor2d(h.x, [c.N, c.K]);
+    const w = tf.tensor2d(h.w, [c.K, c.O]);
+    const b = tf.tensor1d(h.b);
+    const res = tf.tensor2d(h.res!, [c.N, c.O]);
+    const forward = async () => {
+      let y: tf.Tensor | null = null;
+      const groups = await recordWorkgroups(() => {
+        y = conv1d(x, w, b, null, { activation: 'gelu_new', residual: res });
+      });
+      const data = await y!.data();
+      y!.dispose();
+      return { groups, data };
+    };
+    try {
+      const rows = await forward();
+      setWebGpuLinearSmallRows(0);
+      const tiled = await forward();
+      expect(rows.groups).toEqual([[13, 2, 1]]);
+      expect(tiled.groups).toEqual([[1, 1, 1]]);
+      expect(relErr(rows.data, tiled.data)).toBeLessThan(2e-6);
+      expect(relErr(rows.data, reference(c, h).y)).toBeLessThan(2e-6);
+    } finally {
+      setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT);
+      tf.dispose([x, w, b, res]);
+    }
+  });
 
   it('equals the CPU backend (gelu_new + residual): values and gradients', async () => {
     const c: Case = { N: 70, K: 24, O: 40, gelu: true, res: true };

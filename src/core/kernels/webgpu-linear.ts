@@ -10,6 +10,16 @@
  * - `PerfLinearFwd`: 64×64 output tile per workgroup of 16×16 threads (4×4 outputs each, strided so that
  *   neighbouring threads store neighbouring columns), K in slices of 16 through workgroup memory (8 KB), loads
  *   laid out so that neighbouring threads read neighbouring addresses in either operand layout.
+ * - Few rows (the decode step: GPT-2's KV-cache generation runs every Conv1D on M = batch rows, e.g. 16): 64×64
+ *   tiles leave the GPU idle there (M = 16, N = 768: 12 workgroups for a 132-SM H100, each looping over all of
+ *   K), so up to 64 output rows (setWebGpuLinearSmallRows) `PerfLinearFwd` runs FewRowsMatMulProgram instead, a
+ *   GEMV-like kernel in the same single dispatch with the same epilogue: each workgroup takes a block of ≤ 8 rows ×
+ *   a strip of 8 columns (4 when 8 gives < 128 workgroups), its 256 threads split K into 32 (or 64) strided k
+ *   lanes, and a workgroup-memory reduction adds the lanes' partial sums before the store. GPT-2 124M's decode
+ *   shapes at 16 rows: c_attn [16,768]·[768,2304] 576 workgroups (36 on the tiles), c_fc ·[768,3072] 768 (48),
+ *   attn c_proj ·[768,768] and mlp c_proj [16,3072]·[3072,768] 192 each (12). linearPlan() says which program
+ *   and how many workgroups for a shape. The gelu_new dz kernel and dx = dz·Wᵀ take the same path at few rows
+ *   (Wᵀ read along k, coalesced); dW = xᵀ·dz has `in` rows and stays on the tiles.
  * - backward, with dz = dy ⊙ gelu'(pre) (dz = dy without gelu):
  *   `PerfLinearDz` (gelu only) recomputes pre = x·W + b + s·L in the same tiled matmul and stores dz directly;
  *   `PerfLinearMatMul` dx = dz·Wᵀ and dW = xᵀ·dz (the same program with transposed loads, no transpose kernel);
@@ -32,8 +42,9 @@
  * LoRA forward is 2 thin matmuls + this dispatch (the plain path multiplies by s as its own kernel).
  *
  * WGSL: gelu_new is x·σ(2·√(2/π)(x + 0.044715x³)) with σ(z) = 1/(1 + e^(−z)) (no tanh: docs/tfjs.md trap 7).
- * Within WebGPU's default limits: 256 threads, 8 KB of workgroup memory, ≤ 65535 workgroups per dimension
- * (webGpuLinearApplies refuses bigger shapes; the plain ops run them).
+ * Within WebGPU's default limits: 256 threads, ≤ 9 KB of workgroup memory, ≤ 65535 workgroups per dimension
+ * (webGpuLinearApplies refuses bigger shapes; the plain ops run them; linearPlan falls back to the tiles where
+ * the few-rows strips would exceed it).
  *
  * Tested against the plain ops and a float64 loop, values and gradients (x, W, b, residual, LoRA A and B), with
  * the dispatch counts, on WebGPU in Node (tests/webgpu-linear.test.ts); checkLinearOnCurrentBackend() runs the
@@ -85,6 +96,46 @@ const f32 = (v: number): string => {
   return s.includes('.') || s.includes('e') ? s : `${s}.0`;
 };
 
+/** gelu_new and its derivative in the sigmoid form (docs/tfjs.md trap 7: no tanh). */
+const GELU_WGSL = `
+      fn sigmoidStable(z : f32) -> f32 { return 1.0 / (1.0 + exp(-z)); }
+      fn geluNew(x : f32) -> f32 {
+        return x * sigmoidStable(${f32(GELU_K)} * (x + 0.044715 * x * x * x));
+      }
+      fn geluNewGrad(x : f32) -> f32 {
+        let s = sigmoidStable(${f32(GELU_K)} * (x + 0.044715 * x * x * x));
+        return s + x * s * (1.0 - s) * (${f32(GELU_K)} + ${f32(3 * 0.044715 * GELU_K)} * x * x);
+      }`;
+
+/**
+ * The store of one output: WGSL that reads `acc` (the dot product), `c` (its column) and `o` (its flat index)
+ * and writes result[o]: the plain product (mm), dz = dy·gelu'(pre) (dz), or act(pre) (+ residual) (fwd).
+ */
+function epilogueCode(o: MatMulOptions): string {
+  const extra = o.hasExtra ? ' + uniforms.addScale * Extra[o]' : '';
+  if (o.mode === 'mm') return 'result[o] = acc;';
+  if (o.mode === 'dz') return `result[o] = DY[o] * geluNewGrad(acc + Bias[c]${extra});`;
+  const pre = `acc + Bias[c]${extra}`;
+  const act = o.gelu ? `geluNew(${pre})` : pre;
+  return `result[o] = ${o.hasRes ? `Res[o] + ${act}` : act};`;
+}
+
+/** The inputs a program binds, in order: A, B, then for fwd/dz Bias, [Extra], then DY (dz) or [Res] (fwd). */
+function variableNamesOf(o: MatMulOptions): string[] {
+  return o.mode === 'mm'
+    ? ['A', 'B']
+    : [
+        'A',
+        'B',
+        'Bias',
+        ...(o.hasExtra ? ['Extra'] : []),
+        ...(o.mode === 'dz' ? ['DY'] : o.hasRes ? ['Res'] : []),
+      ];
+}
+
+const optionsKey = (o: MatMulOptions): string =>
+  `${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}`;
+
 /**
  * C [M, N] = op(A)·op(B) (op: transpose or not) with an epilogue in the store; the shape of a tfjs
  * WebGPUProgram (the backend adds bindings, uniforms and the entry point).
@@ -101,23 +152,14 @@ class LinearMatMulProgram {
 
   constructor(o: MatMulOptions, M: number, N: number) {
     this.o = o;
-    this.variableNames =
-      o.mode === 'mm'
-        ? ['A', 'B']
-        : [
-            'A',
-            'B',
-            'Bias',
-            ...(o.hasExtra ? ['Extra'] : []),
-            ...(o.mode === 'dz' ? ['DY'] : o.hasRes ? ['Res'] : []),
-          ];
+    this.variableNames = variableNamesOf(o);
     this.outputShape = [M, N];
-    this.shaderKey = `perfLinear_${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}`;
+    this.shaderKey = `perfLinear_${optionsKey(o)}`;
     this.dispatch = [Math.ceil(N / TN), Math.ceil(M / TM), 1];
   }
 
   getUserCode(): string {
-    const { mode, transA, transB, gelu, hasExtra, hasRes } = this.o;
+    const { transA, transB } = this.o;
     const loads = (TM * TK) / (TS * TS); // elements of each tile per thread: 4
     // A tile As[k][m] (TK × TM). Row-major A [M, K]: neighbouring threads take neighbouring k; A stored [K, M]
     // (transA): neighbouring m. Likewise B tile Bs[k][n] from B [K, N] or B stored [N, K] (transB).
@@ -149,15 +191,7 @@ class LinearMatMulProgram {
         fmas.push(`acc${idx(i, j)} = fma(a${i}, b${j}, acc${idx(i, j)});`);
       }
     }
-    const extra = hasExtra ? ' + uniforms.addScale * Extra[o]' : '';
-    let epilogue: string;
-    if (mode === 'mm') epilogue = 'result[o] = acc;';
-    else if (mode === 'dz') epilogue = `result[o] = DY[o] * geluNewGrad(acc + Bias[c]${extra});`;
-    else {
-      const pre = `acc + Bias[c]${extra}`;
-      const act = gelu ? `geluNew(${pre})` : pre;
-      epilogue = `result[o] = ${hasRes ? `Res[o] + ${act}` : act};`;
-    }
+    const epilogue = epilogueCode(this.o);
     for (let i = 0; i < PER; i++) {
       stores.push(`{
           let r = row0 + ty + ${i * TS};
@@ -182,15 +216,7 @@ class LinearMatMulProgram {
     return `
       var<workgroup> As : array<f32, ${TM * TK}>;
       var<workgroup> Bs : array<f32, ${TN * TK}>;
-
-      fn sigmoidStable(z : f32) -> f32 { return 1.0 / (1.0 + exp(-z)); }
-      fn geluNew(x : f32) -> f32 {
-        return x * sigmoidStable(${f32(GELU_K)} * (x + 0.044715 * x * x * x));
-      }
-      fn geluNewGrad(x : f32) -> f32 {
-        let s = sigmoidStable(${f32(GELU_K)} * (x + 0.044715 * x * x * x));
-        return s + x * s * (1.0 - s) * (${f32(GELU_K)} + ${f32(3 * 0.044715 * GELU_K)} * x * x);
-      }
+      ${GELU_WGSL}
 
       fn main(index : i32) {
         let M = uniforms.dimM;
@@ -224,6 +250,157 @@ class LinearMatMulProgram {
         ${stores.join('')}
       }`;
   }
+}
+
+/** Threads per workgroup of the few-rows program. */
+const FR_THREADS = 256;
+/** Below this many workgroups the few-rows program halves its column strip (8 → 4) to fill a big GPU. */
+const FR_MIN_GROUPS = 128;
+/** Default of setWebGpuLinearSmallRows: output rows up to which the few-rows program runs. */
+export const LINEAR_SMALL_ROWS_DEFAULT = 64;
+let smallRowsMax = LINEAR_SMALL_ROWS_DEFAULT;
+
+/**
+ * Output rows up to which the forward, the gelu_new dz kernel and dx = dz·Wᵀ run the few-rows program instead
+ * of the 64×64 tiles (0: never). Returns the previous value. For tests and the GPU bench (threshold tuning).
+ */
+export function setWebGpuLinearSmallRows(maxRows: number): number {
+  if (!Number.isInteger(maxRows) || maxRows < 0)
+    throw new Error(
+      `setWebGpuLinearSmallRows: maxRows must be an integer ≥ 0 (0 turns it off), got ${maxRows}.`,
+    );
+  const was = smallRowsMax;
+  smallRowsMax = maxRows;
+  return was;
+}
+
+/** How one fused matmul C [M, N] is dispatched. */
+export interface LinearPlan {
+  /** 'rows': the few-rows program (a column strip per workgroup, K split across its threads); else 64×64 tiles. */
+  program: 'rows' | 'tiled';
+  /** Workgroups in x (column strips or tiles) and y (row blocks or tiles). */
+  groups: [number, number];
+  /** Output rows × columns one workgroup computes. */
+  rows: number;
+  columns: number;
+}
+
+/**
+ * The dispatch of C [M, N] = op(A)·op(B): the few-rows program when M ≤ setWebGpuLinearSmallRows's bound and A
+ * is not transposed (dW = xᵀ·dz has M = in, its rows are many), else the tiles. Few rows: blocks of 1, 2, 4 or
+ * 8 rows (the smallest power of two ≥ M, at most 8) × strips of 8 columns (32 bytes of a W row), or of 4 when
+ * that gives fewer than 128 workgroups.
+ */
+export function linearPlan(M: number, N: number, transA = false): LinearPlan {
+  if (!transA && M <= smallRowsMax) {
+    const rows = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
+    const by = Math.ceil(M / rows);
+    const columns = Math.ceil(N / 8) * by >= FR_MIN_GROUPS ? 8 : 4;
+    const bx = Math.ceil(N / columns);
+    if (bx <= MAX_GROUPS) return { program: 'rows', groups: [bx, by], rows, columns };
+  }
+  return { program: 'tiled', groups: [Math.ceil(N / TN), Math.ceil(M / TM)], rows: TM, columns: TN };
+}
+
+/**
+ * C [M, N] = A·op(B) for few rows M, the same epilogue as LinearMatMulProgram: a GEMV-like kernel. Workgroup
+ * (x, y) computes rows y·RB … y·RB + RB − 1 × columns x·CW … x·CW + CW − 1 (RB ≤ 8, CW 8 or 4); its 256 threads
+ * are CW column lanes × KL = 256 / CW k lanes: thread (cl, kl) sums k = kl, kl + KL, … into RB registers (one
+ * per row), then the workgroup adds its KL partial sums per output in workgroup memory (RB lanes per thread,
+ * then 256 / (RB·CW) groups per output) and stores through the epilogue. Reads: B [K, N] row-major (W): the
+ * column lane is the fast thread index, so neighbouring threads read neighbouring columns of a W row (a warp:
+ * 32 / CW rows × CW columns); B stored [N, K] (transB, Wᵀ for dx): the k lane is the fast index, so a warp
+ * reads 32 consecutive k of one W row. A [M, K]: neighbouring k lanes read neighbouring k, column lanes share
+ * the address. Rows ≥ M and columns ≥ N are clamped for loads (no branch in the loop) and skipped for stores.
+ * Workgroup memory: 256·RB + 256 floats (≤ 9 KB).
+ */
+class FewRowsMatMulProgram {
+  readonly variableNames: string[];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [FR_THREADS, 1, 1];
+  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32,';
+  private readonly o: MatMulOptions;
+  private readonly rb: number;
+  private readonly cw: number;
+
+  constructor(o: MatMulOptions, M: number, N: number, plan: LinearPlan) {
+    if (o.transA) throw new Error('FewRowsMatMulProgram: A must not be transposed (dW runs the tiles).');
+    this.o = o;
+    this.rb = plan.rows;
+    this.cw = plan.columns;
+    this.variableNames = variableNamesOf(o);
+    this.outputShape = [M, N];
+    this.shaderKey = `perfLinearRows_${optionsKey(o)}_${this.rb}x${this.cw}`;
+    this.dispatch = [plan.groups[0], plan.groups[1], 1];
+  }
+
+  getUserCode(): string {
+    const RB = this.rb;
+    const CW = this.cw;
+    const KL = FR_THREADS / CW;
+    const OW = RB * CW; // outputs per workgroup
+    const G = FR_THREADS / OW; // groups of RB k lanes per output in the reduction
+    const transB = this.o.transB;
+    const rowsIdx = Array.from({ length: RB }, (_, i) => i);
+    // Thread index of lane (kl, cl): which of the two is the fast one follows B's layout (coalesced reads).
+    const lane = (kl: string, cl: string) =>
+      transB ? `(${cl}) * ${KL} + (${kl})` : `(${kl}) * ${CW} + (${cl})`;
+    return `
+      var<workgroup> part : array<f32, ${FR_THREADS * RB}>;
+      var<workgroup> part2 : array<f32, ${FR_THREADS}>;
+      ${GELU_WGSL}
+
+      fn main(index : i32) {
+        let M = uniforms.dimM;
+        let N = uniforms.dimN;
+        let K = uniforms.dimK;
+        let tid = i32(localIndex);
+        let cl = ${transB ? `tid / ${KL}` : `tid % ${CW}`};
+        let kl = ${transB ? `tid % ${KL}` : `tid / ${CW}`};
+        let row0 = i32(workgroupId.y) * ${RB};
+        let col0 = i32(workgroupId.x) * ${CW};
+        let cc = min(col0 + cl, N - 1);
+        ${rowsIdx.map((i) => `let xo${i} = min(row0 + ${i}, M - 1) * K;`).join('\n        ')}
+        ${rowsIdx.map((i) => `var acc${i} = 0.0;`).join('\n        ')}
+        for (var k = kl; k < K; k = k + ${KL}) {
+          let w = B[${transB ? 'cc * K + k' : 'k * N + cc'}];
+          ${rowsIdx.map((i) => `acc${i} = fma(A[xo${i} + k], w, acc${i});`).join('\n          ')}
+        }
+        ${rowsIdx.map((i) => `part[${i * FR_THREADS} + tid] = acc${i};`).join('\n        ')}
+        workgroupBarrier();
+        {
+          let q = tid % ${OW};
+          let g = tid / ${OW};
+          let i = q / ${CW};
+          let cq = q % ${CW};
+          var s = 0.0;
+          for (var j = 0; j < ${RB}; j = j + 1) {
+            s = s + part[i * ${FR_THREADS} + ${lane(`g * ${RB} + j`, 'cq')}];
+          }
+          part2[tid] = s;
+        }
+        workgroupBarrier();
+        if (tid < ${OW}) {
+          var acc = 0.0;
+          for (var g = 0; g < ${G}; g = g + 1) { acc = acc + part2[g * ${OW} + tid]; }
+          let r = row0 + tid / ${CW};
+          let c = col0 + tid % ${CW};
+          if (r < M && c < N) {
+            let o = r * N + c;
+            ${epilogueCode(this.o)}
+          }
+        }
+      }`;
+  }
+}
+
+/** The program for C [M, N] with these options: few rows or tiles (linearPlan). */
+function matMulProgram(o: MatMulOptions, M: number, N: number): LinearMatMulProgram | FewRowsMatMulProgram {
+  const plan = linearPlan(M, N, o.transA);
+  return plan.program === 'rows' ? new FewRowsMatMulProgram(o, M, N, plan) : new LinearMatMulProgram(o, M, N);
 }
 
 const CS_COLS = 32;
@@ -284,7 +461,7 @@ function epilogueKernel(mode: 'fwd' | 'dz'): KernelFn {
     const { x, w, bias, extra, res, dy } = inputs as Record<string, tf.TensorInfo | undefined>;
     const [M, K] = x!.shape;
     const N = w!.shape[1];
-    const program = new LinearMatMulProgram(
+    const program = matMulProgram(
       {
         mode,
         transA: false,
@@ -311,7 +488,7 @@ const KERNELS: Record<string, KernelFn> = {
     const transB = !!attrs?.transB;
     const [M, K] = transA ? [a.shape[1], a.shape[0]] : a.shape;
     const N = transB ? b.shape[0] : b.shape[1];
-    const program = new LinearMatMulProgram(
+    const program = matMulProgram(
       { mode: 'mm', transA, transB, gelu: false, hasExtra: false, hasRes: false },
       M,
       N,
@@ -472,10 +649,11 @@ function plainLinear(
 }
 
 /**
- * Fused vs plain on the current backend (webgpu): a tiny Conv1D with gelu_new and a residual (rows and
- * columns not multiples of the 64 tile), values and the gradients of x, W, b and the residual under random
+ * Fused vs plain on the current backend (webgpu): two tiny Conv1Ds with gelu_new and a residual, one on the
+ * 64×64 tiles (70 rows; rows and columns not multiples of 64) and one on the few-rows program (5 rows, K 300,
+ * 37 columns: not a multiple of the strip), values and the gradients of x, W, b and the residual under random
  * upstream weights. Returns the worst relative differences (|a − b| / max(1, max|b|) per tensor) and the
- * dispatches of the fused op, forward and forward + backward (the backward from a given dy).
+ * dispatches of the fused op on the tiles, forward and forward + backward (the backward from a given dy).
  */
 export async function checkLinearOnCurrentBackend(): Promise<{
   maxRelValue: number;
@@ -483,15 +661,35 @@ export async function checkLinearOnCurrentBackend(): Promise<{
   dispatchesFwd: number;
   dispatchesFwdBwd: number;
 }> {
-  const [N, K, O] = [70, 24, 40];
-  const x = tf.randomNormal([N, K], 0, 1, 'float32', 11) as tf.Tensor2D;
-  const w = tf.randomNormal([K, O], 0, 0.5, 'float32', 12) as tf.Tensor2D;
-  const b = tf.randomNormal([O], 0, 0.5, 'float32', 13) as tf.Tensor1D;
-  const res = tf.randomNormal([N, O], 0, 1, 'float32', 14) as tf.Tensor2D;
-  const dy = tf.randomNormal([N, O], 0, 1, 'float32', 15) as tf.Tensor2D;
   const wasOn = enabled;
   try {
     enabled = true;
+    const tiled = await checkLinearShape(70, 24, 40, 11);
+    const rows = await checkLinearShape(5, 300, 37, 21);
+    return {
+      maxRelValue: Math.max(tiled.maxRelValue, rows.maxRelValue),
+      maxRelGrad: Math.max(tiled.maxRelGrad, rows.maxRelGrad),
+      dispatchesFwd: tiled.dispatchesFwd,
+      dispatchesFwdBwd: tiled.dispatchesFwdBwd,
+    };
+  } finally {
+    enabled = wasOn;
+  }
+}
+
+/** checkLinearOnCurrentBackend for one shape x [N, K] · W [K, O] (the fused switch on). */
+async function checkLinearShape(
+  N: number,
+  K: number,
+  O: number,
+  seed: number,
+): Promise<{ maxRelValue: number; maxRelGrad: number; dispatchesFwd: number; dispatchesFwdBwd: number }> {
+  const x = tf.randomNormal([N, K], 0, 1, 'float32', seed) as tf.Tensor2D;
+  const w = tf.randomNormal([K, O], 0, 0.5 / Math.sqrt(K / 24), 'float32', seed + 1) as tf.Tensor2D;
+  const b = tf.randomNormal([O], 0, 0.5, 'float32', seed + 2) as tf.Tensor1D;
+  const res = tf.randomNormal([N, O], 0, 1, 'float32', seed + 3) as tf.Tensor2D;
+  const dy = tf.randomNormal([N, O], 0, 1, 'float32', seed + 4) as tf.Tensor2D;
+  try {
     if (!webGpuLinearApplies(x, w, b, res))
       throw new Error(
         `checkLinearOnCurrentBackend needs the webgpu backend (the fused Conv1D applies there only), not ${tf.getBackend()}.`,
@@ -526,7 +724,6 @@ export async function checkLinearOnCurrentBackend(): Promise<{
     const dispatchesFwdBwd = await countDispatchCalls(() => tf.dispose(vjp(fused)));
     return { maxRelValue, maxRelGrad, dispatchesFwd, dispatchesFwdBwd };
   } finally {
-    enabled = wasOn;
     tf.dispose([x, w, b, res, dy]);
   }
 }
