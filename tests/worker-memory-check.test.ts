@@ -74,8 +74,8 @@ beforeAll(async () => {
 });
 
 describe('the worker checks the run it will build (GPT-2 124M, config.json only)', () => {
-  it('LoRA r=8 with a function reward on WASM: accepted; one base, two adapter sets, Adam on them only', async () => {
-    const check = await sources.checkMemory('gpt2-124m', 'train', cfg({ lora: 8 }));
+  it('LoRA r=8 with a function reward on WASM, batch 8: accepted; one base, two adapter sets, Adam on them only', async () => {
+    const check = await sources.checkMemory('gpt2-124m', 'train', cfg({ lora: 8, batchSize: 8 }));
     expect(check).not.toBeNull();
     const { estimate, params, policyTrainableParams, budget } = check!;
     expect(params).toBe(P);
@@ -95,6 +95,14 @@ describe('the worker checks the run it will build (GPT-2 124M, config.json only)
     // The WASM heap's share (75% of 4 GiB − 64 KiB) is the budget here, below the device's 5.2 GB.
     expect(budget.bytes).toBe(WASM_HEAP_BYTES * 0.75);
     expect(estimate.total).toBeLessThanOrEqual(budget.bytes);
+  });
+
+  it('LoRA r=8 on WASM at the default batch 16: refused, naming a batch that fits', async () => {
+    // LoRA's backward holds a kept copy of every Conv1D weight and its own per-token tensors (size.ts,
+    // measured: 3.79e9 tensor bytes at the peak of this run), over the WASM heap share.
+    const msg = await refusal(() => sources.checkMemory('gpt2-124m', 'train', cfg({ lora: 8 })));
+    expect(msg).toMatch(/^Training gpt2-124m \(124\.4 M parameters\) with LoRA r=8 needs ≈ 3\.\d GB/);
+    expect(msg).toMatch(/batchSize 12 would fit/);
   });
 
   it('full copies on WASM: refused, naming the numbers and the remedies (LoRA, WebGPU, a smaller model)', async () => {
@@ -149,8 +157,8 @@ describe('the worker checks the run it will build (GPT-2 124M, config.json only)
   });
 
   it('estimateReport: what the UI shows, the same numbers', async () => {
-    const r = await sources.estimateReport(cfg({ lora: 8 }));
-    const c = await sources.runEstimate(cfg({ lora: 8 }));
+    const r = await sources.estimateReport(cfg({ lora: 8, batchSize: 8 }));
+    const c = await sources.runEstimate(cfg({ lora: 8, batchSize: 8 }));
     expect(r).toMatchObject({
       model: 'gpt2-124m',
       params: P,
