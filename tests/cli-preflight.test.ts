@@ -88,6 +88,15 @@ describe('train', () => {
     expect(msg).toMatch(/`--backend cpu` \(not bound by the WASM heap; /);
     expect(msg).toMatch(/or a smaller model \(e\.g\. distilbert\/distilgpt2 or tiny\)\.$/);
     expect(msg).not.toMatch(/safetensors/);
+    // The LoRA remedy is estimated as buildTrainer builds it (a shared value model on the one base), so it fits:
+    // it used to count a separate full value model and say "≈ 3.4 GB with a smaller batch".
+    const lora =
+      /Use LoRA \(`"lora": 8`: one frozen base, Adam on the adapters only, ≈ (\d+\.\d) GB\)(,| with)/.exec(
+        msg,
+      );
+    expect(lora, msg).not.toBeNull();
+    expect(Number(lora![1])).toBeLessThan(3.2);
+    expect(lora![2]).toBe(',');
   });
 
   it('passes GPT-2 on a budget that holds it, and suggests a batch size when only the activations are too big', async () => {

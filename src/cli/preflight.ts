@@ -17,7 +17,7 @@ import type { GPT2Config } from '../core/model/config';
 import { tokenizerFor } from '../core/tokenizer';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
 import { bucket } from '../core/ppo/trainer';
-import { LORA_TARGETS, type LoraTarget } from '../core/model/lora';
+import { LORA_TARGETS } from '../core/model/lora';
 import {
   DEVICE_MEMORY_SHARE,
   estimateGenerateMemory,
@@ -27,6 +27,7 @@ import {
   formatEstimate,
   formatGB,
   paramCount,
+  runMemoryOptions,
   WASM_HEAP_BYTES,
   WASM_HEAP_SHARE,
   type MemoryEstimate,
@@ -68,17 +69,6 @@ function modelLabel(name: string, c: GPT2Config): string {
 }
 
 /** What a run of `cfg` builds: LoRA and the value model from the config when it has those keys. */
-export function runMemoryOptions(cfg: TrainConfig, rewardModel: boolean): RunMemoryOptions {
-  // LoRA (docs/formats.md §6) and critic-free algorithms (§7) make the estimate smaller: read their keys where the
-  // config has them, so the check follows the engine as they land.
-  const c = cfg as TrainConfig &
-    Partial<{ lora: number; loraTargets: string[]; valueModel: string; algorithm: string }>;
-  const r = typeof c.lora === 'number' ? c.lora : 0;
-  const lora = r > 0 ? { r, targets: (c.loraTargets ?? LORA_TARGETS) as readonly LoraTarget[] } : undefined;
-  const criticFree = typeof c.algorithm === 'string' && c.algorithm !== 'ppo';
-  const valueModel = criticFree ? 'none' : lora && c.valueModel === 'shared' ? 'shared' : 'separate';
-  return { lora, valueModel, rewardModel };
-}
 
 function refuse(subject: string, e: MemoryEstimate, budget: MemoryBudget, remedies: string[]): UserError {
   const fixed = fixedBytes(e);
@@ -147,7 +137,15 @@ export async function preflightTrain(
   } else {
     const full = opts.lora === undefined;
     if (full && 'lora' in cfg) {
-      const withLora = estimateRunMemory(config, run, { ...opts, lora: { r: 8, targets: LORA_TARGETS } });
+      // As buildTrainer would build it: a shared value model on the same base (valueModel's default).
+      const withLora = estimateRunMemory(
+        config,
+        run,
+        runMemoryOptions(
+          { ...cfg, lora: 8, loraTargets: [...LORA_TARGETS], valueModel: 'shared' },
+          rewardModel,
+        ),
+      );
       remedies.push(
         `Use LoRA (\`"lora": 8\`: one frozen base, Adam on the adapters only, ≈ ${formatGB(withLora.total)})` +
           (withLora.total <= budget.bytes ? '' : ' with a smaller batch') +

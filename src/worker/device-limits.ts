@@ -34,7 +34,7 @@ import {
   type RunShape,
 } from '../core/model/size';
 import { trunkParamSpecs } from '../core/model/specs';
-import { hasValueModel, LORA_TARGET_NAMES, type TrainConfig } from '../core/config';
+import { LORA_TARGET_NAMES, type TrainConfig } from '../core/config';
 import { UserError } from '../core/errors';
 import type { BackendName } from './protocol';
 
@@ -170,22 +170,7 @@ export function rewardIsModel(cfg: Pick<TrainConfig, 'reward'>, taskReward?: unk
   return !!spec && typeof spec === 'object' && 'model' in spec;
 }
 
-/**
- * What a run of `cfg` builds, as the estimate counts it (src/core/ppo/setup.ts buildTrainer): LoRA's rank and
- * targets, the value model ('none' for critic-free algorithms; 'shared' only with LoRA), the reward model.
- */
-export function runMemoryOptions(
-  cfg: Pick<TrainConfig, 'lora' | 'loraTargets' | 'valueModel' | 'algorithm'>,
-  rewardModel: boolean,
-): RunMemoryOptions {
-  const lora = cfg.lora > 0 ? { r: cfg.lora, targets: cfg.loraTargets } : undefined;
-  const valueModel = !hasValueModel(cfg)
-    ? 'none'
-    : lora && cfg.valueModel === 'shared'
-      ? 'shared'
-      : 'separate';
-  return { lora, valueModel, rewardModel };
-}
+export { runMemoryOptions } from '../core/model/size';
 
 /** The budget a run's estimate is held to on a backend, and how it was set (for messages). */
 export interface MemoryBudget {

@@ -44,6 +44,7 @@ import type { GPT2Config } from './config';
 import { trunkParamSpecs, scoreHeadSpecs } from './specs';
 import { loraModules, LORA_TARGETS, type LoraTarget } from './lora';
 import { UserError } from '../errors';
+import { hasValueModel, type TrainConfig } from '../config';
 
 export const FLOAT32_BYTES = 4;
 
@@ -421,4 +422,22 @@ export function checkTrainingMemory(
     );
   }
   return { params, bytes };
+}
+
+/**
+ * What a run of `cfg` builds, as the estimate counts it (the rules of src/core/ppo/setup.ts buildTrainer): LoRA's
+ * rank and targets, the value model ('none' for critic-free algorithms; 'shared' only with LoRA), the reward
+ * model. The CLI's preflight and the worker's check both use it.
+ */
+export function runMemoryOptions(
+  cfg: Pick<TrainConfig, 'lora' | 'loraTargets' | 'valueModel' | 'algorithm'>,
+  rewardModel: boolean,
+): RunMemoryOptions {
+  const lora = cfg.lora > 0 ? { r: cfg.lora, targets: cfg.loraTargets } : undefined;
+  const valueModel = !hasValueModel(cfg)
+    ? 'none'
+    : lora && cfg.valueModel === 'shared'
+      ? 'shared'
+      : 'separate';
+  return { lora, valueModel, rewardModel };
 }
