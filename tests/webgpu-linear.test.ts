@@ -13,6 +13,7 @@ import {
   LIN_DZ,
   LIN_FWD,
   LIN_MM,
+  LINEAR_SMALL_MIN_GROUPS_DEFAULT,
   LINEAR_SMALL_ROWS_DEFAULT,
   checkLinearOnCurrentBackend,
   linearPlan,
@@ -270,6 +271,8 @@ describe('linearPlan: workgroups of the fused Conv1D (no GPU needed)', () => {
     expect(setWebGpuLinearSmallRows(128)).toBe(LINEAR_SMALL_ROWS_DEFAULT);
     expect(linearPlan(128, 768)).toEqual({ program: 'rows', groups: [96, 16], rows: 8, columns: 8 });
     expect(() => setWebGpuLinearSmallRows(-1)).toThrow(/integer ≥ 0/);
+    setWebGpuLinearSmallRows(64, 1);
+    expect(linearPlan(3, 37)).toEqual({ program: 'rows', groups: [5, 1], rows: 4, columns: 8 });
   });
 });
 
@@ -324,53 +327,82 @@ describe('fused Conv1D on Node WebGPU (src/core/kernels/webgpu-linear.ts)', () =
   // K around 1000 (each thread's k lane sums 16–35 terms, then the workgroup adds 32–64 lanes), columns not
   // multiples of the 4- or 8-column strip, rows 1, 3, 16, 33 (row blocks of 1, 4, 8, and 8 with a fifth holding
   // one row). dx = dz·Wᵀ runs it too (Wᵀ read along k), dW the tiles. The forward's workgroups are asserted (the
-  // few-rows program ran: the tiles would be 1 × 1). Against the float64 loop, the bounds of the cases above.
-  // Against the plain ops twice those: tfjs's own matmul over K ≈ 1000 is off the float64 loop by up to ~2e-6
-  // (measured; float32 rounding grows about as √K), the fused kernel by ~3e-7. LoRA's A and B gradients go through
-  // tfjs's matmuls over K as well (plain-op rounding again: the same doubled bound).
+  // few-rows program ran: the tiles would be 1 × 1). The 16-row case takes 8-column strips at 12 workgroups
+  // (minGroups 1): at the shipped 128 it would need 1000+ columns, slow on SwiftShader for nothing more.
+  // Against the float64 loop, the bounds of the cases above. Against the plain ops twice those: tfjs's own
+  // matmul over K ≈ 1000 is off the float64 loop by up to ~2e-6 (measured; float32 rounding grows about as √K),
+  // the fused kernel by ~3e-7. LoRA's A and B gradients go through tfjs's matmuls over K as well (plain-op
+  // rounding again: the same doubled bound).
   const Y_TOL = 4e-6;
   const G_TOL = 2e-5;
-  const fewRows: [string, Case, boolean][] = [
-    ['1 row, x·W + b alone, 37 columns (strip 4)', { N: 1, K: 1030, O: 37, gelu: false, res: false }, false],
+  const fewRows: [string, Case, boolean, number][] = [
     [
-      '3 rows, gelu_new + residual, 45 columns (strip 4)',
+      '1 row, x·W + b alone, 37 columns (strips of 4)',
+      { N: 1, K: 1030, O: 37, gelu: false, res: false },
+      false,
+      4,
+    ],
+    [
+      '3 rows, gelu_new + residual, 45 columns (strips of 4)',
       { N: 3, K: 1100, O: 45, gelu: true, res: true },
       false,
+      4,
     ],
     [
-      '16 rows, K 520, gelu_new + residual, 1030 columns (strip 8), frozen W and b',
-      { N: 16, K: 520, O: 1030, gelu: true, res: true },
+      '16 rows, gelu_new + residual, 45 columns (strips of 8), frozen W and b',
+      { N: 16, K: 1024, O: 45, gelu: true, res: true },
       true,
+      8,
     ],
   ];
-  for (const [name, c, frozen] of fewRows) {
+  for (const [name, c, frozen, columns] of fewRows) {
     it(`few rows: ${name}: values and gradients equal the float64 loop and the plain ops; 1 dispatch forward`, async () => {
       const h = hostInputs(c, 51);
       const ref = reference(c, h);
-      const fused = await runConv1d(c, h, frozen);
-      setWebGpuLinearFused(false);
-      const plain = await runConv1d(c, h, frozen);
-      setWebGpuLinearFused(true);
-      const plan = linearPlan(c.N, c.O);
-      expect(plan.program).toBe('rows');
-      expect(fused.fwdGroups).toEqual([[...plan.groups, 1]]);
-      expect(fused.bwd).toBe((frozen ? 1 : 3) + (c.gelu ? 1 : 0));
-      for (const v of fused.y) expect(Number.isFinite(v)).toBe(true);
-      expect(relErr(fused.y, ref.y), 'y vs float64').toBeLessThan(2e-6);
-      expect(relErr(fused.y, plain.y), 'y vs plain').toBeLessThan(Y_TOL);
-      const names = frozen ? ['dx', 'dres'] : ['dx', 'dW', 'db', 'dres'];
-      const refs = frozen ? [ref.dx, h.dy] : [ref.dx, ref.dw, ref.db, h.dy];
-      expect(fused.grads.length).toBe(names.length - (c.res ? 0 : 1));
-      for (let i = 0; i < fused.grads.length; i++) {
-        expect(relErr(fused.grads[i], refs[i]), `${names[i]} vs float64`).toBeLessThan(1e-5);
-        expect(relErr(fused.grads[i], plain.grads[i]), `${names[i]} vs plain`).toBeLessThan(G_TOL);
+      setWebGpuLinearSmallRows(
+        LINEAR_SMALL_ROWS_DEFAULT,
+        columns === 8 ? 1 : LINEAR_SMALL_MIN_GROUPS_DEFAULT,
+      );
+      try {
+        const plan = linearPlan(c.N, c.O);
+        expect(plan.program).toBe('rows');
+        expect(plan.columns).toBe(columns);
+        const fused = await runConv1d(c, h, frozen);
+        expect(fused.fwdGroups).toEqual([[...plan.groups, 1]]);
+        setWebGpuLinearFused(false);
+        const plain = await runConv1d(c, h, frozen);
+        setWebGpuLinearFused(true);
+        checkFewRows(c, h, ref, fused, plain, frozen);
+      } finally {
+        setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT);
       }
       expect(await webGpuErrors()).toEqual([]);
     });
   }
 
-  it('few rows with LoRA on a frozen base (33 rows, K 1000, gelu_new + residual): values and x, A, B gradients', async () => {
-    const c: Case = { N: 33, K: 1000, O: 70, gelu: true, res: true, r: 4, s: 2.5 };
+  function checkFewRows(
+    c: Case,
+    h: Host,
+    ref: ReturnType<typeof reference>,
+    fused: Run,
+    plain: Run,
+    frozen: boolean,
+  ) {
+    expect(fused.bwd).toBe((frozen ? 1 : 3) + (c.gelu ? 1 : 0));
+    for (const v of fused.y) expect(Number.isFinite(v)).toBe(true);
+    expect(relErr(fused.y, ref.y), 'y vs float64').toBeLessThan(2e-6);
+    expect(relErr(fused.y, plain.y), 'y vs plain').toBeLessThan(Y_TOL);
+    const names = frozen ? ['dx', 'dres'] : ['dx', 'dW', 'db', 'dres'];
+    const refs = frozen ? [ref.dx, h.dy] : [ref.dx, ref.dw, ref.db, h.dy];
+    expect(fused.grads.length).toBe(names.length - (c.res ? 0 : 1));
+    for (let i = 0; i < fused.grads.length; i++) {
+      expect(relErr(fused.grads[i], refs[i]), `${names[i]} vs float64`).toBeLessThan(1e-5);
+      expect(relErr(fused.grads[i], plain.grads[i]), `${names[i]} vs plain`).toBeLessThan(G_TOL);
+    }
+  }
+
+  it('few rows with LoRA on a frozen base (33 rows, K 520, gelu_new + residual): values and x, A, B gradients', async () => {
+    const c: Case = { N: 33, K: 520, O: 70, gelu: true, res: true, r: 4, s: 2.5 };
     const h = hostInputs(c, 61);
     const ref = reference(c, h);
     const fused = await runConv1d(c, h, true);

@@ -254,23 +254,33 @@ class LinearMatMulProgram {
 
 /** Threads per workgroup of the few-rows program. */
 const FR_THREADS = 256;
-/** Below this many workgroups the few-rows program halves its column strip (8 → 4) to fill a big GPU. */
-const FR_MIN_GROUPS = 128;
+/** Steps of a k lane unrolled in the few-rows program's loop. */
+const UNROLL = 4;
+/** Default below which the few-rows program halves its column strip (8 → 4) to fill a big GPU. */
+export const LINEAR_SMALL_MIN_GROUPS_DEFAULT = 128;
 /** Default of setWebGpuLinearSmallRows: output rows up to which the few-rows program runs. */
 export const LINEAR_SMALL_ROWS_DEFAULT = 64;
 let smallRowsMax = LINEAR_SMALL_ROWS_DEFAULT;
+let smallMinGroups = LINEAR_SMALL_MIN_GROUPS_DEFAULT;
 
 /**
  * Output rows up to which the forward, the gelu_new dz kernel and dx = dz·Wᵀ run the few-rows program instead
- * of the 64×64 tiles (0: never). Returns the previous value. For tests and the GPU bench (threshold tuning).
+ * of the 64×64 tiles (0: never), and the workgroup count below which its strips narrow from 8 columns to 4.
+ * Returns the previous row bound. For tests and the GPU bench (tuning); the defaults are the shipped choice.
  */
-export function setWebGpuLinearSmallRows(maxRows: number): number {
+export function setWebGpuLinearSmallRows(
+  maxRows: number,
+  minGroups: number = LINEAR_SMALL_MIN_GROUPS_DEFAULT,
+): number {
   if (!Number.isInteger(maxRows) || maxRows < 0)
     throw new Error(
       `setWebGpuLinearSmallRows: maxRows must be an integer ≥ 0 (0 turns it off), got ${maxRows}.`,
     );
+  if (!Number.isInteger(minGroups) || minGroups < 1)
+    throw new Error(`setWebGpuLinearSmallRows: minGroups must be an integer ≥ 1, got ${minGroups}.`);
   const was = smallRowsMax;
   smallRowsMax = maxRows;
+  smallMinGroups = minGroups;
   return was;
 }
 
@@ -289,13 +299,13 @@ export interface LinearPlan {
  * The dispatch of C [M, N] = op(A)·op(B): the few-rows program when M ≤ setWebGpuLinearSmallRows's bound and A
  * is not transposed (dW = xᵀ·dz has M = in, its rows are many), else the tiles. Few rows: blocks of 1, 2, 4 or
  * 8 rows (the smallest power of two ≥ M, at most 8) × strips of 8 columns (32 bytes of a W row), or of 4 when
- * that gives fewer than 128 workgroups.
+ * that gives fewer than 128 workgroups (setWebGpuLinearSmallRows's minGroups).
  */
 export function linearPlan(M: number, N: number, transA = false): LinearPlan {
   if (!transA && M <= smallRowsMax) {
     const rows = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
     const by = Math.ceil(M / rows);
-    const columns = Math.ceil(N / 8) * by >= FR_MIN_GROUPS ? 8 : 4;
+    const columns = Math.ceil(N / 8) * by >= smallMinGroups ? 8 : 4;
     const bx = Math.ceil(N / columns);
     if (bx <= MAX_GROUPS) return { program: 'rows', groups: [bx, by], rows, columns };
   }
@@ -345,6 +355,9 @@ class FewRowsMatMulProgram {
     const G = FR_THREADS / OW; // groups of RB k lanes per output in the reduction
     const transB = this.o.transB;
     const rowsIdx = Array.from({ length: RB }, (_, i) => i);
+    // The k loop unrolled by UNROLL: all loads of UNROLL steps are issued before their FMAs (latency hiding).
+    const unrolled = Array.from({ length: UNROLL }, (_, u) => u);
+    const bAt = (k: string) => (transB ? `cc * K + ${k}` : `(${k}) * N + cc`);
     // Thread index of lane (kl, cl): which of the two is the fast one follows B's layout (coalesced reads).
     const lane = (kl: string, cl: string) =>
       transB ? `(${cl}) * ${KL} + (${kl})` : `(${kl}) * ${CW} + (${cl})`;
@@ -365,9 +378,20 @@ class FewRowsMatMulProgram {
         let cc = min(col0 + cl, N - 1);
         ${rowsIdx.map((i) => `let xo${i} = min(row0 + ${i}, M - 1) * K;`).join('\n        ')}
         ${rowsIdx.map((i) => `var acc${i} = 0.0;`).join('\n        ')}
-        for (var k = kl; k < K; k = k + ${KL}) {
-          let w = B[${transB ? 'cc * K + k' : 'k * N + cc'}];
+        var k = kl;
+        while (k + ${(UNROLL - 1) * KL} < K) {
+          ${unrolled.map((u) => `let w${u} = B[${bAt(`k + ${u * KL}`)}];`).join('\n          ')}
+          ${rowsIdx
+            .map((i) =>
+              unrolled.map((u) => `acc${i} = fma(A[xo${i} + k + ${u * KL}], w${u}, acc${i});`).join(' '),
+            )
+            .join('\n          ')}
+          k = k + ${UNROLL * KL};
+        }
+        while (k < K) {
+          let w = B[${bAt('k')}];
           ${rowsIdx.map((i) => `acc${i} = fma(A[xo${i} + k], w, acc${i});`).join('\n          ')}
+          k = k + ${KL};
         }
         ${rowsIdx.map((i) => `part[${i * FR_THREADS} + tid] = acc${i};`).join('\n        ')}
         workgroupBarrier();
