@@ -18,6 +18,7 @@ import { UserError } from '../errors';
 import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './ops';
 import { attend, causalPaddingBias, causalSelfAttention, MASKED, splitHeads } from './attention';
 import { LoraAdapters, loraModuleShape } from './lora';
+import { decodeAttentionWebGpu, webGpuDecodeAttentionApplies } from '../kernels/webgpu-decode-attention';
 
 export { layerNorm, layerNormPlain, geluNew, geluNewPlain } from './ops';
 
@@ -75,6 +76,35 @@ export type LayerKV = {
   k: tf.Tensor4D;
   v: tf.Tensor4D;
 };
+
+/**
+ * One layer's attention in the KV-cache decode step: qkv [B, 3C] (this token's c_attn output, q | k | v), the new
+ * key and value written into the cache at the slot (slotOneHot: S values, 1 at the slot), then the new query's
+ * attention over the cache under keyMask [B, S] (1 = attend; must already include the slot) → y [B, C] and the new
+ * cache (the caller disposes the old one). `bias` gives keyMask's additive bias [B, 1, 1, S] (0 or MASKED) for the
+ * plain ops; a decode step makes it once for all layers, on first use.
+ * On WebGPU: the fused kernels of kernels/webgpu-decode-attention.ts (3 dispatches, `bias` not read; no gradient),
+ * same values as the plain ops below, which are the reference (every other backend). The plain path adds the new
+ * key and value into the slot, which the caller keeps at zero until then (generate's cache is zero-padded).
+ */
+export function decodeAttention(
+  qkv: tf.Tensor2D,
+  slotOneHot: tf.Tensor,
+  keyMask: tf.Tensor2D,
+  kv: LayerKV,
+  nh: number,
+  bias?: () => tf.Tensor,
+): { y: tf.Tensor2D; kv: LayerKV } {
+  if (webGpuDecodeAttentionApplies(qkv, slotOneHot, keyMask, kv, nh))
+    return decodeAttentionWebGpu(qkv, slotOneHot, keyMask, kv, nh);
+  const [B, S] = keyMask.shape;
+  const oh = tf.reshape(slotOneHot, [1, 1, S, 1]);
+  const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
+  const k4 = tf.add(kv.k, tf.mul(splitHeads(k, B, 1, nh), oh)) as tf.Tensor4D; // write slot
+  const v4 = tf.add(kv.v, tf.mul(splitHeads(v, B, 1, nh), oh)) as tf.Tensor4D;
+  const b = bias ? bias() : tf.reshape(tf.mul(tf.sub(1, keyMask), MASKED), [B, 1, 1, S]);
+  return { y: attend(splitHeads(q, B, 1, nh), k4, v4, b), kv: { k: k4, v: v4 } };
+}
 
 export class GPT2 {
   readonly config: GPT2Config;
@@ -394,7 +424,7 @@ export class GPT2 {
    * With `collectKV`, each layer's keys/values [B, nh, T, hs] are pushed into it (for the KV cache).
    */
   trunk(ids: tf.Tensor2D, mask: tf.Tensor2D, collectKV?: LayerKV[]): tf.Tensor2D {
-    const [B, T] = ids.shape;
+    const T = ids.shape[1];
     const c = this.config;
     if (T > c.n_positions) {
       throw new UserError(
@@ -441,6 +471,7 @@ export class GPT2 {
    * the new key/value is added into the (zero) slot, so every step has the same shapes (no reallocation,
    * no shader recompilation, and WebGPU's size-keyed buffer pool reuses the released buffers).
    * Returns the hidden state [B, C] and the new caches (the caller disposes the old ones).
+   * Each layer's attention is `decodeAttention`: on WebGPU 3 fused dispatches (slot writes and attention).
    */
   decodeStep(
     ids: tf.Tensor1D,
@@ -452,17 +483,16 @@ export class GPT2 {
     const c = this.config;
     const B = ids.shape[0];
     const S = keyMask.shape[1];
-    const oh = tf.reshape(slotOneHot, [1, 1, S, 1]);
-    const bias = tf.reshape(tf.mul(tf.sub(1, keyMask), MASKED), [B, 1, 1, S]);
+    // The key mask's additive bias, for the plain attention only (made on first use; the fused kernel reads keyMask).
+    let built: tf.Tensor | null = null;
+    const bias = () => (built ??= tf.reshape(tf.mul(tf.sub(1, keyMask), MASKED), [B, 1, 1, S]));
     let x = this.embed(ids, positions); // [B, C]
     const next: LayerKV[] = [];
     for (let i = 0; i < c.n_layer; i++) {
       x = this.block(x, i, (qkv) => {
-        const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
-        const k4 = tf.add(cache[i].k, tf.mul(splitHeads(k, B, 1, c.n_head), oh)) as tf.Tensor4D; // write slot
-        const v4 = tf.add(cache[i].v, tf.mul(splitHeads(v, B, 1, c.n_head), oh)) as tf.Tensor4D;
-        next.push({ k: k4, v: v4 });
-        return attend(splitHeads(q, B, 1, c.n_head), k4, v4, bias);
+        const out = decodeAttention(qkv, slotOneHot, keyMask, cache[i], c.n_head, bias);
+        next.push(out.kv);
+        return out.y;
       });
     }
     return { hidden: this.finalNorm(x), cache: next };

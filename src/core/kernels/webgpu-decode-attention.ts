@@ -1,0 +1,404 @@
+/**
+ * The KV-cache decode step's attention on WebGPU as fused WGSL kernels, registered as tfjs kernels for the webgpu
+ * backend and used by model/gpt2.ts's `decodeAttention` (GPT2.decodeStep) there. Other backends, and WebGPU with
+ * the switch off, keep the plain ops of `decodeAttention`, which stay the reference.
+ *
+ * Why: generation is most of a GPU step, and every tfjs op is a dispatch on WebGPU (docs/tfjs.md trap 5). The plain
+ * decode attention of one layer is a split of q|k|v, head transposes, the slot writes (multiply by the slot's
+ * one-hot, add to the cache) for keys and values, q·kᵀ, the scale, the additive key mask, softmax, att·v and the
+ * merge transpose: about 17 dispatches per layer and generated token (plus 2 per token for the mask's bias), more
+ * than recomputing the whole sequence with the fused full-forward kernels costs. Here it is 3 per layer, 0 per step:
+ * - `PerfDecodeKVWrite` (cache [B, nh, S, hs], qkv [B, 3C], slot one-hot [S]) → the new cache, twice per layer
+ *   (part 1 = keys, part 2 = values; a tfjs WebGPU program has one output, and LayerKV keeps keys and values as
+ *   two tensors): the cache copied with row `slot` of every (b, head) replaced by that head's k (or v), read
+ *   straight from the projection's columns (k at C + h·hs, v at 2C + h·hs). One thread per element, workgroups
+ *   of 64 along x over the (b, head)'s S·hs block, (b, head) along y: coalesced reads and writes. The slot is
+ *   where the one-hot is non-zero, so no uniform changes between steps (the shader and its uniforms are the same
+ *   every step). The plain path adds k·onehot into the cache; generate's cache is zero at the slot (padding), so
+ *   replacing and adding give the same values there.
+ * - `PerfDecodeAttention` (qkv [B, 3C], K', V' [B, nh, S, hs], keyMask [B, S]) → y [B, C] in the merged-heads
+ *   layout: one workgroup of 64 threads per (b, head). q (from the projection's q columns) goes to workgroup
+ *   memory; each thread scores keys j = lid, lid + 64, … as the plain path does, x_j = (q·k_j)·(1/√hs) +
+ *   (1 − keyMask[b, j])·MASKED, into workgroup memory; a tree reduction gives the max, then p_j = exp(x_j − max)
+ *   and a second reduction the sum; then thread (g, d) sums p_j·V'[j, d] over the keys j ≡ g (mod 64 / hs)
+ *   (consecutive threads read consecutive d of a row: coalesced), the partial sums are added and divided by the
+ *   sum. Same float32 semantics as the plain path: the bias is the plain path's (MASKED = −1e9 added where the key
+ *   mask is 0), so a masked key weighs exactly 0 next to any allowed key, and a row with every key masked averages
+ *   all S keys (its scores all round to −1e9), as softmax does in the plain path.
+ * No gradients: generation runs without autodiff (no tf.customGrad here), hence `maxRelGrad` = 0 in the check.
+ * Limits: float32, hs ≤ 64, S ≤ 2048 (the scores live in workgroup memory, sized by S rounded up to a power of two
+ * from 64, so a handful of shader variants at most), B·nh ≤ 65535 workgroups along one dimension; otherwise the
+ * plain ops run. Tested against the plain ops and a float64 loop on WebGPU in Node
+ * (tests/webgpu-decode-attention.test.ts), with a tiny GPT-2's generation fused vs plain vs recomputed;
+ * `checkDecodeAttentionOnCurrentBackend` runs the kernel comparison wherever the webgpu backend is current.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+// A cycle (gpt2.ts imports this file), used at call time only.
+import { decodeAttention, type LayerKV } from '../model/gpt2';
+import { MASKED } from '../model/attention';
+import { countDispatches } from './webgpu-count';
+
+export const DECODE_KV_WRITE = 'PerfDecodeKVWrite';
+export const DECODE_ATTN = 'PerfDecodeAttention';
+
+/** Threads per workgroup (both kernels). */
+const WG = 64;
+/** Widest head the attention kernel takes (one thread per column of a head in the weighted sum). */
+export const MAX_DECODE_HEAD_SIZE = WG;
+/** Most cache slots: the scores of one (b, head) live in workgroup memory (2048 floats = 8 KB). */
+export const MAX_DECODE_SLOTS = 2048;
+/** (b, head) pairs are workgroups along one dimension; WebGPU guarantees 65535 per dimension. */
+export const MAX_DECODE_BATCH_HEADS = 65535;
+
+interface WebGpuBackendLike {
+  runWebGPUProgram(
+    program: unknown,
+    inputs: tf.TensorInfo[],
+    outputDtype: tf.DataType,
+    uniforms?: { type: 'float32' | 'int32'; data: number[] }[],
+  ): tf.TensorInfo;
+}
+
+/** The cache with row `slot` of every (b, head) replaced by that head's k (part 1) or v (part 2) from qkv. */
+class KVWriteProgram {
+  readonly variableNames = ['X', 'QKV', 'OH'];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [WG, 1, 1];
+  readonly uniforms = 'S : i32, C : i32, nh : i32, part : i32,';
+  private readonly hs: number;
+
+  constructor(B: number, nh: number, S: number, hs: number) {
+    this.hs = hs;
+    this.outputShape = [B, nh, S, hs];
+    this.shaderKey = `perfDecodeKVWrite_hs${hs}`;
+    this.dispatch = [Math.ceil((S * hs) / WG), B * nh, 1];
+  }
+
+  getUserCode(): string {
+    return `
+      fn main(index : i32) {
+        let S = uniforms.S;
+        let C = uniforms.C;
+        let nh = uniforms.nh;
+        let hs = ${this.hs};
+        let bh = i32(workgroupId.y);
+        let e = i32(workgroupId.x) * ${WG} + i32(localId.x);
+        if (e < S * hs) {
+          let s = e / hs;
+          let o = bh * S * hs + e;
+          // OH through f32(): a float32 one-hot cast from int32 may keep its int32 buffer on webgpu.
+          if (f32(OH[s]) != 0.0) {
+            let b = bh / nh;
+            let h = bh % nh;
+            result[o] = QKV[b * 3 * C + uniforms.part * C + h * hs + (e - s * hs)];
+          } else {
+            result[o] = X[o];
+          }
+        }
+      }`;
+  }
+}
+
+/** Scores capacity for S slots: S rounded up to a power of two, at least one per thread. */
+function slotsCapacity(S: number): number {
+  let cap = WG;
+  while (cap < S) cap *= 2;
+  return cap;
+}
+
+/** Attention of the new query (qkv's q columns) over the updated cache under the key mask → y [B, C]. */
+class DecodeAttentionProgram {
+  readonly variableNames = ['QKV', 'K', 'V', 'M'];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [WG, 1, 1];
+  readonly uniforms = 'S : i32, C : i32, nh : i32, scale : f32,';
+  private readonly hs: number;
+  private readonly cap: number;
+
+  constructor(B: number, nh: number, S: number, hs: number) {
+    this.hs = hs;
+    this.cap = slotsCapacity(S);
+    this.outputShape = [B, nh * hs];
+    this.shaderKey = `perfDecodeAttention_hs${hs}_cap${this.cap}`;
+    this.dispatch = [B * nh, 1, 1];
+  }
+
+  getUserCode(): string {
+    const hs = this.hs;
+    const groups = Math.floor(WG / hs);
+    return `
+      const D_HS : i32 = ${hs};
+      const D_G : i32 = ${groups};
+      const D_MASKED : f32 = ${MASKED.toExponential()};
+      var<workgroup> dq : array<f32, ${hs}>;
+      var<workgroup> dScores : array<f32, ${this.cap}>;
+      var<workgroup> dRed : array<f32, ${WG}>;
+
+      // Max (isMax) or sum of one f32 per lane over the workgroup (every lane gets it); uniform control flow only.
+      fn decReduce(v : f32, isMax : bool) -> f32 {
+        dRed[localId.x] = v;
+        workgroupBarrier();
+        for (var s = ${WG / 2}u; s > 0u; s = s / 2u) {
+          if (localId.x < s) {
+            let a = dRed[localId.x];
+            let b = dRed[localId.x + s];
+            dRed[localId.x] = select(a + b, max(a, b), isMax);
+          }
+          workgroupBarrier();
+        }
+        let r = dRed[0];
+        workgroupBarrier();
+        return r;
+      }
+
+      fn main(index : i32) {
+        let S = uniforms.S;
+        let C = uniforms.C;
+        let nh = uniforms.nh;
+        let scale = uniforms.scale;
+        let lid = i32(localId.x);
+        let bh = i32(workgroupId.x);
+        let b = bh / nh;
+        let h = bh % nh;
+        let kvOff = bh * S * D_HS;
+        for (var d = lid; d < D_HS; d = d + ${WG}) { dq[d] = QKV[b * 3 * C + h * D_HS + d]; }
+        workgroupBarrier();
+        // Scores as the plain path makes them: (q·k)·scale plus the additive mask (M through f32(), see above).
+        var mx = -3.0e38;
+        for (var j = lid; j < S; j = j + ${WG}) {
+          let off = kvOff + j * D_HS;
+          var acc = 0.0;
+          for (var d = 0; d < D_HS; d++) { acc = acc + dq[d] * K[off + d]; }
+          let x = acc * scale + (1.0 - f32(M[b * S + j])) * D_MASKED;
+          dScores[j] = x;
+          mx = max(mx, x);
+        }
+        let m = decReduce(mx, true);
+        var sum = 0.0;
+        for (var j = lid; j < S; j = j + ${WG}) {
+          let p = exp(dScores[j] - m);
+          dScores[j] = p;
+          sum = sum + p;
+        }
+        let l = decReduce(sum, false);
+        // decReduce ended on a barrier: every p is in dScores. Thread (g, d) sums the keys j ≡ g (mod D_G).
+        let g = lid / D_HS;
+        let d = lid - g * D_HS;
+        var acc = 0.0;
+        if (g < D_G) {
+          for (var j = g; j < S; j = j + D_G) { acc = acc + dScores[j] * V[kvOff + j * D_HS + d]; }
+        }
+        dRed[lid] = acc;
+        workgroupBarrier();
+        if (lid < D_HS) {
+          var t = 0.0;
+          for (var gg = 0; gg < D_G; gg++) { t = t + dRed[gg * D_HS + lid]; }
+          result[b * C + h * D_HS + lid] = t / l;
+        }
+      }`;
+  }
+}
+
+type KernelFn = (args: {
+  inputs: tf.NamedTensorInfoMap;
+  backend: unknown;
+  attrs?: tf.NamedAttrMap;
+}) => tf.TensorInfo | tf.TensorInfo[];
+
+const KERNELS: Record<string, KernelFn> = {
+  [DECODE_KV_WRITE]: ({ inputs, backend, attrs }) => {
+    const { cache, qkv, slot } = inputs as Record<'cache' | 'qkv' | 'slot', tf.TensorInfo>;
+    const nh = attrs!.nh as number;
+    const part = attrs!.part as number;
+    const [B, , S, hs] = cache.shape;
+    const u = [
+      { type: 'int32' as const, data: [S] },
+      { type: 'int32' as const, data: [qkv.shape[1] / 3] },
+      { type: 'int32' as const, data: [nh] },
+      { type: 'int32' as const, data: [part] },
+    ];
+    return (backend as WebGpuBackendLike).runWebGPUProgram(
+      new KVWriteProgram(B, nh, S, hs),
+      [cache, qkv, slot],
+      'float32',
+      u,
+    );
+  },
+  [DECODE_ATTN]: ({ inputs, backend, attrs }) => {
+    const { qkv, k, v, mask } = inputs as Record<'qkv' | 'k' | 'v' | 'mask', tf.TensorInfo>;
+    const nh = attrs!.nh as number;
+    const [B, , S, hs] = k.shape;
+    const u = [
+      { type: 'int32' as const, data: [S] },
+      { type: 'int32' as const, data: [qkv.shape[1] / 3] },
+      { type: 'int32' as const, data: [nh] },
+      { type: 'float32' as const, data: [1 / Math.sqrt(hs)] },
+    ];
+    return (backend as WebGpuBackendLike).runWebGPUProgram(
+      new DecodeAttentionProgram(B, nh, S, hs),
+      [qkv, k, v, mask],
+      'float32',
+      u,
+    );
+  },
+};
+
+/** Register the two kernels for webgpu (idempotent; the backend need not be loaded yet). */
+export function registerWebGpuDecodeAttention(): void {
+  for (const [kernelName, kernelFunc] of Object.entries(KERNELS)) {
+    if (!tf.getKernel(kernelName, 'webgpu')) {
+      tf.registerKernel({
+        kernelName,
+        backendName: 'webgpu',
+        kernelFunc: kernelFunc as unknown as tf.KernelFunc,
+      });
+    }
+  }
+}
+
+let enabled = true;
+
+/** Switch the fused path off (it is on by default): the bench counts dispatches with and without it. */
+export function setWebGpuDecodeAttentionFused(on: boolean): void {
+  enabled = on;
+}
+
+/**
+ * Whether decodeAttentionWebGpu applies to qkv [B, 3C], slot one-hot (S values), keyMask [B, S] and a layer's
+ * cache k, v [B, nh, S, hs]: enabled, the webgpu backend current, float32, consistent shapes, hs ≤ 64, S ≤ 2048 and
+ * B·nh within one dispatch dimension.
+ */
+export function webGpuDecodeAttentionApplies(
+  qkv: tf.Tensor,
+  slotOneHot: tf.Tensor,
+  keyMask: tf.Tensor,
+  kv: LayerKV,
+  nh: number,
+): boolean {
+  if (!enabled || tf.getBackend() !== 'webgpu') return false;
+  if ([qkv, keyMask, kv.k, kv.v].some((t) => t.dtype !== 'float32')) return false;
+  if (qkv.rank !== 2 || keyMask.rank !== 2 || kv.k.rank !== 4) return false;
+  const [B, W] = qkv.shape as [number, number];
+  const [Bm, S] = keyMask.shape as [number, number];
+  const C = W / 3;
+  if (!Number.isInteger(nh) || nh < 1 || W % 3 !== 0 || C % nh !== 0 || B !== Bm || S < 1) return false;
+  const hs = C / nh;
+  const want = [B, nh, S, hs];
+  if (!tf.util.arraysEqual(kv.k.shape, want) || !tf.util.arraysEqual(kv.v.shape, want)) return false;
+  if (slotOneHot.size !== S) return false;
+  return hs <= MAX_DECODE_HEAD_SIZE && S <= MAX_DECODE_SLOTS && B * nh <= MAX_DECODE_BATCH_HEADS;
+}
+
+/**
+ * One layer's decode attention through the fused kernels (3 dispatches, no gradient): the cache with the new key
+ * and value written at the slot (where slotOneHot is non-zero), and y [B, C] = attention of the new query over it
+ * under keyMask [B, S] (which must already include the slot). Same values as gpt2.ts's plain decodeAttention.
+ * Check webGpuDecodeAttentionApplies first.
+ */
+export function decodeAttentionWebGpu(
+  qkv: tf.Tensor2D,
+  slotOneHot: tf.Tensor,
+  keyMask: tf.Tensor2D,
+  kv: LayerKV,
+  nh: number,
+): { y: tf.Tensor2D; kv: LayerKV } {
+  registerWebGpuDecodeAttention();
+  const e = tf.engine();
+  return tf.tidy(() => {
+    const slot = tf.reshape(slotOneHot, [-1]);
+    const k = e.runKernel(DECODE_KV_WRITE, { cache: kv.k, qkv, slot }, { nh, part: 1 }) as tf.Tensor4D;
+    const v = e.runKernel(DECODE_KV_WRITE, { cache: kv.v, qkv, slot }, { nh, part: 2 }) as tf.Tensor4D;
+    const y = e.runKernel(DECODE_ATTN, { qkv, k, v, mask: keyMask }, { nh }) as tf.Tensor2D;
+    return { y, kv: { k, v } };
+  });
+}
+
+/** max |a − b| / max |b| (relative to the reference's scale, so entries near 0 do not blow it up). */
+async function relDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
+  const [x, y] = await Promise.all([a.data(), b.data()]);
+  let abs = 0;
+  let scale = 0;
+  for (let i = 0; i < x.length; i++) {
+    abs = Math.max(abs, Math.abs(x[i] - y[i]));
+    scale = Math.max(scale, Math.abs(y[i]));
+  }
+  return abs / Math.max(scale, 1e-30);
+}
+
+/**
+ * The fused decode attention against the plain ops on the current backend (which must be webgpu), on tiny random
+ * inputs: B 3, S 19 (not a multiple of the 64-thread tiles), n_embd 48 in 4 heads (hs 12), slot 11, a key mask with
+ * left padding, one without, and a row with every key masked; the cache holds random keys and values below the
+ * slot and zeros from it on (as generate's does). Returns the worst relative difference (max |fused − plain| /
+ * max |plain|) over y and the new keys and values, maxRelGrad 0 (no backward: generation runs without autodiff),
+ * and the fused layer's dispatches (dispatchesFwdBwd = dispatchesFwd). For a Chromium end-to-end page;
+ * tests/webgpu-decode-attention.test.ts calls it on Node WebGPU.
+ */
+export async function checkDecodeAttentionOnCurrentBackend(): Promise<{
+  maxRelValue: number;
+  maxRelGrad: number;
+  dispatchesFwd: number;
+  dispatchesFwdBwd: number;
+}> {
+  if (tf.getBackend() !== 'webgpu')
+    throw new Error(
+      `checkDecodeAttentionOnCurrentBackend needs the webgpu backend current, not ${tf.getBackend()}.`,
+    );
+  const [B, S, C, nh, slot] = [3, 19, 48, 4, 11];
+  const hs = C / nh;
+  const realFrom = [4, 0, S]; // row 2: every key masked
+  const inputs = tf.tidy(() => {
+    const below = tf.reshape(tf.cast(tf.less(tf.range(0, S, 1, 'int32'), slot), 'float32'), [1, 1, S, 1]);
+    const cache = (seed: number) =>
+      tf.mul(tf.randomNormal([B, nh, S, hs], 0, 1, 'float32', seed), below) as tf.Tensor4D;
+    const mask = Array.from({ length: B * S }, (_, i) => {
+      const [b, j] = [Math.floor(i / S), i % S];
+      return j >= realFrom[b] && j <= slot ? 1 : 0;
+    });
+    return {
+      qkv: tf.randomNormal([B, 3 * C], 0, 1, 'float32', 21) as tf.Tensor2D,
+      oh: tf.cast(tf.reshape(tf.oneHot(tf.tensor1d([slot], 'int32'), S), [S]), 'float32'),
+      keyMask: tf.tensor2d(mask, [B, S], 'float32'),
+      kv: { k: cache(22), v: cache(23) },
+    };
+  });
+  const { qkv, oh, keyMask, kv } = inputs;
+  const was = enabled;
+  const both = (on: boolean) => {
+    enabled = on;
+    try {
+      return tf.tidy(() => decodeAttention(qkv, oh, keyMask, kv, nh));
+    } finally {
+      enabled = was;
+    }
+  };
+  try {
+    const fused = both(true);
+    const plain = both(false);
+    const maxRelValue = Math.max(
+      await relDiff(fused.y, plain.y),
+      await relDiff(fused.kv.k, plain.kv.k),
+      await relDiff(fused.kv.v, plain.kv.v),
+    );
+    tf.dispose([fused.y, fused.kv.k, fused.kv.v, plain.y, plain.kv.k, plain.kv.v]);
+    enabled = true;
+    let dispatchesFwd = 0;
+    try {
+      // Shaders are compiled above: this counts the layer's own dispatches.
+      const counted = await countDispatches(() => tf.tidy(() => decodeAttention(qkv, oh, keyMask, kv, nh)));
+      tf.dispose([counted.result.y, counted.result.kv.k, counted.result.kv.v]);
+      dispatchesFwd = counted.dispatches;
+    } finally {
+      enabled = was;
+    }
+    return { maxRelValue, maxRelGrad: 0, dispatchesFwd, dispatchesFwdBwd: dispatchesFwd };
+  } finally {
+    tf.dispose([qkv, oh, keyMask, kv.k, kv.v]);
+  }
+}
