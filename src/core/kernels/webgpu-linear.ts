@@ -19,7 +19,10 @@
  *   shapes at 16 rows: c_attn [16,768]·[768,2304] 576 workgroups (36 on the tiles), c_fc ·[768,3072] 768 (48),
  *   attn c_proj ·[768,768] and mlp c_proj [16,3072]·[3072,768] 192 each (12). linearPlan() says which program
  *   and how many workgroups for a shape. The gelu_new dz kernel and dx = dz·Wᵀ take the same path at few rows
- *   (Wᵀ read along k, coalesced); dW = xᵀ·dz has `in` rows and stays on the tiles.
+ *   (Wᵀ read along k, coalesced); dW = xᵀ·dz has `in` rows and stays on the tiles. Built for GPUs: on
+ *   SwiftShader (a CPU) its many 256-thread workgroups run several times slower than the tiles, which says
+ *   nothing about a GPU. Whether a bound above 64 rows pays on a given GPU (the tiles give 24 workgroups at
+ *   128 × 768) is for the GPU bench to measure with setWebGpuLinearSmallRows.
  * - backward, with dz = dy ⊙ gelu'(pre) (dz = dy without gelu):
  *   `PerfLinearDz` (gelu only) recomputes pre = x·W + b + s·L in the same tiled matmul and stores dz directly;
  *   `PerfLinearMatMul` dx = dz·Wᵀ and dW = xᵀ·dz (the same program with transposed loads, no transpose kernel);
