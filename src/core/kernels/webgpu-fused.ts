@@ -1,6 +1,6 @@
 /**
  * All of the fused WGSL kernels at once (layer norm, Conv1D with its epilogue, causal attention, token
- * log-prob and entropy): one switch for benchmarks that compare them with tfjs's own ops, and the list of
+ * log-prob and entropy, the KV-cache decode attention): one switch for benchmarks that compare them with tfjs's own ops, and the list of
  * their checks against those ops. Each kernel file says what it fuses; docs/tfjs.md (dispatch counts).
  */
 import * as tf from '@tensorflow/tfjs-core';
@@ -10,6 +10,10 @@ import { countDispatches } from './webgpu-count';
 import { checkLinearOnCurrentBackend, setWebGpuLinearFused } from './webgpu-linear';
 import { checkAttentionOnCurrentBackend, setWebGpuAttentionFused } from './webgpu-attention';
 import { checkLogprobOnCurrentBackend, setWebGpuLogprobFused } from './webgpu-logprob';
+import {
+  checkDecodeAttentionOnCurrentBackend,
+  setWebGpuDecodeAttentionFused,
+} from './webgpu-decode-attention';
 
 /** Turn every fused WebGPU kernel on (the default) or off (tfjs's ops: the reference path). */
 export function setWebGpuFusedKernels(on: boolean): void {
@@ -17,6 +21,7 @@ export function setWebGpuFusedKernels(on: boolean): void {
   setWebGpuLinearFused(on);
   setWebGpuAttentionFused(on);
   setWebGpuLogprobFused(on);
+  setWebGpuDecodeAttentionFused(on);
 }
 
 export interface FusedKernelCheck {
@@ -97,4 +102,6 @@ export const FUSED_KERNEL_CHECKS: Record<string, () => Promise<FusedKernelCheck>
   'Conv1D + bias + LoRA + gelu_new + residual': checkLinearOnCurrentBackend,
   'causal self-attention': checkAttentionOnCurrentBackend,
   'token log-prob (and entropy)': checkLogprobOnCurrentBackend,
+  // No backward (generation runs without autodiff): maxRelGrad 0, dispatchesFwdBwd = dispatchesFwd.
+  'KV-cache decode attention': checkDecodeAttentionOnCurrentBackend,
 };
