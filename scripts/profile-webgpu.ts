@@ -3,6 +3,7 @@
  * LM head forward, generation (greedy and sampled, per token, dispatches per token), and a kernel profile of a
  * short generation (tf.profile; GPU times where the adapter has timestamp queries). A development tool beside
  * `bench --gpu` (which says how fast; this says where). Usage: npx tsx scripts/profile-webgpu.ts [gpt2|tiny]
+ * (PPO_LINEAR_SMALL_ROWS=N moves the fused Conv1D's few-rows threshold, for trying it on a GPU).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { setNodeWebGpuBackend, adapterLabel } from '../src/cli/backend-webgpu-node';
@@ -10,8 +11,11 @@ import { GPT2 } from '../src/core/model/gpt2';
 import { SHAPES, shapeConfig } from '../src/bench/perf/memory';
 import { generate } from '../src/core/model/sampling';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
+import { setWebGpuLinearSmallRows } from '../src/core/kernels/webgpu-linear';
 
 const shape = process.argv[2] ?? 'gpt2';
+// PPO_LINEAR_SMALL_ROWS=N: the fused Conv1D's few-rows program up to N rows (kernels/webgpu-linear.ts).
+if (process.env.PPO_LINEAR_SMALL_ROWS) setWebGpuLinearSmallRows(Number(process.env.PPO_LINEAR_SMALL_ROWS));
 const adapter = await setNodeWebGpuBackend();
 console.log(`adapter: ${adapterLabel(adapter)}`);
 const config = shapeConfig(
