@@ -259,14 +259,13 @@ describe('linearPlan: workgroups of the fused Conv1D (no GPU needed)', () => {
     expect([2304, 3072, 768].map((N) => total(16, N))).toEqual([36, 48, 12]);
   });
 
-  it('row blocks of 1, 2, 4 or 8; strips of 4 columns when 8 would give < 128 workgroups; tiles beyond 128 rows and for dW', () => {
+  it('row blocks of 1, 2, 4 or 8; strips of 4 columns when 8 would give < 128 workgroups; tiles beyond 64 rows and for dW', () => {
     expect(linearPlan(1, 768)).toEqual({ program: 'rows', groups: [192, 1], rows: 1, columns: 4 });
     expect(linearPlan(2, 2304)).toEqual({ program: 'rows', groups: [288, 1], rows: 2, columns: 8 });
     expect(linearPlan(3, 37)).toEqual({ program: 'rows', groups: [10, 1], rows: 4, columns: 4 });
     expect(linearPlan(33, 1000)).toEqual({ program: 'rows', groups: [125, 5], rows: 8, columns: 8 });
     expect(linearPlan(64, 768).program).toBe('rows');
-    expect(linearPlan(128, 768).program).toBe('rows');
-    expect(linearPlan(129, 768)).toEqual({ program: 'tiled', groups: [12, 3], rows: 64, columns: 64 });
+    expect(linearPlan(65, 768)).toEqual({ program: 'tiled', groups: [12, 2], rows: 64, columns: 64 });
     // dW = xᵀ·dz: A transposed, its output has `in` rows: always the tiles.
     expect(linearPlan(16, 768, true).program).toBe('tiled');
     expect(setWebGpuLinearSmallRows(128)).toBe(LINEAR_SMALL_ROWS_DEFAULT);
@@ -324,7 +323,7 @@ describe('fused Conv1D on Node WebGPU (src/core/kernels/webgpu-linear.ts)', () =
     });
   }
 
-  // The few-rows program (decode shapes, ≤ 128 rows; the cases above with 5–33 rows run it too, on short sums):
+  // The few-rows program (decode shapes, ≤ 64 rows; the cases above with 5–33 rows run it too, on short sums):
   // K around 1000 (each thread's k lane sums 16–35 terms, then the workgroup adds 32–64 lanes), columns not
   // multiples of the 4- or 8-column strip, rows 1, 3, 16, 33 (row blocks of 1, 4, 8, and 8 with a fifth holding
   // one row). dx = dz·Wᵀ runs it too (Wᵀ read along k), dW the tiles. The forward's workgroups are asserted (the

@@ -12,7 +12,7 @@
  *   laid out so that neighbouring threads read neighbouring addresses in either operand layout.
  * - Few rows (the decode step: GPT-2's KV-cache generation runs every Conv1D on M = batch rows, e.g. 16): 64×64
  *   tiles leave the GPU idle there (M = 16, N = 768: 12 workgroups for a 132-SM H100, each looping over all of
- *   K), so up to 128 output rows (setWebGpuLinearSmallRows) `PerfLinearFwd` runs FewRowsMatMulProgram instead, a
+ *   K), so up to 64 output rows (setWebGpuLinearSmallRows) `PerfLinearFwd` runs FewRowsMatMulProgram instead, a
  *   GEMV-like kernel in the same single dispatch with the same epilogue: each workgroup takes a block of ≤ 8 rows ×
  *   a strip of 8 columns (4 when 8 gives < 128 workgroups), its 256 threads split K into 32 (or 64) strided k
  *   lanes, and a workgroup-memory reduction adds the lanes' partial sums before the store. GPT-2 124M's decode
@@ -262,12 +262,12 @@ const UNROLL = 4;
 /** Default below which the few-rows program halves its column strip (8 → 4) to fill a big GPU. */
 export const LINEAR_SMALL_MIN_GROUPS_DEFAULT = 128;
 /**
- * Default of setWebGpuLinearSmallRows: output rows up to which the few-rows program runs. 128 covers the
- * generation's prefill (batch 16 × an 8-token prompt bucket): on an H100 (GPT-2 124M shape, batch 16, 24 new
- * tokens) raising the bound from 64 to 512 took greedy generation from 454 to 384 ms, all of it from the
- * 128-row prefill, while the 512-row forward stayed the same (51 ms), so the bound stops at 128.
+ * Default of setWebGpuLinearSmallRows: output rows up to which the few-rows program runs (a decode step's batch).
+ * Tried on an H100 (GPT-2 124M shape, greedy generation of 24 tokens at batch 16, whose prefill has 128 rows):
+ * bounds of 64 and 128 alternated in one session gave 503 / 418 ms and 494 / 526 ms — no difference beyond the
+ * noise — so the bound stays at 64.
  */
-export const LINEAR_SMALL_ROWS_DEFAULT = 128;
+export const LINEAR_SMALL_ROWS_DEFAULT = 64;
 let smallRowsMax = LINEAR_SMALL_ROWS_DEFAULT;
 let smallMinGroups = LINEAR_SMALL_MIN_GROUPS_DEFAULT;
 
