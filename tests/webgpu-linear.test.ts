@@ -19,6 +19,7 @@ import {
   linearPlan,
   setWebGpuLinearFused,
   setWebGpuLinearSmallRows,
+  resetWebGpuLinearSmallRows,
   webGpuLinearApplies,
 } from '../src/core/kernels/webgpu-linear';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
@@ -240,6 +241,10 @@ async function runConv1d(c: Case, h: Host, frozenBase = false): Promise<Run> {
   return { y, grads, fwd, bwd: fwdBwd - fwd, kernels: prof.kernelNames, fwdGroups };
 }
 
+// The few-rows program is what a GPU runs at few rows; software adapters default to the tiles (see the test
+// 'software adapters: the tiles unless asked'), so this file asks for it explicitly to test it on SwiftShader.
+beforeAll(() => void setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT));
+
 describe('linearPlan: workgroups of the fused Conv1D (no GPU needed)', () => {
   afterEach(() => setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT));
   const total = (M: number, N: number, transA = false) => {
@@ -280,6 +285,18 @@ describe('fused Conv1D on Node WebGPU (src/core/kernels/webgpu-linear.ts)', () =
   if (!adapter) return skipWithoutAdapter();
   beforeAll(useNodeWebGpu);
   afterEach(() => setWebGpuLinearFused(true));
+
+  it('software adapters: the tiles unless asked (the few-rows program is several times slower on a CPU)', () => {
+    expect(tf.getBackend()).toBe('webgpu');
+    try {
+      resetWebGpuLinearSmallRows();
+      expect(linearPlan(16, 768).program).toBe(adapter!.software ? 'tiled' : 'rows');
+      setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT);
+      expect(linearPlan(16, 768).program).toBe('rows');
+    } finally {
+      setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT);
+    }
+  });
 
   // Rows 70 and columns 130 cross the 64-row/column tile; K 24 and 67 are not multiples of the 16 slice.
   const cases: [string, Case, number][] = [

@@ -270,11 +270,31 @@ export const LINEAR_SMALL_MIN_GROUPS_DEFAULT = 128;
 export const LINEAR_SMALL_ROWS_DEFAULT = 64;
 let smallRowsMax = LINEAR_SMALL_ROWS_DEFAULT;
 let smallMinGroups = LINEAR_SMALL_MIN_GROUPS_DEFAULT;
+/** Whether setWebGpuLinearSmallRows was called: then its bound holds on every adapter. */
+let smallRowsExplicit = false;
+
+/**
+ * A software adapter (SwiftShader, lavapipe/llvmpipe: a CPU runs the workgroups one after another) — where the
+ * few-rows program's many 256-thread workgroups and their reductions cost several times the 64×64 tiles (seen in
+ * Chromium: LM training on SwiftShader 5× slower with it). Read from the current webgpu backend's adapter info.
+ */
+function onSoftwareAdapter(): boolean {
+  if (tf.getBackend() !== 'webgpu') return false;
+  const info = (tf.backend() as unknown as { adapterInfo?: { vendor?: string; architecture?: string } })
+    .adapterInfo;
+  return /swiftshader|llvmpipe|lavapipe|software/i.test(`${info?.vendor ?? ''} ${info?.architecture ?? ''}`);
+}
+
+/** The row bound in force: setWebGpuLinearSmallRows's, else the default on hardware and 0 on a software adapter. */
+function smallRowsBound(): number {
+  return smallRowsExplicit || !onSoftwareAdapter() ? smallRowsMax : 0;
+}
 
 /**
  * Output rows up to which the forward, the gelu_new dz kernel and dx = dz·Wᵀ run the few-rows program instead
  * of the 64×64 tiles (0: never), and the workgroup count below which its strips narrow from 8 columns to 4.
- * Returns the previous row bound. For tests and the GPU bench (tuning); the defaults are the shipped choice.
+ * Returns the previous row bound. Once called, the bound holds on every adapter (without a call, software adapters
+ * get the tiles: see onSoftwareAdapter); resetWebGpuLinearSmallRows goes back. For tests and tuning.
  */
 export function setWebGpuLinearSmallRows(
   maxRows: number,
@@ -289,7 +309,15 @@ export function setWebGpuLinearSmallRows(
   const was = smallRowsMax;
   smallRowsMax = maxRows;
   smallMinGroups = minGroups;
+  smallRowsExplicit = true;
   return was;
+}
+
+/** Back to the shipped choice: LINEAR_SMALL_ROWS_DEFAULT on hardware adapters, the tiles on software ones. */
+export function resetWebGpuLinearSmallRows(): void {
+  smallRowsMax = LINEAR_SMALL_ROWS_DEFAULT;
+  smallMinGroups = LINEAR_SMALL_MIN_GROUPS_DEFAULT;
+  smallRowsExplicit = false;
 }
 
 /** How one fused matmul C [M, N] is dispatched. */
@@ -310,7 +338,7 @@ export interface LinearPlan {
  * that gives fewer than 128 workgroups (setWebGpuLinearSmallRows's minGroups).
  */
 export function linearPlan(M: number, N: number, transA = false): LinearPlan {
-  if (!transA && M <= smallRowsMax) {
+  if (!transA && M <= smallRowsBound()) {
     const rows = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
     const by = Math.ceil(M / rows);
     const columns = Math.ceil(N / 8) * by >= smallMinGroups ? 8 : 4;
@@ -697,7 +725,17 @@ export async function checkLinearOnCurrentBackend(): Promise<{
   try {
     enabled = true;
     const tiled = await checkLinearShape(70, 24, 40, 11);
-    const rows = await checkLinearShape(5, 300, 37, 21);
+    // The few-rows program on every adapter (software ones default to the tiles), then the setting as it was.
+    const saved = { max: smallRowsMax, groups: smallMinGroups, explicit: smallRowsExplicit };
+    let rows: Awaited<ReturnType<typeof checkLinearShape>>;
+    try {
+      setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT);
+      rows = await checkLinearShape(5, 300, 37, 21);
+    } finally {
+      smallRowsMax = saved.max;
+      smallMinGroups = saved.groups;
+      smallRowsExplicit = saved.explicit;
+    }
     return {
       maxRelValue: Math.max(tiled.maxRelValue, rows.maxRelValue),
       maxRelGrad: Math.max(tiled.maxRelGrad, rows.maxRelGrad),
