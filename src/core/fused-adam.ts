@@ -16,6 +16,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { adamFor, heapMemory } from './kernels/wasm-simd';
+import type { WebGpuBackendLike } from './kernels/webgpu-common';
 
 export const FUSED_ADAM_KERNEL = 'PerfFusedAdam';
 
@@ -134,15 +135,6 @@ const wasmKernel: KernelFn = ({ inputs, backend, attrs }) => {
 };
 
 // ---- WebGPU -------------------------------------------------------------------------------------------
-
-interface WebGpuBackendLike {
-  runWebGPUProgram(
-    program: unknown,
-    inputs: tf.TensorInfo[],
-    outputDtype: tf.DataType,
-    uniforms?: { type: 'float32' | 'int32'; data: number[] }[],
-  ): tf.TensorInfo;
-}
 
 type Which = 'm' | 'v' | 'w';
 const WORKGROUP = 64;

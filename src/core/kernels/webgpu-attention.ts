@@ -35,6 +35,7 @@ import * as tf from '@tensorflow/tfjs-core';
 // A cycle (attention.ts imports this file), used at call time only.
 import { causalPaddingBias, causalSelfAttention } from '../model/attention';
 import { countDispatches } from './webgpu-count';
+import { type WebGpuBackendLike, registerWebGpuKernels, relDiff } from './webgpu-common';
 
 export const ATTN_FWD = 'PerfAttentionFwd';
 export const ATTN_STATS = 'PerfAttentionStats';
@@ -48,16 +49,6 @@ const BC = 16;
 export const MAX_HEAD_SIZE = 64;
 /** Workgroups along y are B·nh; WebGPU guarantees 65535 per dimension. */
 export const MAX_BATCH_HEADS = 65535;
-
-interface WebGpuBackendLike {
-  runWebGPUProgram(
-    program: unknown,
-    inputs: tf.TensorInfo[],
-    outputDtype: tf.DataType,
-    uniforms?: { type: 'float32' | 'int32'; data: number[] }[],
-    output?: tf.TensorInfo,
-  ): tf.TensorInfo;
-}
 
 type Kind = 'fwd' | 'stats' | 'bwd';
 
@@ -443,15 +434,7 @@ const KERNELS: Record<string, KernelFn> = {
 
 /** Register the three kernels for webgpu (idempotent; the backend need not be loaded yet). */
 export function registerWebGpuAttention(): void {
-  for (const [kernelName, kernelFunc] of Object.entries(KERNELS)) {
-    if (!tf.getKernel(kernelName, 'webgpu')) {
-      tf.registerKernel({
-        kernelName,
-        backendName: 'webgpu',
-        kernelFunc: kernelFunc as unknown as tf.KernelFunc,
-      });
-    }
-  }
+  registerWebGpuKernels(KERNELS);
 }
 
 let enabled = true;
@@ -506,18 +489,6 @@ export function causalSelfAttentionWebGpu(qkv: tf.Tensor2D, maskF: tf.Tensor2D, 
 /** Dispatches `fn` makes (webgpu-count.ts). */
 async function dispatchesOf(fn: () => void | Promise<void>): Promise<number> {
   return (await countDispatches(fn)).dispatches;
-}
-
-/** max |a − b| / max |b| (relative to the reference's scale, so entries near 0 do not blow it up). */
-async function relDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
-  const [x, y] = await Promise.all([a.data(), b.data()]);
-  let abs = 0;
-  let scale = 0;
-  for (let i = 0; i < x.length; i++) {
-    abs = Math.max(abs, Math.abs(x[i] - y[i]));
-    scale = Math.max(scale, Math.abs(y[i]));
-  }
-  return abs / Math.max(scale, 1e-30);
 }
 
 /**

@@ -37,6 +37,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import { decodeAttention, type LayerKV } from '../model/gpt2';
 import { MASKED } from '../model/attention';
 import { countDispatches } from './webgpu-count';
+import { type WebGpuBackendLike, registerWebGpuKernels, relDiff } from './webgpu-common';
 
 export const DECODE_KV_WRITE = 'PerfDecodeKVWrite';
 export const DECODE_ATTN = 'PerfDecodeAttention';
@@ -49,15 +50,6 @@ export const MAX_DECODE_HEAD_SIZE = WG;
 export const MAX_DECODE_SLOTS = 2048;
 /** (b, head) pairs are workgroups along one dimension; WebGPU guarantees 65535 per dimension. */
 export const MAX_DECODE_BATCH_HEADS = 65535;
-
-interface WebGpuBackendLike {
-  runWebGPUProgram(
-    program: unknown,
-    inputs: tf.TensorInfo[],
-    outputDtype: tf.DataType,
-    uniforms?: { type: 'float32' | 'int32'; data: number[] }[],
-  ): tf.TensorInfo;
-}
 
 /** The cache with row `slot` of every (b, head) replaced by that head's k (part 1) or v (part 2) from qkv. */
 class KVWriteProgram {
@@ -251,15 +243,7 @@ const KERNELS: Record<string, KernelFn> = {
 
 /** Register the two kernels for webgpu (idempotent; the backend need not be loaded yet). */
 export function registerWebGpuDecodeAttention(): void {
-  for (const [kernelName, kernelFunc] of Object.entries(KERNELS)) {
-    if (!tf.getKernel(kernelName, 'webgpu')) {
-      tf.registerKernel({
-        kernelName,
-        backendName: 'webgpu',
-        kernelFunc: kernelFunc as unknown as tf.KernelFunc,
-      });
-    }
-  }
+  registerWebGpuKernels(KERNELS);
 }
 
 let enabled = true;
@@ -317,18 +301,6 @@ export function decodeAttentionWebGpu(
     const y = e.runKernel(DECODE_ATTN, { qkv, k, v, mask: keyMask }, { nh }) as tf.Tensor2D;
     return { y, kv: { k, v } };
   });
-}
-
-/** max |a − b| / max |b| (relative to the reference's scale, so entries near 0 do not blow it up). */
-async function relDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
-  const [x, y] = await Promise.all([a.data(), b.data()]);
-  let abs = 0;
-  let scale = 0;
-  for (let i = 0; i < x.length; i++) {
-    abs = Math.max(abs, Math.abs(x[i] - y[i]));
-    scale = Math.max(scale, Math.abs(y[i]));
-  }
-  return abs / Math.max(scale, 1e-30);
 }
 
 /**

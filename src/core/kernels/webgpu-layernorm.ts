@@ -15,6 +15,7 @@
  * Tested against the plain ops, values and gradients, on WebGPU in Node (tests/webgpu-node.test.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const LN_FWD = 'PerfLayerNormFwd';
 export const LN_STATS = 'PerfLayerNormStats';
@@ -24,15 +25,6 @@ export const LN_DGDB = 'PerfLayerNormDgDb';
 const WG = 64;
 /** Rows are workgroups along x; WebGPU guarantees 65535 per dimension. Beyond that the plain ops are used. */
 export const MAX_ROWS = 65535;
-
-interface WebGpuBackendLike {
-  runWebGPUProgram(
-    program: unknown,
-    inputs: tf.TensorInfo[],
-    outputDtype: tf.DataType,
-    uniforms?: { type: 'float32' | 'int32'; data: number[] }[],
-  ): tf.TensorInfo;
-}
 
 /** Sum of one f32 per lane over the workgroup (every lane gets it); call from uniform control flow only. */
 const ROW_SUM = `
@@ -225,15 +217,7 @@ const KERNELS: Record<string, KernelFn> = {
 
 /** Register the four kernels for webgpu (idempotent; the backend need not be loaded yet). */
 export function registerWebGpuLayerNorm(): void {
-  for (const [kernelName, kernelFunc] of Object.entries(KERNELS)) {
-    if (!tf.getKernel(kernelName, 'webgpu')) {
-      tf.registerKernel({
-        kernelName,
-        backendName: 'webgpu',
-        kernelFunc: kernelFunc as unknown as tf.KernelFunc,
-      });
-    }
-  }
+  registerWebGpuKernels(KERNELS);
 }
 
 let enabled = true;

@@ -55,6 +55,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { countDispatches } from './webgpu-count';
+import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const LIN_FWD = 'PerfLinearFwd';
 export const LIN_DZ = 'PerfLinearDz';
@@ -71,15 +72,6 @@ const PER = TM / TS; // 4
 const MAX_GROUPS = 65535;
 
 const GELU_K = 2 * Math.sqrt(2 / Math.PI);
-
-interface WebGpuBackendLike {
-  runWebGPUProgram(
-    program: unknown,
-    inputs: tf.TensorInfo[],
-    outputDtype: tf.DataType,
-    uniforms?: { type: 'float32' | 'int32'; data: number[] }[],
-  ): tf.TensorInfo;
-}
 
 type Mode = 'fwd' | 'dz' | 'mm';
 
@@ -567,15 +559,7 @@ const KERNELS: Record<string, KernelFn> = {
 
 /** Register the four kernels for webgpu (idempotent; the backend need not be loaded yet). */
 export function registerWebGpuLinear(): void {
-  for (const [kernelName, kernelFunc] of Object.entries(KERNELS)) {
-    if (!tf.getKernel(kernelName, 'webgpu')) {
-      tf.registerKernel({
-        kernelName,
-        backendName: 'webgpu',
-        kernelFunc: kernelFunc as unknown as tf.KernelFunc,
-      });
-    }
-  }
+  registerWebGpuKernels(KERNELS);
 }
 
 let enabled = true;

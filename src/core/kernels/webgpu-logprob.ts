@@ -39,6 +39,7 @@ import * as tf from '@tensorflow/tfjs-core';
 // A cycle (losses.ts imports this file for the fused path); used only inside checkLogprobOnCurrentBackend.
 import { entropyFromLogits, logprobsFromLogits } from '../ppo/losses';
 import { countDispatches } from './webgpu-count';
+import { type WebGpuBackendLike, registerWebGpuKernels, relDiff } from './webgpu-common';
 
 export const LOGPROB_FWD = 'PerfLogprobFwd';
 export const LOGPROB_BWD = 'PerfLogprobBwd';
@@ -50,15 +51,6 @@ export const MAX_ELEMENTS = 2 ** 31 - 1;
 
 /** Lanes per row: 256 where the row is long enough to keep them busy, 64 for small vocabularies. */
 export const workgroupFor = (V: number): number => (V >= 2048 ? 256 : 64);
-
-interface WebGpuBackendLike {
-  runWebGPUProgram(
-    program: unknown,
-    inputs: tf.TensorInfo[],
-    outputDtype: tf.DataType,
-    uniforms?: { type: 'float32' | 'int32'; data: number[] }[],
-  ): tf.TensorInfo;
-}
 
 type Kind = 'lpFwd' | 'lpBwd' | 'entFwd' | 'entBwd';
 
@@ -248,15 +240,7 @@ const KERNELS: Record<string, KernelFn> = {
 
 /** Register the four kernels for webgpu (idempotent; the backend need not be loaded yet). */
 export function registerWebGpuLogprob(): void {
-  for (const [kernelName, kernelFunc] of Object.entries(KERNELS)) {
-    if (!tf.getKernel(kernelName, 'webgpu')) {
-      tf.registerKernel({
-        kernelName,
-        backendName: 'webgpu',
-        kernelFunc: kernelFunc as unknown as tf.KernelFunc,
-      });
-    }
-  }
+  registerWebGpuKernels(KERNELS);
 }
 
 let enabled = true;
@@ -349,18 +333,6 @@ export interface LogprobCheck extends KernelCheck {
 async function countDispatchCalls<T>(fn: () => T): Promise<{ result: T; dispatches: number }> {
   const c = await countDispatches(fn);
   return { result: c.result as T, dispatches: c.dispatches };
-}
-
-async function relDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
-  const [x, y] = await Promise.all([a.data(), b.data()]);
-  let d = 0;
-  let scale = 0;
-  for (let i = 0; i < x.length; i++) {
-    d = Math.max(d, Math.abs(x[i] - y[i]));
-    scale = Math.max(scale, Math.abs(y[i]));
-  }
-  // NaN anywhere must not read as agreement.
-  return x.length === y.length && Number.isFinite(d) ? d / Math.max(scale, 1e-30) : Infinity;
 }
 
 /**
