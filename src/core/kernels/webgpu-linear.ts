@@ -272,10 +272,19 @@ let smallRowsExplicit = false;
  */
 function onSoftwareAdapter(): boolean {
   if (tf.getBackend() !== 'webgpu') return false;
-  const info = (tf.backend() as unknown as { adapterInfo?: { vendor?: string; architecture?: string } })
-    .adapterInfo;
-  return /swiftshader|llvmpipe|lavapipe|software/i.test(`${info?.vendor ?? ''} ${info?.architecture ?? ''}`);
+  // Asked on every Conv1D call (per layer and token): read once per backend instance.
+  const backend = tf.backend() as unknown as { adapterInfo?: { vendor?: string; architecture?: string } };
+  let soft = softwareByBackend.get(backend);
+  if (soft === undefined) {
+    const info = backend.adapterInfo;
+    soft = /swiftshader|llvmpipe|lavapipe|software/i.test(
+      `${info?.vendor ?? ''} ${info?.architecture ?? ''}`,
+    );
+    softwareByBackend.set(backend, soft);
+  }
+  return soft;
 }
+const softwareByBackend = new WeakMap<object, boolean>();
 
 /** The row bound in force: setWebGpuLinearSmallRows's, else the default on hardware and 0 on a software adapter. */
 function smallRowsBound(): number {
