@@ -106,6 +106,24 @@ function common(hs: number): string {
       if (j0 + lid < T) { mv = f32(M[b * T + j0 + lid]); }
       tS[lid] = mv;
     }
+  }
+
+  // Scaled scores q·k/√hs of query row r against the keys of the tile in tA (rows j0 …), A_NEG where a key is
+  // after r or padding, into s; returns their max (A_NEG when the tile has no allowed key).
+  fn attnTileScores(q : ptr<function, array<f32, A_HS>>, s : ptr<function, array<f32, A_BC>>, j0 : i32, r : i32,
+                    scale : f32) -> f32 {
+    var tmax = A_NEG;
+    for (var jj = 0; jj < A_BC; jj++) {
+      var sc = A_NEG;
+      if (j0 + jj <= r && tS[jj] != 0.0) {
+        var acc = 0.0;
+        for (var d = 0; d < A_HS; d++) { acc = acc + (*q)[d] * tA[jj * A_HS + d]; }
+        sc = acc * scale;
+      }
+      (*s)[jj] = sc;
+      tmax = max(tmax, sc);
+    }
+    return tmax;
   }`;
 }
 
@@ -184,17 +202,7 @@ const FWD = `
         }
       } else {
         var s : array<f32, A_BC>;
-        var tmax = A_NEG;
-        for (var jj = 0; jj < A_BC; jj++) {
-          var sc = A_NEG;
-          if (j0 + jj <= r && tS[jj] != 0.0) {
-            var acc = 0.0;
-            for (var d = 0; d < A_HS; d++) { acc = acc + q[d] * tA[jj * A_HS + d]; }
-            sc = acc * scale;
-          }
-          s[jj] = sc;
-          tmax = max(tmax, sc);
-        }
+        let tmax = attnTileScores(&q, &s, j0, r, scale);
         if (tmax > A_NEG) {
           let mNew = max(m, tmax);
           let c = exp(m - mNew);
@@ -234,17 +242,7 @@ const STATS = `
     workgroupBarrier();
     if (tileOn && valid && !full) {
       var s : array<f32, A_BC>;
-      var tmax = A_NEG;
-      for (var jj = 0; jj < A_BC; jj++) {
-        var sc = A_NEG;
-        if (j0 + jj <= r && tS[jj] != 0.0) {
-          var acc = 0.0;
-          for (var d = 0; d < A_HS; d++) { acc = acc + q[d] * tA[jj * A_HS + d]; }
-          sc = acc * scale;
-        }
-        s[jj] = sc;
-        tmax = max(tmax, sc);
-      }
+      let tmax = attnTileScores(&q, &s, j0, r, scale);
       if (tmax > A_NEG) {
         let mNew = max(m, tmax);
         l = l * exp(m - mNew);
