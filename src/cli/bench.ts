@@ -2,13 +2,14 @@
  * `npm run bench` / `cli bench`: the benchmark suite (src/bench/bench.ts sections) in Node on WASM, then in
  * headless Chromium per backend (WebGPU, WASM) through scripts/bench-browser.ts, then the GPT-2-sized memory runs
  * in Node on the CPU backend (GPT-2's four models and optimizers do not fit WASM's 4 GiB heap). Prints markdown
- * tables, writes them to --out (bench-results.md), and with --json one JSON object on the last stdout line.
+ * tables, writes them to --out (default .bench/bench-results.md, an ignored folder, so a bench run leaves the
+ * working tree clean), and with --json one JSON object on the last stdout line.
  * Progress goes to stderr. Speed is measured here, never in unit tests.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import os from 'node:os';
 import path from 'node:path';
-import { writeFile } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 import { spawn } from 'node:child_process';
 import { parse, str } from './args';
@@ -43,6 +44,9 @@ import {
 } from '../bench/perf/report';
 import { UserError } from '../core/errors';
 
+/** Where the bench's tables go without --out: an ignored folder (.gitignore), so a run leaves no change to commit. */
+export const DEFAULT_BENCH_OUT = '.bench/bench-results.md';
+
 export const BENCH_HELP = `bench [--quick] [--json] [--out FILE] [--no-browser] [--browser-backends webgpu,wasm]
       [--sections matmul,gen,ppo,lm,memory,dispatch] [--big-memory gpt2,distilgpt2|none]
       [--big-memory-setups four-model,lora-ppo,grpo-lora] [--big-memory-adam fused|tfjs]
@@ -50,7 +54,7 @@ export const BENCH_HELP = `bench [--quick] [--json] [--out FILE] [--no-browser] 
   Matmul peak, generation with/without the KV cache, the PPO step by phase with update MFU, LM training vs
   @genai-fi/nanogpt, four-model, LoRA PPO and GRPO LoRA memory at GPT-2 sizes, and WebGPU dispatches per layer and
   per step (Node WebGPU, any adapter); in Node and in headless Chromium (WebGPU, WASM). --quick runs
-  the smallest sizes (≈ 8 minutes on 2 cores). Writes the tables to --out (default bench-results.md).
+  the smallest sizes (≈ 8 minutes on 2 cores). Writes the tables to --out (default .bench/bench-results.md).
   --gpu: only WebGPU in Node (Dawn) on whatever adapter exists: the adapter, its matmul peak, the tiny PPO step
   (seconds, update MFU, dispatches and readbacks per step) and GPT-2 dispatches per layer; smallest sizes on a
   software adapter.`;
@@ -257,7 +261,8 @@ export async function cmdBench(argv: string[]): Promise<void> {
     seconds: (performance.now() - t0) / 1000,
   };
   const md = markdown(report);
-  const out = str('bench', v, 'out') ?? 'bench-results.md';
+  const out = str('bench', v, 'out') ?? DEFAULT_BENCH_OUT;
+  await mkdir(path.dirname(out), { recursive: true });
   await writeFile(out, md);
   process.stdout.write(md);
   log(`bench: wrote ${out}`);
