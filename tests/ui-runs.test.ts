@@ -21,7 +21,7 @@ import {
 } from '../src/ui/lib/runs';
 import { ema, overlayPoints, overlaySeries, valueDomain } from '../src/ui/lib/series';
 import { hashFor, readComparisonHash, readConfigHash, splitComparison } from '../src/ui/lib/url-config';
-import { addCompared } from '../src/ui/store/runs-slice';
+import { addCompared } from '../src/ui/store/kept-runs-slice';
 import type { MetricsByName } from '../src/worker/protocol';
 
 const cfg = (over: Record<string, unknown> = {}): TrainConfig => validateConfig({ ...over });

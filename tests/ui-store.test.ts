@@ -8,7 +8,7 @@ import type { ModelWorker } from '../src/ui/bridge';
 import { createFakeWorker, type FakeWorker } from '../src/ui/dev/fake-worker';
 import { readConfigHash } from '../src/ui/lib/url-config';
 import { createPlaygroundStore, type PlaygroundStore } from '../src/ui/store/store';
-import { SAMPLE_STEPS_KEPT } from '../src/ui/store/run-slice';
+import { SAMPLE_STEPS_KEPT } from '../src/ui/store/training-slice';
 import { pendingKeys, runStarted } from '../src/ui/store/config-sync';
 
 interface Harness {

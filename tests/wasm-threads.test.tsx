@@ -141,7 +141,7 @@ describe('the top bar says WASM’s threads', () => {
       sendDelayMs: 0,
     });
     const render = (backend: BackendReport): string => {
-      store.setState({ backend, backendPhase: 'ready' });
+      store.setState({ backend, backendLoadState: 'ready' });
       store.getInitialState = () => store.getState();
       return renderToString(
         <StoreContext.Provider value={store}>

@@ -3,7 +3,7 @@ import { BACKEND_LABEL, BACKEND_OPTIONS, isBackendPref } from '../backend-prefs'
 import {
   useActions,
   useBackend,
-  useBackendPhase,
+  useBackendLoadState,
   useBackendPref,
   useGenerating,
   useRunState,
@@ -30,14 +30,14 @@ export function wasmThreadsText(report: BackendReport | null): string | null {
 /** Which tfjs backend the worker runs on (with WASM's threads), and a way to switch (top bar). */
 export function BackendBadge() {
   const report = useBackend();
-  const phase = useBackendPhase();
+  const loadState = useBackendLoadState();
   const pref = useBackendPref();
   const generating = useGenerating();
   const running = useRunState() === 'running';
   const { chooseBackend } = useActions();
   const selectId = useId();
 
-  const busy = phase === 'busy' || phase === 'idle';
+  const busy = loadState === 'busy' || loadState === 'idle';
   const threads = wasmThreadsText(report);
   return (
     <section

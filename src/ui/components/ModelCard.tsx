@@ -9,7 +9,7 @@ import {
   useMemory,
   useModel,
   useModelChoice,
-  useModelPhase,
+  useModelLoadState,
   usePlayground,
   useProgress,
   useRunState,
@@ -71,14 +71,14 @@ function ModelFacts() {
 /** Built-in tiny, a Hub id, or files from disk (config.json + model.safetensors). */
 function ModelPicker() {
   const choice = useModelChoice();
-  const phase = useModelPhase();
+  const loadState = useModelLoadState();
   const progress = useProgress();
   const running = useRunState() === 'running';
   const { chooseModel, loadModel, showError } = useActions();
   const [files, setFiles] = useState<File[]>([]);
   const filesInput = useRef<HTMLInputElement>(null);
   const name = useId();
-  const busy = phase === 'busy';
+  const busy = loadState === 'busy';
 
   const load = async () => {
     if (choice === 'files') {
@@ -193,13 +193,13 @@ function LoraNote() {
 
 export function ModelCard() {
   const model = useModel();
-  const phase = useModelPhase();
+  const loadState = useModelLoadState();
   return (
     <section className="card" aria-labelledby="model-heading">
       <h2 id="model-heading">Model</h2>
       <ModelPicker />
       {!model && (
-        <p className="muted">{phase === 'error' ? 'No model loaded.' : 'Loading the built-in model…'}</p>
+        <p className="muted">{loadState === 'error' ? 'No model loaded.' : 'Loading the built-in model…'}</p>
       )}
       <LoraNote />
       <ModelFacts />

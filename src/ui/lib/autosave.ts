@@ -8,7 +8,7 @@ import { validateConfig, type TrainConfig } from '../../core/config';
 import type { AutosaveInfoWire, ModelWorkerApi } from '../../worker/protocol';
 import type { PlaygroundStore } from '../store/store';
 import { configProblem } from '../store/config-sync';
-import { EMPTY_HISTORY } from '../store/run-slice';
+import { EMPTY_HISTORY } from '../store/training-slice';
 import { formatBytes } from './format';
 
 /** The worker as the reliability components see it (main.tsx provides it next to the store). */

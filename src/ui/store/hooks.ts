@@ -18,9 +18,9 @@ export function usePlayground<T>(selector: (s: PlaygroundState) => T): T {
 export const useActions = () => usePlayground((s) => s.actions);
 export const useBackend = () => usePlayground((s) => s.backend);
 export const useBackendPref = () => usePlayground((s) => s.backendPref);
-export const useBackendPhase = () => usePlayground((s) => s.backendPhase);
+export const useBackendLoadState = () => usePlayground((s) => s.backendLoadState);
 export const useModel = () => usePlayground((s) => s.model);
-export const useModelPhase = () => usePlayground((s) => s.modelPhase);
+export const useModelLoadState = () => usePlayground((s) => s.modelLoadState);
 export const useMemory = () => usePlayground((s) => s.memory);
 export const useParam = <K extends keyof GenerateParams>(key: K) => usePlayground((s) => s.params[key]);
 export const useOutput = () => usePlayground((s) => s.output);
@@ -28,7 +28,7 @@ export const useGenerating = () => usePlayground((s) => s.generating);
 export const useError = () => usePlayground((s) => s.error);
 /** Generation needs a ready model and no backend switch under way. */
 export const useCanGenerate = () =>
-  usePlayground((s) => s.modelPhase === 'ready' && s.backendPhase === 'ready' && !s.generating);
+  usePlayground((s) => s.modelLoadState === 'ready' && s.backendLoadState === 'ready' && !s.generating);
 
 // ---- training ----
 export const useRunState = () => usePlayground((s) => s.run?.state ?? 'idle');
@@ -79,7 +79,9 @@ export const useRewardInWords = () => usePlayground((s) => s.run?.reward ?? null
 export const useModelChoice = () => usePlayground((s) => s.modelChoice);
 /** Training and stepping need a ready model, a ready backend and a usable config. */
 export const useCanTrain = () =>
-  usePlayground((s) => s.modelPhase === 'ready' && s.backendPhase === 'ready' && s.configProblem === null);
+  usePlayground(
+    (s) => s.modelLoadState === 'ready' && s.backendLoadState === 'ready' && s.configProblem === null,
+  );
 
 // ---- kept runs and the comparison ----
 export const useRuns = () => usePlayground((s) => s.runs);

@@ -3,7 +3,7 @@ import { validateConfig, type TrainConfig } from '../../core/config';
 import { describeError } from '../errors';
 import { configProblem } from './config-sync';
 import type { SliceContext } from './context';
-import { EMPTY_HISTORY } from './run-slice';
+import { EMPTY_HISTORY } from './training-slice';
 import type { IoTask, PlaygroundActions } from './types';
 
 type IoActions = Pick<
@@ -44,15 +44,15 @@ export function createIoActions(ctx: SliceContext): IoActions {
     },
 
     async loadModel(source) {
-      if (get().modelPhase === 'busy') return;
-      set({ modelPhase: 'busy', progress: null, error: null });
+      if (get().modelLoadState === 'busy') return;
+      set({ modelLoadState: 'busy', progress: null, error: null });
       try {
         // The worker makes it config `model` and restarts the run (its status event updates the controls).
         const model = await api.loadModel(source);
-        set({ model, modelPhase: 'ready', progress: null });
+        set({ model, modelLoadState: 'ready', progress: null });
         await get().actions.preselectLora(model);
       } catch (e) {
-        set({ modelPhase: get().model ? 'ready' : 'error', progress: null, error: describeError(e) });
+        set({ modelLoadState: get().model ? 'ready' : 'error', progress: null, error: describeError(e) });
       }
       await ctx.refreshMemory();
     },

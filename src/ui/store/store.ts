@@ -12,8 +12,8 @@ import { configProblem, createConfigSync, toWire } from './config-sync';
 import type { SliceContext, StoreOptions } from './context';
 import { createIoActions } from './io-slice';
 import { createEstimateActions } from './estimate-slice';
-import { createRunActions, reduceEvent } from './run-slice';
-import { comparedConfigs, createRunsKeeper } from './runs-slice';
+import { createTrainingActions, reduceEvent } from './training-slice';
+import { comparedConfigs, createKeptRuns } from './kept-runs-slice';
 import type { GenerateParams, PlaygroundData, PlaygroundState } from './types';
 
 export type { StoreOptions } from './context';
@@ -34,9 +34,9 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
   return {
     backendPref,
     backend: null,
-    backendPhase: 'idle',
+    backendLoadState: 'idle',
     model: null,
-    modelPhase: 'idle',
+    modelLoadState: 'idle',
     memory: null,
     params: DEFAULT_PARAMS,
     output: null,
@@ -122,7 +122,7 @@ export function createPlaygroundStore(
     const applyEvent = (e: TrainerEvent) => {
       const before = get().config;
       set(reduceEvent(get(), e));
-      keeper.onEvent(e);
+      keptRuns.afterEvent(e);
       writeHash(get().config !== before);
     };
 
@@ -136,7 +136,7 @@ export function createPlaygroundStore(
       writeHash: () => writeHash(true),
     };
     const sync = createConfigSync(ctx);
-    const keeper = createRunsKeeper(ctx);
+    const keptRuns = createKeptRuns(ctx);
 
     let lastMemoryAt = 0;
     const onEvent = (e: TrainerEvent) => {
@@ -159,19 +159,23 @@ export function createPlaygroundStore(
       const hadModel = get().model !== null;
       set({
         backendPref: pref,
-        backendPhase: 'busy',
-        modelPhase: hadModel ? 'busy' : get().modelPhase,
+        backendLoadState: 'busy',
+        modelLoadState: hadModel ? 'busy' : get().modelLoadState,
       });
       try {
         // `?wasmThreads=N` in the page's address: WASM's thread count (the worker checks it; docs/tfjs.md).
         const wasmThreads =
           Number(new URLSearchParams(globalThis.location?.search).get('wasmThreads')) || undefined;
         const backend = await (first ? api.init(pref, { wasmThreads }) : api.setBackend(pref));
-        set({ backend, backendPhase: 'ready', modelPhase: hadModel ? 'ready' : get().modelPhase });
+        set({
+          backend,
+          backendLoadState: 'ready',
+          modelLoadState: hadModel ? 'ready' : get().modelLoadState,
+        });
       } catch (e) {
         set({
-          backendPhase: 'error',
-          modelPhase: hadModel ? 'error' : get().modelPhase,
+          backendLoadState: 'error',
+          modelLoadState: hadModel ? 'error' : get().modelLoadState,
           error: describeError(e),
         });
       }
@@ -179,12 +183,12 @@ export function createPlaygroundStore(
 
     /** The model the config names (the built-in tiny one unless the link says otherwise). */
     const loadConfiguredModel = async () => {
-      set({ modelPhase: 'busy', progress: null });
+      set({ modelLoadState: 'busy', progress: null });
       try {
         const model = await api.loadModel(modelSourceFor(get().config.model));
-        set({ model, modelPhase: 'ready', progress: null });
+        set({ model, modelLoadState: 'ready', progress: null });
       } catch (e) {
-        set({ modelPhase: 'error', progress: null, error: describeError(e) });
+        set({ modelLoadState: 'error', progress: null, error: describeError(e) });
       }
     };
 
@@ -210,12 +214,12 @@ export function createPlaygroundStore(
       ...initialData(backendPref, opts.hash),
       actions: {
         async start() {
-          if (get().backendPhase !== 'idle') return;
+          if (get().backendLoadState !== 'idle') return;
           // selectBackend marks the backend busy before its first await: a second start() returns above.
-          const loaded = keeper.load();
+          const loaded = keptRuns.load();
           await selectBackend(get().backendPref, true);
           await loaded;
-          if (get().backendPhase !== 'ready') return;
+          if (get().backendLoadState !== 'ready') return;
           await subscribe();
           await loadConfiguredModel();
           if (get().model !== null) await configureFirstRun();
@@ -226,7 +230,7 @@ export function createPlaygroundStore(
           writeBackendToUrl(pref);
           await selectBackend(pref, false);
           // A model that failed to load before gets another try on the new backend.
-          if (get().backendPhase === 'ready' && get().model === null) await loadConfiguredModel();
+          if (get().backendLoadState === 'ready' && get().model === null) await loadConfiguredModel();
           await refreshMemory();
         },
 
@@ -259,18 +263,18 @@ export function createPlaygroundStore(
           set({
             error: message,
             generating: false,
-            backendPhase: 'error',
-            modelPhase: 'error',
+            backendLoadState: 'error',
+            modelLoadState: 'error',
             command: null,
             ioTask: null,
             run: get().run && { ...get().run!, state: 'paused', phase: 'idle' },
           });
         },
 
-        ...createRunActions(ctx, sync),
+        ...createTrainingActions(ctx, sync),
         ...createIoActions(ctx),
         ...createEstimateActions(ctx),
-        ...keeper.actions,
+        ...keptRuns.actions,
       },
     };
   });

@@ -17,8 +17,11 @@ import type {
 import type { HeatmapMode } from '../lib/heat';
 import type { KeptRun } from '../lib/runs';
 
-/** idle: not started · busy: a worker call is running · ready · error: the last attempt failed. */
-export type Phase = 'idle' | 'busy' | 'ready' | 'error';
+/**
+ * Where starting the backend or loading the model stands (not the training phase, which the worker reports in
+ * RunStatus.phase): idle: not started · busy: a worker call is running · ready · error: the last attempt failed.
+ */
+export type LoadState = 'idle' | 'busy' | 'ready' | 'error';
 
 export interface GenerateParams {
   prompt: string;
@@ -60,9 +63,9 @@ export interface LoraNote {
 export interface PlaygroundData {
   backendPref: BackendPref;
   backend: BackendReport | null;
-  backendPhase: Phase;
+  backendLoadState: LoadState;
   model: ModelSummary | null;
-  modelPhase: Phase;
+  modelLoadState: LoadState;
   memory: MemoryReport | null;
   params: GenerateParams;
   /** The last generation and the prompt it continued. */

@@ -1,11 +1,15 @@
-/** The training run: the worker's events into the store, run commands, and config edits. */
+/**
+ * The training job in the worker: its events into the store, the run commands (start, pause, step, reset, a
+ * new run), the person's config edits (controls and URL hash), and how the charts and samples are viewed.
+ * The runs kept for comparison are kept-runs-slice.ts.
+ */
 import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../core/config';
 import type { AlertView, MetricsByName, RunStatus, TrainerEvent } from '../../worker/protocol';
 import { describeError } from '../errors';
 import { hashFor, readComparisonHash, readConfigHash, splitComparison } from '../lib/url-config';
 import { configProblem, mergeWorkerConfig, runStarted, type ConfigSync } from './config-sync';
 import type { SliceContext } from './context';
-import { comparedConfigs } from './runs-slice';
+import { comparedConfigs } from './kept-runs-slice';
 import type { PlaygroundActions, PlaygroundData, RunCommand, StepSamples } from './types';
 
 /** Steps whose samples are kept for browsing. */
@@ -66,7 +70,7 @@ export function reduceEvent(s: PlaygroundData, e: TrainerEvent): Partial<Playgro
   }
 }
 
-type RunActions = Pick<
+type TrainingActions = Pick<
   PlaygroundActions,
   | 'startRun'
   | 'pauseRun'
@@ -82,7 +86,7 @@ type RunActions = Pick<
   | 'launchRun'
 >;
 
-export function createRunActions(ctx: SliceContext, sync: ConfigSync): RunActions {
+export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): TrainingActions {
   const { api, set, get } = ctx;
 
   /** One run command at a time; the status it answers with is the truth. */

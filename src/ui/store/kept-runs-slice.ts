@@ -2,6 +2,7 @@
  * Kept runs and the comparison: every run that takes a step is kept (config, seed, metric history, a name),
  * written to storage as it goes, and dropped oldest first past the budget; chosen runs are overlaid on the
  * charts, travel in the URL hash (configs and seeds only) and can be run again with one setting changed.
+ * The job the worker is training now is training-slice.ts.
  */
 import type { TrainConfig } from '../../core/config';
 import type { TrainerEvent } from '../../worker/protocol';
@@ -47,7 +48,7 @@ export function addCompared(compared: readonly string[], id: string, max = MAX_C
   return out.slice(Math.max(0, out.length - max));
 }
 
-type RunsActions = Pick<
+type KeptRunsActions = Pick<
   PlaygroundActions,
   | 'renameRun'
   | 'deleteRun'
@@ -61,7 +62,7 @@ type RunsActions = Pick<
   | 'flushRuns'
 >;
 
-export function createRunsKeeper(ctx: SliceContext) {
+export function createKeptRuns(ctx: SliceContext) {
   const { set, get } = ctx;
   const storage = ctx.opts.runStorage;
   const timers = new Map<string, ReturnType<typeof setTimeout>>();
@@ -159,7 +160,7 @@ export function createRunsKeeper(ctx: SliceContext) {
     await get().actions.launchRun(config);
   };
 
-  const actions: RunsActions = {
+  const actions: KeptRunsActions = {
     renameRun(id, name) {
       const s = get();
       const trimmed = name.trim().replace(/\s+/g, ' ');
@@ -256,11 +257,11 @@ export function createRunsKeeper(ctx: SliceContext) {
       }
     },
     /** Called with every worker event, after the store took it in. */
-    onEvent(e: TrainerEvent): void {
+    afterEvent(e: TrainerEvent): void {
       if (e.type === 'step') afterStep();
       else if (e.type === 'status') afterStatus();
     },
   };
 }
 
-export type RunsKeeper = ReturnType<typeof createRunsKeeper>;
+export type KeptRuns = ReturnType<typeof createKeptRuns>;
