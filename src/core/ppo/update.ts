@@ -20,11 +20,25 @@ export interface Objective<K extends string> {
   stats: Record<K, tf.Scalar>;
 }
 
-/** One model's part: its optimizer, its variables, and its objective (a part may name only some of the stats). */
+/**
+ * One model's part: its optimizer, its variables, and its objective (a part may name only some of the stats).
+ * With micro-batches (`JointStepOptions.microBatches` > 1) the objective is called once per micro-batch, with the
+ * micro-batch's index; each call returns that micro-batch's SHARE of the minibatch's loss and statistics (sums
+ * over its rows divided by the whole minibatch's count: `Denominators` in src/core/ppo/losses.ts), so that the
+ * sum over micro-batches is the minibatch's loss exactly as one micro-batch would compute it.
+ */
 export interface UpdatePart<K extends string> {
   optimizer: tf.Optimizer;
   vars: tf.Variable[];
-  objective: () => { loss: tf.Scalar; stats: Partial<Record<K, tf.Scalar>> };
+  objective: (micro: number) => { loss: tf.Scalar; stats: Partial<Record<K, tf.Scalar>> };
+}
+
+/** Options of one guarded step. */
+export interface JointStepOptions<K extends string> {
+  /** How many micro-batches the minibatch is cut into (default 1: the objective is called once, with 0). */
+  microBatches?: number;
+  /** Statistics that are maxima over the minibatch (combined by max); the others are shares, combined by sum. */
+  maxStats?: readonly K[];
 }
 
 export interface JointStepResult<K extends string> {
@@ -42,30 +56,85 @@ export interface JointStepResult<K extends string> {
   stats: Record<K, number>;
 }
 
-function gradsOf<K extends string>(part: UpdatePart<K>) {
+/** One micro-batch's loss, gradients and statistics for one part (every tensor returned is kept). */
+function microGrads<K extends string>(part: UpdatePart<K>, micro: number) {
   let stats: Record<string, tf.Scalar> = {};
   const { value, grads } = tf.variableGrads(() => {
-    const o = part.objective();
+    const o = part.objective(micro);
     stats = Object.fromEntries(
       Object.entries(o.stats as Record<string, tf.Scalar>).map(([k, t]) => [k, tf.keep(t)]),
     );
     return o.loss;
   }, part.vars);
-  const norm = tf.tidy(
-    () => tf.sqrt(tf.addN(Object.values(grads).map((g) => tf.sum(tf.square(g))))) as tf.Scalar,
-  );
-  return { value, grads, norm, stats };
+  return { value, grads, stats };
+}
+
+/** `acc` + `add`, name by name, freeing both (the running sums of gradient accumulation). */
+function addInto(acc: tf.NamedTensorMap | null, add: tf.NamedTensorMap): tf.NamedTensorMap {
+  if (!acc) return add;
+  const out: tf.NamedTensorMap = {};
+  for (const [name, g] of Object.entries(add)) {
+    out[name] = tf.add(acc[name], g);
+    g.dispose();
+    acc[name].dispose();
+  }
+  return out;
 }
 
 /**
- * Differentiate each part, clip all gradients together to `maxGradNorm` (0 = no clipping) and apply each part's
- * optimizer. Statistic names must be distinct across parts.
+ * A part's loss, gradients and statistics over the whole minibatch: the micro-batches' shares summed (gradient
+ * accumulation), maxima combined by max. Only one micro-batch's activations are live at a time; the running sums
+ * (one gradient per trained variable, a few scalars) stay between micro-batches.
+ */
+function gradsOf<K extends string>(part: UpdatePart<K>, micros: number, maxStats: ReadonlySet<string>) {
+  let value: tf.Scalar | null = null;
+  let grads: tf.NamedTensorMap | null = null;
+  let stats: Record<string, tf.Scalar> = {};
+  for (let m = 0; m < micros; m++) {
+    const g = microGrads(part, m);
+    grads = addInto(grads, g.grads);
+    if (value === null) {
+      value = g.value;
+      stats = g.stats;
+      continue;
+    }
+    const prevValue: tf.Scalar = value;
+    value = tf.add(prevValue, g.value) as tf.Scalar;
+    tf.dispose([prevValue, g.value]);
+    const prev = stats;
+    const next: Record<string, tf.Scalar> = {};
+    for (const k of Object.keys(prev)) {
+      next[k] = (
+        maxStats.has(k) ? tf.maximum(prev[k], g.stats[k]) : tf.add(prev[k], g.stats[k])
+      ) as tf.Scalar;
+    }
+    tf.dispose([...Object.values(prev), ...Object.values(g.stats)]);
+    stats = next;
+  }
+  const summed = grads!;
+  // The norm of the SUMMED gradient: what the clip acts on (never a sum of the micro-batches' norms).
+  const norm = tf.tidy(
+    () => tf.sqrt(tf.addN(Object.values(summed).map((x) => tf.sum(tf.square(x))))) as tf.Scalar,
+  );
+  return { value: value!, grads: summed, norm, stats };
+}
+
+/**
+ * Differentiate each part (over its micro-batches, gradients summed), clip all summed gradients together to
+ * `maxGradNorm` (0 = no clipping) and apply each part's optimizer ONCE. Statistic names must be distinct across
+ * parts.
  */
 export async function jointGuardedStep<K extends string>(
   parts: UpdatePart<K>[],
   maxGradNorm: number,
+  opts: JointStepOptions<K> = {},
 ): Promise<JointStepResult<K>> {
-  const done = parts.map(gradsOf);
+  const micros = opts.microBatches ?? 1;
+  if (!Number.isInteger(micros) || micros < 1) {
+    throw new Error(`jointGuardedStep: microBatches must be a whole number >= 1, got ${micros}`);
+  }
+  const maxStats = new Set<string>(opts.maxStats ?? []);
+  const done = parts.map((p) => gradsOf(p, micros, maxStats));
   const names: K[] = done.flatMap((d) => Object.keys(d.stats) as K[]);
   const all = tf.tidy(() =>
     tf.stack([
