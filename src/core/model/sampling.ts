@@ -25,8 +25,17 @@ export interface SampleOptions {
   stopToken?: number | null;
   /** Id written after a row has stopped and at left padding; never compared to find padding. */
   padId: number;
-  /** Seed or a live Rng (a live one advances, so a training run keeps one stream). */
-  rng: Rng | number;
+  /**
+   * Seed or a live Rng (a live one advances, so a training run keeps one stream), or one Rng per row: then row b
+   * draws its uniforms from its own stream only, so its tokens do not depend on which rows are generated beside
+   * it (generation in micro-batches gives the same tokens as one batch: `generateInMicroBatches`).
+   */
+  rng: Rng | number | Rng[];
+  /**
+   * Left-pad the prompts to this length (at least the longest prompt). Micro-batches of one batch pass the whole
+   * batch's longest prompt, so every row runs with the same shapes (and the same float32 sums) either way.
+   */
+  padTo?: number;
   /** false = recompute the whole sequence each token (the slow baseline, for benchmarks and tests). */
   useCache?: boolean;
   /** Check for "every row stopped" every this many tokens (one scalar readback). Default 8. */
@@ -46,8 +55,9 @@ const FILTERED = -1e30;
 export function leftPad(
   prompts: number[][],
   padId: number,
+  padTo = 0,
 ): { ids: Int32Array; mask: Int32Array; Tp: number } {
-  const Tp = Math.max(...prompts.map((p) => p.length));
+  const Tp = Math.max(padTo, ...prompts.map((p) => p.length));
   const B = prompts.length;
   const ids = new Int32Array(B * Tp).fill(padId);
   const mask = new Int32Array(B * Tp);
@@ -139,7 +149,7 @@ function validate(model: GPT2, prompts: number[][], o: SampleOptions): void {
   if (!Number.isInteger(o.maxNewTokens) || o.maxNewTokens < 1) {
     throw new UserError(`generate: maxNewTokens must be a positive integer, got ${o.maxNewTokens}.`);
   }
-  const Tp = Math.max(...prompts.map((p) => p.length));
+  const Tp = Math.max(o.padTo ?? 0, ...prompts.map((p) => p.length));
   if (Tp + o.maxNewTokens > c.n_positions) {
     throw new UserError(
       `generate: prompt (${Tp} tokens) + maxNewTokens (${o.maxNewTokens}) exceeds the model's n_positions (${c.n_positions}).`,
@@ -163,14 +173,18 @@ export async function generate(
   opts: SampleOptions,
 ): Promise<GenerateResult> {
   validate(model, prompts, opts);
-  const rng = typeof opts.rng === 'number' ? new Rng(opts.rng) : opts.rng;
   const B = prompts.length;
+  const rowRngs = Array.isArray(opts.rng) ? opts.rng : null;
+  if (rowRngs && rowRngs.length !== B) {
+    throw new Error(`generate: ${rowRngs.length} per-row random streams for ${B} prompts`);
+  }
+  const rng = rowRngs ? null : typeof opts.rng === 'number' ? new Rng(opts.rng) : (opts.rng as Rng);
   const N = opts.maxNewTokens;
   const topK = opts.topK ?? 0;
   const topP = opts.topP ?? 1;
   const stop = opts.stopToken ?? null;
   const checkEvery = opts.stopCheckEvery ?? 8;
-  const { ids, mask, Tp } = leftPad(prompts, opts.padId);
+  const { ids, mask, Tp } = leftPad(prompts, opts.padId, opts.padTo);
   const S = Tp + N;
   const realLen = prompts.map((p) => p.length);
 
@@ -178,7 +192,7 @@ export async function generate(
     opts.temperature === 0
       ? null
       : tf.tensor2d(
-          Array.from({ length: B }, () => rng.next()),
+          Array.from({ length: B }, (_, b) => (rowRngs ? rowRngs[b].next() : rng!.next())),
           [B, 1],
         );
 
@@ -327,4 +341,33 @@ export async function generate(
     logits.dispose();
     finished.dispose();
   }
+}
+
+/**
+ * `generate` over slices of at most `microBatch` rows (0 or ≥ the batch: one slice), concatenated: only one
+ * slice's KV cache and logits are live at a time. With per-row random streams (`opts.rng` an array) and the
+ * whole batch's prompt length (`padTo`, set here), every row gets the tokens it would get in one batch.
+ */
+export async function generateInMicroBatches(
+  model: GPT2,
+  prompts: number[][],
+  opts: SampleOptions & { rng: Rng[] },
+  microBatch: number,
+): Promise<GenerateResult> {
+  const B = prompts.length;
+  const size = microBatch > 0 ? Math.min(microBatch, B) : B;
+  if (size === B) return generate(model, prompts, opts);
+  const padTo = Math.max(opts.padTo ?? 0, ...prompts.map((p) => p.length));
+  const tokens: number[][] = [];
+  const logprobs: number[][] = [];
+  for (let s = 0; s < B; s += size) {
+    const part = await generate(model, prompts.slice(s, s + size), {
+      ...opts,
+      padTo,
+      rng: opts.rng.slice(s, s + size),
+    });
+    tokens.push(...part.tokens);
+    logprobs.push(...part.logprobs);
+  }
+  return { tokens, logprobs };
 }
