@@ -53,7 +53,7 @@ describe('autosave in the UI', () => {
     const s = store.getState();
     expect(s.run).toMatchObject({ state: 'paused', step: 2 });
     expect(s.metrics.map((m) => m.step)).toEqual([1, 2]);
-    expect(s.config.klCoef).toBe(0.2);
+    expect(s.editedConfig.klCoef).toBe(0.2);
     expect(s.configProblem).toBeNull();
     expect(s.error).toBeNull();
   });

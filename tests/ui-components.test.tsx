@@ -71,9 +71,9 @@ describe('components', () => {
       phase: 'idle' as const,
       step: 3,
       steps: 100,
-      config: { ...store.getState().config },
+      config: { ...store.getState().editedConfig },
     };
-    store.setState({ run, config: { ...store.getState().config, batchSize: 4 } });
+    store.setState({ run, editedConfig: { ...store.getState().editedConfig, batchSize: 4 } });
     const out = html(store, <ConfigControl name="batchSize" />);
     expect(out).toContain('applies on reset');
     expect(out).toContain('control-waiting');
@@ -83,7 +83,7 @@ describe('components', () => {
   it('the top bar has Start, Pause, Step and Reset, and "Step N"', () => {
     const store = storeWith();
     store.setState({
-      run: { state: 'idle', phase: 'idle', step: 12, steps: 1000, config: store.getState().config },
+      run: { state: 'idle', phase: 'idle', step: 12, steps: 1000, config: store.getState().editedConfig },
     });
     const out = html(store, <TopBar />);
     for (const name of ['Start', 'Pause', 'Step', 'Reset'])

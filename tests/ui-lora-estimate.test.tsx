@@ -158,7 +158,7 @@ function createFakeWorkerConfig() {
   return structuredClone(
     createPlaygroundStore(createFakeWorker() as unknown as ModelWorker, 'auto', {
       writeHash: () => {},
-    }).getState().config,
+    }).getState().editedConfig,
   );
 }
 
@@ -177,11 +177,11 @@ describe('the store: estimate from the worker, LoRA on loading GPT-2', () => {
 
   it('loading GPT-2 (124 M) turns LoRA on with 3e-4 and says why; "Train all weights instead" undoes it', async () => {
     const h = await started();
-    expect(h.store.getState().config).toMatchObject({ lora: 0, learningRate: 1e-4 });
+    expect(h.store.getState().editedConfig).toMatchObject({ lora: 0, learningRate: 1e-4 });
     await h.store.getState().actions.loadModel({ kind: 'hub', repo: 'openai-community/gpt2' });
     const s = h.store.getState();
     expect(s.model?.params).toBe(124_439_808);
-    expect(s.config).toMatchObject({ model: 'openai-community/gpt2', lora: 8, learningRate: 3e-4 });
+    expect(s.editedConfig).toMatchObject({ model: 'openai-community/gpt2', lora: 8, learningRate: 3e-4 });
     expect(s.loraNote?.text).toMatch(
       /^openai-community\/gpt2 has 124 M parameters: full copies need ≈ \d\.\d GB of weights and optimiser state; LoRA trains 1\.2 M adapter parameters on one shared base \(≈ \d\.\d GB with the activations of this batch\)\. LoRA is on \(lora 8\)\. The learning rate went from 0\.0001/,
     );
@@ -193,7 +193,7 @@ describe('the store: estimate from the worker, LoRA on loading GPT-2', () => {
     expect(card).toContain('Train all weights instead');
 
     s.actions.trainAllWeights();
-    expect(h.store.getState().config).toMatchObject({ lora: 0, learningRate: 1e-4 });
+    expect(h.store.getState().editedConfig).toMatchObject({ lora: 0, learningRate: 1e-4 });
     expect(h.store.getState().loraNote).toBeNull();
     await s.actions.flushConfig();
     expect(lastConfigure(h.fake)).toMatchObject({ lora: 0, learningRate: 1e-4 });
@@ -202,7 +202,7 @@ describe('the store: estimate from the worker, LoRA on loading GPT-2', () => {
   it('loading the tiny model changes nothing', async () => {
     const h = await started();
     await h.store.getState().actions.loadModel({ kind: 'builtin', name: 'tiny' });
-    expect(h.store.getState().config.lora).toBe(0);
+    expect(h.store.getState().editedConfig.lora).toBe(0);
     expect(h.store.getState().loraNote).toBeNull();
   });
 });
@@ -254,10 +254,10 @@ describe('components', () => {
     for (const t of ['c_attn', 'attn.c_proj', 'c_fc', 'mlp.c_proj']) expect(targets).toContain(t);
     expect(targets.match(/type="checkbox"/g)?.length).toBe(4);
 
-    const config = h.store.getState().config;
+    const config = h.store.getState().editedConfig;
     h.store.setState({
       run: { state: 'paused', phase: 'idle', step: 2, steps: 100, config: { ...config } },
-      config: { ...config, lora: 16 },
+      editedConfig: { ...config, lora: 16 },
     });
     const waiting = html(h.store, <ConfigControl name="lora" />);
     expect(waiting).toContain('applies on reset');

@@ -171,7 +171,7 @@ describe('the comparison', () => {
       [1e-4, 3],
       [3e-4, 3],
     ]);
-    expect(splitComparison(hash).config).toBe(hashFor(h.store.getState().config));
+    expect(splitComparison(hash).config).toBe(hashFor(h.store.getState().editedConfig));
 
     h.store.getState().actions.exportComparisonCsv();
     const csv = String(h.downloads.at(-1)!.data).trimEnd().split('\n');
@@ -231,7 +231,7 @@ describe('the comparison', () => {
     const b = validateConfig({ batchSize: 2, miniBatches: 1, steps: 2, seed: 12, learningRate: 3e-4 });
     const h = await started(`#${hashFor(a, [a, b])}`);
     expect(h.store.getState().linkedRuns).toEqual([a, b]);
-    expect(h.store.getState().config).toEqual(a);
+    expect(h.store.getState().editedConfig).toEqual(a);
     await h.store.getState().actions.rerunLinked();
     expect(h.store.getState().linkedRuns).toBeNull();
     await h.fake.tick();
@@ -240,7 +240,7 @@ describe('the comparison', () => {
     await flush();
     await flush();
     expect(h.store.getState().run?.state).toBe('running');
-    expect(h.store.getState().config.seed).toBe(12);
+    expect(h.store.getState().editedConfig.seed).toBe(12);
     await h.fake.tick();
     await h.fake.tick();
     await flush();
@@ -258,7 +258,7 @@ describe('the comparison', () => {
     const h = await started();
     const a = validateConfig({ seed: 1 });
     const b = validateConfig({ seed: 2 });
-    h.store.getState().actions.hashChanged(`#${hashFor(h.store.getState().config, [a, b])}`);
+    h.store.getState().actions.hashChanged(`#${hashFor(h.store.getState().editedConfig, [a, b])}`);
     expect(h.store.getState().linkedRuns).toEqual([a, b]);
     h.store.getState().actions.dismissLinkedRuns();
     expect(h.store.getState().linkedRuns).toBeNull();

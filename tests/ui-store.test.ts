@@ -40,12 +40,18 @@ describe('config in the URL hash', () => {
     const h = await started('#batchSize=2&miniBatches=1&ppoEpochs=1&responseLength=4&steps=1000&seed=7');
     const s = h.store.getState();
     expect(s.error).toBeNull();
-    expect(s.config).toMatchObject({ batchSize: 2, miniBatches: 1, responseLength: 4, steps: 1000, seed: 7 });
+    expect(s.editedConfig).toMatchObject({
+      batchSize: 2,
+      miniBatches: 1,
+      responseLength: 4,
+      steps: 1000,
+      seed: 7,
+    });
     s.actions.setConfigValue('klCoef', 0.2);
     const hash = h.hashes[h.hashes.length - 1];
     expect(hash).toContain('klCoef=0.2');
     expect(hash).toContain('seed=7');
-    expect(readConfigHash(hash)).toEqual({ config: h.store.getState().config, error: null });
+    expect(readConfigHash(hash)).toEqual({ config: h.store.getState().editedConfig, error: null });
     // The worker got the same config (every key, nulls for the optional ones left out).
     await s.actions.flushConfig();
     const sent = calls(h.fake, 'configure').at(-1) as Record<string, unknown>;
@@ -63,8 +69,8 @@ describe('config in the URL hash', () => {
       const s = h.store.getState();
       expect(s.error).toContain('could not be used, so the defaults are loaded instead');
       expect(s.error).toContain(words);
-      expect(s.config.klCoef).toBe(0.05);
-      expect(s.config.batchSize).toBe(16);
+      expect(s.editedConfig.klCoef).toBe(0.05);
+      expect(s.editedConfig.batchSize).toBe(16);
     }
   });
 
@@ -79,7 +85,7 @@ describe('config in the URL hash', () => {
   it('a pasted link (hashchange) replaces the config', async () => {
     const h = await started();
     h.store.getState().actions.hashChanged('#klCoef=0.3&task=length');
-    expect(h.store.getState().config).toMatchObject({ klCoef: 0.3, task: 'length' });
+    expect(h.store.getState().editedConfig).toMatchObject({ klCoef: 0.3, task: 'length' });
     await h.store.getState().actions.flushConfig();
     expect(h.store.getState().run?.config).toMatchObject({ klCoef: 0.3, task: 'length' });
   });
@@ -160,14 +166,14 @@ describe('the run', () => {
     expect(calls(h.fake, 'setHyperparameters')).toEqual([]);
     let s = h.store.getState();
     expect(runStarted(s.run)).toBe(true);
-    expect(pendingKeys(s.config, s.run?.config)).toEqual(['batchSize']);
+    expect(pendingKeys(s.editedConfig, s.run?.config)).toEqual(['batchSize']);
     await a.resetRun();
     s = h.store.getState();
     expect(s.run).toMatchObject({ state: 'idle', step: 0 });
     expect(s.run?.config.batchSize).toBe(4);
     expect(s.metrics).toEqual([]);
     expect(s.samples).toEqual([]);
-    expect(pendingKeys(s.config, s.run?.config)).toEqual([]);
+    expect(pendingKeys(s.editedConfig, s.run?.config)).toEqual([]);
   });
 
   it('pause stops; a failing step (reward code in a loop) is a plain error and the run pauses', async () => {
@@ -204,14 +210,14 @@ describe('models, rewards and files', () => {
     await h.store.getState().actions.trainRewardModel('{"prompt":"a","chosen":"b","rejected":"c"}\n');
     const s = h.store.getState();
     expect(s.rewardModel?.heldOutAccuracy).toBe(0.75);
-    expect(s.config.reward).toEqual({ model: 'preference-reward-model' });
+    expect(s.editedConfig.reward).toEqual({ model: 'preference-reward-model' });
     expect(h.hashes.at(-1)).toBe('klCoef=0.1');
   });
 
   it('loading a Hub model makes it config `model` (and the link)', async () => {
     const h = await started();
     await h.store.getState().actions.loadModel({ kind: 'hub', repo: 'distilbert/distilgpt2' });
-    expect(h.store.getState().config.model).toBe('distilbert/distilgpt2');
+    expect(h.store.getState().editedConfig.model).toBe('distilbert/distilgpt2');
     // An 82 M-parameter model also gets LoRA preselected (tests/ui-lora-estimate.test.tsx), which the link keeps.
     expect(h.hashes.at(-1)).toBe('model=distilbert%2Fdistilgpt2&lora=8&learningRate=0.0003');
   });
@@ -240,7 +246,7 @@ describe('models, rewards and files', () => {
     expect(s.error).toBeNull();
     expect(s.run?.step).toBe(3);
     expect(s.metrics.map((m) => m.step)).toEqual([1, 2, 3]);
-    expect(s.config.klCoef).toBe(0.2);
+    expect(s.editedConfig.klCoef).toBe(0.2);
     expect(h.hashes.at(-1)).toContain('klCoef=0.2');
     await a.stepRun();
     expect(h.store.getState().metrics.map((m) => m.step)).toEqual([1, 2, 3, 4]);

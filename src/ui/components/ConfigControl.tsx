@@ -13,7 +13,7 @@ import {
 } from '../../core/config';
 import { formatNumber } from '../lib/format';
 import { sliderScale, snapValue } from '../lib/slider-scale';
-import { useActions, useAppliesOnReset, useConfigValue, useRunStarted } from '../store/hooks';
+import { useActions, useAppliesOnReset, useEditedConfigValue, useRunStarted } from '../store/hooks';
 
 /** Keys that get a number box but no slider (a slider over 0…2³¹ helps nobody). */
 const NO_SLIDER: ReadonlySet<ConfigKey> = new Set(['seed']);
@@ -99,7 +99,7 @@ function NumberBox(props: {
 
 function NumberControl({ name }: { name: ConfigKey }) {
   const field = CONFIG_FIELDS[name] as NumberField;
-  const value = useConfigValue(name) as number;
+  const value = useEditedConfigValue(name) as number;
   const { setConfigValue } = useActions();
   const id = useId();
   const docId = `${id}-doc`;
@@ -144,7 +144,7 @@ function NumberControl({ name }: { name: ConfigKey }) {
 }
 
 function BooleanControl({ name }: { name: ConfigKey }) {
-  const value = useConfigValue(name) as boolean;
+  const value = useEditedConfigValue(name) as boolean;
   const { setConfigValue } = useActions();
   const id = useId();
   return (
@@ -171,7 +171,7 @@ function BooleanControl({ name }: { name: ConfigKey }) {
 
 function ChoiceControl({ name }: { name: ConfigKey }) {
   const field = CONFIG_FIELDS[name];
-  const value = useConfigValue(name) as string;
+  const value = useEditedConfigValue(name) as string;
   const { setConfigValue } = useActions();
   const id = useId();
   const choices = field.type === 'choice' ? field.choices : [];
@@ -203,7 +203,7 @@ function ChoiceControl({ name }: { name: ConfigKey }) {
 /** A non-empty subset of the field's choices (loraTargets): one checkbox each; the last one cannot be cleared. */
 function ChoicesControl({ name }: { name: ConfigKey }) {
   const field = CONFIG_FIELDS[name];
-  const value = useConfigValue(name) as string[];
+  const value = useEditedConfigValue(name) as string[];
   const { setConfigValue } = useActions();
   const id = useId();
   const choices = field.type === 'choices' ? field.choices : [];
@@ -232,7 +232,7 @@ function ChoicesControl({ name }: { name: ConfigKey }) {
 
 /** "eos", never, or a token id. */
 function StopTokenControl({ name }: { name: ConfigKey }) {
-  const value = useConfigValue(name) as StopToken;
+  const value = useEditedConfigValue(name) as StopToken;
   const { setConfigValue } = useActions();
   const id = useId();
   const kind = value === 'eos' ? 'eos' : value === null ? 'none' : 'id';

@@ -1,11 +1,11 @@
 import { useEffect, useId, useState } from 'react';
 import { CONFIG_FIELDS } from '../../core/config';
 import { TASKS } from '../lib/catalog';
-import { useActions, useConfigValue } from '../store/hooks';
+import { useActions, useEditedConfigValue } from '../store/hooks';
 import { AppliesOnReset } from './AppliesOnReset';
 
 function TaskPicker() {
-  const task = useConfigValue('task');
+  const task = useEditedConfigValue('task');
   const { setConfigValue } = useActions();
   const id = useId();
   const current = TASKS.find((t) => t.name === task);
@@ -34,7 +34,7 @@ function TaskPicker() {
 
 /** Your own prompts, one per line; empty = the task's. Committed when the box is left. */
 function PromptsEditor() {
-  const prompts = useConfigValue('prompts');
+  const prompts = useEditedConfigValue('prompts');
   const { setConfigValue } = useActions();
   const id = useId();
   const [text, setText] = useState((prompts ?? []).join('\n'));

@@ -26,7 +26,7 @@ export function MemoryEstimate() {
   const model = useModel();
   const backend = useBackend()?.backend ?? null;
   const estimate = usePlayground((s) => s.estimate);
-  const deps = usePlayground((s) => JSON.stringify(KEYS.map((k) => s.config[k] ?? null)));
+  const deps = usePlayground((s) => JSON.stringify(KEYS.map((k) => s.editedConfig[k] ?? null)));
   const { refreshEstimate } = useActions();
   const label = model?.label ?? null;
 

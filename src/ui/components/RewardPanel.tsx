@@ -4,7 +4,7 @@ import { REWARD_NAMES, TASKS } from '../lib/catalog';
 import { formatNumber } from '../lib/format';
 import {
   useActions,
-  useConfigValue,
+  useEditedConfigValue,
   useIoTask,
   useProgress,
   useRewardCodeInUse,
@@ -47,8 +47,8 @@ export function withWeight(
 }
 
 function RewardMix() {
-  const reward = useConfigValue('reward');
-  const task = useConfigValue('task');
+  const reward = useEditedConfigValue('reward');
+  const task = useEditedConfigValue('task');
   const { setConfigValue } = useActions();
   const id = useId();
   const isMix = reward !== undefined && typeof reward === 'object' && 'mix' in reward;

@@ -43,7 +43,7 @@ export function describeAutosave(info: AutosaveInfoWire, now = Date.now()): stri
 export async function resumeAutosaveIntoStore(api: ReliabilityWorker, store: PlaygroundStore): Promise<void> {
   const status = await api.resumeAutosave();
   const metrics = await api.history();
-  let config = store.getState().config;
+  let config = store.getState().editedConfig;
   try {
     config = validateConfig(status.config, 'autosave');
   } catch {
@@ -52,7 +52,7 @@ export async function resumeAutosaveIntoStore(api: ReliabilityWorker, store: Pla
   store.setState({
     ...EMPTY_HISTORY,
     metrics,
-    config,
+    editedConfig: config,
     configProblem: configProblem(config),
     run: status,
     ...(status.model ? { model: status.model } : {}),

@@ -1,7 +1,9 @@
 /**
- * Getting the config the person edits to the worker: live keys of a started run go to `setHyperparameters`
- * (gathered for a moment while a slider moves), everything else `configure`s the next run, and a non-live key
- * changed during a run waits for Reset ("applies on reset").
+ * Getting the config the person edits (the store's `editedConfig`) to the worker, whose job's config in force
+ * comes back in its status (the store's `run.config`). Live keys of a started run go as one
+ * `setHyperparameters(patch)` (gathered for a moment while a slider moves), everything else `configure`s the
+ * next run, and a non-live key changed during a run waits for Reset ("applies on reset"). The UI never writes
+ * `run.config` itself: every answer here is taken as the worker's status.
  */
 import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../../core/config';
 import type { ConfigPatch, RunStatus, TrainConfigWire } from '../../worker/protocol';
@@ -62,10 +64,10 @@ export function configProblem(config: TrainConfig): string | null {
 }
 
 /** The keys whose value differs between the edited config and the one in force. */
-export function pendingKeys(config: TrainConfig, inForce: TrainConfigWire | undefined): ConfigKey[] {
+export function pendingKeys(edited: TrainConfig, inForce: TrainConfigWire | undefined): ConfigKey[] {
   if (!inForce) return [];
   return (Object.keys(CONFIG_FIELDS) as ConfigKey[]).filter(
-    (k) => !sameValue(config[k] ?? null, inForce[k] ?? null),
+    (k) => !sameValue(edited[k] ?? null, inForce[k] ?? null),
   );
 }
 
@@ -87,23 +89,23 @@ export function createConfigSync(ctx: SliceContext) {
       livePatch = {};
       if (Object.keys(patch).length === 0) return;
       try {
-        ctx.adoptRun(await ctx.api.setHyperparameters(patch));
+        ctx.takeWorkerStatus(await ctx.api.setHyperparameters(patch));
       } catch (e) {
         // Show the problem and put the controls back to what the job really uses.
         const inForce = (ctx.get().run?.config ?? {}) as unknown as Record<string, unknown>;
-        const config = { ...ctx.get().config } as Record<string, unknown>;
-        for (const k of Object.keys(patch)) config[k] = inForce[k];
-        ctx.set({ error: describeError(e), config: config as unknown as TrainConfig });
+        const restored = { ...ctx.get().editedConfig } as Record<string, unknown>;
+        for (const k of Object.keys(patch)) restored[k] = inForce[k];
+        ctx.set({ error: describeError(e), editedConfig: restored as unknown as TrainConfig });
       }
     });
 
   const sendConfigure = () =>
     chain(async () => {
       configureTimer = null;
-      const { config } = ctx.get();
+      const { editedConfig: config } = ctx.get();
       if (configProblem(config) !== null) return;
       try {
-        ctx.adoptRun(await ctx.api.configure(toWire(config)));
+        ctx.takeWorkerStatus(await ctx.api.configure(toWire(config)));
       } catch (e) {
         ctx.set({ error: describeError(e) });
       }
@@ -148,7 +150,7 @@ export function createConfigSync(ctx: SliceContext) {
     /** Configure the worker with the edited config now, when it differs from the one in force. */
     async configureNow(force = false): Promise<boolean> {
       await this.flush();
-      const { config, run } = ctx.get();
+      const { editedConfig: config, run } = ctx.get();
       const problem = configProblem(config);
       if (problem !== null) {
         ctx.set({ error: problem });
@@ -156,7 +158,7 @@ export function createConfigSync(ctx: SliceContext) {
       }
       if (!force && run && pendingKeys(config, run.config).length === 0) return true;
       try {
-        ctx.adoptRun(await ctx.api.configure(toWire(config)));
+        ctx.takeWorkerStatus(await ctx.api.configure(toWire(config)));
         return true;
       } catch (e) {
         ctx.set({ error: describeError(e) });

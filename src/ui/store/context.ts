@@ -27,8 +27,11 @@ export interface SliceContext {
   get: () => PlaygroundState;
   opts: Required<StoreOptions>;
   refreshMemory(): Promise<void>;
-  /** Take a status the worker answered with (as if it were a status event). */
-  adoptRun(run: RunStatus): void;
-  /** Write the URL hash for the config and the comparison now in the store. */
+  /**
+   * Take a status the worker answered with, as if it were a status event: with the worker's events, the only
+   * way the store's `run` (the job's state and the config in force) changes.
+   */
+  takeWorkerStatus(status: RunStatus): void;
+  /** Write the URL hash for the edited config and the comparison now in the store. */
   writeHash(): void;
 }

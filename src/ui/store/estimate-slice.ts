@@ -20,7 +20,7 @@ export function createEstimateActions(ctx: SliceContext): EstimateActions {
 
   return {
     async refreshEstimate() {
-      const { config, model } = get();
+      const { editedConfig: config, model } = get();
       const ask = ++asked;
       if (model === null || configProblem(config) !== null) {
         set({ estimate: null });
@@ -36,12 +36,12 @@ export function createEstimateActions(ctx: SliceContext): EstimateActions {
     },
 
     async preselectLora(model: ModelSummary) {
-      const pre = loraPreselection(model, get().config);
+      const pre = loraPreselection(model, get().editedConfig);
       if (!pre) {
         set({ loraNote: null });
         return;
       }
-      const wire = toWire(get().config);
+      const wire = toWire(get().editedConfig);
       const [full, lora] = await Promise.all(
         [{ lora: 0 }, { lora: pre.patch.lora }].map((o) =>
           api.estimateMemory({ ...wire, ...o }).catch(() => null),

@@ -34,12 +34,13 @@ export const useCanGenerate = () =>
 export const useRunState = () => usePlayground((s) => s.run?.state ?? 'idle');
 export const useRunPhase = () => usePlayground((s) => s.run?.phase ?? 'idle');
 export const useStep = () => usePlayground((s) => s.run?.step ?? 0);
-export const useTargetSteps = () => usePlayground((s) => s.run?.steps ?? s.config.steps);
+export const useTargetSteps = () => usePlayground((s) => s.run?.steps ?? s.editedConfig.steps);
 export const useRunStarted = () => usePlayground((s) => runStarted(s.run));
 export const useCommand = () => usePlayground((s) => s.command);
 export const useIoTask = () => usePlayground((s) => s.ioTask);
-export const useConfigValue = <K extends ConfigKey>(key: K): TrainConfig[K] =>
-  usePlayground((s) => s.config[key]);
+/** One key of the config the person is editing (what the controls show). */
+export const useEditedConfigValue = <K extends ConfigKey>(key: K): TrainConfig[K] =>
+  usePlayground((s) => s.editedConfig[key]);
 export const useConfigProblem = () => usePlayground((s) => s.configProblem);
 /** Whether an edit of `key` waits for Reset (a non-live key changed during a run). */
 export const useAppliesOnReset = (key: ConfigKey) =>
@@ -47,7 +48,7 @@ export const useAppliesOnReset = (key: ConfigKey) =>
     (s) =>
       !CONFIG_FIELDS[key].live &&
       runStarted(s.run) &&
-      !sameValue(s.config[key] ?? null, s.run?.config[key] ?? null),
+      !sameValue(s.editedConfig[key] ?? null, s.run?.config[key] ?? null),
   );
 /** Whether any edit waits for Reset. */
 export const useAnyAppliesOnReset = () =>
@@ -55,7 +56,7 @@ export const useAnyAppliesOnReset = () =>
     (s) =>
       runStarted(s.run) &&
       (Object.keys(CONFIG_FIELDS) as ConfigKey[]).some(
-        (k) => !CONFIG_FIELDS[k].live && !sameValue(s.config[k] ?? null, s.run?.config[k] ?? null),
+        (k) => !CONFIG_FIELDS[k].live && !sameValue(s.editedConfig[k] ?? null, s.run?.config[k] ?? null),
       ),
   );
 export const useMetrics = () => usePlayground((s) => s.metrics);
@@ -90,8 +91,11 @@ export const useCurrentRunId = () => usePlayground((s) => s.currentRunId);
 export const useRunsNote = () => usePlayground((s) => s.runsNote);
 export const useLinkedRuns = () => usePlayground((s) => s.linkedRuns);
 export const useRerunQueue = () => usePlayground((s) => s.rerunQueue);
-/** The config of the run in the worker (the edited one before the worker answered). */
-export const useRunConfig = () => usePlayground((s) => s.run?.config ?? s.config);
+/**
+ * The config the worker's job trains with, from its last status (before the worker's first answer, the edited
+ * one: the job it is about to configure).
+ */
+export const useRunConfig = () => usePlayground((s) => s.run?.config ?? s.editedConfig);
 /** The runs the charts draw: the compared ones and the current run (bold). */
 export function useOverlayRuns(): OverlayRun[] {
   const runs = useRuns();

@@ -63,13 +63,13 @@ export function createIoActions(ctx: SliceContext): IoActions {
 
     applyRewardCode: () =>
       task('reward-code', async () => {
-        ctx.adoptRun(await api.setRewardCode(get().rewardCode));
+        ctx.takeWorkerStatus(await api.setRewardCode(get().rewardCode));
         set({ rewardCodeInUse: true });
       }),
 
     clearRewardCode: () =>
       task('reward-code', async () => {
-        ctx.adoptRun(await api.setRewardCode(null));
+        ctx.takeWorkerStatus(await api.setRewardCode(null));
         set({ rewardCodeInUse: false });
       }),
 
@@ -104,27 +104,19 @@ export function createIoActions(ctx: SliceContext): IoActions {
       task('import', async () => {
         const summary = await api.importCheckpoint(bytes);
         const metrics = await api.history();
-        let config = get().config;
+        let config = get().editedConfig;
         try {
           config = validateConfig(summary.config, 'checkpoint') as TrainConfig;
         } catch {
           // The worker accepted it; a key this UI does not know must not block the import.
         }
-        const run = get().run;
-        // The worker's own status event may have come first; this keeps its state and sets the rest.
+        // The imported run's config becomes the one the person edits. Its step, state and config in force
+        // are the worker's to say: it sends a status event with them (see `run`), so none is made up here.
         set({
           ...EMPTY_HISTORY,
           metrics,
-          config,
+          editedConfig: config,
           configProblem: configProblem(config),
-          run: {
-            steps: config.steps,
-            ...run,
-            state: run?.state ?? 'paused',
-            phase: run?.phase ?? 'idle',
-            step: summary.step,
-            config: summary.config,
-          },
         });
         ctx.writeHash();
         await ctx.refreshMemory();

@@ -121,7 +121,7 @@ export function createKeptRuns(ctx: SliceContext) {
       });
       save(current.id);
     } else {
-      const config = JSON.parse(JSON.stringify(s.run?.config ?? s.config)) as TrainConfig;
+      const config = JSON.parse(JSON.stringify(s.run?.config ?? s.editedConfig)) as TrainConfig;
       const run: KeptRun = {
         id: newRunId(now),
         name: uniqueName(

@@ -43,7 +43,7 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
     generating: false,
     error: error ?? comparison.error,
     run: null,
-    config,
+    editedConfig: config,
     configProblem: configProblem(config),
     metrics: [],
     samples: [],
@@ -109,7 +109,7 @@ export function createPlaygroundStore(
     let lastHash: string | null = null;
     /** The URL hash of the config and the comparison; written when it changed (or always, `force`). */
     const writeHash = (force = true) => {
-      const hash = hashFor(get().config, comparedConfigs(get()));
+      const hash = hashFor(get().editedConfig, comparedConfigs(get()));
       if (!force && hash === lastHash) return;
       lastHash = hash;
       opts.writeHash(hash);
@@ -120,10 +120,10 @@ export function createPlaygroundStore(
      * (import, loaded model) or a comparison that changed (a new run in it).
      */
     const applyEvent = (e: TrainerEvent) => {
-      const before = get().config;
+      const before = get().editedConfig;
       set(reduceEvent(get(), e));
       keptRuns.afterEvent(e);
-      writeHash(get().config !== before);
+      writeHash(get().editedConfig !== before);
     };
 
     const ctx: SliceContext = {
@@ -132,7 +132,7 @@ export function createPlaygroundStore(
       get,
       opts,
       refreshMemory,
-      adoptRun: (status) => applyEvent({ type: 'status', status }),
+      takeWorkerStatus: (status) => applyEvent({ type: 'status', status }),
       writeHash: () => writeHash(true),
     };
     const sync = createConfigSync(ctx);
@@ -185,7 +185,7 @@ export function createPlaygroundStore(
     const loadConfiguredModel = async () => {
       set({ modelLoadState: 'busy', progress: null });
       try {
-        const model = await api.loadModel(modelSourceFor(get().config.model));
+        const model = await api.loadModel(modelSourceFor(get().editedConfig.model));
         set({ model, modelLoadState: 'ready', progress: null });
       } catch (e) {
         set({ modelLoadState: 'error', progress: null, error: describeError(e) });
@@ -194,17 +194,17 @@ export function createPlaygroundStore(
 
     const subscribe = async () => {
       try {
-        ctx.adoptRun(await api.subscribe(proxy(onEvent)));
+        ctx.takeWorkerStatus(await api.subscribe(proxy(onEvent)));
       } catch (e) {
         set({ error: describeError(e) });
       }
     };
 
     const configureFirstRun = async () => {
-      const { config } = get();
+      const { editedConfig: config } = get();
       if (configProblem(config) !== null) return;
       try {
-        ctx.adoptRun(await api.configure(toWire(config)));
+        ctx.takeWorkerStatus(await api.configure(toWire(config)));
       } catch (e) {
         set({ error: describeError(e) });
       }
@@ -267,6 +267,7 @@ export function createPlaygroundStore(
             modelLoadState: 'error',
             command: null,
             ioTask: null,
+            // The dead worker will never send its job's state again: its last word stays, shown stopped.
             run: get().run && { ...get().run!, state: 'paused', phase: 'idle' },
           });
         },

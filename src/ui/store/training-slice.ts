@@ -34,10 +34,10 @@ export function reduceEvent(s: PlaygroundData, e: TrainerEvent): Partial<Playgro
   switch (e.type) {
     case 'status': {
       const dropped = e.status.step === 0 && s.metrics.length > 0 && e.status.state === 'idle';
-      const config = mergeWorkerConfig(s.config, s.run?.config, e.status.config);
+      const config = mergeWorkerConfig(s.editedConfig, s.run?.config, e.status.config);
       return {
         run: e.status,
-        ...(config !== s.config ? { config, configProblem: configProblem(config) } : {}),
+        ...(config !== s.editedConfig ? { editedConfig: config, configProblem: configProblem(config) } : {}),
         ...(e.status.model && JSON.stringify(e.status.model) !== JSON.stringify(s.model)
           ? { model: e.status.model }
           : {}),
@@ -95,7 +95,7 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
     set({ command: name, error: null });
     try {
       const run = await job();
-      if (run) ctx.adoptRun(run);
+      if (run) ctx.takeWorkerStatus(run);
     } catch (e) {
       set({ error: describeError(e) });
     } finally {
@@ -104,8 +104,8 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
     void ctx.refreshMemory();
   };
 
-  const writeConfig = (config: TrainConfig) => {
-    set({ config, configProblem: configProblem(config) });
+  const setEditedConfig = (config: TrainConfig) => {
+    set({ editedConfig: config, configProblem: configProblem(config) });
     ctx.writeHash();
   };
 
@@ -136,10 +136,10 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
       }),
 
     setConfigValue(key: ConfigKey, value) {
-      const next = { ...get().config } as Record<string, unknown>;
+      const next = { ...get().editedConfig } as Record<string, unknown>;
       if (value === undefined) delete next[key];
       else next[key] = value;
-      writeConfig(next as unknown as TrainConfig);
+      setEditedConfig(next as unknown as TrainConfig);
       sync.changed(key, value);
     },
 
@@ -147,10 +147,10 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
       command('start', async () => {
         // The run in the worker stays kept; its step in flight finishes before `configure` answers.
         if (get().run?.state === 'running') await api.pause();
-        writeConfig(config);
+        setEditedConfig(config);
         if (!(await sync.configureNow(true))) return null;
         // A change of live keys only (learningRate) would go on with the same run: drop it.
-        ctx.adoptRun(await api.reset());
+        ctx.takeWorkerStatus(await api.reset());
         set({ ...EMPTY_HISTORY, progress: null });
         return api.start();
       }),
@@ -159,18 +159,18 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
       const comparison = readComparisonHash(hash);
       if (comparison.error) set({ error: comparison.error });
       else if (comparison.configs.length > 0) {
-        const own = splitComparison(hashFor(get().config, comparedConfigs(get()))).compare;
+        const own = splitComparison(hashFor(get().editedConfig, comparedConfigs(get()))).compare;
         const theirs = splitComparison(hash).compare;
         if (JSON.stringify(own) !== JSON.stringify(theirs)) set({ linkedRuns: comparison.configs });
       }
-      if (splitComparison(hash).config === hashFor(get().config)) return;
+      if (splitComparison(hash).config === hashFor(get().editedConfig)) return;
       const reading = readConfigHash(hash);
       if (reading.error) {
         set({ error: reading.error });
         return;
       }
-      const before = get().config;
-      set({ config: reading.config, configProblem: configProblem(reading.config) });
+      const before = get().editedConfig;
+      set({ editedConfig: reading.config, configProblem: configProblem(reading.config) });
       for (const key of Object.keys(CONFIG_FIELDS) as ConfigKey[]) {
         if (JSON.stringify(before[key]) !== JSON.stringify(reading.config[key])) {
           sync.changed(key, reading.config[key]);

@@ -75,11 +75,16 @@ export interface PlaygroundData {
   error: string | null;
 
   // ---- training ----
-  /** The worker's last word on the run; null before it answered. */
+  // Two configs, each with one owner. `editedConfig` is the person's: the controls and the URL hash write it.
+  // `run.config` is the worker's: what its job trains with, as the worker last said (only its answers and
+  // events write `run`). An edit reaches the job as one message (config-sync.ts); the worker's answer then
+  // updates `run`, never the other way round, except where the worker itself changed a key the person did not
+  // touch (a loaded model, an import: mergeWorkerConfig).
+  /** The worker's last word on its job (state, phase, step, the config in force); null before it answered. */
   run: RunStatus | null;
-  /** The config the controls show and the URL hash mirrors; live keys reach the running job at once. */
-  config: TrainConfig;
-  /** Why `config` cannot be used (e.g. batchSize not divisible by miniBatches); null when it is valid. */
+  /** The config the person is editing: the controls show it and the URL hash mirrors it. */
+  editedConfig: TrainConfig;
+  /** Why `editedConfig` cannot be used (e.g. batchSize not divisible by miniBatches); null when it is valid. */
   configProblem: string | null;
   /** Every step's metrics, oldest first (the charts downsample what they draw, never this). */
   metrics: MetricsByName[];
