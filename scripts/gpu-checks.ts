@@ -8,7 +8,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import { setNodeWebGpuBackend, adapterLabel } from '../src/cli/backend-webgpu-node';
 import { registerFusedAdamKernels } from '../src/core/fused-adam';
-import { FUSED_KERNEL_CHECKS } from '../src/core/kernels/webgpu-fused';
+import { FUSED_KERNEL_CHECKS } from '../src/core/webgpu-fused';
 import { checkFusedAdam } from '../src/bench/bench';
 import { measureDispatchOverhead } from '../src/bench/webgpu-gpu';
 import { loadLM } from '../src/core/model/folder';

@@ -13,10 +13,10 @@ import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from '
 import { causalPaddingBias, causalSelfAttention } from '../src/core/model/attention';
 import {
   ATTN_FWD,
-  checkAttentionOnCurrentBackend,
   setWebGpuAttentionFused,
   webGpuAttentionApplies,
 } from '../src/core/kernels/webgpu-attention';
+import { checkAttentionOnCurrentBackend } from '../src/core/webgpu-fused';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
 
 const adapter = await webGpuAdapter();

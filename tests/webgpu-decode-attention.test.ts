@@ -13,16 +13,16 @@ import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { decodeAttention, GPT2, type LayerKV } from '../src/core/model/gpt2';
-import { MASKED } from '../src/core/model/attention';
+import { MASKED } from '../src/core/kernels/definitions';
 import { generate } from '../src/core/model/sampling';
 import { parseGPT2Config } from '../src/core/model/config';
 import {
   DECODE_ATTN,
   DECODE_KV_WRITE,
-  checkDecodeAttentionOnCurrentBackend,
   setWebGpuDecodeAttentionFused,
   webGpuDecodeAttentionApplies,
 } from '../src/core/kernels/webgpu-decode-attention';
+import { checkDecodeAttentionOnCurrentBackend } from '../src/core/webgpu-fused';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
 
 const adapter = await webGpuAdapter();

@@ -15,13 +15,13 @@ import {
   LIN_MM,
   LINEAR_SMALL_MIN_GROUPS_DEFAULT,
   LINEAR_SMALL_ROWS_DEFAULT,
-  checkLinearOnCurrentBackend,
   linearPlan,
   setWebGpuLinearFused,
   setWebGpuLinearSmallRows,
   resetWebGpuLinearSmallRows,
   webGpuLinearApplies,
 } from '../src/core/kernels/webgpu-linear';
+import { checkLinearOnCurrentBackend } from '../src/core/webgpu-fused';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
 
 const adapter = await webGpuAdapter();

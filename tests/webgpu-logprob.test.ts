@@ -14,12 +14,12 @@ import {
   ENTROPY_FWD,
   LOGPROB_BWD,
   LOGPROB_FWD,
-  checkLogprobOnCurrentBackend,
   entropyRowsWebGpu,
   setWebGpuLogprobFused,
   webGpuLogprobApplies,
   workgroupFor,
 } from '../src/core/kernels/webgpu-logprob';
+import { checkLogprobOnCurrentBackend } from '../src/core/webgpu-fused';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
 
 const adapter = await webGpuAdapter();

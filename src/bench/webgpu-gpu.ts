@@ -8,7 +8,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { PpoTrainer } from '../core/ppo/trainer';
-import { setWebGpuFusedKernels } from '../core/kernels/webgpu-fused';
+import { setWebGpuFusedKernels } from '../core/webgpu-fused';
 import { benchMatmul, type MatmulBench } from './perf/matmul';
 import { benchPpoStep, type PpoBench } from './perf/ppo';
 import type { ModelShape } from './perf/flops';

@@ -29,13 +29,10 @@
  * backward (hs ≤ 64 here: GPT-2's heads are 64 wide); workgroup memory 2·16·hs floats (8 KiB at hs 64).
  * Limits: float32, hs ≤ 64, B·nh ≤ 65535 workgroups along y; otherwise the plain ops run.
  * Tested against the plain ops, values and gradients, on WebGPU in Node (tests/webgpu-attention.test.ts);
- * `checkAttentionOnCurrentBackend` runs the same comparison wherever the webgpu backend is current (Chromium).
+ * `checkAttentionOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison wherever the webgpu backend is current (Chromium).
  */
 import * as tf from '@tensorflow/tfjs-core';
-// A cycle (attention.ts imports this file), used at call time only.
-import { causalPaddingBias, causalSelfAttention } from '../model/attention';
-import { countDispatches } from './webgpu-count';
-import { type WebGpuBackendLike, registerWebGpuKernels, relDiff } from './webgpu-common';
+import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const ATTN_FWD = 'PerfAttentionFwd';
 export const ATTN_STATS = 'PerfAttentionStats';
@@ -437,9 +434,14 @@ export function registerWebGpuAttention(): void {
 
 let enabled = true;
 
-/** Switch the fused path off (it is on by default): the bench counts dispatches with and without it. */
-export function setWebGpuAttentionFused(on: boolean): void {
+/**
+ * Switch the fused path off (it is on by default): the bench counts dispatches with and without it, the checks
+ * (src/core/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
+ */
+export function setWebGpuAttentionFused(on: boolean): boolean {
+  const was = enabled;
   enabled = on;
+  return was;
 }
 
 /**
@@ -482,79 +484,4 @@ export function causalSelfAttentionWebGpu(qkv: tf.Tensor2D, maskF: tf.Tensor2D, 
     };
   }) as (x: tf.Tensor) => tf.Tensor;
   return f(qkv) as tf.Tensor2D;
-}
-
-/** Dispatches `fn` makes (webgpu-count.ts). */
-async function dispatchesOf(fn: () => void | Promise<void>): Promise<number> {
-  return (await countDispatches(fn)).dispatches;
-}
-
-/**
- * The fused attention against the plain ops on the current backend (which must be webgpu), on tiny random inputs
- * with padding: B 3, T 19 (not a multiple of the tiles), n_embd 48 in 4 heads (hs 12), batch rows with left
- * padding, a row of padding only and a full row. Returns the worst relative differences (max |fused − plain| /
- * max |plain|) of y and of dqkv (upstream weights random), and the fused op's dispatches forward and forward +
- * backward. For a Chromium end-to-end page; tests/webgpu-attention.test.ts calls it on Node WebGPU.
- */
-export async function checkAttentionOnCurrentBackend(): Promise<{
-  maxRelValue: number;
-  maxRelGrad: number;
-  dispatchesFwd: number;
-  dispatchesFwdBwd: number;
-}> {
-  if (tf.getBackend() !== 'webgpu')
-    throw new Error(
-      `checkAttentionOnCurrentBackend needs the webgpu backend current, not ${tf.getBackend()}.`,
-    );
-  const [B, T, C, nh] = [3, 19, 48, 4];
-  const real = [
-    [4, T], // left padding: rows 0..3 have no allowed key
-    [0, T], // no padding
-    [T, T], // padding only
-  ];
-  const mask = Array.from({ length: B * T }, (_, k) => {
-    const [b, t] = [Math.floor(k / T), k % T];
-    return t >= real[b][0] && t < real[b][1] ? 1 : 0;
-  });
-  const qkv = tf.randomNormal([B * T, 3 * C], 0, 1, 'float32', 11) as tf.Tensor2D;
-  const maskF = tf.tensor2d(mask, [B, T], 'float32');
-  const bias = tf.tidy(() => causalPaddingBias(maskF));
-  const w = tf.randomNormal([B * T, C], 0, 1, 'float32', 12);
-  const was = enabled;
-  const both = (on: boolean) => {
-    enabled = on;
-    try {
-      const y = tf.tidy(() => causalSelfAttention(qkv, maskF, bias, nh));
-      const g = tf.grad((x: tf.Tensor) =>
-        tf.sum(tf.mul(causalSelfAttention(x as tf.Tensor2D, maskF, bias, nh), w)),
-      )(qkv);
-      return [y, g];
-    } finally {
-      enabled = was;
-    }
-  };
-  try {
-    const [yF, gF] = both(true);
-    const [yP, gP] = both(false);
-    const maxRelValue = await relDiff(yF, yP);
-    const maxRelGrad = await relDiff(gF, gP);
-    tf.dispose([yF, gF, yP, gP]);
-    enabled = true;
-    let dispatchesFwd = 0;
-    let dispatchesFwdBwd = 0;
-    try {
-      // Shaders are compiled above: these count the op's own dispatches (the gradient is seeded with w as dy).
-      dispatchesFwd = await dispatchesOf(() => tf.dispose(causalSelfAttention(qkv, maskF, bias, nh)));
-      dispatchesFwdBwd = await dispatchesOf(() =>
-        tf.dispose(
-          tf.grads((x: tf.Tensor) => causalSelfAttention(x as tf.Tensor2D, maskF, bias, nh))([qkv], w),
-        ),
-      );
-    } finally {
-      enabled = was;
-    }
-    return { maxRelValue, maxRelGrad, dispatchesFwd, dispatchesFwdBwd };
-  } finally {
-    tf.dispose([qkv, maskF, bias, w]);
-  }
 }

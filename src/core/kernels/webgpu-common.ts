@@ -1,7 +1,8 @@
 /**
  * What the fused WGSL kernels share (webgpu-layernorm, -linear, -attention, -decode-attention, -logprob, and the
- * fused Adam): the slice of tfjs-backend-webgpu's backend they call, registering a set of kernels for 'webgpu',
- * and the relative difference their checks report. docs/tfjs.md, trap 5.
+ * fused Adam): the slice of tfjs-backend-webgpu's backend they call, and registering a set of kernels for 'webgpu'.
+ * docs/tfjs.md, trap 5. (Their checks against the plain ops, and the relative difference those report, are in
+ * src/core/webgpu-fused.ts: the kernels import nothing of the model.)
  */
 import * as tf from '@tensorflow/tfjs-core';
 
@@ -23,19 +24,4 @@ export function registerWebGpuKernels(kernels: Record<string, unknown>): void {
       tf.registerKernel({ kernelName, backendName: 'webgpu', kernelFunc: kernelFunc as tf.KernelFunc });
     }
   }
-}
-
-/**
- * max |a − b| / max |b| over the elements (relative to the reference's scale, so entries near 0 do not blow it
- * up); Infinity when the lengths differ or a NaN appears (a NaN must not read as agreement).
- */
-export async function relDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
-  const [x, y] = await Promise.all([a.data(), b.data()]);
-  let d = 0;
-  let scale = 0;
-  for (let i = 0; i < x.length; i++) {
-    d = Math.max(d, Math.abs(x[i] - y[i]));
-    scale = Math.max(scale, Math.abs(y[i]));
-  }
-  return x.length === y.length && Number.isFinite(d) ? d / Math.max(scale, 1e-30) : Infinity;
 }

@@ -30,14 +30,11 @@
  * from 64, so a handful of shader variants at most), B·nh ≤ 65535 workgroups along one dimension; otherwise the
  * plain ops run. Tested against the plain ops and a float64 loop on WebGPU in Node
  * (tests/webgpu-decode-attention.test.ts), with a tiny GPT-2's generation fused vs plain vs recomputed;
- * `checkDecodeAttentionOnCurrentBackend` runs the kernel comparison wherever the webgpu backend is current.
+ * `checkDecodeAttentionOnCurrentBackend` (src/core/webgpu-fused.ts) runs the kernel comparison wherever the webgpu backend is current.
  */
 import * as tf from '@tensorflow/tfjs-core';
-// A cycle (gpt2.ts imports this file), used at call time only.
-import { decodeAttention, type LayerKV } from '../model/gpt2';
-import { MASKED } from '../model/attention';
-import { countDispatches } from './webgpu-count';
-import { type WebGpuBackendLike, registerWebGpuKernels, relDiff } from './webgpu-common';
+import { MASKED, type LayerKV } from './definitions';
+import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const DECODE_KV_WRITE = 'PerfDecodeKVWrite';
 export const DECODE_ATTN = 'PerfDecodeAttention';
@@ -248,9 +245,14 @@ export function registerWebGpuDecodeAttention(): void {
 
 let enabled = true;
 
-/** Switch the fused path off (it is on by default): the bench counts dispatches with and without it. */
-export function setWebGpuDecodeAttentionFused(on: boolean): void {
+/**
+ * Switch the fused path off (it is on by default): the bench counts dispatches with and without it, the checks
+ * (src/core/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
+ */
+export function setWebGpuDecodeAttentionFused(on: boolean): boolean {
+  const was = enabled;
   enabled = on;
+  return was;
 }
 
 /**
@@ -301,76 +303,4 @@ export function decodeAttentionWebGpu(
     const y = e.runKernel(DECODE_ATTN, { qkv, k, v, mask: keyMask }, { nh }) as tf.Tensor2D;
     return { y, kv: { k, v } };
   });
-}
-
-/**
- * The fused decode attention against the plain ops on the current backend (which must be webgpu), on tiny random
- * inputs: B 3, S 19 (not a multiple of the 64-thread tiles), n_embd 48 in 4 heads (hs 12), slot 11, a key mask with
- * left padding, one without, and a row with every key masked; the cache holds random keys and values below the
- * slot and zeros from it on (as generate's does). Returns the worst relative difference (max |fused − plain| /
- * max |plain|) over y and the new keys and values, maxRelGrad 0 (no backward: generation runs without autodiff),
- * and the fused layer's dispatches (dispatchesFwdBwd = dispatchesFwd). For a Chromium end-to-end page;
- * tests/webgpu-decode-attention.test.ts calls it on Node WebGPU.
- */
-export async function checkDecodeAttentionOnCurrentBackend(): Promise<{
-  maxRelValue: number;
-  maxRelGrad: number;
-  dispatchesFwd: number;
-  dispatchesFwdBwd: number;
-}> {
-  if (tf.getBackend() !== 'webgpu')
-    throw new Error(
-      `checkDecodeAttentionOnCurrentBackend needs the webgpu backend current, not ${tf.getBackend()}.`,
-    );
-  const [B, S, C, nh, slot] = [3, 19, 48, 4, 11];
-  const hs = C / nh;
-  const realFrom = [4, 0, S]; // row 2: every key masked
-  const inputs = tf.tidy(() => {
-    const below = tf.reshape(tf.cast(tf.less(tf.range(0, S, 1, 'int32'), slot), 'float32'), [1, 1, S, 1]);
-    const cache = (seed: number) =>
-      tf.mul(tf.randomNormal([B, nh, S, hs], 0, 1, 'float32', seed), below) as tf.Tensor4D;
-    const mask = Array.from({ length: B * S }, (_, i) => {
-      const [b, j] = [Math.floor(i / S), i % S];
-      return j >= realFrom[b] && j <= slot ? 1 : 0;
-    });
-    return {
-      qkv: tf.randomNormal([B, 3 * C], 0, 1, 'float32', 21) as tf.Tensor2D,
-      oh: tf.cast(tf.reshape(tf.oneHot(tf.tensor1d([slot], 'int32'), S), [S]), 'float32'),
-      keyMask: tf.tensor2d(mask, [B, S], 'float32'),
-      kv: { k: cache(22), v: cache(23) },
-    };
-  });
-  const { qkv, oh, keyMask, kv } = inputs;
-  const was = enabled;
-  const both = (on: boolean) => {
-    enabled = on;
-    try {
-      return tf.tidy(() => decodeAttention(qkv, oh, keyMask, kv, nh));
-    } finally {
-      enabled = was;
-    }
-  };
-  try {
-    const fused = both(true);
-    const plain = both(false);
-    const maxRelValue = Math.max(
-      await relDiff(fused.y, plain.y),
-      await relDiff(fused.kv.k, plain.kv.k),
-      await relDiff(fused.kv.v, plain.kv.v),
-    );
-    tf.dispose([fused.y, fused.kv.k, fused.kv.v, plain.y, plain.kv.k, plain.kv.v]);
-    enabled = true;
-    let dispatchesFwd = 0;
-    try {
-      // Shaders are compiled above: this counts the layer's own dispatches.
-      const counted = await countDispatches(() => tf.tidy(() => decodeAttention(qkv, oh, keyMask, kv, nh)));
-      tf.dispose([counted.result.y, counted.result.kv.k, counted.result.kv.v]);
-      dispatchesFwd = counted.dispatches;
-    } finally {
-      enabled = was;
-    }
-    return { maxRelValue, maxRelGrad: 0, dispatchesFwd, dispatchesFwdBwd: dispatchesFwd };
-  } finally {
-    tf.dispose([qkv, oh, keyMask, kv.k, kv.v]);
-  }
 }

@@ -222,9 +222,14 @@ export function registerWebGpuLayerNorm(): void {
 
 let enabled = true;
 
-/** Switch the fused path off (it is on by default): the bench counts dispatches with and without it. */
-export function setWebGpuLayerNormFused(on: boolean): void {
+/**
+ * Switch the fused path off (it is on by default): the bench counts dispatches with and without it, the checks
+ * (src/core/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
+ */
+export function setWebGpuLayerNormFused(on: boolean): boolean {
+  const was = enabled;
   enabled = on;
+  return was;
 }
 
 /** Whether layerNormWebGpu applies: enabled, the webgpu backend is current and the rows fit one dispatch. */

@@ -50,11 +50,11 @@
  * the few-rows strips would exceed it).
  *
  * Tested against the plain ops and a float64 loop, values and gradients (x, W, b, residual, LoRA A and B), with
- * the dispatch counts, on WebGPU in Node (tests/webgpu-linear.test.ts); checkLinearOnCurrentBackend() runs the
- * same comparison wherever the webgpu backend is current (a Chromium page).
+ * the dispatch counts, on WebGPU in Node (tests/webgpu-linear.test.ts); checkLinearOnCurrentBackend()
+ * (src/core/webgpu-fused.ts) runs the same comparison wherever the webgpu backend is current (a Chromium page).
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { countDispatches } from './webgpu-count';
+import { GELU_K } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const LIN_FWD = 'PerfLinearFwd';
@@ -70,8 +70,6 @@ const TS = 16;
 const PER = TM / TS; // 4
 /** Workgroups per dispatch dimension that WebGPU guarantees. */
 const MAX_GROUPS = 65535;
-
-const GELU_K = 2 * Math.sqrt(2 / Math.PI);
 
 type Mode = 'fwd' | 'dz' | 'mm';
 
@@ -312,6 +310,19 @@ export function setWebGpuLinearSmallRows(
   smallMinGroups = minGroups;
   smallRowsExplicit = true;
   return was;
+}
+
+/**
+ * The few-rows settings as they are now, as a function that puts them back (for a check that forces the few-rows
+ * program with setWebGpuLinearSmallRows and must leave a caller's choice, or the per-adapter default, as it was).
+ */
+export function saveWebGpuLinearSmallRows(): () => void {
+  const saved = { max: smallRowsMax, groups: smallMinGroups, explicit: smallRowsExplicit };
+  return () => {
+    smallRowsMax = saved.max;
+    smallMinGroups = saved.groups;
+    smallRowsExplicit = saved.explicit;
+  };
 }
 
 /** Back to the shipped choice: LINEAR_SMALL_ROWS_DEFAULT on hardware adapters, the tiles on software ones. */
@@ -573,9 +584,14 @@ export function registerWebGpuLinear(): void {
 
 let enabled = true;
 
-/** Switch the fused path off (it is on by default): the bench counts dispatches with and without it. */
-export function setWebGpuLinearFused(on: boolean): void {
+/**
+ * Switch the fused path off (it is on by default): the bench counts dispatches with and without it, the checks
+ * (src/core/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
+ */
+export function setWebGpuLinearFused(on: boolean): boolean {
+  const was = enabled;
   enabled = on;
+  return was;
 }
 
 /**
@@ -678,115 +694,4 @@ export function linearWebGpu(
     };
   }) as (...ts: tf.Tensor[]) => tf.Tensor2D;
   return f(...inputs);
-}
-
-/** Dispatches made while `fn` runs (webgpu-count.ts). */
-async function countDispatchCalls(fn: () => void | Promise<void>): Promise<number> {
-  return (await countDispatches(fn)).dispatches;
-}
-
-/** The plain composition conv1d runs elsewhere: matMul + add, the LoRA term, gelu_new (sigmoid form), + res. */
-function plainLinear(
-  x: tf.Tensor2D,
-  w: tf.Tensor2D,
-  bias: tf.Tensor1D,
-  gelu: boolean,
-  residual: tf.Tensor2D | null,
-): tf.Tensor2D {
-  let y: tf.Tensor = tf.add(tf.matMul(x, w), bias);
-  if (gelu) {
-    const inner = tf.mul(GELU_K, tf.add(y, tf.mul(0.044715, tf.mul(tf.mul(y, y), y))));
-    y = tf.mul(y, tf.sigmoid(inner));
-  }
-  return (residual ? tf.add(residual, y) : y) as tf.Tensor2D;
-}
-
-/**
- * Fused vs plain on the current backend (webgpu): two tiny Conv1Ds with gelu_new and a residual, one on the
- * 64×64 tiles (70 rows; rows and columns not multiples of 64) and one on the few-rows program (5 rows, K 300,
- * 37 columns: not a multiple of the strip), values and the gradients of x, W, b and the residual under random
- * upstream weights. Returns the worst relative differences (|a − b| / max(1, max|b|) per tensor) and the
- * dispatches of the fused op on the tiles, forward and forward + backward (the backward from a given dy).
- */
-export async function checkLinearOnCurrentBackend(): Promise<{
-  maxRelValue: number;
-  maxRelGrad: number;
-  dispatchesFwd: number;
-  dispatchesFwdBwd: number;
-}> {
-  const wasOn = enabled;
-  try {
-    enabled = true;
-    const tiled = await checkLinearShape(70, 24, 40, 11);
-    // The few-rows program on every adapter (software ones default to the tiles), then the setting as it was.
-    const saved = { max: smallRowsMax, groups: smallMinGroups, explicit: smallRowsExplicit };
-    let rows: Awaited<ReturnType<typeof checkLinearShape>>;
-    try {
-      setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT);
-      rows = await checkLinearShape(5, 300, 37, 21);
-    } finally {
-      smallRowsMax = saved.max;
-      smallMinGroups = saved.groups;
-      smallRowsExplicit = saved.explicit;
-    }
-    return {
-      maxRelValue: Math.max(tiled.maxRelValue, rows.maxRelValue),
-      maxRelGrad: Math.max(tiled.maxRelGrad, rows.maxRelGrad),
-      dispatchesFwd: tiled.dispatchesFwd,
-      dispatchesFwdBwd: tiled.dispatchesFwdBwd,
-    };
-  } finally {
-    enabled = wasOn;
-  }
-}
-
-/** checkLinearOnCurrentBackend for one shape x [N, K] · W [K, O] (the fused switch on). */
-async function checkLinearShape(
-  N: number,
-  K: number,
-  O: number,
-  seed: number,
-): Promise<{ maxRelValue: number; maxRelGrad: number; dispatchesFwd: number; dispatchesFwdBwd: number }> {
-  const x = tf.randomNormal([N, K], 0, 1, 'float32', seed) as tf.Tensor2D;
-  const w = tf.randomNormal([K, O], 0, 0.5 / Math.sqrt(K / 24), 'float32', seed + 1) as tf.Tensor2D;
-  const b = tf.randomNormal([O], 0, 0.5, 'float32', seed + 2) as tf.Tensor1D;
-  const res = tf.randomNormal([N, O], 0, 1, 'float32', seed + 3) as tf.Tensor2D;
-  const dy = tf.randomNormal([N, O], 0, 1, 'float32', seed + 4) as tf.Tensor2D;
-  try {
-    if (!webGpuLinearApplies(x, w, b, res))
-      throw new Error(
-        `checkLinearOnCurrentBackend needs the webgpu backend (the fused Conv1D applies there only), not ${tf.getBackend()}.`,
-      );
-    const fused = (a: tf.Tensor, c: tf.Tensor, d: tf.Tensor, e: tf.Tensor) =>
-      linearWebGpu(a as tf.Tensor2D, c as tf.Tensor2D, d as tf.Tensor1D, {
-        gelu: true,
-        residual: e as tf.Tensor2D,
-      });
-    const plain = (a: tf.Tensor, c: tf.Tensor, d: tf.Tensor, e: tf.Tensor) =>
-      plainLinear(a as tf.Tensor2D, c as tf.Tensor2D, d as tf.Tensor1D, true, e as tf.Tensor2D);
-    const vjp = (f: typeof fused) => tf.grads(f)([x, w, b, res], dy);
-    const rel = async (p: tf.Tensor, q: tf.Tensor) => {
-      const [u, v] = await Promise.all([p.data(), q.data()]);
-      let abs = 0;
-      let scale = 0;
-      for (let i = 0; i < u.length; i++) {
-        abs = Math.max(abs, Math.abs(u[i] - v[i]));
-        scale = Math.max(scale, Math.abs(v[i]));
-      }
-      return abs / Math.max(1, scale);
-    };
-    const vf = fused(x, w, b, res);
-    const vp = plain(x, w, b, res);
-    const maxRelValue = await rel(vf, vp);
-    const gf = vjp(fused);
-    const gp = vjp(plain);
-    let maxRelGrad = 0;
-    for (let i = 0; i < gf.length; i++) maxRelGrad = Math.max(maxRelGrad, await rel(gf[i], gp[i]));
-    tf.dispose([vf, vp, ...gf, ...gp]);
-    const dispatchesFwd = await countDispatchCalls(() => tf.dispose(fused(x, w, b, res)));
-    const dispatchesFwdBwd = await countDispatchCalls(() => tf.dispose(vjp(fused)));
-    return { maxRelValue, maxRelGrad, dispatchesFwd, dispatchesFwdBwd };
-  } finally {
-    tf.dispose([x, w, b, res, dy]);
-  }
 }

@@ -33,13 +33,11 @@
  * index. Flat indices are i32, so M·V ≤ 2³¹ − 1 (else the plain ops). Workgroup size 256 for V ≥ 2048 (GPT-2's
  * vocabulary), 64 below (the bytes vocabulary: 258).
  * Tested against the plain ops on the same backend, the CPU backend and a float64 loop, values and gradients
- * (tests/webgpu-logprob.test.ts); `checkLogprobOnCurrentBackend` runs the same comparison wherever WebGPU is.
+ * (tests/webgpu-logprob.test.ts); `checkLogprobOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison
+ * wherever WebGPU is.
  */
 import * as tf from '@tensorflow/tfjs-core';
-// A cycle (losses.ts imports this file for the fused path); used only inside checkLogprobOnCurrentBackend.
-import { entropyFromLogits, logprobsFromLogits } from '../ppo/losses';
-import { countDispatches } from './webgpu-count';
-import { type WebGpuBackendLike, registerWebGpuKernels, relDiff } from './webgpu-common';
+import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const LOGPROB_FWD = 'PerfLogprobFwd';
 export const LOGPROB_BWD = 'PerfLogprobBwd';
@@ -247,10 +245,13 @@ let enabled = true;
 
 /**
  * Switch the fused log-prob AND entropy kernels off (they are on by default): the bench counts dispatches with and
- * without them, the tests compare against the plain ops on the same backend.
+ * without them, the tests and the checks (src/core/webgpu-fused.ts) compare against the plain ops on the same
+ * backend. Returns the previous setting, to put back.
  */
-export function setWebGpuLogprobFused(on: boolean): void {
+export function setWebGpuLogprobFused(on: boolean): boolean {
+  const was = enabled;
   enabled = on;
+  return was;
 }
 
 /**
@@ -312,87 +313,4 @@ export function entropyRowsWebGpu(logits: tf.Tensor2D, temperature: number): tf.
     };
   }) as (x: tf.Tensor) => tf.Tensor;
   return f(logits) as tf.Tensor1D;
-}
-
-export interface KernelCheck {
-  /** max |fused − plain| / max |plain| over the values. */
-  maxRelValue: number;
-  /** The same over the gradient w.r.t. the logits of Σ w·value, w random upstream weights. */
-  maxRelGrad: number;
-  /** Dispatches of the fused op alone (the per-row entropy, before its masked mean), forward and forward + backward. */
-  dispatchesFwd: number;
-  dispatchesFwdBwd: number;
-}
-
-/** The log-prob figures at top level (what the e2e page reads), the entropy's beside (values: the masked mean). */
-export interface LogprobCheck extends KernelCheck {
-  entropy: KernelCheck;
-}
-
-/** Dispatches made while `fn` runs (webgpu-count.ts). */
-async function countDispatchCalls<T>(fn: () => T): Promise<{ result: T; dispatches: number }> {
-  const c = await countDispatches(fn);
-  return { result: c.result as T, dispatches: c.dispatches };
-}
-
-/**
- * Fused against plain (setWebGpuLogprobFused off) on the current backend, which must be webgpu: tiny random logits
- * (V = 133, not a multiple of the workgroup; a few at ±80), temperature 0.7, values and gradients of the log-probs
- * and of the masked mean entropy, and the fused ops' dispatch counts. For the Chromium e2e page and the tests.
- */
-export async function checkLogprobOnCurrentBackend(): Promise<LogprobCheck> {
-  if (tf.getBackend() !== 'webgpu')
-    throw new Error(`checkLogprobOnCurrentBackend needs the webgpu backend, not ${tf.getBackend()}`);
-  const M = 6;
-  const V = 133;
-  const T = 0.7;
-  const vals = Array.from({ length: M * V }, (_, i) => 3 * Math.sin(i * 12.9898 + 0.5) * Math.cos(i * 0.731));
-  for (let r = 0; r < M; r++) vals[r * V + ((r * 37) % V)] = r % 2 ? -80 : 80;
-  const tok = Array.from({ length: M }, (_, r) => (r === 0 ? 0 : r === 1 ? V - 1 : (r * 37) % V));
-  const logits = tf.tensor2d(vals, [M, V]);
-  const tokens = tf.tensor1d(tok, 'int32');
-  const w = tf.tensor1d(Array.from({ length: M }, (_, r) => Math.cos(r * 1.7) + 0.1));
-  const mask = tf.tensor1d(Array.from({ length: M }, (_, r) => (r === 3 ? 0 : 1)));
-  const lp = (x: tf.Tensor) => logprobsFromLogits(x as tf.Tensor2D, tokens, T);
-  const ent = (x: tf.Tensor) => entropyFromLogits(x, mask, T);
-  const lpLoss = (x: tf.Tensor) => tf.sum(tf.mul(lp(x), w));
-  const entLoss = (x: tf.Tensor) => tf.mul(ent(x), 1.3);
-  const both = (fused: boolean) => {
-    const was = enabled;
-    enabled = fused;
-    try {
-      return tf.tidy(() => [lp(logits), tf.grad(lpLoss)(logits), ent(logits), tf.grad(entLoss)(logits)]);
-    } finally {
-      enabled = was;
-    }
-  };
-  const mine = both(true);
-  const ref = both(false);
-  const d = await Promise.all(mine.map((t, i) => relDiff(t, ref[i])));
-  const counts = async (f: () => tf.Tensor | tf.Tensor[]) => {
-    const c = await countDispatchCalls(() => tf.tidy(f));
-    tf.dispose(c.result);
-    return c.dispatches;
-  };
-  const was = enabled;
-  enabled = true;
-  let lpFwd: number, lpFwdBwd: number, entFwd: number, entFwdBwd: number;
-  try {
-    // Upstream gradients handed in (w): what is counted is the op's own dispatches, not a loss's.
-    const rows = (x: tf.Tensor) => entropyRowsWebGpu(x as tf.Tensor2D, T);
-    lpFwd = await counts(() => lp(logits));
-    lpFwdBwd = await counts(() => tf.grad(lp)(logits, w));
-    entFwd = await counts(() => rows(logits));
-    entFwdBwd = await counts(() => tf.grad(rows)(logits, w));
-  } finally {
-    enabled = was;
-  }
-  tf.dispose([...mine, ...ref, logits, tokens, w, mask]);
-  return {
-    maxRelValue: d[0],
-    maxRelGrad: d[1],
-    dispatchesFwd: lpFwd,
-    dispatchesFwdBwd: lpFwdBwd,
-    entropy: { maxRelValue: d[2], maxRelGrad: d[3], dispatchesFwd: entFwd, dispatchesFwdBwd: entFwdBwd },
-  };
 }

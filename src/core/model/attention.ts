@@ -7,9 +7,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { causalSelfAttentionWebGpu, webGpuAttentionApplies } from '../kernels/webgpu-attention';
-
-/** Large negative bias for masked attention scores (finite, so fully-masked pad rows stay finite). */
-export const MASKED = -1e9;
+import { MASKED, type LayerKV } from '../kernels/definitions';
 
 /** [B·T, C] → [B, nh, T, hs] */
 export function splitHeads(x: tf.Tensor2D, B: number, T: number, nh: number): tf.Tensor4D {
@@ -42,12 +40,6 @@ export function causalPaddingBias(maskF: tf.Tensor2D): tf.Tensor4D {
   return tf.mul(tf.sub(1, allowed), MASKED) as tf.Tensor4D;
 }
 
-/** One layer's keys and values [B, nh, T, hs], for the KV cache. */
-export interface AttentionKV {
-  k: tf.Tensor4D;
-  v: tf.Tensor4D;
-}
-
 /**
  * Causal self-attention of a [B, T] batch: qkv [B·T, 3C] (GPT-2's c_attn output, q | k | v along the last
  * axis), maskF [B, T] float (1 real token, 0 padding), bias = causalPaddingBias(maskF) → [B·T, C]. `bias` may be
@@ -61,7 +53,7 @@ export function causalSelfAttention(
   maskF: tf.Tensor2D,
   bias: tf.Tensor4D | (() => tf.Tensor4D),
   nh: number,
-  collect?: AttentionKV[],
+  collect?: LayerKV[],
 ): tf.Tensor2D {
   if (!collect && webGpuAttentionApplies(qkv, maskF, nh)) return causalSelfAttentionWebGpu(qkv, maskF, nh);
   if (typeof bias === 'function') bias = bias();

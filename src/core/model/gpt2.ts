@@ -16,9 +16,10 @@ import type { GPT2Config } from './config';
 import { trunkParamSpecs, type ParamSpec } from './specs';
 import { UserError } from '../errors';
 import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './ops';
-import { attend, causalPaddingBias, causalSelfAttention, MASKED, splitHeads } from './attention';
+import { attend, causalPaddingBias, causalSelfAttention, splitHeads } from './attention';
 import { LoraAdapters, loraModuleShape } from './lora';
 import { decodeAttentionWebGpu, webGpuDecodeAttentionApplies } from '../kernels/webgpu-decode-attention';
+import { MASKED, type LayerKV } from '../kernels/definitions';
 
 export { layerNorm, layerNormPlain, geluNew, geluNewPlain } from './ops';
 
@@ -71,11 +72,8 @@ export function wteChunkName(k: number): string {
   return `wte.weight.chunk${k}`;
 }
 
-/** Per-layer keys and values, each [B, nh, S, hs]. */
-export type LayerKV = {
-  k: tf.Tensor4D;
-  v: tf.Tensor4D;
-};
+/** Per-layer keys and values (defined with the kernels, which read the same layout). */
+export type { LayerKV };
 
 /**
  * One layer's attention in the KV-cache decode step: qkv [B, 3C] (this token's c_attn output, q | k | v), the new

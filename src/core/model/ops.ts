@@ -7,6 +7,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { layerNormWebGpu, webGpuLayerNormApplies } from '../kernels/webgpu-layernorm';
 import { linearWebGpu, webGpuLinearApplies } from '../kernels/webgpu-linear';
+import { GELU_K } from '../kernels/definitions';
 
 /** Layer norm over the last axis, as autodiff composes it (the reference for `layerNorm`'s gradient). */
 export function layerNormPlain(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number): tf.Tensor {
@@ -54,8 +55,6 @@ export function layerNorm(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number)
   }
   return f(x, g, b);
 }
-
-const GELU_K = 2 * Math.sqrt(2 / Math.PI);
 
 /**
  * gelu_new: 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))), computed as the identical x·σ(2·√(2/π)(x + 0.044715x³)).
