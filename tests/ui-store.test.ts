@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { ModelWorker } from '../src/ui/bridge';
+import type { TrainerEvent } from '../src/worker/protocol';
 import { createFakeWorker, type FakeWorker } from '../src/ui/dev/fake-worker';
 import { readConfigHash } from '../src/ui/lib/url-config';
 import { createPlaygroundStore, type PlaygroundStore } from '../src/ui/store/store';
@@ -250,6 +251,53 @@ describe('models, rewards and files', () => {
     expect(h.hashes.at(-1)).toContain('klCoef=0.2');
     await a.stepRun();
     expect(h.store.getState().metrics.map((m) => m.step)).toEqual([1, 2, 3, 4]);
+  });
+
+  it("an import's step and config in force are the worker's word: the UI makes up no status of its own", async () => {
+    // The worker's events and its answers travel on different comlink ports, so the status event of an import
+    // can come after the import's answer. Until it comes, the run is what the worker last said.
+    const fake = createFakeWorker();
+    let held: TrainerEvent[] | null = null;
+    let toStore: (e: TrainerEvent) => void = () => {};
+    const api = {
+      ...fake,
+      subscribe(cb: (e: TrainerEvent) => void) {
+        toStore = cb;
+        return fake.subscribe((e) => (held ? held.push(e) : cb(e)));
+      },
+    };
+    let zip: Uint8Array | null = null;
+    const store = createPlaygroundStore(api as unknown as ModelWorker, 'auto', {
+      hash: '#batchSize=2&miniBatches=1&klCoef=0.2',
+      writeHash: () => {},
+      download: (_name, data) => {
+        zip = data as Uint8Array;
+      },
+      sendDelayMs: 0,
+    });
+    const a = store.getState().actions;
+    await a.start();
+    for (let i = 0; i < 3; i++) await a.stepRun();
+    await a.exportCheckpoint();
+    a.setConfigValue('klCoef', 0.05);
+    await a.resetRun();
+
+    held = [];
+    await a.importCheckpoint(zip!);
+    let s = store.getState();
+    expect(s.error).toBeNull();
+    expect(s.editedConfig.klCoef).toBe(0.2);
+    expect(s.metrics.map((m) => m.step)).toEqual([1, 2, 3]);
+    expect(s.run).toMatchObject({ step: 0, config: { klCoef: 0.05 } });
+
+    const late: TrainerEvent[] = held;
+    held = null;
+    expect(late.map((e) => e.type)).toContain('status');
+    for (const e of late) toStore(e);
+    s = store.getState();
+    expect(s.run).toMatchObject({ state: 'paused', step: 3, config: { klCoef: 0.2 } });
+    expect(pendingKeys(s.editedConfig, s.run?.config)).toEqual([]);
+    expect(s.metrics.map((m) => m.step)).toEqual([1, 2, 3]);
   });
 
   it('a file that is not a checkpoint is a plain error and keeps the run', async () => {
