@@ -206,6 +206,19 @@ describe('the run', () => {
 });
 
 describe('models, rewards and files', () => {
+  it('generates with the Generate panel settings, and shows the reply with its prompt', async () => {
+    const h = await started();
+    const a = h.store.getState().actions;
+    a.setGenerateParam('prompt', 'Hello');
+    a.setGenerateParam('maxNewTokens', 3);
+    await a.generate();
+    const s = h.store.getState();
+    expect(s.error).toBeNull();
+    expect(s.generating).toBe(false);
+    expect(s.output?.prompt).toBe('Hello');
+    expect(s.output?.reply.promptTokens).toBe('Hello'.length);
+  });
+
   it('settings the worker changes itself (a trained reward model) reach the controls; the link leaves it out', async () => {
     const h = await started('#klCoef=0.1');
     await h.store.getState().actions.trainRewardModel('{"prompt":"a","chosen":"b","rejected":"c"}\n');

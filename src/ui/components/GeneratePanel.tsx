@@ -1,5 +1,5 @@
 import { useId } from 'react';
-import { useActions, useCanGenerate, useGenerating, useOutput, useParam } from '../store/hooks';
+import { useActions, useCanGenerate, useGenerating, useOutput, useGenerateParam } from '../store/hooks';
 import type { GenerateParams } from '../store/types';
 
 type NumericParam = Exclude<keyof GenerateParams, 'prompt'>;
@@ -12,8 +12,8 @@ function NumberField(props: {
   step: number;
   hint?: string;
 }) {
-  const value = useParam(props.param);
-  const { setParam } = useActions();
+  const value = useGenerateParam(props.param);
+  const { setGenerateParam } = useActions();
   const id = useId();
   return (
     <div className="field">
@@ -26,7 +26,7 @@ function NumberField(props: {
         max={props.max}
         step={props.step}
         value={Number.isFinite(value) ? value : ''}
-        onChange={(e) => setParam(props.param, e.target.valueAsNumber)}
+        onChange={(e) => setGenerateParam(props.param, e.target.valueAsNumber)}
         aria-describedby={props.hint ? `${id}-hint` : undefined}
       />
       {props.hint && (
@@ -39,8 +39,8 @@ function NumberField(props: {
 }
 
 function PromptField() {
-  const prompt = useParam('prompt');
-  const { setParam } = useActions();
+  const prompt = useGenerateParam('prompt');
+  const { setGenerateParam } = useActions();
   const id = useId();
   return (
     <div className="field field-wide">
@@ -50,7 +50,7 @@ function PromptField() {
         rows={3}
         value={prompt}
         spellCheck={false}
-        onChange={(e) => setParam('prompt', e.target.value)}
+        onChange={(e) => setGenerateParam('prompt', e.target.value)}
       />
     </div>
   );

@@ -22,7 +22,8 @@ export const useBackendLoadState = () => usePlayground((s) => s.backendLoadState
 export const useModel = () => usePlayground((s) => s.model);
 export const useModelLoadState = () => usePlayground((s) => s.modelLoadState);
 export const useMemory = () => usePlayground((s) => s.memory);
-export const useParam = <K extends keyof GenerateParams>(key: K) => usePlayground((s) => s.params[key]);
+export const useGenerateParam = <K extends keyof GenerateParams>(key: K) =>
+  usePlayground((s) => s.generateParams[key]);
 export const useOutput = () => usePlayground((s) => s.output);
 export const useGenerating = () => usePlayground((s) => s.generating);
 export const useError = () => usePlayground((s) => s.error);

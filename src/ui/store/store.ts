@@ -18,7 +18,7 @@ import type { GenerateParams, PlaygroundData, PlaygroundState } from './types';
 
 export type { StoreOptions } from './context';
 
-export const DEFAULT_PARAMS: GenerateParams = {
+export const DEFAULT_GENERATE_PARAMS: GenerateParams = {
   prompt: 'Once upon a time',
   maxNewTokens: 24,
   temperature: 0.8,
@@ -38,7 +38,7 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
     model: null,
     modelLoadState: 'idle',
     memory: null,
-    params: DEFAULT_PARAMS,
+    generateParams: DEFAULT_GENERATE_PARAMS,
     output: null,
     generating: false,
     error: error ?? comparison.error,
@@ -234,15 +234,15 @@ export function createPlaygroundStore(
           await refreshMemory();
         },
 
-        setParam(key, value) {
-          set({ params: { ...get().params, [key]: value } });
+        setGenerateParam(key, value) {
+          set({ generateParams: { ...get().generateParams, [key]: value } });
         },
 
         async generate() {
           if (get().generating) return;
           set({ generating: true, error: null });
           try {
-            const params = get().params;
+            const params = get().generateParams;
             const reply = await api.generate(params);
             set({ output: { prompt: params.prompt, reply }, generating: false });
           } catch (e) {

@@ -66,8 +66,10 @@ export interface PlaygroundData {
   backendLoadState: LoadState;
   model: ModelSummary | null;
   modelLoadState: LoadState;
+  /** The worker's tensor memory (tf.memory()), as last reported. */
   memory: MemoryReport | null;
-  params: GenerateParams;
+  /** The Generate panel's prompt and sampling settings (not the model's parameter count, `model.params`). */
+  generateParams: GenerateParams;
   /** The last generation and the prompt it continued. */
   output: { prompt: string; reply: GenerateReply } | null;
   generating: boolean;
@@ -137,7 +139,7 @@ export interface PlaygroundActions {
   start(): Promise<void>;
   /** Switch backend; the loaded model is reloaded on it. */
   chooseBackend(pref: BackendPref): Promise<void>;
-  setParam<K extends keyof GenerateParams>(key: K, value: GenerateParams[K]): void;
+  setGenerateParam<K extends keyof GenerateParams>(key: K, value: GenerateParams[K]): void;
   generate(): Promise<void>;
   dismissError(): void;
   /** Show a problem found on the page itself (e.g. a file too large to read). */
