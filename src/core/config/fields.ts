@@ -40,6 +40,11 @@ export interface TrainConfig {
   batchSize: number;
   miniBatches: number;
   ppoEpochs: number;
+  /**
+   * Samples per micro-batch (0 = auto): generation, scoring and each minibatch's update run over slices of this
+   * many samples, gradients summed into one optimiser step per minibatch; the results do not depend on it.
+   */
+  microBatchSize: number;
   learningRate: number;
   valueLearningRate: number;
   clipRange: number;
@@ -365,6 +370,14 @@ export const CONFIG_FIELDS = {
     {
       live: false,
     },
+  ),
+  microBatchSize: int(
+    'ppo',
+    0,
+    0,
+    4096,
+    'Samples per micro-batch (0 = auto): generation, scoring and each minibatch update run in slices this big, gradients summed into one step. Bounds memory; the results do not depend on it.',
+    { scale: 'linear' },
   ),
   ppoEpochs: int('ppo', 2, 1, 64, 'Passes over the rollout per PPO step.'),
   clipRange: num('ppo', 0.2, 0.01, 1, 'PPO ratio clip ε: the ratio is clipped to [1−ε, 1+ε].'),
