@@ -165,7 +165,7 @@ describe('checkpoint zip round trip through restoreTrainer', () => {
     expect(b.metrics.step).toBe(3);
     expect(b.rollout.responses).toEqual(a.rollout.responses);
     for (const tr of [t, r]) {
-      tr.dispose();
+      tr.disposeOptimizers();
       tr.models.policy.dispose();
       tr.models.ref.dispose();
       tr.models.value?.dispose();

@@ -111,7 +111,7 @@ async function expectLoads(folder: string, step: number): Promise<void> {
     expect(t.step).toBe(step);
     expect(t.history.map((m) => m.step)).toEqual(Array.from({ length: step }, (_, i) => i + 1));
   } finally {
-    t.dispose();
+    t.disposeOptimizers();
     t.models.policy.dispose();
     t.models.ref.dispose();
     t.models.value?.dispose();

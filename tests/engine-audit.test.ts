@@ -83,7 +83,7 @@ describe('engine audit', () => {
     // klCoef itself changed: β restarts from it.
     t.setConfig(applyLive(t.cfg, { klCoef: 0.5 }));
     expect(t.kl.state()).toEqual({ kind: 'adaptive', value: 0.5, target: 2, horizon: 50 });
-    t.dispose();
+    t.disposeOptimizers();
   });
 
   it('2. early stop compares the per-token approx KL with its own key, not with targetKl', async () => {
@@ -97,7 +97,7 @@ describe('engine audit', () => {
       eReward,
     );
     const ra = await a.trainStep();
-    a.dispose();
+    a.disposeOptimizers();
     expect(ra.metrics.approxKl).toBeGreaterThan(1e-6);
     expect(ra.metrics.epochsRun).toBe(1);
     // … a large one never does, whatever targetKl says (the old rule stopped at 1.5·targetKl/responseLength).
@@ -107,12 +107,12 @@ describe('engine audit', () => {
       eReward,
     );
     const rb = await b.trainStep();
-    b.dispose();
+    b.disposeOptimizers();
     expect(rb.metrics.epochsRun).toBe(3);
     // The switch off: every epoch runs.
     const c = await buildTrainer(config({ ppoEpochs: 3, earlyStopApproxKl: 1e-6 }), res(), eReward);
     expect((await c.trainStep()).metrics.epochsRun).toBe(3);
-    c.dispose();
+    c.disposeOptimizers();
   });
 
   it('3. inverse-CDF sampling never returns a zero-probability token, also where the float32 cumsum falls short of 1', async () => {
@@ -219,7 +219,7 @@ describe('engine audit', () => {
       unknown
     >;
     expect(state.rewardMean).toBe(RM_MEAN);
-    for (const x of [centred.t, raw.t, bare.t, c]) x.dispose();
+    for (const x of [centred.t, raw.t, bare.t, c]) x.disposeOptimizers();
   });
 
   it('6. the bad-step counter is checkpointed; an old checkpoint without it restores 0', async () => {
@@ -227,7 +227,7 @@ describe('engine audit', () => {
     await t.trainStep();
     t.badSteps = 2;
     const files = await checkpointFiles(t);
-    t.dispose();
+    t.disposeOptimizers();
     const state = JSON.parse(new TextDecoder().decode(files.get('trainer_state.json')!)) as Record<
       string,
       unknown
@@ -235,13 +235,13 @@ describe('engine audit', () => {
     expect(state.badSteps).toBe(2);
     const c = await restoreTrainer(memoryFiles('ckpt', files), res(), eReward);
     expect(c.badSteps).toBe(2);
-    c.dispose();
+    c.disposeOptimizers();
     delete state.badSteps;
     const old = new Map(files);
     old.set('trainer_state.json', new TextEncoder().encode(JSON.stringify(state)));
     const d = await restoreTrainer(memoryFiles('old', old), res(), eReward);
     expect(d.badSteps).toBe(0);
-    d.dispose();
+    d.disposeOptimizers();
     state.badSteps = -1;
     old.set('trainer_state.json', new TextEncoder().encode(JSON.stringify(state)));
     await expect(restoreTrainer(memoryFiles('bad', old), res(), eReward)).rejects.toThrow(/"badSteps"/);
@@ -256,7 +256,7 @@ describe('engine audit', () => {
       );
       await t.trainStep();
       const w = await weights(t.models.policy.trainableVariables());
-      t.dispose();
+      t.disposeOptimizers();
       return w;
     };
     const base = await policyAfter(0, 1e-3);
@@ -321,7 +321,7 @@ describe('engine audit', () => {
       const info = await tf.profile(async () => {
         entropy = (await t.trainStep()).metrics.entropy;
       });
-      t.dispose();
+      t.disposeOptimizers();
       return { n: info.kernels.length, entropy };
     };
     const off = await kernels(0);

@@ -36,7 +36,7 @@ describe('PPO learns', () => {
       rewards.push(r.metrics.reward);
       kls.push(r.metrics.kl);
     }
-    t.dispose();
+    t.disposeOptimizers();
     const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
     const first = mean(rewards.slice(0, 10));
     const last = mean(rewards.slice(20));

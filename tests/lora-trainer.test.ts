@@ -193,7 +193,7 @@ describe('LoRA PPO runs', () => {
     const start = tf.memory().numTensors;
     const t = await buildTrainer(config({ lora: 0 }), res(), eReward);
     await t.trainStep();
-    t.dispose();
+    t.disposeOptimizers();
     disposeModels(t.models);
     expect(tf.memory().numTensors).toBe(start);
   });

@@ -59,6 +59,6 @@ describe('non-finite guard', () => {
     expect(await allFinite(t.models.value!.trainableVariables())).toBe(true);
     expect(valueBefore.every(Number.isFinite)).toBe(true);
     await expect(checkpointFiles(t)).rejects.toThrow(/NaN\/Inf/);
-    t.dispose();
+    t.disposeOptimizers();
   });
 });

@@ -532,7 +532,7 @@ describe('autosave of a real run (CPU, tiny model)', () => {
     const back = await restoreTrainer(memoryFiles('autosave', loaded!.files), res);
     expect(back.step).toBe(2);
     expect(back.history.map((m) => m.step)).toEqual([1, 2]);
-    back.dispose();
+    back.disposeOptimizers();
 
     const ln = t.models.policy.params.get('ln_f.bias')!;
     const saved = ln.clone();

@@ -89,14 +89,15 @@ describe('TrainingSession (CPU, tiny model)', () => {
 
   it('runs to `until` with hooks on the cadence; a live change shows in the next step; dispose frees every tensor', async () => {
     const before = tf.memory().numTensors;
-    const s = await TrainingSession.build(cfg, res);
     const calls: string[] = [];
-    s.hooks = {
-      step: (r) => void calls.push(`step ${r.metrics.step} kl ${r.metrics.klCoef}`),
-      checkpoint: async (x) => void calls.push(`checkpoint ${x.step}`),
-      autosaveDue: (step) => step % 2 === 1,
-      autosave: async (x) => void calls.push(`autosave ${x.step}`),
-    };
+    const s = await TrainingSession.build(cfg, res, {
+      hooks: {
+        step: (r) => void calls.push(`step ${r.metrics.step} kl ${r.metrics.klCoef}`),
+        checkpoint: async (x) => void calls.push(`checkpoint ${x.step}`),
+        autosaveDue: (step) => step % 2 === 1,
+        autosave: async (x) => void calls.push(`autosave ${x.step}`),
+      },
+    });
     const first = await s.run({ until: 1 });
     expect(first).toEqual({ reason: 'done', step: 1 });
     s.setHyperparameters({ klCoef: 0.3 });
@@ -129,9 +130,10 @@ describe('TrainingSession (CPU, tiny model)', () => {
   });
 
   it('pause() stops after the step in flight; the checkpoint keeps the configured reward under a stand-in', async () => {
-    const s = await TrainingSession.build({ ...cfg, steps: 50 }, res);
     let seen = 0;
-    s.hooks = { step: () => void (++seen === 2 && s.pause()) };
+    const s = await TrainingSession.build({ ...cfg, steps: 50 }, res, {
+      hooks: { step: (_, x) => void (++seen === 2 && x.pause()) },
+    });
     s.overrideReward({ kind: 'fn', fn: () => 7, label: 'stand-in' });
     const end = await s.run();
     expect(end).toEqual({ reason: 'paused', step: 2 });
@@ -146,6 +148,7 @@ describe('TrainingSession (CPU, tiny model)', () => {
   });
 
   it('three non-finite steps in a row stop the run with a reason, and nothing is checkpointed at that step', async () => {
+    const checkpoints: number[] = [];
     const s = await TrainingSession.build(
       {
         ...cfg,
@@ -155,9 +158,8 @@ describe('TrainingSession (CPU, tiny model)', () => {
         reward: { mix: [{ name: 'length', weight: 1e300 }] },
       },
       res,
+      { hooks: { checkpoint: async (x) => void checkpoints.push(x.step) } },
     );
-    const checkpoints: number[] = [];
-    s.hooks = { checkpoint: async (x) => void checkpoints.push(x.step) };
     const end = await s.run();
     expect(end).toEqual({
       reason: 'nonfinite',
@@ -219,20 +221,28 @@ describe('TrainingSession: running out of memory at the step boundary (CPU, tiny
     });
   });
 
-  /** The hooks' calls, and the checkpoint files each checkpoint hook got. */
-  function record(s: TrainingSession) {
+  /**
+   * A session whose hooks record their calls and the checkpoint files each checkpoint hook got; its heap budget
+   * is `budget.bytes` (none while null), read at every phase boundary; `beforeStep` runs before each step.
+   */
+  async function recorded(beforeStep?: (s: TrainingSession) => void) {
     const calls: string[] = [];
     const saved = new Map<number, Map<string, Uint8Array>>();
-    s.hooks = {
-      step: (r) => void calls.push(`step ${r.metrics.step}`),
-      checkpoint: async (x) => {
-        saved.set(x.step, await x.checkpointFiles());
-        calls.push(`checkpoint ${x.step}`);
+    const budget: { bytes: number | null } = { bytes: null };
+    const s = await TrainingSession.build(cfg, res, {
+      hooks: {
+        beforeStep,
+        step: (r) => void calls.push(`step ${r.metrics.step}`),
+        checkpoint: async (x) => {
+          saved.set(x.step, await x.checkpointFiles());
+          calls.push(`checkpoint ${x.step}`);
+        },
+        autosaveDue: () => true,
+        autosave: async (x) => void calls.push(`autosave ${x.step}`),
       },
-      autosaveDue: () => true,
-      autosave: async (x) => void calls.push(`autosave ${x.step}`),
-    };
-    return { calls, saved };
+      heapBudget: () => budget.bytes,
+    });
+    return { s, calls, saved, budget };
   }
 
   async function expectSpoiled(s: TrainingSession, step: number): Promise<void> {
@@ -251,13 +261,12 @@ describe('TrainingSession: running out of memory at the step boundary (CPU, tiny
   }
 
   it('a forced-small budget that Adam’s moments outgrow stops step 1 after its update: nothing recorded or saved after it', async () => {
-    const s = await TrainingSession.build(cfg, res);
-    const { calls } = record(s);
+    const { s, calls, budget } = await recorded();
     const t = s.trainer;
     const trainable = [...t.models.policy.trainableVariables(), ...t.models.value!.trainableVariables()];
     const adamBytes = 2 * 4 * trainable.reduce((n, v) => n + v.size, 0);
     // Every tensor live now (the models) fits; the two Adam moments the first update makes do not.
-    s.heapBudgetBytes = tf.memory().numBytes + adamBytes / 2;
+    budget.bytes = tf.memory().numBytes + adamBytes / 2;
     const end = await s.run();
     expect(end.reason).toBe('error');
     expect(isUserError(end.error)).toBe(true);
@@ -271,8 +280,10 @@ describe('TrainingSession: running out of memory at the step boundary (CPU, tiny
   });
 
   it('a budget outgrown while scoring step 3 (tensors a reward holds): steps 1–2 recorded and saved, then the clear error', async () => {
-    const s = await TrainingSession.build(cfg, res);
-    const { calls, saved } = record(s);
+    const { s, calls, saved, budget } = await recorded((x) => {
+      // From step 2 on (Adam's moments exist), the budget is what is live plus 1 MB.
+      if (x.step === 1) budget.bytes = tf.memory().numBytes + (1 << 20);
+    });
     const held: tf.Tensor[] = [];
     // Scoring at step 3 holds 4 MB more than the budget leaves room for (activations larger than estimated).
     s.overrideReward({
@@ -283,11 +294,7 @@ describe('TrainingSession: running out of memory at the step boundary (CPU, tiny
       },
       label: 'holds tensors',
     });
-    s.heapBudgetBytes = Infinity;
-    s.hooks.beforeStep = (x) => {
-      // From step 2 on (Adam's moments exist), the budget is what is live plus 1 MB.
-      if (x.step === 1) x.heapBudgetBytes = tf.memory().numBytes + (1 << 20);
-    };
+    budget.bytes = Infinity;
     const end = await s.run();
     expect(end).toMatchObject({ reason: 'error', step: 2 });
     const message = (end.error as Error).message;
@@ -317,8 +324,7 @@ describe('TrainingSession: running out of memory at the step boundary (CPU, tiny
   });
 
   it('a real WASM trap mid-update (simulated) becomes the same clear error, without RuntimeError or a stack', async () => {
-    const s = await TrainingSession.build(cfg, res);
-    const { calls, saved } = record(s);
+    const { s, calls, saved } = await recorded();
     const valueOpt = s.trainer.valueOpt as unknown as { applyScaled: (...a: unknown[]) => void };
     const apply = valueOpt.applyScaled.bind(valueOpt);
     // Step 2's value update fails after the policy's was applied: the weights are half-updated.
@@ -347,8 +353,7 @@ describe('TrainingSession: running out of memory at the step boundary (CPU, tiny
   });
 
   it('any other failure while updating is reported as it is, and spoils the session too (weights may be half-updated)', async () => {
-    const s = await TrainingSession.build(cfg, res);
-    const { calls } = record(s);
+    const { s, calls } = await recorded();
     const bug = new TypeError("Cannot read properties of undefined (reading 'shape')");
     (s.trainer.valueOpt as unknown as { applyScaled: () => void }).applyScaled = () => {
       throw bug;

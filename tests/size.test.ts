@@ -226,7 +226,7 @@ describe('the run estimate', () => {
           `estimate ${e.total} vs measured ${measured}`,
         ).toBeLessThan(0.25);
       } finally {
-        trainer.dispose();
+        trainer.disposeOptimizers();
         policy.dispose();
         ref.dispose();
         value.dispose();
@@ -363,7 +363,7 @@ describe('the estimate with a large vocabulary (measured on the CPU backend, wit
           expect(e.peakPhase).toBe('update');
           within25(e.total, prof.peakBytes - base);
         } finally {
-          trainer.dispose();
+          trainer.disposeOptimizers();
           policy.dispose();
           ref.dispose();
           value.dispose();
@@ -482,7 +482,7 @@ describe('the estimate with LoRA on the WASM backend (V 8192, within 25%)', () =
       expect(e.peakPhase).toBe('update');
       return { measured: prof.peakBytes - base, estimate: e.total };
     } finally {
-      trainer.dispose();
+      trainer.disposeOptimizers();
       policy.dispose();
       ref.dispose();
       value?.dispose();

@@ -38,6 +38,6 @@ describe('soak', () => {
     expect(t.step).toBe(500);
     expect(end.numTensors).toBe(start.numTensors);
     expect(end.numBytes).toBe(start.numBytes);
-    t.dispose();
+    t.disposeOptimizers();
   }, 1_200_000);
 });

@@ -38,7 +38,7 @@ describe('PPO trainer', () => {
     expect(r.firstMinibatch.clipFrac).toBe(0);
     // The policy moved during the epochs, so later minibatches see ratios ≠ 1.
     expect(r.metrics.approxKl).toBeGreaterThan(0);
-    t.dispose();
+    t.disposeOptimizers();
   });
 
   it('the rollout dump follows docs/formats.md §4 and its numbers agree with each other', async () => {
@@ -71,20 +71,20 @@ describe('PPO trainer', () => {
       // First step: the policy is the reference, so logprobs equal refLogprobs exactly.
       expect(d.logprobs[i]).toEqual(d.refLogprobs[i]);
     }
-    t.dispose();
+    t.disposeOptimizers();
   });
 
   it('4 steps straight equal 2 steps + checkpoint + resume + 2 steps (metrics to 1e-6)', async () => {
     const a = await buildTrainer(config(), res(), eReward);
     const straight: StepMetrics[] = [];
     for (let i = 0; i < 4; i++) straight.push((await a.trainStep()).metrics);
-    a.dispose();
+    a.disposeOptimizers();
 
     const b = await buildTrainer(config(), res(), eReward);
     await b.trainStep();
     await b.trainStep();
     const files = await checkpointFiles(b);
-    b.dispose();
+    b.disposeOptimizers();
     expect([...files.keys()].sort()).toEqual([
       'config.json',
       'model.safetensors',
@@ -97,7 +97,7 @@ describe('PPO trainer', () => {
     expect(c.step).toBe(2);
     expect(c.history.length).toBe(2);
     const resumed = [(await c.trainStep()).metrics, (await c.trainStep()).metrics];
-    c.dispose();
+    c.disposeOptimizers();
     for (let i = 0; i < 2; i++) {
       for (const k of REQUIRED_METRICS) {
         if (TIMING.has(k)) continue;
@@ -124,7 +124,7 @@ describe('PPO trainer', () => {
       }
       const m = [(await t.trainStep()).metrics, (await t.trainStep()).metrics];
       const fusedCalls = (t.policyOpt as unknown as { fusedCalls?: number }).fusedCalls ?? 0;
-      t.dispose();
+      t.disposeOptimizers();
       return { m, fusedCalls };
     };
     const fused = await run(false);
@@ -154,7 +154,7 @@ describe('PPO trainer', () => {
     const r = await t.trainStep();
     expect(r.firstMinibatch.ratioMax).toBe(1);
     expect(r.firstMinibatch.ratioMean).toBe(1);
-    t.dispose();
+    t.disposeOptimizers();
   });
 
   it('missing-EOS penalty is subtracted only from responses that never stopped; no stop token → all tokens count', async () => {
@@ -169,11 +169,11 @@ describe('PPO trainer', () => {
         if (!m) expect(ro.responses[i][k]).toBe(257);
       });
     });
-    t.dispose();
+    t.disposeOptimizers();
     const u = await buildTrainer(config({ stopToken: null }), res(), eReward);
     const r2 = await u.trainStep();
     for (const row of r2.rollout.mask) expect(row.every((m) => m === 1)).toBe(true);
-    u.dispose();
+    u.disposeOptimizers();
   });
 
   it('live changes apply from the next step and show in its metrics; the adaptive controller moves β', async () => {
@@ -183,7 +183,7 @@ describe('PPO trainer', () => {
     const r = await t.trainStep();
     expect(r.metrics.klCoef).toBe(0.3);
     expect(r.metrics.learningRate).toBe(1e-3);
-    t.dispose();
+    t.disposeOptimizers();
     const a = await buildTrainer(
       config({ adaptiveKl: true, klCoef: 0.2, targetKl: 0.01, klHorizon: 100, learningRate: 1e-2 }),
       res(),
@@ -194,7 +194,7 @@ describe('PPO trainer', () => {
     // β_{2} = β_{1}·(1 + clip(KL/target − 1, ±0.2)·B/horizon), with KL of step 1.
     const err = Math.max(-0.2, Math.min(0.2, s1.metrics.kl / 0.01 - 1));
     expect(s2.metrics.klCoef).toBeCloseTo(0.2 * (1 + (err * 4) / 100), 10);
-    a.dispose();
+    a.disposeOptimizers();
   });
 
   it('tf.memory().numTensors is flat across training steps', async () => {
@@ -203,6 +203,6 @@ describe('PPO trainer', () => {
     const before = tf.memory().numTensors;
     for (let i = 0; i < 3; i++) await t.trainStep();
     expect(tf.memory().numTensors).toBe(before);
-    t.dispose();
+    t.disposeOptimizers();
   });
 });

@@ -161,7 +161,7 @@ async function timePpoUpdate(quick: boolean, profile: boolean): Promise<Record<s
     return out;
   } finally {
     const { policy, ref, value } = trainer.models;
-    trainer.dispose();
+    trainer.disposeOptimizers();
     policy.dispose();
     ref.dispose();
     value?.dispose();

@@ -314,7 +314,7 @@ export async function runBenchSections(
         }
       } finally {
         const { policy, ref, value } = trainer.models;
-        trainer.dispose();
+        trainer.disposeOptimizers();
         policy.dispose();
         ref.dispose();
         value?.dispose();

@@ -59,3 +59,21 @@ export async function writeFolder(dir: string, files: Map<string, Uint8Array>): 
     await writeFile(p, bytes);
   }
 }
+
+/** A JSON file read and parsed, with errors that say which file (`what`: "config", …) and why. */
+export async function readJsonFile(file: string, what: string): Promise<unknown> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'EISDIR') throw new UserError(`${what} ${file} is a folder; expected a JSON file.`);
+    if (code === 'ENOENT') throw new UserError(`${what} ${file} does not exist; expected a JSON file.`);
+    throw new UserError(`cannot read ${what} ${file}: ${code ?? (e as Error).message}.`);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new UserError(`${what} ${file} is not valid JSON: ${(e as Error).message}.`);
+  }
+}

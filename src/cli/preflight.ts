@@ -34,9 +34,8 @@ import {
   type RunMemoryOptions,
 } from '../core/model/size';
 import { UserError } from '../core/errors';
-import { assertFolder, nodeFiles } from './files-node';
+import { assertFolder, nodeFiles, readJsonFile } from './files-node';
 import { PRESETS, resolveModel } from './models';
-import { readJsonFile } from './train';
 
 export interface MemoryBudget {
   bytes: number;

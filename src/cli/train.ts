@@ -3,12 +3,13 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parse, num, str } from './args';
 import { nodeBindingLimit, setNodeBackend } from './backend-node';
-import { assertFolder, nodeFiles, writeFolder } from './files-node';
+import { assertFolder, nodeFiles, readJsonFile, writeFolder } from './files-node';
 import { resolveModel, PRESETS } from './models';
 import { loadTaskNode } from './tasks-node';
 import { derived, validateConfig, type TrainConfig } from '../core/config';
 import type { Resources, BuildOptions } from '../core/ppo/setup';
-import { TrainingSession } from '../core/session';
+import { TrainingSession, type SessionHooks } from '../core/session';
+import { restoreSession } from '../core/restore';
 import { NONFINITE_CLI_ADVICE } from '../core/stops';
 import { rolloutDump } from '../core/ppo/rollout';
 import { rewardFnFromModule } from '../core/reward/module';
@@ -29,23 +30,6 @@ export const nodeResources: Resources = {
     return nodeBindingLimit();
   },
 };
-
-export async function readJsonFile(file: string, what: string): Promise<unknown> {
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'EISDIR') throw new UserError(`${what} ${file} is a folder; expected a JSON file.`);
-    if (code === 'ENOENT') throw new UserError(`${what} ${file} does not exist; expected a JSON file.`);
-    throw new UserError(`cannot read ${what} ${file}: ${code ?? (e as Error).message}.`);
-  }
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    throw new UserError(`${what} ${file} is not valid JSON: ${(e as Error).message}.`);
-  }
-}
 
 export async function loadRewardModule(file: string): Promise<BuildOptions['rewardFn']> {
   try {
@@ -183,12 +167,62 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   const opts: BuildOptions = rewardModule ? { rewardFn: await loadRewardModule(rewardModule) } : {};
   await (await import('./preflight')).preflightTrainCommand({ cfgPath, resume }, nodeResources); // memory check, config.json only
 
+  // What the session reports, written to `out`: the hooks are given to the session when it is built, and read
+  // the state below, which is filled in once the run is loaded.
+  const dump = v['dump-rollouts'] === true;
+  const metricsPath = path.join(out, 'metrics.jsonl');
+  const checkpoints: string[] = [];
+  let steps = 0;
+  let last: TrainingSession['history'][number] | undefined;
+  let finished = 0; // the last step recorded in metrics.jsonl
+  // The checkpoint to go back to: the one resumed from, until this run writes its own.
+  let lastCheckpoint: { dir: string; step: number } | null = null;
+  const hooks: SessionHooks = {
+    step: async (r, s) => {
+      const m = r.metrics;
+      last = m;
+      // One write of one complete line per finished step.
+      await appendFile(metricsPath, JSON.stringify(m) + '\n');
+      finished = m.step;
+      if (dump) {
+        // The dump records the KL coefficient the step used (before the controller's update).
+        // groupSize as resolved (0 in the config = the algorithm's default).
+        const cfg = s.cfg;
+        const rollout = rolloutDump(r.rollout, s.step, {
+          ...cfg,
+          groupSize: derived(cfg).groupSize,
+          klCoef: m.klCoef,
+        });
+        await writeFile(path.join(out, 'rollouts', `step-${s.step}.json`), JSON.stringify(rollout));
+      }
+      process.stderr.write(
+        `step ${m.step}/${steps} ${bar(m.step, steps)} reward ${m.reward.toFixed(3)} kl ${m.kl.toFixed(3)} ` +
+          `clip ${m.clipFrac.toFixed(3)} ${m.valueLoss === null ? 'no value model' : `vloss ${m.valueLoss.toFixed(3)}`} ` +
+          `${m.timeStep.toFixed(1)} s/step\n`,
+      );
+      for (const a of r.alerts) process.stderr.write(`  alert: ${a.message} ${a.advice}\n`);
+    },
+    // checkpoint-0 (a fresh run's starting weights), every saveEvery steps, and the last step.
+    checkpoint: async (s) => {
+      const dir = await saveCheckpoint(s, out);
+      checkpoints.push(dir);
+      lastCheckpoint = { dir, step: s.step };
+    },
+  };
+  // The budget guard at every phase boundary: PPO_HEAP_BUDGET_BYTES, else the WASM heap on wasm (src/core/oom.ts).
+  const budget = defaultHeapBudget();
+  const sessionOpts = { ...opts, hooks, heapBudget: () => budget };
+
   let session: TrainingSession;
   // Loading can run out as well (the preflight above is an estimate): said with the phase, not as a stack.
   const loading = (e: unknown) => asHeapExhaustion(e, { phase: 'load' }) ?? e;
   if (resume) {
     await assertFolder(resume, 'checkpoint folder');
-    session = await TrainingSession.restore(nodeFiles(resume), nodeResources, opts).catch((e) => {
+    session = await restoreSession(
+      { kind: 'folder', files: nodeFiles(resume) },
+      nodeResources,
+      sessionOpts,
+    ).catch((e) => {
       throw loading(e);
     });
     if (cfgPath)
@@ -196,16 +230,13 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   } else {
     const cfg: TrainConfig = validateConfig(await readJsonFile(cfgPath!, 'config'), cfgPath!);
     if (!(cfg.model in PRESETS)) await assertFolder(resolveModel(cfg.model));
-    session = await TrainingSession.build(cfg, nodeResources, opts).catch((e) => {
+    session = await TrainingSession.build(cfg, nodeResources, sessionOpts).catch((e) => {
       throw loading(e);
     });
   }
-  // The budget guard at every phase boundary: PPO_HEAP_BUDGET_BYTES, else the WASM heap on wasm (src/core/oom.ts).
-  session.heapBudgetBytes = defaultHeapBudget();
   try {
-    const steps = num('train', v, 'steps', session.cfg.steps, { min: 1, max: 1e6, integer: true });
+    steps = num('train', v, 'steps', session.cfg.steps, { min: 1, max: 1e6, integer: true });
     await mkdir(out, { recursive: true });
-    const metricsPath = path.join(out, 'metrics.jsonl');
     if (!resume) await writeFile(metricsPath, '');
     else {
       const dropped = await trimMetrics(metricsPath, session.step, session.history);
@@ -216,48 +247,10 @@ export async function cmdTrain(argv: string[]): Promise<void> {
         );
       }
     }
-    const dump = v['dump-rollouts'] === true;
     if (dump) await mkdir(path.join(out, 'rollouts'), { recursive: true });
-
-    const checkpoints: string[] = [];
-    let last = session.history[session.history.length - 1];
-    let finished = session.step; // the last step recorded in metrics.jsonl
-    // The checkpoint to go back to: the one resumed from, until this run writes its own.
-    let lastCheckpoint: { dir: string; step: number } | null = resume
-      ? { dir: resume, step: session.step }
-      : null;
-    session.hooks = {
-      step: async (r, s) => {
-        const m = r.metrics;
-        last = m;
-        // One write of one complete line per finished step.
-        await appendFile(metricsPath, JSON.stringify(m) + '\n');
-        finished = m.step;
-        if (dump) {
-          // The dump records the KL coefficient the step used (before the controller's update).
-          // groupSize as resolved (0 in the config = the algorithm's default).
-          const cfg = s.trainer.cfg;
-          const rollout = rolloutDump(r.rollout, s.step, {
-            ...cfg,
-            groupSize: derived(cfg).groupSize,
-            klCoef: m.klCoef,
-          });
-          await writeFile(path.join(out, 'rollouts', `step-${s.step}.json`), JSON.stringify(rollout));
-        }
-        process.stderr.write(
-          `step ${m.step}/${steps} ${bar(m.step, steps)} reward ${m.reward.toFixed(3)} kl ${m.kl.toFixed(3)} ` +
-            `clip ${m.clipFrac.toFixed(3)} ${m.valueLoss === null ? 'no value model' : `vloss ${m.valueLoss.toFixed(3)}`} ` +
-            `${m.timeStep.toFixed(1)} s/step\n`,
-        );
-        for (const a of r.alerts) process.stderr.write(`  alert: ${a.message} ${a.advice}\n`);
-      },
-      // checkpoint-0 (a fresh run's starting weights), every saveEvery steps, and the last step.
-      checkpoint: async (s) => {
-        const dir = await saveCheckpoint(s, out);
-        checkpoints.push(dir);
-        lastCheckpoint = { dir, step: s.step };
-      },
-    };
+    last = session.history[session.history.length - 1];
+    finished = session.step;
+    if (resume) lastCheckpoint = { dir: resume, step: session.step };
     const end = await session.run({ until: steps });
     if (end.reason === 'error') throw stepFailure(end.error, session, lastCheckpoint, finished);
     if (end.reason === 'nonfinite') {

@@ -393,7 +393,7 @@ export async function restoreTrainer(
       await restoreAdam(t.valueOpt, 'value', m.value.trainableVariables(), optFile, files.label);
     }
   } catch (e) {
-    t?.dispose();
+    t?.disposeOptimizers();
     for (const b of built.reverse()) b.dispose();
     throw e;
   }

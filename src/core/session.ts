@@ -1,20 +1,23 @@
 /**
- * One PPO training run, as the CLI (src/cli/train.ts) and the model worker (src/worker/run-loop.ts) both drive
- * it. The session owns the trainer and its four models and frees all of them in `dispose()`; it runs steps
- * until the target step, `pause()`, or the trainer's non-finite guard asks to stop; it applies live config
- * changes at the start of the next step; and it calls back for every step, for checkpoints and for autosaves
- * on one cadence rule. The adapters only turn those callbacks into files (CLI) or events (worker).
+ * One PPO training run, as the CLI (src/cli/train.ts) and the model worker (src/worker/run.ts) both drive
+ * it. The session owns the trainer and its four models and frees all of them in `dispose()`; it owns the run's
+ * config (the one copy: the trainer reads it through the source it was built with, at the start of each step),
+ * takes live changes to it (`setHyperparameters` / `setConfig`, validated against the config table of
+ * src/core/live.ts), so they reach the next step; it runs steps until the target step, `pause()`, or the
+ * trainer's non-finite guard asks to stop; and it calls back for every step, for checkpoints and for autosaves
+ * on one cadence rule. Its collaborators (the hooks, the heap budget) are given when it is built. The adapters
+ * only turn those callbacks into files (CLI) or events (worker).
  *
  * Platform-neutral (no node:*, no DOM): see docs/architecture.md for the layers, docs/engine.md for the step.
  */
 import type { TrainConfig } from './config';
 import { applyLive, classifyChanges } from './live';
 import { checkpointFiles, restoreTrainer } from './checkpoint';
-import { buildTrainer, type BuildOptions, type Resources } from './ppo/setup';
+import { buildTrainer, type BuildOptions, type Resources, type TrainerOwner } from './ppo/setup';
 import type { Phase, PpoTrainer, RewardSource, StepResult } from './ppo/trainer';
 import type { ModelFiles } from './model/folder';
 import { UserError } from './errors';
-import { nonFiniteMessage } from './stops';
+import { nonFiniteMessage, stepsDoneMessage } from './stops';
 import { asHeapExhaustion, checkHeapBudget, HeapExhaustedError, stepPhase } from './oom';
 
 /**
@@ -84,22 +87,27 @@ export interface StepOutcome {
   stop: { reason: 'nonfinite'; message: string } | null;
 }
 
-/** Options of a session. */
+/** The collaborators of a session, given when it is built or restored. */
 export interface SessionOptions {
+  /** The adapter's callbacks (steps, phases, checkpoints, autosaves). */
+  hooks?: SessionHooks;
   /**
-   * Live tensor bytes allowed at the step's phase boundaries (src/core/oom.ts checkHeapBudget): the CLI passes
-   * defaultHeapBudget() (PPO_HEAP_BUDGET_BYTES, else the WASM heap on wasm), the worker its backend's heap.
-   * null (the default): no check.
+   * Live tensor bytes allowed at the step's phase boundaries (src/core/oom.ts checkHeapBudget), read at every
+   * boundary (so it follows a new backend): the CLI passes defaultHeapBudget() (PPO_HEAP_BUDGET_BYTES, else the
+   * WASM heap on wasm), the worker its backend's heap. null, or no function (the default): no check.
    */
-  heapBudgetBytes?: number | null;
+  heapBudget?: () => number | null;
 }
 
+/** What TrainingSession.build and restore take: how to build the trainer, and the session's collaborators. */
+export type SessionBuildOptions = Omit<BuildOptions, 'owner'> & SessionOptions;
+
 export class TrainingSession {
-  hooks: SessionHooks;
-  /** See SessionOptions.heapBudgetBytes; may change between steps (a new backend, a new budget). */
-  heapBudgetBytes: number | null;
-  /** The config the next step runs with (live changes wait here until the next step starts). */
-  private next: TrainConfig;
+  /**
+   * The run's config, its one copy: the config in force from the next step on. The trainer reads it (through the
+   * source it was built with) at the start of each step; live changes replace it here.
+   */
+  private config: TrainConfig;
   /** The reward the trainer was built with (a stand-in such as the UI's reward code goes in front of it). */
   private readonly baseReward: RewardSource;
   private pauseRequested = false;
@@ -111,31 +119,61 @@ export class TrainingSession {
   /** Why this session may neither step nor save any more (null while it can). */
   private spoiledBy: string | null = null;
 
-  constructor(
+  /** Use build / restore: they build the trainer with this session as its owner. */
+  private constructor(
     readonly trainer: PpoTrainer,
-    hooks: SessionHooks = {},
-    opts: SessionOptions = {},
+    private readonly hooks: SessionHooks,
+    private readonly heapBudget: () => number | null,
   ) {
-    this.hooks = hooks;
-    this.heapBudgetBytes = opts.heapBudgetBytes ?? null;
-    this.next = trainer.cfg;
+    this.config = trainer.cfg;
     this.baseReward = trainer.models.reward;
-    trainer.onPhase = (p) => {
-      // The budget guard at the boundary: what the phase that just ended left live. It throws out of trainStep.
-      if (p === 'scoring' || p === 'updating') this.checkHeap(this.phaseNow, this.trainer.step + 1);
-      this.phaseNow = p;
-      this.hooks.phase?.(p);
-    };
+  }
+
+  /**
+   * A session around the trainer `make` builds, with the session as the trainer's owner: the trainer reads the
+   * session's config and reports its phases to it. Until the session exists (while the trainer is being built)
+   * the trainer's config is the validated one it is built from, which becomes the session's.
+   */
+  private static async around(
+    opts: SessionBuildOptions,
+    make: (opts: BuildOptions) => Promise<PpoTrainer>,
+  ): Promise<TrainingSession> {
+    let session: TrainingSession | null = null;
+    const owner = (first: TrainConfig): TrainerOwner => ({
+      config: () => session?.config ?? first,
+      events: { phase: (p) => session?.phaseChanged(p) },
+    });
+    const { hooks, heapBudget, ...build } = opts;
+    const trainer = await make({ ...build, owner });
+    session = new TrainingSession(trainer, hooks ?? {}, heapBudget ?? (() => null));
+    return session;
   }
 
   /** A fresh run from a validated config. */
-  static async build(cfg: TrainConfig, res: Resources, opts: BuildOptions = {}): Promise<TrainingSession> {
-    return new TrainingSession(await buildTrainer(cfg, res, opts));
+  static build(cfg: TrainConfig, res: Resources, opts: SessionBuildOptions = {}): Promise<TrainingSession> {
+    return TrainingSession.around(opts, (o) => buildTrainer(cfg, res, o));
   }
 
-  /** The run saved in a checkpoint folder, continuing at its step. */
-  static async restore(files: ModelFiles, res: Resources, opts: BuildOptions = {}): Promise<TrainingSession> {
-    return new TrainingSession(await restoreTrainer(files, res, opts));
+  /**
+   * The run saved in a checkpoint's files, continuing at its step. Validated first; on any error nothing of it
+   * stays loaded (restoreTrainer frees what it built). To restore from a folder, a zip or an autosave alike, use
+   * src/core/restore.ts restoreSession, which comes here.
+   */
+  static restore(
+    files: ModelFiles,
+    res: Resources,
+    opts: SessionBuildOptions = {},
+  ): Promise<TrainingSession> {
+    return TrainingSession.around(opts, (o) => restoreTrainer(files, res, o));
+  }
+
+  /** The trainer's phase changed: the heap guard at the boundary, then the hook. */
+  private phaseChanged(p: Phase): void {
+    if (this.disposed) return;
+    // The budget guard at the boundary: what the phase that just ended left live. It throws out of trainStep.
+    if (p === 'scoring' || p === 'updating') this.checkHeap(this.phaseNow, this.trainer.step + 1);
+    this.phaseNow = p;
+    this.hooks.phase?.(p);
   }
 
   /** Steps completed. */
@@ -143,9 +181,9 @@ export class TrainingSession {
     return this.trainer.step;
   }
 
-  /** The config in force from the next step on. */
+  /** The config in force from the next step on (the run's one copy of it). */
   get cfg(): TrainConfig {
-    return this.next;
+    return this.config;
   }
 
   get history() {
@@ -172,21 +210,28 @@ export class TrainingSession {
 
   // ---- config -----------------------------------------------------------------------------------------------
 
-  /** Live keys only (src/core/live.ts); applied when the next step starts. Returns the new config. */
+  /**
+   * A live change, the one way a running job's config changes (the worker's setHyperparameters and configure,
+   * the CLI alike): live keys only, validated against the config table (src/core/live.ts applyLive); the trainer
+   * reads the new config when its next step starts. Returns the new config.
+   */
   setHyperparameters(patch: unknown, source = 'setHyperparameters'): TrainConfig {
-    this.next = applyLive(this.next, patch, source);
-    return this.next;
+    this.config = applyLive(this.config, patch, source);
+    return this.config;
   }
 
-  /** Take an already validated config whose changes are all live (else a UserError: that needs a new run). */
+  /**
+   * Take an already validated whole config whose changes are all live (else a UserError: that needs a new run);
+   * from the next step on, as setHyperparameters.
+   */
   setConfig(cfg: TrainConfig): void {
-    const { restart } = classifyChanges(this.next, cfg);
+    const { restart } = classifyChanges(this.config, cfg);
     if (restart.length > 0) {
       throw new UserError(
         `"${restart[0]}" cannot change on a running job; start a new run (the changed keys: ${restart.join(', ')}).`,
       );
     }
-    this.next = cfg;
+    this.config = cfg;
   }
 
   // ---- reward -----------------------------------------------------------------------------------------------
@@ -237,8 +282,9 @@ export class TrainingSession {
 
   /** The budget guard (src/core/oom.ts) for the phase that just ended; a no-op without a budget. */
   private checkHeap(phase: Phase, step: number): void {
-    if (this.heapBudgetBytes === null) return;
-    checkHeapBudget(this.heapBudgetBytes, stepPhase(phase) ?? phase, step);
+    const budget = this.heapBudget();
+    if (budget === null) return;
+    checkHeapBudget(budget, stepPhase(phase) ?? phase, step);
   }
 
   /**
@@ -276,13 +322,10 @@ export class TrainingSession {
    * asks to stop) the checkpoint and autosave hooks that are due. `until` is the run's last step (default the
    * config's `steps`); a session already there refuses with a UserError.
    */
-  async runStep(until: number = this.next.steps): Promise<StepOutcome> {
+  async runStep(until: number = this.config.steps): Promise<StepOutcome> {
     this.checkUsable();
     const t = this.trainer;
-    if (t.step >= until) {
-      throw new UserError(`The run has done its ${until} steps; raise "steps" to continue it, or reset.`);
-    }
-    if (t.cfg !== this.next) t.setConfig(this.next);
+    if (t.step >= until) throw new UserError(stepsDoneMessage(until));
     await this.hooks.beforeStep?.(this);
     const stepNo = t.step + 1;
     let result: StepResult;
@@ -300,8 +343,9 @@ export class TrainingSession {
       return { result, stop: { reason: 'nonfinite', message: nonFiniteMessage(t.step) } };
     }
     try {
-      if (isCheckpointStep(t.step, t.cfg.saveEvery, until)) await this.hooks.checkpoint?.(this);
-      if (this.hooks.autosaveDue?.(t.step, t.cfg.saveEvery)) await this.hooks.autosave?.(this);
+      const { saveEvery } = this.config;
+      if (isCheckpointStep(t.step, saveEvery, until)) await this.hooks.checkpoint?.(this);
+      if (this.hooks.autosaveDue?.(t.step, saveEvery)) await this.hooks.autosave?.(this);
     } catch (e) {
       // Reading the weights out to save them can run out too; the state itself is whole (no spoiling).
       throw asHeapExhaustion(e, { phase: 'save', step: t.step }) ?? e;
@@ -321,7 +365,7 @@ export class TrainingSession {
     // A spoiled session ends at once, as a failed step would (the adapters report it the same way).
     if (this.spoiledBy) return { reason: 'error', step: this.trainer.step, error: this.spoiledError() };
     const schedule = opts.schedule ?? (<T>(job: () => Promise<T>) => job());
-    const until = () => opts.until ?? this.next.steps;
+    const until = () => opts.until ?? this.config.steps;
     this.pauseRequested = false;
     this.runningNow = true;
     let stepped = false;
@@ -375,8 +419,7 @@ export class TrainingSession {
     this.disposed = true;
     this.pauseRequested = true;
     const t = this.trainer;
-    t.onPhase = () => {};
-    t.dispose();
+    t.disposeOptimizers();
     t.models.policy.dispose();
     t.models.ref.dispose();
     t.models.value?.dispose(); // null in critic-free runs

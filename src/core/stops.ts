@@ -26,3 +26,11 @@ export function nonFiniteRunError(step: number): string {
   const m = nonFiniteMessage(step);
   return `${m.charAt(0).toUpperCase()}${m.slice(1)} ${NONFINITE_RUN_ADVICE}`;
 }
+
+/**
+ * A run asked for another step after its last one (the session refuses; the worker and the UI's stand-in
+ * worker refuse `start` the same way).
+ */
+export function stepsDoneMessage(steps: number): string {
+  return `The run has done its ${steps} steps; raise "steps" to continue it, or reset.`;
+}

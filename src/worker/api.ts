@@ -7,8 +7,6 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { transfer } from 'comlink';
 import { generate as sample } from '../core/model/sampling';
-import { TrainingSession } from '../core/session';
-import { memoryFiles } from '../core/model/folder';
 import { isUserError, UserError } from '../core/errors';
 import { applyBackendOptions, currentDeviceLimits, selectBackend } from './backend-web';
 import { checkDeviceLimits, rewardIsModel, runMemoryOptions } from './device-limits';
@@ -75,16 +73,21 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
   let backendPref: BackendPref = 'auto';
   const progress: ProgressSink = (task, fraction, message) => run.progress(task, fraction, message);
   const sources = opts.sources?.(progress) ?? new ModelSources(progress);
-  const run: Run = new Run(sources, serial);
+  // The run and its autosave / device-loss handling need each other: the run is given hooks that call the
+  // reliability object made just after it (neither is called before both exist).
+  const run: Run = new Run(sources, serial, {
+    hooks: {
+      autosave: () => reliability.autosave(),
+      failedForDeviceLoss: () => reliability.failedForDeviceLoss(),
+    },
+    memory: () => memoryReport(backend?.backend ?? 'cpu'),
+  });
   const reliability = new Reliability(
     run,
-    sources,
     serial,
     { reselect: () => choose(backendPref) },
     opts.autosave ?? browserAutosave(),
   );
-  run.hooks = reliability;
-  run.memory = () => memoryReport(backend?.backend ?? 'cpu');
 
   /** Errors leave as displayable Errors. */
   const guard = async <T>(job: () => T | Promise<T>): Promise<T> => {
@@ -159,11 +162,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
       }
     }
     if (saved) {
-      const session = await TrainingSession.restore(
-        memoryFiles(saved.label, saved.files),
-        sources.resources(),
-      );
-      run.resumeFrom(session, saved.label, runId);
+      await run.restore({ kind: 'files', files: saved.files, label: saved.label }, saved.label, runId);
     } else if (hadModel) {
       await run.generator(); // reload the model on the new backend
     }
@@ -230,7 +229,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
         await ensureBackend();
         if (!(bytes instanceof Uint8Array))
           throw new UserError('importCheckpoint: expected the zip file as bytes (Uint8Array).');
-        return importCheckpoint(run, sources, bytes);
+        return importCheckpoint(run, bytes);
       }),
     exportMetrics: (format) => guard(() => exportMetrics(run, format)),
     exportTrlConfig: () => guard(() => exportTrlConfig(run)),

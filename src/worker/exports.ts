@@ -3,20 +3,16 @@
  * metrics as CSV / JSON and the TRL config. The zip / CSV helpers are pure and live in core
  * (src/core/checkpoint-zip.ts, src/core/trl.ts); this file ties them to the run.
  */
-import { TrainingSession } from '../core/session';
 import {
   checkpointFolderName,
   checkpointZipName,
   metricsToCsv,
   metricsToJson,
-  unzipFolder,
   zipFolder,
 } from '../core/checkpoint-zip';
-import { memoryFiles } from '../core/model/folder';
 import { trlConfigJson } from '../core/trl';
 import { UserError } from '../core/errors';
 import type { Run } from './run-loop';
-import type { ModelSources } from './sources';
 import type { CheckpointSummary } from './protocol';
 
 /** The run as a checkpoint zip; a run that has not stepped yet is built first (a step-0 checkpoint). */
@@ -26,28 +22,13 @@ export async function exportCheckpoint(run: Run): Promise<{ name: string; bytes:
 }
 
 /**
- * Resume from a checkpoint zip. The new run is restored before the old one is dropped, so a bad file leaves
- * the current run as it was.
+ * Resume from a checkpoint zip (core's one restore, src/core/restore.ts). The new run is restored before the
+ * old one is dropped, so a bad file leaves the current run as it was.
  */
-export async function importCheckpoint(
-  run: Run,
-  sources: ModelSources,
-  bytes: Uint8Array,
-): Promise<CheckpointSummary> {
-  const files = unzipFolder(bytes, 'The chosen file');
-  if (!files.has('trainer_state.json')) {
-    const what = files.has('config.json') ? 'a model folder' : 'something else';
-    throw new UserError(
-      `This zip has no trainer_state.json, so it is not a PPO Playground checkpoint (it looks like ${what}). ` +
-        (files.has('config.json')
-          ? 'Load it as a model instead.'
-          : 'Choose a zip exported with "Export checkpoint".'),
-    );
-  }
+export async function importCheckpoint(run: Run, bytes: Uint8Array): Promise<CheckpointSummary> {
   run.pause();
   const label = 'checkpoint';
-  const session = await TrainingSession.restore(memoryFiles(label, files), sources.resources());
-  run.resumeFrom(session, `${label} at step ${session.step}`);
+  const session = await run.restore({ kind: 'zip', bytes, label }, (s) => `${label} at step ${s.step}`);
   run.emitStatus();
   return {
     step: session.step,

@@ -10,6 +10,7 @@
 import type { ConfigKey, TrainConfig } from '../core/config';
 import type { StepMetrics } from '../core/ppo/metrics';
 import type { MemoryParts } from '../core/model/size';
+import type { Phase } from '../core/ppo/trainer';
 
 /** A tfjs backend the worker can run on. */
 export type BackendName = 'webgpu' | 'wasm' | 'webgl' | 'cpu';
@@ -175,7 +176,8 @@ export type TrainConfigWire = TrainConfig;
 export type ConfigPatch = { [K in ConfigKey]?: TrainConfig[K] | null };
 
 export type RunState = 'idle' | 'running' | 'paused';
-export type Phase = 'generating' | 'scoring' | 'updating' | 'idle';
+/** The trainer's phase: core's own type (src/core/ppo/trainer.ts), one definition for both threads. */
+export type { Phase };
 
 export interface RunStatus {
   state: RunState;

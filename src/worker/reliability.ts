@@ -12,14 +12,11 @@
  * new WebGPU backend (or falls back to WASM when WebGPU cannot start again), restores the run from its last
  * autosave on the new backend and carries on as it was: running again if it was running, else paused.
  */
-import { memoryFiles } from '../core/model/folder';
 import type { AutosaveInfo } from '../services/autosave';
-import { TrainingSession } from '../core/session';
 import type { TabAutosave } from '../services/autosave-tabs';
 import { UserError } from '../core/errors';
 import { forgetWebGpuBackend, webgpuDevice, type GpuDeviceLike } from './backend-web';
 import type { Run, RunHooks, Serial } from './run-loop';
-import type { ModelSources } from './sources';
 import type { AutosaveInfoWire, BackendReport, ReliabilityEvent, RunStatus } from './protocol';
 
 /**
@@ -53,7 +50,6 @@ export class Reliability implements RunHooks {
 
   constructor(
     private readonly run: Run,
-    private readonly sources: ModelSources,
     private readonly serial: Serial,
     private readonly backend: BackendControl,
     readonly slot: TabAutosave,
@@ -112,8 +108,8 @@ export class Reliability implements RunHooks {
     const result = await this.slot.save(
       {
         step: t.step,
-        config: JSON.parse(JSON.stringify(t.cfg)) as Record<string, unknown>,
-        label: run.model?.label ?? t.cfg.model,
+        config: JSON.parse(JSON.stringify(run.cfg)) as Record<string, unknown>,
+        label: run.model?.label ?? run.cfg.model,
         runId,
         historyLength: t.history.length,
       },
@@ -149,11 +145,11 @@ export class Reliability implements RunHooks {
     // A spoiled run (out of memory) cannot go on: free its tensors first, so the restore has the room it needs.
     if (run.session?.spoiled) run.dropTrainer();
     const { info, files } = saved;
-    const session = await TrainingSession.restore(
-      memoryFiles(`autosave (step ${info.step})`, files),
-      this.sources.resources(),
+    const session = await run.restore(
+      { kind: 'files', files, label: `autosave (step ${info.step})` },
+      info.label,
+      info.runId,
     );
-    run.resumeFrom(session, info.label, info.runId);
     this.lastSaved = { runId: info.runId, step: session.step };
     return run.emitStatus();
   }
@@ -255,11 +251,11 @@ export class Reliability implements RunHooks {
       if (lostAt !== null && runId) {
         const saved = await this.slot.load().catch(() => null);
         if (saved && saved.info.runId === runId) {
-          const session = await TrainingSession.restore(
-            memoryFiles(`autosave (step ${saved.info.step})`, saved.files),
-            this.sources.resources(),
+          const session = await run.restore(
+            { kind: 'files', files: saved.files, label: `autosave (step ${saved.info.step})` },
+            saved.info.label,
+            runId,
           );
-          run.resumeFrom(session, saved.info.label, runId);
           this.lastSaved = { runId, step: session.step };
           fromStep = session.step;
           const redo =

@@ -1,8 +1,8 @@
 /**
- * The training run inside the worker, as events and a queue over core's TrainingSession (src/core/session.ts,
- * the same run loop the CLI drives): the session owns the trainer and its four models; this file owns the run
- * state the UI sees, the events it subscribes to, the reward-code stand-in, and the model generate uses outside
- * a run.
+ * The training run inside the worker (`Run`): the worker's adapter around core's TrainingSession
+ * (src/core/session.ts, the same run loop the CLI drives). The session owns the trainer, its four models and the
+ * run's config; this file owns the run state the UI sees, the events it subscribes to, the reward-code stand-in,
+ * the model generate uses outside a run, and the config of a run not built yet (`pendingConfig`).
  *
  * Every tfjs job runs through the worker's serial queue (api.ts). The session's loop queues one step at a time
  * and yields a macrotask between steps, so pause / setHyperparameters / generate calls are answered between
@@ -13,8 +13,9 @@
  */
 import { validateConfig, type TrainConfig } from '../core/config';
 import { applyLive, mergeConfig } from '../core/live';
-import { TrainingSession, type RunEnd, type SessionHooks } from '../core/session';
-import { nonFiniteRunError } from '../core/stops';
+import { TrainingSession, type RunEnd, type SessionHooks, type SessionOptions } from '../core/session';
+import { restoreSession, type CheckpointSource } from '../core/restore';
+import { nonFiniteRunError, stepsDoneMessage } from '../core/stops';
 import type { PpoTrainer, RewardSource } from '../core/ppo/trainer';
 import type { Rollout } from '../core/ppo/rollout';
 import type { Tokenizer } from '../core/tokenizer/types';
@@ -51,10 +52,12 @@ export interface RunHooks {
   failedForDeviceLoss(): Promise<boolean>;
 }
 
-const NO_HOOKS: RunHooks = {
-  autosave: async () => {},
-  failedForDeviceLoss: async () => false,
-};
+/** What a Run is given when it is made (api.ts): its autosave / device-loss hooks and its memory readout. */
+export interface RunCollaborators {
+  hooks: RunHooks;
+  /** tf.memory() for the `step` events (api.ts knows the backend). */
+  memory: () => MemoryReport | undefined;
+}
 
 const macrotask = () => new Promise<void>((r) => setTimeout(r, 0));
 
@@ -103,7 +106,11 @@ function describeReward(cfg: TrainConfig): string {
 }
 
 export class Run {
-  cfg: TrainConfig = validateConfig({});
+  /**
+   * The config of the run to be built, while there is no session (the session owns the config of a run that
+   * exists); null while a session exists. Kept from the dropped session when a run is dropped.
+   */
+  private pendingConfig: TrainConfig | null = validateConfig({});
   /** The training run (null until the first step builds it, or a checkpoint is restored). */
   session: TrainingSession | null = null;
   /** The model used by generate when no run exists (loaded by loadModel, or lazily). */
@@ -119,9 +126,6 @@ export class Run {
   private looping = false;
   /** The identity of the run (null while there is no trainer). */
   runId: string | null = null;
-  hooks: RunHooks = NO_HOOKS;
-  /** tf.memory() for the `step` events (api.ts sets it; it knows the backend). */
-  memory: () => MemoryReport | undefined = () => undefined;
   /**
    * The live-tensor budget the session checks at every phase boundary (src/core/oom.ts): on WASM the heap this
    * backend really has, PPO_HEAP_BUDGET_BYTES where a process sets it (Node tests), else none.
@@ -132,7 +136,13 @@ export class Run {
   constructor(
     private readonly sources: ModelSources,
     private readonly serial: Serial,
+    private readonly given: RunCollaborators,
   ) {}
+
+  /** The run's config: the session's when a run exists, else the one the next run is built from. */
+  get cfg(): TrainConfig {
+    return this.session?.cfg ?? this.pendingConfig!;
+  }
 
   /** idle (no run, or a new one pending), running, or paused. Changed only by this class's methods. */
   get state(): RunState {
@@ -211,26 +221,28 @@ export class Run {
     if (next.reward !== undefined && !(typeof next.reward === 'object' && 'model' in next.reward)) {
       makeReward(next.reward, 'config: "reward"');
     }
-    if (changes.restart.length > 0) {
-      this.dropTrainer();
-      this.runState = 'idle';
-    } else {
-      this.session?.setConfig(next);
-    }
     if (next.model !== this.cfg.model) {
       this.disposeLm();
       this.model = null;
     }
+    if (changes.restart.length > 0) {
+      this.dropTrainer();
+      this.runState = 'idle';
+    }
+    // A live change goes to the session (the run's config is its); else the next run is built from it.
+    if (this.session) this.session.setConfig(next);
+    else this.pendingConfig = next;
     if (partial.model !== undefined) this.chosen = true;
-    this.cfg = next;
     return this.emitStatus();
   }
 
-  /** Live keys only; applied when the next step starts (not serial: answers while a step runs). */
+  /**
+   * Live keys only, validated against the config table; applied when the next step starts (not serial: answers
+   * while a step runs). With a run, it is the session's setHyperparameters, the same call the CLI's path makes.
+   */
   setHyperparameters(patch: Record<string, unknown>): RunStatus {
-    const next = applyLive(this.cfg, patch, 'setHyperparameters');
-    this.session?.setConfig(next);
-    this.cfg = next;
+    if (this.session) this.session.setHyperparameters(patch, 'setHyperparameters');
+    else this.pendingConfig = applyLive(this.cfg, patch, 'setHyperparameters');
     return this.emitStatus();
   }
 
@@ -238,9 +250,7 @@ export class Run {
 
   private checkNotDone(): void {
     if (this.session && this.session.step >= this.cfg.steps) {
-      throw new UserError(
-        `The run has done its ${this.cfg.steps} steps; raise "steps" to continue it, or reset.`,
-      );
+      throw new UserError(stepsDoneMessage(this.cfg.steps));
     }
   }
 
@@ -282,7 +292,7 @@ export class Run {
         if (await this.failed(e)) return this.status();
       }
       this.runState = 'paused';
-      if (stepped) await this.hooks.autosave();
+      if (stepped) await this.given.hooks.autosave();
       return this.emitStatus();
     });
   }
@@ -299,23 +309,25 @@ export class Run {
   private sessionHooks(): SessionHooks {
     return {
       phase: (p) => this.setPhase(p),
-      beforeStep: (s) => {
-        this.sandbox.beginBatch();
-        s.heapBudgetBytes = this.heapBudget(); // follows the backend from step to step
-      },
+      beforeStep: () => this.sandbox.beginBatch(),
       step: (r, s) => {
         this.emit({
           type: 'step',
           metrics: { ...r.metrics },
           samples: sampleViews(r.rollout, s.trainer.tokenizer),
           alerts: r.alerts.map(({ id, step, message, advice }) => ({ id, step, message, advice })),
-          memory: this.memory(),
+          memory: this.given.memory(),
         });
       },
       // Every min(saveEvery, 10) steps, and when the run stops (src/services/autosave.ts).
       autosaveDue,
-      autosave: () => this.hooks.autosave(),
+      autosave: () => this.given.hooks.autosave(),
     };
+  }
+
+  /** What every session of this run is built with: its hooks, and the heap budget (read at each boundary). */
+  private sessionOptions(): SessionOptions {
+    return { hooks: this.sessionHooks(), heapBudget: () => this.heapBudget() };
   }
 
   private async loop(): Promise<void> {
@@ -354,7 +366,7 @@ export class Run {
       case 'error':
         if (await this.failed(end.error)) return;
         // Not after running out of memory or a failed update: the last autosave is the run's good state.
-        if (this.session && !this.session.spoiled) await this.serial(() => this.hooks.autosave());
+        if (this.session && !this.session.spoiled) await this.serial(() => this.given.hooks.autosave());
         return;
     }
   }
@@ -369,7 +381,7 @@ export class Run {
    * a lost GPU device (recovery in ./reliability.ts takes over and tells the story instead).
    */
   private async failed(e: unknown): Promise<boolean> {
-    if (await this.hooks.failedForDeviceLoss()) {
+    if (await this.given.hooks.failedForDeviceLoss()) {
       this.runPhase = 'idle';
       return true;
     }
@@ -399,7 +411,7 @@ export class Run {
     this.progress('build', null, `Loading ${cfg.model} for training…`);
     await this.sources.checkMemory(cfg.model, 'train', cfg);
     this.disposeLm(); // the trainer's policy takes its place
-    const session = await TrainingSession.build(cfg, this.sources.resources());
+    const session = await TrainingSession.build(cfg, this.sources.resources(), this.sessionOptions());
     this.adopt(session, this.sources.files(cfg.model).label);
     this.progress('build', 1, `Loaded ${cfg.model}.`);
     return session;
@@ -414,20 +426,30 @@ export class Run {
   /** Make `session` the run (after a build or a restore); `runId` keeps the identity of a resumed run. */
   private adopt(session: TrainingSession, label: string, runId: string = newRunId()): void {
     this.session = session;
+    this.pendingConfig = null;
     this.runId = runId;
-    this.cfg = session.cfg;
-    session.hooks = this.sessionHooks();
-    session.heapBudgetBytes = this.heapBudget();
     if (this.sandbox.hasCode) session.overrideReward(this.codeReward());
     this.model = summarise(session.trainer.models.policy, label);
     this.chosen = true;
   }
 
   /**
-   * Replace the run by a restored one (import, autosave resume, backend switch, device recovery), paused at its
-   * step. The caller sends the status.
+   * Replace the run by the one saved in `source` (import, autosave resume, backend switch, device recovery),
+   * paused at its step; serial. Restored through core's one restore (src/core/restore.ts) before the current run
+   * is dropped, so a bad checkpoint leaves the current run as it was. `label` names the policy in the status;
+   * `runId` keeps the identity of a resumed run. The caller sends the status.
    */
-  resumeFrom(session: TrainingSession, label: string, runId?: string): void {
+  async restore(
+    source: CheckpointSource,
+    label: string | ((session: TrainingSession) => string),
+    runId?: string,
+  ): Promise<TrainingSession> {
+    const session = await restoreSession(source, this.sources.resources(), this.sessionOptions());
+    this.resumeFrom(session, typeof label === 'string' ? label : label(session), runId);
+    return session;
+  }
+
+  private resumeFrom(session: TrainingSession, label: string, runId?: string): void {
     this.pause();
     this.dropTrainer();
     this.disposeLm();
@@ -448,6 +470,7 @@ export class Run {
   dropTrainer(): void {
     const s = this.session;
     if (!s) return;
+    this.pendingConfig = s.cfg; // the config stays (a new run is built from it)
     this.session = null;
     this.runId = null;
     s.dispose();
@@ -472,7 +495,7 @@ export class Run {
     this.dropTrainer();
     this.disposeLm();
     this.lm = { name, lm };
-    this.cfg = validateConfig({ ...this.cfg, model: name });
+    this.pendingConfig = validateConfig({ ...this.cfg, model: name });
     this.runState = 'idle';
     this.model = summarise(lm.model, files.label);
     this.chosen = true;

@@ -220,7 +220,7 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
 
 export function disposeTrainer(t: PpoTrainer): void {
   const { policy, ref, value, reward } = t.models;
-  t.dispose();
+  t.disposeOptimizers();
   policy.dispose();
   ref.dispose();
   value?.dispose();

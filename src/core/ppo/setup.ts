@@ -13,7 +13,7 @@ import type { Tokenizer } from '../tokenizer/types';
 import type { Task } from '../tasks';
 import { makeReward, type RewardFn } from '../reward/functions';
 import { readRewardMean } from '../reward/reward-model';
-import { PpoTrainer, type RewardSource } from './trainer';
+import { PpoTrainer, type ConfigSource, type RewardSource, type TrainerEvents } from './trainer';
 import { UserError } from '../errors';
 
 export interface Resources {
@@ -27,6 +27,12 @@ export interface Resources {
   maxBindingBytes?: number;
 }
 
+/** A trainer's owner (the training session): where the trainer reads its config, and its phase callback. */
+export interface TrainerOwner {
+  config: ConfigSource;
+  events?: TrainerEvents;
+}
+
 export interface BuildOptions {
   /** A user reward function (CLI --reward-module, the UI's code editor); overrides the task's reward. */
   rewardFn?: { fn: RewardFn; label: string };
@@ -38,6 +44,12 @@ export interface BuildOptions {
     rewardModel?: ScalarModel;
     tokenizer: Tokenizer;
   };
+  /**
+   * The owner of the trainer, given the validated config the trainer is built from (TrainingSession.build /
+   * restore pass it, so the trainer reads the session's config from its first step). Absent: the trainer owns
+   * `cfg` itself (a trainer used on its own, e.g. in tests).
+   */
+  owner?: (cfg: TrainConfig) => TrainerOwner;
 }
 
 /** The reward model file inside a reward folder made by `train-reward`. */
@@ -143,5 +155,12 @@ export async function buildTrainer(
   } else {
     value = ScalarModel.fromTrunk(policy, true, 'value');
   }
-  return new PpoTrainer(cfg, { policy, ref, value, reward }, tokenizer, prompts);
+  const owner = opts.owner?.(cfg);
+  return new PpoTrainer(
+    owner?.config ?? cfg,
+    { policy, ref, value, reward },
+    tokenizer,
+    prompts,
+    owner?.events,
+  );
 }

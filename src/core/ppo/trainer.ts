@@ -98,7 +98,7 @@ export interface PpoModels {
  * LoRA the shared base itself), the base of any view, the value model (on a shared base: its adapters and head)
  * and the learned reward models of `models.reward` and of `otherRewards` (e.g. a reward swapped out for a
  * preference run). Objects met twice (the base is the reference) are freed once. The optimisers are the
- * trainer's: PpoTrainer.dispose().
+ * trainer's: PpoTrainer.disposeOptimizers().
  */
 export function disposeModels(models: PpoModels, otherRewards: readonly RewardSource[] = []): void {
   const freed = new Set<object>();
@@ -127,7 +127,35 @@ export interface StepResult {
   shouldPause: boolean;
 }
 
+/** What the trainer is doing now; the worker's protocol re-exports this type (src/worker/protocol.ts). */
 export type Phase = 'generating' | 'scoring' | 'updating' | 'idle';
+
+/**
+ * Where the trainer reads its config: a run's one owner of it, the training session (src/core/session.ts), which
+ * takes live changes and validates them. The trainer reads it once at the start of each step and keeps no copy, so
+ * a change made between steps reaches the next step and never a step in flight.
+ */
+export type ConfigSource = () => TrainConfig;
+
+/** What the trainer tells its owner while a step runs (given at construction). */
+export interface TrainerEvents {
+  /** The phase changed (generating → scoring → updating → idle); called synchronously, inside the step. */
+  phase?(phase: Phase): void;
+}
+
+/** The config keys the KL controller is built from (a live change of any of them rebuilds it). */
+type KlKeys = Pick<TrainConfig, 'klCoef' | 'adaptiveKl' | 'targetKl' | 'klHorizon'>;
+const klKeys = (c: TrainConfig): KlKeys => ({
+  klCoef: c.klCoef,
+  adaptiveKl: c.adaptiveKl,
+  targetKl: c.targetKl,
+  klHorizon: c.klHorizon,
+});
+const sameKlKeys = (a: KlKeys, b: KlKeys): boolean =>
+  a.klCoef === b.klCoef &&
+  a.adaptiveKl === b.adaptiveKl &&
+  a.targetKl === b.targetKl &&
+  a.klHorizon === b.klHorizon;
 
 const now = (): number => performance.now();
 const mean = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
@@ -138,7 +166,13 @@ export function bucket(n: number, cap: number): number {
 }
 
 export class PpoTrainer {
-  cfg: TrainConfig;
+  /** The run's config, read from its owner (see ConfigSource). */
+  private readonly config: ConfigSource;
+  /** Set only for a trainer built without a session, which then owns its config (setConfig). */
+  private own: TrainConfig | null;
+  private readonly events: TrainerEvents;
+  /** The KL keys the controller was last built from (a live change of them rebuilds it at the next step). */
+  private klFrom: KlKeys;
   readonly models: PpoModels;
   readonly tokenizer: Tokenizer;
   readonly prompts: string[];
@@ -160,12 +194,30 @@ export class PpoTrainer {
   rewardMean: number | null;
   /** The 'reward-uncentred' alert was raised already. */
   private saidUncentred = false;
-  onPhase: (p: Phase) => void = () => {};
 
-  constructor(cfg: TrainConfig, models: PpoModels, tokenizer: Tokenizer, prompts: string[]) {
+  /**
+   * `config`: the session's config source, or a plain config for a trainer used on its own (tests, benchmarks),
+   * which then owns it. `events`: the phase callback of the owner (the session).
+   */
+  constructor(
+    config: TrainConfig | ConfigSource,
+    models: PpoModels,
+    tokenizer: Tokenizer,
+    prompts: string[],
+    events: TrainerEvents = {},
+  ) {
     if (prompts.length === 0)
       throw new UserError('training needs at least one prompt; the prompt list is empty.');
-    this.cfg = cfg;
+    if (typeof config === 'function') {
+      this.own = null;
+      this.config = config;
+    } else {
+      this.own = config;
+      this.config = () => this.own!;
+    }
+    this.events = events;
+    const cfg = this.config();
+    this.klFrom = klKeys(cfg);
     this.models = models;
     this.tokenizer = tokenizer;
     this.prompts = prompts;
@@ -195,17 +247,45 @@ export class PpoTrainer {
     this.rewardMean = models.reward.kind === 'model' ? (models.reward.mean ?? null) : null;
   }
 
-  /** Apply live changes (already validated) from the next step on. */
+  /** The run's config now (the next step runs with it). */
+  get cfg(): TrainConfig {
+    return this.config();
+  }
+
+  /**
+   * Replace the config of a trainer that owns it (built without a session) from the next step on; `cfg` must be
+   * validated and differ in live keys only (src/core/live.ts applyLive). A session's trainer refuses: live changes
+   * go to the session (TrainingSession.setHyperparameters / setConfig), the one owner of the run's config.
+   */
   setConfig(cfg: TrainConfig): void {
+    if (this.own === null) {
+      throw new Error("PpoTrainer.setConfig: this trainer reads its session's config; change it there.");
+    }
+    this.own = cfg;
+  }
+
+  /**
+   * At the start of a step: the live keys that live outside the config (the optimisers' learning rates, the KL
+   * controller) follow the config the step runs with. The KL controller is rebuilt only when one of its keys
+   * changed (an adaptive controller keeps its coefficient unless klCoef itself was changed).
+   */
+  private followConfig(cfg: TrainConfig): void {
     (this.policyOpt as unknown as { learningRate: number }).learningRate = cfg.learningRate;
     if (this.valueOpt)
       (this.valueOpt as unknown as { learningRate: number }).learningRate = cfg.valueLearningRate;
-    this.kl = liveKlController(this.kl, this.cfg, cfg);
-    this.cfg = cfg;
+    const keys = klKeys(cfg);
+    if (!sameKlKeys(keys, this.klFrom)) {
+      this.kl = liveKlController(this.kl, this.klFrom, keys);
+      this.klFrom = keys;
+    }
   }
 
-  stopId(): number | null {
-    const s = this.cfg.stopToken;
+  private phase(p: Phase): void {
+    this.events.phase?.(p);
+  }
+
+  stopId(cfg: TrainConfig = this.cfg): number | null {
+    const s = cfg.stopToken;
     return s === null ? null : s === 'eos' ? this.tokenizer.eosId : s;
   }
 
@@ -232,8 +312,9 @@ export class PpoTrainer {
     mask: number[][],
     rows: number[],
     Tq: number,
+    R: number,
   ) {
-    const T = Tq + this.cfg.responseLength;
+    const T = Tq + R;
     const n = rows.length;
     const ids = new Int32Array(n * T).fill(this.tokenizer.padId);
     const attn = new Int32Array(n * T);
@@ -249,25 +330,35 @@ export class PpoTrainer {
   }
 
   /** Policy (or reference) logits at the response-predicting positions: [n·R, V]. */
-  private responseLogits(model: GPT2, ids: tf.Tensor2D, attn: tf.Tensor2D, Tq: number): tf.Tensor2D {
+  private responseLogits(
+    model: GPT2,
+    ids: tf.Tensor2D,
+    attn: tf.Tensor2D,
+    Tq: number,
+    R: number,
+  ): tf.Tensor2D {
     const [n, T] = ids.shape;
-    const R = this.cfg.responseLength;
     const C = model.config.n_embd;
     const hidden = tf.reshape(model.trunk(ids, attn), [n, T, C]);
     const resp = tf.reshape(tf.slice(hidden, [0, Tq - 1, 0], [n, R, C]), [n * R, C]) as tf.Tensor2D;
     return model.lmHead(resp);
   }
 
-  private responseValues(model: ScalarModel, ids: tf.Tensor2D, attn: tf.Tensor2D, Tq: number): tf.Tensor2D {
+  private responseValues(
+    model: ScalarModel,
+    ids: tf.Tensor2D,
+    attn: tf.Tensor2D,
+    Tq: number,
+    R: number,
+  ): tf.Tensor2D {
     const n = ids.shape[0];
-    return tf.slice(model.values(ids, attn), [0, Tq - 1], [n, this.cfg.responseLength]) as tf.Tensor2D;
+    return tf.slice(model.values(ids, attn), [0, Tq - 1], [n, R]) as tf.Tensor2D;
   }
 
   /** Step 7's policy part of the joint loss: pg − entropyCoef·entropy, and the statistics read back with it. */
-  private policyObjective(mb: Minibatch, Tq: number): Objective<PolicyStat> {
-    const cfg = this.cfg;
+  private policyObjective(mb: Minibatch, Tq: number, cfg: TrainConfig): Objective<PolicyStat> {
     const [n, R] = mb.mask.shape;
-    const logits = this.responseLogits(this.models.policy, mb.ids, mb.attn, Tq);
+    const logits = this.responseLogits(this.models.policy, mb.ids, mb.attn, Tq, R);
     const lp = tf.reshape(logprobsFromLogits(logits, mb.tokens, cfg.temperature), [n, R]);
     // The surrogate's per-token losses aggregated by lossAggregation; GRPO adds klCoef·k3 per token (its KL
     // term), aggregated the same way.
@@ -302,18 +393,25 @@ export class PpoTrainer {
   }
 
   /** Step 7's value part of the joint loss: vfCoef·(clipped value loss). */
-  private valueObjective(value: ScalarModel, mb: Minibatch, Tq: number): Objective<ValueStat> {
-    const v = this.responseValues(value, mb.ids, mb.attn, Tq);
-    const vl = valueLoss(v, mb.oldValues!, mb.returns!, mb.mask, this.cfg.clipRangeValue);
+  private valueObjective(
+    value: ScalarModel,
+    mb: Minibatch,
+    Tq: number,
+    cfg: TrainConfig,
+  ): Objective<ValueStat> {
+    const v = this.responseValues(value, mb.ids, mb.attn, Tq, mb.mask.shape[1]);
+    const vl = valueLoss(v, mb.oldValues!, mb.returns!, mb.mask, cfg.clipRangeValue);
     return {
-      loss: tf.mul(this.cfg.vfCoef, vl.loss) as tf.Scalar,
+      loss: tf.mul(cfg.vfCoef, vl.loss) as tf.Scalar,
       stats: { valueLoss: vl.loss, valueClipFrac: vl.clipFrac },
     };
   }
 
   /** Run one PPO step (the numbered steps of docs/engine.md). */
   async trainStep(): Promise<StepResult> {
+    // The config of this whole step, read once: a live change made while it runs waits for the next step.
     const cfg = this.cfg;
+    this.followConfig(cfg);
     const { policy, ref, value, reward } = this.models;
     const B = cfg.batchSize;
     const R = cfg.responseLength;
@@ -327,11 +425,11 @@ export class PpoTrainer {
 
     // 1. Sample responses: B / G prompts, each repeated G times in ONE batched generate call (sample i belongs to
     //    group ⌊i / G⌋), pure sampling unless top-k/top-p are set. G = 1 is PPO's one sample per prompt.
-    this.onPhase('generating');
+    this.phase('generating');
     const idx = this.nextPromptIndices(B / G).flatMap((i) => new Array<number>(G).fill(i));
     const groups = groupIds(B, G);
     const queries = idx.map((i) => this.promptTokens[i]);
-    const stop = this.stopId();
+    const stop = this.stopId(cfg);
     const gen = await generate(policy, queries, {
       maxNewTokens: R,
       temperature: cfg.temperature,
@@ -350,7 +448,7 @@ export class PpoTrainer {
 
     // 3. Forward policy, reference and (PPO only) value model over query+response, in minibatch-sized chunks;
     //    one readback each.
-    this.onPhase('scoring');
+    this.phase('scoring');
     const bLogprobs: number[][] = [];
     const bRefLogprobs: number[][] = [];
     const bValues: number[][] | null = value ? [] : null;
@@ -358,7 +456,7 @@ export class PpoTrainer {
     const Tq = bucket(Math.max(...queries.map((q) => q.length)), policy.config.n_positions - R);
     for (let s = 0; s < B; s += mbSize) {
       const rows = Array.from({ length: Math.min(mbSize, B - s) }, (_, k) => s + k);
-      const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq);
+      const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq, R);
       const outs = tf.tidy(() => {
         const ids = tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32');
         const attn = tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32');
@@ -367,12 +465,16 @@ export class PpoTrainer {
           'int32',
         );
         const lp = logprobsFromLogits(
-          this.responseLogits(policy, ids, attn, inp.Tq),
+          this.responseLogits(policy, ids, attn, inp.Tq, R),
           tokens,
           cfg.temperature,
         );
-        const rlp = logprobsFromLogits(this.responseLogits(ref, ids, attn, inp.Tq), tokens, cfg.temperature);
-        const v = value ? tf.reshape(this.responseValues(value, ids, attn, inp.Tq), [-1]) : tf.zeros([0]);
+        const rlp = logprobsFromLogits(
+          this.responseLogits(ref, ids, attn, inp.Tq, R),
+          tokens,
+          cfg.temperature,
+        );
+        const v = value ? tf.reshape(this.responseValues(value, ids, attn, inp.Tq, R), [-1]) : tf.zeros([0]);
         // 4a. A learned reward model reads its scalar at the last real token.
         const rm = reward.kind === 'model' ? reward.model.lastTokenValues(ids, attn) : tf.zeros([inp.n]);
         return tf.concat([lp, rlp, v, rm]);
@@ -411,7 +513,7 @@ export class PpoTrainer {
     const penalised = scores.map((x, k) => (stop !== null && !stopped[k] ? x - cfg.missingEosPenalty : x));
 
     // 5–6. Rewards and advantages (docs/formats.md §4 and §7). `rawAdv` is before any whitening (its metrics).
-    const adv = this.advantages(penalised, bLogprobs, bRefLogprobs, bMask, bValues, klCoef, G);
+    const adv = this.advantages(cfg, penalised, bLogprobs, bRefLogprobs, bMask, bValues, klCoef, G);
     const { rewards: bRewards, advantages: bAdvantages, returns: bReturns, ptr } = adv;
     const tScore = now();
 
@@ -419,7 +521,7 @@ export class PpoTrainer {
     //    (+ vfCoef·vloss for PPO), one gradient clip over every trained model, each model's own Adam step. Early
     //    stop (earlyStopKl): after an epoch in which a minibatch's approx KL passed earlyStopApproxKl, the
     //    remaining epochs are skipped.
-    this.onPhase('updating');
+    this.phase('updating');
     const grpoKl = algo === 'grpo' && klCoef > 0;
     const minibatches: MinibatchStats[] = [];
     let epochsRun = 0;
@@ -430,7 +532,7 @@ export class PpoTrainer {
       let epochMaxApproxKl = -Infinity;
       for (let s = 0; s < B; s += mbSize) {
         const rows = perm.slice(s, s + mbSize);
-        const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq);
+        const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq, R);
         const pick = (m: number[][]) =>
           tf.tensor2d(
             rows.map((i) => m[i]),
@@ -458,14 +560,14 @@ export class PpoTrainer {
             {
               optimizer: this.policyOpt,
               vars: policy.trainableVariables(),
-              objective: () => this.policyObjective(mb, inp.Tq),
+              objective: () => this.policyObjective(mb, inp.Tq, cfg),
             },
           ];
           if (value) {
             parts.push({
               optimizer: this.valueOpt!,
               vars: value.trainableVariables(),
-              objective: () => this.valueObjective(value, mb, inp.Tq),
+              objective: () => this.valueObjective(value, mb, inp.Tq, cfg),
             });
           }
           upd = await jointGuardedStep<PolicyStat | ValueStat>(parts, cfg.maxGradNorm);
@@ -518,7 +620,7 @@ export class PpoTrainer {
     });
     const previous = this.history.slice(-5);
     this.history.push(metrics);
-    this.onPhase('idle');
+    this.phase('idle');
     this.badSteps = skippedUpdates > 0 ? this.badSteps + 1 : 0;
     const alerts = healthAlerts(metrics, cfg.targetKl, previous);
     if (skippedUpdates > 0) {
@@ -579,6 +681,7 @@ export class PpoTrainer {
    * (for grpo: −β·Σ_t k3 at the rollout policy, the loss term's value at ratio 1).
    */
   private advantages(
+    cfg: TrainConfig,
     scores: number[],
     logprobs: number[][],
     refLogprobs: number[][],
@@ -593,7 +696,6 @@ export class PpoTrainer {
     returns: number[][] | null;
     ptr: PerTokenRewards;
   } {
-    const cfg = this.cfg;
     switch (cfg.algorithm) {
       case 'ppo': {
         const ptr = perTokenRewards(scores, logprobs, refLogprobs, mask, klCoef, cfg.klEstimator);
@@ -644,15 +746,15 @@ export class PpoTrainer {
     }
   }
 
-  /** Free the optimisers' state (Adam moments). The models: disposeModels, or disposeAll for both. */
-  dispose(): void {
+  /** Free the optimisers' state (Adam moments) only. The models: disposeModels, or disposeAll for both. */
+  disposeOptimizers(): void {
     this.policyOpt.dispose();
     this.valueOpt?.dispose();
   }
 
   /** Free the optimisers and every model of `models` (disposeModels), each tensor once. */
   disposeAll(otherRewards: readonly RewardSource[] = []): void {
-    this.dispose();
+    this.disposeOptimizers();
     disposeModels(this.models, otherRewards);
   }
 }

@@ -5,7 +5,7 @@
  */
 import { validateConfig, type TrainConfig } from '../../core/config';
 import { applyLive, mergeConfig } from '../../core/live';
-import { nonFiniteRunError } from '../../core/stops';
+import { nonFiniteRunError, stepsDoneMessage } from '../../core/stops';
 import type {
   MemoryEstimateReport,
   MemoryReport,
@@ -271,9 +271,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     async start() {
       log('start');
       if (step > 0 && step >= config.steps) {
-        throw new FakeUserError(
-          `The run has done its ${config.steps} steps; raise "steps" to continue it, or reset.`,
-        );
+        throw new FakeUserError(stepsDoneMessage(config.steps));
       }
       state = 'running';
       emit({ type: 'status', status: status() });
