@@ -32,11 +32,12 @@ describe('autosave in the UI', () => {
     expect(ago(NOW - 3 * 3600_000, NOW)).toBe('3 hours ago');
   });
 
-  it('a resumed run shows its step, config and metric history', async () => {
+  it('a resumed run shows its step, config and metric history; the link follows its config', async () => {
     const fake = createFakeWorker();
+    const hashes: string[] = [];
     const store = createPlaygroundStore(fake as unknown as ModelWorker, 'auto', {
       hash: '',
-      writeHash: () => {},
+      writeHash: (h) => hashes.push(h),
       sendDelayMs: 0,
     });
     const config = validateConfig({ steps: 40, klCoef: 0.2 });
@@ -56,6 +57,7 @@ describe('autosave in the UI', () => {
     expect(s.editedConfig.klCoef).toBe(0.2);
     expect(s.configProblem).toBeNull();
     expect(s.error).toBeNull();
+    expect(hashes).toEqual(['steps=40&klCoef=0.2']);
   });
 });
 

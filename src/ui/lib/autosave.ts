@@ -4,11 +4,9 @@
  */
 import { createContext } from 'react';
 import type { Remote } from 'comlink';
-import { validateConfig, type TrainConfig } from '../../core/config';
+import type { TrainConfig } from '../../core/config';
 import type { AutosaveInfoWire, ModelWorkerApi } from '../../worker/protocol';
 import type { PlaygroundStore } from '../store/store';
-import { configProblem } from '../store/config-sync';
-import { EMPTY_HISTORY } from '../store/training-slice';
 import { formatBytes } from './format';
 
 /** The worker as the reliability components see it (main.tsx provides it next to the store). */
@@ -43,19 +41,5 @@ export function describeAutosave(info: AutosaveInfoWire, now = Date.now()): stri
 export async function resumeAutosaveIntoStore(api: ReliabilityWorker, store: PlaygroundStore): Promise<void> {
   const status = await api.resumeAutosave();
   const metrics = await api.history();
-  let config = store.getState().editedConfig;
-  try {
-    config = validateConfig(status.config, 'autosave');
-  } catch {
-    // The worker accepted it; a key this UI does not know must not block the resume.
-  }
-  store.setState({
-    ...EMPTY_HISTORY,
-    metrics,
-    editedConfig: config,
-    configProblem: configProblem(config),
-    run: status,
-    ...(status.model ? { model: status.model } : {}),
-    error: null,
-  });
+  store.getState().actions.autosaveResumed(status, metrics);
 }

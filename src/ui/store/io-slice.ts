@@ -18,9 +18,22 @@ type IoActions = Pick<
   | 'exportMetrics'
   | 'exportTrlConfig'
   | 'importCheckpoint'
+  | 'autosaveResumed'
 >;
 
 const stepTag = (step: number | undefined) => `step-${step ?? 0}`;
+
+/**
+ * A restored run's config as the person's edited config; `fallback` when this UI cannot read it (the worker
+ * accepted it: a key this UI does not know must not block the import or the resume).
+ */
+function configOf(config: unknown, where: 'checkpoint' | 'autosave', fallback: TrainConfig): TrainConfig {
+  try {
+    return validateConfig(config, where);
+  } catch {
+    return fallback;
+  }
+}
 
 export function createIoActions(ctx: SliceContext): IoActions {
   const { api, set, get } = ctx;
@@ -104,12 +117,7 @@ export function createIoActions(ctx: SliceContext): IoActions {
       task('import', async () => {
         const summary = await api.importCheckpoint(bytes);
         const metrics = await api.history();
-        let config = get().editedConfig;
-        try {
-          config = validateConfig(summary.config, 'checkpoint') as TrainConfig;
-        } catch {
-          // The worker accepted it; a key this UI does not know must not block the import.
-        }
+        const config = configOf(summary.config, 'checkpoint', get().editedConfig);
         // The imported run's config becomes the one the person edits. Its step, state and config in force
         // are the worker's to say: it sends a status event with them (see `run`), so none is made up here.
         set({
@@ -121,5 +129,18 @@ export function createIoActions(ctx: SliceContext): IoActions {
         ctx.writeHash();
         await ctx.refreshMemory();
       }),
+
+    autosaveResumed(status, metrics) {
+      const config = configOf(status.config, 'autosave', get().editedConfig);
+      set({
+        ...EMPTY_HISTORY,
+        metrics,
+        editedConfig: config,
+        configProblem: configProblem(config),
+        error: null,
+      });
+      ctx.writeHash();
+      ctx.takeWorkerStatus(status);
+    },
   };
 }

@@ -178,6 +178,11 @@ export interface PlaygroundActions {
   exportMetrics(format: 'csv' | 'json'): Promise<void>;
   exportTrlConfig(): Promise<void>;
   importCheckpoint(bytes: Uint8Array): Promise<void>;
+  /**
+   * The worker resumed an autosaved run (the autosave banner asked it): its status and metric history replace
+   * the run shown, and its config becomes the edited one, as an imported checkpoint's does.
+   */
+  autosaveResumed(status: RunStatus, metrics: MetricsByName[]): void;
   /** Send any slider moves still being gathered (tests; before run commands). */
   flushConfig(): Promise<void>;
 
