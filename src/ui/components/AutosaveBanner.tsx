@@ -62,7 +62,7 @@ export function AutosaveBanner() {
       setOffer(null);
       setNote(null);
     } catch (e) {
-      store.setState({ error: describeError(e) });
+      store.getState().actions.showError(describeError(e));
     } finally {
       setBusy(false);
     }
@@ -73,7 +73,7 @@ export function AutosaveBanner() {
       await api.discardAutosave();
       setOffer(null);
     } catch (e) {
-      store.setState({ error: describeError(e) });
+      store.getState().actions.showError(describeError(e));
     } finally {
       setBusy(false);
     }
