@@ -1,0 +1,158 @@
+/**
+ * One owner for a run's config: the training session. For every live key of the config table (src/core/live.ts
+ * LIVE_KEYS, from CONFIG_FIELDS' `live` flag) a change made between steps reaches the trainer's next step, both
+ * on the CLI's path (a session built as `train` builds it, changed through the session) and on the worker's path
+ * (src/worker/api.ts on the CPU backend, its `setHyperparameters` call), and both go through the one session
+ * method, TrainingSession.setHyperparameters. What the trainer runs with is read at the start of each trainStep
+ * (the trainer reads its config once per step), so a key that stopped at a copy would fail here.
+ */
+import { describe, it, expect, beforeAll, afterEach, vi } from 'vitest';
+import { useCpu } from './helpers/backend';
+import { makeTinyFolder } from './helpers/tiny';
+import { nodeFiles } from '../src/cli/files-node';
+import { loadTaskNode } from '../src/cli/tasks-node';
+import { memoryAutosaveStore } from '../src/services/autosave';
+import { TabAutosave } from '../src/services/autosave-tabs';
+import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../src/core/config';
+import { applyLive, LIVE_KEYS } from '../src/core/live';
+import { TrainingSession } from '../src/core/session';
+import { PpoTrainer } from '../src/core/ppo/trainer';
+import type { ModelFiles } from '../src/core/model/folder';
+import type { Resources } from '../src/core/ppo/setup';
+import type { ConfigPatch, ModelWorkerApi } from '../src/worker/protocol';
+
+(globalThis as { self?: unknown }).self ??= globalThis;
+(globalThis as { navigator?: unknown }).navigator ??= {};
+
+const TINY = {
+  model: 'tiny-test',
+  task: 'sentiment',
+  batchSize: 2,
+  miniBatches: 1,
+  ppoEpochs: 1,
+  responseLength: 4,
+  seed: 5,
+  saveEvery: 0,
+  steps: 1000,
+} satisfies ConfigPatch;
+
+/**
+ * A valid value for `key` that differs from the one in `cfg`: from the field's own type and range in the config
+ * table, the first candidate the whole config validates with (some keys depend on others, e.g. microBatchSize).
+ */
+function changedValue(key: ConfigKey, cfg: TrainConfig): unknown {
+  const f = CONFIG_FIELDS[key];
+  const cur = cfg[key] as unknown;
+  let candidates: unknown[];
+  switch (f.type) {
+    case 'boolean':
+      candidates = [!cur];
+      break;
+    case 'choice':
+      candidates = f.choices.filter((c) => c !== cur);
+      break;
+    case 'number': {
+      const c = cur as number;
+      const raw = f.integer
+        ? [c + 1, c - 1, f.min, f.max]
+        : [c * 0.5, c * 2, (f.min + f.max) / 2, f.min, f.max, c + 0.1];
+      candidates = raw.filter((x) => x >= f.min && x <= f.max && x !== c);
+      break;
+    }
+    default:
+      throw new Error(`live-config-path: no changed value for the ${f.type} key "${key}"; add one here`);
+  }
+  for (const v of candidates) {
+    try {
+      applyLive(cfg, { [key]: v });
+      return v;
+    } catch {
+      /* the next candidate */
+    }
+  }
+  throw new Error(
+    `live-config-path: no valid changed value for "${key}" (tried ${JSON.stringify(candidates)})`,
+  );
+}
+
+let dir: string;
+let res: Resources;
+/** The config each trainStep started with (read as the trainer reads it: `this.cfg` at the start of the step). */
+let seen: TrainConfig[] = [];
+
+beforeAll(async () => {
+  await useCpu();
+  dir = await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
+  res = { modelFiles: (p) => nodeFiles(p === 'tiny-test' ? dir : p), loadTask: loadTaskNode };
+});
+
+function watch() {
+  seen = [];
+  const trainStep = PpoTrainer.prototype.trainStep;
+  vi.spyOn(PpoTrainer.prototype, 'trainStep').mockImplementation(function (this: PpoTrainer) {
+    seen.push(this.cfg);
+    return trainStep.call(this);
+  });
+  return vi.spyOn(TrainingSession.prototype, 'setHyperparameters');
+}
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe('every live key reaches the trainer through the session (CPU, tiny model)', () => {
+  it('the table has live keys, and each has a changed value here', () => {
+    expect(LIVE_KEYS.length).toBeGreaterThan(10);
+    const cfg = validateConfig(TINY);
+    for (const k of LIVE_KEYS) expect(changedValue(k, cfg)).not.toEqual(cfg[k]);
+  });
+
+  it("the CLI's path: a session as `train` builds it, changed through TrainingSession.setHyperparameters", async () => {
+    const viaSession = watch();
+    const s = await TrainingSession.build(validateConfig(TINY), res, { heapBudget: () => null });
+    try {
+      await s.runStep();
+      for (const key of LIVE_KEYS) {
+        const value = changedValue(key, s.cfg);
+        s.setHyperparameters({ [key]: value });
+        await s.runStep();
+        expect({ key, got: seen[seen.length - 1][key] }).toEqual({ key, got: value });
+        expect(s.trainer.cfg[key]).toEqual(value);
+      }
+      expect(viaSession).toHaveBeenCalledTimes(LIVE_KEYS.length);
+      expect(seen).toHaveLength(LIVE_KEYS.length + 1);
+    } finally {
+      s.dispose();
+    }
+  }, 120_000);
+
+  it("the worker's path: api.setHyperparameters between steps reaches the next step, through the same session method", async () => {
+    const { createWorkerApi } = await import('../src/worker/api');
+    const { ModelSources } = await import('../src/worker/sources');
+    class DiskSources extends ModelSources {
+      override files(name: string): ModelFiles {
+        return name === 'tiny-test' ? nodeFiles(dir) : super.files(name);
+      }
+      override loadTask = loadTaskNode;
+    }
+    const api: ModelWorkerApi = createWorkerApi({
+      autosave: new TabAutosave(memoryAutosaveStore(), null),
+      sources: (progress) => new DiskSources(progress),
+    });
+    expect((await api.init('cpu')).backend).toBe('cpu');
+    await api.configure(TINY);
+    const viaSession = watch();
+    await api.stepOnce(); // builds the run: from here on the session owns its config
+    let cfg = validateConfig((await api.subscribe(() => {})).config);
+    for (const key of LIVE_KEYS) {
+      const value = changedValue(key, cfg);
+      cfg = validateConfig((await api.setHyperparameters({ [key]: value } as ConfigPatch)).config);
+      expect(cfg[key]).toEqual(value);
+      const after = await api.stepOnce();
+      expect(after.step).toBe(seen.length);
+      expect({ key, got: seen[seen.length - 1][key] }).toEqual({ key, got: value });
+    }
+    expect(viaSession).toHaveBeenCalledTimes(LIVE_KEYS.length);
+    await api.reset();
+  }, 120_000);
+});
