@@ -1,0 +1,278 @@
+/**
+ * Token log-probs and entropies straight from the final hidden states and the tied LM head, over vocabulary
+ * chunks, so the [N, V] logits (GPT-2: V = 50257) are never held whole, neither in the forward nor in the
+ * backward (issue #20, point 3). The unchunked path is `lmHead` then `logprobsFromLogits` /
+ * `entropyFromLogits` (losses.ts); this computes the same numbers:
+ *
+ *   z = h·Wᵀ / T (the logits divided by the temperature, as the trainer does), lse = logsumexp_v z,
+ *   logprob = z[token] − lse, entropy H = lse − Σ_v p_v z_v with p = softmax(z).
+ *
+ * Forward, one chunk c of Vc vocabulary rows at a time (an online logsumexp, as the fused WebGPU kernel does per
+ * row): with m the running max and, relative to it, s = Σ exp(z − m) and u = Σ exp(z − m)·(z − m), a chunk with
+ * new max m' = max(m, max z_c) updates
+ *   s ← e^{m − m'}·s + Σ_c exp(z − m'),
+ *   u ← e^{m − m'}·(u + s_old·(m − m')) + Σ_c exp(z − m')·(z − m'),
+ * (each old term exp(z − m)(z − m) becomes exp(z − m')·((z − m) + (m − m'))). At the end lse = m + log s and
+ * Σ p·z = m + u/s, so H = log s − u/s: two non-negative terms, no cancellation between two large numbers (the
+ * unchunked lse − Σ p·z loses digits when the logits are large). The token's logit is picked from the chunk
+ * that holds it (a flat gather of N entries).
+ *
+ * Backward, with upstream a = ∂L/∂logprob and b = ∂L/∂H (per token), recomputing each chunk's z:
+ *   ∂logprob/∂z_v = onehot(token)_v − p_v,
+ *   ∂H/∂z_v = ∂lse/∂z_v − ∂(Σ_k p_k z_k)/∂z_v = p_v − (p_v + Σ_k z_k·p_k(δ_kv − p_v)) = −p_v·(z_v − Σ_k p_k z_k),
+ * so G = ∂L/∂z = a·onehot − p·(a + b·(z − Σ p·z)), and with ∂z/∂logits = 1/T:
+ *   ∂L/∂h = Σ_c (G_c/T)·W_c  [N, D],   ∂L/∂W_c = (G_c/T)ᵀ·h  [Vc, D].
+ * p is rebuilt as exp(z − lse) from the lse saved by the forward ([N] floats), so nothing [N, V] is saved.
+ *
+ * The largest tensors are one chunk's [N, Vc] (a few of them inside the chunk's own tidy) and, when a W block is
+ * longer than the chunk, its [Vc, D] row slice. The gradient of a W block is the block's own size (it is that
+ * parameter's gradient); under LoRA the head is frozen and `weightGrad: false` computes none.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+
+export interface ChunkedLogprobOptions {
+  /** Logits are divided by this (> 0) before the softmax, as logprobsFromLogits does. Default 1. */
+  temperature?: number;
+  /**
+   * Vocabulary rows per chunk (default 8192). A W block with at most this many rows is used whole; a longer one is
+   * cut into slices of this many rows (the last one shorter).
+   */
+  chunkRows?: number;
+  /** Also return the per-token entropy. Default false. */
+  entropy?: boolean;
+  /**
+   * Whether the entropy carries a gradient (default true when `entropy`). False: it is computed but autodiff takes
+   * its gradient as zero, which skips its part of the backward (the trainer only measures the entropy when
+   * entropyCoef is 0).
+   */
+  entropyGrad?: boolean;
+  /**
+   * Whether W gets a gradient (default true: full fine-tuning, where the tied wte is trained). False (LoRA, where
+   * the head is frozen): the W blocks are not inputs of the custom gradient, so no ∂L/∂W is computed at all.
+   */
+  weightGrad?: boolean;
+}
+
+export interface ChunkedLogprobResult {
+  /** log softmax(h·Wᵀ/T) at each token, [N]; NaN for a token outside [0, V). */
+  logprobs: tf.Tensor1D;
+  /** Entropy of softmax(h·Wᵀ/T) per row, [N], when asked for. */
+  entropy?: tf.Tensor1D;
+}
+
+/** One chunk of the vocabulary: rows [lo, hi) of W block `block`, which are vocabulary ids offset + 0 … */
+interface Piece {
+  block: number;
+  lo: number;
+  hi: number;
+  offset: number;
+}
+
+function pieces(blockRows: number[], chunkRows: number): Piece[] {
+  const out: Piece[] = [];
+  let offset = 0;
+  blockRows.forEach((rows, block) => {
+    for (let lo = 0; lo < rows; lo += chunkRows) {
+      const hi = Math.min(rows, lo + chunkRows);
+      out.push({ block, lo, hi, offset: offset + lo });
+    }
+    offset += rows;
+  });
+  return out;
+}
+
+/** A piece's rows of its block: the block itself when the piece is all of it (no copy). */
+function pieceRows(w: tf.Tensor2D, p: Piece): tf.Tensor2D {
+  return p.lo === 0 && p.hi === w.shape[0] ? w : tf.slice(w, [p.lo, 0], [p.hi - p.lo, w.shape[1]]);
+}
+
+/** z = h·Wcᵀ / T for one piece, [N, Vc]: the same matmul then division as lmHead then logprobsFromLogits. */
+function pieceLogits(h: tf.Tensor2D, wc: tf.Tensor2D, temperature: number): tf.Tensor2D {
+  const logits = tf.matMul(h, wc, false, true);
+  return (temperature === 1 ? logits : tf.div(logits, temperature)) as tf.Tensor2D;
+}
+
+/**
+ * The token's column in this piece (0 where the token is elsewhere, so it is always a valid index), and whether
+ * it is really there; both [N]. `where`, not clipByValue: WASM's ClipByValue does not clip int32.
+ */
+function localTokens(tokens: tf.Tensor1D, p: Piece): { local: tf.Tensor1D; inPiece: tf.Tensor1D } {
+  const vc = p.hi - p.lo;
+  const rel = tf.sub(tokens, tf.scalar(p.offset, 'int32'));
+  const inPiece = tf.logicalAnd(tf.greaterEqual(rel, 0), tf.less(rel, vc)) as tf.Tensor1D;
+  return { local: tf.where(inPiece, rel, tf.zerosLike(rel)) as tf.Tensor1D, inPiece };
+}
+
+/**
+ * Per-token log-prob (and entropy) of softmax(h·Wᵀ / T) over vocabulary chunks, with gradients wrt h and (unless
+ * `weightGrad` is false) the W blocks. h: final hidden states after ln_f [N, D]; wBlocks: the LM head's rows in
+ * vocabulary order, [V_k, D] each (the wte chunks, or one [V, D]); tokens: [N] int32.
+ */
+export function chunkedTokenLogprobs(
+  h: tf.Tensor2D,
+  wBlocks: tf.Tensor2D[],
+  tokens: tf.Tensor1D,
+  opts: ChunkedLogprobOptions = {},
+): ChunkedLogprobResult {
+  const temperature = opts.temperature ?? 1;
+  const chunkRows = opts.chunkRows ?? 8192;
+  const wantEntropy = opts.entropy ?? false;
+  const entropyGrad = wantEntropy && (opts.entropyGrad ?? true);
+  const weightGrad = opts.weightGrad ?? true;
+  if (!(temperature > 0))
+    throw new Error(`chunkedTokenLogprobs: temperature must be > 0, got ${temperature}`);
+  if (!(Number.isInteger(chunkRows) && chunkRows > 0))
+    throw new Error(`chunkedTokenLogprobs: chunkRows must be a positive integer, got ${chunkRows}`);
+  if (wBlocks.length === 0) throw new Error('chunkedTokenLogprobs: no W blocks');
+  const [N, D] = h.shape;
+  for (const w of wBlocks)
+    if (w.rank !== 2 || w.shape[1] !== D)
+      throw new Error(`chunkedTokenLogprobs: W block of shape [${w.shape}] for hidden size ${D}`);
+  if (tokens.rank !== 1 || tokens.shape[0] !== N)
+    throw new Error(`chunkedTokenLogprobs: ${tokens.shape[0]} tokens for ${N} rows of h`);
+  if (tokens.dtype !== 'int32') throw new Error('chunkedTokenLogprobs: tokens must be int32');
+  const V = wBlocks.reduce((a, w) => a + w.shape[0], 0);
+  const plan = pieces(
+    wBlocks.map((w) => w.shape[0]),
+    chunkRows,
+  );
+  const nBlocks = wBlocks.length;
+
+  // Inputs of the custom gradient: h, then the W blocks when they get a gradient (tfjs computes a gradient for
+  // every input of a custom gradient, so frozen ones are left out and read through `save` instead).
+  const inputs: tf.Tensor[] = weightGrad ? [h, ...wBlocks] : [h];
+
+  const op = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+    const save = args[args.length - 1] as tf.GradSaveFunc;
+    const hIn = args[0] as tf.Tensor2D;
+    const ws = weightGrad ? (args.slice(1, 1 + nBlocks) as tf.Tensor2D[]) : wBlocks;
+
+    // Running statistics [N]: the max m, r = Σ exp(z − m) − 1, u = Σ exp(z − m)·(z − m), the token's logit zt.
+    // r leaves out the max's own exp(0) = 1: with one dominant token Σ exp(z − m) = 1 + (something small), and
+    // float32 would round that something to a few digits before the log (log1p(r) keeps them); this is what
+    // keeps a near-zero entropy or log-prob accurate to a few ulps.
+    let m: tf.Tensor1D | null = null;
+    let r: tf.Tensor1D | null = null;
+    let u: tf.Tensor1D | null = null;
+    let zt: tf.Tensor1D | null = null;
+    const rows = tf.range(0, N, 1, 'int32') as tf.Tensor1D;
+    for (const p of plan) {
+      const next = tf.tidy(() => {
+        const vc = p.hi - p.lo;
+        const z = pieceLogits(hIn, pieceRows(ws[p.block], p), temperature);
+        // This chunk's own statistics, relative to its max mc: rc = Σ exp(z − mc) − 1 summed without the 1 (the
+        // entries below the max, plus one for each further entry equal to it), uc = Σ exp(z − mc)·(z − mc).
+        const mc = tf.max(z, 1) as tf.Tensor1D;
+        const d = tf.sub(z, tf.expandDims(mc, 1)); // ≤ 0
+        const e = tf.exp(d);
+        const below = tf.less(d, 0);
+        const ties = tf.sub(tf.sum(tf.cast(tf.logicalNot(below), 'float32'), 1), 1);
+        const rc = tf.add(tf.sum(tf.where(below, e, tf.zerosLike(e)), 1), ties) as tf.Tensor1D;
+        const uc = wantEntropy ? (tf.sum(tf.mul(e, d), 1) as tf.Tensor1D) : null;
+        const { local, inPiece } = localTokens(tokens, p);
+        const flat = tf.add(tf.mul(rows, tf.scalar(vc, 'int32')), local);
+        const picked = tf.where(inPiece, tf.gather(tf.reshape(z, [-1]), flat), tf.zerosLike(mc));
+        // [m, r, zt] and u when the entropy is wanted (a tidy returns tensors, not nulls).
+        if (m === null || r === null || zt === null) return uc ? [mc, rc, picked, uc] : [mc, rc, picked];
+        // Merge (m, r, u) with (mc, rc, uc) at m' = max(m, mc). The side whose max is m' keeps its r and adds the
+        // other side's whole sum scaled by exp(its max − m'), so the 1 is never added to r and taken off again.
+        const mNew = tf.maximum(m, mc) as tf.Tensor1D;
+        const shiftOld = tf.sub(m, mNew); // ≤ 0, 0 when the running max stays
+        const shiftC = tf.sub(mc, mNew); // ≤ 0, 0 when this chunk holds the new max
+        const alphaOld = tf.exp(shiftOld);
+        const alphaC = tf.exp(shiftC);
+        const chunkWins = tf.greater(mc, m);
+        const rNew = tf.where(
+          chunkWins,
+          tf.add(rc, tf.mul(alphaOld, tf.add(r, 1))),
+          tf.add(r, tf.mul(alphaC, tf.add(rc, 1))),
+        ) as tf.Tensor1D;
+        // Each old term exp(z − m)(z − m) becomes exp(z − m')·((z − m) + (m − m')); the same for the chunk's.
+        const ztNew = tf.add(zt, picked);
+        if (u === null || uc === null) return [mNew, rNew, ztNew];
+        const uOld = tf.mul(alphaOld, tf.add(u, tf.mul(tf.add(r, 1), shiftOld)));
+        return [mNew, rNew, ztNew, tf.add(uOld, tf.mul(alphaC, tf.add(uc, tf.mul(tf.add(rc, 1), shiftC))))];
+      }) as tf.Tensor1D[];
+      tf.dispose([m, r, u, zt].filter((t): t is tf.Tensor1D => t !== null));
+      [m, r, zt] = next;
+      u = next[3] ?? null;
+    }
+    const mF = m as tf.Tensor1D;
+    const logS = tf.log1p(r as tf.Tensor1D); // log Σ exp(z − m)
+    const lse = tf.add(mF, logS) as tf.Tensor1D;
+    const valid = tf.logicalAnd(tf.greaterEqual(tokens, 0), tf.less(tokens, V));
+    // (zt − m) − log s rather than zt − lse: exact 0 − log s for the top token.
+    const lp = tf.where(valid, tf.sub(tf.sub(zt as tf.Tensor1D, mF), logS), tf.fill([N], NaN));
+    let value: tf.Tensor = lp;
+    // Σ p·z = m + u/s; saved for the entropy's backward.
+    let meanZ: tf.Tensor1D | null = null;
+    if (wantEntropy) {
+      const uOverS = tf.div(u as tf.Tensor1D, tf.add(r as tf.Tensor1D, 1)); // Σ p·(z − m) ≤ 0
+      const ent = tf.sub(logS, uOverS);
+      value = tf.stack([lp, ent]);
+      if (entropyGrad) meanZ = tf.add(mF, uOverS) as tf.Tensor1D;
+    }
+    save([hIn, tokens, lse, ...(meanZ ? [meanZ] : []), ...ws]);
+
+    return {
+      value,
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        const hS = saved[0] as tf.Tensor2D;
+        const tokS = saved[1] as tf.Tensor1D;
+        const lseS = saved[2] as tf.Tensor1D;
+        const meanZS = entropyGrad ? (saved[3] as tf.Tensor1D) : null;
+        const wS = saved.slice(entropyGrad ? 4 : 3) as tf.Tensor2D[];
+        // Upstream per token, [N, 1]: a for the log-prob, b for the entropy.
+        const up = tf.tidy(() => {
+          if (!wantEntropy) return [tf.expandDims(dy, 1)];
+          const [dLp, dEnt] = tf.unstack(dy);
+          return entropyGrad ? [tf.expandDims(dLp, 1), tf.expandDims(dEnt, 1)] : [tf.expandDims(dLp, 1)];
+        });
+        const a = up[0];
+        const b = up[1] ?? null;
+        const lseCol = tf.expandDims(lseS, 1);
+        const meanZCol = meanZS ? tf.expandDims(meanZS, 1) : null;
+        let dh: tf.Tensor2D | null = null;
+        const dW: tf.Tensor2D[][] = wS.map(() => []);
+        for (const p of plan) {
+          const next = tf.tidy(() => {
+            const wc = pieceRows(wS[p.block], p);
+            const z = pieceLogits(hS, wc, temperature);
+            const prob = tf.exp(tf.sub(z, lseCol));
+            // a + b·(z − Σ p·z), or a alone when the entropy has no gradient.
+            const coef = b && meanZCol ? tf.add(a, tf.mul(b, tf.sub(z, meanZCol))) : a;
+            const { local, inPiece } = localTokens(tokS, p);
+            // a at the token's column, 0 elsewhere (and in every column of a row whose token is in another piece).
+            // A comparison rather than tf.oneHot, which refuses a depth of 1 (a last piece of one row).
+            const cols = tf.range(0, p.hi - p.lo, 1, 'int32');
+            const hit = tf.logicalAnd(tf.equal(tf.expandDims(local, 1), cols), tf.expandDims(inPiece, 1));
+            let g = tf.sub(tf.mul(tf.cast(hit, 'float32'), a), tf.mul(prob, coef));
+            if (temperature !== 1) g = tf.div(g, temperature);
+            const dhc = tf.matMul(g, wc);
+            const dhNew = (dh === null ? dhc : tf.add(dh, dhc)) as tf.Tensor2D;
+            return weightGrad ? [dhNew, tf.matMul(g, hS, true, false)] : [dhNew];
+          }) as tf.Tensor2D[];
+          if (dh !== null) dh.dispose();
+          dh = next[0];
+          if (next[1]) dW[p.block].push(next[1]);
+        }
+        tf.dispose([a, b, lseCol, meanZCol].filter((t): t is tf.Tensor => t !== null));
+        if (!weightGrad) return [dh as tf.Tensor2D];
+        const dWBlocks = dW.map((parts) => {
+          if (parts.length === 1) return parts[0];
+          const whole = tf.concat(parts, 0);
+          tf.dispose(parts);
+          return whole;
+        });
+        return [dh as tf.Tensor2D, ...dWBlocks];
+      },
+    };
+  });
+
+  return tf.tidy(() => {
+    const out = (op as (...x: tf.Tensor[]) => tf.Tensor)(...inputs);
+    if (!wantEntropy) return { logprobs: out as tf.Tensor1D };
+    const [logprobs, entropy] = tf.unstack(out) as tf.Tensor1D[];
+    return { logprobs, entropy };
+  });
+}
