@@ -1,6 +1,6 @@
 /**
  * The object the model worker exposes (protocol.ts's WorkerApi). It owns the tfjs state of the worker: the
- * chosen backend, the loaded policy and the training run (./run-loop.ts). Calls that touch tfjs run one at a
+ * chosen backend, the loaded policy and the training run (./run.ts). Calls that touch tfjs run one at a
  * time (comlink would otherwise interleave them at every await); pause / setHyperparameters / subscribe answer
  * at once. Every error leaves the worker as an Error whose message is fit to show.
  */
@@ -12,7 +12,7 @@ import { applyBackendOptions, currentDeviceLimits, selectBackend } from './backe
 import { checkDeviceLimits, rewardIsModel, runMemoryOptions } from './device-limits';
 import { mergeConfig } from '../core/live';
 import { ModelSources, PREFERENCE_REWARD_MODEL, type ProgressSink } from './sources';
-import { Run } from './run-loop';
+import { Run } from './run';
 import { memoryReport } from './memory';
 import { Reliability } from './reliability';
 import { browserAutosave } from './autosave-web';

@@ -12,7 +12,7 @@ import {
 } from '../core/checkpoint-zip';
 import { trlConfigJson } from '../core/trl';
 import { UserError } from '../core/errors';
-import type { Run } from './run-loop';
+import type { Run } from './run';
 import type { CheckpointSummary } from './protocol';
 
 /** The run as a checkpoint zip; a run that has not stepped yet is built first (a step-0 checkpoint). */

@@ -1,4 +1,4 @@
-/** tf.memory() as the worker reports it (api.ts memory(), and every `step` event of run-loop.ts). */
+/** tf.memory() as the worker reports it (api.ts memory(), and every `step` event of run.ts). */
 import * as tf from '@tensorflow/tfjs-core';
 import type { BackendName, MemoryReport } from './protocol';
 

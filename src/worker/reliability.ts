@@ -16,7 +16,7 @@ import type { AutosaveInfo } from '../services/autosave';
 import type { TabAutosave } from '../services/autosave-tabs';
 import { UserError } from '../core/errors';
 import { forgetWebGpuBackend, webgpuDevice, type GpuDeviceLike } from './backend-web';
-import type { Run, RunHooks, Serial } from './run-loop';
+import type { Run, RunHooks, Serial } from './run';
 import type { AutosaveInfoWire, BackendReport, ReliabilityEvent, RunStatus } from './protocol';
 
 /**
