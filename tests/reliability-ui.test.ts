@@ -52,7 +52,7 @@ describe('autosave in the UI', () => {
     store.setState({ metrics: [{ step: 7, reward: 9 }], error: 'old' });
     await resumeAutosaveIntoStore(api, store);
     const s = store.getState();
-    expect(s.run).toMatchObject({ state: 'paused', step: 2 });
+    expect(s.runStatus).toMatchObject({ state: 'paused', step: 2 });
     expect(s.metrics.map((m) => m.step)).toEqual([1, 2]);
     expect(s.editedConfig.klCoef).toBe(0.2);
     expect(s.configProblem).toBeNull();

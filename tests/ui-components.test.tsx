@@ -73,7 +73,7 @@ describe('components', () => {
       steps: 100,
       config: { ...store.getState().editedConfig },
     };
-    store.setState({ run, editedConfig: { ...store.getState().editedConfig, batchSize: 4 } });
+    store.setState({ runStatus: run, editedConfig: { ...store.getState().editedConfig, batchSize: 4 } });
     const out = html(store, <ConfigControl name="batchSize" />);
     expect(out).toContain('applies on reset');
     expect(out).toContain('control-waiting');
@@ -83,7 +83,13 @@ describe('components', () => {
   it('the top bar has Start, Pause, Step and Reset, and "Step N"', () => {
     const store = storeWith();
     store.setState({
-      run: { state: 'idle', phase: 'idle', step: 12, steps: 1000, config: store.getState().editedConfig },
+      runStatus: {
+        state: 'idle',
+        phase: 'idle',
+        step: 12,
+        steps: 1000,
+        config: store.getState().editedConfig,
+      },
     });
     const out = html(store, <TopBar />);
     for (const name of ['Start', 'Pause', 'Step', 'Reset'])

@@ -256,7 +256,7 @@ describe('components', () => {
 
     const config = h.store.getState().editedConfig;
     h.store.setState({
-      run: { state: 'paused', phase: 'idle', step: 2, steps: 100, config: { ...config } },
+      runStatus: { state: 'paused', phase: 'idle', step: 2, steps: 100, config: { ...config } },
       editedConfig: { ...config, lora: 16 },
     });
     const waiting = html(h.store, <ConfigControl name="lora" />);

@@ -87,7 +87,7 @@ describe.runIf(hasAlgorithms)('value charts of a critic-free run', () => {
     const store = storeWith();
     const config = validateConfig({ algorithm: 'grpo', batchSize: 4, miniBatches: 1 });
     const live = history(2, () => ({ valueLoss: null, explainedVariance: null }));
-    store.setState({ run: status(config, 2), editedConfig: config, metrics: live });
+    store.setState({ runStatus: status(config, 2), editedConfig: config, metrics: live });
     for (const [metric, title] of [
       ['valueLoss', 'Value loss'],
       ['explainedVariance', 'Explained variance'],
@@ -105,7 +105,7 @@ describe.runIf(hasAlgorithms)('value charts of a critic-free run', () => {
     const config = validateConfig({ algorithm: 'rloo', batchSize: 4, miniBatches: 1 });
     const live = history(2, () => ({ valueLoss: null }));
     store.setState({
-      run: status(config, 2),
+      runStatus: status(config, 2),
       editedConfig: config,
       runs: [kept('a', 'ppo lr 1e-4', history(2)), kept('b', 'rloo G=4 lr 1e-4', live, config)],
       compared: ['a'],
@@ -121,7 +121,7 @@ describe.runIf(hasAlgorithms)('value charts of a critic-free run', () => {
   it('a PPO run keeps its value charts', () => {
     const store = storeWith();
     const config = validateConfig({});
-    store.setState({ run: status(config, 2), editedConfig: config, metrics: history(2) });
+    store.setState({ runStatus: status(config, 2), editedConfig: config, metrics: history(2) });
     expect(html(store, <MetricChart metric="valueLoss" title="Value loss" />)).not.toContain(
       'no value model',
     );

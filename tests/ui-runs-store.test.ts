@@ -48,7 +48,7 @@ const flush = () => new Promise((r) => setTimeout(r, 0));
 /** Step the fake worker until the run is paused at its `steps`. */
 async function runToEnd(h: Harness): Promise<void> {
   await h.store.getState().actions.startRun();
-  for (let i = 0; i < 20 && h.store.getState().run?.state === 'running'; i++) await h.fake.tick();
+  for (let i = 0; i < 20 && h.store.getState().runStatus?.state === 'running'; i++) await h.fake.tick();
   await flush();
 }
 
@@ -195,7 +195,7 @@ describe('the comparison', () => {
       /"learningRate" must be a number/,
     );
     expect(await h.store.getState().actions.runAgainWith(source.id, 'learningRate', '3e-4')).toBeNull();
-    expect(h.store.getState().run?.state).toBe('running');
+    expect(h.store.getState().runStatus?.state).toBe('running');
     expect(h.fake.calls.map(([n]) => n)).toContain('reset');
     await h.fake.tick();
     const s = h.store.getState();
@@ -239,7 +239,7 @@ describe('the comparison', () => {
     // The first finished: the second starts by itself.
     await flush();
     await flush();
-    expect(h.store.getState().run?.state).toBe('running');
+    expect(h.store.getState().runStatus?.state).toBe('running');
     expect(h.store.getState().editedConfig.seed).toBe(12);
     await h.fake.tick();
     await h.fake.tick();

@@ -88,7 +88,7 @@ describe('config in the URL hash', () => {
     h.store.getState().actions.hashChanged('#klCoef=0.3&task=length');
     expect(h.store.getState().editedConfig).toMatchObject({ klCoef: 0.3, task: 'length' });
     await h.store.getState().actions.flushConfig();
-    expect(h.store.getState().run?.config).toMatchObject({ klCoef: 0.3, task: 'length' });
+    expect(h.store.getState().runStatus?.config).toMatchObject({ klCoef: 0.3, task: 'length' });
   });
 });
 
@@ -98,8 +98,8 @@ describe('the run', () => {
     expect(h.fake.calls.map(([n]) => n).slice(0, 4)).toEqual(['init', 'subscribe', 'loadModel', 'configure']);
     const s = h.store.getState();
     expect(s.model?.label).toBe('built-in tiny');
-    expect(s.run).toMatchObject({ state: 'idle', step: 0 });
-    expect(s.run?.config.batchSize).toBe(2);
+    expect(s.runStatus).toMatchObject({ state: 'idle', step: 0 });
+    expect(s.runStatus?.config.batchSize).toBe(2);
   });
 
   it('step events fill metrics, samples and alerts; Step N follows', async () => {
@@ -109,7 +109,7 @@ describe('the run', () => {
     for (let i = 0; i < 7; i++) await h.fake.tick();
     const s = h.store.getState();
     expect(s.metrics.map((m) => m.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-    expect(s.run?.step).toBe(8);
+    expect(s.runStatus?.step).toBe(8);
     expect(s.samples.at(-1)?.step).toBe(8);
     expect(s.samples.at(-1)?.samples.length).toBe(2);
     expect(s.alerts.map((x) => x.id)).toEqual(['entropy-low']);
@@ -166,24 +166,24 @@ describe('the run', () => {
     expect(calls(h.fake, 'configure').length).toBe(configures);
     expect(calls(h.fake, 'setHyperparameters')).toEqual([]);
     let s = h.store.getState();
-    expect(runStarted(s.run)).toBe(true);
-    expect(pendingKeys(s.editedConfig, s.run?.config)).toEqual(['batchSize']);
+    expect(runStarted(s.runStatus)).toBe(true);
+    expect(pendingKeys(s.editedConfig, s.runStatus?.config)).toEqual(['batchSize']);
     await a.resetRun();
     s = h.store.getState();
-    expect(s.run).toMatchObject({ state: 'idle', step: 0 });
-    expect(s.run?.config.batchSize).toBe(4);
+    expect(s.runStatus).toMatchObject({ state: 'idle', step: 0 });
+    expect(s.runStatus?.config.batchSize).toBe(4);
     expect(s.metrics).toEqual([]);
     expect(s.samples).toEqual([]);
-    expect(pendingKeys(s.editedConfig, s.run?.config)).toEqual([]);
+    expect(pendingKeys(s.editedConfig, s.runStatus?.config)).toEqual([]);
   });
 
   it('pause stops; a failing step (reward code in a loop) is a plain error and the run pauses', async () => {
     const h = await started('#batchSize=2&miniBatches=1');
     const a = h.store.getState().actions;
     await a.startRun();
-    expect(h.store.getState().run?.state).toBe('running');
+    expect(h.store.getState().runStatus?.state).toBe('running');
     await a.pauseRun();
-    expect(h.store.getState().run?.state).toBe('paused');
+    expect(h.store.getState().runStatus?.state).toBe('paused');
     a.editRewardCode('while (true) {}');
     await a.applyRewardCode();
     expect(h.store.getState().rewardCodeInUse).toBe(true);
@@ -192,7 +192,7 @@ describe('the run', () => {
     const s = h.store.getState();
     expect(s.error).toContain('time limit');
     expect(s.error).not.toContain('Something went wrong');
-    expect(s.run?.state).toBe('paused');
+    expect(s.runStatus?.state).toBe('paused');
   });
 
   it('a syntax error in reward code is shown and the code is not marked in use', async () => {
@@ -258,7 +258,7 @@ describe('models, rewards and files', () => {
     await a.importCheckpoint(zip);
     const s = h.store.getState();
     expect(s.error).toBeNull();
-    expect(s.run?.step).toBe(3);
+    expect(s.runStatus?.step).toBe(3);
     expect(s.metrics.map((m) => m.step)).toEqual([1, 2, 3]);
     expect(s.editedConfig.klCoef).toBe(0.2);
     expect(h.hashes.at(-1)).toContain('klCoef=0.2');
@@ -301,15 +301,15 @@ describe('models, rewards and files', () => {
     expect(s.error).toBeNull();
     expect(s.editedConfig.klCoef).toBe(0.2);
     expect(s.metrics.map((m) => m.step)).toEqual([1, 2, 3]);
-    expect(s.run).toMatchObject({ step: 0, config: { klCoef: 0.05 } });
+    expect(s.runStatus).toMatchObject({ step: 0, config: { klCoef: 0.05 } });
 
     const late: TrainerEvent[] = held;
     held = null;
     expect(late.map((e) => e.type)).toContain('status');
     for (const e of late) toStore(e);
     s = store.getState();
-    expect(s.run).toMatchObject({ state: 'paused', step: 3, config: { klCoef: 0.2 } });
-    expect(pendingKeys(s.editedConfig, s.run?.config)).toEqual([]);
+    expect(s.runStatus).toMatchObject({ state: 'paused', step: 3, config: { klCoef: 0.2 } });
+    expect(pendingKeys(s.editedConfig, s.runStatus?.config)).toEqual([]);
     expect(s.metrics.map((m) => m.step)).toEqual([1, 2, 3]);
   });
 

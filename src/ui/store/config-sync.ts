@@ -1,9 +1,9 @@
 /**
  * Getting the config the person edits (the store's `editedConfig`) to the worker, whose job's config in force
- * comes back in its status (the store's `run.config`). Live keys of a started run go as one
+ * comes back in its status (the store's `runStatus.config`). Live keys of a started run go as one
  * `setHyperparameters(patch)` (gathered for a moment while a slider moves), everything else `configure`s the
  * next run, and a non-live key changed during a run waits for Reset ("applies on reset"). The UI never writes
- * `run.config` itself: every answer here is taken as the worker's status.
+ * `runStatus.config` itself: every answer here is taken as the worker's status.
  */
 import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../../core/config';
 import type { ConfigPatch, RunStatus, TrainConfigWire } from '../../worker/protocol';
@@ -92,7 +92,7 @@ export function createConfigSync(ctx: SliceContext) {
         ctx.takeWorkerStatus(await ctx.api.setHyperparameters(patch));
       } catch (e) {
         // Show the problem and put the controls back to what the job really uses.
-        const inForce = (ctx.get().run?.config ?? {}) as unknown as Record<string, unknown>;
+        const inForce = (ctx.get().runStatus?.config ?? {}) as unknown as Record<string, unknown>;
         const restored = { ...ctx.get().editedConfig } as Record<string, unknown>;
         for (const k of Object.keys(patch)) restored[k] = inForce[k];
         ctx.set({ error: describeError(e), editedConfig: restored as unknown as TrainConfig });
@@ -119,7 +119,7 @@ export function createConfigSync(ctx: SliceContext) {
   return {
     /** The config changed: tell the worker what it may hear now. */
     changed(key: ConfigKey, value: unknown): void {
-      const { run, configProblem: problem } = ctx.get();
+      const { runStatus: run, configProblem: problem } = ctx.get();
       if (runStarted(run)) {
         // The worker checks a live patch against the config in force; other keys wait for Reset.
         if (!CONFIG_FIELDS[key].live) return;
@@ -150,7 +150,7 @@ export function createConfigSync(ctx: SliceContext) {
     /** Configure the worker with the edited config now, when it differs from the one in force. */
     async configureNow(force = false): Promise<boolean> {
       await this.flush();
-      const { editedConfig: config, run } = ctx.get();
+      const { editedConfig: config, runStatus: run } = ctx.get();
       const problem = configProblem(config);
       if (problem !== null) {
         ctx.set({ error: problem });

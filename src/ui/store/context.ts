@@ -29,7 +29,7 @@ export interface SliceContext {
   refreshMemory(): Promise<void>;
   /**
    * Take a status the worker answered with, as if it were a status event: with the worker's events, the only
-   * way the store's `run` (the job's state and the config in force) changes.
+   * way the store's `runStatus` (the job's state and the config in force) changes.
    */
   takeWorkerStatus(status: RunStatus): void;
   /** Write the URL hash for the edited config and the comparison now in the store. */

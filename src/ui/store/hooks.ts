@@ -32,11 +32,11 @@ export const useCanGenerate = () =>
   usePlayground((s) => s.modelLoadState === 'ready' && s.backendLoadState === 'ready' && !s.generating);
 
 // ---- training ----
-export const useRunState = () => usePlayground((s) => s.run?.state ?? 'idle');
-export const useRunPhase = () => usePlayground((s) => s.run?.phase ?? 'idle');
-export const useStep = () => usePlayground((s) => s.run?.step ?? 0);
-export const useTargetSteps = () => usePlayground((s) => s.run?.steps ?? s.editedConfig.steps);
-export const useRunStarted = () => usePlayground((s) => runStarted(s.run));
+export const useRunState = () => usePlayground((s) => s.runStatus?.state ?? 'idle');
+export const useRunPhase = () => usePlayground((s) => s.runStatus?.phase ?? 'idle');
+export const useStep = () => usePlayground((s) => s.runStatus?.step ?? 0);
+export const useTargetSteps = () => usePlayground((s) => s.runStatus?.steps ?? s.editedConfig.steps);
+export const useRunStarted = () => usePlayground((s) => runStarted(s.runStatus));
 export const useCommand = () => usePlayground((s) => s.command);
 export const useIoTask = () => usePlayground((s) => s.ioTask);
 /** One key of the config the person is editing (what the controls show). */
@@ -48,16 +48,17 @@ export const useAppliesOnReset = (key: ConfigKey) =>
   usePlayground(
     (s) =>
       !CONFIG_FIELDS[key].live &&
-      runStarted(s.run) &&
-      !sameValue(s.editedConfig[key] ?? null, s.run?.config[key] ?? null),
+      runStarted(s.runStatus) &&
+      !sameValue(s.editedConfig[key] ?? null, s.runStatus?.config[key] ?? null),
   );
 /** Whether any edit waits for Reset. */
 export const useAnyAppliesOnReset = () =>
   usePlayground(
     (s) =>
-      runStarted(s.run) &&
+      runStarted(s.runStatus) &&
       (Object.keys(CONFIG_FIELDS) as ConfigKey[]).some(
-        (k) => !CONFIG_FIELDS[k].live && !sameValue(s.editedConfig[k] ?? null, s.run?.config[k] ?? null),
+        (k) =>
+          !CONFIG_FIELDS[k].live && !sameValue(s.editedConfig[k] ?? null, s.runStatus?.config[k] ?? null),
       ),
   );
 export const useMetrics = () => usePlayground((s) => s.metrics);
@@ -77,7 +78,7 @@ export const useRewardCode = () => usePlayground((s) => s.rewardCode);
 export const useRewardCodeInUse = () => usePlayground((s) => s.rewardCodeInUse);
 export const useRewardModel = () => usePlayground((s) => s.rewardModel);
 /** What scores responses, in the worker's words ("task sentiment", "your reward code", ...). */
-export const useRewardInWords = () => usePlayground((s) => s.run?.reward ?? null);
+export const useRewardInWords = () => usePlayground((s) => s.runStatus?.reward ?? null);
 export const useModelChoice = () => usePlayground((s) => s.modelChoice);
 /** Training and stepping need a ready model, a ready backend and a usable config. */
 export const useCanTrain = () =>
@@ -96,14 +97,14 @@ export const useRerunQueue = () => usePlayground((s) => s.rerunQueue);
  * The config the worker's job trains with, from its last status (before the worker's first answer, the edited
  * one: the job it is about to configure).
  */
-export const useRunConfig = () => usePlayground((s) => s.run?.config ?? s.editedConfig);
+export const useRunConfig = () => usePlayground((s) => s.runStatus?.config ?? s.editedConfig);
 /** The runs the charts draw: the compared ones and the current run (bold). */
 export function useOverlayRuns(): OverlayRun[] {
   const runs = useRuns();
   const compared = useCompared();
   const currentRunId = useCurrentRunId();
   const metrics = useMetrics();
-  const runConfig = usePlayground((s) => s.run?.config ?? null);
+  const runConfig = usePlayground((s) => s.runStatus?.config ?? null);
   return useMemo(
     () => overlayRuns({ runs, compared, currentRunId, metrics, runConfig }),
     [runs, compared, currentRunId, metrics, runConfig],

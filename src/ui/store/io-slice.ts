@@ -104,7 +104,7 @@ export function createIoActions(ctx: SliceContext): IoActions {
       task('metrics', async () => {
         const text = await api.exportMetrics(format);
         const type = format === 'csv' ? 'text/csv' : 'application/json';
-        ctx.opts.download(`ppo-metrics-${stepTag(get().run?.step)}.${format}`, text, type);
+        ctx.opts.download(`ppo-metrics-${stepTag(get().runStatus?.step)}.${format}`, text, type);
       }),
 
     exportTrlConfig: () =>
@@ -119,7 +119,7 @@ export function createIoActions(ctx: SliceContext): IoActions {
         const metrics = await api.history();
         const config = configOf(summary.config, 'checkpoint', get().editedConfig);
         // The imported run's config becomes the one the person edits. Its step, state and config in force
-        // are the worker's to say: it sends a status event with them (see `run`), so none is made up here.
+        // are the worker's to say: it sends a status event with them (`runStatus`); none is made up here.
         set({
           ...EMPTY_HISTORY,
           metrics,

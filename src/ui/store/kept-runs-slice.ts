@@ -29,7 +29,7 @@ export function overlayOf(s: PlaygroundData) {
     compared: s.compared,
     currentRunId: s.currentRunId,
     metrics: s.metrics,
-    runConfig: s.run?.config ?? null,
+    runConfig: s.runStatus?.config ?? null,
   });
 }
 
@@ -121,7 +121,7 @@ export function createKeptRuns(ctx: SliceContext) {
       });
       save(current.id);
     } else {
-      const config = JSON.parse(JSON.stringify(s.run?.config ?? s.editedConfig)) as TrainConfig;
+      const config = JSON.parse(JSON.stringify(s.runStatus?.config ?? s.editedConfig)) as TrainConfig;
       const run: KeptRun = {
         id: newRunId(now),
         name: uniqueName(
@@ -148,7 +148,7 @@ export function createKeptRuns(ctx: SliceContext) {
   /** After a status: a linked comparison being re-run goes on with its next run when one finished. */
   const afterStatus = () => {
     const s = get();
-    const run = s.run;
+    const run = s.runStatus;
     if (s.rerunQueue.length === 0 || s.command !== null || !run) return;
     if (run.state === 'running' || run.phase !== 'idle' || run.step === 0 || run.step < run.steps) return;
     const [next, ...rest] = s.rerunQueue;

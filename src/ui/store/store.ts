@@ -42,7 +42,7 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
     output: null,
     generating: false,
     error: error ?? comparison.error,
-    run: null,
+    runStatus: null,
     editedConfig: config,
     configProblem: configProblem(config),
     metrics: [],
@@ -268,7 +268,7 @@ export function createPlaygroundStore(
             command: null,
             ioTask: null,
             // The dead worker will never send its job's state again: its last word stays, shown stopped.
-            run: get().run && { ...get().run!, state: 'paused', phase: 'idle' },
+            runStatus: get().runStatus && { ...get().runStatus!, state: 'paused', phase: 'idle' },
           });
         },
 

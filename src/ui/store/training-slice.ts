@@ -34,9 +34,9 @@ export function reduceEvent(s: PlaygroundData, e: TrainerEvent): Partial<Playgro
   switch (e.type) {
     case 'status': {
       const dropped = e.status.step === 0 && s.metrics.length > 0 && e.status.state === 'idle';
-      const config = mergeWorkerConfig(s.editedConfig, s.run?.config, e.status.config);
+      const config = mergeWorkerConfig(s.editedConfig, s.runStatus?.config, e.status.config);
       return {
-        run: e.status,
+        runStatus: e.status,
         ...(config !== s.editedConfig ? { editedConfig: config, configProblem: configProblem(config) } : {}),
         ...(e.status.model && JSON.stringify(e.status.model) !== JSON.stringify(s.model)
           ? { model: e.status.model }
@@ -55,9 +55,9 @@ export function reduceEvent(s: PlaygroundData, e: TrainerEvent): Partial<Playgro
           : [...s.metrics, e.metrics];
       const entry: StepSamples = { step, samples: e.samples };
       const samples = [...s.samples.filter((x) => x.step < step), entry].slice(-SAMPLE_STEPS_KEPT);
-      const run: RunStatus | null = s.run && { ...s.run, step: Math.max(s.run.step, step) };
+      const run: RunStatus | null = s.runStatus && { ...s.runStatus, step: Math.max(s.runStatus.step, step) };
       const fresh = e.alerts.filter((a) => !s.dismissedAlerts.includes(a.id));
-      return { metrics, samples, alerts: mergeAlerts(s.alerts, fresh), run };
+      return { metrics, samples, alerts: mergeAlerts(s.alerts, fresh), runStatus: run };
     }
     case 'progress':
       return { progress: { task: e.task, fraction: e.fraction, message: e.message } };
@@ -112,7 +112,7 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
   return {
     startRun: () =>
       command('start', async () => {
-        if (!runStarted(get().run) && !(await sync.configureNow())) return null;
+        if (!runStarted(get().runStatus) && !(await sync.configureNow())) return null;
         await sync.flush();
         return api.start();
       }),
@@ -121,7 +121,7 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
 
     stepRun: () =>
       command('step', async () => {
-        if (!runStarted(get().run) && !(await sync.configureNow())) return null;
+        if (!runStarted(get().runStatus) && !(await sync.configureNow())) return null;
         await sync.flush();
         return api.stepOnce();
       }),
@@ -146,7 +146,7 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
     launchRun: (config) =>
       command('start', async () => {
         // The run in the worker stays kept; its step in flight finishes before `configure` answers.
-        if (get().run?.state === 'running') await api.pause();
+        if (get().runStatus?.state === 'running') await api.pause();
         setEditedConfig(config);
         if (!(await sync.configureNow(true))) return null;
         // A change of live keys only (learningRate) would go on with the same run: drop it.

@@ -18,8 +18,9 @@ import type { HeatmapMode } from '../lib/heat';
 import type { KeptRun } from '../lib/runs';
 
 /**
- * Where starting the backend or loading the model stands (not the training phase, which the worker reports in
- * RunStatus.phase): idle: not started · busy: a worker call is running · ready · error: the last attempt failed.
+ * Where starting the backend or loading the model stands (not the training phase, which the worker reports
+ * in RunStatus.phase). idle: not started · busy: a worker call is running · ready · error: the last attempt
+ * failed.
  */
 export type LoadState = 'idle' | 'busy' | 'ready' | 'error';
 
@@ -77,13 +78,15 @@ export interface PlaygroundData {
   error: string | null;
 
   // ---- training ----
-  // Two configs, each with one owner. `editedConfig` is the person's: the controls and the URL hash write it.
-  // `run.config` is the worker's: what its job trains with, as the worker last said (only its answers and
-  // events write `run`). An edit reaches the job as one message (config-sync.ts); the worker's answer then
-  // updates `run`, never the other way round, except where the worker itself changed a key the person did not
-  // touch (a loaded model, an import: mergeWorkerConfig).
+  // Two configs, each with one owner. `editedConfig` is the person's: the controls and the URL hash write
+  // it. `runStatus.config` is the worker's: the config its job trains with, as the worker last said. Only
+  // the worker's answers and events write `runStatus` (takeWorkerStatus; and workerCrashed, once the worker
+  // cannot speak). An edit reaches the job as one message (config-sync.ts) and comes back in the worker's
+  // answer. The worker's config flows into `editedConfig` only for keys the worker changed by itself that
+  // the person has not edited (a loaded model, a trained reward model: mergeWorkerConfig), and whole when a
+  // run is restored (importCheckpoint, autosaveResumed).
   /** The worker's last word on its job (state, phase, step, the config in force); null before it answered. */
-  run: RunStatus | null;
+  runStatus: RunStatus | null;
   /** The config the person is editing: the controls show it and the URL hash mirrors it. */
   editedConfig: TrainConfig;
   /** Why `editedConfig` cannot be used (e.g. batchSize not divisible by miniBatches); null when it is valid. */
