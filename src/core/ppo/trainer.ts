@@ -262,6 +262,7 @@ export class PpoTrainer {
       throw new Error("PpoTrainer.setConfig: this trainer reads its session's config; change it there.");
     }
     this.own = cfg;
+    this.followConfig(cfg); // at once, as a session's trainer does at the start of its next step
   }
 
   /**
