@@ -53,7 +53,7 @@ describe('an overlay chart', () => {
     const store = storeWith();
     const live = history(2);
     store.setState({
-      runs: [kept('a', 'ppo lr 1e-4', history(3)), kept('b', 'ppo lr 3e-4', live)],
+      keptRuns: [kept('a', 'ppo lr 1e-4', history(3)), kept('b', 'ppo lr 3e-4', live)],
       compared: ['a'],
       currentRunId: 'b',
       metrics: live,
@@ -77,7 +77,7 @@ describe('an overlay chart', () => {
   it('a single run has no legend (as before)', () => {
     const store = storeWith();
     const live = history(2);
-    store.setState({ runs: [kept('b', 'ppo lr 3e-4', live)], currentRunId: 'b', metrics: live });
+    store.setState({ keptRuns: [kept('b', 'ppo lr 3e-4', live)], currentRunId: 'b', metrics: live });
     expect(html(store, <MetricChart metric="reward" title="Reward" />)).not.toContain('chart-legend');
   });
 });
@@ -107,7 +107,7 @@ describe.runIf(hasAlgorithms)('value charts of a critic-free run', () => {
     store.setState({
       runStatus: status(config, 2),
       editedConfig: config,
-      runs: [kept('a', 'ppo lr 1e-4', history(2)), kept('b', 'rloo G=4 lr 1e-4', live, config)],
+      keptRuns: [kept('a', 'ppo lr 1e-4', history(2)), kept('b', 'rloo G=4 lr 1e-4', live, config)],
       compared: ['a'],
       currentRunId: 'b',
       metrics: live,
@@ -132,7 +132,7 @@ describe('the Runs panel', () => {
   it('lists runs newest first with name box, algorithm, steps, final reward, compare, run again and delete', () => {
     const store = storeWith();
     store.setState({
-      runs: [
+      keptRuns: [
         kept('a', 'ppo lr 1e-4', history(3)),
         kept(
           'b',
@@ -164,7 +164,7 @@ describe('the Runs panel', () => {
 
   it('says when the oldest run was dropped', () => {
     const store = storeWith();
-    store.setState({ runsNote: "dropped the oldest run 'ppo lr 1e-4' to stay within 20 kept runs" });
+    store.setState({ keptRunsNote: "dropped the oldest run 'ppo lr 1e-4' to stay within 20 kept runs" });
     expect(html(store, <RunsPanel />)).toMatch(
       /data-testid="runs-note"><span>dropped the oldest run &#x27;ppo lr 1e-4&#x27; to stay within 20 kept runs/,
     );

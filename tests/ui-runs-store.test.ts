@@ -55,16 +55,16 @@ async function runToEnd(h: Harness): Promise<void> {
 describe('kept runs', () => {
   it('a run is kept from its first step with its config, seed and history, and written to storage', async () => {
     const h = await started(`#${TINY}&seed=5`);
-    expect(h.store.getState().runs).toEqual([]);
+    expect(h.store.getState().keptRuns).toEqual([]);
     await h.store.getState().actions.stepRun();
     let s = h.store.getState();
-    expect(s.runs).toHaveLength(1);
-    expect(s.currentRunId).toBe(s.runs[0].id);
-    expect(s.runs[0]).toMatchObject({ name: 'ppo lr 1e-4', config: { seed: 5, batchSize: 2 } });
+    expect(s.keptRuns).toHaveLength(1);
+    expect(s.currentRunId).toBe(s.keptRuns[0].id);
+    expect(s.keptRuns[0]).toMatchObject({ name: 'ppo lr 1e-4', config: { seed: 5, batchSize: 2 } });
     await h.store.getState().actions.stepRun();
     s = h.store.getState();
-    expect(s.runs).toHaveLength(1);
-    expect(s.runs[0].metrics.map((m) => m.step)).toEqual([1, 2]);
+    expect(s.keptRuns).toHaveLength(1);
+    expect(s.keptRuns[0].metrics.map((m) => m.step)).toEqual([1, 2]);
     await s.actions.flushRuns();
     const stored = [...h.storage.map.values()];
     expect(stored).toHaveLength(1);
@@ -101,7 +101,7 @@ describe('kept runs', () => {
     await store.getState().actions.start();
     await store.getState().actions.stepRun();
     await store.getState().actions.stepRun();
-    expect(store.getState().runs.map((r) => [r.name, r.metrics.length])).toEqual([['ppo lr 1e-4', 2]]);
+    expect(store.getState().keptRuns.map((r) => [r.name, r.metrics.length])).toEqual([['ppo lr 1e-4', 2]]);
   });
 
   it('Reset and a changed setting begin a new run; names stay distinct', async () => {
@@ -113,7 +113,7 @@ describe('kept runs', () => {
     h.store.getState().actions.setConfigValue('learningRate', 3e-4);
     await h.store.getState().actions.resetRun();
     await h.store.getState().actions.stepRun();
-    const names = h.store.getState().runs.map((r) => r.name);
+    const names = h.store.getState().keptRuns.map((r) => r.name);
     expect(names).toEqual(['ppo lr 1e-4', 'ppo lr 1e-4 (2)', 'ppo lr 3e-4']);
   });
 
@@ -127,14 +127,14 @@ describe('kept runs', () => {
       metrics: [{ step: 1, reward: 0.1 }],
     };
     const h = await started(`#${TINY}`, { runs: [old], budget: { maxRuns: 2, maxBytes: Infinity } });
-    expect(h.store.getState().runs.map((r) => r.id)).toEqual(['old']);
+    expect(h.store.getState().keptRuns.map((r) => r.id)).toEqual(['old']);
     await runToEnd(h);
-    expect(h.store.getState().runsNote).toBeNull();
+    expect(h.store.getState().keptRunsNote).toBeNull();
     await h.store.getState().actions.resetRun();
     await h.store.getState().actions.stepRun();
     const s = h.store.getState();
-    expect(s.runs.map((r) => r.name)).toEqual(['ppo lr 1e-4', 'ppo lr 1e-4 (2)']);
-    expect(s.runsNote).toBe("dropped the oldest run 'ppo lr 1e-5' to stay within 2 kept runs");
+    expect(s.keptRuns.map((r) => r.name)).toEqual(['ppo lr 1e-4', 'ppo lr 1e-4 (2)']);
+    expect(s.keptRunsNote).toBe("dropped the oldest run 'ppo lr 1e-5' to stay within 2 kept runs");
     await s.actions.flushRuns();
     expect(h.storage.map.has('old')).toBe(false);
     expect(h.storage.map.size).toBe(2);
@@ -143,14 +143,14 @@ describe('kept runs', () => {
   it('renaming and deleting reach storage; a deleted current run is not kept again', async () => {
     const h = await started();
     await h.store.getState().actions.stepRun();
-    const id = h.store.getState().runs[0].id;
+    const id = h.store.getState().keptRuns[0].id;
     h.store.getState().actions.renameRun(id, '  my   first run ');
-    expect(h.store.getState().runs[0].name).toBe('my first run');
+    expect(h.store.getState().keptRuns[0].name).toBe('my first run');
     await h.store.getState().actions.flushRuns();
     expect(h.storage.map.get(id)?.name).toBe('my first run');
     h.store.getState().actions.deleteRun(id);
     await h.store.getState().actions.stepRun();
-    expect(h.store.getState().runs).toEqual([]);
+    expect(h.store.getState().keptRuns).toEqual([]);
     await h.store.getState().actions.flushRuns();
     expect(h.storage.map.size).toBe(0);
   });
@@ -160,7 +160,7 @@ describe('the comparison', () => {
   it('chosen runs go into the URL hash (configs and seeds only) and the CSV', async () => {
     const h = await started(`#${TINY}&seed=3`);
     await runToEnd(h);
-    const first = h.store.getState().runs[0];
+    const first = h.store.getState().keptRuns[0];
     h.store.getState().actions.setConfigValue('learningRate', 3e-4);
     await h.store.getState().actions.resetRun();
     await runToEnd(h);
@@ -190,7 +190,7 @@ describe('the comparison', () => {
   it('"Run again with…" starts a new run from a kept config with one key changed, both compared', async () => {
     const h = await started(`#${TINY}&seed=4`);
     await runToEnd(h);
-    const source = h.store.getState().runs[0];
+    const source = h.store.getState().keptRuns[0];
     expect(await h.store.getState().actions.runAgainWith(source.id, 'learningRate', 'fast')).toMatch(
       /"learningRate" must be a number/,
     );
@@ -199,19 +199,19 @@ describe('the comparison', () => {
     expect(h.fake.calls.map(([n]) => n)).toContain('reset');
     await h.fake.tick();
     const s = h.store.getState();
-    expect(s.runs).toHaveLength(2);
-    expect(s.runs[1]).toMatchObject({
+    expect(s.keptRuns).toHaveLength(2);
+    expect(s.keptRuns[1]).toMatchObject({
       name: 'ppo lr 3e-4',
       config: { seed: 4, learningRate: 3e-4, batchSize: 2 },
     });
-    expect(s.compared).toEqual([source.id, s.runs[1].id]);
+    expect(s.compared).toEqual([source.id, s.keptRuns[1].id]);
     expect(s.metrics.map((m) => m.step)).toEqual([1]);
   });
 
   it.runIf(hasAlgorithms)('a critic-free run has null value metrics, kept as null', async () => {
     const h = await started(`#${TINY}`);
     await runToEnd(h);
-    const source = h.store.getState().runs[0];
+    const source = h.store.getState().keptRuns[0];
     // grpo's default G = 4 does not divide batchSize 2: the error names the keys.
     expect(await h.store.getState().actions.runAgainWith(source.id, 'algorithm' as never, 'grpo')).toMatch(
       /groupSize|batchSize/,
@@ -221,7 +221,7 @@ describe('the comparison', () => {
     // Not live: it applies on reset.
     await h.store.getState().actions.resetRun();
     await h.store.getState().actions.stepRun();
-    const grpo = h.store.getState().runs[1];
+    const grpo = h.store.getState().keptRuns[1];
     expect(grpo.name).toBe('grpo G=2 lr 1e-4');
     expect(grpo.metrics[0].valueLoss).toBeNull();
   });
@@ -245,11 +245,11 @@ describe('the comparison', () => {
     await h.fake.tick();
     await flush();
     const s = h.store.getState();
-    expect(s.runs.map((r) => [r.config.seed, r.metrics.length])).toEqual([
+    expect(s.keptRuns.map((r) => [r.config.seed, r.metrics.length])).toEqual([
       [11, 2],
       [12, 2],
     ]);
-    expect(s.compared).toEqual(s.runs.map((r) => r.id));
+    expect(s.compared).toEqual(s.keptRuns.map((r) => r.id));
     expect(s.rerunQueue).toEqual([]);
     expect(readComparisonHash(h.hashes.at(-1)!).configs).toEqual([a, b]);
   });

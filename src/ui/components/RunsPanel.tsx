@@ -8,8 +8,8 @@ import {
   useCurrentRunId,
   useLinkedRuns,
   useRerunQueue,
-  useRuns,
-  useRunsNote,
+  useKeptRuns,
+  useKeptRunsNote,
 } from '../store/hooks';
 
 /** A run's name, edited in place: committed on Enter or when leaving the box, Escape puts it back. */
@@ -140,11 +140,11 @@ function finalReward(run: KeptRun): number | null {
  * it on the charts (up to MAX_COMPARED), "Run again with…", delete; and the comparison as CSV.
  */
 export function RunsPanel() {
-  const runs = useRuns();
+  const runs = useKeptRuns();
   const compared = useCompared();
   const currentRunId = useCurrentRunId();
-  const note = useRunsNote();
-  const { toggleCompare, deleteRun, exportComparisonCsv, dismissRunsNote } = useActions();
+  const note = useKeptRunsNote();
+  const { toggleCompare, deleteRun, exportComparisonCsv, dismissKeptRunsNote } = useActions();
   const [again, setAgain] = useState<string | null>(null);
   const againRun = runs.find((r) => r.id === again);
   const newestFirst = [...runs].reverse();
@@ -165,7 +165,7 @@ export function RunsPanel() {
       {note && (
         <p className="notice small" role="status" data-testid="runs-note">
           <span>{note}</span>{' '}
-          <button type="button" className="link" onClick={dismissRunsNote} aria-label="Dismiss runs note">
+          <button type="button" className="link" onClick={dismissKeptRunsNote} aria-label="Dismiss runs note">
             ×
           </button>
         </p>

@@ -87,10 +87,10 @@ export const useCanTrain = () =>
   );
 
 // ---- kept runs and the comparison ----
-export const useRuns = () => usePlayground((s) => s.runs);
+export const useKeptRuns = () => usePlayground((s) => s.keptRuns);
 export const useCompared = () => usePlayground((s) => s.compared);
 export const useCurrentRunId = () => usePlayground((s) => s.currentRunId);
-export const useRunsNote = () => usePlayground((s) => s.runsNote);
+export const useKeptRunsNote = () => usePlayground((s) => s.keptRunsNote);
 export const useLinkedRuns = () => usePlayground((s) => s.linkedRuns);
 export const useRerunQueue = () => usePlayground((s) => s.rerunQueue);
 /**
@@ -100,7 +100,7 @@ export const useRerunQueue = () => usePlayground((s) => s.rerunQueue);
 export const useRunConfig = () => usePlayground((s) => s.runStatus?.config ?? s.editedConfig);
 /** The runs the charts draw: the compared ones and the current run (bold). */
 export function useOverlayRuns(): OverlayRun[] {
-  const runs = useRuns();
+  const runs = useKeptRuns();
   const compared = useCompared();
   const currentRunId = useCurrentRunId();
   const metrics = useMetrics();

@@ -25,7 +25,7 @@ import type { PlaygroundActions, PlaygroundData } from './types';
 /** The runs the charts draw for a state (see overlayRuns). */
 export function overlayOf(s: PlaygroundData) {
   return overlayRuns({
-    runs: s.runs,
+    runs: s.keptRuns,
     compared: s.compared,
     currentRunId: s.currentRunId,
     metrics: s.metrics,
@@ -57,7 +57,7 @@ type KeptRunsActions = Pick<
   | 'rerunLinked'
   | 'dismissLinkedRuns'
   | 'cancelRerun'
-  | 'dismissRunsNote'
+  | 'dismissKeptRunsNote'
   | 'exportComparisonCsv'
   | 'flushRuns'
 >;
@@ -71,13 +71,13 @@ export function createKeptRuns(ctx: SliceContext) {
   /** Storage writes in order; a failure is said once, and training goes on. */
   const queue = (job: () => Promise<void>) => {
     writes = writes.then(job).catch((e: unknown) => {
-      set({ runsNote: `A run could not be kept in this browser's storage: ${describeError(e)}` });
+      set({ keptRunsNote: `A run could not be kept in this browser's storage: ${describeError(e)}` });
     });
   };
 
   const writeRun = (id: string) => {
     timers.delete(id);
-    const run = get().runs.find((r) => r.id === id);
+    const run = get().keptRuns.find((r) => r.id === id);
     if (run) queue(() => storage.put(run));
   };
 
@@ -92,10 +92,10 @@ export function createKeptRuns(ctx: SliceContext) {
 
   const applyBudget = () => {
     const s = get();
-    const { kept, dropped, message } = enforceBudget(s.runs, ctx.opts.runBudget, s.currentRunId);
+    const { kept, dropped, message } = enforceBudget(s.keptRuns, ctx.opts.runBudget, s.currentRunId);
     if (dropped.length === 0) return;
     const ids = new Set(kept.map((r) => r.id));
-    set({ runs: kept, compared: s.compared.filter((id) => ids.has(id)), runsNote: message });
+    set({ keptRuns: kept, compared: s.compared.filter((id) => ids.has(id)), keptRunsNote: message });
     for (const r of dropped) {
       const t = timers.get(r.id);
       if (t) clearTimeout(t);
@@ -109,7 +109,7 @@ export function createKeptRuns(ctx: SliceContext) {
     const s = get();
     const last = s.metrics[s.metrics.length - 1];
     if (!last) return;
-    const current = s.currentRunId ? s.runs.find((r) => r.id === s.currentRunId) : undefined;
+    const current = s.currentRunId ? s.keptRuns.find((r) => r.id === s.currentRunId) : undefined;
     // The current run was deleted by the person: not kept again until a new run starts.
     if (s.currentRunId !== null && !current) return;
     const now = Date.now();
@@ -117,7 +117,9 @@ export function createKeptRuns(ctx: SliceContext) {
     // The same step again (a repeated event) updates the run; a step before its newest begins a new run.
     if (current && (lastKept === undefined || lastKept.step <= last.step)) {
       set({
-        runs: s.runs.map((r) => (r.id === current.id ? { ...r, metrics: s.metrics, updatedAt: now } : r)),
+        keptRuns: s.keptRuns.map((r) =>
+          r.id === current.id ? { ...r, metrics: s.metrics, updatedAt: now } : r,
+        ),
       });
       save(current.id);
     } else {
@@ -126,7 +128,7 @@ export function createKeptRuns(ctx: SliceContext) {
         id: newRunId(now),
         name: uniqueName(
           runName(config),
-          s.runs.map((r) => r.name),
+          s.keptRuns.map((r) => r.name),
         ),
         config,
         createdAt: now,
@@ -135,7 +137,7 @@ export function createKeptRuns(ctx: SliceContext) {
       };
       const join = s.autoCompare > 0;
       set({
-        runs: [...s.runs, run],
+        keptRuns: [...s.keptRuns, run],
         currentRunId: run.id,
         compared: join ? addCompared(s.compared, run.id) : s.compared,
         autoCompare: Math.max(0, s.autoCompare - 1),
@@ -164,10 +166,10 @@ export function createKeptRuns(ctx: SliceContext) {
     renameRun(id, name) {
       const s = get();
       const trimmed = name.trim().replace(/\s+/g, ' ');
-      if (!trimmed || s.runs.find((r) => r.id === id)?.name === trimmed) return;
-      const others = s.runs.filter((r) => r.id !== id).map((r) => r.name);
+      if (!trimmed || s.keptRuns.find((r) => r.id === id)?.name === trimmed) return;
+      const others = s.keptRuns.filter((r) => r.id !== id).map((r) => r.name);
       const unique = uniqueName(trimmed, others);
-      set({ runs: s.runs.map((r) => (r.id === id ? { ...r, name: unique } : r)) });
+      set({ keptRuns: s.keptRuns.map((r) => (r.id === id ? { ...r, name: unique } : r)) });
       save(id);
     },
 
@@ -176,7 +178,7 @@ export function createKeptRuns(ctx: SliceContext) {
       const t = timers.get(id);
       if (t) clearTimeout(t);
       timers.delete(id);
-      set({ runs: s.runs.filter((r) => r.id !== id), compared: s.compared.filter((x) => x !== id) });
+      set({ keptRuns: s.keptRuns.filter((r) => r.id !== id), compared: s.compared.filter((x) => x !== id) });
       queue(() => storage.remove(id));
       ctx.writeHash();
     },
@@ -185,13 +187,13 @@ export function createKeptRuns(ctx: SliceContext) {
       const s = get();
       if (s.compared.includes(id)) set({ compared: s.compared.filter((x) => x !== id) });
       else if (s.compared.length >= MAX_COMPARED)
-        set({ runsNote: `At most ${MAX_COMPARED} runs are compared at once; untick one first.` });
+        set({ keptRunsNote: `At most ${MAX_COMPARED} runs are compared at once; untick one first.` });
       else set({ compared: [...s.compared, id] });
       ctx.writeHash();
     },
 
     async runAgainWith(id, key, text) {
-      const source = get().runs.find((r) => r.id === id);
+      const source = get().keptRuns.find((r) => r.id === id);
       if (!source) return 'That run is no longer kept.';
       let config: TrainConfig;
       try {
@@ -220,8 +222,8 @@ export function createKeptRuns(ctx: SliceContext) {
       set({ rerunQueue: [], autoCompare: 0 });
     },
 
-    dismissRunsNote() {
-      set({ runsNote: null });
+    dismissKeptRunsNote() {
+      set({ keptRunsNote: null });
     },
 
     exportComparisonCsv() {
@@ -246,14 +248,14 @@ export function createKeptRuns(ctx: SliceContext) {
       try {
         const stored = await storage.list();
         const s = get();
-        const have = new Set(s.runs.map((r) => r.id));
-        const runs = [...stored.filter((r) => !have.has(r.id)), ...s.runs].sort(
+        const have = new Set(s.keptRuns.map((r) => r.id));
+        const runs = [...stored.filter((r) => !have.has(r.id)), ...s.keptRuns].sort(
           (a, b) => a.createdAt - b.createdAt,
         );
-        set({ runs });
+        set({ keptRuns: runs });
         applyBudget();
       } catch (e) {
-        set({ runsNote: `Runs from earlier visits could not be read: ${describeError(e)}` });
+        set({ keptRunsNote: `Runs from earlier visits could not be read: ${describeError(e)}` });
       }
     },
     /** Called with every worker event, after the store took it in. */

@@ -122,13 +122,13 @@ export interface PlaygroundData {
 
   // ---- kept runs and the comparison ----
   /** Every kept run, oldest first (the current one included once its first step ran). */
-  runs: KeptRun[];
+  keptRuns: KeptRun[];
   /** The kept run the worker is training now; null before its first step (or after a reset). */
   currentRunId: string | null;
   /** Runs chosen for the charts (at most MAX_COMPARED), in the order chosen; the current run is drawn anyway. */
   compared: string[];
   /** A word about the kept runs (one dropped to stay within the budget, storage trouble); null when none. */
-  runsNote: string | null;
+  keptRunsNote: string | null;
   /** The configs a link compares, offered for a re-run; null when the link compares none or the offer is gone. */
   linkedRuns: TrainConfig[] | null;
   /** Configs still to run, one after the other (a linked comparison being re-run). */
@@ -206,7 +206,7 @@ export interface PlaygroundActions {
   dismissLinkedRuns(): void;
   /** Stop re-running the linked runs after the one in progress. */
   cancelRerun(): void;
-  dismissRunsNote(): void;
+  dismissKeptRunsNote(): void;
   /** The compared runs (or the current one) as one CSV with a `run` column. */
   exportComparisonCsv(): void;
   /** Wait for the kept runs' storage writes (tests). */
