@@ -11,7 +11,7 @@ import type { ModelWorker } from '../src/ui/bridge';
 import { createFakeWorker } from '../src/ui/dev/fake-worker';
 import { MetricChart } from '../src/ui/components/MetricChart';
 import { LinkedRunsBanner, RunsPanel } from '../src/ui/components/RunsPanel';
-import { memoryRunStorage, type KeptRun } from '../src/ui/lib/runs';
+import { memoryRunStorage, type KeptRun } from '../src/ui/lib/kept-runs';
 import { hashFor } from '../src/ui/lib/url-config';
 import { StoreContext } from '../src/ui/store/hooks';
 import { createPlaygroundStore, type PlaygroundStore } from '../src/ui/store/store';

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { CONFIG_FIELDS, validateConfig } from '../src/core/config';
 import type { ModelWorker } from '../src/ui/bridge';
 import { createFakeWorker, type FakeWorker } from '../src/ui/dev/fake-worker';
-import { memoryRunStorage, type KeptRun, type RunBudget } from '../src/ui/lib/runs';
+import { memoryRunStorage, type KeptRun, type RunBudget } from '../src/ui/lib/kept-runs';
 import { hashFor, readComparisonHash, splitComparison } from '../src/ui/lib/url-config';
 import { createPlaygroundStore, type PlaygroundStore } from '../src/ui/store/store';
 

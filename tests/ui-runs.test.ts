@@ -1,5 +1,5 @@
 /**
- * Kept runs, the pure parts (src/ui/lib/runs.ts, src/ui/lib/series.ts, src/ui/lib/url-config.ts): names, the
+ * Kept runs, the pure parts (src/ui/lib/kept-runs.ts, src/ui/lib/series.ts, src/ui/lib/url-config.ts): names, the
  * storage budget, the overlay list and its series, the comparison in the URL hash, the comparison CSV.
  */
 import { describe, expect, it } from 'vitest';
@@ -18,7 +18,7 @@ import {
   runName,
   uniqueName,
   type KeptRun,
-} from '../src/ui/lib/runs';
+} from '../src/ui/lib/kept-runs';
 import { ema, overlayPoints, overlaySeries, valueDomain } from '../src/ui/lib/series';
 import { hashFor, readComparisonHash, readConfigHash, splitComparison } from '../src/ui/lib/url-config';
 import { addCompared } from '../src/ui/store/kept-runs-slice';

@@ -12,7 +12,7 @@ import {
 } from 'recharts';
 import { METRIC_DOCS, type MetricName } from '../../core/ppo/metrics';
 import { formatNumber, formatTick } from '../lib/format';
-import { algorithmLabel, hasValueModel, type OverlayRun } from '../lib/runs';
+import { algorithmLabel, hasValueModel, type OverlayRun } from '../lib/kept-runs';
 import {
   chartSeries,
   latestValue,

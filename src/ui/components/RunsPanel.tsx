@@ -1,7 +1,7 @@
 import { useEffect, useId, useState } from 'react';
 import { CONFIG_FIELDS, describeAllowed, type ConfigKey } from '../../core/config';
 import { formatNumber } from '../lib/format';
-import { MAX_COMPARED, algorithmOf, rerunKeys, type KeptRun } from '../lib/runs';
+import { MAX_COMPARED, algorithmOf, rerunKeys, type KeptRun } from '../lib/kept-runs';
 import {
   useActions,
   useCompared,

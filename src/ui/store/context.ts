@@ -1,6 +1,6 @@
 import type { ModelWorker } from '../bridge';
 import type { RunStatus } from '../../worker/protocol';
-import type { RunBudget, RunStorage } from '../lib/runs';
+import type { RunBudget, RunStorage } from '../lib/kept-runs';
 import type { PlaygroundData, PlaygroundState } from './types';
 
 /** What the store's parts share: the worker, state access and the environment's side effects. */

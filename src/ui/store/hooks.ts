@@ -3,7 +3,7 @@ import { createContext, useContext, useMemo } from 'react';
 import { useStore } from 'zustand';
 import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../core/config';
 import { runStarted, sameValue } from './config-sync';
-import { overlayRuns, type OverlayRun } from '../lib/runs';
+import { overlayRuns, type OverlayRun } from '../lib/kept-runs';
 import type { PlaygroundStore } from './store';
 import type { GenerateParams, PlaygroundState } from './types';
 

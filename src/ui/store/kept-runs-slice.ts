@@ -18,7 +18,7 @@ import {
   runName,
   uniqueName,
   type KeptRun,
-} from '../lib/runs';
+} from '../lib/kept-runs';
 import type { SliceContext } from './context';
 import type { PlaygroundActions, PlaygroundData } from './types';
 

@@ -5,7 +5,7 @@ import { describeError } from '../errors';
 import { writeBackendToUrl } from '../backend-prefs';
 import { DEFAULT_REWARD_CODE, MODEL_CHOICES, modelSourceFor } from '../lib/catalog';
 import { downloadFile } from '../lib/download';
-import { indexedDbRunStorage, memoryRunStorage, RUN_BUDGET } from '../lib/runs';
+import { indexedDbRunStorage, memoryRunStorage, RUN_BUDGET } from '../lib/kept-runs';
 import { hashFor, readComparisonHash, readConfigHash, writeHashToUrl } from '../lib/url-config';
 import type { BackendPref, TrainerEvent } from '../../worker/protocol';
 import { configProblem, createConfigSync, toWire } from './config-sync';

@@ -15,7 +15,7 @@ import type {
   SampleView,
 } from '../../worker/protocol';
 import type { HeatmapMode } from '../lib/heat';
-import type { KeptRun } from '../lib/runs';
+import type { KeptRun } from '../lib/kept-runs';
 
 /**
  * Where starting the backend or loading the model stands (not the training phase, which the worker reports
