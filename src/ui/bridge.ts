@@ -9,8 +9,8 @@ export type ModelWorker = Remote<WorkerApi>;
 
 export interface WorkerHandle {
   api: ModelWorker;
-  /** Called when the worker dies or fails to start (its pending calls will never answer). */
-  onCrash(listener: (message: string) => void): void;
+  /** `listener` is called when the worker dies or fails to start (its pending calls will never answer). */
+  addCrashListener(listener: (message: string) => void): void;
   terminate(): void;
 }
 
@@ -27,7 +27,7 @@ export function startModelWorker(): WorkerHandle {
   });
   return {
     api,
-    onCrash: (listener) => void listeners.push(listener),
+    addCrashListener: (listener) => void listeners.push(listener),
     terminate: () => {
       api[releaseProxy]();
       worker.terminate();

@@ -13,14 +13,14 @@ async function connect(): Promise<WorkerHandle> {
   if (import.meta.env.DEV && new URLSearchParams(window.location.search).get('worker') === 'fake') {
     const { createFakeWorker } = await import('./dev/fake-worker');
     const api = createFakeWorker({ stepMs: 400 }) as unknown as ModelWorker;
-    return { api, onCrash: () => {}, terminate: () => {} };
+    return { api, addCrashListener: () => {}, terminate: () => {} };
   }
   return startModelWorker();
 }
 
 const worker = await connect();
 const store = createPlaygroundStore(worker.api, backendFromUrl());
-worker.onCrash((message) => store.getState().actions.workerCrashed(message));
+worker.addCrashListener((message) => store.getState().actions.workerCrashed(message));
 // A link pasted over the current one changes only the hash: read the config from it again.
 window.addEventListener('hashchange', () => store.getState().actions.hashChanged(window.location.hash));
 
