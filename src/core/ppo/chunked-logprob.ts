@@ -12,10 +12,12 @@
  * new max m' = max(m, max z_c) updates
  *   s ← e^{m − m'}·s + Σ_c exp(z − m'),
  *   u ← e^{m − m'}·(u + s_old·(m − m')) + Σ_c exp(z − m')·(z − m'),
- * (each old term exp(z − m)(z − m) becomes exp(z − m')·((z − m) + (m − m'))). At the end lse = m + log s and
- * Σ p·z = m + u/s, so H = log s − u/s: two non-negative terms, no cancellation between two large numbers (the
- * unchunked lse − Σ p·z loses digits when the logits are large). The token's logit is picked from the chunk
- * that holds it (a flat gather of N entries).
+ * (each old term exp(z − m)(z − m) becomes exp(z − m')·((z − m) + (m − m'))). s is kept as r = s − 1, the sum
+ * without the max's own exp(0) = 1, so that log s = log1p(r) keeps its digits when one token dominates (s = 1 +
+ * something small, which float32 would round first). At the end lse = m + log s, Σ p·z = m + u/s and
+ * H = log s − u/s: two non-negative terms, no cancellation between two large numbers (the unchunked lse − Σ p·z
+ * loses digits when the logits are large), and logprob = (z_token − m) − log s. The token's logit is picked from
+ * the chunk that holds it (a flat gather of N entries).
  *
  * Backward, with upstream a = ∂L/∂logprob and b = ∂L/∂H (per token), recomputing each chunk's z:
  *   ∂logprob/∂z_v = onehot(token)_v − p_v,
@@ -24,8 +26,8 @@
  *   ∂L/∂h = Σ_c (G_c/T)·W_c  [N, D],   ∂L/∂W_c = (G_c/T)ᵀ·h  [Vc, D].
  * p is rebuilt as exp(z − lse) from the lse saved by the forward ([N] floats), so nothing [N, V] is saved.
  *
- * The largest tensors are one chunk's [N, Vc] (a few of them inside the chunk's own tidy) and, when a W block is
- * longer than the chunk, its [Vc, D] row slice. The gradient of a W block is the block's own size (it is that
+ * The largest tensors are one chunk's [N, Vc] (under four alive at once: each temporary is disposed as soon as
+ * the next is made) and, when a W block is longer than the chunk, its [Vc, D] row slice. The gradient of a W block is the block's own size (it is that
  * parameter's gradient); under LoRA the head is frozen and `weightGrad: false` computes none.
  */
 import * as tf from '@tensorflow/tfjs-core';
@@ -86,10 +88,20 @@ function pieceRows(w: tf.Tensor2D, p: Piece): tf.Tensor2D {
   return p.lo === 0 && p.hi === w.shape[0] ? w : tf.slice(w, [p.lo, 0], [p.hi - p.lo, w.shape[1]]);
 }
 
+/**
+ * `f(x)`, then x disposed. The chunk loops dispose each [N, Vc] temporary as soon as the next one exists, so a
+ * chunk holds about three of them at once instead of every one until its tidy ends.
+ */
+function consume<T extends tf.Tensor>(x: tf.Tensor, f: (x: tf.Tensor) => T): T {
+  const y = f(x);
+  x.dispose();
+  return y;
+}
+
 /** z = h·Wcᵀ / T for one piece, [N, Vc]: the same matmul then division as lmHead then logprobsFromLogits. */
 function pieceLogits(h: tf.Tensor2D, wc: tf.Tensor2D, temperature: number): tf.Tensor2D {
-  const logits = tf.matMul(h, wc, false, true);
-  return (temperature === 1 ? logits : tf.div(logits, temperature)) as tf.Tensor2D;
+  const logits = tf.matMul(h, wc, false, true) as tf.Tensor2D;
+  return temperature === 1 ? logits : consume(logits, (l) => tf.div(l, temperature) as tf.Tensor2D);
 }
 
 /**
@@ -163,15 +175,28 @@ export function chunkedTokenLogprobs(
         // This chunk's own statistics, relative to its max mc: rc = Σ exp(z − mc) − 1 summed without the 1 (the
         // entries below the max, plus one for each further entry equal to it), uc = Σ exp(z − mc)·(z − mc).
         const mc = tf.max(z, 1) as tf.Tensor1D;
-        const d = tf.sub(z, tf.expandDims(mc, 1)); // ≤ 0
-        const e = tf.exp(d);
-        const below = tf.less(d, 0);
-        const ties = tf.sub(tf.sum(tf.cast(tf.logicalNot(below), 'float32'), 1), 1);
-        const rc = tf.add(tf.sum(tf.where(below, e, tf.zerosLike(e)), 1), ties) as tf.Tensor1D;
-        const uc = wantEntropy ? (tf.sum(tf.mul(e, d), 1) as tf.Tensor1D) : null;
         const { local, inPiece } = localTokens(tokens, p);
         const flat = tf.add(tf.mul(rows, tf.scalar(vc, 'int32')), local);
-        const picked = tf.where(inPiece, tf.gather(tf.reshape(z, [-1]), flat), tf.zerosLike(mc));
+        // (The flat view shares z's buffer, so it goes too, or z's buffer would outlive z.)
+        const picked = tf.where(
+          inPiece,
+          consume(tf.reshape(z, [-1]), (zFlat) => tf.gather(zFlat, flat)),
+          tf.zerosLike(mc),
+        );
+        const d = consume(z, (x) => tf.sub(x, tf.expandDims(mc, 1))); // ≤ 0
+        const e = tf.exp(d);
+        const uc = wantEntropy ? consume(tf.mul(e, d), (ed) => tf.sum(ed, 1) as tf.Tensor1D) : null;
+        const below = consume(
+          consume(d, (x) => tf.less(x, 0)),
+          (x) => tf.cast(x, 'float32'),
+        ); // 1 below the max, 0 at it
+        const ties = tf.sub(tf.sub(vc, tf.sum(below, 1)), 1); // entries at the max, less the one counted as 1
+        const eBelow = consume(e, (x) => tf.mul(x, below));
+        below.dispose();
+        const rc = tf.add(
+          consume(eBelow, (x) => tf.sum(x, 1)),
+          ties,
+        ) as tf.Tensor1D;
         // [m, r, zt] and u when the entropy is wanted (a tidy returns tensors, not nulls).
         if (m === null || r === null || zt === null) return uc ? [mc, rc, picked, uc] : [mc, rc, picked];
         // Merge (m, r, u) with (mc, rc, uc) at m' = max(m, mc). The side whose max is m' keeps its r and adds the
@@ -238,16 +263,37 @@ export function chunkedTokenLogprobs(
           const next = tf.tidy(() => {
             const wc = pieceRows(wS[p.block], p);
             const z = pieceLogits(hS, wc, temperature);
-            const prob = tf.exp(tf.sub(z, lseCol));
-            // a + b·(z − Σ p·z), or a alone when the entropy has no gradient.
-            const coef = b && meanZCol ? tf.add(a, tf.mul(b, tf.sub(z, meanZCol))) : a;
-            const { local, inPiece } = localTokens(tokS, p);
+            const prob = consume(tf.sub(z, lseCol), (x) => tf.exp(x));
+            // p·(a + b·(z − Σ p·z)), or p·a when the entropy has no gradient.
+            let pCoef: tf.Tensor;
+            if (b && meanZCol) {
+              const zc = consume(z, (x) => tf.sub(x, meanZCol));
+              const coef = consume(
+                consume(zc, (x) => tf.mul(b, x)),
+                (x) => tf.add(a, x),
+              );
+              pCoef = consume(prob, (x) => tf.mul(x, coef));
+              coef.dispose();
+            } else {
+              z.dispose();
+              pCoef = consume(prob, (x) => tf.mul(x, a));
+            }
             // a at the token's column, 0 elsewhere (and in every column of a row whose token is in another piece).
             // A comparison rather than tf.oneHot, which refuses a depth of 1 (a last piece of one row).
+            const { local, inPiece } = localTokens(tokS, p);
             const cols = tf.range(0, p.hi - p.lo, 1, 'int32');
-            const hit = tf.logicalAnd(tf.equal(tf.expandDims(local, 1), cols), tf.expandDims(inPiece, 1));
-            let g = tf.sub(tf.mul(tf.cast(hit, 'float32'), a), tf.mul(prob, coef));
-            if (temperature !== 1) g = tf.div(g, temperature);
+            const hit = consume(
+              consume(
+                consume(tf.equal(tf.expandDims(local, 1), cols), (x) =>
+                  tf.logicalAnd(x, tf.expandDims(inPiece, 1)),
+                ),
+                (x) => tf.cast(x, 'float32'),
+              ),
+              (x) => tf.mul(x, a),
+            );
+            let g = consume(hit, (x) => tf.sub(x, pCoef));
+            pCoef.dispose();
+            if (temperature !== 1) g = consume(g, (x) => tf.div(x, temperature));
             const dhc = tf.matMul(g, wc);
             const dhNew = (dh === null ? dhc : tf.add(dh, dhc)) as tf.Tensor2D;
             return weightGrad ? [dhNew, tf.matMul(g, hS, true, false)] : [dhNew];
