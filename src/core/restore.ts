@@ -47,7 +47,7 @@ function zipFiles(bytes: Uint8Array, name: string): Map<string, Uint8Array> {
 }
 
 /** The checkpoint's files as ModelFiles, whatever the packaging. */
-export function checkpointFiles(source: CheckpointSource): ModelFiles {
+export function sourceFiles(source: CheckpointSource): ModelFiles {
   switch (source.kind) {
     case 'folder':
       return source.files;
@@ -69,5 +69,5 @@ export async function restoreSession(
   res: Resources,
   opts: SessionBuildOptions = {},
 ): Promise<TrainingSession> {
-  return TrainingSession.restore(checkpointFiles(source), res, opts);
+  return TrainingSession.restore(sourceFiles(source), res, opts);
 }

@@ -9,7 +9,7 @@
  * steps. pause() and setHyperparameters() take effect without waiting: the first stops the loop after the step
  * in flight, the second is applied at the start of the next step (so that step's metrics show it).
  *
- * `state` changes only through the methods here (start, pause, stepOnce, reset, resumeFrom, halt, …).
+ * `state` changes only through the methods here (start, pause, stepOnce, reset, restore, halt, …).
  */
 import { validateConfig, type TrainConfig } from '../core/config';
 import { applyLive, mergeConfig } from '../core/live';
