@@ -83,12 +83,14 @@ describe('config in the URL hash', () => {
     expect(calls(h.fake, 'configure').length).toBe(before);
   });
 
-  it('a pasted link (hashchange) replaces the config', async () => {
+  it('a pasted link (hashchange) replaces the config, in one configure', async () => {
     const h = await started();
+    const before = calls(h.fake, 'configure').length;
     h.store.getState().actions.hashChanged('#klCoef=0.3&task=length');
     expect(h.store.getState().editedConfig).toMatchObject({ klCoef: 0.3, task: 'length' });
     await h.store.getState().actions.flushConfig();
     expect(h.store.getState().runStatus?.config).toMatchObject({ klCoef: 0.3, task: 'length' });
+    expect(calls(h.fake, 'configure').length).toBe(before + 1);
   });
 });
 
@@ -154,6 +156,17 @@ describe('the run', () => {
     expect(calls(h.fake, 'setHyperparameters')).toEqual([{ klCoef: 0.4 }]);
     await a.stepRun();
     expect(h.store.getState().metrics.at(-1)?.klCoef).toBe(0.4);
+  });
+
+  it('a pasted link that changes two live keys of a running job sends them as one patch', async () => {
+    const h = await started('#batchSize=2&miniBatches=1');
+    const a = h.store.getState().actions;
+    await a.stepRun();
+    a.hashChanged('#batchSize=2&miniBatches=1&klCoef=0.3&learningRate=0.0003&seed=9');
+    await a.flushConfig();
+    // seed is not live: it waits for Reset.
+    expect(calls(h.fake, 'setHyperparameters')).toEqual([{ klCoef: 0.3, learningRate: 0.0003 }]);
+    expect(h.store.getState().runStatus?.config).toMatchObject({ klCoef: 0.3, learningRate: 0.0003 });
   });
 
   it('a non-live key waits for Reset ("applies on reset"), which configures and drops the history', async () => {

@@ -117,13 +117,18 @@ export function createConfigSync(ctx: SliceContext) {
     }, ctx.opts.sendDelayMs);
 
   return {
-    /** The config changed: tell the worker what it may hear now. */
-    changed(key: ConfigKey, value: unknown): void {
-      const { runStatus: run, configProblem: problem } = ctx.get();
+    /**
+     * These keys of the edited config changed (one slider, or all a pasted link changed): tell the worker
+     * what it may hear now, in one message.
+     */
+    changed(keys: readonly ConfigKey[]): void {
+      if (keys.length === 0) return;
+      const { runStatus: run, configProblem: problem, editedConfig } = ctx.get();
       if (runStarted(run)) {
         // The worker checks a live patch against the config in force; other keys wait for Reset.
-        if (!CONFIG_FIELDS[key].live) return;
-        livePatch[key] = value === undefined ? null : value;
+        const live = keys.filter((k) => CONFIG_FIELDS[k].live);
+        if (live.length === 0) return;
+        for (const k of live) livePatch[k] = editedConfig[k] ?? null;
         if (ctx.opts.sendDelayMs <= 0) void sendLive();
         else liveTimer ??= later(sendLive);
         return;

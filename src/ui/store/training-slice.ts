@@ -140,7 +140,7 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
       if (value === undefined) delete next[key];
       else next[key] = value;
       setEditedConfig(next as unknown as TrainConfig);
-      sync.changed(key, value);
+      sync.changed([key]);
     },
 
     launchRun: (config) =>
@@ -171,11 +171,11 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
       }
       const before = get().editedConfig;
       set({ editedConfig: reading.config, configProblem: configProblem(reading.config) });
-      for (const key of Object.keys(CONFIG_FIELDS) as ConfigKey[]) {
-        if (JSON.stringify(before[key]) !== JSON.stringify(reading.config[key])) {
-          sync.changed(key, reading.config[key]);
-        }
-      }
+      sync.changed(
+        (Object.keys(CONFIG_FIELDS) as ConfigKey[]).filter(
+          (key) => JSON.stringify(before[key]) !== JSON.stringify(reading.config[key]),
+        ),
+      );
     },
 
     setSmoothing(weight) {
