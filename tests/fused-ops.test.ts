@@ -6,7 +6,7 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
-import { geluNew, geluNewPlain, layerNorm, layerNormPlain } from '../src/core/model/gpt2';
+import { geluNew, geluNewPlain, layerNorm, layerNormPlain } from '../src/core/model/ops';
 
 async function maxDiff(a: tf.Tensor, b: tf.Tensor): Promise<{ abs: number; scale: number }> {
   const [x, y] = await Promise.all([a.data(), b.data()]);

@@ -1,6 +1,6 @@
 /**
  * The fused KV-cache decode attention (src/core/kernels/webgpu-decode-attention.ts) against the plain ops of
- * src/core/model/gpt2.ts's decodeAttention and against a float64 loop (the plain path's semantics: the new key and
+ * src/core/model/attention.ts's decodeAttention and against a float64 loop (the plain path's semantics: the new key and
  * value written at the slot, additive key mask, a row with every key masked averaging all S keys), the new keys,
  * values and y, on Node WebGPU (Dawn; tests/helpers/webgpu-node.ts), tiny shapes: heads 12, 32 and 64 wide, S
  * below, across and not a multiple of the 64-thread tiles, left padding, padding in the middle, a row with every
@@ -12,8 +12,9 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
-import { decodeAttention, GPT2, type LayerKV } from '../src/core/model/gpt2';
-import { MASKED } from '../src/core/kernels/definitions';
+import { GPT2 } from '../src/core/model/gpt2';
+import { decodeAttention } from '../src/core/model/attention';
+import { MASKED, type LayerKV } from '../src/core/kernels/definitions';
 import { generate } from '../src/core/model/sampling';
 import { parseGPT2Config } from '../src/core/model/config';
 import {

@@ -6,7 +6,7 @@
  * (dispatch counts).
  *
  * Why the checks live here and not in the kernel files: a check runs an op's one dispatch point (model/ops.ts
- * layerNorm and conv1d, model/attention.ts causalSelfAttention, model/gpt2.ts decodeAttention, ppo/losses.ts
+ * layerNorm and conv1d, model/attention.ts causalSelfAttention and decodeAttention, ppo/losses.ts
  * logprobsFromLogits and entropyFromLogits) with its kernel's switch on and off, so it imports the model and the
  * losses, which import the kernels. Kept in the kernel files, that was an import circle; here the kernels stay
  * leaves (tests/import-cycles.test.ts).
@@ -25,8 +25,7 @@ import { entropyRowsWebGpu, setWebGpuLogprobFused } from './kernels/webgpu-logpr
 import { setWebGpuDecodeAttentionFused } from './kernels/webgpu-decode-attention';
 import { countDispatches } from './kernels/webgpu-count';
 import { conv1d, layerNorm } from './model/ops';
-import { causalPaddingBias, causalSelfAttention } from './model/attention';
-import { decodeAttention } from './model/gpt2';
+import { causalPaddingBias, causalSelfAttention, decodeAttention } from './model/attention';
 import { entropyFromLogits, logprobsFromLogits } from './ppo/losses';
 
 /** Turn every fused WebGPU kernel on (the default) or off (tfjs's ops: the reference path). */
@@ -265,7 +264,7 @@ export async function checkAttentionOnCurrentBackend(): Promise<FusedKernelCheck
 }
 
 /**
- * The fused decode attention (kernels/webgpu-decode-attention.ts) against model/gpt2.ts's decodeAttention with the
+ * The fused decode attention (kernels/webgpu-decode-attention.ts) against model/attention.ts's decodeAttention with the
  * switch off (the plain ops) on the current backend (which must be webgpu), on tiny random
  * inputs: B 3, S 19 (not a multiple of the 64-thread tiles), n_embd 48 in 4 heads (hs 12), slot 11, a key mask with
  * left padding, one without, and a row with every key masked; the cache holds random keys and values below the

@@ -1,6 +1,6 @@
 /**
  * The KV-cache decode step's attention on WebGPU as fused WGSL kernels, registered as tfjs kernels for the webgpu
- * backend and used by model/gpt2.ts's `decodeAttention` (GPT2.decodeStep) there. Other backends, and WebGPU with
+ * backend and used by model/attention.ts's `decodeAttention` (in GPT2.decodeStep) there. Other backends, and WebGPU with
  * the switch off, keep the plain ops of `decodeAttention`, which stay the reference.
  *
  * Why: generation is most of a GPU step, and every tfjs op is a dispatch on WebGPU (docs/tfjs.md trap 5). The plain
@@ -284,7 +284,7 @@ export function webGpuDecodeAttentionApplies(
 /**
  * One layer's decode attention through the fused kernels (3 dispatches, no gradient): the cache with the new key
  * and value written at the slot (where slotOneHot is non-zero), and y [B, C] = attention of the new query over it
- * under keyMask [B, S] (which must already include the slot). Same values as gpt2.ts's plain decodeAttention.
+ * under keyMask [B, S] (which must already include the slot). Same values as model/attention.ts's plain decodeAttention.
  * Check webGpuDecodeAttentionApplies first.
  */
 export function decodeAttentionWebGpu(

@@ -16,12 +16,9 @@ import type { GPT2Config } from './config';
 import { trunkParamSpecs, type ParamSpec } from './specs';
 import { UserError } from '../errors';
 import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './ops';
-import { attend, causalPaddingBias, causalSelfAttention, splitHeads } from './attention';
+import { causalPaddingBias, causalSelfAttention, decodeAttention, keyPaddingBias } from './attention';
 import { LoraAdapters, loraModuleShape } from './lora';
-import { decodeAttentionWebGpu, webGpuDecodeAttentionApplies } from '../kernels/webgpu-decode-attention';
-import { MASKED, type LayerKV } from '../kernels/definitions';
-
-export { layerNorm, layerNormPlain, geluNew, geluNewPlain } from './ops';
+import type { LayerKV } from '../kernels/definitions';
 
 let modelCounter = 0;
 
@@ -72,37 +69,8 @@ export function wteChunkName(k: number): string {
   return `wte.weight.chunk${k}`;
 }
 
-/** Per-layer keys and values (defined with the kernels, which read the same layout). */
+/** Per-layer keys and values, for model/sampling.ts's KV cache (defined with the kernels, which read the same layout). */
 export type { LayerKV };
-
-/**
- * One layer's attention in the KV-cache decode step: qkv [B, 3C] (this token's c_attn output, q | k | v), the new
- * key and value written into the cache at the slot (slotOneHot: S values, 1 at the slot), then the new query's
- * attention over the cache under keyMask [B, S] (1 = attend; must already include the slot) → y [B, C] and the new
- * cache (the caller disposes the old one). `bias` gives keyMask's additive bias [B, 1, 1, S] (0 or MASKED) for the
- * plain ops; a decode step makes it once for all layers, on first use.
- * On WebGPU: the fused kernels of kernels/webgpu-decode-attention.ts (3 dispatches, `bias` not read; no gradient),
- * same values as the plain ops below, which are the reference (every other backend). The plain path adds the new
- * key and value into the slot, which the caller keeps at zero until then (generate's cache is zero-padded).
- */
-export function decodeAttention(
-  qkv: tf.Tensor2D,
-  slotOneHot: tf.Tensor,
-  keyMask: tf.Tensor2D,
-  kv: LayerKV,
-  nh: number,
-  bias?: () => tf.Tensor,
-): { y: tf.Tensor2D; kv: LayerKV } {
-  if (webGpuDecodeAttentionApplies(qkv, slotOneHot, keyMask, kv, nh))
-    return decodeAttentionWebGpu(qkv, slotOneHot, keyMask, kv, nh);
-  const [B, S] = keyMask.shape;
-  const oh = tf.reshape(slotOneHot, [1, 1, S, 1]);
-  const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
-  const k4 = tf.add(kv.k, tf.mul(splitHeads(k, B, 1, nh), oh)) as tf.Tensor4D; // write slot
-  const v4 = tf.add(kv.v, tf.mul(splitHeads(v, B, 1, nh), oh)) as tf.Tensor4D;
-  const b = bias ? bias() : tf.reshape(tf.mul(tf.sub(1, keyMask), MASKED), [B, 1, 1, S]);
-  return { y: attend(splitHeads(q, B, 1, nh), k4, v4, b), kv: { k: k4, v: v4 } };
-}
 
 export class GPT2 {
   readonly config: GPT2Config;
@@ -479,11 +447,9 @@ export class GPT2 {
     cache: LayerKV[],
   ): { hidden: tf.Tensor2D; cache: LayerKV[] } {
     const c = this.config;
-    const B = ids.shape[0];
-    const S = keyMask.shape[1];
     // The key mask's additive bias, for the plain attention only (made on first use; the fused kernel reads keyMask).
     let built: tf.Tensor | null = null;
-    const bias = () => (built ??= tf.reshape(tf.mul(tf.sub(1, keyMask), MASKED), [B, 1, 1, S]));
+    const bias = () => (built ??= keyPaddingBias(keyMask));
     let x = this.embed(ids, positions); // [B, C]
     const next: LayerKV[] = [];
     for (let i = 0; i < c.n_layer; i++) {
