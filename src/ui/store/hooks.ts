@@ -31,7 +31,8 @@ export const useError = () => usePlayground((s) => s.error);
 export const useCanGenerate = () =>
   usePlayground((s) => s.modelLoadState === 'ready' && s.backendLoadState === 'ready' && !s.generating);
 
-// ---- training ----
+// ---- training: the job's state, step and config in force are the worker's word (runStatus); the config
+// the controls show is the person's (editedConfig) ----
 export const useRunState = () => usePlayground((s) => s.runStatus?.state ?? 'idle');
 export const useRunPhase = () => usePlayground((s) => s.runStatus?.phase ?? 'idle');
 export const useStep = () => usePlayground((s) => s.runStatus?.step ?? 0);

@@ -107,7 +107,7 @@ export function createPlaygroundStore(
     };
 
     let lastHash: string | null = null;
-    /** The URL hash of the config and the comparison; written when it changed (or always, `force`). */
+    /** The URL hash of the edited config and the comparison; written when changed (or always: `force`). */
     const writeHash = (force = true) => {
       const hash = hashFor(get().editedConfig, comparedConfigs(get()));
       if (!force && hash === lastHash) return;
