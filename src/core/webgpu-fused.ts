@@ -330,7 +330,7 @@ export async function checkDecodeAttentionOnCurrentBackend(): Promise<FusedKerne
   }
 }
 
-export interface KernelCheck extends FusedKernelCheck {
+export interface KernelCheck {
   /** max |fused − plain| / max |plain| over the values. */
   maxRelValue: number;
   /** The same over the gradient w.r.t. the logits of Σ w·value, w random upstream weights. */
