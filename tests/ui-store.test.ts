@@ -169,6 +169,22 @@ describe('the run', () => {
     expect(h.store.getState().runStatus?.config).toMatchObject({ klCoef: 0.3, learningRate: 0.0003 });
   });
 
+  it('a crashed worker: its last status stays, shown stopped, and nothing waits for it', async () => {
+    const h = await started('#batchSize=2&miniBatches=1');
+    const a = h.store.getState().actions;
+    await a.stepRun();
+    await a.startRun();
+    const before = h.store.getState().runStatus;
+    expect(before?.state).toBe('running');
+    a.workerCrashed('The model worker stopped.');
+    const s = h.store.getState();
+    expect(s.error).toBe('The model worker stopped.');
+    expect(s.backendLoadState).toBe('error');
+    expect(s.modelLoadState).toBe('error');
+    expect(s.command).toBeNull();
+    expect(s.runStatus).toEqual({ ...before, state: 'paused', phase: 'idle' });
+  });
+
   it('a non-live key waits for Reset ("applies on reset"), which configures and drops the history', async () => {
     const h = await started('#batchSize=2&miniBatches=1');
     const a = h.store.getState().actions;
