@@ -24,7 +24,8 @@
  *   ∂H/∂z_v = ∂lse/∂z_v − ∂(Σ_k p_k z_k)/∂z_v = p_v − (p_v + Σ_k z_k·p_k(δ_kv − p_v)) = −p_v·(z_v − Σ_k p_k z_k),
  * so G = ∂L/∂z = a·onehot − p·(a + b·(z − Σ p·z)), and with ∂z/∂logits = 1/T:
  *   ∂L/∂h = Σ_c (G_c/T)·W_c  [N, D],   ∂L/∂W_c = (G_c/T)ᵀ·h  [Vc, D].
- * p is rebuilt as exp(z − lse) from the lse saved by the forward ([N] floats), so nothing [N, V] is saved.
+ * p is rebuilt as exp((z − m) − log s) from the m and log s saved by the forward ([N] floats each), so nothing
+ * [N, V] is saved.
  *
  * The largest tensors are one chunk's [N, Vc] (under four alive at once: each temporary is disposed as soon as
  * the next is made) and, when a W block is longer than the chunk, its [Vc, D] row slice. The gradient of a W block is the block's own size (it is that
@@ -224,29 +225,30 @@ export function chunkedTokenLogprobs(
     }
     const mF = m as tf.Tensor1D;
     const logS = tf.log1p(r as tf.Tensor1D); // log Σ exp(z − m)
-    const lse = tf.add(mF, logS) as tf.Tensor1D;
     const valid = tf.logicalAnd(tf.greaterEqual(tokens, 0), tf.less(tokens, V));
     // (zt − m) − log s rather than zt − lse: exact 0 − log s for the top token.
     const lp = tf.where(valid, tf.sub(tf.sub(zt as tf.Tensor1D, mF), logS), tf.fill([N], NaN));
     let value: tf.Tensor = lp;
-    // Σ p·z = m + u/s; saved for the entropy's backward.
-    let meanZ: tf.Tensor1D | null = null;
+    // ū = u/s = Σ p·(z − m) ≤ 0, so Σ p·z = m + ū; saved for the entropy's backward.
+    let uBar: tf.Tensor1D | null = null;
     if (wantEntropy) {
-      const uOverS = tf.div(u as tf.Tensor1D, tf.add(r as tf.Tensor1D, 1)); // Σ p·(z − m) ≤ 0
-      const ent = tf.sub(logS, uOverS);
-      value = tf.stack([lp, ent]);
-      if (entropyGrad) meanZ = tf.add(mF, uOverS) as tf.Tensor1D;
+      uBar = tf.div(u as tf.Tensor1D, tf.add(r as tf.Tensor1D, 1)) as tf.Tensor1D;
+      value = tf.stack([lp, tf.sub(logS, uBar)]);
     }
-    save([hIn, tokens, lse, ...(meanZ ? [meanZ] : []), ...ws]);
+    // m, log s and ū are saved apart, not as lse = m + log s and Σ p·z = m + ū: the backward forms
+    // z − lse = (z − m) − log s and z − Σ p·z = (z − m) − ū, and z − m is exact near the max where rounding
+    // m + (something small) to float32 would cost the small part's digits (p's and the entropy gradient's).
+    save([hIn, tokens, mF, logS, ...(entropyGrad && uBar ? [uBar] : []), ...ws]);
 
     return {
       value,
       gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
         const hS = saved[0] as tf.Tensor2D;
         const tokS = saved[1] as tf.Tensor1D;
-        const lseS = saved[2] as tf.Tensor1D;
-        const meanZS = entropyGrad ? (saved[3] as tf.Tensor1D) : null;
-        const wS = saved.slice(entropyGrad ? 4 : 3) as tf.Tensor2D[];
+        const mS = saved[2] as tf.Tensor1D;
+        const logSS = saved[3] as tf.Tensor1D;
+        const uBarS = entropyGrad ? (saved[4] as tf.Tensor1D) : null;
+        const wS = saved.slice(entropyGrad ? 5 : 4) as tf.Tensor2D[];
         // Upstream per token, [N, 1]: a for the log-prob, b for the entropy.
         const up = tf.tidy(() => {
           if (!wantEntropy) return [tf.expandDims(dy, 1)];
@@ -255,19 +257,20 @@ export function chunkedTokenLogprobs(
         });
         const a = up[0];
         const b = up[1] ?? null;
-        const lseCol = tf.expandDims(lseS, 1);
-        const meanZCol = meanZS ? tf.expandDims(meanZS, 1) : null;
+        const mCol = tf.expandDims(mS, 1);
+        const logSCol = tf.expandDims(logSS, 1);
+        const uBarCol = uBarS ? tf.expandDims(uBarS, 1) : null;
         let dh: tf.Tensor2D | null = null;
         const dW: tf.Tensor2D[][] = wS.map(() => []);
         for (const p of plan) {
           const next = tf.tidy(() => {
             const wc = pieceRows(wS[p.block], p);
-            const z = pieceLogits(hS, wc, temperature);
-            const prob = consume(tf.sub(z, lseCol), (x) => tf.exp(x));
+            const zm = consume(pieceLogits(hS, wc, temperature), (z) => tf.sub(z, mCol)); // z − m
+            const prob = consume(tf.sub(zm, logSCol), (x) => tf.exp(x));
             // p·(a + b·(z − Σ p·z)), or p·a when the entropy has no gradient.
             let pCoef: tf.Tensor;
-            if (b && meanZCol) {
-              const zc = consume(z, (x) => tf.sub(x, meanZCol));
+            if (b && uBarCol) {
+              const zc = consume(zm, (x) => tf.sub(x, uBarCol));
               const coef = consume(
                 consume(zc, (x) => tf.mul(b, x)),
                 (x) => tf.add(a, x),
@@ -275,7 +278,7 @@ export function chunkedTokenLogprobs(
               pCoef = consume(prob, (x) => tf.mul(x, coef));
               coef.dispose();
             } else {
-              z.dispose();
+              zm.dispose();
               pCoef = consume(prob, (x) => tf.mul(x, a));
             }
             // a at the token's column, 0 elsewhere (and in every column of a row whose token is in another piece).
@@ -302,7 +305,7 @@ export function chunkedTokenLogprobs(
           dh = next[0];
           if (next[1]) dW[p.block].push(next[1]);
         }
-        tf.dispose([a, b, lseCol, meanZCol].filter((t): t is tf.Tensor => t !== null));
+        tf.dispose([a, b, mCol, logSCol, uBarCol].filter((t): t is tf.Tensor => t !== null));
         if (!weightGrad) return [dh as tf.Tensor2D];
         const dWBlocks = dW.map((parts) => {
           if (parts.length === 1) return parts[0];
