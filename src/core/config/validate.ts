@@ -61,10 +61,13 @@ function editDistance(a: string, b: string): number {
   return row[b.length];
 }
 
-/** Valid keys close to a wrong one (case, snake_case, typos, prefixes), best first. */
+/** Valid keys close to a wrong one (case, snake_case, typos, prefixes), best first; a respelling alone. */
 export function closeKeys(wrong: string): ConfigKey[] {
   const norm = (s: string) => s.toLowerCase().replace(/[_\-\s]/g, '');
   const w = norm(wrong);
+  // The same key in another spelling (batch_size, BatchSize) is what was meant: suggest it alone.
+  const same = CONFIG_KEYS.filter((k) => norm(k) === w);
+  if (same.length > 0) return same;
   return CONFIG_KEYS.map((k) => {
     const n = norm(k);
     let score = editDistance(w, n);
