@@ -1,24 +1,13 @@
 /**
- * The hand-written gradients of layer norm and gelu_new (src/core/model/gpt2.ts) against autodiff of the plain
+ * The hand-written gradients of layer norm and gelu_new (src/core/model/ops.ts) against autodiff of the plain
  * compositions (layerNormPlain, geluNewPlain) on the CPU backend: values and every gradient, on inputs with a wide
  * range (large |x| where σ saturates, rows with tiny variance), and no tensors left behind in or out of a tape.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
+import { maxDiffOf } from './helpers/diff';
 import { geluNew, geluNewPlain, layerNorm, layerNormPlain } from '../src/core/model/ops';
-
-async function maxDiff(a: tf.Tensor, b: tf.Tensor): Promise<{ abs: number; scale: number }> {
-  const [x, y] = await Promise.all([a.data(), b.data()]);
-  expect(a.shape).toEqual(b.shape);
-  let abs = 0;
-  let scale = 0;
-  for (let i = 0; i < x.length; i++) {
-    abs = Math.max(abs, Math.abs(x[i] - y[i]));
-    scale = Math.max(scale, Math.abs(y[i]));
-  }
-  return { abs, scale };
-}
 
 describe('hand-written gradients equal autodiff of the plain ops', () => {
   beforeAll(useCpu);
@@ -32,8 +21,8 @@ describe('hand-written gradients equal autodiff of the plain ops', () => {
     const [v1, v2] = [tf.tidy(() => geluNew(x)), tf.tidy(() => geluNewPlain(x))];
     const g1 = tf.grad((t: tf.Tensor) => tf.sum(tf.mul(geluNew(t), dy)))(x);
     const g2 = tf.grad((t: tf.Tensor) => tf.sum(tf.mul(geluNewPlain(t), dy)))(x);
-    expect((await maxDiff(v1, v2)).abs).toBeLessThan(1e-6);
-    const d = await maxDiff(g1, g2);
+    expect((await maxDiffOf(v1, v2)).abs).toBeLessThan(1e-6);
+    const d = await maxDiffOf(g1, g2);
     expect(d.abs).toBeLessThan(1e-5 * Math.max(1, d.scale));
     // A point checked by hand: gelu_new'(0) = 0.5.
     const at0 = tf.grad((t: tf.Tensor) => tf.sum(geluNew(t)))(tf.tensor1d([0]));
@@ -57,7 +46,7 @@ describe('hand-written gradients equal autodiff of the plain ops', () => {
       const before = tf.memory().numTensors;
       const v1 = tf.tidy(() => layerNorm(x, g, b, eps));
       const v2 = tf.tidy(() => layerNormPlain(x, g, b, eps));
-      const d0 = await maxDiff(v1, v2);
+      const d0 = await maxDiffOf(v1, v2);
       expect(d0.abs).toBeLessThan(1e-5 * Math.max(1, d0.scale));
       const grads = (f: typeof layerNorm) =>
         tf.grads((a: tf.Tensor, c: tf.Tensor, e: tf.Tensor) => tf.sum(tf.mul(f(a, c, e, eps), dy)))([
@@ -68,7 +57,7 @@ describe('hand-written gradients equal autodiff of the plain ops', () => {
       const mine = grads(layerNorm);
       const ref = grads(layerNormPlain);
       for (let i = 0; i < 3; i++) {
-        const d = await maxDiff(mine[i], ref[i]);
+        const d = await maxDiffOf(mine[i], ref[i]);
         expect(d.abs, ['dx', 'dg', 'db'][i]).toBeLessThan(2e-5 * Math.max(1, d.scale));
       }
       tf.dispose([v1, v2, ...mine, ...ref]);

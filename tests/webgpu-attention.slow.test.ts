@@ -7,6 +7,7 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+import { maxDiff } from './helpers/diff';
 import { causalPaddingBias, causalSelfAttention } from '../src/core/model/attention';
 import { setWebGpuAttentionFused } from '../src/core/kernels/webgpu-attention';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
@@ -14,18 +15,6 @@ import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 
 const adapter = await webGpuAdapter();
-
-/** max |a − b| and the largest |b|. */
-function diff(a: ArrayLike<number>, b: ArrayLike<number>): { abs: number; scale: number } {
-  expect(a.length).toBe(b.length);
-  let abs = 0;
-  let scale = 0;
-  for (let i = 0; i < a.length; i++) {
-    abs = Math.max(abs, Math.abs(a[i] - b[i]));
-    scale = Math.max(scale, Math.abs(b[i]));
-  }
-  return { abs, scale };
-}
 
 describe('fused causal self-attention in GPT-2 on Node WebGPU', () => {
   if (!adapter) return skipWithoutAdapter();
@@ -71,11 +60,11 @@ describe('fused causal self-attention in GPT-2 on Node WebGPU', () => {
     };
     const fused = await both(true);
     const plain = await both(false);
-    const d = diff(fused.logits, plain.logits);
+    const d = maxDiff(fused.logits, plain.logits);
     expect(d.abs).toBeLessThan(1e-5 * Math.max(1, d.scale));
     expect(fused.grads.length).toBe(plain.grads.length);
     for (let i = 0; i < fused.grads.length; i++) {
-      const g = diff(fused.grads[i], plain.grads[i]);
+      const g = maxDiff(fused.grads[i], plain.grads[i]);
       expect(g.abs, `gradient ${i}`).toBeLessThan(1e-4 * Math.max(1, g.scale));
     }
     const q = tf.zeros([B * T, 3 * config.n_embd]) as tf.Tensor2D;

@@ -10,6 +10,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+import { maxDiff } from './helpers/diff';
 import { causalPaddingBias, causalSelfAttention } from '../src/core/model/attention';
 import {
   ATTN_FWD,
@@ -119,18 +120,6 @@ function reference(
   return { y, dqkv };
 }
 
-/** max |a − b| and the largest |b|. */
-function diff(a: ArrayLike<number>, b: ArrayLike<number>): { abs: number; scale: number } {
-  expect(a.length).toBe(b.length);
-  let abs = 0;
-  let scale = 0;
-  for (let i = 0; i < a.length; i++) {
-    abs = Math.max(abs, Math.abs(a[i] - b[i]));
-    scale = Math.max(scale, Math.abs(b[i]));
-  }
-  return { abs, scale };
-}
-
 /** y and dqkv of causalSelfAttention on the current backend (upstream gradient dy). */
 async function run(c: Case, qkv: tf.Tensor2D, maskF: tf.Tensor2D, dy: tf.Tensor) {
   const bias = tf.tidy(() => causalPaddingBias(maskF));
@@ -160,9 +149,9 @@ describe('causal self-attention, plain path on the CPU backend (the reference th
     expect(webGpuAttentionApplies(qkv, maskF, c.nh)).toBe(false);
     const got = await run(c, qkv, maskF, dy);
     const ref = reference(c, await qkv.data(), maskOf(c), await dy.data());
-    const dv = diff(got.y, ref.y);
+    const dv = maxDiff(got.y, ref.y);
     expect(dv.abs).toBeLessThan(1e-5 * Math.max(1, dv.scale));
-    const dg = diff(got.dqkv, ref.dqkv);
+    const dg = maxDiff(got.dqkv, ref.dqkv);
     expect(dg.abs).toBeLessThan(1e-5 * Math.max(1, dg.scale));
     // Rows 0 and 1 of batch row 0 have no allowed key: the mean of v over all T = 5 keys, future ones included.
     const q = await qkv.data();
@@ -197,7 +186,7 @@ describe('fused causal self-attention on Node WebGPU (src/core/kernels/webgpu-at
         ['dqkv vs loop', fused.dqkv, ref.dqkv],
         ['plain dqkv vs loop', plain.dqkv, ref.dqkv],
       ] as const) {
-        const d = diff(a, b);
+        const d = maxDiff(a, b);
         expect(d.abs, what).toBeLessThan(1e-5 * Math.max(1, d.scale));
       }
       expect(tf.memory().numTensors).toBe(before);

@@ -22,6 +22,7 @@ import {
   webGpuLinearApplies,
 } from '../src/core/kernels/webgpu-linear';
 import { checkLinearOnCurrentBackend } from '../src/core/webgpu-fused';
+import { maxDiff } from './helpers/diff';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
 
 const adapter = await webGpuAdapter();
@@ -147,13 +148,7 @@ function reference(c: Case, h: Host) {
 
 /** max |a − b| / max(1, max |b|): float32 summation order against the float64 loop or another order. */
 function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  expect(a.length).toBe(b.length);
-  let abs = 0;
-  let scale = 0;
-  for (let i = 0; i < a.length; i++) {
-    abs = Math.max(abs, Math.abs(a[i] - b[i]));
-    scale = Math.max(scale, Math.abs(b[i]));
-  }
+  const { abs, scale } = maxDiff(a, b);
   return abs / Math.max(1, scale);
 }
 
