@@ -16,7 +16,7 @@ function data(n: number, D: number, seed: number) {
   const rng = new Rng(seed);
   const X = Array.from({ length: n }, () => Array.from({ length: D }, () => rng.next() * 2 - 1));
   const y = Array.from({ length: n }, () => rng.next() * 4 - 2);
-  const m = Array.from({ length: n }, (_, i) => (i % 3 === 2 ? 0 : 1));
+  const m: number[] = Array.from({ length: n }, (_, i) => (i % 3 === 2 ? 0 : 1));
   return { X, y, m };
 }
 
@@ -56,7 +56,7 @@ async function runStep(micro: number, maxGradNorm: number) {
       };
     },
   };
-  const res = await jointGuardedStep([part], maxGradNorm, {
+  const res = await jointGuardedStep<Stat>([part], maxGradNorm, {
     microBatches: parts.length,
     maxStats: ['maxErr'],
   });
@@ -142,7 +142,7 @@ describe('gradient accumulation over micro-batches (jointGuardedStep)', () => {
           };
         }),
     };
-    const step = () => jointGuardedStep([part], 0.1, { microBatches: 3, maxStats: ['maxErr'] });
+    const step = () => jointGuardedStep<Stat>([part], 0.1, { microBatches: 3, maxStats: ['maxErr'] });
     await step(); // Adam makes its moment slots on the first step
     const before = tf.memory().numTensors;
     await step();
