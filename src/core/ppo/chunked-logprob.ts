@@ -28,8 +28,16 @@
  * [N, V] is saved.
  *
  * The largest tensors are one chunk's [N, Vc] (under four alive at once: each temporary is disposed as soon as
- * the next is made) and, when a W block is longer than the chunk, its [Vc, D] row slice. The gradient of a W block is the block's own size (it is that
- * parameter's gradient); under LoRA the head is frozen and `weightGrad: false` computes none.
+ * the next is made) and, when a W block is longer than the chunk, its [Vc, D] row slice. The gradient of a W
+ * block is the block's own size (it is that parameter's gradient); when a block is cut into several pieces it is
+ * the concat of the pieces' gradients, so for a moment both are alive (twice the block): blocks of at most
+ * `chunkRows` rows (GPT2's wte chunks) avoid that. Under LoRA the head is frozen and `weightGrad: false`
+ * computes no W gradient at all.
+ *
+ * Cost: the backward recomputes each chunk's logits, one more [N, D]·[D, V] matmul than the unchunked path (four
+ * head matmuls per step instead of three; three instead of two under LoRA, which has no ∂L/∂W). On WebGPU every
+ * op is a dispatch (about 60 kernels per chunk forward, most of them on the [N] running statistics, and 30
+ * backward), where the fused kernels of webgpu-logprob.ts do a whole row in one dispatch forward and one backward.
  */
 import * as tf from '@tensorflow/tfjs-core';
 
