@@ -6,7 +6,7 @@ import { openWorkerPage } from './worker-page';
 /**
  * Soak in Chromium: the real model worker (e2e/pages/worker.html) runs PPO on the shipped tiny model with its
  * run loop (start → steps → autosaves to IndexedDB) and every `step` event carries tf.memory() taken at the same
- * point of the step (src/worker/run-loop.ts). After a warm-up the figures must be exactly the same at every step
+ * point of the step (src/worker/run.ts). After a warm-up the figures must be exactly the same at every step
  * and after the run: a leak of one tensor per step would show as +1 per step.
  *
  *  - WASM: 500 steps of the sentiment task (the CI run), autosaving every 10 steps: tensor count and bytes.
