@@ -92,7 +92,60 @@ describe('links and names in the docs and the README', () => {
     const missing = [...new Set([...named, ...bare])].filter((f) => !existsSync(path.join(ROOT, f)));
     expect(missing).toEqual([]);
   });
+
+  it.each(pages)(
+    '%s: every src/ path it names exists (a file moved or renamed leaves no stale path)',
+    (page) => {
+      const missing = srcPaths(read(page)).filter((p) => !pathExists(p));
+      expect(missing).toEqual([]);
+    },
+  );
+
+  it('docs/architecture.md names the file of every box of the PPO step picture', () => {
+    // The picture's boxes, by the file that owns each: a box whose file is gone is caught above; this keeps
+    // the boxes themselves from being dropped from the page.
+    const named = new Set(srcPaths(read('docs/architecture.md')));
+    const boxes = [
+      'src/ui/store/training-slice.ts',
+      'src/ui/bridge.ts',
+      'src/worker/api.ts',
+      'src/worker/run.ts',
+      'src/cli/train.ts',
+      'src/core/session.ts',
+      'src/core/restore.ts',
+      'src/core/ppo/trainer.ts',
+      'src/core/model/sampling.ts',
+      'src/core/reward/',
+      'src/core/ppo/update.ts',
+      'src/core/ppo/losses.ts',
+      'src/core/ppo/metrics.ts',
+    ];
+    expect(boxes.filter((b) => !named.has(b))).toEqual([]);
+  });
 });
+
+/**
+ * The `src/...` paths a page names: a file (`src/core/session.ts`), a folder (`src/ui/store/`) or a glob
+ * (`src/core/kernels/webgpu-*.ts`). Sentence punctuation after a path is not part of it.
+ */
+function srcPaths(text: string): string[] {
+  const found = [...text.matchAll(/(?<![\w/.-])src\/[\w./*-]+/g)].map((m) => m[0].replace(/[.,;:]+$/, ''));
+  return [...new Set(found)];
+}
+
+/** Whether a path (or, for a glob with `*` in its last part, any file matching it) exists. */
+function pathExists(p: string): boolean {
+  if (!p.includes('*')) return existsSync(path.join(ROOT, p));
+  const dir = path.dirname(p);
+  if (dir.includes('*') || !existsSync(path.join(ROOT, dir))) return false;
+  const re = new RegExp(
+    `^${path
+      .basename(p)
+      .replace(/[.+?^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*/g, '.*')}$`,
+  );
+  return readdirSync(path.join(ROOT, dir)).some((f) => re.test(f));
+}
 
 describe('the repository explains itself', () => {
   /** Every file under these folders, recursively (node_modules and build output are not under them). */
