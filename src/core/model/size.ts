@@ -92,6 +92,16 @@ export interface RunShape {
   /** Prompt tokens (the longest prompt, or n_positions − responseLength when unknown). */
   promptLength: number;
   responseLength: number;
+  /**
+   * Samples per micro-batch, resolved (≥ 1; see resolveMicroBatchSize): generation, scoring and the update run
+   * over slices of this many. Absent: the engine before micro-batches (generation over the batch, scoring and
+   * the update over a minibatch).
+   */
+  microBatchSize?: number;
+  /** The update's log-prob and entropy over vocabulary chunks of this many entries (0 / absent: whole). */
+  vocabChunk?: number;
+  /** The update recomputes each block's activations in its backward (keeps only the blocks' inputs). */
+  recompute?: boolean;
 }
 
 /**
@@ -172,6 +182,16 @@ export const ACT_LORA_PER_OUT = 6;
 /** Forward-sized sets of tensors a backward holds: the forward's, kept on the tape, and the gradients tfjs keeps
  * until the backward ends (it runs inside one tidy). */
 export const UPDATE_FORWARDS = 3;
+/**
+ * Floats per response token per vocabulary entry of ONE chunk while updating with the vocabulary-chunked
+ * log-prob (ppo/chunked-logprob.ts): the chunk's logits and its temporaries, forward and backward.
+ */
+export const LOGITS_CHUNK_UPDATE = 4;
+/**
+ * With recomputation (model/recompute.ts) the backward holds, per token per layer, the saved block inputs (a
+ * clone each, and the block's output until the next block consumes it) — floats per token per layer per n_embd.
+ */
+export const RECOMPUTE_KEPT_PER_C = 3;
 
 /** Floats held by one forward over n rows of T tokens, kept whole. */
 function forwardFloats(c: Shape, n: number, T: number): number {
@@ -190,21 +210,33 @@ export function phaseFloats(
   const T = run.promptLength + run.responseLength;
   const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
   const V = c.vocab_size;
+  // The rows each phase runs at once: with micro-batches, a micro-batch in every phase.
+  const micro = run.microBatchSize;
+  const genRows = micro ? Math.min(micro, run.batchSize) : run.batchSize;
+  const rows = micro ? Math.min(micro, mb) : mb;
   // Generation: the KV cache (keys and values of every layer; the old and the new cache during a decode step)
-  // and the prompt's forward that fills it, over the whole batch.
+  // and the prompt's forward that fills it.
   const generate =
-    2 * 2 * run.batchSize * c.n_layer * T * c.n_embd +
-    forwardFloats(c, run.batchSize, run.promptLength) +
-    2 * run.batchSize * V;
-  // Scoring: every model's forward over a minibatch in one tidy, the two LMs' response logits.
-  const score = models.scorers * forwardFloats(c, mb, T) + LOGITS_SCORE * 2 * mb * run.responseLength * V;
-  // Update: one model's forward kept for its backward, the backward's transients, the response logits, and the
-  // wte-sized tensors of the backward through the policy (full fine-tuning unless told otherwise).
+    2 * 2 * genRows * c.n_layer * T * c.n_embd +
+    forwardFloats(c, genRows, run.promptLength) +
+    2 * genRows * V;
+  // Scoring: every model's forward over a slice in one tidy, the two LMs' response logits.
+  const score = models.scorers * forwardFloats(c, rows, T) + LOGITS_SCORE * 2 * rows * run.responseLength * V;
+  // Update: one model's forward kept for its backward (with recomputation: the blocks' inputs, and one block's
+  // forward at a time), the backward's transients, the response logits (or one vocabulary chunk of them), and
+  // the wte-sized tensors of the backward through the policy (full fine-tuning unless told otherwise).
+  const chunk = run.vocabChunk ? Math.min(run.vocabChunk, V) : 0;
+  const logits = chunk
+    ? LOGITS_CHUNK_UPDATE * rows * run.responseLength * chunk
+    : LOGITS_UPDATE * rows * run.responseLength * V;
+  const layers = run.recompute ? 1 : c.n_layer;
+  const kept = run.recompute ? RECOMPUTE_KEPT_PER_C * c.n_layer * rows * T * c.n_embd : 0;
   const update =
-    UPDATE_FORWARDS * forwardFloats(c, mb, T) +
-    LOGITS_UPDATE * mb * run.responseLength * V +
-    (mb > 0 ? wteFloats(c, models.wteTrains ?? true) : 0) + // no batch, no backward
-    (mb > 0 && models.lora ? loraUpdateFloats(c, models.lora, mb * T) : 0);
+    UPDATE_FORWARDS * forwardFloats({ ...c, n_layer: layers }, rows, T) +
+    kept +
+    logits +
+    (rows > 0 ? wteFloats(c, models.wteTrains ?? true) : 0) + // no batch, no backward
+    (rows > 0 && models.lora ? loraUpdateFloats({ ...c, n_layer: layers }, models.lora, rows * T) : 0);
   return { generate, score, update };
 }
 
@@ -440,4 +472,33 @@ export function runMemoryOptions(
       ? 'shared'
       : 'separate';
   return { lora, valueModel, rewardModel };
+}
+
+/**
+ * Activation bytes the automatic micro-batch (microBatchSize 0) keeps each phase under: a modest share of any
+ * device, so that a run stays well inside memory (a 4 GB laptop GPU, WASM's heap) while small models still run
+ * a whole minibatch at once (the fastest).
+ */
+export const AUTO_MICRO_BATCH_BYTES = 256e6;
+
+/**
+ * The micro-batch a run uses: `microBatchSize` when set (at most the batch), else (0 = auto) the largest that
+ * keeps the working tensors of every phase under AUTO_MICRO_BATCH_BYTES, from the whole minibatch down to 1.
+ */
+export function resolveMicroBatchSize(
+  c: Shape,
+  cfg: Pick<TrainConfig, 'microBatchSize' | 'batchSize' | 'miniBatches' | 'responseLength'>,
+  promptLength: number,
+  models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null },
+  extra: Pick<RunShape, 'vocabChunk' | 'recompute'> = {},
+): number {
+  if (cfg.microBatchSize > 0) return Math.min(cfg.microBatchSize, cfg.batchSize);
+  const mb = Math.max(1, Math.ceil(cfg.batchSize / Math.max(1, cfg.miniBatches)));
+  for (let m = mb; m > 1; m--) {
+    const run: RunShape = { ...cfg, promptLength, microBatchSize: m, ...extra };
+    const phases = phaseFloats(c, run, models);
+    if (Math.max(phases.generate, phases.score, phases.update) * FLOAT32_BYTES <= AUTO_MICRO_BATCH_BYTES)
+      return m;
+  }
+  return 1;
 }

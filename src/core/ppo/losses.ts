@@ -9,11 +9,26 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { LossAggregation } from '../config';
 import { entropyRowsWebGpu, logprobsWebGpu, webGpuLogprobApplies } from '../kernels/webgpu-logprob';
 
-/** Σ x·mask / Σ mask over every element; 0 when nothing counts. */
-export function maskedMeanT(x: tf.Tensor, mask: tf.Tensor): tf.Scalar {
+/**
+ * The whole minibatch's counts, for a micro-batch that computes its SHARE of a minibatch's means (ppo/update.ts
+ * sums the shares): every mean divides by the minibatch's counted tokens or sequences, never by the micro-batch's
+ * own, so the sum over micro-batches is the minibatch's mean whatever the micro-batch size. (Dividing by the
+ * micro-batch's count and averaging the micro-batches weighs their tokens unequally: the bug Hugging Face's
+ * Trainer had with gradient accumulation until late 2024.) Absent: the tensors are the whole minibatch.
+ */
+export interface Denominators {
+  /** Counted (mask = 1) tokens of the minibatch. */
+  tokens: number;
+  /** Sequences of the minibatch. */
+  rows: number;
+}
+
+/** Σ x·mask / Σ mask over every element (or / `tokens`, the minibatch's count: Denominators); 0 when nothing counts. */
+export function maskedMeanT(x: tf.Tensor, mask: tf.Tensor, tokens?: number): tf.Scalar {
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');
-    return tf.div(tf.sum(tf.mul(x, m)), tf.maximum(tf.sum(m), 1e-12)) as tf.Scalar;
+    const count = tokens === undefined ? tf.sum(m) : tf.scalar(tokens);
+    return tf.div(tf.sum(tf.mul(x, m)), tf.maximum(count, 1e-12)) as tf.Scalar;
   });
 }
 
@@ -27,16 +42,19 @@ export function aggregateLossT(
   mask: tf.Tensor,
   kind: LossAggregation,
   responseLength: number,
+  denominators?: Denominators,
 ): tf.Scalar {
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');
     const lm = tf.mul(perToken, m);
-    const n = perToken.shape[0];
+    const n = denominators?.rows ?? perToken.shape[0];
     switch (kind) {
       case 'token-mean':
-        return maskedMeanT(perToken, m);
-      case 'seq-mean':
-        return tf.mean(tf.div(tf.sum(lm, 1), tf.maximum(tf.sum(m, 1), 1))) as tf.Scalar;
+        return maskedMeanT(perToken, m, denominators?.tokens);
+      case 'seq-mean': {
+        const rowMeans = tf.div(tf.sum(lm, 1), tf.maximum(tf.sum(m, 1), 1));
+        return (denominators ? tf.div(tf.sum(rowMeans), n) : tf.mean(rowMeans)) as tf.Scalar;
+      }
       case 'seq-sum-norm':
         return tf.div(tf.sum(lm), n * responseLength) as tf.Scalar;
     }
@@ -60,6 +78,8 @@ export interface PolicyLossOptions {
   aggregation?: LossAggregation;
   /** R, for seq-sum-norm (default: the tensors' second dimension). */
   responseLength?: number;
+  /** A micro-batch's share of its minibatch (see Denominators); absent: the tensors are the minibatch. */
+  denominators?: Denominators;
 }
 
 /**
@@ -72,8 +92,11 @@ export function klTermLoss(
   mask: tf.Tensor,
   kind: LossAggregation,
   responseLength: number,
+  denominators?: Denominators,
 ): tf.Scalar {
-  return tf.tidy(() => aggregateLossT(k3PerToken(logpNew, refLogp), mask, kind, responseLength));
+  return tf.tidy(() =>
+    aggregateLossT(k3PerToken(logpNew, refLogp), mask, kind, responseLength, denominators),
+  );
 }
 
 /**
@@ -87,13 +110,14 @@ export function clipFractions(
   advantages: tf.Tensor,
   mask: tf.Tensor,
   clipRange: number,
+  denominators?: Denominators,
 ): { low: tf.Scalar; high: tf.Scalar } {
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');
     const lr = tf.sub(logpNew, logpOld);
     const ratio = tf.exp(tf.where(tf.greater(m, 0), lr, tf.zerosLike(lr)));
     const zero = tf.zerosLike(advantages);
-    const frac = (b: tf.Tensor) => maskedMeanT(tf.cast(b, 'float32'), m);
+    const frac = (b: tf.Tensor) => maskedMeanT(tf.cast(b, 'float32'), m, denominators?.tokens);
     return {
       low: frac(tf.logicalAnd(tf.less(ratio, 1 - clipRange), tf.less(advantages, zero))),
       high: frac(tf.logicalAnd(tf.greater(ratio, 1 + clipRange), tf.greater(advantages, zero))),
@@ -148,14 +172,21 @@ export function policyLoss(
       m,
       opts.aggregation ?? 'token-mean',
       opts.responseLength ?? (logpNew.shape[1] as number),
+      opts.denominators,
     );
+    const tokens = opts.denominators?.tokens;
     return {
       loss,
-      clipFrac: maskedMeanT(tf.cast(tf.greater(pgLosses2, pgLosses), 'float32'), m),
-      approxKl: maskedMeanT(tf.mul(0.5, tf.square(statLogRatio)), m),
-      ratioMean: maskedMeanT(statRatio, m),
+      clipFrac: maskedMeanT(tf.cast(tf.greater(pgLosses2, pgLosses), 'float32'), m, tokens),
+      approxKl: maskedMeanT(tf.mul(0.5, tf.square(statLogRatio)), m, tokens),
+      ratioMean: maskedMeanT(statRatio, m, tokens),
+      // A maximum, not a share: micro-batches combine it by max (ppo/update.ts maxStats).
       ratioMax: tf.max(tf.where(counted, statRatio, tf.zerosLike(statRatio))) as tf.Scalar,
-      logRatioClampFrac: maskedMeanT(tf.cast(tf.greater(tf.abs(rawLogRatio), logRatioClamp), 'float32'), m),
+      logRatioClampFrac: maskedMeanT(
+        tf.cast(tf.greater(tf.abs(rawLogRatio), logRatioClamp), 'float32'),
+        m,
+        tokens,
+      ),
     };
   });
 }
@@ -176,6 +207,7 @@ export function valueLoss(
   returns: tf.Tensor,
   mask: tf.Tensor,
   clipRangeValue: number,
+  denominators?: Denominators,
 ): ValueLossResult {
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');
@@ -183,8 +215,8 @@ export function valueLoss(
     const l1 = tf.square(tf.sub(vPred, returns));
     const l2 = tf.square(tf.sub(vClipped, returns));
     return {
-      loss: tf.mul(0.5, maskedMeanT(tf.maximum(l1, l2), m)) as tf.Scalar,
-      clipFrac: maskedMeanT(tf.cast(tf.greater(l2, l1), 'float32'), m),
+      loss: tf.mul(0.5, maskedMeanT(tf.maximum(l1, l2), m, denominators?.tokens)) as tf.Scalar,
+      clipFrac: maskedMeanT(tf.cast(tf.greater(l2, l1), 'float32'), m, denominators?.tokens),
     };
   });
 }
@@ -192,24 +224,35 @@ export function valueLoss(
 /**
  * Masked mean entropy of softmax(logits / temperature) over the last axis: logits [N, R, V] with mask [N, R],
  * or [M, V] with mask [M]. H = logsumexp(z) − Σ softmax(z)·z. On WebGPU the per-row entropy is one fused kernel,
- * forward and backward (kernels/webgpu-logprob.ts); elsewhere entropyFromLogitsPlain.
+ * forward and backward (kernels/webgpu-logprob.ts); elsewhere entropyFromLogitsPlain. `tokens`: the
+ * minibatch's counted tokens when these logits are one micro-batch of it (Denominators).
  */
-export function entropyFromLogits(logits: tf.Tensor, mask: tf.Tensor, temperature = 1): tf.Scalar {
-  if (!webGpuLogprobApplies(logits)) return entropyFromLogitsPlain(logits, mask, temperature);
+export function entropyFromLogits(
+  logits: tf.Tensor,
+  mask: tf.Tensor,
+  temperature = 1,
+  tokens?: number,
+): tf.Scalar {
+  if (!webGpuLogprobApplies(logits)) return entropyFromLogitsPlain(logits, mask, temperature, tokens);
   return tf.tidy(() => {
     const V = logits.shape[logits.rank - 1];
     const rows = entropyRowsWebGpu(tf.reshape(logits, [-1, V]) as tf.Tensor2D, temperature);
-    return maskedMeanT(tf.reshape(rows, logits.shape.slice(0, -1)), mask);
+    return maskedMeanT(tf.reshape(rows, logits.shape.slice(0, -1)), mask, tokens);
   });
 }
 
 /** entropyFromLogits as tfjs ops (every backend but WebGPU, and the fused kernel's reference). */
-export function entropyFromLogitsPlain(logits: tf.Tensor, mask: tf.Tensor, temperature = 1): tf.Scalar {
+export function entropyFromLogitsPlain(
+  logits: tf.Tensor,
+  mask: tf.Tensor,
+  temperature = 1,
+  tokens?: number,
+): tf.Scalar {
   return tf.tidy(() => {
     const z = temperature === 1 ? logits : tf.div(logits, temperature);
     const axis = z.rank - 1;
     const entropy = tf.sub(tf.logSumExp(z, axis), tf.sum(tf.mul(tf.softmax(z, axis), z), axis));
-    return maskedMeanT(entropy, mask);
+    return maskedMeanT(entropy, mask, tokens);
   });
 }
 

@@ -12,7 +12,7 @@ import type { TrainConfig } from '../config';
 import { derived } from '../config';
 import type { GPT2 } from '../model/gpt2';
 import type { ScalarModel } from '../model/heads';
-import { generate } from '../model/sampling';
+import { generateInMicroBatches } from '../model/sampling';
 import type { Tokenizer } from '../tokenizer/types';
 import type { RewardFn, Sample } from '../reward/functions';
 import { scoreSamples } from '../reward/module';
@@ -43,7 +43,9 @@ import {
   valueLoss,
   entropyFromLogits,
   logprobsFromLogits,
+  type Denominators,
 } from './losses';
+import { resolveMicroBatchSize } from '../model/size';
 import { liveKlController, makeKlController, type KlController } from './kl';
 import { stepMetrics, type MinibatchStats, type StepMetrics } from './metrics';
 import { jointGuardedStep, type JointStepResult, type Objective, type UpdatePart } from './update';
@@ -72,6 +74,15 @@ interface Minibatch {
   oldValues?: tf.Tensor2D;
   /** GRPO with klCoef > 0 only (the k3 loss term). */
   refLogprobs?: tf.Tensor2D;
+  /** The whole minibatch's counts when these tensors are one of its micro-batches (losses.ts Denominators). */
+  denominators?: Denominators;
+}
+
+/** `rows` cut into consecutive slices of at most `size` (the micro-batches of a minibatch, or of the batch). */
+export function microSlices<T>(rows: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let s = 0; s < rows.length; s += size) out.push(rows.slice(s, s + size));
+  return out;
 }
 type PolicyStat =
   | 'policyLoss'
@@ -177,6 +188,8 @@ export class PpoTrainer {
   readonly tokenizer: Tokenizer;
   readonly prompts: string[];
   readonly promptTokens: number[][];
+  /** The longest prompt in tokens (what the memory estimate of a micro-batch assumes). */
+  readonly longestPrompt: number;
   policyOpt: tf.AdamOptimizer;
   /** null without a value model (critic-free algorithms). */
   valueOpt: tf.AdamOptimizer | null;
@@ -233,6 +246,7 @@ export class PpoTrainer {
       }
       return ids;
     });
+    this.longestPrompt = Math.max(...this.promptTokens.map((p) => p.length));
     // Adam with one fused kernel per variable (src/core/fused-adam.ts): the same state and update as
     // tf.train.adam (tests/perf-adam.test.ts, tests/trainer.test.ts), ~14× fewer kernels per step.
     this.policyOpt = new FusedAdamOptimizer(cfg.learningRate);
@@ -283,6 +297,21 @@ export class PpoTrainer {
 
   private phase(p: Phase): void {
     this.events.phase?.(p);
+  }
+
+  /**
+   * The micro-batch of a step with `cfg` (model/size.ts resolveMicroBatchSize): `microBatchSize`, or for 0 the
+   * largest that keeps each phase's working tensors under a modest budget.
+   */
+  microBatchSize(cfg: TrainConfig = this.cfg): number {
+    const { policy, value, reward } = this.models;
+    const lora = cfg.lora > 0 ? { r: cfg.lora, targets: cfg.loraTargets } : null;
+    const separateValue = value !== null && value.trunkModel.base !== policy.base;
+    return resolveMicroBatchSize(policy.config, cfg, this.longestPrompt, {
+      scorers: 2 + (separateValue ? 1 : 0) + (reward.kind === 'model' ? 1 : 0),
+      wteTrains: !lora,
+      lora,
+    });
   }
 
   stopId(cfg: TrainConfig = this.cfg): number | null {
@@ -363,18 +392,20 @@ export class PpoTrainer {
     const lp = tf.reshape(logprobsFromLogits(logits, mb.tokens, cfg.temperature), [n, R]);
     // The surrogate's per-token losses aggregated by lossAggregation; GRPO adds klCoef·k3 per token (its KL
     // term), aggregated the same way.
+    const denom = mb.denominators;
     const pl = policyLoss(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, cfg.logRatioClamp, {
       aggregation: cfg.lossAggregation,
       responseLength: R,
+      denominators: denom,
     });
-    const clip = clipFractions(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange);
+    const clip = clipFractions(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, denom);
     let loss = pl.loss;
     if (mb.refLogprobs) {
-      const k3 = klTermLoss(lp, mb.refLogprobs, mb.mask, cfg.lossAggregation, R);
+      const k3 = klTermLoss(lp, mb.refLogprobs, mb.mask, cfg.lossAggregation, R, denom);
       loss = tf.add(loss, tf.mul(this.kl.value, k3)) as tf.Scalar;
     }
     // With entropyCoef 0 the entropy is only measured: it stays out of the loss, so it is not differentiated.
-    const entropy = entropyFromLogits(logits, tf.reshape(mb.mask, [-1]), cfg.temperature);
+    const entropy = entropyFromLogits(logits, tf.reshape(mb.mask, [-1]), cfg.temperature, denom?.tokens);
     if (cfg.entropyCoef !== 0) loss = tf.sub(loss, tf.mul(cfg.entropyCoef, entropy)) as tf.Scalar;
     const { clipFrac, approxKl, ratioMean, ratioMax, logRatioClampFrac } = pl;
     return {
@@ -401,7 +432,7 @@ export class PpoTrainer {
     cfg: TrainConfig,
   ): Objective<ValueStat> {
     const v = this.responseValues(value, mb.ids, mb.attn, Tq, mb.mask.shape[1]);
-    const vl = valueLoss(v, mb.oldValues!, mb.returns!, mb.mask, cfg.clipRangeValue);
+    const vl = valueLoss(v, mb.oldValues!, mb.returns!, mb.mask, cfg.clipRangeValue, mb.denominators);
     return {
       loss: tf.mul(cfg.vfCoef, vl.loss) as tf.Scalar,
       stats: { valueLoss: vl.loss, valueClipFrac: vl.clipFrac },
@@ -423,6 +454,9 @@ export class PpoTrainer {
     const mbSize = d.miniBatchSize;
     const G = d.groupSize;
     const algo = cfg.algorithm;
+    // Micro-batches: generation, scoring and each minibatch's update run over slices of this many samples
+    // (docs/engine.md, "Memory"); the results do not depend on it.
+    const micro = this.microBatchSize(cfg);
 
     // 1. Sample responses: B / G prompts, each repeated G times in ONE batched generate call (sample i belongs to
     //    group ⌊i / G⌋), pure sampling unless top-k/top-p are set. G = 1 is PPO's one sample per prompt.
@@ -431,15 +465,22 @@ export class PpoTrainer {
     const groups = groupIds(B, G);
     const queries = idx.map((i) => this.promptTokens[i]);
     const stop = this.stopId(cfg);
-    const gen = await generate(policy, queries, {
-      maxNewTokens: R,
-      temperature: cfg.temperature,
-      topK: cfg.topK,
-      topP: cfg.topP,
-      stopToken: stop,
-      padId: this.tokenizer.padId,
-      rng: this.rng,
-    });
+    // One random stream per sample, seeded from the run's: a sample's tokens do not depend on the micro-batch.
+    const rowRngs = idx.map(() => new Rng(this.rng.seed()));
+    const gen = await generateInMicroBatches(
+      policy,
+      queries,
+      {
+        maxNewTokens: R,
+        temperature: cfg.temperature,
+        topK: cfg.topK,
+        topP: cfg.topP,
+        stopToken: stop,
+        padId: this.tokenizer.padId,
+        rng: rowRngs,
+      },
+      micro,
+    );
     const tGen = now();
 
     // 2. Truncate after the stop token: later positions are PAD and do not count.
@@ -455,8 +496,8 @@ export class PpoTrainer {
     const bValues: number[][] | null = value ? [] : null;
     const bRmScores: number[] = [];
     const Tq = bucket(Math.max(...queries.map((q) => q.length)), policy.config.n_positions - R);
-    for (let s = 0; s < B; s += mbSize) {
-      const rows = Array.from({ length: Math.min(mbSize, B - s) }, (_, k) => s + k);
+    for (let s = 0; s < B; s += micro) {
+      const rows = Array.from({ length: Math.min(micro, B - s) }, (_, k) => s + k);
       const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq, R);
       const outs = tf.tidy(() => {
         const ids = tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32');
@@ -533,48 +574,59 @@ export class PpoTrainer {
       let epochMaxApproxKl = -Infinity;
       for (let s = 0; s < B; s += mbSize) {
         const rows = perm.slice(s, s + mbSize);
-        const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq, R);
-        const pick = (m: number[][]) =>
-          tf.tensor2d(
-            rows.map((i) => m[i]),
-            [rows.length, R],
-          );
-        const mb: Minibatch = {
-          ids: tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32'),
-          attn: tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32'),
-          tokens: tf.tensor1d(
-            rows.flatMap((i) => bResponses[i]),
-            'int32',
-          ),
-          mask: pick(bMask),
-          oldLogprobs: pick(bLogprobs),
-          advantages: pick(bAdvantages),
+        // The minibatch's counts: every micro-batch's share of a mean divides by these (losses.ts Denominators).
+        const denominators: Denominators = {
+          tokens: rows.reduce((n, i) => n + bMask[i].reduce((a, b) => a + b, 0), 0),
+          rows: rows.length,
         };
-        if (value) {
-          mb.returns = pick(bReturns!);
-          mb.oldValues = pick(bValues!);
-        }
-        if (grpoKl) mb.refLogprobs = pick(bRefLogprobs);
-        let upd: JointStepResult<PolicyStat | ValueStat>;
-        try {
-          const parts: UpdatePart<PolicyStat | ValueStat>[] = [
-            {
-              optimizer: this.policyOpt,
-              vars: policy.trainableVariables(),
-              objective: () => this.policyObjective(mb, inp.Tq, cfg),
-            },
-          ];
+        const slices = microSlices(rows, Math.min(micro, mbSize));
+        // One micro-batch's tensors, made inside the objective (so freed with its forward) and only then.
+        const microBatch = (k: number): Minibatch => {
+          const mRows = slices[k];
+          const inp = this.batchInputs(queries, bResponses, bMask, mRows, Tq, R);
+          const pick = (m: number[][]) =>
+            tf.tensor2d(
+              mRows.map((i) => m[i]),
+              [mRows.length, R],
+            );
+          const mb: Minibatch = {
+            ids: tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32'),
+            attn: tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32'),
+            tokens: tf.tensor1d(
+              mRows.flatMap((i) => bResponses[i]),
+              'int32',
+            ),
+            mask: pick(bMask),
+            oldLogprobs: pick(bLogprobs),
+            advantages: pick(bAdvantages),
+            denominators: slices.length > 1 ? denominators : undefined,
+          };
           if (value) {
-            parts.push({
-              optimizer: this.valueOpt!,
-              vars: value.trainableVariables(),
-              objective: () => this.valueObjective(value, mb, inp.Tq, cfg),
-            });
+            mb.returns = pick(bReturns!);
+            mb.oldValues = pick(bValues!);
           }
-          upd = await jointGuardedStep<PolicyStat | ValueStat>(parts, cfg.maxGradNorm);
-        } finally {
-          tf.dispose(Object.values(mb) as tf.Tensor[]);
+          if (grpoKl) mb.refLogprobs = pick(bRefLogprobs);
+          return mb;
+        };
+        const parts: UpdatePart<PolicyStat | ValueStat>[] = [
+          {
+            optimizer: this.policyOpt,
+            vars: policy.trainableVariables(),
+            objective: (k) => this.policyObjective(microBatch(k), Tq, cfg),
+          },
+        ];
+        if (value) {
+          parts.push({
+            optimizer: this.valueOpt!,
+            vars: value.trainableVariables(),
+            objective: (k) => this.valueObjective(value, microBatch(k), Tq, cfg),
+          });
         }
+        const upd: JointStepResult<PolicyStat | ValueStat> = await jointGuardedStep<PolicyStat | ValueStat>(
+          parts,
+          cfg.maxGradNorm,
+          { microBatches: slices.length, maxStats: ['ratioMax'] },
+        );
         if (!upd.applied) skippedUpdates++;
         const { valueLoss: vl, valueClipFrac: vcf, ...policyStats } = upd.stats;
         minibatches.push({

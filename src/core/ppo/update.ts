@@ -66,6 +66,9 @@ function microGrads<K extends string>(part: UpdatePart<K>, micro: number) {
     );
     return o.loss;
   }, part.vars);
+  // A statistic may be the loss tensor itself (policyLoss without other terms): give it its own handle, so the
+  // running sums below can free the loss and the statistic separately.
+  for (const k of Object.keys(stats)) if (stats[k] === value) stats[k] = tf.clone(value);
   return { value, grads, stats };
 }
 

@@ -1,0 +1,145 @@
+/**
+ * Micro-batches leave a step's result unchanged (issue #20): one PPO / GRPO / RLOO / REINFORCE++ step with
+ * microBatchSize 16 (the whole minibatch) and 4 (and an uneven 5) gives the same tokens, the same metrics and the
+ * same weights, for every loss aggregation — token-mean divides by the MINIBATCH's counted tokens, never by a
+ * micro-batch's (the gradient-accumulation bug Hugging Face's Trainer had until late 2024).
+ */
+import { describe, it, expect, beforeAll } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { useCpu } from './helpers/backend';
+import { makeTinyFolder } from './helpers/tiny';
+import { meanByteReward, tinyConfig, tinyResources } from './helpers/trainer-fixture';
+import { buildTrainer } from '../src/core/ppo/setup';
+import type { TrainConfig } from '../src/core/config';
+import type { PpoTrainer } from '../src/core/ppo/trainer';
+
+let dir = '';
+const res = tinyResources(() => dir);
+/** The stop token: the token the seeded run samples most often, so that rows end at different lengths. */
+let STOP = 0;
+
+async function oneStep(over: Partial<TrainConfig>) {
+  const cfg = tinyConfig({
+    batchSize: 16,
+    miniBatches: 1,
+    ppoEpochs: 2,
+    responseLength: 8,
+    // Rows end at different lengths, so micro-batches count different numbers of tokens.
+    stopToken: STOP,
+    temperature: 1.2,
+    learningRate: 1e-2,
+    valueLearningRate: 1e-2,
+    maxGradNorm: 0.5,
+    prompts: ['Hello', 'The day', 'We', 'A long time ago', 'e', 'Is it', 'Once upon', 'x'],
+    ...over,
+  });
+  const t: PpoTrainer = await buildTrainer(cfg, res, meanByteReward);
+  const before = tf.memory().numTensors;
+  const r = await t.trainStep();
+  const after = tf.memory().numTensors;
+  const weights = await Promise.all(
+    [...t.models.policy.trainableVariables(), ...(t.models.value?.trainableVariables() ?? [])].map(
+      async (v) => Array.from(await v.data()),
+    ),
+  );
+  const out = {
+    tokens: r.rollout.responses,
+    counted: r.rollout.mask.map((m) => m.reduce((a, b) => a + b, 0)),
+    metrics: r.metrics as unknown as Record<string, number | null>,
+    weights,
+    leaked: after - before,
+    micro: t.microBatchSize(cfg),
+  };
+  t.disposeOptimizers();
+  t.models.policy.dispose();
+  t.models.ref.dispose();
+  t.models.value?.dispose();
+  return out;
+}
+
+function maxRel(a: number[][], b: number[][]): number {
+  let worst = 0;
+  let scale = 0;
+  a.forEach((row) => row.forEach((x) => (scale = Math.max(scale, Math.abs(x)))));
+  a.forEach((row, i) => row.forEach((x, j) => (worst = Math.max(worst, Math.abs(x - b[i][j])))));
+  return worst / Math.max(scale, 1e-12);
+}
+
+/** Metrics that must agree (timings aside). */
+const COMPARED = [
+  'policyLoss',
+  'clipFrac',
+  'approxKl',
+  'ratioMean',
+  'ratioMax',
+  'entropy',
+  'gradNorm',
+  'valueLoss',
+  'valueClipFrac',
+  'kl',
+  'score',
+];
+
+function expectSameStep(a: Awaited<ReturnType<typeof oneStep>>, b: Awaited<ReturnType<typeof oneStep>>) {
+  expect(b.tokens).toEqual(a.tokens);
+  for (const k of COMPARED) {
+    const x = a.metrics[k];
+    const y = b.metrics[k];
+    if (x === undefined) continue;
+    if (x === null || y === null) {
+      expect(y).toBe(x);
+      continue;
+    }
+    expect(Math.abs((y as number) - x), `${k}: ${x} vs ${y}`).toBeLessThanOrEqual(
+      1e-5 * Math.max(1, Math.abs(x)),
+    );
+  }
+  expect(maxRel(a.weights, b.weights)).toBeLessThanOrEqual(1e-5);
+}
+
+describe('micro-batches leave the step unchanged', () => {
+  beforeAll(async () => {
+    await useCpu();
+    dir = await makeTinyFolder();
+    const free = await oneStep({ microBatchSize: 16, stopToken: null });
+    const counts = new Map<number, number>();
+    for (const t of free.tokens.flat()) counts.set(t, (counts.get(t) ?? 0) + 1);
+    STOP = [...counts.entries()].sort((a, b) => b[1] - a[1])[0][0];
+  });
+
+  it('the rollout really has rows of different lengths (so token counts differ between micro-batches)', async () => {
+    const r = await oneStep({ microBatchSize: 16 });
+    expect(new Set(r.counted).size).toBeGreaterThan(1);
+    expect(r.micro).toBe(16);
+  });
+
+  for (const algorithm of ['ppo', 'grpo'] as const) {
+    it(`${algorithm}, full fine-tuning, batch 16, one minibatch, two epochs: microBatchSize 16 = 4 = 5 (weights ≤ 1e-5)`, async () => {
+      const extra = algorithm === 'grpo' ? { klCoef: 0.1 } : {};
+      const whole = await oneStep({ algorithm, microBatchSize: 16, ...extra });
+      for (const m of [4, 5]) {
+        const sliced = await oneStep({ algorithm, microBatchSize: m, ...extra });
+        expect(sliced.micro).toBe(m);
+        expectSameStep(whole, sliced);
+      }
+    });
+  }
+
+  for (const lossAggregation of ['token-mean', 'seq-mean', 'seq-sum-norm'] as const) {
+    for (const algorithm of ['rloo', 'reinforce++'] as const) {
+      it(`${algorithm}, ${lossAggregation}: microBatchSize 16 = 3`, async () => {
+        const whole = await oneStep({ algorithm, lossAggregation, microBatchSize: 16 });
+        const sliced = await oneStep({ algorithm, lossAggregation, microBatchSize: 3 });
+        expectSameStep(whole, sliced);
+      });
+    }
+  }
+
+  it('ppo with two minibatches and LoRA: microBatchSize 8 = 2, and no tensor left behind', async () => {
+    const whole = await oneStep({ miniBatches: 2, lora: 4, microBatchSize: 8 });
+    const sliced = await oneStep({ miniBatches: 2, lora: 4, microBatchSize: 2 });
+    expectSameStep(whole, sliced);
+    // One step leaves what it keeps (Adam's moments made by the first update); a second step must not grow.
+    expect(sliced.leaked).toBeLessThan(200);
+  });
+});
