@@ -30,10 +30,11 @@ import { aggregateLossT, clipFractions, k3PerToken, klTermLoss } from '../src/co
 import * as sampling from '../src/core/model/sampling';
 import { tinyResources, meanByteReward } from './helpers/trainer-fixture';
 
-// Count the trainer's generate calls (the real function runs underneath).
+// Count the trainer's generate calls (the real function runs underneath; the trainer generates through
+// generateInMicroBatches, one call per step for the whole batch).
 vi.mock('../src/core/model/sampling', async (importOriginal) => {
   const m = await importOriginal<typeof import('../src/core/model/sampling')>();
-  return { ...m, generate: vi.fn(m.generate) };
+  return { ...m, generateInMicroBatches: vi.fn(m.generateInMicroBatches) };
 });
 
 const close = (got: number, want: number, tol = 1e-9) =>
@@ -359,7 +360,7 @@ describe('the trainer runs every algorithm', () => {
     async (algo) => {
       const cfg = config(algo, { groupSize: 2 });
       const t = await buildTrainer(cfg, res(), eReward);
-      const gen = vi.mocked(sampling.generate);
+      const gen = vi.mocked(sampling.generateInMicroBatches);
       gen.mockClear();
       const r = await t.trainStep();
       expect(gen).toHaveBeenCalledTimes(1);
