@@ -49,6 +49,7 @@ async function oneStep(over: Partial<TrainConfig>) {
     weights,
     leaked: after - before,
     micro: t.microBatchSize(cfg),
+    recompute: t.stepPlan(cfg).recompute,
   };
   t.disposeOptimizers();
   t.models.policy.dispose();
@@ -133,6 +134,17 @@ describe('micro-batches leave the step unchanged', () => {
         expectSameStep(whole, sliced);
       });
     }
+  }
+
+  for (const lora of [0, 4]) {
+    it(`recompute "blocks" = "off" (ppo, ${lora ? 'LoRA' : 'full fine-tuning'}, micro-batch 4: same gradients, so the same step)`, async () => {
+      const off = await oneStep({ lora, microBatchSize: 4, recompute: 'off' });
+      const on = await oneStep({ lora, microBatchSize: 4, recompute: 'blocks' });
+      expect(off.recompute).toBe(false);
+      expect(on.recompute).toBe(true);
+      expectSameStep(off, on);
+      expect(on.leaked).toBe(off.leaked);
+    });
   }
 
   it('ppo with two minibatches and LoRA: microBatchSize 8 = 2, and no tensor left behind', async () => {

@@ -17,6 +17,8 @@ export type ValueModelKind = 'shared' | 'separate';
 /** The Conv1D layers LoRA can adapt (docs/formats.md §6), in PEFT's target_modules names for GPT-2. */
 export const LORA_TARGET_NAMES = ['c_attn', 'attn.c_proj', 'c_fc', 'mlp.c_proj'] as const;
 export type LoraTargetName = (typeof LORA_TARGET_NAMES)[number];
+/** Activation recomputation in the update: never, per transformer block, or when the run needs it (auto). */
+export type RecomputeMode = 'off' | 'blocks' | 'auto';
 /** `'eos'` = the model's EOS id; a number = that token id; `null` = never stop early. */
 export type StopToken = 'eos' | number | null;
 
@@ -45,6 +47,8 @@ export interface TrainConfig {
    * many samples, gradients summed into one optimiser step per minibatch; the results do not depend on it.
    */
   microBatchSize: number;
+  /** Recompute each block's activations in the update's backward (model/recompute.ts); same gradients. */
+  recompute: RecomputeMode;
   learningRate: number;
   valueLearningRate: number;
   clipRange: number;
@@ -379,6 +383,14 @@ export const CONFIG_FIELDS = {
     'Samples per micro-batch (0 = auto): generation, scoring and each minibatch update run in slices this big, gradients summed into one step. Bounds memory; the results do not depend on it.',
     { scale: 'linear' },
   ),
+  recompute: {
+    type: 'choice',
+    group: 'ppo',
+    default: 'auto',
+    choices: ['off', 'blocks', 'auto'],
+    live: true,
+    doc: 'Recompute each transformer block in the update’s backward instead of keeping its activations: the same gradients, less memory, about one more forward. auto: on when even one sample per micro-batch would not fit the memory budget without it.',
+  },
   ppoEpochs: int('ppo', 2, 1, 64, 'Passes over the rollout per PPO step.'),
   clipRange: num('ppo', 0.2, 0.01, 1, 'PPO ratio clip ε: the ratio is clipped to [1−ε, 1+ε].'),
   clipRangeValue: num('ppo', 0.2, 0.01, 100, 'Value clip: predictions are clipped to old value ± this.', {

@@ -19,6 +19,7 @@ import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './op
 import { causalPaddingBias, causalSelfAttention, decodeAttention, keyPaddingBias } from './attention';
 import { LoraAdapters, loraModuleShape } from './lora';
 import type { LayerKV } from '../kernels/definitions';
+import { recomputed } from './recompute';
 
 let modelCounter = 0;
 
@@ -71,6 +72,16 @@ export function wteChunkName(k: number): string {
 
 /** Per-layer keys and values, for model/sampling.ts's KV cache (defined with the kernels, which read the same layout). */
 export type { LayerKV };
+
+/** How the trunk runs a training forward. */
+export interface TrunkOptions {
+  /**
+   * Recompute each block's activations in the backward instead of keeping them (model/recompute.ts): a
+   * backward through the trunk then holds the blocks' inputs and one block's tensors at a time. Only where
+   * gradients are recorded (a forward outside tf.grads is unchanged); not with a KV cache.
+   */
+  recompute?: boolean;
+}
 
 export class GPT2 {
   readonly config: GPT2Config;
@@ -262,6 +273,17 @@ export class GPT2 {
     return v;
   }
 
+  /**
+   * The variables block i reads that can train: its weights (a plain model), or its adapters' A and B (a LoRA
+   * view; the base is frozen). What a recomputed block differentiates (model/recompute.ts).
+   */
+  blockVariables(i: number): tf.Variable[] {
+    const prefix = `h.${i}.`;
+    if (this.base !== this)
+      return this.lora ? this.lora.variables().filter((v) => v.name.includes(`/${prefix}`)) : [];
+    return [...this.params.entries()].filter(([name]) => name.startsWith(prefix)).map(([, v]) => v);
+  }
+
   /** What an optimiser updates: all weights, or for a LoRA view the adapters' A and B alone. */
   trainableVariables(): tf.Variable[] {
     if (this.base !== this) return this.lora ? this.lora.variables() : [];
@@ -389,7 +411,7 @@ export class GPT2 {
    * mask [B, T] (1 = real token, 0 = padding); positions = cumsum(mask) − 1 (left padding works).
    * With `collectKV`, each layer's keys/values [B, nh, T, hs] are pushed into it (for the KV cache).
    */
-  trunk(ids: tf.Tensor2D, mask: tf.Tensor2D, collectKV?: LayerKV[]): tf.Tensor2D {
+  trunk(ids: tf.Tensor2D, mask: tf.Tensor2D, collectKV?: LayerKV[], opts: TrunkOptions = {}): tf.Tensor2D {
     const T = ids.shape[1];
     const c = this.config;
     if (T > c.n_positions) {
@@ -406,6 +428,19 @@ export class GPT2 {
 
     let x = this.embed(ids, positions);
     for (let i = 0; i < c.n_layer; i++) {
+      if (opts.recompute && !collectKV) {
+        // Activation recomputation (model/recompute.ts): the block keeps only its input for the backward and
+        // runs again inside it. The block builds its own mask bias from the (saved) mask each time it runs.
+        const blockFn = (xi: tf.Tensor, m: tf.Tensor) => {
+          let own: tf.Tensor4D | null = null;
+          const ownBias = () => (own ??= causalPaddingBias(m as tf.Tensor2D));
+          return this.block(xi as tf.Tensor2D, i, (qkv) =>
+            causalSelfAttention(qkv, m as tf.Tensor2D, ownBias, c.n_head),
+          );
+        };
+        x = recomputed(blockFn, x, [maskF], this.blockVariables(i)) as tf.Tensor2D;
+        continue;
+      }
       x = this.block(x, i, (qkv) =>
         causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head, collectKV),
       );
@@ -423,6 +458,14 @@ export class GPT2 {
       this.wte.map((w) => tf.matMul(hidden, w as tf.Tensor as tf.Tensor2D, false, true)),
       1,
     ) as tf.Tensor2D;
+  }
+
+  /**
+   * The tied LM head's weight as the blocks it is held in, [rows, C] each in vocabulary order (wte, in chunks under
+   * a binding limit): what the vocabulary-chunked log-prob (ppo/chunked-logprob.ts) multiplies by.
+   */
+  lmHeadBlocks(): tf.Tensor2D[] {
+    return this.wte as tf.Tensor[] as tf.Tensor2D[];
   }
 
   /** Full forward: logits [B, T, V]. */

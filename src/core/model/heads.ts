@@ -6,7 +6,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { GPT2Config } from './config';
-import { GPT2, type GPT2Options } from './gpt2';
+import { GPT2, type GPT2Options, type TrunkOptions } from './gpt2';
 import type { LoraAdapters } from './lora';
 import { UserError } from '../errors';
 import { gatherRows } from './gather';
@@ -91,9 +91,9 @@ export class ScalarModel {
   }
 
   /** Values at every position: [B, T]. */
-  values(ids: tf.Tensor2D, mask: tf.Tensor2D): tf.Tensor2D {
+  values(ids: tf.Tensor2D, mask: tf.Tensor2D, opts: TrunkOptions = {}): tf.Tensor2D {
     const [B, T] = ids.shape;
-    const hidden = this.trunkModel.trunk(ids, mask); // [B·T, C]
+    const hidden = this.trunkModel.trunk(ids, mask, undefined, opts); // [B·T, C]
     return tf.reshape(tf.matMul(hidden, this.score, false, true), [B, T]);
   }
 

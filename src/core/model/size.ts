@@ -93,7 +93,7 @@ export interface RunShape {
   promptLength: number;
   responseLength: number;
   /**
-   * Samples per micro-batch, resolved (≥ 1; see resolveMicroBatchSize): generation, scoring and the update run
+   * Samples per micro-batch, resolved (≥ 1; see resolveStepPlan): generation, scoring and the update run
    * over slices of this many. Absent: the engine before micro-batches (generation over the batch, scoring and
    * the update over a minibatch).
    */
@@ -481,24 +481,35 @@ export function runMemoryOptions(
  */
 export const AUTO_MICRO_BATCH_BYTES = 256e6;
 
+/** How a step runs: the micro-batch, and whether the update recomputes the blocks' activations. */
+export interface StepPlan {
+  microBatchSize: number;
+  recompute: boolean;
+}
+
 /**
- * The micro-batch a run uses: `microBatchSize` when set (at most the batch), else (0 = auto) the largest that
- * keeps the working tensors of every phase under AUTO_MICRO_BATCH_BYTES, from the whole minibatch down to 1.
+ * The plan of a step with `cfg`. recompute: 'blocks' on, 'off' off, 'auto' on when even a micro-batch of one
+ * sample would keep more than AUTO_MICRO_BATCH_BYTES of working tensors without it (a GPT-2-sized model: its
+ * update keeps every block's activations). The micro-batch: `microBatchSize` when set (at most the batch), else
+ * (0 = auto) the largest that keeps every phase under AUTO_MICRO_BATCH_BYTES, from the whole minibatch down to 1.
  */
-export function resolveMicroBatchSize(
+export function resolveStepPlan(
   c: Shape,
-  cfg: Pick<TrainConfig, 'microBatchSize' | 'batchSize' | 'miniBatches' | 'responseLength'>,
+  cfg: Pick<TrainConfig, 'microBatchSize' | 'recompute' | 'batchSize' | 'miniBatches' | 'responseLength'>,
   promptLength: number,
   models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null },
-  extra: Pick<RunShape, 'vocabChunk' | 'recompute'> = {},
-): number {
-  if (cfg.microBatchSize > 0) return Math.min(cfg.microBatchSize, cfg.batchSize);
-  const mb = Math.max(1, Math.ceil(cfg.batchSize / Math.max(1, cfg.miniBatches)));
-  for (let m = mb; m > 1; m--) {
-    const run: RunShape = { ...cfg, promptLength, microBatchSize: m, ...extra };
-    const phases = phaseFloats(c, run, models);
-    if (Math.max(phases.generate, phases.score, phases.update) * FLOAT32_BYTES <= AUTO_MICRO_BATCH_BYTES)
-      return m;
+  extra: Pick<RunShape, 'vocabChunk'> = {},
+): StepPlan {
+  const fits = (m: number, recompute: boolean) => {
+    const run: RunShape = { ...cfg, promptLength, microBatchSize: m, recompute, ...extra };
+    const p = phaseFloats(c, run, models);
+    return Math.max(p.generate, p.score, p.update) * FLOAT32_BYTES <= AUTO_MICRO_BATCH_BYTES;
+  };
+  const recompute = cfg.recompute === 'blocks' || (cfg.recompute === 'auto' && !fits(1, false));
+  if (cfg.microBatchSize > 0) {
+    return { microBatchSize: Math.min(cfg.microBatchSize, cfg.batchSize), recompute };
   }
-  return 1;
+  const mb = Math.max(1, Math.ceil(cfg.batchSize / Math.max(1, cfg.miniBatches)));
+  for (let m = mb; m > 1; m--) if (fits(m, recompute)) return { microBatchSize: m, recompute };
+  return { microBatchSize: 1, recompute };
 }

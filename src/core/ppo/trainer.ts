@@ -43,9 +43,25 @@ import {
   valueLoss,
   entropyFromLogits,
   logprobsFromLogits,
+  maskedMeanT,
   type Denominators,
 } from './losses';
-import { resolveMicroBatchSize } from '../model/size';
+import { resolveStepPlan, type StepPlan } from '../model/size';
+import { chunkedTokenLogprobs } from './chunked-logprob';
+
+/** Vocabulary entries per chunk of the update's log-prob and entropy (ppo/chunked-logprob.ts). */
+export const VOCAB_CHUNK = 8192;
+/**
+ * On WebGPU the fused log-prob kernels (one dispatch a row) beat the chunked ops (dozens of dispatches a chunk)
+ * while the [tokens, V] logits are small; above this many bytes of logits the update chunks there too.
+ */
+export const WEBGPU_WHOLE_LOGITS_BYTES = 128e6;
+
+/** Whether the update takes the log-prob and entropy over vocabulary chunks for `tokens` rows of a V vocabulary. */
+export function chunksVocabulary(tokens: number, V: number, backend: string = tf.getBackend()): boolean {
+  if (V <= VOCAB_CHUNK) return false;
+  return backend !== 'webgpu' || tokens * V * 4 > WEBGPU_WHOLE_LOGITS_BYTES;
+}
 import { liveKlController, makeKlController, type KlController } from './kl';
 import { stepMetrics, type MinibatchStats, type StepMetrics } from './metrics';
 import { jointGuardedStep, type JointStepResult, type Objective, type UpdatePart } from './update';
@@ -300,18 +316,30 @@ export class PpoTrainer {
   }
 
   /**
-   * The micro-batch of a step with `cfg` (model/size.ts resolveMicroBatchSize): `microBatchSize`, or for 0 the
-   * largest that keeps each phase's working tensors under a modest budget.
+   * How a step with `cfg` runs (model/size.ts resolveStepPlan): the micro-batch (`microBatchSize`, or for 0 the
+   * largest that keeps each phase's working tensors under a modest budget) and whether the update recomputes.
    */
-  microBatchSize(cfg: TrainConfig = this.cfg): number {
+  stepPlan(cfg: TrainConfig = this.cfg): StepPlan {
     const { policy, value, reward } = this.models;
     const lora = cfg.lora > 0 ? { r: cfg.lora, targets: cfg.loraTargets } : null;
     const separateValue = value !== null && value.trunkModel.base !== policy.base;
-    return resolveMicroBatchSize(policy.config, cfg, this.longestPrompt, {
-      scorers: 2 + (separateValue ? 1 : 0) + (reward.kind === 'model' ? 1 : 0),
-      wteTrains: !lora,
-      lora,
-    });
+    const V = policy.config.vocab_size;
+    return resolveStepPlan(
+      policy.config,
+      cfg,
+      this.longestPrompt,
+      {
+        scorers: 2 + (separateValue ? 1 : 0) + (reward.kind === 'model' ? 1 : 0),
+        wteTrains: !lora,
+        lora,
+      },
+      { vocabChunk: chunksVocabulary(cfg.responseLength, V) ? VOCAB_CHUNK : 0 },
+    );
+  }
+
+  /** The micro-batch of a step with `cfg` (stepPlan). */
+  microBatchSize(cfg: TrainConfig = this.cfg): number {
+    return this.stepPlan(cfg).microBatchSize;
   }
 
   stopId(cfg: TrainConfig = this.cfg): number | null {
@@ -359,6 +387,21 @@ export class PpoTrainer {
     return { ids, attn, Tq, T, n };
   }
 
+  /** Final hidden states (after ln_f) at the response-predicting positions: [n·R, C]. */
+  private responseHidden(
+    model: GPT2,
+    ids: tf.Tensor2D,
+    attn: tf.Tensor2D,
+    Tq: number,
+    R: number,
+    recompute = false,
+  ): tf.Tensor2D {
+    const [n, T] = ids.shape;
+    const C = model.config.n_embd;
+    const hidden = tf.reshape(model.trunk(ids, attn, undefined, { recompute }), [n, T, C]);
+    return tf.reshape(tf.slice(hidden, [0, Tq - 1, 0], [n, R, C]), [n * R, C]) as tf.Tensor2D;
+  }
+
   /** Policy (or reference) logits at the response-predicting positions: [n·R, V]. */
   private responseLogits(
     model: GPT2,
@@ -367,11 +410,7 @@ export class PpoTrainer {
     Tq: number,
     R: number,
   ): tf.Tensor2D {
-    const [n, T] = ids.shape;
-    const C = model.config.n_embd;
-    const hidden = tf.reshape(model.trunk(ids, attn), [n, T, C]);
-    const resp = tf.reshape(tf.slice(hidden, [0, Tq - 1, 0], [n, R, C]), [n * R, C]) as tf.Tensor2D;
-    return model.lmHead(resp);
+    return model.lmHead(this.responseHidden(model, ids, attn, Tq, R));
   }
 
   private responseValues(
@@ -380,19 +419,47 @@ export class PpoTrainer {
     attn: tf.Tensor2D,
     Tq: number,
     R: number,
+    recompute = false,
   ): tf.Tensor2D {
     const n = ids.shape[0];
-    return tf.slice(model.values(ids, attn), [0, Tq - 1], [n, R]) as tf.Tensor2D;
+    return tf.slice(model.values(ids, attn, { recompute }), [0, Tq - 1], [n, R]) as tf.Tensor2D;
   }
 
   /** Step 7's policy part of the joint loss: pg − entropyCoef·entropy, and the statistics read back with it. */
-  private policyObjective(mb: Minibatch, Tq: number, cfg: TrainConfig): Objective<PolicyStat> {
+  private policyObjective(
+    mb: Minibatch,
+    Tq: number,
+    cfg: TrainConfig,
+    plan: StepPlan,
+  ): Objective<PolicyStat> {
     const [n, R] = mb.mask.shape;
-    const logits = this.responseLogits(this.models.policy, mb.ids, mb.attn, Tq, R);
-    const lp = tf.reshape(logprobsFromLogits(logits, mb.tokens, cfg.temperature), [n, R]);
+    const policy = this.models.policy;
+    const hidden = this.responseHidden(policy, mb.ids, mb.attn, Tq, R, plan.recompute);
+    const denom = mb.denominators;
+    const flatMask = tf.reshape(mb.mask, [-1]);
+    let lpFlat: tf.Tensor1D;
+    let entropy: tf.Scalar;
+    if (chunksVocabulary(n * R, policy.config.vocab_size)) {
+      // The log-prob and entropy over vocabulary chunks: no [n·R, V] logits, forward or backward.
+      const blocks = policy.lmHeadBlocks();
+      const out = chunkedTokenLogprobs(hidden, blocks, mb.tokens, {
+        temperature: cfg.temperature,
+        chunkRows: VOCAB_CHUNK,
+        entropy: true,
+        // With entropyCoef 0 the entropy is only measured (not differentiated), as below.
+        entropyGrad: cfg.entropyCoef !== 0,
+        weightGrad: blocks.some((w) => (w as tf.Variable).trainable),
+      });
+      lpFlat = out.logprobs;
+      entropy = maskedMeanT(out.entropy!, flatMask, denom?.tokens);
+    } else {
+      const logits = policy.lmHead(hidden);
+      lpFlat = logprobsFromLogits(logits, mb.tokens, cfg.temperature);
+      entropy = entropyFromLogits(logits, flatMask, cfg.temperature, denom?.tokens);
+    }
+    const lp = tf.reshape(lpFlat, [n, R]);
     // The surrogate's per-token losses aggregated by lossAggregation; GRPO adds klCoef·k3 per token (its KL
     // term), aggregated the same way.
-    const denom = mb.denominators;
     const pl = policyLoss(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, cfg.logRatioClamp, {
       aggregation: cfg.lossAggregation,
       responseLength: R,
@@ -405,7 +472,6 @@ export class PpoTrainer {
       loss = tf.add(loss, tf.mul(this.kl.value, k3)) as tf.Scalar;
     }
     // With entropyCoef 0 the entropy is only measured: it stays out of the loss, so it is not differentiated.
-    const entropy = entropyFromLogits(logits, tf.reshape(mb.mask, [-1]), cfg.temperature, denom?.tokens);
     if (cfg.entropyCoef !== 0) loss = tf.sub(loss, tf.mul(cfg.entropyCoef, entropy)) as tf.Scalar;
     const { clipFrac, approxKl, ratioMean, ratioMax, logRatioClampFrac } = pl;
     return {
@@ -430,8 +496,9 @@ export class PpoTrainer {
     mb: Minibatch,
     Tq: number,
     cfg: TrainConfig,
+    plan: StepPlan,
   ): Objective<ValueStat> {
-    const v = this.responseValues(value, mb.ids, mb.attn, Tq, mb.mask.shape[1]);
+    const v = this.responseValues(value, mb.ids, mb.attn, Tq, mb.mask.shape[1], plan.recompute);
     const vl = valueLoss(v, mb.oldValues!, mb.returns!, mb.mask, cfg.clipRangeValue, mb.denominators);
     return {
       loss: tf.mul(cfg.vfCoef, vl.loss) as tf.Scalar,
@@ -456,7 +523,8 @@ export class PpoTrainer {
     const algo = cfg.algorithm;
     // Micro-batches: generation, scoring and each minibatch's update run over slices of this many samples
     // (docs/engine.md, "Memory"); the results do not depend on it.
-    const micro = this.microBatchSize(cfg);
+    const plan = this.stepPlan(cfg);
+    const micro = plan.microBatchSize;
 
     // 1. Sample responses: B / G prompts, each repeated G times in ONE batched generate call (sample i belongs to
     //    group ⌊i / G⌋), pure sampling unless top-k/top-p are set. G = 1 is PPO's one sample per prompt.
@@ -612,14 +680,14 @@ export class PpoTrainer {
           {
             optimizer: this.policyOpt,
             vars: policy.trainableVariables(),
-            objective: (k) => this.policyObjective(microBatch(k), Tq, cfg),
+            objective: (k) => this.policyObjective(microBatch(k), Tq, cfg, plan),
           },
         ];
         if (value) {
           parts.push({
             optimizer: this.valueOpt!,
             vars: value.trainableVariables(),
-            objective: (k) => this.valueObjective(value, microBatch(k), Tq, cfg),
+            objective: (k) => this.valueObjective(value, microBatch(k), Tq, cfg, plan),
           });
         }
         const upd: JointStepResult<PolicyStat | ValueStat> = await jointGuardedStep<PolicyStat | ValueStat>(
