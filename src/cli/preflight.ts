@@ -16,18 +16,21 @@ import { readConfig } from '../core/model/folder';
 import type { GPT2Config } from '../core/model/config';
 import { tokenizerFor } from '../core/tokenizer';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
-import { bucket } from '../core/ppo/trainer';
+import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
 import { LORA_TARGETS } from '../core/model/lora';
 import {
   DEVICE_MEMORY_SHARE,
   estimateGenerateMemory,
   estimateRunMemory,
   estimateSequenceTrainingMemory,
+  fittingMicroBatch,
   fixedBytes,
   formatEstimate,
   formatGB,
+  microBatchRemedy,
   paramCount,
   runMemoryOptions,
+  runShapeOf,
   WASM_HEAP_BYTES,
   WASM_HEAP_SHARE,
   type MemoryEstimate,
@@ -85,14 +88,11 @@ function largestFittingBatch(
   promptLength: number,
   opts: RunMemoryOptions,
   budget: number,
+  vocabChunk: number,
 ): number {
   for (let b = cfg.batchSize - cfg.miniBatches; b >= cfg.miniBatches; b -= cfg.miniBatches) {
-    const e = estimateRunMemory(
-      config,
-      { batchSize: b, miniBatches: cfg.miniBatches, promptLength, responseLength: cfg.responseLength },
-      opts,
-    );
-    if (e.total <= budget) return b;
+    const shape = runShapeOf(config, { ...cfg, batchSize: b }, promptLength, opts, vocabChunk);
+    if (estimateRunMemory(config, shape, opts).total <= budget) return b;
   }
   return 0;
 }
@@ -116,18 +116,19 @@ export async function preflightTrain(
   const spec: unknown = cfg.reward ?? taskReward;
   const rewardModel = !!spec && typeof spec === 'object' && 'model' in spec;
   const opts = runMemoryOptions(cfg, rewardModel);
-  const run = {
-    batchSize: cfg.batchSize,
-    miniBatches: cfg.miniBatches,
-    promptLength,
-    responseLength: cfg.responseLength,
-  };
+  const vocabChunk = chunksVocabulary(cfg.responseLength, config.vocab_size, budget.backend)
+    ? VOCAB_CHUNK
+    : 0;
+  const run = runShapeOf(config, cfg, promptLength, opts, vocabChunk);
   const e = estimateRunMemory(config, run, opts);
   if (e.total <= budget.bytes) return e;
 
   const remedies: string[] = [];
-  if (fixedBytes(e) <= budget.bytes) {
-    const b = largestFittingBatch(config, cfg, promptLength, opts, budget.bytes);
+  const fit = fixedBytes(e) <= budget.bytes ? fittingMicroBatch(config, run, opts, budget.bytes) : null;
+  if (fit) {
+    remedies.push(`${microBatchRemedy(fit, run)}.`.replace(/^./, (ch) => ch.toUpperCase()));
+  } else if (fixedBytes(e) <= budget.bytes) {
+    const b = largestFittingBatch(config, cfg, promptLength, opts, budget.bytes, vocabChunk);
     remedies.push(
       b > 0
         ? `batchSize ${b} would fit (or lower responseLength, or raise miniBatches from ${cfg.miniBatches}: the activations grow with batchSize / miniBatches).`

@@ -19,6 +19,8 @@ import type { GPT2Config } from '../core/model/config';
 import { embeddingChunks } from '../core/model/gpt2';
 import {
   estimateRunMemory,
+  fittingMicroBatch,
+  microBatchRemedy,
   fixedBytes,
   formatEstimate,
   formatParts,
@@ -217,7 +219,10 @@ function largestFittingBatch(
   budget: number,
 ): number {
   for (let b = shape.batchSize - shape.miniBatches; b >= shape.miniBatches; b -= shape.miniBatches) {
-    if (estimateRunMemory(config, { ...shape, batchSize: b }, opts).total <= budget) return b;
+    // With an automatic micro-batch a smaller batch can also mean a smaller micro-batch: keep the planned one.
+    const micro =
+      shape.microBatchSize === undefined ? {} : { microBatchSize: Math.min(shape.microBatchSize, b) };
+    if (estimateRunMemory(config, { ...shape, ...micro, batchSize: b }, opts).total <= budget) return b;
   }
   return 0;
 }
@@ -242,7 +247,10 @@ export function runMemoryCheck(
     const fixed = fixedBytes(estimate);
     const how = opts.lora ? `with LoRA r=${opts.lora.r}` : 'with full copies';
     const remedies: string[] = [];
-    if (fixed <= budget.bytes) {
+    const fit = fixed <= budget.bytes ? fittingMicroBatch(config, shape, opts, budget.bytes) : null;
+    if (fit) {
+      remedies.push(`${microBatchRemedy(fit, shape)}.`.replace(/^./, (ch) => ch.toUpperCase()));
+    } else if (fixed <= budget.bytes) {
       const b = largestFittingBatch(config, shape, opts, budget.bytes);
       remedies.push(
         b > 0

@@ -10,7 +10,7 @@
 import type { ModelFiles } from '../core/model/folder';
 import { memoryFiles, readConfig } from '../core/model/folder';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
-import { bucket } from '../core/ppo/trainer';
+import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
 import type { TrainConfig } from '../core/config';
 import { tokenizerFor } from '../core/tokenizer';
 import { parseTask, taskUrl, type Task } from '../core/tasks';
@@ -22,7 +22,7 @@ import {
   type HubCache,
   type HubProgress,
 } from '../services/hub';
-import { checkTrainingMemory, formatGB, paramCount } from '../core/model/size';
+import { checkTrainingMemory, formatGB, paramCount, runShapeOf } from '../core/model/size';
 import { UserError } from '../core/errors';
 import { builtinModelUrl, fetchFiles } from './files-web';
 import {
@@ -274,13 +274,11 @@ export class ModelSources {
     const longest = Math.max(1, ...prompts.map((p) => tok.encode(p).length));
     const promptLength = bucket(longest, Math.max(1, config.n_positions - cfg.responseLength));
     const opts = runMemoryOptions(cfg, rewardIsModel(cfg, taskReward));
-    const shape = {
-      batchSize: cfg.batchSize,
-      miniBatches: cfg.miniBatches,
-      promptLength,
-      responseLength: cfg.responseLength,
-    };
     const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
+    const backend = this.deviceLimits?.backend ?? 'cpu';
+    const vocabChunk = chunksVocabulary(cfg.responseLength, config.vocab_size, backend) ? VOCAB_CHUNK : 0;
+    // The shape the trainer will run: its micro-batch and recompute (model/size.ts runShapeOf).
+    const shape = runShapeOf(config, cfg, promptLength, opts, vocabChunk);
     const check = runMemoryCheck(
       config,
       files.label,

@@ -6,7 +6,7 @@
  * which never shrinks: docs/tfjs.md trap 3).
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { validateConfig } from '../../core/config';
+import { validateConfig, type TrainConfig } from '../../core/config';
 import { parseGPT2Config, type GPT2Config } from '../../core/model/config';
 import { GPT2 } from '../../core/model/gpt2';
 import { ScalarModel } from '../../core/model/heads';
@@ -141,6 +141,8 @@ export interface MemoryBenchOptions {
   steps: number;
   /** Measure the peak of step 1 with tf.profile (costly on WebGPU: it times every kernel). */
   profilePeak?: boolean;
+  /** Config keys over the setup's (microBatchSize, recompute, …). */
+  overrides?: Partial<TrainConfig>;
   /**
    * Swap the trainer's two fused Adams (fused-adam.ts) for tf.train.adam: the same optimizer state (m and v per
    * variable, the iteration count, accBeta1/2), so the same bytes after a step, but a far higher peak, and on the
@@ -180,6 +182,7 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
             ...(o.groupSize ? { groupSize: o.groupSize } : {}),
           }
         : { miniBatches: 1, ppoEpochs: 1 }),
+      ...o.overrides,
     },
     'memory bench',
   );

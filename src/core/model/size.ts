@@ -289,10 +289,12 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
   }
   const rewardModel = opts.rewardModel ? S : 0;
   // The models that run a forward while scoring: policy, reference, value (a trunk of its own), reward model.
-  const scorers = 2 + (opts.valueModel === 'separate' ? 1 : 0) + (opts.rewardModel ? 1 : 0);
-  const phases = phaseFloats(c, run, { scorers, wteTrains: !lora, lora });
+  const phases = phaseFloats(c, run, { scorers: scorersOf(opts), wteTrains: !lora, lora });
   // Gradients are live during the update only: the peak is the largest of generate, score, update + gradients.
-  const withGrads = { ...phases, update: phases.update + trainable };
+  // Summed over micro-batches, the running sum and a micro-batch's own gradients are both live for a moment.
+  const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
+  const accumulating = !!run.microBatchSize && run.microBatchSize < mb;
+  const withGrads = { ...phases, update: phases.update + (accumulating ? 2 : 1) * trainable };
   const peakPhase = (Object.keys(withGrads) as MemoryPhase[]).reduce((a, b) =>
     withGrads[b] > withGrads[a] ? b : a,
   );
@@ -512,4 +514,75 @@ export function resolveStepPlan(
   const mb = Math.max(1, Math.ceil(cfg.batchSize / Math.max(1, cfg.miniBatches)));
   for (let m = mb; m > 1; m--) if (fits(m, recompute)) return { microBatchSize: m, recompute };
   return { microBatchSize: 1, recompute };
+}
+
+/** The models that run a forward while scoring (policy, reference, a value trunk of its own, a reward model). */
+export function scorersOf(opts: RunMemoryOptions): number {
+  return 2 + (opts.valueModel === 'separate' ? 1 : 0) + (opts.rewardModel ? 1 : 0);
+}
+
+/**
+ * The shape of a run of `cfg` as the trainer runs it: its micro-batch and recompute (resolveStepPlan) and the
+ * update's vocabulary chunk (0: whole logits). The one shape the CLI's preflight, the worker's check and the
+ * trainer's plan share, so the estimate counts what the step will do.
+ */
+export function runShapeOf(
+  c: Shape,
+  cfg: Pick<
+    TrainConfig,
+    'microBatchSize' | 'recompute' | 'batchSize' | 'miniBatches' | 'responseLength' | 'lora' | 'loraTargets'
+  >,
+  promptLength: number,
+  opts: RunMemoryOptions,
+  vocabChunk: number,
+): RunShape {
+  const lora = opts.lora && opts.lora.r > 0 ? opts.lora : null;
+  const plan = resolveStepPlan(
+    c,
+    cfg,
+    promptLength,
+    { scorers: scorersOf(opts), wteTrains: !lora, lora },
+    { vocabChunk },
+  );
+  return {
+    batchSize: cfg.batchSize,
+    miniBatches: cfg.miniBatches,
+    promptLength,
+    responseLength: cfg.responseLength,
+    microBatchSize: plan.microBatchSize,
+    recompute: plan.recompute,
+    vocabChunk,
+  };
+}
+
+/**
+ * What would make an over-budget run fit without touching its batch: the largest micro-batch (with recompute as
+ * planned, then with recompute on) whose estimate fits `budget`, or null when even one sample does not.
+ */
+export function fittingMicroBatch(
+  c: Shape,
+  shape: RunShape,
+  opts: RunMemoryOptions,
+  budget: number,
+): { microBatchSize: number; recompute: boolean } | null {
+  const mb = Math.max(1, Math.ceil(shape.batchSize / Math.max(1, shape.miniBatches)));
+  const start = Math.min(mb, shape.microBatchSize ?? mb);
+  for (const recompute of shape.recompute ? [true] : [false, true]) {
+    for (let m = start; m >= 1; m--) {
+      if (m === start && recompute === !!shape.recompute) continue; // that is the setting refused
+      if (estimateRunMemory(c, { ...shape, microBatchSize: m, recompute }, opts).total <= budget) {
+        return { microBatchSize: m, recompute };
+      }
+    }
+  }
+  return null;
+}
+
+/** "microBatchSize 2 would fit" / "microBatchSize 4 with recompute "blocks" would fit", for a refusal. */
+export function microBatchRemedy(
+  fit: { microBatchSize: number; recompute: boolean },
+  shape: RunShape,
+): string {
+  const rc = fit.recompute && !shape.recompute ? ' with recompute "blocks"' : '';
+  return `microBatchSize ${fit.microBatchSize}${rc} would fit (memory then grows with the micro-batch, not the batch; the results are the same)`;
 }

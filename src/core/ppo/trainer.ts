@@ -46,7 +46,7 @@ import {
   maskedMeanT,
   type Denominators,
 } from './losses';
-import { resolveStepPlan, type StepPlan } from '../model/size';
+import { runMemoryOptions, runShapeOf, type StepPlan } from '../model/size';
 import { chunkedTokenLogprobs } from './chunked-logprob';
 
 /** Vocabulary entries per chunk of the update's log-prob and entropy (ppo/chunked-logprob.ts). */
@@ -320,21 +320,16 @@ export class PpoTrainer {
    * largest that keeps each phase's working tensors under a modest budget) and whether the update recomputes.
    */
   stepPlan(cfg: TrainConfig = this.cfg): StepPlan {
-    const { policy, value, reward } = this.models;
-    const lora = cfg.lora > 0 ? { r: cfg.lora, targets: cfg.loraTargets } : null;
-    const separateValue = value !== null && value.trunkModel.base !== policy.base;
+    const { policy, reward } = this.models;
     const V = policy.config.vocab_size;
-    return resolveStepPlan(
+    const shape = runShapeOf(
       policy.config,
       cfg,
       this.longestPrompt,
-      {
-        scorers: 2 + (separateValue ? 1 : 0) + (reward.kind === 'model' ? 1 : 0),
-        wteTrains: !lora,
-        lora,
-      },
-      { vocabChunk: chunksVocabulary(cfg.responseLength, V) ? VOCAB_CHUNK : 0 },
+      runMemoryOptions(cfg, reward.kind === 'model'),
+      chunksVocabulary(cfg.responseLength, V) ? VOCAB_CHUNK : 0,
     );
+    return { microBatchSize: shape.microBatchSize!, recompute: !!shape.recompute };
   }
 
   /** The micro-batch of a step with `cfg` (stepPlan). */
