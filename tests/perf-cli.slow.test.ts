@@ -47,7 +47,7 @@ describe('cli bench', () => {
       'webgpuDispatchesPerLayerFwdBwd',
       'webgpuDispatchesPerStep',
       'readbacksPerStep',
-      'gpt2LoraPpoBytes',
+      'gpt2LoraPpoHeldBytes',
       'gpt2GrpoLoraBytes',
     ])
       expect(k in j, k).toBe(true);

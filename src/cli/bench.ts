@@ -19,7 +19,7 @@ import { resolveModel, ROOT } from './models';
 import { nodeResources } from './train';
 import { loadTaskNode } from './tasks-node';
 import { loadLM, readConfig } from '../core/model/folder';
-import { validateConfig } from '../core/config';
+import { validateConfig, type TrainConfig } from '../core/config';
 import { buildTrainer } from '../core/ppo/setup';
 import { tokenizerFor } from '../core/tokenizer';
 import { planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../bench/bench';
@@ -49,7 +49,7 @@ export const DEFAULT_BENCH_OUT = '.bench/bench-results.md';
 
 export const BENCH_HELP = `bench [--quick] [--json] [--out FILE] [--no-browser] [--browser-backends webgpu,wasm]
       [--sections matmul,gen,ppo,lm,memory,dispatch] [--big-memory gpt2,distilgpt2|none]
-      [--big-memory-setups four-model,lora-ppo,grpo-lora] [--big-memory-adam fused|tfjs]
+      [--big-memory-setups four-model,lora-ppo,grpo-lora,lora-ppo-b64,lora-ppo-recompute-off] [--big-memory-adam fused|tfjs]
       [--backend wasm|cpu] [--model DIR] [--gpu]
   Matmul peak, generation with/without the KV cache, the PPO step by phase with update MFU, LM training vs
   @genai-fi/nanogpt, four-model, LoRA PPO and GRPO LoRA memory at GPT-2 sizes, and WebGPU dispatches per layer and
@@ -116,7 +116,8 @@ export async function cmdBench(argv: string[]): Promise<void> {
       );
   // 'dispatch' is the CLI's own (a Node WebGPU child process); the others run on every platform.
   const sections = cliSections.filter((x): x is Section => x !== 'dispatch');
-  const bigRaw = str('bench', v, 'big-memory') ?? (quick ? 'gpt2' : 'distilgpt2,gpt2');
+  const bigRaw =
+    str('bench', v, 'big-memory') ?? (quick ? 'gpt2,gpt2-medium' : 'distilgpt2,gpt2,gpt2-medium');
   const big = bigRaw === 'none' || !sections.includes('memory') ? [] : bigRaw.split(',');
   const bigAdam = str('bench', v, 'big-memory-adam') ?? 'fused';
   const setups = (str('bench', v, 'big-memory-setups')?.split(',') ?? MEMORY_SETUPS) as MemorySetup[];
@@ -360,14 +361,37 @@ function childJson<T>(
   });
 }
 
-/** The batch of each GPT-2-sized memory run (the LoRA runs at the app's defaults, GRPO in groups of 4). */
+/**
+ * The batch of each GPT-2-sized memory run: the LoRA runs at the app's defaults (batch 16, 24 tokens) with
+ * micro-batches of 4 (issue #20's keys), GRPO in groups of 4; the same PPO run at batch 64 (peakGrowthBatch) and
+ * with recompute off (recomputeSlowdown).
+ */
 const BIG_MEMORY_RUNS: Record<
   MemorySetup,
-  { batchSize: number; responseLength: number; groupSize?: number }
+  {
+    batchSize: number;
+    responseLength: number;
+    groupSize?: number;
+    overrides?: Partial<TrainConfig>;
+    /** The shapes it runs at (default: every --big-memory shape but gpt2-medium, which runs lora-ppo only). */
+    shapes?: string[];
+  }
 > = {
   'four-model': { batchSize: 2, responseLength: 2 },
-  'lora-ppo': { batchSize: 16, responseLength: 24 },
-  'grpo-lora': { batchSize: 16, responseLength: 24, groupSize: 4 },
+  'lora-ppo': { batchSize: 16, responseLength: 24, overrides: { microBatchSize: 4 } },
+  'grpo-lora': { batchSize: 16, responseLength: 24, groupSize: 4, overrides: { microBatchSize: 4 } },
+  'lora-ppo-b64': {
+    batchSize: 64,
+    responseLength: 24,
+    overrides: { microBatchSize: 4 },
+    shapes: ['gpt2'],
+  },
+  'lora-ppo-recompute-off': {
+    batchSize: 16,
+    responseLength: 24,
+    overrides: { microBatchSize: 4, recompute: 'off' },
+    shapes: ['gpt2'],
+  },
 };
 export const MEMORY_SETUPS = Object.keys(BIG_MEMORY_RUNS) as MemorySetup[];
 
@@ -425,6 +449,9 @@ async function memoryRuns(
       }
       const run = BIG_MEMORY_RUNS[setup];
       for (const name of names) {
+        // gpt2-medium runs the LoRA PPO setup only; the batch-64 and recompute-off runs only at GPT-2 124M.
+        const shapes = run.shapes ?? names.filter((n) => n !== 'gpt2-medium' || setup === 'lora-ppo');
+        if (!shapes.includes(name)) continue;
         const config = shapeConfig(SHAPES[name as keyof typeof SHAPES]);
         try {
           bigMemory.push(

@@ -17,7 +17,7 @@ import type { Tokenizer } from '../../core/tokenizer/types';
 import type { PpoTrainer } from '../../core/ppo/trainer';
 
 /** The shapes of the issue. `tiny` is read from the shipped model's config by the caller when it can. */
-export const SHAPES: Record<'distilgpt2' | 'gpt2', Record<string, unknown>> = {
+export const SHAPES: Record<'distilgpt2' | 'gpt2' | 'gpt2-medium', Record<string, unknown>> = {
   distilgpt2: {
     vocab_size: 50257,
     n_positions: 1024,
@@ -34,6 +34,17 @@ export const SHAPES: Record<'distilgpt2' | 'gpt2', Record<string, unknown>> = {
     n_embd: 768,
     n_layer: 12,
     n_head: 12,
+    tokenizer: 'gpt2-bpe',
+    bos_token_id: 50256,
+    eos_token_id: 50256,
+  },
+  // gpt2-medium (355M): 24 layers, width 1024, 16 heads.
+  'gpt2-medium': {
+    vocab_size: 50257,
+    n_positions: 1024,
+    n_embd: 1024,
+    n_layer: 24,
+    n_head: 16,
     tokenizer: 'gpt2-bpe',
     bos_token_id: 50256,
     eos_token_id: 50256,
@@ -69,7 +80,7 @@ export function expectedSetupBytes(c: GPT2Config, setup: MemorySetup): number {
     { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
     {
       lora: { r: MEMORY_LORA_RANK, targets: LORA_DEFAULTS.loraTargets },
-      valueModel: setup === 'lora-ppo' ? 'shared' : 'none',
+      valueModel: setup === 'grpo-lora' ? 'none' : 'shared',
       rewardModel: false,
     },
   );
@@ -93,7 +104,14 @@ export function gpuMemory(): GpuMemory | null {
  * shape, two Adams), 'lora-ppo' (PPO with LoRA r 8 on one frozen base, the value model shared with its own
  * adapters, a reward function), 'grpo-lora' (GRPO with LoRA r 8, no value model, a reward function, groups of 4).
  */
-export type MemorySetup = 'four-model' | 'lora-ppo' | 'grpo-lora';
+export type MemorySetup =
+  | 'four-model'
+  | 'lora-ppo'
+  | 'grpo-lora'
+  /** 'lora-ppo' at batch 64 (peakGrowthBatch). */
+  | 'lora-ppo-b64'
+  /** 'lora-ppo' with recompute off (recomputeSlowdown). */
+  | 'lora-ppo-recompute-off';
 
 /** The LoRA rank of the 'lora-ppo' and 'grpo-lora' setups. */
 export const MEMORY_LORA_RANK = 8;
@@ -115,6 +133,13 @@ export interface FourModelMemory {
   tensorsAfterStep1: number;
   /** Highest numBytes during step 1 (tf.profile), relative to the baseline; null where not measured. */
   peakBytesStep1: number | null;
+  /** The WASM heap's size after step 1 (it only grows: its high-water mark); null on other backends. */
+  heapBytes?: number | null;
+  /** The update phase of step 1 (timeUpdate), seconds. */
+  updateSeconds?: number;
+  /** The micro-batch and recompute the step ran with (the trainer's plan). */
+  microBatchSize?: number;
+  recompute?: boolean;
   gpuAfterStep1: GpuMemory | null;
   stepSeconds: number;
   /** Steps run in total (1 when only the first step was measured). */
@@ -178,7 +203,7 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
             // one repeats the same tensors and only doubles the time.
             ppoEpochs: 1,
             algorithm: setup === 'grpo-lora' ? 'grpo' : 'ppo',
-            ...(setup === 'lora-ppo' ? { valueModel: 'shared' } : {}),
+            ...(setup !== 'grpo-lora' ? { valueModel: 'shared' } : {}),
             ...(o.groupSize ? { groupSize: o.groupSize } : {}),
           }
         : { miniBatches: 1, ppoEpochs: 1 }),
@@ -196,7 +221,7 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
     const ref = GPT2.random(o.config, 1, false, 'base');
     const policy = ref.withLora(LoraAdapters.create(ref.config, cfg, cfg.seed, 'policy'), 'policy');
     const value =
-      setup === 'lora-ppo'
+      setup !== 'grpo-lora'
         ? ScalarModel.onSharedBase(
             policy.base,
             LoraAdapters.create(ref.config, cfg, cfg.seed + 1, 'value'),
@@ -240,15 +265,18 @@ export async function benchFourModelMemory(o: MemoryBenchOptions): Promise<FourM
     o.onProgress?.(`${o.label}: PPO step 1`);
     const t0 = performance.now();
     let peak: number | null = null;
+    let updateSeconds = 0;
     if (o.profilePeak) {
       const prof = await tf.profile(async () => {
-        await trainer.trainStep();
+        updateSeconds = (await trainer.trainStep()).metrics.timeUpdate;
         return [];
       });
       peak = prof.peakBytes - base;
     } else {
-      await trainer.trainStep();
+      updateSeconds = (await trainer.trainStep()).metrics.timeUpdate;
     }
+    const plan = trainer.stepPlan();
+    const heap = (tf.backend() as unknown as { wasm?: { HEAPU8?: Uint8Array } }).wasm?.HEAPU8?.length ?? null;
     const stepSeconds = (performance.now() - t0) / 1000;
     const after1 = tf.memory().numBytes - base;
     const tensors1 = tf.memory().numTensors - baseTensors;
@@ -272,6 +300,10 @@ export async function benchFourModelMemory(o: MemoryBenchOptions): Promise<FourM
       expectedBytes: expectedSetupBytes(o.config, o.setup ?? 'four-model'),
       tensorsAfterStep1: tensors1,
       peakBytesStep1: peak,
+      heapBytes: tf.getBackend() === 'wasm' ? heap : null,
+      updateSeconds,
+      microBatchSize: plan.microBatchSize,
+      recompute: plan.recompute,
       gpuAfterStep1:
         gpu1 && gpuBase
           ? {

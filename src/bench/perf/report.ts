@@ -50,7 +50,15 @@ export interface Target {
 }
 
 /** Byte-valued headline keys (the markdown writes them in GB and in full). */
-const BYTE_KEYS = ['gpt2FourModelBytes', 'memoryGrowthBytes', 'gpt2LoraPpoBytes', 'gpt2GrpoLoraBytes'];
+const BYTE_KEYS = [
+  'gpt2FourModelBytes',
+  'memoryGrowthBytes',
+  'gpt2LoraPpoHeldBytes',
+  'gpt2GrpoLoraBytes',
+  'gpt2LoraPpoPeakBytes',
+  'gpt2GrpoLoraPeakBytes',
+  'gpt2MediumLoraPpoPeakBytes',
+];
 /** Count-valued headline keys (written as whole numbers). */
 const COUNT_KEYS = ['wasmThreads', 'webgpuDispatchesPerStep', 'readbacksPerStep'];
 
@@ -73,11 +81,21 @@ export function headline(r: BenchReport): Record<string, Target> {
   const gw = webgpu?.generation[0];
   const ours = lmOf(webgpu, 'ours');
   const nano = lmOf(webgpu, 'nanogpt');
-  const gpt2Of = (setup: string) =>
-    r.bigMemory.find((m) => m.shape === 'gpt2' && (m.setup ?? 'four-model') === setup);
+  const shapeOf = (shape: string, setup: string) =>
+    r.bigMemory.find((m) => m.shape === shape && (m.setup ?? 'four-model') === setup);
+  const gpt2Of = (setup: string) => shapeOf('gpt2', setup);
   const gpt2 = gpt2Of('four-model');
   const lora = gpt2Of('lora-ppo');
   const grpo = gpt2Of('grpo-lora');
+  const medium = shapeOf('gpt2-medium', 'lora-ppo');
+  const lora64 = gpt2Of('lora-ppo-b64');
+  const loraOff = gpt2Of('lora-ppo-recompute-off');
+  const microOf = (m: FourModelMemory | undefined): string =>
+    m ? `, microBatchSize ${m.microBatchSize ?? '?'}, recompute ${m.recompute ? 'on' : 'off'}` : '';
+  const heapOf = (m: FourModelMemory | undefined): string =>
+    m?.heapBytes != null ? `; WASM heap high-water ${m.heapBytes.toExponential(3)}` : '';
+  const ratio = (a: number | null | undefined, b: number | null | undefined) =>
+    a != null && b != null && b > 0 ? a / b : null;
   const threads = chromiumWasm?.wasmThreads as WasmThreadsBench | null | undefined;
   const d = r.gpuDispatch ?? null;
   const dFrom = d ? `Node WebGPU (${d.adapter})` : 'Node WebGPU';
@@ -174,11 +192,41 @@ export function headline(r: BenchReport): Record<string, Target> {
       () => true,
       `${dFrom}, one tiny PPO step, mapAsync calls`,
     ),
-    gpt2LoraPpoBytes: t(
+    gpt2LoraPpoHeldBytes: t(
       lora?.bytesAfterStep1,
       '≤ 1.5e9',
       (v) => v <= 1.5e9,
-      `gpt2-124M shape, PPO LoRA r 8, value model shared, reward function, node/${lora?.backend ?? 'cpu'}, batch ${lora?.batchSize ?? '?'} × ${lora?.responseLength ?? '?'}, after one step${peakOf(lora)}`,
+      `gpt2-124M shape, PPO LoRA r 8, value model shared, reward function, node/${lora?.backend ?? 'cpu'}, batch ${lora?.batchSize ?? '?'} × ${lora?.responseLength ?? '?'}, held after one step${peakOf(lora)}`,
+    ),
+    gpt2LoraPpoPeakBytes: t(
+      lora?.peakBytesStep1,
+      '≤ 1.0e9',
+      (v) => v <= 1.0e9,
+      `the largest tensor bytes live during one step (generation, scoring, update), gpt2-124M shape, PPO LoRA r 8, value shared, node/${lora?.backend ?? 'cpu'}, batch ${lora?.batchSize ?? '?'} × ${lora?.responseLength ?? '?'}${microOf(lora)}${heapOf(lora)}`,
+    ),
+    gpt2GrpoLoraPeakBytes: t(
+      grpo?.peakBytesStep1,
+      '≤ 0.9e9',
+      (v) => v <= 0.9e9,
+      `as gpt2LoraPpoPeakBytes, GRPO (groups of 4, no value model)${microOf(grpo)}${heapOf(grpo)}`,
+    ),
+    gpt2MediumLoraPpoPeakBytes: t(
+      medium?.peakBytesStep1,
+      '≤ 2.2e9',
+      (v) => v <= 2.2e9,
+      `as gpt2LoraPpoPeakBytes at the gpt2-medium shape (24 layers, width 1024, 16 heads)${microOf(medium)}${heapOf(medium)}`,
+    ),
+    peakGrowthBatch: t(
+      ratio(lora64?.peakBytesStep1, lora?.peakBytesStep1),
+      '≤ 1.2',
+      (v) => v <= 1.2,
+      `peak at batchSize 64 ÷ peak at batchSize 16, gpt2-124M LoRA PPO, the same micro-batch${microOf(lora64)}`,
+    ),
+    recomputeSlowdown: t(
+      ratio(lora?.updateSeconds, loraOff?.updateSeconds),
+      '≤ 1.4',
+      (v) => v <= 1.4,
+      `update seconds with recompute "blocks" ÷ with "off", gpt2-124M LoRA PPO batch 16 × 24, micro-batch 4 (one run: ${lora?.updateSeconds?.toFixed(1) ?? '?'} vs ${loraOff?.updateSeconds?.toFixed(1) ?? '?'} s)`,
     ),
     gpt2GrpoLoraBytes: t(
       grpo?.bytesAfterStep1,
