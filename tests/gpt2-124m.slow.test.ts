@@ -100,4 +100,26 @@ describe('GPT-2-124M-shaped runs on WASM (CLI)', () => {
     const summary = JSON.parse(r.stdout.trim().split('\n').pop()!) as { steps: number };
     expect(summary.steps).toBe(1);
   }, 900_000);
+
+  it('"lora": 8 at the default batch 16 and responseLength 24: accepted (micro-batches), one step, exit 0', () => {
+    // Refused before micro-batches ("needs ≈ 3.8 GB … batchSize 12 would fit"). microBatchSize 0 (auto) picks
+    // the micro-batch and recompute (model/size.ts resolveStepPlan).
+    const out = path.join(dir, 'lora16');
+    const cfg = writeConfig('lora16', { lora: 8, batchSize: 16, responseLength: 24 });
+    const r = cli(['train', '--config', cfg, '--out', out, '--json'], 1_500_000);
+    console.log(
+      `lora 8, batch 16 x 24, 1 step on WASM: ${r.wall.toFixed(1)} s wall, peak RSS ${r.peakRssMB?.toFixed(0)} MB`,
+    );
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stderr).not.toMatch(/internal error|RuntimeError|wasm-function|needs ≈/);
+    const m = JSON.parse(readFileSync(path.join(out, 'metrics.jsonl'), 'utf8').trim()) as {
+      step: number;
+      reward: number;
+      kl: number;
+      responseLength: number;
+    };
+    expect(m.step).toBe(1);
+    expect(Number.isFinite(m.reward)).toBe(true);
+    expect(m.kl).toBe(0);
+  }, 1_500_000);
 });

@@ -131,7 +131,7 @@ export interface FourModelMemory {
   /** What the weights and optimizer moments alone take (expectedFourModelBytes, or expectedSetupBytes). */
   expectedBytes: number;
   tensorsAfterStep1: number;
-  /** Highest numBytes during step 1 (tf.profile), relative to the baseline; null where not measured. */
+  /** Highest numBytes at any moment of step 1 (peakBytesDuring), relative to the baseline; null where not measured. */
   peakBytesStep1: number | null;
   /** The WASM heap's size after step 1 (it only grows: its high-water mark); null on other backends. */
   heapBytes?: number | null;
@@ -164,7 +164,7 @@ export interface MemoryBenchOptions {
   responseLength: number;
   /** Total steps (≥ 1); growth is measured from step 1 to this. */
   steps: number;
-  /** Measure the peak of step 1 with tf.profile (costly on WebGPU: it times every kernel). */
+  /** Measure the peak of step 1 (peakBytesDuring: every change of the engine's byte count). */
   profilePeak?: boolean;
   /** Config keys over the setup's (microBatchSize, recompute, …). */
   overrides?: Partial<TrainConfig>;
@@ -246,6 +246,33 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
   return t;
 }
 
+/**
+ * The largest `tf.memory().numBytes` at any moment while `f` runs: every change of the engine's byte count is
+ * seen (tf.profile only samples it after each kernel, and its Math.max over every kernel's snapshot overflows the
+ * stack on a GPT-2 step's hundreds of thousands of kernels).
+ */
+export async function peakBytesDuring(f: () => Promise<void>): Promise<number> {
+  const state = (tf.engine() as unknown as { state: { numBytes: number } }).state;
+  let value = state.numBytes;
+  let peak = value;
+  Object.defineProperty(state, 'numBytes', {
+    configurable: true,
+    enumerable: true,
+    get: () => value,
+    set: (v: number) => {
+      value = v;
+      if (v > peak) peak = v;
+    },
+  });
+  try {
+    await f();
+  } finally {
+    delete (state as { numBytes?: number }).numBytes;
+    state.numBytes = value;
+  }
+  return peak;
+}
+
 export function disposeTrainer(t: PpoTrainer): void {
   const { policy, ref, value, reward } = t.models;
   t.disposeOptimizers();
@@ -267,11 +294,10 @@ export async function benchFourModelMemory(o: MemoryBenchOptions): Promise<FourM
     let peak: number | null = null;
     let updateSeconds = 0;
     if (o.profilePeak) {
-      const prof = await tf.profile(async () => {
+      const measured = await peakBytesDuring(async () => {
         updateSeconds = (await trainer.trainStep()).metrics.timeUpdate;
-        return [];
       });
-      peak = prof.peakBytes - base;
+      peak = measured - base;
     } else {
       updateSeconds = (await trainer.trainStep()).metrics.timeUpdate;
     }
