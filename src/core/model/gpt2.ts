@@ -19,7 +19,7 @@ import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './op
 import { causalPaddingBias, causalSelfAttention, decodeAttention, keyPaddingBias } from './attention';
 import { LoraAdapters, loraModuleShape } from './lora';
 import type { LayerKV } from '../kernels/definitions';
-import { recomputed } from './recompute';
+import { recomputed, recordingGradients } from './recompute';
 
 let modelCounter = 0;
 
@@ -423,10 +423,30 @@ export class GPT2 {
     const positions = tf.cast(tf.maximum(tf.sub(tf.cumsum(maskF, 1), 1), 0), 'int32');
     // Causal and key-padding mask as one additive bias [B, 1, T, T].
     // Built on first use only: the fused WebGPU attention makes the mask in its kernel.
+    // Without a backward to feed (scoring, a reward model, generation without a cache), each block runs in its
+    // own tidy: only its output outlives it, so a forward holds one block's activations, not every block's.
+    const perBlockTidy = !collectKV && !recordingGradients();
     let built: tf.Tensor4D | null = null;
-    const bias = () => (built ??= causalPaddingBias(maskF as tf.Tensor2D));
+    const bias = () =>
+      (built ??= perBlockTidy
+        ? tf.keep(causalPaddingBias(maskF as tf.Tensor2D))
+        : causalPaddingBias(maskF as tf.Tensor2D));
 
     let x = this.embed(ids, positions);
+    if (perBlockTidy) {
+      try {
+        for (let i = 0; i < c.n_layer; i++) {
+          const input = x;
+          x = tf.tidy(() =>
+            this.block(input, i, (qkv) => causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head)),
+          );
+          input.dispose();
+        }
+      } finally {
+        (built as tf.Tensor4D | null)?.dispose();
+      }
+      return this.finalNorm(x);
+    }
     for (let i = 0; i < c.n_layer; i++) {
       if (opts.recompute && !collectKV) {
         // Activation recomputation (model/recompute.ts): the block keeps only its input for the backward and

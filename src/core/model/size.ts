@@ -220,8 +220,11 @@ export function phaseFloats(
     2 * 2 * genRows * c.n_layer * T * c.n_embd +
     forwardFloats(c, genRows, run.promptLength) +
     2 * genRows * V;
-  // Scoring: every model's forward over a slice in one tidy, the two LMs' response logits.
-  const score = models.scorers * forwardFloats(c, rows, T) + LOGITS_SCORE * 2 * rows * run.responseLength * V;
+  // Scoring: every model's forward over a slice (each block in its own tidy: one block's activations at a time,
+  // model/gpt2.ts trunk), the two LMs' response logits.
+  const score =
+    models.scorers * forwardFloats({ ...c, n_layer: 1 }, rows, T) +
+    LOGITS_SCORE * 2 * rows * run.responseLength * V;
   // Update: one model's forward kept for its backward (with recomputation: the blocks' inputs, and one block's
   // forward at a time), the backward's transients, the response logits (or one vocabulary chunk of them), and
   // the wte-sized tensors of the backward through the policy (full fine-tuning unless told otherwise).
