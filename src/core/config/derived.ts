@@ -28,7 +28,7 @@ export interface DerivedConfig {
   /** Distinct prompts per step: batchSize / groupSize. */
   promptsPerStep: number;
   /** Whether the run has a value model (ppo) or is critic-free. */
-  valueModel: boolean;
+  hasValueModel: boolean;
 }
 
 export function derived(cfg: TrainConfig): DerivedConfig {
@@ -40,7 +40,7 @@ export function derived(cfg: TrainConfig): DerivedConfig {
     pureSampling: cfg.topK === 0 && cfg.topP === 1,
     groupSize: groupSizeOf(cfg),
     promptsPerStep: cfg.batchSize / groupSizeOf(cfg),
-    valueModel: hasValueModel(cfg),
+    hasValueModel: hasValueModel(cfg),
   };
 }
 

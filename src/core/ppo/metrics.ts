@@ -139,7 +139,7 @@ export interface StepMeasurements {
   rewardStd: number;
   fracRewardZeroStd: number | null;
   /** Whether a value model exists: without one the value metrics are null. */
-  valueModel: boolean;
+  hasValueModel: boolean;
   /** After the missing-EOS penalty. */
   penalisedScores: number[];
   /** Per sample Σ_t k1, and Σ_t of the KL penalty −β·k_t. */
@@ -169,7 +169,7 @@ export interface StepMeasurements {
 export function stepMetrics(m: StepMeasurements): StepMetrics {
   const col = (k: MinibatchStatName) => m.minibatches.map((s) => s[k]);
   const vcol = (k: ValueMinibatchStatName): number | null =>
-    m.valueModel ? mean(m.minibatches.map((s) => s[k] ?? NaN)) : null;
+    m.hasValueModel ? mean(m.minibatches.map((s) => s[k] ?? NaN)) : null;
   const timeStep = m.timeGenerate + m.timeScore + m.timeUpdate;
   return {
     step: m.step,
@@ -184,14 +184,14 @@ export function stepMetrics(m: StepMeasurements): StepMetrics {
     valueLoss: vcol('valueLoss'),
     valueClipFrac: vcol('valueClipFrac'),
     entropy: mean(col('entropy')),
-    explainedVariance: m.valueModel ? m.explainedVariance : null,
+    explainedVariance: m.hasValueModel ? m.explainedVariance : null,
     ratioMean: mean(col('ratioMean')),
     ratioMax: Math.max(...col('ratioMax')),
     logRatioClampFrac: mean(col('logRatioClampFrac')),
     gradNorm: mean(col('gradNorm')),
     advantageMean: m.advantageMean,
     advantageStd: m.advantageStd,
-    returnMean: m.valueModel ? m.returnMean : null,
+    returnMean: m.hasValueModel ? m.returnMean : null,
     responseLength: mean(m.counted),
     tokensPerSecond: m.counted.reduce((a, b) => a + b, 0) / timeStep,
     timeGenerate: m.timeGenerate,
@@ -202,7 +202,7 @@ export function stepMetrics(m: StepMeasurements): StepMetrics {
     scoreMean: mean(m.penalisedScores),
     epochsRun: m.epochsRun,
     learningRate: m.learningRate,
-    valueLearningRate: m.valueModel ? m.valueLearningRate : null,
+    valueLearningRate: m.hasValueModel ? m.valueLearningRate : null,
     timeStep,
     fracRewardZeroStd: m.fracRewardZeroStd,
     clipFracLow: mean(col('clipFracLow')),

@@ -266,9 +266,9 @@ export class PpoTrainer {
     // Adam with one fused kernel per variable (src/core/fused-adam.ts): the same state and update as
     // tf.train.adam (tests/perf-adam.test.ts, tests/trainer.test.ts), ~14× fewer kernels per step.
     this.policyOpt = new FusedAdamOptimizer(cfg.learningRate);
-    if ((models.value !== null) !== derived(cfg).valueModel) {
+    if ((models.value !== null) !== derived(cfg).hasValueModel) {
       throw new Error(
-        `PpoTrainer: algorithm "${cfg.algorithm}" ${derived(cfg).valueModel ? 'needs a value model' : 'is critic-free and takes no value model'}`,
+        `PpoTrainer: algorithm "${cfg.algorithm}" ${derived(cfg).hasValueModel ? 'needs a value model' : 'is critic-free and takes no value model'}`,
       );
     }
     this.valueOpt = models.value ? new FusedAdamOptimizer(cfg.valueLearningRate) : null;
@@ -716,7 +716,7 @@ export class PpoTrainer {
       rewardStd: gs.rewardStd,
       // Counted on the scores that enter the advantages: an all-equal group there gives A = 0.
       fracRewardZeroStd: groupStats(penalised, G).fracRewardZeroStd,
-      valueModel: value !== null,
+      hasValueModel: value !== null,
       k1Sum: ptr.k1Sum,
       nonScoreSum: ptr.nonScoreSum,
       klCoef,
