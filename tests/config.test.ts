@@ -78,7 +78,7 @@ describe('the table', () => {
       pureSampling: true,
       groupSize: 1,
       promptsPerStep: 16,
-      valueModel: true,
+      hasValueModel: true,
     });
     const d = derived(validateConfig({ topK: 5 }));
     expect(d.pureSampling).toBe(false);
@@ -86,9 +86,9 @@ describe('the table', () => {
 
   it('groupSize 0 is the algorithm’s default G: 1 for ppo and reinforce++, 4 for grpo and rloo', () => {
     const g = (o: object) => derived(validateConfig(o));
-    expect(g({ algorithm: 'ppo' })).toMatchObject({ groupSize: 1, promptsPerStep: 16, valueModel: true });
-    expect(g({ algorithm: 'reinforce++' })).toMatchObject({ groupSize: 1, valueModel: false });
-    expect(g({ algorithm: 'grpo' })).toMatchObject({ groupSize: 4, promptsPerStep: 4, valueModel: false });
+    expect(g({ algorithm: 'ppo' })).toMatchObject({ groupSize: 1, promptsPerStep: 16, hasValueModel: true });
+    expect(g({ algorithm: 'reinforce++' })).toMatchObject({ groupSize: 1, hasValueModel: false });
+    expect(g({ algorithm: 'grpo' })).toMatchObject({ groupSize: 4, promptsPerStep: 4, hasValueModel: false });
     expect(g({ algorithm: 'rloo', groupSize: 8 })).toMatchObject({ groupSize: 8, promptsPerStep: 2 });
     expect(g({ algorithm: 'ppo', groupSize: 2 })).toMatchObject({ groupSize: 2, promptsPerStep: 8 });
   });
