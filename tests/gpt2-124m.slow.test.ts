@@ -9,7 +9,7 @@
  * Wall time and peak RSS are printed (GNU time). Slow tier: it writes 0.5 GB and trains a 124M model.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -18,24 +18,41 @@ const TIME = '/usr/bin/time';
 let dir: string;
 let gpt2: string;
 
-/** Spawn the CLI (under GNU time -v when present): exit code, output, wall seconds and peak RSS in MB. */
+/**
+ * Spawn the CLI (under GNU time -v when present): exit code, output, wall seconds and peak RSS in MB. Asynchronous:
+ * a synchronous spawn would block this Vitest worker's event loop for minutes, and Vitest reports a worker that
+ * cannot answer its RPC for that long as an unhandled error.
+ */
 function cli(args: string[], timeoutMs: number) {
   const node = [process.execPath, '--import', 'tsx', 'src/cli/main.ts', ...args];
   const timed = existsSync(TIME);
   const t0 = Date.now();
-  const r = spawnSync(timed ? TIME : node[0], timed ? ['-v', ...node] : node.slice(1), {
-    encoding: 'utf8',
-    timeout: timeoutMs,
+  return new Promise<{
+    status: number | null;
+    stdout: string;
+    stderr: string;
+    wall: number;
+    peakRssMB: number | null;
+  }>((resolve, reject) => {
+    const child = spawn(timed ? TIME : node[0], timed ? ['-v', ...node] : node.slice(1), {
+      timeout: timeoutMs,
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', (status) => {
+      const rss = /Maximum resident set size \(kbytes\): (\d+)/.exec(stderr);
+      resolve({
+        status,
+        stdout,
+        stderr,
+        wall: (Date.now() - t0) / 1000,
+        peakRssMB: rss ? Number(rss[1]) / 1024 : null,
+      });
+    });
   });
-  const wall = (Date.now() - t0) / 1000;
-  const rss = /Maximum resident set size \(kbytes\): (\d+)/.exec(r.stderr);
-  return {
-    status: r.status,
-    stdout: r.stdout,
-    stderr: r.stderr,
-    wall,
-    peakRssMB: rss ? Number(rss[1]) / 1024 : null,
-  };
 }
 
 function writeConfig(name: string, extra: Record<string, unknown>): string {
@@ -65,9 +82,9 @@ afterAll(() => {
 });
 
 describe('GPT-2-124M-shaped runs on WASM (CLI)', () => {
-  it('full copies: refused in words before any weight is read (exit 1, no stack, seconds)', () => {
+  it('full copies: refused in words before any weight is read (exit 1, no stack, seconds)', async () => {
     const out = path.join(dir, 'full');
-    const r = cli(['train', '--config', writeConfig('full', {}), '--out', out, '--json'], 120_000);
+    const r = await cli(['train', '--config', writeConfig('full', {}), '--out', out, '--json'], 120_000);
     console.log(`full copies refused: ${r.wall.toFixed(1)} s, peak RSS ${r.peakRssMB?.toFixed(0)} MB`);
     expect(r.status, r.stderr).toBe(1);
     expect(r.stderr).toMatch(
@@ -83,9 +100,12 @@ describe('GPT-2-124M-shaped runs on WASM (CLI)', () => {
     expect(r.wall).toBeLessThan(30);
   }, 180_000);
 
-  it('"lora": 8: accepted, trains one step on WASM (exit 0; step 1 with a finite reward and KL exactly 0)', () => {
+  it('"lora": 8: accepted, trains one step on WASM (exit 0; step 1 with a finite reward and KL exactly 0)', async () => {
     const out = path.join(dir, 'lora');
-    const r = cli(['train', '--config', writeConfig('lora', { lora: 8 }), '--out', out, '--json'], 900_000);
+    const r = await cli(
+      ['train', '--config', writeConfig('lora', { lora: 8 }), '--out', out, '--json'],
+      900_000,
+    );
     console.log(
       `lora 8, 1 step on WASM: ${r.wall.toFixed(1)} s wall, peak RSS ${r.peakRssMB?.toFixed(0)} MB`,
     );
@@ -101,12 +121,12 @@ describe('GPT-2-124M-shaped runs on WASM (CLI)', () => {
     expect(summary.steps).toBe(1);
   }, 900_000);
 
-  it('"lora": 8 at the default batch 16 and responseLength 24: accepted (micro-batches), one step, exit 0', () => {
+  it('"lora": 8 at the default batch 16 and responseLength 24: accepted (micro-batches), one step, exit 0', async () => {
     // Refused before micro-batches ("needs ≈ 3.8 GB … batchSize 12 would fit"). microBatchSize 0 (auto) picks
     // the micro-batch and recompute (model/size.ts resolveStepPlan).
     const out = path.join(dir, 'lora16');
     const cfg = writeConfig('lora16', { lora: 8, batchSize: 16, responseLength: 24 });
-    const r = cli(['train', '--config', cfg, '--out', out, '--json'], 1_500_000);
+    const r = await cli(['train', '--config', cfg, '--out', out, '--json'], 1_500_000);
     console.log(
       `lora 8, batch 16 x 24, 1 step on WASM: ${r.wall.toFixed(1)} s wall, peak RSS ${r.peakRssMB?.toFixed(0)} MB`,
     );
