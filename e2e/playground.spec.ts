@@ -68,7 +68,7 @@ test('loads on WebGPU with the settings of the link', async () => {
   await expect(page.getByTestId('backend-name')).toHaveText('WebGPU');
   await expect(page.getByTestId('model-summary')).toContainText('built-in tiny');
   await expect(stepCounter()).toHaveText('Step 0');
-  await expect(page.getByRole('textbox', { name: 'batchSize value' })).toHaveValue('2');
+  await expect(page.getByRole('textbox', { name: 'batchSize value', exact: true })).toHaveValue('2');
   await expect(page.getByRole('textbox', { name: 'responseLength value' })).toHaveValue('4');
   for (const name of ['Start', 'Pause', 'Step', 'Reset']) await expect(button(name)).toBeVisible();
   for (const title of ['Reward', 'KL', 'Clip fraction', 'Value loss'])
@@ -225,7 +225,7 @@ test('a tampered link shows a clear error and falls back to the defaults', async
   await expect(alert).toContainText('could not be used, so the defaults are loaded instead');
   await expect(alert).toContainText('"klCoef" must be a number from 0 to 10');
   await expect(page.getByRole('textbox', { name: 'klCoef value' })).toHaveValue('0.05');
-  await expect(page.getByRole('textbox', { name: 'batchSize value' })).toHaveValue('16');
+  await expect(page.getByRole('textbox', { name: 'batchSize value', exact: true })).toHaveValue('16');
 });
 
 test('README screenshot: a short sentiment run on the default backend (1280×800)', async () => {
