@@ -10,7 +10,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
-import { registerWasmExtraKernels, gatherStats } from '../src/core/kernels/wasm-extra';
+import { registerWasmExtraKernels, gatherStats, swappedStats } from '../src/core/kernels/wasm-extra';
 import { adamFor, bmmFor, bmmStats, heapMemory, isSharedMemory } from '../src/core/kernels/wasm-simd';
 import { kernelModule, KERNELS, sharedVariant, SHARED_MEMORY_IMPORT } from '../scripts/build-wasm-kernels';
 import { readFile } from 'node:fs/promises';
@@ -152,6 +152,40 @@ describe('SIMD batched matmul on WASM', () => {
       expect(tf.memory().numTensors).toBe(before);
     });
   }
+
+  for (const [label, sa, sb] of [
+    ['an LM head (few rows · a tall B)', [5, 24], [301, 24]],
+    ['rank 3, batch 1', [1, 3, 40], [1, 97, 40]],
+  ] as const) {
+    it(`A·Bᵀ with ${label} runs as (B·Aᵀ)ᵀ, which copies no transpose of B, and matches a plain loop`, async () => {
+      const M = sa[sa.length - 2];
+      const K = sa[sa.length - 1];
+      const N = sb[sb.length - 2];
+      expect(M * K + M * N).toBeLessThan(N * K); // the case the wrapper swaps
+      const av = rand(M * K, 23);
+      const bv = rand(N * K, 29);
+      const before = tf.memory().numTensors;
+      const calls = swappedStats.calls;
+      const got = tf.tidy(() => tf.matMul(tf.tensor(av, [...sa]), tf.tensor(bv, [...sb]), false, true));
+      expect(swappedStats.calls).toBe(calls + 1);
+      expect(got.shape).toEqual([...sa.slice(0, -2), M, N]);
+      const ref = reference(av, [1, M, K], bv, [1, N, K], false, true);
+      const d = await got.data();
+      let worst = 0;
+      for (let i = 0; i < d.length; i++) worst = Math.max(worst, Math.abs(d[i] - ref[i]));
+      expect(worst).toBeLessThan(1e-5);
+      got.dispose();
+      expect(tf.memory().numTensors).toBe(before);
+    });
+  }
+
+  it('A·Bᵀ with a wide A (more rows than B) keeps the explicit transpose of B', async () => {
+    const calls = swappedStats.calls;
+    const got = tf.tidy(() => tf.matMul(tf.ones([50, 8]), tf.ones([3, 8]), false, true));
+    expect(swappedStats.calls).toBe(calls);
+    expect(Array.from(await got.data()).every((x) => x === 8)).toBe(true);
+    got.dispose();
+  });
 
   it("attention-shaped gradients equal the CPU backend's", async () => {
     const q = rand(8 * 12 * 8, 3);

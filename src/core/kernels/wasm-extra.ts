@@ -33,6 +33,9 @@ type KernelFn = (args: {
  *  - leaves batch-1 products to XNNPACK, and one-row q·kᵀ (decoding) to tfjs's loop, which reads it in order.
  * Tested against the CPU backend's kernel (tests/perf-wasm-kernels.test.ts, tests/wasm-bmm.test.ts).
  */
+/** Products computed as (B·Aᵀ)ᵀ (see fastMatMul), counted for the tests. */
+export const swappedStats = { calls: 0 };
+
 function fastMatMul(): void {
   const orig = tf.getKernel('BatchMatMul', 'wasm');
   const transpose = tf.getKernel('Transpose', 'wasm');
@@ -72,6 +75,28 @@ function fastMatMul(): void {
       // products, cheaper than copying the whole key cache into its transpose.
       if (bmm && at.transposeB && !at.transposeA && a.shape[1] < 4)
         return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+      // A·Bᵀ with a large B and few rows of A (the LM head over wte [V, C]; a gradient's dy·Wᵀ): compute (B·Aᵀ)ᵀ
+      // instead, which transposes A and the product (small) rather than B, and gives XNNPACK B as its input rather
+      // than as its kernel. Its kernel (the operand it packs into a copy of its own, kept while that tensor lives)
+      // is then the small Aᵀ, not a fresh transpose of wte (154 MB, and as much again packed, on every decode step).
+      if (!bmm && at.transposeB && !at.transposeA && a.dtype === 'float32' && b.dtype === 'float32') {
+        const M = a.shape[a.shape.length - 2];
+        const K = a.shape[a.shape.length - 1];
+        const N = b.shape[b.shape.length - 2];
+        if (M * K + M * N < N * K) {
+          swappedStats.calls++;
+          const at2 = swapLast(a, backend);
+          const prod = origFn({
+            inputs: { a: b, b: at2 },
+            backend,
+            attrs: { ...attrs, transposeA: false, transposeB: false },
+          }) as tf.TensorInfo;
+          bk.disposeData(at2.dataId);
+          const out = swapLast(prod, backend);
+          bk.disposeData(prod.dataId);
+          return out;
+        }
+      }
       const a2 = at.transposeA ? swapLast(a, backend) : a;
       const b2 = at.transposeB ? swapLast(b, backend) : b;
       let out: tf.TensorInfo;
