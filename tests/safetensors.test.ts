@@ -3,6 +3,8 @@ import { UserError } from '../src/core/errors';
 import {
   readSafetensors,
   writeSafetensors,
+  safetensorsStream,
+  collectBytes,
   type NamedTensor,
   type SafetensorsFile,
 } from '../src/core/model/safetensors';
@@ -320,5 +322,48 @@ describe('readSafetensors errors', () => {
     );
     expect(f.tensors.get('e')!.data.length).toBe(0);
     expect(readSafetensors(build({ __metadata__: {} }), FILE).tensors.size).toBe(0);
+  });
+});
+
+describe('safetensorsStream (a file made one tensor at a time)', () => {
+  const tensors = [
+    { name: 'b.weight', shape: [2, 3], data: new Float32Array([1, 2, 3, 4, 5, 6]) },
+    { name: 'a.bias', shape: [3], data: new Float32Array([-1.5, 0, 7.25]) },
+    { name: 'c', shape: [0], data: new Float32Array([]) },
+  ];
+
+  it('gives the same bytes as writeSafetensors, reading each tensor once, in file order', async () => {
+    const reads: string[] = [];
+    const lazy = tensors.map((t) => ({
+      name: t.name,
+      shape: t.shape,
+      data: async () => {
+        reads.push(t.name);
+        return t.data;
+      },
+    }));
+    const stream = safetensorsStream(lazy, { format: 'pt' });
+    expect(reads).toEqual([]); // nothing read before the bytes are asked for
+    const whole = writeSafetensors(tensors, { format: 'pt' });
+    expect(stream.byteLength).toBe(whole.length);
+    const got = await collectBytes(stream);
+    expect(Array.from(got)).toEqual(Array.from(whole));
+    expect(reads).toEqual(['a.bias', 'b.weight', 'c']);
+    // The bytes read back.
+    const back = readSafetensors(got, 'stream.safetensors');
+    expect(Array.from(back.tensors.get('b.weight')!.data)).toEqual([1, 2, 3, 4, 5, 6]);
+  });
+
+  it('checks names and shapes up front, and a tensor whose data misses its shape when it is due', async () => {
+    const ok = async () => new Float32Array(1);
+    expect(() =>
+      safetensorsStream([
+        { name: 'x', shape: [1], data: ok },
+        { name: 'x', shape: [1], data: ok },
+      ]),
+    ).toThrow(/tensor "x" appears more than once/);
+    expect(() => safetensorsStream([{ name: 'x', shape: [1.5], data: ok }])).toThrow(/non-negative integers/);
+    const bad = safetensorsStream([{ name: 'x', shape: [2], data: ok }]);
+    await expect(collectBytes(bad)).rejects.toThrow(/tensor "x" has 1 values but shape \[2\] needs 2/);
   });
 });

@@ -298,35 +298,82 @@ function compareCodePoints(a: string, b: string): number {
   }
 }
 
-export function writeSafetensors(tensors: NamedTensor[], metadata?: Record<string, string>): Uint8Array {
-  const seen = new Set<string>();
-  for (const t of tensors) {
-    if (typeof t.name !== 'string' || t.name === '' || t.name === '__metadata__') {
-      throw new UserError(`cannot write safetensors: invalid tensor name ${describe(t.name)}.`);
-    }
-    if (seen.has(t.name)) {
-      throw new UserError(
-        `cannot write safetensors: tensor "${t.name}" appears more than once; names must be unique.`,
-      );
-    }
-    seen.add(t.name);
-    let count = 1;
-    for (const d of t.shape) {
-      if (!isNonNegInt(d)) {
-        throw new UserError(
-          `cannot write safetensors: tensor "${t.name}" has shape ${fmtShape(t.shape)}; dimensions must be non-negative integers.`,
-        );
-      }
-      count *= d;
-    }
-    if (t.data.length !== count) {
-      throw new UserError(
-        `cannot write safetensors: tensor "${t.name}" has ${t.data.length} values but shape ${fmtShape(t.shape)} needs ${count}.`,
-      );
-    }
-  }
-  const sorted = tensors.slice().sort((a, b) => compareCodePoints(a.name, b.name));
+/** A tensor whose F32 values are read only when its bytes are written (safetensorsStream). */
+export interface LazyTensor {
+  name: string;
+  shape: number[];
+  data: () => Promise<Float32Array>;
+}
 
+/**
+ * File contents made piece by piece: `byteLength` known up front, `chunks()` yielding the bytes in order. A
+ * checkpoint's weights are written this way, one tensor at a time, so writing a 0.5 GB safetensors file holds one
+ * tensor's bytes in memory, not the file's.
+ */
+export interface ByteSource {
+  readonly byteLength: number;
+  chunks(): AsyncGenerator<Uint8Array>;
+}
+
+/** A file's contents: bytes, or a ByteSource made as it is written. */
+export type FileBody = Uint8Array | ByteSource;
+
+export function isByteSource(b: FileBody): b is ByteSource {
+  return !(b instanceof Uint8Array);
+}
+
+/** All of a file's bytes (a ByteSource's chunks concatenated). */
+export async function collectBytes(b: FileBody): Promise<Uint8Array> {
+  if (!isByteSource(b)) return b;
+  const out = new Uint8Array(b.byteLength);
+  let pos = 0;
+  for await (const c of b.chunks()) {
+    if (pos + c.length > out.length) throw new Error(`collectBytes: more than the ${b.byteLength} bytes announced.`);
+    out.set(c, pos);
+    pos += c.length;
+  }
+  if (pos !== out.length) throw new Error(`collectBytes: ${pos} bytes where ${b.byteLength} were announced.`);
+  return out;
+}
+
+/** Check a tensor's name and shape for writing; returns its element count. */
+function checkedCount(name: unknown, shape: number[], seen: Set<string>): number {
+  if (typeof name !== 'string' || name === '' || name === '__metadata__') {
+    throw new UserError(`cannot write safetensors: invalid tensor name ${describe(name)}.`);
+  }
+  if (seen.has(name)) {
+    throw new UserError(
+      `cannot write safetensors: tensor "${name}" appears more than once; names must be unique.`,
+    );
+  }
+  seen.add(name);
+  let count = 1;
+  for (const d of shape) {
+    if (!isNonNegInt(d)) {
+      throw new UserError(
+        `cannot write safetensors: tensor "${name}" has shape ${fmtShape(shape)}; dimensions must be non-negative integers.`,
+      );
+    }
+    count *= d;
+  }
+  return count;
+}
+
+function lengthMismatch(name: string, length: number, shape: number[], count: number): UserError {
+  return new UserError(
+    `cannot write safetensors: tensor "${name}" has ${length} values but shape ${fmtShape(shape)} needs ${count}.`,
+  );
+}
+
+/**
+ * The header (length prefix, JSON, padding) of F32 tensors with these names, shapes and element counts, in the
+ * Rust library's layout, and the names' order in the data buffer (ascending code points).
+ */
+function safetensorsHeader(
+  tensors: { name: string; shape: number[]; count: number }[],
+  metadata?: Record<string, string>,
+): { header: Uint8Array; order: number[]; dataBytes: number } {
+  const order = tensors.map((_, i) => i).sort((a, b) => compareCodePoints(tensors[a].name, tensors[b].name));
   const parts: string[] = [];
   if (metadata !== undefined) {
     const keys = Object.keys(metadata).sort(compareCodePoints);
@@ -342,8 +389,9 @@ export function writeSafetensors(tensors: NamedTensor[], metadata?: Record<strin
     parts.push(`"__metadata__":${JSON.stringify(md)}`);
   }
   let offset = 0;
-  for (const t of sorted) {
-    const end = offset + t.data.length * 4;
+  for (const i of order) {
+    const t = tensors[i];
+    const end = offset + t.count * 4;
     parts.push(
       `${JSON.stringify(t.name)}:{"dtype":"F32","shape":[${t.shape.join(',')}],"data_offsets":[${offset},${end}]}`,
     );
@@ -351,21 +399,73 @@ export function writeSafetensors(tensors: NamedTensor[], metadata?: Record<strin
   }
   const json = new TextEncoder().encode(`{${parts.join(',')}}`);
   const headerLen = Math.ceil(json.length / 8) * 8;
-  const out = new Uint8Array(8 + headerLen + offset);
-  const view = new DataView(out.buffer);
+  const header = new Uint8Array(8 + headerLen);
+  const view = new DataView(header.buffer);
   view.setUint32(0, headerLen % 2 ** 32, true);
   view.setUint32(4, Math.floor(headerLen / 2 ** 32), true);
-  out.set(json, 8);
-  out.fill(0x20, 8 + json.length, 8 + headerLen);
+  header.set(json, 8);
+  header.fill(0x20, 8 + json.length, 8 + headerLen);
+  return { header, order, dataBytes: offset };
+}
 
-  let pos = 8 + headerLen;
-  for (const t of sorted) {
-    if (LITTLE_ENDIAN_HOST) {
-      out.set(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength), pos);
-    } else {
-      for (let i = 0; i < t.data.length; i++) view.setFloat32(pos + 4 * i, t.data[i], true);
-    }
-    pos += t.data.length * 4;
+/** Little-endian bytes of `data` written at `pos` of `out`. */
+function putF32(out: Uint8Array, pos: number, data: Float32Array): void {
+  if (LITTLE_ENDIAN_HOST) {
+    out.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), pos);
+  } else {
+    const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
+    for (let i = 0; i < data.length; i++) view.setFloat32(pos + 4 * i, data[i], true);
+  }
+}
+
+export function writeSafetensors(tensors: NamedTensor[], metadata?: Record<string, string>): Uint8Array {
+  const seen = new Set<string>();
+  const counts = tensors.map((t) => {
+    const count = checkedCount(t.name, t.shape, seen);
+    if (t.data.length !== count) throw lengthMismatch(t.name, t.data.length, t.shape, count);
+    return { name: t.name, shape: t.shape, count };
+  });
+  const { header, order, dataBytes } = safetensorsHeader(counts, metadata);
+  const out = new Uint8Array(header.length + dataBytes);
+  out.set(header, 0);
+  let pos = header.length;
+  for (const i of order) {
+    putF32(out, pos, tensors[i].data);
+    pos += tensors[i].data.length * 4;
   }
   return out;
+}
+
+/**
+ * The same bytes as writeSafetensors, made one tensor at a time: each tensor's `data()` is called when its bytes
+ * are due (in the file's order) and let go after, so at most one tensor's values are held. Names and shapes are
+ * checked up front; a tensor whose data does not match its shape fails the stream with the same error.
+ */
+export function safetensorsStream(tensors: LazyTensor[], metadata?: Record<string, string>): ByteSource {
+  const seen = new Set<string>();
+  const counts = tensors.map((t) => ({
+    name: t.name,
+    shape: t.shape.slice(),
+    count: checkedCount(t.name, t.shape, seen),
+  }));
+  const { header, order, dataBytes } = safetensorsHeader(counts, metadata);
+  return {
+    byteLength: header.length + dataBytes,
+    async *chunks() {
+      yield header.slice();
+      for (const i of order) {
+        const data = await tensors[i].data();
+        if (data.length !== counts[i].count) {
+          throw lengthMismatch(counts[i].name, data.length, counts[i].shape, counts[i].count);
+        }
+        if (LITTLE_ENDIAN_HOST) {
+          yield new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+        } else {
+          const bytes = new Uint8Array(data.length * 4);
+          putF32(bytes, 0, data);
+          yield bytes;
+        }
+      }
+    },
+  };
 }
