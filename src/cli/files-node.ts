@@ -1,6 +1,7 @@
-import { readFile, stat, mkdir, writeFile } from 'node:fs/promises';
+import { open, readFile, stat, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { ModelFiles } from '../core/model/folder';
+import { isByteSource, type FileBody } from '../core/model/safetensors';
 import { UserError } from '../core/errors';
 
 /** Files larger than this are refused before they are read whole. */
@@ -50,13 +51,35 @@ export async function assertFolder(dir: string, what = 'model folder'): Promise<
   if (!st.isDirectory()) throw new UserError(`${what} ${dir} is a file; pass the folder that holds it.`);
 }
 
-/** Write `files` into `dir`; a name with a '/' (a LoRA checkpoint's adapter/…) goes into that subfolder. */
-export async function writeFolder(dir: string, files: Map<string, Uint8Array>): Promise<void> {
+/**
+ * Write `files` into `dir`; a name with a '/' (a LoRA checkpoint's adapter/…) goes into that subfolder. A
+ * ByteSource is written chunk by chunk as it is made (a checkpoint's weights, one tensor at a time).
+ */
+export async function writeFolder(dir: string, files: Map<string, FileBody>): Promise<void> {
   await mkdir(dir, { recursive: true });
-  for (const [name, bytes] of files) {
+  for (const [name, body] of files) {
     const p = path.join(dir, name);
     if (name.includes('/')) await mkdir(path.dirname(p), { recursive: true });
-    await writeFile(p, bytes);
+    if (!isByteSource(body)) {
+      await writeFile(p, body);
+      continue;
+    }
+    const fh = await open(p, 'w');
+    try {
+      let written = 0;
+      for await (const chunk of body.chunks()) {
+        for (let at = 0; at < chunk.length; ) {
+          const { bytesWritten } = await fh.write(chunk, at, chunk.length - at);
+          at += bytesWritten;
+        }
+        written += chunk.length;
+      }
+      if (written !== body.byteLength) {
+        throw new Error(`writing ${p}: ${written} bytes where ${body.byteLength} were announced.`);
+      }
+    } finally {
+      await fh.close();
+    }
   }
 }
 

@@ -15,6 +15,7 @@ import { rolloutDump } from '../core/ppo/rollout';
 import { rewardFnFromModule } from '../core/reward/module';
 import { UserError } from '../core/errors';
 import { asHeapExhaustion, defaultHeapBudget, HeapExhaustedError } from '../core/oom';
+import type { FileBody } from '../core/model/safetensors';
 
 export const TRAIN_HELP = `train --config FILE --out DIR [--steps N] [--resume CKPT_DIR] [--reward-module FILE.mjs] [--dump-rollouts]
       [--backend wasm|cpu|webgpu] [--json]
@@ -58,7 +59,7 @@ function bar(step: number, total: number, width = 24): string {
  * same name is moved aside and removed only after). A run stopped while writing leaves the previous checkpoints
  * and at most a `.partial` folder, never a half-written `checkpoint-N`.
  */
-export async function writeFolderAtomic(dir: string, files: Map<string, Uint8Array>): Promise<void> {
+export async function writeFolderAtomic(dir: string, files: Map<string, FileBody>): Promise<void> {
   const partial = `${dir}.partial`;
   const old = `${dir}.old`;
   await rm(partial, { recursive: true, force: true });
@@ -76,7 +77,7 @@ export async function writeFolderAtomic(dir: string, files: Map<string, Uint8Arr
 
 async function saveCheckpoint(session: TrainingSession, out: string): Promise<string> {
   const dir = path.join(out, `checkpoint-${session.step}`);
-  await writeFolderAtomic(dir, await session.checkpointFiles());
+  await writeFolderAtomic(dir, await session.checkpointSources()); // weights streamed, one tensor at a time
   return dir;
 }
 

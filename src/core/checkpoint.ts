@@ -20,14 +20,20 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { PpoTrainer } from './ppo/trainer';
 import {
   configBytes,
-  lmSafetensors,
+  lmSafetensorsStream,
   scalarSafetensors,
   loadLM,
   loadScalar,
   readConfig,
   type ModelFiles,
 } from './model/folder';
-import { readSafetensors, writeSafetensors, type NamedTensor } from './model/safetensors';
+import {
+  collectBytes,
+  readSafetensors,
+  writeSafetensors,
+  type FileBody,
+  type NamedTensor,
+} from './model/safetensors';
 import { hasValueModel, validateConfig, type TrainConfig } from './config';
 import { klControllerFromState, type KlControllerState } from './ppo/kl';
 import { Rng } from './rng';
@@ -148,17 +154,28 @@ function specNames(vars: tf.Variable[]): string[] {
   return vars.map((v) => v.name.slice(v.name.indexOf('/') + 1));
 }
 
-/** The files of a checkpoint of the trainer's current state. */
+/** The files of a checkpoint of the trainer's current state (checkpointSources, every file's bytes made). */
 export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8Array>> {
+  const out = new Map<string, Uint8Array>();
+  for (const [name, body] of await checkpointSources(t)) out.set(name, await collectBytes(body));
+  return out;
+}
+
+/**
+ * The files of a checkpoint, the LM weights (model.safetensors, ref_model.safetensors) as ByteSources that read
+ * one weight at a time as they are written: a writer that streams them (the CLI) holds one weight's values, not
+ * the 0.5 GB files of GPT-2 124M. They read the weights when written: write them before the next step.
+ */
+export async function checkpointSources(t: PpoTrainer): Promise<Map<string, FileBody>> {
   const { policy, ref, value, reward } = t.models;
   if (!(await allFinite([...policy.trainableVariables(), ...(value?.trainableVariables() ?? [])]))) {
     throw new UserError(
       `not writing a checkpoint at step ${t.step}: the weights hold NaN/Inf values. The last checkpoint written is the last good one.`,
     );
   }
-  const files = new Map<string, Uint8Array>();
+  const files = new Map<string, FileBody>();
   files.set('config.json', configBytes(policy.config));
-  files.set('model.safetensors', await lmSafetensors(policy)); // a LoRA view writes the merged weights
+  files.set('model.safetensors', lmSafetensorsStream(policy)); // a LoRA view writes the merged weights
   let lora: LoraState | null = null;
   if (policy.lora) {
     if (ref !== policy.base) throw new Error("checkpoint: a LoRA run's reference must be its policy's base");
@@ -177,7 +194,7 @@ export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8A
     } else if (value) files.set('value_model.safetensors', await scalarSafetensors(value));
   } else if (value) files.set('value_model.safetensors', await scalarSafetensors(value));
   const writeRef = t.step > 0;
-  if (writeRef) files.set('ref_model.safetensors', await lmSafetensors(ref));
+  if (writeRef) files.set('ref_model.safetensors', lmSafetensorsStream(ref));
   if (reward.kind === 'model') files.set(REWARD_FILE, await scalarSafetensors(reward.model));
   const opt = [
     ...(await adamTensors(t.policyOpt, 'policy', specNames(policy.trainableVariables()))),

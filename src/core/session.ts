@@ -12,7 +12,8 @@
  */
 import type { TrainConfig } from './config';
 import { applyLive, classifyChanges } from './live';
-import { checkpointFiles, restoreTrainer } from './checkpoint';
+import { checkpointFiles, checkpointSources, restoreTrainer } from './checkpoint';
+import type { FileBody } from './model/safetensors';
 import { buildTrainer, type BuildOptions, type Resources, type TrainerOwner } from './ppo/setup';
 import type { Phase, PpoTrainer, RewardSource, StepResult } from './ppo/trainer';
 import type { ModelFiles } from './model/folder';
@@ -252,6 +253,22 @@ export class TrainingSession {
     t.models.reward = this.baseReward;
     try {
       return await checkpointFiles(t);
+    } finally {
+      t.models.reward = current;
+    }
+  }
+
+  /**
+   * checkpointFiles with the LM weights as ByteSources made one weight at a time as they are written
+   * (core/checkpoint.ts checkpointSources): write them all before the next step.
+   */
+  async checkpointSources(): Promise<Map<string, FileBody>> {
+    this.checkNotSpoiled();
+    const t = this.trainer;
+    const current = t.models.reward;
+    t.models.reward = this.baseReward;
+    try {
+      return await checkpointSources(t);
     } finally {
       t.models.reward = current;
     }

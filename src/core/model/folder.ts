@@ -7,8 +7,8 @@ import type { GPT2Config } from './config';
 import { parseGPT2Config, configToJson } from './config';
 import { GPT2, type GPT2Options } from './gpt2';
 import { ScalarModel } from './heads';
-import { readSafetensors, writeSafetensors } from './safetensors';
-import { mapHfTensors, toHfTensors } from './hfnames';
+import { readSafetensors, safetensorsStream, writeSafetensors, type ByteSource } from './safetensors';
+import { hfTensorName, mapHfTensors, toHfTensors } from './hfnames';
 import { trunkParamSpecs, scoreHeadSpecs } from './specs';
 import { tokenizerFor } from '../tokenizer';
 import type { Tokenizer } from '../tokenizer/types';
@@ -123,6 +123,17 @@ export function configBytes(config: GPT2Config): Uint8Array {
 export async function lmSafetensors(model: GPT2): Promise<Uint8Array> {
   const specs = trunkParamSpecs(model.config);
   return writeSafetensors(toHfTensors(await model.toArrays(), specs, { prefix: true }), { format: 'pt' });
+}
+
+/**
+ * lmSafetensors as a ByteSource: the same bytes, made one weight at a time as they are written (a checkpoint of
+ * GPT-2 124M then holds one weight's values in memory, not two copies of the 0.5 GB file).
+ */
+export function lmSafetensorsStream(model: GPT2): ByteSource {
+  return safetensorsStream(
+    model.lazyArrays().map((t) => ({ ...t, name: hfTensorName(t.name, { prefix: true }) })),
+    { format: 'pt' },
+  );
 }
 
 /** safetensors bytes of a scalar model in GPT2ForSequenceClassification names. */

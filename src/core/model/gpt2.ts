@@ -297,26 +297,44 @@ export class GPT2 {
    */
   async toArrays(): Promise<Map<string, Float32Array>> {
     const out = new Map<string, Float32Array>();
-    const C = this.config.n_embd;
-    if (this.wte.length > 1) {
-      const wte = new Float32Array(this.config.vocab_size * C);
-      for (let k = 0; k < this.wte.length; k++)
-        wte.set((await this.wte[k].data()) as Float32Array, k * this.wteChunkRows * C);
-      out.set('wte.weight', wte);
-    }
-    for (const spec of this.specs) {
-      if (spec.name === 'wte.weight' && this.wte.length > 1) continue;
-      const v = this.p(spec.name);
-      const lr = this.lowRankOf(spec.name);
-      if (!lr) {
-        out.set(spec.name, (await v.data()) as Float32Array);
-        continue;
-      }
-      const merged = mergedConv1dWeight(v, lr);
-      out.set(spec.name, (await merged.data()) as Float32Array);
-      merged.dispose();
-    }
+    for (const t of this.lazyArrays()) out.set(t.name, await t.data());
     return out;
+  }
+
+  /**
+   * toArrays one weight at a time: each entry's `data()` reads (for an adapted weight, merges then reads) that
+   * weight when called, so a checkpoint writer holds one weight's values at a time (safetensorsStream).
+   */
+  lazyArrays(): { name: string; shape: number[]; data: () => Promise<Float32Array> }[] {
+    const C = this.config.n_embd;
+    return this.specs.map((spec) => {
+      const entry = { name: spec.name, shape: spec.shape.slice() };
+      if (spec.name === 'wte.weight' && this.wte.length > 1) {
+        return {
+          ...entry,
+          data: async () => {
+            const wte = new Float32Array(this.config.vocab_size * C);
+            for (let k = 0; k < this.wte.length; k++)
+              wte.set((await this.wte[k].data()) as Float32Array, k * this.wteChunkRows * C);
+            return wte;
+          },
+        };
+      }
+      return {
+        ...entry,
+        data: async () => {
+          const v = this.p(spec.name);
+          const lr = this.lowRankOf(spec.name);
+          if (!lr) return (await v.data()) as Float32Array;
+          const merged = mergedConv1dWeight(v, lr);
+          try {
+            return (await merged.data()) as Float32Array;
+          } finally {
+            merged.dispose();
+          }
+        },
+      };
+    });
   }
 
   /** A plain model frees its weights; a LoRA view frees its adapters only (the base is shared). */

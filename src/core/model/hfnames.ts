@@ -160,6 +160,11 @@ export function mapHfTensors(
  * Our parameters as HF-named tensors for export: trunk names get the `transformer.` prefix when
  * `opts.prefix`; `score.*` never does; no `lm_head.weight` (tied; transformers ties it on load).
  */
+/** The file name of parameter `name` (GPT2LMHeadModel's `transformer.` prefix when asked; score heads never). */
+export function hfTensorName(name: string, opts: { prefix: boolean }): string {
+  return opts.prefix && !isScoreName(name) ? `${PREFIX}${name}` : name;
+}
+
 export function toHfTensors(
   params: Map<string, Float32Array>,
   specs: ParamSpec[],
@@ -174,7 +179,7 @@ export function toHfTensors(
         `toHfTensors: parameter "${s.name}" has ${data.length} values, shape ${fmtShape(s.shape)} needs ${count}.`,
       );
     }
-    const name = opts.prefix && !isScoreName(s.name) ? `${PREFIX}${s.name}` : s.name;
+    const name = hfTensorName(s.name, opts);
     return { name, shape: s.shape.slice(), data };
   });
 }
