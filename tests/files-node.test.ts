@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { writeFolder } from '../src/cli/files-node';
-import { safetensorsStream, writeSafetensors } from '../src/core/model/safetensors';
+import { safetensorsStream, writeSafetensors, type FileBody } from '../src/core/model/safetensors';
 
 describe('writeFolder', () => {
   it('writes bytes and ByteSources (streamed chunk by chunk) into files and subfolders', async () => {
@@ -17,7 +17,7 @@ describe('writeFolder', () => {
       const lazy = tensors.map((t) => ({ ...t, data: async () => t.data }));
       await writeFolder(
         dir,
-        new Map([
+        new Map<string, FileBody>([
           ['config.json', new TextEncoder().encode('{}\n')],
           ['adapter/model.safetensors', safetensorsStream(lazy, { format: 'pt' })],
         ]),
