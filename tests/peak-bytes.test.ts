@@ -5,7 +5,7 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
-import { peakBytesDuring } from '../src/bench/perf/memory';
+import { peakBytesDuring, peakMemoryDuring } from '../src/bench/perf/memory';
 
 describe('peakBytesDuring', () => {
   beforeAll(useCpu);
@@ -40,5 +40,28 @@ describe('peakBytesDuring', () => {
     const ours = await peakBytesDuring(work);
     expect(ours).toBeGreaterThanOrEqual(prof.peakBytes);
     expect(ours).toBeLessThan(prof.peakBytes + 64 * 64 * 4 * 2);
+  });
+
+  it('counts a buffer shared by several tensors once in liveBytesGrowth (tfjs counts it per tensor)', async () => {
+    const base = tf.memory().numBytes;
+    const held = tf.zeros([100]); // live before: not growth
+    const m = await peakMemoryDuring(async () => {
+      const a = tf.zeros([1000]);
+      const views = [tf.reshape(a, [10, 100]), tf.reshape(a, [100, 10]), a.clone()]; // one buffer, four tensors
+      const b = tf.zeros([250]);
+      tf.dispose([b]);
+      tf.dispose([a, ...views]);
+      held.dispose(); // freeing what was there before lowers the count below its start
+      const c = tf.zeros([50]);
+      c.dispose();
+    });
+    expect(m.liveBytesGrowth).toBe((1000 + 250) * 4);
+    expect(m.numBytes - base).toBe((100 + 4 * 1000 + 250) * 4);
+    // Hooks removed: the engine counts as before.
+    const z = tf.zeros([8]);
+    const d = tf.reshape(z, [2, 4]);
+    expect(tf.memory().numBytes).toBe(base + 2 * 8 * 4); // tfjs's count: per tensor
+    tf.dispose([z, d]);
+    expect(tf.memory().numBytes).toBe(base);
   });
 });

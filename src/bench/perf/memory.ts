@@ -131,8 +131,19 @@ export interface FourModelMemory {
   /** What the weights and optimizer moments alone take (expectedFourModelBytes, or expectedSetupBytes). */
   expectedBytes: number;
   tensorsAfterStep1: number;
-  /** Highest numBytes at any moment of step 1 (peakBytesDuring), relative to the baseline; null where not measured. */
+  /**
+   * Highest numBytes at any moment of step 1 (peakBytesDuring), relative to the baseline; null where not measured.
+   * tfjs's count: a buffer viewed by several tensors (autodiff's saved clones, reshapes) counts once per tensor.
+   */
   peakBytesStep1: number | null;
+  /**
+   * The most bytes of distinct tensor buffers live at any moment of step 1, relative to the baseline: what is held
+   * when it starts plus peakMemoryDuring's growth (each buffer once, however many tensors view it). Null where not
+   * measured.
+   */
+  peakLiveBytesStep1?: number | null;
+  /** The pre-flight estimate of the step's peak (trainer.memoryEstimate: what the CLI and the app check). */
+  estimatedPeakBytes?: number;
   /** The WASM heap's size after step 1 (it only grows: its high-water mark); null on other backends. */
   heapBytes?: number | null;
   /** The update phase of step 1 (timeUpdate), seconds. */
@@ -249,12 +260,43 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
 /**
  * The largest `tf.memory().numBytes` at any moment while `f` runs: every change of the engine's byte count is
  * seen (tf.profile only samples it after each kernel, and its Math.max over every kernel's snapshot overflows the
- * stack on a GPT-2 step's hundreds of thousands of kernels).
+ * stack on a GPT-2 step's hundreds of thousands of kernels). Note what that count is: tfjs adds a tensor's bytes
+ * for every tensor object, so a buffer shared by several tensors (autodiff's saved clones of its inputs, a
+ * reshape, WASM's Identity) is counted once per tensor. peakMemoryDuring also gives the bytes really held.
  */
 export async function peakBytesDuring(f: () => Promise<void>): Promise<number> {
-  const state = (tf.engine() as unknown as { state: { numBytes: number } }).state;
+  return (await peakMemoryDuring(f)).numBytes;
+}
+
+/** What peakMemoryDuring measured. */
+export interface PeakMemory {
+  /** The largest tf.memory().numBytes (tfjs's count: a shared buffer once per tensor that views it). */
+  numBytes: number;
+  /**
+   * The largest growth of the bytes of distinct data buffers over their amount when `f` started: each buffer
+   * counted once, from the moment the engine first tracks it until the backend frees it (removeDataId). This is
+   * the memory the tensors really take (backend-internal copies, such as XNNPACK's packed weights on WASM, aside).
+   */
+  liveBytesGrowth: number;
+}
+
+interface EngineHooks {
+  state: { numBytes: number; tensorInfo: WeakMap<object, { bytes: number; backend: unknown }> };
+  trackTensor(a: { dataId: object }, backend: unknown): void;
+  removeDataId(dataId: object, backend: unknown): void;
+}
+
+/**
+ * Both peaks of `f` (PeakMemory). The engine's counter and two of its methods are wrapped while `f` runs and
+ * restored after (instance properties over the prototype's methods).
+ */
+export async function peakMemoryDuring(f: () => Promise<void>): Promise<PeakMemory> {
+  const engine = tf.engine() as unknown as EngineHooks;
+  const state = engine.state;
   let value = state.numBytes;
   let peak = value;
+  let live = 0;
+  let livePeak = 0;
   Object.defineProperty(state, 'numBytes', {
     configurable: true,
     enumerable: true,
@@ -264,13 +306,30 @@ export async function peakBytesDuring(f: () => Promise<void>): Promise<number> {
       if (v > peak) peak = v;
     },
   });
+  const track = engine.trackTensor;
+  const remove = engine.removeDataId;
+  engine.trackTensor = function (a, backend) {
+    const fresh = !state.tensorInfo.has(a.dataId);
+    track.call(engine, a, backend);
+    if (fresh) {
+      live += state.tensorInfo.get(a.dataId)?.bytes ?? 0;
+      if (live > livePeak) livePeak = live;
+    }
+  };
+  engine.removeDataId = function (dataId, backend) {
+    const info = state.tensorInfo.get(dataId);
+    if (info && info.backend === backend) live -= info.bytes;
+    remove.call(engine, dataId, backend);
+  };
   try {
     await f();
   } finally {
+    delete (engine as { trackTensor?: unknown }).trackTensor;
+    delete (engine as { removeDataId?: unknown }).removeDataId;
     delete (state as { numBytes?: number }).numBytes;
     state.numBytes = value;
   }
-  return peak;
+  return { numBytes: peak, liveBytesGrowth: livePeak };
 }
 
 export function disposeTrainer(t: PpoTrainer): void {
@@ -292,12 +351,17 @@ export async function benchFourModelMemory(o: MemoryBenchOptions): Promise<FourM
     o.onProgress?.(`${o.label}: PPO step 1`);
     const t0 = performance.now();
     let peak: number | null = null;
+    let peakLive: number | null = null;
     let updateSeconds = 0;
     if (o.profilePeak) {
-      const measured = await peakBytesDuring(async () => {
+      // Bytes held when the step starts (the weights, adapters, optimiser state: distinct buffers between
+      // steps), plus the most the step's own buffers grow beyond them.
+      const held = tf.memory().numBytes - base;
+      const measured = await peakMemoryDuring(async () => {
         updateSeconds = (await trainer.trainStep()).metrics.timeUpdate;
       });
-      peak = measured - base;
+      peak = measured.numBytes - base;
+      peakLive = held + measured.liveBytesGrowth;
     } else {
       updateSeconds = (await trainer.trainStep()).metrics.timeUpdate;
     }
@@ -326,6 +390,8 @@ export async function benchFourModelMemory(o: MemoryBenchOptions): Promise<FourM
       expectedBytes: expectedSetupBytes(o.config, o.setup ?? 'four-model'),
       tensorsAfterStep1: tensors1,
       peakBytesStep1: peak,
+      peakLiveBytesStep1: peakLive,
+      estimatedPeakBytes: trainer.memoryEstimate().total,
       heapBytes: tf.getBackend() === 'wasm' ? heap : null,
       updateSeconds,
       microBatchSize: plan.microBatchSize,

@@ -46,7 +46,14 @@ import {
   maskedMeanT,
   type Denominators,
 } from './losses';
-import { runMemoryOptions, runShapeOf, type StepPlan } from '../model/size';
+import {
+  estimateRunMemory,
+  runMemoryOptions,
+  runShapeOf,
+  type MemoryEstimate,
+  type RunShape,
+  type StepPlan,
+} from '../model/size';
 import { chunkedTokenLogprobs } from './chunked-logprob';
 
 /** Vocabulary entries per chunk of the update's log-prob and entropy (ppo/chunked-logprob.ts). */
@@ -320,16 +327,26 @@ export class PpoTrainer {
    * largest that keeps each phase's working tensors under a modest budget) and whether the update recomputes.
    */
   stepPlan(cfg: TrainConfig = this.cfg): StepPlan {
+    const shape = this.runShape(cfg);
+    return { microBatchSize: shape.microBatchSize!, recompute: !!shape.recompute };
+  }
+
+  /** The pre-flight memory estimate of a step with `cfg` as this trainer runs it (model/size.ts). */
+  memoryEstimate(cfg: TrainConfig = this.cfg): MemoryEstimate {
+    const opts = runMemoryOptions(cfg, this.models.reward.kind === 'model');
+    return estimateRunMemory(this.models.policy.config, this.runShape(cfg), opts);
+  }
+
+  private runShape(cfg: TrainConfig): RunShape {
     const { policy, reward } = this.models;
     const V = policy.config.vocab_size;
-    const shape = runShapeOf(
+    return runShapeOf(
       policy.config,
       cfg,
       this.longestPrompt,
       runMemoryOptions(cfg, reward.kind === 'model'),
       chunksVocabulary(cfg.responseLength, V) ? VOCAB_CHUNK : 0,
     );
-    return { microBatchSize: shape.microBatchSize!, recompute: !!shape.recompute };
   }
 
   /** The micro-batch of a step with `cfg` (stepPlan). */
