@@ -514,3 +514,52 @@ describe('the estimate with LoRA on the WASM backend (V 8192, within 25%)', () =
     within25(r.estimate, r.measured);
   }, 60_000);
 });
+
+describe('the automatic plan (microBatchSize 0, recompute "auto")', () => {
+  const plan = (config: GPT2Config, over: Partial<Parameters<typeof validateConfig>[0]> = {}) => {
+    const cfg = validateConfig({ model: 'x', task: 'sentiment', ...over }, 'test');
+    const opts = {
+      lora: cfg.lora > 0 ? { r: cfg.lora, targets: cfg.loraTargets } : undefined,
+      valueModel: cfg.lora > 0 ? ('shared' as const) : ('separate' as const),
+      rewardModel: false,
+    };
+    return runShapeOf(
+      config,
+      cfg,
+      13,
+      opts,
+      chunksVocabulary(cfg.responseLength, config.vocab_size) ? VOCAB_CHUNK : 0,
+    );
+  };
+
+  it('GPT-2 124M LoRA at batch 16 × 24: micro-batches of 4 with recompute (not 1: slower per sample)', () => {
+    const s = plan(gpt2, { lora: 8, batchSize: 16, responseLength: 24, miniBatches: 2 });
+    expect(s.microBatchSize).toBe(4);
+    expect(s.recompute).toBe(true);
+  });
+
+  it('a small model runs its whole minibatch at once, without recompute', () => {
+    const s = plan(bytesShape(2, 64, 2), { batchSize: 16, responseLength: 24, miniBatches: 2 });
+    expect(s.microBatchSize).toBe(8);
+    expect(s.recompute).toBe(false);
+  });
+
+  it('micro-batches are evened out: no 6 + 2 where 4 + 4 takes as many', () => {
+    for (const batchSize of [8, 14, 20]) {
+      const s = plan(gpt2, { lora: 8, batchSize, responseLength: 24, miniBatches: 1 });
+      const mb = batchSize;
+      const k = Math.ceil(mb / s.microBatchSize!);
+      // The size is the even split of the minibatch into its k micro-batches.
+      expect(s.microBatchSize).toBe(Math.ceil(mb / k));
+    }
+  });
+
+  it('an explicit microBatchSize is kept (capped at the batch)', () => {
+    expect(plan(gpt2, { lora: 8, batchSize: 16, responseLength: 24, microBatchSize: 2 }).microBatchSize).toBe(
+      2,
+    );
+    expect(plan(gpt2, { lora: 8, batchSize: 4, responseLength: 8, microBatchSize: 64 }).microBatchSize).toBe(
+      4,
+    );
+  });
+});

@@ -480,9 +480,11 @@ export function runMemoryOptions(
 }
 
 /**
- * Activation bytes the automatic micro-batch (microBatchSize 0) keeps each phase under: a modest share of any
- * device, so that a run stays well inside memory (a 4 GB laptop GPU, WASM's heap) while small models still run
- * a whole minibatch at once (the fastest).
+ * Activation bytes the automatic micro-batch (microBatchSize 0) lets its samples add to each phase: a modest
+ * share of any device, so that a run stays well inside memory (a 4 GB laptop GPU, WASM's heap), while small
+ * models still run a whole minibatch at once and GPT-2 runs micro-batches of 4 (faster per sample than 1: a
+ * matmul over more rows). What a phase holds whatever the micro-batch (the weights, their copies on the tape)
+ * is not counted against it: no micro-batch could lower it.
  */
 export const AUTO_MICRO_BATCH_BYTES = 256e6;
 
@@ -494,9 +496,10 @@ export interface StepPlan {
 
 /**
  * The plan of a step with `cfg`. recompute: 'blocks' on, 'off' off, 'auto' on when even a micro-batch of one
- * sample would keep more than AUTO_MICRO_BATCH_BYTES of working tensors without it (a GPT-2-sized model: its
+ * sample would add more than AUTO_MICRO_BATCH_BYTES of working tensors without it (a GPT-2-sized model: its
  * update keeps every block's activations). The micro-batch: `microBatchSize` when set (at most the batch), else
- * (0 = auto) the largest that keeps every phase under AUTO_MICRO_BATCH_BYTES, from the whole minibatch down to 1.
+ * (0 = auto) the largest whose samples add at most AUTO_MICRO_BATCH_BYTES to every phase, from the whole
+ * minibatch down to 1, then evened out over as many micro-batches as that takes.
  */
 export function resolveStepPlan(
   c: Shape,
@@ -505,17 +508,26 @@ export function resolveStepPlan(
   models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null },
   extra: Pick<RunShape, 'vocabChunk'> = {},
 ): StepPlan {
+  const phases = (m: number, recompute: boolean) =>
+    phaseFloats(c, { ...cfg, promptLength, microBatchSize: m, recompute, ...extra }, models);
+  // What m samples add to each phase: the phase at m less its part that no micro-batch changes (the weights'
+  // copies on autodiff's tape, …), found by extrapolating the phase at 1 and 2 samples back to 0.
   const fits = (m: number, recompute: boolean) => {
-    const run: RunShape = { ...cfg, promptLength, microBatchSize: m, recompute, ...extra };
-    const p = phaseFloats(c, run, models);
-    return Math.max(p.generate, p.score, p.update) * FLOAT32_BYTES <= AUTO_MICRO_BATCH_BYTES;
+    const [p1, p2, pm] = [phases(1, recompute), phases(2, recompute), phases(m, recompute)];
+    const grows = (k: MemoryPhase) => pm[k] - (2 * p1[k] - p2[k]);
+    return (
+      Math.max(grows('generate'), grows('score'), grows('update')) * FLOAT32_BYTES <= AUTO_MICRO_BATCH_BYTES
+    );
   };
   const recompute = cfg.recompute === 'blocks' || (cfg.recompute === 'auto' && !fits(1, false));
   if (cfg.microBatchSize > 0) {
     return { microBatchSize: Math.min(cfg.microBatchSize, cfg.batchSize), recompute };
   }
   const mb = Math.max(1, Math.ceil(cfg.batchSize / Math.max(1, cfg.miniBatches)));
-  for (let m = mb; m > 1; m--) if (fits(m, recompute)) return { microBatchSize: m, recompute };
+  for (let m = mb; m > 1; m--) {
+    // As few micro-batches as the largest fitting size needs, evened out (8 as 4 + 4, not 6 + 2).
+    if (fits(m, recompute)) return { microBatchSize: Math.ceil(mb / Math.ceil(mb / m)), recompute };
+  }
   return { microBatchSize: 1, recompute };
 }
 
