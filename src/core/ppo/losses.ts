@@ -80,6 +80,21 @@ export interface PolicyLossOptions {
   responseLength?: number;
   /** A micro-batch's share of its minibatch (see Denominators); absent: the tensors are the minibatch. */
   denominators?: Denominators;
+  /**
+   * `"token"` (default): one ratio per token, the per-token losses aggregated by `aggregation` (PPO, GRPO,
+   * REINFORCE++). `"sequence"`: TRL RLOOTrainer's loss (docs/formats.md §7): one ratio per sequence,
+   * exp(Σ_t logp − Σ_t logp_old) over counted tokens, clipped, and the per-sequence loss averaged over the
+   * minibatch's sequences (`aggregation` does not apply). See sequencePolicyLoss.
+   */
+  ratioLevel?: RatioLevel;
+}
+
+/** Whether the surrogate's ratio is per token or per sequence (PolicyLossOptions.ratioLevel). */
+export type RatioLevel = 'token' | 'sequence';
+
+/** The ratio level an algorithm's loss uses: per sequence for RLOO (TRL RLOOTrainer), per token otherwise. */
+export function ratioLevelOf(algorithm: string): RatioLevel {
+  return algorithm === 'rloo' ? 'sequence' : 'token';
 }
 
 /**
@@ -111,7 +126,9 @@ export function clipFractions(
   mask: tf.Tensor,
   clipRange: number,
   denominators?: Denominators,
+  level: RatioLevel = 'token',
 ): { low: tf.Scalar; high: tf.Scalar } {
+  if (level === 'sequence') return sequenceClipFractions(logpNew, logpOld, advantages, mask, clipRange, denominators);
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');
     const lr = tf.sub(logpNew, logpOld);
@@ -155,6 +172,9 @@ export function policyLoss(
   logRatioClamp: number,
   opts: PolicyLossOptions = {},
 ): PolicyLossResult {
+  if (opts.ratioLevel === 'sequence') {
+    return sequencePolicyLoss(logpNew, logpOld, advantages, mask, clipRange, logRatioClamp, opts.denominators);
+  }
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');
     const rawLogRatio = tf.sub(logpNew, logpOld);
@@ -187,6 +207,89 @@ export function policyLoss(
         m,
         tokens,
       ),
+    };
+  });
+}
+
+/**
+ * Per row: the summed log ratio Σ_t (logp − logp_old)·m over counted tokens (padding zeroed first, so a wild
+ * padded token cannot give Inf·0 = NaN) and the row's advantage (the mean of A over its counted tokens: the
+ * critic-free algorithms put the same A_i at every counted token; 0 for a row with no counted token).
+ */
+function sequenceTerms(logpNew: tf.Tensor, logpOld: tf.Tensor, advantages: tf.Tensor, mask: tf.Tensor) {
+  const m = tf.cast(mask, 'float32');
+  const counted = tf.greater(m, 0);
+  const lr = tf.sub(logpNew, logpOld);
+  const rowLogRatio = tf.sum(tf.mul(tf.where(counted, lr, tf.zerosLike(lr)), m), 1);
+  const rowA = tf.div(
+    tf.sum(tf.mul(tf.where(counted, advantages, tf.zerosLike(advantages)), m), 1),
+    tf.maximum(tf.sum(m, 1), 1),
+  );
+  return { rowLogRatio, rowA };
+}
+
+/** Σ over rows / the minibatch's sequence count (Denominators.rows), or the mean over rows when absent. */
+function rowMean(x: tf.Tensor, denominators?: Denominators): tf.Scalar {
+  return (denominators ? tf.div(tf.sum(x), denominators.rows) : tf.mean(x)) as tf.Scalar;
+}
+
+/**
+ * TRL RLOOTrainer's loss (trl 1.13 rloo_trainer.py `_compute_loss`; docs/formats.md §7): per sequence i,
+ * ρ_i = exp(Σ_t logp − Σ_t logp_old) over counted tokens, L_i = max(−A_i·ρ_i, −A_i·clip(ρ_i, 1−ε, 1+ε)), and the
+ * loss is the mean of L_i over the minibatch's sequences (Σ over the micro-batch's rows / Denominators.rows with
+ * micro-batches, so the shares sum to the minibatch's mean). `logRatioClamp` bounds the SUMMED log ratio before
+ * `exp` in the loss (no gradient past it). The statistics are per sequence, as TRL's: clipFrac the share of
+ * sequences whose clipped branch is the larger loss, approxKl the mean of ½·(Σ_t log ratio)², ratioMean/ratioMax
+ * over the sequence ratios (unclamped), logRatioClampFrac the share of sequences whose summed log ratio hit the
+ * clamp.
+ */
+export function sequencePolicyLoss(
+  logpNew: tf.Tensor,
+  logpOld: tf.Tensor,
+  advantages: tf.Tensor,
+  mask: tf.Tensor,
+  clipRange: number,
+  logRatioClamp: number,
+  denominators?: Denominators,
+): PolicyLossResult {
+  return tf.tidy(() => {
+    const { rowLogRatio, rowA } = sequenceTerms(logpNew, logpOld, advantages, mask);
+    const ratio = tf.exp(tf.clipByValue(rowLogRatio, -logRatioClamp, logRatioClamp));
+    const negA = tf.neg(rowA);
+    const l1 = tf.mul(negA, ratio);
+    const l2 = tf.mul(negA, tf.clipByValue(ratio, 1 - clipRange, 1 + clipRange));
+    const statRatio = tf.exp(rowLogRatio);
+    return {
+      loss: rowMean(tf.maximum(l1, l2), denominators),
+      clipFrac: rowMean(tf.cast(tf.greater(l2, l1), 'float32'), denominators),
+      approxKl: rowMean(tf.mul(0.5, tf.square(rowLogRatio)), denominators),
+      ratioMean: rowMean(statRatio, denominators),
+      ratioMax: tf.max(statRatio) as tf.Scalar,
+      logRatioClampFrac: rowMean(
+        tf.cast(tf.greater(tf.abs(rowLogRatio), logRatioClamp), 'float32'),
+        denominators,
+      ),
+    };
+  });
+}
+
+/** TRL RLOOTrainer's clip statistics, per sequence: ρ_i < 1 − ε with A_i < 0 (low), ρ_i > 1 + ε with A_i > 0 (high). */
+export function sequenceClipFractions(
+  logpNew: tf.Tensor,
+  logpOld: tf.Tensor,
+  advantages: tf.Tensor,
+  mask: tf.Tensor,
+  clipRange: number,
+  denominators?: Denominators,
+): { low: tf.Scalar; high: tf.Scalar } {
+  return tf.tidy(() => {
+    const { rowLogRatio, rowA } = sequenceTerms(logpNew, logpOld, advantages, mask);
+    const ratio = tf.exp(rowLogRatio);
+    const zero = tf.zerosLike(rowA);
+    const frac = (b: tf.Tensor) => rowMean(tf.cast(b, 'float32'), denominators);
+    return {
+      low: frac(tf.logicalAnd(tf.less(ratio, 1 - clipRange), tf.less(rowA, zero))),
+      high: frac(tf.logicalAnd(tf.greater(ratio, 1 + clipRange), tf.greater(rowA, zero))),
     };
   });
 }

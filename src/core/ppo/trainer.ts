@@ -45,6 +45,7 @@ import {
   logprobsFromLogits,
   maskedMeanT,
   type Denominators,
+  ratioLevelOf,
 } from './losses';
 import {
   estimateRunMemory,
@@ -476,8 +477,18 @@ export class PpoTrainer {
       aggregation: cfg.lossAggregation,
       responseLength: R,
       denominators: denom,
+      // RLOO: one ratio per sequence, TRL RLOOTrainer's loss (losses.ts sequencePolicyLoss).
+      ratioLevel: ratioLevelOf(cfg.algorithm),
     });
-    const clip = clipFractions(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, denom);
+    const clip = clipFractions(
+      lp,
+      mb.oldLogprobs,
+      mb.advantages,
+      mb.mask,
+      cfg.clipRange,
+      denom,
+      ratioLevelOf(cfg.algorithm),
+    );
     let loss = pl.loss;
     if (mb.refLogprobs) {
       const k3 = klTermLoss(lp, mb.refLogprobs, mb.mask, cfg.lossAggregation, R, denom);
