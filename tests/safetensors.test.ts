@@ -367,3 +367,55 @@ describe('safetensorsStream (a file made one tensor at a time)', () => {
     await expect(collectBytes(bad)).rejects.toThrow(/tensor "x" has 1 values but shape \[2\] needs 2/);
   });
 });
+
+describe('readSafetensors: F32 values without a copy', () => {
+  const tensors = [
+    { name: 'a', shape: [2, 2], data: new Float32Array([1, 2, 3, 4]) },
+    { name: 'b', shape: [3], data: new Float32Array([5, 6, 7]) },
+  ];
+
+  it('aligned values are views of the file (no second copy of a large file in memory)', () => {
+    const bytes = writeSafetensors(tensors);
+    const file = readSafetensors(bytes, 'x.safetensors');
+    for (const t of tensors) {
+      const got = file.tensors.get(t.name)!.data;
+      expect(Array.from(got)).toEqual(Array.from(t.data));
+      expect(got.buffer).toBe(bytes.buffer);
+    }
+  });
+
+  it('unaligned values (bytes at an odd offset of their buffer) are copied, with the same values', () => {
+    const bytes = writeSafetensors(tensors);
+    const shifted = new Uint8Array(bytes.length + 1);
+    shifted.set(bytes, 1);
+    const file = readSafetensors(shifted.subarray(1), 'x.safetensors');
+    for (const t of tensors) {
+      const got = file.tensors.get(t.name)!.data;
+      expect(Array.from(got)).toEqual(Array.from(t.data));
+      expect(got.buffer).not.toBe(shifted.buffer);
+    }
+  });
+});
+
+describe('safetensorsStream with a tensor in pieces', () => {
+  it('pieces give the same bytes as the whole tensor; more or fewer values than the shape are an error', async () => {
+    const whole = new Float32Array([1, 2, 3, 4, 5, 6, 7]);
+    const pieces = (cut: number[]) =>
+      async function* () {
+        let at = 0;
+        for (const n of cut) {
+          yield Float32Array.from({ length: n }, (_, i) => at + i + 1); // 1, 2, … as `whole`
+          at += n;
+        }
+      };
+    const t = (cut: number[]) => [
+      { name: 'w', shape: [7], data: async () => new Float32Array(0), pieces: pieces(cut) },
+    ];
+    const ref = writeSafetensors([{ name: 'w', shape: [7], data: whole }]);
+    expect(Array.from(await collectBytes(safetensorsStream(t([3, 3, 1]))))).toEqual(Array.from(ref));
+    await expect(collectBytes(safetensorsStream(t([3, 3])))).rejects.toThrow(/has 6 values but shape \[7\]/);
+    await expect(collectBytes(safetensorsStream(t([3, 3, 3])))).rejects.toThrow(
+      /has 9 values but shape \[7\]/,
+    );
+  });
+});

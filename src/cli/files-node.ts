@@ -68,7 +68,7 @@ export async function writeFolder(dir: string, files: Map<string, FileBody>): Pr
     try {
       let written = 0;
       for await (const chunk of body.chunks()) {
-        for (let at = 0; at < chunk.length; ) {
+        for (let at = 0; at < chunk.length;) {
           const { bytesWritten } = await fh.write(chunk, at, chunk.length - at);
           at += bytesWritten;
         }

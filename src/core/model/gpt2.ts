@@ -20,6 +20,10 @@ import { causalPaddingBias, causalSelfAttention, decodeAttention, keyPaddingBias
 import { LoraAdapters, loraModuleShape } from './lora';
 import type { LayerKV } from '../kernels/definitions';
 import { recomputed, recordingGradients } from './recompute';
+import type { LazyTensor } from './safetensors';
+
+/** Rows of wte per piece when a checkpoint streams it (8192 × 768 floats: 25 MB for GPT-2). */
+const WTE_PIECE_ROWS = 8192;
 
 let modelCounter = 0;
 
@@ -305,13 +309,32 @@ export class GPT2 {
    * toArrays one weight at a time: each entry's `data()` reads (for an adapted weight, merges then reads) that
    * weight when called, so a checkpoint writer holds one weight's values at a time (safetensorsStream).
    */
-  lazyArrays(): { name: string; shape: number[]; data: () => Promise<Float32Array> }[] {
+  lazyArrays(): LazyTensor[] {
     const C = this.config.n_embd;
     return this.specs.map((spec) => {
       const entry = { name: spec.name, shape: spec.shape.slice() };
-      if (spec.name === 'wte.weight' && this.wte.length > 1) {
+      if (spec.name === 'wte.weight') {
+        // wte (154 MB for GPT-2, 206 MB for gpt2-medium) also as pieces of WTE_PIECE_ROWS rows, for a streamed file.
+        const wte = this.wte;
+        const pieces = async function* (): AsyncGenerator<Float32Array> {
+          for (let k = 0; k < wte.length; k++) {
+            const n = wte[k].shape[0];
+            for (let r = 0; r < n; r += WTE_PIECE_ROWS) {
+              const piece = tf.slice(wte[k], [r, 0], [Math.min(WTE_PIECE_ROWS, n - r), C]);
+              try {
+                yield (await piece.data()) as Float32Array;
+              } finally {
+                piece.dispose();
+              }
+            }
+          }
+        };
+        if (this.wte.length === 1) {
+          return { ...entry, pieces, data: async () => (await this.wte[0].data()) as Float32Array };
+        }
         return {
           ...entry,
+          pieces,
           data: async () => {
             const wte = new Float32Array(this.config.vocab_size * C);
             for (let k = 0; k < this.wte.length; k++)

@@ -1,0 +1,60 @@
+/**
+ * A model's weights written as a stream (lmSafetensorsStream: one weight at a time, wte in pieces of 8192 rows)
+ * are the same bytes as the whole-file writer's, for one wte tensor and for wte held in vocabulary chunks, with
+ * and without LoRA adapters (merged into the weights as they are read).
+ */
+import { describe, it, expect, beforeAll } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { useCpu } from './helpers/backend';
+import { parseGPT2Config } from '../src/core/model/config';
+import { GPT2 } from '../src/core/model/gpt2';
+import { LoraAdapters } from '../src/core/model/lora';
+import { lmSafetensors, lmSafetensorsStream } from '../src/core/model/folder';
+import { collectBytes } from '../src/core/model/safetensors';
+import { validateConfig } from '../src/core/config';
+
+beforeAll(useCpu);
+
+// A vocabulary over two pieces of 8192 rows (the last one short), so the pieces path is exercised.
+const config = parseGPT2Config({
+  vocab_size: 9000,
+  n_positions: 16,
+  n_embd: 8,
+  n_layer: 1,
+  n_head: 2,
+  tokenizer: 'gpt2-bpe',
+});
+
+describe('lmSafetensorsStream', () => {
+  for (const maxBindingBytes of [undefined, 3000 * 8 * 4]) {
+    it(`equals lmSafetensors byte for byte (wte ${maxBindingBytes ? 'in vocabulary chunks' : 'one tensor'})`, async () => {
+      const m = GPT2.random(config, 3, true, 'stream', maxBindingBytes ? { maxBindingBytes } : {});
+      try {
+        const stream = lmSafetensorsStream(m);
+        const whole = await lmSafetensors(m);
+        expect(stream.byteLength).toBe(whole.length);
+        expect(Buffer.from(await collectBytes(stream)).equals(Buffer.from(whole))).toBe(true);
+      } finally {
+        m.dispose();
+      }
+    });
+  }
+
+  it('a LoRA view streams its merged weights, the same bytes as lmSafetensors', async () => {
+    const base = GPT2.random(config, 4, false, 'base');
+    const cfg = validateConfig({ model: 'x', task: 'sentiment', lora: 2 }, 'test');
+    const adapters = LoraAdapters.create(config, cfg, 7, 'ad');
+    // Non-zero B, so the merge changes the weights.
+    for (const v of adapters.variables()) v.assign(tf.add(v, 0.01));
+    const view = base.withLora(adapters, 'view');
+    try {
+      const a = await collectBytes(lmSafetensorsStream(view));
+      const b = await lmSafetensors(view);
+      expect(Buffer.from(a).equals(Buffer.from(b))).toBe(true);
+      expect(Buffer.from(a).equals(Buffer.from(await lmSafetensors(base)))).toBe(false);
+    } finally {
+      view.dispose();
+      base.dispose();
+    }
+  });
+});
