@@ -152,14 +152,8 @@ describe('RLOO sequence-level loss (TRL RLOOTrainer)', () => {
     const x = tf.variable(tf.tensor2d(logp));
     const { value, grads } = tf.variableGrads(
       () =>
-        sequencePolicyLoss(
-          x,
-          tf.tensor2d(old),
-          tf.tensor2d(broadcast(adv, mask)),
-          tf.tensor2d(mask),
-          0.2,
-          20,
-        ).loss,
+        sequencePolicyLoss(x, tf.tensor2d(old), tf.tensor2d(broadcast(adv, mask)), tf.tensor2d(mask), 0.2, 20)
+          .loss,
       [x],
     );
     expect(value.dataSync()[0]).toBeCloseTo(ref.loss, 6);

@@ -224,21 +224,22 @@ describe('TRL config export with LoRA', () => {
     expect(comment).toContain('RLOOTrainer(..., peft_config=LoraConfig(**peft_config))');
   });
 
-  it('reinforce++ has no TRL trainer: OpenRLHF’s --advantage_estimator reinforce flags, and it says so', () => {
+  it('reinforce++ has no TRL trainer: OpenRLHF’s --algo.advantage.estimator reinforce flags, and it says so', () => {
     const t = toTrlConfig(
       validateConfig({ algorithm: 'reinforce++', batchSize: 16, miniBatches: 4, gamma: 0.99 }),
     );
     expect(t._trl_class).toBeNull();
     expect(t._openrlhf).toMatchObject({
-      advantage_estimator: 'reinforce',
-      rollout_batch_size: 16,
-      n_samples_per_prompt: 1,
-      train_batch_size: 4,
-      init_kl_coef: 0.05,
-      kl_estimator: 'k1',
-      gamma: 0.99,
-      eps_clip: 0.2,
+      'algo.advantage.estimator': 'reinforce',
+      'rollout.batch_size': 16,
+      'rollout.n_samples_per_prompt': 1,
+      'train.batch_size': 4,
+      'algo.kl.init_coef': 0.05,
+      'algo.kl.estimator': 'k1',
+      'algo.advantage.gamma': 0.99,
+      'actor.eps_clip': 0.2,
     });
+    expect(t._openrlhf_command).toMatch(/^python3 -m openrlhf\.cli\.train_ppo_ray \\$/m);
     expect((t._comment as string[])[0]).toMatch(/TRL has no REINFORCE\+\+ trainer\. OpenRLHF runs it/);
   });
 

@@ -26,6 +26,35 @@
  * miniBatches) and reused num_iterations times (our ppoEpochs), so max_steps = steps × miniBatches × ppoEpochs.
  */
 import { DEFAULT_CONFIG, derived, type LossAggregation, type TrainConfig } from './config';
+import { OUR_ADAM, openRlhfCommand, openRlhfFlags, verlCommand, type EngineExport } from './exports/engines';
+
+/** The TRL release the GRPOConfig / RLOOConfig / DPOConfig exports were built and checked against. */
+export const TRL_VERSION = '1.13.0';
+
+/**
+ * Where TRL's PPOConfig lives, by version: the on-policy PPOTrainer's config is `trl.PPOConfig` from 0.12, moved to
+ * `trl.experimental.ppo` in 1.10 and is gone by 1.13 (the 1.13.0 wheel has no PPOConfig; issue #23).
+ */
+export const TRL_PPO_VERSIONS =
+  'trl >=0.12,<1.10 as trl.PPOConfig; from 1.10 as trl.experimental.ppo.PPOConfig until its removal; absent in trl 1.13';
+
+/**
+ * Training-argument fields whose TRL (transformers TrainingArguments) default differs from what our run does,
+ * resolved: the learning rate stays constant (TRL: linear decay to 0), Adam's constants are tfjs's (epsilon 1e-7,
+ * TRL 1e-8), no weight decay, float32 (TRL 1.13 turns bf16 on by default), a metric line every step.
+ */
+function trainingArgs(out: TrlConfig): void {
+  out.lr_scheduler_type = 'constant';
+  out.warmup_steps = 0;
+  out.optim = 'adamw_torch';
+  out.adam_beta1 = OUR_ADAM.beta1;
+  out.adam_beta2 = OUR_ADAM.beta2;
+  out.adam_epsilon = OUR_ADAM.epsilon;
+  out.weight_decay = OUR_ADAM.weightDecay;
+  out.bf16 = false;
+  out.fp16 = false;
+  out.logging_steps = 1;
+}
 
 const HUB_ID = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
 
@@ -120,10 +149,14 @@ function groupConfig(cfg: TrainConfig): TrlConfig {
   out.num_iterations = cfg.ppoEpochs;
   out.max_steps = cfg.steps * cfg.miniBatches * cfg.ppoEpochs;
   out.epsilon = cfg.clipRange;
+  out.epsilon_high = cfg.clipRange;
   out.beta = cfg.klCoef;
+  out._trl_version = TRL_VERSION;
   if (grpo) {
     out.scale_rewards = cfg.scaleRewards;
     out.loss_type = TRL_LOSS_TYPE[cfg.lossAggregation];
+    out.importance_sampling_level = 'token';
+    out.top_entropy_quantile = 1.0;
   } else {
     out.normalize_advantages = cfg.normalizeAdvantages;
     if (cfg.lossAggregation !== 'token-mean') {
@@ -139,8 +172,13 @@ function groupConfig(cfg: TrainConfig): TrlConfig {
   out.temperature = cfg.temperature;
   out.top_k = cfg.topK;
   out.top_p = cfg.topP;
+  out.min_p = null;
+  out.repetition_penalty = 1.0;
+  out.mask_truncated_completions = false;
+  out.disable_dropout = true;
   out.max_grad_norm = cfg.maxGradNorm;
   out.seed = cfg.seed;
+  trainingArgs(out);
   if (cfg.lora > 0) {
     out.peft_config = peftConfig(cfg);
     notes.push(
@@ -166,54 +204,23 @@ function groupConfig(cfg: TrainConfig): TrlConfig {
   return out;
 }
 
-/** REINFORCE++ has no TRL trainer: OpenRLHF's train_ppo_ray flags for it. */
+/**
+ * REINFORCE++ has no TRL trainer: OpenRLHF's train_ppo_ray flags for it, under `_openrlhf` (today's nested names,
+ * without the leading "--"; exports/engines.ts), and the whole command under `_openrlhf_command`.
+ */
 function openRlhfConfig(cfg: TrainConfig): TrlConfig {
+  const { flags, notes: flagNotes } = openRlhfFlags(cfg);
   const notes: string[] = [
     'reinforce++: TRL has no REINFORCE++ trainer. OpenRLHF runs it: python3 -m openrlhf.cli.train_ppo_ray ' +
-      '--advantage_estimator reinforce with the flags in _openrlhf (as --name value).',
+      '--algo.advantage.estimator reinforce with the flags in _openrlhf (as --name value), or _openrlhf_command.',
+    ...flagNotes,
   ];
-  const G = derived(cfg).groupSize;
-  const openrlhf: TrlConfig = {
-    advantage_estimator: 'reinforce',
-    pretrain: HUB_ID.test(cfg.model) ? cfg.model : `<path to the policy model folder: export "${cfg.model}">`,
-    actor_learning_rate: cfg.learningRate,
-    // OpenRLHF's rollout_batch_size counts prompts; each is sampled n_samples_per_prompt times.
-    rollout_batch_size: cfg.batchSize / G,
-    n_samples_per_prompt: G,
-    train_batch_size: cfg.batchSize / cfg.miniBatches,
-    max_epochs: cfg.ppoEpochs,
-    num_episodes: cfg.steps,
-    init_kl_coef: cfg.klCoef,
-    kl_estimator: cfg.klEstimator,
-    gamma: cfg.gamma,
-    eps_clip: cfg.clipRange,
-    max_norm: cfg.maxGradNorm,
-    generate_max_len: cfg.responseLength,
-    temperature: cfg.temperature,
-    top_p: cfg.topP,
-    seed: cfg.seed,
-  };
-  if (cfg.lora > 0) {
-    openrlhf.lora_rank = cfg.lora;
-    openrlhf.lora_alpha = cfg.loraAlpha;
-    notes.push(
-      `loraTargets ${JSON.stringify(cfg.loraTargets)}: OpenRLHF's --target_modules takes the module names.`,
-    );
-  }
-  if (cfg.topK !== 0) notes.push(`topK ${cfg.topK}: set OpenRLHF's --top_k if your version has it.`);
-  if (cfg.lossAggregation !== 'token-mean') {
-    notes.push(`lossAggregation "${cfg.lossAggregation}": OpenRLHF's REINFORCE++ takes the token mean.`);
-  }
-  if (cfg.adaptiveKl)
-    notes.push(`adaptiveKl: OpenRLHF's --kl_target ${cfg.targetKl} and --kl_horizon ${cfg.klHorizon}.`);
-  if (cfg.missingEosPenalty !== 0)
-    notes.push(`missingEosPenalty ${cfg.missingEosPenalty}: subtract it in the reward.`);
-  if (cfg.entropyCoef !== 0) notes.push(`entropyCoef ${cfg.entropyCoef}: OpenRLHF's --entropy_loss_coef.`);
   commonNotes(cfg, notes);
   return {
     _trl_class: null,
     output_dir: 'ppo-playground-reinforce++',
-    _openrlhf: openrlhf,
+    _openrlhf: flags,
+    _openrlhf_command: openRlhfCommand(cfg),
     _comment: notes,
   };
 }
@@ -222,6 +229,8 @@ function openRlhfConfig(cfg: TrainConfig): TrlConfig {
 function ppoConfig(cfg: TrainConfig): TrlConfig {
   const notes: string[] = [];
   const out: TrlConfig = { _trl_class: 'PPOConfig' };
+  out._trl_versions = TRL_PPO_VERSIONS;
+  notes.push(`PPOConfig: ${TRL_PPO_VERSIONS}. For current engines use this run's OpenRLHF or verl export.`);
   out.output_dir = 'ppo-playground-trl';
   out.sft_model_path = HUB_ID.test(cfg.model)
     ? cfg.model
@@ -261,6 +270,7 @@ function ppoConfig(cfg: TrainConfig): TrlConfig {
   out.missing_eos_penalty = cfg.missingEosPenalty === 0 ? null : cfg.missingEosPenalty;
   out.max_grad_norm = cfg.maxGradNorm;
   out.seed = cfg.seed;
+  trainingArgs(out);
   if (cfg.lora > 0) {
     out.peft_config = peftConfig(cfg);
     notes.push(
@@ -324,4 +334,45 @@ function ppoConfig(cfg: TrainConfig): TrlConfig {
 /** The TRL config as pretty JSON text (what the worker's exportTrlConfig returns). */
 export function trlConfigJson(cfg: TrainConfig): string {
   return JSON.stringify(toTrlConfig(cfg), null, 2) + '\n';
+}
+
+/**
+ * Every file this run exports for other engines, each naming its engine: TRL (GRPOConfig / RLOOConfig, checked
+ * with TRL 1.13; PPOConfig only for the TRL versions that have it), OpenRLHF and verl commands for all four
+ * algorithms. The UI's export menu lists these (src/ui/components/CheckpointPanel.tsx).
+ */
+export function engineExports(cfg: TrainConfig): EngineExport[] {
+  const a = cfg.algorithm;
+  const out: EngineExport[] = [];
+  const json = 'application/json';
+  if (a === 'grpo' || a === 'rloo') {
+    const cls = a === 'grpo' ? 'GRPOConfig' : 'RLOOConfig';
+    out.push({
+      engine: `TRL ${TRL_VERSION} ${cls}`,
+      fileName: `trl-${a}-config.json`,
+      mime: json,
+      text: trlConfigJson(cfg),
+    });
+  } else if (a === 'ppo') {
+    out.push({
+      engine: 'TRL PPOConfig (trl 0.12–1.9; experimental from 1.10; not in 1.13)',
+      fileName: 'trl-ppo-config.json',
+      mime: json,
+      text: trlConfigJson(cfg),
+    });
+  }
+  const safe = a.replace('+', 'p');
+  out.push({
+    engine: 'OpenRLHF train_ppo_ray (flags of commit 3c3be62)',
+    fileName: `openrlhf-${safe}.sh`,
+    mime: 'text/x-shellscript',
+    text: openRlhfCommand(cfg),
+  });
+  out.push({
+    engine: 'verl main_ppo (config keys of commit b178a3c)',
+    fileName: `verl-${safe}.sh`,
+    mime: 'text/x-shellscript',
+    text: verlCommand(cfg),
+  });
+  return out;
 }

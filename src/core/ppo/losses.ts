@@ -128,7 +128,8 @@ export function clipFractions(
   denominators?: Denominators,
   level: RatioLevel = 'token',
 ): { low: tf.Scalar; high: tf.Scalar } {
-  if (level === 'sequence') return sequenceClipFractions(logpNew, logpOld, advantages, mask, clipRange, denominators);
+  if (level === 'sequence')
+    return sequenceClipFractions(logpNew, logpOld, advantages, mask, clipRange, denominators);
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');
     const lr = tf.sub(logpNew, logpOld);
@@ -173,7 +174,15 @@ export function policyLoss(
   opts: PolicyLossOptions = {},
 ): PolicyLossResult {
   if (opts.ratioLevel === 'sequence') {
-    return sequencePolicyLoss(logpNew, logpOld, advantages, mask, clipRange, logRatioClamp, opts.denominators);
+    return sequencePolicyLoss(
+      logpNew,
+      logpOld,
+      advantages,
+      mask,
+      clipRange,
+      logRatioClamp,
+      opts.denominators,
+    );
   }
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');

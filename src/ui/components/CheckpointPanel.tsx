@@ -1,7 +1,21 @@
-import { useActions, useIoTask, useRunState, useStep } from '../store/hooks';
+import { engineExports } from '../../core/trl';
+import type { TrainConfig } from '../../core/config';
+import { downloadFile } from '../lib/download';
+import { useActions, useIoTask, usePlayground, useRunState, useStep } from '../store/hooks';
 
-/** Checkpoint zip out and in, metrics as CSV/JSON, and the settings as a TRL PPOConfig. */
+/**
+ * Checkpoint zip out and in, metrics as CSV/JSON, and the run's settings for other engines: one button per file,
+ * each naming its engine (TRL's config class and version, OpenRLHF's train_ppo_ray, verl's main_ppo;
+ * src/core/trl.ts engineExports), made from the config in force (the edited one before the worker answered).
+ */
 export function CheckpointPanel() {
+  const config = usePlayground((s) => (s.runStatus?.config ?? s.editedConfig) as TrainConfig);
+  let files: ReturnType<typeof engineExports> = [];
+  try {
+    files = engineExports(config);
+  } catch {
+    // A config the engines cannot take (being edited): no export buttons until it is valid.
+  }
   const ioTask = useIoTask();
   const step = useStep();
   const running = useRunState() === 'running';
@@ -34,8 +48,27 @@ export function CheckpointPanel() {
           Metrics JSON
         </button>
         <button type="button" className="wide" onClick={() => void exportTrlConfig()} disabled={busy}>
-          Export as TRL config
+          Export as TRL config (
+          {config.algorithm === 'reinforce++'
+            ? 'no TRL trainer: OpenRLHF flags'
+            : config.algorithm === 'ppo'
+              ? 'PPOConfig, TRL 0.12–1.9 only'
+              : `${config.algorithm === 'grpo' ? 'GRPOConfig' : 'RLOOConfig'}, TRL 1.13`}
+          )
         </button>
+      </div>
+      <div role="group" aria-label="Export for other engines" className="button-grid">
+        {files.map((f) => (
+          <button
+            key={f.fileName}
+            type="button"
+            className="wide"
+            title={`${f.fileName}: for ${f.engine}`}
+            onClick={() => downloadFile(f.fileName, f.text, f.mime)}
+          >
+            {f.engine}: {f.fileName}
+          </button>
+        ))}
       </div>
       <small className="muted">
         A checkpoint is a Hugging Face folder (policy, value model, optimiser, history) zipped; import it to
