@@ -6,7 +6,8 @@
  *     without reading them (the process stays far below the 0.5 GB of model.safetensors);
  * (b) with `"lora": 8` the same run is accepted and trains one step on WASM: exit 0, metrics.jsonl has step 1
  *     with a finite reward and a KL of exactly 0 (the adapters start at B = 0, so the policy is the reference).
- * Wall time and peak RSS are printed (GNU time). Slow tier: it writes 0.5 GB and trains a 124M model.
+ * (c) the default batch 16 × 24 with LoRA within 2.0 GB resident, and a gpt2-medium-shaped LoRA step (batch 4 × 8)
+ *     within 3.5 GB (issue #20). Wall time and peak RSS are printed. Slow tier: it writes 0.5 GB and 1.4 GB.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { spawn, spawnSync } from 'node:child_process';
@@ -147,4 +148,44 @@ describe('GPT-2-124M-shaped runs on WASM (CLI)', () => {
     expect(Number.isFinite(m.reward)).toBe(true);
     expect(m.kl).toBe(0);
   }, 1_500_000);
+});
+
+describe('a gpt2-medium-shaped run on WASM (CLI)', () => {
+  it('"lora": 8, batch 4 × 8: one step, exit 0, peak resident memory within 3.5 GB', async () => {
+    // gpt2-medium: 24 layers, width 1024, 16 heads (355 M parameters; a 1.4 GB model.safetensors, made here).
+    const medium = path.join(dir, 'gpt2-medium');
+    const made = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', 'scripts/make-random-model.ts', medium, '24', '1024', '16', '1024', '50257'],
+      { encoding: 'utf8', timeout: 600_000 },
+    );
+    expect(made.status, made.stderr).toBe(0);
+    const cfg = path.join(dir, 'medium.json');
+    writeFileSync(
+      cfg,
+      JSON.stringify({
+        model: medium,
+        task: 'sentiment',
+        batchSize: 4,
+        responseLength: 8,
+        steps: 1,
+        lora: 8,
+      }),
+    );
+    const out = path.join(dir, 'medium');
+    const r = await cli(['train', '--config', cfg, '--out', out, '--json'], 900_000);
+    console.log(
+      `gpt2-medium lora 8, batch 4 x 8, 1 step on WASM: ${r.wall.toFixed(1)} s wall, peak RSS ${gb(r.peakRssBytes)}`,
+    );
+    expect(r.status, r.stderr).toBe(0);
+    const m = JSON.parse(readFileSync(path.join(out, 'metrics.jsonl'), 'utf8').trim()) as {
+      step: number;
+      kl: number;
+    };
+    expect(m.step).toBe(1);
+    expect(m.kl).toBe(0);
+    expect(r.peakRssBytes).not.toBeNull();
+    expect(r.peakRssBytes!).toBeLessThanOrEqual(3.5e9);
+    rmSync(medium, { recursive: true, force: true });
+  }, 1_200_000);
 });

@@ -14,6 +14,7 @@ import { SamplesPanel } from '../src/ui/components/SamplesPanel';
 import { App } from '../src/ui/App';
 import { CONFIG_FIELDS, CONFIG_KEYS } from '../src/core/config';
 import { SETUP_KEYS } from '../src/ui/lib/catalog';
+import { formatBytes } from '../src/ui/lib/format';
 
 function storeWith(hash = ''): PlaygroundStore {
   return createPlaygroundStore(createFakeWorker() as unknown as ModelWorker, 'auto', {
@@ -95,6 +96,25 @@ describe('components', () => {
     for (const name of ['Start', 'Pause', 'Step', 'Reset'])
       expect(out).toMatch(new RegExp(`</svg>${name}</button>`));
     expect(out).toMatch(/data-testid="step-counter"[^>]*>Step <!-- -->12</);
+  });
+
+  it("the memory line shows the bytes held between steps and the last step's peak", () => {
+    const store = storeWith();
+    store.setState({
+      memory: {
+        numTensors: 77,
+        numBytes: 5.26e8,
+        peakBytes: 9.5e8,
+        heapBytes: 1.2e9,
+        backend: 'wasm',
+      },
+    });
+    const out = html(store, <TopBar />);
+    const line = /data-testid="memory-line"[^>]*title="([^"]*)"[^>]*>(.*?)<\/span><\/div>/.exec(out);
+    expect(line).not.toBeNull();
+    const text = line![2].replace(/<!-- -->/g, '').replace(/<[^>]+>/g, '');
+    expect(text).toBe(`memory 77 tensors · held ${formatBytes(5.26e8)} · peak ${formatBytes(9.5e8)}`);
+    expect(line![1]).toContain(`WASM heap ${formatBytes(1.2e9)}`);
   });
 
   it('samples show prompt, coloured tokens, score and KL', () => {

@@ -128,6 +128,11 @@ describe.each([
     expect((await h.api.start()).state).toBe('running');
     const end = await settled(h);
     expect(end).toMatchObject({ state: 'paused', step: 2 });
+    // Each step carries the memory held after it and its peak: at least what the step before it left held.
+    const mem = stepsOf(h.events).map((e) => e.memory!);
+    expect(mem).toHaveLength(2);
+    expect(mem[0].peakBytes).toBeGreaterThan(0);
+    expect(mem[1].peakBytes).toBeGreaterThanOrEqual(mem[0].numBytes);
     expect(stepsOf(h.events).map((e) => e.metrics.step)).toEqual([1, 2]);
     expect(errorsOf(h.events)).toEqual([]);
     const err = await h.api.start().catch((e: Error) => e);

@@ -8,5 +8,9 @@ export function memoryReport(backend: BackendName): MemoryReport {
   const report: MemoryReport = { numTensors: m.numTensors, numBytes: m.numBytes, backend };
   if (typeof m.numBytesInGPU === 'number') report.numBytesInGPU = m.numBytesInGPU;
   if (typeof m.numBytesAllocatedInGPU === 'number') report.numBytesAllocatedInGPU = m.numBytesAllocatedInGPU;
+  if (backend === 'wasm') {
+    const heap = (tf.backend() as unknown as { wasm?: { HEAPU8?: Uint8Array } }).wasm?.HEAPU8?.length;
+    if (typeof heap === 'number') report.heapBytes = heap;
+  }
   return report;
 }

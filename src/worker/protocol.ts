@@ -162,6 +162,14 @@ export interface MemoryReport {
    */
   numBytesInGPU?: number;
   numBytesAllocatedInGPU?: number;
+  /**
+   * With a step's event: that step's peak, the bytes held when it started plus the most its own tensor buffers
+   * added at any moment, each buffer counted once (src/core/memory-peak.ts; tfjs's numBytes would count a buffer
+   * once per tensor viewing it).
+   */
+  peakBytes?: number;
+  /** WASM only: the heap's size, its high-water mark (tensors, XNNPACK's packed weights, free gaps). */
+  heapBytes?: number;
 }
 
 // ---- training (the PPO playground) -----------------------------------------------------------------------

@@ -26,6 +26,8 @@ import { checkTaskName } from '../core/tasks';
 import { isUserError, UserError } from '../core/errors';
 import { asHeapExhaustion, defaultHeapBudget } from '../core/oom';
 import { autosaveDue } from '../services/autosave';
+import { PeakMemoryMeter } from '../core/memory-peak';
+import * as tf from '@tensorflow/tfjs-core';
 import { PREFERENCE_REWARD_MODEL, type ModelSources } from './sources';
 import { RewardSandbox, REWARD_CODE_LABEL } from './reward-sandbox';
 import type {
@@ -105,6 +107,9 @@ function describeReward(cfg: TrainConfig): string {
   return r.model === PREFERENCE_REWARD_MODEL ? 'reward model from preferences' : `reward model ${r.model}`;
 }
 
+/** The step-peak meter of this worker's engine (installed at the first step; core/memory-peak.ts). */
+const STEP_PEAK_METER = new PeakMemoryMeter();
+
 export class Run {
   /**
    * The config of the run to be built, while there is no session (the session owns the config of a run that
@@ -124,6 +129,9 @@ export class Run {
   readonly sandbox = new RewardSandbox();
   private readonly listeners = new Set<Listener>();
   private looping = false;
+  /** Measures each step's peak tensor memory (one per engine, shared by the runs of this worker). */
+  private readonly peakMeter = STEP_PEAK_METER;
+  private heldAtStepStart = 0;
   /** The identity of the run (null while there is no trainer). */
   runId: string | null = null;
   /**
@@ -309,14 +317,22 @@ export class Run {
   private sessionHooks(): SessionHooks {
     return {
       phase: (p) => this.setPhase(p),
-      beforeStep: () => this.sandbox.beginBatch(),
+      beforeStep: () => {
+        // The step's peak memory (core/memory-peak.ts), shown beside what it holds after.
+        this.peakMeter.install();
+        this.peakMeter.reset();
+        this.heldAtStepStart = tf.memory().numBytes;
+        return this.sandbox.beginBatch();
+      },
       step: (r, s) => {
+        const memory = this.given.memory();
+        if (memory) memory.peakBytes = this.heldAtStepStart + this.peakMeter.read().liveBytesGrowth;
         this.emit({
           type: 'step',
           metrics: { ...r.metrics },
           samples: sampleViews(r.rollout, s.trainer.tokenizer),
           alerts: r.alerts.map(({ id, step, message, advice }) => ({ id, step, message, advice })),
-          memory: this.given.memory(),
+          memory,
         });
       },
       // Every min(saveEvery, 10) steps, and when the run stops (src/services/autosave.ts).

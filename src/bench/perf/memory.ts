@@ -257,80 +257,8 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
   return t;
 }
 
-/**
- * The largest `tf.memory().numBytes` at any moment while `f` runs: every change of the engine's byte count is
- * seen (tf.profile only samples it after each kernel, and its Math.max over every kernel's snapshot overflows the
- * stack on a GPT-2 step's hundreds of thousands of kernels). Note what that count is: tfjs adds a tensor's bytes
- * for every tensor object, so a buffer shared by several tensors (autodiff's saved clones of its inputs, a
- * reshape, WASM's Identity) is counted once per tensor. peakMemoryDuring also gives the bytes really held.
- */
-export async function peakBytesDuring(f: () => Promise<void>): Promise<number> {
-  return (await peakMemoryDuring(f)).numBytes;
-}
-
-/** What peakMemoryDuring measured. */
-export interface PeakMemory {
-  /** The largest tf.memory().numBytes (tfjs's count: a shared buffer once per tensor that views it). */
-  numBytes: number;
-  /**
-   * The largest growth of the bytes of distinct data buffers over their amount when `f` started: each buffer
-   * counted once, from the moment the engine first tracks it until the backend frees it (removeDataId). This is
-   * the memory the tensors really take (backend-internal copies, such as XNNPACK's packed weights on WASM, aside).
-   */
-  liveBytesGrowth: number;
-}
-
-interface EngineHooks {
-  state: { numBytes: number; tensorInfo: WeakMap<object, { bytes: number; backend: unknown }> };
-  trackTensor(a: { dataId: object }, backend: unknown): void;
-  removeDataId(dataId: object, backend: unknown): void;
-}
-
-/**
- * Both peaks of `f` (PeakMemory). The engine's counter and two of its methods are wrapped while `f` runs and
- * restored after (instance properties over the prototype's methods).
- */
-export async function peakMemoryDuring(f: () => Promise<void>): Promise<PeakMemory> {
-  const engine = tf.engine() as unknown as EngineHooks;
-  const state = engine.state;
-  let value = state.numBytes;
-  let peak = value;
-  let live = 0;
-  let livePeak = 0;
-  Object.defineProperty(state, 'numBytes', {
-    configurable: true,
-    enumerable: true,
-    get: () => value,
-    set: (v: number) => {
-      value = v;
-      if (v > peak) peak = v;
-    },
-  });
-  const track = engine.trackTensor;
-  const remove = engine.removeDataId;
-  engine.trackTensor = function (a, backend) {
-    const fresh = !state.tensorInfo.has(a.dataId);
-    track.call(engine, a, backend);
-    if (fresh) {
-      live += state.tensorInfo.get(a.dataId)?.bytes ?? 0;
-      if (live > livePeak) livePeak = live;
-    }
-  };
-  engine.removeDataId = function (dataId, backend) {
-    const info = state.tensorInfo.get(dataId);
-    if (info && info.backend === backend) live -= info.bytes;
-    remove.call(engine, dataId, backend);
-  };
-  try {
-    await f();
-  } finally {
-    delete (engine as { trackTensor?: unknown }).trackTensor;
-    delete (engine as { removeDataId?: unknown }).removeDataId;
-    delete (state as { numBytes?: number }).numBytes;
-    state.numBytes = value;
-  }
-  return { numBytes: peak, liveBytesGrowth: livePeak };
-}
+import { peakMemoryDuring } from '../../core/memory-peak';
+export { peakBytesDuring, peakMemoryDuring, type PeakMemory } from '../../core/memory-peak';
 
 export function disposeTrainer(t: PpoTrainer): void {
   const { policy, ref, value, reward } = t.models;

@@ -99,9 +99,20 @@ function RunReadout() {
       {memory && (
         <span
           className="readout readout-memory"
-          title="tensors held by the worker (a leak shows as a growing count)"
+          data-testid="memory-line"
+          title={
+            'tensors held by the worker between steps (a leak shows as a growing count)' +
+            (memory.peakBytes !== undefined
+              ? ', and the most the last step held at any moment (each buffer once)'
+              : '') +
+            (memory.heapBytes !== undefined
+              ? `; WASM heap ${formatBytes(memory.heapBytes)} (its high-water mark: tensors, packed matmul weights, free gaps)`
+              : '')
+          }
         >
-          <span className="muted">memory</span> {memory.numTensors} tensors · {formatBytes(memory.numBytes)}
+          <span className="muted">memory</span> {memory.numTensors} tensors · held{' '}
+          {formatBytes(memory.numBytes)}
+          {memory.peakBytes !== undefined && <> · peak {formatBytes(memory.peakBytes)}</>}
         </span>
       )}
     </div>

@@ -237,7 +237,13 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     const stopped = badSteps >= 3;
     if (state === 'running' && (step >= config.steps || stopped)) state = 'paused';
     // Like the real worker, the step carries the worker's tensor memory (a stand-in figure here).
-    emit({ type: 'step', metrics, samples: batch, alerts, memory: fakeMemory() });
+    emit({
+      type: 'step',
+      metrics,
+      samples: batch,
+      alerts,
+      memory: { ...fakeMemory(), peakBytes: 3 * 1024 * 1024 },
+    });
     if (stopped) emit({ type: 'error', message: nonFiniteRunError(t), userError: true });
     emit({ type: 'status', status: status() });
   }
