@@ -16,10 +16,12 @@ import { rewardFnFromModule } from '../core/reward/module';
 import { UserError } from '../core/errors';
 import { asHeapExhaustion, defaultHeapBudget, HeapExhaustedError } from '../core/oom';
 import type { FileBody } from '../core/model/safetensors';
+import { cmdTrainDpo, dpoRequest } from './train-dpo';
 
 export const TRAIN_HELP = `train --config FILE --out DIR [--steps N] [--resume CKPT_DIR] [--reward-module FILE.mjs] [--dump-rollouts]
       [--backend wasm|cpu|webgpu] [--json]
-  RLHF with PPO, GRPO, RLOO or REINFORCE++ (config key "algorithm", docs/formats.md §7). Writes DIR/metrics.jsonl,
+  RLHF with PPO, GRPO, RLOO or REINFORCE++ (config key "algorithm", docs/formats.md §7), or DPO on preference
+  pairs ("algorithm": "dpo", docs/dpo.md). Writes DIR/metrics.jsonl,
   DIR/checkpoint-0/, DIR/checkpoint-<step>/ every saveEvery steps and at the end, and with --dump-rollouts
   DIR/rollouts/step-<n>.json. Config keys: docs/formats.md §5 (README).`;
 
@@ -164,6 +166,12 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   const resume = str('train', v, 'resume');
   const cfgPath = resume ? str('train', v, 'config') : str('train', v, 'config', true);
   await setNodeBackend(str('train', v, 'backend') ?? 'wasm');
+  // DPO (algorithm "dpo", contracts §9) has its own trainer and checkpoint (src/cli/train-dpo.ts).
+  const dpo = await dpoRequest(cfgPath, resume);
+  if (dpo) {
+    const stepsArg = v.steps === undefined ? undefined : num('train', v, 'steps', 1, { min: 1, max: 1e6, integer: true });
+    return cmdTrainDpo(dpo, { out, steps: stepsArg, json: v.json === true }, writeFolderAtomic);
+  }
   const rewardModule = str('train', v, 'reward-module');
   const opts: BuildOptions = rewardModule ? { rewardFn: await loadRewardModule(rewardModule) } : {};
   await (await import('./preflight')).preflightTrainCommand({ cfgPath, resume }, nodeResources); // memory check, config.json only
