@@ -140,7 +140,7 @@ describe('the worker checks the run it will build (GPT-2 124M, config.json only)
     const own = { lora: 8, batchSize: 64, miniBatches: 1, microBatchSize: 64, recompute: 'off' as const };
     const msg = await refusal(() => sources.checkMemory('gpt2-124m', 'train', cfg(own)));
     expect(msg).toMatch(/with LoRA r=8 needs ≈ \d+\.\d GB with the activations of its batch/);
-    const m = /MicroBatchSize (\d+)( with recompute "blocks")? would fit/i.exec(msg);
+    const m = /Setting microBatchSize (\d+)( and recompute "blocks")? would fit it/.exec(msg);
     expect(m, msg).not.toBeNull();
     const fits = {
       ...own,

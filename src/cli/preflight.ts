@@ -126,7 +126,7 @@ export async function preflightTrain(
   const remedies: string[] = [];
   const fit = fixedBytes(e) <= budget.bytes ? fittingMicroBatch(config, run, opts, budget.bytes) : null;
   if (fit) {
-    remedies.push(`${microBatchRemedy(fit, run)}.`.replace(/^./, (ch) => ch.toUpperCase()));
+    remedies.push(`${microBatchRemedy(fit, run)}.`);
   } else if (fixedBytes(e) <= budget.bytes) {
     const b = largestFittingBatch(config, cfg, promptLength, opts, budget.bytes, vocabChunk);
     remedies.push(

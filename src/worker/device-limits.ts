@@ -249,7 +249,7 @@ export function runMemoryCheck(
     const remedies: string[] = [];
     const fit = fixed <= budget.bytes ? fittingMicroBatch(config, shape, opts, budget.bytes) : null;
     if (fit) {
-      remedies.push(`${microBatchRemedy(fit, shape)}.`.replace(/^./, (ch) => ch.toUpperCase()));
+      remedies.push(`${microBatchRemedy(fit, shape)}.`);
     } else if (fixed <= budget.bytes) {
       const b = largestFittingBatch(config, shape, opts, budget.bytes);
       remedies.push(

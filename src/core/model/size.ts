@@ -593,11 +593,14 @@ export function fittingMicroBatch(
   return null;
 }
 
-/** "microBatchSize 2 would fit" / "microBatchSize 4 with recompute "blocks" would fit", for a refusal. */
+/**
+ * "Setting microBatchSize 2 would fit it" / "Setting microBatchSize 4 and recompute "blocks" would fit it", for a
+ * refusal: a sentence of its own (the config key keeps its spelling; it never starts a sentence).
+ */
 export function microBatchRemedy(
   fit: { microBatchSize: number; recompute: boolean },
   shape: RunShape,
 ): string {
-  const rc = fit.recompute && !shape.recompute ? ' with recompute "blocks"' : '';
-  return `microBatchSize ${fit.microBatchSize}${rc} would fit (memory then grows with the micro-batch, not the batch; the results are the same)`;
+  const rc = fit.recompute && !shape.recompute ? ' and recompute "blocks"' : '';
+  return `Setting microBatchSize ${fit.microBatchSize}${rc} would fit it (memory then grows with the micro-batch, not the batch; the results are the same)`;
 }

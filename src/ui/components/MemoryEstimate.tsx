@@ -15,6 +15,8 @@ const KEYS = [
   'batchSize',
   'miniBatches',
   'responseLength',
+  'microBatchSize',
+  'recompute',
 ] as const;
 
 /**

@@ -98,7 +98,10 @@ export function createPlaygroundStore(
       if (memoryInFlight) return;
       memoryInFlight = true;
       try {
-        set({ memory: await api.memory() });
+        const m = await api.memory();
+        // A step's peak comes with its step event only: keep the last one while the run it belongs to goes on.
+        const peak = get().runStatus?.step ? get().memory?.peakBytes : undefined;
+        set({ memory: m.peakBytes === undefined && peak !== undefined ? { ...m, peakBytes: peak } : m });
       } catch {
         // Memory figures are informative only; a failure here must not hide the real result.
       } finally {
