@@ -16,7 +16,10 @@ import { DPO_STATE_FILE, DpoTrainer, type DpoStepMetrics } from '../core/dpo/tra
 export type DpoRequest = { kind: 'fresh'; raw: unknown; cfgPath: string } | { kind: 'resume'; dir: string };
 
 /** A DPO run, or null for the RL algorithms (the caller goes on as before). */
-export async function dpoRequest(cfgPath: string | undefined, resume: string | undefined): Promise<DpoRequest | null> {
+export async function dpoRequest(
+  cfgPath: string | undefined,
+  resume: string | undefined,
+): Promise<DpoRequest | null> {
   if (resume) {
     await assertFolder(resume, 'checkpoint folder');
     return (await DpoTrainer.isCheckpoint(nodeFiles(resume))) ? { kind: 'resume', dir: resume } : null;
@@ -70,7 +73,10 @@ async function trimTo(metricsPath: string, step: number, history: DpoStepMetrics
 export async function cmdTrainDpo(
   req: DpoRequest,
   opts: { out: string; steps?: number; json: boolean },
-  writeFolderAtomic: (dir: string, files: Map<string, import('../core/model/safetensors').FileBody>) => Promise<void>,
+  writeFolderAtomic: (
+    dir: string,
+    files: Map<string, import('../core/model/safetensors').FileBody>,
+  ) => Promise<void>,
 ): Promise<void> {
   let trainer: DpoTrainer;
   if (req.kind === 'fresh') {
@@ -92,7 +98,9 @@ export async function cmdTrainDpo(
   try {
     const steps = opts.steps ?? trainer.cfg.steps;
     if (steps < trainer.step)
-      throw new UserError(`--steps ${steps} is before the checkpoint's step ${trainer.step}; give a later step.`);
+      throw new UserError(
+        `--steps ${steps} is before the checkpoint's step ${trainer.step}; give a later step.`,
+      );
     await mkdir(opts.out, { recursive: true });
     const metricsPath = path.join(opts.out, 'metrics.jsonl');
     const save = async () => {
@@ -119,7 +127,9 @@ export async function cmdTrainDpo(
       if (trainer.step === steps || (saveEvery > 0 && trainer.step % saveEvery === 0)) await save();
     }
     if (opts.json)
-      process.stdout.write(JSON.stringify({ out: opts.out, steps: trainer.step, checkpoints, metrics: last }) + '\n');
+      process.stdout.write(
+        JSON.stringify({ out: opts.out, steps: trainer.step, checkpoints, metrics: last }) + '\n',
+      );
   } finally {
     trainer.dispose();
   }

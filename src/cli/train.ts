@@ -169,7 +169,8 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   // DPO (algorithm "dpo", contracts §9) has its own trainer and checkpoint (src/cli/train-dpo.ts).
   const dpo = await dpoRequest(cfgPath, resume);
   if (dpo) {
-    const stepsArg = v.steps === undefined ? undefined : num('train', v, 'steps', 1, { min: 1, max: 1e6, integer: true });
+    const stepsArg =
+      v.steps === undefined ? undefined : num('train', v, 'steps', 1, { min: 1, max: 1e6, integer: true });
     return cmdTrainDpo(dpo, { out, steps: stepsArg, json: v.json === true }, writeFolderAtomic);
   }
   const rewardModule = str('train', v, 'reward-module');

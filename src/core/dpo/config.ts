@@ -55,7 +55,13 @@ export const DPO_DEFAULTS: Omit<DpoConfig, 'data'> = {
 
 export const DPO_KEYS = ['data', ...Object.keys(DPO_DEFAULTS)] as const;
 
-type NumSpec = { min: number; max: number; integer?: boolean; minExclusive?: boolean; maxExclusive?: boolean };
+type NumSpec = {
+  min: number;
+  max: number;
+  integer?: boolean;
+  minExclusive?: boolean;
+  maxExclusive?: boolean;
+};
 const NUMBERS: Record<string, NumSpec> = {
   heldOut: { min: 0, max: 1, minExclusive: true, maxExclusive: true },
   beta: { min: 0, max: 1e3, minExclusive: true },
@@ -91,7 +97,8 @@ export function validateDpoConfig(raw: unknown, source = 'config'): DpoConfig {
     else problems.push(`unknown key "${k}" (DPO keys: ${DPO_KEYS.join(', ')})`);
   }
   const cfg = { ...DPO_DEFAULTS, loraTargets: [...DPO_DEFAULTS.loraTargets] } as DpoConfig;
-  if (obj.algorithm !== 'dpo') problems.push(`"algorithm" must be "dpo" here, got ${JSON.stringify(obj.algorithm)}`);
+  if (obj.algorithm !== 'dpo')
+    problems.push(`"algorithm" must be "dpo" here, got ${JSON.stringify(obj.algorithm)}`);
   if (typeof obj.data !== 'string' || obj.data === '')
     problems.push(`"data" must be the path of a preference JSONL file, got ${JSON.stringify(obj.data)}`);
   else cfg.data = obj.data;
@@ -114,11 +121,15 @@ export function validateDpoConfig(raw: unknown, source = 'config'): DpoConfig {
   }
   if (obj.dpoLoss !== undefined) {
     if (!DPO_LOSSES.includes(obj.dpoLoss as DpoLossType))
-      problems.push(`"dpoLoss" must be one of ${DPO_LOSSES.map((l) => `"${l}"`).join(', ')}, got ${JSON.stringify(obj.dpoLoss)}`);
+      problems.push(
+        `"dpoLoss" must be one of ${DPO_LOSSES.map((l) => `"${l}"`).join(', ')}, got ${JSON.stringify(obj.dpoLoss)}`,
+      );
     else cfg.dpoLoss = obj.dpoLoss as DpoLossType;
   }
   if (cfg.labelSmoothing !== 0 && cfg.dpoLoss !== 'sigmoid')
-    problems.push(`"labelSmoothing" applies to dpoLoss "sigmoid" only; got dpoLoss "${cfg.dpoLoss}" with labelSmoothing ${cfg.labelSmoothing}`);
+    problems.push(
+      `"labelSmoothing" applies to dpoLoss "sigmoid" only; got dpoLoss "${cfg.dpoLoss}" with labelSmoothing ${cfg.labelSmoothing}`,
+    );
   if (obj.loraTargets !== undefined) {
     const t = obj.loraTargets;
     if (
@@ -126,11 +137,15 @@ export function validateDpoConfig(raw: unknown, source = 'config'): DpoConfig {
       t.length === 0 ||
       !t.every((x) => (LORA_TARGET_NAMES as readonly string[]).includes(x as string))
     )
-      problems.push(`"loraTargets" must be a non-empty list of ${LORA_TARGET_NAMES.map((n) => `"${n}"`).join(', ')}, got ${JSON.stringify(t)}`);
+      problems.push(
+        `"loraTargets" must be a non-empty list of ${LORA_TARGET_NAMES.map((n) => `"${n}"`).join(', ')}, got ${JSON.stringify(t)}`,
+      );
     else cfg.loraTargets = [...(t as LoraTargetName[])];
   }
   if (cfg.microBatchSize > 0 && cfg.batchSize % cfg.microBatchSize !== 0)
-    problems.push(`"microBatchSize" (${cfg.microBatchSize}) must divide "batchSize" (${cfg.batchSize}), or be 0 (the whole batch)`);
+    problems.push(
+      `"microBatchSize" (${cfg.microBatchSize}) must divide "batchSize" (${cfg.batchSize}), or be 0 (the whole batch)`,
+    );
   if (problems.length) throw new UserError(`${source}: ${problems.join('; ')}.`);
   return cfg;
 }

@@ -46,7 +46,9 @@ export function tokenizePairs(
   for (const { pair, line } of pairs) {
     const empty = (['prompt', 'chosen', 'rejected'] as const).filter((f) => pair[f] === '');
     if (empty.length) {
-      problems.push(`line ${line}: ${empty.map((f) => `"${f}"`).join(', ')} ${empty.length > 1 ? 'are' : 'is'} empty`);
+      problems.push(
+        `line ${line}: ${empty.map((f) => `"${f}"`).join(', ')} ${empty.length > 1 ? 'are' : 'is'} empty`,
+      );
       continue;
     }
     const prompt = tokenizer.encode(pair.prompt);
@@ -64,7 +66,9 @@ export function tokenizePairs(
   if (problems.length) {
     const listed = problems.slice(0, 10).join(', ');
     const more = problems.length > 10 ? `, and ${problems.length - 10} more` : '';
-    throw new UserError(`${source}: ${problems.length} bad pair${problems.length === 1 ? '' : 's'}: ${listed}${more}.`);
+    throw new UserError(
+      `${source}: ${problems.length} bad pair${problems.length === 1 ? '' : 's'}: ${listed}${more}.`,
+    );
   }
   return out;
 }
@@ -73,8 +77,13 @@ export function tokenizePairs(
  * Train / held-out split by a seeded shuffle of the pair indices (as splitPreferences: round(fraction · n) held
  * out, at least 1, at least 1 left to train on).
  */
-export function splitIndices(n: number, heldOut: number, seed: number): { train: number[]; heldOut: number[] } {
-  if (n < 2) throw new UserError(`DPO needs at least 2 preference pairs (1 to train on, 1 held out), got ${n}.`);
+export function splitIndices(
+  n: number,
+  heldOut: number,
+  seed: number,
+): { train: number[]; heldOut: number[] } {
+  if (n < 2)
+    throw new UserError(`DPO needs at least 2 preference pairs (1 to train on, 1 held out), got ${n}.`);
   const nHeld = Math.min(n - 1, Math.max(1, Math.round(heldOut * n)));
   const order = new Rng(seed).permutation(n);
   return { heldOut: order.slice(0, nHeld), train: order.slice(nHeld) };

@@ -225,7 +225,9 @@ export class DpoTrainer {
   }
 
   /** The held-out pairs' loss, preference accuracy and margin under the current policy. */
-  async evaluate(): Promise<Record<'eval/loss' | 'eval/rewards/accuracies' | 'eval/rewards/margins', number>> {
+  async evaluate(): Promise<
+    Record<'eval/loss' | 'eval/rewards/accuracies' | 'eval/rewards/margins', number>
+  > {
     const cfg = this.cfg;
     const chunk = Math.max(1, cfg.microBatchSize || cfg.batchSize);
     let loss = 0;
@@ -303,7 +305,9 @@ export class DpoTrainer {
       throw new UserError(`${files.label}/${DPO_STATE_FILE}: not valid JSON (${(e as Error).message}).`);
     }
     if (state.format !== DPO_FORMAT)
-      throw new UserError(`${files.label}/${DPO_STATE_FILE}: format is ${JSON.stringify(state.format)}, expected "${DPO_FORMAT}".`);
+      throw new UserError(
+        `${files.label}/${DPO_STATE_FILE}: format is ${JSON.stringify(state.format)}, expected "${DPO_FORMAT}".`,
+      );
     const cfg = validateDpoConfig(state.config, `${files.label}/${DPO_STATE_FILE} config`);
     const refFile = state.step > 0 ? 'ref_model.safetensors' : 'model.safetensors';
     let policy: GPT2;
@@ -328,7 +332,13 @@ export class DpoTrainer {
     t.order = state.order;
     t.cursor = state.cursor;
     const opt = await files.read('optimizer.safetensors');
-    if (opt) await restoreAdam(t.opt, t.policy.trainableVariables(), readSafetensors(opt, `${files.label}/optimizer.safetensors`), files.label);
+    if (opt)
+      await restoreAdam(
+        t.opt,
+        t.policy.trainableVariables(),
+        readSafetensors(opt, `${files.label}/optimizer.safetensors`),
+        files.label,
+      );
     return t;
   }
 
@@ -351,7 +361,8 @@ async function adamTensors(opt: tf.Optimizer, vars: tf.Variable[]): Promise<Name
   iter?.tensor.dispose();
   if (weights.length <= 1 || !steps) return [];
   const n = vars.length;
-  if (moments.length !== 2 * n) throw new Error(`DPO optimizer: ${moments.length} moments for ${n} variables`);
+  if (moments.length !== 2 * n)
+    throw new Error(`DPO optimizer: ${moments.length} moments for ${n} variables`);
   const out: NamedTensor[] = [{ name: 'policy.step', shape: [1], data: steps }];
   for (let i = 0; i < 2 * n; i++) {
     const t = moments[i].tensor;
@@ -372,13 +383,17 @@ async function restoreAdam(
 ): Promise<void> {
   const step = file.tensors.get('policy.step');
   if (!step) return;
-  const weights: { name: string; tensor: tf.Tensor }[] = [{ name: 'iter', tensor: tf.scalar(step.data[0], 'int32') }];
+  const weights: { name: string; tensor: tf.Tensor }[] = [
+    { name: 'iter', tensor: tf.scalar(step.data[0], 'int32') },
+  ];
   for (const kind of ['m', 'v']) {
     for (const v of vars) {
       const t = file.tensors.get(`policy.${kind}.${varName(v)}`);
       if (!t) {
         tf.dispose(weights.map((w) => w.tensor));
-        throw new UserError(`${label}/optimizer.safetensors: tensor "policy.${kind}.${varName(v)}" is missing.`);
+        throw new UserError(
+          `${label}/optimizer.safetensors: tensor "policy.${kind}.${varName(v)}" is missing.`,
+        );
       }
       weights.push({ name: varName(v), tensor: tf.tensor(t.data, t.shape) });
     }
