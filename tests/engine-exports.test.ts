@@ -15,7 +15,8 @@ import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { spawnSync } from 'node:child_process';
 import { validateConfig, type TrainConfig } from '../src/core/config';
-import { engineExports, toTrlConfig, trlConfigJson, TRL_LOSS_TYPE } from '../src/core/trl';
+import { dpoConfigJson, engineExports, toTrlConfig, trlConfigJson, TRL_LOSS_TYPE } from '../src/core/trl';
+import { validateDpoConfig } from '../src/core/dpo/config';
 import {
   OUR_ADAM,
   openRlhfCommand,
@@ -241,6 +242,64 @@ describe.skipIf(!PY)('TRL builds its config classes from our exports', () => {
       } else {
         expect(got.normalize_advantages).toBe(cfg.normalizeAdvantages);
       }
+    });
+  }, 300_000);
+
+  it('DPOConfig resolves to our DPO run’s values', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'trl-dpo-'));
+    const runs = [
+      validateDpoConfig({
+        algorithm: 'dpo',
+        data: 'p.jsonl',
+        beta: 0.2,
+        batchSize: 8,
+        microBatchSize: 2,
+        steps: 30,
+        learningRate: 2e-4,
+        evalEvery: 5,
+      }),
+      validateDpoConfig({ algorithm: 'dpo', data: 'p.jsonl', dpoLoss: 'ipo', lora: 4 }),
+      validateDpoConfig({ algorithm: 'dpo', data: 'p.jsonl', dpoLoss: 'hinge', seed: 9 }),
+    ];
+    const files = runs.map((cfg, i) => {
+      const f = join(dir, `dpo-${i}.json`);
+      writeFileSync(f, dpoConfigJson(cfg));
+      return f;
+    });
+    const r = spawnSync(PY!, [join(__dirname, 'fixtures', 'exports', 'trl_resolve.py'), ...files], {
+      encoding: 'utf8',
+      timeout: 300_000,
+    });
+    expect({ status: r.status, stderr: r.status === 0 ? '' : r.stderr.slice(-2000) }).toEqual({
+      status: 0,
+      stderr: '',
+    });
+    const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as {
+      configs: { class: string; resolved: Record<string, unknown> }[];
+    };
+    runs.forEach((cfg, i) => {
+      const micro = cfg.microBatchSize || cfg.batchSize;
+      expect(out.configs[i].class).toBe('DPOConfig');
+      expect(out.configs[i].resolved).toMatchObject({
+        learning_rate: cfg.learningRate,
+        lr_scheduler_type: 'constant',
+        warmup_steps: 0,
+        adam_epsilon: 1e-7,
+        weight_decay: 0,
+        bf16: false,
+        beta: cfg.beta,
+        loss_type: [cfg.dpoLoss],
+        label_smoothing: cfg.labelSmoothing,
+        per_device_train_batch_size: micro,
+        gradient_accumulation_steps: cfg.batchSize / micro,
+        max_steps: cfg.steps,
+        max_grad_norm: cfg.maxGradNorm,
+        seed: cfg.seed,
+        max_length: null,
+        precompute_ref_log_probs: true,
+        disable_dropout: true,
+        eval_steps: cfg.evalEvery,
+      });
     });
   }, 300_000);
 });

@@ -26,6 +26,7 @@
  * miniBatches) and reused num_iterations times (our ppoEpochs), so max_steps = steps × miniBatches × ppoEpochs.
  */
 import { DEFAULT_CONFIG, derived, type LossAggregation, type TrainConfig } from './config';
+import type { DpoConfig } from './dpo/config';
 import { OUR_ADAM, openRlhfCommand, openRlhfFlags, verlCommand, type EngineExport } from './exports/engines';
 
 /** The TRL release the GRPOConfig / RLOOConfig / DPOConfig exports were built and checked against. */
@@ -375,4 +376,77 @@ export function engineExports(cfg: TrainConfig): EngineExport[] {
     text: verlCommand(cfg),
   });
   return out;
+}
+
+/**
+ * A DPO run (src/core/dpo, contracts §9) as TRL 1.13's `DPOConfig`: beta, loss_type, label_smoothing, the batch
+ * (per_device_train_batch_size = pairs per micro-batch, gradient_accumulation_steps = micro-batches per step),
+ * max_steps, the constant learning rate and Adam constants (trainingArgs), reference log-probs precomputed once
+ * (as here), no truncation (here a pair longer than the context is an error), dropout off. Under LoRA,
+ * `peft_config` (pop it; TRL then uses the base with adapters off as the reference, as here).
+ */
+export function dpoTrlConfig(cfg: DpoConfig): TrlConfig {
+  const notes: string[] = [];
+  const micro = cfg.microBatchSize || cfg.batchSize;
+  const out: TrlConfig = { _trl_class: 'DPOConfig', _trl_version: TRL_VERSION };
+  out.output_dir = 'ppo-playground-dpo';
+  out._model = HUB_ID.test(cfg.model)
+    ? cfg.model
+    : `<path to the policy model folder: export "${cfg.model}" from the playground>`;
+  notes.push(
+    '_model: pass it as DPOTrainer(model=..., args=config, train_dataset=...); the dataset is the preference JSONL ' +
+      `(${cfg.data}) with its "prompt", "chosen", "rejected" columns, less the held-out ${cfg.heldOut} share (eval_dataset).`,
+  );
+  out.learning_rate = cfg.learningRate;
+  out.per_device_train_batch_size = micro;
+  out.per_device_eval_batch_size = micro;
+  out.gradient_accumulation_steps = cfg.batchSize / micro;
+  out.max_steps = cfg.steps;
+  out.beta = cfg.beta;
+  out.loss_type = [cfg.dpoLoss];
+  out.label_smoothing = cfg.labelSmoothing;
+  if (cfg.labelSmoothing !== 0) {
+    notes.push(
+      `labelSmoothing ${cfg.labelSmoothing}: here the sigmoid loss is cDPO's −(1−ε)·log σ(βh) − ε·log σ(−βh); ` +
+        "TRL 1.13's sigmoid loss ignores label_smoothing (use a TRL version whose sigmoid loss applies it).",
+    );
+  }
+  if (cfg.dpoLoss === 'ipo')
+    notes.push("ipo: the log-ratios are averaged over each completion's tokens, as TRL 1.13 does.");
+  out.precompute_ref_log_probs = true;
+  out.max_length = null;
+  out.disable_dropout = true;
+  out.max_grad_norm = cfg.maxGradNorm;
+  out.seed = cfg.seed;
+  if (cfg.evalEvery > 0) {
+    out.eval_strategy = 'steps';
+    out.eval_steps = cfg.evalEvery;
+  }
+  if (cfg.saveEvery > 0) {
+    out.save_strategy = 'steps';
+    out.save_steps = cfg.saveEvery;
+  }
+  trainingArgs(out);
+  if (cfg.lora > 0) {
+    out.peft_config = {
+      r: cfg.lora,
+      lora_alpha: cfg.loraAlpha,
+      target_modules: [...cfg.loraTargets],
+      lora_dropout: 0,
+      bias: 'none',
+      task_type: 'CAUSAL_LM',
+      fan_in_fan_out: true,
+    };
+    notes.push(
+      'peft_config: not a DPOConfig field; pop it and pass DPOTrainer(..., peft_config=LoraConfig(**peft_config)).',
+    );
+  }
+  notes.push('Completions end with EOS, counted in their log-probabilities, as TRL appends it.');
+  out._comment = notes;
+  return out;
+}
+
+/** dpoTrlConfig as pretty JSON text. */
+export function dpoConfigJson(cfg: DpoConfig): string {
+  return JSON.stringify(dpoTrlConfig(cfg), null, 2) + '\n';
 }
