@@ -554,6 +554,20 @@ describe('the automatic plan (microBatchSize 0, recompute "auto")', () => {
     }
   });
 
+  it('recompute "auto" with a set micro-batch: on when that micro-batch would not fit without it', () => {
+    // GPT-2 124M: four samples of the update's activations without recompute exceed the budget; a tiny model's do not.
+    expect(plan(gpt2, { lora: 8, batchSize: 16, responseLength: 24, microBatchSize: 4 }).recompute).toBe(
+      true,
+    );
+    expect(
+      plan(bytesShape(2, 64, 2), { batchSize: 16, responseLength: 24, microBatchSize: 4 }).recompute,
+    ).toBe(false);
+    expect(
+      plan(gpt2, { lora: 8, batchSize: 16, responseLength: 24, microBatchSize: 4, recompute: 'off' })
+        .recompute,
+    ).toBe(false);
+  });
+
   it('an explicit microBatchSize is kept (capped at the batch)', () => {
     expect(plan(gpt2, { lora: 8, batchSize: 16, responseLength: 24, microBatchSize: 2 }).microBatchSize).toBe(
       2,

@@ -440,15 +440,22 @@ async function memoryRuns(
   if (names.length) {
     // The LoRA setups on WASM (one frozen base: they fit its heap, and the CPU backend's broadcasting element-wise
     // ops, a per-element index walk, take minutes over GPT-2's [rows, 50257] logits); four models on CPU.
-    const order = [...setups].sort((a, b) => Number(a === 'four-model') - Number(b === 'four-model'));
-    for (const setup of order) {
+    // Shape by shape (GPT-2 before gpt2-medium): the WASM heap only grows, so a run's heap figure is the
+    // high-water mark of its own shape's runs so far, never of a larger model's.
+    // The CPU runs (four-model) last: once on the CPU backend the process stays there.
+    const onWasm = setups.filter((x) => x !== 'four-model');
+    const byShape = [
+      ...names.flatMap((name) => onWasm.map((setup) => ({ setup, name }))),
+      ...(setups.includes('four-model') ? names.map((name) => ({ setup: 'four-model' as const, name })) : []),
+    ];
+    for (const { setup, name: only } of byShape) {
       const onCpu = setup === 'four-model';
       if (onCpu && tf.getBackend() !== 'cpu') {
         await setNodeBackend('cpu');
         registerFastCpuKernels({ matmulOnWasm: true });
       }
       const run = BIG_MEMORY_RUNS[setup];
-      for (const name of names) {
+      for (const name of [only]) {
         // gpt2-medium runs the LoRA PPO setup only; the batch-64 and recompute-off runs only at GPT-2 124M.
         const shapes = run.shapes ?? names.filter((n) => n !== 'gpt2-medium' || setup === 'lora-ppo');
         if (!shapes.includes(name)) continue;

@@ -495,11 +495,12 @@ export interface StepPlan {
 }
 
 /**
- * The plan of a step with `cfg`. recompute: 'blocks' on, 'off' off, 'auto' on when even a micro-batch of one
- * sample would add more than AUTO_MICRO_BATCH_BYTES of working tensors without it (a GPT-2-sized model: its
- * update keeps every block's activations). The micro-batch: `microBatchSize` when set (at most the batch), else
- * (0 = auto) the largest whose samples add at most AUTO_MICRO_BATCH_BYTES to every phase, from the whole
- * minibatch down to 1, then evened out over as many micro-batches as that takes.
+ * The plan of a step with `cfg`. The micro-batch: `microBatchSize` when set (at most the batch), else (0 = auto)
+ * the largest whose samples add at most AUTO_MICRO_BATCH_BYTES to every phase, from the whole minibatch down to
+ * 1, then evened out over as many micro-batches as that takes. recompute: 'blocks' on, 'off' off; 'auto' with a
+ * set micro-batch: on when that micro-batch would add more than the budget without it; with the automatic one:
+ * off when the largest micro-batch that fits without it is at least half the one that fits with it (a GPT-2-sized
+ * model's update keeps every block's activations, so there it is on).
  */
 export function resolveStepPlan(
   c: Shape,
@@ -519,16 +520,28 @@ export function resolveStepPlan(
       Math.max(grows('generate'), grows('score'), grows('update')) * FLOAT32_BYTES <= AUTO_MICRO_BATCH_BYTES
     );
   };
-  const recompute = cfg.recompute === 'blocks' || (cfg.recompute === 'auto' && !fits(1, false));
   if (cfg.microBatchSize > 0) {
-    return { microBatchSize: Math.min(cfg.microBatchSize, cfg.batchSize), recompute };
+    const m = Math.min(cfg.microBatchSize, cfg.batchSize);
+    // 'auto': on when this micro-batch would not fit without it.
+    const recompute = cfg.recompute === 'blocks' || (cfg.recompute === 'auto' && !fits(m, false));
+    return { microBatchSize: m, recompute };
   }
   const mb = Math.max(1, Math.ceil(cfg.batchSize / Math.max(1, cfg.miniBatches)));
-  for (let m = mb; m > 1; m--) {
-    // As few micro-batches as the largest fitting size needs, evened out (8 as 4 + 4, not 6 + 2).
-    if (fits(m, recompute)) return { microBatchSize: Math.ceil(mb / Math.ceil(mb / m)), recompute };
+  /** The largest fitting micro-batch (0: not even one sample), evened out (8 as 4 + 4, not 6 + 2). */
+  const largest = (recompute: boolean): number => {
+    for (let m = mb; m >= 1; m--) if (fits(m, recompute)) return Math.ceil(mb / Math.ceil(mb / m));
+    return 0;
+  };
+  if (cfg.recompute !== 'auto') {
+    const recompute = cfg.recompute === 'blocks';
+    return { microBatchSize: Math.max(1, largest(recompute)), recompute };
   }
-  return { microBatchSize: 1, recompute };
+  // 'auto': without recompute when that fits a micro-batch at least half as large as recompute would allow (one
+  // more forward per block costs less than halving the rows of every matmul), else with it.
+  const plain = largest(false);
+  const withRecompute = largest(true);
+  if (plain >= 1 && 2 * plain > withRecompute) return { microBatchSize: plain, recompute: false };
+  return { microBatchSize: Math.max(1, withRecompute), recompute: true };
 }
 
 /** The models that run a forward while scoring (policy, reference, a value trunk of its own, a reward model). */
