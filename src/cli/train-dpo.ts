@@ -2,7 +2,7 @@
  * `train --config FILE` with `"algorithm": "dpo"` (contracts §9; docs/dpo.md), and `train --resume CKPT` of a DPO
  * checkpoint: the CLI side of src/core/dpo/trainer.ts. Writes DIR/metrics.jsonl (one line per step, with the
  * held-out `eval/…` keys every evalEvery steps and at the last step), DIR/checkpoint-0/ (a fresh run's starting
- * weights), DIR/checkpoint-<step>/ every saveEvery steps and at the end.
+ * weights), DIR/checkpoint-<step>/ every saveEvery steps and at the end, and DIR/trl-dpo-config.json (TRL's DPOConfig).
  */
 import { readFile, writeFile, appendFile, mkdir } from 'node:fs/promises';
 import path from 'node:path';
@@ -11,6 +11,7 @@ import { resolveModel, PRESETS } from './models';
 import { UserError } from '../core/errors';
 import { isDpoConfig, validateDpoConfig, type DpoConfig } from '../core/dpo/config';
 import { DPO_STATE_FILE, DpoTrainer, type DpoStepMetrics } from '../core/dpo/trainer';
+import { dpoConfigJson } from '../core/trl';
 
 /** What `train` was asked for, when it is a DPO run: a config file's object, or a DPO checkpoint to resume. */
 export type DpoRequest = { kind: 'fresh'; raw: unknown; cfgPath: string } | { kind: 'resume'; dir: string };
@@ -108,6 +109,8 @@ export async function cmdTrainDpo(
       await writeFolderAtomic(dir, await trainer.checkpointSources());
       checkpoints.push(dir);
     };
+    // The same run for TRL (src/core/trl.ts dpoTrlConfig): TRL 1.13's DPOConfig fields.
+    await writeFile(path.join(opts.out, 'trl-dpo-config.json'), dpoConfigJson(trainer.cfg));
     if (req.kind === 'fresh') {
       await writeFile(metricsPath, '');
       await save(); // checkpoint-0: the starting weights
