@@ -160,6 +160,16 @@ function groupConfig(cfg: TrainConfig): TrlConfig {
     out.top_entropy_quantile = 1.0;
   } else {
     out.normalize_advantages = cfg.normalizeAdvantages;
+    notes.push(
+      "rloo: the loss is RLOOTrainer's, as here: one ratio per sequence, exp(Σ_t logp − Σ_t old logp), clipped, " +
+        'mean over sequences (docs/exports.md).',
+    );
+    if (cfg.ppoEpochs * cfg.miniBatches > 1) {
+      notes.push(
+        `ppoEpochs ${cfg.ppoEpochs} × miniBatches ${cfg.miniBatches}: samples are reused; with a ratio per whole ` +
+          'sequence that leaves the clip quickly at high learning rates (TRL defaults to num_iterations 1).',
+      );
+    }
     if (cfg.lossAggregation !== 'token-mean') {
       notes.push(`lossAggregation "${cfg.lossAggregation}": RLOOConfig has no loss_type to choose it.`);
     }
