@@ -131,6 +131,7 @@ describe('the run', () => {
         numTensors: 42 + 2 + i,
         numBytes: 1024 * 1024,
         backend: 'wasm',
+        peakBytes: 3 * 1024 * 1024, // the step's peak comes with its event
       });
     }
     await flush();
