@@ -45,7 +45,7 @@ describe('lmSafetensorsStream', () => {
     const cfg = validateConfig({ model: 'x', task: 'sentiment', lora: 2 }, 'test');
     const adapters = LoraAdapters.create(config, cfg, 7, 'ad');
     // Non-zero B, so the merge changes the weights.
-    for (const v of adapters.variables()) v.assign(tf.add(v, 0.01));
+    for (const v of adapters.variables()) tf.tidy(() => v.assign(tf.add(v, 0.01)));
     const view = base.withLora(adapters, 'view');
     try {
       const a = await collectBytes(lmSafetensorsStream(view));

@@ -444,40 +444,40 @@ async function memoryRuns(
     // high-water mark of its own shape's runs so far, never of a larger model's.
     // The CPU runs (four-model) last: once on the CPU backend the process stays there.
     const onWasm = setups.filter((x) => x !== 'four-model');
+    const cpu = setups.includes('four-model') ? (['four-model'] as MemorySetup[]) : [];
+    // gpt2-medium runs the LoRA PPO setup only; the batch-64 and recompute-off runs only at GPT-2 124M.
+    const runsAt = (setup: MemorySetup, name: string): boolean =>
+      (
+        BIG_MEMORY_RUNS[setup].shapes ?? names.filter((n) => n !== 'gpt2-medium' || setup === 'lora-ppo')
+      ).includes(name);
     const byShape = [
       ...names.flatMap((name) => onWasm.map((setup) => ({ setup, name }))),
-      ...(setups.includes('four-model') ? names.map((name) => ({ setup: 'four-model' as const, name })) : []),
-    ];
-    for (const { setup, name: only } of byShape) {
+      ...names.flatMap((name) => cpu.map((setup) => ({ setup, name }))),
+    ].filter(({ setup, name }) => runsAt(setup, name));
+    for (const { setup, name } of byShape) {
       const onCpu = setup === 'four-model';
       if (onCpu && tf.getBackend() !== 'cpu') {
         await setNodeBackend('cpu');
         registerFastCpuKernels({ matmulOnWasm: true });
       }
-      const run = BIG_MEMORY_RUNS[setup];
-      for (const name of [only]) {
-        // gpt2-medium runs the LoRA PPO setup only; the batch-64 and recompute-off runs only at GPT-2 124M.
-        const shapes = run.shapes ?? names.filter((n) => n !== 'gpt2-medium' || setup === 'lora-ppo');
-        if (!shapes.includes(name)) continue;
-        const config = shapeConfig(SHAPES[name as keyof typeof SHAPES]);
-        try {
-          bigMemory.push(
-            await benchFourModelMemory({
-              label: name,
-              setup,
-              config,
-              tokenizer: tokenizerFor(config),
-              prompts,
-              ...run,
-              steps: 1,
-              tfjsAdam: onCpu && adam === 'tfjs',
-              profilePeak: true,
-              onProgress: (x) => log(`node/${tf.getBackend()} memory ${setup} ${x}`),
-            }),
-          );
-        } catch (e) {
-          notes.push(`memory ${name} ${setup}: ${(e as Error).message}`);
-        }
+      const config = shapeConfig(SHAPES[name as keyof typeof SHAPES]);
+      try {
+        bigMemory.push(
+          await benchFourModelMemory({
+            label: name,
+            setup,
+            config,
+            tokenizer: tokenizerFor(config),
+            prompts,
+            ...BIG_MEMORY_RUNS[setup],
+            steps: 1,
+            tfjsAdam: onCpu && adam === 'tfjs',
+            profilePeak: true,
+            onProgress: (x) => log(`node/${tf.getBackend()} memory ${setup} ${x}`),
+          }),
+        );
+      } catch (e) {
+        notes.push(`memory ${name} ${setup}: ${(e as Error).message}`);
       }
     }
     notes.push(
