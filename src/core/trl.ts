@@ -81,7 +81,7 @@ export const TRL_LOSS_TYPE: Record<LossAggregation, string> = {
   'seq-sum-norm': 'dr_grpo',
 };
 
-function peftConfig(cfg: TrainConfig): TrlConfig {
+function peftConfig(cfg: Pick<TrainConfig, 'lora' | 'loraAlpha' | 'loraTargets'>): TrlConfig {
   return {
     r: cfg.lora,
     lora_alpha: cfg.loraAlpha,
@@ -438,15 +438,7 @@ export function dpoTrlConfig(cfg: DpoConfig): TrlConfig {
   }
   trainingArgs(out);
   if (cfg.lora > 0) {
-    out.peft_config = {
-      r: cfg.lora,
-      lora_alpha: cfg.loraAlpha,
-      target_modules: [...cfg.loraTargets],
-      lora_dropout: 0,
-      bias: 'none',
-      task_type: 'CAUSAL_LM',
-      fan_in_fan_out: true,
-    };
+    out.peft_config = peftConfig(cfg);
     notes.push(
       'peft_config: not a DPOConfig field; pop it and pass DPOTrainer(..., peft_config=LoraConfig(**peft_config)).',
     );
