@@ -6,7 +6,8 @@
  * (for GPT-2 BPE it equals `eosId`, because GPT-2 has no pad token).
  */
 export interface Tokenizer {
-  kind: 'gpt2-bpe' | 'bytes';
+  /** `hf`: a Hugging Face tokenizer.json (Llama, Qwen2, Qwen3 folders; ./hf.ts). */
+  kind: 'gpt2-bpe' | 'bytes' | 'hf';
   /** Number of ids this tokenizer can produce (the model's vocab_size may be larger, e.g. padded to 50304). */
   vocabSize: number;
   eosId: number;
@@ -20,4 +21,19 @@ export interface Tokenizer {
    * control characters show escaped (`\n`, `\t`, `\r`, `\xNN`); EOS shows as `<|endoftext|>`, PAD as `<|pad|>`.
    */
   decodeToken(id: number): string;
+  /**
+   * Every id that ends a response, `eosId` first: for a Hugging Face folder also each id of generation_config.json's
+   * `eos_token_id` (a number or a list) and the chat template's end-of-turn token. Absent: `[eosId]`.
+   */
+  stopIds?: readonly number[];
+  /**
+   * The model's own chat template (tokenizer_config.json's `chat_template`) applied to one user message with
+   * `add_generation_prompt: true`, as text. Absent when the tokenizer has no template.
+   */
+  chatPrompt?(user: string): string;
+  /**
+   * Encode text in which special-token spellings (`<|im_start|>`, …) are the special tokens, as transformers'
+   * tokenizer does: what a chat-formatted prompt needs. Absent: `encode` (the GPT-2 and bytes tokenizers).
+   */
+  encodeWithSpecials?(text: string): number[];
 }
