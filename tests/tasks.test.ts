@@ -33,7 +33,7 @@ describe('shipped tasks', () => {
   it('taskUrl is relative and rejects unknown names', async () => {
     expect(taskUrl('sentiment')).toBe('tasks/sentiment.json');
     expect(() => taskUrl('sentimnet')).toThrow(
-      /built-in tasks are "sentiment", "length", "keywords", "arithmetic"/,
+      /built-in tasks are "sentiment", "length", "keywords", "arithmetic", "arithmetic-chat"/,
     );
     await expect(loadTaskNode('nope')).rejects.toThrow(UserError);
   });
@@ -41,8 +41,11 @@ describe('shipped tasks', () => {
 
 describe('parseTask errors', () => {
   const good = { name: 't', description: 'd', reward: 'length', prompts: ['a'] };
-  it('accepts a good task', () => {
+  it('accepts a good task, with or without held-out evalPrompts', () => {
     expect(parseTask(good, 'my.json')).toEqual(good);
+    expect('evalPrompts' in parseTask(good, 'my.json')).toBe(false);
+    const withEval = { ...good, evalPrompts: ['b', 'c'] };
+    expect(parseTask(withEval, 'my.json')).toEqual(withEval);
   });
   it.each([
     [[], /my\.json: a task must be a JSON object.*got an array/],
@@ -52,7 +55,15 @@ describe('parseTask errors', () => {
     [{ ...good, reward: 'nope' }, /my\.json: "reward": unknown reward "nope"; valid names are/],
     [{ ...good, reward: undefined }, /"reward" is missing/],
     [{ ...good, reward: { name: 'length', options: { target: -1 } } }, /"target" must be a positive number/],
-    [{ ...good, promts: ['a'] }, /unknown key "promts"/],
+    [{ ...good, promts: ['a'] }, /unknown key "promts"; a task has .*"evalPrompts"/],
+    [
+      { ...good, evalPrompts: [] },
+      /"evalPrompts" \(held-out prompts\) must be a non-empty array of strings, got \[\]/,
+    ],
+    [{ ...good, evalPrompts: 'b' }, /"evalPrompts" \(held-out prompts\) must be a non-empty array.*got "b"/],
+    [{ ...good, evalPrompts: ['b', ''] }, /my\.json: "evalPrompts"\[1\] must be a non-empty string, got ""/],
+    [{ ...good, evalPrompts: ['b', 7] }, /"evalPrompts"\[1\] must be a non-empty string, got 7/],
+    [{ ...good, evalPrompts: ['b', 'a'] }, /"evalPrompts"\[1\] "a" is also in "prompts"; held-out prompts/],
   ])('rejects %j', (json, message) => {
     expect(() => parseTask(json, 'my.json')).toThrow(UserError);
     expect(() => parseTask(json, 'my.json')).toThrow(message);

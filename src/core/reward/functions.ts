@@ -5,6 +5,7 @@
  */
 import Sentiment from 'sentiment';
 import { UserError } from '../errors';
+import { arithmeticChatAnswer } from '../tasks/arithmetic-chat';
 
 /** What a reward function sees for one sample (the same shape a `--reward-module` default export receives). */
 export interface Sample {
@@ -196,6 +197,56 @@ export function arithmeticReward(options?: RewardOptions): RewardFn {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// arithmetic-chat
+
+// A number as a model writes it: digits with optional thousands commas ("1,000") and decimals ("42.0"), a sign
+// ("-" or "−") only when it does not follow a letter, digit or point (so "5-3" is 5 and 3, "= -3" is −3).
+const NUMBER_IN_TEXT = /(?:(?<![\w.])[-−])?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?/g;
+// The same number alone: the whole response once whitespace, markdown emphasis and code marks (*, _, `) and one
+// final "." are taken off.
+const BARE_NUMBER = /^[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$/;
+
+/** The value of a number as `NUMBER_IN_TEXT` matches it ("1,000" → 1000, "−3" → −3). */
+function numberValue(text: string): number {
+  return Number(text.replace(/,/g, '').replace('−', '-'));
+}
+
+/**
+ * The response's answer by the last-number rule: the value of the LAST number in the response, or null when it
+ * has none. "The answer is 42." → 42, "**42**" → 42, "-3" → −3, "17 + 25 = 42" → 42, "1,000" → 1000,
+ * "42.0" → 42 (decimals are compared as numbers). A model that works the sum out first ends on its answer,
+ * which is why the last number counts and not the first.
+ */
+export function lastNumber(response: string): number | null {
+  const all = response.match(NUMBER_IN_TEXT);
+  return all === null ? null : numberValue(all[all.length - 1]);
+}
+
+/** Whether the response is a number and nothing else, markdown emphasis and a final "." aside ("**42**", "42."). */
+export function isBareNumber(response: string): boolean {
+  const core = response.trim().replace(/[*_`]/g, '').trim().replace(/\.$/, '');
+  return BARE_NUMBER.test(core);
+}
+
+/**
+ * For questions like "What is 17 + 25? Answer with a number." (the `arithmetic-chat` task; the answer is computed
+ * from the prompt by `arithmeticChatAnswer`, so the prompt must be the raw question, not the chat-formatted text):
+ * 1 when the response's last number (`lastNumber`) is the answer, 0 otherwise — a wrong number and no number
+ * alike, the binary accuracy reward of the GRPO papers (Shao et al. 2024; DeepSeek-R1). Option `format`
+ * (default 0) is added when the response is a bare number (`isBareNumber`), right or wrong: a small format reward
+ * such as 0.1 pays for answering in the asked-for form.
+ */
+export function arithmeticChatReward(options?: RewardOptions): RewardFn {
+  const o = readOptions('arithmetic-chat', options, { format: 'number' });
+  const format = (o.format as number | undefined) ?? 0;
+  return ({ prompt, response }) => {
+    const answer = arithmeticChatAnswer(prompt);
+    const correct = lastNumber(response) === answer ? 1 : 0;
+    return correct + (format !== 0 && isBareNumber(response) ? format : 0);
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // mix and the registry
 
 /** Weighted sum Σ weight·fn(sample) (multi-objective). Awaits only when some part returns a Promise. */
@@ -237,6 +288,10 @@ export const BUILTIN_REWARDS: Record<string, BuiltinReward> = {
   arithmetic: {
     doc: 'Prompts like "12+7=": 1 if the first integer in the response is the result, partial (default 0.1) for a wrong integer, 0 for none.',
     make: arithmeticReward,
+  },
+  'arithmetic-chat': {
+    doc: 'Questions like "What is 17 + 25? Answer with a number.": 1 if the last number in the response is the answer, 0 otherwise. Options: format (default 0), added when the response is a bare number.',
+    make: arithmeticChatReward,
   },
 };
 

@@ -1,11 +1,12 @@
 /**
- * Named tasks: prompts plus a reward spec, shipped as public/tasks/NAME.json. Core never reads files: Node callers use
+ * Named tasks: prompts plus a reward spec (and optionally held-out prompts for evaluation), shipped as
+ * public/tasks/NAME.json. Core never reads files: Node callers use
  * `loadTaskNode` (src/cli/tasks-node.ts), the browser fetches `taskUrl(name)`; both hand the JSON to `parseTask`.
  */
 import { UserError } from '../errors';
 import { makeReward, type RewardSpec } from '../reward/functions';
 
-export const TASK_NAMES = ['sentiment', 'length', 'keywords', 'arithmetic'] as const;
+export const TASK_NAMES = ['sentiment', 'length', 'keywords', 'arithmetic', 'arithmetic-chat'] as const;
 export type TaskName = (typeof TASK_NAMES)[number];
 
 export interface Task {
@@ -13,9 +14,14 @@ export interface Task {
   description: string;
   reward: RewardSpec;
   prompts: string[];
+  /**
+   * Held-out prompts for evaluation: never trained on (disjoint from `prompts`), scored with the same reward.
+   * Optional; absent when the task has none.
+   */
+  evalPrompts?: string[];
 }
 
-const TASK_KEYS = ['name', 'description', 'reward', 'prompts'];
+const TASK_KEYS = ['name', 'description', 'reward', 'prompts', 'evalPrompts'];
 
 export function isTaskName(name: string): name is TaskName {
   return (TASK_NAMES as readonly string[]).includes(name);
@@ -38,13 +44,13 @@ export function taskUrl(name: string): string {
 }
 
 /**
- * Validates parsed task JSON `{ name, description, reward, prompts }`; `source` (a file name or URL) starts every
+ * Validates parsed task JSON `{ name, description, reward, prompts, evalPrompts? }`; `source` (a file name or URL) starts every
  * error message. The reward spec is checked by building it once, so a bad name or option fails here, not mid-run.
  */
 export function parseTask(json: unknown, source: string): Task {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) {
     throw new UserError(
-      `${source}: a task must be a JSON object { "name", "description", "reward", "prompts" }, ` +
+      `${source}: a task must be a JSON object { "name", "description", "reward", "prompts", "evalPrompts"? }, ` +
         `got ${Array.isArray(json) ? 'an array' : json === null ? 'null' : typeof json}.`,
     );
   }
@@ -79,5 +85,37 @@ export function parseTask(json: unknown, source: string): Task {
       throw new UserError(`${source}: "prompts"[${i}] must be a non-empty string, got ${JSON.stringify(p)}.`);
     }
   });
-  return { name: t.name, description, reward: t.reward as RewardSpec, prompts: [...(t.prompts as string[])] };
+  const task: Task = {
+    name: t.name,
+    description,
+    reward: t.reward as RewardSpec,
+    prompts: [...(t.prompts as string[])],
+  };
+  if (t.evalPrompts !== undefined) task.evalPrompts = parseEvalPrompts(t.evalPrompts, task.prompts, source);
+  return task;
+}
+
+/** `evalPrompts`: a non-empty array of non-empty strings, none of them also a training prompt. */
+function parseEvalPrompts(value: unknown, prompts: string[], source: string): string[] {
+  if (!Array.isArray(value) || value.length === 0) {
+    throw new UserError(
+      `${source}: "evalPrompts" (held-out prompts) must be a non-empty array of strings, ` +
+        `got ${JSON.stringify(value)}; leave the key out for a task without them.`,
+    );
+  }
+  const training = new Set(prompts);
+  value.forEach((p, i) => {
+    if (typeof p !== 'string' || p === '') {
+      throw new UserError(
+        `${source}: "evalPrompts"[${i}] must be a non-empty string, got ${JSON.stringify(p)}.`,
+      );
+    }
+    if (training.has(p)) {
+      throw new UserError(
+        `${source}: "evalPrompts"[${i}] ${JSON.stringify(p)} is also in "prompts"; held-out prompts must not be ` +
+          'trained on: remove it from one of the two lists.',
+      );
+    }
+  });
+  return [...(value as string[])];
 }

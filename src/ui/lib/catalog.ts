@@ -11,6 +11,11 @@ export const TASKS: readonly { name: string; label: string; doc: string }[] = [
   { name: 'length', label: 'Length', doc: 'reward: a response of the target length (20 characters)' },
   { name: 'keywords', label: 'Keywords', doc: 'reward: +1 per wanted keyword, −1 per unwanted one' },
   { name: 'arithmetic', label: 'Arithmetic', doc: 'prompts like "3+4="; reward: the right sum' },
+  {
+    name: 'arithmetic-chat',
+    label: 'Arithmetic (chat)',
+    doc: 'for instruct models: "What is 17 + 25? Answer with a number."; reward: 1 for the right number',
+  },
 ];
 
 export const REWARD_NAMES: readonly { name: string; doc: string }[] = [
@@ -18,6 +23,7 @@ export const REWARD_NAMES: readonly { name: string; doc: string }[] = [
   { name: 'length', doc: '0 at the target length, negative away from it' },
   { name: 'keywords', doc: '+1 per wanted keyword, −1 per unwanted one' },
   { name: 'arithmetic', doc: '1 for the right sum, 0.1 for a wrong number' },
+  { name: 'arithmetic-chat', doc: '1 if the last number is the answer, else 0 (+ format for a bare number)' },
 ];
 
 export interface ModelChoice {
