@@ -108,6 +108,17 @@ describe('arithmeticChatAnswer', () => {
     expect(arithmeticChatAnswer(q)).toBe(answer);
   });
 
+  it('answers the question inside a chat-formatted prompt too (ChatML, a system turn without problems)', () => {
+    const chatml =
+      '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' +
+      '<|im_start|>user\nWhat is 17 + 25? Answer with a number.<|im_end|>\n<|im_start|>assistant\n';
+    expect(arithmeticChatAnswer(chatml)).toBe(42);
+    const llama =
+      '<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024' +
+      '<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nCompute 36 - 1. Reply with just the number.<|eot_id|>';
+    expect(arithmeticChatAnswer(llama)).toBe(35);
+  });
+
   it.each([
     ['Tell me a joke.', /holds no problem/],
     ['What is 3 + 4 + 5?', /holds no problem/],

@@ -119,7 +119,7 @@ export function arithmeticChatAnswer(question: string): number {
       `reward "arithmetic-chat": the prompt ${JSON.stringify(question)} ` +
         (matches.length === 0 ? 'holds no problem' : `holds ${matches.length} problems`) +
         '; it must hold exactly one, like "What is 17 + 25? Answer with a number." ' +
-        '(two non-negative integers joined by +, - or ×; give the raw question, not the chat-formatted prompt).',
+        '(two non-negative integers joined by +, - or ×, and no other such pair anywhere in the prompt).',
     );
   }
   const [, a, op, b] = matches[0];
