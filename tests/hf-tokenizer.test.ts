@@ -1,0 +1,269 @@
+/**
+ * src/core/tokenizer/hf.ts against transformers: tests/fixtures/hf-tokenizer/ is a 512-id Qwen2-style tokenizer folder
+ * and expected.json what transformers 5 does with it (scripts/make_hf_tokenizer_fixture.py). No Python needed here.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { UserError } from '../src/core/errors';
+import { HfTokenizer, tokenizerFromFolder, type HfTokenizerFiles } from '../src/core/tokenizer/hf';
+
+const DIR = join(__dirname, 'fixtures', 'hf-tokenizer');
+const read = (name: string): string => readFileSync(join(DIR, name), 'utf8');
+
+interface Expected {
+  vocab_size: number;
+  special_ids: Record<string, number>;
+  eos_id: number;
+  pad_id: number;
+  encode: { text: string; ids: number[]; plain_ids: number[]; decoded: string; plain_decoded: string }[];
+  chat: { user: string; text: string; ids: number[] }[];
+}
+const expected = JSON.parse(read('expected.json')) as Expected;
+const FILES: HfTokenizerFiles = {
+  tokenizerJson: read('tokenizer.json'),
+  tokenizerConfig: read('tokenizer_config.json'),
+  generationConfig: read('generation_config.json'),
+};
+const tok = HfTokenizer.fromFiles(FILES);
+const EOT = expected.special_ids['<|endoftext|>'];
+const IM_START = expected.special_ids['<|im_start|>'];
+const IM_END = expected.special_ids['<|im_end|>'];
+
+function withJson(edit: (json: Record<string, unknown>) => void): HfTokenizerFiles {
+  const json = JSON.parse(read('tokenizer.json')) as Record<string, unknown>;
+  edit(json);
+  return { ...FILES, tokenizerJson: json };
+}
+function withConfig(edit: (config: Record<string, unknown>) => void): HfTokenizerFiles {
+  const config = JSON.parse(read('tokenizer_config.json')) as Record<string, unknown>;
+  edit(config);
+  return { ...FILES, tokenizerConfig: config };
+}
+function userError(f: () => unknown): UserError {
+  try {
+    f();
+  } catch (e) {
+    expect(e).toBeInstanceOf(UserError);
+    return e as UserError;
+  }
+  throw new Error('expected a UserError, nothing was thrown');
+}
+
+describe('HfTokenizer on the fixture folder', () => {
+  it('has the folder’s sizes and special ids', () => {
+    expect(expected.vocab_size).toBe(512);
+    expect([EOT, IM_START, IM_END]).toEqual([509, 510, 511]);
+    expect(tok.kind).toBe('hf');
+    expect(tok.vocabSize).toBe(expected.vocab_size);
+    expect(tok.eosId).toBe(expected.eos_id);
+    expect(tok.eosId).toBe(IM_END);
+    expect(tok.padId).toBe(expected.pad_id);
+    expect(tok.padId).toBe(EOT);
+    expect(tok.bosId).toBeUndefined();
+  });
+
+  it('has at least 15 cases, some with special-token spellings', () => {
+    expect(expected.encode.length).toBeGreaterThanOrEqual(15);
+    expect(expected.encode.filter((c) => c.ids.includes(IM_END)).length).toBeGreaterThanOrEqual(2);
+  });
+
+  for (const c of expected.encode) {
+    it(`encodes and decodes ${JSON.stringify(c.text).slice(0, 48)} as transformers does`, () => {
+      expect(tok.encodeWithSpecials(c.text)).toEqual(c.ids);
+      expect(tok.encode(c.text)).toEqual(c.plain_ids);
+      expect(tok.decode(c.ids)).toBe(c.decoded);
+      expect(tok.decode(c.plain_ids)).toBe(c.plain_decoded);
+    });
+  }
+
+  it('encode keeps special-token spellings as text; encodeWithSpecials makes them the special ids', () => {
+    const text = 'a<|im_end|>b';
+    expect(tok.encodeWithSpecials(text)).toContain(IM_END);
+    const plain = tok.encode(text);
+    expect(plain).not.toContain(IM_END);
+    expect(plain.every((id) => id < EOT)).toBe(true);
+    expect(tok.decode(plain)).toBe(text);
+  });
+
+  it('decode drops EOS, PAD, the other specials and ids past the vocabulary; rejects non-ids', () => {
+    const hello = tok.encode('Hello');
+    expect(tok.decode([...hello, IM_END, EOT, IM_START, 512, 100000])).toBe('Hello');
+    expect(tok.decode([])).toBe('');
+    expect(tok.decode([IM_END])).toBe('');
+    expect(() => tok.decode([-1])).toThrow(RangeError);
+    expect(() => tok.decode([1.5])).toThrow(RangeError);
+  });
+
+  it('decode of a piece of a character gives U+FFFD, not a leak into the next call', () => {
+    const emoji = tok.encode('🙂');
+    expect(emoji.length).toBeGreaterThan(1); // the tiny BPE has no merge for it: one token per byte
+    expect(tok.decode(emoji.slice(0, 1))).toBe('\uFFFD');
+    expect(tok.decode(tok.encode('ok'))).toBe('ok');
+  });
+
+  it('decodeToken shows specials by content, stray bytes as \\xNN, control characters escaped', () => {
+    expect(tok.decodeToken(IM_END)).toBe('<|im_end|>');
+    expect(tok.decodeToken(EOT)).toBe('<|endoftext|>');
+    expect(tok.decodeToken(IM_START)).toBe('<|im_start|>');
+    // 🙂 is U+1F642 = UTF-8 F0 9F 99 82, one byte-level token per byte in this vocabulary.
+    expect(tok.encode('🙂').map((id) => tok.decodeToken(id))).toEqual(['\\xF0', '\\x9F', '\\x99', '\\x82']);
+    expect(tok.encode('\n').map((id) => tok.decodeToken(id))).toEqual(['\\n']);
+    expect(tok.encode('\t').map((id) => tok.decodeToken(id))).toEqual(['\\t']);
+    const hello = tok.encode('Hello world');
+    expect(hello.length).toBeGreaterThan(1);
+    expect(hello.map((id) => tok.decodeToken(id)).join('')).toBe('Hello world');
+    expect(tok.decodeToken(600)).toBe('<|unk 600|>');
+    expect(() => tok.decodeToken(-2)).toThrow(RangeError);
+  });
+
+  it('stop ids: EOS first, then generation_config’s list and <|im_end|>, deduplicated', () => {
+    const generation = JSON.parse(read('generation_config.json')) as { eos_token_id: number[] };
+    expect(generation.eos_token_id).toEqual([IM_END, EOT]);
+    expect(tok.stopIds).toEqual([IM_END, EOT]);
+  });
+
+  for (const c of expected.chat) {
+    it(`chatPrompt(${JSON.stringify(c.user).slice(0, 40)}) is transformers’ apply_chat_template text and ids`, () => {
+      const text = tok.chatPrompt!(c.user);
+      expect(text).toBe(c.text);
+      expect(tok.encodeWithSpecials(text)).toEqual(c.ids);
+    });
+  }
+});
+
+describe('HfTokenizer: other folder layouts', () => {
+  it('uses chat_template.jinja over tokenizer_config’s template, and passes the special tokens and tools=None', () => {
+    const t = HfTokenizer.fromFiles({
+      ...FILES,
+      chatTemplate:
+        '{{ eos_token }}|{{ pad_token }}|{% if bos_token is defined %}B{% endif %}|' +
+        '{% if tools is not none %}T{% endif %}|{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}' +
+        '{% if add_generation_prompt %}>{% endif %}',
+    });
+    expect(t.chatPrompt!('hi')).toBe('<|im_end|>|<|endoftext|>|||user:hi>');
+  });
+
+  it('has no chatPrompt without a template; PAD falls back to EOS; EOS from generation_config', () => {
+    const t = HfTokenizer.fromFiles({
+      tokenizerJson: FILES.tokenizerJson,
+      generationConfig: JSON.stringify({ eos_token_id: EOT }),
+    });
+    expect(t.chatPrompt).toBeUndefined();
+    expect(t.eosId).toBe(EOT);
+    expect(t.padId).toBe(EOT);
+    expect(t.stopIds).toEqual([EOT, IM_END]);
+  });
+
+  it('reads tokenizer_config’s AddedToken objects and the old list form of chat_template', () => {
+    const t = HfTokenizer.fromFiles(
+      withConfig((c) => {
+        c.eos_token = { content: '<|endoftext|>', __type: 'AddedToken' };
+        c.bos_token = { content: '<|im_start|>', __type: 'AddedToken' };
+        c.chat_template = [
+          { name: 'tool_use', template: 'tools' },
+          { name: 'default', template: '{{ bos_token }}{{ messages[0].content }}' },
+        ];
+      }),
+    );
+    expect(t.eosId).toBe(EOT);
+    expect(t.bosId).toBe(IM_START);
+    expect(t.chatPrompt!('x')).toBe('<|im_start|>x');
+  });
+
+  it('adds a Llama 3 style <|eot_id|> to the stop ids', () => {
+    const t = HfTokenizer.fromFiles(
+      withJson((j) => {
+        (j.added_tokens as object[]).push({
+          id: 512,
+          content: '<|eot_id|>',
+          special: true,
+          normalized: false,
+        });
+      }),
+    );
+    expect(t.vocabSize).toBe(513);
+    expect(t.stopIds).toEqual([IM_END, EOT, 512]);
+    expect(t.encodeWithSpecials('a<|eot_id|>')).toEqual([...tok.encode('a'), 512]);
+  });
+
+  it('tokenizerFromFolder takes the files by name, as bytes', () => {
+    const bytes = (name: string) => new Uint8Array(readFileSync(join(DIR, name)));
+    const t = tokenizerFromFolder({
+      'tokenizer.json': bytes('tokenizer.json'),
+      'tokenizer_config.json': bytes('tokenizer_config.json'),
+      'generation_config.json': bytes('generation_config.json'),
+    });
+    expect(t.encodeWithSpecials(expected.chat[0].text)).toEqual(expected.chat[0].ids);
+    expect(t.stopIds).toEqual(tok.stopIds);
+  });
+});
+
+describe('HfTokenizer: clear errors', () => {
+  it('names tokenizer.json when it is not JSON or not a tokenizer', () => {
+    expect(userError(() => HfTokenizer.fromFiles({ tokenizerJson: '{"model": ' })).message).toMatch(
+      /^tokenizer\.json is not valid JSON/,
+    );
+    expect(userError(() => HfTokenizer.fromFiles({ tokenizerJson: '[1, 2]' })).message).toMatch(
+      /^tokenizer\.json must hold a JSON object, got an array/,
+    );
+    expect(userError(() => HfTokenizer.fromFiles(withJson((j) => delete j.model))).message).toMatch(
+      /^tokenizer\.json: has no "model" object/,
+    );
+    expect(
+      userError(() =>
+        HfTokenizer.fromFiles(withJson((j) => delete (j.model as Record<string, unknown>).merges)),
+      ).message,
+    ).toBe('tokenizer.json: the BPE model has no "merges" list.');
+    expect(
+      userError(() =>
+        HfTokenizer.fromFiles(withJson((j) => delete (j.model as Record<string, unknown>).vocab)),
+      ).message,
+    ).toBe('tokenizer.json: the BPE model has no "vocab" (token → id).');
+    expect(
+      userError(() =>
+        HfTokenizer.fromFiles(withJson((j) => ((j.added_tokens as { id: unknown }[])[1].id = '510'))),
+      ).message,
+    ).toBe('tokenizer.json: added_tokens[1] has no non-negative integer "id".');
+    expect(
+      userError(() =>
+        HfTokenizer.fromFiles(withJson((j) => ((j.model as Record<string, unknown>).type = 'Nope'))),
+      ).message,
+    ).toBe(
+      'tokenizer.json: model type "Nope" is not one @huggingface/tokenizers supports (BPE, Unigram, WordPiece).',
+    );
+    expect(
+      userError(() => HfTokenizer.fromFiles(withJson((j) => (j.pre_tokenizer = { type: 'Nope' })))).message,
+    ).toMatch(/^tokenizer\.json: @huggingface\/tokenizers cannot build this tokenizer: .*Nope/);
+  });
+
+  it('names tokenizer_config.json / generation_config.json for tokens that are not there', () => {
+    expect(userError(() => HfTokenizer.fromFiles(withConfig((c) => (c.eos_token = '</s>')))).message).toBe(
+      'tokenizer_config.json: "eos_token" is "</s>", which tokenizer.json lacks.',
+    );
+    expect(
+      userError(() => HfTokenizer.fromFiles({ ...FILES, generationConfig: '{"eos_token_id": ["x"]}' }))
+        .message,
+    ).toMatch(/^generation_config\.json: "eos_token_id" must be a token id or a list of them/);
+    expect(userError(() => HfTokenizer.fromFiles({ tokenizerJson: FILES.tokenizerJson })).message).toMatch(
+      /no EOS token/,
+    );
+    expect(userError(() => tokenizerFromFolder({})).message).toMatch(/no tokenizer\.json/);
+  });
+
+  it('names the file when the chat template does not parse or fails to render', () => {
+    const broken = HfTokenizer.fromFiles(
+      withConfig((c) => (c.chat_template = '{% for m in messages %}{{ m.content }')),
+    );
+    expect(userError(() => broken.chatPrompt!('hi')).message).toMatch(
+      /^tokenizer_config\.json: the chat template does not parse: /,
+    );
+    const raising = HfTokenizer.fromFiles({
+      ...FILES,
+      chatTemplate: "{{ raise_exception('no system role') }}",
+    });
+    expect(userError(() => raising.chatPrompt!('hi')).message).toMatch(
+      /^chat_template\.jinja: the chat template fails to render: .*no system role/,
+    );
+  });
+});
