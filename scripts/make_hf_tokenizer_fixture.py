@@ -20,6 +20,7 @@ expected.json records, from transformers.AutoTokenizer.from_pretrained(folder):
               plain_decoded: tok.decode(plain_ids, skip_special_tokens=True)}
   chat[i]:   {user, text: apply_chat_template([{role: user, content}], tokenize=False, add_generation_prompt=True),
               ids: tok(text, add_special_tokens=False)}
+  templates[i]: {name, template, user, text}: the same render with EXTRA_TEMPLATES' chat_template instead
 """
 
 import json
@@ -51,6 +52,63 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+# Templates in the styles of other folders, each rendered by transformers for every CHAT_USERS message (expected.json
+# "templates"): Llama 3's header tokens, whitespace control and `| trim`; Qwen3's namespace, reversed loop and
+# enable_thinking; plain block tags on their own lines (transformers renders with trim_blocks and lstrip_blocks).
+EXTRA_TEMPLATES = {
+    'llama3-style': (
+        "{{- bos_token }}\n"
+        "{%- if messages[0]['role'] == 'system' %}\n"
+        "    {%- set system_message = messages[0]['content'] | trim %}\n"
+        "    {%- set messages = messages[1:] %}\n"
+        "{%- else %}\n"
+        "    {%- set system_message = 'Be brief.' %}\n"
+        "{%- endif %}\n"
+        "{%- if tools is not none %}{{- raise_exception('this template takes no tools') }}{%- endif %}\n"
+        "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message + '<|eot_id|>' }}\n"
+        "{%- for message in messages %}\n"
+        "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim "
+        "+ '<|eot_id|>' }}\n"
+        "{%- endfor %}\n"
+        "{%- if add_generation_prompt %}\n"
+        "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+        "{%- endif %}\n"
+    ),
+    'qwen3-style': (
+        "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n"
+        "{%- for message in messages[::-1] %}\n"
+        "    {%- set index = (messages|length - 1) - loop.index0 %}\n"
+        "    {%- if ns.multi_step_tool and message.role == 'user' and not(message.content.startswith('<tool_response>') "
+        "and message.content.endswith('</tool_response>')) %}\n"
+        "        {%- set ns.multi_step_tool = false %}\n"
+        "        {%- set ns.last_query_index = index %}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+        "{%- for message in messages %}\n"
+        "    {%- if message.role == 'user' or message.role == 'system' %}\n"
+        "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+        "    {%- endif %}\n"
+        "    {%- if loop.index0 == ns.last_query_index %}{{- '' }}{%- endif %}\n"
+        "{%- endfor %}\n"
+        "{%- if add_generation_prompt %}\n"
+        "    {{- '<|im_start|>assistant\\n' }}\n"
+        "    {%- if enable_thinking is defined and enable_thinking is false %}\n"
+        "        {{- '<think>\\n\\n</think>\\n\\n' }}\n"
+        "    {%- endif %}\n"
+        "{%- endif %}\n"
+    ),
+    'block-lines': (
+        "{% for message in messages %}\n"
+        "  {% if message.role == 'user' %}\n"
+        "User ({{ loop.index }}/{{ messages | length }}): {{ message.content }}\n"
+        "  {% endif %}\n"
+        "{% endfor %}\n"
+        "{% if add_generation_prompt %}\n"
+        "Assistant ({{ eos_token }}):\n"
+        "{% endif %}\n"
+    ),
+}
 
 CORPUS = """\
 The little robot woke up before the sun. It checked its battery, stretched its metal arms, and rolled to the window.
@@ -195,6 +253,12 @@ def main() -> None:
         text = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids_ = hf(text, add_special_tokens=False)['input_ids']
         chat.append({'user': user, 'text': text, 'ids': ids_})
+    templates = []
+    for name, source in EXTRA_TEMPLATES.items():
+        for user in CHAT_USERS:
+            messages = [{'role': 'user', 'content': user}]
+            text = hf.apply_chat_template(messages, chat_template=source, tokenize=False, add_generation_prompt=True)
+            templates.append({'name': name, 'template': source, 'user': user, 'text': text})
     expected = {
         'generator': f'scripts/make_hf_tokenizer_fixture.py (transformers {__import__("transformers").__version__}, '
         f'tokenizers {__import__("tokenizers").__version__})',
@@ -204,14 +268,16 @@ def main() -> None:
         'pad_id': hf.pad_token_id,
         'encode': encode,
         'chat': chat,
+        'templates': templates,
     }
     with open(os.path.join(OUT, 'expected.json'), 'w') as f:
         # One line per case, so a diff after regenerating shows which cases changed.
-        head = {k: v for k, v in expected.items() if k not in ('encode', 'chat')}
+        head = {k: v for k, v in expected.items() if k not in ('encode', 'chat', 'templates')}
         f.write(json.dumps(head, ensure_ascii=False)[:-1] + ',\n')
-        for key in ('encode', 'chat'):
+        keys = ('encode', 'chat', 'templates')
+        for key in keys:
             rows = ',\n'.join('  ' + json.dumps(row, ensure_ascii=False) for row in expected[key])
-            f.write(f' "{key}": [\n{rows}\n ]' + (',\n' if key == 'encode' else '\n'))
+            f.write(f' "{key}": [\n{rows}\n ]' + (',\n' if key != keys[-1] else '\n'))
         f.write('}\n')
     total = sum(os.path.getsize(os.path.join(OUT, n)) for n in os.listdir(OUT))
     print(f'vocab size {len(hf)}; special ids {ids}; eos {hf.eos_token_id}, pad {hf.pad_token_id}')

@@ -18,6 +18,7 @@ interface Expected {
   pad_id: number;
   encode: { text: string; ids: number[]; plain_ids: number[]; decoded: string; plain_decoded: string }[];
   chat: { user: string; text: string; ids: number[] }[];
+  templates: { name: string; template: string; user: string; text: string }[];
 }
 const expected = JSON.parse(read('expected.json')) as Expected;
 const FILES: HfTokenizerFiles = {
@@ -95,6 +96,20 @@ describe('HfTokenizer on the fixture folder', () => {
     expect(() => tok.decode([1.5])).toThrow(RangeError);
   });
 
+  it('decode ignores clean_up_tokenization_spaces for a BPE model, as transformers 5 does', () => {
+    const c = expected.encode.find((e) => e.text.includes(' ... ???'))!;
+    const cleanUp = HfTokenizer.fromFiles(withConfig((cfg) => (cfg.clean_up_tokenization_spaces = true)));
+    expect(cleanUp.decode(c.ids)).toBe(c.decoded);
+    const forced = HfTokenizer.fromFiles(
+      withConfig((cfg) => {
+        cfg.clean_up_tokenization_spaces = true;
+        cfg.clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output = true;
+      }),
+    );
+    // transformers' clean_up_tokenization: " ." → ".", " ?" → "?" (and " !", " ,", " 's", " n't", …).
+    expect(forced.decode(c.ids)).toBe('Mixed CASE, punctuation!!!...???');
+  });
+
   it('decode of a piece of a character gives U+FFFD, not a leak into the next call', () => {
     const emoji = tok.encode('🙂');
     expect(emoji.length).toBeGreaterThan(1); // the tiny BPE has no merge for it: one token per byte
@@ -133,6 +148,17 @@ describe('HfTokenizer on the fixture folder', () => {
 });
 
 describe('HfTokenizer: other folder layouts', () => {
+  it('has Llama 3 style, Qwen3 style and block-line templates to render', () => {
+    expect(new Set(expected.templates.map((t) => t.name)).size).toBe(3);
+  });
+
+  for (const t of expected.templates) {
+    it(`renders the ${t.name} template for ${JSON.stringify(t.user).slice(0, 30)} as transformers does`, () => {
+      const withTemplate = HfTokenizer.fromFiles({ ...FILES, chatTemplate: t.template });
+      expect(withTemplate.chatPrompt!(t.user)).toBe(t.text);
+    });
+  }
+
   it('uses chat_template.jinja over tokenizer_config’s template, and passes the special tokens and tools=None', () => {
     const t = HfTokenizer.fromFiles({
       ...FILES,

@@ -299,7 +299,12 @@ export class HfTokenizer implements Tokenizer {
     this.stopIds = [...new Set(stops)];
 
     this.byteTable = usesByteLevelDecoder(this.json.decoder) ? byteLevelDecoderTable() : undefined;
-    this.cleanUpSpaces = this.config.clean_up_tokenization_spaces === true;
+    // transformers 5 ignores clean_up_tokenization_spaces for BPE models (it strips real spaces before punctuation)
+    // unless clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output is set; Llama 3 sets it true.
+    this.cleanUpSpaces =
+      this.config.clean_up_tokenization_spaces === true &&
+      (this.json.model.type !== 'BPE' ||
+        this.config.clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output === true);
 
     const template = chatTemplateSource(files, this.config);
     if (template !== undefined) {
