@@ -6,7 +6,12 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { UserError } from '../src/core/errors';
-import { HfTokenizer, tokenizerFromFolder, type HfTokenizerFiles } from '../src/core/tokenizer/hf';
+import {
+  HfTokenizer,
+  readHfTokenizer,
+  tokenizerFromFolder,
+  type HfTokenizerFiles,
+} from '../src/core/tokenizer/hf';
 
 const DIR = join(__dirname, 'fixtures', 'hf-tokenizer');
 const read = (name: string): string => readFileSync(join(DIR, name), 'utf8');
@@ -222,6 +227,17 @@ describe('HfTokenizer: other folder layouts', () => {
     });
     expect(t.encodeWithSpecials(expected.chat[0].text)).toEqual(expected.chat[0].ids);
     expect(t.stopIds).toEqual(tok.stopIds);
+  });
+
+  it('readHfTokenizer reads the files from a ModelFiles-shaped folder and prefixes errors with its label', async () => {
+    const read = async (name: string) =>
+      name === 'chat_template.jinja' ? null : new Uint8Array(readFileSync(join(DIR, name)));
+    const t = await readHfTokenizer({ label: 'fixtures/hf-tokenizer', read });
+    expect(t.chatPrompt!(expected.chat[1].user)).toBe(expected.chat[1].text);
+    expect(t.stopIds).toEqual(tok.stopIds);
+    await expect(readHfTokenizer({ label: 'my-model', read: async () => null })).rejects.toThrow(
+      /^my-model: The model folder has no tokenizer\.json/,
+    );
   });
 });
 

@@ -407,3 +407,24 @@ export function tokenizerFromFolder(files: Readonly<Record<string, FileContent |
     chatTemplate: files['chat_template.jinja'],
   });
 }
+
+/** The shape of src/core/model/folder.ts's ModelFiles that reading a tokenizer needs (no import: no cycle). */
+export interface TokenizerFolder {
+  label: string;
+  read(name: string): Promise<Uint8Array | null>;
+}
+
+/**
+ * Reads HF_TOKENIZER_FILES from a model folder and builds its tokenizer; errors are prefixed with the folder's label
+ * (`<label>: tokenizer.json: …`).
+ */
+export async function readHfTokenizer(folder: TokenizerFolder): Promise<HfTokenizer> {
+  const files: Record<string, Uint8Array | undefined> = {};
+  for (const name of HF_TOKENIZER_FILES) files[name] = (await folder.read(name)) ?? undefined;
+  try {
+    return tokenizerFromFolder(files);
+  } catch (e) {
+    if (e instanceof UserError) throw new UserError(`${folder.label}: ${e.message}`);
+    throw e;
+  }
+}
