@@ -1,18 +1,29 @@
 #!/usr/bin/env python3
-"""Writes tests/fixtures/hf-tokenizer/: a small Qwen2-style Hugging Face tokenizer folder and what transformers does
-with it, for tests/hf-tokenizer.test.ts (which checks src/core/tokenizer/hf.ts against it without Python).
+"""Writes two small Hugging Face tokenizer folders and what transformers does with them, for
+tests/hf-tokenizer.test.ts (which checks src/core/tokenizer/hf.ts against them without Python):
 
   python3 scripts/make_hf_tokenizer_fixture.py            (needs `tokenizers` and `transformers`)
 
-The tokenizer is a byte-level BPE trained here with the `tokenizers` library on the built-in English text below, laid
-out like Qwen2/Qwen2.5's tokenizer.json: NFC normalizer, the Qwen2 split regex then ByteLevel(use_regex=False), a
-ByteLevel decoder and post-processor. The BPE has 509 ids (256 bytes + 253 merges); the three special tokens are added
-after it, as Qwen's are, so the tokenizer has exactly 512 ids:
+Each tokenizer is a byte-level BPE trained here with the `tokenizers` library on the built-in English text below, with
+its special tokens added after the BPE so that it has exactly 512 ids.
+
+tests/fixtures/hf-tokenizer/ is laid out like Qwen2/Qwen2.5's tokenizer.json: NFC normalizer, the Qwen2 split regex
+then ByteLevel(use_regex=False), a ByteLevel decoder and post-processor; 509 BPE ids (256 bytes + 253 merges), then
 
   509 <|endoftext|>   510 <|im_start|>   511 <|im_end|>
 
-tokenizer_config.json carries a ChatML chat template (Qwen2-Instruct's), eos_token <|im_end|>, pad_token <|endoftext|>;
-generation_config.json's eos_token_id is a list of two ids, as Qwen2.5's is.
+Its tokenizer_config.json carries a ChatML chat template (Qwen2-Instruct's), eos_token <|im_end|>, pad_token
+<|endoftext|>; generation_config.json's eos_token_id is a list of two ids, as Qwen2.5's is.
+
+tests/fixtures/hf-tokenizer-llama3/ is laid out like Llama 3's: no normalizer, Llama 3's split regex (digits in runs
+of up to 3), BPE with ignore_merges, a TemplateProcessing post-processor that prepends <|begin_of_text|> (only with
+add_special_tokens=True); 507 BPE ids, then
+
+  507 <|begin_of_text|>   508 <|end_of_text|>   509 <|start_header_id|>   510 <|end_header_id|>   511 <|eot_id|>
+
+Its tokenizer_config.json has bos_token <|begin_of_text|>, eos_token <|eot_id|>, no pad_token,
+clean_up_tokenization_spaces true (as Llama 3's) and a Llama 3 style template that writes {{ bos_token }};
+generation_config.json's eos_token_id is [508, 511].
 
 expected.json records, from transformers.AutoTokenizer.from_pretrained(folder):
   encode[i]: {text, ids: tok(text, add_special_tokens=False), plain_ids: the same with split_special_tokens=True
@@ -32,14 +43,16 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import AutoTokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, '..', 'tests', 'fixtures', 'hf-tokenizer')
-
-BPE_SIZE = 509
-SPECIALS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>']
+FIXTURES = os.path.join(HERE, '..', 'tests', 'fixtures')
+VOCAB_SIZE = 512
 
 # Qwen2's pre-tokenizer split pattern (tokenizer.json of Qwen/Qwen2.5-0.5B-Instruct).
 QWEN2_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# Llama 3's (tokenizer.json of meta-llama/Llama-3.2-1B): digits in runs of up to three.
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
 # Qwen2-Instruct's chat template (ChatML, a default system message when the first message is not one).
@@ -156,12 +169,14 @@ ENCODE_TEXTS = [
     "don't you'll I'M we've THEY'RE",
     'Mixed CASE, punctuation!!! ... ???',
     'code: def f(x):\n    return x**2  # square',
-    '<|im_start|>user\nHi<|im_end|>\n',
-    'text<|endoftext|>more',
-    '<|im_end|>',
-    'a <|im_start|> b<|im_end|>c',
     '',
 ]
+
+
+def special_texts(start: str, end: str, other: str) -> list[str]:
+    """Strings with a folder's special-token spellings: a turn opener, an end of turn and one more."""
+    return [f'{start}user\nHi{end}\n', f'text{other}more', end, f'a {start} b{end}c']
+
 
 CHAT_USERS = [
     'Hello!',
@@ -169,73 +184,71 @@ CHAT_USERS = [
     'Emoji 🙂 and a stray <|im_end|> inside',
 ]
 
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {%- set system_message = messages[0]['content'] | trim %}\n"
+    "    {%- set messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "    {%- set system_message = '' %}\n"
+    "{%- endif %}\n"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}\n"
+    "{{- 'Cutting Knowledge Date: December 2023\\n\\n' }}\n"
+    "{{- system_message }}\n"
+    "{{- '<|eot_id|>' }}\n"
+    "{%- for message in messages %}\n"
+    "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim "
+    "+ '<|eot_id|>' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+    "{%- endif %}\n"
+)
 
-def train() -> Tokenizer:
+
+def train(pattern: str, bpe_size: int, specials: list[str], nfc: bool) -> Tokenizer:
     tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
+    if nfc:
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior='isolated', invert=False),
+            pre_tokenizers.Split(Regex(pattern), behavior='isolated', invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
         ]
     )
     tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=BPE_SIZE,
+        vocab_size=bpe_size,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
         show_progress=False,
     )
     tok.train_from_iterator(CORPUS.splitlines(keepends=True), trainer)
-    if tok.get_vocab_size() != BPE_SIZE:
-        sys.exit(f'trained BPE has {tok.get_vocab_size()} ids, wanted {BPE_SIZE}: add text to CORPUS')
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
+    if tok.get_vocab_size() != bpe_size:
+        sys.exit(f'trained BPE has {tok.get_vocab_size()} ids, wanted {bpe_size}: add text to CORPUS')
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    if tok.get_vocab_size() != VOCAB_SIZE:
+        sys.exit(f'the tokenizer has {tok.get_vocab_size()} ids, wanted {VOCAB_SIZE}')
     return tok
 
 
-def main() -> None:
-    os.makedirs(OUT, exist_ok=True)
-    tok = train()
-    tok.save(os.path.join(OUT, 'tokenizer.json'))
-    ids = {s: tok.token_to_id(s) for s in SPECIALS}
-    with open(os.path.join(OUT, 'tokenizer_config.json'), 'w') as f:
-        json.dump(
-            {
-                'tokenizer_class': 'PreTrainedTokenizerFast',
-                'bos_token': None,
-                'eos_token': '<|im_end|>',
-                'pad_token': '<|endoftext|>',
-                'unk_token': None,
-                'clean_up_tokenization_spaces': False,
-                'split_special_tokens': False,
-                'model_max_length': 2048,
-                'chat_template': CHAT_TEMPLATE,
-            },
-            f,
-            indent=2,
-            ensure_ascii=False,
-        )
-        f.write('\n')
-    with open(os.path.join(OUT, 'generation_config.json'), 'w') as f:
-        json.dump(
-            {
-                'eos_token_id': [ids['<|im_end|>'], ids['<|endoftext|>']],
-                'pad_token_id': ids['<|endoftext|>'],
-            },
-            f,
-            indent=2,
-        )
+def write_json(path: str, value: dict) -> None:
+    with open(path, 'w') as f:
+        json.dump(value, f, indent=2, ensure_ascii=False)
         f.write('\n')
 
-    # What transformers makes of the folder (tokenizer.json + tokenizer_config.json only, as a model folder has them).
+
+def record(out: str, specials: list[str], texts: list[str], templates_to_try: dict[str, str]) -> None:
+    """Writes out/expected.json: what transformers makes of the folder's tokenizer.json + tokenizer_config.json."""
     with tempfile.TemporaryDirectory() as d:
         for name in ('tokenizer.json', 'tokenizer_config.json'):
-            with open(os.path.join(OUT, name)) as src, open(os.path.join(d, name), 'w') as dst:
+            with open(os.path.join(out, name)) as src, open(os.path.join(d, name), 'w') as dst:
                 dst.write(src.read())
         hf = AutoTokenizer.from_pretrained(d)
+    ids = {s: hf.convert_tokens_to_ids(s) for s in specials}
     encode = []
-    for text in ENCODE_TEXTS:
+    for text in texts:
         with_specials = hf(text, add_special_tokens=False)['input_ids']
         plain = hf(text, add_special_tokens=False, split_special_tokens=True)['input_ids']
         encode.append(
@@ -254,7 +267,7 @@ def main() -> None:
         ids_ = hf(text, add_special_tokens=False)['input_ids']
         chat.append({'user': user, 'text': text, 'ids': ids_})
     templates = []
-    for name, source in EXTRA_TEMPLATES.items():
+    for name, source in templates_to_try.items():
         for user in CHAT_USERS:
             messages = [{'role': 'user', 'content': user}]
             text = hf.apply_chat_template(messages, chat_template=source, tokenize=False, add_generation_prompt=True)
@@ -266,22 +279,116 @@ def main() -> None:
         'special_ids': ids,
         'eos_id': hf.eos_token_id,
         'pad_id': hf.pad_token_id,
+        'bos_id': hf.bos_token_id,
         'encode': encode,
         'chat': chat,
         'templates': templates,
     }
-    with open(os.path.join(OUT, 'expected.json'), 'w') as f:
+    if expected['bos_id'] is None:
+        del expected['bos_id']  # the Qwen fixture's expected.json predates the field
+    with open(os.path.join(out, 'expected.json'), 'w') as f:
         # One line per case, so a diff after regenerating shows which cases changed.
-        head = {k: v for k, v in expected.items() if k not in ('encode', 'chat', 'templates')}
-        f.write(json.dumps(head, ensure_ascii=False)[:-1] + ',\n')
         keys = ('encode', 'chat', 'templates')
+        head = {k: v for k, v in expected.items() if k not in keys}
+        f.write(json.dumps(head, ensure_ascii=False)[:-1] + ',\n')
         for key in keys:
             rows = ',\n'.join('  ' + json.dumps(row, ensure_ascii=False) for row in expected[key])
             f.write(f' "{key}": [\n{rows}\n ]' + (',\n' if key != keys[-1] else '\n'))
         f.write('}\n')
-    total = sum(os.path.getsize(os.path.join(OUT, n)) for n in os.listdir(OUT))
-    print(f'vocab size {len(hf)}; special ids {ids}; eos {hf.eos_token_id}, pad {hf.pad_token_id}')
-    print(f'wrote {OUT} ({total} bytes)')
+    total = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
+    print(f'{os.path.basename(out)}: vocab size {len(hf)}; special ids {ids}; eos {hf.eos_token_id}, '
+          f'pad {hf.pad_token_id}, bos {hf.bos_token_id}; {total} bytes')
+
+
+def make_qwen2() -> None:
+    out = os.path.join(FIXTURES, 'hf-tokenizer')
+    os.makedirs(out, exist_ok=True)
+    specials = ['<|endoftext|>', '<|im_start|>', '<|im_end|>']
+    tok = train(QWEN2_PATTERN, VOCAB_SIZE - len(specials), specials, nfc=True)
+    tok.save(os.path.join(out, 'tokenizer.json'))
+    ids = {s: tok.token_to_id(s) for s in specials}
+    write_json(
+        os.path.join(out, 'tokenizer_config.json'),
+        {
+            'tokenizer_class': 'PreTrainedTokenizerFast',
+            'bos_token': None,
+            'eos_token': '<|im_end|>',
+            'pad_token': '<|endoftext|>',
+            'unk_token': None,
+            'clean_up_tokenization_spaces': False,
+            'split_special_tokens': False,
+            'model_max_length': 2048,
+            'chat_template': CHAT_TEMPLATE,
+        },
+    )
+    write_json(
+        os.path.join(out, 'generation_config.json'),
+        {'eos_token_id': [ids['<|im_end|>'], ids['<|endoftext|>']], 'pad_token_id': ids['<|endoftext|>']},
+    )
+    texts = ENCODE_TEXTS[:-1] + special_texts('<|im_start|>', '<|im_end|>', '<|endoftext|>') + ENCODE_TEXTS[-1:]
+    record(out, specials, texts, EXTRA_TEMPLATES)
+
+
+def make_llama3() -> None:
+    out = os.path.join(FIXTURES, 'hf-tokenizer-llama3')
+    os.makedirs(out, exist_ok=True)
+    bos, eos, start, end, eot = specials = [
+        '<|begin_of_text|>',
+        '<|end_of_text|>',
+        '<|start_header_id|>',
+        '<|end_header_id|>',
+        '<|eot_id|>',
+    ]
+    tok = train(LLAMA3_PATTERN, VOCAB_SIZE - len(specials), specials, nfc=False)
+    # Llama 3's model and post-processor, set in the JSON (the trainer's BPE has no ignore_merges option).
+    data = json.loads(tok.to_str())
+    data['model']['ignore_merges'] = True
+    bos_id = tok.token_to_id(bos)
+    data['post_processor'] = {
+        'type': 'Sequence',
+        'processors': [
+            {'type': 'ByteLevel', 'add_prefix_space': True, 'trim_offsets': False, 'use_regex': True},
+            {
+                'type': 'TemplateProcessing',
+                'single': [{'SpecialToken': {'id': bos, 'type_id': 0}}, {'Sequence': {'id': 'A', 'type_id': 0}}],
+                'pair': [
+                    {'SpecialToken': {'id': bos, 'type_id': 0}},
+                    {'Sequence': {'id': 'A', 'type_id': 0}},
+                    {'SpecialToken': {'id': bos, 'type_id': 1}},
+                    {'Sequence': {'id': 'B', 'type_id': 1}},
+                ],
+                'special_tokens': {bos: {'id': bos, 'ids': [bos_id], 'tokens': [bos]}},
+            },
+        ],
+    }
+    tok = Tokenizer.from_str(json.dumps(data))
+    if tok.encode('hi').ids[0] != bos_id or tok.encode('hi', add_special_tokens=False).ids[0] == bos_id:
+        sys.exit('the TemplateProcessing post-processor does not prepend <|begin_of_text|> as expected')
+    tok.save(os.path.join(out, 'tokenizer.json'))
+    ids = {s: tok.token_to_id(s) for s in specials}
+    write_json(
+        os.path.join(out, 'tokenizer_config.json'),
+        {
+            'tokenizer_class': 'PreTrainedTokenizerFast',
+            'bos_token': bos,
+            'eos_token': eot,
+            'clean_up_tokenization_spaces': True,
+            'model_input_names': ['input_ids', 'attention_mask'],
+            'model_max_length': 131072,
+            'chat_template': LLAMA3_TEMPLATE,
+        },
+    )
+    write_json(
+        os.path.join(out, 'generation_config.json'),
+        {'bos_token_id': ids[bos], 'eos_token_id': [ids[eos], ids[eot]], 'do_sample': True},
+    )
+    texts = ENCODE_TEXTS[:-1] + special_texts(start, eot, eos) + ['digits 1234567 split in threes'] + ENCODE_TEXTS[-1:]
+    record(out, specials, texts, {})
+
+
+def main() -> None:
+    make_qwen2()
+    make_llama3()
 
 
 if __name__ == '__main__':

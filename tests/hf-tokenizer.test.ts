@@ -1,6 +1,7 @@
 /**
- * src/core/tokenizer/hf.ts against transformers: tests/fixtures/hf-tokenizer/ is a 512-id Qwen2-style tokenizer folder
- * and expected.json what transformers 5 does with it (scripts/make_hf_tokenizer_fixture.py). No Python needed here.
+ * src/core/tokenizer/hf.ts against transformers: tests/fixtures/hf-tokenizer/ is a 512-id Qwen2-style tokenizer folder,
+ * tests/fixtures/hf-tokenizer-llama3/ a 512-id Llama 3 style one, and each expected.json what transformers 5 does with
+ * it (scripts/make_hf_tokenizer_fixture.py). No Python needed here.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -14,13 +15,15 @@ import {
 } from '../src/core/tokenizer/hf';
 
 const DIR = join(__dirname, 'fixtures', 'hf-tokenizer');
-const read = (name: string): string => readFileSync(join(DIR, name), 'utf8');
+const LLAMA_DIR = join(__dirname, 'fixtures', 'hf-tokenizer-llama3');
+const read = (name: string, dir = DIR): string => readFileSync(join(dir, name), 'utf8');
 
 interface Expected {
   vocab_size: number;
   special_ids: Record<string, number>;
   eos_id: number;
-  pad_id: number;
+  pad_id: number | null;
+  bos_id?: number | null;
   encode: { text: string; ids: number[]; plain_ids: number[]; decoded: string; plain_decoded: string }[];
   chat: { user: string; text: string; ids: number[] }[];
   templates: { name: string; template: string; user: string; text: string }[];
@@ -239,6 +242,51 @@ describe('HfTokenizer: other folder layouts', () => {
       /^my-model: The model folder has no tokenizer\.json/,
     );
   });
+});
+
+describe('HfTokenizer on the Llama 3 style fixture folder', () => {
+  const llamaExpected = JSON.parse(read('expected.json', LLAMA_DIR)) as Expected;
+  const llama = tokenizerFromFolder({
+    'tokenizer.json': read('tokenizer.json', LLAMA_DIR),
+    'tokenizer_config.json': read('tokenizer_config.json', LLAMA_DIR),
+    'generation_config.json': read('generation_config.json', LLAMA_DIR),
+  });
+  const ids = llamaExpected.special_ids;
+
+  it('has BOS, EOS <|eot_id|>, PAD = EOS (no pad_token) and stop ids [<|eot_id|>, <|end_of_text|>]', () => {
+    expect(llamaExpected.vocab_size).toBe(512);
+    expect(llama.vocabSize).toBe(512);
+    expect(llama.bosId).toBe(llamaExpected.bos_id);
+    expect(llama.bosId).toBe(ids['<|begin_of_text|>']);
+    expect(llama.eosId).toBe(llamaExpected.eos_id);
+    expect(llama.eosId).toBe(ids['<|eot_id|>']);
+    expect(llamaExpected.pad_id).toBeNull();
+    expect(llama.padId).toBe(llama.eosId);
+    expect(llama.stopIds).toEqual([ids['<|eot_id|>'], ids['<|end_of_text|>']]);
+  });
+
+  for (const c of llamaExpected.encode) {
+    it(`encodes and decodes ${JSON.stringify(c.text).slice(0, 48)} as transformers does`, () => {
+      expect(llama.encodeWithSpecials(c.text)).toEqual(c.ids);
+      expect(llama.encode(c.text)).toEqual(c.plain_ids);
+      expect(llama.decode(c.ids)).toBe(c.decoded);
+      expect(llama.decode(c.plain_ids)).toBe(c.plain_decoded);
+    });
+  }
+
+  it('adds no BOS: the post-processor’s <|begin_of_text|> comes only from the template', () => {
+    expect(llama.encode('Hello')).not.toContain(ids['<|begin_of_text|>']);
+    expect(llama.encodeWithSpecials('Hello')).not.toContain(ids['<|begin_of_text|>']);
+    expect(llamaExpected.chat[0].ids[0]).toBe(ids['<|begin_of_text|>']);
+  });
+
+  for (const c of llamaExpected.chat) {
+    it(`chatPrompt(${JSON.stringify(c.user).slice(0, 40)}) is transformers’ text and ids, BOS included`, () => {
+      const text = llama.chatPrompt!(c.user);
+      expect(text).toBe(c.text);
+      expect(llama.encodeWithSpecials(text)).toEqual(c.ids);
+    });
+  }
 });
 
 describe('HfTokenizer: clear errors', () => {
