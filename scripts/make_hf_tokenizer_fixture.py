@@ -12,8 +12,10 @@ then ByteLevel(use_regex=False), a ByteLevel decoder and post-processor; 509 BPE
 
   509 <|endoftext|>   510 <|im_start|>   511 <|im_end|>
 
-Its tokenizer_config.json carries a ChatML chat template (Qwen2-Instruct's), eos_token <|im_end|>, pad_token
-<|endoftext|>; generation_config.json's eos_token_id is a list of two ids, as Qwen2.5's is.
+Its tokenizer_config.json names tokenizer_class Qwen2Tokenizer, as real Qwen2/Qwen3 folders do (transformers 5
+rebuilds that class's pipeline itself, the same as the tokenizer.json's), and carries a ChatML chat template
+(Qwen2-Instruct's), eos_token <|im_end|>, pad_token <|endoftext|>; generation_config.json's eos_token_id is a list of
+two ids, as Qwen2.5's is.
 
 tests/fixtures/hf-tokenizer-llama3/ is laid out like Llama 3's: no normalizer, Llama 3's split regex (digits in runs
 of up to 3), BPE with ignore_merges, a TemplateProcessing post-processor that prepends <|begin_of_text|> (only with
@@ -310,7 +312,7 @@ def make_qwen2() -> None:
     write_json(
         os.path.join(out, 'tokenizer_config.json'),
         {
-            'tokenizer_class': 'PreTrainedTokenizerFast',
+            'tokenizer_class': 'Qwen2Tokenizer',
             'bos_token': None,
             'eos_token': '<|im_end|>',
             'pad_token': '<|endoftext|>',
