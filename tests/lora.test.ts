@@ -372,8 +372,12 @@ describe('LoRA adapters on GPT-2', () => {
     });
     expect(() => checkLoraConfig({ lora: 1.5 })).toThrow(/"lora" is 1.5/);
     expect(() => checkLoraConfig({ lora: 4, loraAlpha: 0 })).toThrow(/"loraAlpha" is 0/);
-    expect(() => checkLoraConfig({ lora: 4, loraTargets: ['q_proj' as LoraTarget] })).toThrow(
-      /"loraTargets" names "q_proj"/,
+    expect(() => checkLoraConfig({ lora: 4, loraTargets: ['fc_out' as LoraTarget] })).toThrow(
+      /"loraTargets" names "fc_out"/,
+    );
+    // A Llama-family layer name is a valid key value, but not on a GPT-2 model.
+    expect(() => LoraAdapters.create(cfg, { lora: 4, loraTargets: ['q_proj'] }, 1)).toThrow(
+      /"loraTargets" names \["q_proj"\], which a gpt2 model does not have/,
     );
     expect(() => checkLoraConfig({ lora: 4, loraTargets: [] })).toThrow(/non-empty/);
     expect(() => LoraAdapters.create(cfg, { lora: 0 }, 1)).toThrow(/rank "lora" ≥ 1/);

@@ -32,6 +32,8 @@ import {
 import type { NanoGptPeer } from '../../src/bench/perf/lm-train';
 import { readConfig, loadLM, type ModelFiles } from '../../src/core/model/folder';
 import { tokenizerFor } from '../../src/core/tokenizer';
+import { gpt2Only } from '../../src/core/model/config';
+import type { GPT2 } from '../../src/core/model/gpt2';
 import { parseTask, taskUrl } from '../../src/core/tasks';
 import { validateConfig } from '../../src/core/config';
 import { buildTrainer, type Resources } from '../../src/core/ppo/setup';
@@ -212,7 +214,7 @@ async function main(): Promise<void> {
   }
 
   const tinyFiles = resources.modelFiles('tiny');
-  const tinyConfig = await readConfig(tinyFiles);
+  const tinyConfig = gpt2Only(await readConfig(tinyFiles), 'bench');
   const task = await resources.loadTask('sentiment');
   let nano: Awaited<ReturnType<typeof loadNanoGpt>> | null = null;
   const benchEnv: BenchEnv = {
@@ -222,7 +224,7 @@ async function main(): Promise<void> {
     prompts: task.prompts,
     buildPpoTrainer: (o) =>
       buildTrainer(validateConfig({ model: 'tiny', task: 'sentiment', ...o }, 'bench'), resources),
-    loadTinyModel: async () => (await loadLM(tinyFiles, { trainable: false, label: 'bench' })).model,
+    loadTinyModel: async () => (await loadLM(tinyFiles, { trainable: false, label: 'bench' })).model as GPT2,
     nanogpt: async () => (nano ??= await loadNanoGpt()),
     // nanogpt ships its own patched WebGPU backend and kernels; it runs on them, after ours ran on the stock one.
     beforeNanogpt:

@@ -20,8 +20,10 @@ import { nodeResources } from './train';
 import { loadTaskNode } from './tasks-node';
 import { loadLM, readConfig } from '../core/model/folder';
 import { validateConfig, type TrainConfig } from '../core/config';
+import { gpt2Only } from '../core/model/config';
+import type { GPT2 } from '../core/model/gpt2';
 import { buildTrainer } from '../core/ppo/setup';
-import { tokenizerFor } from '../core/tokenizer';
+import { tokenizerFor, tokenizerForFolder } from '../core/tokenizer';
 import { planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../bench/bench';
 import { registerFusedAdamKernels } from '../core/fused-adam';
 import { registerFastCpuKernels } from '../bench/perf/cpu-kernels';
@@ -182,15 +184,15 @@ export async function cmdBench(argv: string[]): Promise<void> {
   registerFusedAdamKernels();
   const modelDir = resolveModel(str('bench', v, 'model') ?? 'tiny');
   const tinyFiles = nodeFiles(modelDir);
-  const tinyConfig = await readConfig(tinyFiles);
+  const tinyConfig = gpt2Only(await readConfig(tinyFiles), 'bench');
   const env: BenchEnv = {
     platform: 'node',
     tinyConfig,
-    tinyTokenizer: tokenizerFor(tinyConfig),
+    tinyTokenizer: await tokenizerForFolder(tinyFiles, tinyConfig),
     prompts: task.prompts,
     buildPpoTrainer: (o) =>
       buildTrainer(validateConfig({ model: modelDir, task: 'sentiment', ...o }, 'bench'), nodeResources),
-    loadTinyModel: async () => (await loadLM(tinyFiles, { trainable: false, label: 'bench' })).model,
+    loadTinyModel: async () => (await loadLM(tinyFiles, { trainable: false, label: 'bench' })).model as GPT2,
     nanogpt: loadNanoGptNode,
     log,
   };
@@ -420,7 +422,7 @@ async function memoryRuns(
   const notes: string[] = [];
   const backend = await setNodeBackend('wasm');
   registerFusedAdamKernels();
-  const tinyConfig = await readConfig(nodeFiles(resolveModel(model ?? 'tiny')));
+  const tinyConfig = gpt2Only(await readConfig(nodeFiles(resolveModel(model ?? 'tiny'))), 'bench');
   const m = planFor('node', backend, quick).memoryTiny;
   let tiny: FourModelMemory | null = null;
   try {

@@ -6,10 +6,12 @@ import { preflightGenerate } from './preflight';
 import { loadLM } from '../core/model/folder';
 import { generate } from '../core/model/sampling';
 import { UserError } from '../core/errors';
+import { encodePrompt, stopIdsOf } from '../core/tokenizer';
 
 export const GENERATE_HELP = `generate --model DIR|tiny --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]
-         [--seed S] [--no-stop] [--backend wasm|cpu|webgpu] [--json]
-  Temperature 0 is greedy. Stops after the model's EOS unless --no-stop.`;
+         [--seed S] [--no-stop] [--no-chat-template] [--backend wasm|cpu|webgpu] [--json]
+  Temperature 0 is greedy. Stops after the model's EOS (every stop id of a Hugging Face model) unless --no-stop.
+  A model with a chat template (Llama/Qwen instruct) gets the prompt as a user message in it, unless --no-chat-template.`;
 
 export async function cmdGenerate(argv: string[]): Promise<void> {
   const v = parse('generate', argv, {
@@ -23,6 +25,7 @@ export async function cmdGenerate(argv: string[]): Promise<void> {
     backend: { type: 'string' },
     json: { type: 'boolean' },
     'no-stop': { type: 'boolean' },
+    'no-chat-template': { type: 'boolean' },
   });
   const dir = resolveModel(str('generate', v, 'model', true));
   const prompt = v.prompt;
@@ -39,7 +42,7 @@ export async function cmdGenerate(argv: string[]): Promise<void> {
     trainable: false,
     maxBindingBytes: nodeBindingLimit(),
   });
-  let promptTokens = tokenizer.encode(prompt);
+  let promptTokens = encodePrompt(tokenizer, prompt, !v['no-chat-template']);
   if (promptTokens.length === 0) promptTokens = [config.bos_token_id];
   const t0 = performance.now();
   const r = await generate(model, [promptTokens], {
@@ -49,7 +52,7 @@ export async function cmdGenerate(argv: string[]): Promise<void> {
     topP,
     rng: seed,
     padId: tokenizer.padId,
-    stopToken: v['no-stop'] ? null : tokenizer.eosId,
+    stopToken: v['no-stop'] ? null : stopIdsOf(tokenizer),
   });
   const secs = (performance.now() - t0) / 1000;
   model.dispose();

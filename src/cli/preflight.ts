@@ -13,8 +13,8 @@ import os from 'node:os';
 import * as tf from '@tensorflow/tfjs-core';
 import { derived, validateConfig, type TrainConfig } from '../core/config';
 import { readConfig } from '../core/model/folder';
-import type { GPT2Config } from '../core/model/config';
-import { tokenizerFor } from '../core/tokenizer';
+import type { LMConfig } from '../core/model/config';
+import { encodePrompt, tokenizerForFolder } from '../core/tokenizer';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
 import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
 import { LORA_TARGETS } from '../core/model/lora';
@@ -66,7 +66,7 @@ export function memoryBudget(backend: string = tf.getBackend(), totalMemory = os
 }
 
 /** The model's name as a person wrote it, with its shape: "gpt2-folder (124.4 M parameters)". */
-function modelLabel(name: string, c: GPT2Config): string {
+function modelLabel(name: string, c: LMConfig): string {
   return `${name} (${(paramCount(c) / 1e6).toFixed(1)} M parameters)`;
 }
 
@@ -83,7 +83,7 @@ function refuse(subject: string, e: MemoryEstimate, budget: MemoryBudget, remedi
 
 /** The largest batch size (a multiple of miniBatches, ≤ the configured one) whose estimate fits, or 0. */
 function largestFittingBatch(
-  config: GPT2Config,
+  config: LMConfig,
   cfg: TrainConfig,
   promptLength: number,
   opts: RunMemoryOptions,
@@ -110,8 +110,8 @@ export async function preflightTrain(
   const config = await readConfig(files);
   // The prompts set the query length (the trainer pads them to a multiple of 8); the tokenizer needs no weights.
   const { prompts, taskReward } = await resolvePrompts(cfg, res);
-  const tok = tokenizerFor(config);
-  const longest = Math.max(1, ...prompts.map((p) => tok.encode(p).length));
+  const tok = await tokenizerForFolder(files, config);
+  const longest = Math.max(1, ...prompts.map((p) => encodePrompt(tok, p, cfg.chatTemplate).length));
   const promptLength = bucket(longest, Math.max(1, config.n_positions - cfg.responseLength));
   const spec: unknown = cfg.reward ?? taskReward;
   const rewardModel = !!spec && typeof spec === 'object' && 'model' in spec;
@@ -225,8 +225,9 @@ export async function preflightGenerate(
   o: { prompt: string; maxNewTokens: number },
   budget: MemoryBudget = memoryBudget(),
 ): Promise<MemoryEstimate> {
-  const config = await readConfig(nodeFiles(resolveModel(model)));
-  const promptLength = Math.max(1, tokenizerFor(config).encode(o.prompt).length);
+  const modelFiles = nodeFiles(resolveModel(model));
+  const config = await readConfig(modelFiles);
+  const promptLength = Math.max(1, (await tokenizerForFolder(modelFiles, config)).encode(o.prompt).length);
   const e = estimateGenerateMemory(config, { batchSize: 1, promptLength, maxNewTokens: o.maxNewTokens });
   if (e.total > budget.bytes) {
     const remedies =
@@ -242,7 +243,7 @@ export async function preflightGenerate(
 export function preflightSequenceTraining(
   what: string,
   model: string,
-  config: GPT2Config,
+  config: LMConfig,
   o: { sequences: number; seqLen: number; head: 'lm' | 'scalar' },
   budget: MemoryBudget = memoryBudget(),
 ): MemoryEstimate {
@@ -266,7 +267,8 @@ export async function preflightSft(
   o: { batchSize: number; seqLen: number },
   budget: MemoryBudget = memoryBudget(),
 ): Promise<MemoryEstimate> {
-  const config = await readConfig(nodeFiles(resolveModel(model)));
+  const modelFiles = nodeFiles(resolveModel(model));
+  const config = await readConfig(modelFiles);
   return preflightSequenceTraining(
     'SFT of',
     model,
@@ -285,8 +287,9 @@ export async function preflightTrainReward(
   o: { batchSize: number; pairs: { prompt: string; chosen: string; rejected: string }[] },
   budget: MemoryBudget = memoryBudget(),
 ): Promise<MemoryEstimate> {
-  const config = await readConfig(nodeFiles(resolveModel(model)));
-  const tok = tokenizerFor(config);
+  const modelFiles = nodeFiles(resolveModel(model));
+  const config = await readConfig(modelFiles);
+  const tok = await tokenizerForFolder(modelFiles, config);
   let longest = 1;
   for (const p of o.pairs) {
     const q = tok.encode(p.prompt).length;

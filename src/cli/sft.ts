@@ -8,6 +8,8 @@ import { preflightSequenceTraining, preflightSft } from './preflight';
 import { loadLM, exportLM } from '../core/model/folder';
 import { parseGPT2Config } from '../core/model/config';
 import { GPT2 } from '../core/model/gpt2';
+import type { CausalLM } from '../core/model/causal-lm';
+import type { Tokenizer } from '../core/tokenizer';
 import { tokenizerFor } from '../core/tokenizer';
 import { tokenizeCorpus, trainSft, type SftOptions } from '../core/sft';
 import { UserError } from '../core/errors';
@@ -64,17 +66,19 @@ export async function cmdSft(argv: string[]): Promise<void> {
       throw new UserError(`sft: "${k}" must be a non-negative number, got ${raw[k]}.`);
   }
   await setNodeBackend(str('sft', v, 'backend') ?? 'wasm');
-  let model: GPT2;
+  let model: CausalLM;
+  let tokenizer: Tokenizer;
   const sequences = { sequences: o.batchSize, seqLen: o.seqLen + 1, head: 'lm' as const };
   if (raw.init) {
     const init = parseGPT2Config(raw.init, `${cfgPath} "init"`);
     preflightSequenceTraining('SFT of', `${cfgPath} "init"`, init, sequences);
     model = GPT2.random(init, o.seed);
+    tokenizer = tokenizerFor(init);
   } else {
     const dir = resolveModel(String(raw.model ?? 'tiny'));
     await assertFolder(dir);
     await preflightSft(dir, o);
-    model = (await loadLM(nodeFiles(dir), { maxBindingBytes: nodeBindingLimit() })).model;
+    ({ model, tokenizer } = await loadLM(nodeFiles(dir), { maxBindingBytes: nodeBindingLimit() }));
   }
   const corpusPath = path.resolve(
     path.dirname(cfgPath),
@@ -83,7 +87,7 @@ export async function cmdSft(argv: string[]): Promise<void> {
   const text = await readFile(corpusPath, 'utf8').catch(() => {
     throw new UserError(`sft: cannot read corpus ${corpusPath}.`);
   });
-  const stream = tokenizeCorpus(text, tokenizerFor(model.config));
+  const stream = tokenizeCorpus(text, tokenizer);
   await mkdir(out, { recursive: true });
   const metricsPath = path.join(out, 'metrics.jsonl');
   await writeFile(metricsPath, '');

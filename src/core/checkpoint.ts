@@ -40,7 +40,7 @@ import { Rng } from './rng';
 import { buildTrainer, REWARD_FILE, type Resources } from './ppo/setup';
 import type { StepMetrics } from './ppo/metrics';
 import { UserError } from './errors';
-import { GPT2 } from './model/gpt2';
+import type { CausalLM } from './model/causal-lm';
 import { ScalarModel } from './model/heads';
 import type { LoraAdapters } from './model/lora';
 import { adapterFiles, readAdapterSet, PEFT_CONFIG_NAME, PEFT_WEIGHTS_NAME } from './model/peft';
@@ -430,7 +430,7 @@ async function restoreModels(
   cfg: TrainConfig,
   keep: <T extends { dispose(): void }>(x: T) => T,
   maxBindingBytes?: number,
-): Promise<{ policy: GPT2; ref: GPT2; value: ScalarModel | null; tokenizer: Tokenizer }> {
+): Promise<{ policy: CausalLM; ref: CausalLM; value: ScalarModel | null; tokenizer: Tokenizer }> {
   const refFile = 'ref_model.safetensors';
   const withValue = hasValueModel(cfg); // critic-free runs: no value file to read
   if (cfg.lora === 0) {

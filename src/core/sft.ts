@@ -5,7 +5,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { FusedAdamOptimizer } from './fused-adam';
-import type { GPT2 } from './model/gpt2';
+import type { CausalLM } from './model/causal-lm';
 import type { Tokenizer } from './tokenizer/types';
 import { logprobsFromLogits } from './ppo/losses';
 import { clippedStep } from './optim';
@@ -48,7 +48,7 @@ export function lrAt(step: number, o: SftOptions): number {
 }
 
 /** Mean next-token cross-entropy of `model` on ids [B, T+1] (inputs ids[:, :T], targets ids[:, 1:]). */
-export function lmLoss(model: GPT2, windows: tf.Tensor2D): tf.Scalar {
+export function lmLoss(model: CausalLM, windows: tf.Tensor2D): tf.Scalar {
   const [B, T1] = windows.shape;
   const T = T1 - 1;
   const inputs = tf.slice(windows, [0, 0], [B, T]);
@@ -58,7 +58,7 @@ export function lmLoss(model: GPT2, windows: tf.Tensor2D): tf.Scalar {
 }
 
 export async function trainSft(
-  model: GPT2,
+  model: CausalLM,
   stream: TokenStream,
   o: SftOptions,
   onLog: (step: number, loss: number, lr: number, tokensPerSecond: number) => void,

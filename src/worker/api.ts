@@ -8,6 +8,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import { transfer } from 'comlink';
 import { generate as sample } from '../core/model/sampling';
 import { isUserError, UserError } from '../core/errors';
+import { encodePrompt, stopIdsOf } from '../core/tokenizer';
 import { applyBackendOptions, currentDeviceLimits, selectBackend } from './backend-web';
 import { checkDeviceLimits, rewardIsModel, runMemoryOptions } from './device-limits';
 import { mergeConfig } from '../core/live';
@@ -256,7 +257,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
         if (!Number.isInteger(req.seed) || req.seed < 0) {
           throw new UserError(`Seed must be a whole number of 0 or more, got ${req.seed}.`);
         }
-        const encoded = tokenizer.encode(req.prompt);
+        const encoded = encodePrompt(tokenizer, req.prompt, req.chatTemplate ?? true);
         // An empty prompt means "unconditional": start from the beginning-of-text token, as GPT-2 does.
         const prompt = encoded.length > 0 ? encoded : [model.config.bos_token_id];
         const t0 = performance.now();
@@ -265,7 +266,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
           temperature: req.temperature,
           topK: req.topK,
           topP: req.topP,
-          stopToken: tokenizer.eosId,
+          stopToken: stopIdsOf(tokenizer),
           padId: tokenizer.padId,
           rng: req.seed,
         });

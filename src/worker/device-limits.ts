@@ -15,7 +15,7 @@
  * model (separate, shared or none), the reward model when the reward is a learned one, Adam and gradients on the
  * trainable parameters only, and the activations of its batch. Sizes and estimates: src/core/model/size.ts.
  */
-import type { GPT2Config } from '../core/model/config';
+import type { LMConfig } from '../core/model/config';
 import { embeddingChunks } from '../core/model/gpt2';
 import {
   estimateRunMemory,
@@ -35,7 +35,7 @@ import {
   type RunMemoryOptions,
   type RunShape,
 } from '../core/model/size';
-import { trunkParamSpecs } from '../core/model/specs';
+import { lmParamSpecs } from '../core/model/causal-lm';
 import { LORA_TARGET_NAMES, type TrainConfig } from '../core/config';
 import { UserError } from '../core/errors';
 import type { BackendName } from './protocol';
@@ -68,7 +68,7 @@ export function webgpuBindingBytes(limits: DeviceLimits | null): number | undefi
 
 /** The largest weight tensor a model holds under a binding limit: wte's largest chunk, or another tensor. */
 export function largestHeldTensor(
-  config: GPT2Config,
+  config: LMConfig,
   maxBindingBytes?: number,
 ): { name: string; shape: number[]; bytes: number } {
   const chunks = embeddingChunks(config, maxBindingBytes);
@@ -77,8 +77,8 @@ export function largestHeldTensor(
     shape: [chunks.rows, config.n_embd],
     bytes: chunks.largestBytes,
   };
-  for (const s of trunkParamSpecs(config)) {
-    if (s.name === 'wte.weight') continue;
+  for (const s of lmParamSpecs(config)) {
+    if (['wte.weight', 'embed_tokens.weight', 'lm_head.weight'].includes(s.name)) continue;
     const bytes = s.shape.reduce((a, b) => a * b, 1) * 4;
     if (bytes > best.bytes) best = { name: s.name, shape: s.shape, bytes };
   }
@@ -91,7 +91,7 @@ export function largestHeldTensor(
  * copies); 'load' (generate only) one model's weights.
  */
 export function checkDeviceLimits(
-  config: GPT2Config,
+  config: LMConfig,
   label: string,
   limits: DeviceLimits | null,
   purpose: 'train' | 'load' = 'train',
@@ -150,7 +150,7 @@ export function checkDeviceLimits(
 }
 
 /** 'Use LoRA ("lora": 8: …, ≈ 0.54 GB of weights and optimiser state)': the remedy for full copies that do not fit. */
-function loraRemedy(config: GPT2Config, opts: RunMemoryOptions): string {
+function loraRemedy(config: LMConfig, opts: RunMemoryOptions): string {
   const lora = { r: 8, targets: LORA_TARGET_NAMES };
   const withLora = estimateRunMemory(
     config,
@@ -213,7 +213,7 @@ export interface RunMemoryCheck {
 
 /** The largest batch size (a multiple of miniBatches, below the configured one) whose estimate fits, or 0. */
 function largestFittingBatch(
-  config: GPT2Config,
+  config: LMConfig,
   shape: RunShape,
   opts: RunMemoryOptions,
   budget: number,
@@ -232,7 +232,7 @@ function largestFittingBatch(
  * numbers and remedies, why it would not fit (a smaller batch, LoRA, WebGPU, a smaller model).
  */
 export function runMemoryCheck(
-  config: GPT2Config,
+  config: LMConfig,
   label: string,
   shape: RunShape,
   opts: RunMemoryOptions,

@@ -85,11 +85,13 @@ export interface ModelSummary {
   n_positions: number;
   /** Number of trainable parameters (tied LM head counted once). */
   params: number;
-  tokenizer: 'gpt2-bpe' | 'bytes';
+  tokenizer: 'gpt2-bpe' | 'bytes' | 'hf';
 }
 
 export interface GenerateRequest {
   prompt: string;
+  /** Format the prompt with the model's chat template when it has one (default true). */
+  chatTemplate?: boolean;
   maxNewTokens: number;
   /** 0 = greedy. */
   temperature: number;

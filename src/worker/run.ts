@@ -19,7 +19,7 @@ import { nonFiniteRunError, stepsDoneMessage } from '../core/stops';
 import type { PpoTrainer, RewardSource } from '../core/ppo/trainer';
 import type { Rollout } from '../core/ppo/rollout';
 import type { Tokenizer } from '../core/tokenizer/types';
-import type { GPT2 } from '../core/model/gpt2';
+import type { CausalLM } from '../core/model/causal-lm';
 import { loadLM, type LoadedLM } from '../core/model/folder';
 import { makeReward } from '../core/reward/functions';
 import { checkTaskName } from '../core/tasks';
@@ -72,7 +72,7 @@ export function newRunId(): string {
 /** At most this many samples per step event (the rest are in the metrics). */
 const MAX_SAMPLES_PER_EVENT = 64;
 
-export function summarise(model: GPT2, label: string): ModelSummary {
+export function summarise(model: CausalLM, label: string): ModelSummary {
   const c = model.config;
   let params = 0;
   for (const v of model.params.values()) params += v.size;
@@ -520,7 +520,7 @@ export class Run {
   }
 
   /** The model generate uses: the trained policy while a run exists, else the loaded one. */
-  async generator(): Promise<{ model: GPT2; tokenizer: Tokenizer }> {
+  async generator(): Promise<{ model: CausalLM; tokenizer: Tokenizer }> {
     const t = this.trainer;
     if (t) return { model: t.models.policy, tokenizer: t.tokenizer };
     if (!this.lm) {

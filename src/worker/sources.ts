@@ -12,7 +12,7 @@ import { memoryFiles, readConfig } from '../core/model/folder';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
 import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
 import type { TrainConfig } from '../core/config';
-import { tokenizerFor } from '../core/tokenizer';
+import { encodePrompt, tokenizerForFolder } from '../core/tokenizer';
 import { parseTask, taskUrl, type Task } from '../core/tasks';
 import {
   checkRepoId,
@@ -270,8 +270,8 @@ export class ModelSources {
     const config = await readConfig(files);
     // The prompts set the query length (the trainer pads them to a multiple of 8); the tokenizer needs no weights.
     const { prompts, taskReward } = await resolvePrompts(cfg, this.resources());
-    const tok = tokenizerFor(config);
-    const longest = Math.max(1, ...prompts.map((p) => tok.encode(p).length));
+    const tok = await tokenizerForFolder(files, config);
+    const longest = Math.max(1, ...prompts.map((p) => encodePrompt(tok, p, cfg.chatTemplate).length));
     const promptLength = bucket(longest, Math.max(1, config.n_positions - cfg.responseLength));
     const opts = runMemoryOptions(cfg, rewardIsModel(cfg, taskReward));
     const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);

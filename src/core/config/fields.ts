@@ -16,7 +16,19 @@ export type ValueInit = 'policy' | 'reward';
 export type ValueModelKind = 'shared' | 'separate';
 /** The Conv1D layers LoRA can adapt (docs/formats.md §6), in PEFT's target_modules names for GPT-2. */
 export const LORA_TARGET_NAMES = ['c_attn', 'attn.c_proj', 'c_fc', 'mlp.c_proj'] as const;
-export type LoraTargetName = (typeof LORA_TARGET_NAMES)[number];
+/** The nn.Linear layers LoRA can adapt in the Llama, Qwen2 and Qwen3 families (PEFT's names; docs/models.md). */
+export const LLAMA_LORA_TARGET_NAMES = [
+  'q_proj',
+  'k_proj',
+  'v_proj',
+  'o_proj',
+  'gate_proj',
+  'up_proj',
+  'down_proj',
+] as const;
+/** Every name `loraTargets` accepts: GPT-2's, then the Llama families'. */
+export const ALL_LORA_TARGET_NAMES = [...LORA_TARGET_NAMES, ...LLAMA_LORA_TARGET_NAMES] as const;
+export type LoraTargetName = (typeof ALL_LORA_TARGET_NAMES)[number];
 /** Activation recomputation in the update: never, per transformer block, or when the run needs it (auto). */
 export type RecomputeMode = 'off' | 'blocks' | 'auto';
 /** `'eos'` = the model's EOS id; a number = that token id; `null` = never stop early. */
@@ -74,6 +86,8 @@ export interface TrainConfig {
   topK: number;
   topP: number;
   stopToken: StopToken;
+  /** Format prompts with the model's own chat template (when its tokenizer has one). */
+  chatTemplate: boolean;
   missingEosPenalty: number;
   valueInit: ValueInit;
   /** LoRA rank r (docs/formats.md §6); 0 = off, full fine-tuning. */
@@ -277,9 +291,9 @@ export const CONFIG_FIELDS = {
     type: 'choices',
     group: 'setup',
     default: [...LORA_TARGET_NAMES],
-    choices: LORA_TARGET_NAMES,
+    choices: ALL_LORA_TARGET_NAMES,
     live: false,
-    doc: 'GPT-2 layers that get LoRA adapters (PEFT’s target_modules); default all four. Applies on reset.',
+    doc: 'Layers that get LoRA adapters (PEFT’s target_modules): GPT-2’s c_attn, attn.c_proj, c_fc, mlp.c_proj, or a Llama/Qwen model’s q/k/v/o_proj, gate/up/down_proj. The default (GPT-2’s four) means every linear layer of a Llama/Qwen model. Applies on reset.',
   },
   valueModel: {
     type: 'choice',
@@ -481,6 +495,12 @@ export const CONFIG_FIELDS = {
     'Sample among the top K tokens only; 0 = off. Biases the KL estimate.',
   ),
   topP: num('sampling', 1, 0.01, 1, 'Nucleus sampling mass; 1 = off. Biases the KL estimate.'),
+  chatTemplate: bool(
+    'sampling',
+    true,
+    'Format each prompt as a user message with the model’s own chat template (tokenizer_config.json’s chat_template, add_generation_prompt) when it has one (Llama/Qwen instruct models); off: the prompt text as is. GPT-2 has no template. Applies on reset.',
+    false,
+  ),
   stopToken: {
     type: 'stopToken',
     group: 'sampling',

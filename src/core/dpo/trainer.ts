@@ -9,7 +9,7 @@
  * Checkpoints (dpo_state.json beside the model files) resume exactly.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import type { GPT2 } from '../model/gpt2';
+import type { CausalLM } from '../model/causal-lm';
 import { loadLM, configBytes, lmSafetensorsStream, type ModelFiles } from '../model/folder';
 import { LoraAdapters } from '../model/lora';
 import { adapterFiles, readAdapterSet } from '../model/peft';
@@ -46,7 +46,7 @@ interface DpoState {
 }
 
 /** Summed log-probabilities (temperature 1) of each completion of a batch: [2k] (chosen of each pair, then rejected). */
-function completionLogps(model: GPT2, b: ReturnType<typeof batchOf>): tf.Tensor1D {
+function completionLogps(model: CausalLM, b: ReturnType<typeof batchOf>): tf.Tensor1D {
   return tf.tidy(() => {
     const ids = tf.tensor2d(b.ids, [b.n, b.T], 'int32');
     const attn = tf.tensor2d(b.attn, [b.n, b.T], 'int32');
@@ -77,8 +77,8 @@ export class DpoTrainer {
 
   private constructor(
     readonly cfg: DpoConfig,
-    readonly policy: GPT2,
-    readonly ref: GPT2,
+    readonly policy: CausalLM,
+    readonly ref: CausalLM,
     readonly tokenizer: Tokenizer,
     readonly train: TokenizedPair[],
     readonly held: TokenizedPair[],
@@ -89,8 +89,8 @@ export class DpoTrainer {
 
   /** A new run from the model in `files` (its starting weights) and the pairs in `data`. */
   static async build(cfg: DpoConfig, files: ModelFiles, data: DpoData): Promise<DpoTrainer> {
-    let policy: GPT2;
-    let ref: GPT2;
+    let policy: CausalLM;
+    let ref: CausalLM;
     let tokenizer: Tokenizer;
     if (cfg.lora > 0) {
       const lm = await loadLM(files, { trainable: false, label: 'base' });
@@ -108,8 +108,8 @@ export class DpoTrainer {
 
   private static async assemble(
     cfg: DpoConfig,
-    policy: GPT2,
-    ref: GPT2,
+    policy: CausalLM,
+    ref: CausalLM,
     tokenizer: Tokenizer,
     data: DpoData,
   ): Promise<DpoTrainer> {
@@ -310,8 +310,8 @@ export class DpoTrainer {
       );
     const cfg = validateDpoConfig(state.config, `${files.label}/${DPO_STATE_FILE} config`);
     const refFile = state.step > 0 ? 'ref_model.safetensors' : 'model.safetensors';
-    let policy: GPT2;
-    let ref: GPT2;
+    let policy: CausalLM;
+    let ref: CausalLM;
     let tokenizer: Tokenizer;
     if (cfg.lora > 0) {
       const lm = await loadLM(files, { trainable: false, label: 'base', file: refFile });

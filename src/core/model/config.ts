@@ -1,4 +1,40 @@
 import { UserError } from '../errors';
+import { isLlamaFamily, llamaConfigToJson, parseLlamaConfig, type LlamaConfig } from './llama-config';
+
+export type { LlamaConfig } from './llama-config';
+
+/** Any model family's config: GPT-2's, or the Llama/Qwen2/Qwen3 one (model/llama-config.ts). */
+export type LMConfig = GPT2Config | LlamaConfig;
+
+/** Whether a config is of the Llama architecture (llama, qwen2, qwen3). */
+export function isLlamaConfig(c: LMConfig): c is LlamaConfig {
+  return isLlamaFamily(c.model_type);
+}
+
+/** The tokenizer kind a config names (`hf`: the folder's tokenizer.json). */
+export type AnyTokenizerKind = LMConfig['tokenizer'];
+
+/** Validate any supported config.json: model_type picks the family (gpt2 when absent). */
+export function parseModelConfig(raw: unknown, file = 'config.json'): LMConfig {
+  if (typeof raw === 'object' && raw !== null && !Array.isArray(raw)) {
+    const t = (raw as Record<string, unknown>).model_type;
+    if (isLlamaFamily(t)) return parseLlamaConfig(raw as Record<string, unknown>, file);
+  }
+  return parseGPT2Config(raw, file);
+}
+
+/** `c` as a GPT-2 config, or a UserError saying that `what` supports GPT-2 models only (so far). */
+export function gpt2Only(c: LMConfig, what: string): GPT2Config {
+  if (isLlamaConfig(c)) {
+    throw new UserError(`${what} supports GPT-2 models only; this is a ${c.model_type} model.`);
+  }
+  return c;
+}
+
+/** The config.json an export writes, for any family. */
+export function modelConfigToJson(c: LMConfig): Record<string, unknown> {
+  return isLlamaConfig(c) ? llamaConfigToJson(c) : configToJson(c);
+}
 
 /** Which tokenizer a model folder uses (docs/formats.md §2). */
 export type TokenizerKind = 'gpt2-bpe' | 'bytes';
@@ -55,7 +91,7 @@ export function parseGPT2Config(raw: unknown, file = 'config.json'): GPT2Config 
   const modelType = r.model_type ?? 'gpt2';
   if (modelType !== 'gpt2') {
     throw new UserError(
-      `${file}: "model_type" must be "gpt2" (only GPT-2 models are supported), got ${JSON.stringify(modelType)}.`,
+      `${file}: "model_type" must be "gpt2", "llama", "qwen2" or "qwen3", got ${JSON.stringify(modelType)}.`,
     );
   }
   const vocab_size = positiveInt(r, 'vocab_size', file);

@@ -3,14 +3,20 @@
  * scalar models GPT2ForSequenceClassification names. Core never touches a file system: callers hand in a
  * `ModelFiles` (Node reads a directory, the browser reads Files, a zip, Cache Storage or fetch).
  */
-import type { GPT2Config } from './config';
-import { parseGPT2Config, configToJson } from './config';
-import { GPT2, type GPT2Options } from './gpt2';
+import { isLlamaConfig, modelConfigToJson, parseModelConfig, type LMConfig } from './config';
+import type { GPT2Options } from './gpt2';
+import { lmFromArrays, lmParamSpecs, type CausalLM } from './causal-lm';
 import { ScalarModel } from './heads';
-import { readSafetensors, safetensorsStream, writeSafetensors, type ByteSource } from './safetensors';
-import { hfTensorName, mapHfTensors, toHfTensors } from './hfnames';
-import { trunkParamSpecs, scoreHeadSpecs } from './specs';
-import { tokenizerFor } from '../tokenizer';
+import {
+  readSafetensors,
+  safetensorsStream,
+  writeSafetensors,
+  type ByteSource,
+  type SafetensorsFile,
+} from './safetensors';
+import { hfTensorName, llamaTensorName, mapHfTensors, mapLlamaTensors, toHfTensors } from './hfnames';
+import { scoreHeadSpecs, type ParamSpec } from './specs';
+import { tokenizerForFolder } from '../tokenizer';
 import type { Tokenizer } from '../tokenizer/types';
 import { UserError } from '../errors';
 
@@ -52,11 +58,11 @@ async function mustRead(files: ModelFiles, name: string, what: string): Promise<
   throw new UserError(`${files.label}: ${name} is missing; a model folder needs ${what}.${more}`);
 }
 
-export async function readConfig(files: ModelFiles): Promise<GPT2Config> {
+export async function readConfig(files: ModelFiles): Promise<LMConfig> {
   const bytes = await mustRead(
     files,
     'config.json',
-    'config.json (GPT-2 config with Hugging Face field names)',
+    'config.json (a GPT-2, Llama, Qwen2 or Qwen3 config with Hugging Face field names)',
   );
   let raw: unknown;
   try {
@@ -64,13 +70,30 @@ export async function readConfig(files: ModelFiles): Promise<GPT2Config> {
   } catch (e) {
     throw new UserError(`${files.label}/config.json is not valid JSON (${(e as Error).message}).`);
   }
-  return parseGPT2Config(raw, `${files.label}/config.json`);
+  return parseModelConfig(raw, `${files.label}/config.json`);
 }
 
 export interface LoadedLM {
-  config: GPT2Config;
+  config: LMConfig;
   tokenizer: Tokenizer;
-  model: GPT2;
+  model: CausalLM;
+}
+
+/** A weights file's tensors by spec name, in the family's HF names. */
+export function mapFamilyTensors(
+  config: LMConfig,
+  file: SafetensorsFile,
+  specs: ParamSpec[],
+  path: string,
+): Map<string, Float32Array> {
+  return isLlamaConfig(config)
+    ? mapLlamaTensors(file, specs, path, { tied: config.tie_word_embeddings })
+    : mapHfTensors(file, specs, path);
+}
+
+/** The file name of a parameter, as the family's *ForCausalLM / *ForSequenceClassification saves it. */
+export function familyTensorName(config: LMConfig, name: string): string {
+  return isLlamaConfig(config) ? llamaTensorName(name) : hfTensorName(name, { prefix: true });
 }
 
 /** How to load a model: trainable variables or not, a label for their names, and the in-memory layout. */
@@ -88,12 +111,12 @@ export async function loadLM(
   opts: ModelLoadOptions & { file?: string } = {},
 ): Promise<LoadedLM> {
   const config = await readConfig(files);
-  const tokenizer = tokenizerFor(config);
+  const tokenizer = await tokenizerForFolder(files, config);
   const file = opts.file ?? 'model.safetensors';
-  const bytes = await mustRead(files, file, 'model.safetensors (GPT2LMHeadModel weights)');
+  const bytes = await mustRead(files, file, 'model.safetensors (the *ForCausalLM weights)');
   const path = `${files.label}/${file}`;
-  const arrays = mapHfTensors(readSafetensors(bytes, path), trunkParamSpecs(config), path);
-  const model = GPT2.fromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'policy', {
+  const arrays = mapFamilyTensors(config, readSafetensors(bytes, path), lmParamSpecs(config), path);
+  const model = lmFromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'policy', {
     maxBindingBytes: opts.maxBindingBytes,
   });
   return { config, tokenizer, model };
@@ -103,49 +126,65 @@ export async function loadLM(
 export async function loadScalar(
   files: ModelFiles,
   file: string,
-  opts: ModelLoadOptions & { config?: GPT2Config } = {},
+  opts: ModelLoadOptions & { config?: LMConfig } = {},
 ): Promise<ScalarModel> {
   const config = opts.config ?? (await readConfig(files));
-  const bytes = await mustRead(files, file, `${file} (GPT2ForSequenceClassification weights)`);
+  const bytes = await mustRead(files, file, `${file} (*ForSequenceClassification weights)`);
   const path = `${files.label}/${file}`;
-  const specs = [...trunkParamSpecs(config), ...scoreHeadSpecs(config)];
-  const arrays = mapHfTensors(readSafetensors(bytes, path), specs, path);
+  const specs = [...lmParamSpecs(config), ...scoreHeadSpecs(config)];
+  const arrays = mapFamilyTensors(config, readSafetensors(bytes, path), specs, path);
   return ScalarModel.fromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'scalar', {
     maxBindingBytes: opts.maxBindingBytes,
   });
 }
 
-export function configBytes(config: GPT2Config): Uint8Array {
-  return new TextEncoder().encode(JSON.stringify(configToJson(config), null, 2) + '\n');
+export function configBytes(config: LMConfig): Uint8Array {
+  return new TextEncoder().encode(JSON.stringify(modelConfigToJson(config), null, 2) + '\n');
 }
 
-/** safetensors bytes of an LM in GPT2LMHeadModel names (`transformer.` prefix, F32, tied head omitted). */
-export async function lmSafetensors(model: GPT2): Promise<Uint8Array> {
-  const specs = trunkParamSpecs(model.config);
-  return writeSafetensors(toHfTensors(await model.toArrays(), specs, { prefix: true }), { format: 'pt' });
+/** HF-named tensors of a model's (or scalar model's) arrays, in its family's file names. */
+function familyTensors(config: LMConfig, arrays: Map<string, Float32Array>, specs: ParamSpec[]) {
+  return toHfTensors(arrays, specs, { prefix: false }).map((t) => ({
+    ...t,
+    name: familyTensorName(config, t.name),
+  }));
+}
+
+/**
+ * safetensors bytes of an LM in its family's *ForCausalLM names (GPT-2: `transformer.` prefix, tied head omitted;
+ * Llama: `model.` prefix, `lm_head.weight` when untied), F32.
+ */
+export async function lmSafetensors(model: CausalLM): Promise<Uint8Array> {
+  return writeSafetensors(familyTensors(model.config, await model.toArrays(), lmParamSpecs(model.config)), {
+    format: 'pt',
+  });
 }
 
 /**
  * lmSafetensors as a ByteSource: the same bytes, made one weight at a time as they are written (a checkpoint of
  * GPT-2 124M then holds one weight's values in memory, not two copies of the 0.5 GB file).
  */
-export function lmSafetensorsStream(model: GPT2): ByteSource {
+export function lmSafetensorsStream(model: CausalLM): ByteSource {
   return safetensorsStream(
-    model.lazyArrays().map((t) => ({ ...t, name: hfTensorName(t.name, { prefix: true }) })),
+    model.lazyArrays().map((t) => ({ ...t, name: familyTensorName(model.config, t.name) })),
     { format: 'pt' },
   );
 }
 
-/** safetensors bytes of a scalar model in GPT2ForSequenceClassification names. */
+/** safetensors bytes of a scalar model in its family's *ForSequenceClassification names. */
 export async function scalarSafetensors(model: ScalarModel): Promise<Uint8Array> {
-  const specs = [...trunkParamSpecs(model.config), ...scoreHeadSpecs(model.config)];
-  return writeSafetensors(toHfTensors(await model.toArrays(), specs, { prefix: true }), { format: 'pt' });
+  const specs = [...lmParamSpecs(model.config), ...scoreHeadSpecs(model.config)];
+  return writeSafetensors(familyTensors(model.config, await model.toArrays(), specs), { format: 'pt' });
 }
 
-/** The files of an exported LM folder that `transformers` loads (config.json + model.safetensors). */
-export async function exportLM(model: GPT2): Promise<Map<string, Uint8Array>> {
+/**
+ * The files of an exported LM folder that `transformers` loads: config.json + model.safetensors, and for a model
+ * with a Hugging Face tokenizer its files (tokenizer.json, tokenizer_config.json, generation_config.json).
+ */
+export async function exportLM(model: CausalLM, tokenizer?: Tokenizer): Promise<Map<string, Uint8Array>> {
   return new Map([
     ['config.json', configBytes(model.config)],
     ['model.safetensors', await lmSafetensors(model)],
+    ...(tokenizer?.files?.() ?? []),
   ]);
 }

@@ -21,53 +21,15 @@ import { LoraAdapters, loraModuleShape } from './lora';
 import type { LayerKV } from '../kernels/definitions';
 import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
+import { gatherChunked, headChunked } from './vocab-chunks';
+import { embeddingChunkRows, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
 
 /** Rows of wte per piece when a checkpoint streams it (8192 × 768 floats: 25 MB for GPT-2). */
 const WTE_PIECE_ROWS = 8192;
 
 let modelCounter = 0;
 
-/** Model options that change the in-memory layout only (never the names or values in files). */
-export interface GPT2Options {
-  /**
-   * The most bytes one kernel may bind as a storage buffer (WebGPU's `maxStorageBufferBindingSize`):
-   * `wte` is then held as vocabulary chunks of at most this size. Absent: `wte` is one tensor.
-   */
-  maxBindingBytes?: number;
-}
-
-/**
- * Rows of `wte` per vocabulary chunk for a binding limit (all of them when it fits, or there is no limit).
- * Throws a UserError when not even one row (n_embd float32 values) fits.
- */
-export function embeddingChunkRows(
-  config: Pick<GPT2Config, 'vocab_size' | 'n_embd'>,
-  maxBindingBytes?: number,
-): number {
-  const V = config.vocab_size;
-  if (maxBindingBytes === undefined || maxBindingBytes <= 0) return V;
-  const rowBytes = config.n_embd * 4;
-  const rows = Math.floor(maxBindingBytes / rowBytes);
-  if (rows < 1) {
-    throw new UserError(
-      `the token embedding's rows are ${rowBytes} bytes (n_embd ${config.n_embd} × float32), more than the ` +
-        `${maxBindingBytes}-byte limit for one buffer binding; a limit of at least ${rowBytes} bytes is needed.`,
-    );
-  }
-  return Math.min(rows, V);
-}
-
-/**
- * How `wte` is laid out under a binding limit: rows per chunk, the number of chunks, and the bytes of the
- * largest chunk (what a device check compares against the limit in place of wte's 154 MB for GPT-2).
- */
-export function embeddingChunks(
-  config: Pick<GPT2Config, 'vocab_size' | 'n_embd'>,
-  maxBindingBytes?: number,
-): { rows: number; count: number; largestBytes: number } {
-  const rows = embeddingChunkRows(config, maxBindingBytes);
-  return { rows, count: Math.ceil(config.vocab_size / rows), largestBytes: rows * config.n_embd * 4 };
-}
+export { embeddingChunkRows, embeddingChunks, type GPT2Options, type TrunkOptions } from './lm';
 
 /** The variable name of wte's chunk k when `wte` is chunked (its rows are k·rows … (k+1)·rows − 1). */
 export function wteChunkName(k: number): string {
@@ -77,17 +39,7 @@ export function wteChunkName(k: number): string {
 /** Per-layer keys and values, for model/sampling.ts's KV cache (defined with the kernels, which read the same layout). */
 export type { LayerKV };
 
-/** How the trunk runs a training forward. */
-export interface TrunkOptions {
-  /**
-   * Recompute each block's activations in the backward instead of keeping them (model/recompute.ts): a
-   * backward through the trunk then holds the blocks' inputs and one block's tensors at a time. Only where
-   * gradients are recorded (a forward outside tf.grads is unchanged); not with a KV cache.
-   */
-  recompute?: boolean;
-}
-
-export class GPT2 {
+export class GPT2 implements CausalLM {
   readonly config: GPT2Config;
   /**
    * Trunk parameters by HF name (`wte.weight`, `h.0.attn.c_attn.weight`, …). With a binding limit `wte.weight`
@@ -393,25 +345,7 @@ export class GPT2 {
    * one gather, with no kernel binding more than one chunk.
    */
   private gatherWte(flatIds: tf.Tensor): tf.Tensor2D {
-    if (this.wte.length === 1) return tf.gather(this.wte[0], flatIds) as tf.Tensor2D;
-    const ids = tf.cast(flatIds, 'int32');
-    let out: tf.Tensor | null = null;
-    for (let k = 0; k < this.wte.length; k++) {
-      const rows = this.wte[k].shape[0];
-      const local = tf.sub(ids, tf.scalar(k * this.wteChunkRows, 'int32'));
-      const inChunk = tf.reshape(
-        tf.logicalAnd(
-          tf.greaterEqual(local, tf.scalar(0, 'int32')),
-          tf.less(local, tf.scalar(rows, 'int32')),
-        ),
-        [-1, 1],
-      );
-      const clipped = tf.minimum(tf.maximum(local, tf.scalar(0, 'int32')), tf.scalar(rows - 1, 'int32'));
-      const g = tf.gather(this.wte[k], clipped);
-      const part = tf.where(inChunk, g, tf.zerosLike(g));
-      out = out ? tf.add(out, part) : part;
-    }
-    return out as tf.Tensor2D;
+    return gatherChunked(this.wte, this.wteChunkRows, flatIds);
   }
 
   private embed(ids: tf.Tensor, positions: tf.Tensor): tf.Tensor2D {
@@ -514,11 +448,7 @@ export class GPT2 {
    * along the vocabulary (the same dot products as one matmul).
    */
   lmHead(hidden: tf.Tensor2D): tf.Tensor2D {
-    if (this.wte.length === 1) return tf.matMul(hidden, this.wte[0], false, true);
-    return tf.concat(
-      this.wte.map((w) => tf.matMul(hidden, w as tf.Tensor as tf.Tensor2D, false, true)),
-      1,
-    ) as tf.Tensor2D;
+    return headChunked(this.wte, hidden);
   }
 
   /**

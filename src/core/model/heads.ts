@@ -1,31 +1,32 @@
 /**
- * Scalar-head GPT-2 (GPT2ForSequenceClassification with one label): the value and reward models.
+ * A scalar-head language model (GPT2/Llama/Qwen2/Qwen3ForSequenceClassification with one label): the value and reward models.
  * value = hidden · score.weightᵀ, with `score.weight` [1, n_embd] and no bias, as in Hugging Face.
  * With LoRA (docs/formats.md §6) the value model is `ScalarModel.onSharedBase`: the policy's frozen base with its
  * own adapters and a zero head, so policy, reference and value hold one copy of the base weights.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import type { GPT2Config } from './config';
-import { GPT2, type GPT2Options, type TrunkOptions } from './gpt2';
+import type { LMConfig } from './config';
+import type { GPT2Options, TrunkOptions } from './gpt2';
+import { lmFromArrays, lmRandom, type CausalLM } from './causal-lm';
 import type { LoraAdapters } from './lora';
 import { UserError } from '../errors';
 import { gatherRows } from './gather';
 
 export class ScalarModel {
-  readonly trunkModel: GPT2;
+  readonly trunkModel: CausalLM;
   readonly score: tf.Variable; // [1, C]
 
-  constructor(trunkModel: GPT2, score: tf.Variable) {
+  constructor(trunkModel: CausalLM, score: tf.Variable) {
     this.trunkModel = trunkModel;
     this.score = score;
   }
 
-  get config(): GPT2Config {
+  get config(): LMConfig {
     return this.trunkModel.config;
   }
 
   /** A scalar model on a copy of `trunk`'s weights with a zero head (value init "policy"). */
-  static fromTrunk(trunk: GPT2, trainable: boolean, label = 'value'): ScalarModel {
+  static fromTrunk(trunk: CausalLM, trainable: boolean, label = 'value'): ScalarModel {
     const copy = trunk.clone(trainable, label);
     const init = tf.zeros([1, trunk.config.n_embd]);
     const score = tf.variable(init, trainable, `${copy.id}/score.weight`);
@@ -38,7 +39,7 @@ export class ScalarModel {
    * frozen and only the head trains) and a zero-initialised trainable head. Its trainable variables are the
    * adapters' A, B and `score.weight`; dispose() frees those and never the base.
    */
-  static onSharedBase(base: GPT2, adapters: LoraAdapters | null, label = 'value'): ScalarModel {
+  static onSharedBase(base: CausalLM, adapters: LoraAdapters | null, label = 'value'): ScalarModel {
     const trunk = base.withLora(adapters, label);
     const init = tf.zeros([1, base.config.n_embd]);
     const score = tf.variable(init, true, `${trunk.id}/score.weight`);
@@ -47,13 +48,13 @@ export class ScalarModel {
   }
 
   static fromArrays(
-    config: GPT2Config,
+    config: LMConfig,
     arrays: Map<string, Float32Array>,
     trainable: boolean,
     label = 'scalar',
     opts: GPT2Options = {},
   ): ScalarModel {
-    const trunk = GPT2.fromArrays(config, arrays, trainable, label, opts);
+    const trunk = lmFromArrays(config, arrays, trainable, label, opts);
     const w = arrays.get('score.weight');
     if (!w || w.length !== config.n_embd) {
       trunk.dispose();
@@ -68,13 +69,13 @@ export class ScalarModel {
   }
 
   static random(
-    config: GPT2Config,
+    config: LMConfig,
     seed: number,
     trainable = true,
     label = 'scalar',
     opts: GPT2Options = {},
   ): ScalarModel {
-    const trunk = GPT2.random(config, seed, trainable, label, opts);
+    const trunk = lmRandom(config, seed, trainable, label, opts);
     const init = tf.randomNormal([1, config.n_embd], 0, 0.02, 'float32', seed + 7919);
     const score = tf.variable(init, trainable, `${trunk.id}/score.weight`);
     init.dispose();

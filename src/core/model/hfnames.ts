@@ -183,3 +183,99 @@ export function toHfTensors(
     return { name, shape: s.shape.slice(), data };
   });
 }
+
+// ---- Llama, Qwen2, Qwen3 (LlamaForCausalLM names: `model.` + trunk name, `lm_head.weight`, `score.weight`) ----
+
+const LLAMA_PREFIX = 'model.';
+/** Buffers older checkpoints saved beside the weights (recomputed from the config, never read). */
+const LLAMA_BUFFER = /^layers\.\d+\.self_attn\.rotary_emb\.inv_freq$/;
+
+/** The file name of a Llama-family parameter: `model.` + name, except `lm_head.weight` and `score.*`. */
+export function llamaTensorName(name: string): string {
+  return name === 'lm_head.weight' || isScoreName(name) ? name : `${LLAMA_PREFIX}${name}`;
+}
+
+/**
+ * mapHfTensors for the Llama families: every spec's data by spec name, from a file in transformers' names (`model.`
+ * prefix optional, as LlamaModel saves without it). A tied model's file may repeat the embedding as
+ * `lm_head.weight` only bit for bit. Errors name the file, the tensor and what would be right.
+ */
+export function mapLlamaTensors(
+  file: SafetensorsFile,
+  specs: ParamSpec[],
+  fileName: string,
+  opts: { tied: boolean },
+): Map<string, Float32Array> {
+  const specByName = new Map(specs.map((s) => [s.name, s]));
+  const found = new Map<string, { key: string; shape: number[]; data: Float32Array }>();
+  const extras: string[] = [];
+  let tiedHead: { key: string; shape: number[]; data: Float32Array } | null = null;
+  for (const [key, t] of file.tensors) {
+    const base = key.startsWith(LLAMA_PREFIX) ? key.slice(LLAMA_PREFIX.length) : key;
+    if (LLAMA_BUFFER.test(base)) continue;
+    const entry = { key, shape: t.shape, data: t.data };
+    if (key === 'lm_head.weight' && opts.tied) {
+      tiedHead = entry;
+      continue;
+    }
+    if (specByName.has(base)) {
+      const prev = found.get(base);
+      if (prev) {
+        throw new UserError(
+          `${fileName}: tensor "${base}" appears twice, as "${prev.key}" and as "${key}"; expected each tensor once.`,
+        );
+      }
+      found.set(base, entry);
+      continue;
+    }
+    extras.push(key);
+  }
+  const missing = specs.filter((s) => !found.has(s.name));
+  if (missing.length > 0) {
+    const s = missing[0];
+    const more =
+      missing.length > 1 ? ` (${missing.length} of ${specs.length} expected tensors are missing)` : '';
+    const hint =
+      s.name === 'lm_head.weight'
+        ? ' config.json says "tie_word_embeddings": false, so the file needs its own LM head.'
+        : ' Is this a model file of the family config.json names?';
+    throw new UserError(
+      `${fileName}: missing tensor "${llamaTensorName(s.name)}" (expected shape ${fmtShape(s.shape)})${more}.${hint}`,
+    );
+  }
+  const out = new Map<string, Float32Array>();
+  for (const s of specs) {
+    const f = found.get(s.name)!;
+    if (!sameShape(f.shape, s.shape)) {
+      const transposed = s.shape.length === 2 && f.shape[0] === s.shape[1] && f.shape[1] === s.shape[0];
+      const hint = transposed
+        ? ' It looks transposed: nn.Linear weights are [out, in].'
+        : ' Check that config.json (hidden_size, heads, key/value heads, head_dim, intermediate_size, vocab_size) matches the weights.';
+      throw new UserError(
+        `${fileName}: tensor "${f.key}" has shape ${fmtShape(f.shape)}, expected ${fmtShape(s.shape)}.${hint}`,
+      );
+    }
+    out.set(s.name, f.data);
+  }
+  if (tiedHead) {
+    const emb = found.get('embed_tokens.weight')!;
+    if (!sameShape(tiedHead.shape, emb.shape) || !sameBits(tiedHead.data, emb.data)) {
+      throw new UserError(
+        `${fileName}: tensor "lm_head.weight" differs from "${emb.key}", but config.json says "tie_word_embeddings": ` +
+          'true; set it to false for a model with its own LM head.',
+      );
+    }
+  }
+  if (extras.length > 0) {
+    const shown = extras
+      .slice(0, 5)
+      .map((e) => `"${e}"`)
+      .join(', ');
+    const more = extras.length > 5 ? ` and ${extras.length - 5} more` : '';
+    throw new UserError(
+      `${fileName}: unexpected tensor${extras.length > 1 ? 's' : ''} ${shown}${more}, not part of this model; ` +
+        'is the file for a different model or config?',
+    );
+  }
+  return out;
+}

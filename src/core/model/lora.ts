@@ -11,15 +11,56 @@
  * ScalarModel.onSharedBase). `enabled = false` switches a set off without touching any weight.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import type { GPT2Config } from './config';
+import type { LMConfig } from './config';
+import { isLlamaFamily } from './llama-config';
 import { Rng } from '../rng';
 import { UserError } from '../errors';
 import type { LowRank } from './ops';
-import { LORA_TARGET_NAMES, type LoraTargetName } from '../config';
+import {
+  ALL_LORA_TARGET_NAMES,
+  LLAMA_LORA_TARGET_NAMES,
+  LORA_TARGET_NAMES,
+  type LoraTargetName,
+} from '../config';
 
-/** The Conv1D layers LoRA can adapt, in the names the config key `loraTargets` and PEFT's target_modules use. */
+/** GPT-2's Conv1D layers LoRA can adapt, in the names the config key `loraTargets` and PEFT's target_modules use. */
 export const LORA_TARGETS = LORA_TARGET_NAMES;
+/** The Llama/Qwen2/Qwen3 nn.Linear layers LoRA can adapt (PEFT's default set for these families). */
+export const LLAMA_LORA_TARGETS = LLAMA_LORA_TARGET_NAMES;
+/** Every target name, in the order adapters are laid out within a block. */
+export const ALL_LORA_TARGETS = ALL_LORA_TARGET_NAMES;
 export type LoraTarget = LoraTargetName;
+
+/** The layers a model's family can adapt. */
+export function familyLoraTargets(config: Pick<LMConfig, 'model_type'>): readonly LoraTarget[] {
+  return isLlamaFamily(config.model_type) ? LLAMA_LORA_TARGETS : LORA_TARGETS;
+}
+
+/**
+ * The targets a run's `loraTargets` means for this model. GPT-2's four (the config default) on a Llama-family
+ * model mean all seven of its linear layers; otherwise every name must belong to the model's family.
+ */
+export function resolveLoraTargets(
+  config: Pick<LMConfig, 'model_type'>,
+  targets: readonly LoraTarget[],
+): LoraTarget[] {
+  const own = familyLoraTargets(config);
+  if (
+    own !== LORA_TARGETS &&
+    targets.length === LORA_TARGETS.length &&
+    LORA_TARGETS.every((t) => targets.includes(t))
+  ) {
+    return [...own];
+  }
+  const foreign = targets.filter((t) => !own.includes(t));
+  if (foreign.length > 0) {
+    throw new UserError(
+      `"loraTargets" names ${JSON.stringify(foreign)}, which a ${config.model_type} model does not have; ` +
+        `its layers are ${JSON.stringify(own)}.`,
+    );
+  }
+  return own.filter((t) => targets.includes(t));
+}
 
 /** The config keys of docs/formats.md §5/§6: `lora` = rank r (0 = off, full fine-tuning). */
 export interface LoraConfig {
@@ -37,16 +78,46 @@ const MODULE_OF: Record<LoraTarget, string> = {
   'attn.c_proj': 'attn.c_proj',
   c_fc: 'mlp.c_fc',
   'mlp.c_proj': 'mlp.c_proj',
+  q_proj: 'self_attn.q_proj',
+  k_proj: 'self_attn.k_proj',
+  v_proj: 'self_attn.v_proj',
+  o_proj: 'self_attn.o_proj',
+  gate_proj: 'mlp.gate_proj',
+  up_proj: 'mlp.up_proj',
+  down_proj: 'mlp.down_proj',
 };
 
-/** The module key of a target in block i: `h.{i}.attn.c_attn`, … (the weight is `${key}.weight`). */
+/**
+ * The module key of a target in block i: `h.{i}.attn.c_attn`, … for GPT-2, `layers.{i}.self_attn.q_proj`, … for the
+ * Llama families (the weight is `${key}.weight`).
+ */
 export function loraModuleKey(target: LoraTarget, layer: number): string {
-  return `h.${layer}.${MODULE_OF[target]}`;
+  return (LORA_TARGETS as readonly string[]).includes(target)
+    ? `h.${layer}.${MODULE_OF[target]}`
+    : `layers.${layer}.${MODULE_OF[target]}`;
 }
 
-/** The Conv1D's [in, out] for a target (its weight's shape). */
-export function loraModuleShape(config: GPT2Config, target: LoraTarget): { in: number; out: number } {
+/** The layer's [in, out] for a target (a Conv1D's weight shape; an nn.Linear's weight is [out, in]). */
+export function loraModuleShape(config: LMConfig, target: LoraTarget): { in: number; out: number } {
   const C = config.n_embd;
+  if (isLlamaFamily(config.model_type)) {
+    const c = config as Extract<LMConfig, { head_dim: number }>;
+    const q = c.num_attention_heads * c.head_dim;
+    const kv = c.num_key_value_heads * c.head_dim;
+    const I = c.intermediate_size;
+    const shapes: Partial<Record<LoraTarget, { in: number; out: number }>> = {
+      q_proj: { in: C, out: q },
+      k_proj: { in: C, out: kv },
+      v_proj: { in: C, out: kv },
+      o_proj: { in: q, out: C },
+      gate_proj: { in: C, out: I },
+      up_proj: { in: C, out: I },
+      down_proj: { in: I, out: C },
+    };
+    const s = shapes[target];
+    if (!s) throw new UserError(`LoRA: a ${config.model_type} model has no layer "${target}".`);
+    return s;
+  }
   switch (target) {
     case 'c_attn':
       return { in: C, out: 3 * C };
@@ -56,15 +127,19 @@ export function loraModuleShape(config: GPT2Config, target: LoraTarget): { in: n
       return { in: C, out: 4 * C };
     case 'mlp.c_proj':
       return { in: 4 * C, out: C };
+    default:
+      throw new UserError(
+        `LoRA: a GPT-2 model has no layer "${target}"; its layers are ${JSON.stringify(LORA_TARGETS)}.`,
+      );
   }
 }
 
 /** Every adapted module of a model with these targets, block by block, in LORA_TARGETS order. */
 export function loraModules(
-  config: GPT2Config,
+  config: LMConfig,
   targets: readonly LoraTarget[],
 ): { key: string; target: LoraTarget; in: number; out: number }[] {
-  const ordered = LORA_TARGETS.filter((t) => targets.includes(t));
+  const ordered = resolveLoraTargets(config, targets);
   const out: { key: string; target: LoraTarget; in: number; out: number }[] = [];
   for (let i = 0; i < config.n_layer; i++) {
     for (const t of ordered) out.push({ key: loraModuleKey(t, i), target: t, ...loraModuleShape(config, t) });
@@ -98,20 +173,20 @@ export function checkLoraConfig(cfg: Partial<LoraConfig>, where = 'config'): Lor
   }
   if (!Array.isArray(targets) || targets.length === 0) {
     throw new UserError(
-      `${where}: "loraTargets" must be a non-empty list drawn from ${JSON.stringify(LORA_TARGETS)}.`,
+      `${where}: "loraTargets" must be a non-empty list drawn from ${JSON.stringify(LORA_TARGETS)} (GPT-2) or ${JSON.stringify(LLAMA_LORA_TARGETS)} (Llama, Qwen2, Qwen3).`,
     );
   }
   for (const t of targets) {
-    if (!(LORA_TARGETS as readonly string[]).includes(t)) {
+    if (!(ALL_LORA_TARGETS as readonly string[]).includes(t)) {
       throw new UserError(
-        `${where}: "loraTargets" names ${JSON.stringify(t)}; the layers LoRA can adapt are ${JSON.stringify(LORA_TARGETS)}.`,
+        `${where}: "loraTargets" names ${JSON.stringify(t)}; the layers LoRA can adapt are ${JSON.stringify(LORA_TARGETS)} (GPT-2) or ${JSON.stringify(LLAMA_LORA_TARGETS)} (Llama, Qwen2, Qwen3).`,
       );
     }
   }
   if (new Set(targets).size !== targets.length) {
     throw new UserError(`${where}: "loraTargets" lists a layer twice (${JSON.stringify(targets)}).`);
   }
-  return { lora: r, loraAlpha: alpha, loraTargets: LORA_TARGETS.filter((t) => targets.includes(t)) };
+  return { lora: r, loraAlpha: alpha, loraTargets: ALL_LORA_TARGETS.filter((t) => targets.includes(t)) };
 }
 
 /** One adapted Conv1D: A [r, in] and B [out, r]. */
@@ -157,7 +232,7 @@ export class LoraAdapters {
    * A fresh set for `config`: A uniform(−1/√in, 1/√in) from a seeded Rng (same seed → same numbers on every
    * backend and platform), B zero. `lora.lora` must be ≥ 1.
    */
-  static create(config: GPT2Config, lora: Partial<LoraConfig>, seed: number, label = 'lora'): LoraAdapters {
+  static create(config: LMConfig, lora: Partial<LoraConfig>, seed: number, label = 'lora'): LoraAdapters {
     const cfg = checkLoraConfig(lora);
     if (cfg.lora < 1) throw new UserError('LoRA adapters need a rank "lora" ≥ 1 (0 means LoRA is off).');
     const rng = new Rng(seed);
@@ -173,13 +248,14 @@ export class LoraAdapters {
 
   /** A set from host arrays (already validated: every module of `cfg` present with the right sizes). */
   static fromArrays(
-    config: GPT2Config,
+    config: LMConfig,
     lora: Partial<LoraConfig>,
     arrays: Map<string, LoraArrays>,
     label = 'lora',
     trainable = true,
   ): LoraAdapters {
-    const cfg = checkLoraConfig(lora);
+    const checked = checkLoraConfig(lora);
+    const cfg = { ...checked, loraTargets: resolveLoraTargets(config, checked.loraTargets) };
     const id = `${label}_${adapterCounter++}`;
     const modules = new Map<string, LoraModule>();
     const r = cfg.lora;

@@ -146,3 +146,43 @@ export function mergedConv1dWeight(w: tf.Tensor, lowRank: LowRank): tf.Tensor2D 
     () => tf.add(w, tf.mul(tf.transpose(tf.matMul(lowRank.b, lowRank.a)), lowRank.scaling)) as tf.Tensor2D,
   );
 }
+
+/**
+ * nn.Linear as Hugging Face's Llama/Qwen models hold it: x [N, in] · Wᵀ with W [out, in] (+ bias [out]), plus, with
+ * a LoRA pair, PEFT's ((x · Aᵀ) · scaling) · Bᵀ (`fan_in_fan_out: false`; the same low-rank term as conv1d's,
+ * since PEFT's A [r, in] and B [out, r] do not depend on how W is laid out). The weight stays in the file's
+ * layout: no transposed copy is made at load or at export.
+ */
+export function linear(
+  x: tf.Tensor2D,
+  w: tf.Tensor,
+  bias: tf.Tensor | null,
+  lowRank?: LowRank | null,
+): tf.Tensor2D {
+  let y: tf.Tensor2D = tf.matMul(x, w as tf.Tensor2D, false, true);
+  if (bias) y = tf.add(y, bias);
+  if (lowRank) {
+    const down = tf.mul(tf.matMul(x, lowRank.a, false, true), lowRank.scaling); // [N, r]
+    y = tf.add(y, tf.matMul(down as tf.Tensor2D, lowRank.b, false, true));
+  }
+  return y;
+}
+
+/** W + B·A·scaling: the merged nn.Linear weight [out, in] (for export, never the training path). */
+export function mergedLinearWeight(w: tf.Tensor, lowRank: LowRank): tf.Tensor2D {
+  return tf.tidy(() => tf.add(w, tf.mul(tf.matMul(lowRank.b, lowRank.a), lowRank.scaling)) as tf.Tensor2D);
+}
+
+/**
+ * RMSNorm over the last axis as transformers' LlamaRMSNorm computes it: x · 1/√(mean(x²) + ε) · weight.
+ * Autodiff's gradient (a plain composition; the WebGPU fused kernel is future work, docs/models.md).
+ */
+export function rmsNorm(x: tf.Tensor, w: tf.Tensor, eps: number): tf.Tensor {
+  const ms = tf.mean(tf.square(x), -1, true);
+  return tf.mul(tf.mul(x, tf.rsqrt(tf.add(ms, eps))), w);
+}
+
+/** SiLU(gate) · up: the SwiGLU MLP's elementwise middle. */
+export function swiglu(gate: tf.Tensor, up: tf.Tensor): tf.Tensor {
+  return tf.mul(tf.mul(gate, tf.sigmoid(gate)), up);
+}

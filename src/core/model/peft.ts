@@ -11,7 +11,7 @@
  * Older checkpoints kept the pair at the top; readAdapterSet still reads them (`legacy`).
  * readAdapters checks everything against the base before it assigns anything.
  */
-import type { GPT2 } from './gpt2';
+import type { CausalLM } from './causal-lm';
 import type { ModelFiles } from './folder';
 import {
   LoraAdapters,
@@ -80,7 +80,7 @@ export function peftTensorName(key: string, which: 'A' | 'B'): string {
  * even while switched off. For model.safetensors: toHfTensors + writeSafetensors, as folder.ts lmSafetensors.
  */
 export async function mergedWeights(
-  model: GPT2,
+  model: CausalLM,
   adapters: LoraAdapters | null = model.lora,
 ): Promise<Map<string, Float32Array>> {
   const view = model.base.withLora(null);
@@ -229,7 +229,7 @@ function parseConfigJson(bytes: Uint8Array, path: string): Record<string, unknow
  * for `model.withLora(...)`. Every check runs before any value is assigned: on an error (a UserError naming
  * the file and the tensor or key) the model and its adapters are exactly as they were.
  */
-export async function readAdapters(files: ModelFiles, model: GPT2): Promise<LoraAdapters> {
+export async function readAdapters(files: ModelFiles, model: CausalLM): Promise<LoraAdapters> {
   return (await readAdapterSet(files, model)).adapters;
 }
 
@@ -241,7 +241,7 @@ export async function readAdapters(files: ModelFiles, model: GPT2): Promise<Lora
  */
 export async function readAdapterSet(
   files: ModelFiles,
-  model: GPT2,
+  model: CausalLM,
   opts: AdapterFileOptions = {},
   extra: ExtraTensorSpec[] = [],
 ): Promise<{ adapters: LoraAdapters; extra: Map<string, Float32Array>; configFile: string }> {

@@ -8,7 +8,8 @@
  * sampled token, before top-k/top-p filtering (T = 1 when greedy) — the distribution PPO trains against.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import type { GPT2, LayerKV } from './gpt2';
+import type { LayerKV } from './gpt2';
+import type { CausalLM } from './causal-lm';
 import { Rng } from '../rng';
 import { UserError } from '../errors';
 import { gatherRows } from './gather';
@@ -21,8 +22,11 @@ export interface SampleOptions {
   topK?: number;
   /** 1 = off. */
   topP?: number;
-  /** Stop after this token (it is included in the output); null/undefined = never stop early. */
-  stopToken?: number | null;
+  /**
+   * Stop after this token, or after any of these (it is included in the output); null/undefined/[] = never stop
+   * early. A Hugging Face model has several: generation_config's eos ids and the chat template's end of turn.
+   */
+  stopToken?: number | readonly number[] | null;
   /** Id written after a row has stopped and at left padding; never compared to find padding. */
   padId: number;
   /**
@@ -133,7 +137,7 @@ export function pickTokens(
   });
 }
 
-function validate(model: GPT2, prompts: number[][], o: SampleOptions): void {
+function validate(model: CausalLM, prompts: number[][], o: SampleOptions): void {
   const c = model.config;
   if (prompts.length === 0) throw new UserError('generate: no prompts given; pass at least one prompt.');
   prompts.forEach((p, i) => {
@@ -168,7 +172,7 @@ function validate(model: GPT2, prompts: number[][], o: SampleOptions): void {
 
 /** Sample continuations for a batch of prompts. */
 export async function generate(
-  model: GPT2,
+  model: CausalLM,
   prompts: number[][],
   opts: SampleOptions,
 ): Promise<GenerateResult> {
@@ -182,7 +186,10 @@ export async function generate(
   const N = opts.maxNewTokens;
   const topK = opts.topK ?? 0;
   const topP = opts.topP ?? 1;
-  const stop = opts.stopToken ?? null;
+  const stopIds =
+    opts.stopToken == null ? [] : typeof opts.stopToken === 'number' ? [opts.stopToken] : [...opts.stopToken];
+  const stop = stopIds.length > 0 ? stopIds : null;
+  const isStop = (id: number) => stopIds.includes(id);
   const checkEvery = opts.stopCheckEvery ?? 8;
   const { ids, mask, Tp } = leftPad(prompts, opts.padId, opts.padTo);
   const S = Tp + N;
@@ -249,7 +256,9 @@ export async function generate(
         const tok = tf.where(finished, tf.fill([B], opts.padId, 'int32'), picked.tokens) as tf.Tensor1D;
         const lp = tf.where(finished, tf.zeros([B]), picked.logprobs) as tf.Tensor1D;
         const fin =
-          stop === null ? tf.clone(finished) : tf.logicalOr(finished, tf.equal(picked.tokens, stop));
+          stop === null
+            ? tf.clone(finished)
+            : stop.reduce<tf.Tensor>((f, id) => tf.logicalOr(f, tf.equal(picked.tokens, id)), finished);
         return { tok, lp, fin };
       });
       picked.tokens.dispose();
@@ -324,7 +333,7 @@ export async function generate(
       for (let t = 0; t < L; t++) {
         row.push(tokData[b * L + t]);
         lrow.push(lpData[b * L + t]);
-        if (stop !== null && tokData[b * L + t] === stop) break;
+        if (isStop(tokData[b * L + t])) break;
       }
       tokens.push(row);
       logprobs.push(lrow);
@@ -349,7 +358,7 @@ export async function generate(
  * whole batch's prompt length (`padTo`, set here), every row gets the tokens it would get in one batch.
  */
 export async function generateInMicroBatches(
-  model: GPT2,
+  model: CausalLM,
   prompts: number[][],
   opts: SampleOptions & { rng: Rng[] },
   microBatch: number,

@@ -40,32 +40,40 @@
  * that run's heap stopped at 2.86 GB.
  * See docs/engine.md for the step these tensors belong to and docs/tfjs.md for the backends' kernels.
  */
-import type { GPT2Config } from './config';
-import { trunkParamSpecs, scoreHeadSpecs } from './specs';
+import type { GPT2Config, LlamaConfig, LMConfig } from './config';
+import { isLlamaFamily } from './llama-config';
+import { llamaParamSpecs } from './llama';
+import { trunkParamSpecs, scoreHeadSpecs, type ParamSpec } from './specs';
 import { loraModules, LORA_TARGETS, type LoraTarget } from './lora';
 import { UserError } from '../errors';
 import { hasValueModel, type TrainConfig } from '../config';
 
 export const FLOAT32_BYTES = 4;
 
-type Shape = Pick<GPT2Config, 'vocab_size' | 'n_positions' | 'n_embd' | 'n_layer' | 'n_head'>;
+type Shape = Pick<LMConfig, 'vocab_size' | 'n_positions' | 'n_embd' | 'n_layer' | 'n_head'>;
 
 const product = (shape: number[]): number => shape.reduce((a, b) => a * b, 1);
 
-/** Parameters of a GPT-2 LM, the tied head counted once (GPT-2 124M: 124,439,808). */
+/** A model's weight specs: the Llama families' from their full config, GPT-2's from the shape alone. */
+function specsOf(c: Shape): ParamSpec[] {
+  const t = (c as Partial<LMConfig>).model_type;
+  return isLlamaFamily(t) ? llamaParamSpecs(c as LlamaConfig) : trunkParamSpecs(c as GPT2Config);
+}
+
+/** Parameters of an LM, a tied head counted once (GPT-2 124M: 124,439,808). */
 export function paramCount(c: Shape): number {
-  return trunkParamSpecs(c as GPT2Config).reduce((n, s) => n + product(s.shape), 0);
+  return specsOf(c).reduce((n, s) => n + product(s.shape), 0);
 }
 
 /** Parameters of a scalar model (value or reward model): a trunk and GPT2ForSequenceClassification's score head. */
 export function scalarParamCount(c: Shape): number {
-  return paramCount(c) + scoreHeadSpecs(c as GPT2Config).reduce((n, s) => n + product(s.shape), 0);
+  return paramCount(c) + scoreHeadSpecs(c as LMConfig).reduce((n, s) => n + product(s.shape), 0);
 }
 
 /** The biggest single weight tensor of the model (float32). */
 export function largestTensor(c: Shape): { name: string; shape: number[]; bytes: number } {
   let best = { name: '', shape: [] as number[], bytes: 0 };
-  for (const s of trunkParamSpecs(c as GPT2Config)) {
+  for (const s of specsOf(c)) {
     const bytes = product(s.shape) * FLOAT32_BYTES;
     if (bytes > best.bytes) best = { name: s.name, shape: s.shape, bytes };
   }
@@ -80,7 +88,7 @@ export interface LoraShape {
 
 /** Parameters of one LoRA adapter set: A [r, in] and B [out, r] per adapted module. */
 export function loraParamCount(c: Shape, lora: LoraShape): number {
-  return loraModules(c as GPT2Config, lora.targets).reduce((n, m) => n + lora.r * (m.in + m.out), 0);
+  return loraModules(c as LMConfig, lora.targets).reduce((n, m) => n + lora.r * (m.in + m.out), 0);
 }
 
 /** The sizes of a run that its memory depends on. */
@@ -245,8 +253,8 @@ export function phaseFloats(
 
 /** What a backward through LoRA views holds beyond the forwards, over N tokens (see LORA_WEIGHT_TAPE_COPIES). */
 function loraUpdateFloats(c: Shape, lora: LoraShape, N: number): number {
-  const weights = loraModules(c as GPT2Config, LORA_TARGETS).reduce((n, m) => n + m.in * m.out, 0);
-  const outs = loraModules(c as GPT2Config, lora.targets).reduce((n, m) => n + m.out, 0);
+  const weights = loraModules(c as LMConfig, LORA_TARGETS).reduce((n, m) => n + m.in * m.out, 0);
+  const outs = loraModules(c as LMConfig, lora.targets).reduce((n, m) => n + m.out, 0);
   return LORA_WEIGHT_TAPE_COPIES * weights + ACT_LORA_PER_OUT * N * outs;
 }
 

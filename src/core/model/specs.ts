@@ -1,4 +1,4 @@
-import type { GPT2Config } from './config';
+import type { GPT2Config, LMConfig } from './config';
 
 /** One parameter of a model: its Hugging Face name (without the `transformer.` prefix) and shape. */
 export interface ParamSpec {
@@ -37,7 +37,7 @@ export function trunkParamSpecs(c: GPT2Config): ParamSpec[] {
   return specs;
 }
 
-/** GPT2ForSequenceClassification's head with one label: `score.weight` [1, n_embd] (no bias in HF). */
-export function scoreHeadSpecs(c: GPT2Config): ParamSpec[] {
+/** *ForSequenceClassification's head with one label: `score.weight` [1, n_embd] (no bias in HF), every family. */
+export function scoreHeadSpecs(c: LMConfig): ParamSpec[] {
   return [{ name: 'score.weight', shape: [1, c.n_embd] }];
 }

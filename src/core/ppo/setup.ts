@@ -8,7 +8,7 @@ import type { ModelFiles } from '../model/folder';
 import { loadLM, loadScalar } from '../model/folder';
 import { ScalarModel } from '../model/heads';
 import { LoraAdapters } from '../model/lora';
-import type { GPT2 } from '../model/gpt2';
+import type { CausalLM } from '../model/causal-lm';
 import type { Tokenizer } from '../tokenizer/types';
 import type { Task } from '../tasks';
 import { makeReward, type RewardFn } from '../reward/functions';
@@ -38,8 +38,8 @@ export interface BuildOptions {
   rewardFn?: { fn: RewardFn; label: string };
   /** Weights to start from instead of loading (resume): policy, ref, value (null: critic-free), reward model. */
   weights?: {
-    policy: GPT2;
-    ref: GPT2;
+    policy: CausalLM;
+    ref: CausalLM;
     value: ScalarModel | null;
     rewardModel?: ScalarModel;
     tokenizer: Tokenizer;
@@ -74,7 +74,7 @@ export async function buildTrainer(
 ): Promise<PpoTrainer> {
   const { prompts, taskReward } = await resolvePrompts(cfg, res);
   const spec: unknown = cfg.reward ?? taskReward;
-  let policy: GPT2, ref: GPT2, tokenizer: Tokenizer;
+  let policy: CausalLM, ref: CausalLM, tokenizer: Tokenizer;
   let rewardModel: ScalarModel | undefined;
   if (opts.weights) {
     ({ policy, ref, tokenizer } = opts.weights);

@@ -10,10 +10,11 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { TrainConfig } from '../config';
 import { derived } from '../config';
-import type { GPT2 } from '../model/gpt2';
+import type { CausalLM } from '../model/causal-lm';
 import type { ScalarModel } from '../model/heads';
 import { generateInMicroBatches } from '../model/sampling';
 import type { Tokenizer } from '../tokenizer/types';
+import { encodePrompt, stopIdsOf } from '../tokenizer';
 import type { RewardFn, Sample } from '../reward/functions';
 import { scoreSamples } from '../reward/module';
 import { Rng } from '../rng';
@@ -121,8 +122,8 @@ type PolicyStat =
 type ValueStat = 'valueLoss' | 'valueClipFrac';
 
 export interface PpoModels {
-  policy: GPT2;
-  ref: GPT2;
+  policy: CausalLM;
+  ref: CausalLM;
   /** null for the critic-free algorithms (grpo, rloo, reinforce++): no value model at all. */
   value: ScalarModel | null;
   reward: RewardSource;
@@ -260,7 +261,7 @@ export class PpoTrainer {
     this.prompts = prompts;
     const maxPrompt = models.policy.config.n_positions - cfg.responseLength;
     this.promptTokens = prompts.map((p, i) => {
-      let ids = tokenizer.encode(p);
+      let ids = encodePrompt(tokenizer, p, cfg.chatTemplate);
       if (ids.length === 0) ids = [models.policy.config.bos_token_id];
       if (ids.length > maxPrompt) {
         throw new UserError(
@@ -355,9 +356,15 @@ export class PpoTrainer {
     return this.stepPlan(cfg).microBatchSize;
   }
 
-  stopId(cfg: TrainConfig = this.cfg): number | null {
+  /**
+   * The ids that end a response: with `stopToken` "eos" every stop id of the tokenizer (for a Hugging Face model
+   * generation_config's eos ids and the chat template's end of turn; GPT-2: its EOS), a number: that id; null: none.
+   */
+  stopIds(cfg: TrainConfig = this.cfg): number[] | null {
     const s = cfg.stopToken;
-    return s === null ? null : s === 'eos' ? this.tokenizer.eosId : s;
+    if (s === null) return null;
+    if (s === 'eos') return stopIdsOf(this.tokenizer);
+    return [s];
   }
 
   private nextPromptIndices(n: number): number[] {
@@ -402,7 +409,7 @@ export class PpoTrainer {
 
   /** Final hidden states (after ln_f) at the response-predicting positions: [n·R, C]. */
   private responseHidden(
-    model: GPT2,
+    model: CausalLM,
     ids: tf.Tensor2D,
     attn: tf.Tensor2D,
     Tq: number,
@@ -417,7 +424,7 @@ export class PpoTrainer {
 
   /** Policy (or reference) logits at the response-predicting positions: [n·R, V]. */
   private responseLogits(
-    model: GPT2,
+    model: CausalLM,
     ids: tf.Tensor2D,
     attn: tf.Tensor2D,
     Tq: number,
@@ -555,7 +562,7 @@ export class PpoTrainer {
     const idx = this.nextPromptIndices(B / G).flatMap((i) => new Array<number>(G).fill(i));
     const groups = groupIds(B, G);
     const queries = idx.map((i) => this.promptTokens[i]);
-    const stop = this.stopId(cfg);
+    const stop = this.stopIds(cfg);
     // One random stream per sample, seeded from the run's: a sample's tokens do not depend on the micro-batch.
     const rowRngs = idx.map(() => new Rng(this.rng.seed()));
     const gen = await generateInMicroBatches(
@@ -577,7 +584,7 @@ export class PpoTrainer {
     // 2. Truncate after the stop token: later positions are PAD and do not count.
     const bResponses = gen.tokens.map((t) => [...t, ...new Array(R - t.length).fill(this.tokenizer.padId)]);
     const bMask = gen.tokens.map((t) => [...new Array(t.length).fill(1), ...new Array(R - t.length).fill(0)]);
-    const stopped = gen.tokens.map((t) => stop !== null && t[t.length - 1] === stop);
+    const stopped = gen.tokens.map((t) => stop !== null && stop.includes(t[t.length - 1]));
 
     // 3. Forward policy, reference and (PPO only) value model over query+response, in minibatch-sized chunks;
     //    one readback each.

@@ -36,4 +36,9 @@ export interface Tokenizer {
    * tokenizer does: what a chat-formatted prompt needs. Absent: `encode` (the GPT-2 and bytes tokenizers).
    */
   encodeWithSpecials?(text: string): number[];
+  /**
+   * The folder files this tokenizer was read from (tokenizer.json, tokenizer_config.json, generation_config.json),
+   * written again beside an exported model. Absent for the built-in GPT-2 and bytes tokenizers.
+   */
+  files?(): Map<string, Uint8Array>;
 }

@@ -1,0 +1,41 @@
+/**
+ * The model of a config's family (its `model_type`): GPT2 or Llama (also Qwen2, Qwen3), as a CausalLM (model/lm.ts).
+ */
+import { isLlamaConfig, type LMConfig } from './config';
+import { GPT2 } from './gpt2';
+import { Llama, llamaParamSpecs } from './llama';
+import type { CausalLM, GPT2Options } from './lm';
+import { trunkParamSpecs, type ParamSpec } from './specs';
+
+export type { CausalLM } from './lm';
+
+/** The model of `config`'s family from host arrays by spec name. */
+export function lmFromArrays(
+  config: LMConfig,
+  arrays: Map<string, Float32Array>,
+  trainable: boolean,
+  label?: string,
+  opts: GPT2Options = {},
+): CausalLM {
+  return isLlamaConfig(config)
+    ? Llama.fromArrays(config, arrays, trainable, label, opts)
+    : GPT2.fromArrays(config, arrays, trainable, label, opts);
+}
+
+/** A seeded random model of `config`'s family (each family's own initialisation). */
+export function lmRandom(
+  config: LMConfig,
+  seed: number,
+  trainable = true,
+  label?: string,
+  opts: GPT2Options = {},
+): CausalLM {
+  return isLlamaConfig(config)
+    ? Llama.random(config, seed, trainable, label, opts)
+    : GPT2.random(config, seed, trainable, label, opts);
+}
+
+/** The trunk's parameter specs of any family (without the scalar head). */
+export function lmParamSpecs(config: LMConfig): ParamSpec[] {
+  return isLlamaConfig(config) ? llamaParamSpecs(config) : trunkParamSpecs(config);
+}

@@ -1,0 +1,579 @@
+/**
+ * The Llama architecture and its Qwen2 / Qwen3 variants in TensorFlow.js, computing what transformers'
+ * LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM compute (eval mode). docs/models.md explains each piece.
+ *
+ * Bottom-up like nanoGPT: RMSNorm → rotary embedding → grouped-query attention → SwiGLU MLP → block → trunk →
+ * LM head. Parameters are tf.Variables keyed by Hugging Face's names without the `model.` prefix
+ * (`embed_tokens.weight`, `layers.{i}.self_attn.q_proj.weight`, `norm.weight`) plus `lm_head.weight` when the head is
+ * not tied. nn.Linear weights stay in the file's layout, W [out, in], and every linear is x · Wᵀ (ops.ts linear),
+ * so loading and exporting copy nothing.
+ *
+ * The same surface as GPT2 (model/causal-lm.ts): the trainer, sampling, the scalar heads, LoRA views and
+ * checkpoints work with either. Shared pieces are shared: the attention core and mask (model/attention.ts), the KV
+ * cache and sampling (model/sampling.ts: the cache holds the KV heads, [B, n_kv, S, head_dim]), block recompute
+ * (model/recompute.ts), vocabulary chunks (model/vocab-chunks.ts).
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import { UserError } from '../errors';
+import type { LlamaConfig } from './llama-config';
+import type { ParamSpec } from './specs';
+import { linear, mergedLinearWeight, rmsNorm, swiglu, type LowRank } from './ops';
+import { attend, causalPaddingBias, keyPaddingBias, splitHeads } from './attention';
+import type { LayerKV } from '../kernels/definitions';
+import { recomputed, recordingGradients } from './recompute';
+import type { LazyTensor } from './safetensors';
+import type { LoraAdapters } from './lora';
+import { loraModuleShape } from './lora';
+import { embeddingChunkRows, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
+import { chunkRanges, gatherChunked, headChunked } from './vocab-chunks';
+
+/** Rows per piece when a checkpoint streams a vocabulary matrix (as GPT-2's wte). */
+const PIECE_ROWS = 8192;
+
+let modelCounter = 0;
+
+/** The parameters of a Llama-family model in HF names without `model.` (`lm_head.weight` only when untied). */
+export function llamaParamSpecs(c: LlamaConfig): ParamSpec[] {
+  const C = c.hidden_size;
+  const hd = c.head_dim;
+  const q = c.num_attention_heads * hd;
+  const kv = c.num_key_value_heads * hd;
+  const I = c.intermediate_size;
+  const specs: ParamSpec[] = [{ name: 'embed_tokens.weight', shape: [c.vocab_size, C] }];
+  for (let i = 0; i < c.num_hidden_layers; i++) {
+    const p = `layers.${i}.`;
+    specs.push({ name: `${p}input_layernorm.weight`, shape: [C] });
+    specs.push({ name: `${p}self_attn.q_proj.weight`, shape: [q, C] });
+    if (c.qkv_bias) specs.push({ name: `${p}self_attn.q_proj.bias`, shape: [q] });
+    specs.push({ name: `${p}self_attn.k_proj.weight`, shape: [kv, C] });
+    if (c.qkv_bias) specs.push({ name: `${p}self_attn.k_proj.bias`, shape: [kv] });
+    specs.push({ name: `${p}self_attn.v_proj.weight`, shape: [kv, C] });
+    if (c.qkv_bias) specs.push({ name: `${p}self_attn.v_proj.bias`, shape: [kv] });
+    specs.push({ name: `${p}self_attn.o_proj.weight`, shape: [C, q] });
+    if (c.o_bias) specs.push({ name: `${p}self_attn.o_proj.bias`, shape: [C] });
+    if (c.qk_norm) {
+      specs.push({ name: `${p}self_attn.q_norm.weight`, shape: [hd] });
+      specs.push({ name: `${p}self_attn.k_norm.weight`, shape: [hd] });
+    }
+    specs.push({ name: `${p}post_attention_layernorm.weight`, shape: [C] });
+    for (const [m, shape] of [
+      ['gate_proj', [I, C]],
+      ['up_proj', [I, C]],
+      ['down_proj', [C, I]],
+    ] as const) {
+      specs.push({ name: `${p}mlp.${m}.weight`, shape: [...shape] });
+      if (c.mlp_bias) specs.push({ name: `${p}mlp.${m}.bias`, shape: [shape[0]] });
+    }
+  }
+  specs.push({ name: 'norm.weight', shape: [C] });
+  if (!c.tie_word_embeddings) specs.push({ name: 'lm_head.weight', shape: [c.vocab_size, C] });
+  return specs;
+}
+
+/** The vocabulary matrices (held in chunks under a binding limit): the embedding and an untied head. */
+const VOCAB_MATRICES = ['embed_tokens.weight', 'lm_head.weight'];
+
+function chunkName(name: string, k: number): string {
+  return `${name}.chunk${k}`;
+}
+
+/**
+ * The rotary embedding's cos and sin for positions 0 … length−1, [length, head_dim] each, computed on the host as
+ * transformers computes them in float32 (inv_freq = 1 / θ^(2j/d), angle = position · inv_freq, emb = [angle, angle]),
+ * each step rounded to float32. A table gathered by position ids gives every backend the same values (WGSL's cos of
+ * a large angle is not accurate enough to compute them on the device).
+ */
+export function ropeTable(
+  theta: number,
+  headDim: number,
+  length: number,
+): { cos: Float32Array; sin: Float32Array } {
+  const half = headDim / 2;
+  const inv = new Float32Array(half);
+  for (let j = 0; j < half; j++)
+    inv[j] = Math.fround(1 / Math.fround(Math.pow(theta, Math.fround((2 * j) / headDim))));
+  const cos = new Float32Array(length * headDim);
+  const sin = new Float32Array(length * headDim);
+  for (let p = 0; p < length; p++) {
+    for (let j = 0; j < half; j++) {
+      const a = Math.fround(p * inv[j]);
+      const c = Math.cos(a);
+      const s = Math.sin(a);
+      cos[p * headDim + j] = cos[p * headDim + half + j] = c;
+      sin[p * headDim + j] = sin[p * headDim + half + j] = s;
+    }
+  }
+  return { cos, sin };
+}
+
+/**
+ * Rotary embedding of x [N, heads, d] at rows' cos/sin [N, 1, d]: x·cos + rotate_half(x)·sin, where
+ * rotate_half(x) = [−x₂, x₁] for the halves x₁ = x[…, :d/2], x₂ = x[…, d/2:] (transformers' apply_rotary_pos_emb).
+ */
+export function applyRope(x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor): tf.Tensor3D {
+  const d = x.shape[2];
+  const [x1, x2] = tf.split(x, [d / 2, d / 2], 2);
+  const rotated = tf.concat([tf.neg(x2), x1], 2);
+  return tf.add(tf.mul(x, cos), tf.mul(rotated, sin)) as tf.Tensor3D;
+}
+
+/** [B, n_kv, S, d] → [B, n_kv·g, S, d], each KV head repeated g times in place (transformers' repeat_kv). */
+export function repeatKv(x: tf.Tensor4D, g: number): tf.Tensor4D {
+  if (g === 1) return x;
+  const [B, nkv, S, d] = x.shape;
+  return tf.reshape(tf.tile(tf.reshape(x, [B, nkv, 1, S, d]), [1, 1, g, 1, 1]), [B, nkv * g, S, d]);
+}
+
+/** The rotary table a model gathers from, grown on demand (shared by a base and its LoRA views). */
+class RopeCache {
+  private cos: tf.Tensor2D | null = null;
+  private sin: tf.Tensor2D | null = null;
+  private length = 0;
+  constructor(
+    private readonly theta: number,
+    private readonly headDim: number,
+    private readonly max: number,
+  ) {}
+
+  /** cos, sin [N, 1, d] for position ids [N] (every id < `needed`). */
+  rows(positions: tf.Tensor, needed: number): { cos: tf.Tensor; sin: tf.Tensor } {
+    if (needed > this.length) {
+      const length = Math.min(Math.max(this.max, needed), Math.max(64, 2 ** Math.ceil(Math.log2(needed))));
+      const t = ropeTable(this.theta, this.headDim, length);
+      this.dispose();
+      this.cos = tf.keep(tf.tensor2d(t.cos, [length, this.headDim]));
+      this.sin = tf.keep(tf.tensor2d(t.sin, [length, this.headDim]));
+      this.length = length;
+    }
+    const n = positions.size;
+    return {
+      cos: tf.reshape(tf.gather(this.cos!, positions), [n, 1, this.headDim]),
+      sin: tf.reshape(tf.gather(this.sin!, positions), [n, 1, this.headDim]),
+    };
+  }
+
+  dispose(): void {
+    this.cos?.dispose();
+    this.sin?.dispose();
+    this.cos = this.sin = null;
+    this.length = 0;
+  }
+}
+
+export class Llama implements CausalLM {
+  readonly config: LlamaConfig;
+  /** Parameters by HF name without `model.`; vocabulary matrices under a binding limit as `${name}.chunk{k}`. */
+  readonly params: Map<string, tf.Variable>;
+  readonly specs: ParamSpec[];
+  readonly id: string;
+  /** Rows per chunk of the vocabulary matrices (vocab_size when each is one tensor). */
+  readonly wteChunkRows: number;
+  readonly base: Llama;
+  readonly lora: LoraAdapters | null;
+  private readonly embedChunks: tf.Variable[];
+  private readonly headChunks: tf.Variable[];
+  private readonly rope: RopeCache;
+
+  private constructor(
+    config: LlamaConfig,
+    params: Map<string, tf.Variable>,
+    id: string,
+    rows: number,
+    base: Llama | null = null,
+    lora: LoraAdapters | null = null,
+  ) {
+    this.config = config;
+    this.params = params;
+    this.specs = llamaParamSpecs(config);
+    this.id = id;
+    this.wteChunkRows = rows;
+    this.base = base ?? this;
+    this.lora = lora;
+    const chunks = (name: string) => {
+      const n = Math.ceil(config.vocab_size / rows);
+      return n === 1 ? [this.p(name)] : Array.from({ length: n }, (_, k) => this.p(chunkName(name, k)));
+    };
+    this.embedChunks = chunks('embed_tokens.weight');
+    this.headChunks = config.tie_word_embeddings ? this.embedChunks : chunks('lm_head.weight');
+    this.rope = base
+      ? base.rope
+      : new RopeCache(config.rope_theta, config.head_dim, config.max_position_embeddings);
+  }
+
+  /** Build from host arrays by spec name (already name-mapped and shape-checked); views, never copies, of chunks. */
+  static fromArrays(
+    config: LlamaConfig,
+    arrays: Map<string, Float32Array>,
+    trainable: boolean,
+    label = 'llama',
+    opts: GPT2Options = {},
+  ): Llama {
+    const id = `${label}_${modelCounter++}`;
+    const rows = embeddingChunkRows(config, opts.maxBindingBytes);
+    const params = new Map<string, tf.Variable>();
+    try {
+      for (const spec of llamaParamSpecs(config)) {
+        const data = arrays.get(spec.name);
+        if (!data)
+          throw new UserError(`model weights: tensor "${spec.name}" of shape [${spec.shape}] is missing.`);
+        const size = spec.shape.reduce((a, b) => a * b, 1);
+        if (data.length !== size) {
+          throw new UserError(
+            `model weights: tensor "${spec.name}" has ${data.length} values, expected shape [${spec.shape}] (${size}).`,
+          );
+        }
+        for (const [name, shape, part] of Llama.layout(spec, data, rows)) {
+          const init = tf.tensor(part, shape, 'float32');
+          params.set(name, tf.variable(init, trainable, `${id}/${name}`));
+          init.dispose();
+        }
+      }
+    } catch (e) {
+      for (const v of params.values()) v.dispose();
+      throw e;
+    }
+    return new Llama(config, params, id, rows);
+  }
+
+  private static layout(
+    spec: ParamSpec,
+    data: Float32Array,
+    rows: number,
+  ): [string, number[], Float32Array][] {
+    const [V, C] = spec.shape;
+    if (!VOCAB_MATRICES.includes(spec.name) || rows >= V) return [[spec.name, spec.shape, data]];
+    return chunkRanges(V, rows).map(([lo, hi], k) => [
+      chunkName(spec.name, k),
+      [hi - lo, C],
+      data.subarray(lo * C, hi * C),
+    ]);
+  }
+
+  /** transformers' initialisation: N(0, 0.02) for linears and embeddings, biases 0, norms 1 (seeded). */
+  static random(
+    config: LlamaConfig,
+    seed: number,
+    trainable = true,
+    label = 'llama',
+    opts: GPT2Options = {},
+  ): Llama {
+    const arrays = new Map<string, Float32Array>();
+    let s = seed;
+    for (const spec of llamaParamSpecs(config)) {
+      const sd = s++;
+      const t = tf.tidy(() => {
+        if (spec.name.endsWith('norm.weight')) return tf.ones(spec.shape);
+        if (spec.name.endsWith('.bias')) return tf.zeros(spec.shape);
+        return tf.randomNormal(spec.shape, 0, 0.02, 'float32', sd);
+      });
+      arrays.set(spec.name, t.dataSync() as Float32Array);
+      t.dispose();
+    }
+    return Llama.fromArrays(config, arrays, trainable, label, opts);
+  }
+
+  /** A plain model with copies of the weights this one computes with (a LoRA view's merged W + B·A·scaling). */
+  clone(trainable: boolean, label = 'llama'): Llama {
+    const id = `${label}_${modelCounter++}`;
+    const params = new Map<string, tf.Variable>();
+    for (const [name, v] of this.params) {
+      const lr = this.lowRankOf(name);
+      if (!lr) {
+        params.set(name, tf.variable(v, trainable, `${id}/${name}`));
+        continue;
+      }
+      const merged = mergedLinearWeight(v, lr);
+      params.set(name, tf.variable(merged, trainable, `${id}/${name}`));
+      merged.dispose();
+    }
+    return new Llama(this.config, params, id, this.wteChunkRows);
+  }
+
+  /** A view computing with this model's weights plus `adapters` (GPT2.withLora's contract). */
+  withLora(adapters: LoraAdapters | null, label = 'lora'): Llama {
+    if (this.base !== this) throw new Error('Llama.withLora: call it on the base model, not on a LoRA view');
+    if (adapters) {
+      for (const [key, m] of adapters.modules) {
+        const w = this.params.get(`${key}.weight`);
+        const want = loraModuleShape(this.config, m.target);
+        if (!w || w.shape[1] !== m.in || w.shape[0] !== m.out || want.in !== m.in || want.out !== m.out) {
+          throw new UserError(
+            `LoRA adapters do not fit this model: ${key} has A [${m.a.shape}] and B [${m.b.shape}], but the ` +
+              `model's ${key}.weight is [${w ? w.shape : 'missing'}] (nn.Linear [out, in]; A must be [r, in], B [out, r]).`,
+          );
+        }
+      }
+    }
+    return new Llama(
+      this.config,
+      this.params,
+      `${label}_${modelCounter++}`,
+      this.wteChunkRows,
+      this,
+      adapters,
+    );
+  }
+
+  p(name: string): tf.Variable {
+    const v = this.params.get(name);
+    if (!v) throw new Error(`Llama: no parameter ${name}`);
+    return v;
+  }
+
+  private has(name: string): tf.Variable | null {
+    return this.params.get(name) ?? null;
+  }
+
+  blockVariables(i: number): tf.Variable[] {
+    const prefix = `layers.${i}.`;
+    if (this.base !== this)
+      return this.lora ? this.lora.variables().filter((v) => v.name.includes(`/${prefix}`)) : [];
+    return [...this.params.entries()].filter(([name]) => name.startsWith(prefix)).map(([, v]) => v);
+  }
+
+  trainableVariables(): tf.Variable[] {
+    if (this.base !== this) return this.lora ? this.lora.variables() : [];
+    return [...this.params.values()];
+  }
+
+  async toArrays(): Promise<Map<string, Float32Array>> {
+    const out = new Map<string, Float32Array>();
+    for (const t of this.lazyArrays()) out.set(t.name, await t.data());
+    return out;
+  }
+
+  /** toArrays one weight at a time (a LoRA view's adapted weights merged), vocabulary matrices also in pieces. */
+  lazyArrays(): LazyTensor[] {
+    const C = this.config.hidden_size;
+    return this.specs.map((spec) => {
+      const entry = { name: spec.name, shape: spec.shape.slice() };
+      if (VOCAB_MATRICES.includes(spec.name)) {
+        const chunks = spec.name === 'embed_tokens.weight' ? this.embedChunks : this.headChunks;
+        const rows = this.wteChunkRows;
+        const V = this.config.vocab_size;
+        const pieces = async function* (): AsyncGenerator<Float32Array> {
+          for (const w of chunks) {
+            const n = w.shape[0];
+            for (let r = 0; r < n; r += PIECE_ROWS) {
+              const piece = tf.slice(w, [r, 0], [Math.min(PIECE_ROWS, n - r), C]);
+              try {
+                yield (await piece.data()) as Float32Array;
+              } finally {
+                piece.dispose();
+              }
+            }
+          }
+        };
+        return {
+          ...entry,
+          pieces,
+          data: async () => {
+            if (chunks.length === 1) return (await chunks[0].data()) as Float32Array;
+            const all = new Float32Array(V * C);
+            for (let k = 0; k < chunks.length; k++)
+              all.set((await chunks[k].data()) as Float32Array, k * rows * C);
+            return all;
+          },
+        };
+      }
+      return {
+        ...entry,
+        data: async () => {
+          const v = this.p(spec.name);
+          const lr = this.lowRankOf(spec.name);
+          if (!lr) return (await v.data()) as Float32Array;
+          const merged = mergedLinearWeight(v, lr);
+          try {
+            return (await merged.data()) as Float32Array;
+          } finally {
+            merged.dispose();
+          }
+        },
+      };
+    });
+  }
+
+  dispose(): void {
+    if (this.base !== this) {
+      this.lora?.dispose();
+      return;
+    }
+    for (const v of this.params.values()) v.dispose();
+    this.params.clear();
+    this.rope.dispose();
+  }
+
+  // ---- building blocks ---------------------------------------------------------------------------
+
+  private lowRankOf(weightName: string): LowRank | null {
+    if (!this.lora || !weightName.endsWith('.weight')) return null;
+    return this.lora.lowRank(weightName.slice(0, -'.weight'.length));
+  }
+
+  /** nn.Linear `module` of block i (`self_attn.q_proj`, …): x [N, in] · Wᵀ (+ b) (+ LoRA). */
+  private proj(x: tf.Tensor2D, i: number, module: string): tf.Tensor2D {
+    const key = `layers.${i}.${module}`;
+    return linear(x, this.p(`${key}.weight`), this.has(`${key}.bias`), this.lora?.lowRank(key));
+  }
+
+  private norm(x: tf.Tensor, name: string): tf.Tensor {
+    return rmsNorm(x, this.p(name), this.config.rms_norm_eps);
+  }
+
+  /**
+   * Block i's attention input side: q [N, nh, d] and k [N, n_kv, d] with q_norm/k_norm (Qwen3) and the rotary
+   * embedding applied, v [N, n_kv·d].
+   */
+  private qkv(
+    h: tf.Tensor2D,
+    i: number,
+    rope: { cos: tf.Tensor; sin: tf.Tensor },
+  ): { q: tf.Tensor2D; k: tf.Tensor2D; v: tf.Tensor2D } {
+    const c = this.config;
+    const N = h.shape[0];
+    const d = c.head_dim;
+    let q: tf.Tensor = tf.reshape(this.proj(h, i, 'self_attn.q_proj'), [N, c.num_attention_heads, d]);
+    let k: tf.Tensor = tf.reshape(this.proj(h, i, 'self_attn.k_proj'), [N, c.num_key_value_heads, d]);
+    if (c.qk_norm) {
+      q = this.norm(q, `layers.${i}.self_attn.q_norm.weight`);
+      k = this.norm(k, `layers.${i}.self_attn.k_norm.weight`);
+    }
+    q = applyRope(q as tf.Tensor3D, rope.cos, rope.sin);
+    k = applyRope(k as tf.Tensor3D, rope.cos, rope.sin);
+    return {
+      q: tf.reshape(q, [N, c.num_attention_heads * d]),
+      k: tf.reshape(k, [N, c.num_key_value_heads * d]),
+      v: this.proj(h, i, 'self_attn.v_proj'),
+    };
+  }
+
+  /**
+   * Block i on x [N, C]: x + o_proj(attention(norm(x))), then + down(silu(gate(·)) · up(·)) of its norm.
+   * `attention` maps q [N, nh·d], k, v [N, n_kv·d] (rotated) to the attended values [N, nh·d].
+   */
+  private block(
+    x: tf.Tensor2D,
+    i: number,
+    rope: { cos: tf.Tensor; sin: tf.Tensor },
+    attention: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D,
+  ): tf.Tensor2D {
+    const h = this.norm(x, `layers.${i}.input_layernorm.weight`) as tf.Tensor2D;
+    const { q, k, v } = this.qkv(h, i, rope);
+    const x1 = tf.add(x, this.proj(attention(q, k, v), i, 'self_attn.o_proj')) as tf.Tensor2D;
+    const h2 = this.norm(x1, `layers.${i}.post_attention_layernorm.weight`) as tf.Tensor2D;
+    const a = swiglu(this.proj(h2, i, 'mlp.gate_proj'), this.proj(h2, i, 'mlp.up_proj')) as tf.Tensor2D;
+    return tf.add(x1, this.proj(a, i, 'mlp.down_proj')) as tf.Tensor2D;
+  }
+
+  /** Causal self-attention of a [B, T] batch with grouped-query heads (the KV heads are collected, not repeated). */
+  private selfAttention(
+    q: tf.Tensor2D,
+    k: tf.Tensor2D,
+    v: tf.Tensor2D,
+    B: number,
+    T: number,
+    bias: () => tf.Tensor4D,
+    collect?: LayerKV[],
+  ): tf.Tensor2D {
+    const c = this.config;
+    const g = c.num_attention_heads / c.num_key_value_heads;
+    const k4 = splitHeads(k, B, T, c.num_key_value_heads);
+    const v4 = splitHeads(v, B, T, c.num_key_value_heads);
+    if (collect) collect.push({ k: k4, v: v4 });
+    return attend(splitHeads(q, B, T, c.num_attention_heads), repeatKv(k4, g), repeatKv(v4, g), bias());
+  }
+
+  // ---- forward -----------------------------------------------------------------------------------
+
+  /** GPT2.trunk's contract: hidden states after the final norm, [B·T, C]; positions = cumsum(mask) − 1. */
+  trunk(ids: tf.Tensor2D, mask: tf.Tensor2D, collectKV?: LayerKV[], opts: TrunkOptions = {}): tf.Tensor2D {
+    const [B, T] = ids.shape;
+    const c = this.config;
+    if (T > c.n_positions) {
+      throw new UserError(
+        `sequence of ${T} tokens is longer than the model's max_position_embeddings (${c.n_positions}).`,
+      );
+    }
+    const maskF = tf.cast(mask, 'float32') as tf.Tensor2D;
+    const positions = tf.reshape(tf.cast(tf.maximum(tf.sub(tf.cumsum(maskF, 1), 1), 0), 'int32'), [-1]);
+    const rope = this.rope.rows(positions, T);
+    const perBlockTidy = !collectKV && !recordingGradients();
+    let built: tf.Tensor4D | null = null;
+    const bias = () =>
+      (built ??= perBlockTidy ? tf.keep(causalPaddingBias(maskF)) : causalPaddingBias(maskF));
+    let x = gatherChunked(this.embedChunks, this.wteChunkRows, tf.reshape(ids, [-1]));
+    if (perBlockTidy) {
+      try {
+        for (let i = 0; i < c.num_hidden_layers; i++) {
+          const input = x;
+          x = tf.tidy(() => this.block(input, i, rope, (q, k, v) => this.selfAttention(q, k, v, B, T, bias)));
+          input.dispose();
+        }
+      } finally {
+        (built as tf.Tensor4D | null)?.dispose();
+      }
+      return this.norm(x, 'norm.weight') as tf.Tensor2D;
+    }
+    for (let i = 0; i < c.num_hidden_layers; i++) {
+      if (opts.recompute && !collectKV) {
+        const blockFn = (xi: tf.Tensor, m: tf.Tensor, cs: tf.Tensor, sn: tf.Tensor) => {
+          let own: tf.Tensor4D | null = null;
+          const ownBias = () => (own ??= causalPaddingBias(m as tf.Tensor2D));
+          return this.block(xi as tf.Tensor2D, i, { cos: cs, sin: sn }, (q, k, v) =>
+            this.selfAttention(q, k, v, B, T, ownBias),
+          );
+        };
+        x = recomputed(blockFn, x, [maskF, rope.cos, rope.sin], this.blockVariables(i)) as tf.Tensor2D;
+        continue;
+      }
+      x = this.block(x, i, rope, (q, k, v) => this.selfAttention(q, k, v, B, T, bias, collectKV));
+    }
+    return this.norm(x, 'norm.weight') as tf.Tensor2D;
+  }
+
+  /** LM head: hidden [N, C] → logits [N, V] (tied: the embedding; chunked under a binding limit). */
+  lmHead(hidden: tf.Tensor2D): tf.Tensor2D {
+    return headChunked(this.headChunks, hidden);
+  }
+
+  /** The LM head's weight as the [rows, C] blocks it is held in (ppo/chunked-logprob.ts). */
+  lmHeadBlocks(): tf.Tensor2D[] {
+    return this.headChunks as tf.Tensor[] as tf.Tensor2D[];
+  }
+
+  logits(ids: tf.Tensor2D, mask: tf.Tensor2D): tf.Tensor3D {
+    const [B, T] = ids.shape;
+    return tf.reshape(this.lmHead(this.trunk(ids, mask)), [B, T, this.config.vocab_size]);
+  }
+
+  /**
+   * GPT2.decodeStep's contract over a cache of the KV heads, [B, n_kv, S, d] per layer: the new key (rotated) and
+   * value are added into the zero slot, then the query attends over the cache with each KV head repeated for its
+   * group of query heads.
+   */
+  decodeStep(
+    ids: tf.Tensor1D,
+    positions: tf.Tensor1D,
+    slotOneHot: tf.Tensor,
+    keyMask: tf.Tensor2D,
+    cache: LayerKV[],
+  ): { hidden: tf.Tensor2D; cache: LayerKV[] } {
+    const c = this.config;
+    const [B, S] = keyMask.shape;
+    const g = c.num_attention_heads / c.num_key_value_heads;
+    const bias = keyPaddingBias(keyMask);
+    const oh = tf.reshape(slotOneHot, [1, 1, S, 1]);
+    const rope = this.rope.rows(positions, S);
+    let x = gatherChunked(this.embedChunks, this.wteChunkRows, ids);
+    const next: LayerKV[] = [];
+    for (let i = 0; i < c.num_hidden_layers; i++) {
+      x = this.block(x, i, rope, (q, k, v) => {
+        const k4 = tf.add(cache[i].k, tf.mul(splitHeads(k, B, 1, c.num_key_value_heads), oh)) as tf.Tensor4D;
+        const v4 = tf.add(cache[i].v, tf.mul(splitHeads(v, B, 1, c.num_key_value_heads), oh)) as tf.Tensor4D;
+        next.push({ k: k4, v: v4 });
+        return attend(splitHeads(q, B, 1, c.num_attention_heads), repeatKv(k4, g), repeatKv(v4, g), bias);
+      });
+    }
+    return { hidden: this.norm(x, 'norm.weight') as tf.Tensor2D, cache: next };
+  }
+}

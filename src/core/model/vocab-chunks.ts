@@ -1,0 +1,45 @@
+/**
+ * A vocabulary-sized matrix ([V, C]: a token embedding, an LM head) held as row chunks that each fit one WebGPU
+ * buffer binding (docs/tfjs.md trap 8). Shared by GPT-2's wte and the Llama families' embed_tokens / lm_head.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+
+/**
+ * Rows of a chunked [V, C] matrix for token ids [N] → [N, C]. Each chunk gathers at the ids it holds (others clipped
+ * into range and replaced by exact zeros), and the chunks' results are summed: the same values and gradients as
+ * one gather, with no kernel binding more than one chunk.
+ */
+export function gatherChunked(chunks: tf.Tensor[], rowsPerChunk: number, flatIds: tf.Tensor): tf.Tensor2D {
+  if (chunks.length === 1) return tf.gather(chunks[0], flatIds) as tf.Tensor2D;
+  const ids = tf.cast(flatIds, 'int32');
+  let out: tf.Tensor | null = null;
+  for (let k = 0; k < chunks.length; k++) {
+    const rows = chunks[k].shape[0];
+    const local = tf.sub(ids, tf.scalar(k * rowsPerChunk, 'int32'));
+    const inChunk = tf.reshape(
+      tf.logicalAnd(tf.greaterEqual(local, tf.scalar(0, 'int32')), tf.less(local, tf.scalar(rows, 'int32'))),
+      [-1, 1],
+    );
+    const clipped = tf.minimum(tf.maximum(local, tf.scalar(0, 'int32')), tf.scalar(rows - 1, 'int32'));
+    const g = tf.gather(chunks[k], clipped);
+    const part = tf.where(inChunk, g, tf.zerosLike(g));
+    out = out ? tf.add(out, part) : part;
+  }
+  return out as tf.Tensor2D;
+}
+
+/** hidden [N, C] · Wᵀ for a chunked W [V, C] → logits [N, V] (each chunk's logits concatenated in order). */
+export function headChunked(chunks: tf.Tensor[], hidden: tf.Tensor2D): tf.Tensor2D {
+  if (chunks.length === 1) return tf.matMul(hidden, chunks[0] as tf.Tensor2D, false, true);
+  return tf.concat(
+    chunks.map((w) => tf.matMul(hidden, w as tf.Tensor2D, false, true)),
+    1,
+  ) as tf.Tensor2D;
+}
+
+/** Row ranges [lo, hi) of V rows in chunks of `rows`. */
+export function chunkRanges(V: number, rows: number): [number, number][] {
+  const out: [number, number][] = [];
+  for (let lo = 0; lo < V; lo += rows) out.push([lo, Math.min(V, lo + rows)]);
+  return out;
+}
