@@ -34,6 +34,7 @@ expected.json records, from transformers.AutoTokenizer.from_pretrained(folder):
   chat[i]:   {user, text: apply_chat_template([{role: user, content}], tokenize=False, add_generation_prompt=True),
               ids: tok(text, add_special_tokens=False)}
   templates[i]: {name, template, user, text}: the same render with EXTRA_TEMPLATES' chat_template instead
+  prefixes:  {text, ids, decoded[k]: tok.decode(ids[:k])}: pieces of characters cut off at the end
 """
 
 import json
@@ -274,6 +275,10 @@ def record(out: str, specials: list[str], texts: list[str], templates_to_try: di
             messages = [{'role': 'user', 'content': user}]
             text = hf.apply_chat_template(messages, chat_template=source, tokenize=False, add_generation_prompt=True)
             templates.append({'name': name, 'template': source, 'user': user, 'text': text})
+    # Decodes of every prefix of one text's ids: pieces of characters cut off at the end, as a capped response is.
+    cut_text = 'emoji 🙂🚀 and 日本語'
+    cut_ids = hf(cut_text, add_special_tokens=False)['input_ids']
+    prefixes = {'text': cut_text, 'ids': cut_ids, 'decoded': [hf.decode(cut_ids[:k]) for k in range(len(cut_ids) + 1)]}
     expected = {
         'generator': f'scripts/make_hf_tokenizer_fixture.py (transformers {__import__("transformers").__version__}, '
         f'tokenizers {__import__("tokenizers").__version__})',
@@ -285,18 +290,19 @@ def record(out: str, specials: list[str], texts: list[str], templates_to_try: di
         'encode': encode,
         'chat': chat,
         'templates': templates,
+        'prefixes': prefixes,
     }
     if expected['bos_id'] is None:
         del expected['bos_id']  # the Qwen fixture's expected.json predates the field
     with open(os.path.join(out, 'expected.json'), 'w') as f:
         # One line per case, so a diff after regenerating shows which cases changed.
         keys = ('encode', 'chat', 'templates')
-        head = {k: v for k, v in expected.items() if k not in keys}
+        head = {k: v for k, v in expected.items() if k not in keys and k != 'prefixes'}
         f.write(json.dumps(head, ensure_ascii=False)[:-1] + ',\n')
         for key in keys:
             rows = ',\n'.join('  ' + json.dumps(row, ensure_ascii=False) for row in expected[key])
-            f.write(f' "{key}": [\n{rows}\n ]' + (',\n' if key != keys[-1] else '\n'))
-        f.write('}\n')
+            f.write(f' "{key}": [\n{rows}\n ],\n')
+        f.write(' "prefixes": ' + json.dumps(expected['prefixes'], ensure_ascii=False) + '\n}\n')
     total = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
     print(f'{os.path.basename(out)}: vocab size {len(hf)}; special ids {ids}; eos {hf.eos_token_id}, '
           f'pad {hf.pad_token_id}, bos {hf.bos_token_id}; {total} bytes')
@@ -388,9 +394,75 @@ def make_llama3() -> None:
     record(out, specials, texts, {})
 
 
+LLAMA2_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] | trim + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] | trim + ' ' + eos_token }}{% endif %}"
+    "{% endfor %}"
+)
+
+
+def make_llama2() -> None:
+    """A SentencePiece-style BPE (byte fallback, ▁ for spaces) as Llama 2, TinyLlama and Mistral folders have."""
+    out = os.path.join(FIXTURES, 'hf-tokenizer-llama2')
+    os.makedirs(out, exist_ok=True)
+    specials = ['<unk>', '<s>', '</s>']
+    byte_tokens = [f'<0x{b:02X}>' for b in range(256)]
+    tok = Tokenizer(models.BPE(unk_token='<unk>', byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend('▁'), normalizers.Replace(' ', '▁')])
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace('▁', ' '), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(' ', 1, 0)]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=specials + byte_tokens, limit_alphabet=60, show_progress=False
+    )
+    tok.train_from_iterator(CORPUS.splitlines(keepends=True), trainer)
+    data = json.loads(tok.to_str())
+    # The byte tokens <0x00>..<0xFF> are vocabulary entries (ids 3..258), not added tokens, as in Llama 2's file.
+    data['added_tokens'] = [a for a in data['added_tokens'] if a['content'] in specials]
+    bos_id = data['model']['vocab']['<s>']
+    data['post_processor'] = {
+        'type': 'TemplateProcessing',
+        'single': [{'SpecialToken': {'id': '<s>', 'type_id': 0}}, {'Sequence': {'id': 'A', 'type_id': 0}}],
+        'pair': [
+            {'SpecialToken': {'id': '<s>', 'type_id': 0}},
+            {'Sequence': {'id': 'A', 'type_id': 0}},
+            {'SpecialToken': {'id': '<s>', 'type_id': 1}},
+            {'Sequence': {'id': 'B', 'type_id': 1}},
+        ],
+        'special_tokens': {'<s>': {'id': '<s>', 'ids': [bos_id], 'tokens': ['<s>']}},
+    }
+    tok = Tokenizer.from_str(json.dumps(data))
+    if tok.get_vocab_size() != VOCAB_SIZE:
+        sys.exit(f'the tokenizer has {tok.get_vocab_size()} ids, wanted {VOCAB_SIZE}')
+    tok.save(os.path.join(out, 'tokenizer.json'))
+    write_json(
+        os.path.join(out, 'tokenizer_config.json'),
+        {
+            # As Llama 2 / TinyLlama folders: transformers 5 then rebuilds the pipeline (no normalizer, a Metaspace
+            # pre-tokenizer that prepends ▁ to the first section only, since legacy is false).
+            'tokenizer_class': 'LlamaTokenizerFast',
+            'add_bos_token': True,
+            'add_eos_token': False,
+            'bos_token': '<s>',
+            'eos_token': '</s>',
+            'unk_token': '<unk>',
+            'pad_token': None,
+            'legacy': False,
+            'clean_up_tokenization_spaces': False,
+            'model_max_length': 2048,
+            'chat_template': LLAMA2_TEMPLATE,
+        },
+    )
+    write_json(os.path.join(out, 'generation_config.json'), {'bos_token_id': 1, 'eos_token_id': 2})
+    texts = ENCODE_TEXTS[:-1] + special_texts('<s>', '</s>', '<unk>') + [' a leading space', '</s> after'] + ENCODE_TEXTS[-1:]
+    record(out, specials, texts, {})
+
+
 def main() -> None:
     make_qwen2()
     make_llama3()
+    make_llama2()
 
 
 if __name__ == '__main__':

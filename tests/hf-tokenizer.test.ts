@@ -16,6 +16,7 @@ import {
 
 const DIR = join(__dirname, 'fixtures', 'hf-tokenizer');
 const LLAMA_DIR = join(__dirname, 'fixtures', 'hf-tokenizer-llama3');
+const LLAMA2_DIR = join(__dirname, 'fixtures', 'hf-tokenizer-llama2');
 const read = (name: string, dir = DIR): string => readFileSync(join(dir, name), 'utf8');
 
 interface Expected {
@@ -27,6 +28,7 @@ interface Expected {
   encode: { text: string; ids: number[]; plain_ids: number[]; decoded: string; plain_decoded: string }[];
   chat: { user: string; text: string; ids: number[] }[];
   templates: { name: string; template: string; user: string; text: string }[];
+  prefixes: { text: string; ids: number[]; decoded: string[] };
 }
 const expected = JSON.parse(read('expected.json')) as Expected;
 const FILES: HfTokenizerFiles = {
@@ -285,6 +287,88 @@ describe('HfTokenizer on the Llama 3 style fixture folder', () => {
       const text = llama.chatPrompt!(c.user);
       expect(text).toBe(c.text);
       expect(llama.encodeWithSpecials(text)).toEqual(c.ids);
+    });
+  }
+});
+
+describe('HfTokenizer on the Llama 2 style (SentencePiece BPE, LlamaTokenizerFast) fixture folder', () => {
+  const l2Expected = JSON.parse(read('expected.json', LLAMA2_DIR)) as Expected;
+  const l2Files = (edit?: (config: Record<string, unknown>) => void): HfTokenizerFiles => {
+    const config = JSON.parse(read('tokenizer_config.json', LLAMA2_DIR)) as Record<string, unknown>;
+    edit?.(config);
+    return {
+      tokenizerJson: read('tokenizer.json', LLAMA2_DIR),
+      tokenizerConfig: config,
+      generationConfig: read('generation_config.json', LLAMA2_DIR),
+    };
+  };
+  const l2 = HfTokenizer.fromFiles(l2Files());
+
+  it('has <unk> 0, BOS <s> 1, EOS </s> 2, PAD = EOS, stop ids [2]', () => {
+    expect(l2Expected.special_ids).toEqual({ '<unk>': 0, '<s>': 1, '</s>': 2 });
+    expect(l2.vocabSize).toBe(512);
+    expect(l2Expected.vocab_size).toBe(512);
+    expect([l2.bosId, l2.eosId, l2.padId]).toEqual([1, 2, 2]);
+    expect(l2.stopIds).toEqual([2]);
+  });
+
+  for (const c of l2Expected.encode) {
+    it(`encodes and decodes ${JSON.stringify(c.text).slice(0, 48)} as transformers does`, () => {
+      expect(l2.encodeWithSpecials(c.text)).toEqual(c.ids);
+      expect(l2.encode(c.text)).toEqual(c.plain_ids);
+      expect(l2.decode(c.ids)).toBe(c.decoded);
+      expect(l2.decode(c.plain_ids)).toBe(c.plain_decoded);
+    });
+  }
+
+  it('builds the pipeline as transformers 5 builds LlamaTokenizerFast, not as the tokenizer.json says', () => {
+    // The file's own normalizer prepends "▁" to every section, so after a special token its ids differ.
+    const asFile = HfTokenizer.fromFiles(l2Files((c) => (c.tokenizer_class = 'PreTrainedTokenizerFast')));
+    const c = l2Expected.encode.find((e) => e.text === '</s> after')!;
+    expect(asFile.encodeWithSpecials(c.text)).not.toEqual(c.ids);
+    expect(l2.encodeWithSpecials(c.text)).toEqual(c.ids);
+  });
+
+  for (const c of l2Expected.chat) {
+    it(`chatPrompt(${JSON.stringify(c.user).slice(0, 40)}) is transformers’ text and ids`, () => {
+      const text = l2.chatPrompt!(c.user);
+      expect(text).toBe(c.text);
+      expect(l2.encodeWithSpecials(text)).toEqual(c.ids);
+    });
+  }
+
+  it('decodeToken shows "▁" as a space and byte-fallback tokens as bytes', () => {
+    const hello = l2.encode('Hello world');
+    expect(hello.map((id) => l2.decodeToken(id)).join('')).toBe(' Hello world');
+    // 🙂 = F0 9F 99 82, not in the trained alphabet: four <0xNN> byte-fallback tokens.
+    expect(l2.encode('🙂').map((id) => l2.decodeToken(id))).toEqual([
+      ' ',
+      '\\xF0',
+      '\\x9F',
+      '\\x99',
+      '\\x82',
+    ]);
+    expect(l2.decodeToken(2)).toBe('</s>');
+  });
+});
+
+describe('HfTokenizer: decoding pieces of characters, as transformers', () => {
+  const folders = {
+    'hf-tokenizer': DIR,
+    'hf-tokenizer-llama3': LLAMA_DIR,
+    'hf-tokenizer-llama2': LLAMA2_DIR,
+  };
+  for (const [name, dir] of Object.entries(folders)) {
+    it(`${name}: decode of every prefix of ${JSON.stringify(JSON.parse(read('expected.json', dir)).prefixes.text)}`, () => {
+      const e = JSON.parse(read('expected.json', dir)) as Expected;
+      const t = tokenizerFromFolder({
+        'tokenizer.json': read('tokenizer.json', dir),
+        'tokenizer_config.json': read('tokenizer_config.json', dir),
+      });
+      expect(e.prefixes.decoded.length).toBe(e.prefixes.ids.length + 1);
+      expect(e.prefixes.decoded.some((d) => d.includes('\uFFFD'))).toBe(true);
+      const got = e.prefixes.decoded.map((_, k) => t.decode(e.prefixes.ids.slice(0, k)));
+      expect(got).toEqual(e.prefixes.decoded);
     });
   }
 });

@@ -12,9 +12,11 @@
  *   it) skipped too.
  * - `chatPrompt(user)` = `tok.apply_chat_template([{role: 'user', content: user}], tokenize=False,
  *   add_generation_prompt=True)`.
+ * - A LlamaTokenizer(Fast) folder's pipeline is rebuilt as transformers 5 rebuilds it (pipelineAsTransformers), and
+ *   byte-fallback runs decode by the Rust rule (byteFallbackChain).
  */
 import { Template } from '@huggingface/jinja';
-import { Tokenizer as LibTokenizer } from '@huggingface/tokenizers';
+import { ByteFallbackDecoder, SequenceDecoder, Tokenizer as LibTokenizer } from '@huggingface/tokenizers';
 import { UserError } from '../errors';
 import { displayBytes, utf8Decode, utf8Encode } from './bytes';
 import type { Tokenizer } from './types';
@@ -133,9 +135,100 @@ function checkTokenizerJson(raw: JsonObject): TokenizerJson {
   };
 }
 
+/** SentencePiece's mark for a space (U+2581). */
+const SPIECE_SPACE = '\u2581';
+
+/** tokenizer_config.json classes whose pipeline transformers 5 rebuilds differently from their tokenizer.json. */
+const LLAMA_SENTENCEPIECE_CLASSES = new Set(['LlamaTokenizer', 'LlamaTokenizerFast']);
+
+/**
+ * transformers 5 builds a tokenizer_config.json's model-specific `tokenizer_class` in that class's own code, keeping
+ * only tokenizer.json's vocabulary, merges, added tokens and post-processor. For Qwen2Tokenizer (and the classless
+ * PreTrainedTokenizerFast of Llama 3) that is the file's pipeline. For LlamaTokenizer(Fast) (Llama 2, TinyLlama,
+ * Mistral folders: SentencePiece-style BPE) it is not: no normalizer, a Metaspace pre-tokenizer that prepends "▁" to
+ * the first section only (unless "legacy": true, then to every section; "add_prefix_space": false, never), byte
+ * fallback, and a decoder that strips the one leading space. Do the same, so the ids are transformers'.
+ */
+function pipelineAsTransformers(json: TokenizerJson, config: JsonObject): TokenizerJson {
+  if (!LLAMA_SENTENCEPIECE_CLASSES.has(String(config.tokenizer_class)) || json.model.type !== 'BPE')
+    return json;
+  const addPrefixSpace = config.add_prefix_space !== false;
+  const prependScheme = !addPrefixSpace ? 'never' : config.legacy === true ? 'always' : 'first';
+  const decoders: JsonObject[] = [
+    { type: 'Replace', pattern: { String: SPIECE_SPACE }, content: ' ' },
+    { type: 'ByteFallback' },
+    { type: 'Fuse' },
+  ];
+  if (addPrefixSpace) decoders.push({ type: 'Strip', content: ' ', start: 1, stop: 0 });
+  return {
+    ...json,
+    model: { ...json.model, byte_fallback: true, fuse_unk: true },
+    normalizer: null,
+    pre_tokenizer: {
+      type: 'Metaspace',
+      replacement: SPIECE_SPACE,
+      prepend_scheme: prependScheme,
+      split: false,
+    },
+    decoder: { type: 'Sequence', decoders },
+  };
+}
+
+// Core compiles without DOM typings: TextDecoder (in browsers, workers and Node) through globalThis.
+const TextDecoderCtor = (
+  globalThis as unknown as {
+    TextDecoder: new (label: string, options: object) => { decode(bytes: Uint8Array): string };
+  }
+).TextDecoder;
+/** Throws on invalid UTF-8; keeps a leading U+FEFF (no byte-order-mark stripping). */
+const strictUtf8 = new TextDecoderCtor('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * The Rust ByteFallback decoder (transformers'): each run of `<0xNN>` tokens becomes its UTF-8 text, or, when the
+ * run is not valid UTF-8, one U+FFFD per token. The library's keeps valid characters of a broken run and strips a
+ * U+FEFF at a run's start.
+ */
+function byteFallbackChain(tokens: string[]): string[] {
+  const out: string[] = [];
+  let run: number[] = [];
+  const flush = (): void => {
+    if (run.length === 0) return;
+    try {
+      out.push(strictUtf8.decode(Uint8Array.from(run)));
+    } catch {
+      out.push('\uFFFD'.repeat(run.length));
+    }
+    run = [];
+  };
+  for (const token of tokens) {
+    const byte =
+      token.length === 6 && token.startsWith('<0x') && token.endsWith('>')
+        ? parseInt(token.slice(3, 5), 16)
+        : NaN;
+    if (Number.isNaN(byte)) {
+      flush();
+      out.push(token);
+    } else {
+      run.push(byte);
+    }
+  }
+  flush();
+  return out;
+}
+
+function byteFallbackAsTransformers(decoder: unknown): void {
+  if (decoder instanceof ByteFallbackDecoder) {
+    decoder.decode_chain = byteFallbackChain;
+  } else if (decoder instanceof SequenceDecoder) {
+    decoder.decoders.forEach(byteFallbackAsTransformers);
+  }
+}
+
 function buildLibTokenizer(json: TokenizerJson, config: JsonObject): LibTokenizer {
   try {
-    return new LibTokenizer(json, config);
+    const lib = new LibTokenizer(json, config);
+    byteFallbackAsTransformers(lib.decoder);
+    return lib;
   } catch (e) {
     throw new UserError(
       `tokenizer.json: @huggingface/tokenizers cannot build this tokenizer: ${(e as Error).message}`,
@@ -187,11 +280,12 @@ function byteLevelDecoderTable(): Map<string, number> {
   return table;
 }
 
-function usesByteLevelDecoder(decoder: unknown): boolean {
+/** Whether a tokenizer.json decoder, or one in its Sequence, satisfies `test`. */
+function decoderHas(decoder: unknown, test: (d: JsonObject) => boolean): boolean {
   if (decoder === null || typeof decoder !== 'object') return false;
   const d = decoder as JsonObject;
-  if (d.type === 'ByteLevel') return true;
-  return d.type === 'Sequence' && Array.isArray(d.decoders) && d.decoders.some(usesByteLevelDecoder);
+  if (test(d)) return true;
+  return d.type === 'Sequence' && Array.isArray(d.decoders) && d.decoders.some((x) => decoderHas(x, test));
 }
 
 /** The template source and the file it came from (for error messages). */
@@ -235,6 +329,10 @@ export class HfTokenizer implements Tokenizer {
   private readonly skipped = new Set<number>();
   private readonly byteTable: Map<string, number> | undefined;
   private readonly cleanUpSpaces: boolean;
+  /** SentencePiece style: "▁" marks a space in the vocabulary. */
+  private readonly spaceMark: boolean;
+  /** Byte-fallback tokens `<0xNN>` stand for one byte. */
+  private readonly byteFallback: boolean;
 
   /** Builds the tokenizer from a folder's files; a UserError names the file and what is wrong. */
   static fromFiles(files: HfTokenizerFiles): HfTokenizer {
@@ -242,11 +340,14 @@ export class HfTokenizer implements Tokenizer {
   }
 
   private constructor(files: HfTokenizerFiles) {
-    this.json = checkTokenizerJson(parseJsonFile('tokenizer.json', files.tokenizerJson));
     this.config =
       files.tokenizerConfig === undefined
         ? {}
         : parseJsonFile('tokenizer_config.json', files.tokenizerConfig);
+    this.json = pipelineAsTransformers(
+      checkTokenizerJson(parseJsonFile('tokenizer.json', files.tokenizerJson)),
+      this.config,
+    );
     const generation =
       files.generationConfig === undefined
         ? {}
@@ -298,7 +399,16 @@ export class HfTokenizer implements Tokenizer {
     }
     this.stopIds = [...new Set(stops)];
 
-    this.byteTable = usesByteLevelDecoder(this.json.decoder) ? byteLevelDecoderTable() : undefined;
+    this.byteTable = decoderHas(this.json.decoder, (d) => d.type === 'ByteLevel')
+      ? byteLevelDecoderTable()
+      : undefined;
+    this.spaceMark = decoderHas(
+      this.json.decoder,
+      (d) =>
+        d.type === 'Metaspace' ||
+        (d.type === 'Replace' && (d.pattern as JsonObject)?.String === SPIECE_SPACE),
+    );
+    this.byteFallback = this.json.model.byte_fallback === true;
     // transformers 5 ignores clean_up_tokenization_spaces for BPE models (it strips real spaces before punctuation)
     // unless clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output is set; Llama 3 sets it true.
     this.cleanUpSpaces =
@@ -385,6 +495,10 @@ export class HfTokenizer implements Tokenizer {
       }
       return displayBytes(Uint8Array.from(bytes));
     }
+    const byte = this.byteFallback ? /^<0x([0-9A-Fa-f]{2})>$/.exec(token) : null;
+    if (byte) return displayBytes(Uint8Array.of(parseInt(byte[1], 16)));
+    // Shown as the piece it is: "▁the" as " the" (decode would strip a leading space).
+    if (this.spaceMark) return displayBytes(utf8Encode(token.replaceAll(SPIECE_SPACE, ' ')));
     return displayBytes(utf8Encode(this.lib.decode([id], { clean_up_tokenization_spaces: false })));
   }
 }
