@@ -33,7 +33,8 @@ expected.json records, from transformers.AutoTokenizer.from_pretrained(folder):
               plain_decoded: tok.decode(plain_ids, skip_special_tokens=True)}
   chat[i]:   {user, text: apply_chat_template([{role: user, content}], tokenize=False, add_generation_prompt=True),
               ids: tok(text, add_special_tokens=False)}
-  templates[i]: {name, template, user, text}: the same render with EXTRA_TEMPLATES' chat_template instead
+  templates[i]: {name, template, user, text, kwargs?}: the same render with EXTRA_TEMPLATES' chat_template instead
+              (and kwargs as extra template variables)
   prefixes:  {text, ids, decoded[k]: tok.decode(ids[:k])}: pieces of characters cut off at the end
 """
 
@@ -275,6 +276,16 @@ def record(out: str, specials: list[str], texts: list[str], templates_to_try: di
             messages = [{'role': 'user', 'content': user}]
             text = hf.apply_chat_template(messages, chat_template=source, tokenize=False, add_generation_prompt=True)
             templates.append({'name': name, 'template': source, 'user': user, 'text': text})
+    for name, source in templates_to_try.items():
+        if 'enable_thinking' in source:
+            # An extra template variable, as apply_chat_template(..., enable_thinking=False) passes it.
+            user = CHAT_USERS[0]
+            messages = [{'role': 'user', 'content': user}]
+            kwargs = {'enable_thinking': False}
+            text = hf.apply_chat_template(
+                messages, chat_template=source, tokenize=False, add_generation_prompt=True, **kwargs
+            )
+            templates.append({'name': name, 'template': source, 'user': user, 'text': text, 'kwargs': kwargs})
     # Decodes of every prefix of one text's ids: pieces of characters cut off at the end, as a capped response is.
     cut_text = 'emoji 🙂🚀 and 日本語'
     cut_ids = hf(cut_text, add_special_tokens=False)['input_ids']
@@ -414,7 +425,7 @@ def make_llama2() -> None:
         [decoders.Replace('▁', ' '), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(' ', 1, 0)]
     )
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, special_tokens=specials + byte_tokens, limit_alphabet=60, show_progress=False
+        vocab_size=VOCAB_SIZE, special_tokens=specials + byte_tokens, show_progress=False
     )
     tok.train_from_iterator(CORPUS.splitlines(keepends=True), trainer)
     data = json.loads(tok.to_str())

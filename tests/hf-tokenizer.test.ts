@@ -27,7 +27,13 @@ interface Expected {
   bos_id?: number | null;
   encode: { text: string; ids: number[]; plain_ids: number[]; decoded: string; plain_decoded: string }[];
   chat: { user: string; text: string; ids: number[] }[];
-  templates: { name: string; template: string; user: string; text: string }[];
+  templates: {
+    name: string;
+    template: string;
+    user: string;
+    text: string;
+    kwargs?: Record<string, unknown>;
+  }[];
   prefixes: { text: string; ids: number[]; decoded: string[] };
 }
 const expected = JSON.parse(read('expected.json')) as Expected;
@@ -162,9 +168,18 @@ describe('HfTokenizer: other folder layouts', () => {
     expect(new Set(expected.templates.map((t) => t.name)).size).toBe(3);
   });
 
+  it('passes extra template variables (Qwen3’s enable_thinking)', () => {
+    expect(expected.templates.filter((t) => t.kwargs?.enable_thinking === false).length).toBe(1);
+  });
+
   for (const t of expected.templates) {
-    it(`renders the ${t.name} template for ${JSON.stringify(t.user).slice(0, 30)} as transformers does`, () => {
-      const withTemplate = HfTokenizer.fromFiles({ ...FILES, chatTemplate: t.template });
+    const extra = t.kwargs ? ` with ${JSON.stringify(t.kwargs)}` : '';
+    it(`renders the ${t.name} template${extra} for ${JSON.stringify(t.user).slice(0, 30)} as transformers does`, () => {
+      const withTemplate = HfTokenizer.fromFiles({
+        ...FILES,
+        chatTemplate: t.template,
+        templateVariables: t.kwargs,
+      });
       expect(withTemplate.chatPrompt!(t.user)).toBe(t.text);
     });
   }

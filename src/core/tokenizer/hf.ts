@@ -40,6 +40,11 @@ export interface HfTokenizerFiles {
   generationConfig?: FileContent | object;
   /** chat_template.jinja, where newer transformers save the template; it wins over tokenizer_config's. */
   chatTemplate?: FileContent;
+  /**
+   * Extra template variables, as apply_chat_template's keyword arguments: e.g. `{ enable_thinking: false }` for
+   * Qwen3's template (an empty think block, so the model answers at once).
+   */
+  templateVariables?: Readonly<Record<string, unknown>>;
 }
 
 /** End-of-turn tokens of the chat formats in use; each one the vocabulary has is a stop id. */
@@ -419,11 +424,16 @@ export class HfTokenizer implements Tokenizer {
     const template = chatTemplateSource(files, this.config);
     if (template !== undefined) {
       let compiled: Template | undefined;
-      const context: Record<string, unknown> = { add_generation_prompt: true, tools: null, documents: null };
+      const context: Record<string, unknown> = {};
       for (const key of ['bos_token', 'eos_token', 'unk_token', 'pad_token']) {
         const text = tokenText(this.config, key);
         if (text !== undefined) context[key] = text;
       }
+      Object.assign(context, files.templateVariables, {
+        add_generation_prompt: true,
+        tools: null,
+        documents: null,
+      });
       this.chatPrompt = (user: string): string => {
         if (compiled === undefined) {
           try {
