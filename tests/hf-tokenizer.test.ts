@@ -247,6 +247,16 @@ describe('HfTokenizer: other folder layouts', () => {
     });
     expect(t.encodeWithSpecials(expected.chat[0].text)).toEqual(expected.chat[0].ids);
     expect(t.stopIds).toEqual(tok.stopIds);
+    const qwen3 = expected.templates.find((x) => x.kwargs)!;
+    const withVars = tokenizerFromFolder(
+      {
+        'tokenizer.json': bytes('tokenizer.json'),
+        'generation_config.json': bytes('generation_config.json'),
+        'chat_template.jinja': qwen3.template,
+      },
+      { templateVariables: qwen3.kwargs },
+    );
+    expect(withVars.chatPrompt!(qwen3.user)).toBe(qwen3.text);
   });
 
   it('readHfTokenizer reads the files from a ModelFiles-shaped folder and prefixes errors with its label', async () => {

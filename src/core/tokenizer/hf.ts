@@ -517,7 +517,10 @@ export class HfTokenizer implements Tokenizer {
  * The tokenizer of a Hugging Face model folder, from its files by name (HF_TOKENIZER_FILES; only tokenizer.json is
  * required). A UserError names the file and what is wrong.
  */
-export function tokenizerFromFolder(files: Readonly<Record<string, FileContent | undefined>>): HfTokenizer {
+export function tokenizerFromFolder(
+  files: Readonly<Record<string, FileContent | undefined>>,
+  options: Pick<HfTokenizerFiles, 'templateVariables'> = {},
+): HfTokenizer {
   const json = files['tokenizer.json'];
   if (json === undefined) {
     throw new UserError(
@@ -529,6 +532,7 @@ export function tokenizerFromFolder(files: Readonly<Record<string, FileContent |
     tokenizerConfig: files['tokenizer_config.json'],
     generationConfig: files['generation_config.json'],
     chatTemplate: files['chat_template.jinja'],
+    templateVariables: options.templateVariables,
   });
 }
 
@@ -542,11 +546,14 @@ export interface TokenizerFolder {
  * Reads HF_TOKENIZER_FILES from a model folder and builds its tokenizer; errors are prefixed with the folder's label
  * (`<label>: tokenizer.json: …`).
  */
-export async function readHfTokenizer(folder: TokenizerFolder): Promise<HfTokenizer> {
+export async function readHfTokenizer(
+  folder: TokenizerFolder,
+  options: Pick<HfTokenizerFiles, 'templateVariables'> = {},
+): Promise<HfTokenizer> {
   const files: Record<string, Uint8Array | undefined> = {};
   for (const name of HF_TOKENIZER_FILES) files[name] = (await folder.read(name)) ?? undefined;
   try {
-    return tokenizerFromFolder(files);
+    return tokenizerFromFolder(files, options);
   } catch (e) {
     if (e instanceof UserError) throw new UserError(`${folder.label}: ${e.message}`);
     throw e;
