@@ -193,6 +193,8 @@ const strictUtf8 = new TextDecoderCtor('utf-8', { fatal: true, ignoreBOM: true }
  * run is not valid UTF-8, one U+FFFD per token. The library's keeps valid characters of a broken run and strips a
  * U+FEFF at a run's start.
  */
+const BYTE_TOKEN = /^<0x[0-9A-Fa-f]{2}>$/;
+
 function byteFallbackChain(tokens: string[]): string[] {
   const out: string[] = [];
   let run: number[] = [];
@@ -206,15 +208,11 @@ function byteFallbackChain(tokens: string[]): string[] {
     run = [];
   };
   for (const token of tokens) {
-    const byte =
-      token.length === 6 && token.startsWith('<0x') && token.endsWith('>')
-        ? parseInt(token.slice(3, 5), 16)
-        : NaN;
-    if (Number.isNaN(byte)) {
+    if (BYTE_TOKEN.test(token)) {
+      run.push(parseInt(token.slice(3, 5), 16));
+    } else {
       flush();
       out.push(token);
-    } else {
-      run.push(byte);
     }
   }
   flush();
@@ -505,8 +503,8 @@ export class HfTokenizer implements Tokenizer {
       }
       return displayBytes(Uint8Array.from(bytes));
     }
-    const byte = this.byteFallback ? /^<0x([0-9A-Fa-f]{2})>$/.exec(token) : null;
-    if (byte) return displayBytes(Uint8Array.of(parseInt(byte[1], 16)));
+    if (this.byteFallback && BYTE_TOKEN.test(token))
+      return displayBytes(Uint8Array.of(parseInt(token.slice(3, 5), 16)));
     // Shown as the piece it is: "▁the" as " the" (decode would strip a leading space).
     if (this.spaceMark) return displayBytes(utf8Encode(token.replaceAll(SPIECE_SPACE, ' ')));
     return displayBytes(utf8Encode(this.lib.decode([id], { clean_up_tokenization_spaces: false })));
