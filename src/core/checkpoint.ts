@@ -42,7 +42,7 @@ import type { StepMetrics } from './ppo/metrics';
 import { UserError } from './errors';
 import type { CausalLM } from './model/causal-lm';
 import { ScalarModel } from './model/heads';
-import type { LoraAdapters } from './model/lora';
+import { resolveLoraTargets, type LoraAdapters } from './model/lora';
 import { adapterFiles, readAdapterSet, PEFT_CONFIG_NAME, PEFT_WEIGHTS_NAME } from './model/peft';
 import { allFinite } from './optim';
 import type { Tokenizer } from './tokenizer/types';
@@ -176,6 +176,8 @@ export async function checkpointSources(t: PpoTrainer): Promise<Map<string, File
   const files = new Map<string, FileBody>();
   files.set('config.json', configBytes(policy.config));
   files.set('model.safetensors', lmSafetensorsStream(policy)); // a LoRA view writes the merged weights
+  // A Hugging Face tokenizer's files (Llama/Qwen folders): the checkpoint loads anywhere the model folder did.
+  for (const [k, v] of t.tokenizer.files?.() ?? []) files.set(k, v);
   let lora: LoraState | null = null;
   if (policy.lora) {
     if (ref !== policy.base) throw new Error("checkpoint: a LoRA run's reference must be its policy's base");
@@ -466,7 +468,7 @@ async function restoreModels(
   const base = keep(lm.model);
   const policyRead = await readAdapterSet(files, base); // adapter/, or the top of an older checkpoint
   const adapters = keep(policyRead.adapters);
-  sameLora(adapters, cfg, `${files.label}/${policyRead.configFile}`);
+  sameLora(adapters, cfg, `${files.label}/${policyRead.configFile}`, base);
   const policy = keep(base.withLora(adapters, 'policy'));
   let value: ScalarModel | null;
   if (!withValue) value = null;
@@ -474,7 +476,7 @@ async function restoreModels(
     const C = base.config.n_embd;
     const read = await readAdapterSet(files, base, VALUE_FILES, [{ name: VALUE_HEAD_TENSOR, shape: [1, C] }]);
     keep(read.adapters);
-    sameLora(read.adapters, cfg, `${files.label}/${read.configFile}`);
+    sameLora(read.adapters, cfg, `${files.label}/${read.configFile}`, base);
     const shared = keep(ScalarModel.onSharedBase(base, read.adapters, 'value'));
     const head = read.extra.get(VALUE_HEAD_TENSOR)!;
     tf.tidy(() => shared.score.assign(tf.tensor2d(head, [1, C])));
@@ -493,9 +495,11 @@ async function restoreModels(
 }
 
 /** The adapters in a checkpoint must have the run's lora / loraAlpha / loraTargets. */
-function sameLora(a: LoraAdapters, cfg: TrainConfig, where: string): void {
+function sameLora(a: LoraAdapters, cfg: TrainConfig, where: string, model: CausalLM): void {
   const got = `r ${a.r}, lora_alpha ${a.alpha}, target_modules ${JSON.stringify(a.targets)}`;
-  const want = `r ${cfg.lora}, lora_alpha ${cfg.loraAlpha}, target_modules ${JSON.stringify(cfg.loraTargets)}`;
+  // The run's loraTargets as this model's family reads them (GPT-2's default names mean all of a Llama's layers).
+  const targets = resolveLoraTargets(model.config, cfg.loraTargets);
+  const want = `r ${cfg.lora}, lora_alpha ${cfg.loraAlpha}, target_modules ${JSON.stringify(targets)}`;
   if (got !== want) {
     throw new UserError(
       `${where}: the adapters have ${got}, but trainer_state.json's config has lora ${cfg.lora}, loraAlpha ` +

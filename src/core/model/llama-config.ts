@@ -254,8 +254,14 @@ const ARCHITECTURE: Record<LlamaFamily, string> = {
 
 /** The config.json an export writes: HF fields, then what the import carried. */
 export function llamaConfigToJson(c: LlamaConfig): Record<string, unknown> {
+  // The weights we write are F32: a carried-over "dtype": "bfloat16" would make transformers 5 (dtype "auto") load
+  // them in bfloat16.
+  const { torch_dtype: _t, dtype: _d, ...carried } = c.extra ?? {};
+  void _t;
+  void _d;
   const out: Record<string, unknown> = {
-    ...(c.extra ?? {}),
+    ...carried,
+    dtype: 'float32',
     model_type: c.model_type,
     architectures: [ARCHITECTURE[c.model_type]],
     vocab_size: c.vocab_size,

@@ -121,7 +121,8 @@ export function applyRope(x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor): tf.Te
 export function repeatKv(x: tf.Tensor4D, g: number): tf.Tensor4D {
   if (g === 1) return x;
   const [B, nkv, S, d] = x.shape;
-  return tf.reshape(tf.tile(tf.reshape(x, [B, nkv, 1, S, d]), [1, 1, g, 1, 1]), [B, nkv * g, S, d]);
+  // Rank 4 throughout: tfjs has no gradient for a rank-5 tile.
+  return tf.reshape(tf.tile(tf.reshape(x, [B, nkv, 1, S * d]), [1, 1, g, 1]), [B, nkv * g, S, d]);
 }
 
 /** The rotary table a model gathers from, grown on demand (shared by a base and its LoRA views). */

@@ -13,8 +13,10 @@
  */
 import type { CausalLM } from './causal-lm';
 import type { ModelFiles } from './folder';
+import { isLlamaFamily } from './llama-config';
 import {
   LoraAdapters,
+  LLAMA_LORA_TARGETS,
   LORA_TARGETS,
   loraModuleShape,
   loraModules,
@@ -69,9 +71,18 @@ export interface ExtraTensorSpec {
   shape: number[];
 }
 
-/** PEFT's tensor name of module `key` (`h.{i}.attn.c_attn`, …)'s A or B. */
+/**
+ * PEFT's tensor name of module `key`'s A or B: `h.{i}.attn.c_attn` (GPT-2) under `base_model.model.transformer.`,
+ * `layers.{i}.self_attn.q_proj` (Llama families) under `base_model.model.model.`.
+ */
 export function peftTensorName(key: string, which: 'A' | 'B'): string {
-  return `base_model.model.transformer.${key}.lora_${which}.weight`;
+  const root = key.startsWith('layers.') ? 'model' : 'transformer';
+  return `base_model.model.${root}.${key}.lora_${which}.weight`;
+}
+
+/** Whether an adapter set adapts nn.Linear layers (Llama families: W [out, in]) rather than GPT-2's Conv1D. */
+function adaptsLinear(adapters: LoraAdapters): boolean {
+  return adapters.targets.some((t) => (LLAMA_LORA_TARGETS as readonly string[]).includes(t));
 }
 
 /**
@@ -91,13 +102,19 @@ export async function mergedWeights(
     const w = out.get(`${key}.weight`)!;
     const a = (await m.a.data()) as Float32Array; // [r, in]
     const b = (await m.b.data()) as Float32Array; // [out, r]
-    merged.set(`${key}.weight`, mergeHost(w, a, b, m.in, m.out, adapters.r, adapters.scaling));
+    merged.set(
+      `${key}.weight`,
+      mergeHost(w, a, b, m.in, m.out, adapters.r, adapters.scaling, adaptsLinear(adapters)),
+    );
   }
   for (const [k, v] of merged) out.set(k, v);
   return out;
 }
 
-/** W [in, out] + (B [out, r] · A [r, in])ᵀ · s on the host, in float64 sums rounded once (no device copy). */
+/**
+ * W + (B [out, r] · A [r, in]) · s on the host, in float64 sums rounded once (no device copy): W [in, out] with
+ * the product transposed for a Conv1D, W [out, in] as it is for an nn.Linear (`linear`).
+ */
 function mergeHost(
   w: Float32Array,
   a: Float32Array,
@@ -106,13 +123,15 @@ function mergeHost(
   nOut: number,
   r: number,
   s: number,
+  linear = false,
 ): Float32Array {
   const out = new Float32Array(w.length);
   for (let i = 0; i < nIn; i++) {
     for (let o = 0; o < nOut; o++) {
       let d = 0;
       for (let k = 0; k < r; k++) d += b[o * r + k] * a[k * nIn + i];
-      out[i * nOut + o] = w[i * nOut + o] + d * s;
+      const at = linear ? o * nIn + i : i * nOut + o;
+      out[at] = w[at] + d * s;
     }
   }
   return out;
@@ -130,7 +149,7 @@ export function adapterConfigJson(
     r: adapters.r,
     lora_alpha: adapters.alpha,
     target_modules: [...adapters.targets],
-    fan_in_fan_out: true,
+    fan_in_fan_out: !adaptsLinear(adapters),
     bias: 'none',
     lora_dropout: 0,
     base_model_name_or_path: baseName,
@@ -189,6 +208,47 @@ const MODULE_TARGET: Record<string, LoraTarget> = {
 
 const TENSOR_NAME =
   /^base_model\.model\.transformer\.h\.(\d+)\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.lora_([AB])\.weight$/;
+
+/** The same for the Llama families' nn.Linear layers (PEFT's names: `base_model.model.model.layers.{i}.…`). */
+const LLAMA_TARGET_ALIASES: Record<string, LoraTarget[]> = Object.fromEntries(
+  LLAMA_LORA_TARGETS.flatMap((t) => [
+    [t, [t]],
+    [`${t.endsWith('_proj') && ['q', 'k', 'v', 'o'].includes(t[0]) ? 'self_attn' : 'mlp'}.${t}`, [t]],
+  ]),
+);
+const LLAMA_MODULE_TARGET: Record<string, LoraTarget> = Object.fromEntries(
+  Object.entries(LLAMA_TARGET_ALIASES)
+    .filter(([k]) => k.includes('.'))
+    .map(([k, v]) => [k, v[0]]),
+);
+const LLAMA_TENSOR_NAME =
+  /^base_model\.model\.model\.layers\.(\d+)\.(self_attn\.[qkvo]_proj|mlp\.(?:gate|up|down)_proj)\.lora_([AB])\.weight$/;
+
+/** What differs between the families when reading PEFT files. */
+function peftFamily(modelType: string) {
+  return isLlamaFamily(modelType)
+    ? {
+        linear: true,
+        targets: LLAMA_LORA_TARGETS as readonly LoraTarget[],
+        aliases: LLAMA_TARGET_ALIASES,
+        moduleTarget: LLAMA_MODULE_TARGET,
+        tensorName: LLAMA_TENSOR_NAME,
+        blockPrefix: 'layers',
+        names: 'base_model.model.model.layers.{i}.{self_attn.q_proj|…|mlp.down_proj}.lora_{A|B}.weight',
+        what: `a ${modelType} layer`,
+      }
+    : {
+        linear: false,
+        targets: LORA_TARGETS as readonly LoraTarget[],
+        aliases: TARGET_ALIASES,
+        moduleTarget: MODULE_TARGET,
+        tensorName: TENSOR_NAME,
+        blockPrefix: 'h',
+        names:
+          'base_model.model.transformer.h.{i}.{attn.c_attn|attn.c_proj|mlp.c_fc|mlp.c_proj}.lora_{A|B}.weight',
+        what: 'a GPT-2 Conv1D layer',
+      };
+}
 
 /**
  * Which pair to read: `pair` when its config file exists, else `legacy` when its config file does; neither: a
@@ -263,10 +323,17 @@ export async function readAdapterSet(
   };
   if (raw.peft_type !== 'LORA')
     bad(`"peft_type" is ${JSON.stringify(raw.peft_type)}; only "LORA" adapters can be loaded.`);
-  if (raw.fan_in_fan_out !== true) {
+  const fam = peftFamily(model.config.model_type);
+  if (!fam.linear && raw.fan_in_fan_out !== true) {
     bad(
       `"fan_in_fan_out" is ${JSON.stringify(raw.fan_in_fan_out)}; GPT-2's layers are Conv1D (weights [in, out]), ` +
         'which PEFT adapts with "fan_in_fan_out": true (W + (B·A)ᵀ·scaling). Adapters made otherwise do not apply to GPT-2.',
+    );
+  }
+  if (fam.linear && (raw.fan_in_fan_out ?? false) !== false) {
+    bad(
+      `"fan_in_fan_out" is ${JSON.stringify(raw.fan_in_fan_out)}; a ${model.config.model_type} model's layers are ` +
+        'nn.Linear (weights [out, in]), which PEFT adapts with "fan_in_fan_out": false (W + B·A·scaling).',
     );
   }
   const r = raw.r;
@@ -288,19 +355,19 @@ export async function readAdapterSet(
   const tm = raw.target_modules;
   if (!Array.isArray(tm) || tm.length === 0 || tm.some((t) => typeof t !== 'string')) {
     bad(
-      `"target_modules" is ${JSON.stringify(tm)}; it must be a list of GPT-2 layer names drawn from ${JSON.stringify(LORA_TARGETS)}.`,
+      `"target_modules" is ${JSON.stringify(tm)}; it must be a list of layer names drawn from ${JSON.stringify(fam.targets)}.`,
     );
   }
   const targetSet = new Set<LoraTarget>();
   for (const t of tm as string[]) {
-    const mapped = TARGET_ALIASES[t];
+    const mapped = fam.aliases[t];
     if (!mapped)
       bad(
-        `"target_modules" names ${JSON.stringify(t)}, which is not a GPT-2 Conv1D layer; use names from ${JSON.stringify(LORA_TARGETS)}.`,
+        `"target_modules" names ${JSON.stringify(t)}, which is not ${fam.what}; use names from ${JSON.stringify(fam.targets)}.`,
       );
     for (const m of mapped) targetSet.add(m);
   }
-  const targets = LORA_TARGETS.filter((t) => targetSet.has(t));
+  const targets = fam.targets.filter((t) => targetSet.has(t));
   const rank = r as number;
   const config = model.config;
 
@@ -323,20 +390,15 @@ export async function readAdapterSet(
       extraFound.set(name, t.data);
       continue;
     }
-    const m = TENSOR_NAME.exec(name);
-    if (!m) {
-      fail(
-        'is not a LoRA tensor of a GPT-2 layer; names are base_model.model.transformer.h.{i}.' +
-          '{attn.c_attn|attn.c_proj|mlp.c_fc|mlp.c_proj}.lora_{A|B}.weight.',
-      );
-    }
+    const m = fam.tensorName.exec(name);
+    if (!m) fail(`is not a LoRA tensor of ${fam.what}; names are ${fam.names}.`);
     const [, layerStr, module, which] = m!;
     const layer = Number(layerStr);
     if (layer >= config.n_layer)
       fail(
-        `is for block ${layer}, but the base model has ${config.n_layer} blocks (h.0 … h.${config.n_layer - 1}).`,
+        `is for block ${layer}, but the base model has ${config.n_layer} blocks (${fam.blockPrefix}.0 … ${fam.blockPrefix}.${config.n_layer - 1}).`,
       );
-    const target = MODULE_TARGET[module];
+    const target = fam.moduleTarget[module];
     if (!targetSet.has(target))
       fail(`adapts ${module}, which ${configFile}'s target_modules (${JSON.stringify(tm)}) does not list.`);
     const { in: nIn, out: nOut } = loraModuleShape(config, target);
@@ -361,7 +423,7 @@ export async function readAdapterSet(
           `has shape [${shape}]: its rank ${shape[1]} disagrees with "r": ${rank} in ${configFile} (lora_B must be [${nOut}, ${rank}]).`,
         );
     }
-    const key = `h.${layer}.${module}`;
+    const key = `${fam.blockPrefix}.${layer}.${module}`;
     const entry = byModule.get(key) ?? {};
     if (which === 'A') entry.a = t.data;
     else entry.b = t.data;
