@@ -287,3 +287,59 @@ export function llamaConfigToJson(c: LlamaConfig): Record<string, unknown> {
   if (c.pad_token_id !== undefined) out.pad_token_id = c.pad_token_id;
   return out;
 }
+
+/**
+ * The published configs (config.json fields) of the instruct models the playground lists: what the memory estimate
+ * and the random-weight test folders (scripts/make-random-model.ts --shape) use. Token ids are the real ones.
+ */
+export const LLAMA_SHAPES = {
+  'smollm2-135m': {
+    model_type: 'llama',
+    vocab_size: 49152,
+    hidden_size: 576,
+    intermediate_size: 1536,
+    num_hidden_layers: 30,
+    num_attention_heads: 9,
+    num_key_value_heads: 3,
+    head_dim: 64,
+    max_position_embeddings: 8192,
+    rms_norm_eps: 1e-5,
+    rope_theta: 100000,
+    tie_word_embeddings: true,
+    bos_token_id: 1,
+    eos_token_id: 2,
+    pad_token_id: 2,
+  },
+  'qwen2.5-0.5b': {
+    model_type: 'qwen2',
+    vocab_size: 151936,
+    hidden_size: 896,
+    intermediate_size: 4864,
+    num_hidden_layers: 24,
+    num_attention_heads: 14,
+    num_key_value_heads: 2,
+    max_position_embeddings: 32768,
+    rms_norm_eps: 1e-6,
+    rope_theta: 1000000,
+    tie_word_embeddings: true,
+    bos_token_id: 151643,
+    eos_token_id: 151645,
+  },
+  'qwen3-0.6b': {
+    model_type: 'qwen3',
+    vocab_size: 151936,
+    hidden_size: 1024,
+    intermediate_size: 3072,
+    num_hidden_layers: 28,
+    num_attention_heads: 16,
+    num_key_value_heads: 8,
+    head_dim: 128,
+    max_position_embeddings: 40960,
+    rms_norm_eps: 1e-6,
+    rope_theta: 1000000,
+    tie_word_embeddings: true,
+    bos_token_id: 151643,
+    eos_token_id: 151645,
+  },
+} as const;
+export type LlamaShapeName = keyof typeof LLAMA_SHAPES;
