@@ -24,6 +24,17 @@ const files: Record<string, Buffer> = {
   'config.json': readFileSync(`${FIXTURE}config.json`),
   'model.safetensors': readFileSync(`${FIXTURE}model.safetensors`),
 };
+/** A Qwen2 folder as the Hub serves one: the model and its tokenizer files (no chat_template.jinja: a 404). */
+const QWEN = fileURLToPath(new URL('./fixtures/parity-llama/qwen2-tiny/', import.meta.url));
+const qwenFiles: Record<string, Buffer> = Object.fromEntries(
+  [
+    'config.json',
+    'model.safetensors',
+    'tokenizer.json',
+    'tokenizer_config.json',
+    'generation_config.json',
+  ].map((n) => [n, readFileSync(`${QWEN}${n}`)]),
+);
 
 /** A Hub-shaped server: /{org}/{name}/resolve/{rev}/{file}. Counts hits per path; some paths misbehave on purpose. */
 let server: Server;
@@ -48,13 +59,14 @@ beforeAll(async () => {
       res.write(b.subarray(0, 1000));
       return void setTimeout(() => res.end(b.subarray(1000)), 5);
     }
-    if (repo !== 'org/tiny' || !files[file]) return void res.writeHead(404).end();
+    const served = repo === 'org/tiny' ? files : repo === 'org/qwen' ? qwenFiles : {};
+    if (!served[file]) return void res.writeHead(404).end();
     res.writeHead(200, {
-      'content-length': String(files[file].length),
+      'content-length': String(served[file].length),
       'content-type': 'application/octet-stream',
     });
     // Two writes so the client sees more than one chunk.
-    const b = files[file];
+    const b = served[file];
     res.write(b.subarray(0, b.length >> 1));
     setTimeout(() => res.end(b.subarray(b.length >> 1)), 5);
   });
@@ -103,15 +115,44 @@ describe('Hub ids and URLs', () => {
     const asked: string[] = [];
     const f = hubFiles('org/tiny', { fetch: async (u) => (asked.push(u), nodeFetch(u)), hubBase: base });
     expect(await f.read('pytorch_model.bin')).toBeNull();
-    expect(await f.read('tokenizer.json')).toBeNull();
+    expect(await f.read('vocab.json')).toBeNull();
+    expect(await f.read('tokenizer.model')).toBeNull();
     expect(asked).toEqual([]);
     expect(await userError(downloadHubFile('org/tiny', 'pytorch_model.bin', { fetch: nodeFetch }))).toMatch(
-      /Only config\.json and model\.safetensors/,
+      /Only config\.json, model\.safetensors, tokenizer\.json, tokenizer_config\.json, generation_config\.json and chat_template\.jinja are read from the Hub, not pytorch_model\.bin/,
     );
   });
 });
 
 describe('Hub download against a local Hub-shaped server', () => {
+  it('a Qwen2 repo loads with its tokenizer files: chat template and stop ids; the missing chat_template.jinja is a 404', async () => {
+    const asked: string[] = [];
+    const fetchLogged: HubFetch = (u) => (asked.push(u.slice(base.length)), nodeFetch(u));
+    const lm = await loadLM(hubFiles('org/qwen', { fetch: fetchLogged, hubBase: base }), {
+      trainable: false,
+    });
+    try {
+      expect(lm.config.model_type).toBe('qwen2');
+      expect(lm.tokenizer.kind).toBe('hf');
+      expect(lm.tokenizer.chatPrompt?.('hi')).toBe(
+        '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n',
+      );
+      expect(lm.tokenizer.stopIds).toEqual([511, 509]);
+      expect(asked.map((u) => u.replace('/org/qwen/resolve/main/', '')).sort()).toEqual(
+        [
+          'chat_template.jinja',
+          'config.json',
+          'generation_config.json',
+          'model.safetensors',
+          'tokenizer.json',
+          'tokenizer_config.json',
+        ].sort(),
+      );
+    } finally {
+      lm.model.dispose();
+    }
+  });
+
   it('streams with progress, caches, and a second load needs no network', async () => {
     const cache = mapCache();
     const progress: HubProgress[] = [];

@@ -146,6 +146,54 @@ describe('components', () => {
     expect(out).toContain('0.125');
   });
 
+  it('a sample in a chat template shows the prompt as the model saw it, the plain prompt in its title', () => {
+    const store = storeWith();
+    const chatPrompt = '<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n';
+    const sample = {
+      response: '5',
+      score: 1,
+      kl: 0,
+      tokens: [{ text: '5', logprob: -1, kl: 0, advantage: 1 }],
+    };
+    store.setState({
+      samples: [
+        {
+          step: 1,
+          samples: [
+            { ...sample, prompt: 'What is 2 + 3?', chatPrompt },
+            { ...sample, prompt: 'What is 4 + 4?' },
+          ],
+        },
+      ],
+    });
+    const out = html(store, <SamplesPanel />);
+    const cells = [...out.matchAll(/<td class="prompt"([^>]*)>([^<]*)<\/td>/g)];
+    expect(cells).toHaveLength(2);
+    expect(cells[0][1]).toContain('data-chat="true"');
+    expect(cells[0][1]).toContain('title="In the chat template; the prompt: What is 2 + 3?"');
+    expect(cells[0][2]).toBe(
+      '&lt;|im_start|&gt;user\nWhat is 2 + 3?&lt;|im_end|&gt;\n&lt;|im_start|&gt;assistant\n',
+    );
+    expect(cells[1][1]).not.toContain('data-chat');
+    expect(cells[1][2]).toBe('What is 4 + 4?');
+  });
+
+  it('chatTemplate is a switch in the sampling group of the hyperparameters', () => {
+    /** The <input> that the chatTemplate label names, in the Sampling fieldset. */
+    const chatSwitch = (hash: string) => {
+      const out = html(storeWith(hash), <HyperparameterPanel />);
+      const sampling = /<legend>Sampling<\/legend>([\s\S]*?)<\/fieldset>/.exec(out)?.[1] ?? '';
+      const id = /<label for="([^"]+)"[^>]*>chatTemplate<\/label>/.exec(sampling)?.[1];
+      expect(id, 'a chatTemplate label in Sampling').toBeDefined();
+      return [...sampling.matchAll(/<input[^>]*>/g)].map((m) => m[0]).find((t) => t.includes(`id="${id}"`));
+    };
+    const off = chatSwitch('#chatTemplate=false');
+    expect(off).toMatch(/type="checkbox"/);
+    expect(off).toMatch(/role="switch"/);
+    expect(off).not.toMatch(/checked/);
+    expect(chatSwitch('')).toMatch(/checked=""/); // on by default
+  });
+
   it('the whole app renders without a worker answer yet', () => {
     const out = html(storeWith(), <App />);
     expect(out).toContain('PPO Playground');

@@ -69,6 +69,7 @@ const FULL_REPORT: MemoryEstimateReport = {
 };
 const GPT2_SUMMARY: ModelSummary = {
   label: 'openai-community/gpt2',
+  family: 'gpt2',
   n_layer: 12,
   n_embd: 768,
   n_head: 12,
@@ -76,6 +77,7 @@ const GPT2_SUMMARY: ModelSummary = {
   n_positions: 1024,
   params: 124_439_808,
   tokenizer: 'gpt2-bpe',
+  chatTemplate: false,
 };
 
 interface Harness {
@@ -151,6 +153,32 @@ describe('LoRA preselected for a model over 50 M parameters (pure)', () => {
     });
     expect(loraPreselection(GPT2_SUMMARY, defaults({ lora: 4 }))).toBeNull();
     expect(loraPreselection({ ...GPT2_SUMMARY, params: 49_000_000 }, defaults())).toBeNull();
+  });
+
+  it('a Llama, Qwen2 or Qwen3 model gets LoRA whatever its size, and the note says why', () => {
+    const qwen: ModelSummary = {
+      ...GPT2_SUMMARY,
+      label: 'uploaded:qwen2-tiny',
+      family: 'qwen2',
+      params: 36_000,
+      tokenizer: 'hf',
+      chatTemplate: true,
+    };
+    for (const family of ['llama', 'qwen2', 'qwen3'] as const) {
+      expect(loraPreselection({ ...qwen, family }, defaults())).toEqual({
+        patch: { lora: 8, learningRate: LORA_LEARNING_RATE },
+        previousLearningRate: 1e-4,
+      });
+    }
+    expect(loraPreselection({ ...qwen, family: 'gpt2' }, defaults())).toBeNull();
+    expect(loraPreselection(qwen, defaults({ lora: 4 }))).toBeNull();
+    const pre = loraPreselection(qwen, defaults())!;
+    expect(loraReason(qwen, pre, null, null)).toBe(
+      'uploaded:qwen2-tiny is a Qwen2 model (36 k parameters), which is usually fine-tuned with LoRA on ' +
+        'q/k/v/o/gate/up/down_proj: full copies of it (policy, reference, value model and two Adams) would not fit ' +
+        'most browsers; LoRA trains small adapters on one shared base. LoRA is on (lora 8). The learning rate went ' +
+        'from 0.0001 (the full-fine-tuning default) to 0.0003: LoRA wants a larger one.',
+    );
   });
 });
 
@@ -252,7 +280,9 @@ describe('components', () => {
     expect(html(h.store, <ConfigControl name="loraAlpha" />)).toContain('a number from 0.01 to 10000');
     const targets = html(h.store, <ConfigControl name="loraTargets" />);
     for (const t of ['c_attn', 'attn.c_proj', 'c_fc', 'mlp.c_proj']) expect(targets).toContain(t);
-    expect(targets.match(/type="checkbox"/g)?.length).toBe(4);
+    for (const t of ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'])
+      expect(targets).toContain(t);
+    expect(targets.match(/type="checkbox"/g)?.length).toBe(4 + 7);
 
     const config = h.store.getState().editedConfig;
     h.store.setState({

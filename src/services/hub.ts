@@ -2,9 +2,10 @@
  * Models from the Hugging Face Hub, platform-neutral: the caller hands in a `fetch`-like function and a cache
  * (the worker: the browser's fetch and Cache Storage; tests: Node's fetch against a local server and a Map).
  *
- * Only `config.json` and `model.safetensors` are ever requested, from
- * `${hubBase}/${repo}/resolve/${revision}/${file}` — never pickle (`pytorch_model.bin`) or other code-bearing
- * files. `hubBase` is https://huggingface.co; tests point it at a local server.
+ * Only `config.json`, `model.safetensors` and, for a Llama / Qwen2 / Qwen3 folder, its tokenizer files
+ * (`tokenizer.json`, `tokenizer_config.json`, `generation_config.json`, `chat_template.jinja`; a missing optional
+ * one is a 404, read as null) are ever requested, from `${hubBase}/${repo}/resolve/${revision}/${file}` — never
+ * pickle (`pytorch_model.bin`) or other code-bearing files. `hubBase` is https://huggingface.co; tests point it at a local server.
  *
  * A download streams the body, reporting progress from Content-Length, and refuses a file over `maxFileBytes`
  * before reading it whole. A file found in the cache needs no network at all.
@@ -13,10 +14,14 @@
  */
 import { UserError } from '../core/errors';
 import type { ModelFiles } from '../core/model/folder';
+import { HF_TOKENIZER_FILES } from '../core/tokenizer/hf';
 
 export const HUB_BASE = 'https://huggingface.co';
-/** The only files fetched from the Hub. */
-export const HUB_FILES: readonly string[] = ['config.json', 'model.safetensors'];
+/**
+ * The only files fetched from the Hub: the model, and the tokenizer files a Llama-family folder is read with
+ * (src/core/tokenizer/hf.ts HF_TOKENIZER_FILES; GPT-2 folders never ask for them).
+ */
+export const HUB_FILES: readonly string[] = ['config.json', 'model.safetensors', ...HF_TOKENIZER_FILES];
 export const MAX_HUB_FILE_BYTES = 2 * 1024 ** 3;
 
 /** The part of a fetch Response this module reads (core has no DOM types). */
@@ -157,7 +162,9 @@ export async function downloadHubFile(
   opts: HubOptions,
 ): Promise<Uint8Array | null> {
   if (!HUB_FILES.includes(file)) {
-    throw new UserError(`Only ${HUB_FILES.join(' and ')} are read from the Hub, not ${file}.`);
+    throw new UserError(
+      `Only ${HUB_FILES.slice(0, -1).join(', ')} and ${HUB_FILES[HUB_FILES.length - 1]} are read from the Hub, not ${file}.`,
+    );
   }
   const revision = opts.revision ?? 'main';
   const url = hubFileUrl(repo, file, revision, opts.hubBase ?? HUB_BASE);
@@ -210,7 +217,7 @@ export async function downloadHubFile(
   return bytes;
 }
 
-/** A Hub repo as a model folder (only config.json and model.safetensors exist in it). */
+/** A Hub repo as a model folder (only HUB_FILES exist in it). */
 export function hubFiles(repo: string, opts: HubOptions): ModelFiles {
   checkRepoId(repo, opts.revision ?? 'main');
   const label = opts.revision && opts.revision !== 'main' ? `${repo}@${opts.revision}` : repo;

@@ -10,6 +10,7 @@
 import type { ConfigKey, TrainConfig } from '../core/config';
 import type { StepMetrics } from '../core/ppo/metrics';
 import type { MemoryParts } from '../core/model/size';
+import type { LMConfig } from '../core/model/config';
 import type { Phase } from '../core/ppo/trainer';
 
 /** A tfjs backend the worker can run on. */
@@ -69,7 +70,8 @@ export type ModelSource =
       hubBase?: string;
     }
   /**
-   * Files the person picked (config.json + model.safetensors), as bytes; other files are ignored. Names may carry
+   * Files the person picked (config.json + model.safetensors, and for a Llama / Qwen2 / Qwen3 folder tokenizer.json,
+   * tokenizer_config.json, generation_config.json, chat_template.jinja), as bytes; other files are ignored. Names may carry
    * a folder (`my-model/config.json`, from webkitRelativePath) which becomes the label. Check `File.size`
    * against 2 GB before reading a file: bigger ones are refused here anyway.
    */
@@ -78,6 +80,8 @@ export type ModelSource =
 export interface ModelSummary {
   /** Where it came from, in words ("built-in tiny", a URL). */
   label: string;
+  /** The model family: config.json's model_type. */
+  family: LMConfig['model_type'];
   n_layer: number;
   n_embd: number;
   n_head: number;
@@ -85,7 +89,10 @@ export interface ModelSummary {
   n_positions: number;
   /** Number of trainable parameters (tied LM head counted once). */
   params: number;
+  /** `hf`: the folder's own tokenizer.json (Llama, Qwen2, Qwen3). */
   tokenizer: 'gpt2-bpe' | 'bytes' | 'hf';
+  /** Whether the tokenizer has a chat template (tokenizer_config.json's chat_template or chat_template.jinja). */
+  chatTemplate: boolean;
 }
 
 export interface GenerateRequest {
@@ -219,7 +226,13 @@ export interface TokenView {
 }
 
 export interface SampleView {
+  /** The prompt text as the task or prompt list gave it. */
   prompt: string;
+  /**
+   * The prompt as the model saw it when the run's chatTemplate formatted it (the model's own template, special
+   * tokens spelled out: `<|im_start|>user\n…<|im_end|>\n<|im_start|>assistant\n`); absent when no template applied.
+   */
+  chatPrompt?: string;
   response: string;
   score: number;
   /** Σ_t k1 for this sample. */

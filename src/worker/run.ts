@@ -72,16 +72,38 @@ export function newRunId(): string {
 /** At most this many samples per step event (the rest are in the metrics). */
 const MAX_SAMPLES_PER_EVENT = 64;
 
-export function summarise(model: CausalLM, label: string): ModelSummary {
+/** The model card's facts: the family (config.json's model_type), shape, parameters and tokenizer. */
+export function summarise(model: CausalLM, label: string, tok?: Tokenizer): ModelSummary {
   const c = model.config;
   let params = 0;
   for (const v of model.params.values()) params += v.size;
   const { n_layer, n_embd, n_head, vocab_size, n_positions, tokenizer } = c;
-  return { label, n_layer, n_embd, n_head, vocab_size, n_positions, params, tokenizer };
+  return {
+    label,
+    family: c.model_type,
+    n_layer,
+    n_embd,
+    n_head,
+    vocab_size,
+    n_positions,
+    params,
+    tokenizer,
+    chatTemplate: tok?.chatPrompt !== undefined,
+  };
 }
 
-/** The rollout as the UI shows it: counted tokens only, with per-token logprob / KL / advantage. */
-export function sampleViews(r: Rollout, tok: Tokenizer, limit = MAX_SAMPLES_PER_EVENT): SampleView[] {
+/**
+ * The rollout as the UI shows it: counted tokens only, with per-token logprob / KL / advantage. With `chat` (the
+ * run's chatTemplate) and a tokenizer that has a template, each sample also carries its prompt as the model saw it
+ * (`chatPrompt`: the template applied, special tokens spelled out; the same text encodePrompt encodes).
+ */
+export function sampleViews(
+  r: Rollout,
+  tok: Tokenizer,
+  chat = false,
+  limit = MAX_SAMPLES_PER_EVENT,
+): SampleView[] {
+  const template = chat && tok.chatPrompt ? tok.chatPrompt.bind(tok) : null;
   return r.promptTexts.slice(0, limit).map((prompt, i) => {
     let kl = 0;
     const tokens: SampleView['tokens'] = [];
@@ -95,7 +117,9 @@ export function sampleViews(r: Rollout, tok: Tokenizer, limit = MAX_SAMPLES_PER_
         advantage: r.advantages[i][t],
       });
     });
-    return { prompt, response: r.responseTexts[i], score: r.scores[i], kl, tokens };
+    const view: SampleView = { prompt, response: r.responseTexts[i], score: r.scores[i], kl, tokens };
+    if (template) view.chatPrompt = template(prompt);
+    return view;
   });
 }
 
@@ -330,7 +354,7 @@ export class Run {
         this.emit({
           type: 'step',
           metrics: { ...r.metrics },
-          samples: sampleViews(r.rollout, s.trainer.tokenizer),
+          samples: sampleViews(r.rollout, s.trainer.tokenizer, s.cfg.chatTemplate),
           alerts: r.alerts.map(({ id, step, message, advice }) => ({ id, step, message, advice })),
           memory,
         });
@@ -445,7 +469,7 @@ export class Run {
     this.pendingConfig = null;
     this.runId = runId;
     if (this.sandbox.hasCode) session.overrideReward(this.codeReward());
-    this.model = summarise(session.trainer.models.policy, label);
+    this.model = summarise(session.trainer.models.policy, label, session.trainer.tokenizer);
     this.chosen = true;
   }
 
@@ -513,7 +537,7 @@ export class Run {
     this.lm = { name, lm };
     this.pendingConfig = validateConfig({ ...this.cfg, model: name });
     this.runState = 'idle';
-    this.model = summarise(lm.model, files.label);
+    this.model = summarise(lm.model, files.label, lm.tokenizer);
     this.chosen = true;
     this.emitStatus();
     return this.model;
@@ -530,7 +554,7 @@ export class Run {
         name: this.cfg.model,
         lm: await loadLM(files, { trainable: false, label: 'policy', ...this.sources.modelOptions() }),
       };
-      this.model ??= summarise(this.lm.lm.model, files.label);
+      this.model ??= summarise(this.lm.lm.model, files.label, this.lm.lm.tokenizer);
     }
     return { model: this.lm.lm.model, tokenizer: this.lm.lm.tokenizer };
   }

@@ -1,8 +1,9 @@
 /**
  * Where models and tasks come from, in the browser. A config's `model` string names a model:
  *   "tiny"                       the built-in model (public/models/tiny, served at models/tiny/)
- *   "org/name" or "org/name@rev" a Hugging Face Hub repo (config.json + model.safetensors over https from
- *                                huggingface.co only, cached in Cache Storage: src/services/hub.ts)
+ *   "org/name" or "org/name@rev" a Hugging Face Hub repo (config.json + model.safetensors, and a Llama-family
+ *                                folder's tokenizer files, over https from huggingface.co only, cached in Cache
+ *                                Storage: src/services/hub.ts HUB_FILES)
  *   "http(s)://…", "/…", "./…"   a folder served over HTTP
  *   "uploaded:NAME"              files the person picked (held in memory by this worker)
  *   "preference-reward-model"    the reward model trained from a preference file (held in memory)
@@ -12,7 +13,7 @@ import { memoryFiles, readConfig } from '../core/model/folder';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
 import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
 import type { TrainConfig } from '../core/config';
-import { encodePrompt, tokenizerForFolder } from '../core/tokenizer';
+import { encodePrompt, HF_TOKENIZER_FILES, tokenizerForFolder } from '../core/tokenizer';
 import { parseTask, taskUrl, type Task } from '../core/tasks';
 import {
   checkRepoId,
@@ -73,6 +74,13 @@ function checkTestHubBase(base: string): string {
   }
   return url.origin + url.pathname.replace(/\/+$/, '');
 }
+
+/**
+ * The files of a picked folder that are read: the model, and the tokenizer files of a Llama / Qwen2 / Qwen3 folder
+ * (tokenizer.json, tokenizer_config.json with the chat template, generation_config.json, chat_template.jinja;
+ * src/core/tokenizer/hf.ts). Everything else (pickles, READMEs) is dropped unread.
+ */
+export const UPLOAD_FILES: readonly string[] = ['config.json', 'model.safetensors', ...HF_TOKENIZER_FILES];
 
 const isUrlLike = (s: string) => /^(https?:\/\/|\/|\.\.?\/)/.test(s);
 
@@ -168,7 +176,7 @@ export class ModelSources {
         throw new UserError('loadModel: each file must be {name: string, bytes: Uint8Array}.');
       }
       const name = basename(f.name);
-      if (name !== 'config.json' && name !== 'model.safetensors') continue; // never pickle or anything else
+      if (!UPLOAD_FILES.includes(name)) continue; // never pickle or anything else
       if (f.bytes.length > MAX_HUB_FILE_BYTES) {
         throw new UserError(
           `${name} is ${(f.bytes.length / 1024 ** 3).toFixed(1)} GB, over the 2.0 GB limit for one file in the browser.`,

@@ -3,7 +3,7 @@ import { MODEL_CHOICES } from '../lib/catalog';
 import { describeError } from '../errors';
 import { isModelFile, readPickedFiles } from '../lib/download';
 import { formatBytes } from '../lib/format';
-import { trainableLine } from '../lib/memory-estimate';
+import { familyName, trainableLine } from '../lib/memory-estimate';
 import {
   useActions,
   useMemory,
@@ -16,8 +16,15 @@ import {
 } from '../store/hooks';
 import { AppliesOnReset } from './AppliesOnReset';
 import { ProgressBar } from './ProgressBar';
+import type { ModelSummary } from '../../worker/protocol';
 
 const count = new Intl.NumberFormat('en', { notation: 'compact', maximumFractionDigits: 1 });
+
+const TOKENIZER_NAMES: Record<ModelSummary['tokenizer'], string> = {
+  bytes: 'bytes',
+  'gpt2-bpe': 'GPT-2 BPE',
+  hf: 'tokenizer.json',
+};
 
 /** The loaded policy's shape, and the worker's tensor memory (a leak shows as a growing count). */
 function ModelFacts() {
@@ -29,6 +36,10 @@ function ModelFacts() {
     <dl className="facts" data-testid="model-summary">
       <dt>Source</dt>
       <dd>{model.label}</dd>
+      <dt>Family</dt>
+      <dd data-testid="model-family" title={`config.json model_type "${model.family}"`}>
+        {familyName(model.family)}
+      </dd>
       <dt>Parameters</dt>
       <dd title={model.params.toLocaleString('en')}>{count.format(model.params)}</dd>
       {estimate && estimate.params === model.params && (
@@ -53,8 +64,9 @@ function ModelFacts() {
       <dt>Context</dt>
       <dd>{model.n_positions} tokens</dd>
       <dt>Tokenizer</dt>
-      <dd>
-        {model.tokenizer === 'bytes' ? 'bytes' : 'GPT-2 BPE'} ({model.vocab_size.toLocaleString('en')} ids)
+      <dd data-testid="model-tokenizer">
+        {TOKENIZER_NAMES[model.tokenizer]} ({model.vocab_size.toLocaleString('en')} ids)
+        {model.chatTemplate ? ', chat template' : ''}
       </dd>
       {memory && (
         <>
@@ -68,7 +80,7 @@ function ModelFacts() {
   );
 }
 
-/** Built-in tiny, a Hub id, or files from disk (config.json + model.safetensors). */
+/** Built-in tiny, a Hub id, or files from disk (config.json + model.safetensors, and a Llama / Qwen tokenizer). */
 function ModelPicker() {
   const choice = useModelChoice();
   const loadState = useModelLoadState();
@@ -130,7 +142,11 @@ function ModelPicker() {
             onChange={() => chooseModel('files')}
           />
           <span>
-            Local files <small className="muted">config.json + model.safetensors</small>
+            Local files{' '}
+            <small className="muted">
+              config.json + model.safetensors (+ tokenizer.json, tokenizer_config.json, generation_config.json
+              for Llama / Qwen)
+            </small>
           </span>
         </label>
       </fieldset>
@@ -142,7 +158,7 @@ function ModelPicker() {
               ref={filesInput}
               type="file"
               multiple
-              accept=".json,.safetensors,application/json"
+              accept=".json,.safetensors,.jinja,application/json"
               onChange={(e) => setFiles(Array.from(e.target.files ?? []))}
             />
           </label>

@@ -73,7 +73,10 @@ function ModePicker() {
   );
 }
 
-/** The latest batch (or an earlier step's): prompt, response as a token heatmap, score and KL. */
+/**
+ * The latest batch (or an earlier step's): prompt (as the model saw it: in its chat template when the run used
+ * one), response as a token heatmap, score and KL.
+ */
 export function SamplesPanel() {
   const kept = useDeferredValue(useSamples());
   const wanted = useSampleStep();
@@ -123,7 +126,15 @@ export function SamplesPanel() {
             <tbody>
               {shown.map((s, i) => (
                 <tr key={i}>
-                  <td className="prompt">{s.prompt}</td>
+                  <td
+                    className="prompt"
+                    data-chat={s.chatPrompt !== undefined ? 'true' : undefined}
+                    title={
+                      s.chatPrompt !== undefined ? `In the chat template; the prompt: ${s.prompt}` : undefined
+                    }
+                  >
+                    {s.chatPrompt ?? s.prompt}
+                  </td>
                   <td className="response" title={s.response}>
                     <TokenHeatmap tokens={s.tokens} scale={scale} />
                   </td>

@@ -389,6 +389,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
       emit({ type: 'status', status: status() });
       return {
         label: source.kind === 'builtin' ? 'built-in tiny' : name,
+        family: 'gpt2',
         n_layer: 2,
         n_embd: 64,
         n_head: 2,
@@ -396,6 +397,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
         n_positions: 128,
         params: fakeModel(name).params,
         tokenizer: 'bytes',
+        chatTemplate: false,
       };
     },
     async generate(req) {

@@ -37,6 +37,23 @@ export const MODEL_CHOICES: readonly ModelChoice[] = [
   { id: 'tiny', label: 'Built-in tiny', note: 'a few hundred kB; trains in seconds' },
   { id: 'distilbert/distilgpt2', label: 'DistilGPT-2 (Hub)', note: '82M parameters, ~330 MB download' },
   { id: 'openai-community/gpt2', label: 'GPT-2 (Hub)', note: '124M parameters, ~550 MB download' },
+  // Llama / Qwen instruct models (issue #21): model.safetensors in bf16 plus a few MB of tokenizer files. Qwen3-0.6B's
+  // file also stores its tied lm_head (151 936 × 1024) once more, so it is 1.5 GB rather than 2 bytes × 596M.
+  {
+    id: 'HuggingFaceTB/SmolLM2-135M-Instruct',
+    label: 'SmolLM2-135M-Instruct (Hub)',
+    note: 'Llama, 135M parameters, ~270 MB download (bf16)',
+  },
+  {
+    id: 'Qwen/Qwen2.5-0.5B-Instruct',
+    label: 'Qwen2.5-0.5B-Instruct (Hub)',
+    note: 'Qwen2, 494M parameters, ~1.0 GB download (bf16)',
+  },
+  {
+    id: 'Qwen/Qwen3-0.6B',
+    label: 'Qwen3-0.6B (Hub)',
+    note: 'Qwen3, 596M parameters, ~1.5 GB download (bf16)',
+  },
 ];
 
 const HUB_ID = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;

@@ -16,9 +16,14 @@ export function downloadFile(name: string, data: Uint8Array | string, type: stri
 /** The browser cannot hold one file over this in an ArrayBuffer reliably (the worker refuses them too). */
 export const MAX_PICKED_FILE_BYTES = 2 * 1024 ** 3;
 
-/** The model files the worker reads, out of a pick or a whole folder. */
+/**
+ * The model files the worker reads, out of a pick or a whole folder: the model, and a Llama / Qwen folder's
+ * tokenizer files (src/worker/sources.ts UPLOAD_FILES).
+ */
 export function isModelFile(name: string): boolean {
-  return /(^|\/)(config\.json|model\.safetensors)$/.test(name);
+  return /(^|\/)(config\.json|model\.safetensors|tokenizer\.json|tokenizer_config\.json|generation_config\.json|chat_template\.jinja)$/.test(
+    name,
+  );
 }
 
 /**

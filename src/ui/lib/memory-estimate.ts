@@ -8,6 +8,22 @@ import type { MemoryEstimateReport, ModelSummary } from '../../worker/protocol';
 
 /** Models with more parameters than this get LoRA preselected when loaded. */
 export const LORA_PRESELECT_PARAMS = 50e6;
+/**
+ * Families that get LoRA preselected whatever their size (issue #21): the Llama / Qwen instruct models people
+ * fine-tune with PEFT adapters on q/k/v/o/gate/up/down_proj.
+ */
+export const LORA_PRESELECT_FAMILIES: readonly ModelSummary['family'][] = ['llama', 'qwen2', 'qwen3'];
+const FAMILY_NAMES: Record<ModelSummary['family'], string> = {
+  gpt2: 'GPT-2',
+  llama: 'Llama',
+  qwen2: 'Qwen2',
+  qwen3: 'Qwen3',
+};
+
+/** "Qwen2", "Llama", "GPT-2": a family as people write it. */
+export function familyName(family: ModelSummary['family']): string {
+  return FAMILY_NAMES[family] ?? family;
+}
 /** The rank preselected (PEFT's usual r). */
 export const LORA_PRESELECT_RANK = 8;
 /**
@@ -58,11 +74,13 @@ export interface LoraPreselection {
 }
 
 /**
- * LoRA for a loaded model over LORA_PRESELECT_PARAMS when the config trains all weights (lora 0), with
- * LORA_LEARNING_RATE when the learning rate is the full-fine-tuning default; null when nothing changes.
+ * LoRA for a loaded model over LORA_PRESELECT_PARAMS, or of a LORA_PRESELECT_FAMILIES family, when the config
+ * trains all weights (lora 0), with LORA_LEARNING_RATE when the learning rate is the full-fine-tuning default; null
+ * when nothing changes.
  */
 export function loraPreselection(model: ModelSummary, config: TrainConfig): LoraPreselection | null {
-  if (model.params <= LORA_PRESELECT_PARAMS || config.lora > 0) return null;
+  const wanted = model.params > LORA_PRESELECT_PARAMS || LORA_PRESELECT_FAMILIES.includes(model.family);
+  if (!wanted || config.lora > 0) return null;
   const patch: LoraPreselection['patch'] = { lora: LORA_PRESELECT_RANK };
   if (config.learningRate === FULL_FT_LEARNING_RATE) patch.learningRate = LORA_LEARNING_RATE;
   return { patch, previousLearningRate: config.learningRate };
@@ -92,8 +110,10 @@ export function loraReason(
       ? ` The learning rate went from ${pre.previousLearningRate} (the full-fine-tuning default) to ` +
         `${pre.patch.learningRate}: LoRA wants a larger one.`
       : '';
-  return (
-    `${model.label} has ${formatParams(model.params)} parameters: ${fullPart}; ${loraPart}. ` +
-    `LoRA is on (lora ${pre.patch.lora}).${lr}`
-  );
+  const why =
+    model.params > LORA_PRESELECT_PARAMS
+      ? `${model.label} has ${formatParams(model.params)} parameters`
+      : `${model.label} is a ${familyName(model.family)} model (${formatParams(model.params)} parameters), ` +
+        'which is usually fine-tuned with LoRA on q/k/v/o/gate/up/down_proj';
+  return `${why}: ${fullPart}; ${loraPart}. LoRA is on (lora ${pre.patch.lora}).${lr}`;
 }

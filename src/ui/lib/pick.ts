@@ -11,8 +11,8 @@ function userError(message: string): Error {
 }
 
 /**
- * A model folder pick for loadModel({kind: 'files'}): only config.json and model.safetensors are read (and
- * size-checked); every other file is passed by name with no bytes, so the worker can say why a folder with
+ * A model folder pick for loadModel({kind: 'files'}): only config.json, model.safetensors and a Llama / Qwen
+ * folder's tokenizer files are read (and size-checked; download.ts isModelFile); every other file is passed by name with no bytes, so the worker can say why a folder with
  * only pytorch_model.bin cannot load, without reading a pickle it would never use.
  */
 export async function readModelPick(files: File[]): Promise<{ name: string; bytes: Uint8Array }[]> {
