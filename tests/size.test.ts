@@ -13,6 +13,8 @@ import { registerFusedAdamKernels } from '../src/core/fused-adam';
 import { validateConfig } from '../src/core/config';
 import { parseGPT2Config, type GPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
+import { Llama } from '../src/core/model/llama';
+import { LLAMA_SHAPES, parseLlamaConfig, type LlamaConfig } from '../src/core/model/llama-config';
 import { ScalarModel } from '../src/core/model/heads';
 import { LoraAdapters, LORA_TARGETS } from '../src/core/model/lora';
 import {
@@ -30,6 +32,7 @@ import { FusedAdamOptimizer } from '../src/core/fused-adam';
 import { registerFastCpuKernels, unregisterFastCpuKernels } from '../src/bench/perf/cpu-kernels';
 import {
   ACT_LORA_PER_OUT,
+  estimateGenerateMemory,
   estimateRunMemory,
   estimateSequenceTrainingMemory,
   fixedBytes,
@@ -576,4 +579,250 @@ describe('the automatic plan (microBatchSize 0, recompute "auto")', () => {
       4,
     );
   });
+});
+
+// ---------------------------------------------------------------------------------------------------------
+// The Llama families (llama, qwen2, qwen3): their own activation terms (LLAMA_ACT_*: q/k/v/o widths from the heads ×
+// head_dim, the KV heads repeated for grouped-query attention, the SwiGLU MLP's three intermediate_size-wide
+// matrices, qwen2's q/k/v bias, qwen3's q_norm/k_norm, the rotary rows), the KV cache of the KV heads, and the
+// untied lm_head (a second [V, C] matrix held by every model that copies the trunk, trained by the policy only).
+const llamaShape = (k: {
+  fam: 'llama' | 'qwen2' | 'qwen3';
+  V: number;
+  C: number;
+  I: number;
+  L: number;
+  nh: number;
+  nkv: number;
+  d?: number;
+  tied: boolean;
+}): LlamaConfig =>
+  parseLlamaConfig({
+    model_type: k.fam,
+    vocab_size: k.V,
+    hidden_size: k.C,
+    intermediate_size: k.I,
+    num_hidden_layers: k.L,
+    num_attention_heads: k.nh,
+    num_key_value_heads: k.nkv,
+    ...(k.d ? { head_dim: k.d } : {}),
+    max_position_embeddings: 64,
+    tie_word_embeddings: k.tied,
+    bos_token_id: 256,
+    eos_token_id: 256,
+    pad_token_id: 257,
+  });
+const qwen25 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen2.5-0.5b'] });
+
+describe('the estimate for the Llama families: hand-worked parts', () => {
+  it('Qwen2.5-0.5B: 494,032,768 parameters (tied head), and the untied head adds V·C', () => {
+    const { vocab_size: V, hidden_size: C, intermediate_size: I, num_hidden_layers: L } = qwen25;
+    // Per layer: q [896, 896] + bias, k and v [128, 896] + bias (2 KV heads × 64), o [896, 896], gate/up/down
+    // [4864, 896] / [896, 4864], two norms.
+    const perLayer = 896 * 896 + 896 + 2 * (128 * 896 + 128) + 896 * 896 + 3 * I * C + 2 * C;
+    expect(V * C + L * perLayer + C).toBe(494_032_768);
+    expect(paramCount(qwen25)).toBe(494_032_768);
+    expect(paramCount({ ...qwen25, tie_word_embeddings: false } as LlamaConfig)).toBe(494_032_768 + V * C);
+  });
+
+  it('the KV cache holds the KV heads (n_kv · head_dim), and grouped-query attention their repeats', () => {
+    // One more position of generation adds, per layer, keys and values of the old and the new cache at
+    // n_kv · head_dim = 2 · 64 = 128 wide, and the repeated keys and values (a tile and its view) at nh · d = 896.
+    const gen = (n: number, c: LlamaConfig) =>
+      estimateGenerateMemory(c, { batchSize: 3, promptLength: 16, maxNewTokens: n }).total;
+    expect(gen(116, qwen25) - gen(16, qwen25)).toBe(
+      4 * (2 * 2 * 3 * 24 * 100 * 128 + 2 * 2 * 3 * 24 * 100 * 896),
+    );
+    // Without grouping (n_kv = nh): no repeat, the cache at nh · d.
+    const mha = llamaShape({ fam: 'llama', V: 512, C: 64, I: 128, L: 2, nh: 4, nkv: 4, tied: true });
+    expect(gen(40, mha) - gen(20, mha)).toBe(4 * 2 * 2 * 3 * 2 * 20 * 64);
+    // GPT-2's is unchanged: 2 · 2 · rows · L · T · C.
+    expect(
+      estimateGenerateMemory(gpt2, { batchSize: 3, promptLength: 16, maxNewTokens: 116 }).total -
+        estimateGenerateMemory(gpt2, { batchSize: 3, promptLength: 16, maxNewTokens: 16 }).total,
+    ).toBe(4 * 2 * 2 * 3 * 12 * 100 * 768);
+  });
+
+  it('an untied head: the value model holds lm_head but trains neither it nor its Adam moments', () => {
+    const run = { batchSize: 4, miniBatches: 1, promptLength: 8, responseLength: 8 };
+    const opts: RunMemoryOptions = { valueModel: 'separate', rewardModel: false };
+    const untied = { ...qwen25, tie_word_embeddings: false } as LlamaConfig;
+    const P = paramCount(untied);
+    const VC = qwen25.vocab_size * qwen25.hidden_size;
+    const e = estimateRunMemory(untied, run, opts);
+    expect(e.parts.value).toBe(4 * (P + 896));
+    expect(e.trainableParams).toBe(P + (P + 896 - VC));
+    expect(e.parts.adam).toBe(4 * 2 * (2 * P + 896 - VC));
+    // The tied model's count is the plain one.
+    expect(estimateRunMemory(qwen25, run, opts).trainableParams).toBe(2 * paramCount(qwen25) + 896);
+  });
+});
+
+describe('the estimate for the Llama families (measured on the CPU backend, within 25%)', () => {
+  beforeAll(() => registerFastCpuKernels());
+  afterAll(() => unregisterFastCpuKernels());
+
+  type Case = Parameters<typeof llamaShape>[0] & {
+    mode: 'full' | 'lora' | 'grpo';
+    B: number;
+    R: number;
+    mbs?: number;
+  };
+
+  /** The measured peak of a second step (Adam's moments exist) and its estimate, as size.ts counts the run. */
+  async function llamaStep(k: Case): Promise<{ measured: number; estimate: number }> {
+    const config = llamaShape(k);
+    const lora = k.mode !== 'full';
+    const algorithm = k.mode === 'grpo' ? 'grpo' : 'ppo';
+    const cfg = validateConfig(
+      {
+        model: 'random',
+        task: null,
+        prompts: ['the movie was really', 'a film that i thought', 'this story is quite'],
+        reward: 'length',
+        batchSize: k.B,
+        miniBatches: k.mbs ?? 1,
+        ppoEpochs: 1,
+        responseLength: k.R,
+        stopToken: null,
+        seed: 3,
+        algorithm,
+        ...(lora ? { lora: 4 } : {}),
+        ...(algorithm === 'grpo' ? { groupSize: 2 } : lora ? { valueModel: 'shared' } : {}),
+      },
+      'size test',
+    );
+    const base = tf.memory().numBytes;
+    let policy: Llama, ref: Llama;
+    let value: ScalarModel | null = null;
+    if (lora) {
+      // As buildTrainer builds it: the frozen base is the reference; policy (and value) are views with adapters.
+      ref = Llama.random(config, 1, false, 'base');
+      policy = ref.withLora(LoraAdapters.create(config, cfg, 3, 'policy'), 'policy');
+      if (algorithm === 'ppo') {
+        value = ScalarModel.onSharedBase(policy.base, LoraAdapters.create(config, cfg, 4, 'value'), 'value');
+      }
+    } else {
+      policy = Llama.random(config, 1, true, 'policy');
+      ref = policy.clone(false, 'ref');
+      value = ScalarModel.fromTrunk(policy, true, 'value');
+    }
+    const reward: RewardSource = { kind: 'fn', fn: (s) => s.responseTokens.length, label: 'tokens' };
+    const trainer = new PpoTrainer(
+      cfg,
+      { policy, ref, value: value as ScalarModel, reward },
+      bytesModulo(),
+      cfg.prompts!,
+    );
+    try {
+      await trainer.trainStep(); // Adam's moments exist from here on
+      const prof = await tf.profile(async () => {
+        await trainer.trainStep();
+        return [];
+      });
+      const promptLength = bucket(
+        Math.max(...trainer.promptTokens.map((p) => p.length)),
+        config.n_positions - k.R,
+      );
+      const opts: RunMemoryOptions = lora
+        ? {
+            lora: { r: 4, targets: cfg.loraTargets },
+            valueModel: algorithm === 'ppo' ? 'shared' : 'none',
+            rewardModel: false,
+          }
+        : { valueModel: 'separate', rewardModel: false };
+      const chunk = chunksVocabulary(k.R, k.V) ? VOCAB_CHUNK : 0;
+      const run = runShapeOf(config, cfg, promptLength, opts, chunk);
+      expect(run.microBatchSize).toBe(trainer.stepPlan(cfg).microBatchSize);
+      const e = estimateRunMemory(config, run, opts);
+      expect(e.peakPhase).toBe('update');
+      return { measured: prof.peakBytes - base, estimate: e.total };
+    } finally {
+      trainer.disposeOptimizers();
+      policy.dispose();
+      ref.dispose();
+      value?.dispose();
+    }
+  }
+
+  const cases: (Case & { name: string })[] = [
+    {
+      name: 'PPO, full copies: llama, tied, GQA (4 heads, 2 KV heads)',
+      ...{ fam: 'llama', V: 4096, C: 64, I: 160, L: 2, nh: 4, nkv: 2, tied: true, mode: 'full', B: 4, R: 8 },
+    },
+    {
+      name: 'PPO, full copies: llama, untied, GQA',
+      ...{ fam: 'llama', V: 4096, C: 64, I: 160, L: 2, nh: 4, nkv: 2, tied: false, mode: 'full', B: 4, R: 8 },
+    },
+    {
+      name: 'PPO, full copies: qwen3, untied, head_dim 32 ≠ 96 / 4, 2 minibatches',
+      ...{ fam: 'qwen3', V: 2048, C: 96, I: 256, L: 3, nh: 4, nkv: 4, d: 32, tied: false, mode: 'full' },
+      ...{ B: 6, R: 10, mbs: 2 },
+    },
+    {
+      name: 'PPO, LoRA r 4 (shared value model): qwen2, tied, GQA (6 heads, 2 KV heads)',
+      ...{ fam: 'qwen2', V: 2048, C: 96, I: 192, L: 3, nh: 6, nkv: 2, tied: true, mode: 'lora', B: 4, R: 12 },
+    },
+    {
+      name: 'PPO, LoRA r 4 (shared value model): llama, untied, no GQA (8 heads)',
+      ...{
+        fam: 'llama',
+        V: 2048,
+        C: 128,
+        I: 256,
+        L: 2,
+        nh: 8,
+        nkv: 8,
+        tied: false,
+        mode: 'lora',
+        B: 4,
+        R: 16,
+      },
+    },
+    {
+      name: 'GRPO, LoRA r 4: qwen3, tied, GQA, head_dim 32, batch 8',
+      ...{ fam: 'qwen3', V: 2048, C: 64, I: 192, L: 2, nh: 4, nkv: 2, d: 32, tied: true, mode: 'grpo' },
+      ...{ B: 8, R: 8 },
+    },
+    {
+      name: 'GRPO, LoRA r 4: qwen2, untied, one KV head, V 12288 (the vocabulary-chunked log-prob)',
+      ...{
+        fam: 'qwen2',
+        V: 12288,
+        C: 64,
+        I: 128,
+        L: 1,
+        nh: 4,
+        nkv: 1,
+        tied: false,
+        mode: 'grpo',
+        B: 4,
+        R: 10,
+      },
+    },
+  ];
+  for (const k of cases) {
+    it(
+      k.name,
+      async () => {
+        const r = await llamaStep(k);
+        console.log(`${k.name}: estimate ${r.estimate}, measured ${r.measured}`);
+        within25(r.estimate, r.measured);
+      },
+      60_000,
+    );
+  }
+
+  it('GRPO LoRA, 1 and 2 layers (qwen3, GQA): the peaks, and their growth per layer', async () => {
+    const k: Case = {
+      ...{ fam: 'qwen3', V: 2048, C: 64, I: 192, nh: 4, nkv: 2, d: 32, tied: true, mode: 'grpo', B: 4, R: 8 },
+      L: 1,
+    };
+    const one = await llamaStep(k);
+    const two = await llamaStep({ ...k, L: 2 });
+    within25(one.estimate, one.measured);
+    within25(two.estimate, two.measured);
+    // One layer's share alone (the vocabulary's terms cancel): the block's activations and LoRA's.
+    within25(two.estimate - one.estimate, two.measured - one.measured);
+  }, 60_000);
 });

@@ -38,6 +38,10 @@
  * PPO at batch 16 (3.81 GB against a measured 3.79; the WASM backend counts the same tensors as the CPU one).
  * On WASM these are tensor bytes, not heap: kept copies share their buffer there (kernels/wasm-identity.ts), and
  * that run's heap stopped at 2.86 GB.
+ * The Llama families (llama, qwen2, qwen3) have terms of their own where GPT-2's assumptions differ (LLAMA_ACT_*:
+ * q/k/v/o widths from heads × head_dim, the repeated KV heads of grouped-query attention, SwiGLU's three
+ * intermediate_size-wide matrices; the KV cache at n_kv · head_dim; an untied lm_head held by every trunk copy and
+ * trained by the policy only); LoRA's terms follow the family's modules (loraModules). GPT-2's numbers are as above.
  * See docs/engine.md for the step these tensors belong to and docs/tfjs.md for the backends' kernels.
  */
 import type { GPT2Config, LlamaConfig, LMConfig } from './config';
@@ -174,6 +178,12 @@ export const WTE_TAPE_COPIES = 2;
 /** wte-sized gradients held besides wte's gradient when it trains: the tied head's and the gather's, summed. */
 export const WTE_PARTIAL_GRADIENTS = 2;
 /**
+ * The same with an untied LM head (Llama families with tie_word_embeddings false): the gather's gradient is
+ * embed_tokens' own and the head's is lm_head's (both counted with the gradients), and one more [V, C] tensor is
+ * held in the head's backward. Measured: an untied model's full PPO peak grows by its held weights alone.
+ */
+export const UNTIED_HEAD_PARTIAL_GRADIENTS = 1;
+/**
  * Under LoRA the update holds more than the forwards above count: full fine-tuning's estimate counts the value
  * model's gradients, which do not exist yet at the policy's backward (its peak), and they stand in for the copy
  * autodiff keeps of every Conv1D weight the forward multiplies by; with frozen weights nothing stands in. So for
@@ -201,9 +211,80 @@ export const LOGITS_CHUNK_UPDATE = 4;
  */
 export const RECOMPUTE_KEPT_PER_C = 3;
 
+// The Llama families (llama, qwen2, qwen3; model/llama.ts) in the same units. Their block differs from GPT-2's in
+// every width: RMSNorm instead of LayerNorm, q/k/v/o projections nh·d and n_kv·d wide (d = head_dim) with the
+// rotary embedding on q and k (split, negate, concat, two products and a sum each), the KV heads repeated for their
+// query heads (a tile and its view, when n_kv < nh), and the SwiGLU MLP's three intermediate_size-wide matrices
+// (gate, up, silu(gate)·up with the sigmoid and product between). Measured on the CPU backend: the floats a
+// forward keeps under autodiff's tape per token per layer, one dimension varied at a time (C, nh·d, n_kv·d, I, nh,
+// n_kv, head_dim) on the three families, fitted by least squares (every point within 35 floats per token). GPT-2's
+// constants above are 0.50 of the same measurement of its block (0.50–0.51 over n_embd and n_head); on whole Llama
+// steps that ratio read 25% high (the forward's share of the peak's slope in n_layer, full GRPO on a qwen3 with GQA),
+// so these are 0.39 of it. Checked on whole PPO (full, LoRA) and GRPO LoRA steps, tied and untied, with and without
+// GQA: 5–17% high (tests/size.test.ts); Qwen2.5-0.5B's LoRA GRPO step on WASM read 0.8% high
+// (tests/qwen-0.5b.slow.test.ts).
+/** Floats per token per layer per n_embd (the norms, the residual sums, o_proj's and down_proj's outputs). */
+export const LLAMA_ACT_PER_C = 9;
+/** Floats per token per layer per query feature, nh·head_dim (q_proj, its reshapes and rotary embedding). */
+export const LLAMA_ACT_PER_Q = 9.5;
+/** Floats per token per layer per key/value feature, n_kv·head_dim (k_proj, v_proj, k's rotary embedding). */
+export const LLAMA_ACT_PER_KV = 11;
+/** Floats per token per layer per intermediate_size feature (gate, up, sigmoid, silu, silu·up). */
+export const LLAMA_ACT_PER_I = 4.5;
+/** Floats per token per layer per query head per key position (the scores, bias, softmax, their views). */
+export const LLAMA_ACT_PER_HT = 5.5;
+/** Floats per token per layer per query feature of the repeated KV heads (grouped-query attention only). */
+export const LLAMA_ACT_REPEAT_KV = 4.5;
+/** Floats per token per layer per q/k/v feature of qwen2's q/k/v bias (the sum). */
+export const LLAMA_ACT_QKV_BIAS = 1;
+/** Floats per token per layer per q and k feature of qwen3's q_norm/k_norm. */
+export const LLAMA_ACT_QK_NORM = 3;
+/** Floats per token per head_dim outside the blocks: the rotary table's rows gathered by position. */
+export const LLAMA_ACT_ROPE_PER_D = 12;
+
+/** A Llama-family config's widths, or null for GPT-2. */
+function llamaOf(c: Shape): LlamaConfig | null {
+  return isLlamaFamily((c as Partial<LMConfig>).model_type) ? (c as LlamaConfig) : null;
+}
+
+/** Width of one layer's cached keys (and of its values): n_kv · head_dim for the Llama families, n_embd for GPT-2. */
+function kvWidth(c: Shape): number {
+  const l = llamaOf(c);
+  return l ? l.num_key_value_heads * l.head_dim : c.n_embd;
+}
+
+/**
+ * Floats of generation's KV cache over rows × T positions: keys and values of every layer, the old and the new
+ * cache during a decode step; with grouped-query attention also the repeated KV heads (a tile and its view, for
+ * keys and values) of every layer, live until the decode step's tidy ends.
+ */
+function kvCacheFloats(c: Shape, rows: number, T: number): number {
+  const l = llamaOf(c);
+  const repeated =
+    l && l.num_key_value_heads < l.num_attention_heads
+      ? 2 * 2 * rows * c.n_layer * T * l.num_attention_heads * l.head_dim
+      : 0;
+  return 2 * 2 * rows * c.n_layer * T * kvWidth(c) + repeated;
+}
+
 /** Floats held by one forward over n rows of T tokens, kept whole. */
 function forwardFloats(c: Shape, n: number, T: number): number {
   const N = n * T;
+  const l = llamaOf(c);
+  if (l) {
+    const q = l.num_attention_heads * l.head_dim;
+    const kv = l.num_key_value_heads * l.head_dim;
+    const perLayer =
+      LLAMA_ACT_PER_C * c.n_embd +
+      LLAMA_ACT_PER_Q * q +
+      LLAMA_ACT_PER_KV * kv +
+      LLAMA_ACT_PER_I * l.intermediate_size +
+      LLAMA_ACT_PER_HT * l.num_attention_heads * T +
+      (l.num_key_value_heads < l.num_attention_heads ? LLAMA_ACT_REPEAT_KV * q : 0) +
+      (l.qkv_bias ? LLAMA_ACT_QKV_BIAS * (q + 2 * kv) : 0) +
+      (l.qk_norm ? LLAMA_ACT_QK_NORM * (q + kv) : 0);
+    return c.n_layer * N * perLayer + N * (ACT_OUTSIDE_BLOCKS * c.n_embd + LLAMA_ACT_ROPE_PER_D * l.head_dim);
+  }
   return (
     c.n_layer * N * (ACT_PER_C * c.n_embd + ACT_PER_HT * c.n_head * T) + ACT_OUTSIDE_BLOCKS * N * c.n_embd
   );
@@ -225,9 +306,7 @@ export function phaseFloats(
   // Generation: the KV cache (keys and values of every layer; the old and the new cache during a decode step)
   // and the prompt's forward that fills it.
   const generate =
-    2 * 2 * genRows * c.n_layer * T * c.n_embd +
-    forwardFloats(c, genRows, run.promptLength) +
-    2 * genRows * V;
+    kvCacheFloats(c, genRows, T) + forwardFloats(c, genRows, run.promptLength) + 2 * genRows * V;
   // Scoring: every model's forward over a slice (each block in its own tidy: one block's activations at a time,
   // model/gpt2.ts trunk), the two LMs' response logits.
   const score =
@@ -260,7 +339,18 @@ function loraUpdateFloats(c: Shape, lora: LoraShape, N: number): number {
 
 /** wte-sized floats a backward through an LM holds beyond the weights and the gradient (see above). */
 function wteFloats(c: Shape, trains: boolean): number {
-  return (WTE_TAPE_COPIES + (trains ? WTE_PARTIAL_GRADIENTS : 0)) * c.vocab_size * c.n_embd;
+  // Untied: the gather keeps a copy of embed_tokens and the head one of lm_head, two [V, C] copies all the same.
+  const partial = untiedHead(c) ? UNTIED_HEAD_PARTIAL_GRADIENTS : WTE_PARTIAL_GRADIENTS;
+  return (WTE_TAPE_COPIES + (trains ? partial : 0)) * c.vocab_size * c.n_embd;
+}
+
+/**
+ * Parameters of an untied lm_head ([V, C], Llama families with tie_word_embeddings false; 0 otherwise). A scalar
+ * model's trunk is a copy of an LM and holds it, but never uses it: no gradient, no Adam moments (measured).
+ */
+function untiedHead(c: Shape): number {
+  const l = llamaOf(c);
+  return l && !l.tie_word_embeddings ? c.vocab_size * c.n_embd : 0;
 }
 
 /** The memory a training run holds at its peak, broken down (bytes). */
@@ -281,7 +371,7 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
     trainable = adapterSet;
     if (opts.valueModel === 'separate') {
       value = S;
-      trainable += S;
+      trainable += S - untiedHead(c);
     } else if (opts.valueModel === 'shared') {
       value = head;
       adapters += adapterSet;
@@ -292,7 +382,7 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
     trainable = P;
     if (opts.valueModel === 'separate') {
       value = S;
-      trainable += S;
+      trainable += S - untiedHead(c);
     } else if (opts.valueModel === 'shared') {
       value = head;
       trainable += head;
@@ -350,7 +440,7 @@ export function estimateGenerateMemory(
 ): MemoryEstimate {
   const T = Math.min(c.n_positions, gen.promptLength + gen.maxNewTokens);
   const floats =
-    2 * 2 * gen.batchSize * c.n_layer * T * c.n_embd +
+    kvCacheFloats(c, gen.batchSize, T) +
     forwardFloats(c, gen.batchSize, Math.min(gen.promptLength, T)) +
     2 * gen.batchSize * c.vocab_size;
   return estimateOf(
@@ -378,15 +468,17 @@ export function estimateSequenceTrainingMemory(
       ? LOGITS_LM_LOSS * o.sequences * T * c.vocab_size + wteFloats(c, true)
       : c.vocab_size * c.n_embd;
   const floats = UPDATE_FORWARDS * forwardFloats(c, o.sequences, T) + logits;
+  // A scalar model's untied lm_head (held, unused) takes no gradient and no Adam moments.
+  const trained = o.head === 'lm' ? P : P - untiedHead(c);
   return estimateOf(
     {
       base: o.head === 'lm' ? P * FLOAT32_BYTES : 0,
       value: o.head === 'scalar' ? P * FLOAT32_BYTES : 0,
-      adam: 2 * P * FLOAT32_BYTES,
-      gradients: P * FLOAT32_BYTES,
+      adam: 2 * trained * FLOAT32_BYTES,
+      gradients: trained * FLOAT32_BYTES,
       activations: floats * FLOAT32_BYTES,
     },
-    P,
+    trained,
     'update',
   );
 }
