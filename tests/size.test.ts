@@ -667,6 +667,8 @@ describe('the estimate for the Llama families (measured on the CPU backend, with
     B: number;
     R: number;
     mbs?: number;
+    /** The config's recompute (default 'auto'). */
+    recompute?: 'blocks' | 'off';
   };
 
   /** The measured peak of a second step (Adam's moments exist) and its estimate, as size.ts counts the run. */
@@ -687,6 +689,7 @@ describe('the estimate for the Llama families (measured on the CPU backend, with
         stopToken: null,
         seed: 3,
         algorithm,
+        ...(k.recompute ? { recompute: k.recompute } : {}),
         ...(lora ? { lora: 4 } : {}),
         ...(algorithm === 'grpo' ? { groupSize: 2 } : lora ? { valueModel: 'shared' } : {}),
       },
@@ -734,6 +737,7 @@ describe('the estimate for the Llama families (measured on the CPU backend, with
       const chunk = chunksVocabulary(k.R, k.V) ? VOCAB_CHUNK : 0;
       const run = runShapeOf(config, cfg, promptLength, opts, chunk);
       expect(run.microBatchSize).toBe(trainer.stepPlan(cfg).microBatchSize);
+      if (k.recompute) expect(run.recompute).toBe(k.recompute === 'blocks');
       const e = estimateRunMemory(config, run, opts);
       expect(e.peakPhase).toBe('update');
       return { measured: prof.peakBytes - base, estimate: e.total };
@@ -783,6 +787,23 @@ describe('the estimate for the Llama families (measured on the CPU backend, with
       name: 'GRPO, LoRA r 4: qwen3, tied, GQA, head_dim 32, batch 8',
       ...{ fam: 'qwen3', V: 2048, C: 64, I: 192, L: 2, nh: 4, nkv: 2, d: 32, tied: true, mode: 'grpo' },
       ...{ B: 8, R: 8 },
+    },
+    {
+      name: 'GRPO, LoRA r 4, recompute "blocks": llama, tied, GQA, 6 layers',
+      ...{
+        fam: 'llama',
+        V: 2048,
+        C: 128,
+        I: 256,
+        L: 6,
+        nh: 4,
+        nkv: 2,
+        tied: true,
+        mode: 'grpo',
+        B: 4,
+        R: 16,
+      },
+      recompute: 'blocks',
     },
     {
       name: 'GRPO, LoRA r 4: qwen2, untied, one KV head, V 12288 (the vocabulary-chunked log-prob)',
