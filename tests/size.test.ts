@@ -626,16 +626,15 @@ describe('the estimate for the Llama families: hand-worked parts', () => {
   });
 
   it('the KV cache holds the KV heads (n_kv · head_dim), and grouped-query attention their repeats', () => {
-    // One more position of generation adds, per layer, keys and values of the old and the new cache at
-    // n_kv · head_dim = 2 · 64 = 128 wide, and the repeated keys and values (a tile and its view) at nh · d = 896.
+    // One more position of generation adds, per row per layer, keys and values at n_kv · head_dim = 2 · 64 = 128:
+    // the old cache, the new one and the new key/value spread over the slots (6 · 128), and for the repeated heads a
+    // view of the cache (2 · 128), the tile and its view and the attention's copies (6 · nh · d = 6 · 896).
     const gen = (n: number, c: LlamaConfig) =>
       estimateGenerateMemory(c, { batchSize: 3, promptLength: 16, maxNewTokens: n }).total;
-    expect(gen(116, qwen25) - gen(16, qwen25)).toBe(
-      4 * (2 * 2 * 3 * 24 * 100 * 128 + 2 * 2 * 3 * 24 * 100 * 896),
-    );
-    // Without grouping (n_kv = nh): no repeat, the cache at nh · d.
+    expect(gen(116, qwen25) - gen(16, qwen25)).toBe(4 * 3 * 24 * 100 * (6 * 128 + 2 * 128 + 6 * 896));
+    // Without grouping (n_kv = nh): no repeat, 6 · nh · d.
     const mha = llamaShape({ fam: 'llama', V: 512, C: 64, I: 128, L: 2, nh: 4, nkv: 4, tied: true });
-    expect(gen(40, mha) - gen(20, mha)).toBe(4 * 2 * 2 * 3 * 2 * 20 * 64);
+    expect(gen(40, mha) - gen(20, mha)).toBe(4 * 3 * 2 * 20 * 6 * 64);
     // GPT-2's is unchanged: 2 · 2 · rows · L · T · C.
     expect(
       estimateGenerateMemory(gpt2, { batchSize: 3, promptLength: 16, maxNewTokens: 116 }).total -

@@ -247,24 +247,26 @@ function llamaOf(c: Shape): LlamaConfig | null {
   return isLlamaFamily((c as Partial<LMConfig>).model_type) ? (c as LlamaConfig) : null;
 }
 
-/** Width of one layer's cached keys (and of its values): n_kv · head_dim for the Llama families, n_embd for GPT-2. */
-function kvWidth(c: Shape): number {
-  const l = llamaOf(c);
-  return l ? l.num_key_value_heads * l.head_dim : c.n_embd;
-}
-
 /**
  * Floats of generation's KV cache over rows × T positions: keys and values of every layer, the old and the new
- * cache during a decode step; with grouped-query attention also the repeated KV heads (a tile and its view, for
- * keys and values) of every layer, live until the decode step's tidy ends.
+ * cache during a decode step (GPT-2: 2 · 2 · C per position per row per layer). The Llama families count what was
+ * measured on the CPU backend (the peak's growth with the generated length, 96 to 160 tokens, 8 heads, 4 layers):
+ * keys and values at n_kv · head_dim, the old cache, the new one and the new key/value spread over the slots
+ * (tf.mul by the slot's one-hot is cache-sized), 6 · n_kv·d (743 floats measured against 768 counted, 8 KV heads);
+ * with grouped-query attention also the repeated heads of every layer, live until the decode step's tidy ends: a
+ * view of the cache (2 · n_kv·d), the tile and its view (4 · nh·d) and 2 · nh·d more in the attention over them
+ * (1076 measured against 1024 counted, 8 heads over 2 KV heads). Width 128, batch 8 from 16-token prompts; from
+ * shorter generations the prompt's forward holds the peak, and counting it beside the whole cache reads up to 30%
+ * high (GQA, 96 tokens). Only the hand-worked sizes are a unit test (tests/size.test.ts): the measurement takes
+ * minutes.
  */
 function kvCacheFloats(c: Shape, rows: number, T: number): number {
   const l = llamaOf(c);
-  const repeated =
-    l && l.num_key_value_heads < l.num_attention_heads
-      ? 2 * 2 * rows * c.n_layer * T * l.num_attention_heads * l.head_dim
-      : 0;
-  return 2 * 2 * rows * c.n_layer * T * kvWidth(c) + repeated;
+  if (!l) return 2 * 2 * rows * c.n_layer * T * c.n_embd;
+  const kv = l.num_key_value_heads * l.head_dim;
+  const q = l.num_attention_heads * l.head_dim;
+  const repeated = l.num_key_value_heads < l.num_attention_heads ? 2 * kv + 6 * q : 0;
+  return rows * c.n_layer * T * (6 * kv + repeated);
 }
 
 /** Floats held by one forward over n rows of T tokens, kept whole. */
