@@ -279,10 +279,20 @@ describe('components', () => {
     expect(html(h.store, <ConfigControl name="lora" />)).toContain('an integer from 0 to 1024');
     expect(html(h.store, <ConfigControl name="loraAlpha" />)).toContain('a number from 0.01 to 10000');
     const targets = html(h.store, <ConfigControl name="loraTargets" />);
-    for (const t of ['c_attn', 'attn.c_proj', 'c_fc', 'mlp.c_proj']) expect(targets).toContain(t);
-    for (const t of ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'])
-      expect(targets).toContain(t);
-    expect(targets.match(/type="checkbox"/g)?.length).toBe(4 + 7);
+    // A GPT-2-family model (the fake's): its four layers only, all checked by default.
+    const boxes = (out: string) =>
+      [...out.matchAll(/<input[^>]*type="checkbox"([^>]*)\/> <!-- -->([\w.]+)<\/label>/g)].map(
+        (m) => `${m[2]}${m[1].includes('checked') ? ' ✓' : ''}`,
+      );
+    expect(h.store.getState().model?.family).toBe('gpt2');
+    expect(boxes(targets)).toEqual(['c_attn ✓', 'attn.c_proj ✓', 'c_fc ✓', 'mlp.c_proj ✓']);
+    // A Qwen2 model: its seven layers, all checked (the default means all seven).
+    h.store.setState({ model: { ...h.store.getState().model!, family: 'qwen2' } });
+    const qwen = html(h.store, <ConfigControl name="loraTargets" />);
+    expect(boxes(qwen)).toEqual(
+      ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'].map((t) => `${t} ✓`),
+    );
+    h.store.setState({ model: { ...h.store.getState().model!, family: 'gpt2' } });
 
     const config = h.store.getState().editedConfig;
     h.store.setState({

@@ -8,12 +8,14 @@ import {
   CONFIG_FIELDS,
   describeAllowed,
   type ConfigKey,
+  type LoraTargetName,
   type NumberField,
   type StopToken,
 } from '../../core/config';
 import { formatNumber } from '../lib/format';
+import { loraTargetView, toggleLoraTarget } from '../lib/lora-targets';
 import { sliderScale, snapValue } from '../lib/slider-scale';
-import { useActions, useAppliesOnReset, useEditedConfigValue, useRunStarted } from '../store/hooks';
+import { useActions, useAppliesOnReset, useEditedConfigValue, useModel, useRunStarted } from '../store/hooks';
 
 /** Keys that get a number box but no slider (a slider over 0…2³¹ helps nobody). */
 const NO_SLIDER: ReadonlySet<ConfigKey> = new Set(['seed']);
@@ -200,16 +202,19 @@ function ChoiceControl({ name }: { name: ConfigKey }) {
   );
 }
 
-/** A non-empty subset of the field's choices (loraTargets): one checkbox each; the last one cannot be cleared. */
+/**
+ * A non-empty subset of the field's choices (loraTargets): one checkbox each; the last one cannot be cleared. Only
+ * the loaded model family's targets are offered (../lib/lora-targets.ts).
+ */
 function ChoicesControl({ name }: { name: ConfigKey }) {
-  const field = CONFIG_FIELDS[name];
-  const value = useEditedConfigValue(name) as string[];
+  const value = useEditedConfigValue(name) as LoraTargetName[];
+  const family = useModel()?.family ?? null;
   const { setConfigValue } = useActions();
   const id = useId();
-  const choices = field.type === 'choices' ? field.choices : [];
-  const toggle = (c: string, on: boolean) => {
-    const next = choices.filter((x) => (x === c ? on : value.includes(x)));
-    if (next.length > 0) setConfigValue(name, next as never);
+  const { choices, checked } = loraTargetView(family, value);
+  const toggle = (c: LoraTargetName, on: boolean) => {
+    const next = toggleLoraTarget(family, value, c, on);
+    if (next) setConfigValue(name, next as never);
   };
   return (
     <ControlFrame name={name} labelFor={`${id}-0`} docId={`${id}-doc`}>
@@ -219,7 +224,7 @@ function ChoicesControl({ name }: { name: ConfigKey }) {
             <input
               id={`${id}-${i}`}
               type="checkbox"
-              checked={value.includes(c)}
+              checked={checked.includes(c)}
               onChange={(e) => toggle(c, e.target.checked)}
             />{' '}
             {c}
