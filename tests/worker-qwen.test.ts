@@ -14,7 +14,9 @@ import { memoryAutosaveStore } from '../src/services/autosave';
 import { TabAutosave } from '../src/services/autosave-tabs';
 import { unzipFolder } from '../src/core/checkpoint-zip';
 import { encodePrompt, tokenizerForFolder } from '../src/core/tokenizer';
-import { memoryFiles, readConfig } from '../src/core/model/folder';
+import { memoryFiles, readConfig, type ModelFiles } from '../src/core/model/folder';
+import { LLAMA_SHAPES } from '../src/core/model/llama-config';
+import { validateConfig } from '../src/core/config';
 import type { ModelWorkerApi, SampleView, TrainerEvent } from '../src/worker/protocol';
 
 (globalThis as { self?: unknown }).self ??= globalThis;
@@ -140,5 +142,42 @@ describe('a Qwen2 folder picked in the app', () => {
     await api.stepOnce();
     const [samples] = samplesOf();
     expect(samples[0].chatPrompt).toContain('<|im_start|>assistant\n');
+  });
+});
+
+describe('the memory estimate of a Qwen2.5-0.5B-shaped folder (its config.json and tokenizer only)', () => {
+  it('counts its 494 M parameters, the float32 base once with LoRA, and adapters on all seven layers', async () => {
+    const { ModelSources } = await import('../src/worker/sources');
+    const folder = new Map<string, Uint8Array>([
+      ['config.json', new TextEncoder().encode(JSON.stringify(LLAMA_SHAPES['qwen2.5-0.5b']))],
+      ...TOKENIZER_FILES.map(
+        (n) => [n, new Uint8Array(readFileSync(`${FIXTURE}${n}`))] as [string, Uint8Array],
+      ),
+    ]);
+    class Qwen05 extends ModelSources {
+      override files(name: string): ModelFiles {
+        return name === 'qwen05' ? memoryFiles('qwen05', folder) : super.files(name);
+      }
+      override loadTask = loadTaskNode;
+    }
+    const sources = new Qwen05(() => undefined);
+    const cfg = validateConfig({
+      model: 'qwen05',
+      algorithm: 'grpo',
+      task: 'arithmetic-chat',
+      batchSize: 4,
+      groupSize: 2,
+      responseLength: 8,
+      lora: 8,
+      loraAlpha: 16,
+    });
+    const report = await sources.estimateReport(cfg);
+    expect(report.params).toBe(494_032_768);
+    expect(report.parts.base).toBe(494_032_768 * 4);
+    expect(report.parts.reference).toBe(0);
+    // r · (in + out) per adapted layer: q 896→896, k and v 896→128, o 896→896, gate and up 896→4864, down 4864→896.
+    const perLayer = 8 * (2 * (896 + 896) + 2 * (896 + 128) + 3 * (896 + 4864));
+    expect(report.policyTrainableParams).toBe(24 * perLayer);
+    expect(report.bytes).toBeGreaterThan(report.parts.base);
   });
 });
