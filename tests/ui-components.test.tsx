@@ -11,6 +11,7 @@ import { ConfigControl } from '../src/ui/components/ConfigControl';
 import { HyperparameterPanel } from '../src/ui/components/HyperparameterPanel';
 import { TopBar } from '../src/ui/components/TopBar';
 import { SamplesPanel } from '../src/ui/components/SamplesPanel';
+import { GeneratePanel } from '../src/ui/components/GeneratePanel';
 import { App } from '../src/ui/App';
 import { CONFIG_FIELDS, CONFIG_KEYS } from '../src/core/config';
 import { SETUP_KEYS } from '../src/ui/lib/catalog';
@@ -192,6 +193,34 @@ describe('components', () => {
     expect(off).toMatch(/role="switch"/);
     expect(off).not.toMatch(/checked/);
     expect(chatSwitch('')).toMatch(/checked=""/); // on by default
+  });
+
+  it('Generate sends the chatTemplate setting; the panel says the prompt goes in the template when the model has one', async () => {
+    const fake = createFakeWorker();
+    const store = createPlaygroundStore(fake as unknown as ModelWorker, 'auto', {
+      hash: '#chatTemplate=false',
+      writeHash: () => {},
+      sendDelayMs: 0,
+    });
+    await store.getState().actions.start();
+    const asked = () =>
+      fake.calls
+        .filter(([n]) => n === 'generate')
+        .map(([, r]) => (r as { chatTemplate?: boolean }).chatTemplate);
+    await store.getState().actions.generate();
+    store.getState().actions.setConfigValue('chatTemplate', true);
+    await store.getState().actions.generate();
+    expect(asked()).toEqual([false, true]);
+
+    const note = 'chat template, as in training';
+    expect(store.getState().model?.chatTemplate).toBe(false);
+    expect(html(store, <GeneratePanel />)).not.toContain(note);
+    store.setState({
+      model: { ...store.getState().model!, family: 'qwen2', tokenizer: 'hf', chatTemplate: true },
+    });
+    expect(html(store, <GeneratePanel />)).toContain(note);
+    store.getState().actions.setConfigValue('chatTemplate', false);
+    expect(html(store, <GeneratePanel />)).not.toContain(note);
   });
 
   it('the whole app renders without a worker answer yet', () => {

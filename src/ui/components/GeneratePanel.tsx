@@ -1,5 +1,12 @@
 import { useId } from 'react';
-import { useActions, useCanGenerate, useGenerating, useOutput, useGenerateParam } from '../store/hooks';
+import {
+  useActions,
+  useCanGenerate,
+  useGenerating,
+  useOutput,
+  useGenerateParam,
+  usePlayground,
+} from '../store/hooks';
 import type { GenerateParams } from '../store/types';
 
 type NumericParam = Exclude<keyof GenerateParams, 'prompt'>;
@@ -92,10 +99,14 @@ export function GeneratePanel() {
   const canGenerate = useCanGenerate();
   const generating = useGenerating();
   const { generate } = useActions();
+  const chat = usePlayground((s) => (s.model?.chatTemplate ?? false) && s.editedConfig.chatTemplate);
   return (
     <section className="card" aria-labelledby="generate-heading">
       <h2 id="generate-heading">Try the policy</h2>
-      <p className="muted small">Sample from the policy as it is now (paused or between steps).</p>
+      <p className="muted small">
+        Sample from the policy as it is now (paused or between steps).
+        {chat && ' The prompt goes in the model’s chat template, as in training (the chatTemplate setting).'}
+      </p>
       <form
         className="generate-form"
         noValidate

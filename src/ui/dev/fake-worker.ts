@@ -401,6 +401,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
       };
     },
     async generate(req) {
+      log('generate', req);
       return {
         text: ' good',
         tokens: [1],

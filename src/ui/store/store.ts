@@ -246,7 +246,8 @@ export function createPlaygroundStore(
           set({ generating: true, error: null });
           try {
             const params = get().generateParams;
-            const reply = await api.generate(params);
+            // The prompt goes in the model's chat template when the run's chatTemplate setting says so, as in training.
+            const reply = await api.generate({ ...params, chatTemplate: get().editedConfig.chatTemplate });
             set({ output: { prompt: params.prompt, reply }, generating: false });
           } catch (e) {
             set({ generating: false, error: describeError(e) });
