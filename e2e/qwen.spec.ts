@@ -8,7 +8,7 @@ import { watchConsole } from './console';
  * A Qwen2-shaped local folder in the playground on WebGPU (issue #21): the tiny Qwen2 parity fixture (2 layers,
  * hidden 32, GQA 4/2, q/k/v biases, tied head, BF16, a 512-id ChatML tokenizer with its chat template) is picked
  * with its tokenizer files; the model card names the family and the chat template; LoRA is preselected (a Qwen
- * model, whatever its size), set to r 4, α 8; two GRPO steps run with the chat template on (step 1's KL is 0: B
+ * model, whatever its size), set to r 4, α 8, on the seven Qwen layers; two GRPO steps run with the chat template on (step 1's KL is 0: B
  * starts at zero) and the sample table shows each prompt in the template; the exported checkpoint holds the
  * tokenizer files and PEFT's adapter on q/k/v/o/gate/up/down_proj, and imports back at step 2 and steps on.
  */
@@ -68,7 +68,14 @@ test('the Qwen2 folder loads with its tokenizer; LoRA is preselected, then set t
   await lora.press('Enter');
   await expect(lora).toHaveValue('4');
   await expect(page.getByRole('textbox', { name: 'loraAlpha value' })).toHaveValue('8');
+  // The Qwen layers are offered, all on (the default means all seven); GPT-2's are not.
+  for (const t of ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'])
+    await expect(page.getByRole('checkbox', { name: new RegExp(`(^| )${t}$`) })).toBeChecked();
+  await expect(page.locator('[data-key="loraTargets"] input[type=checkbox]')).toHaveCount(7);
   await expect(page.getByRole('switch', { name: 'chatTemplate' })).toBeChecked();
+  await expect(page.getByRole('region', { name: 'Try the policy' })).toContainText(
+    'The prompt goes in the model’s chat template',
+  );
   await expect(page.getByRole('combobox', { name: 'algorithm' })).toHaveValue('grpo');
   await expect(page.getByTestId('memory-estimate-problem')).toHaveCount(0);
 });
