@@ -153,6 +153,23 @@ describe('Hub download against a local Hub-shaped server', () => {
     }
   });
 
+  it('a cached Qwen2 repo loads again with no network, its missing chat_template.jinja included', async () => {
+    const cache = mapCache();
+    const asked: string[] = [];
+    const fetchLogged: HubFetch = (u) => (asked.push(u), nodeFetch(u));
+    const first = await loadLM(hubFiles('org/qwen', { fetch: fetchLogged, cache, hubBase: base }), {
+      trainable: false,
+    });
+    first.model.dispose();
+    expect(asked.length).toBe(6);
+    const offline: HubFetch = () => Promise.reject(new Error('offline'));
+    const again = await loadLM(hubFiles('org/qwen', { fetch: offline, cache, hubBase: base }), {
+      trainable: false,
+    });
+    expect(again.tokenizer.chatPrompt?.('hi')).toContain('<|im_start|>assistant\n');
+    again.model.dispose();
+  });
+
   it('streams with progress, caches, and a second load needs no network', async () => {
     const cache = mapCache();
     const progress: HubProgress[] = [];

@@ -152,9 +152,12 @@ async function readBody(
   return whole;
 }
 
+/** The cache key that records a 404 for `url` (one byte; a miss is never cached as an empty file). */
+const missingKey = (url: string) => `${url}?missing`;
+
 /**
  * One Hub file: from the cache when there, else downloaded (streamed, with progress) and cached.
- * Returns null when the Hub has no such file (404).
+ * Returns null when the Hub has no such file (404; remembered in the cache, so a second load asks nothing).
  */
 export async function downloadHubFile(
   repo: string,
@@ -177,6 +180,8 @@ export async function downloadHubFile(
     progress({ loaded: cached.length, total: cached.length, fraction: 1, fromCache: true, done: true });
     return cached;
   }
+  // A file the repo lacks (an optional tokenizer file) is remembered too, so a cached model loads offline.
+  if (opts.cache && (await opts.cache.get(missingKey(url)))) return null;
   let res: HubResponse;
   try {
     res = await opts.fetch(url);
@@ -185,7 +190,10 @@ export async function downloadHubFile(
       `${url} could not be downloaded (${(e as Error).message}); check the connection and try again.`,
     );
   }
-  if (res.status === 404) return null;
+  if (res.status === 404) {
+    await opts.cache?.put(missingKey(url), new Uint8Array([1])).catch(() => undefined);
+    return null;
+  }
   if (res.status === 401 || res.status === 403) {
     throw new UserError(
       `${repo} is private or gated on the Hugging Face Hub (${res.status}); only public models can be loaded here.`,
