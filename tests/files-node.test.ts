@@ -1,9 +1,9 @@
 /** The CLI's folder writer with a streamed file (a checkpoint's weights, written one tensor at a time). */
 import { describe, it, expect } from 'vitest';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { writeFolder } from '../src/cli/files-node';
+import { readWhole, writeFolder } from '../src/cli/files-node';
 import { safetensorsStream, writeSafetensors, type FileBody } from '../src/core/model/safetensors';
 
 describe('writeFolder', () => {
@@ -44,6 +44,22 @@ describe('writeFolder', () => {
       );
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('readWhole', () => {
+  it('reads a file in pieces (as files over 2 GiB are read) to exactly its bytes', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'read-whole-'));
+    try {
+      const bytes = Uint8Array.from({ length: 1000 }, (_, i) => (i * 37 + 11) % 256);
+      const p = path.join(dir, 'f.bin');
+      writeFileSync(p, bytes);
+      for (const piece of [7, 999, 1000, 2 ** 30]) expect(await readWhole(p, 1000, piece)).toEqual(bytes);
+      // A file shorter than asked (it changed while being read) is an error naming it, not zeros.
+      await expect(readWhole(p, 1200, 512)).rejects.toThrow(/ended at byte 1000 of 1200/);
+    } finally {
+      rmSync(dir, { recursive: true });
     }
   });
 });

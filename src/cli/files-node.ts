@@ -32,10 +32,28 @@ export function nodeFiles(dir: string): ModelFiles {
           `${p} is ${(st.size / 1024 ** 3).toFixed(1)} GB; files above ${MAX_FILE_BYTES / 1024 ** 3} GB are refused.`,
         );
       }
-      const buf = await readFile(p);
-      return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+      return readWhole(p, st.size);
     },
   };
+}
+
+/**
+ * A file's bytes through a file handle, in pieces of at most 1 GiB: `readFile` refuses files over 2 GiB
+ * (ERR_FS_FILE_TOO_LARGE), and a Qwen3-0.6B model.safetensors in F32 is 2.4 GB.
+ */
+export async function readWhole(p: string, size: number, piece = 2 ** 30): Promise<Uint8Array> {
+  const out = new Uint8Array(size);
+  const fh = await open(p, 'r');
+  try {
+    for (let at = 0; at < size;) {
+      const { bytesRead } = await fh.read(out, at, Math.min(piece, size - at), at);
+      if (bytesRead === 0) throw new UserError(`${p} ended at byte ${at} of ${size} while being read.`);
+      at += bytesRead;
+    }
+  } finally {
+    await fh.close();
+  }
+  return out;
 }
 
 /** Check that `dir` exists and is a folder, with a clear error otherwise. */
