@@ -128,7 +128,13 @@ describe('mix and makeReward', () => {
     expect(() => makeReward({ mix: [] })).toThrow(/non-empty/);
     expect(() => mix([{ fn: () => 1, weight: Infinity }])).toThrow(/finite/);
     expect(() => makeReward(42)).toThrow(UserError);
-    expect(Object.keys(BUILTIN_REWARDS)).toEqual(['sentiment', 'length', 'keywords', 'arithmetic', 'arithmetic-chat']);
+    expect(Object.keys(BUILTIN_REWARDS)).toEqual([
+      'sentiment',
+      'length',
+      'keywords',
+      'arithmetic',
+      'arithmetic-chat',
+    ]);
   });
 });
 
