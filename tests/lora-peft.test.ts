@@ -252,7 +252,7 @@ describe('PEFT adapter files', () => {
             },
           ],
         }),
-      message: /is not a LoRA tensor of a GPT-2 layer/,
+      message: /is not a LoRA tensor of a GPT-2 Conv1D layer/,
       file: W,
       what: 'base_model.model.transformer.h.0.attn.q_proj.lora_A.weight',
     },

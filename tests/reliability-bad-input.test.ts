@@ -288,8 +288,13 @@ const CASES: Case[] = [
   },
   {
     name: 'config.json of another architecture',
+    run: () => loadLM(withConfig({ model_type: 'mistral' })),
+    expect: [/"model_type" must be "gpt2", "llama", "qwen2" or "qwen3", got "mistral"/],
+  },
+  {
+    name: 'a Llama config.json with GPT-2 field names',
     run: () => loadLM(withConfig({ model_type: 'llama' })),
-    expect: [/"model_type" must be "gpt2"/, /only GPT-2/],
+    expect: [/"hidden_size" must be an integer from 1 to 16384; it is missing/],
   },
   {
     name: 'weights only as pytorch_model.bin (pickle)',

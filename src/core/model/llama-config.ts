@@ -80,9 +80,8 @@ export function parseLlamaConfig(r: Record<string, unknown>, file = 'config.json
     const v = r[key] ?? dflt;
     const max = LIMITS[key];
     if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > max) {
-      throw new UserError(
-        `${file}: "${key}" must be an integer from 1 to ${max}, got ${JSON.stringify(r[key])}.`,
-      );
+      const got = r[key] === undefined ? 'it is missing' : `got ${JSON.stringify(r[key])}`;
+      throw new UserError(`${file}: "${key}" must be an integer from 1 to ${max}; ${got}.`);
     }
     return v;
   };
