@@ -21,11 +21,8 @@ import { LoraAdapters, loraModuleShape } from './lora';
 import type { LayerKV } from '../kernels/definitions';
 import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
-import { gatherChunked, headChunked } from './vocab-chunks';
+import { chunkedLazyTensor, gatherChunked, headChunked } from './vocab-chunks';
 import { embeddingChunkRows, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
-
-/** Rows of wte per piece when a checkpoint streams it (8192 × 768 floats: 25 MB for GPT-2). */
-const WTE_PIECE_ROWS = 8192;
 
 let modelCounter = 0;
 
@@ -262,38 +259,11 @@ export class GPT2 implements CausalLM {
    * weight when called, so a checkpoint writer holds one weight's values at a time (safetensorsStream).
    */
   lazyArrays(): LazyTensor[] {
-    const C = this.config.n_embd;
     return this.specs.map((spec) => {
       const entry = { name: spec.name, shape: spec.shape.slice() };
       if (spec.name === 'wte.weight') {
-        // wte (154 MB for GPT-2, 206 MB for gpt2-medium) also as pieces of WTE_PIECE_ROWS rows, for a streamed file.
-        const wte = this.wte;
-        const pieces = async function* (): AsyncGenerator<Float32Array> {
-          for (let k = 0; k < wte.length; k++) {
-            const n = wte[k].shape[0];
-            for (let r = 0; r < n; r += WTE_PIECE_ROWS) {
-              const piece = tf.slice(wte[k], [r, 0], [Math.min(WTE_PIECE_ROWS, n - r), C]);
-              try {
-                yield (await piece.data()) as Float32Array;
-              } finally {
-                piece.dispose();
-              }
-            }
-          }
-        };
-        if (this.wte.length === 1) {
-          return { ...entry, pieces, data: async () => (await this.wte[0].data()) as Float32Array };
-        }
-        return {
-          ...entry,
-          pieces,
-          data: async () => {
-            const wte = new Float32Array(this.config.vocab_size * C);
-            for (let k = 0; k < this.wte.length; k++)
-              wte.set((await this.wte[k].data()) as Float32Array, k * this.wteChunkRows * C);
-            return wte;
-          },
-        };
+        // wte (154 MB for GPT-2, 206 MB for gpt2-medium) also in pieces, for a streamed file.
+        return chunkedLazyTensor(spec.name, this.wte, this.wteChunkRows, this.config.vocab_size);
       }
       return {
         ...entry,

@@ -25,10 +25,7 @@ import type { LazyTensor } from './safetensors';
 import type { LoraAdapters } from './lora';
 import { loraModuleShape } from './lora';
 import { embeddingChunkRows, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
-import { chunkRanges, gatherChunked, headChunked } from './vocab-chunks';
-
-/** Rows per piece when a checkpoint streams a vocabulary matrix (as GPT-2's wte). */
-const PIECE_ROWS = 8192;
+import { chunkedLazyTensor, chunkRanges, gatherChunked, headChunked } from './vocab-chunks';
 
 let modelCounter = 0;
 
@@ -345,37 +342,11 @@ export class Llama implements CausalLM {
 
   /** toArrays one weight at a time (a LoRA view's adapted weights merged), vocabulary matrices also in pieces. */
   lazyArrays(): LazyTensor[] {
-    const C = this.config.hidden_size;
     return this.specs.map((spec) => {
       const entry = { name: spec.name, shape: spec.shape.slice() };
       if (VOCAB_MATRICES.includes(spec.name)) {
         const chunks = spec.name === 'embed_tokens.weight' ? this.embedChunks : this.headChunks;
-        const rows = this.wteChunkRows;
-        const V = this.config.vocab_size;
-        const pieces = async function* (): AsyncGenerator<Float32Array> {
-          for (const w of chunks) {
-            const n = w.shape[0];
-            for (let r = 0; r < n; r += PIECE_ROWS) {
-              const piece = tf.slice(w, [r, 0], [Math.min(PIECE_ROWS, n - r), C]);
-              try {
-                yield (await piece.data()) as Float32Array;
-              } finally {
-                piece.dispose();
-              }
-            }
-          }
-        };
-        return {
-          ...entry,
-          pieces,
-          data: async () => {
-            if (chunks.length === 1) return (await chunks[0].data()) as Float32Array;
-            const all = new Float32Array(V * C);
-            for (let k = 0; k < chunks.length; k++)
-              all.set((await chunks[k].data()) as Float32Array, k * rows * C);
-            return all;
-          },
-        };
+        return chunkedLazyTensor(spec.name, chunks, this.wteChunkRows, this.config.vocab_size);
       }
       return {
         ...entry,

@@ -3,6 +3,7 @@
  * buffer binding (docs/tfjs.md trap 8). Shared by GPT-2's wte and the Llama families' embed_tokens / lm_head.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { LazyTensor } from './safetensors';
 
 /**
  * Rows of a chunked [V, C] matrix for token ids [N] → [N, C]. Each chunk gathers at the ids it holds (others clipped
@@ -42,4 +43,45 @@ export function chunkRanges(V: number, rows: number): [number, number][] {
   const out: [number, number][] = [];
   for (let lo = 0; lo < V; lo += rows) out.push([lo, Math.min(V, lo + rows)]);
   return out;
+}
+
+/** Rows per piece when a checkpoint streams a vocabulary matrix (8192 × 768 floats: 25 MB for GPT-2). */
+const PIECE_ROWS = 8192;
+
+/**
+ * A chunked [V, C] matrix as a LazyTensor named `name`: `data()` reads it whole (the chunks joined in order), and
+ * `pieces()` yields it in pieces of PIECE_ROWS rows, so a streamed checkpoint never holds the whole matrix on the host.
+ */
+export function chunkedLazyTensor(
+  name: string,
+  chunks: tf.Tensor[],
+  rowsPerChunk: number,
+  V: number,
+): LazyTensor {
+  const C = chunks[0].shape[1] as number;
+  const pieces = async function* (): AsyncGenerator<Float32Array> {
+    for (const w of chunks) {
+      const n = w.shape[0];
+      for (let r = 0; r < n; r += PIECE_ROWS) {
+        const piece = tf.slice(w, [r, 0], [Math.min(PIECE_ROWS, n - r), C]);
+        try {
+          yield (await piece.data()) as Float32Array;
+        } finally {
+          piece.dispose();
+        }
+      }
+    }
+  };
+  return {
+    name,
+    shape: [V, C],
+    pieces,
+    data: async () => {
+      if (chunks.length === 1) return (await chunks[0].data()) as Float32Array;
+      const all = new Float32Array(V * C);
+      for (let k = 0; k < chunks.length; k++)
+        all.set((await chunks[k].data()) as Float32Array, k * rowsPerChunk * C);
+      return all;
+    },
+  };
 }
