@@ -17,13 +17,15 @@ import { UserError } from '../core/errors';
 import { asHeapExhaustion, defaultHeapBudget, HeapExhaustedError } from '../core/oom';
 import type { FileBody } from '../core/model/safetensors';
 import { cmdTrainDpo, dpoRequest } from './train-dpo';
+import { HELDOUT } from '../core/ppo/eval-record';
 
 export const TRAIN_HELP = `train --config FILE --out DIR [--steps N] [--resume CKPT_DIR] [--reward-module FILE.mjs] [--dump-rollouts]
       [--backend wasm|cpu|webgpu] [--json]
   RLHF with PPO, GRPO, RLOO or REINFORCE++ (config key "algorithm", docs/formats.md §7), or DPO on preference
   pairs ("algorithm": "dpo", docs/dpo.md). Writes DIR/metrics.jsonl,
-  DIR/checkpoint-0/, DIR/checkpoint-<step>/ every saveEvery steps and at the end, and with --dump-rollouts
-  DIR/rollouts/step-<n>.json. Config keys: docs/formats.md §5 (README).`;
+  DIR/checkpoint-0/, DIR/checkpoint-<step>/ every saveEvery steps and at the end, with --dump-rollouts
+  DIR/rollouts/step-<n>.json, and with evalEvery > 0 DIR/eval.jsonl (held-out evaluation, docs/eval.md).
+  Config keys: docs/formats.md §5 (README).`;
 
 export const nodeResources: Resources = {
   modelFiles: (nameOrPath) => nodeFiles(resolveModel(nameOrPath)),
@@ -147,6 +149,38 @@ export async function trimMetrics(
 }
 
 /**
+ * Resuming into an out folder whose eval.jsonl holds evaluations after the checkpoint's step: keep the lines up
+ * to it (a line cut short by a crash is dropped too), so the evaluations this run writes appear once. No file: an
+ * empty one. Returns the number of lines dropped.
+ */
+export async function trimEvalLog(evalPath: string, step: number): Promise<number> {
+  let text: string;
+  try {
+    text = await readFile(evalPath, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    await writeFile(evalPath, '');
+    return 0;
+  }
+  const lines = text.split('\n').filter((l) => l.trim() !== '');
+  const kept = lines.filter((l) => {
+    try {
+      const m = JSON.parse(l) as { step?: unknown };
+      return typeof m.step === 'number' && m.step <= step;
+    } catch {
+      return false;
+    }
+  });
+  const dropped = lines.length - kept.length;
+  if (dropped > 0) {
+    const tmp = `${evalPath}.tmp`;
+    await writeFile(tmp, kept.map((l) => l + '\n').join(''));
+    await rename(tmp, evalPath);
+  }
+  return dropped;
+}
+
+/**
  * `train`: a disk adapter over core's TrainingSession (src/core/session.ts), which runs the steps, applies the
  * checkpoint cadence and stops on three non-finite steps in a row. This file writes what the session reports:
  * metrics.jsonl, checkpoint folders, rollout dumps, and progress on stderr.
@@ -181,6 +215,7 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   // the state below, which is filled in once the run is loaded.
   const dump = v['dump-rollouts'] === true;
   const metricsPath = path.join(out, 'metrics.jsonl');
+  const evalPath = path.join(out, 'eval.jsonl');
   const checkpoints: string[] = [];
   let steps = 0;
   let last: TrainingSession['history'][number] | undefined;
@@ -194,6 +229,8 @@ export async function cmdTrain(argv: string[]): Promise<void> {
       // One write of one complete line per finished step.
       await appendFile(metricsPath, JSON.stringify(m) + '\n');
       finished = m.step;
+      // Held-out evaluation (docs/eval.md): one line per evaluation, written after the step's metrics line.
+      if (r.eval) await appendFile(evalPath, JSON.stringify(r.eval) + '\n');
       if (dump) {
         // The dump records the KL coefficient the step used (before the controller's update).
         // groupSize as resolved (0 in the config = the algorithm's default).
@@ -210,6 +247,12 @@ export async function cmdTrain(argv: string[]): Promise<void> {
           `clip ${m.clipFrac.toFixed(3)} ${m.valueLoss === null ? 'no value model' : `vloss ${m.valueLoss.toFixed(3)}`} ` +
           `${m.timeStep.toFixed(1)} s/step\n`,
       );
+      if (r.eval) {
+        process.stderr.write(
+          `  eval: reward ${r.eval['eval/reward'].toFixed(3)} kl ${r.eval['eval/kl'].toFixed(3)} ` +
+            `winRate ${r.eval['eval/winRate'].toFixed(3)} (${r.eval.samples.length} prompts)\n`,
+        );
+      }
       for (const a of r.alerts) process.stderr.write(`  alert: ${a.message} ${a.advice}\n`);
     },
     // checkpoint-0 (a fresh run's starting weights), every saveEvery steps, and the last step.
@@ -221,7 +264,9 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   };
   // The budget guard at every phase boundary: PPO_HEAP_BUDGET_BYTES, else the WASM heap on wasm (src/core/oom.ts).
   const budget = defaultHeapBudget();
-  const sessionOpts = { ...opts, hooks, heapBudget: () => budget };
+  // An evalPrompts file is read from disk by the path the config holds (made absolute below, so a resume finds it).
+  const readText = (p: string) => readFile(p, 'utf8');
+  const sessionOpts = { ...opts, hooks, heapBudget: () => budget, readText };
 
   let session: TrainingSession;
   // Loading can run out as well (the preflight above is an estimate): said with the phase, not as a stack.
@@ -239,6 +284,9 @@ export async function cmdTrain(argv: string[]): Promise<void> {
       process.stderr.write(`note: --config is ignored with --resume; the checkpoint's config is used.\n`);
   } else {
     const cfg: TrainConfig = validateConfig(await readJsonFile(cfgPath!, 'config'), cfgPath!);
+    // An evalPrompts file's path is relative to the config file; the run (and its checkpoints) keep it absolute.
+    if (cfg.evalPrompts !== null && cfg.evalPrompts !== HELDOUT)
+      cfg.evalPrompts = path.resolve(path.dirname(cfgPath!), cfg.evalPrompts);
     if (!(cfg.model in PRESETS)) await assertFolder(resolveModel(cfg.model));
     session = await TrainingSession.build(cfg, nodeResources, sessionOpts).catch((e) => {
       throw loading(e);
@@ -247,8 +295,11 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   try {
     steps = num('train', v, 'steps', session.cfg.steps, { min: 1, max: 1e6, integer: true });
     await mkdir(out, { recursive: true });
-    if (!resume) await writeFile(metricsPath, '');
-    else {
+    if (!resume) {
+      await writeFile(metricsPath, '');
+      if (session.evaluator) await writeFile(evalPath, '');
+    } else {
+      if (session.evaluator) await trimEvalLog(evalPath, session.step);
       const dropped = await trimMetrics(metricsPath, session.step, session.history);
       if (dropped > 0) {
         process.stderr.write(

@@ -20,6 +20,7 @@ import type { ModelFiles } from './model/folder';
 import { UserError } from './errors';
 import { nonFiniteMessage, stepsDoneMessage } from './stops';
 import { asHeapExhaustion, checkHeapBudget, HeapExhaustedError, stepPhase } from './oom';
+import { Evaluator, evalMetricsOf, isEvalStep, resolveEvalPrompts } from './ppo/eval';
 
 /**
  * The checkpoint cadence: the starting weights (step 0), every `saveEvery` steps (0 = none in between), and the
@@ -98,6 +99,11 @@ export interface SessionOptions {
    * WASM heap on wasm), the worker its backend's heap. null, or no function (the default): no check.
    */
   heapBudget?: () => number | null;
+  /**
+   * The text of an `evalPrompts` prompts file (held-out evaluation, src/core/ppo/eval.ts), by the path the config
+   * holds: the CLI reads it from disk. Absent (the app): only "heldout" is possible.
+   */
+  readText?: (path: string) => Promise<string>;
 }
 
 /** What TrainingSession.build and restore take: how to build the trainer, and the session's collaborators. */
@@ -125,6 +131,8 @@ export class TrainingSession {
     readonly trainer: PpoTrainer,
     private readonly hooks: SessionHooks,
     private readonly heapBudget: () => number | null,
+    /** Held-out evaluation (evalEvery > 0), or null. */
+    readonly evaluator: Evaluator | null,
   ) {
     this.config = trainer.cfg;
     this.baseReward = trainer.models.reward;
@@ -137,6 +145,7 @@ export class TrainingSession {
    */
   private static async around(
     opts: SessionBuildOptions,
+    res: Resources,
     make: (opts: BuildOptions) => Promise<PpoTrainer>,
   ): Promise<TrainingSession> {
     let session: TrainingSession | null = null;
@@ -144,15 +153,23 @@ export class TrainingSession {
       config: () => session?.config ?? first,
       events: { phase: (p) => session?.phaseChanged(p) },
     });
-    const { hooks, heapBudget, ...build } = opts;
+    const { hooks, heapBudget, readText, ...build } = opts;
     const trainer = await make({ ...build, owner });
-    session = new TrainingSession(trainer, hooks ?? {}, heapBudget ?? (() => null));
+    let evaluator: Evaluator | null = null;
+    try {
+      const prompts = await resolveEvalPrompts(trainer.cfg, { loadTask: (n) => res.loadTask(n), readText });
+      if (prompts) evaluator = new Evaluator(trainer, prompts);
+    } catch (e) {
+      trainer.disposeAll(); // nothing of a session that failed to build stays loaded
+      throw e;
+    }
+    session = new TrainingSession(trainer, hooks ?? {}, heapBudget ?? (() => null), evaluator);
     return session;
   }
 
   /** A fresh run from a validated config. */
   static build(cfg: TrainConfig, res: Resources, opts: SessionBuildOptions = {}): Promise<TrainingSession> {
-    return TrainingSession.around(opts, (o) => buildTrainer(cfg, res, o));
+    return TrainingSession.around(opts, res, (o) => buildTrainer(cfg, res, o));
   }
 
   /**
@@ -165,7 +182,7 @@ export class TrainingSession {
     res: Resources,
     opts: SessionBuildOptions = {},
   ): Promise<TrainingSession> {
-    return TrainingSession.around(opts, (o) => restoreTrainer(files, res, o));
+    return TrainingSession.around(opts, res, (o) => restoreTrainer(files, res, o));
   }
 
   /** The trainer's phase changed: the heap guard at the boundary, then the hook. */
@@ -350,6 +367,12 @@ export class TrainingSession {
       result = await t.trainStep();
       // After the update: Adam's moments (made by the first update) and anything the step left live.
       this.checkHeap('updating', stepNo);
+      // Held-out evaluation (src/core/ppo/eval.ts): every evalEvery steps and at the last step; its metrics go on
+      // this step's line (and into the history a checkpoint keeps). It draws nothing from the training stream.
+      if (this.evaluator && isEvalStep(t.step, this.config.evalEvery, until)) {
+        result.eval = await this.evaluator.run(t.step);
+        Object.assign(result.metrics, evalMetricsOf(result.eval));
+      }
     } catch (e) {
       throw this.stepFailed(e, stepNo);
     } finally {

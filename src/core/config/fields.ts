@@ -108,6 +108,12 @@ export interface TrainConfig {
   /** RLOO only: whiten the advantages over the batch's samples. */
   normalizeAdvantages: boolean;
   lossAggregation: LossAggregation;
+  /** Held-out evaluation every this many steps and at the last step (docs/eval.md); 0 = off. */
+  evalEvery: number;
+  /** The held-out prompts: "heldout" (the task's held-out split) or a file of prompts, one a line; null = none. */
+  evalPrompts: string | null;
+  /** Held-out evaluation's sampling: 0 = greedy; > 0 = sampled at this temperature with fixed seeds. */
+  evalTemperature: number;
 }
 
 export type ConfigKey = keyof TrainConfig;
@@ -262,6 +268,30 @@ export const CONFIG_FIELDS = {
     0,
     1_000_000,
     'Write a checkpoint every this many steps (and at the end); 0 = end only.',
+  ),
+  evalEvery: int(
+    'setup',
+    0,
+    0,
+    1_000_000,
+    'Held-out evaluation every this many steps and at the last step: policy and reference answer evalPrompts, giving eval/reward, eval/kl, eval/winRate (docs/eval.md); 0 = off. Applies on reset.',
+    { live: false },
+  ),
+  evalPrompts: {
+    type: 'string',
+    group: 'setup',
+    default: null,
+    nullable: true,
+    live: false,
+    doc: 'Prompts of the held-out evaluation: "heldout" (the task’s held-out split) or a file of prompts, one a line, its path relative to the config file (CLI); null = none. Applies on reset.',
+  },
+  evalTemperature: num(
+    'setup',
+    0,
+    0,
+    10,
+    'Held-out evaluation’s sampling: 0 = greedy; above 0, sampled at this temperature with the same fixed seeds at every evaluation. Applies on reset.',
+    { live: false },
   ),
   valueInit: {
     type: 'choice',

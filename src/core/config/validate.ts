@@ -242,6 +242,12 @@ export function validateConfig(partial: unknown, source = 'config'): TrainConfig
           'critic-free); remove valueInit (or set it to "policy"), or use algorithm "ppo".',
       );
     }
+    if (c.evalEvery > 0 && c.evalPrompts === null) {
+      problems.push(
+        `${source}: "evalEvery" (${c.evalEvery}) needs "evalPrompts": "heldout" (the task's held-out split) or a ` +
+          'file of prompts, one a line; or set evalEvery to 0 (no evaluation).',
+      );
+    }
     if (c.lora > 0 && c.valueModel === 'shared' && c.valueInit === 'reward') {
       problems.push(
         `${source}: "valueInit" "reward" cannot be used with "lora" > 0 and "valueModel" "shared" (the shared ` +

@@ -77,6 +77,7 @@ import { jointGuardedStep, type JointStepResult, type Objective, type UpdatePart
 import type { Rollout } from './rollout';
 import { healthAlerts, type HealthAlert } from './health';
 import { UserError } from '../errors';
+import type { EvalRecord } from './eval-record';
 
 /**
  * Where scores come from: a function of the text, or a learned reward model read at the last real token.
@@ -161,6 +162,11 @@ export interface StepResult {
   skippedUpdates: number;
   /** Three steps in a row had skipped updates: the run loop should pause. */
   shouldPause: boolean;
+  /**
+   * Held-out evaluation after this step (src/core/ppo/eval.ts), set by the session on evaluation steps; its three
+   * metrics are on `metrics` too.
+   */
+  eval?: EvalRecord;
 }
 
 /** What the trainer is doing now; the worker's protocol re-exports this type (src/worker/protocol.ts). */
@@ -443,6 +449,76 @@ export class PpoTrainer {
   ): tf.Tensor2D {
     const n = ids.shape[0];
     return tf.slice(model.values(ids, attn, { recompute }), [0, Tq - 1], [n, R]) as tf.Tensor2D;
+  }
+
+  /**
+   * The forwards of held-out evaluation (src/core/ppo/eval.ts): for each response, Σ_t log π(y_t) and
+   * Σ_t log π_ref(y_t) over its tokens (log softmax(logits / temperature), `temperature` 0 read as 1), and the
+   * learned reward model's score at its last real token (null with a reward function). `responses` are unpadded
+   * (at most responseLength tokens each); run in slices of `micro` rows. Reads and changes no training state
+   * (no random stream, no optimiser, no step counter).
+   */
+  async evalForward(
+    queries: number[][],
+    responses: number[][],
+    temperature: number,
+    micro: number,
+  ): Promise<{ policy: number[]; ref: number[]; rewardModel: number[] | null }> {
+    const { policy, ref, reward } = this.models;
+    const R = Math.max(1, ...responses.map((r) => r.length));
+    const B = queries.length;
+    const T = temperature === 0 ? 1 : temperature;
+    const padded = responses.map((t) => [
+      ...t,
+      ...new Array<number>(R - t.length).fill(this.tokenizer.padId),
+    ]);
+    const mask = responses.map((t) => [
+      ...new Array<number>(t.length).fill(1),
+      ...new Array<number>(R - t.length).fill(0),
+    ]);
+    const Tq = bucket(Math.max(...queries.map((q) => q.length)), policy.config.n_positions - R);
+    const out = {
+      policy: [] as number[],
+      ref: [] as number[],
+      rewardModel: reward.kind === 'model' ? ([] as number[]) : null,
+    };
+    const size = micro > 0 ? Math.min(micro, B) : B;
+    for (let s = 0; s < B; s += size) {
+      const rows = Array.from({ length: Math.min(size, B - s) }, (_, k) => s + k);
+      const inp = this.batchInputs(queries, padded, mask, rows, Tq, R);
+      const sums = tf.tidy(() => {
+        const ids = tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32');
+        const attn = tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32');
+        const tokens = tf.tensor1d(
+          rows.flatMap((i) => padded[i]),
+          'int32',
+        );
+        const m = tf.tensor2d(
+          rows.map((i) => mask[i]),
+          [inp.n, R],
+        );
+        const sum = (model: CausalLM) =>
+          tf.sum(
+            tf.mul(
+              tf.reshape(logprobsFromLogits(this.responseLogits(model, ids, attn, inp.Tq, R), tokens, T), [
+                inp.n,
+                R,
+              ]),
+              m,
+            ),
+            1,
+          );
+        const rm = reward.kind === 'model' ? reward.model.lastTokenValues(ids, attn) : tf.zeros([inp.n]);
+        return tf.concat([sum(policy), sum(ref), tf.reshape(rm, [inp.n])]);
+      });
+      const data = await sums.data();
+      sums.dispose();
+      const n = inp.n;
+      out.policy.push(...Array.from(data.subarray(0, n)));
+      out.ref.push(...Array.from(data.subarray(n, 2 * n)));
+      out.rewardModel?.push(...Array.from(data.subarray(2 * n, 3 * n)));
+    }
+    return out;
   }
 
   /** Step 7's policy part of the joint loss: pg − entropyCoef·entropy, and the statistics read back with it. */
