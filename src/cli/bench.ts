@@ -11,8 +11,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
-import { spawn } from 'node:child_process';
-import { parse, str } from './args';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { num, parse, str } from './args';
 import { setNodeBackend } from './backend-node';
 import { nodeFiles } from './files-node';
 import { resolveModel, ROOT } from './models';
@@ -45,9 +46,29 @@ import {
   type BenchRun,
 } from '../bench/perf/report';
 import { UserError } from '../core/errors';
+import {
+  byteMatchedPrompts,
+  matmulShapes,
+  ourConfig,
+  ourQueryLength,
+  parseShape,
+  parseTrlResult,
+  summariseVsTrl,
+  trlSpec,
+  vsTrlMarkdown,
+  VS_TRL_GPT2_SHAPE,
+  VS_TRL_PROMPTS,
+  VS_TRL_SETUP,
+  type OursResult,
+  type PhaseSeconds,
+  type VsTrl,
+} from '../bench/vs-trl';
 
 /** Where the bench's tables go without --out: an ignored folder (.gitignore), so a run leaves no change to commit. */
 export const DEFAULT_BENCH_OUT = '.bench/bench-results.md';
+
+/** Where `bench --vs-trl` writes its table without --out. */
+export const DEFAULT_VS_TRL_OUT = '.bench/vs-trl.md';
 
 export const BENCH_HELP = `bench [--quick] [--json] [--out FILE] [--no-browser] [--browser-backends webgpu,wasm]
       [--sections matmul,gen,ppo,lm,memory,dispatch] [--big-memory gpt2,distilgpt2|none]
@@ -59,7 +80,13 @@ export const BENCH_HELP = `bench [--quick] [--json] [--out FILE] [--no-browser] 
   the smallest sizes (≈ 8 minutes on 2 cores). Writes the tables to --out (default .bench/bench-results.md).
   --gpu: only WebGPU in Node (Dawn) on whatever adapter exists: the adapter, its matmul peak, the tiny PPO step
   (seconds, update MFU, dispatches and readbacks per step) and GPT-2 dispatches per layer; smallest sizes on a
-  software adapter.`;
+  software adapter. updateMfu is the update's FLOP/s against tfjs's own matmul peak, not against the machine.
+bench --vs-trl [--vs-trl-shape L,C,H,P,V] [--vs-trl-model DIR] [--vs-trl-steps N] [--vs-trl-warmup N] [--json] [--out FILE]
+  The same GRPO LoRA step (batch 8 in groups of 4, 24 new tokens, r 8 on the four GPT-2 layers) through our engine
+  (WASM, 1 thread) and through TRL's GRPOTrainer + PEFT on PyTorch CPU (1 thread, scripts/trl_grpo_step.py, run by
+  $PPO_PYTHON, else /tmp/venv/bin/python, else python3): s/step, phases, GFLOP/s per phase, resident peaks, both
+  matmul peaks, vsTrlCpu = ours ÷ TRL. Default shape GPT-2 124M (random weights, made once under .bench/models/).
+  Skipped, with the reason, when that Python cannot import torch, transformers, peft and trl (docs/vs-trl.md).`;
 
 /** nanogpt's files by path (its package exports only main.js; BasicTrainer must share main.js's modules). */
 async function loadNanoGptNode(): Promise<NanoGptPeer> {
@@ -107,6 +134,12 @@ export async function cmdBench(argv: string[]): Promise<void> {
     model: { type: 'string' },
     gpu: { type: 'boolean' },
     'gpu-dispatch-only': { type: 'boolean' },
+    'vs-trl': { type: 'boolean' },
+    'vs-trl-shape': { type: 'string' },
+    'vs-trl-model': { type: 'string' },
+    'vs-trl-steps': { type: 'string' },
+    'vs-trl-warmup': { type: 'string' },
+    'vs-trl-child': { type: 'string' },
   });
   const t0 = performance.now();
   const quick = !!v.quick;
@@ -139,6 +172,26 @@ export async function cmdBench(argv: string[]): Promise<void> {
     void process.stderr.write(`[${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s] ${m}\n`);
   const notes: string[] = [];
   const runs: BenchRun[] = [];
+  if (v['vs-trl-child'] !== undefined) {
+    // The child process of --vs-trl: our side's steps, one JSON line out.
+    const r = await vsTrlOursChild(str('bench', v, 'vs-trl-child', true)!, log);
+    process.stdout.write(JSON.stringify(r) + '\n');
+    return;
+  }
+  if (v['vs-trl']) {
+    await vsTrlBench(
+      {
+        shape: str('bench', v, 'vs-trl-shape'),
+        model: str('bench', v, 'vs-trl-model'),
+        steps: num('bench', v, 'vs-trl-steps', 2, { min: 1, max: 100, integer: true }),
+        warmup: num('bench', v, 'vs-trl-warmup', 1, { min: 0, max: 100, integer: true }),
+        json: !!v.json,
+        out: str('bench', v, 'out') ?? DEFAULT_VS_TRL_OUT,
+      },
+      log,
+    );
+    return;
+  }
   const task = await loadTaskNode('sentiment');
 
   if (v.gpu) {
@@ -579,5 +632,283 @@ async function gpuBench(
   if (json) {
     const { ppo, layers, ...rest } = r;
     process.stdout.write(JSON.stringify({ ...rest, layers, ppo }) + '\n');
+  }
+}
+
+// ---- bench --vs-trl (issue #24, docs/vs-trl.md) ---------------------------------------------------------
+
+/**
+ * The Python that runs the TRL side: $PPO_PYTHON when set (a path or a name on PATH), else /tmp/venv/bin/python
+ * when it exists (the venv our machines make), else python3.
+ */
+export function resolvePython(
+  env: Record<string, string | undefined> = process.env,
+  exists: (p: string) => boolean = existsSync,
+): string {
+  if (env.PPO_PYTHON) return env.PPO_PYTHON;
+  if (exists('/tmp/venv/bin/python')) return '/tmp/venv/bin/python';
+  return 'python3';
+}
+
+export type PythonProbe = { ok: true; versions: Record<string, string> } | { ok: false; reason: string };
+
+/** Whether `python` can import torch, transformers, peft and trl (scripts/trl_grpo_step.py --probe); why not. */
+export function probePython(python: string, script: string): PythonProbe {
+  const r = spawnSync(python, [script, '--probe'], { encoding: 'utf8', timeout: 120_000 });
+  if (r.error) {
+    const code = (r.error as NodeJS.ErrnoException).code;
+    return {
+      ok: false,
+      reason:
+        code === 'ENOENT'
+          ? `no Python at "${python}" (set PPO_PYTHON to a Python with torch, transformers, peft and trl)`
+          : `"${python}" could not run: ${r.error.message}`,
+    };
+  }
+  const out = (r.stdout ?? '').trim();
+  if (r.status !== 0)
+    return {
+      ok: false,
+      reason: `"${python}" cannot import torch, transformers, peft and trl: ${out || (r.stderr ?? '').trim().split('\n').pop() || `exit ${r.status}`} (pip install torch transformers peft trl)`,
+    };
+  try {
+    return { ok: true, versions: JSON.parse(out.split('\n').pop()!) };
+  } catch {
+    return {
+      ok: false,
+      reason: `"${python}" --probe printed no versions (${JSON.stringify(out.slice(0, 80))})`,
+    };
+  }
+}
+
+interface VsTrlChildSpec {
+  config: Record<string, unknown>;
+  warmup: number;
+  steps: number;
+  threads: number;
+  matmulSizes: [number, number, number][];
+}
+
+/**
+ * Our side of --vs-trl, in its own process (its resident peak is its own): the CLI train path (validateConfig,
+ * TrainingSession.build with nodeResources and the heap budget, session.run) on WASM with `threads` threads,
+ * without the disk writes (no metrics file, no checkpoints); then tfjs-wasm's matmul on the same shapes as torch's.
+ */
+async function vsTrlOursChild(
+  file: string,
+  log: (m: string) => void,
+): Promise<Omit<OursResult, 'Tq' | 'promptLengths'>> {
+  const { readFile } = await import('node:fs/promises');
+  const spec = JSON.parse(await readFile(file, 'utf8')) as VsTrlChildSpec;
+  const wasm = await import('@tensorflow/tfjs-backend-wasm');
+  wasm.setThreadsCount(spec.threads);
+  await setNodeBackend('wasm');
+  const { TrainingSession } = await import('../core/session');
+  const { defaultHeapBudget } = await import('../core/oom');
+  const cfg = validateConfig(spec.config, 'bench --vs-trl');
+  const steps: PhaseSeconds[] = [];
+  let n = 0;
+  const budget = defaultHeapBudget();
+  const session = await TrainingSession.build(cfg, nodeResources, {
+    hooks: {
+      step: async (r) => {
+        const m = r.metrics;
+        n++;
+        log(
+          `${n <= spec.warmup ? 'warm-up' : 'step'} ${n}: ${m.timeStep.toFixed(2)} s (generate ${m.timeGenerate.toFixed(2)}, ` +
+            `score ${m.timeScore.toFixed(2)}, update ${m.timeUpdate.toFixed(2)})`,
+        );
+        if (n > spec.warmup)
+          steps.push({
+            step: m.timeStep,
+            generate: m.timeGenerate,
+            score: m.timeScore,
+            update: m.timeUpdate,
+          });
+      },
+    },
+    heapBudget: () => budget,
+  });
+  try {
+    const end = await session.run({ until: spec.warmup + spec.steps });
+    if (end.reason === 'error') throw end.error;
+    if (end.reason === 'nonfinite') throw new Error(end.message);
+    const microBatchSize = session.trainer.microBatchSize();
+    const { benchMatmulShape } = await import('../bench/perf/matmul');
+    const matmul = [];
+    for (const [m, k, nn] of spec.matmulSizes) {
+      const r = await benchMatmulShape(m, k, nn);
+      matmul.push({ m, k, n: nn, gflops: r.gflops });
+    }
+    return {
+      steps,
+      maxRssBytes: process.resourceUsage().maxRSS * 1024,
+      matmul,
+      wasmThreads: wasm.getThreadsCount(),
+      microBatchSize,
+    };
+  } finally {
+    session.dispose();
+  }
+}
+
+/** Run `python SCRIPT SPEC` with its stderr as progress; resolves its stdout, rejects on a non-zero exit. */
+function runPython(python: string, args: string[], log: (m: string) => void): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(python, args, {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, HF_HUB_OFFLINE: '1', TRANSFORMERS_OFFLINE: '1', HF_DATASETS_OFFLINE: '1' },
+    });
+    const kill = (): void => void child.kill('SIGTERM');
+    process.once('exit', kill);
+    let stdout = '';
+    let tail = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    let errBuf = '';
+    child.stderr.on('data', (d: Buffer) => {
+      errBuf += d.toString();
+      const lines = errBuf.split(/\r?\n|\r/);
+      errBuf = lines.pop() ?? '';
+      for (const l of lines)
+        if (l.trim()) {
+          tail = l;
+          if (l.startsWith('[trl]') || /Error|Traceback/.test(l)) log(`(trl) ${l.replace(/^\[trl\] /, '')}`);
+        }
+    });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      process.off('exit', kill);
+      if (code === 0) resolve(stdout);
+      else reject(new Error(`${python} ${args[0]} exited with ${code}: ${(errBuf || tail).trim()}`));
+    });
+  });
+}
+
+/** A random GPT-2-shaped folder (scripts/make-random-model.ts), made once per shape under .bench/models/. */
+async function vsTrlModelFolder(
+  shape: ReturnType<typeof parseShape>,
+  given: string | undefined,
+  log: (m: string) => void,
+): Promise<string> {
+  if (given) return path.resolve(given);
+  const s = [shape.n_layer, shape.n_embd, shape.n_head, shape.n_positions, shape.vocab_size];
+  const dir = path.join(ROOT, '.bench/models', `gpt2-random-${s.join('-')}`);
+  if (existsSync(path.join(dir, 'config.json')) && existsSync(path.join(dir, 'model.safetensors')))
+    return dir;
+  log(`writing a random model of shape ${s.join(',')} to ${dir}`);
+  const r = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', 'scripts/make-random-model.ts', dir, ...s.map(String)],
+    { cwd: ROOT, encoding: 'utf8' },
+  );
+  if (r.status !== 0)
+    throw new Error(`scripts/make-random-model.ts failed (exit ${r.status}): ${(r.stderr ?? '').trim()}`);
+  return dir;
+}
+
+/** `bench --vs-trl`: both sides one after the other (never at once: each has the machine to itself). */
+async function vsTrlBench(
+  o: {
+    shape: string | undefined;
+    model: string | undefined;
+    steps: number;
+    warmup: number;
+    json: boolean;
+    out: string;
+  },
+  log: (m: string) => void,
+): Promise<void> {
+  const { mkdtemp, rm } = await import('node:fs/promises');
+  let shape: ReturnType<typeof parseShape>;
+  try {
+    shape = parseShape(o.shape ?? VS_TRL_GPT2_SHAPE.join(','));
+  } catch (e) {
+    throw new UserError((e as Error).message);
+  }
+  const mach = machine();
+  const cpu = `${mach.cpu}, load average at start ${mach['load average at start']}`;
+  const emit = async (r: VsTrl | null, skipped: string | null): Promise<void> => {
+    const md = vsTrlMarkdown(r, skipped, cpu);
+    await mkdir(path.dirname(o.out), { recursive: true });
+    await writeFile(o.out, md);
+    process.stdout.write(md);
+    if (o.json)
+      process.stdout.write(
+        JSON.stringify({
+          vsTrlCpu: r?.vsTrlCpu ?? null,
+          vsTrlPeakRatio: r?.peakRatio ?? null,
+          vsTrl: r ? { ...r, machine: cpu } : { skipped },
+        }) + '\n',
+      );
+  };
+  const python = resolvePython();
+  const script = path.join(ROOT, 'scripts/trl_grpo_step.py');
+  const probe = probePython(python, script);
+  if (!probe.ok) {
+    log(`bench --vs-trl: skipped: ${probe.reason}`);
+    await emit(null, probe.reason);
+    return;
+  }
+  log(
+    `TRL side: ${python} (${Object.entries(probe.versions)
+      .map(([k, x]) => `${k} ${x}`)
+      .join(', ')})`,
+  );
+  const dir = await vsTrlModelFolder(shape, o.model, log);
+  const config = gpt2Only(await readConfig(nodeFiles(dir)), 'bench --vs-trl');
+  const tokenizer = tokenizerFor(config);
+  const promptLengths = VS_TRL_PROMPTS.map((p) => tokenizer.encode(p).length);
+  const trlPrompts = byteMatchedPrompts(VS_TRL_PROMPTS, promptLengths);
+  const tmp = await mkdtemp(path.join(os.tmpdir(), 'ppo-vs-trl-'));
+  try {
+    const sizes = matmulShapes(config);
+    const childSpec: VsTrlChildSpec = {
+      config: ourConfig(dir, VS_TRL_PROMPTS, o.warmup + o.steps),
+      warmup: o.warmup,
+      steps: o.steps,
+      threads: VS_TRL_SETUP.threads,
+      matmulSizes: sizes,
+    };
+    const childFile = path.join(tmp, 'ours.json');
+    await writeFile(childFile, JSON.stringify(childSpec));
+    log(
+      `ours: ${o.warmup} warm-up + ${o.steps} timed GRPO LoRA steps on WASM, ${VS_TRL_SETUP.threads} thread`,
+    );
+    const child = await childJson<Omit<OursResult, 'Tq' | 'promptLengths'> | { error: string }>(
+      ['bench', '--vs-trl-child', childFile],
+      '(ours)',
+      log,
+      (code) => ({ error: `our side's child process exited with ${code} and no result` }),
+    );
+    if ('error' in child) throw new Error(`bench --vs-trl: ${child.error}.`);
+    const ours: OursResult = {
+      ...child,
+      promptLengths,
+      Tq: ourQueryLength(promptLengths, config.n_positions, VS_TRL_SETUP.responseLength),
+    };
+    const specFile = path.join(tmp, 'trl.json');
+    await writeFile(
+      specFile,
+      JSON.stringify(
+        trlSpec({
+          model: dir,
+          prompts: trlPrompts,
+          warmup: o.warmup,
+          steps: o.steps,
+          matmulSizes: sizes,
+          outputDir: path.join(tmp, 'trl-out'),
+        }),
+      ),
+    );
+    log(`TRL: ${o.warmup} warm-up + ${o.steps} timed steps on PyTorch CPU, ${VS_TRL_SETUP.threads} thread`);
+    const stdout = await runPython(python, [script, specFile], log);
+    const trl = parseTrlResult(stdout, { steps: o.steps, responseLength: VS_TRL_SETUP.responseLength });
+    if (trl.promptLengths.join() !== promptLengths.join())
+      throw new Error(
+        `bench --vs-trl: prompt lengths differ: ours ${promptLengths.join(',')} tokens, TRL's ${trl.promptLengths.join(',')}.`,
+      );
+    await emit(summariseVsTrl({ ...config }, ours, trl, { warmup: o.warmup }), null);
+  } finally {
+    await rm(tmp, { recursive: true, force: true });
   }
 }

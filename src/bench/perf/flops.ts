@@ -63,3 +63,40 @@ export function lmTrainStepFlops(c: ModelShape, B: number, T: number): number {
 export function matmulFlops(m: number, k: number, n: number): number {
   return 2 * m * k * n;
 }
+
+/**
+ * FLOPs of sampling `R` tokens for `batch` rows with the KV cache (core/model/sampling.ts): a prefill over the
+ * `Tp`-token prompts (trunk on every position, LM head on the last), then R − 1 decode steps; decode step k
+ * (1 ≤ k < R) runs one token per row through the trunk, attending to the Tp + k keys written so far, and the LM
+ * head on it:
+ *   batch · [Tp·L·(24C² + 4·Tp·C) + 2CV]  +  Σ_{k=1}^{R−1} batch · [L·(24C² + 4·(Tp + k)·C) + 2CV].
+ * The useful arithmetic: the attention over cache slots not yet written (ours computes them, masked) is not
+ * counted, so the same count holds for TRL's generate (HF's dynamic cache).
+ */
+export function generateFlops(c: ModelShape, o: { batch: number; Tp: number; R: number }): number {
+  const C = c.n_embd;
+  const L = c.n_layer;
+  const head = 2 * C * c.vocab_size;
+  let perRow = o.Tp * L * (24 * C * C + 4 * o.Tp * C) + head;
+  for (let k = 1; k < o.R; k++) perRow += L * (24 * C * C + 4 * (o.Tp + k) * C) + head;
+  return o.batch * perRow;
+}
+
+/**
+ * FLOPs of a critic-free scoring phase: `forwards` forward passes (policy and/or reference) over `batch` rows of
+ * T = Tq + R tokens with the LM head on the R response rows.
+ */
+export function grpoScoreFlops(
+  c: ModelShape,
+  o: { batch: number; Tq: number; R: number; forwards: number },
+): number {
+  return o.forwards * forwardFlops(c, o.batch, o.Tq + o.R, o.batch * o.R, 0);
+}
+
+/** FLOPs of a critic-free update: `epochs` forward + backward passes of the policy (LM head on the response rows). */
+export function grpoUpdateFlops(
+  c: ModelShape,
+  o: { batch: number; Tq: number; R: number; epochs: number },
+): number {
+  return o.epochs * trainFlops(c, o.batch, o.Tq + o.R, o.batch * o.R, 0);
+}

@@ -46,3 +46,39 @@ export async function benchMatmul(
     b.dispose();
   }
 }
+
+/**
+ * GFLOP/s of an [m, k] by [k, n] product (any shape: decoding's 8-row products as well as square ones), timed as
+ * benchMatmul times its squares: warm-up calls, then rounds of `iters` products until `minSeconds` have passed.
+ */
+export async function benchMatmulShape(
+  m: number,
+  k: number,
+  n: number,
+  opts: { iters?: number; warmup?: number; minSeconds?: number } = {},
+): Promise<{ m: number; k: number; n: number; iters: number; seconds: number; gflops: number }> {
+  const a = tf.randomNormal([m, k], 0, 1, 'float32', 1);
+  const b = tf.randomNormal([k, n], 0, 1, 'float32', 2);
+  const round = async (r: number): Promise<void> => {
+    const outs: tf.Tensor[] = [];
+    for (let i = 0; i < r; i++) outs.push(tf.matMul(a, b));
+    await outs[outs.length - 1].data();
+    tf.dispose(outs);
+  };
+  try {
+    for (let i = 0; i < (opts.warmup ?? 2); i++) await round(1);
+    const perRound = opts.iters ?? 4;
+    const minMs = (opts.minSeconds ?? 1) * 1000;
+    let iters = 0;
+    const t0 = performance.now();
+    while (iters === 0 || (performance.now() - t0 < minMs && iters < 100_000)) {
+      await round(perRound);
+      iters += perRound;
+    }
+    const seconds = (performance.now() - t0) / 1000;
+    return { m, k, n, iters, seconds, gflops: (matmulFlops(m, k, n) * iters) / seconds / 1e9 };
+  } finally {
+    a.dispose();
+    b.dispose();
+  }
+}
