@@ -4,6 +4,7 @@ import { BackendNotice } from './components/BackendBadge';
 import { ChartPanel } from './components/ChartPanel';
 import { CheckpointPanel } from './components/CheckpointPanel';
 import { DataPanel } from './components/DataPanel';
+import { EvalPanel } from './components/EvalPanel';
 import { ErrorBanner } from './components/ErrorBanner';
 import { AutosaveBanner } from './components/AutosaveBanner';
 import { GeneratePanel } from './components/GeneratePanel';
@@ -44,6 +45,7 @@ export function App() {
         <div className="col col-centre">
           <AlertsPanel />
           <ChartPanel />
+          <EvalPanel />
           <RunsPanel />
           <SamplesPanel />
           <GeneratePanel />

@@ -9,6 +9,7 @@
  */
 import type { ConfigKey, TrainConfig } from '../core/config';
 import type { StepMetrics } from '../core/ppo/metrics';
+import type { EvalRecord } from '../core/ppo/eval-record';
 import type { MemoryParts } from '../core/model/size';
 import type { LMConfig } from '../core/model/config';
 import type { Phase } from '../core/ppo/trainer';
@@ -257,6 +258,12 @@ export type TrainerEvent =
       alerts: AlertView[];
       /** tf.memory() right after this step's update (before its autosave): the same point of every step. */
       memory?: MemoryReport;
+      /**
+       * Held-out evaluation after this step (evalEvery > 0, every evalEvery steps and at the last step;
+       * docs/eval.md): the reference's and the policy's answers to each eval prompt with their scores. Its three
+       * metrics (eval/reward, eval/kl, eval/winRate) are on `metrics` too.
+       */
+      eval?: EvalRecord;
     }
   /**
    * Progress of long jobs; fraction in [0, 1] or null when unknown. `task`: 'download' (Hub files, or

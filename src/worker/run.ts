@@ -357,6 +357,7 @@ export class Run {
           samples: sampleViews(r.rollout, s.trainer.tokenizer, s.cfg.chatTemplate),
           alerts: r.alerts.map(({ id, step, message, advice }) => ({ id, step, message, advice })),
           memory,
+          ...(r.eval ? { eval: r.eval } : {}),
         });
       },
       // Every min(saveEvery, 10) steps, and when the run stops (src/services/autosave.ts).

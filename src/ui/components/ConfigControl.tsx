@@ -12,6 +12,8 @@ import {
   type NumberField,
   type StopToken,
 } from '../../core/config';
+import { HELDOUT } from '../../core/ppo/eval-record';
+import { taskHasHeldOut } from '../lib/catalog';
 import { formatNumber } from '../lib/format';
 import { loraTargetView, toggleLoraTarget } from '../lib/lora-targets';
 import { sliderScale, snapValue } from '../lib/slider-scale';
@@ -235,6 +237,41 @@ function ChoicesControl({ name }: { name: ConfigKey }) {
   );
 }
 
+/**
+ * evalPrompts in the app: none, or "heldout" (the task's held-out split; offered when the task has one). A file
+ * path (from a config or the URL) is shown as it is; only the CLI reads files (docs/eval.md).
+ */
+function EvalPromptsControl({ name }: { name: ConfigKey }) {
+  const value = useEditedConfigValue(name) as string | null;
+  const task = useEditedConfigValue('task') as string | null;
+  const { setConfigValue } = useActions();
+  const id = useId();
+  const heldOut = taskHasHeldOut(task);
+  return (
+    <ControlFrame
+      name={name}
+      labelFor={id}
+      docId={`${id}-doc`}
+      head={
+        <select
+          id={id}
+          value={value ?? ''}
+          aria-describedby={`${id}-doc`}
+          onChange={(e) => setConfigValue(name, (e.target.value === '' ? null : e.target.value) as never)}
+        >
+          <option value="">none</option>
+          <option value={HELDOUT} disabled={!heldOut && value !== HELDOUT}>
+            {heldOut ? 'heldout (the task’s held-out split)' : 'heldout (this task has none)'}
+          </option>
+          {value !== null && value !== HELDOUT && <option value={value}>{value}</option>}
+        </select>
+      }
+    >
+      {null}
+    </ControlFrame>
+  );
+}
+
 /** "eos", never, or a token id. */
 function StopTokenControl({ name }: { name: ConfigKey }) {
   const value = useEditedConfigValue(name) as StopToken;
@@ -297,6 +334,8 @@ export function ConfigControl({ name }: { name: ConfigKey }) {
       return <ChoicesControl name={name} />;
     case 'stopToken':
       return <StopTokenControl name={name} />;
+    case 'string':
+      return name === 'evalPrompts' ? <EvalPromptsControl name={name} /> : null;
     default:
       return null;
   }

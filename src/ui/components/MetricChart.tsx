@@ -11,6 +11,7 @@ import {
   type TooltipValueType,
 } from 'recharts';
 import { METRIC_DOCS, type MetricName } from '../../core/ppo/metrics';
+import { EVAL_METRIC_DOCS, type EvalMetricName } from '../../core/ppo/eval-record';
 import { formatNumber, formatTick } from '../lib/format';
 import { algorithmLabel, hasValueModel, type OverlayRun } from '../lib/kept-runs';
 import {
@@ -86,6 +87,10 @@ function RunLegend(props: { runs: readonly OverlayRun[]; title: string }) {
   );
 }
 
+/** The steps that have `metric` as a finite number. */
+const withMetric = <T extends Record<string, unknown>>(rows: readonly T[], metric: string): T[] =>
+  rows.filter((m) => typeof m[metric] === 'number' && Number.isFinite(m[metric]));
+
 const finiteIn = (rows: readonly OverlayRow[], key: string) =>
   rows.some((r) => typeof r[key] === 'number' && Number.isFinite(r[key]));
 
@@ -101,10 +106,24 @@ export const MetricChart = memo(function MetricChart(props: {
   height?: number;
   /** Show the metric's one-line meaning under the chart. */
   showDoc?: boolean;
+  /**
+   * A metric of some steps only (held-out evaluation's, every evalEvery steps): drawn over the steps that have
+   * it, one line through its points, instead of gaps at the steps between.
+   */
+  sparse?: boolean;
 }) {
   // Deferred: a burst of steps redraws once, at low priority, without blocking input or the step counter.
-  const metrics = useDeferredValue(useMetrics());
-  const overlay = useDeferredValue(useOverlayRuns());
+  const allMetrics = useDeferredValue(useMetrics());
+  const allOverlay = useDeferredValue(useOverlayRuns());
+  const { sparse, metric } = props;
+  const metrics = useMemo(
+    () => (sparse ? withMetric(allMetrics, metric) : allMetrics),
+    [sparse, allMetrics, metric],
+  );
+  const overlay = useMemo(
+    () => (sparse ? allOverlay.map((r) => ({ ...r, metrics: withMetric(r.metrics, metric) })) : allOverlay),
+    [sparse, allOverlay, metric],
+  );
   const smoothing = useDeferredValue(useSmoothing());
   const runConfig = useRunConfig();
   const captionId = useId();
@@ -138,7 +157,9 @@ export const MetricChart = memo(function MetricChart(props: {
     [xDomain],
   );
   const latest = useMemo(() => latestValue(metrics, props.metric), [metrics, props.metric]);
-  const doc = METRIC_DOCS[props.metric as MetricName] as string | undefined;
+  const doc =
+    (METRIC_DOCS[props.metric as MetricName] as string | undefined) ??
+    (EVAL_METRIC_DOCS[props.metric as EvalMetricName] as string | undefined);
 
   // The current run has no value model: its value metrics are null (or it is configured critic-free).
   const noValueModel =
@@ -183,7 +204,7 @@ export const MetricChart = memo(function MetricChart(props: {
       </p>
     );
   } else if (empty) {
-    plot = <p className="chart-empty muted">No steps yet</p>;
+    plot = <p className="chart-empty muted">{sparse ? 'No evaluation yet' : 'No steps yet'}</p>;
   } else if (!visible) {
     plot = null;
   } else if (comparing) {
@@ -226,7 +247,7 @@ export const MetricChart = memo(function MetricChart(props: {
             dataKey="smooth"
             stroke="#0877bd"
             strokeWidth={2}
-            dot={single.length === 1}
+            dot={sparse || single.length === 1}
             isAnimationActive={false}
             connectNulls={false}
           />

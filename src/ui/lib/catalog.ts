@@ -6,7 +6,8 @@
 import type { ConfigKey, FieldGroup } from '../../core/config';
 import type { ModelSource } from '../../worker/protocol';
 
-export const TASKS: readonly { name: string; label: string; doc: string }[] = [
+/** `heldOut`: the task file has a held-out split (`evalPrompts`), which config evalPrompts "heldout" takes. */
+export const TASKS: readonly { name: string; label: string; doc: string; heldOut?: boolean }[] = [
   { name: 'sentiment', label: 'Sentiment', doc: 'continue movie-review openings; reward: positive words' },
   { name: 'length', label: 'Length', doc: 'reward: a response of the target length (20 characters)' },
   { name: 'keywords', label: 'Keywords', doc: 'reward: +1 per wanted keyword, −1 per unwanted one' },
@@ -15,6 +16,7 @@ export const TASKS: readonly { name: string; label: string; doc: string }[] = [
     name: 'arithmetic-chat',
     label: 'Arithmetic (chat)',
     doc: 'for instruct models: "What is 17 + 25? Answer with a number."; reward: 1 for the right number',
+    heldOut: true,
   },
 ];
 
@@ -81,6 +83,18 @@ export const CHARTS: readonly { key: string; title: string; headline: boolean }[
   { key: 'klCoef', title: 'KL coefficient', headline: false },
   { key: 'tokensPerSecond', title: 'Tokens per second', headline: false },
 ];
+
+/** The held-out evaluation's charts (docs/eval.md): one point per evaluation, not per step. */
+export const EVAL_CHARTS: readonly { key: string; title: string }[] = [
+  { key: 'eval/reward', title: 'Eval reward' },
+  { key: 'eval/kl', title: 'Eval KL' },
+  { key: 'eval/winRate', title: 'Eval win rate' },
+];
+
+/** Whether the task `name` has a held-out split (config evalPrompts "heldout"). */
+export function taskHasHeldOut(name: string | null): boolean {
+  return TASKS.some((t) => t.name === name && t.heldOut === true);
+}
 
 /** Config keys with their own panels (data, model, reward) rather than the hyperparameter column. */
 export const SETUP_KEYS: readonly ConfigKey[] = ['model', 'task', 'prompts', 'reward'];

@@ -71,6 +71,7 @@ export const useLatestMetric = (key: string) =>
   });
 export const useSmoothing = () => usePlayground((s) => s.smoothing);
 export const useSamples = () => usePlayground((s) => s.samples);
+export const useEvalLatest = () => usePlayground((s) => s.evalLatest);
 export const useSampleStep = () => usePlayground((s) => s.sampleStep);
 export const useHeatmap = () => usePlayground((s) => s.heatmap);
 export const useAlerts = () => usePlayground((s) => s.alerts);

@@ -48,6 +48,7 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
     metrics: [],
     samples: [],
     sampleStep: null,
+    evalLatest: null,
     alerts: [],
     dismissedAlerts: [],
     progress: null,

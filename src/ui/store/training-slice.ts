@@ -20,8 +20,16 @@ const ALERTS_KEPT = 20;
 /** The state after a run was dropped (reset, or replaced by an import); the next step begins a new kept run. */
 export const EMPTY_HISTORY: Pick<
   PlaygroundData,
-  'metrics' | 'samples' | 'sampleStep' | 'alerts' | 'dismissedAlerts' | 'currentRunId'
-> = { metrics: [], samples: [], sampleStep: null, alerts: [], dismissedAlerts: [], currentRunId: null };
+  'metrics' | 'samples' | 'sampleStep' | 'alerts' | 'dismissedAlerts' | 'currentRunId' | 'evalLatest'
+> = {
+  metrics: [],
+  samples: [],
+  sampleStep: null,
+  alerts: [],
+  dismissedAlerts: [],
+  currentRunId: null,
+  evalLatest: null,
+};
 
 function mergeAlerts(kept: AlertView[], fresh: AlertView[]): AlertView[] {
   if (fresh.length === 0) return kept;
@@ -57,7 +65,9 @@ export function reduceEvent(s: PlaygroundData, e: TrainerEvent): Partial<Playgro
       const samples = [...s.samples.filter((x) => x.step < step), entry].slice(-SAMPLE_STEPS_KEPT);
       const run: RunStatus | null = s.runStatus && { ...s.runStatus, step: Math.max(s.runStatus.step, step) };
       const fresh = e.alerts.filter((a) => !s.dismissedAlerts.includes(a.id));
-      return { metrics, samples, alerts: mergeAlerts(s.alerts, fresh), runStatus: run };
+      // The newest held-out evaluation; one after this step belongs to a history that was dropped.
+      const evalLatest = e.eval ?? (s.evalLatest && s.evalLatest.step < step ? s.evalLatest : null);
+      return { metrics, samples, alerts: mergeAlerts(s.alerts, fresh), runStatus: run, evalLatest };
     }
     case 'progress':
       return { progress: { task: e.task, fraction: e.fraction, message: e.message } };

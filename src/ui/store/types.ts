@@ -1,5 +1,6 @@
 /** The playground's state: data and actions typed apart (xyflow style), so selectors can take just one fact. */
 import type { ConfigKey, TrainConfig } from '../../core/config';
+import type { EvalRecord } from '../../core/ppo/eval-record';
 import type {
   AlertView,
   BackendPref,
@@ -97,6 +98,8 @@ export interface PlaygroundData {
   samples: StepSamples[];
   /** The step whose samples are shown; null follows the newest. */
   sampleStep: number | null;
+  /** The newest held-out evaluation (reference vs policy answers, docs/eval.md); null before the first. */
+  evalLatest: EvalRecord | null;
   /** Health alerts, newest first, one per id. */
   alerts: AlertView[];
   /** Alert ids the person dismissed (until the next reset). */
