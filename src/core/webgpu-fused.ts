@@ -1,6 +1,7 @@
 /**
  * All of the fused WGSL kernels at once (layer norm, Conv1D with its epilogue, causal attention, token
- * log-prob and entropy, the KV-cache decode attention): one switch for benchmarks that compare them with tfjs's
+ * log-prob and entropy, the KV-cache decode attention; for the Llama family RMSNorm, SwiGLU, and grouped-query
+ * attention with the rotary embedding inside, prefill and decode): one switch for benchmarks that compare them with tfjs's
  * own ops, and the checks of each against those ops (FUSED_KERNEL_CHECKS: the Chromium page e2e/pages/kernels.ts,
  * scripts/gpu-checks.ts and the Node WebGPU tests run them). Each kernel file says what it fuses; docs/tfjs.md
  * (dispatch counts).
@@ -23,9 +24,19 @@ import {
 import { setWebGpuAttentionFused } from './kernels/webgpu-attention';
 import { entropyRowsWebGpu, setWebGpuLogprobFused } from './kernels/webgpu-logprob';
 import { setWebGpuDecodeAttentionFused } from './kernels/webgpu-decode-attention';
+import { setWebGpuRmsNormFused } from './kernels/webgpu-rmsnorm';
+import { setWebGpuSwigluFused } from './kernels/webgpu-swiglu';
+import { setWebGpuGqaFused } from './kernels/webgpu-gqa';
+import { setWebGpuGqaDecodeFused } from './kernels/webgpu-gqa-decode';
 import { countDispatches } from './kernels/webgpu-count';
-import { conv1d, layerNorm } from './model/ops';
-import { causalPaddingBias, causalSelfAttention, decodeAttention } from './model/attention';
+import { conv1d, layerNorm, rmsNorm, swiglu } from './model/ops';
+import {
+  causalPaddingBias,
+  causalSelfAttention,
+  decodeAttention,
+  gqaDecodeAttention,
+  gqaSelfAttention,
+} from './model/attention';
 import { entropyFromLogits, logprobsFromLogits } from './ppo/losses';
 
 /** Turn every fused WebGPU kernel on (the default) or off (tfjs's ops: the reference path). */
@@ -35,6 +46,10 @@ export function setWebGpuFusedKernels(on: boolean): void {
   setWebGpuAttentionFused(on);
   setWebGpuLogprobFused(on);
   setWebGpuDecodeAttentionFused(on);
+  setWebGpuRmsNormFused(on);
+  setWebGpuSwigluFused(on);
+  setWebGpuGqaFused(on);
+  setWebGpuGqaDecodeFused(on);
 }
 
 export interface FusedKernelCheck {
@@ -414,4 +429,245 @@ export const FUSED_KERNEL_CHECKS: Record<string, () => Promise<FusedKernelCheck>
   'token log-prob (and entropy)': checkLogprobOnCurrentBackend,
   // No backward (generation runs without autodiff): maxRelGrad 0, dispatchesFwdBwd = dispatchesFwd.
   'KV-cache decode attention': checkDecodeAttentionOnCurrentBackend,
+};
+
+// ---- the Llama family's kernels -----------------------------------------------------------------------------
+
+/** Forward and forward + backward (gradients seeded with dy) of `op` with `set`'s switch on or off: values, grads. */
+async function compareFusedPlain(
+  set: (on: boolean) => boolean,
+  op: (...xs: tf.Tensor[]) => tf.Tensor,
+  xs: tf.Tensor[],
+  dy: tf.Tensor,
+  minScale: number,
+): Promise<FusedKernelCheck> {
+  const both = (on: boolean) => {
+    const was = set(on);
+    try {
+      return tf.tidy(() => [op(...xs), ...tf.grads(op)(xs, dy)]);
+    } finally {
+      set(was);
+    }
+  };
+  const fused = both(true);
+  const plain = both(false);
+  const maxRelValue = await relDiff(fused[0], plain[0], minScale);
+  let maxRelGrad = 0;
+  for (let i = 1; i < fused.length; i++)
+    maxRelGrad = Math.max(maxRelGrad, await relDiff(fused[i], plain[i], minScale));
+  tf.dispose([...fused, ...plain]);
+  const was = set(true);
+  try {
+    // Shaders are compiled above: these count the op's own dispatches.
+    const dispatchesFwd = await dispatchesOf(() => tf.dispose(tf.tidy(() => op(...xs))));
+    const dispatchesFwdBwd = await dispatchesOf(() => tf.dispose(tf.tidy(() => tf.grads(op)(xs, dy))));
+    return { maxRelValue, maxRelGrad, dispatchesFwd, dispatchesFwdBwd };
+  } finally {
+    set(was);
+  }
+}
+
+function needWebGpu(what: string): void {
+  if (tf.getBackend() !== 'webgpu')
+    throw new Error(`${what} needs the webgpu backend current, not ${tf.getBackend()}.`);
+}
+
+/**
+ * The fused RMSNorm (kernels/webgpu-rmsnorm.ts) against model/ops.ts's rmsNorm with the switch off, on the current
+ * (webgpu) backend: x [3, 23, 40] (69 rows; 40 columns, not a multiple of the 64-thread rows), values and the
+ * gradients of x and the weight under random upstream gradients; relative to max(1, scale) as the layer norm's.
+ */
+export async function checkRmsNormOnCurrentBackend(): Promise<FusedKernelCheck> {
+  needWebGpu('checkRmsNormOnCurrentBackend');
+  const x = tf.randomNormal([3, 23, 40], 0.3, 2, 'float32', 31);
+  const w = tf.randomNormal([40], 1, 0.3, 'float32', 32);
+  const dy = tf.randomNormal([3, 23, 40], 0, 1, 'float32', 33);
+  try {
+    return await compareFusedPlain(setWebGpuRmsNormFused, (a, b) => rmsNorm(a, b, 1e-6), [x, w], dy, 1);
+  } finally {
+    tf.dispose([x, w, dy]);
+  }
+}
+
+/**
+ * The fused SwiGLU (kernels/webgpu-swiglu.ts) against model/ops.ts's swiglu with the switch off, on the current
+ * (webgpu) backend: gate and up [37, 53] (gate with a few entries at ±30, where σ saturates), values and the
+ * gradients of gate and up under random upstream gradients, relative to max(1, scale).
+ */
+export async function checkSwigluOnCurrentBackend(): Promise<FusedKernelCheck> {
+  needWebGpu('checkSwigluOnCurrentBackend');
+  const vals = Array.from(
+    { length: 37 * 53 },
+    (_, i) => 3 * Math.sin(i * 12.9898 + 0.5) * Math.cos(i * 0.731),
+  );
+  for (let i = 0; i < vals.length; i += 97) vals[i] = i % 2 ? -30 : 30;
+  const gate = tf.tensor2d(vals, [37, 53]);
+  const up = tf.randomNormal([37, 53], 0, 1, 'float32', 41);
+  const dy = tf.randomNormal([37, 53], 0, 1, 'float32', 42);
+  try {
+    return await compareFusedPlain(setWebGpuSwigluFused, (g, u) => swiglu(g, u), [gate, up], dy, 1);
+  } finally {
+    tf.dispose([gate, up, dy]);
+  }
+}
+
+/** cos / sin rows [B·T, hs] of positions cumsum(mask) − 1 (≥ 0), as model/llama.ts gathers them (θ 10000). */
+export function ropeRowsForCheck(
+  mask: number[],
+  B: number,
+  T: number,
+  hs: number,
+): { cos: tf.Tensor2D; sin: tf.Tensor2D } {
+  const cos = new Float32Array(B * T * hs);
+  const sin = new Float32Array(B * T * hs);
+  for (let b = 0; b < B; b++) {
+    let seen = 0;
+    for (let t = 0; t < T; t++) {
+      seen += mask[b * T + t];
+      const p = Math.max(seen - 1, 0);
+      for (let j = 0; j < hs / 2; j++) {
+        const a = Math.fround(p * Math.fround(1 / Math.pow(10000, (2 * j) / hs)));
+        for (const o of [j, j + hs / 2]) {
+          cos[(b * T + t) * hs + o] = Math.cos(a);
+          sin[(b * T + t) * hs + o] = Math.sin(a);
+        }
+      }
+    }
+  }
+  return { cos: tf.tensor2d(cos, [B * T, hs]), sin: tf.tensor2d(sin, [B * T, hs]) };
+}
+
+/**
+ * The fused grouped-query attention with the rotary embedding inside (kernels/webgpu-gqa.ts) against
+ * model/attention.ts's gqaSelfAttention with the switch off, on the current (webgpu) backend: B 3, T 19, 4 query
+ * heads over 2 KV heads, hs 16 (and hs 128, 2 over 1, T 9, when `wide`), left padding, a row of padding only
+ * and a full row; values and the gradients of q, k and v under random upstream gradients, relative to the
+ * plain path's scale; dispatches of the fused op forward and forward + backward.
+ */
+export async function checkGqaAttentionOnCurrentBackend(wide = false): Promise<FusedKernelCheck> {
+  needWebGpu('checkGqaAttentionOnCurrentBackend');
+  const [B, T, nh, nkv, hs] = wide ? [2, 9, 2, 1, 128] : [3, 19, 4, 2, 16];
+  const real = wide
+    ? [
+        [2, T],
+        [0, T],
+      ]
+    : [
+        [4, T],
+        [0, T],
+        [T, T],
+      ];
+  const mask = Array.from({ length: B * T }, (_, k) => {
+    const [b, t] = [Math.floor(k / T), k % T];
+    return t >= real[b][0] && t < real[b][1] ? 1 : 0;
+  });
+  const maskF = tf.tensor2d(mask, [B, T], 'float32');
+  const rope = ropeRowsForCheck(mask, B, T, hs);
+  const bias = tf.tidy(() => causalPaddingBias(maskF));
+  const q = tf.randomNormal([B * T, nh * hs], 0, 1, 'float32', 51);
+  const k = tf.randomNormal([B * T, nkv * hs], 0, 1, 'float32', 52);
+  const v = tf.randomNormal([B * T, nkv * hs], 0, 1, 'float32', 53);
+  const dy = tf.randomNormal([B * T, nh * hs], 0, 1, 'float32', 54);
+  const rows = { ...rope, both: tf.concat([rope.cos, rope.sin], 1) }; // as model/llama.ts gathers it
+  const op = (a: tf.Tensor, b: tf.Tensor, c: tf.Tensor) =>
+    gqaSelfAttention(a as tf.Tensor2D, b as tf.Tensor2D, c as tf.Tensor2D, rows, maskF, bias, nh, nkv);
+  try {
+    return await compareFusedPlain(
+      setWebGpuGqaFused,
+      op as (...xs: tf.Tensor[]) => tf.Tensor,
+      [q, k, v],
+      dy,
+      1e-30,
+    );
+  } finally {
+    tf.dispose([maskF, rope.cos, rope.sin, rows.both, bias, q, k, v, dy]);
+  }
+}
+
+/**
+ * The fused grouped-query decode attention with the rotary embedding inside (kernels/webgpu-gqa-decode.ts)
+ * against model/attention.ts's gqaDecodeAttention with the switch off, on the current (webgpu) backend: B 3,
+ * S 19, 4 query heads over 2 KV heads, hs 16 (hs 128 over S 70 when `wide`), slot 11, a key mask with left
+ * padding, one without and a row with every key masked; the cache random below the slot and zero from it on.
+ * maxRelValue over y and the new keys and values; maxRelGrad 0 (no backward); the fused layer's dispatches.
+ */
+export async function checkGqaDecodeOnCurrentBackend(wide = false): Promise<FusedKernelCheck> {
+  needWebGpu('checkGqaDecodeOnCurrentBackend');
+  const [B, S, nh, nkv, hs, slot] = wide ? [2, 70, 4, 1, 128, 66] : [3, 19, 4, 2, 16, 11];
+  const realFrom = [4, 0, S];
+  const inputs = tf.tidy(() => {
+    const below = tf.reshape(tf.cast(tf.less(tf.range(0, S, 1, 'int32'), slot), 'float32'), [1, 1, S, 1]);
+    const cache = (seed: number) =>
+      tf.mul(tf.randomNormal([B, nkv, S, hs], 0, 1, 'float32', seed), below) as tf.Tensor4D;
+    const mask = Array.from({ length: B * S }, (_, i) => {
+      const [b, j] = [Math.floor(i / S), i % S];
+      return j >= realFrom[b] && j <= slot ? 1 : 0;
+    });
+    const pos = Array.from({ length: B }, (_, b) => Math.max(slot - realFrom[b], 0));
+    // Row b's cos / sin: position pos[b] (its real tokens before the slot) of positions 0 … max.
+    const top = Math.max(...pos) + 1;
+    const t = ropeRowsForCheck(Array(top).fill(1), 1, top, hs);
+    const idx = tf.tensor1d(pos, 'int32');
+    return {
+      q: tf.randomNormal([B, nh * hs], 0, 1, 'float32', 61) as tf.Tensor2D,
+      k: tf.randomNormal([B, nkv * hs], 0, 1, 'float32', 62) as tf.Tensor2D,
+      v: tf.randomNormal([B, nkv * hs], 0, 1, 'float32', 63) as tf.Tensor2D,
+      rope: {
+        cos: tf.reshape(tf.gather(t.cos, idx), [B, 1, hs]),
+        sin: tf.reshape(tf.gather(t.sin, idx), [B, 1, hs]),
+      },
+      oh: tf.cast(tf.reshape(tf.oneHot(tf.tensor1d([slot], 'int32'), S), [S]), 'float32'),
+      keyMask: tf.tensor2d(mask, [B, S], 'float32'),
+      kv: { k: cache(64), v: cache(65) },
+    };
+  });
+  const { q, k, v, rope, oh, keyMask, kv } = inputs;
+  const layer = () => gqaDecodeAttention(q, k, v, rope, oh, keyMask, kv, nh);
+  const both = (on: boolean) => {
+    const was = setWebGpuGqaDecodeFused(on);
+    try {
+      return tf.tidy(layer);
+    } finally {
+      setWebGpuGqaDecodeFused(was);
+    }
+  };
+  try {
+    const fused = both(true);
+    const plain = both(false);
+    const maxRelValue = Math.max(
+      await relDiff(fused.y, plain.y),
+      await relDiff(fused.kv.k, plain.kv.k),
+      await relDiff(fused.kv.v, plain.kv.v),
+    );
+    tf.dispose([fused.y, fused.kv.k, fused.kv.v, plain.y, plain.kv.k, plain.kv.v]);
+    const was = setWebGpuGqaDecodeFused(true);
+    try {
+      const counted = await countDispatches(() => tf.tidy(layer));
+      tf.dispose([counted.result.y, counted.result.kv.k, counted.result.kv.v]);
+      return {
+        maxRelValue,
+        maxRelGrad: 0,
+        dispatchesFwd: counted.dispatches,
+        dispatchesFwdBwd: counted.dispatches,
+      };
+    } finally {
+      setWebGpuGqaDecodeFused(was);
+    }
+  } finally {
+    tf.dispose([q, k, v, rope.cos, rope.sin, oh, keyMask, kv.k, kv.v]);
+  }
+}
+
+/**
+ * The Llama family's fused kernels against the plain ops on the current (webgpu) backend, tiny random inputs.
+ * Kept beside FUSED_KERNEL_CHECKS (GPT-2's five), not in it: pages and tests that list those five stay as they are.
+ */
+export const LLAMA_FUSED_KERNEL_CHECKS: Record<string, () => Promise<FusedKernelCheck>> = {
+  RMSNorm: checkRmsNormOnCurrentBackend,
+  SwiGLU: checkSwigluOnCurrentBackend,
+  'GQA causal attention with RoPE (hs 16)': () => checkGqaAttentionOnCurrentBackend(false),
+  'GQA causal attention with RoPE (hs 128)': () => checkGqaAttentionOnCurrentBackend(true),
+  // No backward (generation runs without autodiff): maxRelGrad 0, dispatchesFwdBwd = dispatchesFwd.
+  'GQA KV-cache decode attention with RoPE (hs 16)': () => checkGqaDecodeOnCurrentBackend(false),
+  'GQA KV-cache decode attention with RoPE (hs 128)': () => checkGqaDecodeOnCurrentBackend(true),
 };

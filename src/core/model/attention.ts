@@ -5,10 +5,14 @@
  * (model/gpt2.ts) through `decodeAttention`: each is the one place that chooses between its fused WebGPU kernel
  * (kernels/webgpu-attention.ts, kernels/webgpu-decode-attention.ts) and the plain ops here, which are the kernels'
  * reference (src/core/webgpu-fused.ts checks them against each other; docs/tfjs.md, dispatch counts).
+ * The Llama family's grouped-query attention with the rotary embedding has its two such places here too:
+ * `gqaSelfAttention` (kernels/webgpu-gqa.ts) and `gqaDecodeAttention` (kernels/webgpu-gqa-decode.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { causalSelfAttentionWebGpu, webGpuAttentionApplies } from '../kernels/webgpu-attention';
 import { decodeAttentionWebGpu, webGpuDecodeAttentionApplies } from '../kernels/webgpu-decode-attention';
+import { gqaAttentionWebGpu, webGpuGqaApplies } from '../kernels/webgpu-gqa';
+import { gqaDecodeWebGpu, webGpuGqaDecodeApplies } from '../kernels/webgpu-gqa-decode';
 import { MASKED, type LayerKV } from '../kernels/definitions';
 
 /** [B·T, C] → [B, nh, T, hs] */
@@ -101,4 +105,119 @@ export function decodeAttention(
   const v4 = tf.add(kv.v, tf.mul(splitHeads(v, B, 1, nh), oh)) as tf.Tensor4D;
   const b = bias ? bias() : keyPaddingBias(keyMask);
   return { y: attend(splitHeads(q, B, 1, nh), k4, v4, b), kv: { k: k4, v: v4 } };
+}
+
+// ---- the Llama family: rotary embedding and grouped-query attention --------------------------------------------
+
+/**
+ * Rows' rotary cos and sin: [N, 1, d] (or [N, d]) for the N rows of a batch (model/llama.ts ropeTable), and
+ * optionally both as one [N, 2·d] tensor, cos | sin, which the fused WebGPU attention reads (made from cos and sin,
+ * one concat, when absent).
+ */
+export interface RopeRows {
+  cos: tf.Tensor;
+  sin: tf.Tensor;
+  both?: tf.Tensor;
+}
+
+/** rope.both, or cos | sin [N, 2·d] made from the rows. */
+function ropeBoth(rope: RopeRows, N: number, d: number): tf.Tensor {
+  return rope.both ?? tf.concat([tf.reshape(rope.cos, [N, d]), tf.reshape(rope.sin, [N, d])], 1);
+}
+
+/**
+ * Rotary embedding of x [N, heads, d] at rows' cos/sin [N, 1, d]: x·cos + rotate_half(x)·sin, where
+ * rotate_half(x) = [−x₂, x₁] for the halves x₁ = x[…, :d/2], x₂ = x[…, d/2:] (transformers' apply_rotary_pos_emb).
+ */
+export function applyRope(x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor): tf.Tensor3D {
+  const d = x.shape[2];
+  const [x1, x2] = tf.split(x, [d / 2, d / 2], 2);
+  const rotated = tf.concat([tf.neg(x2), x1], 2);
+  return tf.add(tf.mul(x, cos), tf.mul(rotated, sin)) as tf.Tensor3D;
+}
+
+/** [B, n_kv, S, d] → [B, n_kv·g, S, d], each KV head repeated g times in place (transformers' repeat_kv). */
+export function repeatKv(x: tf.Tensor4D, g: number): tf.Tensor4D {
+  if (g === 1) return x;
+  const [B, nkv, S, d] = x.shape;
+  // Rank 4 throughout: tfjs has no gradient for a rank-5 tile.
+  return tf.reshape(tf.tile(tf.reshape(x, [B, nkv, 1, S * d]), [1, 1, g, 1]), [B, nkv * g, S, d]);
+}
+
+/** q [N, nh·d] and k [N, n_kv·d] rotated by the rows' cos/sin [N, 1, d], in the same layouts. */
+function rotateQk(q: tf.Tensor2D, k: tf.Tensor2D, rope: RopeRows, nh: number, nkv: number) {
+  const N = q.shape[0];
+  const d = q.shape[1] / nh;
+  const cos = tf.reshape(rope.cos, [N, 1, d]);
+  const sin = tf.reshape(rope.sin, [N, 1, d]);
+  return {
+    q: tf.reshape(applyRope(tf.reshape(q, [N, nh, d]), cos, sin), [N, nh * d]) as tf.Tensor2D,
+    k: tf.reshape(applyRope(tf.reshape(k, [N, nkv, d]), cos, sin), [N, nkv * d]) as tf.Tensor2D,
+  };
+}
+
+/**
+ * The Llama family's causal self-attention of a [B, T] batch: q [B·T, nh·d] and k [B·T, n_kv·d] BEFORE the rotary
+ * embedding, v [B·T, n_kv·d], the rows' cos/sin (rope), maskF [B, T] (1 real token, 0 padding), bias (or a
+ * function that makes it) = causalPaddingBias(maskF) → [B·T, nh·d]. Query head h attends with KV head
+ * h / (nh / n_kv). With `collect`, the layer's rotated keys and values [B, n_kv, T, d] are pushed into it (the KV
+ * cache's prefill).
+ * On WebGPU without `collect`: the fused kernels of kernels/webgpu-gqa.ts (rotation inside, no repeat_kv copies;
+ * 1 dispatch forward, 4 backward; `bias` is not read), same values and gradients as the ops below (the reference).
+ */
+export function gqaSelfAttention(
+  q: tf.Tensor2D,
+  k: tf.Tensor2D,
+  v: tf.Tensor2D,
+  rope: RopeRows,
+  maskF: tf.Tensor2D,
+  bias: tf.Tensor4D | (() => tf.Tensor4D),
+  nh: number,
+  nkv: number,
+  collect?: LayerKV[],
+): tf.Tensor2D {
+  if (!collect && webGpuGqaApplies(q, k, v, rope.cos, maskF, nh, nkv))
+    return gqaAttentionWebGpu(q, k, v, ropeBoth(rope, q.shape[0], q.shape[1] / nh), maskF, nh, nkv);
+  if (typeof bias === 'function') bias = bias();
+  const [B, T] = maskF.shape;
+  const r = rotateQk(q, k, rope, nh, nkv);
+  const k4 = splitHeads(r.k, B, T, nkv);
+  const v4 = splitHeads(v, B, T, nkv);
+  if (collect) collect.push({ k: k4, v: v4 });
+  const g = nh / nkv;
+  return attend(splitHeads(r.q, B, T, nh), repeatKv(k4, g), repeatKv(v4, g), bias);
+}
+
+/**
+ * One Llama-family layer's attention in the KV-cache decode step: q [B, nh·d], k, v [B, n_kv·d] of the new token
+ * (q and k before the rotary embedding; rope: its rows' cos/sin), the new key (rotated) and value written into
+ * the cache [B, n_kv, S, d] at the slot (slotOneHot: S values, 1 at the slot), then the new query's attention over
+ * the cache under keyMask [B, S] (1 = attend; must include the slot), query head h with KV head h / (nh / n_kv)
+ * → y [B, nh·d] and the new cache (the caller disposes the old one). `bias` gives keyPaddingBias(keyMask) for the
+ * plain ops. On WebGPU: the fused kernels of kernels/webgpu-gqa-decode.ts (3 dispatches, `bias` not read; no
+ * gradient), same values as the plain ops below, which add the new key and value into the slot (the caller keeps
+ * it at zero until then).
+ */
+export function gqaDecodeAttention(
+  q: tf.Tensor2D,
+  k: tf.Tensor2D,
+  v: tf.Tensor2D,
+  rope: RopeRows,
+  slotOneHot: tf.Tensor,
+  keyMask: tf.Tensor2D,
+  kv: LayerKV,
+  nh: number,
+  bias?: () => tf.Tensor,
+): { y: tf.Tensor2D; kv: LayerKV } {
+  if (webGpuGqaDecodeApplies(q, k, v, rope.cos, rope.sin, slotOneHot, keyMask, kv, nh))
+    return gqaDecodeWebGpu(q, k, v, rope.cos, rope.sin, slotOneHot, keyMask, kv, nh);
+  const nkv = kv.k.shape[1];
+  const [B, S] = keyMask.shape;
+  const oh = tf.reshape(slotOneHot, [1, 1, S, 1]);
+  const r = rotateQk(q, k, rope, nh, nkv);
+  const k4 = tf.add(kv.k, tf.mul(splitHeads(r.k, B, 1, nkv), oh)) as tf.Tensor4D; // write slot
+  const v4 = tf.add(kv.v, tf.mul(splitHeads(v, B, 1, nkv), oh)) as tf.Tensor4D;
+  const g = nh / nkv;
+  const b = bias ? bias() : keyPaddingBias(keyMask);
+  return { y: attend(splitHeads(r.q, B, 1, nh), repeatKv(k4, g), repeatKv(v4, g), b), kv: { k: k4, v: v4 } };
 }

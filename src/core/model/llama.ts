@@ -18,7 +18,13 @@ import { UserError } from '../errors';
 import type { LlamaConfig } from './llama-config';
 import type { ParamSpec } from './specs';
 import { linear, mergedLinearWeight, rmsNorm, swiglu, type LowRank } from './ops';
-import { attend, causalPaddingBias, keyPaddingBias, splitHeads } from './attention';
+import {
+  causalPaddingBias,
+  gqaDecodeAttention,
+  gqaSelfAttention,
+  keyPaddingBias,
+  type RopeRows,
+} from './attention';
 import type { LayerKV } from '../kernels/definitions';
 import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
@@ -103,29 +109,15 @@ export function ropeTable(
   return { cos, sin };
 }
 
-/**
- * Rotary embedding of x [N, heads, d] at rows' cos/sin [N, 1, d]: x·cos + rotate_half(x)·sin, where
- * rotate_half(x) = [−x₂, x₁] for the halves x₁ = x[…, :d/2], x₂ = x[…, d/2:] (transformers' apply_rotary_pos_emb).
- */
-export function applyRope(x: tf.Tensor3D, cos: tf.Tensor, sin: tf.Tensor): tf.Tensor3D {
-  const d = x.shape[2];
-  const [x1, x2] = tf.split(x, [d / 2, d / 2], 2);
-  const rotated = tf.concat([tf.neg(x2), x1], 2);
-  return tf.add(tf.mul(x, cos), tf.mul(rotated, sin)) as tf.Tensor3D;
-}
-
-/** [B, n_kv, S, d] → [B, n_kv·g, S, d], each KV head repeated g times in place (transformers' repeat_kv). */
-export function repeatKv(x: tf.Tensor4D, g: number): tf.Tensor4D {
-  if (g === 1) return x;
-  const [B, nkv, S, d] = x.shape;
-  // Rank 4 throughout: tfjs has no gradient for a rank-5 tile.
-  return tf.reshape(tf.tile(tf.reshape(x, [B, nkv, 1, S * d]), [1, 1, g, 1]), [B, nkv * g, S, d]);
-}
+// The rotary embedding and repeat_kv live beside the attention that uses them (model/attention.ts).
+export { applyRope, repeatKv } from './attention';
 
 /** The rotary table a model gathers from, grown on demand (shared by a base and its LoRA views). */
 class RopeCache {
   private cos: tf.Tensor2D | null = null;
   private sin: tf.Tensor2D | null = null;
+  /** cos | sin per position, [length, 2·d]: what the fused WebGPU attention reads (model/attention.ts RopeRows). */
+  private both: tf.Tensor2D | null = null;
   private length = 0;
   constructor(
     private readonly theta: number,
@@ -133,27 +125,36 @@ class RopeCache {
     private readonly max: number,
   ) {}
 
-  /** cos, sin [N, 1, d] for position ids [N] (every id < `needed`). */
-  rows(positions: tf.Tensor, needed: number): { cos: tf.Tensor; sin: tf.Tensor } {
+  /** cos, sin [N, 1, d] for position ids [N] (every id < `needed`); on WebGPU also cos | sin [N, 2·d]. */
+  rows(positions: tf.Tensor, needed: number): RopeRows {
     if (needed > this.length) {
       const length = Math.min(Math.max(this.max, needed), Math.max(64, 2 ** Math.ceil(Math.log2(needed))));
       const t = ropeTable(this.theta, this.headDim, length);
       this.dispose();
       this.cos = tf.keep(tf.tensor2d(t.cos, [length, this.headDim]));
       this.sin = tf.keep(tf.tensor2d(t.sin, [length, this.headDim]));
+      const both = new Float32Array(2 * t.cos.length);
+      for (let p = 0; p < length; p++) {
+        both.set(t.cos.subarray(p * this.headDim, (p + 1) * this.headDim), 2 * p * this.headDim);
+        both.set(t.sin.subarray(p * this.headDim, (p + 1) * this.headDim), (2 * p + 1) * this.headDim);
+      }
+      this.both = tf.keep(tf.tensor2d(both, [length, 2 * this.headDim]));
       this.length = length;
     }
     const n = positions.size;
     return {
       cos: tf.reshape(tf.gather(this.cos!, positions), [n, 1, this.headDim]),
       sin: tf.reshape(tf.gather(this.sin!, positions), [n, 1, this.headDim]),
+      // Gathered only where the fused attention reads it (one more gather per forward, none per layer).
+      both: tf.getBackend() === 'webgpu' ? tf.gather(this.both!, positions) : undefined,
     };
   }
 
   dispose(): void {
     this.cos?.dispose();
     this.sin?.dispose();
-    this.cos = this.sin = null;
+    this.both?.dispose();
+    this.cos = this.sin = this.both = null;
     this.length = 0;
   }
 }
@@ -393,14 +394,10 @@ export class Llama implements CausalLM {
   }
 
   /**
-   * Block i's attention input side: q [N, nh, d] and k [N, n_kv, d] with q_norm/k_norm (Qwen3) and the rotary
-   * embedding applied, v [N, n_kv·d].
+   * Block i's attention input side: q [N, nh·d] and k [N, n_kv·d] with q_norm/k_norm (Qwen3), before the rotary
+   * embedding (the attention applies it: model/attention.ts, inside the fused kernels on WebGPU), v [N, n_kv·d].
    */
-  private qkv(
-    h: tf.Tensor2D,
-    i: number,
-    rope: { cos: tf.Tensor; sin: tf.Tensor },
-  ): { q: tf.Tensor2D; k: tf.Tensor2D; v: tf.Tensor2D } {
+  private qkv(h: tf.Tensor2D, i: number): { q: tf.Tensor2D; k: tf.Tensor2D; v: tf.Tensor2D } {
     const c = this.config;
     const N = h.shape[0];
     const d = c.head_dim;
@@ -410,8 +407,6 @@ export class Llama implements CausalLM {
       q = this.norm(q, `layers.${i}.self_attn.q_norm.weight`);
       k = this.norm(k, `layers.${i}.self_attn.k_norm.weight`);
     }
-    q = applyRope(q as tf.Tensor3D, rope.cos, rope.sin);
-    k = applyRope(k as tf.Tensor3D, rope.cos, rope.sin);
     return {
       q: tf.reshape(q, [N, c.num_attention_heads * d]),
       k: tf.reshape(k, [N, c.num_key_value_heads * d]),
@@ -421,45 +416,53 @@ export class Llama implements CausalLM {
 
   /**
    * Block i on x [N, C]: x + o_proj(attention(norm(x))), then + down(silu(gate(·)) · up(·)) of its norm.
-   * `attention` maps q [N, nh·d], k, v [N, n_kv·d] (rotated) to the attended values [N, nh·d].
+   * `attention` maps q [N, nh·d], k, v [N, n_kv·d] (q and k not yet rotated) to the attended values [N, nh·d].
    */
   private block(
     x: tf.Tensor2D,
     i: number,
-    rope: { cos: tf.Tensor; sin: tf.Tensor },
     attention: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D,
   ): tf.Tensor2D {
     const h = this.norm(x, `layers.${i}.input_layernorm.weight`) as tf.Tensor2D;
-    const { q, k, v } = this.qkv(h, i, rope);
+    const { q, k, v } = this.qkv(h, i);
     const x1 = tf.add(x, this.proj(attention(q, k, v), i, 'self_attn.o_proj')) as tf.Tensor2D;
     const h2 = this.norm(x1, `layers.${i}.post_attention_layernorm.weight`) as tf.Tensor2D;
     const a = swiglu(this.proj(h2, i, 'mlp.gate_proj'), this.proj(h2, i, 'mlp.up_proj')) as tf.Tensor2D;
     return tf.add(x1, this.proj(a, i, 'mlp.down_proj')) as tf.Tensor2D;
   }
 
-  /** Causal self-attention of a [B, T] batch with grouped-query heads (the KV heads are collected, not repeated). */
+  /**
+   * Causal self-attention of a [B, T] batch with grouped-query heads and the rotary embedding (the KV heads are
+   * collected rotated, never repeated): model/attention.ts's gqaSelfAttention, the fused kernels on WebGPU.
+   */
   private selfAttention(
     q: tf.Tensor2D,
     k: tf.Tensor2D,
     v: tf.Tensor2D,
-    B: number,
-    T: number,
+    rope: RopeRows,
+    maskF: tf.Tensor2D,
     bias: () => tf.Tensor4D,
     collect?: LayerKV[],
   ): tf.Tensor2D {
     const c = this.config;
-    const g = c.num_attention_heads / c.num_key_value_heads;
-    const k4 = splitHeads(k, B, T, c.num_key_value_heads);
-    const v4 = splitHeads(v, B, T, c.num_key_value_heads);
-    if (collect) collect.push({ k: k4, v: v4 });
-    return attend(splitHeads(q, B, T, c.num_attention_heads), repeatKv(k4, g), repeatKv(v4, g), bias());
+    return gqaSelfAttention(
+      q,
+      k,
+      v,
+      rope,
+      maskF,
+      bias,
+      c.num_attention_heads,
+      c.num_key_value_heads,
+      collect,
+    );
   }
 
   // ---- forward -----------------------------------------------------------------------------------
 
   /** GPT2.trunk's contract: hidden states after the final norm, [B·T, C]; positions = cumsum(mask) − 1. */
   trunk(ids: tf.Tensor2D, mask: tf.Tensor2D, collectKV?: LayerKV[], opts: TrunkOptions = {}): tf.Tensor2D {
-    const [B, T] = ids.shape;
+    const T = ids.shape[1];
     const c = this.config;
     if (T > c.n_positions) {
       throw new UserError(
@@ -478,7 +481,9 @@ export class Llama implements CausalLM {
       try {
         for (let i = 0; i < c.num_hidden_layers; i++) {
           const input = x;
-          x = tf.tidy(() => this.block(input, i, rope, (q, k, v) => this.selfAttention(q, k, v, B, T, bias)));
+          x = tf.tidy(() =>
+            this.block(input, i, (q, k, v) => this.selfAttention(q, k, v, rope, maskF, bias)),
+          );
           input.dispose();
         }
       } finally {
@@ -488,17 +493,18 @@ export class Llama implements CausalLM {
     }
     for (let i = 0; i < c.num_hidden_layers; i++) {
       if (opts.recompute && !collectKV) {
-        const blockFn = (xi: tf.Tensor, m: tf.Tensor, cs: tf.Tensor, sn: tf.Tensor) => {
+        const blockFn = (xi: tf.Tensor, m: tf.Tensor, cs: tf.Tensor, sn: tf.Tensor, both?: tf.Tensor) => {
           let own: tf.Tensor4D | null = null;
           const ownBias = () => (own ??= causalPaddingBias(m as tf.Tensor2D));
-          return this.block(xi as tf.Tensor2D, i, { cos: cs, sin: sn }, (q, k, v) =>
-            this.selfAttention(q, k, v, B, T, ownBias),
+          return this.block(xi as tf.Tensor2D, i, (q, k, v) =>
+            this.selfAttention(q, k, v, { cos: cs, sin: sn, both }, m as tf.Tensor2D, ownBias),
           );
         };
-        x = recomputed(blockFn, x, [maskF, rope.cos, rope.sin], this.blockVariables(i)) as tf.Tensor2D;
+        const context = [maskF, rope.cos, rope.sin, ...(rope.both ? [rope.both] : [])];
+        x = recomputed(blockFn, x, context, this.blockVariables(i)) as tf.Tensor2D;
         continue;
       }
-      x = this.block(x, i, rope, (q, k, v) => this.selfAttention(q, k, v, B, T, bias, collectKV));
+      x = this.block(x, i, (q, k, v) => this.selfAttention(q, k, v, rope, maskF, bias, collectKV));
     }
     return this.norm(x, 'norm.weight') as tf.Tensor2D;
   }
@@ -520,8 +526,8 @@ export class Llama implements CausalLM {
 
   /**
    * GPT2.decodeStep's contract over a cache of the KV heads, [B, n_kv, S, d] per layer: the new key (rotated) and
-   * value are added into the zero slot, then the query attends over the cache with each KV head repeated for its
-   * group of query heads.
+   * value are added into the zero slot, then the query attends over the cache with each KV head serving its
+   * group of query heads (model/attention.ts's gqaDecodeAttention, the fused kernels on WebGPU).
    */
   decodeStep(
     ids: tf.Tensor1D,
@@ -531,19 +537,27 @@ export class Llama implements CausalLM {
     cache: LayerKV[],
   ): { hidden: tf.Tensor2D; cache: LayerKV[] } {
     const c = this.config;
-    const [B, S] = keyMask.shape;
-    const g = c.num_attention_heads / c.num_key_value_heads;
-    const bias = keyPaddingBias(keyMask);
-    const oh = tf.reshape(slotOneHot, [1, 1, S, 1]);
+    const S = keyMask.shape[1];
+    let built: tf.Tensor | null = null;
+    const bias = () => (built ??= keyPaddingBias(keyMask));
     const rope = this.rope.rows(positions, S);
     let x = gatherChunked(this.embedChunks, this.wteChunkRows, ids);
     const next: LayerKV[] = [];
     for (let i = 0; i < c.num_hidden_layers; i++) {
-      x = this.block(x, i, rope, (q, k, v) => {
-        const k4 = tf.add(cache[i].k, tf.mul(splitHeads(k, B, 1, c.num_key_value_heads), oh)) as tf.Tensor4D;
-        const v4 = tf.add(cache[i].v, tf.mul(splitHeads(v, B, 1, c.num_key_value_heads), oh)) as tf.Tensor4D;
-        next.push({ k: k4, v: v4 });
-        return attend(splitHeads(q, B, 1, c.num_attention_heads), repeatKv(k4, g), repeatKv(v4, g), bias);
+      x = this.block(x, i, (q, k, v) => {
+        const out = gqaDecodeAttention(
+          q,
+          k,
+          v,
+          rope,
+          slotOneHot,
+          keyMask,
+          cache[i],
+          c.num_attention_heads,
+          bias,
+        );
+        next.push(out.kv);
+        return out.y;
       });
     }
     return { hidden: this.norm(x, 'norm.weight') as tf.Tensor2D, cache: next };

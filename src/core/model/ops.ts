@@ -7,6 +7,8 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { layerNormWebGpu, webGpuLayerNormApplies } from '../kernels/webgpu-layernorm';
 import { linearWebGpu, webGpuLinearApplies } from '../kernels/webgpu-linear';
+import { rmsNormWebGpu, webGpuRmsNormApplies } from '../kernels/webgpu-rmsnorm';
+import { swigluWebGpu, webGpuSwigluApplies } from '../kernels/webgpu-swiglu';
 import { GELU_K } from '../kernels/definitions';
 
 /** Layer norm over the last axis, as autodiff composes it (the reference for `layerNorm`'s gradient). */
@@ -173,16 +175,31 @@ export function mergedLinearWeight(w: tf.Tensor, lowRank: LowRank): tf.Tensor2D 
   return tf.tidy(() => tf.add(w, tf.mul(tf.matMul(lowRank.b, lowRank.a), lowRank.scaling)) as tf.Tensor2D);
 }
 
-/**
- * RMSNorm over the last axis as transformers' LlamaRMSNorm computes it: x · 1/√(mean(x²) + ε) · weight.
- * Autodiff's gradient (a plain composition; the WebGPU fused kernel is future work, docs/models.md).
- */
-export function rmsNorm(x: tf.Tensor, w: tf.Tensor, eps: number): tf.Tensor {
+/** RMSNorm as plain tfjs ops with autodiff's gradient: every backend but WebGPU, and the fused kernel's reference. */
+export function rmsNormPlain(x: tf.Tensor, w: tf.Tensor, eps: number): tf.Tensor {
   const ms = tf.mean(tf.square(x), -1, true);
   return tf.mul(tf.mul(x, tf.rsqrt(tf.add(ms, eps))), w);
 }
 
-/** SiLU(gate) · up: the SwiGLU MLP's elementwise middle. */
-export function swiglu(gate: tf.Tensor, up: tf.Tensor): tf.Tensor {
+/**
+ * RMSNorm over the last axis as transformers' LlamaRMSNorm computes it: x · 1/√(mean(x²) + ε) · weight. On WebGPU:
+ * the fused kernels of kernels/webgpu-rmsnorm.ts (1 dispatch forward, 3 backward); elsewhere rmsNormPlain.
+ */
+export function rmsNorm(x: tf.Tensor, w: tf.Tensor, eps: number): tf.Tensor {
+  if (webGpuRmsNormApplies(x, w)) return rmsNormWebGpu(x, w, eps);
+  return rmsNormPlain(x, w, eps);
+}
+
+/** SiLU(gate) · up as plain tfjs ops with autodiff's gradient (every backend but WebGPU; the fused kernel's reference). */
+export function swigluPlain(gate: tf.Tensor, up: tf.Tensor): tf.Tensor {
   return tf.mul(tf.mul(gate, tf.sigmoid(gate)), up);
+}
+
+/**
+ * SiLU(gate) · up: the SwiGLU MLP's elementwise middle. On WebGPU: the fused kernels of kernels/webgpu-swiglu.ts
+ * (1 dispatch forward, 2 backward); elsewhere swigluPlain.
+ */
+export function swiglu(gate: tf.Tensor, up: tf.Tensor): tf.Tensor {
+  if (webGpuSwigluApplies(gate, up)) return swigluWebGpu(gate, up);
+  return swigluPlain(gate, up);
 }
