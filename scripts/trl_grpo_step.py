@@ -11,7 +11,8 @@ usage: python scripts/trl_grpo_step.py SPEC.json
   the import error (exit 1); the bench runs it to decide whether the TRL side can run.
 
 Prints progress on stderr and one JSON object on the last stdout line (parseTrlResult in src/bench/vs-trl.ts reads
-it): per-step seconds of the step, of generation and of scoring (the update is the rest), the completion lengths
+it): per-step seconds of the step (wall, and CPU time of this process), of generation and of scoring (the update is
+the rest), the completion lengths
 of every step, the prompt lengths in tokens, ru_maxrss of this process (bytes), torch's matmul GFLOP/s per size
 on the same thread count, and the versions. Never downloads: HF_HUB_OFFLINE is set and the model is a local folder.
 """
@@ -198,13 +199,14 @@ def main(spec_path):
 
     class Clock(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):
-            cur.update(gen=0.0, genScore=0.0, lengths=[], t0=time.perf_counter())
+            cur.update(gen=0.0, genScore=0.0, lengths=[], t0=time.perf_counter(), c0=time.process_time())
 
         def on_step_end(self, a, state, control, **kw):
             s = time.perf_counter() - cur["t0"]
-            records.append({"step": s, "generate": cur["gen"], "score": cur["genScore"] - cur["gen"],
+            cpu = time.process_time() - cur["c0"]
+            records.append({"step": s, "cpu": cpu, "generate": cur["gen"], "score": cur["genScore"] - cur["gen"],
                             "update": s - cur["genScore"], "completionLengths": cur["lengths"]})
-            log(f"{'warm-up' if len(records) <= warmup else 'step'} {len(records)}: {s:.2f} s "
+            log(f"{'warm-up' if len(records) <= warmup else 'step'} {len(records)}: {s:.2f} s, CPU {cpu:.2f} s "
                 f"(generate {cur['gen']:.2f}, score {cur['genScore'] - cur['gen']:.2f}, update {s - cur['genScore']:.2f})")
 
     trainer.add_callback(Clock())

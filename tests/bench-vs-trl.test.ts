@@ -122,6 +122,13 @@ describe('the two sides run the same step', () => {
     expect(cfg.ppoEpochs).toBe(1);
     expect(cfg.miniBatches).toBe(1);
     expect(cfg.recompute).toBe('off');
+    // The whole batch at once, as TRL's per_device_train_batch_size 8; 0 + auto is cli train's default.
+    expect(cfg.microBatchSize).toBe(8);
+    const dflt = validateConfig(
+      ourConfig('tiny', VS_TRL_PROMPTS, 3, { microBatchSize: 0, recompute: 'auto' }),
+      'test',
+    );
+    expect([dflt.microBatchSize, dflt.recompute]).toEqual([0, 'auto']);
     expect(spec.threads).toBe(1);
     expect(spec.batchSize).toBe(8);
     expect(spec.groupSize).toBe(4);
@@ -147,8 +154,8 @@ const trlAnswer = (over: Record<string, unknown> = {}): string =>
     ok: true,
     threads: 1,
     steps: [
-      { step: 5, generate: 2, score: 1, update: 2, completionLengths: Array(8).fill(24) },
-      { step: 3, generate: 1, score: 1, update: 1, completionLengths: Array(8).fill(24) },
+      { step: 5, cpu: 4, generate: 2, score: 1, update: 2, completionLengths: Array(8).fill(24) },
+      { step: 3, cpu: 2, generate: 1, score: 1, update: 1, completionLengths: Array(8).fill(24) },
     ],
     promptLengths: [13, 12, 12, 13],
     maxRssBytes: 1.5e9,
@@ -189,6 +196,13 @@ describe('parseTrlResult', () => {
     });
     expect(() => parseTrlResult(noTime, expectOk)).toThrow(/step 0 has no non-negative "update"/);
     expect(() => parseTrlResult(trlAnswer({ maxRssBytes: 0 }), expectOk)).toThrow(/maxRssBytes/);
+    const badCpu = trlAnswer({
+      steps: [
+        { step: 1, cpu: -1, generate: 1, score: 0, update: 0, completionLengths: [24] },
+        { step: 1, generate: 1, score: 0, update: 0, completionLengths: [24] },
+      ],
+    });
+    expect(() => parseTrlResult(badCpu, expectOk)).toThrow(/step 0's "cpu" seconds/);
     expect(() => parseTrlResult(trlAnswer({ matmul: [{ m: 1 }] }), expectOk)).toThrow(/matmul/);
   });
 });
@@ -198,8 +212,8 @@ describe('summariseVsTrl', () => {
     const shape = { n_layer: 1, n_embd: 2, n_head: 1, n_positions: 64, vocab_size: 3 };
     const ours: OursResult = {
       steps: [
-        { step: 10, generate: 4, score: 2, update: 4 },
-        { step: 14, generate: 6, score: 2, update: 6 },
+        { step: 10, cpu: 8, generate: 4, score: 2, update: 4 },
+        { step: 14, cpu: 10, generate: 6, score: 2, update: 6 },
       ],
       Tq: 16,
       promptLengths: [13, 12],
@@ -207,6 +221,7 @@ describe('summariseVsTrl', () => {
       matmul: [],
       wasmThreads: 1,
       microBatchSize: 8,
+      recompute: false,
     };
     const trl: TrlResult = parseTrlResult(trlAnswer({ promptLengths: [13, 12] }), {
       steps: 2,
@@ -217,6 +232,10 @@ describe('summariseVsTrl', () => {
     expect(r.trl.secondsPerStep).toBe(4);
     expect(r.vsTrlCpu).toBe(3);
     expect(r.peakRatio).toBe(2);
+    // CPU seconds: ours (8 + 10) / 2 = 9, TRL's (4 + 2) / 2 = 3.
+    expect(r.ours.cpuSecondsPerStep).toBe(9);
+    expect(r.trl.cpuSecondsPerStep).toBe(3);
+    expect(r.vsTrlCpuTime).toBe(3);
     expect(r.ours.phases).toEqual({ generate: 5, score: 2, update: 5 });
     const gen = generateFlops(shape, { batch: 8, Tp: 13, R: 24 });
     expect(r.ours.flops.generate).toBe(gen);
@@ -229,8 +248,10 @@ describe('summariseVsTrl', () => {
     expect(r.trl.gflopsPerSecond.step).toBe(r.trl.flops.step / 4 / 1e9);
     const md = vsTrlMarkdown(r, null, 'Test CPU × 2');
     expect(md).toContain('vsTrlCpu (ours ÷ TRL, s/step) = 3.00');
+    expect(md).toContain('the same in CPU seconds = 3.00');
     expect(md).toContain('Test CPU × 2');
     expect(md).toContain('prompts of 12–13 tokens');
+    expect(md).toContain('our micro-batch 8 with recompute off');
     expect(md).toContain("against tfjs's own matmul peak");
   });
 });

@@ -148,8 +148,21 @@ export function trlSpec(o: {
   };
 }
 
-/** Our side's training config: the same step as the TRL spec, through the CLI's config path (validateConfig). */
-export function ourConfig(model: string, prompts: string[], steps: number): Record<string, unknown> {
+/**
+ * Our side's training config: the same step as the TRL spec, through the CLI's config path (validateConfig). By
+ * default the same arithmetic as TRL's: the whole batch in one micro-batch and no recompute (TRL: one
+ * per_device_train_batch_size of 8, gradient_checkpointing off). `microBatchSize` 0 with `recompute` 'auto' is
+ * what `cli train` does by default (GPT-2: micro-batches that fit a 256 MB activation budget, model/size.ts).
+ */
+export function ourConfig(
+  model: string,
+  prompts: string[],
+  steps: number,
+  plan: { microBatchSize: number; recompute: 'off' | 'auto' } = {
+    microBatchSize: VS_TRL_SETUP.batchSize,
+    recompute: 'off',
+  },
+): Record<string, unknown> {
   const s = VS_TRL_SETUP;
   return {
     model,
@@ -169,8 +182,8 @@ export function ourConfig(model: string, prompts: string[], steps: number): Reco
     // One optimizer step on the whole batch, as TRL's num_iterations 1, gradient_accumulation_steps 1.
     miniBatches: 1,
     ppoEpochs: 1,
-    // The same arithmetic as TRL with gradient_checkpointing off.
-    recompute: 'off',
+    microBatchSize: plan.microBatchSize,
+    recompute: plan.recompute,
     temperature: 1,
     seed: s.seed,
     steps,
@@ -178,7 +191,10 @@ export function ourConfig(model: string, prompts: string[], steps: number): Reco
 }
 
 export interface PhaseSeconds {
+  /** Wall seconds of the step. */
   step: number;
+  /** CPU seconds of the side's process over the step (user + system), when measured. */
+  cpu?: number;
   generate: number;
   score: number;
   update: number;
@@ -228,6 +244,10 @@ export function parseTrlResult(stdout: string, expect: { steps: number; response
         throw new Error(
           `${where}: step ${i} has no non-negative "${k}" seconds (${JSON.stringify(s?.[k])}).`,
         );
+    if (s.cpu !== undefined && (!isNum(s.cpu) || s.cpu < 0))
+      throw new Error(
+        `${where}: step ${i}'s "cpu" seconds must be a non-negative number (${JSON.stringify(s.cpu)}).`,
+      );
     const lens = s.completionLengths;
     if (!Array.isArray(lens) || lens.some((n: unknown) => n !== expect.responseLength))
       throw new Error(
@@ -263,10 +283,13 @@ export interface OursResult {
   matmul: TrlMatmul[];
   wasmThreads: number;
   microBatchSize: number;
+  recompute: boolean;
 }
 
 export interface SideFigures {
   secondsPerStep: number;
+  /** Mean CPU seconds of the process per step (null when not measured). */
+  cpuSecondsPerStep: number | null;
   phases: { generate: number; score: number; update: number };
   /** Model FLOPs of each phase as that side computes it (perf/flops.ts), and GFLOP/s = FLOPs ÷ mean seconds. */
   flops: { generate: number; score: number; update: number; step: number };
@@ -278,6 +301,8 @@ export interface SideFigures {
 export interface VsTrl {
   /** Our s/step ÷ TRL's (1 thread each). */
   vsTrlCpu: number;
+  /** Our CPU seconds per step ÷ TRL's (null when either was not measured): steadier than wall time under load. */
+  vsTrlCpuTime: number | null;
   /** Our resident peak ÷ TRL's. */
   peakRatio: number;
   ours: SideFigures;
@@ -295,6 +320,7 @@ export interface VsTrl {
     steps: number;
     threads: number;
     ourMicroBatchSize: number;
+    ourRecompute: boolean;
     wasmThreads: number;
   };
   versions: Record<string, string>;
@@ -314,9 +340,12 @@ function side(
     update: mean(steps.map((s) => s.update)),
   };
   const sps = mean(steps.map((s) => s.step));
+  const cpus = steps.map((s) => s.cpu);
+  const cpu = cpus.every((x): x is number => typeof x === 'number') ? mean(cpus) : null;
   const total = flops.generate + flops.score + flops.update;
   return {
     secondsPerStep: sps,
+    cpuSecondsPerStep: cpu,
     phases: p,
     flops: { ...flops, step: total },
     gflopsPerSecond: {
@@ -362,6 +391,10 @@ export function summariseVsTrl(
   const b = side(trl.steps, trlF, trl.maxRssBytes, trl.matmul);
   return {
     vsTrlCpu: a.secondsPerStep / b.secondsPerStep,
+    vsTrlCpuTime:
+      a.cpuSecondsPerStep !== null && b.cpuSecondsPerStep !== null
+        ? a.cpuSecondsPerStep / b.cpuSecondsPerStep
+        : null,
     peakRatio: a.peakResidentBytes / b.peakResidentBytes,
     ours: a,
     trl: b,
@@ -384,6 +417,7 @@ export function summariseVsTrl(
       steps: ours.steps.length,
       threads: s.threads,
       ourMicroBatchSize: ours.microBatchSize,
+      ourRecompute: ours.recompute,
       wasmThreads: ours.wasmThreads,
     },
     versions: trl.versions,
@@ -406,7 +440,7 @@ export function vsTrlMarkdown(r: VsTrl | null, skipped: string | null, machine: 
   const m = r.setup.model;
   const v = r.versions;
   const row = (name: string, x: SideFigures): string =>
-    `| ${name} | ${f2(x.secondsPerStep)} | ${f2(x.phases.generate)} / ${f2(x.phases.score)} / ${f2(x.phases.update)} | ` +
+    `| ${name} | ${f2(x.secondsPerStep)} | ${x.cpuSecondsPerStep === null ? '—' : f2(x.cpuSecondsPerStep)} | ${f2(x.phases.generate)} / ${f2(x.phases.score)} / ${f2(x.phases.update)} | ` +
     `${f1(x.gflopsPerSecond.generate)} / ${f1(x.gflopsPerSecond.score)} / ${f1(x.gflopsPerSecond.update)} | ${f1(x.gflopsPerSecond.step)} | ${gb(x.peakResidentBytes)} |`;
   const mm = (x: TrlMatmul[]): string => x.map((y) => `${y.m}×${y.k}×${y.n}: ${f1(y.gflops)}`).join(', ');
   return [
@@ -414,18 +448,19 @@ export function vsTrlMarkdown(r: VsTrl | null, skipped: string | null, machine: 
     '',
     `Machine: ${machine}. Model: GPT-2-shaped, random weights (n_layer ${m.n_layer}, n_embd ${m.n_embd}, n_head ${m.n_head}, vocab ${m.vocab_size}); ` +
       `GRPO, LoRA r ${r.setup.lora} on ${r.setup.loraTargets.join('/')}, batch ${r.setup.batchSize} completions in groups of ${r.setup.groupSize}, ` +
-      `${r.setup.responseLength} new tokens, prompts of ${Math.min(...r.setup.promptLengths)}–${Math.max(...r.setup.promptLengths)} tokens, ${r.setup.threads} thread each; ` +
+      `${r.setup.responseLength} new tokens, our micro-batch ${r.setup.ourMicroBatchSize} with recompute ${r.setup.ourRecompute ? 'on' : 'off'}, prompts of ${Math.min(...r.setup.promptLengths)}–${Math.max(...r.setup.promptLengths)} tokens, ${r.setup.threads} thread each; ` +
       `mean of ${r.setup.steps} steps after ${r.setup.warmup} warm-up.`,
     '',
-    '| | s/step | generate / score / update (s) | GFLOP/s generate / score / update | GFLOP/s step | peak resident |',
-    '|---|---|---|---|---|---|',
+    '| | s/step | CPU s/step | generate / score / update (s) | GFLOP/s generate / score / update | GFLOP/s step | peak resident |',
+    '|---|---|---|---|---|---|---|',
     row(`ours, WASM (${r.setup.wasmThreads} thread)`, r.ours),
     row(
       `TRL ${v.trl ?? '?'} GRPOTrainer + peft ${v.peft ?? '?'}, torch ${v.torch ?? '?'} CPU (${r.setup.threads} thread)`,
       r.trl,
     ),
     '',
-    `vsTrlCpu (ours ÷ TRL, s/step) = ${f2(r.vsTrlCpu)}; peak resident ours ÷ TRL = ${f2(r.peakRatio)}.`,
+    `vsTrlCpu (ours ÷ TRL, s/step) = ${f2(r.vsTrlCpu)}; the same in CPU seconds = ${r.vsTrlCpuTime === null ? '—' : f2(r.vsTrlCpuTime)}; ` +
+      `peak resident ours ÷ TRL = ${f2(r.peakRatio)}.`,
     '',
     `Matmul GFLOP/s, same thread count — tfjs-wasm: ${mm(r.ours.matmul)}; torch: ${mm(r.trl.matmul)}.`,
     '',

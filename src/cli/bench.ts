@@ -81,11 +81,13 @@ export const BENCH_HELP = `bench [--quick] [--json] [--out FILE] [--no-browser] 
   --gpu: only WebGPU in Node (Dawn) on whatever adapter exists: the adapter, its matmul peak, the tiny PPO step
   (seconds, update MFU, dispatches and readbacks per step) and GPT-2 dispatches per layer; smallest sizes on a
   software adapter. updateMfu is the update's FLOP/s against tfjs's own matmul peak, not against the machine.
-bench --vs-trl [--vs-trl-shape L,C,H,P,V] [--vs-trl-model DIR] [--vs-trl-steps N] [--vs-trl-warmup N] [--json] [--out FILE]
+bench --vs-trl [--vs-trl-shape L,C,H,P,V] [--vs-trl-model DIR] [--vs-trl-steps N] [--vs-trl-warmup N]
+      [--vs-trl-micro-batch N] [--json] [--out FILE]
   The same GRPO LoRA step (batch 8 in groups of 4, 24 new tokens, r 8 on the four GPT-2 layers) through our engine
   (WASM, 1 thread) and through TRL's GRPOTrainer + PEFT on PyTorch CPU (1 thread, scripts/trl_grpo_step.py, run by
   $PPO_PYTHON, else /tmp/venv/bin/python, else python3): s/step, phases, GFLOP/s per phase, resident peaks, both
-  matmul peaks, vsTrlCpu = ours ÷ TRL. Default shape GPT-2 124M (random weights, made once under .bench/models/).
+  matmul peaks, vsTrlCpu = ours ÷ TRL. Ours runs the batch in one micro-batch without recompute, as TRL does;
+  --vs-trl-micro-batch 0 gives cli train's default (automatic micro-batch, recompute auto). Default shape GPT-2 124M (random weights, made once under .bench/models/).
   Skipped, with the reason, when that Python cannot import torch, transformers, peft and trl (docs/vs-trl.md).`;
 
 /** nanogpt's files by path (its package exports only main.js; BasicTrainer must share main.js's modules). */
@@ -140,6 +142,7 @@ export async function cmdBench(argv: string[]): Promise<void> {
     'vs-trl-steps': { type: 'string' },
     'vs-trl-warmup': { type: 'string' },
     'vs-trl-child': { type: 'string' },
+    'vs-trl-micro-batch': { type: 'string' },
   });
   const t0 = performance.now();
   const quick = !!v.quick;
@@ -185,6 +188,11 @@ export async function cmdBench(argv: string[]): Promise<void> {
         model: str('bench', v, 'vs-trl-model'),
         steps: num('bench', v, 'vs-trl-steps', 2, { min: 1, max: 100, integer: true }),
         warmup: num('bench', v, 'vs-trl-warmup', 1, { min: 0, max: 100, integer: true }),
+        microBatch: num('bench', v, 'vs-trl-micro-batch', VS_TRL_SETUP.batchSize, {
+          min: 0,
+          max: VS_TRL_SETUP.batchSize,
+          integer: true,
+        }),
         json: !!v.json,
         out: str('bench', v, 'out') ?? DEFAULT_VS_TRL_OUT,
       },
@@ -708,19 +716,30 @@ async function vsTrlOursChild(
   const cfg = validateConfig(spec.config, 'bench --vs-trl');
   const steps: PhaseSeconds[] = [];
   let n = 0;
+  // CPU seconds of this process between step hooks (a step and the little between two): on a machine shared with
+  // other jobs, wall seconds grow with the load and CPU seconds much less.
+  const cpuNow = (): number => {
+    const u = process.cpuUsage();
+    return (u.user + u.system) / 1e6;
+  };
+  let cpuAt = cpuNow();
   const budget = defaultHeapBudget();
   const session = await TrainingSession.build(cfg, nodeResources, {
     hooks: {
       step: async (r) => {
         const m = r.metrics;
+        const c = cpuNow();
+        const cpu = c - cpuAt;
+        cpuAt = c;
         n++;
         log(
-          `${n <= spec.warmup ? 'warm-up' : 'step'} ${n}: ${m.timeStep.toFixed(2)} s (generate ${m.timeGenerate.toFixed(2)}, ` +
+          `${n <= spec.warmup ? 'warm-up' : 'step'} ${n}: ${m.timeStep.toFixed(2)} s, CPU ${cpu.toFixed(2)} s (generate ${m.timeGenerate.toFixed(2)}, ` +
             `score ${m.timeScore.toFixed(2)}, update ${m.timeUpdate.toFixed(2)})`,
         );
         if (n > spec.warmup)
           steps.push({
             step: m.timeStep,
+            cpu,
             generate: m.timeGenerate,
             score: m.timeScore,
             update: m.timeUpdate,
@@ -733,7 +752,7 @@ async function vsTrlOursChild(
     const end = await session.run({ until: spec.warmup + spec.steps });
     if (end.reason === 'error') throw end.error;
     if (end.reason === 'nonfinite') throw new Error(end.message);
-    const microBatchSize = session.trainer.microBatchSize();
+    const plan = session.trainer.stepPlan();
     const { benchMatmulShape } = await import('../bench/perf/matmul');
     const matmul = [];
     for (const [m, k, nn] of spec.matmulSizes) {
@@ -745,7 +764,8 @@ async function vsTrlOursChild(
       maxRssBytes: process.resourceUsage().maxRSS * 1024,
       matmul,
       wasmThreads: wasm.getThreadsCount(),
-      microBatchSize,
+      microBatchSize: plan.microBatchSize,
+      recompute: plan.recompute,
     };
   } finally {
     session.dispose();
@@ -813,6 +833,8 @@ async function vsTrlBench(
     model: string | undefined;
     steps: number;
     warmup: number;
+    /** Our micro-batch: the batch (TRL's arithmetic, no recompute), or 0 = `cli train`'s default (auto, recompute auto). */
+    microBatch: number;
     json: boolean;
     out: string;
   },
@@ -836,6 +858,7 @@ async function vsTrlBench(
       process.stdout.write(
         JSON.stringify({
           vsTrlCpu: r?.vsTrlCpu ?? null,
+          vsTrlCpuTime: r?.vsTrlCpuTime ?? null,
           vsTrlPeakRatio: r?.peakRatio ?? null,
           vsTrl: r ? { ...r, machine: cpu } : { skipped },
         }) + '\n',
@@ -863,7 +886,10 @@ async function vsTrlBench(
   try {
     const sizes = matmulShapes(config);
     const childSpec: VsTrlChildSpec = {
-      config: ourConfig(dir, VS_TRL_PROMPTS, o.warmup + o.steps),
+      config: ourConfig(dir, VS_TRL_PROMPTS, o.warmup + o.steps, {
+        microBatchSize: o.microBatch,
+        recompute: o.microBatch === 0 ? 'auto' : 'off',
+      }),
       warmup: o.warmup,
       steps: o.steps,
       threads: VS_TRL_SETUP.threads,

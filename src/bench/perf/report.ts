@@ -74,6 +74,15 @@ const find = (r: BenchReport, platform: string, backend: string): BenchRun | und
 const lmOf = (run: BenchRun | undefined, impl: string): LmTrainBench | undefined =>
   run?.lm.find((x) => x.impl === impl);
 
+/**
+ * What `updateMfu` is measured against (issue #24): the backend's own matmul rate in the same run, not the machine's
+ * peak. `bench --vs-trl` gives absolute GFLOP/s per phase beside PyTorch's matmul on the same thread count.
+ */
+export const UPDATE_MFU_NOTE =
+  "update MFU = the update's GFLOP/s ÷ the backend's own matmul peak measured in this run (tfjs's matmul, e.g. " +
+  "XNNPACK on WASM), not the machine's: on one CPU thread PyTorch's matmul runs 2–5× faster than tfjs-wasm's. " +
+  "`bench --vs-trl` reports absolute GFLOP/s per phase beside PyTorch's (docs/vs-trl.md).";
+
 /** The target of a key that is reported without one. */
 export const REPORTED = 'reported';
 
@@ -415,6 +424,8 @@ export function markdown(r: BenchReport): string {
         ['**update MFU**', ...ppoRuns.map((x) => f(x.ppo!.updateMfu, 3))],
       ],
     ),
+    '',
+    UPDATE_MFU_NOTE,
     '',
   );
 
