@@ -5,7 +5,7 @@
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, readdirSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { validateConfig } from '../src/core/config';
@@ -19,6 +19,7 @@ import {
 } from '../src/cli/preflight';
 import { nodeResources } from '../src/cli/train';
 import { WASM_HEAP_BYTES } from '../src/core/model/size';
+import { LLAMA_SHAPES } from '../src/core/model/llama-config';
 
 /** GPT-2 124M's config.json as the Hub serves it (openai-community/gpt2). */
 const GPT2_CONFIG = {
@@ -70,9 +71,9 @@ const ppo = (over: Record<string, unknown> = {}) =>
   validateConfig({ model: gpt2, task: 'sentiment', batchSize: 4, responseLength: 8, ...over }, 'c.json');
 
 describe('budgets', () => {
-  it("WASM: 75% of the heap's maximum (the app's number); cpu: 60% of the machine's memory", () => {
-    expect(wasm.bytes).toBe(WASM_HEAP_BYTES * 0.75);
-    expect(wasm.what).toBe('the WASM heap allows 3.2 GB (75% of its 4.3 GB maximum)');
+  it("WASM: 95% of the heap's maximum, held against the heap estimate (the app's number); cpu: 60% of the machine's memory", () => {
+    expect(wasm.bytes).toBe(WASM_HEAP_BYTES * 0.95);
+    expect(wasm.what).toBe('the WASM heap allows 4.1 GB (95% of its 4.3 GB maximum)');
     const cpu = memoryBudget('cpu', 16e9);
     expect(cpu.bytes).toBe(9.6e9);
     expect(cpu.what).toBe("the cpu backend may use 9.6 GB (60% of this machine's 16.0 GB)");
@@ -83,7 +84,7 @@ describe('train', () => {
   it('refuses GPT-2 124M with full copies on the WASM budget, naming the estimate, the budget and what would fit', async () => {
     const msg = await messageOf(preflightTrain(ppo(), nodeResources, wasm));
     expect(msg).toMatch(
-      /^Training .*gpt2 \(124\.4 M parameters\) with full copies needs ≈ 4\.5 GB of weights, gradients and optimiser state alone \(in all ≈ \d\.\d GB: policy 0\.50, reference 0\.50, value 0\.50, Adam 1\.99, gradients 1\.00, activations \d\.\d\d GB\); the WASM heap allows 3\.2 GB \(75% of its 4\.3 GB maximum\)\./,
+      /^Training .*gpt2 \(124\.4 M parameters\) with full copies needs ≈ 5\.5 GB of weights, gradients and optimiser state alone \(in all ≈ \d\.\d GB: policy 0\.50, reference 0\.50, value 0\.50, Adam 1\.99, gradients 1\.00, activations \d\.\d\d, packed weights 1\.02 GB\); the WASM heap allows 4\.1 GB \(95% of its 4\.3 GB maximum\)\./,
     );
     expect(msg).toMatch(/`--backend cpu` \(not bound by the WASM heap; /);
     expect(msg).toMatch(/or a smaller model \(e\.g\. distilbert\/distilgpt2 or tiny\)\.$/);
@@ -95,7 +96,7 @@ describe('train', () => {
         msg,
       );
     expect(lora, msg).not.toBeNull();
-    expect(Number(lora![1])).toBeLessThan(3.2);
+    expect(Number(lora![1])).toBeLessThan(4.1);
     expect(lora![2]).toBe(',');
   });
 
@@ -122,35 +123,83 @@ describe('train', () => {
   });
 });
 
+describe('train: the Llama families on the WASM heap (config.json and the tokenizer only, no weights)', () => {
+  /** A folder with the published shape's config.json and the 512-id ChatML tokenizer, and no model.safetensors. */
+  function shapeFolder(name: 'qwen2.5-0.5b' | 'qwen3-0.6b' | 'smollm2-135m'): string {
+    const d = path.join(dir, name);
+    mkdirSync(d, { recursive: true });
+    const config = { ...LLAMA_SHAPES[name], bos_token_id: 510, eos_token_id: 511, pad_token_id: 509 };
+    writeFileSync(path.join(d, 'config.json'), JSON.stringify(config));
+    for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'])
+      copyFileSync(path.join('tests/fixtures/hf-tokenizer', f), path.join(d, f));
+    return d;
+  }
+  const grpo = (model: string) =>
+    validateConfig(
+      {
+        model,
+        task: 'arithmetic-chat',
+        algorithm: 'grpo',
+        groupSize: 2,
+        batchSize: 4,
+        responseLength: 16,
+        lora: 8,
+      },
+      'c.json',
+    );
+
+  it('Qwen2.5-0.5B LoRA GRPO (batch 4, 16 tokens): accepted; the heap estimate counts the packed weights', async () => {
+    // Measured in-process (tests/qwen-0.5b.slow.test.ts): the heap reached 3.67 GB of its 4.29 GB. Held to 75% of
+    // the heap in tensor bytes (3.34 GB, counting autodiff's copies of the embedding that WASM shares) it was
+    // refused; as the heap counts it, it fits.
+    const e = await preflightTrain(grpo(shapeFolder('qwen2.5-0.5b')), nodeResources, wasm);
+    expect(e.parts.packed).toBe(4 * 357_826_560);
+    expect(e.total).toBeGreaterThan(3.67e9);
+    expect(e.total).toBeLessThan(wasm.bytes);
+    const smol = await preflightTrain(grpo(shapeFolder('smollm2-135m')), nodeResources, wasm);
+    expect(smol.total).toBeLessThan(1.5e9);
+  });
+
+  it('Qwen3-0.6B: refused in words (its 2.4 GB of weights and 1.7 GB packed do not fit the heap)', async () => {
+    const msg = await messageOf(preflightTrain(grpo(shapeFolder('qwen3-0.6b')), nodeResources, wasm));
+    expect(msg).toMatch(
+      /^Training .*qwen3-0\.6b \(596\.0 M parameters\) with LoRA r=8 needs ≈ 4\.\d GB of weights, gradients and optimiser state alone \(in all ≈ \d\.\d GB: base 2\.38, .*packed weights 1\.7\d GB\); the WASM heap allows 4\.1 GB \(95% of its 4\.3 GB maximum\)\./,
+    );
+    expect(msg).toMatch(/`--backend cpu` \(not bound by the WASM heap; /);
+  });
+});
+
 describe('generate, sft, train-reward', () => {
-  it('generate: GPT-2 (0.5 GB of weights) fits the WASM budget; a budget below its weights refuses', async () => {
+  it('generate: GPT-2 (0.5 GB of weights, 0.34 GB packed by XNNPACK) fits the WASM budget; a budget below its weights refuses', async () => {
     const e = await preflightGenerate(gpt2, { prompt: 'The movie was', maxNewTokens: 40 }, wasm);
     expect(e.parts.base).toBe(124_439_808 * 4);
+    // The blocks' matrices: 12 · (768 · 2304 + 768 · 768 + 2 · 768 · 3072) floats.
+    expect(e.parts.packed).toBe(4 * 12 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072));
     const msg = await messageOf(
       preflightGenerate(gpt2, { prompt: 'The movie was', maxNewTokens: 40 }, { ...wasm, bytes: 0.4e9 }),
     );
     expect(msg).toMatch(
-      /^Generating with .*gpt2 \(124\.4 M parameters\) needs ≈ 0\.5 GB of weights, gradients and optimiser state alone/,
+      /^Generating with .*gpt2 \(124\.4 M parameters\) needs ≈ 0\.8 GB of weights, gradients and optimiser state alone \(in all ≈ 0\.8 GB: policy 0\.50, activations 0\.01, packed weights 0\.34 GB\)/,
     );
     expect(msg).toMatch(/Use `--backend cpu`, fewer --max-new-tokens, or a smaller model\.$/);
   });
 
   it('sft and train-reward: GPT-2 fits at small batches on WASM, and is refused in words at large ones', async () => {
     expect(await messageOf(preflightSft(gpt2, { batchSize: 2, seqLen: 32 }, wasm))).toBe('');
-    // Batch 1 at seqLen 64: the 2.0 GB of weights, Adam and gradients plus their activations fit the 3.2 GB.
+    // Batch 1 at seqLen 64: the 2.0 GB of weights, Adam and gradients, 0.34 GB of XNNPACK's packed weights, plus
+    // their activations fit the heap's 4.1 GB.
     expect(await messageOf(preflightSft(gpt2, { batchSize: 1, seqLen: 64 }, wasm))).toBe('');
-    // Batch 2 at seqLen 64 is refused: 13 logits-sized tensors of 2 · 65 · 50257 floats (the log-softmax's, the
-    // copies autodiff keeps, their gradients) and 4 of wte's size (the gather's and the tied head's copies of wte
-    // and their gradients of it) besides the forward: ≈ 3.7 GB, 1.66 GB of it activations.
-    expect(await messageOf(preflightSft(gpt2, { batchSize: 2, seqLen: 64 }, wasm))).toMatch(
-      /^SFT of .*gpt2 \(124\.4 M parameters\) needs ≈ 3\.7 GB: policy 0\.50, Adam 1\.00, gradients 0\.50, activations 1\.66 GB, with the activations of its batch; the WASM heap allows 3\.2 GB/,
-    );
-    // Batch 4 at seqLen 64 (the failure seen in a fast-tier run) is refused: ≈ 4.7 GB, 2.71 GB of activations.
+    // Batch 2 at seqLen 64: 13 logits-sized tensors of 2 · 65 · 50257 floats (the log-softmax's, the copies
+    // autodiff keeps, their gradients) and 4 of wte's size (the gather's and the tied head's copies of wte and
+    // their gradients of it) besides the forward: ≈ 3.7 GB of tensors, 1.66 GB of it activations, and the packed
+    // weights: 4.0 GB, just inside the heap's 4.1 GB (the copies are counted although WASM shares them).
+    expect(await messageOf(preflightSft(gpt2, { batchSize: 2, seqLen: 64 }, wasm))).toBe('');
+    // Batch 4 at seqLen 64 (the failure seen in a fast-tier run) is refused: 2.71 GB of activations.
     expect(await messageOf(preflightSft(gpt2, { batchSize: 4, seqLen: 64 }, wasm))).toMatch(
-      /^SFT of .*gpt2 \(124\.4 M parameters\) needs ≈ 4\.7 GB: policy 0\.50, Adam 1\.00, gradients 0\.50, activations 2\.71 GB, with the activations of its batch; the WASM heap allows 3\.2 GB/,
+      /^SFT of .*gpt2 \(124\.4 M parameters\) needs ≈ 5\.0 GB: policy 0\.50, Adam 1\.00, gradients 0\.50, activations 2\.71, packed weights 0\.34 GB, with the activations of its batch; the WASM heap allows 4\.1 GB/,
     );
     expect(await messageOf(preflightSft(gpt2, { batchSize: 64, seqLen: 512 }, wasm))).toMatch(
-      /^SFT of .*gpt2 \(124\.4 M parameters\) needs ≈ \d+\.\d GB: .*activations .* GB, with the activations of its batch; the WASM heap allows 3\.2 GB .*\. Lower batchSize or seqLen, use `--backend cpu`, or choose a smaller model\.$/,
+      /^SFT of .*gpt2 \(124\.4 M parameters\) needs ≈ \d+\.\d GB: .*activations .* GB, with the activations of its batch; the WASM heap allows 4\.1 GB .*\. Lower batchSize or seqLen, use `--backend cpu`, or choose a smaller model\.$/,
     );
     const pairs = [{ prompt: 'The movie was', chosen: ' great fun', rejected: ' dull' }];
     expect(await messageOf(preflightTrainReward(gpt2, { batchSize: 8, pairs }, wasm))).toBe('');
@@ -186,9 +235,9 @@ describe('the CLI itself', () => {
     );
     expect(r.status, r.stderr).toBe(1);
     expect(r.stderr).toMatch(
-      /^error: Training .*gpt2 \(124\.4 M parameters\) with full copies needs ≈ 4\.5 GB/,
+      /^error: Training .*gpt2 \(124\.4 M parameters\) with full copies needs ≈ 5\.5 GB/,
     );
-    expect(r.stderr).toMatch(/the WASM heap allows 3\.2 GB/);
+    expect(r.stderr).toMatch(/the WASM heap allows 4\.1 GB/);
     expect(r.stderr).not.toMatch(/internal error|RuntimeError|safetensors|\n {4}at /);
     expect(r.stdout).toBe('');
     expect(readdirSync(gpt2)).toEqual(['config.json']);

@@ -42,6 +42,7 @@ import {
   scalarParamCount,
   runShapeOf,
   type RunMemoryOptions,
+  withPackedWeights,
 } from '../src/core/model/size';
 
 const bytesShape = (L: number, C: number, H: number): GPT2Config =>
@@ -654,6 +655,62 @@ describe('the estimate for the Llama families: hand-worked parts', () => {
     expect(e.parts.adam).toBe(4 * 2 * (2 * P + 896 - VC));
     // The tied model's count is the plain one.
     expect(estimateRunMemory(qwen25, run, opts).trainableParams).toBe(2 * paramCount(qwen25) + 896);
+  });
+});
+
+describe('the WASM heap estimate (RunMemoryOptions.heap "wasm"): hand-worked against the tensor-byte one', () => {
+  it('Qwen2.5-0.5B LoRA GRPO: the tape copies of the embedding leave, XNNPACK packs each block matrix once', () => {
+    const run = {
+      batchSize: 4,
+      miniBatches: 1,
+      promptLength: 40,
+      responseLength: 16,
+      microBatchSize: 2,
+      recompute: true,
+    };
+    const opts: RunMemoryOptions = {
+      valueModel: 'none',
+      rewardModel: false,
+      lora: { r: 8, targets: [...LORA_TARGETS] },
+    };
+    const bytes = estimateRunMemory(qwen25, run, opts);
+    const heap = estimateRunMemory(qwen25, run, { ...opts, heap: 'wasm' });
+    const { vocab_size: V, hidden_size: C, intermediate_size: I, num_hidden_layers: L } = qwen25;
+    // The block matrices: q and o [896, 896], k and v [128, 896], gate/up/down 4864 × 896, 24 layers.
+    const blocks = L * (2 * 896 * 896 + 2 * 128 * 896 + 3 * I * C);
+    expect(blocks).toBe(357_826_560);
+    expect(heap.parts.packed).toBe(4 * blocks);
+    expect(bytes.parts.packed).toBe(0);
+    // Both peak in the update; with recompute the LoRA tape copies are one layer's matrices.
+    expect(bytes.peakPhase).toBe('update');
+    expect(heap.peakPhase).toBe('update');
+    expect(bytes.parts.activations - heap.parts.activations).toBe(
+      4 * (2 * V * C + blocks / L), // WTE_TAPE_COPIES · V·C + LORA_WEIGHT_TAPE_COPIES · one layer
+    );
+    for (const k of ['base', 'adapters', 'adam', 'gradients'] as const)
+      expect(heap.parts[k]).toBe(bytes.parts[k]);
+    expect(heap.total).toBe(bytes.total - 4 * (2 * V * C + blocks / L) + 4 * blocks);
+  });
+
+  it('full copies with a separate value model pack three trunks (policy, reference, value); LoRA one', () => {
+    const run = { batchSize: 4, miniBatches: 1, promptLength: 8, responseLength: 8 };
+    const c = llamaShape({ fam: 'llama', V: 512, C: 64, I: 128, L: 2, nh: 4, nkv: 2, tied: true });
+    const blocks = 2 * (64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 128 * 64);
+    const full = estimateRunMemory(c, run, { valueModel: 'separate', rewardModel: false, heap: 'wasm' });
+    expect(full.parts.packed).toBe(4 * 3 * blocks);
+    const withRm = estimateRunMemory(c, run, { valueModel: 'separate', rewardModel: true, heap: 'wasm' });
+    expect(withRm.parts.packed).toBe(4 * 4 * blocks);
+    const lora = estimateRunMemory(c, run, {
+      valueModel: 'shared',
+      rewardModel: false,
+      lora: { r: 4, targets: [...LORA_TARGETS] },
+      heap: 'wasm',
+    });
+    expect(lora.parts.packed).toBe(4 * blocks);
+    expect(
+      withPackedWeights(estimateGenerateMemory(c, { batchSize: 1, promptLength: 8, maxNewTokens: 8 }), c)
+        .parts.packed,
+    ).toBe(4 * blocks);
   });
 });
 

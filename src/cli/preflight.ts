@@ -4,8 +4,11 @@
  * and refuse, in words, a run that cannot fit the backend's budget, instead of crashing inside the WASM heap.
  *
  * Budgets (docs/formats.md §8):
- * - `wasm`: 75% of the tfjs WASM heap's 4 GiB maximum (WASM_HEAP_SHARE of WASM_HEAP_BYTES, ≈ 3.2 GB, the app's
- *   number); the rest is the allocator's slack and short-lived tensors.
+ * - `wasm`: 95% of the tfjs WASM heap's 4 GiB maximum (WASM_HEAP_RUN_SHARE of WASM_HEAP_BYTES, ≈ 4.1 GB, the
+ *   app's number), held against what the heap will reach, not against tensor bytes: a training run's estimate on
+ *   WASM counts autodiff's kept copies as the buffers they share there and adds XNNPACK's packed weights
+ *   (RunMemoryOptions.heap; docs/memory.md "The WASM heap"); generation's and SFT's estimates add the packed
+ *   weights. The rest is the rollout, the allocator's slack and short-lived tensors.
  * - `cpu` (and any other backend): 60% of this machine's memory (os.totalmem(), DEVICE_MEMORY_SHARE, as the app
  *   takes 60% of navigator.deviceMemory).
  */
@@ -32,7 +35,8 @@ import {
   runMemoryOptions,
   runShapeOf,
   WASM_HEAP_BYTES,
-  WASM_HEAP_SHARE,
+  WASM_HEAP_RUN_SHARE,
+  withPackedWeights,
   type MemoryEstimate,
   type RunMemoryOptions,
 } from '../core/model/size';
@@ -50,11 +54,11 @@ export interface MemoryBudget {
 /** The budget of a backend in this process. `totalMemory` for tests (default os.totalmem()). */
 export function memoryBudget(backend: string = tf.getBackend(), totalMemory = os.totalmem()): MemoryBudget {
   if (backend === 'wasm') {
-    const bytes = WASM_HEAP_BYTES * WASM_HEAP_SHARE;
+    const bytes = WASM_HEAP_BYTES * WASM_HEAP_RUN_SHARE;
     return {
       bytes,
       backend,
-      what: `the WASM heap allows ${formatGB(bytes)} (${Math.round(WASM_HEAP_SHARE * 100)}% of its ${formatGB(WASM_HEAP_BYTES)} maximum)`,
+      what: `the WASM heap allows ${formatGB(bytes)} (${Math.round(WASM_HEAP_RUN_SHARE * 100)}% of its ${formatGB(WASM_HEAP_BYTES)} maximum)`,
     };
   }
   const bytes = totalMemory * DEVICE_MEMORY_SHARE;
@@ -115,7 +119,10 @@ export async function preflightTrain(
   const promptLength = bucket(longest, Math.max(1, config.n_positions - cfg.responseLength));
   const spec: unknown = cfg.reward ?? taskReward;
   const rewardModel = !!spec && typeof spec === 'object' && 'model' in spec;
-  const opts = runMemoryOptions(cfg, rewardModel);
+  // On WASM: what the heap will reach (shared tape copies, XNNPACK's packed weights), as the budget counts it.
+  const onHeap = (o: RunMemoryOptions): RunMemoryOptions =>
+    budget.backend === 'wasm' ? { ...o, heap: 'wasm' } : o;
+  const opts = onHeap(runMemoryOptions(cfg, rewardModel));
   const vocabChunk = chunksVocabulary(cfg.responseLength, config.vocab_size, budget.backend)
     ? VOCAB_CHUNK
     : 0;
@@ -141,9 +148,11 @@ export async function preflightTrain(
       const withLora = estimateRunMemory(
         config,
         run,
-        runMemoryOptions(
-          { ...cfg, lora: 8, loraTargets: [...LORA_TARGETS], valueModel: 'shared' },
-          rewardModel,
+        onHeap(
+          runMemoryOptions(
+            { ...cfg, lora: 8, loraTargets: [...LORA_TARGETS], valueModel: 'shared' },
+            rewardModel,
+          ),
         ),
       );
       remedies.push(
@@ -228,7 +237,12 @@ export async function preflightGenerate(
   const modelFiles = nodeFiles(resolveModel(model));
   const config = await readConfig(modelFiles);
   const promptLength = Math.max(1, (await tokenizerForFolder(modelFiles, config)).encode(o.prompt).length);
-  const e = estimateGenerateMemory(config, { batchSize: 1, promptLength, maxNewTokens: o.maxNewTokens });
+  const tensors = estimateGenerateMemory(config, {
+    batchSize: 1,
+    promptLength,
+    maxNewTokens: o.maxNewTokens,
+  });
+  const e = budget.backend === 'wasm' ? withPackedWeights(tensors, config) : tensors;
   if (e.total > budget.bytes) {
     const remedies =
       budget.backend === 'wasm'
@@ -247,7 +261,8 @@ export function preflightSequenceTraining(
   o: { sequences: number; seqLen: number; head: 'lm' | 'scalar' },
   budget: MemoryBudget = memoryBudget(),
 ): MemoryEstimate {
-  const e = estimateSequenceTrainingMemory(config, o);
+  const tensors = estimateSequenceTrainingMemory(config, o);
+  const e = budget.backend === 'wasm' ? withPackedWeights(tensors, config) : tensors;
   if (e.total > budget.bytes) {
     const remedies = [
       fixedBytes(e) <= budget.bytes ? `Lower batchSize${o.head === 'lm' ? ' or seqLen' : ''}, ` : '',

@@ -31,6 +31,7 @@ import {
   PPO_DEFAULTS,
   WASM_HEAP_BYTES,
   WASM_HEAP_SHARE,
+  WASM_HEAP_RUN_SHARE,
   type MemoryEstimate,
   type RunMemoryOptions,
   type RunShape,
@@ -128,21 +129,22 @@ export function checkDeviceLimits(
       }
       return;
     }
+    // What the heap holds whatever the batch: the weights, Adam, XNNPACK's packed weights (size.ts WASM heap).
     const estimate = estimateRunMemory(
       config,
       { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
-      opts,
+      { ...opts, heap: 'wasm' },
     );
     const need = fixedBytes(estimate);
-    if (need > heap * WASM_HEAP_SHARE) {
+    if (need > heap * WASM_HEAP_RUN_SHARE) {
       const smaller = 'a smaller model (e.g. distilbert/distilgpt2 or tiny)';
       const remedy = opts.lora
         ? `Choose WebGPU on a GPU, or ${smaller}.`
-        : `${loraRemedy(config, opts)}, choose WebGPU on a GPU, or ${smaller}.`;
+        : `${loraRemedy(config, { ...opts, heap: 'wasm' })}, choose WebGPU on a GPU, or ${smaller}.`;
       throw new UserError(
         `${label} has ${millions(params)} parameters; training it needs ≈ ${formatGB(need)} of ` +
           `weights, gradients and optimiser state (${formatParts(estimate)}), more than the WASM backend can hold (its memory stops at ` +
-          `${formatGB(heap)}, and ${Math.round(WASM_HEAP_SHARE * 100)}% of it, ${formatGB(heap * WASM_HEAP_SHARE)}, ` +
+          `${formatGB(heap)}, and ${Math.round(WASM_HEAP_RUN_SHARE * 100)}% of it, ${formatGB(heap * WASM_HEAP_RUN_SHARE)}, ` +
           `may go to the run). ${remedy}`,
       );
     }
@@ -190,12 +192,12 @@ export function memoryBudget(limits: DeviceLimits | null, deviceBudgetBytes: num
     what: `the budget here is ${formatGB(deviceBudgetBytes)} (60% of this device's memory)`,
   };
   if (limits?.backend !== 'wasm') return device;
-  const heap = (limits.heapBytes ?? WASM_HEAP_BYTES) * WASM_HEAP_SHARE;
+  const heap = (limits.heapBytes ?? WASM_HEAP_BYTES) * WASM_HEAP_RUN_SHARE;
   if (heap > deviceBudgetBytes) return device;
   return {
     bytes: heap,
     what:
-      `the WASM backend allows ${formatGB(heap)} (${Math.round(WASM_HEAP_SHARE * 100)}% of its ` +
+      `the WASM backend allows ${formatGB(heap)} (${Math.round(WASM_HEAP_RUN_SHARE * 100)}% of its ` +
       `${formatGB(limits.heapBytes ?? WASM_HEAP_BYTES)} heap)`,
   };
 }

@@ -23,7 +23,13 @@ import {
   type HubCache,
   type HubProgress,
 } from '../services/hub';
-import { checkTrainingMemory, formatGB, paramCount, runShapeOf } from '../core/model/size';
+import {
+  checkTrainingMemory,
+  formatGB,
+  paramCount,
+  runShapeOf,
+  type RunMemoryOptions,
+} from '../core/model/size';
 import { UserError } from '../core/errors';
 import { builtinModelUrl, fetchFiles } from './files-web';
 import {
@@ -281,9 +287,13 @@ export class ModelSources {
     const tok = await tokenizerForFolder(files, config);
     const longest = Math.max(1, ...prompts.map((p) => encodePrompt(tok, p, cfg.chatTemplate).length));
     const promptLength = bucket(longest, Math.max(1, config.n_positions - cfg.responseLength));
-    const opts = runMemoryOptions(cfg, rewardIsModel(cfg, taskReward));
-    const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
     const backend = this.deviceLimits?.backend ?? 'cpu';
+    // On WASM the estimate counts what the heap will reach (shared tape copies, XNNPACK's packed weights).
+    const opts: RunMemoryOptions = {
+      ...runMemoryOptions(cfg, rewardIsModel(cfg, taskReward)),
+      ...(backend === 'wasm' ? { heap: 'wasm' as const } : {}),
+    };
+    const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
     const vocabChunk = chunksVocabulary(cfg.responseLength, config.vocab_size, backend) ? VOCAB_CHUNK : 0;
     // The shape the trainer will run: its micro-batch and recompute (model/size.ts runShapeOf).
     const shape = runShapeOf(config, cfg, promptLength, opts, vocabChunk);

@@ -125,6 +125,13 @@ export interface RunMemoryOptions {
   lora?: LoraShape;
   valueModel: 'separate' | 'shared' | 'none';
   rewardModel: boolean;
+  /**
+   * 'wasm': count the WASM heap a step reaches, not tensor bytes (see WASM heap, below): the copies autodiff keeps
+   * of the embedding and the weights share their buffer there (kernels/wasm-identity.ts), and XNNPACK holds a
+   * packed copy of every weight matrix a matmul multiplies by (the `packed` part). Absent: tensor bytes, what
+   * tf.memory().numBytes counts on every backend.
+   */
+  heap?: 'wasm';
 }
 
 export interface MemoryParts {
@@ -136,6 +143,8 @@ export interface MemoryParts {
   adam: number;
   gradients: number;
   activations: number;
+  /** XNNPACK's packed copies of the weight matrices (the WASM heap only; 0 otherwise). */
+  packed: number;
 }
 
 export type MemoryPhase = 'generate' | 'score' | 'update';
@@ -296,7 +305,7 @@ function forwardFloats(c: Shape, n: number, T: number): number {
 export function phaseFloats(
   c: Shape,
   run: RunShape,
-  models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null },
+  models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null; sharedTape?: boolean },
 ): Record<MemoryPhase, number> {
   const T = run.promptLength + run.responseLength;
   const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
@@ -327,23 +336,57 @@ export function phaseFloats(
     UPDATE_FORWARDS * forwardFloats({ ...c, n_layer: layers }, rows, T) +
     kept +
     logits +
-    (rows > 0 ? wteFloats(c, models.wteTrains ?? true) : 0) + // no batch, no backward
-    (rows > 0 && models.lora ? loraUpdateFloats({ ...c, n_layer: layers }, models.lora, rows * T) : 0);
+    (rows > 0 ? wteFloats(c, models.wteTrains ?? true, models.sharedTape) : 0) + // no batch, no backward
+    (rows > 0 && models.lora
+      ? loraUpdateFloats({ ...c, n_layer: layers }, models.lora, rows * T, models.sharedTape)
+      : 0);
   return { generate, score, update };
 }
 
 /** What a backward through LoRA views holds beyond the forwards, over N tokens (see LORA_WEIGHT_TAPE_COPIES). */
-function loraUpdateFloats(c: Shape, lora: LoraShape, N: number): number {
-  const weights = loraModules(c as LMConfig, LORA_TARGETS).reduce((n, m) => n + m.in * m.out, 0);
+function loraUpdateFloats(c: Shape, lora: LoraShape, N: number, sharedTape = false): number {
+  const weights = linearWeightFloats(c);
   const outs = loraModules(c as LMConfig, lora.targets).reduce((n, m) => n + m.out, 0);
-  return LORA_WEIGHT_TAPE_COPIES * weights + ACT_LORA_PER_OUT * N * outs;
+  return (sharedTape ? 0 : LORA_WEIGHT_TAPE_COPIES * weights) + ACT_LORA_PER_OUT * N * outs;
+}
+
+/**
+ * Floats of XNNPACK's packed weights on the WASM heap: tfjs-backend-wasm multiplies by a weight matrix through an
+ * XNNPACK fully-connected operator that it builds once per weight tensor and keeps (with a packed copy of the
+ * matrix) until the tensor is disposed. Every trunk that runs a forward holds its own: the base (the policy and,
+ * under LoRA, the reference and a shared value model), a full reference copy, a separate value trunk, a reward
+ * model of the same shape. The LM head's product runs through our own A·Bᵀ kernel (kernels/bmm-wasm.ts): not
+ * packed. LoRA's A and B are small and left out.
+ */
+function packedWeightFloats(c: Shape, opts: RunMemoryOptions): number {
+  const trunks =
+    1 +
+    (opts.lora && opts.lora.r > 0 ? 0 : 1) +
+    (opts.valueModel === 'separate' ? 1 : 0) +
+    (opts.rewardModel ? 1 : 0);
+  return trunks * linearWeightFloats(c);
+}
+
+/**
+ * `e` (an estimate of tensor bytes for `trunks` models of shape `c`: generation, SFT, a reward model's training)
+ * as the WASM heap holds it: XNNPACK's packed weights added (the `packed` part). Its tape copies stay counted.
+ */
+export function withPackedWeights(e: MemoryEstimate, c: Shape, trunks = 1): MemoryEstimate {
+  const packed = trunks * linearWeightFloats(c) * FLOAT32_BYTES;
+  const parts = { ...e.parts, packed: e.parts.packed + packed };
+  return { ...e, parts, total: sum(parts) };
+}
+
+/** Floats of the blocks' weight matrices (every projection LoRA can target: attention and MLP, all layers). */
+function linearWeightFloats(c: Shape): number {
+  return loraModules(c as LMConfig, LORA_TARGETS).reduce((n, m) => n + m.in * m.out, 0);
 }
 
 /** wte-sized floats a backward through an LM holds beyond the weights and the gradient (see above). */
-function wteFloats(c: Shape, trains: boolean): number {
+function wteFloats(c: Shape, trains: boolean, sharedTape = false): number {
   // Untied: the gather keeps a copy of embed_tokens and the head one of lm_head, two [V, C] copies all the same.
   const partial = untiedHead(c) ? UNTIED_HEAD_PARTIAL_GRADIENTS : WTE_PARTIAL_GRADIENTS;
-  return (WTE_TAPE_COPIES + (trains ? partial : 0)) * c.vocab_size * c.n_embd;
+  return ((sharedTape ? 0 : WTE_TAPE_COPIES) + (trains ? partial : 0)) * c.vocab_size * c.n_embd;
 }
 
 /**
@@ -392,7 +435,8 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
   }
   const rewardModel = opts.rewardModel ? S : 0;
   // The models that run a forward while scoring: policy, reference, value (a trunk of its own), reward model.
-  const phases = phaseFloats(c, run, { scorers: scorersOf(opts), wteTrains: !lora, lora });
+  const sharedTape = opts.heap === 'wasm';
+  const phases = phaseFloats(c, run, { scorers: scorersOf(opts), wteTrains: !lora, lora, sharedTape });
   // Gradients are live during the update only: the peak is the largest of generate, score, update + gradients.
   // Summed over micro-batches, the running sum and a micro-batch's own gradients are both live for a moment.
   const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
@@ -410,6 +454,7 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
     adam: 2 * trainable * FLOAT32_BYTES,
     gradients: trainable * FLOAT32_BYTES,
     activations: (withGrads[peakPhase] - trainable) * FLOAT32_BYTES,
+    packed: sharedTape ? packedWeightFloats(c, opts) * FLOAT32_BYTES : 0,
   };
   return { total: sum(parts), parts, trainableParams: trainable, peakPhase };
 }
@@ -430,6 +475,7 @@ function estimateOf(
     adam: 0,
     gradients: 0,
     activations: 0,
+    packed: 0,
     ...parts,
   };
   return { total: sum(full), parts: full, trainableParams, peakPhase };
@@ -487,6 +533,7 @@ export function estimateSequenceTrainingMemory(
 
 /** Weights and optimiser state: everything but the activations (what no batch size can shrink). */
 export function fixedBytes(e: MemoryEstimate): number {
+  // The packed weights are fixed too: they are copies of the weights (no batch size shrinks them).
   return e.total - e.parts.activations;
 }
 
@@ -499,6 +546,7 @@ const PART_LABELS: Record<keyof MemoryParts, string> = {
   adam: 'Adam',
   gradients: 'gradients',
   activations: 'activations',
+  packed: 'packed weights',
 };
 
 /** Decimal gigabytes, as the messages print them. */
@@ -528,8 +576,20 @@ export function formatEstimate(e: MemoryEstimate): string {
 
 /** tfjs-backend-wasm 4.22's emscripten heap maximum (getHeapMax(): 4 GiB less one 64 KiB page). */
 export const WASM_HEAP_BYTES = 4294901760;
-/** Share of the WASM heap a run's estimate may take (the rest: allocator slack, the rollout, transients). */
+/**
+ * Share of the WASM heap a load may take (the weights and their copy on the way in; the rest: allocator slack,
+ * transients).
+ */
 export const WASM_HEAP_SHARE = 0.75;
+/**
+ * Share of the WASM heap's maximum a run's heap estimate (RunMemoryOptions.heap 'wasm') may take. That estimate
+ * counts what the heap reaches, not tensor bytes. On six LoRA GRPO steps (Qwen2.5-0.5B's shape at 2, 6 and 24
+ * layers, SmolLM2-135M's at 4, 12 and 30; batch 4 × 16 tokens) it read 0.5–8.7% above the heap's measured
+ * high-water mark, never below (docs/memory.md "The WASM heap"; tests/qwen-0.5b.slow.test.ts checks the largest).
+ * The 5% left is for the rollout, the allocator and what those shapes did not show.
+ */
+export const WASM_HEAP_RUN_SHARE = 0.95;
+
 /** Share of the machine's (or the browser's reported) memory a run's estimate may take. */
 export const DEVICE_MEMORY_SHARE = 0.6;
 

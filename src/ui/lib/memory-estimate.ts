@@ -58,6 +58,8 @@ export function estimateLine(e: MemoryEstimateReport): string {
   shown.push(`reward model ${p.rewardModel > 0 ? gb(p.rewardModel) : '—'}`);
   if (e.lora > 0) shown.push(`adapters ${gb(p.adapters)}`);
   shown.push(`Adam ${gb(p.adam)}`, `gradients ${gb(p.gradients)}`, `activations ${gb(p.activations)}`);
+  // WASM: XNNPACK's packed copies of the weight matrices (model/size.ts, the WASM heap).
+  if (p.packed > 0) shown.push(`packed weights ${gb(p.packed)}`);
   return `≈ ${gb(e.bytes, 1)} GB: ${shown.join(', ')} GB`;
 }
 
