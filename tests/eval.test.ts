@@ -269,14 +269,17 @@ describe('evaluation in a run (CPU, tiny model)', () => {
   }, 120_000);
 
   it('evaluation steps leave no tensor behind; a failed build frees everything', async () => {
+    const beforeEval: number[] = []; // the worker starts the reward code's time budget there
     const s = await TrainingSession.build({ ...cfg, steps: 4, evalEvery: 1, evalPrompts: 'p.txt' }, res, {
       readText,
+      hooks: { beforeEval: (x) => void beforeEval.push(x.step) },
     });
     s.overrideReward(lengthReward);
     await s.run({ until: 1 }); // Adam's moments exist from here on
     const held = tf.memory().numTensors;
     await s.run({ until: 4 });
     expect(s.history.filter((m) => 'eval/reward' in m).length).toBe(4);
+    expect(beforeEval).toEqual([1, 2, 3, 4]);
     expect(tf.memory().numTensors).toBe(held);
     await s.evaluator!.run(4);
     expect(tf.memory().numTensors).toBe(held);

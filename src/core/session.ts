@@ -58,6 +58,11 @@ export interface RunEnd {
 export interface SessionHooks {
   /** Just before a step starts (after live changes were applied). */
   beforeStep?(session: TrainingSession): void | Promise<void>;
+  /**
+   * Just before a held-out evaluation (after the step's update): the worker starts a new time budget for the
+   * person's reward code here, as it does before a step (beforeStep).
+   */
+  beforeEval?(session: TrainingSession): void | Promise<void>;
   /** A step finished; `result.metrics.klCoef` is the KL coefficient the step used. */
   step?(result: StepResult, session: TrainingSession): void | Promise<void>;
   /** The trainer's phase changed (generating → scoring → updating → idle). */
@@ -370,6 +375,7 @@ export class TrainingSession {
       // Held-out evaluation (src/core/ppo/eval.ts): every evalEvery steps and at the last step; its metrics go on
       // this step's line (and into the history a checkpoint keeps). It draws nothing from the training stream.
       if (this.evaluator && isEvalStep(t.step, this.config.evalEvery, until)) {
+        await this.hooks.beforeEval?.(this);
         result.eval = await this.evaluator.run(t.step);
         Object.assign(result.metrics, evalMetricsOf(result.eval));
       }

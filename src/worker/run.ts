@@ -348,6 +348,8 @@ export class Run {
         this.heldAtStepStart = tf.memory().numBytes;
         return this.sandbox.beginBatch();
       },
+      // Held-out evaluation scores 2 × its prompts: the reward code gets a time budget of its own for them.
+      beforeEval: () => this.sandbox.beginBatch(),
       step: (r, s) => {
         const memory = this.given.memory();
         if (memory) memory.peakBytes = this.heldAtStepStart + this.peakMeter.read().liveBytesGrowth;
