@@ -77,6 +77,7 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
 
   it('RMSNorm: values and dx, dw within 1e-5; 1 dispatch forward, 3 backward', async () => {
     const r = await checkRmsNormOnCurrentBackend();
+    console.log(`RMSNorm: ${JSON.stringify(r)}`);
     expect(r.maxRelValue).toBeLessThan(1e-5);
     expect(r.maxRelGrad).toBeLessThan(1e-5);
     expect(r.dispatchesFwd).toBe(1);
@@ -86,6 +87,7 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
 
   it('SwiGLU: values and d gate, d up within 1e-5 (σ saturated at ±30 included); 1 dispatch forward, 2 backward', async () => {
     const r = await checkSwigluOnCurrentBackend();
+    console.log(`SwiGLU: ${JSON.stringify(r)}`);
     expect(r.maxRelValue).toBeLessThan(1e-5);
     expect(r.maxRelGrad).toBeLessThan(1e-5);
     expect(r.dispatchesFwd).toBe(1);
@@ -97,6 +99,7 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
     'GQA attention with RoPE inside (wide = hs 128: %s): y, dq, dk, dv within 1e-5 of scale; 1 dispatch forward, 4 backward',
     async (wide) => {
       const r = await checkGqaAttentionOnCurrentBackend(wide);
+      console.log(`GQA attention (wide ${wide}): ${JSON.stringify(r)}`);
       expect(r.maxRelValue).toBeLessThan(1e-5);
       expect(r.maxRelGrad).toBeLessThan(1e-5);
       expect(r.dispatchesFwd).toBe(1);
@@ -110,6 +113,7 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
     'GQA decode attention with RoPE inside (wide = hs 128: %s): y and the new cache within 1e-5; 3 dispatches',
     async (wide) => {
       const r = await checkGqaDecodeOnCurrentBackend(wide);
+      console.log(`GQA decode (wide ${wide}): ${JSON.stringify(r)}`);
       expect(r.maxRelValue).toBeLessThan(1e-5);
       expect(r.dispatchesFwd).toBe(3);
       expect(await webGpuErrors()).toEqual([]);
@@ -120,7 +124,7 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
     expect(Object.keys(LLAMA_FUSED_KERNEL_CHECKS)).toHaveLength(6);
   });
 
-  it('a tiny Qwen3-style Llama: trunk values and parameter gradients fused = plain within 1e-5; greedy tokens equal; dispatches per layer', async () => {
+  it('a tiny Qwen3-style Llama: trunk values and parameter gradients (with and without block recompute) fused = plain within 1e-5; greedy tokens equal; dispatches per layer', async () => {
     const ids = tf.tensor2d(
       [
         [0, 0, 5, 17, 3, 44, 9, 60, 2],
@@ -140,12 +144,13 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
     const model = Llama.random(tinyConfig(2), 7);
     const vars = model.trainableVariables();
     const w = tf.randomNormal([18, 48], 0, 1, 'float32', 3);
-    const both = (on: boolean) => {
+    // recompute: the per-block recomputed backward (model/recompute.ts), which carries the rotary rows through.
+    const both = (on: boolean, recompute = false) => {
       setWebGpuFusedKernels(on);
       try {
         const y = tf.tidy(() => model.trunk(ids, mask));
         const { grads } = tf.variableGrads(
-          () => tf.sum(tf.mul(model.trunk(ids, mask), w)) as tf.Scalar,
+          () => tf.sum(tf.mul(model.trunk(ids, mask, undefined, { recompute }), w)) as tf.Scalar,
           vars,
         );
         return { y, grads: vars.map((v) => grads[v.name]) };
@@ -154,13 +159,20 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
       }
     };
     try {
-      const f = both(true);
       const p = both(false);
-      expect(await relDiff(f.y, p.y)).toBeLessThan(1e-5);
-      let worst = 0;
-      for (let i = 0; i < vars.length; i++) worst = Math.max(worst, await relDiff(f.grads[i], p.grads[i]));
-      expect(worst).toBeLessThan(1e-4);
-      tf.dispose([f.y, p.y, ...f.grads, ...p.grads]);
+      for (const recompute of [false, true]) {
+        const f = both(true, recompute);
+        const value = await relDiff(f.y, p.y);
+        let grad = 0;
+        for (let i = 0; i < vars.length; i++) grad = Math.max(grad, await relDiff(f.grads[i], p.grads[i]));
+        console.log(
+          `tiny Llama, fused vs plain (recompute ${recompute}): hidden ${value}, worst gradient ${grad}`,
+        );
+        expect(value).toBeLessThan(1e-5);
+        expect(grad).toBeLessThan(1e-5);
+        tf.dispose([f.y, ...f.grads]);
+      }
+      tf.dispose([p.y, ...p.grads]);
 
       const tokens = async (on: boolean) => {
         setWebGpuFusedKernels(on);
@@ -180,24 +192,60 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
       };
       expect(await tokens(true)).toEqual(await tokens(false));
 
-      // Dispatches of one layer forward: the 2-layer trunk minus the 1-layer one (same weights' shapes).
+      // Dispatches of one layer: the 2-layer model's minus the 1-layer one's (same shapes), fused and plain, for
+      // the trunk forward, forward + backward (parameter gradients of Σ w·hidden), and one KV-cache decode step.
       const one = Llama.random(tinyConfig(1), 7);
+      const S = 12;
+      const step = (m: Llama) => {
+        const zero = () => tf.zeros([2, 2, S, 16]) as tf.Tensor4D;
+        const cache = Array.from({ length: m.config.num_hidden_layers }, () => ({ k: zero(), v: zero() }));
+        const keyMask = tf.tensor2d([Array(S).fill(1), [0, ...Array(S - 1).fill(1)]]);
+        const out = m.decodeStep(
+          tf.tensor1d([3, 4], 'int32'),
+          tf.tensor1d([9, 8], 'int32'),
+          tf.cast(tf.reshape(tf.oneHot(tf.tensor1d([S - 1], 'int32'), S), [S]), 'float32'),
+          keyMask as tf.Tensor2D,
+          cache,
+        );
+        return [out.hidden, ...out.cache.flatMap((c) => [c.k, c.v])];
+      };
+      const kinds = {
+        forward: (m: Llama) => tf.tidy(() => m.trunk(ids, mask)),
+        'forward + backward': (m: Llama) => {
+          const vs = m.trainableVariables();
+          const { value, grads } = tf.variableGrads(
+            () => tf.sum(tf.mul(m.trunk(ids, mask), w)) as tf.Scalar,
+            vs,
+          );
+          return [value, ...Object.values(grads)];
+        },
+        'decode step': (m: Llama) => tf.tidy(() => step(m)),
+      } as Record<string, (m: Llama) => tf.TensorContainer>;
       try {
-        const count = async (m: Llama, on: boolean) => {
+        const count = async (m: Llama, on: boolean, f: (m: Llama) => tf.TensorContainer) => {
           setWebGpuFusedKernels(on);
           try {
-            tf.dispose(tf.tidy(() => m.trunk(ids, mask))); // warm: shaders compiled, tables on the device
-            const c = await countDispatches(() => tf.dispose(tf.tidy(() => m.trunk(ids, mask))));
+            tf.dispose(f(m)); // warm: shaders compiled, tables on the device
+            const c = await countDispatches(() => tf.dispose(f(m)));
             return c.dispatches;
           } finally {
             setWebGpuFusedKernels(true);
           }
         };
-        const fused = (await count(model, true)) - (await count(one, true));
-        const plain = (await count(model, false)) - (await count(one, false));
-        console.log(`one Qwen3-style layer forward: ${plain} dispatches plain, ${fused} fused`);
-        expect(fused).toBeLessThan(plain);
-        expect(fused).toBeGreaterThan(0);
+        const perLayer: Record<string, { plain: number; fused: number }> = {};
+        for (const [name, f] of Object.entries(kinds)) {
+          const fused = (await count(model, true, f)) - (await count(one, true, f));
+          const plain = (await count(model, false, f)) - (await count(one, false, f));
+          perLayer[name] = { plain, fused };
+        }
+        console.log(
+          `one Qwen3-style layer (q/k norms, GQA 4 over 2), dispatches: ${JSON.stringify(perLayer)}`,
+        );
+        // Forward: 2 + 2 RMSNorms, 7 matmuls (q, k, v, o, gate, up, down), the attention, SwiGLU, 2 residual adds.
+        expect(perLayer.forward.fused).toBe(15);
+        expect(perLayer['decode step'].fused).toBeLessThan(perLayer['decode step'].plain);
+        expect(perLayer['forward + backward'].fused).toBeLessThan(perLayer['forward + backward'].plain);
+        expect(perLayer.forward.fused).toBeLessThan(perLayer.forward.plain);
       } finally {
         one.dispose();
       }
