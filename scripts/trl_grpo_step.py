@@ -75,7 +75,8 @@ def byte_tokenizer(eos_id_hint):
 
 
 def bench_matmul(torch, sizes, min_seconds=1.0):
-    """GFLOP/s of [m, k] @ [k, n] on this process's thread count, best of rounds lasting at least min_seconds."""
+    """GFLOP/s of [m, k] @ [k, n] on this process's thread count over at least min_seconds, per wall second and per
+    CPU second of this process."""
     out = []
     for m, k, n in sizes:
         a = torch.randn(m, k)
@@ -83,12 +84,14 @@ def bench_matmul(torch, sizes, min_seconds=1.0):
         for _ in range(2):
             torch.mm(a, b)
         iters = 0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         while iters == 0 or time.perf_counter() - t0 < min_seconds:
             torch.mm(a, b)
             iters += 1
-        s = time.perf_counter() - t0
-        out.append({"m": m, "k": k, "n": n, "iters": iters, "seconds": s, "gflops": 2 * m * k * n * iters / s / 1e9})
+        s, c = time.perf_counter() - t0, time.process_time() - c0
+        flops = 2 * m * k * n * iters
+        out.append({"m": m, "k": k, "n": n, "iters": iters, "seconds": s, "gflops": flops / s / 1e9,
+                    "gflopsCpu": flops / c / 1e9})
     return out
 
 
@@ -176,20 +179,22 @@ def main(spec_path):
 
     # Phase clocks: _generate (sampling the completions), _generate_and_score_completions (that, the reference's
     # log-probs and the rewards); the step is training_step from the callback's begin to its end.
-    cur = {"gen": 0.0, "genScore": 0.0, "lengths": []}
+    cur = {"gen": 0.0, "genScore": 0.0, "cgen": 0.0, "cgenScore": 0.0, "lengths": []}
     orig_gen = trainer._generate
     orig_gs = trainer._generate_and_score_completions
 
     def timed_gen(*a, **k):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         r = orig_gen(*a, **k)
         cur["gen"] += time.perf_counter() - t0
+        cur["cgen"] += time.process_time() - c0
         return r
 
     def timed_gs(*a, **k):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         r = orig_gs(*a, **k)
         cur["genScore"] += time.perf_counter() - t0
+        cur["cgenScore"] += time.process_time() - c0
         cur["lengths"] += [int(x) for x in r["completion_mask"].sum(dim=1).tolist()]
         return r
 
@@ -199,12 +204,15 @@ def main(spec_path):
 
     class Clock(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):
-            cur.update(gen=0.0, genScore=0.0, lengths=[], t0=time.perf_counter(), c0=time.process_time())
+            cur.update(gen=0.0, genScore=0.0, cgen=0.0, cgenScore=0.0, lengths=[], t0=time.perf_counter(),
+                       c0=time.process_time())
 
         def on_step_end(self, a, state, control, **kw):
             s = time.perf_counter() - cur["t0"]
             cpu = time.process_time() - cur["c0"]
-            records.append({"step": s, "cpu": cpu, "generate": cur["gen"], "score": cur["genScore"] - cur["gen"],
+            records.append({"step": s, "cpu": cpu, "cpuPhases": {"generate": cur["cgen"], "score": cur["cgenScore"] - cur["cgen"],
+                                                              "update": cpu - cur["cgenScore"]},
+                            "generate": cur["gen"], "score": cur["genScore"] - cur["gen"],
                             "update": s - cur["genScore"], "completionLengths": cur["lengths"]})
             log(f"{'warm-up' if len(records) <= warmup else 'step'} {len(records)}: {s:.2f} s, CPU {cpu:.2f} s "
                 f"(generate {cur['gen']:.2f}, score {cur['genScore'] - cur['gen']:.2f}, update {s - cur['genScore']:.2f})")

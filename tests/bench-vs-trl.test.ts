@@ -171,7 +171,12 @@ describe('parseTrlResult', () => {
     const r = parseTrlResult(`{'loss': 0.1}\n${trlAnswer()}\n`, expectOk);
     expect(r.steps).toHaveLength(2);
     expect(r.maxRssBytes).toBe(1.5e9);
-    expect(r.matmul).toEqual([{ m: 512, k: 512, n: 512, gflops: 110 }]);
+    expect(r.matmul).toEqual([{ m: 512, k: 512, n: 512, gflops: 110, gflopsCpu: null }]);
+    const withCpu = parseTrlResult(
+      trlAnswer({ matmul: [{ m: 8, k: 768, n: 2304, gflops: 40, gflopsCpu: 44 }] }),
+      expectOk,
+    );
+    expect(withCpu.matmul[0].gflopsCpu).toBe(44);
     expect(r.promptLengths).toEqual([13, 12, 12, 13]);
   });
 
@@ -203,6 +208,20 @@ describe('parseTrlResult', () => {
       ],
     });
     expect(() => parseTrlResult(badCpu, expectOk)).toThrow(/step 0's "cpu" seconds/);
+    const badPhases = trlAnswer({
+      steps: [
+        {
+          step: 1,
+          cpuPhases: { generate: 1, score: 0 },
+          generate: 1,
+          score: 0,
+          update: 0,
+          completionLengths: [24],
+        },
+        { step: 1, generate: 1, score: 0, update: 0, completionLengths: [24] },
+      ],
+    });
+    expect(() => parseTrlResult(badPhases, expectOk)).toThrow(/step 0's "cpuPhases"/);
     expect(() => parseTrlResult(trlAnswer({ matmul: [{ m: 1 }] }), expectOk)).toThrow(/matmul/);
   });
 });
@@ -212,8 +231,22 @@ describe('summariseVsTrl', () => {
     const shape = { n_layer: 1, n_embd: 2, n_head: 1, n_positions: 64, vocab_size: 3 };
     const ours: OursResult = {
       steps: [
-        { step: 10, cpu: 8, generate: 4, score: 2, update: 4 },
-        { step: 14, cpu: 10, generate: 6, score: 2, update: 6 },
+        {
+          step: 10,
+          cpu: 8,
+          cpuPhases: { generate: 3, score: 1, update: 4 },
+          generate: 4,
+          score: 2,
+          update: 4,
+        },
+        {
+          step: 14,
+          cpu: 10,
+          cpuPhases: { generate: 5, score: 1, update: 4 },
+          generate: 6,
+          score: 2,
+          update: 6,
+        },
       ],
       Tq: 16,
       promptLengths: [13, 12],
@@ -228,6 +261,7 @@ describe('summariseVsTrl', () => {
       responseLength: 24,
     });
     const r = summariseVsTrl(shape, ours, trl, { warmup: 1 });
+    const gen = generateFlops(shape, { batch: 8, Tp: 13, R: 24 });
     expect(r.ours.secondsPerStep).toBe(12);
     expect(r.trl.secondsPerStep).toBe(4);
     expect(r.vsTrlCpu).toBe(3);
@@ -236,8 +270,12 @@ describe('summariseVsTrl', () => {
     expect(r.ours.cpuSecondsPerStep).toBe(9);
     expect(r.trl.cpuSecondsPerStep).toBe(3);
     expect(r.vsTrlCpuTime).toBe(3);
+    // Per CPU second: ours generate (3 + 5) / 2 = 4 s; TRL's steps carry no phase CPU seconds.
+    expect(r.ours.cpuPhases).toEqual({ generate: 4, score: 1, update: 4 });
+    expect(r.ours.gflopsPerCpuSecond!.generate).toBe(gen / 4 / 1e9);
+    expect(r.ours.gflopsPerCpuSecond!.step).toBe(r.ours.flops.step / 9 / 1e9);
+    expect(r.trl.gflopsPerCpuSecond).toBeNull();
     expect(r.ours.phases).toEqual({ generate: 5, score: 2, update: 5 });
-    const gen = generateFlops(shape, { batch: 8, Tp: 13, R: 24 });
     expect(r.ours.flops.generate).toBe(gen);
     expect(r.ours.gflopsPerSecond.generate).toBe(gen / 5 / 1e9);
     // Ours scores with the policy and the reference at the bucketed 16; TRL with the reference at 13.

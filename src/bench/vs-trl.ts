@@ -195,6 +195,8 @@ export interface PhaseSeconds {
   step: number;
   /** CPU seconds of the side's process over the step (user + system), when measured. */
   cpu?: number;
+  /** CPU seconds of each phase, when measured. */
+  cpuPhases?: { generate: number; score: number; update: number };
   generate: number;
   score: number;
   update: number;
@@ -204,7 +206,10 @@ export interface TrlMatmul {
   m: number;
   k: number;
   n: number;
+  /** Per wall second. */
   gflops: number;
+  /** Per CPU second of the process (null when not measured). */
+  gflopsCpu: number | null;
 }
 
 /** scripts/trl_grpo_step.py's answer, checked. */
@@ -248,6 +253,13 @@ export function parseTrlResult(stdout: string, expect: { steps: number; response
       throw new Error(
         `${where}: step ${i}'s "cpu" seconds must be a non-negative number (${JSON.stringify(s.cpu)}).`,
       );
+    if (
+      s.cpuPhases !== undefined &&
+      !['generate', 'score', 'update'].every((k) => isNum(s.cpuPhases?.[k]) && s.cpuPhases[k] >= 0)
+    )
+      throw new Error(
+        `${where}: step ${i}'s "cpuPhases" must give non-negative generate, score and update seconds.`,
+      );
     const lens = s.completionLengths;
     if (!Array.isArray(lens) || lens.some((n: unknown) => n !== expect.responseLength))
       throw new Error(
@@ -267,7 +279,13 @@ export function parseTrlResult(stdout: string, expect: { steps: number; response
     steps: steps as TrlResult['steps'],
     promptLengths: pl as number[],
     maxRssBytes: o.maxRssBytes,
-    matmul: (mm as TrlMatmul[]).map(({ m, k, n, gflops }) => ({ m, k, n, gflops })),
+    matmul: (mm as TrlMatmul[]).map(({ m, k, n, gflops, gflopsCpu }) => ({
+      m,
+      k,
+      n,
+      gflops,
+      gflopsCpu: isNum(gflopsCpu) ? gflopsCpu : null,
+    })),
     versions: (o.versions ?? {}) as Record<string, string>,
   };
 }
@@ -290,6 +308,9 @@ export interface SideFigures {
   secondsPerStep: number;
   /** Mean CPU seconds of the process per step (null when not measured). */
   cpuSecondsPerStep: number | null;
+  /** Mean CPU seconds per phase, and FLOPs per CPU second (null when not measured). */
+  cpuPhases: { generate: number; score: number; update: number } | null;
+  gflopsPerCpuSecond: { generate: number; score: number; update: number; step: number } | null;
   phases: { generate: number; score: number; update: number };
   /** Model FLOPs of each phase as that side computes it (perf/flops.ts), and GFLOP/s = FLOPs ÷ mean seconds. */
   flops: { generate: number; score: number; update: number; step: number };
@@ -342,10 +363,27 @@ function side(
   const sps = mean(steps.map((s) => s.step));
   const cpus = steps.map((s) => s.cpu);
   const cpu = cpus.every((x): x is number => typeof x === 'number') ? mean(cpus) : null;
+  const cp = steps.every((s) => s.cpuPhases)
+    ? {
+        generate: mean(steps.map((s) => s.cpuPhases!.generate)),
+        score: mean(steps.map((s) => s.cpuPhases!.score)),
+        update: mean(steps.map((s) => s.cpuPhases!.update)),
+      }
+    : null;
   const total = flops.generate + flops.score + flops.update;
   return {
     secondsPerStep: sps,
     cpuSecondsPerStep: cpu,
+    cpuPhases: cp,
+    gflopsPerCpuSecond:
+      cp && cpu !== null
+        ? {
+            generate: flops.generate / cp.generate / 1e9,
+            score: flops.score / cp.score / 1e9,
+            update: flops.update / cp.update / 1e9,
+            step: total / cpu / 1e9,
+          }
+        : null,
     phases: p,
     flops: { ...flops, step: total },
     gflopsPerSecond: {
@@ -439,10 +477,20 @@ export function vsTrlMarkdown(r: VsTrl | null, skipped: string | null, machine: 
   if (!r) return `## CPU beside TRL\n\nSkipped: ${skipped ?? 'not run'}.\n`;
   const m = r.setup.model;
   const v = r.versions;
+  const trio = (
+    x: { generate: number; score: number; update: number } | null,
+    f: (n: number) => string,
+  ): string => (x ? `${f(x.generate)} / ${f(x.score)} / ${f(x.update)}` : '—');
   const row = (name: string, x: SideFigures): string =>
-    `| ${name} | ${f2(x.secondsPerStep)} | ${x.cpuSecondsPerStep === null ? '—' : f2(x.cpuSecondsPerStep)} | ${f2(x.phases.generate)} / ${f2(x.phases.score)} / ${f2(x.phases.update)} | ` +
-    `${f1(x.gflopsPerSecond.generate)} / ${f1(x.gflopsPerSecond.score)} / ${f1(x.gflopsPerSecond.update)} | ${f1(x.gflopsPerSecond.step)} | ${gb(x.peakResidentBytes)} |`;
-  const mm = (x: TrlMatmul[]): string => x.map((y) => `${y.m}×${y.k}×${y.n}: ${f1(y.gflops)}`).join(', ');
+    `| ${name} | ${f2(x.secondsPerStep)} | ${trio(x.phases, f2)} | ${x.cpuSecondsPerStep === null ? '—' : f2(x.cpuSecondsPerStep)} | ` +
+    `${trio(x.cpuPhases, f2)} | ${trio(x.gflopsPerCpuSecond, f1)} | ${x.gflopsPerCpuSecond ? f1(x.gflopsPerCpuSecond.step) : '—'} | ${gb(x.peakResidentBytes)} |`;
+  const mm = (x: TrlMatmul[]): string =>
+    x
+      .map(
+        (y) =>
+          `${y.m}×${y.k}×${y.n}: ${f1(y.gflops)}${y.gflopsCpu === null ? '' : ` (${f1(y.gflopsCpu)} per CPU s)`}`,
+      )
+      .join(', ');
   return [
     '## CPU beside TRL',
     '',
@@ -451,8 +499,8 @@ export function vsTrlMarkdown(r: VsTrl | null, skipped: string | null, machine: 
       `${r.setup.responseLength} new tokens, our micro-batch ${r.setup.ourMicroBatchSize} with recompute ${r.setup.ourRecompute ? 'on' : 'off'}, prompts of ${Math.min(...r.setup.promptLengths)}–${Math.max(...r.setup.promptLengths)} tokens, ${r.setup.threads} thread each; ` +
       `mean of ${r.setup.steps} steps after ${r.setup.warmup} warm-up.`,
     '',
-    '| | s/step | CPU s/step | generate / score / update (s) | GFLOP/s generate / score / update | GFLOP/s step | peak resident |',
-    '|---|---|---|---|---|---|---|',
+    '| | s/step (wall) | generate / score / update (wall s) | CPU s/step | generate / score / update (CPU s) | GFLOP per CPU s: generate / score / update | GFLOP per CPU s: step | peak resident |',
+    '|---|---|---|---|---|---|---|---|',
     row(`ours, WASM (${r.setup.wasmThreads} thread)`, r.ours),
     row(
       `TRL ${v.trl ?? '?'} GRPOTrainer + peft ${v.peft ?? '?'}, torch ${v.torch ?? '?'} CPU (${r.setup.threads} thread)`,
@@ -462,11 +510,13 @@ export function vsTrlMarkdown(r: VsTrl | null, skipped: string | null, machine: 
     `vsTrlCpu (ours ÷ TRL, s/step) = ${f2(r.vsTrlCpu)}; the same in CPU seconds = ${r.vsTrlCpuTime === null ? '—' : f2(r.vsTrlCpuTime)}; ` +
       `peak resident ours ÷ TRL = ${f2(r.peakRatio)}.`,
     '',
+    `GFLOP per wall second — ours: ${trio(r.ours.gflopsPerSecond, f1)} (step ${f1(r.ours.gflopsPerSecond.step)}); TRL: ${trio(r.trl.gflopsPerSecond, f1)} (step ${f1(r.trl.gflopsPerSecond.step)}).`,
+    '',
     `Matmul GFLOP/s, same thread count — tfjs-wasm: ${mm(r.ours.matmul)}; torch: ${mm(r.trl.matmul)}.`,
     '',
     "FLOPs per phase are each side's own work (docs/vs-trl.md): our score runs the policy and the reference, TRL's the " +
       "reference only. `updateMfu` (the main bench) is measured against tfjs's own matmul peak, not against the machine; " +
-      'the GFLOP/s here are absolute.',
+      'the GFLOP/s here are absolute. On a machine shared with other jobs, wall seconds move with the load; CPU seconds much less.',
     '',
   ].join('\n');
 }

@@ -716,21 +716,25 @@ async function vsTrlOursChild(
   const cfg = validateConfig(spec.config, 'bench --vs-trl');
   const steps: PhaseSeconds[] = [];
   let n = 0;
-  // CPU seconds of this process between step hooks (a step and the little between two): on a machine shared with
-  // other jobs, wall seconds grow with the load and CPU seconds much less.
+  // CPU seconds of this process in each phase (the trainer's phase events: generating → scoring → updating →
+  // idle): on a machine shared with other jobs, wall seconds grow with the load and CPU seconds much less.
   const cpuNow = (): number => {
     const u = process.cpuUsage();
     return (u.user + u.system) / 1e6;
   };
-  let cpuAt = cpuNow();
+  const at: Partial<Record<string, number>> = {};
   const budget = defaultHeapBudget();
   const session = await TrainingSession.build(cfg, nodeResources, {
     hooks: {
+      phase: (p) => void (at[p] = cpuNow()),
       step: async (r) => {
         const m = r.metrics;
-        const c = cpuNow();
-        const cpu = c - cpuAt;
-        cpuAt = c;
+        const cpuPhases = {
+          generate: at.scoring! - at.generating!,
+          score: at.updating! - at.scoring!,
+          update: at.idle! - at.updating!,
+        };
+        const cpu = at.idle! - at.generating!;
         n++;
         log(
           `${n <= spec.warmup ? 'warm-up' : 'step'} ${n}: ${m.timeStep.toFixed(2)} s, CPU ${cpu.toFixed(2)} s (generate ${m.timeGenerate.toFixed(2)}, ` +
@@ -740,6 +744,7 @@ async function vsTrlOursChild(
           steps.push({
             step: m.timeStep,
             cpu,
+            cpuPhases,
             generate: m.timeGenerate,
             score: m.timeScore,
             update: m.timeUpdate,
@@ -756,8 +761,8 @@ async function vsTrlOursChild(
     const { benchMatmulShape } = await import('../bench/perf/matmul');
     const matmul = [];
     for (const [m, k, nn] of spec.matmulSizes) {
-      const r = await benchMatmulShape(m, k, nn);
-      matmul.push({ m, k, n: nn, gflops: r.gflops });
+      const r = await benchMatmulShape(m, k, nn, { cpuClock: cpuNow });
+      matmul.push({ m, k, n: nn, gflops: r.gflops, gflopsCpu: r.gflopsCpu });
     }
     return {
       steps,

@@ -55,8 +55,23 @@ export async function benchMatmulShape(
   m: number,
   k: number,
   n: number,
-  opts: { iters?: number; warmup?: number; minSeconds?: number } = {},
-): Promise<{ m: number; k: number; n: number; iters: number; seconds: number; gflops: number }> {
+  opts: {
+    iters?: number;
+    warmup?: number;
+    minSeconds?: number;
+    /** The process's CPU seconds so far (Node: process.cpuUsage); without it gflopsCpu is null. */
+    cpuClock?: () => number;
+  } = {},
+): Promise<{
+  m: number;
+  k: number;
+  n: number;
+  iters: number;
+  seconds: number;
+  gflops: number;
+  /** The same per CPU second of this process (opts.cpuClock), steadier on a shared machine; null without a clock. */
+  gflopsCpu: number | null;
+}> {
   const a = tf.randomNormal([m, k], 0, 1, 'float32', 1);
   const b = tf.randomNormal([k, n], 0, 1, 'float32', 2);
   const round = async (r: number): Promise<void> => {
@@ -70,13 +85,25 @@ export async function benchMatmulShape(
     const perRound = opts.iters ?? 4;
     const minMs = (opts.minSeconds ?? 1) * 1000;
     let iters = 0;
+    const cpu = opts.cpuClock ?? ((): number => NaN);
+    const c0 = cpu();
     const t0 = performance.now();
     while (iters === 0 || (performance.now() - t0 < minMs && iters < 100_000)) {
       await round(perRound);
       iters += perRound;
     }
     const seconds = (performance.now() - t0) / 1000;
-    return { m, k, n, iters, seconds, gflops: (matmulFlops(m, k, n) * iters) / seconds / 1e9 };
+    const cpuSeconds = cpu() - c0;
+    const flops = matmulFlops(m, k, n) * iters;
+    return {
+      m,
+      k,
+      n,
+      iters,
+      seconds,
+      gflops: flops / seconds / 1e9,
+      gflopsCpu: opts.cpuClock ? flops / cpuSeconds / 1e9 : null,
+    };
   } finally {
     a.dispose();
     b.dispose();
