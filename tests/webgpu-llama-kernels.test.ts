@@ -20,7 +20,7 @@ import {
   setWebGpuFusedKernels,
 } from '../src/core/webgpu-fused';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
-import { webGpuRmsNormApplies } from '../src/core/kernels/webgpu-rmsnorm';
+import { setWebGpuRmsNormFused, webGpuRmsNormApplies } from '../src/core/kernels/webgpu-rmsnorm';
 import { webGpuSwigluApplies } from '../src/core/kernels/webgpu-swiglu';
 import { webGpuGqaApplies } from '../src/core/kernels/webgpu-gqa';
 import { rmsNorm, swiglu } from '../src/core/model/ops';
@@ -82,6 +82,30 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
     expect(r.maxRelGrad).toBeLessThan(1e-5);
     expect(r.dispatchesFwd).toBe(1);
     expect(r.dispatchesFwdBwd).toBe(4);
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it('RMSNorm with a frozen weight (the base under LoRA): dx equals the plain ops, no dw, 2 dispatches backward', async () => {
+    const x = tf.randomNormal([5, 7, 24], 0, 1.5, 'float32', 71);
+    const w = tf.variable(tf.randomNormal([24], 1, 0.3, 'float32', 72), false);
+    const dy = tf.randomNormal([5, 7, 24], 0, 1, 'float32', 73);
+    const run = (on: boolean) => {
+      const was = setWebGpuRmsNormFused(on);
+      try {
+        return tf.tidy(() => tf.grads((a: tf.Tensor) => rmsNorm(a, w, 1e-6))([x], dy)[0]);
+      } finally {
+        setWebGpuRmsNormFused(was);
+      }
+    };
+    const [fused, plain] = [run(true), run(false)];
+    const d = await relDiff(fused, plain, 1);
+    console.log(`RMSNorm, frozen weight: dx ${d}`);
+    expect(d).toBeLessThan(1e-5);
+    const c = await countDispatches(() =>
+      tf.dispose(tf.grads((a: tf.Tensor) => rmsNorm(a, w, 1e-6))([x], dy)),
+    );
+    expect(c.dispatches).toBe(3); // forward 1, backward 2
+    tf.dispose([x, w, dy, fused, plain]);
     expect(await webGpuErrors()).toEqual([]);
   });
 
@@ -191,6 +215,20 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
         }
       };
       expect(await tokens(true)).toEqual(await tokens(false));
+
+      // No tensor outlives a fused forward + backward, with or without block recompute, nor a fused generation.
+      for (const recompute of [false, true]) {
+        const before = tf.memory().numTensors;
+        const { value, grads } = tf.variableGrads(
+          () => tf.sum(tf.mul(model.trunk(ids, mask, undefined, { recompute }), w)) as tf.Scalar,
+          vars,
+        );
+        tf.dispose([value, ...Object.values(grads)]);
+        expect(tf.memory().numTensors, `recompute ${recompute}`).toBe(before);
+      }
+      const before = tf.memory().numTensors;
+      await tokens(true);
+      expect(tf.memory().numTensors).toBe(before);
 
       // Dispatches of one layer: the 2-layer model's minus the 1-layer one's (same shapes), fused and plain, for
       // the trunk forward, forward + backward (parameter gradients of Σ w·hidden), and one KV-cache decode step.

@@ -5,7 +5,7 @@
  * Why: every tfjs op is a dispatch on WebGPU (docs/tfjs.md trap 5). RMSNorm through ops is square, mean, add ε,
  * rsqrt and two multiplies (5 dispatches: tfjs's mean is one reduction) forward, and about a dozen kernels in
  * autodiff's backward; a Llama layer runs it twice, Qwen3 four times (q_norm and k_norm over every head). Here the
- * forward is one dispatch and the backward three:
+ * forward is one dispatch and the backward three (two for a frozen weight, see rmsNormWebGpu):
  * - forward `PerfRmsNormFwd` (x[R,C], w) → y: one workgroup per row; r = 1/√(mean(x²) + ε), y = (x·r)·w (the plain
  *   path's order of operations);
  * - backward `PerfRmsNormStats` (x) → [R] (r per row); `PerfRmsNormDx` (x, w, dy, r) → dx = r·(ĝ − x̂·mean(ĝ·x̂)) with
@@ -230,10 +230,13 @@ const byEps = new Map<number, (x: tf.Tensor, w: tf.Tensor) => tf.Tensor>();
 
 /**
  * RMSNorm over the last axis through the fused kernels, with its gradient (1 dispatch forward, 3 backward). Same
- * values as model/ops.ts's plain rmsNorm. Check webGpuRmsNormApplies first.
+ * values as model/ops.ts's plain rmsNorm. Check webGpuRmsNormApplies first. A frozen weight (a tf.Variable with
+ * trainable = false: the base under LoRA) is left out of the custom gradient's inputs, so no dw is computed
+ * (tfjs computes every input's gradient of a custom gradient): 2 dispatches backward.
  */
 export function rmsNormWebGpu(x: tf.Tensor, w: tf.Tensor, eps: number): tf.Tensor {
   registerWebGpuRmsNorm();
+  if (w instanceof tf.Variable && !w.trainable) return rmsNormFrozenWeight(x, w, eps);
   let f = byEps.get(eps);
   if (!f) {
     f = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
@@ -256,4 +259,24 @@ export function rmsNormWebGpu(x: tf.Tensor, w: tf.Tensor, eps: number): tf.Tenso
     byEps.set(eps, f);
   }
   return f(x, w);
+}
+
+/** rmsNormWebGpu with a frozen weight: the gradient w.r.t. x only (stats and dx, 2 dispatches). */
+function rmsNormFrozenWeight(x: tf.Tensor, w: tf.Variable, eps: number): tf.Tensor {
+  const f = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+    const xi = args[0] as tf.Tensor;
+    const save = args[1] as tf.GradSaveFunc;
+    save([xi]);
+    return {
+      value: tf.engine().runKernel(RMS_FWD, { x: xi, w }, { eps }) as tf.Tensor,
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        const e = tf.engine();
+        const stats = e.runKernel(RMS_STATS, { x: saved[0] }, { eps }) as tf.Tensor;
+        const dx = e.runKernel(RMS_DX, { x: saved[0], w, dy, stats }, {}) as tf.Tensor;
+        stats.dispose();
+        return dx;
+      },
+    };
+  }) as (x: tf.Tensor) => tf.Tensor;
+  return f(x);
 }
