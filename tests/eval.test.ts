@@ -28,6 +28,7 @@ import {
   type EvalRecord,
 } from '../src/core/ppo/eval';
 import { generate } from '../src/core/model/sampling';
+import { ScalarModel } from '../src/core/model/heads';
 import { isUserError } from '../src/core/errors';
 
 const userError = (f: () => unknown): string => {
@@ -171,9 +172,13 @@ describe('evaluation in a run (CPU, tiny model)', () => {
       ),
     );
 
-  for (const algorithm of ['ppo', 'grpo'] as const) {
-    it(`${algorithm}: a run with evaluation trains bit for bit like the same run without`, async () => {
-      const base = { ...cfg, algorithm };
+  for (const [name, variant] of [
+    ['ppo', { algorithm: 'ppo' }],
+    ['grpo', { algorithm: 'grpo' }],
+    ['ppo with LoRA', { algorithm: 'ppo', lora: 4, learningRate: 3e-2 }],
+  ] as const) {
+    it(`${name}: a run with evaluation trains bit for bit like the same run without`, async () => {
+      const base = { ...cfg, ...variant };
       const plain = await runAll(base);
       const withEval = await runAll({ ...base, evalEvery: 2, evalPrompts: 'p.txt', evalTemperature: 0.7 });
       expect(withEval.weights).toEqual(plain.weights);
@@ -247,6 +252,46 @@ describe('evaluation in a run (CPU, tiny model)', () => {
     }
     expect(records[2]['eval/kl']).toBeCloseTo(klSum / PROMPTS.length, 4);
     expect(Math.abs(records[2]['eval/kl'])).toBeGreaterThan(1e-3); // trained away from the reference
+    s.dispose();
+  }, 120_000);
+
+  it('a reward model scores both answers at their last token, centred on its recorded mean', async () => {
+    const results: StepResult[] = [];
+    const s = await TrainingSession.build({ ...cfg, steps: 2, evalEvery: 2, evalPrompts: 'p.txt' }, res, {
+      hooks: { step: (r) => void results.push(r) },
+      readText,
+    });
+    const t = s.trainer;
+    const rm = ScalarModel.random(t.models.policy.config, 3, false, 'rm');
+    s.overrideReward({ kind: 'model', model: rm, label: 'rm' });
+    t.rewardMean = 0.25;
+    await s.run();
+    const r = results[1].eval!;
+    expect(r.step).toBe(2);
+    // Plain references: each model's greedy answer, then the reward model over prompt + answer, unpadded.
+    const ev = s.evaluator!;
+    for (const [who, model] of [
+      ['policy', t.models.policy],
+      ['reference', t.models.ref],
+    ] as const) {
+      for (let k = 0; k < PROMPTS.length; k++) {
+        const q = ev.promptTokens[k];
+        const y = (
+          await generate(model, [q], {
+            maxNewTokens: cfg.responseLength,
+            temperature: 0,
+            padId: t.tokenizer.padId,
+            rng: 1,
+          })
+        ).tokens[0];
+        const score = tf.tidy(() => {
+          const x = tf.tensor2d([[...q, ...y]], [1, q.length + y.length], 'int32');
+          return rm.lastTokenValues(x, tf.onesLike(x)).dataSync()[0];
+        });
+        const got = who === 'policy' ? r.samples[k].policyReward : r.samples[k].referenceReward;
+        expect(got, `${who} ${k}`).toBeCloseTo(score - 0.25, 5);
+      }
+    }
     s.dispose();
   }, 120_000);
 
