@@ -29,6 +29,7 @@ import { setWebGpuSwigluFused } from './kernels/webgpu-swiglu';
 import { setWebGpuGqaFused } from './kernels/webgpu-gqa';
 import { setWebGpuGqaDecodeFused } from './kernels/webgpu-gqa-decode';
 import { countDispatches } from './kernels/webgpu-count';
+import type { LayerKV } from './kernels/definitions';
 import { conv1d, layerNorm, rmsNorm, swiglu } from './model/ops';
 import {
   causalPaddingBias,
@@ -541,8 +542,9 @@ export function ropeRowsForCheck(
  * The fused grouped-query attention with the rotary embedding inside (kernels/webgpu-gqa.ts) against
  * model/attention.ts's gqaSelfAttention with the switch off, on the current (webgpu) backend: B 3, T 19, 4 query
  * heads over 2 KV heads, hs 16 (and hs 128, 2 over 1, T 9, when `wide`), left padding, a row of padding only
- * and a full row; values and the gradients of q, k and v under random upstream gradients, relative to the
- * plain path's scale; dispatches of the fused op forward and forward + backward.
+ * and a full row; values (y, and y with the rotated keys and values the KV cache's prefill collects) and the
+ * gradients of q, k and v under random upstream gradients, relative to the plain path's scale; dispatches of the
+ * fused op forward and forward + backward.
  */
 export async function checkGqaAttentionOnCurrentBackend(wide = false): Promise<FusedKernelCheck> {
   needWebGpu('checkGqaAttentionOnCurrentBackend');
@@ -571,14 +573,41 @@ export async function checkGqaAttentionOnCurrentBackend(wide = false): Promise<F
   const rows = { ...rope, both: tf.concat([rope.cos, rope.sin], 1) }; // as model/llama.ts gathers it
   const op = (a: tf.Tensor, b: tf.Tensor, c: tf.Tensor) =>
     gqaSelfAttention(a as tf.Tensor2D, b as tf.Tensor2D, c as tf.Tensor2D, rows, maskF, bias, nh, nkv);
+  // The KV cache's prefill (collect): y and the collected rotated keys and values, fused against plain.
+  const prefill = (on: boolean) => {
+    const was = setWebGpuGqaFused(on);
+    try {
+      return tf.tidy(() => {
+        const kv: LayerKV[] = [];
+        const y = gqaSelfAttention(
+          q as tf.Tensor2D,
+          k as tf.Tensor2D,
+          v as tf.Tensor2D,
+          rows,
+          maskF,
+          bias,
+          nh,
+          nkv,
+          kv,
+        );
+        return [y, kv[0].k, kv[0].v];
+      });
+    } finally {
+      setWebGpuGqaFused(was);
+    }
+  };
   try {
-    return await compareFusedPlain(
+    const r = await compareFusedPlain(
       setWebGpuGqaFused,
       op as (...xs: tf.Tensor[]) => tf.Tensor,
       [q, k, v],
       dy,
       1e-30,
     );
+    const [pf, pp] = [prefill(true), prefill(false)];
+    for (let i = 0; i < 3; i++) r.maxRelValue = Math.max(r.maxRelValue, await relDiff(pf[i], pp[i]));
+    tf.dispose([...pf, ...pp]);
+    return r;
   } finally {
     tf.dispose([maskF, rope.cos, rope.sin, rows.both, bias, q, k, v, dy]);
   }

@@ -15,6 +15,9 @@
  *   (1 − keyMask)·MASKED as the plain path makes them, a tree max and sum, then the weighted sum of the values
  *   (threads (g, d) over keys j ≡ g mod 64/hs for hs ≤ 64; each thread all keys for columns d, d + 64 above).
  * A row with every key masked averages all S keys, as the plain path's softmax of scores all −1e9 does.
+ * The prefill that fills the cache: `PerfGqaKvLayout` (k or v [B·T, n_kv·hs], cos | sin rows [B·T, 2·hs]) → the
+ * layer's keys (rotated) or values as the cache holds them, [B, n_kv, T, hs], one dispatch each
+ * (gqaPrefillKvWebGpu), beside the fused prefill attention (kernels/webgpu-gqa.ts).
  * No gradients: generation runs without autodiff. Limits: float32, hs even and ≤ 128, S ≤ 2048 (scores in
  * workgroup memory), B·nh ≤ 65535; otherwise the plain ops run. Tested against the plain ops on WebGPU in Node
  * (tests/webgpu-llama-kernels.test.ts); `checkGqaDecodeOnCurrentBackend` (src/core/webgpu-fused.ts).
@@ -25,6 +28,7 @@ import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const GQA_DECODE_KV_WRITE = 'PerfGqaDecodeKVWrite';
 export const GQA_DECODE_ATTN = 'PerfGqaDecodeAttention';
+export const GQA_KV_LAYOUT = 'PerfGqaKvLayout';
 
 const WG = 64;
 export const MAX_GQA_DECODE_HEAD_SIZE = 128;
@@ -83,6 +87,57 @@ class KVWriteProgram {
           } else {
             result[o] = X[o];
           }
+        }
+      }`;
+  }
+}
+
+/**
+ * The KV cache's prefill: keys (rotated) or values [B·T, n_kv·hs] as the cache holds them, [B, n_kv, T, hs]; one
+ * thread per element, workgroups along x and y of the dispatch. R: the rows' cos | sin [B·T, 2·hs].
+ */
+class KvLayoutProgram {
+  readonly variableNames: string[];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [WG, 1, 1];
+  readonly size = true;
+  readonly uniforms = 'T : i32, nkv : i32,';
+  private readonly hs: number;
+  private readonly rotate: boolean;
+
+  constructor(B: number, T: number, nkv: number, hs: number, rotate: boolean) {
+    this.hs = hs;
+    this.rotate = rotate;
+    this.variableNames = rotate ? ['X', 'R'] : ['X'];
+    this.outputShape = [B, nkv, T, hs];
+    this.shaderKey = `perfGqaKvLayout_hs${hs}_${rotate ? 'k' : 'v'}`;
+    const groups = Math.ceil((B * nkv * T * hs) / WG);
+    this.dispatch = [Math.min(groups, 65535), Math.ceil(groups / 65535), 1];
+  }
+
+  getUserCode(): string {
+    const hs = this.hs;
+    const half = hs / 2;
+    const value = this.rotate
+      ? `X[src + d] * R[row * ${2 * hs} + d] + select(X[src + p], -X[src + p], d < ${half}) * R[row * ${2 * hs} + ${hs} + d]`
+      : 'X[src + d]';
+    return `
+      fn main(index : i32) {
+        if (index < uniforms.size) {
+          let T = uniforms.T;
+          let nkv = uniforms.nkv;
+          let d = index % ${hs};
+          let t = (index / ${hs}) % T;
+          let bh = index / (${hs} * T);
+          let b = bh / nkv;
+          let h = bh % nkv;
+          let row = b * T + t;
+          let src = row * nkv * ${hs} + h * ${hs};
+          let p = select(d - ${half}, d + ${half}, d < ${half});
+          result[index] = ${value};
         }
       }`;
   }
@@ -203,6 +258,22 @@ type KernelFn = (args: {
 }) => tf.TensorInfo | tf.TensorInfo[];
 
 const KERNELS: Record<string, KernelFn> = {
+  [GQA_KV_LAYOUT]: ({ inputs, backend, attrs }) => {
+    const { x, rope } = inputs as Record<'x' | 'rope', tf.TensorInfo>;
+    const [B, T, nkv] = [attrs!.B as number, attrs!.T as number, attrs!.nkv as number];
+    const hs = x.shape[1] / nkv;
+    const rotate = attrs!.rotate as boolean;
+    const u = [
+      { type: 'int32' as const, data: [T] },
+      { type: 'int32' as const, data: [nkv] },
+    ];
+    return (backend as WebGpuBackendLike).runWebGPUProgram(
+      new KvLayoutProgram(B, T, nkv, hs, rotate),
+      rotate ? [x, rope] : [x],
+      'float32',
+      u,
+    );
+  },
   [GQA_DECODE_KV_WRITE]: ({ inputs, backend, attrs }) => {
     const { cache, x, slot, cos, sin } = inputs as Record<
       'cache' | 'x' | 'slot' | 'cos' | 'sin',
@@ -319,4 +390,25 @@ export function gqaDecodeWebGpu(
     ) as tf.Tensor2D;
     return { y, kv: { k: k4, v: v4 } };
   });
+}
+
+/**
+ * The KV cache's prefill of one layer: k (rotated by rope = the rows' cos | sin [B·T, 2·hs]) and v, each
+ * [B·T, n_kv·hs], as the cache holds them, [B, n_kv, T, hs] (2 dispatches; no gradient: generation runs without
+ * autodiff). Same values as model/attention.ts's plain prefill (rotation, then split heads). Shapes as
+ * webGpuGqaApplies checks them (model/attention.ts calls this only where the fused attention applies).
+ */
+export function gqaPrefillKvWebGpu(
+  k: tf.Tensor2D,
+  v: tf.Tensor2D,
+  rope: tf.Tensor,
+  B: number,
+  T: number,
+  nkv: number,
+): LayerKV {
+  registerWebGpuGqaDecode();
+  const e = tf.engine();
+  const layout = (x: tf.Tensor, rotate: boolean) =>
+    e.runKernel(GQA_KV_LAYOUT, { x, rope }, { B, T, nkv, rotate }) as tf.Tensor4D;
+  return { k: layout(k, true), v: layout(v, false) };
 }

@@ -1,8 +1,9 @@
 /**
  * The Llama family's causal self-attention on WebGPU as fused WGSL kernels: grouped-query heads (no repeated
  * keys and values are ever made) with the rotary embedding applied inside, registered as tfjs kernels for the
- * webgpu backend and used by model/attention.ts's gqaSelfAttention there (other backends, the KV cache's prefill,
- * and WebGPU with the switch off keep the plain ops of gqaSelfAttention, which stay the reference).
+ * webgpu backend and used by model/attention.ts's gqaSelfAttention there (other backends and WebGPU with the
+ * switch off keep the plain ops of gqaSelfAttention, which stay the reference; the KV cache's prefill adds the
+ * rotated keys and the values in the cache's layout, kernels/webgpu-gqa-decode.ts gqaPrefillKvWebGpu).
  *
  * Why: every tfjs op is a dispatch on WebGPU (docs/tfjs.md trap 5). The plain path is, per layer, the rotary
  * embedding of q and of k (split, neg, concat, two multiplies and an add each), three head transposes, two

@@ -12,7 +12,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import { causalSelfAttentionWebGpu, webGpuAttentionApplies } from '../kernels/webgpu-attention';
 import { decodeAttentionWebGpu, webGpuDecodeAttentionApplies } from '../kernels/webgpu-decode-attention';
 import { gqaAttentionWebGpu, webGpuGqaApplies } from '../kernels/webgpu-gqa';
-import { gqaDecodeWebGpu, webGpuGqaDecodeApplies } from '../kernels/webgpu-gqa-decode';
+import { gqaDecodeWebGpu, gqaPrefillKvWebGpu, webGpuGqaDecodeApplies } from '../kernels/webgpu-gqa-decode';
 import { MASKED, type LayerKV } from '../kernels/definitions';
 
 /** [B·T, C] → [B, nh, T, hs] */
@@ -162,8 +162,10 @@ function rotateQk(q: tf.Tensor2D, k: tf.Tensor2D, rope: RopeRows, nh: number, nk
  * function that makes it) = causalPaddingBias(maskF) → [B·T, nh·d]. Query head h attends with KV head
  * h / (nh / n_kv). With `collect`, the layer's rotated keys and values [B, n_kv, T, d] are pushed into it (the KV
  * cache's prefill).
- * On WebGPU without `collect`: the fused kernels of kernels/webgpu-gqa.ts (rotation inside, no repeat_kv copies;
- * 1 dispatch forward, 4 backward; `bias` is not read), same values and gradients as the ops below (the reference).
+ * On WebGPU: the fused kernels of kernels/webgpu-gqa.ts (rotation inside, no repeat_kv copies; 1 dispatch
+ * forward, 4 backward; `bias` is not read), same values and gradients as the ops below (the reference); with
+ * `collect`, 2 more (kernels/webgpu-gqa-decode.ts gqaPrefillKvWebGpu: the rotated keys and the values in the
+ * cache's layout).
  */
 export function gqaSelfAttention(
   q: tf.Tensor2D,
@@ -176,8 +178,11 @@ export function gqaSelfAttention(
   nkv: number,
   collect?: LayerKV[],
 ): tf.Tensor2D {
-  if (!collect && webGpuGqaApplies(q, k, v, rope.cos, maskF, nh, nkv))
-    return gqaAttentionWebGpu(q, k, v, ropeBoth(rope, q.shape[0], q.shape[1] / nh), maskF, nh, nkv);
+  if (webGpuGqaApplies(q, k, v, rope.cos, maskF, nh, nkv)) {
+    const both = ropeBoth(rope, q.shape[0], q.shape[1] / nh);
+    if (collect) collect.push(gqaPrefillKvWebGpu(k, v, both, maskF.shape[0], maskF.shape[1], nkv));
+    return gqaAttentionWebGpu(q, k, v, both, maskF, nh, nkv);
+  }
   if (typeof bias === 'function') bias = bias();
   const [B, T] = maskF.shape;
   const r = rotateQk(q, k, rope, nh, nkv);
