@@ -125,8 +125,11 @@ class RopeCache {
     private readonly max: number,
   ) {}
 
-  /** cos, sin [N, 1, d] for position ids [N] (every id < `needed`); on WebGPU also cos | sin [N, 2·d]. */
-  rows(positions: tf.Tensor, needed: number): RopeRows {
+  /**
+   * cos, sin [N, 1, d] for position ids [N] (every id < `needed`); on WebGPU, unless `both` is false, also
+   * cos | sin [N, 2·d] for the fused prefill attention (the decode kernels read cos and sin).
+   */
+  rows(positions: tf.Tensor, needed: number, both = true): RopeRows {
     if (needed > this.length) {
       const length = Math.min(Math.max(this.max, needed), Math.max(64, 2 ** Math.ceil(Math.log2(needed))));
       const t = ropeTable(this.theta, this.headDim, length);
@@ -146,7 +149,7 @@ class RopeCache {
       cos: tf.reshape(tf.gather(this.cos!, positions), [n, 1, this.headDim]),
       sin: tf.reshape(tf.gather(this.sin!, positions), [n, 1, this.headDim]),
       // Gathered only where the fused attention reads it (one more gather per forward, none per layer).
-      both: tf.getBackend() === 'webgpu' ? tf.gather(this.both!, positions) : undefined,
+      both: both && tf.getBackend() === 'webgpu' ? tf.gather(this.both!, positions) : undefined,
     };
   }
 
@@ -540,7 +543,7 @@ export class Llama implements CausalLM {
     const S = keyMask.shape[1];
     let built: tf.Tensor | null = null;
     const bias = () => (built ??= keyPaddingBias(keyMask));
-    const rope = this.rope.rows(positions, S);
+    const rope = this.rope.rows(positions, S, false);
     let x = gatherChunked(this.embedChunks, this.wteChunkRows, ids);
     const next: LayerKV[] = [];
     for (let i = 0; i < c.num_hidden_layers; i++) {
