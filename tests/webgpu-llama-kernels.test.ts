@@ -2,7 +2,8 @@
  * The Llama family's fused WGSL kernels (RMSNorm, SwiGLU, grouped-query attention with the rotary embedding
  * inside, prefill and KV-cache decode: src/core/kernels/webgpu-{rmsnorm,swiglu,gqa,gqa-decode}.ts) against the
  * plain tfjs compositions they replace (model/ops.ts, model/attention.ts with the switches off), values and
- * gradients, on Node WebGPU (Dawn; SwiftShader here), with their dispatch counts; then a tiny random Llama with
+ * gradients, on Node WebGPU (Dawn; SwiftShader here), with their dispatch counts; the attention (fused on WebGPU,
+ * plain on the CPU) also against a float64 loop of transformers' semantics; then a tiny random Llama with
  * every fused kernel on against all off: the trunk's values and parameter gradients, the greedy tokens with the
  * KV cache, and the dispatches of one layer forward (docs/tfjs.md). On the CPU backend none of them applies.
  */
@@ -17,8 +18,10 @@ import {
   checkRmsNormOnCurrentBackend,
   checkSwigluOnCurrentBackend,
   relDiff,
+  ropeRowsForCheck,
   setWebGpuFusedKernels,
 } from '../src/core/webgpu-fused';
+import { causalPaddingBias, gqaSelfAttention } from '../src/core/model/attention';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
 import { setWebGpuRmsNormFused, webGpuRmsNormApplies } from '../src/core/kernels/webgpu-rmsnorm';
 import { webGpuSwigluApplies } from '../src/core/kernels/webgpu-swiglu';
@@ -49,6 +52,131 @@ function tinyConfig(layers: number) {
   });
 }
 
+/**
+ * Float64 loop of grouped-query causal attention with the rotary embedding (transformers' semantics, as the plain
+ * path computes them): q, k rotated per row (x·cos + rotate_half(x)·sin), query head h with KV head h / (nh/nkv),
+ * key j allowed for query i when j ≤ i and mask[j] = 1, a row with no allowed key weighting all T keys 1/T.
+ * y [B·T, nh·hs] and, for upstream dy, dq, dk, dv in the unrotated inputs' frame (the rotation's transpose).
+ */
+function gqaReference(
+  B: number,
+  T: number,
+  nh: number,
+  nkv: number,
+  hs: number,
+  q: ArrayLike<number>,
+  k: ArrayLike<number>,
+  v: ArrayLike<number>,
+  cos: ArrayLike<number>,
+  sin: ArrayLike<number>,
+  mask: number[],
+  dy: ArrayLike<number>,
+) {
+  const half = hs / 2;
+  const scale = 1 / Math.sqrt(hs);
+  const rot = (x: ArrayLike<number>, heads: number) => {
+    const out = new Float64Array(x.length);
+    for (let r = 0; r < B * T; r++)
+      for (let h = 0; h < heads; h++)
+        for (let d = 0; d < hs; d++) {
+          const o = (r * heads + h) * hs;
+          const rh = d < half ? -x[o + d + half] : x[o + d - half];
+          out[o + d] = x[o + d] * cos[r * hs + d] + rh * sin[r * hs + d];
+        }
+    return out;
+  };
+  /** The rotation's transpose applied to g (a gradient w.r.t. rotated rows). */
+  const rotT = (g: Float64Array, heads: number) => {
+    const out = new Float64Array(g.length);
+    for (let r = 0; r < B * T; r++)
+      for (let h = 0; h < heads; h++)
+        for (let d = 0; d < hs; d++) {
+          const o = (r * heads + h) * hs;
+          const p = d < half ? d + half : d - half;
+          const t = d < half ? g[o + p] * sin[r * hs + p] : -g[o + p] * sin[r * hs + p];
+          out[o + d] = g[o + d] * cos[r * hs + d] + t;
+        }
+    return out;
+  };
+  const qr = rot(q, nh);
+  const kr = rot(k, nkv);
+  const y = new Float64Array(B * T * nh * hs);
+  const dqr = new Float64Array(qr.length);
+  const dkr = new Float64Array(kr.length);
+  const dv = new Float64Array(v.length);
+  const qAt = (b: number, t: number, h: number) => ((b * T + t) * nh + h) * hs;
+  const kAt = (b: number, t: number, h: number) => ((b * T + t) * nkv + h) * hs;
+  for (let b = 0; b < B; b++)
+    for (let h = 0; h < nh; h++) {
+      const hk = Math.floor(h / (nh / nkv));
+      for (let i = 0; i < T; i++) {
+        const allowed = Array.from({ length: T }, (_, j) => j <= i && mask[b * T + j] === 1);
+        const p = new Float64Array(T);
+        if (allowed.some(Boolean)) {
+          const sc = Array.from({ length: T }, (_, j) => {
+            let a = 0;
+            for (let d = 0; d < hs; d++) a += qr[qAt(b, i, h) + d] * kr[kAt(b, j, hk) + d];
+            return a * scale;
+          });
+          const m = Math.max(...sc.filter((_, j) => allowed[j]));
+          let sum = 0;
+          for (let j = 0; j < T; j++) sum += p[j] = allowed[j] ? Math.exp(sc[j] - m) : 0;
+          for (let j = 0; j < T; j++) p[j] /= sum;
+        } else p.fill(1 / T);
+        const dp = new Float64Array(T);
+        let D = 0;
+        for (let j = 0; j < T; j++) {
+          for (let d = 0; d < hs; d++) {
+            y[qAt(b, i, h) + d] += p[j] * v[kAt(b, j, hk) + d];
+            dp[j] += dy[qAt(b, i, h) + d] * v[kAt(b, j, hk) + d];
+            dv[kAt(b, j, hk) + d] += p[j] * dy[qAt(b, i, h) + d];
+          }
+          D += p[j] * dp[j];
+        }
+        for (let j = 0; j < T; j++) {
+          const ds = p[j] * (dp[j] - D) * scale;
+          for (let d = 0; d < hs; d++) {
+            dqr[qAt(b, i, h) + d] += ds * kr[kAt(b, j, hk) + d];
+            dkr[kAt(b, j, hk) + d] += ds * qr[qAt(b, i, h) + d];
+          }
+        }
+      }
+    }
+  return { y, dq: rotT(dqr, nh), dk: rotT(dkr, nkv), dv };
+}
+
+/**
+ * gqaSelfAttention on the current backend (fused must say whether the fused path applies there) against
+ * gqaReference: B 2, T 21, 6 query heads over 2 KV heads, hs 8, batch row 0 real from token 5, row 1 padding only.
+ * The worst relative differences of y, dq, dk and dv.
+ */
+async function gqaAgainstLoop(fused: boolean): Promise<Record<string, number>> {
+  const [B, T, nh, nkv, hs] = [2, 21, 6, 2, 8];
+  const mask = Array.from({ length: B * T }, (_, i) => (i < T && i >= 5 ? 1 : 0));
+  const rope = ropeRowsForCheck(mask, B, T, hs);
+  const both = tf.concat([rope.cos, rope.sin], 1);
+  const maskF = tf.tensor2d(mask, [B, T]);
+  const bias = tf.tidy(() => causalPaddingBias(maskF));
+  const q = tf.randomNormal([B * T, nh * hs], 0, 1, 'float32', 81) as tf.Tensor2D;
+  const k = tf.randomNormal([B * T, nkv * hs], 0, 1, 'float32', 82) as tf.Tensor2D;
+  const v = tf.randomNormal([B * T, nkv * hs], 0, 1, 'float32', 83) as tf.Tensor2D;
+  const dy = tf.randomNormal([B * T, nh * hs], 0, 1, 'float32', 84);
+  const rows = { ...rope, both };
+  expect(webGpuGqaApplies(q, k, v, rope.cos, maskF, nh, nkv)).toBe(fused);
+  const op = (a: tf.Tensor, b: tf.Tensor, c: tf.Tensor) =>
+    gqaSelfAttention(a as tf.Tensor2D, b as tf.Tensor2D, c as tf.Tensor2D, rows, maskF, bias, nh, nkv);
+  const y = tf.tidy(() => op(q, k, v));
+  const g = tf.grads(op)([q, k, v], dy);
+  const [qd, kd, vd, cd, sd, dyd] = await Promise.all([q, k, v, rope.cos, rope.sin, dy].map((t) => t.data()));
+  const want = gqaReference(B, T, nh, nkv, hs, qd, kd, vd, cd, sd, mask, dyd);
+  const got = [y, ...g];
+  const names = ['y', 'dq', 'dk', 'dv'] as const;
+  const diffs: Record<string, number> = {};
+  for (let i = 0; i < 4; i++) diffs[names[i]] = await relDiff(got[i], want[names[i]]);
+  tf.dispose([...got, both, maskF, bias, q, k, v, dy, rope.cos, rope.sin]);
+  return diffs;
+}
+
 describe('Llama kernels on the CPU backend: the fused paths do not apply', () => {
   beforeAll(useCpu);
   it('rmsNorm, swiglu and the GQA attention take the plain ops', () => {
@@ -66,6 +194,11 @@ describe('Llama kernels on the CPU backend: the fused paths do not apply', () =>
     expect(s.dataSync()[0]).toBe(0);
     expect(s.dataSync()[1]).toBeCloseTo((2 / (1 + Math.exp(-2))) * 3, 5);
     tf.dispose([x, w, m, y, s]);
+  });
+
+  it('the plain GQA attention with RoPE (the fused kernel reference) equals the float64 loop', async () => {
+    const diffs = await gqaAgainstLoop(false);
+    for (const [n, d] of Object.entries(diffs)) expect(d, n).toBeLessThan(1e-5);
   });
 });
 
@@ -143,6 +276,13 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
       expect(await webGpuErrors()).toEqual([]);
     },
   );
+
+  it('GQA attention with RoPE inside equals a float64 loop: y, dq, dk, dv (left padding, a padding-only row, 6 heads over 2)', async () => {
+    const diffs = await gqaAgainstLoop(true);
+    console.log(`GQA attention (fused) vs float64 loop: ${JSON.stringify(diffs)}`);
+    for (const [n, d] of Object.entries(diffs)) expect(d, n).toBeLessThan(1e-5);
+    expect(await webGpuErrors()).toEqual([]);
+  });
 
   it('LLAMA_FUSED_KERNEL_CHECKS lists the six checks', () => {
     expect(Object.keys(LLAMA_FUSED_KERNEL_CHECKS)).toHaveLength(6);
