@@ -20,6 +20,12 @@ test('fused WebGPU kernels equal tfjs ops in Chromium (values and gradients)', a
       'causal self-attention',
       'token log-prob (and entropy)',
       'KV-cache decode attention',
+      'RMSNorm',
+      'SwiGLU',
+      'GQA causal attention with RoPE (hs 16)',
+      'GQA causal attention with RoPE (hs 128)',
+      'GQA KV-cache decode attention with RoPE (hs 16)',
+      'GQA KV-cache decode attention with RoPE (hs 128)',
       'fused Adam',
     ]),
   );

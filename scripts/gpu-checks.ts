@@ -8,7 +8,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import { setNodeWebGpuBackend, adapterLabel } from '../src/cli/backend-webgpu-node';
 import { registerFusedAdamKernels } from '../src/core/fused-adam';
-import { FUSED_KERNEL_CHECKS } from '../src/core/webgpu-fused';
+import { FUSED_KERNEL_CHECKS, LLAMA_FUSED_KERNEL_CHECKS } from '../src/core/webgpu-fused';
 import { checkFusedAdam } from '../src/bench/bench';
 import { measureDispatchOverhead } from '../src/bench/webgpu-gpu';
 import { loadLM } from '../src/core/model/folder';
@@ -32,7 +32,7 @@ const adam = await checkFusedAdam();
 report('fused Adam vs tf.train.adam', !!adam && adam.maxRelDiff < 1e-5 && adam.fusedCalls > 0, { ...adam });
 
 // The fused kernels against tfjs's ops on this adapter (float32: differences come from summation order).
-for (const [name, check] of Object.entries(FUSED_KERNEL_CHECKS)) {
+for (const [name, check] of Object.entries({ ...FUSED_KERNEL_CHECKS, ...LLAMA_FUSED_KERNEL_CHECKS })) {
   try {
     const r = await check();
     report(`fused ${name} vs ops`, r.maxRelValue < 1e-4 && r.maxRelGrad < 1e-4, { ...r });

@@ -1,13 +1,14 @@
 /**
  * The fused WGSL kernels' checks (src/core/webgpu-fused.ts: layer norm, Conv1D with its epilogue,
- * causal attention, token log-prob and entropy) and the fused Adam's, in the browser on WebGPU: the same
+ * causal attention, token log-prob and entropy; the Llama family's RMSNorm, SwiGLU and grouped-query attention
+ * with RoPE inside, prefill and decode) and the fused Adam's, in the browser on WebGPU: the same
  * functions Vitest runs on Node's Dawn (tests/webgpu-fused.test.ts) and scripts/gpu-checks.ts on real GPUs.
  * Exposes window.runKernelChecks(), which resolves to { backend, adapter, checks: { name: result | {error} } }.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import '@tensorflow/tfjs-backend-webgpu';
-import { FUSED_KERNEL_CHECKS } from '../../src/core/webgpu-fused';
+import { FUSED_KERNEL_CHECKS, LLAMA_FUSED_KERNEL_CHECKS } from '../../src/core/webgpu-fused';
 import { registerWebGpuAddNChunked } from '../../src/core/kernels/webgpu-addn';
 import { registerFusedAdamKernels } from '../../src/core/fused-adam';
 import { checkFusedAdam } from '../../src/bench/bench';
@@ -30,7 +31,7 @@ window.runKernelChecks = async () => {
   const info = (tf.backend() as unknown as { adapterInfo?: { vendor?: string; architecture?: string } })
     .adapterInfo;
   const checks: Record<string, Record<string, unknown>> = {};
-  for (const [name, check] of Object.entries(FUSED_KERNEL_CHECKS)) {
+  for (const [name, check] of Object.entries({ ...FUSED_KERNEL_CHECKS, ...LLAMA_FUSED_KERNEL_CHECKS })) {
     try {
       checks[name] = { ...(await check()) };
     } catch (e) {
