@@ -63,6 +63,11 @@ export interface AdapterFileOptions {
   taskType?: string;
   /** PEFT's modules_to_save (e.g. ["score"]); written only when given. */
   modulesToSave?: string[];
+  /**
+   * Read only: where a warning goes (an adapter_config.json that PEFT itself would correct, e.g. GPT-2 adapters
+   * saved with "fan_in_fan_out": false). Default: console.warn, which the CLI prints to stderr.
+   */
+  onWarning?: (message: string) => void;
 }
 
 /** An extra tensor the weights file must hold, with its exact shape. */
@@ -304,7 +309,12 @@ export async function readAdapterSet(
   model: CausalLM,
   opts: AdapterFileOptions = {},
   extra: ExtraTensorSpec[] = [],
-): Promise<{ adapters: LoraAdapters; extra: Map<string, Float32Array>; configFile: string }> {
+): Promise<{
+  adapters: LoraAdapters;
+  extra: Map<string, Float32Array>;
+  configFile: string;
+  warnings: string[];
+}> {
   const named = opts.configFile !== undefined || opts.weightsFile !== undefined;
   const found = await findPair(
     files,
@@ -324,18 +334,29 @@ export async function readAdapterSet(
   if (raw.peft_type !== 'LORA')
     bad(`"peft_type" is ${JSON.stringify(raw.peft_type)}; only "LORA" adapters can be loaded.`);
   const fam = peftFamily(model.config.model_type);
-  if (!fam.linear && raw.fan_in_fan_out !== true) {
-    bad(
-      `"fan_in_fan_out" is ${JSON.stringify(raw.fan_in_fan_out)}; GPT-2's layers are Conv1D (weights [in, out]), ` +
-        'which PEFT adapts with "fan_in_fan_out": true (W + (B·A)ᵀ·scaling). Adapters made otherwise do not apply to GPT-2.',
+  // fan_in_fan_out names the base layer's weight layout, not the adapters' (lora_A is [r, in] and lora_B [out, r]
+  // either way). PEFT corrects a wrong value with a warning when it builds the layers (peft/tuners/lora/model.py,
+  // _create_new_module: "fan_in_fan_out is set to False but the target module is `Conv1D`. Setting fan_in_fan_out
+  // to True.", and the reverse for nn.Linear), so the same file gives the same model there; we do the same.
+  const warnings: string[] = [];
+  const flip = raw.fan_in_fan_out;
+  if (typeof flip !== 'boolean' && flip !== undefined && flip !== null)
+    bad(`"fan_in_fan_out" is ${JSON.stringify(flip)}; it must be true or false.`);
+  if (!fam.linear && flip !== true) {
+    warnings.push(
+      `${cfgPath}: "fan_in_fan_out" is ${JSON.stringify(flip ?? null)}, but GPT-2's layers are Conv1D (weights ` +
+        '[in, out]), which PEFT adapts with "fan_in_fan_out": true; read as true, as PEFT does (it warns and ' +
+        'sets it to true). The adapters mean the same either way (W + (B·A)ᵀ·scaling).',
     );
   }
-  if (fam.linear && (raw.fan_in_fan_out ?? false) !== false) {
-    bad(
-      `"fan_in_fan_out" is ${JSON.stringify(raw.fan_in_fan_out)}; a ${model.config.model_type} model's layers are ` +
-        'nn.Linear (weights [out, in]), which PEFT adapts with "fan_in_fan_out": false (W + B·A·scaling).',
+  if (fam.linear && flip === true) {
+    warnings.push(
+      `${cfgPath}: "fan_in_fan_out" is true, but a ${model.config.model_type} model's layers are nn.Linear ` +
+        '(weights [out, in]), which PEFT adapts with "fan_in_fan_out": false; read as false, as PEFT does (it ' +
+        'warns and sets it to false). The adapters mean the same either way (W + B·A·scaling).',
     );
   }
+  for (const w of warnings) (opts.onWarning ?? console.warn)(`warning: ${w}`);
   const r = raw.r;
   if (typeof r !== 'number' || !Number.isSafeInteger(r) || r < 1)
     bad(`"r" is ${JSON.stringify(r)}; it must be a whole number ≥ 1 (the LoRA rank).`);
@@ -456,7 +477,12 @@ export async function readAdapterSet(
         `${cfgPath}: the adapters have ${got}; the model they are loaded into has ${want}. Use the same LoRA settings.`,
       );
     own.assignArrays(arrays);
-    return { adapters: own, extra: extraFound, configFile };
+    return { adapters: own, extra: extraFound, configFile, warnings };
   }
-  return { adapters: LoraAdapters.fromArrays(config, cfg, arrays, 'lora'), extra: extraFound, configFile };
+  return {
+    adapters: LoraAdapters.fromArrays(config, cfg, arrays, 'lora'),
+    extra: extraFound,
+    configFile,
+    warnings,
+  };
 }
