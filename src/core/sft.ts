@@ -11,6 +11,8 @@ import { logprobsFromLogits } from './ppo/losses';
 import { clippedStep } from './optim';
 import { Rng } from './rng';
 import { UserError } from './errors';
+import { encodePrompt } from './tokenizer';
+import { loadLM, type ModelFiles } from './model/folder';
 
 export interface SftOptions {
   steps: number;
@@ -99,4 +101,252 @@ export async function trainSft(
   tf.dispose(pending);
   opt.dispose();
   return last;
+}
+
+// ---- SFT on prompt / completion pairs (the playground's supervised warm start; docs/sft.md) -------------------
+
+/** One example of an SFT JSONL file, tokenised: the loss is on the completion's tokens only (EOS appended). */
+export interface SftExample {
+  /** 1-based line of the JSONL file. */
+  line: number;
+  prompt: number[];
+  /** Completion ids, EOS last. */
+  completion: number[];
+}
+
+/**
+ * The examples of an SFT JSONL text: each non-empty line `{"prompt", "completion"}` (plain text, as the model
+ * continues it), or `{"messages": [{"role": "user", "content"}, {"role": "assistant", "content"}]}` (one turn, the
+ * prompt in the model's chat template, as the RL runs format it with `chatTemplate`; a model without a template
+ * refuses it). The completion ends with EOS. Every problem names its line (up to 10 listed).
+ */
+export function readSftExamples(
+  text: string,
+  tok: Tokenizer,
+  nPositions: number,
+  source: string,
+): SftExample[] {
+  const problems: string[] = [];
+  const out: SftExample[] = [];
+  const lines = text.replace(/^\uFEFF/, '').split('\n');
+  lines.forEach((raw, i) => {
+    const line = i + 1;
+    const l = raw.replace(/\r$/, '').trim();
+    if (l === '') return;
+    let obj: unknown;
+    try {
+      obj = JSON.parse(l);
+    } catch (e) {
+      problems.push(`line ${line}: not valid JSON (${(e as Error).message})`);
+      return;
+    }
+    if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) {
+      problems.push(`line ${line}: expected an object {"prompt", "completion"} or {"messages"}`);
+      return;
+    }
+    const o = obj as Record<string, unknown>;
+    let prompt: number[];
+    let completion: string;
+    if ('messages' in o) {
+      const m = o.messages;
+      const turn =
+        Array.isArray(m) &&
+        m.length === 2 &&
+        m.every((x) => x && typeof x === 'object' && typeof (x as { content: unknown }).content === 'string')
+          ? (m as { role: unknown; content: string }[])
+          : null;
+      if (!turn || turn[0].role !== 'user' || turn[1].role !== 'assistant') {
+        problems.push(
+          `line ${line}: "messages" must be one turn, [{"role": "user", "content": "…"}, {"role": "assistant", "content": "…"}]`,
+        );
+        return;
+      }
+      if (!tok.chatPrompt) {
+        problems.push(
+          `line ${line}: "messages" needs a model with a chat template, and this one has none; use {"prompt", "completion"}`,
+        );
+        return;
+      }
+      if (turn[0].content === '' || turn[1].content === '') {
+        problems.push(`line ${line}: a message's "content" is empty`);
+        return;
+      }
+      prompt = encodePrompt(tok, turn[0].content, true);
+      completion = turn[1].content;
+    } else {
+      const missing = (['prompt', 'completion'] as const).filter((k) => typeof o[k] !== 'string');
+      if (missing.length) {
+        problems.push(
+          `line ${line}: ${missing.map((k) => `"${k}"`).join(' and ')} missing or not a string (expected {"prompt", "completion"} or {"messages"})`,
+        );
+        return;
+      }
+      if (o.prompt === '' || o.completion === '') {
+        problems.push(`line ${line}: ${o.prompt === '' ? '"prompt"' : '"completion"'} is empty`);
+        return;
+      }
+      prompt = tok.encode(o.prompt as string);
+      completion = o.completion as string;
+    }
+    const ids = [...tok.encode(completion), tok.eosId];
+    if (prompt.length + ids.length > nPositions) {
+      problems.push(
+        `line ${line}: prompt + completion + EOS is ${prompt.length + ids.length} tokens, more than the model's ${nPositions} positions`,
+      );
+      return;
+    }
+    out.push({ line, prompt, completion: ids });
+  });
+  if (problems.length) {
+    const more = problems.length > 10 ? `, and ${problems.length - 10} more` : '';
+    throw new UserError(
+      `${source}: ${problems.length} bad line${problems.length === 1 ? '' : 's'}: ${problems.slice(0, 10).join('; ')}${more}.`,
+    );
+  }
+  if (out.length === 0)
+    throw new UserError(
+      `${source}: no examples; each line is {"prompt": "…", "completion": "…"} or {"messages": […]}.`,
+    );
+  return out;
+}
+
+/**
+ * One batch: prompts left-padded to Tq, completions right-padded to R (as DPO's batchOf). `mask` [n, R] is 1 on
+ * completion tokens.
+ */
+export function sftBatchOf(examples: SftExample[], padId: number) {
+  const Tq = Math.max(...examples.map((e) => e.prompt.length));
+  const R = Math.max(...examples.map((e) => e.completion.length));
+  const n = examples.length;
+  const T = Tq + R;
+  const ids = new Int32Array(n * T).fill(padId);
+  const attn = new Int32Array(n * T);
+  const tokens = new Int32Array(n * R).fill(padId);
+  const mask = new Float32Array(n * R);
+  examples.forEach((e, k) => {
+    const off = k * T + Tq - e.prompt.length;
+    ids.set(e.prompt, off);
+    attn.fill(1, off, off + e.prompt.length);
+    ids.set(e.completion, k * T + Tq);
+    attn.fill(1, k * T + Tq, k * T + Tq + e.completion.length);
+    tokens.set(e.completion, k * R);
+    mask.fill(1, k * R, k * R + e.completion.length);
+  });
+  return { ids, attn, tokens, mask, n, T, Tq, R };
+}
+
+/**
+ * The SFT loss of a batch: minus the mean log-probability of the completion tokens, averaged over every counted
+ * token of the batch (TRL SFTTrainer's completion-only loss). Returns [loss, counted tokens].
+ */
+export function completionNll(model: CausalLM, b: ReturnType<typeof sftBatchOf>): tf.Scalar {
+  return tf.tidy(() => {
+    const ids = tf.tensor2d(b.ids, [b.n, b.T], 'int32');
+    const attn = tf.tensor2d(b.attn, [b.n, b.T], 'int32');
+    const C = model.config.n_embd;
+    const hidden = tf.reshape(model.trunk(ids, attn), [b.n, b.T, C]);
+    const h = tf.reshape(tf.slice(hidden, [0, b.Tq - 1, 0], [b.n, b.R, C]), [b.n * b.R, C]) as tf.Tensor2D;
+    const lp = logprobsFromLogits(model.lmHead(h), tf.tensor1d(b.tokens, 'int32'), 1);
+    const mask = tf.tensor1d(b.mask);
+    return tf.neg(tf.div(tf.sum(tf.mul(lp, mask)), tf.sum(mask))) as tf.Scalar;
+  });
+}
+
+export interface SftRunOptions {
+  steps: number;
+  /** Examples per step. */
+  batchSize: number;
+  /** Constant (no schedule: a warm start of a few steps). */
+  learningRate: number;
+  maxGradNorm: number;
+  seed: number;
+}
+
+/** One SFT step's metrics: `loss` the step's mean completion-token NLL (before its update). */
+export interface SftStepMetrics {
+  step: number;
+  loss: number;
+  gradNorm: number;
+  timeStep: number;
+}
+
+/**
+ * Supervised fine-tuning on prompt / completion examples (the playground's warm start): every weight trained
+ * (no LoRA), Adam at a constant rate, `batchSize` examples per step from a seeded shuffle (reshuffled each pass).
+ * The worker drives it through src/core/supervised-session.ts; its policy then becomes the policy and the
+ * reference of the run that continues from it.
+ */
+export class SftTrainer {
+  step = 0;
+  readonly history: SftStepMetrics[] = [];
+  private readonly opt: FusedAdamOptimizer;
+  private readonly rng: Rng;
+  private order: number[] = [];
+  private cursor = 0;
+
+  private constructor(
+    readonly options: SftRunOptions,
+    readonly policy: CausalLM,
+    readonly tokenizer: Tokenizer,
+    readonly examples: SftExample[],
+  ) {
+    this.opt = new FusedAdamOptimizer(options.learningRate);
+    this.rng = new Rng(options.seed);
+  }
+
+  /** Load the starting model from `files` and read the examples of `text` (errors name the line). */
+  static async build(
+    files: ModelFiles,
+    data: { text: string; source: string },
+    options: SftRunOptions,
+  ): Promise<SftTrainer> {
+    const lm = await loadLM(files, { trainable: true, label: 'policy' });
+    try {
+      const examples = readSftExamples(data.text, lm.tokenizer, lm.model.config.n_positions, data.source);
+      return new SftTrainer(options, lm.model, lm.tokenizer, examples);
+    } catch (e) {
+      lm.model.dispose();
+      throw e;
+    }
+  }
+
+  private nextBatch(): SftExample[] {
+    const out: SftExample[] = [];
+    while (out.length < this.options.batchSize) {
+      if (this.cursor >= this.order.length) {
+        this.order = this.rng.permutation(this.examples.length);
+        this.cursor = 0;
+      }
+      out.push(this.examples[this.order[this.cursor++]]);
+    }
+    return out;
+  }
+
+  async trainStep(): Promise<SftStepMetrics> {
+    const t0 = performance.now();
+    const b = sftBatchOf(this.nextBatch(), this.tokenizer.padId);
+    const r = clippedStep(
+      this.opt,
+      this.policy.trainableVariables(),
+      () => [completionNll(this.policy, b)],
+      this.options.maxGradNorm,
+    );
+    const [loss] = await r.scalars.data();
+    const [gradNorm] = await r.gradNorm.data();
+    r.scalars.dispose();
+    r.gradNorm.dispose();
+    if (!Number.isFinite(loss) || !Number.isFinite(gradNorm))
+      throw new UserError(
+        `SFT step ${this.step + 1}: the loss or gradient is not finite (NaN/Inf); lower the learning rate.`,
+      );
+    this.step++;
+    const m: SftStepMetrics = { step: this.step, loss, gradNorm, timeStep: (performance.now() - t0) / 1000 };
+    this.history.push(m);
+    return m;
+  }
+
+  dispose(): void {
+    this.opt.dispose();
+    this.policy.dispose();
+  }
 }

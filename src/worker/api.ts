@@ -234,7 +234,18 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
       }),
     exportMetrics: (format) => guard(() => exportMetrics(run, format)),
     exportTrlConfig: () => guard(() => exportTrlConfig(run)),
-    history: () => guard(() => (run.trainer?.history ?? []).map((m) => ({ ...m }))),
+    history: () => guard(() => run.historyNow().map((m) => ({ ...m }))),
+
+    setSupervisedJob: (job) =>
+      replacing(async () => {
+        await ensureBackend();
+        return run.setSupervisedJob(job);
+      }),
+    continueFromSft: (next) =>
+      replacing(async () => {
+        await ensureBackend();
+        return run.continueFromSft(next);
+      }),
 
     loadModel: (source, opts = {}) =>
       replacing(async () => {

@@ -10,7 +10,7 @@ import {
   metricsToJson,
   zipFolder,
 } from '../core/checkpoint-zip';
-import { trlConfigJson } from '../core/trl';
+import { dpoConfigJson, trlConfigJson } from '../core/trl';
 import { UserError } from '../core/errors';
 import type { Run } from './run';
 import type { CheckpointSummary } from './protocol';
@@ -38,12 +38,14 @@ export async function importCheckpoint(run: Run, bytes: Uint8Array): Promise<Che
 }
 
 export function exportMetrics(run: Run, format: 'csv' | 'json'): string {
-  const history = run.trainer?.history ?? [];
+  const history = run.historyNow();
   if (format === 'csv') return metricsToCsv(history);
   if (format === 'json') return metricsToJson(history);
   throw new UserError(`exportMetrics: format must be "csv" or "json", got ${JSON.stringify(format)}.`);
 }
 
 export function exportTrlConfig(run: Run): string {
+  const dpo = run.dpoConfig();
+  if (dpo) return dpoConfigJson(dpo); // TRL's DPOConfig (docs/dpo.md "Export")
   return trlConfigJson(run.cfg);
 }

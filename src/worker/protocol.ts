@@ -210,7 +210,57 @@ export interface RunStatus {
   model?: ModelSummary | null;
   /** What scores responses, in words: "task sentiment", "your reward code", "reward model from preferences". */
   reward?: string;
+  /**
+   * The supervised job the run commands drive instead of the RL algorithm (DPO on preference pairs, or SFT), or
+   * absent / null for an RL run of `config.algorithm`. `step` and `steps` are then the job's.
+   */
+  job?: SupervisedJobStatus | null;
 }
+
+/**
+ * A supervised job for the run commands (start, stepOnce, pause, reset) to drive instead of the RL algorithm
+ * (docs/dpo.md "In the app", docs/sft.md). `data` is the JSONL text, `dataName` the file's name (for messages).
+ * The model, seed, maxGradNorm and LoRA keys come from the run's config; the rest default as in contracts §9
+ * (DPO: beta 0.1, dpoLoss "sigmoid", labelSmoothing 0, heldOut 0.1, batchSize 8, learningRate 1e-4, evalEvery 20;
+ * SFT: batchSize 8, learningRate 1e-4), steps default to the run's config `steps`.
+ */
+export type SupervisedJobWire =
+  | {
+      kind: 'dpo';
+      data: string;
+      dataName: string;
+      beta?: number;
+      dpoLoss?: 'sigmoid' | 'ipo' | 'hinge';
+      labelSmoothing?: number;
+      heldOut?: number;
+      steps?: number;
+      batchSize?: number;
+      learningRate?: number;
+      evalEvery?: number;
+    }
+  | {
+      kind: 'sft';
+      data: string;
+      dataName: string;
+      steps?: number;
+      batchSize?: number;
+      learningRate?: number;
+    };
+
+export interface SupervisedJobStatus {
+  kind: 'dpo' | 'sft';
+  /** The data file's name. */
+  dataName: string;
+  /** Pairs (DPO: training + held out) or examples (SFT) read from it. */
+  examples: number;
+  /** The job's settings in force (DPO: its validated config without `data`; SFT: steps, batchSize, learningRate). */
+  settings: Record<string, unknown>;
+}
+
+/** What "Continue with …" after SFT starts from the SFT'd weights: an RL algorithm, or DPO with its pairs. */
+export type ContinueAfterSft =
+  | { algorithm: 'ppo' | 'grpo' | 'rloo' | 'reinforce++' }
+  | { algorithm: 'dpo'; job: Extract<SupervisedJobWire, { kind: 'dpo' }> };
 
 /** One PPO step's metrics: every name of docs/formats.md §3 plus extras (src/core/ppo/metrics.ts). */
 export type MetricsWire = StepMetrics;
@@ -341,6 +391,19 @@ export interface WorkerApi {
     /** Defaults: 100 steps of 8 pairs at learning rate 3e-4. */
     opts?: { steps?: number; batchSize?: number; learningRate?: number },
   ): Promise<RewardModelReport>;
+  /**
+   * Drive a supervised job instead of the RL algorithm (null: back to RL): the job's models are built at once (so
+   * a bad data file is refused here, a UserError naming its lines), the run in the worker is dropped, and the run
+   * commands then step the job; its `step` events carry its metrics (DPO: loss, rewards/…, logps/…, and eval/… on
+   * evaluated steps; SFT: loss), with no samples. `status().job` describes it.
+   */
+  setSupervisedJob(job: SupervisedJobWire | null): Promise<RunStatus>;
+  /**
+   * After SFT steps: its weights become the model (config `model` "sft-model", held in memory), so the policy and
+   * the reference of the next run both start from them, and that run starts (PPO / GRPO / RLOO / REINFORCE++ of
+   * the run's config, or DPO on the pairs given). UserError when the job in the worker is not an SFT that stepped.
+   */
+  continueFromSft(next: ContinueAfterSft): Promise<RunStatus>;
   /** The whole run as a zip in the checkpoint layout of docs/formats.md §2. */
   exportCheckpoint(): Promise<{ name: string; bytes: Uint8Array }>;
   /**

@@ -20,7 +20,10 @@ import type { PpoTrainer, RewardSource } from '../core/ppo/trainer';
 import type { Rollout } from '../core/ppo/rollout';
 import type { Tokenizer } from '../core/tokenizer/types';
 import type { CausalLM } from '../core/model/causal-lm';
-import { loadLM, type LoadedLM } from '../core/model/folder';
+import { exportLM, loadLM, type LoadedLM } from '../core/model/folder';
+import { collectBytes } from '../core/model/safetensors';
+import { DpoTrainer } from '../core/dpo/trainer';
+import type { DpoConfig } from '../core/dpo/config';
 import { makeReward } from '../core/reward/functions';
 import { checkTaskName } from '../core/tasks';
 import { isUserError, UserError } from '../core/errors';
@@ -28,11 +31,16 @@ import { asHeapExhaustion, defaultHeapBudget } from '../core/oom';
 import { autosaveDue } from '../services/autosave';
 import { PeakMemoryMeter } from '../core/memory-peak';
 import * as tf from '@tensorflow/tfjs-core';
-import { PREFERENCE_REWARD_MODEL, type ModelSources } from './sources';
+import { PREFERENCE_REWARD_MODEL, SFT_MODEL, type ModelSources } from './sources';
+import { buildSupervised, checkJob, type AnySupervisedSession, type SupervisedMetrics } from './supervised';
 import { RewardSandbox, REWARD_CODE_LABEL } from './reward-sandbox';
 import type {
+  ContinueAfterSft,
   MemoryReport,
+  MetricsWire,
   ModelSummary,
+  SupervisedJobStatus,
+  SupervisedJobWire,
   Phase,
   RunState,
   RunStatus,
@@ -142,6 +150,13 @@ export class Run {
   private pendingConfig: TrainConfig | null = validateConfig({});
   /** The training run (null until the first step builds it, or a checkpoint is restored). */
   session: TrainingSession | null = null;
+  /**
+   * The supervised job (DPO or SFT) the run commands drive instead of the RL algorithm, and its status; null for
+   * an RL run. Kept through a reset or a config change (its session is rebuilt from it at the next step).
+   */
+  private job: { spec: SupervisedJobWire; status: SupervisedJobStatus } | null = null;
+  /** The supervised job's session (null until built, or after it was dropped). */
+  sup: AnySupervisedSession | null = null;
   /** The model used by generate when no run exists (loaded by loadModel, or lazily). */
   private lm: { name: string; lm: LoadedLM } | null = null;
   /** The policy in use, for status. */
@@ -202,11 +217,12 @@ export class Run {
     return {
       state: this.runState,
       phase: this.runPhase,
-      step: this.session?.step ?? 0,
-      steps: this.cfg.steps,
+      step: this.job ? (this.sup?.step ?? 0) : (this.session?.step ?? 0),
+      steps: this.job ? (this.sup?.steps ?? Number(this.job.status.settings.steps)) : this.cfg.steps,
       config: JSON.parse(JSON.stringify(this.cfg)) as RunStatus['config'],
       model: this.model,
       reward,
+      job: this.job ? (JSON.parse(JSON.stringify(this.job.status)) as SupervisedJobStatus) : null,
     };
   }
 
@@ -281,6 +297,7 @@ export class Run {
   // ---- run state ------------------------------------------------------------------------------------------
 
   private checkNotDone(): void {
+    if (this.sup && this.sup.step >= this.sup.steps) throw new UserError(stepsDoneMessage(this.sup.steps));
     if (this.session && this.session.step >= this.cfg.steps) {
       throw new UserError(stepsDoneMessage(this.cfg.steps));
     }
@@ -300,18 +317,21 @@ export class Run {
     if (this.runState !== 'running') return this.status();
     this.runState = 'paused';
     this.session?.pause();
+    this.sup?.pause();
     return this.emitStatus();
   }
 
   /** Not running any more: paused when a run exists, else idle (after a failure, a recovery, …). */
   halt(): void {
     this.session?.pause();
-    this.runState = this.session ? 'paused' : 'idle';
+    this.sup?.pause();
+    this.runState = this.session || this.sup ? 'paused' : 'idle';
     this.runPhase = 'idle';
   }
 
   async stepOnce(): Promise<RunStatus> {
     if (this.runState === 'running') return this.pause();
+    if (this.job) return this.supStepOnce();
     return this.serial(async () => {
       const session = await this.sessionOrFail();
       if (!session) return this.status();
@@ -376,6 +396,7 @@ export class Run {
   private async loop(): Promise<void> {
     this.looping = true;
     try {
+      if (this.job) return await this.supLoop();
       for (;;) {
         const session = await this.serial(async () =>
           this.runState === 'running' ? this.sessionOrFail() : null,
@@ -462,6 +483,7 @@ export class Run {
 
   /** The run's checkpoint files, with the configured reward in place even while reward code stands in for it. */
   async checkpoint(): Promise<{ step: number; files: Map<string, Uint8Array> }> {
+    if (this.job) return this.supCheckpoint();
     const s = await this.ensureSession();
     return { step: s.step, files: await s.checkpointFiles() };
   }
@@ -509,8 +531,14 @@ export class Run {
     return this.emitStatus();
   }
 
-  /** Free every tensor of the run (TrainingSession.dispose: optimisers and the four models). */
+  /** Free every tensor of the run (TrainingSession.dispose: optimisers and the four models; a supervised job's). */
   dropTrainer(): void {
+    if (this.sup) {
+      const sup = this.sup;
+      this.sup = null;
+      this.runId = null;
+      sup.dispose();
+    }
     const s = this.session;
     if (!s) return;
     this.pendingConfig = s.cfg; // the config stays (a new run is built from it)
@@ -548,6 +576,7 @@ export class Run {
 
   /** The model generate uses: the trained policy while a run exists, else the loaded one. */
   async generator(): Promise<{ model: CausalLM; tokenizer: Tokenizer }> {
+    if (this.sup) return { model: this.sup.trainer.policy, tokenizer: this.sup.trainer.tokenizer };
     const t = this.trainer;
     if (t) return { model: t.models.policy, tokenizer: t.tokenizer };
     if (!this.lm) {
@@ -578,5 +607,163 @@ export class Run {
       this.session?.overrideReward(this.codeReward());
     }
     return this.emitStatus();
+  }
+
+  // ---- supervised jobs (DPO, SFT: ./supervised.ts) -----------------------------------------------------------
+
+  /** The DPO job's config (contracts §9), or null when the job in the worker is not DPO. */
+  dpoConfig(): DpoConfig | null {
+    return this.sup?.trainer instanceof DpoTrainer ? this.sup.trainer.cfg : null;
+  }
+
+  /** The metric history of the run or job in the worker. */
+  historyNow(): MetricsWire[] {
+    const h = this.job ? (this.sup?.history ?? []) : (this.trainer?.history ?? []);
+    return h as unknown as MetricsWire[];
+  }
+
+  /** The supervised job's hooks: its phases and steps become this run's events (no samples, no alerts). */
+  private supHooks() {
+    return {
+      phase: (p: Phase) => this.setPhase(p),
+      step: (m: SupervisedMetrics) => {
+        this.emit({
+          type: 'step',
+          metrics: { ...m } as unknown as MetricsWire,
+          samples: [],
+          alerts: [],
+          memory: this.given.memory(),
+        });
+      },
+    };
+  }
+
+  /** Build the job's session from `spec` over the config's model (its data is read here: errors name lines). */
+  private async buildJob(spec: SupervisedJobWire) {
+    const cfg = this.cfg;
+    this.progress('build', null, `Loading ${cfg.model} for ${spec.kind.toUpperCase()}…`);
+    const built = await buildSupervised(spec, cfg, this.sources.files(cfg.model), this.supHooks());
+    this.progress('build', 1, `Loaded ${cfg.model}.`);
+    return built;
+  }
+
+  /**
+   * Drive `spec` (DPO or SFT) instead of the RL algorithm, or go back to RL (null). Serial. The job is built
+   * before the run in the worker is dropped, so a bad file leaves things as they were.
+   */
+  async setSupervisedJob(spec: SupervisedJobWire | null): Promise<RunStatus> {
+    this.pause();
+    if (spec === null) {
+      this.dropTrainer();
+      this.job = null;
+      this.runState = 'idle';
+      this.runPhase = 'idle';
+      return this.emitStatus();
+    }
+    const checked = checkJob(spec);
+    const { session, status } = await this.buildJob(checked);
+    this.dropTrainer();
+    this.disposeLm();
+    this.job = { spec: checked, status };
+    this.sup = session;
+    this.runId = newRunId();
+    this.model = summarise(
+      session.trainer.policy,
+      this.sources.files(this.cfg.model).label,
+      session.trainer.tokenizer,
+    );
+    this.chosen = true;
+    this.runState = 'idle';
+    this.runPhase = 'idle';
+    return this.emitStatus();
+  }
+
+  /** The job's session, rebuilt from its spec when it was dropped (reset, a config change); failures reported. */
+  private async supOrFail(): Promise<AnySupervisedSession | null> {
+    if (this.sup) return this.sup;
+    if (!this.job) return null;
+    try {
+      this.disposeLm();
+      const { session, status } = await this.buildJob(this.job.spec);
+      this.sup = session;
+      this.job.status = status;
+      this.runId = newRunId();
+      return session;
+    } catch (e) {
+      await this.failed(asHeapExhaustion(e, { phase: 'load' }) ?? e);
+      return null;
+    }
+  }
+
+  private async supLoop(): Promise<void> {
+    for (;;) {
+      const sup = await this.serial(async () => (this.runState === 'running' ? this.supOrFail() : null));
+      if (!sup || this.runState !== 'running') return;
+      const end = await sup.run({ schedule: this.serial, between: macrotask });
+      if (this.sup !== sup) return;
+      if (end.reason === 'paused' && this.runState === 'running') continue;
+      await this.ended(end);
+      return;
+    }
+  }
+
+  private supStepOnce(): Promise<RunStatus> {
+    return this.serial(async () => {
+      const sup = await this.supOrFail();
+      if (!sup) return this.status();
+      try {
+        await sup.runStep();
+      } catch (e) {
+        if (await this.failed(e)) return this.status();
+      }
+      this.runState = 'paused';
+      return this.emitStatus();
+    });
+  }
+
+  /**
+   * The job's files: a DPO run's checkpoint (docs/dpo.md: model, adapters under LoRA, reference, optimiser,
+   * dpo_state.json) or the SFT'd model folder (config.json, model.safetensors, the tokenizer's files).
+   */
+  private async supCheckpoint(): Promise<{ step: number; files: Map<string, Uint8Array> }> {
+    const sup = this.sup ?? (await this.supOrFail());
+    if (!sup) throw new UserError('The DPO / SFT job could not be built; see the error above.');
+    const files = new Map<string, Uint8Array>();
+    if (sup.trainer instanceof DpoTrainer) {
+      for (const [k, v] of await sup.trainer.checkpointSources()) files.set(k, await collectBytes(v));
+    } else {
+      for (const [k, v] of await exportLM(sup.trainer.policy, sup.trainer.tokenizer)) files.set(k, v);
+    }
+    return { step: sup.step, files };
+  }
+
+  /**
+   * After SFT steps: its weights, held as SFT_MODEL, become the model of the next run (its policy and its
+   * reference), which starts: an RL algorithm of the run's config, or DPO on the pairs given. Serial.
+   */
+  async continueFromSft(next: ContinueAfterSft): Promise<RunStatus> {
+    const sup = this.sup;
+    if (!this.job || this.job.spec.kind !== 'sft' || !sup || sup.step === 0)
+      throw new UserError('Continue needs an SFT run that has taken at least one step; run SFT first.');
+    const algorithms = ['ppo', 'grpo', 'rloo', 'reinforce++', 'dpo'];
+    if (typeof next !== 'object' || next === null || !algorithms.includes(next.algorithm))
+      throw new UserError(
+        `continueFromSft: "algorithm" must be one of ${algorithms.map((a) => `"${a}"`).join(', ')}, got ${JSON.stringify((next as { algorithm?: unknown } | null)?.algorithm)}.`,
+      );
+    if (next.algorithm === 'dpo') checkJob(next.job);
+    this.pause();
+    const files = await exportLM(sup.trainer.policy, sup.trainer.tokenizer);
+    this.sources.hold(SFT_MODEL, files);
+    this.dropTrainer();
+    this.job = null;
+    this.runState = 'idle';
+    if (next.algorithm === 'dpo') {
+      await this.configure({ model: SFT_MODEL });
+      await this.setSupervisedJob(next.job);
+    } else {
+      await this.configure({ model: SFT_MODEL, algorithm: next.algorithm });
+      this.dropTrainer(); // a new run, even when nothing but the weights changed
+    }
+    return this.start();
   }
 }

@@ -7,6 +7,7 @@
  *   "http(s)://…", "/…", "./…"   a folder served over HTTP
  *   "uploaded:NAME"              files the person picked (held in memory by this worker)
  *   "preference-reward-model"    the reward model trained from a preference file (held in memory)
+ *   "sft-model"                  the weights of the app's SFT warm start (held in memory; docs/sft.md)
  */
 import type { ModelFiles } from '../core/model/folder';
 import { memoryFiles, readConfig } from '../core/model/folder';
@@ -47,6 +48,8 @@ import type { MemoryEstimateReport, ModelSource } from './protocol';
 export const BUILTIN_MODELS = ['tiny'] as const;
 /** The `reward: {model}` name of the reward model trained from preferences. */
 export const PREFERENCE_REWARD_MODEL = 'preference-reward-model';
+/** The weights of the playground's SFT warm start, held in memory: "Continue with …" trains from them. */
+export const SFT_MODEL = 'sft-model';
 const HUB_CACHE_NAME = 'ppo-playground-hub-v1';
 
 /** Hub files in Cache Storage, keyed by URL (a second load of a repo needs no network). */
@@ -215,7 +218,14 @@ export class ModelSources {
   files(name: string): ModelFiles {
     const held = this.held.get(name);
     if (held)
-      return memoryFiles(name === PREFERENCE_REWARD_MODEL ? 'reward model from preferences' : name, held);
+      return memoryFiles(
+        name === PREFERENCE_REWARD_MODEL
+          ? 'reward model from preferences'
+          : name === SFT_MODEL
+            ? 'SFT result'
+            : name,
+        held,
+      );
     if ((BUILTIN_MODELS as readonly string[]).includes(name))
       return fetchFiles(builtinModelUrl(name), `built-in ${name}`);
     if (isUrlLike(name)) return fetchFiles(name);

@@ -329,6 +329,15 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
       emit({ type: 'status', status: status() });
       return { pairs: lines.length, heldOut: 1, trainAccuracy: 0.9, heldOutAccuracy: 0.75, skipped: [] };
     },
+    async setSupervisedJob(job) {
+      log('setSupervisedJob', job?.kind ?? null);
+      if (job !== null) throw new FakeUserError('The fake worker runs no DPO or SFT jobs.');
+      return status();
+    },
+    async continueFromSft(next) {
+      log('continueFromSft', next.algorithm);
+      throw new FakeUserError('The fake worker runs no SFT jobs.');
+    },
     async exportCheckpoint() {
       log('exportCheckpoint');
       const body = JSON.stringify({ step, config, history });

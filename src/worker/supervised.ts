@@ -1,0 +1,127 @@
+/**
+ * The playground's supervised jobs (DPO on preference pairs, SFT on prompt / completion examples): building one
+ * from the person's request and the run's config, as core's SupervisedSession (src/core/supervised-session.ts)
+ * that the worker's Run (./run.ts) drives with the same commands and events as an RL run. docs/dpo.md "In the
+ * app", docs/sft.md.
+ */
+import type { TrainConfig } from '../core/config';
+import { validateDpoConfig, type DpoConfig } from '../core/dpo/config';
+import { DpoTrainer, type DpoStepMetrics } from '../core/dpo/trainer';
+import { SftTrainer, type SftRunOptions, type SftStepMetrics } from '../core/sft';
+import { SupervisedSession, type SupervisedHooks } from '../core/supervised-session';
+import { UserError } from '../core/errors';
+import type { ModelFiles } from '../core/model/folder';
+import type { SupervisedJobStatus, SupervisedJobWire } from './protocol';
+
+export type SupervisedMetrics = DpoStepMetrics | SftStepMetrics;
+export type AnySupervisedSession = SupervisedSession<SupervisedMetrics>;
+
+const DPO_JOB_KEYS = [
+  'kind',
+  'data',
+  'dataName',
+  'beta',
+  'dpoLoss',
+  'labelSmoothing',
+  'heldOut',
+  'steps',
+  'batchSize',
+  'learningRate',
+  'evalEvery',
+];
+const SFT_JOB_KEYS = ['kind', 'data', 'dataName', 'steps', 'batchSize', 'learningRate'];
+
+/** The request checked: its kind, its data, and no unknown keys. */
+export function checkJob(job: unknown): SupervisedJobWire {
+  if (job === null || typeof job !== 'object' || Array.isArray(job))
+    throw new UserError('setSupervisedJob: expected {kind: "dpo" | "sft", data, dataName, …} or null.');
+  const j = job as Record<string, unknown>;
+  if (j.kind !== 'dpo' && j.kind !== 'sft')
+    throw new UserError(`setSupervisedJob: "kind" must be "dpo" or "sft", got ${JSON.stringify(j.kind)}.`);
+  const keys = j.kind === 'dpo' ? DPO_JOB_KEYS : SFT_JOB_KEYS;
+  for (const k of Object.keys(j)) {
+    if (!keys.includes(k) && j[k] !== undefined)
+      throw new UserError(`setSupervisedJob: unknown key "${k}" for "${j.kind}" (keys: ${keys.join(', ')}).`);
+  }
+  if (typeof j.data !== 'string' || j.data.trim() === '')
+    throw new UserError(`setSupervisedJob: "data" must be the JSONL file's text, and it is empty.`);
+  if (typeof j.dataName !== 'string' || j.dataName === '')
+    throw new UserError('setSupervisedJob: "dataName" must name the file.');
+  return j as unknown as SupervisedJobWire;
+}
+
+/** DPO's config (contracts §9) from the request and the run's model, seed, maxGradNorm and LoRA keys. */
+export function dpoConfigOf(job: Extract<SupervisedJobWire, { kind: 'dpo' }>, cfg: TrainConfig): DpoConfig {
+  const { kind: _kind, data: _data, dataName, ...rest } = job;
+  const raw: Record<string, unknown> = {
+    algorithm: 'dpo',
+    data: dataName,
+    model: cfg.model,
+    seed: cfg.seed,
+    maxGradNorm: cfg.maxGradNorm,
+    lora: cfg.lora,
+    loraAlpha: cfg.loraAlpha,
+    loraTargets: cfg.loraTargets,
+    steps: cfg.steps,
+  };
+  for (const [k, v] of Object.entries(rest)) if (v !== undefined) raw[k] = v;
+  return validateDpoConfig(raw, 'DPO settings');
+}
+
+/** SFT's options from the request and the run's config (steps default to the config's). */
+export function sftOptionsOf(
+  job: Extract<SupervisedJobWire, { kind: 'sft' }>,
+  cfg: TrainConfig,
+): SftRunOptions {
+  const o: SftRunOptions = {
+    steps: job.steps ?? cfg.steps,
+    batchSize: job.batchSize ?? 8,
+    learningRate: job.learningRate ?? 1e-4,
+    maxGradNorm: cfg.maxGradNorm,
+    seed: cfg.seed,
+  };
+  const problems: string[] = [];
+  if (!Number.isInteger(o.steps) || o.steps < 1 || o.steps > 1e6)
+    problems.push(`"steps" must be a whole number from 1 to 1000000, got ${JSON.stringify(job.steps)}`);
+  if (!Number.isInteger(o.batchSize) || o.batchSize < 1 || o.batchSize > 4096)
+    problems.push(`"batchSize" must be a whole number from 1 to 4096, got ${JSON.stringify(job.batchSize)}`);
+  if (!(typeof o.learningRate === 'number' && o.learningRate > 0 && o.learningRate <= 1))
+    problems.push(`"learningRate" must be a number > 0 and <= 1, got ${JSON.stringify(job.learningRate)}`);
+  if (problems.length) throw new UserError(`SFT settings: ${problems.join('; ')}.`);
+  return o;
+}
+
+/** Build the job's session from `files` (the run's model): its models load and its data is read here. */
+export async function buildSupervised(
+  job: SupervisedJobWire,
+  cfg: TrainConfig,
+  files: ModelFiles,
+  hooks: SupervisedHooks<SupervisedMetrics>,
+): Promise<{ session: AnySupervisedSession; status: SupervisedJobStatus }> {
+  const data = { text: job.data, source: job.dataName };
+  if (job.kind === 'dpo') {
+    const dpo = dpoConfigOf(job, cfg);
+    const trainer = await DpoTrainer.build(dpo, files, data);
+    const { data: _d, ...settings } = dpo;
+    return {
+      session: new SupervisedSession<SupervisedMetrics>('dpo', trainer, dpo.steps, dpo.evalEvery, hooks),
+      status: {
+        kind: 'dpo',
+        dataName: job.dataName,
+        examples: trainer.train.length + trainer.held.length,
+        settings,
+      },
+    };
+  }
+  const o = sftOptionsOf(job, cfg);
+  const trainer = await SftTrainer.build(files, data, o);
+  return {
+    session: new SupervisedSession<SupervisedMetrics>('sft', trainer, o.steps, 0, hooks),
+    status: {
+      kind: 'sft',
+      dataName: job.dataName,
+      examples: trainer.examples.length,
+      settings: { steps: o.steps, batchSize: o.batchSize, learningRate: o.learningRate },
+    },
+  };
+}

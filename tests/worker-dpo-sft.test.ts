@@ -1,0 +1,185 @@
+/**
+ * DPO and SFT through the real model worker (src/worker/api.ts in Node, CPU backend, a tiny random model): the
+ * run commands drive a DPO job whose step events carry TRL's metric names (and eval/… at the last step); a bad
+ * preference file is refused naming its lines; SFT steps report their loss, and "continue with GRPO" starts a
+ * GRPO run from the SFT'd weights (policy and reference both: step 1's KL is 0), with the worker's tensor count
+ * flat across jobs.
+ */
+import { describe, it, expect } from 'vitest';
+import { readFileSync } from 'node:fs';
+import * as tf from '@tensorflow/tfjs-core';
+import { useCpu } from './helpers/backend';
+import { makeTinyFolder } from './helpers/tiny';
+import { nodeFiles } from '../src/cli/files-node';
+import { loadTaskNode } from '../src/cli/tasks-node';
+import { memoryAutosaveStore } from '../src/services/autosave';
+import { TabAutosave } from '../src/services/autosave-tabs';
+import type { ModelFiles } from '../src/core/model/folder';
+import type { RunStatus, TrainerEvent } from '../src/worker/protocol';
+
+(globalThis as { self?: unknown }).self ??= globalThis;
+(globalThis as { navigator?: unknown }).navigator ??= {};
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const fixture = (name: string) =>
+  readFileSync(new URL(`./fixtures/dpo-sft/${name}`, import.meta.url), 'utf8');
+
+async function worker() {
+  await useCpu();
+  const dir = await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
+  const { createWorkerApi } = await import('../src/worker/api');
+  const { ModelSources } = await import('../src/worker/sources');
+  class DiskSources extends ModelSources {
+    override files(name: string): ModelFiles {
+      return name === 'tiny-test' ? nodeFiles(dir) : super.files(name);
+    }
+    override loadTask = loadTaskNode;
+  }
+  const api = createWorkerApi({
+    autosave: new TabAutosave(memoryAutosaveStore(), null),
+    sources: (progress) => new DiskSources(progress),
+  });
+  await api.init('cpu');
+  const events: TrainerEvent[] = [];
+  await api.subscribe((e) => void events.push(e));
+  const settled = async (): Promise<RunStatus> => {
+    for (let i = 0; i < 3000; i++) {
+      const s = events.flatMap((e) => (e.type === 'status' ? [e.status] : [])).at(-1);
+      if (s && s.state !== 'running' && s.phase === 'idle') return s;
+      await sleep(20);
+    }
+    throw new Error('the run did not stop');
+  };
+  const steps = () => events.flatMap((e) => (e.type === 'step' ? [e] : []));
+  const errors = () => events.flatMap((e) => (e.type === 'error' ? [e.message] : []));
+  return { api, events, settled, steps, errors };
+}
+
+const DPO_KEYS = [
+  'loss',
+  'rewards/chosen',
+  'rewards/rejected',
+  'rewards/accuracies',
+  'rewards/margins',
+  'logps/chosen',
+  'logps/rejected',
+];
+
+describe('DPO and SFT in the model worker (CPU, in Node)', () => {
+  it('a DPO job of 2 steps reports the DPO metrics; a bad file names its lines', async () => {
+    const { api, settled, steps, errors } = await worker();
+    await api.configure({ model: 'tiny-test', seed: 3 });
+    const bad = await api
+      .setSupervisedJob({ kind: 'dpo', data: fixture('pairs-bad.jsonl'), dataName: 'pairs-bad.jsonl' })
+      .then(
+        () => null,
+        (e: Error) => e,
+      );
+    expect(bad?.name).toBe('UserError');
+    expect(bad?.message).toMatch(/pairs-bad\.jsonl: .*line 2: .*rejected/);
+    const status = await api.setSupervisedJob({
+      kind: 'dpo',
+      data: fixture('pairs.jsonl'),
+      dataName: 'pairs.jsonl',
+      steps: 2,
+      batchSize: 2,
+      heldOut: 0.34,
+      beta: 0.1,
+    });
+    expect(status.job).toMatchObject({ kind: 'dpo', dataName: 'pairs.jsonl', examples: 6 });
+    expect(status.job!.settings).toMatchObject({ beta: 0.1, dpoLoss: 'sigmoid', steps: 2, batchSize: 2 });
+    expect(status).toMatchObject({ state: 'idle', step: 0, steps: 2 });
+    await api.start();
+    expect(await settled()).toMatchObject({ state: 'paused', step: 2, steps: 2 });
+    expect(errors()).toEqual([]);
+    const got = steps();
+    expect(got.map((e) => e.metrics.step)).toEqual([1, 2]);
+    for (const e of got) {
+      const m = e.metrics as unknown as Record<string, number>;
+      for (const k of DPO_KEYS) expect(Number.isFinite(m[k]), k).toBe(true);
+      expect(e.samples).toEqual([]);
+    }
+    const m1 = got[0].metrics as unknown as Record<string, number>;
+    // Step 1's policy is its reference: sigmoid loss ln 2, margins 0 (contracts §9).
+    expect(m1.loss).toBeCloseTo(Math.LN2, 6);
+    expect(m1['rewards/margins']).toBeCloseTo(0, 6);
+    expect('eval/loss' in m1).toBe(false);
+    const m2 = got[1].metrics as unknown as Record<string, number>;
+    for (const k of ['eval/loss', 'eval/rewards/accuracies', 'eval/rewards/margins'])
+      expect(Number.isFinite(m2[k]), k).toBe(true);
+    expect(m2.loss).not.toBe(m1.loss);
+    // The history, the TRL export and the checkpoint follow the job.
+    expect((await api.history()).map((m) => m.step)).toEqual([1, 2]);
+    expect(JSON.parse(await api.exportTrlConfig())._trl_class).toBe('DPOConfig');
+    const zip = await api.exportCheckpoint();
+    expect(zip.bytes.length).toBeGreaterThan(1000);
+    // Back to RL: the job goes, the status says so.
+    expect((await api.setSupervisedJob(null)).job).toBeNull();
+  }, 120_000);
+
+  it('SFT 2 steps, then continue with GRPO from the SFT weights (step-1 KL 0); tensors flat', async () => {
+    const { api, settled, steps, errors, events } = await worker();
+    await api.configure({
+      model: 'tiny-test',
+      task: 'sentiment',
+      seed: 4,
+      batchSize: 4,
+      miniBatches: 1,
+      ppoEpochs: 1,
+      responseLength: 4,
+      steps: 1,
+      // So small that the GRPO step leaves the weights where SFT put them (read back below).
+      learningRate: 1e-7,
+    });
+    const ids = [[1, 2, 3, 4, 5, 6, 7, 8]];
+    const mask = [[1, 1, 1, 1, 1, 1, 1, 1]];
+    const before = await api.forwardLogits(ids, mask);
+    const held: number[] = [];
+    for (let round = 0; round < 2; round++) {
+      events.length = 0;
+      const s = await api.setSupervisedJob({
+        kind: 'sft',
+        data: fixture('sft.jsonl'),
+        dataName: 'sft.jsonl',
+        steps: 2,
+        batchSize: 2,
+        learningRate: 1e-2,
+      });
+      expect(s.job).toMatchObject({ kind: 'sft', examples: 4 });
+      await api.start();
+      expect(await settled()).toMatchObject({ state: 'paused', step: 2 });
+      const sft = steps().map((e) => e.metrics as unknown as Record<string, number>);
+      expect(sft.map((m) => m.step)).toEqual([1, 2]);
+      expect(sft.every((m) => Number.isFinite(m.loss) && m.loss > 0)).toBe(true);
+      const afterSft = await api.forwardLogits(ids, mask);
+      expect(afterSft[0][0][0]).not.toBe(before[0][0][0]);
+
+      events.length = 0;
+      const cont = await api.continueFromSft({ algorithm: 'grpo' });
+      expect(cont.config).toMatchObject({ model: 'sft-model', algorithm: 'grpo' });
+      expect(cont.job).toBeNull();
+      expect(await settled()).toMatchObject({ state: 'paused', step: 1 });
+      expect(errors()).toEqual([]);
+      const rl = steps();
+      expect(rl).toHaveLength(1);
+      const m = rl[0].metrics;
+      expect(m.step).toBe(1);
+      expect(Number.isFinite(m.reward)).toBe(true);
+      // The reference is the SFT'd model, as the policy: no divergence at step 1.
+      expect(m.kl).toBe(0);
+      expect(rl[0].samples.length).toBeGreaterThan(0);
+      // The GRPO policy is the SFT'd model (not the base), so the reference above was the SFT'd model too.
+      const afterGrpo = await api.forwardLogits(ids, mask);
+      const diff = (a: number[][][], b: number[][][]) =>
+        Math.max(...a[0].flatMap((row, t) => row.map((v, j) => Math.abs(v - b[0][t][j]))));
+      expect(diff(afterGrpo, afterSft)).toBeLessThan(1e-4);
+      expect(diff(afterGrpo, before)).toBeGreaterThan(1e-2);
+      await api.reset();
+      await api.configure({ model: 'tiny-test', algorithm: 'ppo' });
+      held.push(tf.memory().numTensors);
+    }
+    // The second round ends holding what the first did: every job's tensors were freed.
+    expect(held[1]).toBe(held[0]);
+    expect(errors()).toEqual([]);
+  }, 180_000);
+});
