@@ -14,6 +14,7 @@ import { MemoryEstimate } from './components/MemoryEstimate';
 import { RewardPanel } from './components/RewardPanel';
 import { LinkedRunsBanner, RunsPanel } from './components/RunsPanel';
 import { SamplesPanel } from './components/SamplesPanel';
+import { SupervisedPanel } from './components/SupervisedPanel';
 import { TopBar } from './components/TopBar';
 import { useActions } from './store/hooks';
 
@@ -40,6 +41,7 @@ export function App() {
           <DataPanel />
           <ModelCard />
           <RewardPanel />
+          <SupervisedPanel />
           <CheckpointPanel />
         </aside>
         <div className="col col-centre">

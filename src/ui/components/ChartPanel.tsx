@@ -1,6 +1,6 @@
 import { useId } from 'react';
-import { CHARTS } from '../lib/catalog';
-import { useActions, useSmoothing } from '../store/hooks';
+import { chartsFor } from '../lib/catalog';
+import { useActions, useSmoothing, useSupervisedJob } from '../store/hooks';
 import { MetricChart } from './MetricChart';
 import { MetricsTable } from './MetricsTable';
 
@@ -29,14 +29,19 @@ function SmoothingControl() {
   );
 }
 
-/** The centre column: the four headline charts, then the rest, then every metric's newest value. */
+/**
+ * The centre column: the four headline charts, then the rest, then every metric's newest value. A DPO or SFT job
+ * has its own charts (lib/catalog.ts DPO_CHARTS, SFT_CHARTS).
+ */
 export function ChartPanel() {
-  const headline = CHARTS.filter((c) => c.headline);
-  const more = CHARTS.filter((c) => !c.headline);
+  const job = useSupervisedJob()?.kind;
+  const charts = chartsFor(job);
+  const headline = charts.filter((c) => c.headline);
+  const more = charts.filter((c) => !c.headline);
   return (
     <section className="charts" aria-labelledby="charts-heading">
       <div className="section-head">
-        <h2 id="charts-heading">Training</h2>
+        <h2 id="charts-heading">Training{job === 'dpo' ? ' (DPO)' : job === 'sft' ? ' (SFT)' : ''}</h2>
         <SmoothingControl />
       </div>
       <div className="chart-grid headline">

@@ -84,6 +84,32 @@ export const CHARTS: readonly { key: string; title: string; headline: boolean }[
   { key: 'tokensPerSecond', title: 'Tokens per second', headline: false },
 ];
 
+/** A DPO job's charts (TRL's names, contracts §9; docs/dpo.md): the four headline ones first. */
+export const DPO_CHARTS: readonly { key: string; title: string; headline: boolean }[] = [
+  { key: 'loss', title: 'DPO loss', headline: true },
+  { key: 'rewards/accuracies', title: 'Reward accuracy', headline: true },
+  { key: 'rewards/margins', title: 'Reward margin', headline: true },
+  { key: 'eval/rewards/accuracies', title: 'Held-out accuracy', headline: true },
+  { key: 'rewards/chosen', title: 'Reward of chosen', headline: false },
+  { key: 'rewards/rejected', title: 'Reward of rejected', headline: false },
+  { key: 'logps/chosen', title: 'Log-prob of chosen', headline: false },
+  { key: 'logps/rejected', title: 'Log-prob of rejected', headline: false },
+  { key: 'eval/loss', title: 'Held-out loss', headline: false },
+  { key: 'eval/rewards/margins', title: 'Held-out margin', headline: false },
+  { key: 'gradNorm', title: 'Gradient norm', headline: false },
+];
+
+/** An SFT job's charts (docs/sft.md). */
+export const SFT_CHARTS: readonly { key: string; title: string; headline: boolean }[] = [
+  { key: 'loss', title: 'SFT loss', headline: true },
+  { key: 'gradNorm', title: 'Gradient norm', headline: true },
+];
+
+/** The charts of a job: an RL run's, or a DPO or SFT job's. */
+export function chartsFor(job: 'dpo' | 'sft' | null | undefined) {
+  return job === 'dpo' ? DPO_CHARTS : job === 'sft' ? SFT_CHARTS : CHARTS;
+}
+
 /** The held-out evaluation's charts (docs/eval.md): one point per evaluation, not per step. */
 export const EVAL_CHARTS: readonly { key: string; title: string }[] = [
   { key: 'eval/reward', title: 'Eval reward' },

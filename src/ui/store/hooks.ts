@@ -40,6 +40,8 @@ export const useTargetSteps = () => usePlayground((s) => s.runStatus?.steps ?? s
 export const useRunStarted = () => usePlayground((s) => runStarted(s.runStatus));
 export const useCommand = () => usePlayground((s) => s.command);
 export const useIoTask = () => usePlayground((s) => s.ioTask);
+/** The DPO / SFT job the run commands drive (null: an RL run); the worker's word. */
+export const useSupervisedJob = () => usePlayground((s) => s.runStatus?.job ?? null);
 /** One key of the config the person is editing (what the controls show). */
 export const useEditedConfigValue = <K extends ConfigKey>(key: K): TrainConfig[K] =>
   usePlayground((s) => s.editedConfig[key]);

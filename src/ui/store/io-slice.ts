@@ -14,6 +14,8 @@ type IoActions = Pick<
   | 'applyRewardCode'
   | 'clearRewardCode'
   | 'trainRewardModel'
+  | 'setSupervisedJob'
+  | 'continueFromSft'
   | 'exportCheckpoint'
   | 'exportMetrics'
   | 'exportTrlConfig'
@@ -93,6 +95,22 @@ export function createIoActions(ctx: SliceContext): IoActions {
         set({ rewardModel: report, progress: null });
       }),
 
+    setSupervisedJob: (job) =>
+      task('supervised', async () => {
+        set({ progress: null });
+        const status = await api.setSupervisedJob(job);
+        set({ ...EMPTY_HISTORY, progress: null });
+        ctx.takeWorkerStatus(status);
+      }),
+
+    continueFromSft: (next) =>
+      task('supervised', async () => {
+        set({ progress: null });
+        const status = await api.continueFromSft(next);
+        set({ ...EMPTY_HISTORY, progress: null });
+        ctx.takeWorkerStatus(status);
+      }),
+
     exportCheckpoint: () =>
       task('export', async () => {
         const { name, bytes } = await api.exportCheckpoint();
@@ -110,7 +128,8 @@ export function createIoActions(ctx: SliceContext): IoActions {
     exportTrlConfig: () =>
       task('metrics', async () => {
         const text = await api.exportTrlConfig();
-        ctx.opts.download('trl-ppo-config.json', text, 'application/json');
+        const name = get().runStatus?.job?.kind === 'dpo' ? 'trl-dpo-config.json' : 'trl-ppo-config.json';
+        ctx.opts.download(name, text, 'application/json');
       }),
 
     importCheckpoint: (bytes) =>

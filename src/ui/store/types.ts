@@ -5,6 +5,7 @@ import type {
   AlertView,
   BackendPref,
   BackendReport,
+  ContinueAfterSft,
   GenerateReply,
   MemoryEstimateReport,
   MemoryReport,
@@ -14,6 +15,7 @@ import type {
   RewardModelReport,
   RunStatus,
   SampleView,
+  SupervisedJobWire,
 } from '../../worker/protocol';
 import type { HeatmapMode } from '../lib/heat';
 import type { KeptRun } from '../lib/kept-runs';
@@ -53,7 +55,7 @@ export interface ProgressView {
 /** A run command waiting for the worker's answer. */
 export type RunCommand = 'start' | 'pause' | 'step' | 'reset';
 /** A file or reward job waiting for the worker's answer. */
-export type IoTask = 'export' | 'import' | 'metrics' | 'reward-model' | 'reward-code';
+export type IoTask = 'export' | 'import' | 'metrics' | 'reward-model' | 'reward-code' | 'supervised';
 
 /** Why LoRA was turned on for a big model, and what to set back if the person turns it off. */
 export interface LoraNote {
@@ -180,6 +182,13 @@ export interface PlaygroundActions {
   applyRewardCode(): Promise<void>;
   clearRewardCode(): Promise<void>;
   trainRewardModel(jsonl: string): Promise<void>;
+  /**
+   * Train with DPO or SFT instead of the RL algorithm (null: back to RL); the run commands then drive that job and
+   * the charts show its metrics. A bad data file is an error naming its lines (the banner shows it).
+   */
+  setSupervisedJob(job: SupervisedJobWire | null): Promise<void>;
+  /** After SFT: the SFT'd weights become the policy and the reference of a new run of `next`, which starts. */
+  continueFromSft(next: ContinueAfterSft): Promise<void>;
   exportCheckpoint(): Promise<void>;
   exportMetrics(format: 'csv' | 'json'): Promise<void>;
   exportTrlConfig(): Promise<void>;
