@@ -1,0 +1,77 @@
+import { test, expect, type Page } from '@playwright/test';
+import { watchConsole } from './console';
+
+/**
+ * DPO and SFT in the playground (issue #23, docs/dpo.md "In the app", docs/sft.md), on the built-in tiny model
+ * (WASM, tiny shapes, as e2e/eval.spec.ts): a preference file picked in the DPO and SFT card trains 2 DPO steps
+ * with Start, and the charts are DPO's (TRL's names); an SFT file trains 2 SFT steps, and "Continue with GRPO"
+ * starts a GRPO run from the SFT'd weights that takes its step, the RL charts back.
+ */
+const RUN = 'task=sentiment&batchSize=4&miniBatches=1&ppoEpochs=1&responseLength=4&steps=1';
+const RUN_MS = 240_000;
+
+let page: Page;
+let consoleWatch: { errors: string[] };
+
+const button = (name: string) => page.getByRole('button', { name, exact: true });
+const card = () => page.getByRole('region', { name: 'DPO and SFT' });
+const chart = (title: string) => page.getByRole('figure', { name: title, exact: true });
+const field = (label: string) => card().getByLabel(label, { exact: true });
+
+test.beforeAll(async ({ browser }) => {
+  page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  consoleWatch = watchConsole(page);
+});
+
+test.afterAll(async () => {
+  await page.close();
+});
+
+test('DPO from a preference file, then SFT and continue with GRPO', async () => {
+  test.setTimeout(4 * RUN_MS);
+  await page.goto(`/?backend=wasm#${RUN}`);
+  await expect(page.getByTestId('model-summary')).toContainText('built-in tiny', { timeout: 120_000 });
+
+  // DPO: 2 steps of 2 pairs, evaluated at every step.
+  await card().scrollIntoViewIfNeeded();
+  await card().getByTestId('dpo-file').setInputFiles('tests/fixtures/dpo-sft/pairs.jsonl');
+  await expect(card()).toContainText('Preference pairs (JSONL): pairs.jsonl');
+  await field('DPO steps').fill('2');
+  await field('pairs per step').fill('2');
+  await field('eval every').fill('1');
+  await button('Train with DPO').click();
+  await expect(card().getByTestId('supervised-status')).toContainText('DPO on pairs.jsonl (6 pairs)', {
+    timeout: RUN_MS,
+  });
+  await button('Start').click();
+  await expect(page.getByTestId('step-counter')).toHaveText('Step 2', { timeout: RUN_MS });
+  await expect(page.getByTestId('run-phase')).toHaveText('paused', { timeout: RUN_MS });
+  await expect(page.getByRole('heading', { name: 'Training (DPO)' })).toBeVisible();
+  for (const title of ['DPO loss', 'Reward accuracy', 'Reward margin', 'Held-out accuracy']) {
+    await expect(chart(title).getByTestId('chart-latest')).toHaveAttribute('data-value', /^-?\d/);
+  }
+  await expect(chart('Reward')).toHaveCount(0);
+
+  // SFT: 2 steps of 2 examples, then Continue with GRPO.
+  await card().getByTestId('sft-file').setInputFiles('tests/fixtures/dpo-sft/sft.jsonl');
+  await expect(card()).toContainText('SFT examples (JSONL): sft.jsonl');
+  await field('SFT steps').fill('2');
+  await field('examples per step').fill('2');
+  await button('Train with SFT').click();
+  await expect(card().getByTestId('supervised-status')).toContainText('SFT on sft.jsonl (4 examples)', {
+    timeout: RUN_MS,
+  });
+  await expect(page.getByTestId('step-counter')).toHaveText('Step 0');
+  await button('Start').click();
+  await expect(page.getByTestId('step-counter')).toHaveText('Step 2', { timeout: RUN_MS });
+  await expect(page.getByTestId('run-phase')).toHaveText('paused', { timeout: RUN_MS });
+  await expect(chart('SFT loss').getByTestId('chart-latest')).toHaveAttribute('data-value', /^\d/);
+
+  await button('Continue with GRPO').click();
+  await expect(card().getByTestId('supervised-status')).toContainText('RL algorithm', { timeout: RUN_MS });
+  await expect(page.getByTestId('step-counter')).toHaveText('Step 1', { timeout: RUN_MS });
+  await expect(page.getByTestId('run-phase')).toHaveText('paused', { timeout: RUN_MS });
+  await expect(chart('Reward').getByTestId('chart-latest')).toHaveAttribute('data-value', /^-?\d/);
+  await expect(chart('KL').getByTestId('chart-latest')).toHaveAttribute('data-value', /^-?\d/);
+  expect(consoleWatch.errors, 'console errors').toEqual([]);
+});
