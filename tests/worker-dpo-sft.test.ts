@@ -69,6 +69,7 @@ describe('DPO and SFT in the model worker (CPU, in Node)', () => {
   it('a DPO job of 2 steps reports the DPO metrics; a bad file names its lines', async () => {
     const { api, settled, steps, errors } = await worker();
     await api.configure({ model: 'tiny-test', seed: 3 });
+    const held = tf.memory().numTensors;
     const bad = await api
       .setSupervisedJob({ kind: 'dpo', data: fixture('pairs-bad.jsonl'), dataName: 'pairs-bad.jsonl' })
       .then(
@@ -113,8 +114,56 @@ describe('DPO and SFT in the model worker (CPU, in Node)', () => {
     expect(JSON.parse(await api.exportTrlConfig())._trl_class).toBe('DPOConfig');
     const zip = await api.exportCheckpoint();
     expect(zip.bytes.length).toBeGreaterThan(1000);
-    // Back to RL: the job goes, the status says so.
+    // Back to RL: the job goes, the status says so, and so do its tensors (and those of the refused build).
     expect((await api.setSupervisedJob(null)).job).toBeNull();
+    expect(tf.memory().numTensors).toBe(held);
+  }, 120_000);
+
+  it('SFT then continue with DPO: the SFT weights are the policy and the reference (step 1 at ln 2)', async () => {
+    const { api, settled, steps, errors, events } = await worker();
+    await api.configure({ model: 'tiny-test', seed: 5 });
+    await api.setSupervisedJob({
+      kind: 'sft',
+      data: fixture('sft.jsonl'),
+      dataName: 'sft.jsonl',
+      steps: 1,
+      batchSize: 2,
+      learningRate: 1e-2,
+    });
+    const ids = [[1, 2, 3, 4, 5, 6]];
+    const mask = [[1, 1, 1, 1, 1, 1]];
+    const base = await api.forwardLogits(ids, mask);
+    await api.stepOnce();
+    expect((await settled()).step).toBe(1);
+    const sftd = await api.forwardLogits(ids, mask);
+    events.length = 0;
+    const cont = await api.continueFromSft({
+      algorithm: 'dpo',
+      // A learning rate so small that the DPO step leaves the weights where SFT put them (read back below).
+      job: {
+        kind: 'dpo',
+        data: fixture('pairs.jsonl'),
+        dataName: 'pairs.jsonl',
+        steps: 1,
+        batchSize: 2,
+        learningRate: 1e-7,
+      },
+    });
+    expect(cont.config.model).toBe('sft-model');
+    expect(cont.job).toMatchObject({ kind: 'dpo', examples: 6 });
+    expect(await settled()).toMatchObject({ state: 'paused', step: 1 });
+    expect(errors()).toEqual([]);
+    const m = steps()[0].metrics as unknown as Record<string, number>;
+    expect(m.loss).toBeCloseTo(Math.LN2, 6);
+    expect(m['rewards/margins']).toBeCloseTo(0, 6);
+    // The DPO policy is the SFT'd model, not the base; with step 1 at the reference, so is the reference.
+    const after = await api.forwardLogits(ids, mask);
+    const diff = (a: number[][][], b: number[][][]) =>
+      Math.max(...a[0].flatMap((row, t) => row.map((v, j) => Math.abs(v - b[0][t][j]))));
+    expect(diff(after, sftd)).toBeLessThan(1e-4);
+    expect(diff(after, base)).toBeGreaterThan(1e-2);
+    // Continuing needs an SFT job that stepped.
+    await expect(api.continueFromSft({ algorithm: 'grpo' })).rejects.toThrow(/SFT run that has taken/);
   }, 120_000);
 
   it('SFT 2 steps, then continue with GRPO from the SFT weights (step-1 KL 0); tensors flat', async () => {
