@@ -13,6 +13,7 @@ import { createPlaygroundStore, type PlaygroundStore } from '../src/ui/store/sto
 import { StoreContext } from '../src/ui/store/hooks';
 import { ChartPanel } from '../src/ui/components/ChartPanel';
 import { SupervisedPanel } from '../src/ui/components/SupervisedPanel';
+import { CheckpointPanel } from '../src/ui/components/CheckpointPanel';
 import type { RunStatus, SupervisedJobStatus, WorkerApi } from '../src/worker/protocol';
 import { validateConfig } from '../src/core/config';
 
@@ -81,6 +82,18 @@ describe('DPO and SFT in the app', () => {
     for (const a of ['PPO', 'GRPO', 'DPO']) expect(page).toContain(`Continue with ${a}`);
     store.setState({ runStatus: status({ kind: 'dpo', dataName: 'p.jsonl', examples: 6, settings: {} }, 2) });
     expect(html(store, <SupervisedPanel />)).not.toContain('Continue with');
+  });
+
+  it('the checkpoint card exports a DPO job as TRL DPOConfig and offers no RL engine files for a job', () => {
+    const store = storeWith();
+    store.setState({ runStatus: status(null) });
+    expect(html(store, <CheckpointPanel />)).toContain('OpenRLHF');
+    store.setState({ runStatus: status({ kind: 'dpo', dataName: 'p.jsonl', examples: 6, settings: {} }) });
+    const dpo = html(store, <CheckpointPanel />);
+    expect(dpo).toContain('DPOConfig, TRL 1.13');
+    expect(dpo).not.toContain('OpenRLHF');
+    store.setState({ runStatus: status({ kind: 'sft', dataName: 's.jsonl', examples: 4, settings: {} }) });
+    expect(html(store, <CheckpointPanel />)).toContain('none for the SFT warm start');
   });
 
   it('the actions call the worker; its refusal naming the line reaches the banner', async () => {

@@ -45,6 +45,10 @@ export function exportMetrics(run: Run, format: 'csv' | 'json'): string {
 }
 
 export function exportTrlConfig(run: Run): string {
+  if (run.status().job?.kind === 'sft')
+    throw new UserError(
+      'The SFT warm start has no TRL config here; continue with PPO, GRPO or DPO and export that run.',
+    );
   const dpo = run.dpoConfig();
   if (dpo) return dpoConfigJson(dpo); // TRL's DPOConfig (docs/dpo.md "Export")
   return trlConfigJson(run.cfg);

@@ -517,6 +517,7 @@ export class Run {
   private resumeFrom(session: TrainingSession, label: string, runId?: string): void {
     this.pause();
     this.dropTrainer();
+    this.job = null; // a restored run is an RL run, whatever job was in the worker
     this.disposeLm();
     this.adopt(session, label, runId);
     this.runState = 'paused';

@@ -1,7 +1,7 @@
 import { engineExports } from '../../core/trl';
 import type { TrainConfig } from '../../core/config';
 import { downloadFile } from '../lib/download';
-import { useActions, useIoTask, usePlayground, useRunState, useStep } from '../store/hooks';
+import { useActions, useIoTask, usePlayground, useRunState, useStep, useSupervisedJob } from '../store/hooks';
 
 /**
  * Checkpoint zip out and in, metrics as CSV/JSON, and the run's settings for other engines: one button per file,
@@ -17,6 +17,9 @@ export function CheckpointPanel() {
     // A config the engines cannot take (being edited): no export buttons until it is valid.
   }
   const ioTask = useIoTask();
+  const job = useSupervisedJob()?.kind;
+  // A DPO or SFT job (docs/dpo.md, docs/sft.md) is not a run of the RL settings these engines would take.
+  if (job) files = [];
   const step = useStep();
   const running = useRunState() === 'running';
   const { exportCheckpoint, exportMetrics, exportTrlConfig, importCheckpoint } = useActions();
@@ -47,13 +50,22 @@ export function CheckpointPanel() {
         <button type="button" onClick={() => void exportMetrics('json')} disabled={busy || step === 0}>
           Metrics JSON
         </button>
-        <button type="button" className="wide" onClick={() => void exportTrlConfig()} disabled={busy}>
+        <button
+          type="button"
+          className="wide"
+          onClick={() => void exportTrlConfig()}
+          disabled={busy || job === 'sft'}
+        >
           Export as TRL config (
-          {config.algorithm === 'reinforce++'
-            ? 'no TRL trainer: OpenRLHF flags'
-            : config.algorithm === 'ppo'
-              ? 'PPOConfig, TRL 0.12–1.9 only'
-              : `${config.algorithm === 'grpo' ? 'GRPOConfig' : 'RLOOConfig'}, TRL 1.13`}
+          {job === 'dpo'
+            ? 'DPOConfig, TRL 1.13'
+            : job === 'sft'
+              ? 'none for the SFT warm start'
+              : config.algorithm === 'reinforce++'
+                ? 'no TRL trainer: OpenRLHF flags'
+                : config.algorithm === 'ppo'
+                  ? 'PPOConfig, TRL 0.12–1.9 only'
+                  : `${config.algorithm === 'grpo' ? 'GRPOConfig' : 'RLOOConfig'}, TRL 1.13`}
           )
         </button>
       </div>
