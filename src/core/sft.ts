@@ -12,7 +12,7 @@ import { clippedStep } from './optim';
 import { Rng } from './rng';
 import { UserError } from './errors';
 import { encodePrompt } from './tokenizer';
-import { loadLM, type ModelFiles } from './model/folder';
+import { loadLM, type ModelFiles, type ModelLoadOptions } from './model/folder';
 
 export interface SftOptions {
   steps: number;
@@ -299,8 +299,10 @@ export class SftTrainer {
     files: ModelFiles,
     data: { text: string; source: string },
     options: SftRunOptions,
+    /** The backend's load options (the worker's `maxBindingBytes` on WebGPU). */
+    load: ModelLoadOptions = {},
   ): Promise<SftTrainer> {
-    const lm = await loadLM(files, { trainable: true, label: 'policy' });
+    const lm = await loadLM(files, { ...load, trainable: true, label: 'policy' });
     try {
       const examples = readSftExamples(data.text, lm.tokenizer, lm.model.config.n_positions, data.source);
       return new SftTrainer(options, lm.model, lm.tokenizer, examples);

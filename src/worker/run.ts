@@ -643,7 +643,15 @@ export class Run {
   private async buildJob(spec: SupervisedJobWire) {
     const cfg = this.cfg;
     this.progress('build', null, `Loading ${cfg.model} for ${spec.kind.toUpperCase()}…`);
-    const built = await buildSupervised(spec, cfg, this.sources.files(cfg.model), this.supHooks());
+    // What loading the model needs on this backend (its buffer limits, the WASM heap), checked before loading.
+    await this.sources.checkMemory(cfg.model, 'load');
+    const built = await buildSupervised(
+      spec,
+      cfg,
+      this.sources.files(cfg.model),
+      this.supHooks(),
+      this.sources.modelOptions(),
+    );
     this.progress('build', 1, `Loaded ${cfg.model}.`);
     return built;
   }

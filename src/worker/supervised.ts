@@ -10,7 +10,7 @@ import { DpoTrainer, type DpoStepMetrics } from '../core/dpo/trainer';
 import { SftTrainer, type SftRunOptions, type SftStepMetrics } from '../core/sft';
 import { SupervisedSession, type SupervisedHooks } from '../core/supervised-session';
 import { UserError } from '../core/errors';
-import type { ModelFiles } from '../core/model/folder';
+import type { ModelFiles, ModelLoadOptions } from '../core/model/folder';
 import type { SupervisedJobStatus, SupervisedJobWire } from './protocol';
 
 export type SupervisedMetrics = DpoStepMetrics | SftStepMetrics;
@@ -97,11 +97,12 @@ export async function buildSupervised(
   cfg: TrainConfig,
   files: ModelFiles,
   hooks: SupervisedHooks<SupervisedMetrics>,
+  load: ModelLoadOptions = {},
 ): Promise<{ session: AnySupervisedSession; status: SupervisedJobStatus }> {
   const data = { text: job.data, source: job.dataName };
   if (job.kind === 'dpo') {
     const dpo = dpoConfigOf(job, cfg);
-    const trainer = await DpoTrainer.build(dpo, files, data);
+    const trainer = await DpoTrainer.build(dpo, files, data, load);
     const { data: _d, ...settings } = dpo;
     return {
       session: new SupervisedSession<SupervisedMetrics>('dpo', trainer, dpo.steps, dpo.evalEvery, hooks),
@@ -114,7 +115,7 @@ export async function buildSupervised(
     };
   }
   const o = sftOptionsOf(job, cfg);
-  const trainer = await SftTrainer.build(files, data, o);
+  const trainer = await SftTrainer.build(files, data, o, load);
   return {
     session: new SupervisedSession<SupervisedMetrics>('sft', trainer, o.steps, 0, hooks),
     status: {

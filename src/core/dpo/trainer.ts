@@ -10,7 +10,13 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { CausalLM } from '../model/causal-lm';
-import { loadLM, configBytes, lmSafetensorsStream, type ModelFiles } from '../model/folder';
+import {
+  loadLM,
+  configBytes,
+  lmSafetensorsStream,
+  type ModelFiles,
+  type ModelLoadOptions,
+} from '../model/folder';
 import { LoraAdapters } from '../model/lora';
 import { adapterFiles, readAdapterSet } from '../model/peft';
 import { readSafetensors, writeSafetensors, type FileBody, type NamedTensor } from '../model/safetensors';
@@ -87,18 +93,26 @@ export class DpoTrainer {
     this.rng = new Rng(cfg.seed);
   }
 
-  /** A new run from the model in `files` (its starting weights) and the pairs in `data`. */
-  static async build(cfg: DpoConfig, files: ModelFiles, data: DpoData): Promise<DpoTrainer> {
+  /**
+   * A new run from the model in `files` (its starting weights) and the pairs in `data`; `load` passes the
+   * backend's load options (the worker's `maxBindingBytes` on WebGPU).
+   */
+  static async build(
+    cfg: DpoConfig,
+    files: ModelFiles,
+    data: DpoData,
+    load: ModelLoadOptions = {},
+  ): Promise<DpoTrainer> {
     let policy: CausalLM;
     let ref: CausalLM;
     let tokenizer: Tokenizer;
     if (cfg.lora > 0) {
-      const lm = await loadLM(files, { trainable: false, label: 'base' });
+      const lm = await loadLM(files, { ...load, trainable: false, label: 'base' });
       tokenizer = lm.tokenizer;
       ref = lm.model;
       policy = ref.withLora(LoraAdapters.create(ref.config, cfg, cfg.seed, 'policy'), 'policy');
     } else {
-      const lm = await loadLM(files, { trainable: true, label: 'policy' });
+      const lm = await loadLM(files, { ...load, trainable: true, label: 'policy' });
       policy = lm.model;
       tokenizer = lm.tokenizer;
       ref = policy.clone(false, 'ref');
