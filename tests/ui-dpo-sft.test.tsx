@@ -16,6 +16,7 @@ import { SupervisedPanel } from '../src/ui/components/SupervisedPanel';
 import { CheckpointPanel } from '../src/ui/components/CheckpointPanel';
 import type { RunStatus, SupervisedJobStatus, WorkerApi } from '../src/worker/protocol';
 import { validateConfig } from '../src/core/config';
+import { hashFor } from '../src/ui/lib/url-config';
 
 function storeWith(
   api: Partial<Pick<WorkerApi, 'setSupervisedJob' | 'continueFromSft'>> = {},
@@ -94,6 +95,12 @@ describe('DPO and SFT in the app', () => {
     expect(dpo).not.toContain('OpenRLHF');
     store.setState({ runStatus: status({ kind: 'sft', dataName: 's.jsonl', examples: 4, settings: {} }) });
     expect(html(store, <CheckpointPanel />)).toContain('none for the SFT warm start');
+  });
+
+  it('a link never names the SFT result (it lives in this tab only)', () => {
+    const cfg = validateConfig({ model: 'sft-model', algorithm: 'grpo' });
+    expect(hashFor(cfg)).not.toContain('sft-model');
+    expect(hashFor(cfg)).toContain('algorithm=grpo');
   });
 
   it('the actions call the worker; its refusal naming the line reaches the banner', async () => {

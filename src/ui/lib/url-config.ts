@@ -43,7 +43,7 @@ export function readConfigHash(hash: string): HashReading {
 /**
  * The hash of a config and, when two or more runs are compared, `compare=` with each compared run's config
  * (seed included; never metrics). Models that exist only in this tab (picked files, a reward model trained
- * from preferences) cannot travel in a link, so they are left out (the link then names the defaults).
+ * from preferences, the SFT warm start's weights) cannot travel in a link, so they are left out (the link then names the defaults).
  */
 export function hashFor(config: TrainConfig, compared: readonly TrainConfig[] = []): string {
   const own = configHash(config);
@@ -80,7 +80,9 @@ export function readComparisonHash(hash: string): ComparisonReading {
 
 function configHash(config: TrainConfig): string {
   const shareable = { ...config };
-  if (shareable.model.startsWith('uploaded:')) shareable.model = DEFAULT_CONFIG.model;
+  // Picked files and the SFT warm start's weights (worker/sources.ts SFT_MODEL) live in this tab only.
+  if (shareable.model.startsWith('uploaded:') || shareable.model === 'sft-model')
+    shareable.model = DEFAULT_CONFIG.model;
   const r = shareable.reward;
   if (r && typeof r === 'object' && 'model' in r && !/^(https?:|\/|\.)/.test(r.model))
     delete shareable.reward;
