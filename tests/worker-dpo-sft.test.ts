@@ -15,6 +15,7 @@ import { loadTaskNode } from '../src/cli/tasks-node';
 import { memoryAutosaveStore } from '../src/services/autosave';
 import { TabAutosave } from '../src/services/autosave-tabs';
 import type { ModelFiles } from '../src/core/model/folder';
+import { unzipFolder, zipFolder } from '../src/core/checkpoint-zip';
 import type { RunStatus, TrainerEvent } from '../src/worker/protocol';
 
 (globalThis as { self?: unknown }).self ??= globalThis;
@@ -117,6 +118,43 @@ describe('DPO and SFT in the model worker (CPU, in Node)', () => {
     // Back to RL: the job goes, the status says so, and so do its tensors (and those of the refused build).
     expect((await api.setSupervisedJob(null)).job).toBeNull();
     expect(tf.memory().numTensors).toBe(held);
+  }, 120_000);
+
+  it('a DPO job exported at step 2 and imported continues exactly; a zip without the pairs is refused', async () => {
+    const { api, settled, steps } = await worker();
+    await api.configure({ model: 'tiny-test', seed: 6 });
+    await api.setSupervisedJob({
+      kind: 'dpo',
+      data: fixture('pairs.jsonl'),
+      dataName: 'pairs.jsonl',
+      steps: 3,
+      batchSize: 2,
+      learningRate: 1e-2,
+      evalEvery: 2,
+    });
+    await api.stepOnce();
+    await api.stepOnce();
+    const zip = await api.exportCheckpoint();
+    await api.stepOnce();
+    const straight = steps().at(-1)!.metrics as unknown as Record<string, number>;
+    expect(straight.step).toBe(3);
+    const summary = await api.importCheckpoint(zip.bytes);
+    expect(summary).toMatchObject({ step: 2, historyLength: 2 });
+    const resumed = await settled();
+    expect(resumed).toMatchObject({ step: 2, steps: 3, job: { kind: 'dpo', dataName: 'pairs.jsonl' } });
+    expect((await api.history()).map((m) => m.step)).toEqual([1, 2]);
+    await api.stepOnce();
+    const again = steps().at(-1)!.metrics as unknown as Record<string, number>;
+    const { timeStep: _a, ...a } = straight;
+    const { timeStep: _b, ...b } = again;
+    expect(b).toEqual(a);
+    expect(Number.isFinite(a['eval/loss'])).toBe(true);
+    // A DPO checkpoint without the pairs (as the CLI writes it) cannot resume in the app.
+    const files = unzipFolder(zip.bytes, 'zip');
+    files.delete('playground_preferences.jsonl');
+    await expect(api.importCheckpoint(zipFolder(files, 'checkpoint-2'))).rejects.toThrow(
+      /DPO checkpoint without its preference pairs/,
+    );
   }, 120_000);
 
   it('SFT then continue with DPO: the SFT weights are the policy and the reference (step 1 at ln 2)', async () => {

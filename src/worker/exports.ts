@@ -8,8 +8,11 @@ import {
   checkpointZipName,
   metricsToCsv,
   metricsToJson,
+  unzipFolder,
   zipFolder,
 } from '../core/checkpoint-zip';
+import { DPO_STATE_FILE } from '../core/dpo/trainer';
+import { unzipSync } from 'fflate';
 import { dpoConfigJson, trlConfigJson } from '../core/trl';
 import { UserError } from '../core/errors';
 import type { Run } from './run';
@@ -28,6 +31,17 @@ export async function exportCheckpoint(run: Run): Promise<{ name: string; bytes:
 export async function importCheckpoint(run: Run, bytes: Uint8Array): Promise<CheckpointSummary> {
   run.pause();
   const label = 'checkpoint';
+  // A DPO job's checkpoint (dpo_state.json; docs/dpo.md "In the app") resumes as that job.
+  if (holdsDpoState(bytes)) {
+    const files = unzipFolder(bytes, 'The chosen file');
+    const session = await run.restoreDpo(files, label);
+    run.emitStatus();
+    return {
+      step: session.step,
+      historyLength: session.history.length,
+      config: JSON.parse(JSON.stringify(run.cfg)) as CheckpointSummary['config'],
+    };
+  }
   const session = await run.restore({ kind: 'zip', bytes, label }, (s) => `${label} at step ${s.step}`);
   run.emitStatus();
   return {
@@ -35,6 +49,21 @@ export async function importCheckpoint(run: Run, bytes: Uint8Array): Promise<Che
     historyLength: session.history.length,
     config: JSON.parse(JSON.stringify(session.cfg)) as CheckpointSummary['config'],
   };
+}
+
+/**
+ * Whether a zip holds a DPO checkpoint's dpo_state.json (only that entry is inflated; a zip that cannot be read is
+ * left to the checkpoint restore, which says what is wrong).
+ */
+function holdsDpoState(bytes: Uint8Array): boolean {
+  try {
+    const found = unzipSync(bytes, {
+      filter: (f) => f.name === DPO_STATE_FILE || f.name.endsWith(`/${DPO_STATE_FILE}`),
+    });
+    return Object.keys(found).length > 0;
+  } catch {
+    return false;
+  }
 }
 
 export function exportMetrics(run: Run, format: 'csv' | 'json'): string {

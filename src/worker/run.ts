@@ -32,7 +32,15 @@ import { autosaveDue } from '../services/autosave';
 import { PeakMemoryMeter } from '../core/memory-peak';
 import * as tf from '@tensorflow/tfjs-core';
 import { PREFERENCE_REWARD_MODEL, SFT_MODEL, type ModelSources } from './sources';
-import { buildSupervised, checkJob, type AnySupervisedSession, type SupervisedMetrics } from './supervised';
+import {
+  buildSupervised,
+  checkJob,
+  JOB_DATA_FILE,
+  JOB_FILE,
+  restoreDpoJob,
+  type AnySupervisedSession,
+  type SupervisedMetrics,
+} from './supervised';
 import { RewardSandbox, REWARD_CODE_LABEL } from './reward-sandbox';
 import type {
   ContinueAfterSft,
@@ -738,12 +746,44 @@ export class Run {
     const sup = this.sup ?? (await this.supOrFail());
     if (!sup) throw new UserError('The DPO / SFT job could not be built; see the error above.');
     const files = new Map<string, Uint8Array>();
-    if (sup.trainer instanceof DpoTrainer) {
+    if (sup.trainer instanceof DpoTrainer && this.job) {
       for (const [k, v] of await sup.trainer.checkpointSources()) files.set(k, await collectBytes(v));
+      // The pairs and the request, so that importing the zip resumes the job (restoreDpoJob).
+      const { data, ...request } = this.job.spec;
+      files.set(JOB_DATA_FILE, new TextEncoder().encode(data));
+      files.set(JOB_FILE, new TextEncoder().encode(JSON.stringify(request) + '\n'));
     } else {
       for (const [k, v] of await exportLM(sup.trainer.policy, sup.trainer.tokenizer)) files.set(k, v);
     }
     return { step: sup.step, files };
+  }
+
+  /**
+   * Resume a DPO job from its checkpoint's files (a zip the app exported), paused at its step; serial. Restored
+   * before the current run is dropped, so a bad file leaves things as they were.
+   */
+  async restoreDpo(files: Map<string, Uint8Array>, label: string): Promise<AnySupervisedSession> {
+    const { session, spec, status } = await restoreDpoJob(
+      files,
+      label,
+      this.supHooks(),
+      this.sources.modelOptions(),
+    );
+    this.pause();
+    this.dropTrainer();
+    this.disposeLm();
+    this.job = { spec, status };
+    this.sup = session;
+    this.runId = newRunId();
+    this.model = summarise(
+      session.trainer.policy,
+      `${label} at step ${session.step}`,
+      session.trainer.tokenizer,
+    );
+    this.chosen = true;
+    this.runState = 'paused';
+    this.runPhase = 'idle';
+    return session;
   }
 
   /**

@@ -10,7 +10,7 @@ import { DpoTrainer, type DpoStepMetrics } from '../core/dpo/trainer';
 import { SftTrainer, type SftRunOptions, type SftStepMetrics } from '../core/sft';
 import { SupervisedSession, type SupervisedHooks } from '../core/supervised-session';
 import { UserError } from '../core/errors';
-import type { ModelFiles, ModelLoadOptions } from '../core/model/folder';
+import { memoryFiles, type ModelFiles, type ModelLoadOptions } from '../core/model/folder';
 import type { SupervisedJobStatus, SupervisedJobWire } from './protocol';
 
 export type SupervisedMetrics = DpoStepMetrics | SftStepMetrics;
@@ -89,6 +89,51 @@ export function sftOptionsOf(
     problems.push(`"learningRate" must be a number > 0 and <= 1, got ${JSON.stringify(job.learningRate)}`);
   if (problems.length) throw new UserError(`SFT settings: ${problems.join('; ')}.`);
   return o;
+}
+
+/** The files the app adds to a DPO job's checkpoint zip so that importing it resumes the job (docs/dpo.md). */
+export const JOB_DATA_FILE = 'playground_preferences.jsonl';
+export const JOB_FILE = 'playground_job.json';
+
+/**
+ * A DPO checkpoint's files (a zip exported by the app) as a job again, continuing at its step exactly
+ * (DpoTrainer.restore). The app's zip holds the pairs (JOB_DATA_FILE) and the request (JOB_FILE); a CLI
+ * checkpoint has neither and is refused with what to do instead.
+ */
+export async function restoreDpoJob(
+  files: Map<string, Uint8Array>,
+  label: string,
+  hooks: SupervisedHooks<SupervisedMetrics>,
+  load: ModelLoadOptions = {},
+): Promise<{ session: AnySupervisedSession; spec: SupervisedJobWire; status: SupervisedJobStatus }> {
+  const data = files.get(JOB_DATA_FILE);
+  const job = files.get(JOB_FILE);
+  if (!data || !job)
+    throw new UserError(
+      `${label} is a DPO checkpoint without its preference pairs (one written by the CLI): resume it with ` +
+        '`train --resume`, or export the checkpoint from the app, which keeps the pairs in the zip.',
+    );
+  const text = new TextDecoder().decode(data);
+  const spec = checkJob({ ...(JSON.parse(new TextDecoder().decode(job)) as object), data: text });
+  if (spec.kind !== 'dpo') throw new UserError(`${label}: ${JOB_FILE} is not a DPO job's.`);
+  const trainer = await DpoTrainer.restore(memoryFiles(label, files), { text, source: spec.dataName }, load);
+  const { data: _d, ...settings } = trainer.cfg;
+  return {
+    session: new SupervisedSession<SupervisedMetrics>(
+      'dpo',
+      trainer,
+      trainer.cfg.steps,
+      trainer.cfg.evalEvery,
+      hooks,
+    ),
+    spec,
+    status: {
+      kind: 'dpo',
+      dataName: spec.dataName,
+      examples: trainer.train.length + trainer.held.length,
+      settings,
+    },
+  };
 }
 
 /** Build the job's session from `files` (the run's model): its models load and its data is read here. */

@@ -308,8 +308,8 @@ export class DpoTrainer {
     return (await files.read(DPO_STATE_FILE)) !== null;
   }
 
-  /** Rebuild a run from its checkpoint so that the next step continues it exactly. */
-  static async restore(files: ModelFiles, data: DpoData): Promise<DpoTrainer> {
+  /** Rebuild a run from its checkpoint so that the next step continues it exactly (`load`: as build's). */
+  static async restore(files: ModelFiles, data: DpoData, load: ModelLoadOptions = {}): Promise<DpoTrainer> {
     const raw = await files.read(DPO_STATE_FILE);
     if (!raw) throw new UserError(`${files.label}: no ${DPO_STATE_FILE}; not a DPO checkpoint.`);
     let state: DpoState;
@@ -328,16 +328,16 @@ export class DpoTrainer {
     let ref: CausalLM;
     let tokenizer: Tokenizer;
     if (cfg.lora > 0) {
-      const lm = await loadLM(files, { trainable: false, label: 'base', file: refFile });
+      const lm = await loadLM(files, { ...load, trainable: false, label: 'base', file: refFile });
       ref = lm.model;
       tokenizer = lm.tokenizer;
       const read = await readAdapterSet(files, ref);
       policy = ref.withLora(read.adapters, 'policy');
     } else {
-      const lm = await loadLM(files, { trainable: true, label: 'policy' });
+      const lm = await loadLM(files, { ...load, trainable: true, label: 'policy' });
       policy = lm.model;
       tokenizer = lm.tokenizer;
-      ref = (await loadLM(files, { trainable: false, label: 'ref', file: refFile })).model;
+      ref = (await loadLM(files, { ...load, trainable: false, label: 'ref', file: refFile })).model;
     }
     const t = await DpoTrainer.assemble(cfg, policy, ref, tokenizer, data);
     t.step = state.step;
