@@ -14,7 +14,13 @@ import { StoreContext } from '../src/ui/store/hooks';
 import { ChartPanel } from '../src/ui/components/ChartPanel';
 import { SupervisedPanel } from '../src/ui/components/SupervisedPanel';
 import { CheckpointPanel } from '../src/ui/components/CheckpointPanel';
-import type { RunStatus, SupervisedJobStatus, WorkerApi } from '../src/worker/protocol';
+import type {
+  MetricsWire,
+  RunStatus,
+  SupervisedJobStatus,
+  TrainerEvent,
+  WorkerApi,
+} from '../src/worker/protocol';
 import { validateConfig } from '../src/core/config';
 import { hashFor } from '../src/ui/lib/url-config';
 
@@ -95,6 +101,35 @@ describe('DPO and SFT in the app', () => {
     expect(dpo).not.toContain('OpenRLHF');
     store.setState({ runStatus: status({ kind: 'sft', dataName: 's.jsonl', examples: 4, settings: {} }) });
     expect(html(store, <CheckpointPanel />)).toContain('none for the SFT warm start');
+  });
+
+  it('a DPO job is kept under its kind and file name', async () => {
+    const fake = createFakeWorker();
+    let push: ((e: TrainerEvent) => void) | null = null;
+    const api = {
+      ...fake,
+      subscribe: async (cb: (e: TrainerEvent) => void) => {
+        push = cb;
+        return fake.subscribe(cb);
+      },
+    };
+    const store = createPlaygroundStore(api as unknown as ModelWorker, 'auto', {
+      hash: '',
+      writeHash: () => {},
+      sendDelayMs: 0,
+    });
+    await store.getState().actions.start();
+    push!({
+      type: 'status',
+      status: status({ kind: 'dpo', dataName: 'p.jsonl', examples: 6, settings: {} }),
+    });
+    push!({
+      type: 'step',
+      metrics: { step: 1, loss: 0.69 } as unknown as MetricsWire,
+      samples: [],
+      alerts: [],
+    });
+    expect(store.getState().keptRuns.at(-1)?.name).toBe('dpo on p.jsonl');
   });
 
   it('a link never names the SFT result (it lives in this tab only)', () => {

@@ -127,7 +127,8 @@ export function createKeptRuns(ctx: SliceContext) {
       const run: KeptRun = {
         id: newRunId(now),
         name: uniqueName(
-          runName(config),
+          // A DPO or SFT job (docs/dpo.md, docs/sft.md) is named by its kind and data file.
+          s.runStatus?.job ? `${s.runStatus.job.kind} on ${s.runStatus.job.dataName}` : runName(config),
           s.keptRuns.map((r) => r.name),
         ),
         config,
