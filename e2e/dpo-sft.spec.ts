@@ -4,8 +4,9 @@ import { watchConsole } from './console';
 /**
  * DPO and SFT in the playground (issue #23, docs/dpo.md "In the app", docs/sft.md), on the built-in tiny model
  * (WASM, tiny shapes, as e2e/eval.spec.ts): a preference file picked in the DPO and SFT card trains 2 DPO steps
- * with Start, and the charts are DPO's (TRL's names); an SFT file trains 2 SFT steps, and "Continue with GRPO"
- * starts a GRPO run from the SFT'd weights that takes its step, the RL charts back.
+ * with Start, and the charts are DPO's (TRL's names) — a bad file first, whose line the banner names; an SFT
+ * file trains 2 SFT steps (its loss falls), and "Continue with GRPO" starts a GRPO run from the SFT'd weights that
+ * takes its step, the RL charts back.
  */
 const RUN = 'task=sentiment&batchSize=4&miniBatches=1&ppoEpochs=1&responseLength=4&steps=1';
 const RUN_MS = 240_000;
@@ -32,8 +33,18 @@ test('DPO from a preference file, then SFT and continue with GRPO', async () => 
   await page.goto(`/?backend=wasm#${RUN}`);
   await expect(page.getByTestId('model-summary')).toContainText('built-in tiny', { timeout: 120_000 });
 
-  // DPO: 2 steps of 2 pairs, evaluated at every step.
+  // A bad preference file: the banner names its line.
   await card().scrollIntoViewIfNeeded();
+  await card().getByTestId('dpo-file').setInputFiles('tests/fixtures/dpo-sft/pairs-bad.jsonl');
+  await expect(card()).toContainText('Preference pairs (JSONL): pairs-bad.jsonl');
+  await button('Train with DPO').click();
+  await expect(page.getByRole('alert')).toContainText('pairs-bad.jsonl: 1 bad line: line 2', {
+    timeout: RUN_MS,
+  });
+  await expect(card().getByTestId('supervised-status')).toContainText('RL algorithm');
+  await page.getByRole('button', { name: 'Dismiss error' }).click();
+
+  // DPO: 2 steps of 2 pairs, evaluated at every step.
   await card().getByTestId('dpo-file').setInputFiles('tests/fixtures/dpo-sft/pairs.jsonl');
   await expect(card()).toContainText('Preference pairs (JSONL): pairs.jsonl');
   await field('DPO steps').fill('2');
@@ -55,17 +66,25 @@ test('DPO from a preference file, then SFT and continue with GRPO', async () => 
   // SFT: 2 steps of 2 examples, then Continue with GRPO.
   await card().getByTestId('sft-file').setInputFiles('tests/fixtures/dpo-sft/sft.jsonl');
   await expect(card()).toContainText('SFT examples (JSONL): sft.jsonl');
+  // Every example in each step (4 of 4), so that the loss of step 2, after one update, is below step 1's.
   await field('SFT steps').fill('2');
-  await field('examples per step').fill('2');
+  await field('examples per step').fill('4');
+  await field('SFT learning rate').fill('0.001');
   await button('Train with SFT').click();
   await expect(card().getByTestId('supervised-status')).toContainText('SFT on sft.jsonl (4 examples)', {
     timeout: RUN_MS,
   });
   await expect(page.getByTestId('step-counter')).toHaveText('Step 0');
-  await button('Start').click();
+  const sftLoss = chart('SFT loss').getByTestId('chart-latest');
+  await button('Step').click();
+  await expect(page.getByTestId('step-counter')).toHaveText('Step 1', { timeout: RUN_MS });
+  await expect(sftLoss).toHaveAttribute('data-value', /^\d/);
+  const first = Number(await sftLoss.getAttribute('data-value'));
+  await button('Step').click();
   await expect(page.getByTestId('step-counter')).toHaveText('Step 2', { timeout: RUN_MS });
   await expect(page.getByTestId('run-phase')).toHaveText('paused', { timeout: RUN_MS });
-  await expect(chart('SFT loss').getByTestId('chart-latest')).toHaveAttribute('data-value', /^\d/);
+  await expect(sftLoss).not.toHaveAttribute('data-value', String(first));
+  expect(Number(await sftLoss.getAttribute('data-value'))).toBeLessThan(first);
 
   await button('Continue with GRPO').click();
   await expect(card().getByTestId('supervised-status')).toContainText('RL algorithm', { timeout: RUN_MS });
