@@ -14,6 +14,7 @@ import { StoreContext } from '../src/ui/store/hooks';
 import { ChartPanel } from '../src/ui/components/ChartPanel';
 import { SupervisedPanel } from '../src/ui/components/SupervisedPanel';
 import { CheckpointPanel } from '../src/ui/components/CheckpointPanel';
+import { HyperparameterPanel } from '../src/ui/components/HyperparameterPanel';
 import type {
   MetricsWire,
   RunStatus,
@@ -89,6 +90,8 @@ describe('DPO and SFT in the app', () => {
     for (const a of ['PPO', 'GRPO', 'DPO']) expect(page).toContain(`Continue with ${a}`);
     store.setState({ runStatus: status({ kind: 'dpo', dataName: 'p.jsonl', examples: 6, settings: {} }, 2) });
     expect(html(store, <SupervisedPanel />)).not.toContain('Continue with');
+    // The hyperparameter column says which of its settings a job takes.
+    expect(html(store, <HyperparameterPanel />)).toContain('A DPO job replaces the RL algorithm');
   });
 
   it('the checkpoint card exports a DPO job as TRL DPOConfig and offers no RL engine files for a job', () => {
