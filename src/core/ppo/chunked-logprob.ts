@@ -125,6 +125,31 @@ function localTokens(tokens: tf.Tensor1D, p: Piece): { local: tf.Tensor1D; inPie
 }
 
 /**
+ * a at each row's token column of a piece, 0 elsewhere, [N, depth]: onehot(local)·a, with the one-hot all 0 in a
+ * row whose token is in another piece (`inPiece` false). The one-hot is exactly 0 or 1 and is multiplied by a
+ * as a whole, so every entry is what `cast(equal(local, cols) ∧ inPiece)·a` gives, bit for bit (a NaN a makes its
+ * whole row NaN either way). Built with tf.oneHot (an index of −1 gives a row of zeros) rather than that
+ * comparison against a broadcast [1, depth] range: tfjs-backend-wasm 4.22 runs broadcasting comparison and
+ * logical ops at ≈ 65 ns an element, 15× its same-shape speed (≈ 200 ms a [192, 8192] piece against ≈ 4 with
+ * oneHot; issue #24). tf.oneHot refuses a depth of 1 (a last piece of one vocabulary row): there the one-hot is
+ * the [N, 1] column inPiece ∧ local = 0, a comparison of N elements. The one-hot is made int32 and cast: WASM's
+ * OneHot writes int32 bits whatever the dtype asked (a float32 one-hot of 1s reads 1.4e−45 there).
+ */
+export function tokenHit(local: tf.Tensor1D, inPiece: tf.Tensor1D, a: tf.Tensor, depth: number): tf.Tensor2D {
+  // The [N, depth] temporaries go as soon as the next exists (consume), as in the chunk loops.
+  const oh =
+    depth === 1
+      ? tf.tidy(() => tf.expandDims(tf.cast(tf.logicalAnd(tf.equal(local, 0), inPiece), 'float32'), 1))
+      : consume(
+          tf.tidy(() =>
+            tf.oneHot(tf.where(inPiece, local, tf.fill(local.shape, -1, 'int32')) as tf.Tensor1D, depth),
+          ),
+          (x) => tf.cast(x, 'float32'),
+        );
+  return consume(oh, (x) => tf.mul(x, a) as tf.Tensor2D);
+}
+
+/**
  * Per-token log-prob (and entropy) of softmax(h·Wᵀ / T) over vocabulary chunks, with gradients wrt h and (unless
  * `weightGrad` is false) the W blocks. h: final hidden states after ln_f [N, D]; wBlocks: the LM head's rows in
  * vocabulary order, [V_k, D] each (the wte chunks, or one [V, D]); tokens: [N] int32.
@@ -290,18 +315,8 @@ export function chunkedTokenLogprobs(
               pCoef = consume(prob, (x) => tf.mul(x, a));
             }
             // a at the token's column, 0 elsewhere (and in every column of a row whose token is in another piece).
-            // A comparison rather than tf.oneHot, which refuses a depth of 1 (a last piece of one row).
             const { local, inPiece } = localTokens(tokS, p);
-            const cols = tf.range(0, p.hi - p.lo, 1, 'int32');
-            const hit = consume(
-              consume(
-                consume(tf.equal(tf.expandDims(local, 1), cols), (x) =>
-                  tf.logicalAnd(x, tf.expandDims(inPiece, 1)),
-                ),
-                (x) => tf.cast(x, 'float32'),
-              ),
-              (x) => tf.mul(x, a),
-            );
+            const hit = tokenHit(local, inPiece, a, p.hi - p.lo);
             let g = consume(hit, (x) => tf.sub(x, pCoef));
             pCoef.dispose();
             if (temperature !== 1) g = consume(g, (x) => tf.div(x, temperature));
