@@ -157,6 +157,33 @@ describe('DPO and SFT in the model worker (CPU, in Node)', () => {
     );
   }, 120_000);
 
+  it('a DPO job is autosaved and resumes from its autosave; an SFT job is not autosaved', async () => {
+    const { api, settled } = await worker();
+    await api.configure({ model: 'tiny-test', seed: 7 });
+    await api.setSupervisedJob({
+      kind: 'dpo',
+      data: fixture('pairs.jsonl'),
+      dataName: 'pairs.jsonl',
+      steps: 2,
+      batchSize: 2,
+    });
+    await api.start();
+    expect(await settled()).toMatchObject({ step: 2 });
+    expect(await api.autosaveInfo()).toMatchObject({ step: 2, historyLength: 2, current: true });
+    await api.setSupervisedJob(null);
+    const resumed = await api.resumeAutosave();
+    expect(resumed).toMatchObject({
+      state: 'paused',
+      step: 2,
+      job: { kind: 'dpo', dataName: 'pairs.jsonl' },
+    });
+    expect((await api.history()).map((m) => m.step)).toEqual([1, 2]);
+    // SFT: its weights alone cannot resume it, so the DPO job's save stays the one offered.
+    await api.setSupervisedJob({ kind: 'sft', data: fixture('sft.jsonl'), dataName: 'sft.jsonl', steps: 1 });
+    await api.stepOnce();
+    expect(await api.autosaveInfo()).toMatchObject({ step: 2, historyLength: 2 });
+  }, 120_000);
+
   it('SFT then continue with DPO: the SFT weights are the policy and the reference (step 1 at ln 2)', async () => {
     const { api, settled, steps, errors, events } = await worker();
     await api.configure({ model: 'tiny-test', seed: 5 });

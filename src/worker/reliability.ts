@@ -99,7 +99,8 @@ export class Reliability implements RunHooks {
   /** Save the run now (serial). Never throws: failures become events. */
   async saveNow(): Promise<void> {
     const run = this.run;
-    const t = run.trainer;
+    // The RL run's trainer, or a DPO job (Run.savable); an SFT job is not saved.
+    const t = run.savable();
     const runId = run.runId;
     if (!this.enabled || this.lost || !t || !runId || t.step === 0) return;
     // A run that ran out of memory or failed mid-update is not saved over its last good autosave.
@@ -111,7 +112,7 @@ export class Reliability implements RunHooks {
         config: JSON.parse(JSON.stringify(run.cfg)) as Record<string, unknown>,
         label: run.model?.label ?? run.cfg.model,
         runId,
-        historyLength: t.history.length,
+        historyLength: t.historyLength,
       },
       async () => (await run.checkpoint()).files,
     );
@@ -145,12 +146,8 @@ export class Reliability implements RunHooks {
     // A spoiled run (out of memory) cannot go on: free its tensors first, so the restore has the room it needs.
     if (run.session?.spoiled) run.dropTrainer();
     const { info, files } = saved;
-    const session = await run.restore(
-      { kind: 'files', files, label: `autosave (step ${info.step})` },
-      info.label,
-      info.runId,
-    );
-    this.lastSaved = { runId: info.runId, step: session.step };
+    const step = await run.restoreSaved(files, `autosave (step ${info.step})`, info.label, info.runId);
+    this.lastSaved = { runId: info.runId, step };
     return run.emitStatus();
   }
 
@@ -210,7 +207,7 @@ export class Reliability implements RunHooks {
       this.failure !== null && this.failure.running && Date.now() - this.failure.at < LATE_LOSS_MS;
     const wasRunning = run.state === 'running' || lateFailure;
     this.failure = null;
-    const hadRun = run.trainer !== null;
+    const hadRun = run.savable() !== null;
     if (wasRunning) run.pause();
     const message =
       `The GPU stopped working for this page${detail}: WebGPU lost its device (a driver reset, a GPU switch, or ` +
@@ -228,7 +225,7 @@ export class Reliability implements RunHooks {
   private async recover(wasRunning: boolean): Promise<void> {
     const run = this.run;
     const runId = run.runId;
-    const lostAt = run.trainer?.step ?? null;
+    const lostAt = run.savable()?.step ?? null;
     const hadLm = run.hasLm;
     const label = run.model?.label ?? run.cfg.model;
     try {
@@ -251,18 +248,17 @@ export class Reliability implements RunHooks {
       if (lostAt !== null && runId) {
         const saved = await this.slot.load().catch(() => null);
         if (saved && saved.info.runId === runId) {
-          const session = await run.restore(
-            { kind: 'files', files: saved.files, label: `autosave (step ${saved.info.step})` },
+          const step = await run.restoreSaved(
+            saved.files,
+            `autosave (step ${saved.info.step})`,
             saved.info.label,
             runId,
           );
-          this.lastSaved = { runId, step: session.step };
-          fromStep = session.step;
+          this.lastSaved = { runId, step };
+          fromStep = step;
           const redo =
-            lostAt > session.step
-              ? ` (step${lostAt - session.step > 1 ? 's' : ''} ${session.step + 1}–${lostAt} are redone)`
-              : '';
-          what = `the run continues from its autosave at step ${session.step}${redo}`;
+            lostAt > step ? ` (step${lostAt - step > 1 ? 's' : ''} ${step + 1}–${lostAt} are redone)` : '';
+          what = `the run continues from its autosave at step ${step}${redo}`;
         } else {
           // No autosave of this run: with its trainer dropped, the run is idle (halt below).
           what = 'this run had no autosave yet, so it starts again from step 0';
@@ -283,7 +279,8 @@ export class Reliability implements RunHooks {
       const message = `Recovered from the GPU loss on ${on}: ${what}.${fell}`;
       run.progress('recover', 1, message);
       let after = status;
-      if (wasRunning && lostAt !== null && (!run.trainer || run.trainer.step < run.cfg.steps)) {
+      const now = run.status();
+      if (wasRunning && lostAt !== null && now.step < now.steps) {
         after = run.start();
       }
       this.emit({ type: 'recovered', message, backend: report, status: after, fromStep });

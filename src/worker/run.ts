@@ -22,7 +22,7 @@ import type { Tokenizer } from '../core/tokenizer/types';
 import type { CausalLM } from '../core/model/causal-lm';
 import { exportLM, loadLM, type LoadedLM } from '../core/model/folder';
 import { collectBytes } from '../core/model/safetensors';
-import { DpoTrainer } from '../core/dpo/trainer';
+import { DPO_STATE_FILE, DpoTrainer } from '../core/dpo/trainer';
 import type { DpoConfig } from '../core/dpo/config';
 import { makeReward } from '../core/reward/functions';
 import { checkTaskName } from '../core/tasks';
@@ -635,7 +635,7 @@ export class Run {
   private supHooks() {
     return {
       phase: (p: Phase) => this.setPhase(p),
-      step: (m: SupervisedMetrics) => {
+      step: async (m: SupervisedMetrics) => {
         this.emit({
           type: 'step',
           metrics: { ...m } as unknown as MetricsWire,
@@ -643,8 +643,45 @@ export class Run {
           alerts: [],
           memory: this.given.memory(),
         });
+        // A DPO job is autosaved as an RL run is (every min(saveEvery, 10) steps; its saveEvery is DPO's).
+        const dpo = this.dpoConfig();
+        if (dpo && autosaveDue(m.step, dpo.saveEvery)) await this.given.hooks.autosave();
       },
     };
+  }
+
+  /**
+   * What autosave and device recovery save and restore (./reliability.ts): the RL run's trainer, or a DPO job
+   * (its checkpoint holds its pairs); null for an SFT job (its weights alone cannot resume it) or no run.
+   */
+  savable(): { step: number; historyLength: number } | null {
+    if (this.job) {
+      if (!(this.sup?.trainer instanceof DpoTrainer)) return null;
+      return { step: this.sup.step, historyLength: this.sup.history.length };
+    }
+    const t = this.trainer;
+    return t && { step: t.step, historyLength: t.history.length };
+  }
+
+  /**
+   * Restore saved checkpoint files (an autosave) as what they are: a DPO job's (dpo_state.json) or an RL run's
+   * (through restore). Returns the restored step.
+   */
+  async restoreSaved(
+    files: Map<string, Uint8Array>,
+    /** Names the files in messages ("autosave (step 5)"). */
+    source: string,
+    /** Names the policy in the status. */
+    label: string,
+    runId: string,
+  ): Promise<number> {
+    if (files.has(DPO_STATE_FILE)) {
+      const s = await this.restoreDpo(files, source, runId);
+      if (this.model) this.model = { ...this.model, label };
+      return s.step;
+    }
+    const s = await this.restore({ kind: 'files', files, label: source }, label, runId);
+    return s.step;
   }
 
   /** Build the job's session from `spec` over the config's model (its data is read here: errors name lines). */
@@ -716,8 +753,11 @@ export class Run {
     for (;;) {
       const sup = await this.serial(async () => (this.runState === 'running' ? this.supOrFail() : null));
       if (!sup || this.runState !== 'running') return;
+      const from = sup.step;
       const end = await sup.run({ schedule: this.serial, between: macrotask });
       if (this.sup !== sup) return;
+      // Saved where it stopped, as TrainingSession.run does for an RL run.
+      if (sup.step > from && end.reason !== 'error') await this.serial(() => this.given.hooks.autosave());
       if (end.reason === 'paused' && this.runState === 'running') continue;
       await this.ended(end);
       return;
@@ -728,12 +768,15 @@ export class Run {
     return this.serial(async () => {
       const sup = await this.supOrFail();
       if (!sup) return this.status();
+      let stepped = false;
       try {
         await sup.runStep();
+        stepped = true;
       } catch (e) {
         if (await this.failed(e)) return this.status();
       }
       this.runState = 'paused';
+      if (stepped) await this.given.hooks.autosave();
       return this.emitStatus();
     });
   }
@@ -762,7 +805,11 @@ export class Run {
    * Resume a DPO job from its checkpoint's files (a zip the app exported), paused at its step; serial. Restored
    * before the current run is dropped, so a bad file leaves things as they were.
    */
-  async restoreDpo(files: Map<string, Uint8Array>, label: string): Promise<AnySupervisedSession> {
+  async restoreDpo(
+    files: Map<string, Uint8Array>,
+    label: string,
+    runId: string = newRunId(),
+  ): Promise<AnySupervisedSession> {
     const { session, spec, status } = await restoreDpoJob(
       files,
       label,
@@ -774,7 +821,7 @@ export class Run {
     this.disposeLm();
     this.job = { spec, status };
     this.sup = session;
-    this.runId = newRunId();
+    this.runId = runId;
     this.model = summarise(
       session.trainer.policy,
       `${label} at step ${session.step}`,
