@@ -178,6 +178,10 @@ describe('DPO and SFT in the model worker (CPU, in Node)', () => {
       job: { kind: 'dpo', dataName: 'pairs.jsonl' },
     });
     expect((await api.history()).map((m) => m.step)).toEqual([1, 2]);
+    // A backend switch carries the job over (saved and restored as its checkpoint).
+    await api.setBackend('cpu');
+    expect(await settled()).toMatchObject({ step: 2, job: { kind: 'dpo' } });
+    expect((await api.history()).map((m) => m.step)).toEqual([1, 2]);
     // SFT: its weights alone cannot resume it, so the DPO job's save stays the one offered.
     await api.setSupervisedJob({ kind: 'sft', data: fixture('sft.jsonl'), dataName: 'sft.jsonl', steps: 1 });
     await api.stepOnce();

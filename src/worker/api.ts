@@ -140,13 +140,16 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
 
   /** Weights live on the backend that made them: save the run as checkpoint files, switch, restore. */
   async function switchBackend(pref: BackendPref): Promise<BackendReport> {
-    const saved = run.trainer
+    // The RL run, or a DPO job (its checkpoint holds its pairs): Run.savable.
+    const saved = run.savable()
       ? { files: (await run.checkpoint()).files, label: run.model?.label ?? 'run' }
       : null;
     const hadModel = run.model !== null;
     const runId = run.runId ?? undefined;
     const modelConfig =
-      run.trainer?.models.policy.config ?? (run.hasLm ? (await run.generator()).model.config : null);
+      run.trainer?.models.policy.config ??
+      run.sup?.trainer.policy.config ??
+      (run.hasLm ? (await run.generator()).model.config : null);
     const previous = backend ? backendPref : null;
     run.dropTrainer();
     run.disposeLm();
@@ -163,7 +166,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
       }
     }
     if (saved) {
-      await run.restore({ kind: 'files', files: saved.files, label: saved.label }, saved.label, runId);
+      await run.restoreSaved(saved.files, saved.label, saved.label, runId);
     } else if (hadModel) {
       await run.generator(); // reload the model on the new backend
     }

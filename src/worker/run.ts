@@ -673,7 +673,8 @@ export class Run {
     source: string,
     /** Names the policy in the status. */
     label: string,
-    runId: string,
+    /** Keeps the identity of the run (a new one when absent). */
+    runId?: string,
   ): Promise<number> {
     if (files.has(DPO_STATE_FILE)) {
       const s = await this.restoreDpo(files, source, runId);
