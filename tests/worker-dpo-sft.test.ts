@@ -120,6 +120,35 @@ describe('DPO and SFT in the model worker (CPU, in Node)', () => {
     expect(tf.memory().numTensors).toBe(held);
   }, 120_000);
 
+  it('a DPO job under LoRA: the reference is the base with adapters off (step 1 at ln 2), PEFT files in its zip', async () => {
+    const { api, settled, steps, errors } = await worker();
+    await api.configure({ model: 'tiny-test', seed: 8, lora: 2, loraAlpha: 4 });
+    const s = await api.setSupervisedJob({
+      kind: 'dpo',
+      data: fixture('pairs.jsonl'),
+      dataName: 'pairs.jsonl',
+      steps: 2,
+      batchSize: 2,
+    });
+    expect(s.job!.settings).toMatchObject({ lora: 2, loraAlpha: 4 });
+    await api.start();
+    expect(await settled()).toMatchObject({ step: 2 });
+    expect(errors()).toEqual([]);
+    const m = steps().map((e) => e.metrics as unknown as Record<string, number>);
+    expect(m[0].loss).toBeCloseTo(Math.LN2, 6);
+    expect(m[1].loss).not.toBe(m[0].loss);
+    const files = unzipFolder((await api.exportCheckpoint()).bytes, 'zip');
+    expect([...files.keys()]).toEqual(
+      expect.arrayContaining([
+        'adapter/adapter_config.json',
+        'adapter/adapter_model.safetensors',
+        'ref_model.safetensors',
+        'dpo_state.json',
+        'playground_preferences.jsonl',
+      ]),
+    );
+  }, 120_000);
+
   it('a DPO job exported at step 2 and imported continues exactly; a zip without the pairs is refused', async () => {
     const { api, settled, steps } = await worker();
     await api.configure({ model: 'tiny-test', seed: 6 });
