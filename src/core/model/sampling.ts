@@ -3,8 +3,9 @@
  *
  * Prompts are left-padded to a common length Tp; the cache holds S = Tp + maxNewTokens slots per layer and
  * keeps that shape for the whole call. Token choice happens on the device (greedy argmax, or inverse-CDF
- * sampling with one uniform per row drawn from our seeded Rng), so there is no per-token readback except
- * an occasional one-scalar "all rows stopped?" check. Returned logprobs are log softmax(logits / T) at the
+ * sampling with one uniform per row drawn from our seeded Rng), so on WebGPU there is no per-token readback
+ * except an occasional one-scalar "all rows stopped?" check; on WASM and CPU the sampled rows' probabilities are
+ * read back (a copy there) and the CDF walked in JavaScript, which chooses the same token (pickTokens). Returned logprobs are log softmax(logits / T) at the
  * sampled token, before top-k/top-p filtering (T = 1 when greedy) — the distribution PPO trains against.
  */
 import * as tf from '@tensorflow/tfjs-core';
@@ -93,8 +94,59 @@ export function filterLogits(scaled: tf.Tensor2D, topK: number, topP: number): t
 }
 
 /**
+ * Where pickTokens walks the CDF: `device` with tensor ops (no readback: WebGPU/WebGL), `host` reading the [B, V]
+ * probabilities back once and walking them in JavaScript (WASM and CPU, where the readback is a copy), `auto` the
+ * one the backend suits. Both choose the same token from the same probabilities and uniform, bit for bit.
+ */
+export type CdfWalk = 'auto' | 'device' | 'host';
+
+/**
+ * The float32 cumulative sum of one row of `probs` (from `offset`, `V` entries) into `out`, as tfjs's Cumsum
+ * kernels compute it on CPU and WASM: left to right, each partial sum rounded to float32.
+ */
+export function cumsumFloat32(probs: Float32Array, offset: number, V: number, out: Float32Array): void {
+  let acc = probs[offset];
+  out[0] = acc;
+  for (let j = 1; j < V; j++) {
+    acc = Math.fround(acc + probs[offset + j]);
+    out[j] = acc;
+  }
+}
+
+/**
+ * The inverse-CDF choice of pickTokens on the host, from probabilities [B, V] (row-major float32) and one float32
+ * uniform per row: per row, below = #{j : cdf[j] ≤ u·cdf[V−1]} (the product rounded to float32, as the tensor
+ * multiply does), lastPositive = the last j with p[j] > 0 (−1 when none), token = max(min(below, lastPositive), 0) —
+ * the device path's formula, term for term, so the same token.
+ */
+export function inverseCdfTokens(
+  probs: Float32Array,
+  uniforms: ArrayLike<number>,
+  B: number,
+  V: number,
+): Int32Array {
+  const out = new Int32Array(B);
+  const cdf = new Float32Array(V);
+  for (let b = 0; b < B; b++) {
+    const off = b * V;
+    cumsumFloat32(probs, off, V, cdf);
+    const target = Math.fround(Math.fround(uniforms[b]) * cdf[V - 1]);
+    let below = 0;
+    for (let j = 0; j < V; j++) if (cdf[j] <= target) below++;
+    let lastPositive = -1;
+    for (let j = V - 1; j >= 0; j--)
+      if (probs[off + j] > 0) {
+        lastPositive = j;
+        break;
+      }
+    out[b] = Math.max(Math.min(below, lastPositive), 0);
+  }
+  return out;
+}
+
+/**
  * Choose one token per row from logits [B, V]. `uniforms` [B, 1] in [0, 1) drive inverse-CDF sampling.
- * Returns the token ids [B] and log softmax(logits / T) at them (T = 1 when greedy).
+ * Returns the token ids [B] and log softmax(logits / T) at them (T = 1 when greedy). `walk`: see CdfWalk.
  */
 export function pickTokens(
   logits: tf.Tensor2D,
@@ -102,9 +154,10 @@ export function pickTokens(
   topK: number,
   topP: number,
   uniforms: tf.Tensor2D | null,
+  walk: CdfWalk = 'auto',
 ): { tokens: tf.Tensor1D; logprobs: tf.Tensor1D } {
   return tf.tidy(() => {
-    const V = logits.shape[1];
+    const [B, V] = logits.shape;
     const greedy = temperature === 0;
     const scaled = greedy ? logits : (tf.div(logits, temperature) as tf.Tensor2D);
     const logp = tf.logSoftmax(scaled, -1);
@@ -119,19 +172,30 @@ export function pickTokens(
       // (its cdf equal to the one before) is never it; capped at the last token with probability > 0 for
       // the case u·cdf[V−1] rounds up to the total.
       const probs = tf.softmax(filterLogits(scaled as tf.Tensor2D, topK, topP), -1);
-      const cdf = tf.cumsum(probs, 1);
-      const target = tf.mul(uniforms, tf.slice(cdf, [0, V - 1], [-1, 1]));
-      const below = tf.sum(tf.cast(tf.lessEqual(cdf, target), 'int32'), 1);
-      const lastPositive = tf.max(
-        tf.where(
-          tf.greater(probs, 0),
-          tf.tile(tf.reshape(tf.range(0, V, 1, 'int32'), [1, V]), [probs.shape[0], 1]),
-          tf.fill(probs.shape, -1, 'int32'),
-        ),
-        1,
-      );
-      // A row of NaN (a diverged policy) has no positive probability: token 0, as before, never an index −1.
-      tokens = tf.maximum(tf.minimum(below, lastPositive), tf.scalar(0, 'int32')) as tf.Tensor1D;
+      const backend = tf.getBackend();
+      const host = walk === 'host' || (walk === 'auto' && (backend === 'wasm' || backend === 'cpu'));
+      if (host) {
+        // WASM / CPU: read the probabilities back (a copy) and walk them in JavaScript. tfjs-backend-wasm 4.22
+        // runs the device path's [B, V]-against-[B, 1] LessEqual and its Tile of a [1, V] range at ≈ 65 ns an
+        // element (≈ 40 ms a GPT-2 decode step at B 8, against ≈ 5 here; issue #24).
+        const p = probs.dataSync() as Float32Array;
+        const u = uniforms.dataSync();
+        tokens = tf.tensor1d(inverseCdfTokens(p, u, B, V), 'int32');
+      } else {
+        const cdf = tf.cumsum(probs, 1);
+        const target = tf.mul(uniforms, tf.slice(cdf, [0, V - 1], [-1, 1]));
+        const below = tf.sum(tf.cast(tf.lessEqual(cdf, target), 'int32'), 1);
+        const lastPositive = tf.max(
+          tf.where(
+            tf.greater(probs, 0),
+            tf.tile(tf.reshape(tf.range(0, V, 1, 'int32'), [1, V]), [probs.shape[0], 1]),
+            tf.fill(probs.shape, -1, 'int32'),
+          ),
+          1,
+        );
+        // A row of NaN (a diverged policy) has no positive probability: token 0, as before, never an index −1.
+        tokens = tf.maximum(tf.minimum(below, lastPositive), tf.scalar(0, 'int32')) as tf.Tensor1D;
+      }
     }
     return { tokens, logprobs: gatherRows(logp as tf.Tensor2D, tokens) };
   });
