@@ -219,7 +219,8 @@ describe('DPO and SFT in the model worker (CPU, in Node)', () => {
 
   it('SFT then continue with DPO: the SFT weights are the policy and the reference (step 1 at ln 2)', async () => {
     const { api, settled, steps, errors, events } = await worker();
-    await api.configure({ model: 'tiny-test', seed: 5 });
+    // batchSize 2: GRPO's 4 samples per prompt do not divide it.
+    await api.configure({ model: 'tiny-test', seed: 5, batchSize: 2 });
     await api.setSupervisedJob({
       kind: 'sft',
       data: fixture('sft.jsonl'),
@@ -234,6 +235,9 @@ describe('DPO and SFT in the model worker (CPU, in Node)', () => {
     await api.stepOnce();
     expect((await settled()).step).toBe(1);
     const sftd = await api.forwardLogits(ids, mask);
+    // A continuation the settings refuse leaves the SFT job as it was.
+    await expect(api.continueFromSft({ algorithm: 'grpo' })).rejects.toThrow(/groupSize/);
+    expect(await settled()).toMatchObject({ step: 1, job: { kind: 'sft' } });
     events.length = 0;
     const cont = await api.continueFromSft({
       algorithm: 'dpo',

@@ -35,6 +35,8 @@ import { PREFERENCE_REWARD_MODEL, SFT_MODEL, type ModelSources } from './sources
 import {
   buildSupervised,
   checkJob,
+  dpoConfigOf,
+  type DpoJobWire,
   JOB_DATA_FILE,
   JOB_FILE,
   restoreDpoJob,
@@ -847,20 +849,20 @@ export class Run {
       throw new UserError(
         `continueFromSft: "algorithm" must be one of ${algorithms.map((a) => `"${a}"`).join(', ')}, got ${JSON.stringify((next as { algorithm?: unknown } | null)?.algorithm)}.`,
       );
-    if (next.algorithm === 'dpo') checkJob(next.job);
+    // Every check before anything changes: a refused continuation leaves the SFT job as it was.
+    const patch =
+      next.algorithm === 'dpo' ? { model: SFT_MODEL } : { model: SFT_MODEL, algorithm: next.algorithm };
+    const { config: nextCfg } = mergeConfig(this.cfg, patch, 'config');
+    if (next.algorithm === 'dpo') dpoConfigOf(checkJob(next.job) as DpoJobWire, nextCfg);
     this.pause();
     const files = await exportLM(sup.trainer.policy, sup.trainer.tokenizer);
     this.sources.hold(SFT_MODEL, files);
     this.dropTrainer();
     this.job = null;
     this.runState = 'idle';
-    if (next.algorithm === 'dpo') {
-      await this.configure({ model: SFT_MODEL });
-      await this.setSupervisedJob(next.job);
-    } else {
-      await this.configure({ model: SFT_MODEL, algorithm: next.algorithm });
-      this.dropTrainer(); // a new run, even when nothing but the weights changed
-    }
+    await this.configure(patch);
+    if (next.algorithm === 'dpo') await this.setSupervisedJob(next.job);
+    else this.dropTrainer(); // a new run, even when nothing but the weights changed
     return this.start();
   }
 }

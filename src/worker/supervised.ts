@@ -14,6 +14,7 @@ import { memoryFiles, type ModelFiles, type ModelLoadOptions } from '../core/mod
 import type { SupervisedJobStatus, SupervisedJobWire } from './protocol';
 
 export type SupervisedMetrics = DpoStepMetrics | SftStepMetrics;
+export type DpoJobWire = Extract<SupervisedJobWire, { kind: 'dpo' }>;
 export type AnySupervisedSession = SupervisedSession<SupervisedMetrics>;
 
 const DPO_JOB_KEYS = [
