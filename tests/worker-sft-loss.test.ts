@@ -118,4 +118,34 @@ describe('SFT on prompt / completion examples', () => {
     t.dispose();
     expect(tf.memory().numTensors).toBe(before);
   });
+
+  it('micro-batches change nothing: the same loss, gradient norm and weights after a step', async () => {
+    await useCpu();
+    const dir = await makeTinyFolder({ n_layer: 1, n_embd: 16 });
+    const text =
+      '{"prompt":"The movie was","completion":" great."}\n{"prompt":"A","completion":" long and slow day."}\n' +
+      '{"prompt":"The food","completion":" was lovely."}\n';
+    const run = async (microBatchSize: number) => {
+      const t = await SftTrainer.build(
+        nodeFiles(dir),
+        { text, source: 's' },
+        { steps: 2, batchSize: 3, learningRate: 1e-2, maxGradNorm: 1, seed: 2, microBatchSize },
+      );
+      const m = [await t.trainStep(), await t.trainStep()];
+      const w = await Promise.all(t.policy.trainableVariables().map((v) => v.data()));
+      t.dispose();
+      return { m, w };
+    };
+    const whole = await run(0);
+    const micro = await run(1);
+    for (let i = 0; i < 2; i++) {
+      expect(micro.m[i].loss).toBeCloseTo(whole.m[i].loss, 6);
+      expect(micro.m[i].gradNorm).toBeCloseTo(whole.m[i].gradNorm, 5);
+    }
+    let maxDiff = 0;
+    whole.w.forEach((a, i) =>
+      a.forEach((v, j) => (maxDiff = Math.max(maxDiff, Math.abs(v - micro.w[i][j])))),
+    );
+    expect(maxDiff).toBeLessThan(1e-6);
+  });
 });

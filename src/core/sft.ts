@@ -9,6 +9,7 @@ import type { CausalLM } from './model/causal-lm';
 import type { Tokenizer } from './tokenizer/types';
 import { logprobsFromLogits } from './ppo/losses';
 import { clippedStep } from './optim';
+import { jointGuardedStep } from './ppo/update';
 import { Rng } from './rng';
 import { UserError } from './errors';
 import { encodePrompt } from './tokenizer';
@@ -236,10 +237,15 @@ export function sftBatchOf(examples: SftExample[], padId: number) {
 }
 
 /**
- * The SFT loss of a batch: minus the mean log-probability of the completion tokens, averaged over every counted
- * token of the batch (TRL SFTTrainer's completion-only loss). Returns [loss, counted tokens].
+ * The SFT loss of a batch: minus the log-probabilities of its completion tokens summed, over `denominator` (default:
+ * the batch's completion tokens, i.e. the mean over every counted token — TRL SFTTrainer's completion-only loss). A
+ * micro-batch passes the whole step's token count, so the micro-batches' losses sum to the step's mean.
  */
-export function completionNll(model: CausalLM, b: ReturnType<typeof sftBatchOf>): tf.Scalar {
+export function completionNll(
+  model: CausalLM,
+  b: ReturnType<typeof sftBatchOf>,
+  denominator?: number,
+): tf.Scalar {
   return tf.tidy(() => {
     const ids = tf.tensor2d(b.ids, [b.n, b.T], 'int32');
     const attn = tf.tensor2d(b.attn, [b.n, b.T], 'int32');
@@ -248,7 +254,8 @@ export function completionNll(model: CausalLM, b: ReturnType<typeof sftBatchOf>)
     const h = tf.reshape(tf.slice(hidden, [0, b.Tq - 1, 0], [b.n, b.R, C]), [b.n * b.R, C]) as tf.Tensor2D;
     const lp = logprobsFromLogits(model.lmHead(h), tf.tensor1d(b.tokens, 'int32'), 1);
     const mask = tf.tensor1d(b.mask);
-    return tf.neg(tf.div(tf.sum(tf.mul(lp, mask)), tf.sum(mask))) as tf.Scalar;
+    const denom = denominator === undefined ? tf.sum(mask) : tf.scalar(denominator);
+    return tf.neg(tf.div(tf.sum(tf.mul(lp, mask)), denom)) as tf.Scalar;
   });
 }
 
@@ -260,6 +267,11 @@ export interface SftRunOptions {
   learningRate: number;
   maxGradNorm: number;
   seed: number;
+  /**
+   * Examples per micro-batch (0 or absent: the whole batch at once): the step's gradients are summed over them, so
+   * the update does not depend on it (only the memory does).
+   */
+  microBatchSize?: number;
 }
 
 /** One SFT step's metrics: `loss` the step's mean completion-token NLL (before its update). */
@@ -324,22 +336,38 @@ export class SftTrainer {
     return out;
   }
 
+  /**
+   * One step: the batch's completion-token mean NLL, gradients summed over its micro-batches, clipped, one Adam
+   * step (ppo/update.ts jointGuardedStep, as DPO). A non-finite loss or gradient applies nothing and stops the run.
+   */
   async trainStep(): Promise<SftStepMetrics> {
     const t0 = performance.now();
-    const b = sftBatchOf(this.nextBatch(), this.tokenizer.padId);
-    const r = clippedStep(
-      this.opt,
-      this.policy.trainableVariables(),
-      () => [completionNll(this.policy, b)],
+    const batch = this.nextBatch();
+    const mb = this.options.microBatchSize || batch.length;
+    const tokens = batch.reduce((s, e) => s + e.completion.length, 0);
+    const res = await jointGuardedStep(
+      [
+        {
+          optimizer: this.opt,
+          vars: this.policy.trainableVariables(),
+          objective: (k) => ({
+            loss: completionNll(
+              this.policy,
+              sftBatchOf(batch.slice(k * mb, (k + 1) * mb), this.tokenizer.padId),
+              tokens,
+            ),
+            stats: {},
+          }),
+        },
+      ],
       this.options.maxGradNorm,
+      { microBatches: Math.ceil(batch.length / mb) },
     );
-    const [loss] = await r.scalars.data();
-    const [gradNorm] = await r.gradNorm.data();
-    r.scalars.dispose();
-    r.gradNorm.dispose();
-    if (!Number.isFinite(loss) || !Number.isFinite(gradNorm))
+    const loss = res.losses[0];
+    const gradNorm = res.gradNorms[0];
+    if (!res.applied)
       throw new UserError(
-        `SFT step ${this.step + 1}: the loss or gradient is not finite (NaN/Inf); lower the learning rate.`,
+        `SFT step ${this.step + 1}: the loss or gradient is not finite (NaN/Inf); nothing was applied. Lower the learning rate.`,
       );
     this.step++;
     const m: SftStepMetrics = { step: this.step, loss, gradNorm, timeStep: (performance.now() - t0) / 1000 };

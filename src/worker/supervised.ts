@@ -69,7 +69,7 @@ export function dpoConfigOf(job: Extract<SupervisedJobWire, { kind: 'dpo' }>, cf
   return validateDpoConfig(raw, 'DPO settings');
 }
 
-/** SFT's options from the request and the run's config (steps default to the config's). */
+/** SFT's options from the request and the run's config (steps default to the config's; model, seed, maxGradNorm, microBatchSize are the config's). */
 export function sftOptionsOf(
   job: Extract<SupervisedJobWire, { kind: 'sft' }>,
   cfg: TrainConfig,
@@ -80,6 +80,8 @@ export function sftOptionsOf(
     learningRate: job.learningRate ?? 1e-4,
     maxGradNorm: cfg.maxGradNorm,
     seed: cfg.seed,
+    // The run's microBatchSize bounds the memory of a step (0, auto for RL: the whole batch here).
+    microBatchSize: cfg.microBatchSize,
   };
   const problems: string[] = [];
   if (!Number.isInteger(o.steps) || o.steps < 1 || o.steps > 1e6)
