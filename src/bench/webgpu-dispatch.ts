@@ -8,6 +8,10 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { parseGPT2Config } from '../core/model/config';
 import { GPT2 } from '../core/model/gpt2';
+import { Llama } from '../core/model/llama';
+import { parseLlamaConfig } from '../core/model/llama-config';
+import type { CausalLM } from '../core/model/lm';
+import type { LayerKV } from '../core/kernels/definitions';
 
 export { countDispatches, type DispatchCount } from '../core/kernels/webgpu-count';
 import { countDispatches } from '../core/kernels/webgpu-count';
@@ -88,4 +92,176 @@ export async function gpt2LayerDispatches(
     fixedFwd: a.fwd - 2 * perFwd,
     fixedFwdBwd: a.fwdBwd - 2 * perFwdBwd,
   };
+}
+
+/** Dispatches of one KV-cache decode step per layer, and what is left at n_layer 0 (embeddings, final norm). */
+export interface DecodeDispatches {
+  /** (count at n_layer 8 − count at n_layer 2) / 6, one decode step (one token for every row). */
+  perLayer: number;
+  fixed: number;
+}
+
+/** The dispatches of `step(model)` (warmed once first), for a model built at n_layer 2 and 8. */
+async function decodePerLayer<M extends CausalLM>(
+  build: (nLayer: number) => M,
+  step: (m: M) => tf.TensorContainer,
+): Promise<DecodeDispatches> {
+  const at = async (nLayer: number): Promise<number> => {
+    const m = build(nLayer);
+    try {
+      // Warm up once: shader compilation and buffer pools are not what is counted.
+      tf.dispose(step(m));
+      const c = await countDispatches(() => tf.dispose(step(m)));
+      return c.dispatches;
+    } finally {
+      m.dispose();
+    }
+  };
+  const a = await at(2);
+  const b = await at(8);
+  const perLayer = (b - a) / 6;
+  return { perLayer, fixed: a - 2 * perLayer };
+}
+
+/**
+ * One decode step's inputs as model/sampling.ts's generate makes them, for B rows over S cache slots with the
+ * cache's heads × head size per layer: the cache zero from the slot on, the slot one-hot, the key mask (row 1 left
+ * padded by one) and the step's ids and positions; everything uploaded once (tfjs's webgpu backend runs small ops
+ * on the CPU while their inputs are host data, which a real step's are not).
+ */
+function decodeInputs(nLayer: number, B: number, S: number, heads: number, hs: number) {
+  const slot = S - 1;
+  return tf.tidy(() => {
+    const below = tf.reshape(tf.cast(tf.less(tf.range(0, S, 1, 'int32'), slot), 'float32'), [1, 1, S, 1]);
+    const cache: LayerKV[] = Array.from({ length: nLayer }, (_, i) => ({
+      k: tf.keep(
+        tf.mul(tf.randomNormal([B, heads, S, hs], 0, 1, 'float32', 2 * i + 1), below) as tf.Tensor4D,
+      ),
+      v: tf.keep(
+        tf.mul(tf.randomNormal([B, heads, S, hs], 0, 1, 'float32', 2 * i + 2), below) as tf.Tensor4D,
+      ),
+    }));
+    const oh = tf.keep(tf.cast(tf.reshape(tf.oneHot(tf.tensor1d([slot], 'int32'), S), [S]), 'float32'));
+    const keyMask = tf.keep(
+      tf.tensor2d(
+        Array.from({ length: B * S }, (_, i) => (i % S === 0 && Math.floor(i / S) === 1 ? 0 : 1)),
+        [B, S],
+        'float32',
+      ),
+    ) as tf.Tensor2D;
+    const ids = tf.keep(
+      tf.add(
+        tf.tensor1d(
+          Array.from({ length: B }, (_, b) => 3 + b),
+          'int32',
+        ),
+        tf.scalar(0, 'int32'),
+      ),
+    );
+    const pos = tf.keep(
+      tf.add(
+        tf.tensor1d(
+          Array.from({ length: B }, (_, b) => slot - (b === 1 ? 1 : 0)),
+          'int32',
+        ),
+        tf.scalar(0, 'int32'),
+      ),
+    );
+    return { cache, oh, keyMask, ids: ids as tf.Tensor1D, pos: pos as tf.Tensor1D };
+  });
+}
+
+type DecodeInputs = ReturnType<typeof decodeInputs>;
+
+function disposeDecodeInputs(x: DecodeInputs): void {
+  tf.dispose([x.oh, x.keyMask, x.ids, x.pos, ...x.cache.flatMap((c) => [c.k, c.v])]);
+}
+
+/** One decode step of `m` on these inputs: its hidden state and new cache (to dispose). */
+function decodeOnce(m: CausalLM, x: DecodeInputs): tf.Tensor[] {
+  return tf.tidy(() => {
+    const out = m.decodeStep(x.ids, x.pos, x.oh, x.keyMask, x.cache);
+    return [out.hidden, ...out.cache.flatMap((c) => [c.k, c.v])];
+  });
+}
+
+/**
+ * Dispatches per layer of the project's GPT-2 KV-cache decode step (model/gpt2.ts decodeStep, as generate drives
+ * it; width 64, 2 heads, batch 2, 16 cache slots, bytes vocabulary): (n_layer 8 − n_layer 2) / 6. With the fused
+ * kernels on unless the caller switched them off. Needs the webgpu backend current.
+ */
+export async function gpt2DecodeDispatches(
+  opts: { width?: number; heads?: number; batch?: number; slots?: number } = {},
+): Promise<DecodeDispatches> {
+  if (tf.getBackend() !== 'webgpu')
+    throw new Error(`gpt2DecodeDispatches needs the webgpu backend, not ${tf.getBackend()}.`);
+  const width = opts.width ?? 64;
+  const nh = opts.heads ?? 2;
+  const B = opts.batch ?? 2;
+  const S = opts.slots ?? 16;
+  let inputs: DecodeInputs | null = null;
+  try {
+    return await decodePerLayer(
+      (nLayer) => {
+        if (inputs) disposeDecodeInputs(inputs);
+        inputs = decodeInputs(nLayer, B, S, nh, width / nh);
+        const config = parseGPT2Config({
+          vocab_size: 258,
+          n_positions: 64,
+          n_embd: width,
+          n_layer: nLayer,
+          n_head: nh,
+          tokenizer: 'bytes',
+          bos_token_id: 256,
+          eos_token_id: 256,
+          pad_token_id: 257,
+        });
+        return GPT2.random(config, 3);
+      },
+      (m) => decodeOnce(m, inputs!),
+    );
+  } finally {
+    if (inputs) disposeDecodeInputs(inputs);
+  }
+}
+
+/**
+ * The same for the Llama family's decode step (model/llama.ts decodeStep) on a tiny Qwen3-style model (q/k norms,
+ * GQA 4 query heads over 2 KV heads, head_dim 16, width 48, batch 2, 16 cache slots).
+ */
+export async function llamaDecodeDispatches(
+  opts: { batch?: number; slots?: number } = {},
+): Promise<DecodeDispatches> {
+  if (tf.getBackend() !== 'webgpu')
+    throw new Error(`llamaDecodeDispatches needs the webgpu backend, not ${tf.getBackend()}.`);
+  const B = opts.batch ?? 2;
+  const S = opts.slots ?? 16;
+  let inputs: DecodeInputs | null = null;
+  try {
+    return await decodePerLayer(
+      (nLayer) => {
+        if (inputs) disposeDecodeInputs(inputs);
+        inputs = decodeInputs(nLayer, B, S, 2, 16);
+        const config = parseLlamaConfig({
+          model_type: 'qwen3',
+          vocab_size: 97,
+          hidden_size: 48,
+          intermediate_size: 80,
+          num_hidden_layers: nLayer,
+          num_attention_heads: 4,
+          num_key_value_heads: 2,
+          head_dim: 16,
+          max_position_embeddings: 128,
+          rms_norm_eps: 1e-6,
+          rope_theta: 10000,
+          tie_word_embeddings: true,
+          eos_token_id: 1,
+        });
+        return Llama.random(config, 7);
+      },
+      (m) => decodeOnce(m, inputs!),
+    );
+  } finally {
+    if (inputs) disposeDecodeInputs(inputs);
+  }
 }

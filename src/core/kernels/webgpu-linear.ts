@@ -82,6 +82,13 @@ interface MatMulOptions {
   hasExtra: boolean;
   /** A residual [M, N] added after the activation (forward only). */
   hasRes: boolean;
+  /**
+   * Layer norm of A's rows in the prologue (forward only, A not transposed): the matmul reads
+   * (A[r, k] − μ_r)·ρ_r·LnG[k] + LnB[k], with μ_r, ρ_r = 1/√(σ²_r + ε) computed by the workgroup first, in
+   * kernels/webgpu-layernorm.ts's order (64 strided lanes, then a tree of pairs), so the normalised values are
+   * those of its PerfLayerNormFwd.
+   */
+  ln?: boolean;
 }
 
 const f32 = (v: number): string => {
@@ -121,13 +128,70 @@ function variableNamesOf(o: MatMulOptions): string[] {
         'A',
         'B',
         'Bias',
+        ...(o.ln ? ['LnG', 'LnB'] : []),
         ...(o.hasExtra ? ['Extra'] : []),
         ...(o.mode === 'dz' ? ['DY'] : o.hasRes ? ['Res'] : []),
       ];
 }
 
 const optionsKey = (o: MatMulOptions): string =>
-  `${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}`;
+  `${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}${o.ln ? '_ln' : ''}`;
+
+/** Lanes per row of the layer-norm prologue's reductions (kernels/webgpu-layernorm.ts's workgroup size). */
+const LN_LANES = 64;
+
+/**
+ * WGSL of the layer-norm prologue for `rows` rows from row0 (rows clamped to M − 1 when reading), run by all 256
+ * threads of the workgroup, `256 / 64` rows at a time: `lnMean[i]` and `lnRstd[i]` for row0 + i, in
+ * PerfLayerNormFwd's arithmetic order (each of 64 lanes sums its strided columns, then a tree of pairs; the mean,
+ * then the variance about it). Call from uniform control flow; ends on a barrier. Needs `tid`, `row0`, `M`, `K`.
+ */
+function lnPrologueDecl(rows: number): string {
+  return `
+      var<workgroup> lnMean : array<f32, ${rows}>;
+      var<workgroup> lnRstd : array<f32, ${rows}>;
+      var<workgroup> lnRed : array<f32, 256>;
+      fn lnLaneSum(v : f32, tid : i32) -> f32 {
+        let lane = tid % ${LN_LANES};
+        let base = tid - lane;
+        lnRed[tid] = v;
+        workgroupBarrier();
+        for (var s = ${LN_LANES / 2}; s > 0; s = s / 2) {
+          if (lane < s) { lnRed[tid] = lnRed[tid] + lnRed[tid + s]; }
+          workgroupBarrier();
+        }
+        let total = lnRed[base];
+        workgroupBarrier();
+        return total;
+      }
+      fn lnStats(tid : i32, row0 : i32, M : i32, K : i32) {
+        let lane = tid % ${LN_LANES};
+        let grp = tid / ${LN_LANES};
+        for (var i0 = 0; i0 < ${rows}; i0 = i0 + ${256 / LN_LANES}) {
+          let i = i0 + grp;
+          let off = min(row0 + i, M - 1) * K;
+          var s = 0.0;
+          for (var j = lane; j < K; j = j + ${LN_LANES}) { s = s + A[off + j]; }
+          let mean = lnLaneSum(s, tid) / f32(K);
+          var q = 0.0;
+          for (var j = lane; j < K; j = j + ${LN_LANES}) {
+            let d = A[off + j] - mean;
+            q = q + d * d;
+          }
+          let r = inverseSqrt(lnLaneSum(q, tid) / f32(K) + uniforms.lnEps);
+          if (lane == 0 && i < ${rows}) {
+            lnMean[i] = mean;
+            lnRstd[i] = r;
+          }
+        }
+        workgroupBarrier();
+      }`;
+}
+
+/** A's element at flat index `at` (column `k`) of local row `i`, layer-normed when the prologue is on. */
+function aRead(o: MatMulOptions, at: string, k: string, i: string): string {
+  return o.ln ? `((A[${at}] - lnMean[${i}]) * lnRstd[${i}] * LnG[${k}] + LnB[${k}])` : `A[${at}]`;
+}
 
 /**
  * C [M, N] = op(A)·op(B) (op: transpose or not) with an epilogue in the store; the shape of a tfjs
@@ -140,7 +204,7 @@ class LinearMatMulProgram {
   readonly dispatchLayout = { x: [0] };
   readonly dispatch: [number, number, number];
   readonly workgroupSize: [number, number, number] = [TS, TS, 1];
-  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32,';
+  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32,';
   private readonly o: MatMulOptions;
 
   constructor(o: MatMulOptions, M: number, N: number) {
@@ -164,7 +228,7 @@ class LinearMatMulProgram {
       : `let kk = f % ${TK}; let mm = f / ${TK};
          let r = row0 + mm; let k = k0 + kk;
          var v = 0.0;
-         if (r < M && k < K) { v = A[r * K + k]; }`;
+         if (r < M && k < K) { v = ${aRead(this.o, 'r * K + k', 'k', 'mm')}; }`;
     const loadB = transB
       ? `let kk = f % ${TK}; let nn = f / ${TK};
          let c = col0 + nn; let k = k0 + kk;
@@ -210,6 +274,7 @@ class LinearMatMulProgram {
       var<workgroup> As : array<f32, ${TM * TK}>;
       var<workgroup> Bs : array<f32, ${TN * TK}>;
       ${GELU_WGSL}
+      ${this.o.ln ? lnPrologueDecl(TM) : ''}
 
       fn main(index : i32) {
         let M = uniforms.dimM;
@@ -220,6 +285,7 @@ class LinearMatMulProgram {
         let tid = ty * ${TS} + tx;
         let row0 = i32(workgroupId.y) * ${TM};
         let col0 = i32(workgroupId.x) * ${TN};
+        ${this.o.ln ? 'lnStats(tid, row0, M, K);' : ''}
         ${accDecl.join('\n        ')}
         for (var k0 = 0; k0 < K; k0 = k0 + ${TK}) {
           for (var l = 0; l < ${loads}; l = l + 1) {
@@ -379,7 +445,7 @@ class FewRowsMatMulProgram {
   readonly dispatchLayout = { x: [0] };
   readonly dispatch: [number, number, number];
   readonly workgroupSize: [number, number, number] = [FR_THREADS, 1, 1];
-  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32,';
+  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32,';
   private readonly o: MatMulOptions;
   private readonly rb: number;
   private readonly cw: number;
@@ -413,6 +479,7 @@ class FewRowsMatMulProgram {
       var<workgroup> part : array<f32, ${FR_THREADS * RB}>;
       var<workgroup> part2 : array<f32, ${FR_THREADS}>;
       ${GELU_WGSL}
+      ${this.o.ln ? lnPrologueDecl(RB) : ''}
 
       fn main(index : i32) {
         let M = uniforms.dimM;
@@ -424,6 +491,7 @@ class FewRowsMatMulProgram {
         let row0 = i32(workgroupId.y) * ${RB};
         let col0 = i32(workgroupId.x) * ${CW};
         let cc = min(col0 + cl, N - 1);
+        ${this.o.ln ? 'lnStats(tid, row0, M, K);' : ''}
         ${rowsIdx.map((i) => `let xo${i} = min(row0 + ${i}, M - 1) * K;`).join('\n        ')}
         ${rowsIdx.map((i) => `var acc${i} = 0.0;`).join('\n        ')}
         var k = kl;
@@ -431,14 +499,19 @@ class FewRowsMatMulProgram {
           ${unrolled.map((u) => `let w${u} = B[${bAt(`k + ${u * KL}`)}];`).join('\n          ')}
           ${rowsIdx
             .map((i) =>
-              unrolled.map((u) => `acc${i} = fma(A[xo${i} + k + ${u * KL}], w${u}, acc${i});`).join(' '),
+              unrolled
+                .map(
+                  (u) =>
+                    `acc${i} = fma(${aRead(this.o, `xo${i} + k + ${u * KL}`, `k + ${u * KL}`, `${i}`)}, w${u}, acc${i});`,
+                )
+                .join(' '),
             )
             .join('\n          ')}
           k = k + ${UNROLL * KL};
         }
         while (k < K) {
           let w = B[${bAt('k')}];
-          ${rowsIdx.map((i) => `acc${i} = fma(A[xo${i} + k], w, acc${i});`).join('\n          ')}
+          ${rowsIdx.map((i) => `acc${i} = fma(${aRead(this.o, `xo${i} + k`, 'k', `${i}`)}, w, acc${i});`).join('\n          ')}
           k = k + ${KL};
         }
         ${rowsIdx.map((i) => `part[${i * FR_THREADS} + tid] = acc${i};`).join('\n        ')}
@@ -520,17 +593,19 @@ type KernelFn = (args: {
   attrs?: tf.NamedAttrMap;
 }) => tf.TensorInfo | tf.TensorInfo[];
 
-const dims = (M: number, N: number, K: number, scale = 0) => [
+const dims = (M: number, N: number, K: number, scale = 0, eps = 0) => [
   { type: 'int32' as const, data: [M] },
   { type: 'int32' as const, data: [N] },
   { type: 'int32' as const, data: [K] },
   { type: 'float32' as const, data: [scale] },
+  { type: 'float32' as const, data: [eps] },
 ];
 
 /** The forward and the recomputing dz kernel: x [M, K], w [K, N], bias [N], extra? [M, N], then res or dy. */
 function epilogueKernel(mode: 'fwd' | 'dz'): KernelFn {
   return ({ inputs, backend, attrs }) => {
-    const { x, w, bias, extra, res, dy } = inputs as Record<string, tf.TensorInfo | undefined>;
+    const { x, w, bias, lnG, lnB, extra, res, dy } = inputs as Record<string, tf.TensorInfo | undefined>;
+    const ln = mode === 'fwd' && !!lnG;
     const [M, K] = x!.shape;
     const N = w!.shape[1];
     const program = matMulProgram(
@@ -541,13 +616,27 @@ function epilogueKernel(mode: 'fwd' | 'dz'): KernelFn {
         gelu: mode === 'dz' || !!attrs?.gelu,
         hasExtra: !!extra,
         hasRes: mode === 'fwd' && !!res,
+        ln,
       },
       M,
       N,
     );
-    const ins = [x!, w!, bias!, ...(extra ? [extra] : []), ...(mode === 'dz' ? [dy!] : res ? [res] : [])];
+    const ins = [
+      x!,
+      w!,
+      bias!,
+      ...(ln ? [lnG!, lnB!] : []),
+      ...(extra ? [extra] : []),
+      ...(mode === 'dz' ? [dy!] : res ? [res] : []),
+    ];
     const scale = (attrs?.scale as number | undefined) ?? 0;
-    return (backend as WebGpuBackendLike).runWebGPUProgram(program, ins, 'float32', dims(M, N, K, scale));
+    const eps = ln ? (attrs!.eps as number) : 0;
+    return (backend as WebGpuBackendLike).runWebGPUProgram(
+      program,
+      ins,
+      'float32',
+      dims(M, N, K, scale, eps),
+    );
   };
 }
 
@@ -694,4 +783,57 @@ export function linearWebGpu(
     };
   }) as (...ts: tf.Tensor[]) => tf.Tensor2D;
   return f(...inputs);
+}
+
+let normPrologue = true;
+
+/**
+ * Switch the layer-norm prologue off (on by default; setWebGpuLinearFused(false) turns it off too): the decode
+ * step then runs layerNorm and the Conv1D as two dispatches, for the tests to compare. Returns the previous setting.
+ */
+export function setWebGpuLinearNormPrologue(on: boolean): boolean {
+  const was = normPrologue;
+  normPrologue = on;
+  return was;
+}
+
+/**
+ * Whether linearLayerNormWebGpu applies: what webGpuLinearApplies asks, with the layer norm's g and b [in]
+ * float32, and the prologue's workgroup sizes within WebGPU's limits (the tiles' 64 rows or the few-rows blocks).
+ */
+export function webGpuLinearLayerNormApplies(
+  x: tf.Tensor,
+  g: tf.Tensor,
+  b: tf.Tensor,
+  w: tf.Tensor,
+  bias: tf.Tensor,
+  residual?: tf.Tensor | null,
+): boolean {
+  if (!normPrologue || !webGpuLinearApplies(x, w, bias, residual)) return false;
+  const K = x.shape[1];
+  return [g, b].every((t) => t.rank === 1 && t.shape[0] === K && t.dtype === 'float32');
+}
+
+/**
+ * act(LayerNorm(x)·W + b) + residual in ONE dispatch, forward only (no gradient: the KV-cache decode step, which
+ * runs without autodiff; GPT2.decodeStep): the matmul's prologue normalises the rows of x with g, b and eps as
+ * PerfLayerNormFwd does (the same arithmetic order), so the result is the same as layerNormWebGpu then
+ * linearWebGpu, one dispatch fewer. Check webGpuLinearLayerNormApplies first.
+ */
+export function linearLayerNormWebGpu(
+  x: tf.Tensor2D,
+  ln: { g: tf.Tensor1D; b: tf.Tensor1D; eps: number },
+  w: tf.Tensor2D,
+  bias: tf.Tensor1D,
+  opts: { gelu?: boolean; residual?: tf.Tensor2D | null } = {},
+): tf.Tensor2D {
+  registerWebGpuLinear();
+  const res = opts.residual ?? null;
+  return tf
+    .engine()
+    .runKernel(
+      LIN_FWD,
+      { x, w, bias, lnG: ln.g, lnB: ln.b, ...(res ? { res } : {}) },
+      { gelu: !!opts.gelu, scale: 0, eps: ln.eps },
+    ) as tf.Tensor2D;
 }

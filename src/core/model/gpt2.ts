@@ -18,6 +18,7 @@ import { UserError } from '../errors';
 import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './ops';
 import { causalPaddingBias, causalSelfAttention, decodeAttention, keyPaddingBias } from './attention';
 import { LoraAdapters, loraModuleShape } from './lora';
+import { linearLayerNormWebGpu, webGpuLinearLayerNormApplies } from '../kernels/webgpu-linear';
 import type { LayerKV } from '../kernels/definitions';
 import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
@@ -330,14 +331,50 @@ export class GPT2 implements CausalLM {
    * writes k, v into its cache first. The residual adds and gelu_new go through conv1d's epilogue options
    * (ops.ts), so a backend with fused kernels can do them in the matmul's dispatch.
    */
-  private block(x: tf.Tensor2D, i: number, attention: (qkv: tf.Tensor2D) => tf.Tensor2D): tf.Tensor2D {
-    const eps = this.config.layer_norm_epsilon;
-    const h = layerNorm(x, this.p(`h.${i}.ln_1.weight`), this.p(`h.${i}.ln_1.bias`), eps) as tf.Tensor2D;
-    const y = attention(this.linear(h, i, 'attn.c_attn')); // [N, 3C] → [N, C]
+  private block(
+    x: tf.Tensor2D,
+    i: number,
+    attention: (qkv: tf.Tensor2D) => tf.Tensor2D,
+    fuseNorm = false,
+  ): tf.Tensor2D {
+    const qkv = this.normLinear(x, i, 'ln_1', 'attn.c_attn', {}, fuseNorm);
+    const y = attention(qkv); // [N, 3C] → [N, C]
     const x1 = this.linear(y, i, 'attn.c_proj', { residual: x });
-    const h2 = layerNorm(x1, this.p(`h.${i}.ln_2.weight`), this.p(`h.${i}.ln_2.bias`), eps) as tf.Tensor2D;
-    const a = this.linear(h2, i, 'mlp.c_fc', { activation: 'gelu_new' });
+    const a = this.normLinear(x1, i, 'ln_2', 'mlp.c_fc', { activation: 'gelu_new' }, fuseNorm);
     return this.linear(a, i, 'mlp.c_proj', { residual: x1 });
+  }
+
+  /**
+   * Conv1D `module` of block i on layer norm `norm` of x. With `fuse` (the decode step: no gradient), on WebGPU and
+   * where the module has no active LoRA pair, the norm runs in the matmul's prologue (kernels/webgpu-linear.ts
+   * linearLayerNormWebGpu: one dispatch, not two, the same normalised values); otherwise layerNorm then linear.
+   */
+  private normLinear(
+    x: tf.Tensor2D,
+    i: number,
+    norm: 'ln_1' | 'ln_2',
+    module: string,
+    epilogue: Conv1dEpilogue,
+    fuse: boolean,
+  ): tf.Tensor2D {
+    const eps = this.config.layer_norm_epsilon;
+    const g = this.p(`h.${i}.${norm}.weight`);
+    const b = this.p(`h.${i}.${norm}.bias`);
+    const key = `h.${i}.${module}`;
+    const w = this.p(`${key}.weight`);
+    const bias = this.p(`${key}.bias`);
+    if (fuse && !this.lora?.lowRank(key) && webGpuLinearLayerNormApplies(x, g, b, w, bias, epilogue.residual))
+      return linearLayerNormWebGpu(
+        x,
+        { g: g as tf.Tensor1D, b: b as tf.Tensor1D, eps },
+        w as tf.Tensor2D,
+        bias as tf.Tensor1D,
+        {
+          gelu: epilogue.activation === 'gelu_new',
+          residual: epilogue.residual,
+        },
+      );
+    return this.linear(layerNorm(x, g, b, eps) as tf.Tensor2D, i, module, epilogue);
   }
 
   private finalNorm(x: tf.Tensor2D): tf.Tensor2D {
@@ -441,7 +478,9 @@ export class GPT2 implements CausalLM {
    * the new key/value is added into the (zero) slot, so every step has the same shapes (no reallocation,
    * no shader recompilation, and WebGPU's size-keyed buffer pool reuses the released buffers).
    * Returns the hidden state [B, C] and the new caches (the caller disposes the old ones).
-   * Each layer's attention is `decodeAttention`: on WebGPU 3 fused dispatches (slot writes and attention).
+   * Each layer's attention is `decodeAttention`: on WebGPU 3 fused dispatches (slot writes and attention); ln_1 and
+   * ln_2 run in the prologue of c_attn's and c_fc's matmuls (normLinear), so a layer is 7 dispatches on WebGPU
+   * without LoRA (tests/decode-dispatches.test.ts).
    */
   decodeStep(
     ids: tf.Tensor1D,
@@ -457,11 +496,16 @@ export class GPT2 implements CausalLM {
     let x = this.embed(ids, positions); // [B, C]
     const next: LayerKV[] = [];
     for (let i = 0; i < c.n_layer; i++) {
-      x = this.block(x, i, (qkv) => {
-        const out = decodeAttention(qkv, slotOneHot, keyMask, cache[i], c.n_head, bias);
-        next.push(out.kv);
-        return out.y;
-      });
+      x = this.block(
+        x,
+        i,
+        (qkv) => {
+          const out = decodeAttention(qkv, slotOneHot, keyMask, cache[i], c.n_head, bias);
+          next.push(out.kv);
+          return out.y;
+        },
+        true,
+      );
     }
     return { hidden: this.finalNorm(x), cache: next };
   }
