@@ -13,7 +13,15 @@ import { benchMatmul, type MatmulBench } from './perf/matmul';
 import { benchPpoStep, type PpoBench } from './perf/ppo';
 import type { ModelShape } from './perf/flops';
 import { disposeTrainer } from './perf/memory';
-import { countDispatches, gpt2LayerDispatches, type LayerDispatches } from './webgpu-dispatch';
+import {
+  countDispatches,
+  gpt2DecodeDispatches,
+  gpt2LayerDispatches,
+  type DecodeDispatches,
+  type LayerDispatches,
+} from './webgpu-dispatch';
+import { generate } from '../core/model/sampling';
+import type { CausalLM } from '../core/model/lm';
 
 export interface GpuAdapterReport {
   vendor: string;
@@ -40,7 +48,161 @@ export interface GpuBenchResult {
   readbacksPerStep: number;
   /** GPT-2 124M-shaped LoRA steps (PPO and GRPO), on hardware adapters only; [] where not run. */
   gpt2Lora: Gpt2LoraStep[];
+  /** The GPT-2 KV-cache decode step's dispatches (gpt2DecodeDispatches), fused kernels. */
+  decode: DecodeDispatches;
+  /** Greedy and sampled generation of the tiny model at batch 16 (decodeTiming). */
+  decodeTiming: DecodeTiming;
+  /** Issue #22's keys (gpuBenchKeys). */
+  decodeDispatchesPerLayer: number;
+  matmulTflops2048: number | null;
+  sampledOverGreedy: number | null;
+  vsTorchEager: number | null;
   notes: string[];
+}
+
+/** ms per generated token, greedy and sampled, of one model at one batch (prefill excluded). */
+export interface DecodeTiming {
+  batch: number;
+  /** New tokens of the long run; the short run's (subtracted, to leave the prefill out) is 2. */
+  tokens: number;
+  greedyMsPerToken: number | null;
+  sampledMsPerToken: number | null;
+  /** The sampled run's settings (the PPO config's; temperature 0 read as 1). */
+  sampling: { temperature: number; topK: number; topP: number };
+}
+
+/** Whether a Python has torch with CUDA (src/cli/torch-probe.ts probeTorchCuda), and why not. */
+export interface TorchProbe {
+  ok: boolean;
+  /** torch's version and the CUDA device, or why there is no PyTorch on a GPU here. */
+  reason: string;
+}
+
+/** The Python probeTorchCuda runs: torch's version, whether CUDA is available, the device's name (JSON). */
+export const TORCH_PROBE_CODE =
+  'import json, torch; ok = torch.cuda.is_available(); ' +
+  "print(json.dumps({'torch': torch.__version__, 'cuda': ok, 'device': torch.cuda.get_device_name(0) if ok else None}))";
+
+/** What spawnSync gave for the probe (the parts read). */
+export interface ProbeRun {
+  error?: { code?: string; message: string } | null;
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** The probe's outcome from its process result (pure: tested in tests/bench-gpu-keys.test.ts). */
+export function torchProbeFromRun(python: string, r: ProbeRun): TorchProbe {
+  if (r.error)
+    return {
+      ok: false,
+      reason:
+        r.error.code === 'ENOENT'
+          ? `no Python at "${python}"`
+          : `"${python}" could not run: ${r.error.message}`,
+    };
+  if (r.status !== 0) {
+    const last = r.stderr.trim().split('\n').pop() || `exit ${r.status}`;
+    return { ok: false, reason: `"${python}" cannot import torch: ${last}` };
+  }
+  let info: { torch?: string; cuda?: boolean; device?: string | null };
+  try {
+    info = JSON.parse(r.stdout.trim().split('\n').pop() ?? '');
+  } catch {
+    return {
+      ok: false,
+      reason: `"${python}" printed no torch probe (${JSON.stringify(r.stdout.slice(0, 80))})`,
+    };
+  }
+  if (!info.cuda) return { ok: false, reason: `torch ${info.torch} is installed but CUDA is not available` };
+  return { ok: true, reason: `torch ${info.torch} with CUDA on ${info.device}` };
+}
+
+/**
+ * Issue #22's keys from what the bench measured, with a note for each null (pure: tests/bench-gpu-keys.test.ts):
+ * `decodeDispatchesPerLayer` as counted; `matmulTflops2048` only from a 2048² product (a software adapter's
+ * smaller one is not reported under that name); `sampledOverGreedy` = sampled ÷ greedy ms/token when both were
+ * measured; `vsTorchEager` null: the PyTorch step is not built (the note says whether PyTorch with CUDA is here).
+ */
+export function gpuBenchKeys(i: {
+  matmul: MatmulBench;
+  decode: DecodeDispatches;
+  timing: Pick<DecodeTiming, 'batch' | 'greedyMsPerToken' | 'sampledMsPerToken'>;
+  torch: TorchProbe;
+}): {
+  keys: Pick<
+    GpuBenchResult,
+    'decodeDispatchesPerLayer' | 'matmulTflops2048' | 'sampledOverGreedy' | 'vsTorchEager'
+  >;
+  notes: string[];
+} {
+  const notes: string[] = [];
+  const matmulTflops2048 = i.matmul.n === 2048 && i.matmul.gflops > 0 ? i.matmul.gflops / 1000 : null;
+  if (matmulTflops2048 === null)
+    notes.push(
+      `matmulTflops2048: null (the matmul ran at ${i.matmul.n}², not 2048²; ${i.matmul.gflops.toFixed(3)} GFLOP/s there is not reported under that name).`,
+    );
+  const { greedyMsPerToken: g, sampledMsPerToken: sm } = i.timing;
+  const ok = (x: number | null): x is number => x !== null && Number.isFinite(x) && x > 0;
+  const sampledOverGreedy = ok(g) && ok(sm) ? sm / g : null;
+  if (sampledOverGreedy === null)
+    notes.push(
+      `sampledOverGreedy: null (greedy ${g ?? 'not measured'} ms/token, sampled ${sm ?? 'not measured'} ms/token at batch ${i.timing.batch}).`,
+    );
+  notes.push(
+    `vsTorchEager: null (${i.torch.ok ? `${i.torch.reason} is here, but the PyTorch eager PPO step is not built yet` : `no PyTorch on a GPU: ${i.torch.reason}`}).`,
+  );
+  return {
+    keys: {
+      decodeDispatchesPerLayer: i.decode.perLayer,
+      matmulTflops2048,
+      sampledOverGreedy,
+      vsTorchEager: null,
+    },
+    notes,
+  };
+}
+
+/**
+ * ms per generated token of `model` at `batch` rows, greedy and sampled (`sampling`), with the KV cache and no stop
+ * token: each timed as (time of `tokens` new tokens − time of 2) / (tokens − 2), after a warm-up of each, so the
+ * prefill is left out. Prompts: `batch` rows of 8 ids.
+ */
+export async function decodeTiming(
+  model: CausalLM,
+  o: {
+    batch: number;
+    tokens: number;
+    padId: number;
+    sampling: { temperature: number; topK: number; topP: number };
+  },
+): Promise<DecodeTiming> {
+  const V = model.config.vocab_size;
+  const prompts = Array.from({ length: o.batch }, (_, b) =>
+    Array.from({ length: 8 }, (_, t) => (b * 31 + t * 7 + 5) % V),
+  );
+  const T = o.sampling.temperature === 0 ? 1 : o.sampling.temperature;
+  const sampling = { temperature: T, topK: o.sampling.topK, topP: o.sampling.topP };
+  const run = async (greedy: boolean, n: number): Promise<number> => {
+    const t0 = performance.now();
+    await generate(model, prompts, {
+      maxNewTokens: n,
+      ...(greedy ? { temperature: 0 } : sampling),
+      stopToken: null,
+      padId: o.padId,
+      rng: 7,
+    });
+    return performance.now() - t0;
+  };
+  const perToken = async (greedy: boolean): Promise<number> => {
+    await run(greedy, o.tokens); // warm-up: shaders, buffer pools
+    const long = await run(greedy, o.tokens);
+    const short = await run(greedy, 2);
+    return (long - short) / (o.tokens - 2);
+  };
+  const greedyMsPerToken = await perToken(true);
+  const sampledMsPerToken = await perToken(false);
+  return { batch: o.batch, tokens: o.tokens, greedyMsPerToken, sampledMsPerToken, sampling };
 }
 
 /** One GPT-2-shaped LoRA step on the GPU: phase times, update FLOPs with a frozen base, MFU, dispatches. */
@@ -85,6 +247,8 @@ export async function runGpuBench(o: {
   buildTinyTrainer: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
   /** A trainer on a GPT-2 124M-shaped model (random weights) with these overrides; hardware adapters only. */
   buildGpt2Trainer?: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
+  /** Whether PyTorch with CUDA is here (src/cli/torch-probe.ts probeTorchCuda); absent: not probed. */
+  probeTorch?: () => Promise<TorchProbe>;
   log: (m: string) => void;
 }): Promise<GpuBenchResult> {
   if (tf.getBackend() !== 'webgpu')
@@ -112,16 +276,29 @@ export async function runGpuBench(o: {
     setWebGpuFusedKernels(true);
   }
 
+  o.log('GPT-2 decode step dispatches per layer (n_layer 2 and 8), fused kernels');
+  const decode = await gpt2DecodeDispatches();
+
   const shape = soft
     ? { batchSize: 2, miniBatches: 1, ppoEpochs: 1, responseLength: 4 }
     : { batchSize: 16, responseLength: 24 };
   o.log(`tiny PPO step (${JSON.stringify(shape)})`);
   const trainer = await o.buildTinyTrainer({ ...shape, steps: 10 });
   let ppo: GpuBenchResult['ppo'];
+  let timing: DecodeTiming;
   try {
     const timed = await benchPpoStep(trainer, { steps: soft ? 1 : 3, warmup: 1, peakGflops: matmul.gflops });
     const counted = await countDispatches(() => trainer.trainStep());
     ppo = { ...timed, webgpuDispatchesPerStep: counted.dispatches, readbacksPerStep: counted.readbacks };
+    const tokens = soft ? 6 : 24;
+    o.log(`greedy and sampled generation of the tiny policy, batch 16, ${tokens} new tokens`);
+    const cfg = trainer.cfg;
+    timing = await decodeTiming(trainer.models.policy, {
+      batch: 16,
+      tokens,
+      padId: trainer.tokenizer.padId,
+      sampling: { temperature: cfg.temperature, topK: cfg.topK ?? 0, topP: cfg.topP ?? 1 },
+    });
   } finally {
     disposeTrainer(trainer);
   }
@@ -157,7 +334,19 @@ export async function runGpuBench(o: {
       }
     }
   }
+  const torch: TorchProbe = o.probeTorch
+    ? await o.probeTorch()
+    : { ok: false, reason: 'not probed (the bench was run without a Python probe)' };
+  const k = gpuBenchKeys({ matmul, decode, timing, torch });
+  notes.push(
+    `decodeDispatchesPerLayer: the GPT-2 KV-cache decode step (one token for every row), per layer = (count at n_layer 8 − count at 2) / 6 (width 64, batch 2, 16 cache slots).`,
+    `sampledOverGreedy: ms/token of the tiny policy's generation at batch ${timing.batch} (${timing.tokens} − 2 new tokens, prefill left out), sampled at temperature ${timing.sampling.temperature}, top-k ${timing.sampling.topK}, top-p ${timing.sampling.topP}, over greedy${soft ? '; on a software adapter: a ratio of CPU times, not a GPU figure' : ''}.`,
+    ...k.notes,
+  );
   return {
+    ...k.keys,
+    decode,
+    decodeTiming: timing,
     adapter: o.adapter,
     sizes: soft ? 'software adapter: smallest sizes only' : null,
     matmul,
@@ -261,6 +450,11 @@ export function gpuMarkdown(r: GpuBenchResult): string {
     `| update MFU against that peak | ${f(r.ppo.updateMfu, 3)} |`,
     `| webgpuDispatchesPerStep | ${r.webgpuDispatchesPerStep} |`,
     `| readbacksPerStep | ${r.readbacksPerStep} |`,
+    `| decodeDispatchesPerLayer (GPT-2 decode step) | ${r.decodeDispatchesPerLayer} |`,
+    `| matmulTflops2048 | ${r.matmulTflops2048 === null ? 'null (see notes)' : f(r.matmulTflops2048, 2)} |`,
+    `| greedy / sampled ms per token (batch ${r.decodeTiming.batch}) | ${f(r.decodeTiming.greedyMsPerToken)} / ${f(r.decodeTiming.sampledMsPerToken)} |`,
+    `| sampledOverGreedy | ${r.sampledOverGreedy === null ? 'null (see notes)' : f(r.sampledOverGreedy, 2)} |`,
+    `| vsTorchEager | ${r.vsTorchEager === null ? 'null (see notes)' : f(r.vsTorchEager, 2)} |`,
     '',
     '| dispatches per transformer layer | tfjs ops | fused kernels |',
     '| --- | --- | --- |',

@@ -627,6 +627,7 @@ async function gpuBench(
       buildTrainer(validateConfig({ model: modelDir, task: 'sentiment', ...o }, 'bench'), res),
     buildGpt2Trainer: async (o) =>
       buildTrainer(validateConfig({ model: await gpt2Folder(), task: 'sentiment', ...o }, 'bench'), res),
+    probeTorch: async () => (await import('./torch-probe')).probeTorchCuda(resolvePython()),
     log,
   });
   if (gpt2Dir) {
