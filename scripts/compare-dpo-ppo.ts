@@ -22,8 +22,9 @@
  *
  *   npx tsx scripts/compare-dpo-ppo.ts [--out runs/compare-dpo-ppo] [--backend wasm|cpu] [--no-grpo] [--quick] [--seed N]
  *
- * About 5 minutes on 2 shared cores with WASM. The pure parts (split checks, budgets, aggregation, the table)
- * are exported for tests/compare-dpo-ppo.test.ts.
+ * 4–9 minutes on 2 shared cores with WASM (one seed, with GRPO). The pure parts (split checks, budgets,
+ * aggregation, the table) are exported for tests/compare-dpo-ppo.test.ts. --seed N sets every seed, the split's
+ * too (another replicate; both arms still share the split); --quick trains 2 steps each (a smoke run).
  */
 import { spawn } from 'node:child_process';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
@@ -149,7 +150,7 @@ export function markdownTable(
   for (const j of judges) {
     for (const s of sets) {
       cols.push({
-        head: `${j.label}, ${s.label}: score (win / loss)`,
+        head: `${j.label}, ${s.label}`,
         cell: (a) => {
           const ref = arms[0]?.verdicts[j.key]?.[s.key];
           if (!a) return ref ? f2(ref.reference) : '—';
@@ -237,10 +238,10 @@ async function lastJsonl(file: string): Promise<Record<string, unknown>> {
 
 const JUDGES = [
   { key: 'rm', label: 'reward model' },
-  { key: 'sentiment', label: 'AFINN sentiment' },
+  { key: 'sentiment', label: 'AFINN' },
 ];
 const SETS = [
-  { key: 'heldout', label: 'held-out pairs’ prompts' },
+  { key: 'heldout', label: "held-out pairs' prompts" },
   { key: 'new', label: 'new openings' },
 ];
 
@@ -269,7 +270,8 @@ async function main(): Promise<void> {
   if (v.seed !== undefined) {
     // Another replicate: every run's seed, the split's included (both arms still share it).
     const seed = Number(v.seed);
-    if (!Number.isInteger(seed) || seed < 0) throw new Error(`--seed must be a whole number ≥ 0, got ${v.seed}.`);
+    if (!Number.isInteger(seed) || seed < 0)
+      throw new Error(`--seed must be a whole number ≥ 0, got ${v.seed}.`);
     for (const c of [rmCfg, dpoCfg, ...rlCfgs]) c.seed = seed;
   }
   if (v.quick) {
@@ -425,6 +427,7 @@ async function main(): Promise<void> {
   const table = markdownTable(arms, JUDGES, SETS);
   const rmJson = rmRun.json;
   const summary = [
+    'Cells: mean judge score (win / loss rate against the reference, ties neither); greedy answers.',
     `Split: ${train.length} training pairs, ${heldOut.length} held out (heldOut ${split.heldOut}, seed ${split.seed}).`,
     `Reward model: held-out preference accuracy ${Number(rmJson.heldOutAccuracy).toFixed(2)} (train ${Number(rmJson.trainAccuracy).toFixed(2)}).`,
     `DPO: held-out preference accuracy ${Number(dpoLast['eval/rewards/accuracies']).toFixed(2)}, margin ${Number(dpoLast['eval/rewards/margins']).toFixed(2)}.`,

@@ -147,7 +147,7 @@ describe('markdownTable', () => {
   it('one row per arm after the reference, with score (win / loss) per judge and prompt set', () => {
     const t = markdownTable(arms, [{ key: 'rm', label: 'RM' }], [{ key: 'heldout', label: 'held out' }]);
     expect(t.split('\n')).toEqual([
-      '| policy | RM, held out: score (win / loss) | eval/kl (nats) | pairs seen | own rollouts | train s |',
+      '| policy | RM, held out | eval/kl (nats) | pairs seen | own rollouts | train s |',
       '| --- | --- | --- | --- | --- | --- |',
       '| reference (base tiny) | 0.50 | 0 | — | — | — |',
       '| RM + PPO | 1.23 (75% / 25%) | 3.1 | 480 | 480 | 100 |',
