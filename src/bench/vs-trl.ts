@@ -302,6 +302,12 @@ export interface OursResult {
   wasmThreads: number;
   microBatchSize: number;
   recompute: boolean;
+  /**
+   * The trainer took the old log-probs from the update's own forward (PpoTrainer.oldLogprobsFromUpdate, on by
+   * default for this GRPO step, one epoch of one minibatch): scoring ran the reference alone and the update one
+   * more LM head over the response rows. Absent (an older child): counted as two scoring forwards.
+   */
+  oldLogprobsFromUpdate?: boolean;
 }
 
 export interface SideFigures {
@@ -400,9 +406,11 @@ function side(
 /**
  * Both sides' figures and the ratios. FLOPs per phase are what each side computes (docs/vs-trl.md):
  *   generate  the same on both (prefill of the longest prompt, then responseLength − 1 cached decode steps);
- *   score     ours: policy and reference forwards over the bucketed query + response; TRL: the reference only
- *             (num_iterations 1 takes the old log-probs from the update's own forward);
- *   update    one forward + backward of the policy over the batch (ours at the bucketed query length).
+ *   score     ours: policy and reference forwards over the bucketed query + response, or the reference alone when
+ *             the trainer took the old log-probs from the update (`oldLogprobsFromUpdate`); TRL: the reference
+ *             only (num_iterations 1 takes the old log-probs from the update's own forward);
+ *   update    one forward + backward of the policy over the batch (ours at the bucketed query length), ours plus
+ *             the old log-probs' LM head over the B·R response rows when it took them there.
  */
 export function summariseVsTrl(
   shape: ModelShape & { n_head: number; n_positions: number },
@@ -417,8 +425,10 @@ export function summariseVsTrl(
   const TpTrl = Math.max(...trl.promptLengths);
   const oursF = {
     generate: generateFlops(shape, { batch: B, Tp, R }),
-    score: grpoScoreFlops(shape, { batch: B, Tq: ours.Tq, R, forwards: 2 }),
-    update: grpoUpdateFlops(shape, { batch: B, Tq: ours.Tq, R, epochs: 1 }),
+    score: grpoScoreFlops(shape, { batch: B, Tq: ours.Tq, R, forwards: ours.oldLogprobsFromUpdate ? 1 : 2 }),
+    update:
+      grpoUpdateFlops(shape, { batch: B, Tq: ours.Tq, R, epochs: 1 }) +
+      (ours.oldLogprobsFromUpdate ? B * R * 2 * shape.n_embd * shape.vocab_size : 0),
   };
   const trlF = {
     generate: generateFlops(shape, { batch: B, Tp: TpTrl, R }),

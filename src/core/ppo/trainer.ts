@@ -93,7 +93,12 @@ interface Minibatch {
   attn: tf.Tensor2D;
   tokens: tf.Tensor1D;
   mask: tf.Tensor2D;
-  oldLogprobs: tf.Tensor2D;
+  /**
+   * The log-probs at sampling time, from scoring's policy forward; absent on a step whose old log-probs come from
+   * the update's own forward (Trainer.oldLogprobsFromUpdate): then `keepOld` receives them, [n, R], kept.
+   */
+  oldLogprobs?: tf.Tensor2D;
+  keepOld?: (old: tf.Tensor2D) => void;
   advantages: tf.Tensor2D;
   /** PPO only (the value loss). */
   returns?: tf.Tensor2D;
@@ -102,6 +107,19 @@ interface Minibatch {
   refLogprobs?: tf.Tensor2D;
   /** The whole minibatch's counts when these tensors are one of its micro-batches (losses.ts Denominators). */
   denominators?: Denominators;
+}
+
+/**
+ * `f()` cut off from autodiff: run as the forward of a custom gradient whose only input is a constant, so tfjs
+ * records none of its ops on the tape (a custom gradient's forward runs at kernel depth 1, tape off) and no
+ * gradient flows into it or through it — a stop-gradient without a backward of its own.
+ */
+function detached<T extends tf.Tensor>(f: () => T): T {
+  const op = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+    const x = args[0] as tf.Tensor;
+    return { value: tf.tidy(f), gradFunc: () => tf.zerosLike(x) };
+  });
+  return tf.tidy(() => (op as (x: tf.Tensor) => T)(tf.scalar(0)));
 }
 
 /** `rows` cut into consecutive slices of at most `size` (the micro-batches of a minibatch, or of the batch). */
@@ -238,6 +256,12 @@ export class PpoTrainer {
   rewardMean: number | null;
   /** The 'reward-uncentred' alert was raised already. */
   private saidUncentred = false;
+  /**
+   * On a GRPO step with `ppoEpochs` 1 and one minibatch, take the old log-probs from the update's own forward
+   * (scoring's computation on its hidden states, detached) instead of a policy forward in scoring: the same numbers,
+   * one trunk forward less a step (issue #24). false: the separate forward, as every other step does (tests).
+   */
+  oldLogprobsFromUpdate = true;
 
   /**
    * `config`: the session's config source, or a plain config for a trainer used on its own (tests, benchmarks),
@@ -531,6 +555,19 @@ export class PpoTrainer {
     const [n, R] = mb.mask.shape;
     const policy = this.models.policy;
     const hidden = this.responseHidden(policy, mb.ids, mb.attn, Tq, R, plan.recompute);
+    // On a step whose old log-probs come from this forward: scoring's computation (the whole logits, then
+    // logprobsFromLogits) on these same hidden states, detached — the numbers scoring's own policy forward gives.
+    let oldLogprobs = mb.oldLogprobs;
+    if (!oldLogprobs) {
+      oldLogprobs = detached(
+        () =>
+          tf.reshape(logprobsFromLogits(policy.lmHead(hidden), mb.tokens, cfg.temperature), [
+            n,
+            R,
+          ]) as tf.Tensor2D,
+      );
+      mb.keepOld?.(tf.keep(tf.clone(oldLogprobs)));
+    }
     const denom = mb.denominators;
     const flatMask = tf.reshape(mb.mask, [-1]);
     let lpFlat: tf.Tensor1D;
@@ -556,7 +593,7 @@ export class PpoTrainer {
     const lp = tf.reshape(lpFlat, [n, R]);
     // The surrogate's per-token losses aggregated by lossAggregation; GRPO adds klCoef·k3 per token (its KL
     // term), aggregated the same way.
-    const pl = policyLoss(lp, mb.oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, cfg.logRatioClamp, {
+    const pl = policyLoss(lp, oldLogprobs, mb.advantages, mb.mask, cfg.clipRange, cfg.logRatioClamp, {
       aggregation: cfg.lossAggregation,
       responseLength: R,
       denominators: denom,
@@ -565,7 +602,7 @@ export class PpoTrainer {
     });
     const clip = clipFractions(
       lp,
-      mb.oldLogprobs,
+      oldLogprobs,
       mb.advantages,
       mb.mask,
       cfg.clipRange,
@@ -665,7 +702,11 @@ export class PpoTrainer {
     // 3. Forward policy, reference and (PPO only) value model over query+response, in minibatch-sized chunks;
     //    one readback each.
     this.phase('scoring');
-    const bLogprobs: number[][] = [];
+    // A GRPO step with one epoch of one minibatch updates on-policy: the old log-probs are the policy's own at the
+    // update's forward, so they are taken from it (detached, scoring's computation on the same hidden states,
+    // oldLogprobsFromUpdate) and scoring runs only the reference, as TRL does with num_iterations 1.
+    const oldFromUpdate = this.oldLogprobsFromUpdate && algo === 'grpo' && cfg.ppoEpochs === 1 && mbSize >= B;
+    const bLogprobs: number[][] = new Array<number[]>(B);
     const bRefLogprobs: number[][] = [];
     const bValues: number[][] | null = value ? [] : null;
     const bRmScores: number[] = [];
@@ -680,11 +721,9 @@ export class PpoTrainer {
           rows.flatMap((i) => bResponses[i]),
           'int32',
         );
-        const lp = logprobsFromLogits(
-          this.responseLogits(policy, ids, attn, inp.Tq, R),
-          tokens,
-          cfg.temperature,
-        );
+        const lp = oldFromUpdate
+          ? tf.zeros([0])
+          : logprobsFromLogits(this.responseLogits(policy, ids, attn, inp.Tq, R), tokens, cfg.temperature);
         const rlp = logprobsFromLogits(
           this.responseLogits(ref, ids, attn, inp.Tq, R),
           tokens,
@@ -697,15 +736,17 @@ export class PpoTrainer {
       });
       const data = await outs.data();
       outs.dispose();
-      // Layout of `data`: [policy logprobs n·R | reference logprobs n·R | values n·R (PPO) | reward-model scores n].
+      // Layout of `data`: [policy logprobs n·R (none when oldFromUpdate) | reference logprobs n·R | values n·R
+      // (PPO) | reward-model scores n].
       const nR = inp.n * R;
+      const pR = oldFromUpdate ? 0 : nR;
       const vR = value ? nR : 0;
       const part = (k: number, from: number) => Array.from(data.subarray(from + k * R, from + (k + 1) * R));
-      rows.forEach((_, k) => {
-        bLogprobs.push(part(k, 0));
-        bRefLogprobs.push(part(k, nR));
-        bValues?.push(part(k, 2 * nR));
-        bRmScores.push(data[2 * nR + vR + k]);
+      rows.forEach((i, k) => {
+        if (!oldFromUpdate) bLogprobs[i] = part(k, 0);
+        bRefLogprobs.push(part(k, pR));
+        bValues?.push(part(k, pR + nR));
+        bRmScores.push(data[pR + nR + vR + k]);
       });
     }
 
@@ -729,8 +770,19 @@ export class PpoTrainer {
     const penalised = scores.map((x, k) => (stop !== null && !stopped[k] ? x - cfg.missingEosPenalty : x));
 
     // 5–6. Rewards and advantages (docs/formats.md §4 and §7). `rawAdv` is before any whitening (its metrics).
-    const adv = this.advantages(cfg, penalised, bLogprobs, bRefLogprobs, bMask, bValues, klCoef, G);
-    const { rewards: bRewards, advantages: bAdvantages, returns: bReturns, ptr } = adv;
+    // With oldFromUpdate (GRPO) the advantages are the group-centred scores, which need no log-probs: the
+    // reference's stand in for them here, and the rewards and KL statistics are made again after the update.
+    let adv = this.advantages(
+      cfg,
+      penalised,
+      oldFromUpdate ? bRefLogprobs : bLogprobs,
+      bRefLogprobs,
+      bMask,
+      bValues,
+      klCoef,
+      G,
+    );
+    const { advantages: bAdvantages, returns: bReturns } = adv;
     const tScore = now();
 
     // 7. Epochs over shuffled minibatches: one joint loss pg − entropyCoef·entropy (+ klCoef·k3 for GRPO)
@@ -740,6 +792,8 @@ export class PpoTrainer {
     this.phase('updating');
     const grpoKl = algo === 'grpo' && klCoef > 0;
     const minibatches: MinibatchStats[] = [];
+    // oldFromUpdate: each micro-batch's old log-probs as the update's forward made them, by its rows.
+    const keptOld: { rows: number[]; old: tf.Tensor2D }[] = [];
     let epochsRun = 0;
     let skippedUpdates = 0;
     for (let epoch = 0; epoch < cfg.ppoEpochs; epoch++) {
@@ -771,7 +825,9 @@ export class PpoTrainer {
               'int32',
             ),
             mask: pick(bMask),
-            oldLogprobs: pick(bLogprobs),
+            ...(oldFromUpdate
+              ? { keepOld: (old: tf.Tensor2D) => keptOld.push({ rows: mRows, old }) }
+              : { oldLogprobs: pick(bLogprobs) }),
             advantages: pick(bAdvantages),
             denominators: slices.length > 1 ? denominators : undefined,
           };
@@ -812,6 +868,19 @@ export class PpoTrainer {
       }
       if (cfg.earlyStopKl && epochMaxApproxKl > cfg.earlyStopApproxKl) break;
     }
+    if (oldFromUpdate) {
+      for (const { rows, old } of keptOld) {
+        const data = await old.data();
+        old.dispose();
+        rows.forEach((i, k) => (bLogprobs[i] = Array.from(data.subarray(k * R, (k + 1) * R))));
+      }
+      if (keptOld.reduce((n, k) => n + k.rows.length, 0) !== B)
+        throw new Error(
+          `trainStep: the update's forward gave old log-probs for ${keptOld.length} slices, not all ${B} samples`,
+        );
+      adv = this.advantages(cfg, penalised, bLogprobs, bRefLogprobs, bMask, bValues, klCoef, G);
+    }
+    const { rewards: bRewards, ptr } = adv;
     const tUpd = now();
 
     // 8. KL controller (adaptive: Ziegler et al.), with the batch's mean summed k1.
