@@ -3,8 +3,18 @@
  * which name, and null with a note where it was not measured) and torchProbeFromRun (the PyTorch probe's outcome
  * from its process result). No GPU, no Python needed.
  */
-import { describe, it, expect } from 'vitest';
-import { gpuBenchKeys, torchProbeFromRun, TORCH_PROBE_CODE, type TorchProbe } from '../src/bench/webgpu-gpu';
+import { describe, it, expect, beforeAll } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import {
+  decodeTiming,
+  gpuBenchKeys,
+  torchProbeFromRun,
+  TORCH_PROBE_CODE,
+  type TorchProbe,
+} from '../src/bench/webgpu-gpu';
+import { useCpu } from './helpers/backend';
+import { GPT2 } from '../src/core/model/gpt2';
+import { parseGPT2Config } from '../src/core/model/config';
 
 const decode = { perLayer: 7, fixed: 4 };
 const noTorch: TorchProbe = { ok: false, reason: 'no Python at "python3"' };
@@ -101,5 +111,42 @@ describe('torchProbeFromRun', () => {
   it("the probe's code asks torch for its version, CUDA and the device", () => {
     expect(TORCH_PROBE_CODE).toContain('torch.cuda.is_available()');
     expect(TORCH_PROBE_CODE).toContain('torch.cuda.get_device_name(0)');
+  });
+});
+
+describe('decodeTiming (CPU backend, a tiny GPT-2)', () => {
+  beforeAll(useCpu);
+
+  it('times greedy and sampled generation at batch 16 (positive, finite), reads temperature 0 as 1, leaves no tensor', async () => {
+    const m = GPT2.random(
+      parseGPT2Config({
+        vocab_size: 258,
+        n_positions: 40,
+        n_embd: 16,
+        n_layer: 1,
+        n_head: 2,
+        tokenizer: 'bytes',
+        bos_token_id: 256,
+        eos_token_id: 256,
+        pad_token_id: 257,
+      }),
+      3,
+    );
+    const before = tf.memory().numTensors;
+    const t = await decodeTiming(m, {
+      batch: 16,
+      tokens: 12,
+      padId: 257,
+      sampling: { temperature: 0, topK: 5, topP: 0.9 },
+    });
+    expect(tf.memory().numTensors).toBe(before);
+    m.dispose();
+    expect(t.batch).toBe(16);
+    expect(t.tokens).toBe(12);
+    expect(t.sampling).toEqual({ temperature: 1, topK: 5, topP: 0.9 });
+    for (const ms of [t.greedyMsPerToken, t.sampledMsPerToken]) {
+      expect(Number.isFinite(ms)).toBe(true);
+      expect(ms as number).toBeGreaterThan(0);
+    }
   });
 });
