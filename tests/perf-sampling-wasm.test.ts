@@ -5,13 +5,23 @@
  * stay the same: the float32 cumsum equals tf.cumsum's on both backends, and the tokens and log-probs of both
  * walks agree on random logits (temperature, top-k, top-p), at uniforms 0 and just below 1, at targets that land
  * exactly on a CDF value, on a leading zero-probability token and on a NaN row; `auto` takes the host walk on
- * these backends (no LessEqual or Tile kernel runs) and is several times faster at GPT-2's [8, 50257].
+ * these backends (no LessEqual or Tile kernel runs) and is several times faster at GPT-2's [8, 50257]. Top-k /
+ * top-p's comparisons against a [B, 1] threshold (lessThanColumn: (x − t) < 0 there) give tf.less's answer for
+ * every kind of float32, and filterLogits the old formulation's logits, bit for bit.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
-import { cumsumFloat32, inverseCdfTokens, pickTokens, type CdfWalk } from '../src/core/model/sampling';
+import {
+  cumsumFloat32,
+  filterLogits,
+  inverseCdfTokens,
+  lessThanColumn,
+  pickTokens,
+  type CdfWalk,
+} from '../src/core/model/sampling';
+import { gatherRows } from '../src/core/model/gather';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
 import { Rng } from '../src/core/rng';
 
@@ -127,6 +137,85 @@ for (const backend of ['cpu', 'wasm'] as const) {
       ]);
       expect((await bothWalks(nanRow, [0.3, 0.99]))[0]).toBe(0);
       tf.dispose([hand, lead, nanRow]);
+    });
+
+    it('lessThanColumn is tf.less against a [B, 1] column for every kind of float32: ties, ±0, subnormals, ±∞, NaN, extremes', async () => {
+      const vals = [
+        0,
+        -0,
+        1,
+        -1,
+        1.5,
+        2 ** -149,
+        -(2 ** -149),
+        2 ** -126,
+        3 * 2 ** -149,
+        3.4e38,
+        -3.4e38,
+        Infinity,
+        -Infinity,
+        NaN,
+        0.1,
+        Math.fround(0.1) + 2 ** -27,
+        1e-30,
+        7,
+      ];
+      const V = vals.length;
+      const x = tf.tensor2d(
+        vals.flatMap(() => vals),
+        [V, V],
+      ); // every value against every column value
+      const col = tf.tensor2d(vals, [V, 1]);
+      const got = lessThanColumn(x, col);
+      const want = tf.less(x, col);
+      expect(Array.from(await got.data())).toEqual(Array.from(await want.data()));
+      tf.dispose([x, col, got, want]);
+    });
+
+    it('filterLogits (top-k, top-p, both) is what the tf.less formulation gives, bit for bit', async () => {
+      const FILTERED = -1e30;
+      const oldFilter = (scaled: tf.Tensor2D, topK: number, topP: number): tf.Tensor2D =>
+        tf.tidy(() => {
+          const V = scaled.shape[1];
+          let out = scaled;
+          if (topK > 0 && topK < V) {
+            const kth = tf.slice(tf.topk(out, topK).values, [0, topK - 1], [-1, 1]);
+            out = tf.where(tf.less(out, kth), tf.fill(out.shape, FILTERED), out) as tf.Tensor2D;
+          }
+          if (topP < 1) {
+            const sorted = tf.topk(out, V).values;
+            const probs = tf.softmax(sorted, -1);
+            const before = tf.sub(tf.cumsum(probs, 1), probs);
+            const keep = tf.sum(tf.cast(tf.less(before, topP), 'int32'), 1);
+            const thr = tf.reshape(
+              gatherRows(sorted, tf.sub(keep, tf.scalar(1, 'int32')) as tf.Tensor1D),
+              [-1, 1],
+            );
+            out = tf.where(tf.less(out, thr), tf.fill(out.shape, FILTERED), out) as tf.Tensor2D;
+          }
+          return out;
+        });
+      const B = 32;
+      const V = 200;
+      const rng = new Rng(21);
+      // Logits on a coarse grid, so rows hold ties at the k-th value and at the top-p threshold.
+      const logits = tf.tensor2d(
+        Float32Array.from({ length: B * V }, () => Math.round(8 * (rng.next() - 0.5) * 4) / 4),
+        [B, V],
+      );
+      for (const [k, p] of [
+        [10, 1],
+        [1, 1],
+        [0, 0.9],
+        [0, 0.3],
+        [25, 0.8],
+      ]) {
+        const got = filterLogits(logits, k, p);
+        const want = oldFilter(logits, k, p);
+        expect(bits((await got.data()) as Float32Array)).toEqual(bits((await want.data()) as Float32Array));
+        tf.dispose([got, want]);
+      }
+      tf.dispose(logits);
     });
 
     it('inverseCdfTokens by hand: below, the cap at the last positive probability, NaN', () => {

@@ -74,13 +74,26 @@ export function leftPad(
   return { ids, mask, Tp };
 }
 
+/**
+ * x < col for x [B, V] and a column col [B, 1], as tf.less gives it. On WASM and CPU as (x − col) < 0: the same
+ * answer for every pair of float32 values (the difference of two floats rounds to a value of the exact difference's
+ * sign and is 0 only when they are equal — subnormals are kept; ±∞ and NaN give what the comparison gives), where
+ * tfjs-backend-wasm 4.22 runs a broadcasting Less at ≈ 65 ns an element and a broadcasting Sub at a few (issue
+ * #24). Elsewhere (WebGPU may flush subnormals) the comparison itself.
+ */
+export function lessThanColumn(x: tf.Tensor2D, col: tf.Tensor2D): tf.Tensor2D {
+  const backend = tf.getBackend();
+  if (backend !== 'wasm' && backend !== 'cpu') return tf.less(x, col) as tf.Tensor2D;
+  return tf.tidy(() => tf.less(tf.sub(x, col), 0) as tf.Tensor2D);
+}
+
 /** Apply top-k then top-p to temperature-scaled logits [B, V] (HF's order). */
 export function filterLogits(scaled: tf.Tensor2D, topK: number, topP: number): tf.Tensor2D {
   const V = scaled.shape[1];
   let out = scaled;
   if (topK > 0 && topK < V) {
     const kth = tf.slice(tf.topk(out, topK).values, [0, topK - 1], [-1, 1]);
-    out = tf.where(tf.less(out, kth), tf.fill(out.shape, FILTERED), out) as tf.Tensor2D;
+    out = tf.where(lessThanColumn(out, kth as tf.Tensor2D), tf.fill(out.shape, FILTERED), out) as tf.Tensor2D;
   }
   if (topP < 1) {
     const sorted = tf.topk(out, V).values; // descending
@@ -88,7 +101,7 @@ export function filterLogits(scaled: tf.Tensor2D, topK: number, topP: number): t
     const before = tf.sub(tf.cumsum(probs, 1), probs); // mass strictly above each entry
     const keep = tf.sum(tf.cast(tf.less(before, topP), 'int32'), 1); // ≥ 1
     const thr = tf.reshape(gatherRows(sorted, tf.sub(keep, tf.scalar(1, 'int32')) as tf.Tensor1D), [-1, 1]); // [B, 1]
-    out = tf.where(tf.less(out, thr), tf.fill(out.shape, FILTERED), out) as tf.Tensor2D;
+    out = tf.where(lessThanColumn(out, thr as tf.Tensor2D), tf.fill(out.shape, FILTERED), out) as tf.Tensor2D;
   }
   return out;
 }
