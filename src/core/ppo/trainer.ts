@@ -4,7 +4,9 @@
  *   3 forward policy/reference(/value) over query+response → 4 score → 5–6 advantages: PPO's per-token
  *   KL-penalised rewards, whitening and GAE, or a critic-free algorithm's (GRPO, RLOO, REINFORCE++: advantages.ts)
  *   → 7 epochs over shuffled minibatches (clipped surrogate, one joint loss, one gradient clip) → 8 KL controller
- *   → 9 metrics. Critic-free runs have no value model, no value optimiser and no value forward.
+ *   → 9 metrics. Critic-free runs have no value model, no value optimiser and no value forward. A GRPO step with one
+ *   epoch of one minibatch takes the policy's old log-probs in 7 from the update's own forward instead of in 3
+ *   (oldLogprobsFromUpdate: the same numbers, one forward less).
  * `b*` names are whole-batch arrays, `mb*` names minibatch tensors (CleanRL style).
  */
 import * as tf from '@tensorflow/tfjs-core';
