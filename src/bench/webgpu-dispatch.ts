@@ -8,6 +8,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { parseGPT2Config } from '../core/model/config';
 import { GPT2 } from '../core/model/gpt2';
+import { LoraAdapters } from '../core/model/lora';
 import { Llama } from '../core/model/llama';
 import { parseLlamaConfig } from '../core/model/llama-config';
 import type { CausalLM } from '../core/model/lm';
@@ -188,10 +189,11 @@ function decodeOnce(m: CausalLM, x: DecodeInputs): tf.Tensor[] {
 /**
  * Dispatches per layer of the project's GPT-2 KV-cache decode step (model/gpt2.ts decodeStep, as generate drives
  * it; width 64, 2 heads, batch 2, 16 cache slots, bytes vocabulary): (n_layer 8 − n_layer 2) / 6. With the fused
- * kernels on unless the caller switched them off. Needs the webgpu backend current.
+ * kernels on unless the caller switched them off; with `lora`, a LoRA view of that rank on all four Conv1Ds (PPO's
+ * policy under LoRA). Needs the webgpu backend current.
  */
 export async function gpt2DecodeDispatches(
-  opts: { width?: number; heads?: number; batch?: number; slots?: number } = {},
+  opts: { width?: number; heads?: number; batch?: number; slots?: number; lora?: number } = {},
 ): Promise<DecodeDispatches> {
   if (tf.getBackend() !== 'webgpu')
     throw new Error(`gpt2DecodeDispatches needs the webgpu backend, not ${tf.getBackend()}.`);
@@ -216,7 +218,19 @@ export async function gpt2DecodeDispatches(
           eos_token_id: 256,
           pad_token_id: 257,
         });
-        return GPT2.random(config, 3);
+        const base = GPT2.random(config, 3);
+        if (!opts.lora) return base;
+        // A LoRA view on all four Conv1Ds (the config default), B non-zero so the low-rank term is not 0.
+        const adapters = LoraAdapters.create(config, { lora: opts.lora }, 5);
+        for (const m of adapters.modules.values())
+          m.b.assign(tf.tidy(() => tf.randomNormal(m.b.shape, 0, 0.02, 'float32', 9)));
+        const view = base.withLora(adapters);
+        return Object.assign(view, {
+          dispose: () => {
+            adapters.dispose();
+            base.dispose();
+          },
+        });
       },
       (m) => decodeOnce(m, inputs!),
     );

@@ -29,6 +29,12 @@
  *   `PerfLinearColSum` db = Σ_rows dz (32 columns × 8 row lanes per workgroup, then a workgroup sum);
  *   dresidual = dy and dL = s·dz (no dispatch for the first, one multiply for the second).
  *   So 1 dispatch forward; backward 3 (plain, residual) or 4 (gelu_new).
+ * - the KV-cache decode step (forward only, no gradient; GPT2.decodeStep): `linearDecodeWebGpu` runs the layer norm
+ *   before c_attn / c_fc in the matmul's prologue (`ln`: each workgroup computes its rows' mean and 1/√(σ² + ε) in
+ *   PerfLayerNormFwd's order, then reads A normalised: bit-identical to the two dispatches) and a LoRA pair's
+ *   up-projection in the epilogue (`loraR`: Σ_j Down[row, j]·LoraB[c, j], Down = LN(x)·Aᵀ from one `PerfLinearMatMul`
+ *   with the same prologue): GPT-2's decode layer 9 → 7 dispatches, 17 → 11 under LoRA on all four Conv1Ds
+ *   (tests/decode-dispatches.test.ts).
  * Why recompute pre instead of saving it: a tfjs WebGPU program has exactly one output binding (inputs are
  * bound read-only, and tfjs-webgpu has no zero-copy slice), so the forward cannot also write pre. Saving it
  * would take a second forward dispatch (pre, then gelu as its own kernel): the same total dispatches for a
@@ -89,6 +95,11 @@ interface MatMulOptions {
    * those of its PerfLayerNormFwd.
    */
   ln?: boolean;
+  /**
+   * LoRA's up-projection in the epilogue (forward only, instead of Extra): with Down = (x·Aᵀ) [M, r] and LoraB
+   * [N, r] as inputs, the term added before the activation is addScale·Σ_j Down[row, j]·LoraB[c, j] (r = loraR).
+   */
+  loraR?: number;
 }
 
 const f32 = (v: number): string => {
@@ -112,7 +123,11 @@ const GELU_WGSL = `
  * and writes result[o]: the plain product (mm), dz = dy·gelu'(pre) (dz), or act(pre) (+ residual) (fwd).
  */
 function epilogueCode(o: MatMulOptions): string {
-  const extra = o.hasExtra ? ' + uniforms.addScale * Extra[o]' : '';
+  const extra = o.hasExtra
+    ? ' + uniforms.addScale * Extra[o]'
+    : o.loraR
+      ? ' + uniforms.addScale * loraUp(r, c)'
+      : '';
   if (o.mode === 'mm') return 'result[o] = acc;';
   if (o.mode === 'dz') return `result[o] = DY[o] * geluNewGrad(acc + Bias[c]${extra});`;
   const pre = `acc + Bias[c]${extra}`;
@@ -120,22 +135,37 @@ function epilogueCode(o: MatMulOptions): string {
   return `result[o] = ${o.hasRes ? `Res[o] + ${act}` : act};`;
 }
 
-/** The inputs a program binds, in order: A, B, then for fwd/dz Bias, [Extra], then DY (dz) or [Res] (fwd). */
+/**
+ * The inputs a program binds, in order: A, B, [LnG, LnB], then for fwd/dz Bias, [Extra] or [Down, LoraB], then DY
+ * (dz) or [Res] (fwd).
+ */
 function variableNamesOf(o: MatMulOptions): string[] {
   return o.mode === 'mm'
-    ? ['A', 'B']
+    ? ['A', 'B', ...(o.ln ? ['LnG', 'LnB'] : [])]
     : [
         'A',
         'B',
         'Bias',
         ...(o.ln ? ['LnG', 'LnB'] : []),
         ...(o.hasExtra ? ['Extra'] : []),
+        ...(o.loraR ? ['Down', 'LoraB'] : []),
         ...(o.mode === 'dz' ? ['DY'] : o.hasRes ? ['Res'] : []),
       ];
 }
 
 const optionsKey = (o: MatMulOptions): string =>
-  `${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}${o.ln ? '_ln' : ''}`;
+  `${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}${o.ln ? '_ln' : ''}${o.loraR ? `_lora${o.loraR}` : ''}`;
+
+/** WGSL of the epilogue's LoRA up-projection: Σ_j Down[r, j]·LoraB[c, j] over the rank (when loraR is set). */
+function loraUpDecl(o: MatMulOptions): string {
+  if (!o.loraR) return '';
+  return `
+      fn loraUp(r : i32, c : i32) -> f32 {
+        var s = 0.0;
+        for (var j = 0; j < ${o.loraR}; j = j + 1) { s = s + Down[r * ${o.loraR} + j] * LoraB[c * ${o.loraR} + j]; }
+        return s;
+      }`;
+}
 
 /** Lanes per row of the layer-norm prologue's reductions (kernels/webgpu-layernorm.ts's workgroup size). */
 const LN_LANES = 64;
@@ -275,6 +305,7 @@ class LinearMatMulProgram {
       var<workgroup> Bs : array<f32, ${TN * TK}>;
       ${GELU_WGSL}
       ${this.o.ln ? lnPrologueDecl(TM) : ''}
+      ${loraUpDecl(this.o)}
 
       fn main(index : i32) {
         let M = uniforms.dimM;
@@ -480,6 +511,7 @@ class FewRowsMatMulProgram {
       var<workgroup> part2 : array<f32, ${FR_THREADS}>;
       ${GELU_WGSL}
       ${this.o.ln ? lnPrologueDecl(RB) : ''}
+      ${loraUpDecl(this.o)}
 
       fn main(index : i32) {
         let M = uniforms.dimM;
@@ -604,8 +636,12 @@ const dims = (M: number, N: number, K: number, scale = 0, eps = 0) => [
 /** The forward and the recomputing dz kernel: x [M, K], w [K, N], bias [N], extra? [M, N], then res or dy. */
 function epilogueKernel(mode: 'fwd' | 'dz'): KernelFn {
   return ({ inputs, backend, attrs }) => {
-    const { x, w, bias, lnG, lnB, extra, res, dy } = inputs as Record<string, tf.TensorInfo | undefined>;
+    const { x, w, bias, lnG, lnB, extra, down, loraB, res, dy } = inputs as Record<
+      string,
+      tf.TensorInfo | undefined
+    >;
     const ln = mode === 'fwd' && !!lnG;
+    const loraR = mode === 'fwd' && down ? down.shape[1] : 0;
     const [M, K] = x!.shape;
     const N = w!.shape[1];
     const program = matMulProgram(
@@ -617,6 +653,7 @@ function epilogueKernel(mode: 'fwd' | 'dz'): KernelFn {
         hasExtra: !!extra,
         hasRes: mode === 'fwd' && !!res,
         ln,
+        loraR,
       },
       M,
       N,
@@ -627,6 +664,7 @@ function epilogueKernel(mode: 'fwd' | 'dz'): KernelFn {
       bias!,
       ...(ln ? [lnG!, lnB!] : []),
       ...(extra ? [extra] : []),
+      ...(loraR ? [down!, loraB!] : []),
       ...(mode === 'dz' ? [dy!] : res ? [res] : []),
     ];
     const scale = (attrs?.scale as number | undefined) ?? 0;
@@ -644,17 +682,21 @@ const KERNELS: Record<string, KernelFn> = {
   [LIN_FWD]: epilogueKernel('fwd'),
   [LIN_DZ]: epilogueKernel('dz'),
   [LIN_MM]: ({ inputs, backend, attrs }) => {
-    const { a, b } = inputs as Record<'a' | 'b', tf.TensorInfo>;
+    const { a, b, lnG, lnB } = inputs as Record<string, tf.TensorInfo | undefined>;
     const transA = !!attrs?.transA;
     const transB = !!attrs?.transB;
-    const [M, K] = transA ? [a.shape[1], a.shape[0]] : a.shape;
-    const N = transB ? b.shape[0] : b.shape[1];
+    // The layer-norm prologue (forward-only decode: LoRA's down-projection of the normalised rows).
+    const ln = !!lnG && !transA;
+    const [M, K] = transA ? [a!.shape[1], a!.shape[0]] : a!.shape;
+    const N = transB ? b!.shape[0] : b!.shape[1];
     const program = matMulProgram(
-      { mode: 'mm', transA, transB, gelu: false, hasExtra: false, hasRes: false },
+      { mode: 'mm', transA, transB, gelu: false, hasExtra: false, hasRes: false, ln },
       M,
       N,
     );
-    return (backend as WebGpuBackendLike).runWebGPUProgram(program, [a, b], 'float32', dims(M, N, K));
+    const ins = [a!, b!, ...(ln ? [lnG!, lnB!] : [])];
+    const eps = ln ? (attrs!.eps as number) : 0;
+    return (backend as WebGpuBackendLike).runWebGPUProgram(program, ins, 'float32', dims(M, N, K, 0, eps));
   },
   [LIN_COLSUM]: ({ inputs, backend }) => {
     const { x } = inputs as Record<'x', tf.TensorInfo>;
@@ -797,10 +839,52 @@ export function setWebGpuLinearNormPrologue(on: boolean): boolean {
   return was;
 }
 
+/** A LoRA pair as the decode kernels take it: A [r, in], B [out, r], the term scaled by `scaling`. */
+export interface DecodeLowRank {
+  a: tf.Tensor2D;
+  b: tf.Tensor2D;
+  scaling: number;
+}
+
+/** The decode step's forward-only Conv1D: a layer norm of x in the prologue, a LoRA pair, the epilogue. */
+export interface LinearDecodeOptions {
+  ln?: { g: tf.Tensor1D; b: tf.Tensor1D; eps: number } | null;
+  lora?: DecodeLowRank | null;
+  gelu?: boolean;
+  residual?: tf.Tensor2D | null;
+}
+
 /**
- * Whether linearLayerNormWebGpu applies: what webGpuLinearApplies asks, with the layer norm's g and b [in]
- * float32, and the prologue's workgroup sizes within WebGPU's limits (the tiles' 64 rows or the few-rows blocks).
+ * Whether linearDecodeWebGpu applies: what webGpuLinearApplies asks, the layer norm's g and b [in] and the LoRA
+ * pair's A [r, in] and B [out, r] float32 (r ≤ 64), and at most 7 inputs (WebGPU's default 8 storage buffers per
+ * stage, the output included: a layer norm, a LoRA pair and a residual together are refused).
  */
+export function webGpuLinearDecodeApplies(
+  x: tf.Tensor,
+  w: tf.Tensor,
+  bias: tf.Tensor,
+  o: {
+    ln?: { g: tf.Tensor; b: tf.Tensor } | null;
+    lora?: { a: tf.Tensor; b: tf.Tensor } | null;
+    residual?: tf.Tensor | null;
+  },
+): boolean {
+  if (!normPrologue || !webGpuLinearApplies(x, w, bias, o.residual)) return false;
+  const K = x.shape[1];
+  const N = w.shape[1];
+  if (o.ln && ![o.ln.g, o.ln.b].every((t) => t.rank === 1 && t.shape[0] === K && t.dtype === 'float32'))
+    return false;
+  if (o.lora) {
+    const { a, b } = o.lora;
+    const r = a.shape[0];
+    if (a.rank !== 2 || b.rank !== 2 || a.shape[1] !== K || b.shape[0] !== N || b.shape[1] !== r)
+      return false;
+    if (a.dtype !== 'float32' || b.dtype !== 'float32' || r < 1 || r > 64) return false;
+  }
+  return 3 + (o.ln ? 2 : 0) + (o.lora ? 2 : 0) + (o.residual ? 1 : 0) <= 7;
+}
+
+/** webGpuLinearDecodeApplies with a layer norm and no LoRA pair. */
 export function webGpuLinearLayerNormApplies(
   x: tf.Tensor,
   g: tf.Tensor,
@@ -809,17 +893,43 @@ export function webGpuLinearLayerNormApplies(
   bias: tf.Tensor,
   residual?: tf.Tensor | null,
 ): boolean {
-  if (!normPrologue || !webGpuLinearApplies(x, w, bias, residual)) return false;
-  const K = x.shape[1];
-  return [g, b].every((t) => t.rank === 1 && t.shape[0] === K && t.dtype === 'float32');
+  return webGpuLinearDecodeApplies(x, w, bias, { ln: { g, b }, residual });
 }
 
 /**
- * act(LayerNorm(x)·W + b) + residual in ONE dispatch, forward only (no gradient: the KV-cache decode step, which
- * runs without autodiff; GPT2.decodeStep): the matmul's prologue normalises the rows of x with g, b and eps as
- * PerfLayerNormFwd does (the same arithmetic order), so the result is the same as layerNormWebGpu then
- * linearWebGpu, one dispatch fewer. Check webGpuLinearLayerNormApplies first.
+ * act(LN(x)·W + b + s·(LN(x)·Aᵀ)·Bᵀ) + residual, forward only (no gradient: the KV-cache decode step, which runs
+ * without autodiff; GPT2.decodeStep), LN optional (then x itself), the LoRA pair optional: 1 dispatch without a
+ * pair, 2 with one (the down-projection LN(x)·Aᵀ [N, r], itself with the layer norm in its prologue; the
+ * up-projection is summed over r in the main matmul's epilogue, not a matmul of its own). The prologue normalises
+ * the rows as PerfLayerNormFwd does (the same arithmetic order), so without a pair the result is the same as
+ * layerNormWebGpu then linearWebGpu. Check webGpuLinearDecodeApplies first.
  */
+export function linearDecodeWebGpu(
+  x: tf.Tensor2D,
+  w: tf.Tensor2D,
+  bias: tf.Tensor1D,
+  o: LinearDecodeOptions = {},
+): tf.Tensor2D {
+  registerWebGpuLinear();
+  const e = tf.engine();
+  const ln = o.ln ?? null;
+  const lnIn: tf.NamedTensorMap = ln ? { lnG: ln.g, lnB: ln.b } : {};
+  const eps = ln?.eps ?? 0;
+  const res = o.residual ?? null;
+  const lora = o.lora ?? null;
+  return tf.tidy(() => {
+    const down = lora
+      ? (e.runKernel(LIN_MM, { a: x, b: lora.a, ...lnIn }, { transA: false, transB: true, eps }) as tf.Tensor)
+      : null;
+    return e.runKernel(
+      LIN_FWD,
+      { x, w, bias, ...lnIn, ...(down ? { down, loraB: lora!.b } : {}), ...(res ? { res } : {}) },
+      { gelu: !!o.gelu, scale: lora?.scaling ?? 0, eps },
+    ) as tf.Tensor2D;
+  });
+}
+
+/** linearDecodeWebGpu with a layer norm and no LoRA pair: one dispatch. */
 export function linearLayerNormWebGpu(
   x: tf.Tensor2D,
   ln: { g: tf.Tensor1D; b: tf.Tensor1D; eps: number },
@@ -827,13 +937,5 @@ export function linearLayerNormWebGpu(
   bias: tf.Tensor1D,
   opts: { gelu?: boolean; residual?: tf.Tensor2D | null } = {},
 ): tf.Tensor2D {
-  registerWebGpuLinear();
-  const res = opts.residual ?? null;
-  return tf
-    .engine()
-    .runKernel(
-      LIN_FWD,
-      { x, w, bias, lnG: ln.g, lnB: ln.b, ...(res ? { res } : {}) },
-      { gelu: !!opts.gelu, scale: 0, eps: ln.eps },
-    ) as tf.Tensor2D;
+  return linearDecodeWebGpu(x, w, bias, { ln, gelu: opts.gelu, residual: opts.residual });
 }

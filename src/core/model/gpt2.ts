@@ -18,7 +18,7 @@ import { UserError } from '../errors';
 import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './ops';
 import { causalPaddingBias, causalSelfAttention, decodeAttention, keyPaddingBias } from './attention';
 import { LoraAdapters, loraModuleShape } from './lora';
-import { linearLayerNormWebGpu, webGpuLinearLayerNormApplies } from '../kernels/webgpu-linear';
+import { linearDecodeWebGpu, webGpuLinearDecodeApplies } from '../kernels/webgpu-linear';
 import type { LayerKV } from '../kernels/definitions';
 import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
@@ -335,46 +335,48 @@ export class GPT2 implements CausalLM {
     x: tf.Tensor2D,
     i: number,
     attention: (qkv: tf.Tensor2D) => tf.Tensor2D,
-    fuseNorm = false,
+    decode = false,
   ): tf.Tensor2D {
-    const qkv = this.normLinear(x, i, 'ln_1', 'attn.c_attn', {}, fuseNorm);
+    const qkv = this.normLinear(x, i, 'ln_1', 'attn.c_attn', {}, decode);
     const y = attention(qkv); // [N, 3C] → [N, C]
-    const x1 = this.linear(y, i, 'attn.c_proj', { residual: x });
-    const a = this.normLinear(x1, i, 'ln_2', 'mlp.c_fc', { activation: 'gelu_new' }, fuseNorm);
-    return this.linear(a, i, 'mlp.c_proj', { residual: x1 });
+    const x1 = this.normLinear(y, i, null, 'attn.c_proj', { residual: x }, decode);
+    const a = this.normLinear(x1, i, 'ln_2', 'mlp.c_fc', { activation: 'gelu_new' }, decode);
+    return this.normLinear(a, i, null, 'mlp.c_proj', { residual: x1 }, decode);
   }
 
   /**
-   * Conv1D `module` of block i on layer norm `norm` of x. With `fuse` (the decode step: no gradient), on WebGPU and
-   * where the module has no active LoRA pair, the norm runs in the matmul's prologue (kernels/webgpu-linear.ts
-   * linearLayerNormWebGpu: one dispatch, not two, the same normalised values); otherwise layerNorm then linear.
+   * Conv1D `module` of block i on layer norm `norm` of x (or on x itself when norm is null), then the epilogue.
+   * With `decode` (the KV-cache decode step: no gradient) on WebGPU, kernels/webgpu-linear.ts linearDecodeWebGpu:
+   * the norm in the matmul's prologue and a LoRA pair's up-projection in its epilogue (1 dispatch, 2 with a pair:
+   * its down-projection, itself on the normalised rows); otherwise layerNorm and conv1d (model/ops.ts).
    */
   private normLinear(
     x: tf.Tensor2D,
     i: number,
-    norm: 'ln_1' | 'ln_2',
+    norm: 'ln_1' | 'ln_2' | null,
     module: string,
     epilogue: Conv1dEpilogue,
-    fuse: boolean,
+    decode: boolean,
   ): tf.Tensor2D {
     const eps = this.config.layer_norm_epsilon;
-    const g = this.p(`h.${i}.${norm}.weight`);
-    const b = this.p(`h.${i}.${norm}.bias`);
     const key = `h.${i}.${module}`;
-    const w = this.p(`${key}.weight`);
-    const bias = this.p(`${key}.bias`);
-    if (fuse && !this.lora?.lowRank(key) && webGpuLinearLayerNormApplies(x, g, b, w, bias, epilogue.residual))
-      return linearLayerNormWebGpu(
-        x,
-        { g: g as tf.Tensor1D, b: b as tf.Tensor1D, eps },
-        w as tf.Tensor2D,
-        bias as tf.Tensor1D,
-        {
+    const g = norm ? this.p(`h.${i}.${norm}.weight`) : null;
+    const b = norm ? this.p(`h.${i}.${norm}.bias`) : null;
+    if (decode) {
+      const w = this.p(`${key}.weight`) as tf.Tensor as tf.Tensor2D;
+      const bias = this.p(`${key}.bias`) as tf.Tensor as tf.Tensor1D;
+      const ln = g && b ? { g: g as tf.Tensor as tf.Tensor1D, b: b as tf.Tensor as tf.Tensor1D, eps } : null;
+      const lora = this.lora?.lowRank(key) ?? null;
+      if (webGpuLinearDecodeApplies(x, w, bias, { ln, lora, residual: epilogue.residual }))
+        return linearDecodeWebGpu(x, w, bias, {
+          ln,
+          lora,
           gelu: epilogue.activation === 'gelu_new',
           residual: epilogue.residual,
-        },
-      );
-    return this.linear(layerNorm(x, g, b, eps) as tf.Tensor2D, i, module, epilogue);
+        });
+    }
+    const h = g && b ? (layerNorm(x, g, b, eps) as tf.Tensor2D) : x;
+    return this.linear(h, i, module, epilogue);
   }
 
   private finalNorm(x: tf.Tensor2D): tf.Tensor2D {
@@ -479,8 +481,9 @@ export class GPT2 implements CausalLM {
    * no shader recompilation, and WebGPU's size-keyed buffer pool reuses the released buffers).
    * Returns the hidden state [B, C] and the new caches (the caller disposes the old ones).
    * Each layer's attention is `decodeAttention`: on WebGPU 3 fused dispatches (slot writes and attention); ln_1 and
-   * ln_2 run in the prologue of c_attn's and c_fc's matmuls (normLinear), so a layer is 7 dispatches on WebGPU
-   * without LoRA (tests/decode-dispatches.test.ts).
+   * ln_2 run in the prologue of c_attn's and c_fc's matmuls and a LoRA pair's up-projection in each Conv1D's epilogue
+   * (normLinear), so a layer is 7 dispatches on WebGPU, 11 under LoRA on all four Conv1Ds
+   * (tests/decode-dispatches.test.ts).
    */
   decodeStep(
     ids: tf.Tensor1D,
