@@ -22,7 +22,7 @@
  *
  *   npx tsx scripts/compare-dpo-ppo.ts [--out runs/compare-dpo-ppo] [--backend wasm|cpu] [--no-grpo] [--quick] [--seed N]
  *
- * 4–9 minutes on 2 shared cores with WASM (one seed, with GRPO). The pure parts (split checks, budgets,
+ * 4–11 minutes on 2 shared cores with WASM (one seed, with GRPO). The pure parts (split checks, budgets,
  * aggregation, the table) are exported for tests/compare-dpo-ppo.test.ts. --seed N sets every seed, the split's
  * too (another replicate; both arms still share the split); --quick trains 2 steps each (a smoke run).
  */
