@@ -99,8 +99,9 @@ async function run(over: Partial<TrainConfig>, fromUpdate: boolean, count?: { po
     logprobs.push(r.rollout.logprobs.map((row) => bits(row)));
   }
   const weights = t.models.policy.trainableVariables().map((v) => bits(v.dataSync()));
+  const applied = t.lastStepOldLogprobsFromUpdate;
   t.disposeAll();
-  return { metrics, logprobs, weights };
+  return { metrics, logprobs, weights, applied };
 }
 
 async function same(over: Partial<TrainConfig>): Promise<void> {
@@ -112,6 +113,9 @@ async function same(over: Partial<TrainConfig>): Promise<void> {
   expect(on.logprobs).toEqual(off.logprobs);
   expect(on.weights).toEqual(off.weights);
   expect(count.policyTrunk).toBe(0); // scoring ran no policy forward (under LoRA the reference runs apart)
+  // What the bench's --vs-trl child reports (its FLOP count follows it).
+  expect(on.applied).toBe(true);
+  expect(off.applied).toBe(false);
   expect(tf.memory().numTensors).toBe(before);
 }
 
@@ -180,6 +184,7 @@ describe('when the path is taken', () => {
       };
       await t.trainStep();
       expect(count.policyTrunk).toBeGreaterThan(0);
+      expect(t.lastStepOldLogprobsFromUpdate).toBe(false);
       t.disposeAll();
     }
   });

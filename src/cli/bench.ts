@@ -772,6 +772,8 @@ async function vsTrlOursChild(
       wasmThreads: wasm.getThreadsCount(),
       microBatchSize: plan.microBatchSize,
       recompute: plan.recompute,
+      // Scoring ran the reference alone (the old log-probs came from the update): the FLOP count follows it.
+      oldLogprobsFromUpdate: session.trainer.lastStepOldLogprobsFromUpdate,
     };
   } finally {
     session.dispose();

@@ -264,6 +264,8 @@ export class PpoTrainer {
    * one trunk forward less a step (issue #24). false: the separate forward, as every other step does (tests).
    */
   oldLogprobsFromUpdate = true;
+  /** Whether the last step took its old log-probs from the update's forward (oldLogprobsFromUpdate applied). */
+  lastStepOldLogprobsFromUpdate = false;
 
   /**
    * `config`: the session's config source, or a plain config for a trainer used on its own (tests, benchmarks),
@@ -708,6 +710,7 @@ export class PpoTrainer {
     // update's forward, so they are taken from it (detached, scoring's computation on the same hidden states,
     // oldLogprobsFromUpdate) and scoring runs only the reference, as TRL does with num_iterations 1.
     const oldFromUpdate = this.oldLogprobsFromUpdate && algo === 'grpo' && cfg.ppoEpochs === 1 && mbSize >= B;
+    this.lastStepOldLogprobsFromUpdate = oldFromUpdate;
     const bLogprobs: number[][] = new Array<number[]>(B);
     const bRefLogprobs: number[][] = [];
     const bValues: number[][] | null = value ? [] : null;
