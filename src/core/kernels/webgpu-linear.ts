@@ -197,19 +197,28 @@ function lnPrologueDecl(rows: number): string {
       fn lnStats(tid : i32, row0 : i32, M : i32, K : i32) {
         let lane = tid % ${LN_LANES};
         let grp = tid / ${LN_LANES};
+        // Rows ≥ M read nothing (their stats are never used for a stored output); the loop itself runs over all
+        // rows: tfjs reads workgroupId through a private variable, which WGSL's uniformity analysis does not take
+        // as uniform, so a bound made from it could not hold the reductions' barriers.
+        let nRows = min(${rows}, M - row0);
         for (var i0 = 0; i0 < ${rows}; i0 = i0 + ${256 / LN_LANES}) {
           let i = i0 + grp;
           let off = min(row0 + i, M - 1) * K;
+          let live = i < nRows;
           var s = 0.0;
-          for (var j = lane; j < K; j = j + ${LN_LANES}) { s = s + A[off + j]; }
+          if (live) {
+            for (var j = lane; j < K; j = j + ${LN_LANES}) { s = s + A[off + j]; }
+          }
           let mean = lnLaneSum(s, tid) / f32(K);
           var q = 0.0;
-          for (var j = lane; j < K; j = j + ${LN_LANES}) {
-            let d = A[off + j] - mean;
-            q = q + d * d;
+          if (live) {
+            for (var j = lane; j < K; j = j + ${LN_LANES}) {
+              let d = A[off + j] - mean;
+              q = q + d * d;
+            }
           }
           let r = inverseSqrt(lnLaneSum(q, tid) / f32(K) + uniforms.lnEps);
-          if (lane == 0 && i < ${rows}) {
+          if (lane == 0 && i < nRows) {
             lnMean[i] = mean;
             lnRstd[i] = r;
           }
