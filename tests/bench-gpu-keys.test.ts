@@ -8,6 +8,8 @@ import * as tf from '@tensorflow/tfjs-core';
 import {
   decodeTiming,
   gpuBenchKeys,
+  gpuMarkdown,
+  type GpuBenchResult,
   torchProbeFromRun,
   TORCH_PROBE_CODE,
   type TorchProbe,
@@ -148,5 +150,77 @@ describe('decodeTiming (CPU backend, a tiny GPT-2)', () => {
       expect(Number.isFinite(ms)).toBe(true);
       expect(ms as number).toBeGreaterThan(0);
     }
+  });
+});
+
+describe('gpuMarkdown with the #22 keys', () => {
+  it('shows the decode dispatches (plain and under LoRA), the keys, and null as "null (see notes)" with the notes', () => {
+    const matmul = { n: 256, iters: 1, seconds: 0.2, gflops: 12.5 };
+    const t = { batch: 16, tokens: 6, greedyMsPerToken: 40, sampledMsPerToken: 50 };
+    const k = gpuBenchKeys({ matmul, decode, timing: t, torch: noTorch });
+    const layer = {
+      webgpuDispatchesPerLayerFwd: 7,
+      webgpuDispatchesPerLayerFwdBwd: 32,
+      fixedFwd: 5,
+      fixedFwdBwd: 9,
+    };
+    const ppo = {
+      steps: 1,
+      batchSize: 2,
+      responseLength: 4,
+      Tq: 8,
+      timeGenerate: 1,
+      timeScore: 1,
+      timeUpdate: 1,
+      timeStep: 3,
+      tokensPerSecond: 1,
+      updateTokensPerSecond: 1,
+      updateFlops: 1,
+      updateGflopsPerSecond: 1,
+      updateMfu: 0.1,
+      peakGflops: 12.5,
+      webgpuDispatchesPerStep: 100,
+      readbacksPerStep: 3,
+    };
+    const r: GpuBenchResult = {
+      ...k.keys,
+      adapter: {
+        vendor: 'google',
+        architecture: 'swiftshader',
+        device: '',
+        description: '',
+        software: true,
+        vulkan: 'SwiftShader',
+      },
+      sizes: 'software adapter: smallest sizes only',
+      matmul,
+      dispatchOverheadMs: 0.5,
+      layers: { fused: layer, plain: layer },
+      webgpuDispatchesPerLayerFwd: 7,
+      webgpuDispatchesPerLayerFwdBwd: 32,
+      ppo,
+      webgpuDispatchesPerStep: 100,
+      readbacksPerStep: 3,
+      gpt2Lora: [],
+      decode,
+      decodeLora: { perLayer: 11, fixed: 4 },
+      decodeTiming: { ...t, sampling: { temperature: 1, topK: 0, topP: 1 } },
+      notes: k.notes,
+    };
+    const md = gpuMarkdown(r);
+    expect(md).toContain('| decodeDispatchesPerLayer (GPT-2 decode step) | 7 (under LoRA r 8: 11) |');
+    expect(md).toContain('| matmulTflops2048 | null (see notes) |');
+    expect(md).toContain('| greedy / sampled ms per token (batch 16) | 40.00 / 50.00 |');
+    expect(md).toContain('| sampledOverGreedy | 1.25 |');
+    expect(md).toContain('| vsTorchEager | null (see notes) |');
+    for (const n of k.notes) expect(md).toContain(`- ${n}`);
+    // What bench --gpu --json writes: every key present, nulls as null.
+    const json = JSON.parse(JSON.stringify(r));
+    expect(json).toMatchObject({
+      decodeDispatchesPerLayer: 7,
+      matmulTflops2048: null,
+      sampledOverGreedy: 1.25,
+      vsTorchEager: null,
+    });
   });
 });

@@ -50,6 +50,8 @@ export interface GpuBenchResult {
   gpt2Lora: Gpt2LoraStep[];
   /** The GPT-2 KV-cache decode step's dispatches (gpt2DecodeDispatches), fused kernels. */
   decode: DecodeDispatches;
+  /** The same under LoRA r 8 on all four Conv1Ds (PPO's policy in the GPT-2 LoRA steps). */
+  decodeLora: DecodeDispatches;
   /** Greedy and sampled generation of the tiny model at batch 16 (decodeTiming). */
   decodeTiming: DecodeTiming;
   /** Issue #22's keys (gpuBenchKeys). */
@@ -284,6 +286,8 @@ export async function runGpuBench(o: {
 
   o.log('GPT-2 decode step dispatches per layer (n_layer 2 and 8), fused kernels');
   const decode = await gpt2DecodeDispatches();
+  o.log('… and under LoRA r 8');
+  const decodeLora = await gpt2DecodeDispatches({ lora: 8 });
 
   const shape = soft
     ? { batchSize: 2, miniBatches: 1, ppoEpochs: 1, responseLength: 4 }
@@ -353,6 +357,7 @@ export async function runGpuBench(o: {
   return {
     ...k.keys,
     decode,
+    decodeLora,
     decodeTiming: timing,
     adapter: o.adapter,
     sizes: soft ? 'software adapter: smallest sizes only' : null,
@@ -457,7 +462,7 @@ export function gpuMarkdown(r: GpuBenchResult): string {
     `| update MFU against that peak | ${f(r.ppo.updateMfu, 3)} |`,
     `| webgpuDispatchesPerStep | ${r.webgpuDispatchesPerStep} |`,
     `| readbacksPerStep | ${r.readbacksPerStep} |`,
-    `| decodeDispatchesPerLayer (GPT-2 decode step) | ${r.decodeDispatchesPerLayer} |`,
+    `| decodeDispatchesPerLayer (GPT-2 decode step) | ${r.decodeDispatchesPerLayer} (under LoRA r 8: ${r.decodeLora.perLayer}) |`,
     `| matmulTflops2048 | ${r.matmulTflops2048 === null ? 'null (see notes)' : f(r.matmulTflops2048, 2)} |`,
     `| greedy / sampled ms per token (batch ${r.decodeTiming.batch}) | ${f(r.decodeTiming.greedyMsPerToken)} / ${f(r.decodeTiming.sampledMsPerToken)} |`,
     `| sampledOverGreedy | ${r.sampledOverGreedy === null ? 'null (see notes)' : f(r.sampledOverGreedy, 2)} |`,
