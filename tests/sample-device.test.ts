@@ -10,6 +10,8 @@
  *   (draws at T = 1 or without top-k, scored against T = 1.5 or k = 5): it can fail.
  * - Never a token outside the kept set; log-probs equal the float64 renormalised (and unfiltered) log-probs within
  *   1e-5; T = 0 is tf.argMax exactly (ties to the lowest index); same uniforms → same tokens, bit for bit.
+ * - The same tokens as generate()'s pickTokens at the same uniforms (away from CDF boundaries), and its log-probs:
+ *   what swapping it in for pickTokens would change.
  * - On WebGPU: the kernel against the JavaScript path on the same uniforms (equal except where the uniform is
  *   within 1e-5 of a CDF boundary), a 3000-token vocabulary (256 lanes, not a multiple of them), u at 0 and just
  *   below 1, one kernel dispatch and no TopK / Cumsum / Softmax, no leaked tensors, no WebGPU errors.
@@ -23,7 +25,7 @@ import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { sampleTokens } from '../src/core/model/sample-op';
 import { SAMPLE_KERNEL, sampleWorkgroupFor } from '../src/core/kernels/webgpu-sample';
-import { filterLogits } from '../src/core/model/sampling';
+import { filterLogits, pickTokens } from '../src/core/model/sampling';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
 import { Rng } from '../src/core/rng';
 
@@ -407,6 +409,42 @@ function suite(name: 'cpu' | 'wasm' | 'webgpu', setup: () => Promise<unknown>): 
         expect(await webGpuErrors()).toEqual([]);
       });
     }
+
+    it("the same tokens as generate()'s pickTokens at the same uniforms (away from CDF boundaries), its log-probs", async () => {
+      // What swapping pickTokens for sampleTokens in generate() changes: nothing but a draw within 1e-5 of a CDF
+      // boundary (sums in another order), so a seeded run keeps its tokens.
+      const n = 1000;
+      for (const [T, K, P] of [
+        [0.7, 0, 1],
+        [1.5, 5, 0.9],
+        [1, 0, 0.9],
+      ]) {
+        const rng = new Rng(41);
+        const u = Float32Array.from({ length: n }, () => rng.next());
+        const logits = tf.tidy(() => tf.tile(tf.tensor2d(LOGITS, [1, V]), [n, 1])) as tf.Tensor2D;
+        const uT = tf.tensor2d(u, [n, 1]);
+        const a = sampleTokens(logits, { temperature: T, topK: K, topP: P, uniforms: uT });
+        const b = pickTokens(logits, T, K, P, uT);
+        const [ta, la, tb, lb] = await Promise.all([
+          a.tokens.data(),
+          a.fullLogprobs.data(),
+          b.tokens.data(),
+          b.logprobs.data(),
+        ]);
+        const ref = reference(LOGITS, T, K, P);
+        const cdf: number[] = [];
+        ref.p.reduce((acc, p) => (cdf.push(acc + p), acc + p), 0);
+        let compared = 0;
+        for (let i = 0; i < n; i++) {
+          if (cdf.some((c) => Math.abs(c - u[i]) < 1e-5)) continue;
+          compared++;
+          expect(ta[i], `draw ${i}, u ${u[i]}, T ${T} k ${K} p ${P}`).toBe(tb[i]);
+          expect(Math.abs(la[i] - lb[i])).toBeLessThan(1e-5);
+        }
+        expect(compared).toBeGreaterThan(990);
+        tf.dispose([logits, uT, a.tokens, a.logprobs, a.fullLogprobs, b.tokens, b.logprobs]);
+      }
+    });
 
     it('a NaN row gives a token in range, not a crash', async () => {
       const logits = tf.tensor2d([

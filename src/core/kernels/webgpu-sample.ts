@@ -17,8 +17,8 @@
  *    stops here: the token is the argmax of the raw logits, exactly.
  * 2. S_all = Σ exp(z − m) (for the unfiltered log-prob, the distribution PPO trains against).
  * 3. Top-k (K > 0 and K < V) by partial selection: floats are mapped to order-preserving u32 keys (sign flip),
- *    and 32 rounds of binary search on the key, each a parallel count #{j : key_j ≥ mid} (a strided pass and a
- *    tree reduction), find the largest key with count ≥ K: exactly the K-th largest z. Kept: z ≥ it (ties at the
+ *    and 32 rounds of binary search on the key, each a parallel count #{j : key_j ≥ mid} (a strided pass, then
+ *    every lane sums the WG partials in the same order: 2 barriers a round, not a tree's log2 WG + 2), find the largest key with count ≥ K: exactly the K-th largest z. Kept: z ≥ it (ties at the
  *    threshold all kept, as filterLogits' `where(less(z, kth))`).
  * 4. Top-p (P < 1), over the top-k-kept set (Hugging Face's order): with e_j = exp(z_j − m) and S_k their sum over
  *    the kept set, another 32 rounds of binary search find the smallest key t with Σ_{kept, key > t} e < P·S_k.
