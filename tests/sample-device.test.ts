@@ -27,6 +27,7 @@ import { sampleTokens } from '../src/core/model/sample-op';
 import { SAMPLE_KERNEL, sampleWorkgroupFor } from '../src/core/kernels/webgpu-sample';
 import { filterLogits, pickTokens } from '../src/core/model/sampling';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
+import { countDispatches } from '../src/core/kernels/webgpu-count';
 import { Rng } from '../src/core/rng';
 
 const adapter = await webGpuAdapter();
@@ -405,6 +406,30 @@ function suite(name: 'cpu' | 'wasm' | 'webgpu', setup: () => Promise<unknown>): 
         for (const bad of ['TopK', 'Cumsum', 'Softmax', 'Max', 'Exp'])
           expect(prof.kernelNames).not.toContain(bad);
         expect(sampleWorkgroupFor(70)).toBe(32);
+        // Dispatches and readbacks of one sampling step at [8, 2100]: the kernel, 3 column slices and the cast of the
+        // ids (no readback), against generate()'s pickTokens (softmax, two TopK sorts, cumsum, masks…).
+        const big = tf.tensor2d(
+          Float32Array.from({ length: 8 * 2100 }, (_, i) => 4 * Math.sin(i * 0.37)),
+          [8, 2100],
+        );
+        const u8 = tf.tensor2d([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], [8, 1]);
+        const ours = await countDispatches(() => {
+          const r = sampleTokens(big, { temperature: 0.8, topK: 40, topP: 0.9, uniforms: u8 });
+          return [r.tokens, r.logprobs, r.fullLogprobs];
+        });
+        const theirs = await countDispatches(() => {
+          const r = pickTokens(big, 0.8, 40, 0.9, u8);
+          return [r.tokens, r.logprobs];
+        });
+        measured.push(
+          `webgpu dispatches per step at [8, 2100], T 0.8 k 40 p 0.9: sampleTokens ${ours.dispatches} ` +
+            `(${ours.readbacks} readbacks), pickTokens ${theirs.dispatches} (${theirs.readbacks} readbacks)`,
+        );
+        expect(ours.dispatches).toBeLessThanOrEqual(5);
+        expect(ours.readbacks).toBe(0);
+        expect(theirs.dispatches).toBeGreaterThan(ours.dispatches);
+        tf.dispose([big, u8, ...ours.result, ...theirs.result]);
+
         tf.dispose([logits, u, ...(prof.result as tf.Tensor[])]);
         expect(await webGpuErrors()).toEqual([]);
       });
