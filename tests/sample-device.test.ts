@@ -471,6 +471,23 @@ function suite(name: 'cpu' | 'wasm' | 'webgpu', setup: () => Promise<unknown>): 
       }
     });
 
+    it('uniforms exactly on CDF boundaries (64 equal kept masses, u = i/64, top-k 64 of 3000): a kept token', async () => {
+      // The kept tokens' masses are exactly 1/64 of the kept total, so u·S lands exactly on a CDF value, where a
+      // count-based walk over a float32 cumsum can land on a filtered (zero-mass) token.
+      const VV = 3000;
+      const row = Float32Array.from({ length: VV }, (_, j) => (j % 47 === 5 ? 2 : Math.sin(j)));
+      const keptIdx = Array.from(row).flatMap((v, j) => (v === 2 ? [j] : []));
+      expect(keptIdx.length).toBe(64);
+      const u = Float32Array.from({ length: 64 }, (_, i) => i / 64);
+      const logits = tf.tidy(() => tf.tile(tf.tensor2d(row, [1, VV]), [64, 1])) as tf.Tensor2D;
+      const r = sampleTokens(logits, { temperature: 0.9, topK: 64, uniforms: u });
+      const tok = Array.from(await r.tokens.data());
+      for (const t of tok) expect(keptIdx, `token ${t}`).toContain(t);
+      // u = i/64 sits on the boundary after the i-th kept token: strictly greater takes the next one.
+      expect(tok).toEqual(keptIdx);
+      tf.dispose([logits, r.tokens, r.logprobs, r.fullLogprobs]);
+    });
+
     it('a NaN row gives a token in range, not a crash', async () => {
       const logits = tf.tensor2d([
         [NaN, NaN, NaN, NaN],
