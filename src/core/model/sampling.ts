@@ -2,10 +2,11 @@
  * Batched sampling with a preallocated KV cache.
  *
  * Prompts are left-padded to a common length Tp; the cache holds S = Tp + maxNewTokens slots per layer and
- * keeps that shape for the whole call. Token choice happens on the device (greedy argmax, or inverse-CDF
- * sampling with one uniform per row drawn from our seeded Rng), so on WebGPU there is no per-token readback
- * except an occasional one-scalar "all rows stopped?" check; on WASM and CPU the sampled rows' probabilities are
- * read back (a copy there) and the CDF walked in JavaScript, which chooses the same token (pickTokens). Returned logprobs are log softmax(logits / T) at the
+ * keeps that shape for the whole call. Tokens are chosen by greedy argmax, or by inverse-CDF sampling with one
+ * uniform per row drawn from our seeded Rng (chooseTokens). On WebGPU sampling is one fused dispatch
+ * (model/sample-op.ts) and there is no per-token readback except an occasional one-scalar "all rows stopped?"
+ * check; on WASM and CPU the sampled rows' probabilities are read back (a copy there) and the CDF walked in
+ * JavaScript, which chooses pickTokens' token. Returned logprobs are log softmax(logits / T) at the
  * sampled token, before top-k/top-p filtering (T = 1 when greedy) — the distribution PPO trains against.
  */
 import * as tf from '@tensorflow/tfjs-core';
@@ -14,6 +15,7 @@ import type { CausalLM } from './causal-lm';
 import { Rng } from '../rng';
 import { UserError } from '../errors';
 import { gatherRows } from './gather';
+import { sampleTokens } from './sample-op';
 
 export interface SampleOptions {
   maxNewTokens: number;
@@ -214,6 +216,50 @@ export function pickTokens(
   });
 }
 
+/**
+ * generate()'s choice of one token per row, pickTokens' rule on every backend, without a synchronous readback:
+ * - WebGPU, sampling: one fused WGSL dispatch (model/sample-op.ts sampleTokens: top-k / top-p thresholds by
+ *   bisection, the inverse-CDF draw over the kept set), nothing read back. The same rule as pickTokens; a token
+ *   can differ only where u·total lands within float rounding of a CDF value, since the kernel sums in another
+ *   order. (pickTokens' tensor path on WebGPU could pick a filtered token there: tf.cumsum over the zeroed
+ *   entries did not stay flat, helper-18's finding in tests/sample-device.test.ts.)
+ * - WASM and CPU, sampling: the [B, V] probabilities read back with `await data()` and walked in JavaScript
+ *   (inverseCdfTokens: pickTokens' host walk, the same token bit for bit).
+ * - Greedy: pickTokens (argmax on the device).
+ * Returns the token ids [B] and log softmax(logits / T) at them (unfiltered), as pickTokens.
+ */
+export async function chooseTokens(
+  logits: tf.Tensor2D,
+  temperature: number,
+  topK: number,
+  topP: number,
+  uniforms: tf.Tensor2D | null,
+): Promise<{ tokens: tf.Tensor1D; logprobs: tf.Tensor1D }> {
+  if (temperature === 0 || !uniforms) return pickTokens(logits, temperature, topK, topP, uniforms);
+  const backend = tf.getBackend();
+  if (backend === 'webgpu') {
+    const s = sampleTokens(logits, { temperature, topK, topP, uniforms });
+    s.logprobs.dispose(); // the kept set's log-prob; PPO trains against the unfiltered one
+    return { tokens: s.tokens, logprobs: s.fullLogprobs };
+  }
+  if (backend !== 'wasm' && backend !== 'cpu') return pickTokens(logits, temperature, topK, topP, uniforms);
+  const [B, V] = logits.shape;
+  const { probs, logp } = tf.tidy(() => {
+    const scaled = tf.div(logits, temperature) as tf.Tensor2D;
+    return {
+      probs: tf.softmax(filterLogits(scaled, topK, topP), -1),
+      logp: tf.logSoftmax(scaled, -1) as tf.Tensor2D,
+    };
+  });
+  try {
+    const [p, u] = await Promise.all([probs.data() as Promise<Float32Array>, uniforms.data()]);
+    const tokens = tf.tensor1d(inverseCdfTokens(p, u, B, V), 'int32');
+    return { tokens, logprobs: tf.tidy(() => gatherRows(logp, tokens)) };
+  } finally {
+    tf.dispose([probs, logp]);
+  }
+}
+
 function validate(model: CausalLM, prompts: number[][], o: SampleOptions): void {
   const c = model.config;
   if (prompts.length === 0) throw new UserError('generate: no prompts given; pass at least one prompt.');
@@ -327,7 +373,7 @@ export async function generate(
   try {
     for (let s = 0; s < N; s++) {
       const u = uniforms();
-      const picked = pickTokens(logits, opts.temperature, topK, topP, u);
+      const picked = await chooseTokens(logits, opts.temperature, topK, topP, u);
       u?.dispose();
       const chosen = tf.tidy(() => {
         const tok = tf.where(finished, tf.fill([B], opts.padId, 'int32'), picked.tokens) as tf.Tensor1D;
