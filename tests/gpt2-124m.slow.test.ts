@@ -93,7 +93,7 @@ describe('GPT-2-124M-shaped runs on WASM (CLI)', () => {
     expect(r.stderr).toMatch(
       /^error: Training .*gpt2-124m \(124\.4 M parameters\) with full copies needs ≈ \d\.\d GB of weights, gradients and optimiser state alone/m,
     );
-    expect(r.stderr).toMatch(/the WASM heap allows 3\.2 GB/);
+    expect(r.stderr).toMatch(/the WASM heap allows 4\.1 GB/);
     expect(r.stderr).toMatch(/Use LoRA \(`"lora": 8`/);
     expect(r.stderr).not.toMatch(/internal error|RuntimeError|wasm-function|\n {4}at /);
     expect(r.stdout).toBe('');
