@@ -14,6 +14,8 @@ import { measureDispatchOverhead } from '../src/bench/webgpu-gpu';
 import { loadLM } from '../src/core/model/folder';
 import { nodeResources } from '../src/cli/train';
 import { generate } from '../src/core/model/sampling';
+import { sampleRowsHost, sampleTokens } from '../src/core/model/sample-op';
+import { Rng } from '../src/core/rng';
 
 let failed = 0;
 const report = (name: string, ok: boolean, detail: Record<string, unknown>): void => {
@@ -39,6 +41,47 @@ for (const [name, check] of Object.entries({ ...FUSED_KERNEL_CHECKS, ...LLAMA_FU
   } catch (e) {
     report(`fused ${name} vs ops`, false, { error: (e as Error).message });
   }
+}
+
+// Device sampling (src/core/kernels/webgpu-sample.ts) against the JavaScript path on the same uniforms, at GPT-2's
+// vocabulary: the same token except where a uniform lies within 1e-5 of a CDF boundary, and never outside top-k.
+{
+  const B = 16;
+  const V = 50257;
+  const rng = new Rng(5);
+  let same = 0;
+  let outside = 0;
+  let total = 0;
+  for (const [T, k, p] of [
+    [1, 0, 1],
+    [0.7, 50, 1],
+    [1, 0, 0.9],
+    [1.3, 50, 0.95],
+  ]) {
+    for (let rep = 0; rep < 4; rep++) {
+      const x = Float32Array.from({ length: B * V }, () => 8 * (rng.next() - 0.5));
+      const u = Float32Array.from({ length: B }, () => rng.next());
+      const logits = tf.tensor2d(x, [B, V]);
+      const r = sampleTokens(logits, { temperature: T, topK: k, topP: p, uniforms: u, impl: 'kernel' });
+      const got = await r.tokens.data();
+      tf.dispose([logits, r.tokens, r.logprobs, r.fullLogprobs]);
+      const want = sampleRowsHost(x, B, V, T, k, p, u);
+      for (let b = 0; b < B; b++) {
+        total++;
+        if (got[b] === want.tokens[b]) same++;
+        if (k > 0) {
+          const row = x.subarray(b * V, (b + 1) * V);
+          const above = row.reduce((n, v) => n + (v > row[got[b]] ? 1 : 0), 0);
+          if (above >= k) outside++;
+        }
+      }
+    }
+  }
+  report('device sampling = host sampling (V 50257)', outside === 0 && same >= total - 2, {
+    same,
+    total,
+    outsideTopK: outside,
+  });
 }
 
 // Greedy decode: the same tokens on WebGPU and on the CPU backend.

@@ -15,6 +15,8 @@ import {
   type TorchProbe,
 } from '../src/bench/webgpu-gpu';
 import { useCpu } from './helpers/backend';
+import { parseTorchResult, torchSpec } from '../src/bench/torch-ppo';
+import { validateConfig } from '../src/core/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { parseGPT2Config } from '../src/core/model/config';
 
@@ -69,16 +71,98 @@ describe('gpuBenchKeys', () => {
     }
   });
 
-  it('with PyTorch on CUDA found, vsTorchEager stays null and the note says the PyTorch step is not built', () => {
-    const { keys, notes } = gpuBenchKeys({
-      matmul: { n: 2048, iters: 8, seconds: 2, gflops: 9300 },
-      decode,
-      timing,
-      torch: { ok: true, reason: 'torch 2.5.1 with CUDA on NVIDIA H100' },
+  it("vsTorchEager = our step ÷ PyTorch's when both ran; null with the reason otherwise", () => {
+    const base = { matmul: { n: 2048, iters: 8, seconds: 2, gflops: 9300 }, decode, timing };
+    const cuda: TorchProbe = { ok: true, reason: 'torch 2.5.1 with CUDA on NVIDIA H100' };
+    const both = gpuBenchKeys({ ...base, torch: cuda, vsTorch: { ours: 1.5, torch: 0.6 } });
+    expect(both.keys.vsTorchEager).toBeCloseTo(2.5, 12);
+    expect(both.notes.some((n) => n.startsWith('vsTorchEager'))).toBe(false);
+
+    const notRun = gpuBenchKeys({ ...base, torch: cuda });
+    expect(notRun.keys.vsTorchEager).toBeNull();
+    expect(notRun.notes).toContain(
+      'vsTorchEager: null (torch 2.5.1 with CUDA on NVIDIA H100 is here, but the GPT-2 PPO step was not run).',
+    );
+    const failed = gpuBenchKeys({ ...base, torch: cuda, vsTorch: { error: 'exit 1: CUDA OOM' } });
+    expect(failed.keys.vsTorchEager).toBeNull();
+    expect(failed.notes).toContain('vsTorchEager: null (the PyTorch step failed: exit 1: CUDA OOM).');
+    // A probe that found no CUDA wins over any step times.
+    const none = gpuBenchKeys({ ...base, torch: noTorch, vsTorch: { ours: 1, torch: 1 } });
+    expect(none.keys.vsTorchEager).toBeNull();
+    for (const bad of [0, NaN, -1])
+      expect(
+        gpuBenchKeys({ ...base, torch: cuda, vsTorch: { ours: 1, torch: bad } }).keys.vsTorchEager,
+      ).toBeNull();
+  });
+});
+
+describe('torchSpec and parseTorchResult (scripts/torch_ppo_step.py)', () => {
+  const cfg = validateConfig(
+    { model: 'tiny', task: 'sentiment', algorithm: 'ppo', lora: 8, miniBatches: 1, ppoEpochs: 1, topK: 50 },
+    'test',
+  );
+  const o = {
+    model: '/m',
+    Tq: 16,
+    device: 'cuda' as const,
+    warmup: 1,
+    steps: 3,
+    decodeBatches: [1, 16],
+    sampledBatch: 16,
+    decodeTokens: 32,
+  };
+
+  it('the spec carries our config: batch, lengths, LoRA, learning rates, sampling, PPO coefficients', () => {
+    const s = torchSpec(cfg, o);
+    expect(s).toMatchObject({
+      model: '/m',
+      Tq: 16,
+      batch: cfg.batchSize,
+      responseLength: cfg.responseLength,
+      lora: 8,
+      loraAlpha: cfg.loraAlpha,
+      learningRate: cfg.learningRate,
+      valueLearningRate: cfg.valueLearningRate,
+      temperature: cfg.temperature,
+      topK: 50,
+      topP: cfg.topP,
+      klCoef: cfg.klCoef,
+      gamma: cfg.gamma,
+      lam: cfg.lam,
+      clipRange: cfg.clipRange,
+      clipRangeValue: cfg.clipRangeValue,
+      vfCoef: cfg.vfCoef,
+      maxGradNorm: cfg.maxGradNorm,
     });
-    expect(keys.vsTorchEager).toBeNull();
-    expect(notes.find((n) => n.startsWith('vsTorchEager'))).toBe(
-      'vsTorchEager: null (torch 2.5.1 with CUDA on NVIDIA H100 is here, but the PyTorch eager PPO step is not built yet).',
+  });
+
+  it('refuses a config the script does not compute (GRPO, no LoRA, several epochs or minibatches)', () => {
+    for (const over of [{ algorithm: 'grpo' }, { lora: 0 }, { ppoEpochs: 2 }, { miniBatches: 2 }])
+      expect(() => torchSpec({ ...cfg, ...over } as typeof cfg, o), JSON.stringify(over)).toThrow(
+        /PPO with LoRA, one epoch of one minibatch/,
+      );
+  });
+
+  it('reads the last JSON line; names a missing or non-positive field', () => {
+    const ok = {
+      timeGenerate: 0.2,
+      timeScore: 0.05,
+      timeUpdate: 0.1,
+      timeStep: 0.35,
+      steps: 3,
+      stepTimes: [0.35, 0.35, 0.35],
+      greedyMsPerToken: { '1': 5, '16': 6 },
+      sampledMsPerToken: 7,
+      device: 'NVIDIA H100',
+      tf32: false,
+      torch: '2.11.0',
+      transformers: '5.17.0',
+    };
+    expect(parseTorchResult(`[torch] warm-up\n${JSON.stringify(ok)}\n`)).toEqual(ok);
+    expect(() => parseTorchResult('Traceback…')).toThrow(/printed no JSON result/);
+    expect(() => parseTorchResult(JSON.stringify({ ...ok, timeStep: 0 }))).toThrow(/"timeStep"/);
+    expect(() => parseTorchResult(JSON.stringify({ ...ok, greedyMsPerToken: {} }))).toThrow(
+      /greedy ms\/token/,
     );
   });
 });
@@ -193,6 +277,10 @@ describe('gpuMarkdown with the #22 keys', () => {
         vulkan: 'SwiftShader',
       },
       sizes: 'software adapter: smallest sizes only',
+      gpt2Decode: [],
+      gpt2DecodeRepeats: [],
+      torchEager: null,
+      torchRuns: [],
       matmul,
       dispatchOverheadMs: 0.5,
       layers: { fused: layer, plain: layer },

@@ -22,6 +22,8 @@ import {
 } from './webgpu-dispatch';
 import { generate } from '../core/model/sampling';
 import type { CausalLM } from '../core/model/lm';
+import type { TrainConfig } from '../core/config';
+import type { TorchPpoResult } from './torch-ppo';
 
 export interface GpuAdapterReport {
   vendor: string;
@@ -54,6 +56,14 @@ export interface GpuBenchResult {
   decodeLora: DecodeDispatches;
   /** Greedy and sampled generation of the tiny model at batch 16 (decodeTiming). */
   decodeTiming: DecodeTiming;
+  /** The GPT-2 124M-shaped PPO policy's generation (LoRA r 8, B zero) at batch 1 and 16; [] where not run. */
+  gpt2Decode: DecodeTiming[];
+  /** The same PPO step in PyTorch eager on the same GPU (scripts/torch_ppo_step.py); null where not run. */
+  torchEager: TorchPpoResult | null;
+  /** Every timed pair (our GPT-2 PPO step's seconds, PyTorch's result), the first being torchEager's. */
+  torchRuns: { ours: number; torch: TorchPpoResult }[];
+  /** gpt2Decode of the repeated PPO runs (bench option repeat). */
+  gpt2DecodeRepeats: DecodeTiming[][];
   /** Issue #22's keys (gpuBenchKeys). */
   decodeDispatchesPerLayer: number;
   matmulTflops2048: number | null;
@@ -131,6 +141,10 @@ export function gpuBenchKeys(i: {
   decode: DecodeDispatches;
   timing: Pick<DecodeTiming, 'batch' | 'greedyMsPerToken' | 'sampledMsPerToken'>;
   torch: TorchProbe;
+  /** Our GPT-2 PPO step's seconds and PyTorch's, or why PyTorch's was not measured. */
+  vsTorch?: { ours: number; torch: number } | { error: string };
+  /** Which model and batch the decode timing is of (for the notes). */
+  timingLabel?: string;
 }): {
   keys: Pick<
     GpuBenchResult,
@@ -149,17 +163,22 @@ export function gpuBenchKeys(i: {
   const sampledOverGreedy = ok(g) && ok(sm) ? sm / g : null;
   if (sampledOverGreedy === null)
     notes.push(
-      `sampledOverGreedy: null (greedy ${g ?? 'not measured'} ms/token, sampled ${sm ?? 'not measured'} ms/token at batch ${i.timing.batch}).`,
+      `sampledOverGreedy: null (greedy ${g ?? 'not measured'} ms/token, sampled ${sm ?? 'not measured'} ms/token at batch ${i.timing.batch}${i.timingLabel ? `, ${i.timingLabel}` : ''}).`,
     );
-  notes.push(
-    `vsTorchEager: null (${i.torch.ok ? `${i.torch.reason} is here, but the PyTorch eager PPO step is not built yet` : `no PyTorch on a GPU: ${i.torch.reason}`}).`,
-  );
+  let vsTorchEager: number | null = null;
+  const v = i.vsTorch;
+  if (!i.torch.ok) notes.push(`vsTorchEager: null (no PyTorch on a GPU: ${i.torch.reason}).`);
+  else if (!v)
+    notes.push(`vsTorchEager: null (${i.torch.reason} is here, but the GPT-2 PPO step was not run).`);
+  else if ('error' in v) notes.push(`vsTorchEager: null (the PyTorch step failed: ${v.error}).`);
+  else if (ok(v.ours) && ok(v.torch)) vsTorchEager = v.ours / v.torch;
+  else notes.push(`vsTorchEager: null (step times ours ${v.ours} s, PyTorch ${v.torch} s).`);
   return {
     keys: {
       decodeDispatchesPerLayer: i.decode.perLayer,
       matmulTflops2048,
       sampledOverGreedy,
-      vsTorchEager: null,
+      vsTorchEager,
     },
     notes,
   };
@@ -257,6 +276,19 @@ export async function runGpuBench(o: {
   buildGpt2Trainer?: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
   /** Whether PyTorch with CUDA is here (src/cli/torch-probe.ts probeTorchCuda); absent: not probed. */
   probeTorch?: () => Promise<TorchProbe>;
+  /** The same PPO step in PyTorch eager (src/cli/torch-probe.ts runTorchPpoStep) for our config at bucket Tq. */
+  runTorch?: (cfg: TrainConfig, Tq: number) => Promise<TorchPpoResult>;
+  /**
+   * Run the GPT-2 path on a software adapter too, at the small batch of the software sizes (the caller gives a
+   * small GPT-2 shape): a check that the code runs before a GPU lease, never a measurement (the notes say so).
+   */
+  dryRun?: boolean;
+  /** Times the GPT-2 PPO step (with its decode timing and PyTorch's step) this many times, each reported. */
+  repeat?: number;
+  /** Leave out the tfjs-ops GPT-2 row (the slowest). */
+  skipPlain?: boolean;
+  /** Add a GPT-2 PPO row with the automatic micro-batch (micro-batches of 4 with recompute). */
+  defaultPlan?: boolean;
   log: (m: string) => void;
 }): Promise<GpuBenchResult> {
   if (tf.getBackend() !== 'webgpu')
@@ -270,6 +302,7 @@ export async function runGpuBench(o: {
   o.log(`matmul peak (${soft ? 256 : 2048}²)`);
   const matmul = await benchMatmul(soft ? 256 : 2048, { iters: soft ? 1 : 8, minSeconds: soft ? 0.2 : 2 });
 
+  o.log(`  ${(matmul.gflops / 1000).toFixed(3)} TFLOP/s at ${matmul.n}²`);
   o.log('dispatch overhead (a chain of small element-wise kernels)');
   const dispatchOverheadMs = await measureDispatchOverhead(soft ? 50 : 2000);
 
@@ -317,27 +350,104 @@ export async function runGpuBench(o: {
     `Dispatches counted as GPUComputePassEncoder.dispatchWorkgroups calls, readbacks as GPUBuffer.mapAsync calls; per layer = (count at n_layer 8 − count at 2) / 6 on the project's GPT-2 at width 64, batch 2 × 16 tokens.`,
   );
   const gpt2Lora: Gpt2LoraStep[] = [];
-  if (soft || !o.buildGpt2Trainer) {
+  const gpt2Decode: DecodeTiming[] = [];
+  const gpt2DecodeRepeats: DecodeTiming[][] = [];
+  const torchRuns: { ours: number; torch: TorchPpoResult }[] = [];
+  let torchEager: TorchPpoResult | null = null;
+  let vsTorch: { ours: number; torch: number } | { error: string } | undefined;
+  const torch: TorchProbe = o.probeTorch
+    ? await o.probeTorch()
+    : { ok: false, reason: 'not probed (the bench was run without a Python probe)' };
+  o.log(`PyTorch: ${torch.reason}`);
+  const dry = soft && !!o.dryRun;
+  if (dry)
+    notes.push(
+      'DRY RUN: the GPT-2 path ran on a software adapter at a small shape and batch, and PyTorch on the CPU, to check that the code runs; none of its numbers is a measurement.',
+    );
+  if ((soft && !dry) || !o.buildGpt2Trainer) {
     notes.push(
       `GPT-2 124M-shaped LoRA steps: not run (${soft ? 'software adapter' : 'no GPT-2 model builder'}; not measured).`,
     );
   } else {
-    const runs: [string, Record<string, unknown>][] = [
-      ['PPO, LoRA r 8, shared value', { algorithm: 'ppo', lora: 8, batchSize: 16, responseLength: 24 }],
-      [
-        'GRPO, LoRA r 8, 4 prompts × 4',
-        { algorithm: 'grpo', lora: 8, batchSize: 16, groupSize: 4, responseLength: 24 },
-      ],
-    ];
-    runs.push([
-      'PPO, LoRA r 8, shared value — tfjs ops (fused kernels off)',
-      { ...runs[0][1], fused: false },
-    ]);
-    for (const [label, { fused = true, ...over }] of runs) {
+    // The whole batch at once, no recompute: the step PyTorch runs (and what a GPU with memory to spare wants;
+    // the automatic micro-batch plans for a 4 GB device: micro-batches of 4 with recompute for GPT-2).
+    const size = dry ? { batchSize: 2, responseLength: 4 } : { batchSize: 16, responseLength: 24 };
+    const whole = { ...size, microBatchSize: size.batchSize, recompute: 'off' };
+    const ppo = { algorithm: 'ppo', lora: 8, ...whole };
+    type Run = { label: string; over: Record<string, unknown>; fused: boolean; torch: boolean };
+    const runs: Run[] = [{ label: 'PPO, LoRA r 8, shared value', over: ppo, fused: true, torch: true }];
+    for (let i = 2; i <= (o.repeat ?? 1); i++)
+      runs.push({ label: `PPO, LoRA r 8, shared value (run ${i})`, over: ppo, fused: true, torch: true });
+    if (!dry) {
+      runs.push({
+        label: 'GRPO, LoRA r 8, 4 prompts × 4',
+        over: { algorithm: 'grpo', lora: 8, groupSize: 4, ...whole },
+        fused: true,
+        torch: false,
+      });
+      if (o.defaultPlan)
+        runs.push({
+          label: 'PPO, LoRA r 8, shared value — the automatic micro-batch',
+          over: { algorithm: 'ppo', lora: 8, ...size },
+          fused: true,
+          torch: false,
+        });
+      if (!o.skipPlain)
+        runs.push({
+          label: 'PPO, LoRA r 8, shared value — tfjs ops (fused kernels off)',
+          over: ppo,
+          fused: false,
+          torch: false,
+        });
+    }
+    for (const { label, over, fused, torch: withTorch } of runs) {
       o.log(`GPT-2 124M shape: ${label}`);
-      setWebGpuFusedKernels(fused !== false);
+      setWebGpuFusedKernels(fused);
       try {
-        gpt2Lora.push(await gpt2LoraStep(o.buildGpt2Trainer, label, over, matmul.gflops, o.log));
+        // After a PPO run with the fused kernels: its policy's decode speed, and the same step in PyTorch.
+        const after = !withTorch
+          ? undefined
+          : async (trainer: PpoTrainer, step: Gpt2LoraStep): Promise<void> => {
+              const cfg = trainer.cfg;
+              o.log(`  ${JSON.stringify({ row: label, ...step })}`);
+              const timings: DecodeTiming[] = [];
+              for (const batch of [1, 16]) {
+                o.log(`GPT-2 policy generation, batch ${batch}`);
+                timings.push(
+                  await decodeTiming(trainer.models.policy, {
+                    batch,
+                    tokens: dry ? 6 : 32,
+                    reps: dry ? 1 : 3,
+                    padId: trainer.tokenizer.padId,
+                    sampling: { temperature: cfg.temperature, topK: cfg.topK ?? 0, topP: cfg.topP ?? 1 },
+                  }),
+                );
+                o.log(`  ${JSON.stringify(timings[timings.length - 1])}`);
+              }
+              if (!gpt2Decode.length) gpt2Decode.push(...timings);
+              else gpt2DecodeRepeats.push(timings);
+              if (torch.ok && o.runTorch) {
+                o.log('the same PPO step in PyTorch eager');
+                try {
+                  const t = await o.runTorch(cfg, step.Tq);
+                  o.log(`  ${JSON.stringify({ torch: t })}`);
+                  torchRuns.push({ ours: step.timeStep, torch: t });
+                  if (!torchEager) {
+                    torchEager = t;
+                    vsTorch = dry
+                      ? {
+                          error: `a dry run (a small shape on a software adapter against PyTorch on the CPU) is not a measurement: its ratio ${(step.timeStep / t.timeStep).toFixed(2)} is not reported under this name`,
+                        }
+                      : { ours: step.timeStep, torch: t.timeStep };
+                  }
+                } catch (e) {
+                  if (!vsTorch) vsTorch = { error: (e as Error).message };
+                }
+              }
+            };
+        const row = await gpt2LoraStep(o.buildGpt2Trainer, label, over, matmul.gflops, o.log, after);
+        gpt2Lora.push(row);
+        if (!withTorch) o.log(`  ${JSON.stringify({ row: label, ...row })}`);
       } catch (e) {
         notes.push(`GPT-2 124M shape, ${label}: failed: ${(e as Error).message}`);
       } finally {
@@ -345,13 +455,21 @@ export async function runGpuBench(o: {
       }
     }
   }
-  const torch: TorchProbe = o.probeTorch
-    ? await o.probeTorch()
-    : { ok: false, reason: 'not probed (the bench was run without a Python probe)' };
-  const k = gpuBenchKeys({ matmul, decode, timing, torch });
+  // sampledOverGreedy: of the GPT-2 policy at batch 16 where it was timed, else of the tiny policy.
+  const g16 = gpt2Decode.find((d) => d.batch === 16);
+  const keyTiming = g16 ?? timing;
+  const timingLabel = g16
+    ? `the GPT-2 124M-shaped PPO policy (LoRA r 8)${dry ? ' — dry run: a small shape' : ''}`
+    : 'the tiny policy';
+  const k = gpuBenchKeys({ matmul, decode, timing: keyTiming, torch, vsTorch, timingLabel });
   notes.push(
     `decodeDispatchesPerLayer: the GPT-2 KV-cache decode step (one token for every row), per layer = (count at n_layer 8 − count at 2) / 6 (width 64, batch 2, 16 cache slots).`,
-    `sampledOverGreedy: ms/token of the tiny policy's generation at batch ${timing.batch} (${timing.tokens} − 2 new tokens, prefill left out), sampled at temperature ${timing.sampling.temperature}, top-k ${timing.sampling.topK}, top-p ${timing.sampling.topP}, over greedy${soft ? '; on a software adapter: a ratio of CPU times, not a GPU figure' : ''}.`,
+    `sampledOverGreedy: ms/token of ${timingLabel}'s generation at batch ${keyTiming.batch} (${keyTiming.tokens} − 2 new tokens, prefill left out), sampled at temperature ${keyTiming.sampling.temperature}, top-k ${keyTiming.sampling.topK}, top-p ${keyTiming.sampling.topP}, over greedy${soft ? '; on a software adapter: a ratio of CPU times, not a GPU figure' : ''}.`,
+    ...(torchEager
+      ? [
+          `vsTorchEager: our GPT-2 PPO + LoRA step (fused kernels) ÷ the same step in PyTorch ${(torchEager as TorchPpoResult).torch} eager (transformers ${(torchEager as TorchPpoResult).transformers}, float32, TF32 ${(torchEager as TorchPpoResult).tf32 ? 'on' : 'off'}) on ${(torchEager as TorchPpoResult).device}: scripts/torch_ppo_step.py, mean of ${(torchEager as TorchPpoResult).steps} steps after a warm-up.`,
+        ]
+      : []),
     ...k.notes,
   );
   return {
@@ -359,6 +477,10 @@ export async function runGpuBench(o: {
     decode,
     decodeLora,
     decodeTiming: timing,
+    gpt2Decode,
+    gpt2DecodeRepeats,
+    torchEager,
+    torchRuns,
     adapter: o.adapter,
     sizes: soft ? 'software adapter: smallest sizes only' : null,
     matmul,
@@ -403,6 +525,7 @@ async function gpt2LoraStep(
   over: Record<string, unknown>,
   peakGflops: number,
   log: (m: string) => void,
+  after?: (trainer: PpoTrainer, step: Gpt2LoraStep) => Promise<void>,
 ): Promise<Gpt2LoraStep> {
   const trainer = await build({ ...over, miniBatches: 1, ppoEpochs: 1, steps: 10 });
   try {
@@ -422,7 +545,7 @@ async function gpt2LoraStep(
       value: trainer.models.value !== null,
     });
     const gflops = flops / timed.timeUpdate / 1e9;
-    return {
+    const step: Gpt2LoraStep = {
       label,
       algorithm: String(trainer.cfg.algorithm),
       batchSize: timed.batchSize,
@@ -438,6 +561,8 @@ async function gpt2LoraStep(
       webgpuDispatchesPerStep: counted.dispatches,
       readbacksPerStep: counted.readbacks,
     };
+    if (after) await after(trainer, step);
+    return step;
   } finally {
     disposeTrainer(trainer);
   }
@@ -485,7 +610,41 @@ export function gpuMarkdown(r: GpuBenchResult): string {
           '',
         ]
       : []),
+    ...torchTable(r),
     ...r.notes.map((n) => `- ${n}`),
     '',
   ].join('\n');
+}
+
+/** Ours beside PyTorch eager: the GPT-2 PPO + LoRA step's phases and the policy's ms/token ([] if neither ran). */
+function torchTable(r: GpuBenchResult): string[] {
+  const ours = r.gpt2Lora[0];
+  if (!ours && !r.gpt2Decode.length) return [];
+  const t = r.torchEager;
+  const row = (name: string, a: number | null | undefined, b: number | null | undefined, d = 3): string =>
+    `| ${name} | ${f(a ?? null, d)} | ${t ? f(b ?? null, d) : 'not run'} | ${a && b ? (a / b).toFixed(2) : '—'} |`;
+  const dec = (batch: number) => r.gpt2Decode.find((x) => x.batch === batch);
+  return [
+    `| GPT-2 124M shape, PPO + LoRA r 8 | ours (fused kernels) | PyTorch eager${t ? ` (${t.device})` : ''} | ours ÷ PyTorch |`,
+    '| --- | --- | --- | --- |',
+    row('s/step', ours?.timeStep, t?.timeStep),
+    row('generate, s', ours?.timeGenerate, t?.timeGenerate),
+    row('score, s', ours?.timeScore, t?.timeScore),
+    row('update, s', ours?.timeUpdate, t?.timeUpdate),
+    row('greedy ms/token, batch 1', dec(1)?.greedyMsPerToken, t?.greedyMsPerToken['1'], 2),
+    row('greedy ms/token, batch 16', dec(16)?.greedyMsPerToken, t?.greedyMsPerToken['16'], 2),
+    row('sampled ms/token, batch 16', dec(16)?.sampledMsPerToken, t?.sampledMsPerToken, 2),
+    '',
+    ...(r.torchRuns.length > 1
+      ? [
+          '| run | ours s/step | PyTorch s/step | ours ÷ PyTorch |',
+          '| --- | --- | --- | --- |',
+          ...r.torchRuns.map(
+            (x, i) =>
+              `| ${i + 1} | ${x.ours.toFixed(3)} | ${x.torch.timeStep.toFixed(3)} | ${(x.ours / x.torch.timeStep).toFixed(2)} |`,
+          ),
+          '',
+        ]
+      : []),
+  ];
 }

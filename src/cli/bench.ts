@@ -600,6 +600,7 @@ async function gpuBench(
   const limits = (tf.backend() as unknown as { device: { limits: { maxStorageBufferBindingSize: number } } })
     .device.limits;
   const res = { ...nodeResources, maxBindingBytes: limits.maxStorageBufferBindingSize };
+  const dryRun = adapter.software && process.env.PPO_GPU_BENCH_DRYRUN === '1';
   // GPT-2 124M's shapes with random weights, written once to a temporary folder (hardware adapters only).
   let gpt2Dir: string | null = null;
   const gpt2Folder = async (): Promise<string> => {
@@ -612,8 +613,10 @@ async function gpuBench(
     const { writeFolder } = await import('./files-node');
     const { SHAPES, shapeConfig } = await import('../bench/perf/memory');
     const dir = join(await mkdtemp(join(tmpdir(), 'ppo-gpu-bench-')), 'gpt2-124m');
-    log(`writing a GPT-2 124M-shaped model with random weights to ${dir}`);
-    const m = GPT2.random(shapeConfig(SHAPES.gpt2), 1234);
+    // A dry run (PPO_GPU_BENCH_DRYRUN=1 on a software adapter) keeps the vocabulary and shrinks the trunk.
+    const shape = dryRun ? { ...SHAPES.gpt2, n_embd: 64, n_layer: 2, n_head: 2 } : SHAPES.gpt2;
+    log(`writing a GPT-2 ${dryRun ? 'small (dry run)' : '124M'}-shaped model with random weights to ${dir}`);
+    const m = GPT2.random(shapeConfig(shape), 1234);
     try {
       await writeFolder(dir, await exportLM(m));
     } finally {
@@ -627,7 +630,36 @@ async function gpuBench(
       buildTrainer(validateConfig({ model: modelDir, task: 'sentiment', ...o }, 'bench'), res),
     buildGpt2Trainer: async (o) =>
       buildTrainer(validateConfig({ model: await gpt2Folder(), task: 'sentiment', ...o }, 'bench'), res),
-    probeTorch: async () => (await import('./torch-probe')).probeTorchCuda(resolvePython()),
+    probeTorch: async () => {
+      const { probeTorchCuda } = await import('./torch-probe');
+      const p = probeTorchCuda(resolvePython());
+      // A dry run checks the PyTorch side on the CPU when torch imports at all.
+      return dryRun && !p.ok && p.reason.includes('CUDA is not available')
+        ? {
+            ok: true,
+            reason: `${p.reason.replace(' is installed but CUDA is not available', '')} on the CPU (dry run)`,
+          }
+        : p;
+    },
+    runTorch: async (cfg, Tq) => {
+      const { runTorchPpoStep } = await import('./torch-probe');
+      const { torchSpec } = await import('../bench/torch-ppo');
+      const spec = torchSpec(cfg, {
+        model: await gpt2Folder(),
+        Tq,
+        device: dryRun ? 'cpu' : 'cuda',
+        warmup: 1,
+        steps: dryRun ? 1 : 3,
+        decodeBatches: [1, 16],
+        sampledBatch: 16,
+        decodeTokens: dryRun ? 6 : 32,
+      });
+      return runTorchPpoStep(resolvePython(), spec, log);
+    },
+    dryRun,
+    repeat: Number(process.env.PPO_GPU_BENCH_REPEAT ?? 1) || 1,
+    skipPlain: process.env.PPO_GPU_BENCH_SKIP_PLAIN === '1',
+    defaultPlan: process.env.PPO_GPU_BENCH_DEFAULT_PLAN === '1',
     log,
   });
   if (gpt2Dir) {
