@@ -365,6 +365,8 @@ describe('the trainer runs every algorithm', () => {
       const r = await t.trainStep();
       expect(gen).toHaveBeenCalledTimes(1);
       expect(gen.mock.calls[0][1]).toHaveLength(4); // 2 prompts × G 2 in one call
+      // In slices of the plan's generation micro-batch (resolveStepPlan), not the update's.
+      expect(gen.mock.calls[0][3]).toBe(t.stepPlan(cfg).generateMicroBatchSize);
       expect(r.rollout.groups).toEqual([0, 0, 1, 1]);
       expect(r.rollout.queries[0]).toEqual(r.rollout.queries[1]);
       expect(r.rollout.queries[2]).toEqual(r.rollout.queries[3]);

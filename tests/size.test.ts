@@ -41,6 +41,8 @@ import {
   paramCount,
   scalarParamCount,
   runShapeOf,
+  phaseFloats,
+  AUTO_MICRO_BATCH_BYTES,
   type RunMemoryOptions,
   withPackedWeights,
 } from '../src/core/model/size';
@@ -540,6 +542,50 @@ describe('the automatic plan (microBatchSize 0, recompute "auto")', () => {
     const s = plan(gpt2, { lora: 8, batchSize: 16, responseLength: 24, miniBatches: 2 });
     expect(s.microBatchSize).toBe(4);
     expect(s.recompute).toBe(true);
+  });
+
+  it('generation is planned apart: GPT-2 124M at batch 16 generates in 2 slices of 8 (what 8 rows add fits the budget), the update in micro-batches of 4', () => {
+    const s = plan(gpt2, { lora: 8, batchSize: 16, responseLength: 24, miniBatches: 2 });
+    expect(s.microBatchSize).toBe(4);
+    expect(s.generateMicroBatchSize).toBe(8);
+    // Hand-checkable from phaseFloats at 1, 2 and n rows: what n rows add beyond the part no slice changes.
+    const models = {
+      scorers: 2,
+      wteTrains: false,
+      lora: { r: 8, targets: validateConfig({ model: 'x' }, 'test').loraTargets },
+    };
+    const at = (m: number) =>
+      phaseFloats(
+        gpt2,
+        { ...s, microBatchSize: m, generateMicroBatchSize: undefined, recompute: false },
+        models,
+      );
+    const [p1, p2] = [at(1), at(2)];
+    const adds = (m: number, k: 'generate' | 'update') => (at(m)[k] - (2 * p1[k] - p2[k])) * 4;
+    expect(adds(8, 'generate')).toBeLessThanOrEqual(AUTO_MICRO_BATCH_BYTES);
+    expect(adds(16, 'generate')).toBeGreaterThan(AUTO_MICRO_BATCH_BYTES);
+    expect(adds(8, 'update')).toBeGreaterThan(AUTO_MICRO_BATCH_BYTES);
+    // The estimate counts generation at its own slice: 8 rows hold more than 4; absent, the micro-batch.
+    const gen = (g: number | undefined) =>
+      phaseFloats(gpt2, { ...s, generateMicroBatchSize: g }, models).generate;
+    expect(gen(8)).toBeGreaterThan(gen(4));
+    expect(gen(undefined)).toBe(gen(4));
+  });
+
+  it('a set microBatchSize is the generation slice too (what the person asked for, in every phase)', () => {
+    const s = plan(gpt2, { lora: 8, batchSize: 16, responseLength: 24, microBatchSize: 2 });
+    expect(s.generateMicroBatchSize).toBe(2);
+  });
+
+  it('a vocabulary so large that 16 rows of generation logits exceed the budget generates in even slices, never below the micro-batch', () => {
+    const big = { ...gpt2, vocab_size: 4_000_000 };
+    const s = plan(big, { lora: 8, batchSize: 16, responseLength: 24, miniBatches: 1 });
+    expect(s.generateMicroBatchSize).toBeLessThan(16);
+    expect(s.generateMicroBatchSize).toBeGreaterThanOrEqual(s.microBatchSize!);
+    expect(
+      16 % s.generateMicroBatchSize! === 0 ||
+        Math.ceil(16 / Math.ceil(16 / s.generateMicroBatchSize!)) === s.generateMicroBatchSize,
+    ).toBe(true);
   });
 
   it('a small model runs its whole minibatch at once, without recompute', () => {

@@ -110,6 +110,11 @@ export interface RunShape {
    * the update over a minibatch).
    */
   microBatchSize?: number;
+  /**
+   * Samples per generation slice (resolveStepPlan: with the automatic micro-batch, as many as the generation
+   * phase alone allows); absent: microBatchSize.
+   */
+  generateMicroBatchSize?: number;
   /** The update's log-prob and entropy over vocabulary chunks of this many entries (0 / absent: whole). */
   vocabChunk?: number;
   /** The update recomputes each block's activations in its backward (keeps only the blocks' inputs). */
@@ -312,7 +317,8 @@ export function phaseFloats(
   const V = c.vocab_size;
   // The rows each phase runs at once: with micro-batches, a micro-batch in every phase.
   const micro = run.microBatchSize;
-  const genRows = micro ? Math.min(micro, run.batchSize) : run.batchSize;
+  const genMicro = run.generateMicroBatchSize ?? micro;
+  const genRows = genMicro ? Math.min(genMicro, run.batchSize) : run.batchSize;
   const rows = micro ? Math.min(micro, mb) : mb;
   // Generation: the KV cache (keys and values of every layer; the old and the new cache during a decode step)
   // and the prompt's forward that fills it.
@@ -654,6 +660,13 @@ export const AUTO_MICRO_BATCH_BYTES = 256e6;
 export interface StepPlan {
   microBatchSize: number;
   recompute: boolean;
+  /**
+   * Samples per generation slice. A set microBatchSize: that. The automatic one: the largest slice whose
+   * generation (KV cache, prompt forward, logits) adds at most AUTO_MICRO_BATCH_BYTES, at least the micro-batch —
+   * generation holds far less per sample than the update, and decoding is bound by latency per token, so slicing
+   * it costs time in proportion (measured: GPT-2 at batch 16 in slices of 4 on an H100, docs/gpu.md).
+   */
+  generateMicroBatchSize: number;
 }
 
 /**
@@ -686,8 +699,24 @@ export function resolveStepPlan(
     const m = Math.min(cfg.microBatchSize, cfg.batchSize);
     // 'auto': on when this micro-batch would not fit without it.
     const recompute = cfg.recompute === 'blocks' || (cfg.recompute === 'auto' && !fits(m, false));
-    return { microBatchSize: m, recompute };
+    return { microBatchSize: m, recompute, generateMicroBatchSize: m };
   }
+  /** Generation's slice: the largest that fits the budget alone, never below the micro-batch m, evened out. */
+  const generateSlice = (m: number): number => {
+    const B = cfg.batchSize;
+    const [g1, g2] = [phases(1, false).generate, phases(2, false).generate];
+    for (let n = B; n > m; n--) {
+      const grows = phases(n, false).generate - (2 * g1 - g2);
+      if (grows * FLOAT32_BYTES <= AUTO_MICRO_BATCH_BYTES)
+        return Math.max(m, Math.ceil(B / Math.ceil(B / n)));
+    }
+    return m;
+  };
+  const plan = (microBatchSize: number, recompute: boolean): StepPlan => ({
+    microBatchSize,
+    recompute,
+    generateMicroBatchSize: generateSlice(microBatchSize),
+  });
   const mb = Math.max(1, Math.ceil(cfg.batchSize / Math.max(1, cfg.miniBatches)));
   /** The largest fitting micro-batch (0: not even one sample), evened out (8 as 4 + 4, not 6 + 2). */
   const largest = (recompute: boolean): number => {
@@ -696,14 +725,14 @@ export function resolveStepPlan(
   };
   if (cfg.recompute !== 'auto') {
     const recompute = cfg.recompute === 'blocks';
-    return { microBatchSize: Math.max(1, largest(recompute)), recompute };
+    return plan(Math.max(1, largest(recompute)), recompute);
   }
   // 'auto': without recompute when that fits a micro-batch at least half as large as recompute would allow (one
   // more forward per block costs less than halving the rows of every matmul), else with it.
   const plain = largest(false);
   const withRecompute = largest(true);
-  if (plain >= 1 && 2 * plain > withRecompute) return { microBatchSize: plain, recompute: false };
-  return { microBatchSize: Math.max(1, withRecompute), recompute: true };
+  if (plain >= 1 && 2 * plain > withRecompute) return plan(plain, false);
+  return plan(Math.max(1, withRecompute), true);
 }
 
 /** The models that run a forward while scoring (policy, reference, a value trunk of its own, a reward model). */
@@ -740,6 +769,7 @@ export function runShapeOf(
     promptLength,
     responseLength: cfg.responseLength,
     microBatchSize: plan.microBatchSize,
+    generateMicroBatchSize: plan.generateMicroBatchSize,
     recompute: plan.recompute,
     vocabChunk,
   };
@@ -760,7 +790,9 @@ export function fittingMicroBatch(
   for (const recompute of shape.recompute ? [true] : [false, true]) {
     for (let m = start; m >= 1; m--) {
       if (m === start && recompute === !!shape.recompute) continue; // that is the setting refused
-      if (estimateRunMemory(c, { ...shape, microBatchSize: m, recompute }, opts).total <= budget) {
+      // A set microBatchSize generates in slices of it too (resolveStepPlan).
+      const tried = { ...shape, microBatchSize: m, generateMicroBatchSize: m, recompute };
+      if (estimateRunMemory(c, tried, opts).total <= budget) {
         return { microBatchSize: m, recompute };
       }
     }

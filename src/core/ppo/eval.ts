@@ -137,7 +137,8 @@ export class Evaluator {
     const t = this.trainer;
     const cfg = t.cfg;
     const { policy, ref, reward } = t.models;
-    const micro = t.microBatchSize(cfg);
+    const plan = t.stepPlan(cfg);
+    const micro = plan.microBatchSize;
     const queries = this.promptTokens;
     const answer = (model: typeof policy) =>
       generateInMicroBatches(
@@ -153,7 +154,7 @@ export class Evaluator {
           // Fresh streams with the same seeds for both models, at every evaluation.
           rng: this.seeds.map((s) => new Rng(s)),
         },
-        micro,
+        plan.generateMicroBatchSize,
       );
     const pol = await answer(policy);
     const refGen = await answer(ref);

@@ -364,7 +364,11 @@ export class PpoTrainer {
    */
   stepPlan(cfg: TrainConfig = this.cfg): StepPlan {
     const shape = this.runShape(cfg);
-    return { microBatchSize: shape.microBatchSize!, recompute: !!shape.recompute };
+    return {
+      microBatchSize: shape.microBatchSize!,
+      recompute: !!shape.recompute,
+      generateMicroBatchSize: shape.generateMicroBatchSize ?? shape.microBatchSize!,
+    };
   }
 
   /** The pre-flight memory estimate of a step with `cfg` as this trainer runs it (model/size.ts). */
@@ -694,7 +698,7 @@ export class PpoTrainer {
         padId: this.tokenizer.padId,
         rng: rowRngs,
       },
-      micro,
+      plan.generateMicroBatchSize,
     );
     const tGen = now();
 
