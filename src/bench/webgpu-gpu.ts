@@ -353,7 +353,6 @@ export async function runGpuBench(o: {
   const gpt2Decode: DecodeTiming[] = [];
   const gpt2DecodeRepeats: DecodeTiming[][] = [];
   const torchRuns: { ours: number; torch: TorchPpoResult }[] = [];
-  let torchEager: TorchPpoResult | null = null;
   let vsTorch: { ours: number; torch: number } | { error: string } | undefined;
   const torch: TorchProbe = o.probeTorch
     ? await o.probeTorch()
@@ -432,8 +431,7 @@ export async function runGpuBench(o: {
                   const t = await o.runTorch(cfg, step.Tq);
                   o.log(`  ${JSON.stringify({ torch: t })}`);
                   torchRuns.push({ ours: step.timeStep, torch: t });
-                  if (!torchEager) {
-                    torchEager = t;
+                  if (torchRuns.length === 1) {
                     vsTorch = dry
                       ? {
                           error: `a dry run (a small shape on a software adapter against PyTorch on the CPU) is not a measurement: its ratio ${(step.timeStep / t.timeStep).toFixed(2)} is not reported under this name`,
@@ -455,6 +453,7 @@ export async function runGpuBench(o: {
       }
     }
   }
+  const torchEager = torchRuns[0]?.torch ?? null;
   // sampledOverGreedy: of the GPT-2 policy at batch 16 where it was timed, else of the tiny policy.
   const g16 = gpt2Decode.find((d) => d.batch === 16);
   const keyTiming = g16 ?? timing;
@@ -467,7 +466,7 @@ export async function runGpuBench(o: {
     `sampledOverGreedy: ms/token of ${timingLabel}'s generation at batch ${keyTiming.batch} (${keyTiming.tokens} − 2 new tokens, prefill left out), sampled at temperature ${keyTiming.sampling.temperature}, top-k ${keyTiming.sampling.topK}, top-p ${keyTiming.sampling.topP}, over greedy${soft ? '; on a software adapter: a ratio of CPU times, not a GPU figure' : ''}.`,
     ...(torchEager
       ? [
-          `vsTorchEager: our GPT-2 PPO + LoRA step (fused kernels) ÷ the same step in PyTorch ${(torchEager as TorchPpoResult).torch} eager (transformers ${(torchEager as TorchPpoResult).transformers}, float32, TF32 ${(torchEager as TorchPpoResult).tf32 ? 'on' : 'off'}) on ${(torchEager as TorchPpoResult).device}: scripts/torch_ppo_step.py, mean of ${(torchEager as TorchPpoResult).steps} steps after a warm-up.`,
+          `vsTorchEager: our GPT-2 PPO + LoRA step (fused kernels) ÷ the same step in PyTorch ${torchEager.torch} eager (transformers ${torchEager.transformers}, float32, TF32 ${torchEager.tf32 ? 'on' : 'off'}) on ${torchEager.device}: scripts/torch_ppo_step.py, mean of ${torchEager.steps} steps after a warm-up.`,
         ]
       : []),
     ...k.notes,

@@ -18,6 +18,7 @@ import { setNodeBackend } from './backend-node';
 import { nodeFiles } from './files-node';
 import { resolveModel, ROOT } from './models';
 import { nodeResources } from './train';
+import { runPython } from './torch-probe';
 import { loadTaskNode } from './tasks-node';
 import { loadLM, readConfig } from '../core/model/folder';
 import { validateConfig, type TrainConfig } from '../core/config';
@@ -812,38 +813,6 @@ async function vsTrlOursChild(
   }
 }
 
-/** Run `python SCRIPT SPEC` with its stderr as progress; resolves its stdout, rejects on a non-zero exit. */
-function runPython(python: string, args: string[], log: (m: string) => void): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(python, args, {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, HF_HUB_OFFLINE: '1', TRANSFORMERS_OFFLINE: '1', HF_DATASETS_OFFLINE: '1' },
-    });
-    const kill = (): void => void child.kill('SIGTERM');
-    process.once('exit', kill);
-    let stdout = '';
-    let tail = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    let errBuf = '';
-    child.stderr.on('data', (d: Buffer) => {
-      errBuf += d.toString();
-      const lines = errBuf.split(/\r?\n|\r/);
-      errBuf = lines.pop() ?? '';
-      for (const l of lines)
-        if (l.trim()) {
-          tail = l;
-          if (l.startsWith('[trl]') || /Error|Traceback/.test(l)) log(`(trl) ${l.replace(/^\[trl\] /, '')}`);
-        }
-    });
-    child.on('error', reject);
-    child.on('close', (code) => {
-      process.off('exit', kill);
-      if (code === 0) resolve(stdout);
-      else reject(new Error(`${python} ${args[0]} exited with ${code}: ${(errBuf || tail).trim()}`));
-    });
-  });
-}
-
 /** A random GPT-2-shaped folder (scripts/make-random-model.ts), made once per shape under .bench/models/. */
 async function vsTrlModelFolder(
   shape: ReturnType<typeof parseShape>,
@@ -967,7 +936,7 @@ async function vsTrlBench(
       ),
     );
     log(`TRL: ${o.warmup} warm-up + ${o.steps} timed steps on PyTorch CPU, ${VS_TRL_SETUP.threads} thread`);
-    const stdout = await runPython(python, [script, specFile], log);
+    const stdout = await runPython(python, [script, specFile], log, 'trl');
     const trl = parseTrlResult(stdout, { steps: o.steps, responseLength: VS_TRL_SETUP.responseLength });
     if (trl.promptLengths.join() !== promptLengths.join())
       throw new Error(

@@ -23,45 +23,61 @@ export function probeTorchCuda(python: string): TorchProbe {
 }
 
 /**
+ * Run `python SCRIPT SPEC` (scripts/trl_grpo_step.py, scripts/torch_ppo_step.py) offline, with the script's
+ * `[tag]` stderr lines (and errors) as progress; resolves its stdout, rejects on a non-zero exit.
+ */
+export function runPython(
+  python: string,
+  args: string[],
+  log: (m: string) => void,
+  tag: 'trl' | 'torch',
+): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(python, args, {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, HF_HUB_OFFLINE: '1', TRANSFORMERS_OFFLINE: '1', HF_DATASETS_OFFLINE: '1' },
+    });
+    const kill = (): void => void child.kill('SIGTERM');
+    process.once('exit', kill);
+    let stdout = '';
+    let tail = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    let errBuf = '';
+    child.stderr.on('data', (d: Buffer) => {
+      errBuf += d.toString();
+      const lines = errBuf.split(/\r?\n|\r/);
+      errBuf = lines.pop() ?? '';
+      for (const l of lines)
+        if (l.trim()) {
+          tail = l;
+          if (l.startsWith(`[${tag}]`) || /Error|Traceback/.test(l))
+            log(`(${tag}) ${l.replace(`[${tag}] `, '')}`);
+        }
+    });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      process.off('exit', kill);
+      if (code === 0) resolve(stdout);
+      else reject(new Error(`${python} ${args[0]} exited with ${code}: ${(errBuf || tail).trim()}`));
+    });
+  });
+}
+
+/**
  * Run scripts/torch_ppo_step.py on `spec` with `python` (`bench --gpu`'s PyTorch column): the spec goes to a
- * temporary file, progress lines go to `log`, and the last stdout line is parsed (parseTorchResult). Throws with
- * the script's last stderr line when it fails or runs past `timeoutMs`.
+ * temporary file, progress lines go to `log`, and the last JSON line of stdout is parsed (parseTorchResult).
  */
 export async function runTorchPpoStep(
   python: string,
   spec: TorchPpoSpec,
   log: (m: string) => void,
-  timeoutMs = 600_000,
 ): Promise<TorchPpoResult> {
   const dir = await mkdtemp(join(tmpdir(), 'ppo-torch-'));
   const specPath = join(dir, 'spec.json');
-  await writeFile(specPath, JSON.stringify(spec));
-  const script = fileURLToPath(new URL('../../scripts/torch_ppo_step.py', import.meta.url));
   try {
-    const { stdout, stderr, code } = await new Promise<{
-      stdout: string;
-      stderr: string;
-      code: number | null;
-    }>((resolve, reject) => {
-      const p = spawn(python, [script, specPath], {
-        env: { ...process.env, PYTHONUNBUFFERED: '1' },
-        timeout: timeoutMs,
-      });
-      let out = '';
-      let err = '';
-      p.stdout.on('data', (d: Buffer) => (out += d.toString()));
-      p.stderr.on('data', (d: Buffer) => {
-        err += d.toString();
-        for (const l of d.toString().split('\n')) if (l.startsWith('[torch]')) log(l);
-      });
-      p.on('error', reject);
-      p.on('close', (c) => resolve({ stdout: out, stderr: err, code: c }));
-    });
-    if (code !== 0) {
-      const last = stderr.trim().split('\n').slice(-3).join(' | ') || `exit ${code}`;
-      throw new Error(`scripts/torch_ppo_step.py exited with ${code}: ${last}`);
-    }
-    return parseTorchResult(stdout);
+    await writeFile(specPath, JSON.stringify(spec));
+    const script = fileURLToPath(new URL('../../scripts/torch_ppo_step.py', import.meta.url));
+    return parseTorchResult(await runPython(python, [script, specPath], log, 'torch'));
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
