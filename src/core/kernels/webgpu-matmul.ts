@@ -1,0 +1,448 @@
+/**
+ * A register-blocked fp32 matmul for tfjs's WebGPU backend: C = op(A)·op(B) (op: transpose or not, as tf.matMul
+ * has), rank 2 or rank 3 with a batch (one side may have batch 1 and is then broadcast), any M, N, K. Issue #22,
+ * item 3; docs/gpu.md, "A faster matmul".
+ *
+ * Why: tfjs-backend-webgpu 4.22's matmul measured 10.8 TFLOP/s at 2048² on an H100 (docs/gpu.md), a sixth of the
+ * card's fp32 peak, and the matmuls are most of a PPO update's FLOPs. This kernel is the classic SGEMM layout:
+ * - one workgroup of 256 threads (16 × 16) computes a TM × TN tile of C, TM, TN ∈ {64, 128}: each thread keeps
+ *   (TM/16) × (TN/16) outputs in registers (8 × 8 at 128 × 128; 4 × 4 at 64 × 64) as vec4 accumulators, at rows
+ *   g·64 + ty·4 + i and columns h·64 + tx·4 + [0, 4) (g, h < 2), so that its reads of workgroup memory are whole
+ *   vec4s and a warp's 16 column threads read 64 neighbouring floats;
+ * - K goes through workgroup memory in slices of BK (8, or 16 for 64 × 64), both tiles stored k-major
+ *   (As[k][m], Bs[k][n]) as vec4 arrays, in two buffers: slice t + 1 is read from global memory into registers
+ *   before slice t is multiplied, and stored into the other buffer after it, so one barrier per slice and the
+ *   global loads' latency overlaps the FMAs. 2·BK·(TM + TN)·4 bytes: 16 KB at 128 × 128, WebGPU's default limit;
+ * - global loads are vec4 (A, B, C bound as array<vec4<f32>>) where the operand's contiguous dimension is a
+ *   multiple of 4 (K for A and for Bᵀ, M for Aᵀ, N for B; N for the store); otherwise that operand reads four
+ *   bounds-checked scalars per quad (the same tile, a different shader). Out-of-range rows, columns and k read 0
+ *   and are not stored, so any shape works;
+ * - the tile per shape (matMulFastPlan): 128 × 128 unless that gives fewer than `minGroups` workgroups (default
+ *   128, about one per SM of an H100), then the tile halved on the smaller side of C, then 64 × 64 — a decode
+ *   step's few rows or GPT-2's [512, 3072]·[3072, 768] would otherwise leave most of the GPU idle.
+ *   setWebGpuMatMulFastTiles forces a tile or changes the bound (for the GPU bench to sweep).
+ *
+ * Not done: subgroup operations and shader-f16 storage (tfjs-backend-webgpu creates its device without those
+ * features, so WGSL may not use them: it would need our own device creation); split-K for a small M·N with a
+ * long K. It was checked for correctness only (tests/webgpu-matmul.test.ts on SwiftShader, scripts/gpu-checks.ts
+ * on whatever adapter exists); its speed on a GPU was not measured yet, so nothing routes to it by default
+ * (setWebGpuMatMulFast / matMulRouted).
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
+
+export const MATMUL_FAST = 'PerfMatMulFast';
+
+/** Threads per workgroup side (16 × 16 = 256). */
+const TS = 16;
+const THREADS = TS * TS;
+/** Workgroups per dispatch dimension that WebGPU guarantees. */
+const MAX_GROUPS = 65535;
+
+/** A workgroup's output tile (rows × columns of C) and its K slice. */
+export interface MatMulFastTile {
+  tm: 64 | 128;
+  tn: 64 | 128;
+  bk: 8 | 16;
+}
+
+/** How one product is dispatched. */
+export interface MatMulFastPlan extends MatMulFastTile {
+  /** Workgroups in x (column tiles), y (row tiles), z (batch). */
+  groups: [number, number, number];
+  /** vec4 loads of A, of B, and vec4 stores of C (each where its contiguous dimension is a multiple of 4). */
+  vecA: boolean;
+  vecB: boolean;
+  vecC: boolean;
+}
+
+/** Default of the workgroup count below which the tile shrinks (about one workgroup per SM of an H100: 132). */
+export const MATMUL_FAST_MIN_GROUPS_DEFAULT = 128;
+let minGroups = MATMUL_FAST_MIN_GROUPS_DEFAULT;
+let forcedTile: MatMulFastTile | null = null;
+
+const TILES: readonly MatMulFastTile[] = [
+  { tm: 128, tn: 128, bk: 8 },
+  { tm: 64, tn: 128, bk: 8 },
+  { tm: 128, tn: 64, bk: 8 },
+  { tm: 64, tn: 64, bk: 16 },
+];
+
+/**
+ * Force a tile (null: choose per shape) and set the workgroup count below which the per-shape choice shrinks
+ * the tile. Returns the previous settings, to put back. For tests and the GPU bench's sweeps.
+ */
+export function setWebGpuMatMulFastTiles(o: { tile?: MatMulFastTile | null; minGroups?: number }): {
+  tile: MatMulFastTile | null;
+  minGroups: number;
+} {
+  const was = { tile: forcedTile, minGroups };
+  if (o.tile !== undefined) {
+    if (o.tile && !TILES.some((t) => t.tm === o.tile!.tm && t.tn === o.tile!.tn && t.bk === o.tile!.bk))
+      throw new Error(
+        `setWebGpuMatMulFastTiles: tile must be one of ${TILES.map((t) => `${t.tm}×${t.tn}/${t.bk}`).join(', ')}, got ${JSON.stringify(o.tile)}.`,
+      );
+    forcedTile = o.tile;
+  }
+  if (o.minGroups !== undefined) {
+    if (!Number.isInteger(o.minGroups) || o.minGroups < 1)
+      throw new Error(`setWebGpuMatMulFastTiles: minGroups must be an integer ≥ 1, got ${o.minGroups}.`);
+    minGroups = o.minGroups;
+  }
+  return was;
+}
+
+/**
+ * The tile, workgroups and load widths for C [batch, M, N] = op(A)·op(B) with inner size K (pure: the tests
+ * and the bench print it). The largest tile that still gives `minGroups` workgroups; 64 × 128 before 128 × 64
+ * when C has fewer rows than columns (the shrink goes to the smaller side).
+ */
+export function matMulFastPlan(
+  M: number,
+  N: number,
+  K: number,
+  o: { batch?: number; transA?: boolean; transB?: boolean } = {},
+): MatMulFastPlan {
+  const batch = o.batch ?? 1;
+  const groupsOf = (t: MatMulFastTile): [number, number, number] => [
+    Math.ceil(N / t.tn),
+    Math.ceil(M / t.tm),
+    batch,
+  ];
+  const count = (t: MatMulFastTile) => groupsOf(t).reduce((a, b) => a * b, 1);
+  let tile: MatMulFastTile;
+  if (forcedTile) tile = forcedTile;
+  else {
+    const order =
+      M <= N ? [TILES[0], TILES[1], TILES[2], TILES[3]] : [TILES[0], TILES[2], TILES[1], TILES[3]];
+    tile = order.find((t) => count(t) >= minGroups) ?? TILES[3];
+  }
+  return {
+    ...tile,
+    groups: groupsOf(tile),
+    vecA: (o.transA ? M : K) % 4 === 0,
+    vecB: (o.transB ? K : N) % 4 === 0,
+    vecC: N % 4 === 0,
+  };
+}
+
+interface ProgramOptions extends MatMulFastPlan {
+  transA: boolean;
+  transB: boolean;
+}
+
+/**
+ * WGSL that loads this thread's quads of one operand's K slice into registers `${reg}${l}` (vec4), reading 0
+ * outside the matrix. `kMajor`: the operand's contiguous dimension is K (A, or B transposed), quads run along k;
+ * otherwise along its M or N dimension. `dim`: that M or N (uniform name), `o0`: the tile's first row/column.
+ */
+function loadCode(o: {
+  name: 'A' | 'B';
+  reg: string;
+  T: number;
+  BK: number;
+  kMajor: boolean;
+  vec: boolean;
+  dim: string;
+  o0: string;
+  off: string;
+}): { decl: string; load: string; store: (buf: string) => string } {
+  const { name, reg, T, BK, kMajor, vec, dim, o0, off } = o;
+  const T4 = T / 4;
+  const count = kMajor ? T * (BK / 4) : BK * T4;
+  const L = Math.ceil(count / THREADS);
+  const decl = Array.from({ length: L }, (_, l) => `var ${reg}${l} = vec4<f32>(0.0);`).join('\n        ');
+  const loads: string[] = [];
+  const stores: string[] = [];
+  for (let l = 0; l < L; l++) {
+    const guard = count % THREADS === 0 || (l + 1) * THREADS <= count ? '' : `if (f < ${count}) `;
+    // Coordinates of the quad: `outer` (row of A / column of B) and `k`, and the quad's direction.
+    const coords = kMajor
+      ? `let t = f / ${BK / 4}; let q = f % ${BK / 4}; let outer = ${o0} + t; let k = k0 + q * 4;`
+      : `let kk = f / ${T4}; let q = f % ${T4}; let outer = ${o0} + q * 4; let k = k0 + kk;`;
+    // Flat index of the quad's first element; the next three follow (+1 each).
+    const base = kMajor ? `${off} + outer * K + k` : `${off} + k * ${dim} + outer`;
+    let read: string;
+    if (vec) {
+      // The contiguous dimension is a multiple of 4, so a quad is wholly inside or wholly outside.
+      const ok = kMajor ? `outer < ${dim} && k < K` : `k < K && outer < ${dim}`;
+      read = `if (${ok}) { ${reg}${l} = ${name}[(${base}) / 4]; }`;
+    } else {
+      const each = [0, 1, 2, 3].map((c) => {
+        const ok = kMajor ? `outer < ${dim} && k + ${c} < K` : `k < K && outer + ${c} < ${dim}`;
+        return `if (${ok}) { ${reg}${l}[${c}] = ${name}[${base} + ${c}]; }`;
+      });
+      read = each.join(' ');
+    }
+    loads.push(`{
+          let f = tid + ${l * THREADS};
+          ${reg}${l} = vec4<f32>(0.0);
+          ${guard}{ ${coords} ${read} }
+        }`);
+    // Into workgroup memory S[buf][k][T/4] (vec4 along M or N): a k-major quad scatters to four k rows.
+    const S = name === 'A' ? 'As' : 'Bs';
+    stores.push(
+      kMajor
+        ? `{
+          let f = tid + ${l * THREADS};
+          ${guard}{ let t = f / ${BK / 4}; let q = f % ${BK / 4};
+            let s0 = BUF + (q * 4) * ${T4} + t / 4; let e = t % 4;
+            ${[0, 1, 2, 3].map((c) => `${S}[s0 + ${c * T4}][e] = ${reg}${l}[${c}];`).join(' ')}
+          }
+        }`
+        : `{
+          let f = tid + ${l * THREADS};
+          ${guard}{ ${S}[BUF + f] = ${reg}${l}; }
+        }`,
+    );
+  }
+  return {
+    decl,
+    load: loads.join('\n        '),
+    store: (buf: string) => stores.join('\n        ').replaceAll('BUF', `(${buf}) * ${BK * T4}`),
+  };
+}
+
+/** The tfjs WebGPUProgram (the backend adds bindings, uniforms and the entry point). */
+class MatMulFastProgram {
+  readonly variableNames = ['A', 'B'];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [TS, TS, 1];
+  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, strideA : i32, strideB : i32,';
+  readonly variableComponents: number[];
+  outputComponent: number;
+  private readonly o: ProgramOptions;
+
+  constructor(o: ProgramOptions, outShape: number[]) {
+    this.o = o;
+    this.outputShape = outShape;
+    this.dispatch = o.groups;
+    this.variableComponents = [o.vecA ? 4 : 1, o.vecB ? 4 : 1];
+    this.outputComponent = o.vecC ? 4 : 1;
+    this.shaderKey = `perfMatMulFast_${o.tm}x${o.tn}x${o.bk}_${+o.transA}${+o.transB}_${+o.vecA}${+o.vecB}${+o.vecC}`;
+  }
+
+  getUserCode(): string {
+    const { tm: TM, tn: TN, bk: BK, transA, transB, vecA, vecB, vecC } = this.o;
+    const TM4 = TM / 4;
+    const TN4 = TN / 4;
+    const RG = TM / 64; // row groups of 64 per thread (each 4 rows)
+    const CG = TN / 64; // column groups of 64 per thread (each a vec4)
+    const a = loadCode({
+      name: 'A',
+      reg: 'ra',
+      T: TM,
+      BK,
+      kMajor: !transA,
+      vec: vecA,
+      dim: 'M',
+      o0: 'row0',
+      off: 'aOff',
+    });
+    const b = loadCode({
+      name: 'B',
+      reg: 'rb',
+      T: TN,
+      BK,
+      kMajor: transB,
+      vec: vecB,
+      dim: 'N',
+      o0: 'col0',
+      off: 'bOff',
+    });
+    const acc = (g: number, i: number, h: number) => `acc${g}${i}${h}`;
+    const accDecl: string[] = [];
+    const fmas: string[] = [];
+    const stores: string[] = [];
+    for (let g = 0; g < RG; g++)
+      for (let i = 0; i < 4; i++)
+        for (let h = 0; h < CG; h++) {
+          accDecl.push(`var ${acc(g, i, h)} = vec4<f32>(0.0);`);
+          fmas.push(`${acc(g, i, h)} = fma(vec4<f32>(a${g}[${i}]), b${h}, ${acc(g, i, h)});`);
+        }
+    const aRegs = Array.from({ length: RG }, (_, g) => `let a${g} = As[aS + kk * ${TM4} + ${g * 16} + ty];`);
+    const bRegs = Array.from({ length: CG }, (_, h) => `let b${h} = Bs[bS + kk * ${TN4} + ${h * 16} + tx];`);
+    for (let g = 0; g < RG; g++)
+      for (let i = 0; i < 4; i++) {
+        const inner = Array.from({ length: CG }, (_, h) => {
+          const v = acc(g, i, h);
+          return vecC
+            ? `{ let c = col0 + ${h * 64} + tx * 4; if (c < N) { result[(cOff + r * N + c) / 4] = ${v}; } }`
+            : `{ let c = col0 + ${h * 64} + tx * 4;
+                ${[0, 1, 2, 3].map((e) => `if (c + ${e} < N) { result[cOff + r * N + c + ${e}] = ${v}[${e}]; }`).join(' ')} }`;
+        });
+        stores.push(`{ let r = row0 + ${g * 64} + ty * 4 + ${i}; if (r < M) { ${inner.join(' ')} } }`);
+      }
+    return `
+      var<workgroup> As : array<vec4<f32>, ${2 * BK * TM4}>;
+      var<workgroup> Bs : array<vec4<f32>, ${2 * BK * TN4}>;
+
+      fn main(index : i32) {
+        let M = uniforms.dimM;
+        let N = uniforms.dimN;
+        let K = uniforms.dimK;
+        let tx = i32(localId.x);
+        let ty = i32(localId.y);
+        let tid = ty * ${TS} + tx;
+        let row0 = i32(workgroupId.y) * ${TM};
+        let col0 = i32(workgroupId.x) * ${TN};
+        let batch = i32(workgroupId.z);
+        let aOff = batch * uniforms.strideA;
+        let bOff = batch * uniforms.strideB;
+        let cOff = batch * M * N;
+        ${accDecl.join('\n        ')}
+        ${a.decl}
+        ${b.decl}
+        let tiles = (K + ${BK - 1}) / ${BK};
+        // Slice 0 into buffer 0; then per slice t: slice t + 1 into registers, multiply buffer t % 2, registers
+        // into the other buffer (read by nobody since the last barrier), one barrier.
+        var k0 = 0;
+        ${a.load}
+        ${b.load}
+        ${a.store('0')}
+        ${b.store('0')}
+        workgroupBarrier();
+        for (var t = 0; t < tiles; t = t + 1) {
+          let cur = t % 2;
+          let more = t + 1 < tiles;
+          if (more) {
+            k0 = (t + 1) * ${BK};
+            ${a.load}
+            ${b.load}
+          }
+          let aS = cur * ${BK * TM4};
+          let bS = cur * ${BK * TN4};
+          for (var kk = 0; kk < ${BK}; kk = kk + 1) {
+            ${aRegs.join('\n            ')}
+            ${bRegs.join('\n            ')}
+            ${fmas.join('\n            ')}
+          }
+          if (more) {
+            ${a.store('1 - cur')}
+            ${b.store('1 - cur')}
+          }
+          workgroupBarrier();
+        }
+        ${stores.join('\n        ')}
+      }`;
+  }
+}
+
+type KernelFn = (args: {
+  inputs: tf.NamedTensorInfoMap;
+  backend: unknown;
+  attrs?: tf.NamedAttrMap;
+}) => tf.TensorInfo;
+
+/** [batch, rows, cols] of a rank-2 or rank-3 operand (batch 1 for rank 2). */
+const dims3 = (s: number[]): [number, number, number] =>
+  s.length === 3 ? [s[0], s[1], s[2]] : [1, s[0], s[1]];
+
+const KERNELS: Record<string, KernelFn> = {
+  [MATMUL_FAST]: ({ inputs, backend, attrs }) => {
+    const { a, b } = inputs as Record<'a' | 'b', tf.TensorInfo>;
+    const transA = !!attrs?.transA;
+    const transB = !!attrs?.transB;
+    const [ba, ra, ca] = dims3(a.shape);
+    const [bb, rb, cb] = dims3(b.shape);
+    const [M, K] = transA ? [ca, ra] : [ra, ca];
+    const N = transB ? rb : cb;
+    const batch = Math.max(ba, bb);
+    const plan = matMulFastPlan(M, N, K, { batch, transA, transB });
+    const outShape = a.shape.length === 3 ? [batch, M, N] : [M, N];
+    const program = new MatMulFastProgram({ ...plan, transA, transB }, outShape);
+    return (backend as WebGpuBackendLike).runWebGPUProgram(program, [a, b], 'float32', [
+      { type: 'int32', data: [M] },
+      { type: 'int32', data: [N] },
+      { type: 'int32', data: [K] },
+      { type: 'int32', data: [ba === 1 ? 0 : M * K] },
+      { type: 'int32', data: [bb === 1 ? 0 : K * N] },
+    ]);
+  },
+};
+
+/** Register the kernel for webgpu (idempotent; the backend need not be loaded yet). */
+export function registerWebGpuMatMulFast(): void {
+  registerWebGpuKernels(KERNELS);
+}
+
+/**
+ * Whether matMulFast runs its kernel for these operands: the webgpu backend is current, both float32, both rank
+ * 2 or both rank 3 (batches equal, or one of them 1), the inner sizes agree, no size is 0, and the workgroups
+ * fit one dispatch. Otherwise matMulFast is tf.matMul.
+ */
+export function webGpuMatMulFastApplies(a: tf.Tensor, b: tf.Tensor, transA = false, transB = false): boolean {
+  if (tf.getBackend() !== 'webgpu') return false;
+  if (a.dtype !== 'float32' || b.dtype !== 'float32') return false;
+  if (a.rank !== b.rank || (a.rank !== 2 && a.rank !== 3)) return false;
+  const [ba, ra, ca] = dims3(a.shape);
+  const [bb, rb, cb] = dims3(b.shape);
+  if (ba !== bb && ba !== 1 && bb !== 1) return false;
+  const [M, K] = transA ? [ca, ra] : [ra, ca];
+  const [K2, N] = transB ? [cb, rb] : [rb, cb];
+  if (K !== K2 || M === 0 || N === 0 || K === 0) return false;
+  const plan = matMulFastPlan(M, N, K, { batch: Math.max(ba, bb), transA, transB });
+  return plan.groups.every((g) => g <= MAX_GROUPS);
+}
+
+/** Sum a broadcast operand's gradient back to batch 1 (rank 3 only). */
+const unbroadcast = (g: tf.Tensor, like: tf.Tensor): tf.Tensor =>
+  like.rank === 3 && like.shape[0] === 1 && g.shape[0] !== 1 ? tf.sum(g, 0, true) : g;
+
+/**
+ * C = op(a)·op(b) through the register-blocked kernel on WebGPU (webGpuMatMulFastApplies), with its gradient
+ * (tf.matMul's formulas, each a matMulFast); tf.matMul where it does not apply.
+ */
+export function matMulFast<T extends tf.Tensor>(a: T, b: T, transposeA = false, transposeB = false): T {
+  if (!webGpuMatMulFastApplies(a, b, transposeA, transposeB)) return tf.matMul(a, b, transposeA, transposeB);
+  registerWebGpuMatMulFast();
+  const attrs = { transA: transposeA, transB: transposeB };
+  const f = tf.customGrad((x: tf.Tensor, y: tf.Tensor, save: tf.GradSaveFunc) => {
+    save([x, y]);
+    const value = tf.engine().runKernel(MATMUL_FAST, { a: x, b: y }, attrs) as tf.Tensor;
+    return {
+      value,
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        const [xa, yb] = saved;
+        const mm = (p: tf.Tensor, q: tf.Tensor, tp: boolean, tq: boolean) => matMulFast(p, q, tp, tq);
+        let da: tf.Tensor;
+        let db: tf.Tensor;
+        if (!transposeA && !transposeB) {
+          da = mm(dy, yb, false, true);
+          db = mm(xa, dy, true, false);
+        } else if (!transposeA) {
+          da = mm(dy, yb, false, false);
+          db = mm(dy, xa, true, false);
+        } else if (!transposeB) {
+          da = mm(yb, dy, false, true);
+          db = mm(xa, dy, false, false);
+        } else {
+          da = mm(yb, dy, true, true);
+          db = mm(dy, xa, true, true);
+        }
+        return [unbroadcast(da, xa), unbroadcast(db, yb)];
+      },
+    };
+  });
+  return f(a, b) as T;
+}
+
+let routed = false;
+
+/**
+ * Route matMulRouted to matMulFast (off by default: the kernel has not been timed on a GPU; docs/gpu.md).
+ * Returns the previous setting, to put back.
+ */
+export function setWebGpuMatMulFast(on: boolean): boolean {
+  const was = routed;
+  routed = on;
+  return was;
+}
+
+/** tf.matMul, or matMulFast when setWebGpuMatMulFast(true) was called (for callers that want the switch). */
+export function matMulRouted<T extends tf.Tensor>(a: T, b: T, transposeA = false, transposeB = false): T {
+  return routed ? matMulFast(a, b, transposeA, transposeB) : tf.matMul(a, b, transposeA, transposeB);
+}
