@@ -240,11 +240,12 @@ export async function gpt2DecodeDispatches(
 }
 
 /**
- * The same for the Llama family's decode step (model/llama.ts decodeStep) on a tiny Qwen3-style model (q/k norms,
- * GQA 4 query heads over 2 KV heads, head_dim 16, width 48, batch 2, 16 cache slots).
+ * The same for the Llama family's decode step (model/llama.ts decodeStep) on a tiny model (GQA 4 query heads over
+ * 2 KV heads, head_dim 16, width 48 — 64 for Qwen2 —, batch 2, 16 cache slots): Qwen3-style by default (q/k norms), or `family`
+ * 'qwen2' (q/k/v biases) or 'llama'; with `lora`, a LoRA view of that rank on all seven linears.
  */
 export async function llamaDecodeDispatches(
-  opts: { batch?: number; slots?: number } = {},
+  opts: { batch?: number; slots?: number; lora?: number; family?: 'llama' | 'qwen2' | 'qwen3' } = {},
 ): Promise<DecodeDispatches> {
   if (tf.getBackend() !== 'webgpu')
     throw new Error(`llamaDecodeDispatches needs the webgpu backend, not ${tf.getBackend()}.`);
@@ -257,9 +258,10 @@ export async function llamaDecodeDispatches(
         if (inputs) disposeDecodeInputs(inputs);
         inputs = decodeInputs(nLayer, B, S, 2, 16);
         const config = parseLlamaConfig({
-          model_type: 'qwen3',
+          model_type: opts.family ?? 'qwen3',
           vocab_size: 97,
-          hidden_size: 48,
+          // Qwen2 wants head_dim = hidden_size / num_attention_heads.
+          hidden_size: opts.family === 'qwen2' ? 64 : 48,
           intermediate_size: 80,
           num_hidden_layers: nLayer,
           num_attention_heads: 4,
@@ -271,7 +273,19 @@ export async function llamaDecodeDispatches(
           tie_word_embeddings: true,
           eos_token_id: 1,
         });
-        return Llama.random(config, 7);
+        const base = Llama.random(config, 7);
+        if (!opts.lora) return base;
+        // A LoRA view on all seven linears (GPT-2's four targets, the default, mean all seven here), B non-zero.
+        const adapters = LoraAdapters.create(config, { lora: opts.lora }, 5);
+        for (const m of adapters.modules.values())
+          m.b.assign(tf.tidy(() => tf.randomNormal(m.b.shape, 0, 0.02, 'float32', 9)));
+        const view = base.withLora(adapters);
+        return Object.assign(view, {
+          dispose: () => {
+            adapters.dispose();
+            base.dispose();
+          },
+        });
       },
       (m) => decodeOnce(m, inputs!),
     );

@@ -29,6 +29,8 @@ import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 export const GQA_DECODE_KV_WRITE = 'PerfGqaDecodeKVWrite';
 export const GQA_DECODE_ATTN = 'PerfGqaDecodeAttention';
 export const GQA_KV_LAYOUT = 'PerfGqaKvLayout';
+export const GQA_DECODE_QKV_WRITE = 'PerfGqaDecodeQkvKVWrite';
+export const GQA_DECODE_QKV_ATTN = 'PerfGqaDecodeQkvAttention';
 
 const WG = 64;
 export const MAX_GQA_DECODE_HEAD_SIZE = 128;
@@ -45,6 +47,64 @@ function ropeFn(name: string, array: string, hs: number): string {
   }`;
 }
 
+/**
+ * Where the decode kernels read the new token's heads from when they come straight out of the fused q|k|v projection
+ * (model/llama.ts decodeStep): row b's head h at X[b·stride + off + h·hs …], plus a bias (Qwen2's q/k/v_proj biases:
+ * the projection leaves them out, its program having no binding to spare) and a per-head RMSNorm (Qwen3's q_norm /
+ * k_norm), in the unfused path's order: (x + bias), then RMSNorm, then the rotary embedding.
+ */
+interface HeadSource {
+  bias: boolean;
+  norm: boolean;
+}
+
+/**
+ * WGSL reading head elements from a HeadSource: `headRaw(b, h, d)` (biased), `headRstd(b, h)` (the RMSNorm's
+ * 1/√(mean(x²) + ε) in PerfRmsNormFwd's order: 64 lanes each summing its strided elements, then a tree of pairs —
+ * here one thread does all 64 lanes' work, the head being short), and `headVal(b, h, d, r)` (normalised).
+ * Needs uniforms stride, off, eps and bindings X, [BI], [NW].
+ */
+function headSourceFns(src: HeadSource, array: string, hs: number, rope: boolean): string {
+  const raw = `${array}[b * uniforms.stride + uniforms.off + h * ${hs} + d]${src.bias ? ` + BI[h * ${hs} + d]` : ''}`;
+  return `
+  fn headRaw(b : i32, h : i32, d : i32) -> f32 { return ${raw}; }
+  fn headRstd(b : i32, h : i32) -> f32 {
+    ${
+      src.norm
+        ? `var lanes : array<f32, ${WG}>;
+    for (var l = 0; l < ${WG}; l++) {
+      var q = 0.0;
+      for (var j = l; j < ${hs}; j = j + ${WG}) { let x = headRaw(b, h, j); q = q + x * x; }
+      lanes[l] = q;
+    }
+    for (var s = ${WG / 2}; s > 0; s = s / 2) {
+      for (var l = 0; l < s; l++) { lanes[l] = lanes[l] + lanes[l + s]; }
+    }
+    return inverseSqrt(lanes[0] / f32(${hs}) + uniforms.eps);`
+        : 'return 1.0;'
+    }
+  }
+  fn headVal(b : i32, h : i32, d : i32, r : f32) -> f32 {
+    return ${src.norm ? '(headRaw(b, h, d) * r) * NW[d]' : 'headRaw(b, h, d)'};
+  }
+  ${
+    rope
+      ? `fn headRope(b : i32, h : i32, d : i32, r : f32) -> f32 {
+    let p = select(d - ${hs / 2}, d + ${hs / 2}, d < ${hs / 2});
+    let xp = headVal(b, h, p, r);
+    let rot = select(xp, -xp, d < ${hs / 2});
+    return headVal(b, h, d, r) * CS[b * ${hs} + d] + rot * SN[b * ${hs} + d];
+  }`
+      : ''
+  }`;
+}
+
+const srcKey = (src: HeadSource | null): string =>
+  src ? `_qkv${src.bias ? 'b' : ''}${src.norm ? 'n' : ''}` : '';
+
+const srcNames = (src: HeadSource | null): string[] =>
+  src ? [...(src.bias ? ['BI'] : []), ...(src.norm ? ['NW'] : [])] : [];
+
 class KVWriteProgram {
   readonly variableNames: string[];
   readonly outputShape: number[];
@@ -52,24 +112,38 @@ class KVWriteProgram {
   readonly dispatchLayout = { x: [0] };
   readonly dispatch: [number, number, number];
   readonly workgroupSize: [number, number, number] = [WG, 1, 1];
-  readonly uniforms = 'S : i32, nkv : i32,';
+  readonly uniforms: string;
   private readonly hs: number;
   private readonly rotate: boolean;
+  private readonly src: HeadSource | null;
 
-  constructor(B: number, nkv: number, S: number, hs: number, rotate: boolean) {
+  constructor(B: number, nkv: number, S: number, hs: number, rotate: boolean, src: HeadSource | null = null) {
     this.hs = hs;
     this.rotate = rotate;
+    this.src = src;
     // Keys read the cos / sin rows, values do not (an input the shader never reads has no binding).
-    this.variableNames = rotate ? ['X', 'NEW', 'OH', 'CS', 'SN'] : ['X', 'NEW', 'OH'];
+    this.variableNames = [
+      ...(rotate ? ['X', 'NEW', 'OH', 'CS', 'SN'] : ['X', 'NEW', 'OH']),
+      ...srcNames(src),
+    ];
+    this.uniforms = src ? 'S : i32, nkv : i32, stride : i32, off : i32, eps : f32,' : 'S : i32, nkv : i32,';
     this.outputShape = [B, nkv, S, hs];
-    this.shaderKey = `perfGqaDecodeKVWrite_hs${hs}_${rotate ? 'k' : 'v'}`;
+    this.shaderKey = `perfGqaDecodeKVWrite_hs${hs}_${rotate ? 'k' : 'v'}${srcKey(src)}`;
     this.dispatch = [Math.ceil((S * hs) / WG), B * nkv, 1];
   }
 
   getUserCode(): string {
     const hs = this.hs;
+    const src = this.src;
+    const value = src
+      ? this.rotate
+        ? 'headRope(b, bh % nkv, d, headRstd(b, bh % nkv))'
+        : 'headVal(b, bh % nkv, d, headRstd(b, bh % nkv))'
+      : this.rotate
+        ? 'ropeNew(off, b, d)'
+        : 'NEW[off + d]';
     return `
-      ${this.rotate ? ropeFn('ropeNew', 'NEW', hs) : ''}
+      ${src ? headSourceFns(src, 'NEW', hs, this.rotate) : this.rotate ? ropeFn('ropeNew', 'NEW', hs) : ''}
       fn main(index : i32) {
         let S = uniforms.S;
         let nkv = uniforms.nkv;
@@ -83,7 +157,7 @@ class KVWriteProgram {
             let b = bh / nkv;
             let off = bh * ${hs};
             let d = e - s * ${hs};
-            result[o] = ${this.rotate ? 'ropeNew(off, b, d)' : 'NEW[off + d]'};
+            result[o] = ${value};
           } else {
             result[o] = X[o];
           }
@@ -150,21 +224,25 @@ function slotsCapacity(S: number): number {
 }
 
 class DecodeProgram {
-  readonly variableNames = ['Q', 'K', 'V', 'M', 'CS', 'SN'];
+  readonly variableNames: string[];
   readonly outputShape: number[];
   readonly shaderKey: string;
   readonly dispatchLayout = { x: [0] };
   readonly dispatch: [number, number, number];
   readonly workgroupSize: [number, number, number] = [WG, 1, 1];
-  readonly uniforms = 'S : i32, nh : i32, nkv : i32, scale : f32,';
+  readonly uniforms: string;
   private readonly hs: number;
   private readonly cap: number;
+  private readonly src: HeadSource | null;
 
-  constructor(B: number, nh: number, S: number, hs: number) {
+  constructor(B: number, nh: number, S: number, hs: number, src: HeadSource | null = null) {
     this.hs = hs;
     this.cap = slotsCapacity(S);
+    this.src = src;
+    this.variableNames = ['Q', 'K', 'V', 'M', 'CS', 'SN', ...srcNames(src)];
+    this.uniforms = `S : i32, nh : i32, nkv : i32, scale : f32,${src ? ' stride : i32, off : i32, eps : f32,' : ''}`;
     this.outputShape = [B, nh * hs];
-    this.shaderKey = `perfGqaDecodeAttention_hs${hs}_cap${this.cap}`;
+    this.shaderKey = `perfGqaDecodeAttention_hs${hs}_cap${this.cap}${srcKey(src)}`;
     this.dispatch = [B * nh, 1, 1];
   }
 
@@ -197,7 +275,7 @@ class DecodeProgram {
       var<workgroup> dq : array<f32, ${hs}>;
       var<workgroup> dScores : array<f32, ${this.cap}>;
       var<workgroup> dRed : array<f32, ${WG}>;
-      ${ropeFn('ropeQ', 'Q', hs)}
+      ${this.src ? headSourceFns(this.src, 'Q', hs, true) : ropeFn('ropeQ', 'Q', hs)}
 
       fn decReduce(v : f32, isMax : bool) -> f32 {
         dRed[localId.x] = v;
@@ -227,7 +305,12 @@ class DecodeProgram {
         let hk = h / (nh / nkv);
         let kvOff = (b * nkv + hk) * S * D_HS;
         let yOff = b * nh * D_HS + h * D_HS;
-        for (var d = lid; d < D_HS; d = d + ${WG}) { dq[d] = ropeQ(yOff, b, d); }
+        ${
+          this.src
+            ? `let qr = headRstd(b, h);
+        for (var d = lid; d < D_HS; d = d + ${WG}) { dq[d] = headRope(b, h, d, qr); }`
+            : `for (var d = lid; d < D_HS; d = d + ${WG}) { dq[d] = ropeQ(yOff, b, d); }`
+        }
         workgroupBarrier();
         var mx = -3.0e38;
         for (var j = lid; j < S; j = j + ${WG}) {
@@ -257,7 +340,48 @@ type KernelFn = (args: {
   attrs?: tf.NamedAttrMap;
 }) => tf.TensorInfo | tf.TensorInfo[];
 
+/** The uniforms of a HeadSource read: the row stride, the heads' first column, the norm's ε. */
+const srcUniforms = (attrs: tf.NamedAttrMap) => [
+  { type: 'int32' as const, data: [attrs.stride as number] },
+  { type: 'int32' as const, data: [attrs.off as number] },
+  { type: 'float32' as const, data: [attrs.eps as number] },
+];
+
 const KERNELS: Record<string, KernelFn> = {
+  [GQA_DECODE_QKV_WRITE]: ({ inputs, backend, attrs }) => {
+    const { cache, x, slot, cos, sin, bias, norm } = inputs as Record<string, tf.TensorInfo | undefined>;
+    const [B, nkv, S, hs] = cache!.shape;
+    const rotate = attrs!.rotate as boolean;
+    const src = { bias: !!bias, norm: !!norm };
+    return (backend as WebGpuBackendLike).runWebGPUProgram(
+      new KVWriteProgram(B, nkv, S, hs, rotate, src),
+      [cache!, x!, slot!, ...(rotate ? [cos!, sin!] : []), ...(bias ? [bias] : []), ...(norm ? [norm] : [])],
+      'float32',
+      [
+        { type: 'int32' as const, data: [S] },
+        { type: 'int32' as const, data: [nkv] },
+        ...srcUniforms(attrs!),
+      ],
+    );
+  },
+  [GQA_DECODE_QKV_ATTN]: ({ inputs, backend, attrs }) => {
+    const { q, k, v, mask, cos, sin, bias, norm } = inputs as Record<string, tf.TensorInfo | undefined>;
+    const nh = attrs!.nh as number;
+    const [B, nkv, S, hs] = k!.shape;
+    const src = { bias: !!bias, norm: !!norm };
+    return (backend as WebGpuBackendLike).runWebGPUProgram(
+      new DecodeProgram(B, nh, S, hs, src),
+      [q!, k!, v!, mask!, cos!, sin!, ...(bias ? [bias] : []), ...(norm ? [norm] : [])],
+      'float32',
+      [
+        { type: 'int32' as const, data: [S] },
+        { type: 'int32' as const, data: [nh] },
+        { type: 'int32' as const, data: [nkv] },
+        { type: 'float32' as const, data: [1 / Math.sqrt(hs)] },
+        ...srcUniforms(attrs!),
+      ],
+    );
+  },
   [GQA_KV_LAYOUT]: ({ inputs, backend, attrs }) => {
     const { x, rope } = inputs as Record<'x' | 'rope', tf.TensorInfo>;
     const [B, T, nkv] = [attrs!.B as number, attrs!.T as number, attrs!.nkv as number];
@@ -411,4 +535,101 @@ export function gqaPrefillKvWebGpu(
   const layout = (x: tf.Tensor, rotate: boolean) =>
     e.runKernel(GQA_KV_LAYOUT, { x, rope }, { B, T, nkv, rotate }) as tf.Tensor4D;
   return { k: layout(k, true), v: layout(v, false) };
+}
+
+/**
+ * The new token's q, k and v as the fused q|k|v projection gives them (model/llama.ts decodeStep,
+ * kernels/webgpu-linear.ts linearNtDecodeWebGpu over q_proj | k_proj | v_proj): one tensor [B, (nh + 2·n_kv)·hs],
+ * q in its first nh·hs columns, then k, then v, without the projections' biases; each part's bias (Qwen2) and
+ * the q / k per-head RMSNorms (Qwen3: q_norm, k_norm) are applied where the heads are read.
+ */
+export interface DecodeQkv {
+  qkv: tf.Tensor2D;
+  bias?: { q: tf.Tensor1D; k: tf.Tensor1D; v: tf.Tensor1D } | null;
+  norm?: { q: tf.Tensor1D; k: tf.Tensor1D; eps: number } | null;
+}
+
+/**
+ * Whether gqaDecodeQkvWebGpu applies: what webGpuGqaDecodeApplies asks of the shapes, the qkv tensor
+ * [B, (nh + 2·n_kv)·hs], the biases [nh·hs], [n_kv·hs], [n_kv·hs] and the norms' weights [hs], float32, and at most
+ * 8 storage buffers per program (the attention binds q|k|v, both caches, the key mask, cos, sin and the output:
+ * a bias and a norm on q together would be 9, so that combination, which no model of the family has, is refused).
+ */
+export function webGpuGqaDecodeQkvApplies(
+  src: DecodeQkv,
+  cos: tf.Tensor,
+  sin: tf.Tensor,
+  slotOneHot: tf.Tensor,
+  keyMask: tf.Tensor,
+  kv: LayerKV,
+  nh: number,
+): boolean {
+  const { qkv, bias, norm } = src;
+  if (!enabled || tf.getBackend() !== 'webgpu') return false;
+  if ([qkv, cos, sin, keyMask, kv.k, kv.v].some((t) => t.dtype !== 'float32')) return false;
+  if (qkv.rank !== 2 || keyMask.rank !== 2 || kv.k.rank !== 4) return false;
+  const [B, nkv, S, hs] = kv.k.shape;
+  if (!Number.isInteger(nh) || nh < 1 || nh % nkv !== 0 || hs % 2 !== 0) return false;
+  if (!tf.util.arraysEqual(kv.v.shape, kv.k.shape) || !tf.util.arraysEqual(keyMask.shape, [B, S]))
+    return false;
+  if (!tf.util.arraysEqual(qkv.shape, [B, (nh + 2 * nkv) * hs])) return false;
+  if (cos.size !== B * hs || sin.size !== B * hs || slotOneHot.size !== S) return false;
+  if (hs > MAX_GQA_DECODE_HEAD_SIZE || S > MAX_GQA_DECODE_SLOTS || B * nh > MAX_GQA_DECODE_BATCH_HEADS)
+    return false;
+  const is = (t: tf.Tensor, n: number) => t.dtype === 'float32' && t.rank === 1 && t.shape[0] === n;
+  if (bias && !(is(bias.q, nh * hs) && is(bias.k, nkv * hs) && is(bias.v, nkv * hs))) return false;
+  if (norm && !(is(norm.q, hs) && is(norm.k, hs))) return false;
+  return !(bias && norm);
+}
+
+/**
+ * One layer's decode attention reading the new token's heads from the fused q|k|v projection (3 dispatches, no
+ * gradient: the key cache with the new key written at the slot — biased, k_norm'd, rotated —, the value cache with
+ * the new value, and the attention of the new query — biased, q_norm'd, rotated — over them). Same values as
+ * adding the biases, model/ops.ts rmsNorm on q and k, then gqaDecodeWebGpu. Check webGpuGqaDecodeQkvApplies first.
+ */
+export function gqaDecodeQkvWebGpu(
+  src: DecodeQkv,
+  cos: tf.Tensor,
+  sin: tf.Tensor,
+  slotOneHot: tf.Tensor,
+  keyMask: tf.Tensor2D,
+  kv: LayerKV,
+  nh: number,
+): { y: tf.Tensor2D; kv: LayerKV } {
+  registerWebGpuGqaDecode();
+  const e = tf.engine();
+  const [, nkv, , hs] = kv.k.shape;
+  const stride = (nh + 2 * nkv) * hs;
+  const eps = src.norm?.eps ?? 0;
+  return tf.tidy(() => {
+    const slot = tf.reshape(slotOneHot, [-1]);
+    const [c, s] = [tf.reshape(cos, [-1]), tf.reshape(sin, [-1])];
+    const x = src.qkv;
+    const write = (cache: tf.Tensor, off: number, rotate: boolean, bias?: tf.Tensor, norm?: tf.Tensor) =>
+      e.runKernel(
+        GQA_DECODE_QKV_WRITE,
+        { cache, x, slot, cos: c, sin: s, ...(bias ? { bias } : {}), ...(norm ? { norm } : {}) },
+        { rotate, stride, off, eps },
+      ) as tf.Tensor4D;
+    const k4 = write(kv.k, nh * hs, true, src.bias?.k, src.norm?.k);
+    const v4 = write(kv.v, (nh + nkv) * hs, false, src.bias?.v);
+    const qb = src.bias?.q;
+    const qn = src.norm?.q;
+    const y = e.runKernel(
+      GQA_DECODE_QKV_ATTN,
+      {
+        q: x,
+        k: k4,
+        v: v4,
+        mask: keyMask,
+        cos: c,
+        sin: s,
+        ...(qb ? { bias: qb } : {}),
+        ...(qn ? { norm: qn } : {}),
+      },
+      { nh, stride, off: 0, eps },
+    ) as tf.Tensor2D;
+    return { y, kv: { k: k4, v: v4 } };
+  });
 }

@@ -67,6 +67,7 @@ export const LIN_FWD = 'PerfLinearFwd';
 export const LIN_DZ = 'PerfLinearDz';
 export const LIN_MM = 'PerfLinearMatMul';
 export const LIN_COLSUM = 'PerfLinearColSum';
+export const LIN_NT = 'PerfLinearNtDecode';
 
 /** Output tile (rows × columns) per workgroup, K slice, threads per side, outputs per thread per side. */
 const TM = 64;
@@ -100,6 +101,21 @@ interface MatMulOptions {
    * [N, r] as inputs, the term added before the activation is addScale·Σ_j Down[row, j]·LoraB[c, j] (r = loraR).
    */
   loraR?: number;
+  /**
+   * With `ln`: the prologue is an RMSNorm (Llama/Qwen) instead of a layer norm: A[r, k]·ρ_r·LnG[k] with
+   * ρ_r = 1/√(mean(A_r²) + ε), in kernels/webgpu-rmsnorm.ts's order (PerfRmsNormFwd's values to the bit); no LnB.
+   */
+  rms?: boolean;
+  /** No Bias binding (nn.Linear without a bias: Llama's projections). */
+  noBias?: boolean;
+  /**
+   * B given as 1–3 bindings (B, B1, B2) split along N at the uniforms n0 and n1: one matmul over q_proj | k_proj |
+   * v_proj without concatenating their weights (transB only: nn.Linear's W [out, in]). With loraR, Down holds
+   * parts·loraR columns (the parts' down-projections side by side) and LoraB their B's stacked [N, loraR].
+   */
+  parts?: number;
+  /** SwiGLU in the epilogue (forward only): result = silu(Gate[o])·pre, Gate [M, N] (gate_proj's output). */
+  swiglu?: boolean;
 }
 
 const f32 = (v: number): string => {
@@ -128,11 +144,47 @@ function epilogueCode(o: MatMulOptions): string {
     : o.loraR
       ? ' + uniforms.addScale * loraUp(r, c)'
       : '';
+  const bias = o.noBias ? '' : ' + Bias[c]';
   if (o.mode === 'mm') return 'result[o] = acc;';
-  if (o.mode === 'dz') return `result[o] = DY[o] * geluNewGrad(acc + Bias[c]${extra});`;
-  const pre = `acc + Bias[c]${extra}`;
-  const act = o.gelu ? `geluNew(${pre})` : pre;
+  if (o.mode === 'dz') return `result[o] = DY[o] * geluNewGrad(acc${bias}${extra});`;
+  const pre = `acc${bias}${extra}`;
+  // SwiGLU as kernels/webgpu-swiglu.ts computes it: g·σ(g)·up, σ(g) = 1/(1 + e^(−g)).
+  const act = o.gelu ? `geluNew(${pre})` : o.swiglu ? `swigluOf(Gate[o], ${pre})` : pre;
   return `result[o] = ${o.hasRes ? `Res[o] + ${act}` : act};`;
+}
+
+/** WGSL of the SwiGLU epilogue, in PerfSwigluFwd's order of operations. */
+function swigluDecl(o: MatMulOptions): string {
+  if (!o.swiglu) return '';
+  return `
+      fn swigluOf(g : f32, u : f32) -> f32 {
+        let s = 1.0 / (1.0 + exp(-1.0 * g));
+        return g * s * u;
+      }`;
+}
+
+/** The B bindings of a program: B, then B1 and B2 when B comes in parts. */
+function bNames(o: MatMulOptions): string[] {
+  return ['B', 'B1', 'B2'].slice(0, o.parts ?? 1);
+}
+
+/**
+ * WGSL of `wRead(c, k)`: op(B)[k, c] when B comes in parts (transB: part p holds rows n_p … n_{p+1} − 1 of the
+ * [N, K] weight), and `loraPart(c)`, the part of column c (which block of Down its LoRA term reads).
+ */
+function partsDecl(o: MatMulOptions): string {
+  if ((o.parts ?? 1) < 2) return '';
+  const p = o.parts!;
+  return `
+      fn wRead(c : i32, k : i32) -> f32 {
+        let K = uniforms.dimK;
+        if (c < uniforms.n0) { return B[c * K + k]; }
+        ${p > 2 ? 'if (c < uniforms.n1) { return B1[(c - uniforms.n0) * K + k]; }' : ''}
+        return ${p > 2 ? 'B2[(c - uniforms.n1) * K + k]' : 'B1[(c - uniforms.n0) * K + k]'};
+      }
+      fn loraPart(c : i32) -> i32 {
+        return select(select(2, 1, c < uniforms.n1), 0, c < uniforms.n0);
+      }`;
 }
 
 /**
@@ -140,29 +192,38 @@ function epilogueCode(o: MatMulOptions): string {
  * (dz) or [Res] (fwd).
  */
 function variableNamesOf(o: MatMulOptions): string[] {
+  const norm = o.ln ? (o.rms ? ['LnG'] : ['LnG', 'LnB']) : [];
   return o.mode === 'mm'
-    ? ['A', 'B', ...(o.ln ? ['LnG', 'LnB'] : [])]
+    ? ['A', ...bNames(o), ...norm]
     : [
         'A',
-        'B',
-        'Bias',
-        ...(o.ln ? ['LnG', 'LnB'] : []),
+        ...bNames(o),
+        ...(o.noBias ? [] : ['Bias']),
+        ...norm,
         ...(o.hasExtra ? ['Extra'] : []),
+        ...(o.swiglu ? ['Gate'] : []),
         ...(o.loraR ? ['Down', 'LoraB'] : []),
         ...(o.mode === 'dz' ? ['DY'] : o.hasRes ? ['Res'] : []),
       ];
 }
 
 const optionsKey = (o: MatMulOptions): string =>
-  `${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}${o.ln ? '_ln' : ''}${o.loraR ? `_lora${o.loraR}` : ''}`;
+  `${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}${o.ln ? (o.rms ? '_rms' : '_ln') : ''}` +
+  `${o.loraR ? `_lora${o.loraR}` : ''}${o.noBias ? '_nb' : ''}${(o.parts ?? 1) > 1 ? `_p${o.parts}` : ''}` +
+  `${o.swiglu ? '_swiglu' : ''}`;
 
 /** WGSL of the epilogue's LoRA up-projection: Σ_j Down[r, j]·LoraB[c, j] over the rank (when loraR is set). */
 function loraUpDecl(o: MatMulOptions): string {
   if (!o.loraR) return '';
+  const R = o.loraR;
+  const parts = o.parts ?? 1;
+  // In parts, column c's pair is its part's: Down's columns loraPart(c)·R … + R − 1 of parts·R.
+  const d0 = parts > 1 ? `r * ${parts * R} + loraPart(c) * ${R}` : `r * ${R}`;
   return `
       fn loraUp(r : i32, c : i32) -> f32 {
         var s = 0.0;
-        for (var j = 0; j < ${o.loraR}; j = j + 1) { s = s + Down[r * ${o.loraR} + j] * LoraB[c * ${o.loraR} + j]; }
+        let d0 = ${d0};
+        for (var j = 0; j < ${R}; j = j + 1) { s = s + Down[d0 + j] * LoraB[c * ${R} + j]; }
         return s;
       }`;
 }
@@ -176,7 +237,26 @@ const LN_LANES = 64;
  * PerfLayerNormFwd's arithmetic order (each of 64 lanes sums its strided columns, then a tree of pairs; the mean,
  * then the variance about it). Call from uniform control flow; ends on a barrier. Needs `tid`, `row0`, `M`, `K`.
  */
-function lnPrologueDecl(rows: number): string {
+function lnPrologueDecl(rows: number, rms = false): string {
+  // RMSNorm (rms): only ρ = 1/√(mean(x²) + ε), each lane summing x·x as PerfRmsNormFwd's rowRstd does.
+  const stats = rms
+    ? `var q = 0.0;
+          if (live) {
+            for (var j = lane; j < K; j = j + ${LN_LANES}) { q = q + A[off + j] * A[off + j]; }
+          }
+          let mean = 0.0;`
+    : `var s = 0.0;
+          if (live) {
+            for (var j = lane; j < K; j = j + ${LN_LANES}) { s = s + A[off + j]; }
+          }
+          let mean = lnLaneSum(s, tid) / f32(K);
+          var q = 0.0;
+          if (live) {
+            for (var j = lane; j < K; j = j + ${LN_LANES}) {
+              let d = A[off + j] - mean;
+              q = q + d * d;
+            }
+          }`;
   return `
       var<workgroup> lnMean : array<f32, ${rows}>;
       var<workgroup> lnRstd : array<f32, ${rows}>;
@@ -205,18 +285,7 @@ function lnPrologueDecl(rows: number): string {
           let i = i0 + grp;
           let off = min(row0 + i, M - 1) * K;
           let live = i < nRows;
-          var s = 0.0;
-          if (live) {
-            for (var j = lane; j < K; j = j + ${LN_LANES}) { s = s + A[off + j]; }
-          }
-          let mean = lnLaneSum(s, tid) / f32(K);
-          var q = 0.0;
-          if (live) {
-            for (var j = lane; j < K; j = j + ${LN_LANES}) {
-              let d = A[off + j] - mean;
-              q = q + d * d;
-            }
-          }
+          ${stats}
           let r = inverseSqrt(lnLaneSum(q, tid) / f32(K) + uniforms.lnEps);
           if (lane == 0 && i < nRows) {
             lnMean[i] = mean;
@@ -229,6 +298,7 @@ function lnPrologueDecl(rows: number): string {
 
 /** A's element at flat index `at` (column `k`) of local row `i`, layer-normed when the prologue is on. */
 function aRead(o: MatMulOptions, at: string, k: string, i: string): string {
+  if (o.ln && o.rms) return `((A[${at}] * lnRstd[${i}]) * LnG[${k}])`;
   return o.ln ? `((A[${at}] - lnMean[${i}]) * lnRstd[${i}] * LnG[${k}] + LnB[${k}])` : `A[${at}]`;
 }
 
@@ -243,7 +313,7 @@ class LinearMatMulProgram {
   readonly dispatchLayout = { x: [0] };
   readonly dispatch: [number, number, number];
   readonly workgroupSize: [number, number, number] = [TS, TS, 1];
-  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32,';
+  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32, n0 : i32, n1 : i32,';
   private readonly o: MatMulOptions;
 
   constructor(o: MatMulOptions, M: number, N: number) {
@@ -272,7 +342,7 @@ class LinearMatMulProgram {
       ? `let kk = f % ${TK}; let nn = f / ${TK};
          let c = col0 + nn; let k = k0 + kk;
          var v = 0.0;
-         if (c < N && k < K) { v = B[c * K + k]; }`
+         if (c < N && k < K) { v = ${(this.o.parts ?? 1) > 1 ? 'wRead(c, k)' : 'B[c * K + k]'}; }`
       : `let nn = f % ${TN}; let kk = f / ${TN};
          let c = col0 + nn; let k = k0 + kk;
          var v = 0.0;
@@ -313,8 +383,10 @@ class LinearMatMulProgram {
       var<workgroup> As : array<f32, ${TM * TK}>;
       var<workgroup> Bs : array<f32, ${TN * TK}>;
       ${GELU_WGSL}
-      ${this.o.ln ? lnPrologueDecl(TM) : ''}
+      ${this.o.ln ? lnPrologueDecl(TM, this.o.rms) : ''}
       ${loraUpDecl(this.o)}
+      ${swigluDecl(this.o)}
+      ${partsDecl(this.o)}
 
       fn main(index : i32) {
         let M = uniforms.dimM;
@@ -485,7 +557,7 @@ class FewRowsMatMulProgram {
   readonly dispatchLayout = { x: [0] };
   readonly dispatch: [number, number, number];
   readonly workgroupSize: [number, number, number] = [FR_THREADS, 1, 1];
-  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32,';
+  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32, n0 : i32, n1 : i32,';
   private readonly o: MatMulOptions;
   private readonly rb: number;
   private readonly cw: number;
@@ -511,7 +583,10 @@ class FewRowsMatMulProgram {
     const rowsIdx = Array.from({ length: RB }, (_, i) => i);
     // The k loop unrolled by UNROLL: all loads of UNROLL steps are issued before their FMAs (latency hiding).
     const unrolled = Array.from({ length: UNROLL }, (_, u) => u);
+    const split = (this.o.parts ?? 1) > 1;
     const bAt = (k: string) => (transB ? `cc * K + ${k}` : `(${k}) * N + cc`);
+    // B's element for k lane `k` of this thread's column (through wRead when B comes in parts).
+    const bRead = (k: string) => (split ? `wRead(cc, ${k})` : `B[${bAt(k)}]`);
     // Thread index of lane (kl, cl): which of the two is the fast one follows B's layout (coalesced reads).
     const lane = (kl: string, cl: string) =>
       transB ? `(${cl}) * ${KL} + (${kl})` : `(${kl}) * ${CW} + (${cl})`;
@@ -519,8 +594,10 @@ class FewRowsMatMulProgram {
       var<workgroup> part : array<f32, ${FR_THREADS * RB}>;
       var<workgroup> part2 : array<f32, ${FR_THREADS}>;
       ${GELU_WGSL}
-      ${this.o.ln ? lnPrologueDecl(RB) : ''}
+      ${this.o.ln ? lnPrologueDecl(RB, this.o.rms) : ''}
       ${loraUpDecl(this.o)}
+      ${swigluDecl(this.o)}
+      ${partsDecl(this.o)}
 
       fn main(index : i32) {
         let M = uniforms.dimM;
@@ -537,7 +614,7 @@ class FewRowsMatMulProgram {
         ${rowsIdx.map((i) => `var acc${i} = 0.0;`).join('\n        ')}
         var k = kl;
         while (k + ${(UNROLL - 1) * KL} < K) {
-          ${unrolled.map((u) => `let w${u} = B[${bAt(`k + ${u * KL}`)}];`).join('\n          ')}
+          ${unrolled.map((u) => `let w${u} = ${bRead(`k + ${u * KL}`)};`).join('\n          ')}
           ${rowsIdx
             .map((i) =>
               unrolled
@@ -551,7 +628,7 @@ class FewRowsMatMulProgram {
           k = k + ${UNROLL * KL};
         }
         while (k < K) {
-          let w = B[${bAt('k')}];
+          let w = ${bRead('k')};
           ${rowsIdx.map((i) => `acc${i} = fma(${aRead(this.o, `xo${i} + k`, 'k', `${i}`)}, w, acc${i});`).join('\n          ')}
           k = k + ${KL};
         }
@@ -634,13 +711,70 @@ type KernelFn = (args: {
   attrs?: tf.NamedAttrMap;
 }) => tf.TensorInfo | tf.TensorInfo[];
 
-const dims = (M: number, N: number, K: number, scale = 0, eps = 0) => [
+const dims = (M: number, N: number, K: number, scale = 0, eps = 0, n0 = 0, n1 = 0) => [
   { type: 'int32' as const, data: [M] },
   { type: 'int32' as const, data: [N] },
   { type: 'int32' as const, data: [K] },
   { type: 'float32' as const, data: [scale] },
   { type: 'float32' as const, data: [eps] },
+  { type: 'int32' as const, data: [n0] },
+  { type: 'int32' as const, data: [n1] },
 ];
+
+/**
+ * The Llama/Qwen decode step's nn.Linear (x·Wᵀ, W [out, in] in 1–3 parts w, w1, w2 along out), forward only:
+ * `mm` (LoRA's down-projection: x·Aᵀ, the A's of the parts side by side) or `fwd` with the optional bias, the
+ * RMSNorm prologue (lnG), SwiGLU's gate (gate), a LoRA pair's up-projection (down, loraB) and a residual (res).
+ */
+const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
+  const { x, w, w1, w2, bias, lnG, gate, down, loraB, res } = inputs as Record<
+    string,
+    tf.TensorInfo | undefined
+  >;
+  const mode = attrs!.mode as 'fwd' | 'mm';
+  const ws = [w!, ...(w1 ? [w1] : []), ...(w2 ? [w2] : [])];
+  const parts = ws.length;
+  const [M, K] = x!.shape;
+  const rows = ws.map((t) => t.shape[0]);
+  const N = rows.reduce((a, b) => a + b, 0);
+  const fwd = mode === 'fwd';
+  const loraR = fwd && down ? loraB!.shape[1] : 0;
+  const program = matMulProgram(
+    {
+      mode,
+      transA: false,
+      transB: true,
+      gelu: false,
+      hasExtra: false,
+      hasRes: fwd && !!res,
+      ln: !!lnG,
+      rms: true,
+      noBias: !bias,
+      parts,
+      swiglu: fwd && !!gate,
+      loraR,
+    },
+    M,
+    N,
+  );
+  const ins = [
+    x!,
+    ...ws,
+    ...(fwd && bias ? [bias] : []),
+    ...(lnG ? [lnG] : []),
+    ...(fwd && gate ? [gate] : []),
+    ...(loraR ? [down!, loraB!] : []),
+    ...(fwd && res ? [res] : []),
+  ];
+  const n0 = rows[0];
+  const n1 = rows[0] + (rows[1] ?? 0);
+  return (backend as WebGpuBackendLike).runWebGPUProgram(
+    program,
+    ins,
+    'float32',
+    dims(M, N, K, (attrs?.scale as number | undefined) ?? 0, lnG ? (attrs!.eps as number) : 0, n0, n1),
+  );
+};
 
 /** The forward and the recomputing dz kernel: x [M, K], w [K, N], bias [N], extra? [M, N], then res or dy. */
 function epilogueKernel(mode: 'fwd' | 'dz'): KernelFn {
@@ -707,6 +841,7 @@ const KERNELS: Record<string, KernelFn> = {
     const eps = ln ? (attrs!.eps as number) : 0;
     return (backend as WebGpuBackendLike).runWebGPUProgram(program, ins, 'float32', dims(M, N, K, 0, eps));
   },
+  [LIN_NT]: linearNtKernel,
   [LIN_COLSUM]: ({ inputs, backend }) => {
     const { x } = inputs as Record<'x', tf.TensorInfo>;
     const [R, C] = x.shape;
@@ -717,7 +852,7 @@ const KERNELS: Record<string, KernelFn> = {
   },
 };
 
-/** Register the four kernels for webgpu (idempotent; the backend need not be loaded yet). */
+/** Register the five kernels for webgpu (idempotent; the backend need not be loaded yet). */
 export function registerWebGpuLinear(): void {
   registerWebGpuKernels(KERNELS);
 }
@@ -947,4 +1082,118 @@ export function linearLayerNormWebGpu(
   opts: { gelu?: boolean; residual?: tf.Tensor2D | null } = {},
 ): tf.Tensor2D {
   return linearDecodeWebGpu(x, w, bias, { ln, gelu: opts.gelu, residual: opts.residual });
+}
+
+/**
+ * One nn.Linear of the Llama/Qwen decode step (Llama.decodeStep), forward only: W [out, in] as the model holds it
+ * (no transposed copy), in 1–3 parts stacked along out (q_proj | k_proj | v_proj as one matmul, their weights never
+ * concatenated), each part with its optional LoRA pair (all parts or none, one rank and one scaling).
+ */
+export interface LinearNtDecodeOptions {
+  /** The parts' weights [out_p, in]; the output's columns are theirs in order. */
+  w: tf.Tensor2D[];
+  bias?: tf.Tensor1D | null;
+  /** RMSNorm of x's rows in the prologue (input_layernorm, post_attention_layernorm). */
+  rms?: { g: tf.Tensor1D; eps: number } | null;
+  /** One pair per part (A [r, in], B [out_p, r]), all with the same r and scaling. */
+  lora?: DecodeLowRank[] | null;
+  /** SwiGLU's gate [N, out] in the epilogue: silu(gate)·(x·Wᵀ + b + LoRA) (up_proj with gate_proj's output). */
+  gate?: tf.Tensor2D | null;
+  residual?: tf.Tensor2D | null;
+}
+
+/** Storage buffers a WebGPU shader stage may bind by default (the output included). */
+const MAX_STORAGE_BUFFERS = 8;
+
+/**
+ * Whether linearNtDecodeWebGpu applies: the fused path on and webgpu current, float32 throughout, consistent
+ * shapes (x [N, in], every part [out_p, in], bias [Σ out_p], the norm's weight [in], the gate and residual
+ * [N, Σ out_p], LoRA pairs on every part or none with one rank ≤ 64 and one scaling), at most 3 parts, and at most
+ * 8 storage buffers, the output included (WebGPU's default per stage; the main matmul's and the down-projection's
+ * bindings are both counted).
+ */
+export function webGpuLinearNtDecodeApplies(x: tf.Tensor, o: LinearNtDecodeOptions): boolean {
+  if (!normPrologue || !enabled || tf.getBackend() !== 'webgpu') return false;
+  if (x.rank !== 2 || x.dtype !== 'float32') return false;
+  const [M, K] = x.shape;
+  const parts = o.w.length;
+  if (parts < 1 || parts > 3) return false;
+  if (o.w.some((w) => w.rank !== 2 || w.shape[1] !== K || w.dtype !== 'float32' || w.shape[0] < 1))
+    return false;
+  const N = o.w.reduce((a, w) => a + w.shape[0], 0);
+  const is = (t: tf.Tensor, shape: number[]) => t.dtype === 'float32' && tf.util.arraysEqual(t.shape, shape);
+  if (o.bias && !is(o.bias, [N])) return false;
+  if (o.rms && !is(o.rms.g, [K])) return false;
+  if (o.gate && !is(o.gate, [M, N])) return false;
+  if (o.residual && !is(o.residual, [M, N])) return false;
+  const lora = o.lora ?? null;
+  if (lora) {
+    if (lora.length !== parts) return false;
+    const r = lora[0].a.shape[0];
+    if (r < 1 || r > 64) return false;
+    for (let p = 0; p < parts; p++) {
+      const { a, b, scaling } = lora[p];
+      if (!is(a, [r, K]) || !is(b, [o.w[p].shape[0], r]) || scaling !== lora[0].scaling) return false;
+    }
+  }
+  if (![M, K, N].every((d) => d > 0 && Math.ceil(d / 64) <= MAX_GROUPS)) return false;
+  const main =
+    1 + parts + (o.bias ? 1 : 0) + (o.rms ? 1 : 0) + (o.gate ? 1 : 0) + (lora ? 2 : 0) + (o.residual ? 1 : 0);
+  const downProjection = 1 + parts + (o.rms ? 1 : 0);
+  return main + 1 <= MAX_STORAGE_BUFFERS && (!lora || downProjection + 1 <= MAX_STORAGE_BUFFERS);
+}
+
+/**
+ * x·Wᵀ (+ b) over the parts, with RMSNorm(x) in place of x when `rms` is given, the LoRA term
+ * s·(x·Aᵀ)·Bᵀ per part, then silu(gate)·(…) and + residual, forward only (no gradient: the decode step runs
+ * without autodiff). 1 dispatch without LoRA; with it 2 for one part (the down-projection x·Aᵀ [N, r], itself
+ * with the RMSNorm prologue, and the main matmul summing the up-projection in its epilogue, as linearDecodeWebGpu),
+ * 3 for several (their B's stacked [Σ out_p, r] first, one concat; the A's are read in parts, never stacked).
+ * The prologue normalises rows as PerfRmsNormFwd does (the same order of operations): without LoRA the result
+ * equals rmsNorm, the matmul, the bias add and swiglu's kernels up to the matmul's order of summation.
+ * Check webGpuLinearNtDecodeApplies first.
+ */
+export function linearNtDecodeWebGpu(x: tf.Tensor2D, o: LinearNtDecodeOptions): tf.Tensor2D {
+  registerWebGpuLinear();
+  const e = tf.engine();
+  const ws: tf.NamedTensorMap = {
+    w: o.w[0],
+    ...(o.w[1] ? { w1: o.w[1] } : {}),
+    ...(o.w[2] ? { w2: o.w[2] } : {}),
+  };
+  const norm: tf.NamedTensorMap = o.rms ? { lnG: o.rms.g } : {};
+  const eps = o.rms?.eps ?? 0;
+  const lora = o.lora ?? null;
+  return tf.tidy(() => {
+    let low: tf.NamedTensorMap = {};
+    if (lora) {
+      const as: tf.NamedTensorMap = {
+        w: lora[0].a,
+        ...(lora[1] ? { w1: lora[1].a } : {}),
+        ...(lora[2] ? { w2: lora[2].a } : {}),
+      };
+      const down = e.runKernel(LIN_NT, { x, ...as, ...norm }, { mode: 'mm', eps }) as tf.Tensor;
+      const loraB =
+        lora.length === 1
+          ? lora[0].b
+          : tf.concat(
+              lora.map((l) => l.b),
+              0,
+            );
+      low = { down, loraB };
+    }
+    return e.runKernel(
+      LIN_NT,
+      {
+        x,
+        ...ws,
+        ...(o.bias ? { bias: o.bias } : {}),
+        ...norm,
+        ...(o.gate ? { gate: o.gate } : {}),
+        ...low,
+        ...(o.residual ? { res: o.residual } : {}),
+      },
+      { mode: 'fwd', eps, scale: lora?.[0].scaling ?? 0 },
+    ) as tf.Tensor2D;
+  });
 }

@@ -26,6 +26,12 @@ import {
   type RopeRows,
 } from './attention';
 import type { LayerKV } from '../kernels/definitions';
+import {
+  linearNtDecodeWebGpu,
+  webGpuLinearNtDecodeApplies,
+  type LinearNtDecodeOptions,
+} from '../kernels/webgpu-linear';
+import { gqaDecodeQkvWebGpu, webGpuGqaDecodeQkvApplies, type DecodeQkv } from '../kernels/webgpu-gqa-decode';
 import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
 import type { LoraAdapters } from './lora';
@@ -547,7 +553,7 @@ export class Llama implements CausalLM {
     let x = gatherChunked(this.embedChunks, this.wteChunkRows, ids);
     const next: LayerKV[] = [];
     for (let i = 0; i < c.num_hidden_layers; i++) {
-      x = this.block(x, i, (q, k, v) => {
+      const attention = (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => {
         const out = gqaDecodeAttention(
           q,
           k,
@@ -561,8 +567,133 @@ export class Llama implements CausalLM {
         );
         next.push(out.kv);
         return out.y;
+      };
+      x = this.decodeBlock(x, i, attention, (src) => {
+        if (
+          !webGpuGqaDecodeQkvApplies(
+            src,
+            rope.cos,
+            rope.sin,
+            slotOneHot,
+            keyMask,
+            cache[i],
+            c.num_attention_heads,
+          )
+        )
+          return null;
+        const out = gqaDecodeQkvWebGpu(
+          src,
+          rope.cos,
+          rope.sin,
+          slotOneHot,
+          keyMask,
+          cache[i],
+          c.num_attention_heads,
+        );
+        next.push(out.kv);
+        return out.y;
       });
     }
     return { hidden: this.norm(x, 'norm.weight') as tf.Tensor2D, cache: next };
+  }
+
+  /** Module `key`'s nn.Linear as the decode programs take it: its weight, bias and LoRA pair (or null). */
+  private linearParts(key: string): { w: tf.Tensor2D; bias: tf.Tensor1D | null; lora: LowRank | null } {
+    return {
+      w: this.p(`${key}.weight`) as tf.Tensor as tf.Tensor2D,
+      bias: this.has(`${key}.bias`) as tf.Tensor1D | null,
+      lora: this.lora?.lowRank(key) ?? null,
+    };
+  }
+
+  /**
+   * Block i of the KV-cache decode step (forward only, rows = batch, one token each) through the fused decode
+   * programs where they apply (docs/tfjs.md, dispatch counts; issue #22): input_layernorm in the prologue of ONE
+   * matmul over q_proj | k_proj | v_proj (kernels/webgpu-linear.ts linearNtDecodeWebGpu, the weights read in
+   * place), the attention reading q, k, v from it (`fused`: kernels/webgpu-gqa-decode.ts gqaDecodeQkvWebGpu, the
+   * biases, q_norm / k_norm and the rotary embedding applied there; 2 cache writes + 1), o_proj + the residual,
+   * post_attention_layernorm in gate_proj's prologue, up_proj with the same prologue and SwiGLU in its epilogue,
+   * down_proj + the residual: 8 dispatches, plus one down-projection per LoRA pair (and one concat of q|k|v's B's).
+   * Each piece falls back to `block`'s ops on its own when its program does not apply (another backend, shapes
+   * over the limits, LoRA on some of q/k/v only, more than 8 storage buffers); `attention` is that path's.
+   */
+  private decodeBlock(
+    x: tf.Tensor2D,
+    i: number,
+    attention: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D,
+    fused: (src: DecodeQkv) => tf.Tensor2D | null,
+  ): tf.Tensor2D {
+    const c = this.config;
+    const eps = c.rms_norm_eps;
+    const at = `layers.${i}.`;
+    const d = c.head_dim;
+    const nh = c.num_attention_heads;
+    const nkv = c.num_key_value_heads;
+    const lin = (input: tf.Tensor2D, o: LinearNtDecodeOptions): tf.Tensor2D | null =>
+      webGpuLinearNtDecodeApplies(input, o) ? linearNtDecodeWebGpu(input, o) : null;
+    const pairs = (ps: { lora: LowRank | null }[]) =>
+      ps.every((p) => p.lora) ? ps.map((p) => p.lora!) : null;
+
+    // Attention: q|k|v in one matmul (biases left to the attention), then the cache writes and the attention.
+    const qkvParts = ['q_proj', 'k_proj', 'v_proj'].map((m) => this.linearParts(`${at}self_attn.${m}`));
+    const mixedLora = qkvParts.some((p) => p.lora) && !qkvParts.every((p) => p.lora);
+    const ln1 = { g: this.p(`${at}input_layernorm.weight`) as tf.Tensor as tf.Tensor1D, eps };
+    const qkv = mixedLora ? null : lin(x, { w: qkvParts.map((p) => p.w), rms: ln1, lora: pairs(qkvParts) });
+    let y: tf.Tensor2D | null = null;
+    if (qkv) {
+      const [qp, kp, vp] = qkvParts;
+      const src: DecodeQkv = {
+        qkv,
+        bias: qp.bias && kp.bias && vp.bias ? { q: qp.bias, k: kp.bias, v: vp.bias } : null,
+        norm: c.qk_norm
+          ? {
+              q: this.p(`${at}self_attn.q_norm.weight`) as tf.Tensor as tf.Tensor1D,
+              k: this.p(`${at}self_attn.k_norm.weight`) as tf.Tensor as tf.Tensor1D,
+              eps,
+            }
+          : null,
+      };
+      // Only all three biases or none (the family's configs); otherwise the split below adds each.
+      const oneBiasMissing = !src.bias && qkvParts.some((p) => p.bias);
+      y = oneBiasMissing ? null : fused(src);
+      if (!y) {
+        // The program reading q|k|v does not apply: split it and run the unfused attention.
+        const N = x.shape[0];
+        const cut = (p: number, lo: number, n: number) => {
+          const t = tf.slice(qkv, [0, lo], [N, n]) as tf.Tensor2D;
+          return qkvParts[p].bias ? (tf.add(t, qkvParts[p].bias!) as tf.Tensor2D) : t;
+        };
+        let q: tf.Tensor = cut(0, 0, nh * d);
+        let k: tf.Tensor = cut(1, nh * d, nkv * d);
+        const v = cut(2, (nh + nkv) * d, nkv * d);
+        if (c.qk_norm) {
+          q = tf.reshape(this.norm(tf.reshape(q, [N, nh, d]), `${at}self_attn.q_norm.weight`), [N, nh * d]);
+          k = tf.reshape(this.norm(tf.reshape(k, [N, nkv, d]), `${at}self_attn.k_norm.weight`), [N, nkv * d]);
+        }
+        y = attention(q as tf.Tensor2D, k as tf.Tensor2D, v);
+      }
+    } else {
+      const h = this.norm(x, `${at}input_layernorm.weight`) as tf.Tensor2D;
+      const { q, k, v } = this.qkv(h, i);
+      y = attention(q, k, v);
+    }
+    const o = this.linearParts(`${at}self_attn.o_proj`);
+    const x1 =
+      lin(y, { w: [o.w], bias: o.bias, lora: pairs([o]), residual: x }) ??
+      (tf.add(x, this.proj(y, i, 'self_attn.o_proj')) as tf.Tensor2D);
+
+    // MLP: the norm in gate_proj's and up_proj's prologue, SwiGLU in up_proj's epilogue, down_proj + residual.
+    const ln2 = { g: this.p(`${at}post_attention_layernorm.weight`) as tf.Tensor as tf.Tensor1D, eps };
+    const [g, u, dn] = ['gate_proj', 'up_proj', 'down_proj'].map((m) => this.linearParts(`${at}mlp.${m}`));
+    const gate = lin(x1, { w: [g.w], bias: g.bias, rms: ln2, lora: pairs([g]) });
+    let a = gate ? lin(x1, { w: [u.w], bias: u.bias, rms: ln2, lora: pairs([u]), gate }) : null;
+    if (!a) {
+      const h2 = this.norm(x1, `${at}post_attention_layernorm.weight`) as tf.Tensor2D;
+      a = swiglu(gate ?? this.proj(h2, i, 'mlp.gate_proj'), this.proj(h2, i, 'mlp.up_proj')) as tf.Tensor2D;
+    }
+    return (
+      lin(a, { w: [dn.w], bias: dn.bias, lora: pairs([dn]), residual: x1 }) ??
+      (tf.add(x1, this.proj(a, i, 'mlp.down_proj')) as tf.Tensor2D)
+    );
   }
 }
