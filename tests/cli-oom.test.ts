@@ -170,10 +170,10 @@ describe('train: running out of memory mid-step (CLI, in-process, CPU, tiny mode
     // Per step: the policy's update, then the value model's (one minibatch, one epoch). Step 2's value update
     // traps after the policy's was applied.
     let applies = 0;
-    const real = FusedAdamOptimizer.prototype.applyScaled;
-    vi.spyOn(FusedAdamOptimizer.prototype, 'applyScaled').mockImplementation(function (
+    const real = FusedAdamOptimizer.prototype.applyControlled;
+    vi.spyOn(FusedAdamOptimizer.prototype, 'applyControlled').mockImplementation(function (
       this: FusedAdamOptimizer,
-      ...a: Parameters<FusedAdamOptimizer['applyScaled']>
+      ...a: Parameters<FusedAdamOptimizer['applyControlled']>
     ) {
       if (++applies === 4) {
         const e = new Error('memory access out of bounds');

@@ -86,18 +86,22 @@ function suite(backend: 'cpu' | 'wasm'): void {
           bc1: 0.271,
           bc2: 0.002997,
           eps: 1e-7,
-          gscale: 0.37,
         };
         const ref = [new Float32Array(n), new Float32Array(n), new Float32Array(n)] as const;
-        adamUpdateArrays(w, m, v, g, ...ref, attrs);
+        // The controls reach the kernel as float32: the loop takes the same rounded factor.
+        adamUpdateArrays(w, m, v, g, ...ref, attrs, { gscale: Math.fround(0.37), apply: true });
         const before = wasmAdamStats.simd;
-        const outs = tf
-          .engine()
-          .runKernel(
-            FUSED_ADAM_KERNEL,
-            { w: tf.tensor1d(w), m: tf.tensor1d(m), v: tf.tensor1d(v), g: tf.tensor1d(g) },
-            attrs as never,
-          ) as tf.Tensor[];
+        const outs = tf.engine().runKernel(
+          FUSED_ADAM_KERNEL,
+          {
+            w: tf.tensor1d(w),
+            m: tf.tensor1d(m),
+            v: tf.tensor1d(v),
+            g: tf.tensor1d(g),
+            s: tf.tensor1d([0.37, 1]),
+          },
+          attrs as never,
+        ) as tf.Tensor[];
         expect(wasmAdamStats.simd).toBe(before + 1);
         for (let k = 0; k < 3; k++) {
           // The same float64 operations in the same order, rounded where the loop rounds: bit-identical.
@@ -262,22 +266,42 @@ describe('adamUpdateArrays', () => {
     const a = out();
     const b = out();
     const attrs = { lr: 0.1, beta1: 0.9, beta2: 0.999, bc1: 0.1, bc2: 0.001, eps: 1e-8 };
-    adamUpdateArrays([1], [0.5], [0.25], [4], ...a, { ...attrs, gscale: 0.5 });
-    adamUpdateArrays([1], [0.5], [0.25], [2], ...b, { ...attrs, gscale: 1 });
+    adamUpdateArrays([1], [0.5], [0.25], [4], ...a, attrs, { gscale: 0.5, apply: true });
+    adamUpdateArrays([1], [0.5], [0.25], [2], ...b, attrs, { gscale: 1, apply: true });
     expect(a.map((x) => x[0])).toEqual(b.map((x) => x[0]));
+  });
+
+  it('apply false copies weight and moments unchanged, even with a NaN gradient', () => {
+    const [w, m, v] = [new Float32Array(2), new Float32Array(2), new Float32Array(2)];
+    const attrs = { lr: 0.1, beta1: 0.9, beta2: 0.999, bc1: 0.1, bc2: 0.001, eps: 1e-8 };
+    adamUpdateArrays([1, -2], [0.5, 0.1], [0.25, 0.3], [NaN, 3], w, m, v, attrs, { gscale: 0, apply: false });
+    expect([Array.from(w), Array.from(m), Array.from(v)]).toEqual([
+      [1, -2],
+      [0.5, Math.fround(0.1)],
+      [0.25, Math.fround(0.3)],
+    ]);
   });
 
   it('is the textbook update (one element by hand)', () => {
     const [w, m, v] = [new Float32Array(1), new Float32Array(1), new Float32Array(1)];
-    adamUpdateArrays([1], [0.5], [0.25], [2], w, m, v, {
-      lr: 0.1,
-      beta1: 0.9,
-      beta2: 0.999,
-      bc1: 1 - 0.9 ** 2,
-      bc2: 1 - 0.999 ** 2,
-      eps: 1e-8,
-      gscale: 1,
-    });
+    adamUpdateArrays(
+      [1],
+      [0.5],
+      [0.25],
+      [2],
+      w,
+      m,
+      v,
+      {
+        lr: 0.1,
+        beta1: 0.9,
+        beta2: 0.999,
+        bc1: 1 - 0.9 ** 2,
+        bc2: 1 - 0.999 ** 2,
+        eps: 1e-8,
+      },
+      { gscale: 1, apply: true },
+    );
     const m1 = 0.9 * 0.5 + 0.1 * 2;
     const v1 = 0.999 * 0.25 + 0.001 * 4;
     expect(m[0]).toBeCloseTo(m1, 6);

@@ -325,10 +325,10 @@ describe('TrainingSession: running out of memory at the step boundary (CPU, tiny
 
   it('a real WASM trap mid-update (simulated) becomes the same clear error, without RuntimeError or a stack', async () => {
     const { s, calls, saved } = await recorded();
-    const valueOpt = s.trainer.valueOpt as unknown as { applyScaled: (...a: unknown[]) => void };
-    const apply = valueOpt.applyScaled.bind(valueOpt);
+    const valueOpt = s.trainer.valueOpt as unknown as { applyControlled: (...a: unknown[]) => void };
+    const apply = valueOpt.applyControlled.bind(valueOpt);
     // Step 2's value update fails after the policy's was applied: the weights are half-updated.
-    valueOpt.applyScaled = (...a: unknown[]) => {
+    valueOpt.applyControlled = (...a: unknown[]) => {
       if (s.trainer.step === 1) throw wasmTrap();
       apply(...a);
     };
@@ -355,7 +355,7 @@ describe('TrainingSession: running out of memory at the step boundary (CPU, tiny
   it('any other failure while updating is reported as it is, and spoils the session too (weights may be half-updated)', async () => {
     const { s, calls } = await recorded();
     const bug = new TypeError("Cannot read properties of undefined (reading 'shape')");
-    (s.trainer.valueOpt as unknown as { applyScaled: () => void }).applyScaled = () => {
+    (s.trainer.valueOpt as unknown as { applyControlled: () => void }).applyControlled = () => {
       throw bug;
     };
     const end = await s.run();

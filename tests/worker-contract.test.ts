@@ -302,7 +302,7 @@ describe('the model worker running out of memory mid-step (CPU, in Node)', () =>
     await h.api.stepOnce();
     const before = await h.api.autosaveInfo();
     expect(before).toMatchObject({ step: 1, current: true });
-    vi.spyOn(FusedAdamOptimizer.prototype, 'applyScaled').mockImplementation(() => {
+    vi.spyOn(FusedAdamOptimizer.prototype, 'applyControlled').mockImplementation(() => {
       const e = new Error('memory access out of bounds');
       e.name = 'RuntimeError';
       e.stack =

@@ -28,8 +28,17 @@ interface AdamAttrs {
   bc1: number;
   bc2: number;
   eps: number;
-  /** Factor applied to the gradient first (global-norm clipping computed on the host); 1 = none. */
+}
+
+/**
+ * The step's two device-side controls, a float32 tensor [2] that the kernel reads as an input (not an attribute),
+ * so they can be computed on the device without a readback: s[0] the factor applied to the gradient first
+ * (global-norm clipping; 1 = none), s[1] whether to apply at all (1) or leave weight and moments as they are (0: a
+ * NaN/Inf loss or gradient, decided on the device: ppo/update.ts).
+ */
+export interface StepControls {
   gscale: number;
+  apply: boolean;
 }
 
 type KernelFn = (args: {
@@ -48,8 +57,19 @@ export function adamUpdateArrays(
   outM: Float32Array,
   outV: Float32Array,
   a: AdamAttrs,
+  ctl: StepControls,
 ): void {
-  const { lr, beta1, beta2, bc1, bc2, eps, gscale } = a;
+  if (!ctl.apply) {
+    // A skipped step: weight and moments unchanged (whatever NaN the gradient holds never reaches them).
+    for (let i = 0; i < outW.length; i++) {
+      outW[i] = w[i];
+      outM[i] = m[i];
+      outV[i] = v[i];
+    }
+    return;
+  }
+  const { lr, beta1, beta2, bc1, bc2, eps } = a;
+  const gscale = ctl.gscale;
   const c1 = 1 - beta1;
   const c2 = 1 - beta2;
   for (let i = 0; i < outW.length; i++) {
@@ -62,6 +82,11 @@ export function adamUpdateArrays(
   }
 }
 
+/** s = [gscale, apply] as read on a host-memory backend. */
+function controlsOf(s: ArrayLike<number>): StepControls {
+  return { gscale: s[0], apply: s[1] > 0.5 };
+}
+
 // ---- CPU ----------------------------------------------------------------------------------------------
 
 interface CpuBackendLike {
@@ -71,13 +96,15 @@ interface CpuBackendLike {
 
 const cpuKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const b = backend as CpuBackendLike;
-  const { w, m, v, g } = inputs as Record<'w' | 'm' | 'v' | 'g', tf.TensorInfo>;
+  const { w, m, v, g, s } = inputs as Record<'w' | 'm' | 'v' | 'g' | 's', tf.TensorInfo>;
   const n = tf.util.sizeFromShape(w.shape);
   const outW = new Float32Array(n);
   const outM = new Float32Array(n);
   const outV = new Float32Array(n);
   const val = (t: tf.TensorInfo) => b.data.get(t.dataId).values;
-  adamUpdateArrays(val(w), val(m), val(v), val(g), outW, outM, outV, attrs as unknown as AdamAttrs);
+  // The controls live in host memory on this backend: reading them is not a device round trip.
+  const ctl = controlsOf(val(s));
+  adamUpdateArrays(val(w), val(m), val(v), val(g), outW, outM, outV, attrs as unknown as AdamAttrs, ctl);
   return [
     b.makeTensorInfo(w.shape, 'float32', outW),
     b.makeTensorInfo(w.shape, 'float32', outM),
@@ -99,13 +126,15 @@ export const wasmAdamStats = { simd: 0, js: 0 };
 
 const wasmKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const b = backend as WasmBackendLike;
-  const { w, m, v, g } = inputs as Record<'w' | 'm' | 'v' | 'g', tf.TensorInfo>;
+  const { w, m, v, g, s } = inputs as Record<'w' | 'm' | 'v' | 'g' | 's', tf.TensorInfo>;
   // Allocate every output before taking heap views: an allocation can grow the heap and detach older views.
   const oW = b.makeOutput(w.shape, 'float32');
   const oM = b.makeOutput(w.shape, 'float32');
   const oV = b.makeOutput(w.shape, 'float32');
   const a = attrs as unknown as AdamAttrs;
-  const simd = adamFor(heapMemory(b.wasm));
+  // The controls are in the WASM heap: reading them is not a device round trip.
+  const ctl = controlsOf(b.typedArrayFromHeap(s));
+  const simd = ctl.apply ? adamFor(heapMemory(b.wasm)) : null;
   if (simd) {
     const off = (t: tf.TensorInfo): number => b.dataIdMap.get(t.dataId).memoryOffset;
     simd(
@@ -123,13 +152,13 @@ const wasmKernel: KernelFn = ({ inputs, backend, attrs }) => {
       a.bc1,
       a.bc2,
       a.eps,
-      a.gscale,
+      ctl.gscale,
     );
     wasmAdamStats.simd++;
   } else {
     const h = (t: tf.TensorInfo) => b.typedArrayFromHeap(t);
-    adamUpdateArrays(h(w), h(m), h(v), h(g), h(oW), h(oM), h(oV), a);
-    wasmAdamStats.js++;
+    adamUpdateArrays(h(w), h(m), h(v), h(g), h(oW), h(oM), h(oV), a, ctl);
+    if (ctl.apply) wasmAdamStats.js++;
   }
   return [oW, oM, oV];
 };
@@ -153,27 +182,36 @@ class AdamProgram {
   dispatch: [number, number, number];
   readonly workgroupSize: [number, number, number] = [WORKGROUP, 1, 1];
   readonly size = true;
-  readonly uniforms = 'lr : f32, beta1 : f32, beta2 : f32, bc1 : f32, bc2 : f32, eps : f32, gscale : f32,';
+  // c1 = 1 − β1, c2 = 1 − β2 worked out on the host in float64: 1.0 − f32(0.999) in the shader is 0.00099998713,
+  // 1.3e-5 off 0.001, which every v would carry.
+  readonly uniforms =
+    'lr : f32, beta1 : f32, beta2 : f32, bc1 : f32, bc2 : f32, eps : f32, c1 : f32, c2 : f32,';
   private readonly which: Which;
 
   constructor(which: Which, n: number) {
     this.which = which;
-    this.variableNames = which === 'm' ? ['M', 'G'] : which === 'v' ? ['V', 'G'] : ['W', 'M', 'V', 'G'];
+    // S = [gscale, apply]: read from a buffer, so clipping and the NaN guard can be decided on the device.
+    this.variableNames =
+      which === 'm' ? ['M', 'G', 'S'] : which === 'v' ? ['V', 'G', 'S'] : ['W', 'M', 'V', 'G', 'S'];
     this.outputShape = [n];
-    this.shaderKey = `perfFusedAdam_${which}`;
+    this.shaderKey = `perfFusedAdamS2_${which}`;
     this.dispatch = [Math.ceil(n / WORKGROUP), 1, 1];
   }
 
   getUserCode(): string {
+    // select(old, new, apply): a skipped step writes the old value back, so a NaN in G never reaches it.
     const body =
       this.which === 'm'
-        ? 'result[index] = uniforms.beta1 * M[index] + (1.0 - uniforms.beta1) * (G[index] * uniforms.gscale);'
+        ? `let g = G[index] * S[0];
+          result[index] = select(M[index], uniforms.beta1 * M[index] + uniforms.c1 * g, S[1] > 0.5);`
         : this.which === 'v'
-          ? 'let g = G[index] * uniforms.gscale;\n          result[index] = uniforms.beta2 * V[index] + (1.0 - uniforms.beta2) * g * g;'
-          : `let g = G[index] * uniforms.gscale;
-          let m = uniforms.beta1 * M[index] + (1.0 - uniforms.beta1) * g;
-          let v = uniforms.beta2 * V[index] + (1.0 - uniforms.beta2) * g * g;
-          result[index] = W[index] - uniforms.lr * (m / uniforms.bc1) / (sqrt(v / uniforms.bc2) + uniforms.eps);`;
+          ? `let g = G[index] * S[0];
+          result[index] = select(V[index], uniforms.beta2 * V[index] + uniforms.c2 * g * g, S[1] > 0.5);`
+          : `let g = G[index] * S[0];
+          let m = uniforms.beta1 * M[index] + uniforms.c1 * g;
+          let v = uniforms.beta2 * V[index] + uniforms.c2 * g * g;
+          let w = W[index] - uniforms.lr * (m / uniforms.bc1) / (sqrt(v / uniforms.bc2) + uniforms.eps);
+          result[index] = select(W[index], w, S[1] > 0.5);`;
     return `
       fn main(index : i32) {
         if (index < uniforms.size) {
@@ -185,7 +223,7 @@ class AdamProgram {
 
 const webgpuKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const b = backend as WebGpuBackendLike;
-  const { w, m, v, g } = inputs as Record<'w' | 'm' | 'v' | 'g', tf.TensorInfo>;
+  const { w, m, v, g, s } = inputs as Record<'w' | 'm' | 'v' | 'g' | 's', tf.TensorInfo>;
   const a = attrs as unknown as AdamAttrs;
   const n = tf.util.sizeFromShape(w.shape);
   const u: { type: 'float32'; data: number[] }[] = [
@@ -195,15 +233,19 @@ const webgpuKernel: KernelFn = ({ inputs, backend, attrs }) => {
     a.bc1,
     a.bc2,
     a.eps,
-    a.gscale,
-  ].map((x) => ({ type: 'float32', data: [x] }));
+    1 - a.beta1,
+    1 - a.beta2,
+  ].map((x) => ({
+    type: 'float32',
+    data: [x],
+  }));
   // Flat views: the shader indexes every buffer by the flat output index.
   const flat = (t: tf.TensorInfo): tf.TensorInfo => ({ ...t, shape: [n] });
-  const outM = b.runWebGPUProgram(new AdamProgram('m', n), [flat(m), flat(g)], 'float32', u);
-  const outV = b.runWebGPUProgram(new AdamProgram('v', n), [flat(v), flat(g)], 'float32', u);
+  const outM = b.runWebGPUProgram(new AdamProgram('m', n), [flat(m), flat(g), s], 'float32', u);
+  const outV = b.runWebGPUProgram(new AdamProgram('v', n), [flat(v), flat(g), s], 'float32', u);
   const outW = b.runWebGPUProgram(
     new AdamProgram('w', n),
-    [flat(w), flat(m), flat(v), flat(g)],
+    [flat(w), flat(m), flat(v), flat(g), s],
     'float32',
     u,
   );
@@ -283,6 +325,34 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
       }
       return;
     }
+    const controls = tf.tensor1d([gradScale, 1], 'float32');
+    try {
+      this.applyControlled(variableGradients, controls);
+    } finally {
+      controls.dispose();
+    }
+  }
+
+  /**
+   * Adam with its controls on the device: `controls` = [gscale, apply] (float32 [2], see StepControls), computed by
+   * earlier kernels, so the caller need not read anything back before the step (ppo/update.ts
+   * jointGuardedStepDeferred). apply 0 leaves weights, moments and β-powers as they are; the host's iteration
+   * count cannot see the flag and advances either way: call `uncountSkipped` for each skipped step once the flag
+   * has been read. Steps taken between a skip and that call use the bias correction one step ahead (1 − β^(t+1)
+   * instead of 1 − β^t), the one difference from deciding on the host (docs/engine.md, "No readback inside the
+   * update"). Needs the fused kernel on the current backend (`fusedAdamAvailable`).
+   */
+  applyControlled(variableGradients: GradientsArg, controls: tf.Tensor1D): void {
+    if (!fusedAdamAvailable()) {
+      throw new Error(
+        `FusedAdamOptimizer.applyControlled: the fused Adam kernel is not registered for the ${tf.getBackend()} backend (cpu, wasm and webgpu have it); use applyScaled with a factor read back on the host.`,
+      );
+    }
+    if (controls.size !== 2 || controls.dtype !== 'float32') {
+      throw new Error(
+        `FusedAdamOptimizer.applyControlled: controls must be a float32 tensor [gscale, apply] of 2 values, got ${controls.dtype} [${controls.shape}].`,
+      );
+    }
     const s = this as unknown as AdamInternals;
     const isArray = Array.isArray(variableGradients);
     const names = isArray
@@ -296,7 +366,6 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
       bc1: 1 - Math.pow(s.beta1, t),
       bc2: 1 - Math.pow(s.beta2, t),
       eps: s.epsilon,
-      gscale: gradScale,
     };
     names.forEach((name, i) => {
       const value = tf.engine().registeredVariables[name];
@@ -322,7 +391,7 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
         .engine()
         .runKernel(
           FUSED_ADAM_KERNEL,
-          { w: value, m, v, g },
+          { w: value, m, v, g, s: controls },
           attrs as unknown as tf.NamedAttrMap,
         ) as tf.Tensor[];
       this.fusedCalls++;
@@ -331,10 +400,22 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
       value.assign(outs[0]);
       tf.dispose(outs);
     });
+    // tfjs's β-powers (its state; checkpoints keep them): advanced only by a step that applied.
     tf.tidy(() => {
-      s.accBeta1.assign(tf.mul(s.accBeta1, s.beta1));
-      s.accBeta2.assign(tf.mul(s.accBeta2, s.beta2));
+      const applied = tf.greater(tf.reshape(tf.slice(controls, [1], [1]), []), 0.5);
+      s.accBeta1.assign(tf.where(applied, tf.mul(s.accBeta1, s.beta1), s.accBeta1));
+      s.accBeta2.assign(tf.where(applied, tf.mul(s.accBeta2, s.beta2), s.accBeta2));
     });
     this.incrementIterations();
+  }
+
+  /** Take back the iteration count of `n` steps that applyControlled skipped on the device (their flag read). */
+  uncountSkipped(n: number): void {
+    if (!(Number.isInteger(n) && n >= 0 && n <= this.iterations)) {
+      throw new Error(
+        `FusedAdamOptimizer.uncountSkipped: n must be a whole number in [0, ${this.iterations}], got ${n}`,
+      );
+    }
+    (this as unknown as { iterations_: number }).iterations_ = this.iterations - n;
   }
 }

@@ -75,7 +75,14 @@ export function chunksVocabulary(tokens: number, V: number, backend: string = tf
 }
 import { liveKlController, makeKlController, type KlController } from './kl';
 import { stepMetrics, type MinibatchStats, type StepMetrics } from './metrics';
-import { jointGuardedStep, type JointStepResult, type Objective, type UpdatePart } from './update';
+import {
+  jointGuardedStepDeferred,
+  readJointSteps,
+  type JointStepResult,
+  type Objective,
+  type PendingJointStep,
+  type UpdatePart,
+} from './update';
 import type { Rollout } from './rollout';
 import { healthAlerts, type HealthAlert } from './health';
 import { UserError } from '../errors';
@@ -797,7 +804,9 @@ export class PpoTrainer {
     // 7. Epochs over shuffled minibatches: one joint loss pg − entropyCoef·entropy (+ klCoef·k3 for GRPO)
     //    (+ vfCoef·vloss for PPO), one gradient clip over every trained model, each model's own Adam step. Early
     //    stop (earlyStopKl): after an epoch in which a minibatch's approx KL passed earlyStopApproxKl, the
-    //    remaining epochs are skipped.
+    //    remaining epochs are skipped. Nothing is read back inside an epoch: each minibatch's NaN/Inf guard and clip
+    //    factor are decided on the device (update.ts jointGuardedStepDeferred) and its figures wait on the device
+    //    until one readback at the end of the epoch (earlyStopKl needs them there) or of the update.
     this.phase('updating');
     const grpoKl = algo === 'grpo' && klCoef > 0;
     const minibatches: MinibatchStats[] = [];
@@ -805,67 +814,13 @@ export class PpoTrainer {
     const keptOld: { rows: number[]; old: tf.Tensor2D }[] = [];
     let epochsRun = 0;
     let skippedUpdates = 0;
-    for (let epoch = 0; epoch < cfg.ppoEpochs; epoch++) {
-      epochsRun++;
-      const perm = this.rng.permutation(B);
-      let epochMaxApproxKl = -Infinity;
-      for (let s = 0; s < B; s += mbSize) {
-        const rows = perm.slice(s, s + mbSize);
-        // The minibatch's counts: every micro-batch's share of a mean divides by these (losses.ts Denominators).
-        const denominators: Denominators = {
-          tokens: rows.reduce((n, i) => n + bMask[i].reduce((a, b) => a + b, 0), 0),
-          rows: rows.length,
-        };
-        const slices = microSlices(rows, Math.min(micro, mbSize));
-        // One micro-batch's tensors, made inside the objective (so freed with its forward) and only then.
-        const microBatch = (k: number): Minibatch => {
-          const mRows = slices[k];
-          const inp = this.batchInputs(queries, bResponses, bMask, mRows, Tq, R);
-          const pick = (m: number[][]) =>
-            tf.tensor2d(
-              mRows.map((i) => m[i]),
-              [mRows.length, R],
-            );
-          const mb: Minibatch = {
-            ids: tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32'),
-            attn: tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32'),
-            tokens: tf.tensor1d(
-              mRows.flatMap((i) => bResponses[i]),
-              'int32',
-            ),
-            mask: pick(bMask),
-            ...(oldFromUpdate
-              ? { keepOld: (old: tf.Tensor2D) => keptOld.push({ rows: mRows, old }) }
-              : { oldLogprobs: pick(bLogprobs) }),
-            advantages: pick(bAdvantages),
-            denominators: slices.length > 1 ? denominators : undefined,
-          };
-          if (value) {
-            mb.returns = pick(bReturns!);
-            mb.oldValues = pick(bValues!);
-          }
-          if (grpoKl) mb.refLogprobs = pick(bRefLogprobs);
-          return mb;
-        };
-        const parts: UpdatePart<PolicyStat | ValueStat>[] = [
-          {
-            optimizer: this.policyOpt,
-            vars: policy.trainableVariables(),
-            objective: (k) => this.policyObjective(microBatch(k), Tq, cfg, plan),
-          },
-        ];
-        if (value) {
-          parts.push({
-            optimizer: this.valueOpt!,
-            vars: value.trainableVariables(),
-            objective: (k) => this.valueObjective(value, microBatch(k), Tq, cfg, plan),
-          });
-        }
-        const upd: JointStepResult<PolicyStat | ValueStat> = await jointGuardedStep<PolicyStat | ValueStat>(
-          parts,
-          cfg.maxGradNorm,
-          { microBatches: slices.length, maxStats: ['ratioMax'] },
-        );
+    let pending: PendingJointStep<PolicyStat | ValueStat>[] = [];
+    // Read the waiting minibatches' figures (one readback) into the step's metrics; the largest approx KL among them.
+    const readPending = async (): Promise<number> => {
+      const read: JointStepResult<PolicyStat | ValueStat>[] = await readJointSteps(pending);
+      pending = [];
+      let maxApproxKl = -Infinity;
+      for (const upd of read) {
         if (!upd.applied) skippedUpdates++;
         const { valueLoss: vl, valueClipFrac: vcf, ...policyStats } = upd.stats;
         minibatches.push({
@@ -873,15 +828,93 @@ export class PpoTrainer {
           gradNorm: upd.gradNorms[0],
           ...(value ? { valueLoss: vl, valueClipFrac: vcf, valueGradNorm: upd.gradNorms[1] } : {}),
         });
-        epochMaxApproxKl = Math.max(epochMaxApproxKl, upd.stats.approxKl);
+        maxApproxKl = Math.max(maxApproxKl, upd.stats.approxKl);
       }
-      if (cfg.earlyStopKl && epochMaxApproxKl > cfg.earlyStopApproxKl) break;
+      return maxApproxKl;
+    };
+    try {
+      for (let epoch = 0; epoch < cfg.ppoEpochs; epoch++) {
+        epochsRun++;
+        const perm = this.rng.permutation(B);
+        for (let s = 0; s < B; s += mbSize) {
+          const rows = perm.slice(s, s + mbSize);
+          // The minibatch's counts: every micro-batch's share of a mean divides by these (losses.ts Denominators).
+          const denominators: Denominators = {
+            tokens: rows.reduce((n, i) => n + bMask[i].reduce((a, b) => a + b, 0), 0),
+            rows: rows.length,
+          };
+          const slices = microSlices(rows, Math.min(micro, mbSize));
+          // One micro-batch's tensors, made inside the objective (so freed with its forward) and only then.
+          const microBatch = (k: number): Minibatch => {
+            const mRows = slices[k];
+            const inp = this.batchInputs(queries, bResponses, bMask, mRows, Tq, R);
+            const pick = (m: number[][]) =>
+              tf.tensor2d(
+                mRows.map((i) => m[i]),
+                [mRows.length, R],
+              );
+            const mb: Minibatch = {
+              ids: tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32'),
+              attn: tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32'),
+              tokens: tf.tensor1d(
+                mRows.flatMap((i) => bResponses[i]),
+                'int32',
+              ),
+              mask: pick(bMask),
+              ...(oldFromUpdate
+                ? { keepOld: (old: tf.Tensor2D) => keptOld.push({ rows: mRows, old }) }
+                : { oldLogprobs: pick(bLogprobs) }),
+              advantages: pick(bAdvantages),
+              denominators: slices.length > 1 ? denominators : undefined,
+            };
+            if (value) {
+              mb.returns = pick(bReturns!);
+              mb.oldValues = pick(bValues!);
+            }
+            if (grpoKl) mb.refLogprobs = pick(bRefLogprobs);
+            return mb;
+          };
+          const parts: UpdatePart<PolicyStat | ValueStat>[] = [
+            {
+              optimizer: this.policyOpt,
+              vars: policy.trainableVariables(),
+              objective: (k) => this.policyObjective(microBatch(k), Tq, cfg, plan),
+            },
+          ];
+          if (value) {
+            parts.push({
+              optimizer: this.valueOpt!,
+              vars: value.trainableVariables(),
+              objective: (k) => this.valueObjective(value, microBatch(k), Tq, cfg, plan),
+            });
+          }
+          pending.push(
+            await jointGuardedStepDeferred<PolicyStat | ValueStat>(parts, cfg.maxGradNorm, {
+              microBatches: slices.length,
+              maxStats: ['ratioMax'],
+            }),
+          );
+        }
+        if (cfg.earlyStopKl && (await readPending()) > cfg.earlyStopApproxKl) break;
+      }
+      await readPending();
+    } finally {
+      // Figures still waiting when something threw: freed (nothing else holds them).
+      tf.dispose(pending.map((p) => p.values));
     }
     if (oldFromUpdate) {
-      for (const { rows, old } of keptOld) {
-        const data = await old.data();
-        old.dispose();
-        rows.forEach((i, k) => (bLogprobs[i] = Array.from(data.subarray(k * R, (k + 1) * R))));
+      // One readback for every slice's old log-probs (in the order they were kept).
+      const joined = keptOld.length === 1 ? keptOld[0].old : tf.concat(keptOld.map((k) => k.old));
+      let data: Float32Array;
+      try {
+        data = (await joined.data()) as Float32Array;
+      } finally {
+        tf.dispose([joined, ...keptOld.map((k) => k.old)]);
+      }
+      let at = 0;
+      for (const { rows } of keptOld) {
+        rows.forEach((i, k) => (bLogprobs[i] = Array.from(data.subarray((at + k) * R, (at + k + 1) * R))));
+        at += rows.length;
       }
       if (keptOld.reduce((n, k) => n + k.rows.length, 0) !== B)
         throw new Error(

@@ -6,11 +6,14 @@
  * the sum (no variable is shared). The clip factor min(1, maxGradNorm / ‖g‖) uses the norm over every part,
  * so `vfCoef` sets how much of the clipping budget the value loss takes (docs/engine.md, step 7).
  *
- * One readback per update: every part's loss, gradient norm and named statistics, as one tensor. When a loss
- * or a norm is NaN/Inf, no part is applied, so a bad batch reaches neither weights nor Adam moments.
+ * When a loss or a norm is NaN/Inf, no part is applied, so a bad batch reaches neither weights nor Adam moments.
+ * That decision and the clip factor are made ON THE DEVICE (jointGuardedStepDeferred): with the fused Adam, whose
+ * kernel takes [clip factor, apply] as an input tensor, nothing is read back inside the update; every
+ * minibatch's loss, norms and statistics wait as one small tensor each until the caller reads them all at once
+ * (readJointSteps: one readback for an epoch or a whole step). docs/engine.md, "No readback inside the update".
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { hasScaledApply } from '../fused-adam';
+import { fusedAdamAvailable, hasScaledApply, type FusedAdamOptimizer } from '../fused-adam';
 import { clipScale } from '../optim';
 
 /** A part's loss (already weighted as it enters the joint loss) and statistics to read back with it. */
@@ -123,15 +126,36 @@ function gradsOf<K extends string>(part: UpdatePart<K>, micros: number, maxStats
 }
 
 /**
- * Differentiate each part (over its micro-batches, gradients summed), clip all summed gradients together to
- * `maxGradNorm` (0 = no clipping) and apply each part's optimizer ONCE. Statistic names must be distinct across
- * parts.
+ * A step taken (or skipped) on the device whose figures have not been read yet: `values` holds every part's loss,
+ * every part's gradient norm, the statistics in `names` order, the clip factor applied and the apply flag (1/0).
+ * Read with readJointSteps (which frees `values`).
  */
-export async function jointGuardedStep<K extends string>(
+export interface PendingJointStep<K extends string> {
+  readonly values: tf.Tensor1D;
+  readonly parts: number;
+  readonly names: K[];
+  /** The optimizers that stepped with the device's flag: their iteration count is taken back if it was 0. */
+  readonly onDevice: FusedAdamOptimizer[];
+}
+
+/** True when every part's optimizer can take its clip factor and apply flag from the device. */
+function decidedOnDevice(parts: UpdatePart<string>[]): boolean {
+  return fusedAdamAvailable() && parts.every((p) => hasScaledApply(p.optimizer));
+}
+
+/**
+ * Differentiate each part (over its micro-batches, gradients summed), clip all summed gradients together to
+ * `maxGradNorm` (0 = no clipping) and apply each part's optimizer ONCE, without reading anything back: the
+ * finiteness check, the joint norm and the clip factor are computed on the device and handed to the fused Adam
+ * as [factor, apply]. Statistic names must be distinct across parts. With an optimizer that cannot take them
+ * (tfjs's own Adam), this reads back and decides on the host (jointGuardedStep's older path), so the result is
+ * the same either way.
+ */
+export async function jointGuardedStepDeferred<K extends string>(
   parts: UpdatePart<K>[],
   maxGradNorm: number,
   opts: JointStepOptions<K> = {},
-): Promise<JointStepResult<K>> {
+): Promise<PendingJointStep<K>> {
   const micros = opts.microBatches ?? 1;
   if (!Number.isInteger(micros) || micros < 1) {
     throw new Error(`jointGuardedStep: microBatches must be a whole number >= 1, got ${micros}`);
@@ -139,28 +163,56 @@ export async function jointGuardedStep<K extends string>(
   const maxStats = new Set<string>(opts.maxStats ?? []);
   const done = parts.map((p) => gradsOf(p, micros, maxStats));
   const names: K[] = done.flatMap((d) => Object.keys(d.stats) as K[]);
-  const all = tf.tidy(() =>
-    tf.stack([
-      ...done.map((d) => d.value),
-      ...done.map((d) => d.norm),
-      ...done.flatMap((d) => Object.values(d.stats)),
-    ]),
-  );
-  const host = await all.data();
-  all.dispose();
   const n = parts.length;
-  const losses = Array.from(host.subarray(0, n));
-  const gradNorms = Array.from(host.subarray(n, 2 * n));
-  const stats = {} as Record<K, number>;
-  names.forEach((k, i) => (stats[k] = host[2 * n + i]));
-  const jointGradNorm = Math.sqrt(gradNorms.reduce((s, g) => s + g * g, 0));
-  const applied = [...losses, ...gradNorms].every(Number.isFinite);
-  const scale = applied ? clipScale(jointGradNorm, maxGradNorm) : 1;
   try {
-    if (applied) {
+    if (decidedOnDevice(parts as UpdatePart<string>[])) {
+      const { values, controls } = tf.tidy(() => {
+        const losses = done.map((d) => d.value);
+        const norms = tf.stack(done.map((d) => d.norm));
+        const ok = tf.all(tf.isFinite(tf.concat([tf.stack(losses), norms])));
+        // The joint norm √(Σ‖g_i‖²) and min(1, maxGradNorm / (norm + 1e-6)), in float32 as optim.ts clipScale.
+        const joint = tf.sqrt(tf.sum(tf.square(norms)));
+        const factor =
+          maxGradNorm > 0 ? tf.minimum(1, tf.div(maxGradNorm, tf.add(joint, 1e-6))) : tf.scalar(1);
+        const okF = tf.cast(ok, 'float32');
+        // A skipped step's factor is 0, never NaN: the kernel multiplies before it selects.
+        const controls = tf.stack([tf.where(ok, factor, tf.scalar(0)), okF]) as tf.Tensor1D;
+        const values = tf.concat([
+          tf.stack(losses),
+          norms,
+          ...done.flatMap((d) => Object.values(d.stats).map((t) => tf.reshape(t, [1]))),
+          controls,
+        ]) as tf.Tensor1D;
+        return { values, controls };
+      });
+      try {
+        done.forEach((d, i) => (parts[i].optimizer as FusedAdamOptimizer).applyControlled(d.grads, controls));
+      } finally {
+        controls.dispose();
+      }
+      return {
+        values,
+        parts: n,
+        names,
+        onDevice: parts.map((p) => p.optimizer as FusedAdamOptimizer),
+      };
+    }
+    // Decided on the host: one readback, then the (scaled) step or none.
+    const all = tf.tidy(() =>
+      tf.stack([
+        ...done.map((d) => d.value),
+        ...done.map((d) => d.norm),
+        ...done.flatMap((d) => Object.values(d.stats)),
+      ]),
+    );
+    const host = await all.data();
+    all.dispose();
+    const ok = Array.from(host.subarray(0, 2 * n)).every(Number.isFinite);
+    const gradNorms = Array.from(host.subarray(n, 2 * n));
+    const scale = ok ? clipScale(Math.sqrt(gradNorms.reduce((a, g) => a + g * g, 0)), maxGradNorm) : 0;
+    if (ok) {
       done.forEach((d, i) => {
         const opt = parts[i].optimizer;
-        // The fused Adam scales inside its kernel (no multiply per variable).
         if (hasScaledApply(opt)) opt.applyScaled(d.grads, scale);
         else if (scale === 1) opt.applyGradients(d.grads);
         else {
@@ -172,11 +224,70 @@ export async function jointGuardedStep<K extends string>(
         }
       });
     }
+    return {
+      values: tf.tensor1d([...host, scale, ok ? 1 : 0], 'float32'),
+      parts: n,
+      names,
+      onDevice: [],
+    };
   } finally {
     for (const d of done) {
       tf.dispose([d.value, d.norm, ...Object.values(d.stats)]);
       tf.dispose(d.grads);
     }
   }
-  return { applied, losses, gradNorms, jointGradNorm, clipScale: scale, stats };
+}
+
+/**
+ * Read pending steps' figures in ONE readback (and free them), in order. A step the device skipped (a NaN/Inf loss
+ * or norm) gives `applied: false`, and its optimizers' iteration counts are taken back.
+ */
+export async function readJointSteps<K extends string>(
+  pending: PendingJointStep<K>[],
+): Promise<JointStepResult<K>[]> {
+  if (pending.length === 0) return [];
+  const joined = pending.length === 1 ? pending[0].values : tf.concat(pending.map((p) => p.values));
+  let host: Float32Array;
+  try {
+    host = (await joined.data()) as Float32Array;
+  } finally {
+    if (joined !== pending[0].values) joined.dispose();
+    for (const p of pending) p.values.dispose();
+  }
+  const out: JointStepResult<K>[] = [];
+  let at = 0;
+  for (const p of pending) {
+    const n = p.parts;
+    const row = host.subarray(at, at + p.values.size);
+    at += p.values.size;
+    const losses = Array.from(row.subarray(0, n));
+    const gradNorms = Array.from(row.subarray(n, 2 * n));
+    const stats = {} as Record<K, number>;
+    p.names.forEach((k, i) => (stats[k] = row[2 * n + i]));
+    const factor = row[2 * n + p.names.length];
+    const applied = row[2 * n + p.names.length + 1] === 1;
+    if (!applied) for (const o of p.onDevice) o.uncountSkipped(1);
+    out.push({
+      applied,
+      losses,
+      gradNorms,
+      jointGradNorm: Math.sqrt(gradNorms.reduce((s, g) => s + g * g, 0)),
+      clipScale: applied ? factor : 1,
+      stats,
+    });
+  }
+  return out;
+}
+
+/**
+ * jointGuardedStepDeferred and its one readback: for callers that need the figures before the next step (DPO,
+ * SFT, tests). The PPO trainer defers the reads to the end of an epoch or of the step.
+ */
+export async function jointGuardedStep<K extends string>(
+  parts: UpdatePart<K>[],
+  maxGradNorm: number,
+  opts: JointStepOptions<K> = {},
+): Promise<JointStepResult<K>> {
+  const [r] = await readJointSteps([await jointGuardedStepDeferred(parts, maxGradNorm, opts)]);
+  return r;
 }
