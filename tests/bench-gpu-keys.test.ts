@@ -1,6 +1,7 @@
 /**
  * `bench --gpu`'s issue #22 keys, the pure parts (src/bench/webgpu-gpu.ts): gpuBenchKeys (which figure goes under
- * which name, and null with a note where it was not measured) and torchProbeFromRun (the PyTorch probe's outcome
+ * which name, and null with a note where it was not measured), matmulShapeKeys (tfjs's matmul beside ours at
+ * GPT-2's shapes, never as GPU speed on a software adapter) and torchProbeFromRun (the PyTorch probe's outcome
  * from its process result). No GPU, no Python needed.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
@@ -10,6 +11,10 @@ import {
   gpuBenchKeys,
   gpuMarkdown,
   type GpuBenchResult,
+  MATMUL_SHAPE_ROWS,
+  MATMUL_SHAPES,
+  matmulShapeKeys,
+  type MatmulShapeRun,
   torchProbeFromRun,
   TORCH_PROBE_CODE,
   type TorchProbe,
@@ -50,6 +55,26 @@ describe('gpuBenchKeys', () => {
     });
     expect(keys.matmulTflops2048).toBeNull();
     expect(notes.find((n) => n.startsWith('matmulTflops2048'))).toMatch(/256².*not 2048²/);
+  });
+
+  it("our matmul at 2048² is matmulFastTflops2048 beside tfjs's; at 256² (a software adapter) or not timed: null with a note", () => {
+    const base = { matmul: { n: 2048, iters: 8, seconds: 2, gflops: 9300 }, decode, timing, torch: noTorch };
+    const both = gpuBenchKeys({ ...base, matmulFast: { n: 2048, iters: 16, seconds: 2, gflops: 31000 } });
+    expect(both.keys.matmulTflops2048).toBeCloseTo(9.3, 12);
+    expect(both.keys.matmulFastTflops2048).toBeCloseTo(31, 12);
+    expect(both.notes.some((n) => n.startsWith('matmulFastTflops2048'))).toBe(false);
+    const soft = gpuBenchKeys({
+      ...base,
+      matmul: { n: 256, iters: 1, seconds: 0.2, gflops: 12.5 },
+      matmulFast: { n: 256, iters: 1, seconds: 0.2, gflops: 20 },
+    });
+    expect(soft.keys.matmulFastTflops2048).toBeNull();
+    expect(soft.notes.find((n) => n.startsWith('matmulFastTflops2048'))).toMatch(/256².*not 2048²/);
+    for (const missing of [undefined, null]) {
+      const k = gpuBenchKeys({ ...base, matmulFast: missing });
+      expect(k.keys.matmulFastTflops2048).toBeNull();
+      expect(k.notes).toContain('matmulFastTflops2048: null (our matmul was not timed).');
+    }
   });
 
   it('sampledOverGreedy is null with a note when either time is missing, zero or not finite', () => {
@@ -200,6 +225,69 @@ describe('torchProbeFromRun', () => {
   });
 });
 
+describe("matmulShapeKeys: tfjs beside ours at GPT-2's shapes", () => {
+  const run = (o: Partial<MatmulShapeRun> = {}): MatmulShapeRun => ({
+    name: 'c_attn',
+    m: 512,
+    k: 768,
+    n: 2304,
+    transB: false,
+    tile: '64×128',
+    tfjsGflops: 8000,
+    fastGflops: 20000,
+    maxRelDiff: 3e-7,
+    ...o,
+  });
+
+  it('the table: 512 rows (16 × (prompt 8 + response 24)) of c_attn, c_fc, c_proj and the LM head (x·wteᵀ)', () => {
+    expect(MATMUL_SHAPE_ROWS).toBe(512);
+    expect(MATMUL_SHAPES.map((s) => [s.k, s.n, s.transB])).toEqual([
+      [768, 2304, false],
+      [768, 3072, false],
+      [3072, 768, false],
+      [768, 50257, true],
+    ]);
+  });
+
+  it('a hardware adapter: TFLOP/s of both as measured, with the shape, our tile and how far apart they are', () => {
+    const { rows, notes } = matmulShapeKeys(
+      [run(), run({ name: 'lm_head', n: 50257, transB: true, tile: '128×128' })],
+      {
+        software: false,
+      },
+    );
+    expect(notes).toEqual([]);
+    expect(rows[0]).toEqual({
+      shape: '512×768·768×2304 (c_attn)',
+      m: 512,
+      k: 768,
+      n: 2304,
+      transB: false,
+      tile: '64×128',
+      tfjsTflops: 8,
+      fastTflops: 20,
+      maxRelDiff: 3e-7,
+    });
+    expect(rows[1].shape).toBe('512×768·(50257×768)ᵀ (lm_head)');
+  });
+
+  it('a software adapter: TFLOP/s null (not GPU speed) with a note, the agreement kept; nothing run: a note', () => {
+    const soft = matmulShapeKeys([run({ m: 8, k: 48, n: 144 })], { software: true, dryRun: true });
+    expect(soft.rows[0]).toMatchObject({ tfjsTflops: null, fastTflops: null, maxRelDiff: 3e-7 });
+    expect(soft.notes[0]).toMatch(/^matmulShapes: TFLOP\/s null on a software adapter.*dry run/);
+    const none = matmulShapeKeys([], { software: true });
+    expect(none.rows).toEqual([]);
+    expect(none.notes[0]).toMatch(/^matmulShapes: not run \(software adapter/);
+    // A time that is not a positive finite number is not reported either.
+    expect(
+      matmulShapeKeys([run({ fastGflops: 0, tfjsGflops: NaN })], { software: false }).rows[0],
+    ).toMatchObject({
+      tfjsTflops: null,
+      fastTflops: null,
+    });
+  });
+});
+
 describe('decodeTiming (CPU backend, a tiny GPT-2)', () => {
   beforeAll(useCpu);
 
@@ -241,7 +329,24 @@ describe('gpuMarkdown with the #22 keys', () => {
   it('shows the decode dispatches (plain and under LoRA), the keys, and null as "null (see notes)" with the notes', () => {
     const matmul = { n: 256, iters: 1, seconds: 0.2, gflops: 12.5 };
     const t = { batch: 16, tokens: 6, greedyMsPerToken: 40, sampledMsPerToken: 50 };
-    const k = gpuBenchKeys({ matmul, decode, timing: t, torch: noTorch });
+    const matmulFast = { n: 256, iters: 1, seconds: 0.2, gflops: 20 };
+    const k = gpuBenchKeys({ matmul, matmulFast, decode, timing: t, torch: noTorch });
+    const shapes = matmulShapeKeys(
+      [
+        {
+          name: 'c_attn',
+          m: 8,
+          k: 48,
+          n: 144,
+          transB: false,
+          tile: '64×64',
+          tfjsGflops: 0.4,
+          fastGflops: 0.6,
+          maxRelDiff: 2.5e-7,
+        },
+      ],
+      { software: true, dryRun: true },
+    );
     const layer = {
       webgpuDispatchesPerLayerFwd: 7,
       webgpuDispatchesPerLayerFwdBwd: 32,
@@ -282,6 +387,8 @@ describe('gpuMarkdown with the #22 keys', () => {
       torchEager: null,
       torchRuns: [],
       matmul,
+      matmulFast,
+      matmulShapes: shapes.rows,
       dispatchOverheadMs: 0.5,
       layers: { fused: layer, plain: layer },
       webgpuDispatchesPerLayerFwd: 7,
@@ -293,20 +400,24 @@ describe('gpuMarkdown with the #22 keys', () => {
       decode,
       decodeLora: { perLayer: 11, fixed: 4 },
       decodeTiming: { ...t, sampling: { temperature: 1, topK: 0, topP: 1 } },
-      notes: k.notes,
+      notes: [...k.notes, ...shapes.notes],
     };
     const md = gpuMarkdown(r);
     expect(md).toContain('| decodeDispatchesPerLayer (GPT-2 decode step) | 7 (under LoRA r 8: 11) |');
-    expect(md).toContain('| matmulTflops2048 | null (see notes) |');
+    expect(md).toContain("| matmulTflops2048 (tfjs's kernel) | null (see notes) |");
+    expect(md).toContain('| matmulFastTflops2048 (ours, webgpu-matmul.ts) | null (see notes) |');
+    expect(md).toContain('| 8×48·48×144 (c_attn) | 64×64 | null | null | — | 2.5e-7 |');
     expect(md).toContain('| greedy / sampled ms per token (batch 16) | 40.00 / 50.00 |');
     expect(md).toContain('| sampledOverGreedy | 1.25 |');
     expect(md).toContain('| vsTorchEager | null (see notes) |');
-    for (const n of k.notes) expect(md).toContain(`- ${n}`);
+    for (const n of [...k.notes, ...shapes.notes]) expect(md).toContain(`- ${n}`);
     // What bench --gpu --json writes: every key present, nulls as null.
     const json = JSON.parse(JSON.stringify(r));
     expect(json).toMatchObject({
       decodeDispatchesPerLayer: 7,
       matmulTflops2048: null,
+      matmulFastTflops2048: null,
+      matmulShapes: [{ shape: '8×48·48×144 (c_attn)', tfjsTflops: null, fastTflops: null }],
       sampledOverGreedy: 1.25,
       vsTorchEager: null,
     });

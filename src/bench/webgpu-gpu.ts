@@ -3,6 +3,8 @@
  * matmul peak measured on it, the tiny model's PPO step (seconds, update MFU against that peak, dispatches and
  * readbacks per step) and the GPT-2 dispatches per transformer layer with and without the fused kernels; on a
  * hardware adapter also GPT-2 124M-shaped LoRA steps (PPO and GRPO, and PPO again on tfjs's ops).
+ * Beside tfjs's matmul it times our register-blocked kernel (src/core/kernels/webgpu-matmul.ts, matMulFast) at 2048²
+ * and at GPT-2's shapes (MATMUL_SHAPES at MATMUL_SHAPE_ROWS rows), both in the same run on the same inputs.
  * On a software adapter (SwiftShader, lavapipe) it runs the smallest sizes only and says so; it never reports a
  * number it did not measure (what was skipped is null, with a note).
  */
@@ -10,6 +12,8 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { PpoTrainer } from '../core/ppo/trainer';
 import { setWebGpuFusedKernels } from '../core/webgpu-fused';
 import { benchMatmul, type MatmulBench } from './perf/matmul';
+import { matmulFlops } from './perf/flops';
+import { matMulFast, matMulFastPlan, webGpuMatMulFastApplies } from '../core/kernels/webgpu-matmul';
 import { benchPpoStep, type PpoBench } from './perf/ppo';
 import type { ModelShape } from './perf/flops';
 import { disposeTrainer } from './perf/memory';
@@ -39,6 +43,10 @@ export interface GpuBenchResult {
   /** "software adapter: smallest sizes only", or null on a hardware adapter. */
   sizes: string | null;
   matmul: MatmulBench;
+  /** Our matmul (matMulFast) timed as `matmul` is, at the same size, in the same run. */
+  matmulFast: MatmulBench | null;
+  /** GPT-2's product shapes, tfjs's matmul beside ours (matmulShapeKeys); TFLOP/s null on a software adapter. */
+  matmulShapes: MatmulShapeRow[];
   /** Wall time per dispatch of a chain of small element-wise kernels (the fixed cost of one tfjs kernel). */
   dispatchOverheadMs: number;
   /** With the fused kernels (what training uses) and without them (tfjs ops). */
@@ -67,6 +75,8 @@ export interface GpuBenchResult {
   /** Issue #22's keys (gpuBenchKeys). */
   decodeDispatchesPerLayer: number;
   matmulTflops2048: number | null;
+  /** matMulFast at 2048² (null where the product was not 2048², as matmulTflops2048). */
+  matmulFastTflops2048: number | null;
   sampledOverGreedy: number | null;
   vsTorchEager: number | null;
   notes: string[];
@@ -138,6 +148,8 @@ export function torchProbeFromRun(python: string, r: ProbeRun): TorchProbe {
  */
 export function gpuBenchKeys(i: {
   matmul: MatmulBench;
+  /** matMulFast timed beside `matmul` (absent: not run). */
+  matmulFast?: MatmulBench | null;
   decode: DecodeDispatches;
   timing: Pick<DecodeTiming, 'batch' | 'greedyMsPerToken' | 'sampledMsPerToken'>;
   torch: TorchProbe;
@@ -148,7 +160,11 @@ export function gpuBenchKeys(i: {
 }): {
   keys: Pick<
     GpuBenchResult,
-    'decodeDispatchesPerLayer' | 'matmulTflops2048' | 'sampledOverGreedy' | 'vsTorchEager'
+    | 'decodeDispatchesPerLayer'
+    | 'matmulTflops2048'
+    | 'matmulFastTflops2048'
+    | 'sampledOverGreedy'
+    | 'vsTorchEager'
   >;
   notes: string[];
 } {
@@ -157,6 +173,14 @@ export function gpuBenchKeys(i: {
   if (matmulTflops2048 === null)
     notes.push(
       `matmulTflops2048: null (the matmul ran at ${i.matmul.n}², not 2048²; ${i.matmul.gflops.toFixed(3)} GFLOP/s there is not reported under that name).`,
+    );
+  const fast = i.matmulFast ?? null;
+  const matmulFastTflops2048 = fast && fast.n === 2048 && fast.gflops > 0 ? fast.gflops / 1000 : null;
+  if (matmulFastTflops2048 === null)
+    notes.push(
+      fast
+        ? `matmulFastTflops2048: null (our matmul ran at ${fast.n}², not 2048²; ${fast.gflops.toFixed(3)} GFLOP/s there is not reported under that name).`
+        : 'matmulFastTflops2048: null (our matmul was not timed).',
     );
   const { greedyMsPerToken: g, sampledMsPerToken: sm } = i.timing;
   const ok = (x: number | null): x is number => x !== null && Number.isFinite(x) && x > 0;
@@ -177,11 +201,166 @@ export function gpuBenchKeys(i: {
     keys: {
       decodeDispatchesPerLayer: i.decode.perLayer,
       matmulTflops2048,
+      matmulFastTflops2048,
       sampledOverGreedy,
       vsTorchEager,
     },
     notes,
   };
+}
+
+/** GPT-2 124M's weight products [K, N]: c_attn, mlp.c_fc, mlp.c_proj, and the tied LM head (x·wteᵀ). */
+export const MATMUL_SHAPES: readonly { name: string; k: number; n: number; transB: boolean }[] = [
+  { name: 'c_attn', k: 768, n: 2304, transB: false },
+  { name: 'mlp.c_fc', k: 768, n: 3072, transB: false },
+  { name: 'mlp.c_proj', k: 3072, n: 768, transB: false },
+  { name: 'lm_head (x·wteᵀ)', k: 768, n: 50257, transB: true },
+];
+/** Rows of the shape table: 16 sequences × 32 tokens (the bench's PPO batch of 16 at prompt 8 + response 24). */
+export const MATMUL_SHAPE_ROWS = 512;
+
+/** One shape of the table: tfjs's matmul and ours on the same inputs, in the same run. */
+export interface MatmulShapeRow {
+  /** e.g. "512×768·768×2304 (c_attn)". */
+  shape: string;
+  m: number;
+  k: number;
+  n: number;
+  transB: boolean;
+  /** Our kernel's tile for it (matMulFastPlan), e.g. "128×128". */
+  tile: string;
+  tfjsTflops: number | null;
+  fastTflops: number | null;
+  /** max |ours − tfjs's| / max |tfjs's| over the product: the two must agree whatever the speed. */
+  maxRelDiff: number;
+}
+
+/** A shape's timings as measured (GFLOP/s; the adapter decides whether they are reported). */
+export interface MatmulShapeRun {
+  name: string;
+  m: number;
+  k: number;
+  n: number;
+  transB: boolean;
+  tile: string;
+  tfjsGflops: number;
+  fastGflops: number;
+  maxRelDiff: number;
+}
+
+/**
+ * The `matmulShapes` rows from the runs (pure: tests/bench-gpu-keys.test.ts): TFLOP/s as measured on a hardware
+ * adapter; on a software adapter null, with a note (CPU time is not GPU speed; the products ran as a check only).
+ */
+export function matmulShapeKeys(
+  runs: MatmulShapeRun[],
+  o: { software: boolean; dryRun?: boolean },
+): { rows: MatmulShapeRow[]; notes: string[] } {
+  const notes: string[] = [];
+  const toT = (g: number): number | null => (o.software || !(g > 0) || !Number.isFinite(g) ? null : g / 1000);
+  const rows = runs.map((r) => ({
+    shape: `${r.m}×${r.k}·${r.transB ? `(${r.n}×${r.k})ᵀ` : `${r.k}×${r.n}`} (${r.name})`,
+    m: r.m,
+    k: r.k,
+    n: r.n,
+    transB: r.transB,
+    tile: r.tile,
+    tfjsTflops: toT(r.tfjsGflops),
+    fastTflops: toT(r.fastGflops),
+    maxRelDiff: r.maxRelDiff,
+  }));
+  if (o.software && runs.length)
+    notes.push(
+      `matmulShapes: TFLOP/s null on a software adapter (a CPU's time is not GPU speed); the products ran${o.dryRun ? " at a dry run's small shapes" : ''} only to check that the two kernels agree.`,
+    );
+  else if (!runs.length)
+    notes.push(
+      `matmulShapes: not run (${o.software ? 'software adapter' : 'no shapes'}; GPT-2's shapes at ${MATMUL_SHAPE_ROWS} rows run on a hardware adapter, or in a dry run at a small size).`,
+    );
+  return { rows, notes };
+}
+
+/**
+ * GFLOP/s of `mm(a, b)` for a [m, k] and b [k, n] (or [n, k] with transB), timed as benchMatmul times tfjs's
+ * matmul: warm-up calls, then rounds of `iters` products queued back to back and one readback, until
+ * `minSeconds` have passed.
+ */
+export async function timeMatmul(
+  mm: (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor,
+  a: tf.Tensor2D,
+  b: tf.Tensor2D,
+  flops: number,
+  o: { iters: number; minSeconds: number; warmup?: number },
+): Promise<{ iters: number; seconds: number; gflops: number }> {
+  const round = async (k: number): Promise<void> => {
+    const outs: tf.Tensor[] = [];
+    for (let i = 0; i < k; i++) outs.push(mm(a, b));
+    await outs[outs.length - 1].data();
+    tf.dispose(outs);
+  };
+  for (let i = 0; i < (o.warmup ?? 2); i++) await round(1);
+  let iters = 0;
+  const t0 = performance.now();
+  while (iters === 0 || (performance.now() - t0 < o.minSeconds * 1000 && iters < 400)) {
+    await round(o.iters);
+    iters += o.iters;
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  return { iters, seconds, gflops: (flops * iters) / seconds / 1e9 };
+}
+
+/** matMulFast at n × n, timed as benchMatmul times tfjs's (the same seeds). */
+export async function benchMatmulFast(
+  n: number,
+  o: { iters: number; minSeconds: number },
+): Promise<MatmulBench> {
+  const a = tf.randomNormal([n, n], 0, 1, 'float32', 1) as tf.Tensor2D;
+  const b = tf.randomNormal([n, n], 0, 1, 'float32', 2) as tf.Tensor2D;
+  try {
+    if (!webGpuMatMulFastApplies(a, b)) throw new Error(`matMulFast does not apply at ${n}² here`);
+    const r = await timeMatmul((x, y) => matMulFast(x, y), a, b, matmulFlops(n, n, n), o);
+    return { n, ...r };
+  } finally {
+    tf.dispose([a, b]);
+  }
+}
+
+/** tfjs's matmul and ours at one shape (same inputs; tfjs's first, then ours), and how far apart they are. */
+export async function benchMatmulShapePair(
+  s: { name: string; k: number; n: number; transB: boolean },
+  m: number,
+  o: { iters: number; minSeconds: number },
+): Promise<MatmulShapeRun> {
+  const a = tf.randomNormal([m, s.k], 0, 1, 'float32', 3) as tf.Tensor2D;
+  const b = tf.randomNormal(s.transB ? [s.n, s.k] : [s.k, s.n], 0, 1, 'float32', 4) as tf.Tensor2D;
+  try {
+    if (!webGpuMatMulFastApplies(a, b, false, s.transB))
+      throw new Error(`matMulFast does not apply to ${m}×${s.k}·${s.k}×${s.n} here`);
+    const flops = matmulFlops(m, s.k, s.n);
+    const plain = await timeMatmul((x, y) => tf.matMul(x, y, false, s.transB), a, b, flops, o);
+    const fast = await timeMatmul((x, y) => matMulFast(x, y, false, s.transB), a, b, flops, o);
+    const diff = tf.tidy(() => {
+      const p = tf.matMul(a, b, false, s.transB);
+      const f = matMulFast(a, b, false, s.transB);
+      return tf.stack([tf.max(tf.abs(tf.sub(f, p))), tf.max(tf.abs(p))]);
+    });
+    const [abs, scale] = await diff.data();
+    diff.dispose();
+    const plan = matMulFastPlan(m, s.n, s.k, { transB: s.transB });
+    return {
+      name: s.name,
+      m,
+      k: s.k,
+      n: s.n,
+      transB: s.transB,
+      tile: `${plan.tm}×${plan.tn}`,
+      tfjsGflops: plain.gflops,
+      fastGflops: fast.gflops,
+      maxRelDiff: scale > 0 ? abs / scale : abs,
+    };
+  } finally {
+    tf.dispose([a, b]);
+  }
 }
 
 /**
@@ -303,6 +482,38 @@ export async function runGpuBench(o: {
   const matmul = await benchMatmul(soft ? 256 : 2048, { iters: soft ? 1 : 8, minSeconds: soft ? 0.2 : 2 });
 
   o.log(`  ${(matmul.gflops / 1000).toFixed(3)} TFLOP/s at ${matmul.n}²`);
+  // Ours beside it (src/core/kernels/webgpu-matmul.ts), same size and protocol, then GPT-2's shapes (both).
+  o.log(`our matmul (matMulFast) at ${matmul.n}²`);
+  let matmulFast: MatmulBench | null = null;
+  try {
+    matmulFast = await benchMatmulFast(matmul.n, { iters: soft ? 1 : 8, minSeconds: soft ? 0.2 : 2 });
+    o.log(`  ${(matmulFast.gflops / 1000).toFixed(3)} TFLOP/s at ${matmulFast.n}²`);
+  } catch (e) {
+    notes.push(`matmulFast: failed: ${(e as Error).message}`);
+  }
+  const shapeRuns: MatmulShapeRun[] = [];
+  // A software adapter runs the table only in a dry run, at 8 rows and a sixteenth of each size (a code check).
+  const shapeRows = soft ? 8 : MATMUL_SHAPE_ROWS;
+  if (!soft || o.dryRun) {
+    for (const sh of MATMUL_SHAPES) {
+      const s16 = soft ? { ...sh, k: Math.ceil(sh.k / 16), n: Math.ceil(sh.n / 16) } : sh;
+      o.log(
+        `matmul ${shapeRows}×${s16.k}·${s16.k}×${s16.n}${s16.transB ? ' (B transposed)' : ''}: tfjs's, ours`,
+      );
+      try {
+        const r = await benchMatmulShapePair(s16, shapeRows, {
+          iters: soft ? 1 : 8,
+          minSeconds: soft ? 0 : 1,
+        });
+        o.log(`  ${JSON.stringify(r)}`);
+        shapeRuns.push(r);
+      } catch (e) {
+        notes.push(`matmulShapes, ${sh.name}: failed: ${(e as Error).message}`);
+      }
+    }
+  }
+  const shapeKeys = matmulShapeKeys(shapeRuns, { software: soft, dryRun: o.dryRun });
+  notes.push(...shapeKeys.notes);
   o.log('dispatch overhead (a chain of small element-wise kernels)');
   const dispatchOverheadMs = await measureDispatchOverhead(soft ? 50 : 2000);
 
@@ -460,7 +671,7 @@ export async function runGpuBench(o: {
   const timingLabel = g16
     ? `the GPT-2 124M-shaped PPO policy (LoRA r 8)${dry ? ' — dry run: a small shape' : ''}`
     : 'the tiny policy';
-  const k = gpuBenchKeys({ matmul, decode, timing: keyTiming, torch, vsTorch, timingLabel });
+  const k = gpuBenchKeys({ matmul, matmulFast, decode, timing: keyTiming, torch, vsTorch, timingLabel });
   notes.push(
     `decodeDispatchesPerLayer: the GPT-2 KV-cache decode step (one token for every row), per layer = (count at n_layer 8 − count at 2) / 6 (width 64, batch 2, 16 cache slots).`,
     `sampledOverGreedy: ms/token of ${timingLabel}'s generation at batch ${keyTiming.batch} (${keyTiming.tokens} − 2 new tokens, prefill left out), sampled at temperature ${keyTiming.sampling.temperature}, top-k ${keyTiming.sampling.topK}, top-p ${keyTiming.sampling.topP}, over greedy${soft ? '; on a software adapter: a ratio of CPU times, not a GPU figure' : ''}.`,
@@ -483,6 +694,8 @@ export async function runGpuBench(o: {
     adapter: o.adapter,
     sizes: soft ? 'software adapter: smallest sizes only' : null,
     matmul,
+    matmulFast,
+    matmulShapes: shapeKeys.rows,
     dispatchOverheadMs,
     layers: { fused, plain },
     webgpuDispatchesPerLayerFwd: fused.webgpuDispatchesPerLayerFwd,
@@ -587,7 +800,8 @@ export function gpuMarkdown(r: GpuBenchResult): string {
     `| webgpuDispatchesPerStep | ${r.webgpuDispatchesPerStep} |`,
     `| readbacksPerStep | ${r.readbacksPerStep} |`,
     `| decodeDispatchesPerLayer (GPT-2 decode step) | ${r.decodeDispatchesPerLayer} (under LoRA r 8: ${r.decodeLora.perLayer}) |`,
-    `| matmulTflops2048 | ${r.matmulTflops2048 === null ? 'null (see notes)' : f(r.matmulTflops2048, 2)} |`,
+    `| matmulTflops2048 (tfjs's kernel) | ${r.matmulTflops2048 === null ? 'null (see notes)' : f(r.matmulTflops2048, 2)} |`,
+    `| matmulFastTflops2048 (ours, webgpu-matmul.ts) | ${r.matmulFastTflops2048 === null ? 'null (see notes)' : f(r.matmulFastTflops2048, 2)} |`,
     `| greedy / sampled ms per token (batch ${r.decodeTiming.batch}) | ${f(r.decodeTiming.greedyMsPerToken)} / ${f(r.decodeTiming.sampledMsPerToken)} |`,
     `| sampledOverGreedy | ${r.sampledOverGreedy === null ? 'null (see notes)' : f(r.sampledOverGreedy, 2)} |`,
     `| vsTorchEager | ${r.vsTorchEager === null ? 'null (see notes)' : f(r.vsTorchEager, 2)} |`,
@@ -598,6 +812,17 @@ export function gpuMarkdown(r: GpuBenchResult): string {
     `| forward + backward | ${f(L.plain.webgpuDispatchesPerLayerFwdBwd, 1)} | ${f(L.fused.webgpuDispatchesPerLayerFwdBwd, 1)} |`,
     `| fixed per forward (embeddings, final norm, head) | ${f(L.plain.fixedFwd, 1)} | ${f(L.fused.fixedFwd, 1)} |`,
     '',
+    ...(r.matmulShapes.length
+      ? [
+          "| matmul (GPT-2's shapes) | our tile | tfjs TFLOP/s | ours TFLOP/s | ours ÷ tfjs | max rel. diff |",
+          '| --- | --- | --- | --- | --- | --- |',
+          ...r.matmulShapes.map(
+            (m) =>
+              `| ${m.shape} | ${m.tile} | ${m.tfjsTflops === null ? 'null' : f(m.tfjsTflops, 2)} | ${m.fastTflops === null ? 'null' : f(m.fastTflops, 2)} | ${m.tfjsTflops && m.fastTflops ? (m.fastTflops / m.tfjsTflops).toFixed(2) : '—'} | ${m.maxRelDiff.toExponential(1)} |`,
+          ),
+          '',
+        ]
+      : []),
     ...(r.gpt2Lora.length
       ? [
           '| GPT-2 124M shape (random weights) | batch × response | s/step | generate | score | update | update GFLOP/s | MFU | dispatches/step | readbacks/step |',

@@ -400,8 +400,9 @@ export function matMulFast<T extends tf.Tensor>(a: T, b: T, transposeA = false, 
   if (!webGpuMatMulFastApplies(a, b, transposeA, transposeB)) return tf.matMul(a, b, transposeA, transposeB);
   registerWebGpuMatMulFast();
   const attrs = { transA: transposeA, transB: transposeB };
-  const f = tf.customGrad((x: tf.Tensor, y: tf.Tensor, save: tf.GradSaveFunc) => {
-    save([x, y]);
+  const f = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+    const [x, y] = args as tf.Tensor[];
+    (args[2] as tf.GradSaveFunc)([x, y]);
     const value = tf.engine().runKernel(MATMUL_FAST, { a: x, b: y }, attrs) as tf.Tensor;
     return {
       value,
