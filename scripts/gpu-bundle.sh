@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Make what a GPU machine without npm needs to run the CLI and scripts/gpu-checks.ts (docs/gpu.md, "How it was
+# run"): esbuild bundles of both (every JavaScript dependency inlined), the `webgpu` package's index.js with its
+# dawn.node and this machine's Node binary (both xz-compressed: the device run carries at most 64 MiB), a stub for
+# playwright (imported by the CLI's browser bench, never run there), and Debian's Vulkan loader and GL dispatch
+# libraries as .deb files (a bare machine may lack libvulkan.so.1). Writes .gpu/ and .gl/ (both git-ignored through
+# .git/info/exclude); scripts/gpu-device-run.sh unpacks and runs them on the device.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+grep -qx '/.gl/' .git/info/exclude 2>/dev/null || echo '/.gl/' >> .git/info/exclude
+rm -rf .gpu .gl
+mkdir -p .gpu/bundle .gpu/node_modules/webgpu .gpu/node_modules/playwright .gl
+for entry in src/cli/main.ts scripts/gpu-checks.ts; do
+  npx esbuild "$entry" --bundle --platform=node --format=esm --target=node20 --ignore-annotations --log-level=warning \
+    --external:webgpu --external:playwright --external:playwright-core --external:@napi-rs/canvas \
+    --external:vite --external:fsevents \
+    --banner:js="import { createRequire as __ppoCreateRequire } from 'module'; const require = __ppoCreateRequire(import.meta.url);" \
+    --outfile=".gpu/bundle/$(basename "$entry" .ts).mjs"
+done
+cp node_modules/webgpu/package.json node_modules/webgpu/index.js .gpu/node_modules/webgpu/
+xz -T2 -6 -c node_modules/webgpu/dist/linux-x64/dawn.node > .gpu/dawn.node.xz
+xz -T2 -6 -c "$(command -v node)" > .gpu/node.xz
+cat > .gpu/node_modules/playwright/package.json <<'JSON'
+{ "name": "playwright", "version": "0.0.0-stub", "type": "module", "exports": { ".": "./test.js", "./test": "./test.js" } }
+JSON
+printf 'export default {};\nexport const chromium = undefined;\n' > .gpu/node_modules/playwright/test.js
+(cd .gl && apt-get download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
+du -sh .gpu .gl
+echo "carry: [\".gpu\", \".gl\"]; on the device: bash scripts/gpu-device-run.sh"

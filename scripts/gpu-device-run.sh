@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On the GPU machine, after scripts/gpu-bundle.sh made .gpu/ and .gl/ here and the device run carried them: unpack
+# Node and dawn.node (python's lzma: the machine may lack xz), the Vulkan loader (dpkg -x, no root needed), then
+# run the fused-kernel checks and `bench --gpu` twice in one process (PPO_GPU_BENCH_REPEAT), PyTorch beside us
+# where python3 has torch with CUDA. Results go to $OUT (the device tool brings them back), or to ./gpu-out.
+# Usage: bash scripts/gpu-device-run.sh [checks|bench|all] (default all). docs/gpu.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-all}"
+out="${OUT:-$PWD/gpu-out}"
+mkdir -p "$out" .gpu/bin .gpu/node_modules/webgpu/dist/linux-x64 .gl/root
+python3 - <<'PY'
+import lzma, os, shutil
+for src, dst in [('.gpu/node.xz', '.gpu/bin/node'),
+                 ('.gpu/dawn.node.xz', '.gpu/node_modules/webgpu/dist/linux-x64/dawn.node')]:
+    if not os.path.exists(dst):
+        with lzma.open(src) as f, open(dst, 'wb') as g:
+            shutil.copyfileobj(f, g)
+os.chmod('.gpu/bin/node', 0o755)
+PY
+for d in .gl/*.deb; do dpkg -x "$d" .gl/root; done
+export LD_LIBRARY_PATH="$PWD/.gl/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+export PPO_WEBGPU_VULKAN="${PPO_WEBGPU_VULKAN:-system}" PPO_PYTHON="${PPO_PYTHON:-python3}"
+node=.gpu/bin/node
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
+$node --version >> "$out/device.txt"
+if [ "$what" = checks ] || [ "$what" = all ]; then
+  $node .gpu/bundle/gpu-checks.mjs 2>&1 | tee "$out/gpu-checks.txt" | tail -40
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  PPO_GPU_BENCH_REPEAT="${PPO_GPU_BENCH_REPEAT:-2}" PPO_GPU_BENCH_SKIP_PLAIN="${PPO_GPU_BENCH_SKIP_PLAIN:-1}" \
+    $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-gpu.json" 2> "$out/bench-gpu.log" || {
+      echo "bench --gpu failed:"; tail -40 "$out/bench-gpu.log"; exit 1; }
+  tail -5 "$out/bench-gpu.log"
+fi
