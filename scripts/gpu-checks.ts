@@ -1,7 +1,8 @@
 /**
  * WebGPU checks on whatever adapter Node's Dawn finds (run on a machine with a real GPU; the same checks run on
  * SwiftShader in Vitest): the fused kernels against the plain ops, the fused Adam against tfjs's Adam, greedy
- * decode on WebGPU against the CPU backend, and the fixed cost of one dispatch. Prints one JSON line per check
+ * decode on WebGPU against the CPU backend, the register-blocked matmul (matMulFast) against tf.matMul and a
+ * float64 loop at 2048² and GPT-2's shapes, and the fixed cost of one dispatch. Prints one JSON line per check
  * and exits 1 if any check fails. Usage: npx tsx scripts/gpu-checks.ts
  */
 import * as tf from '@tensorflow/tfjs-core';
@@ -10,7 +11,8 @@ import { setNodeWebGpuBackend, adapterLabel } from '../src/cli/backend-webgpu-no
 import { registerFusedAdamKernels } from '../src/core/fused-adam';
 import { FUSED_KERNEL_CHECKS, LLAMA_FUSED_KERNEL_CHECKS } from '../src/core/webgpu-fused';
 import { checkFusedAdam } from '../src/bench/bench';
-import { measureDispatchOverhead } from '../src/bench/webgpu-gpu';
+import { MATMUL_SHAPE_ROWS, MATMUL_SHAPES, measureDispatchOverhead } from '../src/bench/webgpu-gpu';
+import { matMulFast, matMulFastPlan, webGpuMatMulFastApplies } from '../src/core/kernels/webgpu-matmul';
 import { loadLM } from '../src/core/model/folder';
 import { nodeResources } from '../src/cli/train';
 import { generate } from '../src/core/model/sampling';
@@ -82,6 +84,71 @@ for (const [name, check] of Object.entries({ ...FUSED_KERNEL_CHECKS, ...LLAMA_FU
     total,
     outsideTopK: outside,
   });
+}
+
+// matMulFast (src/core/kernels/webgpu-matmul.ts) against tf.matMul on this device, and against a float64 loop on 16
+// rows spread over C, at 2048² and GPT-2's shapes at 512 rows (a software adapter: 256² and 8 rows at 1/16 of each
+// size). Both are float32 with different summation orders: max |ours − ref| / max |ref| well under 1e-5.
+{
+  const soft = adapter.software;
+  const cases = [
+    {
+      name: `${soft ? 256 : 2048}²`,
+      m: soft ? 256 : 2048,
+      k: soft ? 256 : 2048,
+      n: soft ? 256 : 2048,
+      transB: false,
+    },
+    ...MATMUL_SHAPES.map((s) => ({
+      name: s.name,
+      m: soft ? 8 : MATMUL_SHAPE_ROWS,
+      k: soft ? Math.ceil(s.k / 16) : s.k,
+      n: soft ? Math.ceil(s.n / 16) : s.n,
+      transB: s.transB,
+    })),
+  ];
+  for (const c of cases) {
+    const label = `matMulFast = tf.matMul and float64, ${c.m}×${c.k}·${c.transB ? `(${c.n}×${c.k})ᵀ` : `${c.k}×${c.n}`} (${c.name})`;
+    try {
+      const a = tf.randomNormal([c.m, c.k], 0, 1, 'float32', 7) as tf.Tensor2D;
+      const b = tf.randomNormal(c.transB ? [c.n, c.k] : [c.k, c.n], 0, 1, 'float32', 8) as tf.Tensor2D;
+      const applies = webGpuMatMulFastApplies(a, b, false, c.transB);
+      const fastT = matMulFast(a, b, false, c.transB);
+      const plainT = tf.matMul(a, b, false, c.transB);
+      const [fast, plain, ah, bh] = await Promise.all([fastT.data(), plainT.data(), a.data(), b.data()]);
+      tf.dispose([a, b, fastT, plainT]);
+      let dPlain = 0;
+      let sPlain = 0;
+      for (let i = 0; i < fast.length; i++) {
+        dPlain = Math.max(dPlain, Math.abs(fast[i] - plain[i]));
+        sPlain = Math.max(sPlain, Math.abs(plain[i]));
+      }
+      let d64 = 0;
+      let s64 = 0;
+      for (let t = 0; t < 16; t++) {
+        const r = Math.min(c.m - 1, Math.floor((t * c.m) / 16));
+        for (let j = 0; j < c.n; j++) {
+          let acc = 0;
+          for (let k = 0; k < c.k; k++)
+            acc += ah[r * c.k + k] * (c.transB ? bh[j * c.k + k] : bh[k * c.n + j]);
+          d64 = Math.max(d64, Math.abs(fast[r * c.n + j] - acc));
+          s64 = Math.max(s64, Math.abs(acc));
+        }
+      }
+      const relPlain = dPlain / sPlain;
+      const rel64 = d64 / s64;
+      const plan = matMulFastPlan(c.m, c.n, c.k, { transB: c.transB });
+      report(label, applies && relPlain <= 1e-5 && rel64 <= 1e-5, {
+        applies,
+        tile: `${plan.tm}×${plan.tn}`,
+        vec: { a: plan.vecA, b: plan.vecB, c: plan.vecC },
+        maxRelVsTfjs: relPlain,
+        maxRelVsFloat64: rel64,
+      });
+    } catch (e) {
+      report(label, false, { error: (e as Error).message });
+    }
+  }
 }
 
 // Greedy decode: the same tokens on WebGPU and on the CPU backend.

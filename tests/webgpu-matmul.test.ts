@@ -172,7 +172,7 @@ describe('matMulFast on Node WebGPU (src/core/kernels/webgpu-matmul.ts)', () => 
     { M: 3, K: 130, N: 24 },
     { M: 70, K: 48, N: 40 },
     { M: 129, K: 257, N: 65 },
-    { M: 129, K: 257, N: 65, tA: true, tB: true },
+    { M: 129, K: 67, N: 65, tA: true, tB: true },
     { M: 132, K: 68, N: 136 },
     { M: 64, K: 96, N: 200, tB: true },
     { M: 7, K: 33, N: 9, ba: 3, bb: 3 },
@@ -200,7 +200,6 @@ describe('matMulFast on Node WebGPU (src/core/kernels/webgpu-matmul.ts)', () => 
   const tileCases: Case[] = [
     { M: 129, K: 37, N: 65, tA: true },
     { M: 132, K: 68, N: 136, tB: true },
-    { M: 200, K: 40, N: 260 },
   ];
   for (const tile of tiles) {
     it(`forced tile ${tile.tm} × ${tile.tn} (K slice ${tile.bk}): odd and aligned shapes, both transposes = float64 loop`, async () => {
@@ -224,12 +223,11 @@ describe('matMulFast on Node WebGPU (src/core/kernels/webgpu-matmul.ts)', () => 
     }
   });
 
-  it("gradients equal tf.matMul's (plain, Bᵀ; a broadcast batch against tf.matMul of it tiled), no tensor left", async () => {
-    // The backward of every case runs the other transposes (plain: dA = dC·Bᵀ, dB = Aᵀ·dC; Bᵀ: dA = dC·B,
-    // dB = dCᵀ·A); two matmuls, plus tfjs's sum over the batch for a broadcast operand (not counted here).
+  it("gradients equal tf.matMul's (plain; Aᵀ with a broadcast batch, against tf.matMul of it tiled), no tensor left", async () => {
+    // The backward runs the other transposes (plain: dA = dC·Bᵀ, dB = Aᵀ·dC; Aᵀ: dA = B·dCᵀ, dB = A·dC): two
+    // matmuls, plus tfjs's sum over the batch for a broadcast operand (not counted here).
     const grads: [Case, number | null][] = [
       [{ M: 9, K: 20, N: 13 }, 2],
-      [{ M: 9, K: 20, N: 13, tB: true }, 2],
       [{ M: 6, K: 8, N: 12, ba: 3, bb: 1, tA: true }, null],
     ];
     for (const [c, bwdDispatches] of grads) {
