@@ -21,6 +21,7 @@ import {
 } from '../src/core/kernels/webgpu-matmul';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
 import { maxDiff } from './helpers/diff';
+import { benchMatmulFast, benchMatmulShapePair } from '../src/bench/webgpu-gpu';
 
 const adapter = await webGpuAdapter();
 
@@ -278,6 +279,23 @@ describe('matMulFast on Node WebGPU (src/core/kernels/webgpu-matmul.ts)', () => 
       tf.dispose([a, b, dy]);
       expect(tf.memory().numTensors).toBe(before);
     }
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it("bench --gpu's timing of ours beside tfjs's runs (a code check at tiny sizes: SwiftShader's times mean nothing)", async () => {
+    const before = tf.memory().numTensors;
+    const sq = await benchMatmulFast(64, { iters: 1, minSeconds: 0 });
+    expect(sq).toMatchObject({ n: 64, iters: 1 });
+    expect(sq.gflops).toBeGreaterThan(0);
+    const pair = await benchMatmulShapePair({ name: 'lm_head', k: 48, n: 131, transB: true }, 8, {
+      iters: 1,
+      minSeconds: 0,
+    });
+    expect(pair).toMatchObject({ name: 'lm_head', m: 8, k: 48, n: 131, transB: true, tile: '64×64' });
+    expect(pair.tfjsGflops).toBeGreaterThan(0);
+    expect(pair.fastGflops).toBeGreaterThan(0);
+    expect(pair.maxRelDiff).toBeLessThanOrEqual(1e-5);
+    expect(tf.memory().numTensors).toBe(before);
     expect(await webGpuErrors()).toEqual([]);
   });
 
