@@ -333,31 +333,36 @@ describe('Llama/Qwen decode: fused programs and dispatches per layer per token (
   }
 
   it('mismatched shapes, mixed LoRA, and more than 8 storage buffers keep the unfused path', () => {
-    const x = tf.zeros([2, 8]) as tf.Tensor2D;
-    const w = [tf.zeros([6, 8]), tf.zeros([4, 8]), tf.zeros([4, 8])] as tf.Tensor2D[];
-    const g = tf.ones([8]) as tf.Tensor1D;
-    const pair = (n: number, r = 2, scaling = 2): DecodeLowRank => ({
-      a: tf.zeros([r, 8]) as tf.Tensor2D,
-      b: tf.zeros([n, r]) as tf.Tensor2D,
-      scaling,
+    const before = tf.memory().numTensors;
+    tf.tidy(() => {
+      const x = tf.zeros([2, 8]) as tf.Tensor2D;
+      const w = [tf.zeros([6, 8]), tf.zeros([4, 8]), tf.zeros([4, 8])] as tf.Tensor2D[];
+      const g = tf.ones([8]) as tf.Tensor1D;
+      const pair = (n: number, r = 2, scaling = 2): DecodeLowRank => ({
+        a: tf.zeros([r, 8]) as tf.Tensor2D,
+        b: tf.zeros([n, r]) as tf.Tensor2D,
+        scaling,
+      });
+      const lora = [pair(6), pair(4), pair(4)];
+      const res = tf.zeros([2, 14]) as tf.Tensor2D;
+      const rms = { g, eps: 1e-6 };
+      expect(webGpuLinearNtDecodeApplies(x, { w, rms })).toBe(true);
+      expect(webGpuLinearNtDecodeApplies(x, { w, rms, lora })).toBe(true);
+      expect(webGpuLinearNtDecodeApplies(x, { w, rms: { g: tf.ones([7]) as tf.Tensor1D, eps: 1e-6 } })).toBe(
+        false,
+      );
+      expect(webGpuLinearNtDecodeApplies(x, { w, rms, lora: [lora[0], lora[1]] })).toBe(false);
+      expect(webGpuLinearNtDecodeApplies(x, { w, rms, lora: [lora[0], lora[1], pair(4, 3)] })).toBe(false);
+      expect(webGpuLinearNtDecodeApplies(x, { w, rms, lora: [lora[0], lora[1], pair(4, 2, 1)] })).toBe(false);
+      // x, 3 weights, bias, g, Down, LoraB, the residual and the output: 10 storage buffers, over WebGPU's default 8.
+      expect(
+        webGpuLinearNtDecodeApplies(x, { w, rms, lora, bias: tf.zeros([14]) as tf.Tensor1D, residual: res }),
+      ).toBe(false);
+      // One more than the 8 of x, 3 weights, g, Down, LoraB and the output.
+      expect(webGpuLinearNtDecodeApplies(x, { w, rms, lora, residual: res })).toBe(false);
+      expect(webGpuLinearNtDecodeApplies(x, { w: [...w, w[0]] })).toBe(false);
     });
-    const lora = [pair(6), pair(4), pair(4)];
-    const res = tf.zeros([2, 14]) as tf.Tensor2D;
-    const rms = { g, eps: 1e-6 };
-    expect(webGpuLinearNtDecodeApplies(x, { w, rms })).toBe(true);
-    expect(webGpuLinearNtDecodeApplies(x, { w, rms, lora })).toBe(true);
-    expect(webGpuLinearNtDecodeApplies(x, { w, rms: { g: tf.ones([7]) as tf.Tensor1D, eps: 1e-6 } })).toBe(
-      false,
-    );
-    expect(webGpuLinearNtDecodeApplies(x, { w, rms, lora: [lora[0], lora[1]] })).toBe(false);
-    expect(webGpuLinearNtDecodeApplies(x, { w, rms, lora: [lora[0], lora[1], pair(4, 3)] })).toBe(false);
-    expect(webGpuLinearNtDecodeApplies(x, { w, rms, lora: [lora[0], lora[1], pair(4, 2, 1)] })).toBe(false);
-    // x, 3 weights, bias, g, Down, LoraB, the residual and the output: 10 storage buffers, over WebGPU's default 8.
-    expect(
-      webGpuLinearNtDecodeApplies(x, { w, rms, lora, bias: tf.zeros([14]) as tf.Tensor1D, residual: res }),
-    ).toBe(false);
-    expect(webGpuLinearNtDecodeApplies(x, { w: [...w, w[0]] })).toBe(false);
-    tf.dispose([x, ...w, g, res, ...lora.flatMap((l) => [l.a, l.b])]);
+    expect(tf.memory().numTensors).toBe(before);
   });
 
   for (const [what, B, nh, nkv, hs, withBias, withNorm] of [
@@ -410,6 +415,9 @@ describe('Llama/Qwen decode: fused programs and dispatches per layer per token (
       };
       const kv = { k: t.k, v: t.v };
       expect(webGpuGqaDecodeQkvApplies(src, t.cos, t.sin, t.oh, t.mask, kv, nh)).toBe(true);
+      // A q bias and a q norm together would bind 9 storage buffers in the attention: refused.
+      const both = { ...src, bias: { q: t.bq, k: t.bk, v: t.bv }, norm: { q: t.nq, k: t.nk, eps } };
+      expect(webGpuGqaDecodeQkvApplies(both, t.cos, t.sin, t.oh, t.mask, kv, nh)).toBe(false);
       const run = () => {
         const o = gqaDecodeQkvWebGpu(src, t.cos, t.sin, t.oh, t.mask, kv, nh);
         return [o.y, o.kv.k, o.kv.v];

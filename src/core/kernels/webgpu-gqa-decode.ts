@@ -18,6 +18,10 @@
  * The prefill that fills the cache: `PerfGqaKvLayout` (k or v [B·T, n_kv·hs], cos | sin rows [B·T, 2·hs]) → the
  * layer's keys (rotated) or values as the cache holds them, [B, n_kv, T, hs], one dispatch each
  * (gqaPrefillKvWebGpu), beside the fused prefill attention (kernels/webgpu-gqa.ts).
+ * From the fused q|k|v projection (Llama.decodeBlock): `PerfGqaDecodeQkvKVWrite` and `PerfGqaDecodeQkvAttention`
+ * are the same two programs reading the new token's heads from one [B, (nh + 2·n_kv)·hs] tensor, adding the
+ * projections' biases (Qwen2) and applying q_norm / k_norm (Qwen3) before the rotation (gqaDecodeQkvWebGpu):
+ * still 3 dispatches, where the unfused decode spent 3 more on the q/k norms and q|k|v apart.
  * No gradients: generation runs without autodiff. Limits: float32, hs even and ≤ 128, S ≤ 2048 (scores in
  * workgroup memory), B·nh ≤ 65535; otherwise the plain ops run. Tested against the plain ops on WebGPU in Node
  * (tests/webgpu-llama-kernels.test.ts); `checkGqaDecodeOnCurrentBackend` (src/core/webgpu-fused.ts).

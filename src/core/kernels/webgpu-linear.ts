@@ -35,6 +35,12 @@
  *   up-projection in the epilogue (`loraR`: Σ_j Down[row, j]·LoraB[c, j], Down = LN(x)·Aᵀ from one `PerfLinearMatMul`
  *   with the same prologue): GPT-2's decode layer 9 → 7 dispatches, 17 → 11 under LoRA on all four Conv1Ds
  *   (tests/decode-dispatches.test.ts).
+ * - the Llama/Qwen decode step (Llama.decodeBlock): `linearNtDecodeWebGpu` (kernel `PerfLinearNtDecode`), the same
+ *   two programs on nn.Linear's W [out, in] (transB) with an RMSNorm prologue (PerfRmsNormFwd's order), no bias
+ *   binding where the layer has none, up to 3 weights bound in parts along the output (q_proj | k_proj | v_proj
+ *   as one matmul without a concatenated copy), SwiGLU in the epilogue (up_proj reading gate_proj's output), the
+ *   LoRA up-projection per part: a Llama/Qwen decode layer 17 → 8 dispatches, 45 → 13 under LoRA on all seven
+ *   linears (tests/llama-decode-dispatches.test.ts).
  * Why recompute pre instead of saving it: a tfjs WebGPU program has exactly one output binding (inputs are
  * bound read-only, and tfjs-webgpu has no zero-copy slice), so the forward cannot also write pre. Saving it
  * would take a second forward dispatch (pre, then gelu as its own kernel): the same total dispatches for a

@@ -536,7 +536,8 @@ export class Llama implements CausalLM {
   /**
    * GPT2.decodeStep's contract over a cache of the KV heads, [B, n_kv, S, d] per layer: the new key (rotated) and
    * value are added into the zero slot, then the query attends over the cache with each KV head serving its
-   * group of query heads (model/attention.ts's gqaDecodeAttention, the fused kernels on WebGPU).
+   * group of query heads (model/attention.ts's gqaDecodeAttention, the fused kernels on WebGPU). On WebGPU each
+   * block runs the decode programs (decodeBlock: 8 dispatches per layer), elsewhere `block`'s ops.
    */
   decodeStep(
     ids: tf.Tensor1D,
