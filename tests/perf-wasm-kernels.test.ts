@@ -98,8 +98,9 @@ describe('the SIMD Adam kernel on a shared memory (the heap of tfjs’s threaded
     bc1: 1 - 0.9 ** 3,
     bc2: 1 - 0.999 ** 3,
     eps: 1e-8,
-    gscale: 0.7,
   };
+  // The factor reaches the kernels as float32 (the controls tensor): the loop takes it rounded the same way.
+  const gscale = Math.fround(0.7);
 
   /** Lay w, m, v, g and three outputs out in `mem`, run the kernel, return the outputs. */
   function run(mem: WebAssembly.Memory): Float32Array[] {
@@ -107,7 +108,7 @@ describe('the SIMD Adam kernel on a shared memory (the heap of tfjs’s threaded
     if (!adam) throw new Error('no Adam kernel for this memory');
     const at = (k: number): number => 64 + k * n * 4;
     [w, m, v, g].forEach((x, k) => new Float32Array(mem.buffer, at(k), n).set(x));
-    const { lr, beta1, beta2, bc1, bc2, eps, gscale } = attrs;
+    const { lr, beta1, beta2, bc1, bc2, eps } = attrs;
     adam(at(0), at(1), at(2), at(3), at(4), at(5), at(6), n, lr, beta1, beta2, bc1, bc2, eps, gscale);
     return [4, 5, 6].map((k) => new Float32Array(mem.buffer, at(k), n).slice());
   }
@@ -117,7 +118,7 @@ describe('the SIMD Adam kernel on a shared memory (the heap of tfjs’s threaded
     const plain = new WebAssembly.Memory({ initial: 1 });
     expect(isSharedMemory(shared)).toBe(true);
     const ref = [new Float32Array(n), new Float32Array(n), new Float32Array(n)];
-    adamUpdateArrays(w, m, v, g, ref[0], ref[1], ref[2], attrs);
+    adamUpdateArrays(w, m, v, g, ref[0], ref[1], ref[2], attrs, { gscale, apply: true });
     const onShared = run(shared);
     const onPlain = run(plain);
     for (let k = 0; k < 3; k++) {

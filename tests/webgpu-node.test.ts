@@ -60,16 +60,16 @@ describe('fused Adam on Node WebGPU', () => {
       bc1: 1 - 0.9 ** 3,
       bc2: 1 - 0.999 ** 3,
       eps: 1e-7,
-      gscale: 0.37,
     };
     const ref = [new Float32Array(n), new Float32Array(n), new Float32Array(n)] as const;
-    adamUpdateArrays(w, m, v, g, ...ref, attrs);
+    adamUpdateArrays(w, m, v, g, ...ref, attrs, { gscale: Math.fround(0.37), apply: true });
     const before = tf.memory().numTensors;
     const ins = {
       w: tf.tensor2d(w, [1, n]),
       m: tf.tensor2d(m, [1, n]),
       v: tf.tensor2d(v, [1, n]),
       g: tf.tensor2d(g, [1, n]),
+      s: tf.tensor1d([0.37, 1]), // [gradient factor, apply]
     };
     const outs = tf.engine().runKernel(FUSED_ADAM_KERNEL, ins, attrs as never) as tf.Tensor[];
     for (const o of outs) expect(o.shape).toEqual([1, n]);
