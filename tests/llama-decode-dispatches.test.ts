@@ -482,14 +482,16 @@ describe('Llama/Qwen decode: fused programs and dispatches per layer per token (
     });
   }
 
+  // Under LoRA: Qwen2 (biases with the adapters) and Qwen3 (q/k norms with them); Llama's LoRA decode is the same
+  // code as theirs (decodeBlock), so it is not run again (CI time: each LoRA case is ~12 s on SwiftShader).
   const families = [
-    ['Llama', 'llama', false],
-    ['Llama with attention_bias and mlp_bias', 'llama', true],
-    ['Qwen2 (q/k/v biases)', 'qwen2', false],
-    ['Qwen3 (q_norm / k_norm)', 'qwen3', false],
+    ['Llama', 'llama', false, [false]],
+    ['Llama with attention_bias and mlp_bias', 'llama', true, [false]],
+    ['Qwen2 (q/k/v biases)', 'qwen2', false, [false, true]],
+    ['Qwen3 (q_norm / k_norm)', 'qwen3', false, [false, true]],
   ] as const;
-  for (const [name, family, biases] of families) {
-    for (const withLora of [false, true]) {
+  for (const [name, family, biases, loras] of families) {
+    for (const withLora of loras) {
       it(`${name}${withLora ? ' under LoRA r 4 on all seven linears' : ''}: greedy generation with the fused decode equals the unfused decode and recomputing without the cache (tokens; logprobs within 1e-5)`, async () => {
         const config = tinyConfig(family, 2, biases);
         const base = Llama.random(config, 3);
@@ -540,10 +542,11 @@ describe('Llama/Qwen decode: fused programs and dispatches per layer per token (
     }
   }
 
-  it('dispatches per layer of one decode step: Llama, Qwen2, Qwen3, plain and under LoRA r 4 on all seven linears', async () => {
+  it('dispatches per layer of one decode step: Llama, Qwen2, Qwen3, and Qwen3 under LoRA r 4 on all seven linears', async () => {
     const counts: Record<string, number> = {};
     for (const family of ['llama', 'qwen2', 'qwen3'] as const) {
-      for (const lora of [0, 4]) {
+      // LoRA counted on Qwen3 only: the three families share decodeBlock's LoRA path (CI time).
+      for (const lora of family === 'qwen3' ? [0, 4] : [0]) {
         const c = await llamaDecodeDispatches({ family, lora });
         counts[`${family}${lora ? ' LoRA' : ''}`] = c.perLayer;
         expect(Number.isInteger(c.perLayer)).toBe(true);
@@ -564,8 +567,7 @@ describe('Llama/Qwen decode: fused programs and dispatches per layer per token (
     // Under LoRA each matmul adds its down-projection (the up-projection is in its epilogue; q|k|v's three A's are
     // read in parts by one): 8 + 6 = 14 with q|k|v's B's stacked by one concat, which tfjs runs on the CPU here
     // (the B's are host data until trained on the GPU): 13 measured here, 14 on a trained adapter (45 unfused).
-    for (const family of ['llama', 'qwen2', 'qwen3'])
-      expect(counts[`${family} LoRA`]).toBeLessThanOrEqual(14);
+    expect(counts['qwen3 LoRA']).toBeLessThanOrEqual(14);
     expect(counts['qwen3 LoRA']).toBeLessThan(before.perLayer);
     expect(await webGpuErrors()).toEqual([]);
   }, 300_000);
