@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Make what a GPU machine without npm needs to run the CLI and scripts/gpu-checks.ts (docs/gpu.md, "How it was
-# run"): esbuild bundles of both (every JavaScript dependency inlined), the `webgpu` package's index.js with its
+# Make what a GPU machine without npm needs to run the CLI, scripts/gpu-checks.ts and the decode profiles (docs/gpu.md,
+# "How it was run"): esbuild bundles of them (every JavaScript dependency inlined), the `webgpu` package's index.js with its
 # dawn.node and this machine's Node binary (both xz-compressed: the device run carries at most 64 MiB), a stub for
 # playwright (imported by the CLI's browser bench, never run there), and Debian's Vulkan loader and GL dispatch
 # libraries as .deb files (a bare machine may lack libvulkan.so.1). Writes .gpu/ and .gl/ (both git-ignored through
@@ -11,12 +11,14 @@ grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/ex
 grep -qx '/.gl/' .git/info/exclude 2>/dev/null || echo '/.gl/' >> .git/info/exclude
 rm -rf .gpu .gl
 mkdir -p .gpu/bundle .gpu/node_modules/webgpu .gpu/node_modules/playwright .gl
-for entry in src/cli/main.ts scripts/gpu-checks.ts; do
+# The CLI (bench --gpu), the kernel checks, and the two decode profiles (GPU kernel times; the host's share).
+for entry in src/cli/main.ts scripts/gpu-checks.ts scripts/profile-webgpu.ts scripts/profile-decode-host.ts; do
   npx esbuild "$entry" --bundle --platform=node --format=esm --target=node20 --ignore-annotations --log-level=warning \
     --external:webgpu --external:playwright --external:playwright-core --external:@napi-rs/canvas \
     --external:vite --external:fsevents \
     --banner:js="import { createRequire as __ppoCreateRequire } from 'module'; const require = __ppoCreateRequire(import.meta.url);" \
     --outfile=".gpu/bundle/$(basename "$entry" .ts).mjs"
+  xz -T2 -6 ".gpu/bundle/$(basename "$entry" .ts).mjs" # JavaScript compresses ~8×: the carry limit is 64 MiB
 done
 cp node_modules/webgpu/package.json node_modules/webgpu/index.js .gpu/node_modules/webgpu/
 xz -T2 -6 -c node_modules/webgpu/dist/linux-x64/dawn.node > .gpu/dawn.node.xz

@@ -3,16 +3,19 @@
 # Node and dawn.node (python's lzma: the machine may lack xz), the Vulkan loader (dpkg -x, no root needed), then
 # run the fused-kernel checks and `bench --gpu` twice in one process (PPO_GPU_BENCH_REPEAT), PyTorch beside us
 # where python3 has torch with CUDA. Results go to $OUT (the device tool brings them back), or to ./gpu-out.
-# Usage: bash scripts/gpu-device-run.sh [checks|bench|all] (default all). docs/gpu.md.
+# Usage: bash scripts/gpu-device-run.sh [checks|bench|profile|all] (default all: checks and bench; profile: GPT-2's
+# decode, GPU kernel times by tf.profile and the host's share by scripts/profile-decode-host.ts). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 out="${OUT:-$PWD/gpu-out}"
 mkdir -p "$out" .gpu/bin .gpu/node_modules/webgpu/dist/linux-x64 .gl/root
 python3 - <<'PY'
-import lzma, os, shutil
-for src, dst in [('.gpu/node.xz', '.gpu/bin/node'),
-                 ('.gpu/dawn.node.xz', '.gpu/node_modules/webgpu/dist/linux-x64/dawn.node')]:
+import glob, lzma, os, shutil
+pairs = [('.gpu/node.xz', '.gpu/bin/node'),
+         ('.gpu/dawn.node.xz', '.gpu/node_modules/webgpu/dist/linux-x64/dawn.node')]
+pairs += [(f, f[:-3]) for f in glob.glob('.gpu/bundle/*.mjs.xz')]
+for src, dst in pairs:
     if not os.path.exists(dst):
         with lzma.open(src) as f, open(dst, 'wb') as g:
             shutil.copyfileobj(f, g)
@@ -32,4 +35,10 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-gpu.json" 2> "$out/bench-gpu.log" || {
       echo "bench --gpu failed:"; tail -40 "$out/bench-gpu.log"; exit 1; }
   tail -5 "$out/bench-gpu.log"
+fi
+if [ "$what" = profile ]; then
+  $node .gpu/bundle/profile-webgpu.mjs gpt2 2>&1 | tee "$out/profile-webgpu.txt" | tail -25
+  for width in 64 768; do
+    $node .gpu/bundle/profile-decode-host.mjs "$width" 16 24 2>&1 | tee "$out/profile-decode-host-$width.txt" | tail -16
+  done
 fi
