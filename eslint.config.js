@@ -2,7 +2,19 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist', 'node_modules', 'public', '.tsbuild', 'test-results', 'playwright-report'] },
+  {
+    ignores: [
+      'dist',
+      'node_modules',
+      'public',
+      '.tsbuild',
+      'test-results',
+      'playwright-report',
+      '.gpu',
+      '.gl',
+      'gpu-out',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
