@@ -20,6 +20,7 @@ import {
 import { nodeResources } from '../src/cli/train';
 import { WASM_HEAP_BYTES } from '../src/core/model/size';
 import { LLAMA_SHAPES } from '../src/core/model/llama-config';
+import { spawnAsync } from './helpers/spawn';
 
 /** GPT-2 124M's config.json as the Hub serves it (openai-community/gpt2). */
 const GPT2_CONFIG = {
@@ -211,14 +212,14 @@ describe('generate, sft, train-reward', () => {
 });
 
 describe('the CLI itself', () => {
-  it('train: a GPT-2 config.json without any weights file is refused for memory, exit 1, no stack, in seconds', () => {
+  it('train: a GPT-2 config.json without any weights file is refused for memory, exit 1, no stack, in seconds', async () => {
     const cfgPath = path.join(dir, 'c.json');
     writeFileSync(
       cfgPath,
       JSON.stringify({ model: gpt2, task: 'sentiment', batchSize: 4, responseLength: 8 }),
     );
     const t0 = Date.now();
-    const r = spawnSync(
+    const r = await spawnAsync(
       process.execPath,
       [
         '--import',
@@ -231,7 +232,7 @@ describe('the CLI itself', () => {
         path.join(dir, 'run'),
         '--json',
       ],
-      { encoding: 'utf8', timeout: 120_000 },
+      { timeout: 120_000 },
     );
     expect(r.status, r.stderr).toBe(1);
     expect(r.stderr).toMatch(

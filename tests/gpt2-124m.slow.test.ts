@@ -10,10 +10,11 @@
  *     within 3.5 GB (issue #20). Wall time and peak RSS are printed. Slow tier: it writes 0.5 GB and 1.4 GB.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { spawnAsync } from './helpers/spawn';
 
 let dir: string;
 let gpt2: string;
@@ -67,14 +68,14 @@ function writeConfig(name: string, extra: Record<string, unknown>): string {
   return file;
 }
 
-beforeAll(() => {
+beforeAll(async () => {
   dir = mkdtempSync(path.join(tmpdir(), 'ppo-gpt2-124m-'));
   gpt2 = path.join(dir, 'gpt2-124m');
   // GPT-2 124M: 12 layers, width 768, 12 heads, 1024 positions, the 50257-token BPE vocabulary.
-  const r = spawnSync(
+  const r = await spawnAsync(
     process.execPath,
     ['--import', 'tsx', 'scripts/make-random-model.ts', gpt2, '12', '768', '12', '1024', '50257'],
-    { encoding: 'utf8', timeout: 600_000 },
+    { timeout: 600_000 },
   );
   expect(r.status, r.stderr).toBe(0);
   expect(statSync(path.join(gpt2, 'model.safetensors')).size).toBeGreaterThan(490e6);
@@ -154,10 +155,10 @@ describe('a gpt2-medium-shaped run on WASM (CLI)', () => {
   it('"lora": 8, batch 4 × 8: one step, exit 0, peak resident memory within 3.5 GB', async () => {
     // gpt2-medium: 24 layers, width 1024, 16 heads (355 M parameters; a 1.4 GB model.safetensors, made here).
     const medium = path.join(dir, 'gpt2-medium');
-    const made = spawnSync(
+    const made = await spawnAsync(
       process.execPath,
       ['--import', 'tsx', 'scripts/make-random-model.ts', medium, '24', '1024', '16', '1024', '50257'],
-      { encoding: 'utf8', timeout: 600_000 },
+      { timeout: 600_000 },
     );
     expect(made.status, made.stderr).toBe(0);
     const cfg = path.join(dir, 'medium.json');

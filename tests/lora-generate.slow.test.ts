@@ -4,7 +4,6 @@
  * Slow tier: it spawns the CLI.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -16,6 +15,7 @@ import { checkpointFiles } from '../src/core/checkpoint';
 import { generate } from '../src/core/model/sampling';
 import { nodeFiles, writeFolder } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
+import { spawnAsync } from './helpers/spawn';
 
 describe('generate --model on a LoRA checkpoint', () => {
   beforeAll(useCpu);
@@ -46,7 +46,7 @@ describe('generate --model on a LoRA checkpoint', () => {
     const want = (await generate(t.models.policy, [prompt], opts)).tokens[0];
     const base = (await generate(t.models.ref, [prompt], opts)).tokens[0];
     t.disposeAll();
-    const r = spawnSync(
+    const r = await spawnAsync(
       process.execPath,
       [
         '--import',
@@ -66,7 +66,7 @@ describe('generate --model on a LoRA checkpoint', () => {
         '--backend',
         'cpu',
       ],
-      { encoding: 'utf8', timeout: 300_000 },
+      { timeout: 300_000 },
     );
     expect(r.status, r.stderr).toBe(0);
     const out = JSON.parse(r.stdout.trim().split('\n').pop()!);

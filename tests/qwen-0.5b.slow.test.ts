@@ -19,7 +19,7 @@
  * Slow tier: it writes 2.5 GB and the steps take minutes.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -31,6 +31,7 @@ import { buildTrainer } from '../src/core/ppo/setup';
 import { PeakMemoryMeter } from '../src/core/memory-peak';
 import { formatEstimate, WASM_HEAP_BYTES, WASM_HEAP_RUN_SHARE } from '../src/core/model/size';
 import { memoryBudget, preflightTrain } from '../src/cli/preflight';
+import { spawnAsync } from './helpers/spawn';
 
 let dir: string;
 let model: string;
@@ -64,13 +65,13 @@ function cli(args: string[], timeoutMs: number) {
   });
 }
 
-beforeAll(() => {
+beforeAll(async () => {
   dir = mkdtempSync(path.join(tmpdir(), 'ppo-qwen-0.5b-'));
   model = path.join(dir, 'qwen2.5-0.5b');
-  const r = spawnSync(
+  const r = await spawnAsync(
     process.execPath,
     ['--import', 'tsx', 'scripts/make-random-model.ts', model, '--shape', 'qwen2.5-0.5b'],
-    { encoding: 'utf8', timeout: 600_000 },
+    { timeout: 600_000 },
   );
   expect(r.status, r.stderr).toBe(0);
   // 494,032,768 F32 parameters.
@@ -134,10 +135,10 @@ describe('a Qwen2.5-0.5B-shaped LoRA GRPO step on WASM', () => {
 
   it('SmolLM2-135M-shaped, the same run through the CLI on WASM: accepted, one step, exit 0, KL 0', async () => {
     const smol = path.join(dir, 'smollm2-135m');
-    const made = spawnSync(
+    const made = await spawnAsync(
       process.execPath,
       ['--import', 'tsx', 'scripts/make-random-model.ts', smol, '--shape', 'smollm2-135m'],
-      { encoding: 'utf8', timeout: 600_000 },
+      { timeout: 600_000 },
     );
     expect(made.status, made.stderr).toBe(0);
     const file = path.join(dir, 'smol.json');
