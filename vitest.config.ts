@@ -45,5 +45,7 @@ export default defineConfig({
     maxWorkers: 2,
     minWorkers: 1,
     sequence: { sequencer: LongFilesFirst },
+    // Names a test that holds a worker's event loop for long (tests/helpers/loop-watchdog.ts).
+    setupFiles: ['tests/helpers/loop-watchdog.ts'],
   },
 });

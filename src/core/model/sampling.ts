@@ -16,6 +16,7 @@ import { Rng } from '../rng';
 import { UserError } from '../errors';
 import { gatherRows } from './gather';
 import { sampleTokens } from './sample-op';
+import { maybeYield } from '../yield';
 
 export interface SampleOptions {
   maxNewTokens: number;
@@ -372,6 +373,7 @@ export async function generate(
 
   try {
     for (let s = 0; s < N; s++) {
+      await maybeYield(); // a turn for the event loop between tokens (src/core/yield.ts)
       const u = uniforms();
       const picked = await chooseTokens(logits, opts.temperature, topK, topP, u);
       u?.dispose();

@@ -87,6 +87,7 @@ import type { Rollout } from './rollout';
 import { healthAlerts, type HealthAlert } from './health';
 import { UserError } from '../errors';
 import type { EvalRecord } from './eval-record';
+import { maybeYield } from '../yield';
 
 /**
  * Where scores come from: a function of the text, or a learned reward model read at the last real token.
@@ -551,6 +552,7 @@ export class PpoTrainer {
         return tf.concat([sum(policy), sum(ref), tf.reshape(rm, [inp.n])]);
       });
       const data = await sums.data();
+      await maybeYield(); // a turn for the event loop between slices (src/core/yield.ts)
       sums.dispose();
       const n = inp.n;
       out.policy.push(...Array.from(data.subarray(0, n)));
@@ -888,6 +890,7 @@ export class PpoTrainer {
               objective: (k) => this.valueObjective(value, microBatch(k), Tq, cfg, plan),
             });
           }
+          await maybeYield(); // a turn for the event loop between minibatches (src/core/yield.ts)
           pending.push(
             await jointGuardedStepDeferred<PolicyStat | ValueStat>(parts, cfg.maxGradNorm, {
               microBatches: slices.length,

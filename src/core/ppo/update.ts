@@ -15,6 +15,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { fusedAdamAvailable, hasScaledApply, type FusedAdamOptimizer } from '../fused-adam';
 import { clipScale } from '../optim';
+import { maybeYield } from '../yield';
 
 /** A part's loss (already weighted as it enters the joint loss) and statistics to read back with it. */
 export interface Objective<K extends string> {
@@ -92,11 +93,12 @@ function addInto(acc: tf.NamedTensorMap | null, add: tf.NamedTensorMap): tf.Name
  * accumulation), maxima combined by max. Only one micro-batch's activations are live at a time; the running sums
  * (one gradient per trained variable, a few scalars) stay between micro-batches.
  */
-function gradsOf<K extends string>(part: UpdatePart<K>, micros: number, maxStats: ReadonlySet<string>) {
+async function gradsOf<K extends string>(part: UpdatePart<K>, micros: number, maxStats: ReadonlySet<string>) {
   let value: tf.Scalar | null = null;
   let grads: tf.NamedTensorMap | null = null;
   let stats: Record<string, tf.Scalar> = {};
   for (let m = 0; m < micros; m++) {
+    if (m > 0) await maybeYield(); // a turn for the event loop between micro-batches (src/core/yield.ts)
     const g = microGrads(part, m);
     grads = addInto(grads, g.grads);
     if (value === null) {
@@ -161,7 +163,8 @@ export async function jointGuardedStepDeferred<K extends string>(
     throw new Error(`jointGuardedStep: microBatches must be a whole number >= 1, got ${micros}`);
   }
   const maxStats = new Set<string>(opts.maxStats ?? []);
-  const done = parts.map((p) => gradsOf(p, micros, maxStats));
+  const done: Awaited<ReturnType<typeof gradsOf<K>>>[] = [];
+  for (const p of parts) done.push(await gradsOf(p, micros, maxStats));
   const names: K[] = done.flatMap((d) => Object.keys(d.stats) as K[]);
   const n = parts.length;
   try {
@@ -245,6 +248,7 @@ export async function jointGuardedStepDeferred<K extends string>(
 export async function readJointSteps<K extends string>(
   pending: PendingJointStep<K>[],
 ): Promise<JointStepResult<K>[]> {
+  await maybeYield(); // a turn for the event loop once per optimiser step at least (src/core/yield.ts)
   if (pending.length === 0) return [];
   const joined = pending.length === 1 ? pending[0].values : tf.concat(pending.map((p) => p.values));
   let host: Float32Array;
