@@ -19,7 +19,9 @@ const timer = setInterval(() => {
     } catch {
       /* outside a test */
     }
-    process.stderr.write(`[loop-watchdog] the event loop was held ${(lag / 1000).toFixed(0)} s, in: ${test}\n`);
+    process.stderr.write(
+      `[loop-watchdog] the event loop was held ${(lag / 1000).toFixed(0)} s, in: ${test}\n`,
+    );
   }
 }, EVERY_MS);
 timer.unref();
