@@ -9,6 +9,9 @@
  * count and their order do not depend on the width. On a GPU, run it at width 768 as well: if the host's time per
  * token is most of the measured ms/token, decode is bound by the host, not by the GPU (docs/gpu.md, "What bounds
  * decode").
+ * It runs the unrecorded path (every token through tfjs's ops) and then the replayed one (model/decode-replay.ts: the
+ * first decode token recorded, the rest replayed), and ends with one JSON line: `hostMsPerToken`, `hostUsPerDispatch`
+ * and `dispatchesPerToken` of the replayed path (what issue #31 drives down), the unrecorded path's beside them.
  * Usage: npx tsx scripts/profile-decode-host.ts [width=64] [batch=16] [tokens=24]
  */
 import * as tf from '@tensorflow/tfjs-core';
@@ -17,6 +20,7 @@ import { GPT2 } from '../src/core/model/gpt2';
 import { SHAPES, shapeConfig } from '../src/bench/perf/memory';
 import { generate } from '../src/core/model/sampling';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
+import { lastDecodeReplayStats, setDecodeReplay } from '../src/core/model/decode-replay';
 
 const width = Number(process.argv[2] ?? 64);
 const B = Number(process.argv[3] ?? 16);
@@ -73,20 +77,27 @@ const prompts = Array.from({ length: B }, (_, b) =>
   Array.from({ length: Tp }, (_, t) => (b * 31 + t * 17) % 250),
 );
 const opts = { maxNewTokens: N, temperature: 0, padId: config.vocab_size - 1, rng: 1, stopToken: null };
+
+// 1. The unrecorded path (every token through tfjs's ops): what the host pays per program.
+setDecodeReplay(false);
 await generate(model, prompts, opts); // warm: shaders compiled, buffer pools filled
 const counted = await countDispatches(() => generate(model, prompts, opts));
 for (const k of Object.keys(host) as (keyof typeof host)[]) host[k] = 0;
 byProgram.clear();
-const t0 = performance.now();
-await generate(model, prompts, opts);
-const wall = performance.now() - t0;
+let t0 = performance.now();
+const plain = await generate(model, prompts, opts);
+const plainWall = performance.now() - t0;
 const steps = host.steps; // decode steps (N − 1: the first token comes from the prefill's logits)
 const per = (ms: number) => (ms / steps).toFixed(2);
-console.log(`greedy generation of ${N} tokens: ${(wall / N).toFixed(2)} ms per token (wall, all phases)`);
+const plainHostMs = (host.decode + host.head) / steps;
+const plainPrograms = host.programs / steps;
+console.log(
+  `unrecorded: greedy generation of ${N} tokens: ${(plainWall / N).toFixed(2)} ms per token (wall, all phases)`,
+);
 console.log(
   `per decode step (${steps} steps): host ${per(host.decode + host.head)} ms in decodeStep + lmHead ` +
     `(decodeStep ${per(host.decode)}, lmHead ${per(host.head)}); of which tfjs's program path ${per(host.program)} ms ` +
-    `over ${(host.programs / steps).toFixed(0)} programs (${((1000 * host.program) / host.programs).toFixed(1)} µs each)`,
+    `over ${plainPrograms.toFixed(0)} programs (${((1000 * host.program) / host.programs).toFixed(1)} µs each)`,
 );
 console.log(
   `dispatches per token ${(counted.dispatches / N).toFixed(0)}, readbacks per generation ${counted.readbacks}`,
@@ -94,4 +105,37 @@ console.log(
 console.log('host time by program, per decode step:');
 for (const [k, v] of [...byProgram.entries()].sort((a, b) => b[1].ms - a[1].ms).slice(0, 12))
   console.log(`  ${per(v.ms)} ms  ×${(v.n / steps).toFixed(1)}  ${k}`);
+
+// 2. The replayed path (model/decode-replay.ts): the first decode token recorded, the others replayed; the host's
+// share of a replayed token is writing its inputs, encoding the recorded dispatches and submitting them.
+setDecodeReplay(true);
+await generate(model, prompts, opts); // warm
+const countedReplay = await countDispatches(() => generate(model, prompts, opts));
+t0 = performance.now();
+const replayed = await generate(model, prompts, opts);
+const replayWall = performance.now() - t0;
+const st = lastDecodeReplayStats();
+const same = JSON.stringify(replayed.tokens) === JSON.stringify(plain.tokens);
+const hostMsPerToken = st.replayHostMs / st.replays;
+console.log(
+  `replayed: greedy generation of ${N} tokens: ${(replayWall / N).toFixed(2)} ms per token (wall, all phases); ` +
+    `${st.recordings} recording, ${st.replays} replays of ${st.dispatchesPerReplay} dispatches; host ` +
+    `${hostMsPerToken.toFixed(3)} ms per replayed token (${((1000 * hostMsPerToken) / st.dispatchesPerReplay).toFixed(2)} µs per dispatch); ` +
+    `dispatches per token ${(countedReplay.dispatches / N).toFixed(0)}, readbacks per generation ${countedReplay.readbacks}; ` +
+    `tokens equal to the unrecorded path's: ${same}`,
+);
 model.dispose();
+if (!same) throw new Error('the replayed decode chose other tokens than the unrecorded path');
+// One JSON line (issue #31): the replayed path's host cost; the unrecorded path's beside it under its own names.
+console.log(
+  JSON.stringify({
+    hostMsPerToken: +hostMsPerToken.toFixed(3),
+    hostUsPerDispatch: +((1000 * hostMsPerToken) / st.dispatchesPerReplay).toFixed(2),
+    dispatchesPerToken: st.dispatchesPerReplay,
+    unrecordedHostMsPerToken: +plainHostMs.toFixed(3),
+    unrecordedHostUsPerProgram: +((1000 * host.program) / host.programs).toFixed(2),
+    unrecordedProgramsPerToken: +plainPrograms.toFixed(1),
+    replayedWallMsPerToken: +(replayWall / N).toFixed(2),
+    unrecordedWallMsPerToken: +(plainWall / N).toFixed(2),
+  }),
+);

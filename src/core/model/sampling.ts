@@ -17,6 +17,7 @@ import { UserError } from '../errors';
 import { gatherRows } from './gather';
 import { sampleTokens } from './sample-op';
 import { maybeYield } from '../yield';
+import { decodeReplayApplies, replayedDecode } from './decode-replay';
 
 export interface SampleOptions {
   maxNewTokens: number;
@@ -294,6 +295,35 @@ function validate(model: CausalLM, prompts: number[][], o: SampleOptions): void 
     throw new UserError(`generate: topP must be in (0, 1] (1 = off), got ${topP}.`);
 }
 
+/**
+ * Rows of generated ids and log-probs from L steps' values, laid out [B, L] (`byStep` false) or [L, B] (true), each
+ * row cut after its first stop token.
+ */
+function rowsOf(
+  tok: Int32Array,
+  lp: Float32Array,
+  B: number,
+  L: number,
+  isStop: (id: number) => boolean,
+  byStep: boolean,
+): GenerateResult {
+  const tokens: number[][] = [];
+  const logprobs: number[][] = [];
+  for (let b = 0; b < B; b++) {
+    const row: number[] = [];
+    const lrow: number[] = [];
+    for (let t = 0; t < L; t++) {
+      const i = byStep ? t * B + b : b * L + t;
+      row.push(tok[i]);
+      lrow.push(lp[i]);
+      if (isStop(tok[i])) break;
+    }
+    tokens.push(row);
+    logprobs.push(lrow);
+  }
+  return { tokens, logprobs };
+}
+
 /** Sample continuations for a batch of prompts. */
 export async function generate(
   model: CausalLM,
@@ -319,13 +349,8 @@ export async function generate(
   const S = Tp + N;
   const realLen = prompts.map((p) => p.length);
 
-  const uniforms = (): tf.Tensor2D | null =>
-    opts.temperature === 0
-      ? null
-      : tf.tensor2d(
-          Array.from({ length: B }, (_, b) => (rowRngs ? rowRngs[b].next() : rng!.next())),
-          [B, 1],
-        );
+  const draw = () => Array.from({ length: B }, (_, b) => (rowRngs ? rowRngs[b].next() : rng!.next()));
+  const uniforms = (): tf.Tensor2D | null => (opts.temperature === 0 ? null : tf.tensor2d(draw(), [B, 1]));
 
   const stepTokens: tf.Tensor1D[] = [];
   const stepLogprobs: tf.Tensor1D[] = [];
@@ -366,6 +391,33 @@ export async function generate(
     cache = out.padded;
     keyMask = out.km;
     logits = out.lg;
+  }
+  if (opts.useCache !== false && N > 1 && decodeReplayApplies()) {
+    // WebGPU: the decode loop recorded once and replayed per token (model/decode-replay.ts); same tokens.
+    const greedy = opts.temperature === 0;
+    const r = await replayedDecode({
+      model,
+      B,
+      Tp,
+      N,
+      realLen,
+      promptMask: mask,
+      logits,
+      cache,
+      padId: opts.padId,
+      stop,
+      checkEvery,
+      uniforms: () => (opts.temperature === 0 ? null : Float32Array.from(draw())),
+      pick: (lg, u) => {
+        if (greedy || !u) return pickTokens(lg, opts.temperature, topK, topP, null);
+        const s = sampleTokens(lg, { temperature: opts.temperature, topK, topP, uniforms: u });
+        s.logprobs.dispose(); // the kept set's log-prob; PPO trains against the unfiltered one
+        return { tokens: s.tokens, logprobs: s.fullLogprobs };
+      },
+    });
+    finished.dispose();
+    keyMask.dispose(); // the replayed loop keeps the key mask on the host
+    return rowsOf(r.tokens, r.logprobs, B, r.steps, isStop, true);
   }
   // For recompute mode: the growing sequence.
   const seqIds = Array.from({ length: B }, (_, b) => Array.from(ids.subarray(b * Tp, (b + 1) * Tp)));
@@ -449,21 +501,7 @@ export async function generate(
     const lpData = (await lpAll.data()) as Float32Array;
     tokAll.dispose();
     lpAll.dispose();
-    const L = stepTokens.length;
-    const tokens: number[][] = [];
-    const logprobs: number[][] = [];
-    for (let b = 0; b < B; b++) {
-      const row: number[] = [];
-      const lrow: number[] = [];
-      for (let t = 0; t < L; t++) {
-        row.push(tokData[b * L + t]);
-        lrow.push(lpData[b * L + t]);
-        if (isStop(tokData[b * L + t])) break;
-      }
-      tokens.push(row);
-      logprobs.push(lrow);
-    }
-    return { tokens, logprobs };
+    return rowsOf(tokData, lpData, B, stepTokens.length, isStop, false);
   } finally {
     for (const t of stepTokens) t.dispose();
     for (const t of stepLogprobs) t.dispose();

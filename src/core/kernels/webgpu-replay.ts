@@ -1,0 +1,311 @@
+/**
+ * Record a sequence of tfjs WebGPU programs once and replay it: graph capture for tfjs-backend-webgpu (issue #31).
+ *
+ * Why: tfjs encodes every op when it is called — shader lookup, uniform buffer, bind group, dispatch — at about
+ * 140 µs of host time per program on an H200 (docs/gpu.md, "What bounds decode"), while a decode token's kernels
+ * take the GPU well under a millisecond. A step whose shapes never change (a KV-cache decode token) encodes the
+ * same programs over the same buffers every time; recording them once and replaying the recorded
+ * pipelines and bind groups costs three encoder calls per dispatch instead. The anchors are CUDA graphs (vLLM,
+ * PyTorch) and ONNX Runtime Web's WebGPU graph capture.
+ *
+ * How (`recordFrame(fn, inputs)`):
+ * - `fn` runs once through tfjs as usual (it is a real step: its outputs are the step's results). While it runs,
+ *   every `recordAndSubmit` of tfjs's backend is recorded as (pipeline, bind group, workgroup counts): the bind
+ *   group tfjs made holds the very buffers the program read and wrote, and its uniform buffer (shapes, strides and
+ *   the program's own uniforms: the same at every replay of a static-shape step).
+ * - The buffers tfjs releases while recording (intermediates of disposed tensors, the uniform buffers) are pinned:
+ *   kept out of tfjs's pool until the frame is disposed, so nothing else is given them and a replay may write
+ *   them. Before and after recording tfjs's pending commands are submitted, so that every release reaches the pin.
+ * - The inputs (tensors whose values change between replays: a token's ids, its position, the random uniforms)
+ *   are moved to the GPU before recording and held by the frame; `write(i, values)` puts the next values in their
+ *   buffers (queue.writeBuffer, ordered before the replay's submit). Everything else the programs read (weights,
+ *   LoRA adapters, tables) is read where it was when recorded.
+ * - `replay()` submits tfjs's pending work, then encodes the recorded dispatches in one compute pass and the
+ *   caller's buffer copies after it (state carried from one replay to the next, results into accumulators), and
+ *   submits them in one command buffer.
+ * - Validity: a buffer the recording read that tfjs releases later (a weight disposed, a LoRA adapter replaced by
+ *   an update, a table regrown) marks the frame stale (`valid` false): the caller records again. A readback or a
+ *   data upload of a step input while recording is refused (it would be baked into the recording).
+ *
+ * What a recording must not do: read a tensor back (`data()`), or make a tensor on the host from values that
+ * change between replays (they would be replayed as constants). Values that change come in through `inputs`.
+ * Tested against the unrecorded path on SwiftShader (tests/webgpu-replay.test.ts).
+ */
+import * as tf from '@tensorflow/tfjs-core';
+
+/* The parts of tfjs-backend-webgpu 4.22's WebGPUBackend this module reaches into (not its public API). */
+interface BufferManagerLike {
+  releaseBuffer(buffer: GPUBuffer, reuse?: boolean): void;
+}
+interface ProgramLike {
+  pipeline: GPUComputePipeline;
+  dispatch: [number, number, number];
+}
+interface TensorDataLike {
+  resource: unknown;
+  values: unknown;
+}
+export interface ReplayBackend {
+  device: GPUDevice;
+  queue: GPUQueue;
+  bufferManager: BufferManagerLike;
+  tensorMap: { get(dataId: object): TensorDataLike | undefined };
+  commandEncoder: GPUCommandEncoder | null;
+  recordAndSubmit(program: ProgramLike, output: unknown, inputs: unknown[], uniforms?: unknown): void;
+  uploadToGPU(dataId: object): void;
+  endComputePassEncoder(): void;
+  submitQueue(): void;
+}
+
+interface Dispatch {
+  pipeline: GPUComputePipeline;
+  bindGroup: GPUBindGroup;
+  x: number;
+  y: number;
+  z: number;
+}
+
+/** A buffer copy a replay appends after its dispatches (a copy of a buffer onto itself is left out). */
+export interface ReplayCopy {
+  src: GPUBuffer;
+  dst: GPUBuffer;
+  srcOffset?: number;
+  dstOffset?: number;
+  /** Bytes; default the whole source. */
+  size?: number;
+}
+
+/** The webgpu backend when it is the current one, else null. */
+export function replayBackend(): ReplayBackend | null {
+  if (tf.getBackend() !== 'webgpu') return null;
+  const b = tf.backend() as unknown as Partial<ReplayBackend>;
+  if (typeof b.recordAndSubmit !== 'function' || !b.bufferManager || !b.device || !b.tensorMap) return null;
+  return b as ReplayBackend;
+}
+
+/** The GPU buffer of a tensor's data (moved to the GPU first). */
+export function tensorBuffer(backend: ReplayBackend, t: tf.Tensor): GPUBuffer {
+  backend.uploadToGPU(t.dataId);
+  const r = backend.tensorMap.get(t.dataId)?.resource;
+  if (!(r instanceof GPUBuffer)) throw new Error('webgpu-replay: a tensor is not backed by a GPU buffer');
+  return r;
+}
+
+/** Submit whatever tfjs has encoded and not submitted, so that work queued after this runs after it. */
+export function flushTfjs(backend: ReplayBackend): void {
+  backend.endComputePassEncoder();
+  if (backend.commandEncoder) backend.submitQueue();
+}
+
+// ---- release watch: frames learn that a buffer they read went back to tfjs's pool ---------------------------------
+
+const live = new Set<ReplayFrame>();
+let recording: Recorder | null = null;
+const patched = new WeakSet<object>();
+
+/** Wrap the buffer manager's release once per backend: pin while recording, mark frames stale otherwise. */
+function watchReleases(backend: ReplayBackend): void {
+  const bm = backend.bufferManager;
+  if (patched.has(bm)) return;
+  patched.add(bm);
+  const release = bm.releaseBuffer.bind(bm);
+  (bm as { releaseBuffer: BufferManagerLike['releaseBuffer'] }).releaseBuffer = (buffer, reuse = true) => {
+    if (recording && reuse) {
+      recording.pinned.push(buffer);
+      return;
+    }
+    for (const f of live) if (f.reads(buffer)) f.markStale();
+    release(buffer, reuse);
+  };
+  (bm as { releaseOriginal?: BufferManagerLike['releaseBuffer'] }).releaseOriginal = release;
+}
+
+function releaseOriginal(backend: ReplayBackend): BufferManagerLike['releaseBuffer'] {
+  return (backend.bufferManager as { releaseOriginal?: BufferManagerLike['releaseBuffer'] }).releaseOriginal!;
+}
+
+interface Recorder {
+  dispatches: Dispatch[];
+  pinned: GPUBuffer[];
+  used: Set<GPUBuffer>;
+}
+
+/** A recorded sequence of dispatches, replayable while `valid`. */
+export class ReplayFrame {
+  private stale = false;
+  private disposed = false;
+  private constructor(
+    private readonly backend: ReplayBackend,
+    private readonly dispatches: Dispatch[],
+    private readonly pinned: GPUBuffer[],
+    private readonly used: Set<GPUBuffer>,
+    private readonly held: tf.Tensor[],
+    /** The GPU buffers of the inputs, in the order given. */
+    readonly inputBuffers: GPUBuffer[],
+  ) {
+    live.add(this);
+  }
+
+  /** Run `fn` through tfjs once, recording its programs; `inputs` are the tensors `write` will change. */
+  static record<T>(
+    backend: ReplayBackend,
+    fn: () => T,
+    inputs: tf.Tensor[],
+  ): { frame: ReplayFrame; result: T } {
+    if (recording) throw new Error('webgpu-replay: a recording is already under way');
+    watchReleases(backend);
+    const inputBuffers = inputs.map((t) => tensorBuffer(backend, t));
+    const held = inputs.map((t) => tf.keep(t.clone()));
+    flushTfjs(backend); // releases pending from before the recording happen outside it
+    const rec: Recorder = { dispatches: [], pinned: [], used: new Set() };
+    const recordAndSubmit = backend.recordAndSubmit;
+    const device = backend.device;
+    const createBindGroup = device.createBindGroup;
+    let lastBindGroup: { group: GPUBindGroup; entries: Iterable<GPUBindGroupEntry> } | null = null;
+    const own = backend as unknown as Record<string, unknown>;
+    const { read, readSync } = own;
+    own.recordAndSubmit = function (this: ReplayBackend, program: ProgramLike, ...rest: unknown[]) {
+      lastBindGroup = null;
+      recordAndSubmit.call(this, program, ...(rest as [unknown, unknown[], unknown]));
+      if (!lastBindGroup) throw new Error('webgpu-replay: a program ran without a bind group');
+      const { group, entries } = lastBindGroup as {
+        group: GPUBindGroup;
+        entries: Iterable<GPUBindGroupEntry>;
+      };
+      for (const e of entries) {
+        const buf = (e.resource as GPUBufferBinding).buffer;
+        if (buf) rec.used.add(buf);
+      }
+      const [x, y, z] = program.dispatch;
+      rec.dispatches.push({ pipeline: program.pipeline, bindGroup: group, x, y: y ?? 1, z: z ?? 1 });
+    };
+    (device as unknown as Record<string, unknown>).createBindGroup = function (
+      this: GPUDevice,
+      desc: GPUBindGroupDescriptor,
+    ) {
+      const group = createBindGroup.call(device, desc);
+      lastBindGroup = { group, entries: desc.entries };
+      return group;
+    };
+    const readback = () =>
+      new Error('webgpu-replay: a readback inside a recorded step; read results after it');
+    let readRefused = false;
+    own.read = () => {
+      readRefused = true;
+      return Promise.reject(readback());
+    };
+    own.readSync = () => {
+      readRefused = true;
+      throw readback();
+    };
+    recording = rec;
+    let result: T;
+    try {
+      result = fn();
+      flushTfjs(backend); // every release of the step reaches the pin
+      if (readRefused) throw readback();
+    } catch (e) {
+      recording = null;
+      for (const b of rec.pinned) releaseOriginal(backend)(b);
+      tf.dispose(held);
+      throw e;
+    } finally {
+      recording = null;
+      delete own.recordAndSubmit;
+      delete own.read;
+      delete own.readSync;
+      delete (device as unknown as Record<string, unknown>).createBindGroup;
+      if (own.recordAndSubmit !== recordAndSubmit) own.recordAndSubmit = recordAndSubmit;
+      if (own.read !== read) own.read = read;
+      if (own.readSync !== readSync) own.readSync = readSync;
+      if (device.createBindGroup !== createBindGroup)
+        (device as unknown as Record<string, unknown>).createBindGroup = createBindGroup;
+    }
+    const frame = new ReplayFrame(backend, rec.dispatches, rec.pinned, rec.used, held, inputBuffers);
+    return { frame, result };
+  }
+
+  /** Dispatches per replay. */
+  get size(): number {
+    return this.dispatches.length;
+  }
+
+  /** False once a buffer the recording read went back to tfjs (record again), or after dispose. */
+  get valid(): boolean {
+    return !this.stale && !this.disposed;
+  }
+
+  /** @internal */
+  reads(buffer: GPUBuffer): boolean {
+    return this.used.has(buffer);
+  }
+
+  /** @internal */
+  markStale(): void {
+    this.stale = true;
+  }
+
+  /** Put the next values of input `i` in its buffer (before the next replay). */
+  write(i: number, values: Float32Array | Int32Array): void {
+    this.backend.queue.writeBuffer(
+      this.inputBuffers[i],
+      0,
+      values.buffer,
+      values.byteOffset,
+      values.byteLength,
+    );
+  }
+
+  /** Encode the recorded dispatches, then `copies`, in one command buffer and submit it. */
+  replay(copies: ReplayCopy[] = []): void {
+    if (!this.valid) throw new Error('webgpu-replay: the frame is stale or disposed; record it again');
+    const backend = this.backend;
+    flushTfjs(backend);
+    const encoder = backend.device.createCommandEncoder();
+    const pass = encoder.beginComputePass();
+    let pipeline: GPUComputePipeline | null = null;
+    for (const d of this.dispatches) {
+      if (d.pipeline !== pipeline) {
+        pass.setPipeline(d.pipeline);
+        pipeline = d.pipeline;
+      }
+      pass.setBindGroup(0, d.bindGroup);
+      pass.dispatchWorkgroups(d.x, d.y, d.z);
+    }
+    pass.end();
+    encodeCopies(encoder, copies);
+    backend.queue.submit([encoder.finish()]);
+  }
+
+  /** Give the pinned buffers back to tfjs's pool and let go of the inputs. */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    live.delete(this);
+    flushTfjs(this.backend); // a replay's commands are submitted; tfjs's may use these buffers next
+    const release = releaseOriginal(this.backend);
+    for (const b of this.pinned) release(b);
+    this.pinned.length = 0;
+    tf.dispose(this.held);
+  }
+}
+
+function encodeCopies(encoder: GPUCommandEncoder, copies: ReplayCopy[]): void {
+  for (const c of copies)
+    if (c.src !== c.dst || (c.srcOffset ?? 0) !== (c.dstOffset ?? 0))
+      encoder.copyBufferToBuffer(c.src, c.srcOffset ?? 0, c.dst, c.dstOffset ?? 0, c.size ?? c.src.size);
+}
+
+/** Buffer copies in one command buffer, after tfjs's pending work (state carried between steps). */
+export function submitCopies(backend: ReplayBackend, copies: ReplayCopy[]): void {
+  if (copies.length === 0) return;
+  flushTfjs(backend);
+  const encoder = backend.device.createCommandEncoder();
+  encodeCopies(encoder, copies);
+  backend.queue.submit([encoder.finish()]);
+}
+
+/** Frames alive now (tests: none should outlive a generation). */
+export function liveReplayFrames(): number {
+  return live.size;
+}
