@@ -1,7 +1,7 @@
 /**
  * WebGPU checks on whatever adapter Node's Dawn finds (run on a machine with a real GPU; the same checks run on
  * SwiftShader in Vitest): the fused kernels against the plain ops, the fused Adam against tfjs's Adam, greedy
- * decode on WebGPU against the CPU backend, the register-blocked matmul (matMulFast) against tf.matMul and a
+ * decode on WebGPU against the CPU backend and the replayed decode (model/decode-replay.ts) against the unrecorded one, the register-blocked matmul (matMulFast) against tf.matMul and a
  * float64 loop at 2048² and GPT-2's shapes, and the fixed cost of one dispatch. Prints one JSON line per check
  * and exits 1 if any check fails. Usage: npx tsx scripts/gpu-checks.ts
  */
@@ -18,6 +18,7 @@ import { nodeResources } from '../src/cli/train';
 import { generate } from '../src/core/model/sampling';
 import { sampleRowsHost, sampleTokens } from '../src/core/model/sample-op';
 import { Rng } from '../src/core/rng';
+import { lastDecodeReplayStats, setDecodeReplay } from '../src/core/model/decode-replay';
 
 let failed = 0;
 const report = (name: string, ok: boolean, detail: Record<string, unknown>): void => {
@@ -172,6 +173,13 @@ const greedy = async (): Promise<number[][]> => {
   }
 };
 const onGpu = await greedy();
+const replayStats = lastDecodeReplayStats();
+setDecodeReplay(false);
+const unrecorded = await greedy();
+setDecodeReplay(true);
+report('replayed decode = unrecorded decode (greedy)', JSON.stringify(onGpu) === JSON.stringify(unrecorded), {
+  ...replayStats,
+});
 await tf.setBackend('cpu');
 const onCpu = await greedy();
 await tf.setBackend('webgpu');
