@@ -2,7 +2,9 @@
 # On the GPU machine, after scripts/gpu-bundle.sh made .gpu/ and .gl/ here and the device run carried them: unpack
 # Node and dawn.node (python's lzma: the machine may lack xz), the Vulkan loader (dpkg -x, no root needed), then
 # run the fused-kernel checks and `bench --gpu` twice in one process (PPO_GPU_BENCH_REPEAT), PyTorch beside us
-# where python3 has torch with CUDA. Results go to $OUT (the device tool brings them back), or to ./gpu-out.
+# where python3 has torch with CUDA (the Qwen GRPO row's PyTorch side needs transformers and peft too; device.txt
+# says whether they import). The default-plan PPO row and the Qwen GRPO row need no variable: they always run.
+# Results go to $OUT (the device tool brings them back), or to ./gpu-out.
 # Usage: bash scripts/gpu-device-run.sh [checks|bench|profile|all] (default all: checks and bench; profile: GPT-2's
 # decode, GPU kernel times by tf.profile and the host's share by scripts/profile-decode-host.ts). docs/gpu.md.
 set -euo pipefail
@@ -27,6 +29,7 @@ export PPO_WEBGPU_VULKAN="${PPO_WEBGPU_VULKAN:-system}" PPO_PYTHON="${PPO_PYTHON
 node=.gpu/bin/node
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
 $node --version >> "$out/device.txt"
+{ "$PPO_PYTHON" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tail -1 || true; } >> "$out/device.txt"
 if [ "$what" = checks ] || [ "$what" = all ]; then
   $node .gpu/bundle/gpu-checks.mjs 2>&1 | tee "$out/gpu-checks.txt" | tail -40
 fi

@@ -2,7 +2,9 @@
  * `bench --gpu`'s issue #22 keys, the pure parts (src/bench/webgpu-gpu.ts): gpuBenchKeys (which figure goes under
  * which name, and null with a note where it was not measured), matmulShapeKeys (tfjs's matmul beside ours at
  * GPT-2's shapes, never as GPU speed on a software adapter) and torchProbeFromRun (the PyTorch probe's outcome
- * from its process result). No GPU, no Python needed.
+ * from its process result); issue #31's rows: ppoDefaultPlanKeys (the GPT-2 PPO step at the default plan ÷
+ * PyTorch's), the Qwen GRPO row's model, run and timing rule (src/bench/torch-grpo.ts), the spec that
+ * scripts/torch_grpo_step.py reads (torchGrpoSpec ↔ our config), its parse, and qwenGrpoKeys. No GPU, no Python.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
@@ -15,10 +17,26 @@ import {
   MATMUL_SHAPES,
   matmulShapeKeys,
   type MatmulShapeRun,
+  PPO_DEFAULT_PLAN_LABEL,
+  ppoDefaultPlanKeys,
+  qwenGrpoKeys,
+  qwenModelLabel,
+  type QwenPlanRow,
   torchProbeFromRun,
   TORCH_PROBE_CODE,
   type TorchProbe,
 } from '../src/bench/webgpu-gpu';
+import {
+  parseTorchGrpoResult,
+  qwenBenchRun,
+  qwenBenchShape,
+  qwenTimedSteps,
+  torchGrpoSpec,
+  type TorchGrpoResult,
+} from '../src/bench/torch-grpo';
+import { LLAMA_SHAPES, parseLlamaConfig } from '../src/core/model/llama-config';
+import { LLAMA_LORA_TARGETS, resolveLoraTargets } from '../src/core/model/lora';
+import { groupSizeOf } from '../src/core/config';
 import { useCpu } from './helpers/backend';
 import { parseTorchResult, torchSpec } from '../src/bench/torch-ppo';
 import { validateConfig } from '../src/core/config';
@@ -325,6 +343,279 @@ describe('decodeTiming (CPU backend, a tiny GPT-2)', () => {
   });
 });
 
+const cudaProbe: TorchProbe = { ok: true, reason: 'torch 2.11.0 with CUDA on NVIDIA H100 80GB HBM3' };
+/** A step's phase times that add up to s (generate 5/9, score 1/9, update 3/9). */
+const phases = (s: number) => ({
+  timeStep: s,
+  timeGenerate: (s * 5) / 9,
+  timeScore: s / 9,
+  timeUpdate: (s * 3) / 9,
+});
+const planRow = (s: number): QwenPlanRow => ({
+  label: 'plan',
+  requested: { microBatchSize: 0, recompute: 'auto' },
+  microBatchSize: 16,
+  recompute: false,
+  generateMicroBatchSize: 16,
+  sPerStep: s,
+  generateS: (s * 5) / 9,
+  scoreS: s / 9,
+  updateS: (s * 3) / 9,
+  warmupS: 8,
+  timedSteps: 2,
+  stepTimes: [s, s],
+  note: null,
+});
+const torchGrpo: TorchGrpoResult = {
+  timeGenerate: 1,
+  timeScore: 0.5,
+  timeUpdate: 1.5,
+  timeStep: 3,
+  steps: 3,
+  stepTimes: [3, 3, 3],
+  loraTargets: ['down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj'],
+  trainableParams: 4399104,
+  refLogprobs: true,
+  device: 'NVIDIA H100 80GB HBM3',
+  tf32: false,
+  torch: '2.11.0',
+  transformers: '5.17.0',
+  peft: '0.21.0',
+};
+
+describe('ppoDefaultPlanKeys: the GPT-2 PPO step at the default plan beside PyTorch', () => {
+  const row = { label: PPO_DEFAULT_PLAN_LABEL, ...phases(9), microBatchSize: 4, recompute: true };
+
+  it("vsTorchEagerDefaultPlan = its s/step ÷ PyTorch's step of the same run; the resolved plan and phases as measured", () => {
+    const { ppoDefaultPlan: d, notes } = ppoDefaultPlanKeys({
+      row,
+      torch: cudaProbe,
+      torchStep: { timeStep: 0.5 },
+      dryRun: false,
+    });
+    expect(notes).toEqual([]);
+    expect(d).toEqual({
+      label: PPO_DEFAULT_PLAN_LABEL,
+      measured: true,
+      microBatchSize: 4,
+      recompute: true,
+      sPerStep: 9,
+      generateS: 5,
+      scoreS: 1,
+      updateS: 3,
+      torchEagerS: 0.5,
+      vsTorchEagerDefaultPlan: 18,
+    });
+  });
+
+  it('a dry run: the figures kept but not measured, the ratio null with a note; no PyTorch, no row: null with a note', () => {
+    const dry = ppoDefaultPlanKeys({ row, torch: cudaProbe, torchStep: { timeStep: 0.9 }, dryRun: true });
+    expect(dry.ppoDefaultPlan).toMatchObject({
+      measured: false,
+      sPerStep: 9,
+      vsTorchEagerDefaultPlan: null,
+    });
+    expect(dry.notes[0]).toMatch(/^ppoDefaultPlan: a dry run.*not measurements.*would be 10\.00/);
+    const none = ppoDefaultPlanKeys({ row, torch: noTorch, torchStep: null, dryRun: false });
+    expect(none.ppoDefaultPlan?.vsTorchEagerDefaultPlan).toBeNull();
+    expect(none.notes).toEqual([
+      'ppoDefaultPlan.vsTorchEagerDefaultPlan: null (no PyTorch on a GPU: no Python at "python3").',
+    ]);
+    const failed = ppoDefaultPlanKeys({ row, torch: cudaProbe, torchStep: null, dryRun: false });
+    expect(failed.notes[0]).toMatch(/the PyTorch PPO step of this run did not give a time/);
+    const notRun = ppoDefaultPlanKeys({
+      row: null,
+      torch: cudaProbe,
+      torchStep: { timeStep: 1 },
+      dryRun: false,
+    });
+    expect(notRun.ppoDefaultPlan).toBeNull();
+    expect(notRun.notes[0]).toMatch(/^ppoDefaultPlan: null/);
+  });
+});
+
+describe("the Qwen GRPO row: model, run, timing rule, PyTorch's spec and result, keys", () => {
+  it("Qwen2.5-0.5B's exact shapes (a dry run: 2 layers of width 64, the same vocabulary) with the fixture tokenizer's ids", () => {
+    const full = parseLlamaConfig(qwenBenchShape(false));
+    const q = LLAMA_SHAPES['qwen2.5-0.5b'];
+    expect(full).toMatchObject({
+      model_type: 'qwen2',
+      vocab_size: q.vocab_size,
+      hidden_size: 896,
+      intermediate_size: 4864,
+      num_hidden_layers: 24,
+      num_attention_heads: 14,
+      num_key_value_heads: 2,
+      head_dim: 64,
+      tie_word_embeddings: true,
+      qkv_bias: true,
+    });
+    expect(full.vocab_size).toBe(151936);
+    // The 512-id ChatML tokenizer of tests/fixtures/hf-tokenizer.
+    expect([full.bos_token_id, full.eos_token_id, full.pad_token_id]).toEqual([510, 511, 509]);
+    const dry = parseLlamaConfig(qwenBenchShape(true));
+    expect(dry).toMatchObject({ num_hidden_layers: 2, hidden_size: 64, vocab_size: 151936, head_dim: 16 });
+    expect(qwenModelLabel(true)).toMatch(/dry run \(2 layers, width 64/);
+  });
+
+  it('the run: B16 = 2 prompts × groups of 8, R 32, LoRA r 8 (a dry run: 2 × 2, R 4); one timed step after a slow warm-up', () => {
+    const cfg = validateConfig({ model: 'tiny', ...qwenBenchRun(false) }, 'test');
+    expect([cfg.batchSize, groupSizeOf(cfg), cfg.responseLength, cfg.lora]).toEqual([16, 8, 32, 8]);
+    expect(cfg.batchSize / groupSizeOf(cfg)).toBe(2);
+    const dry = validateConfig({ model: 'tiny', ...qwenBenchRun(true) }, 'test');
+    expect([dry.batchSize, groupSizeOf(dry), dry.responseLength]).toEqual([4, 2, 4]);
+    expect(qwenTimedSteps(9.9, false)).toBe(2);
+    expect(qwenTimedSteps(10, false)).toBe(2);
+    expect(qwenTimedSteps(10.1, false)).toBe(1);
+    expect(qwenTimedSteps(48, false)).toBe(1);
+    expect(qwenTimedSteps(NaN, false)).toBe(1);
+    expect(qwenTimedSteps(2, true)).toBe(1);
+  });
+
+  // Our GRPO defaults (what the bench's row runs): scaleRewards group, klCoef 0.05 > 0 (so a reference forward),
+  // token-mean; one epoch of one minibatch (the bench sets them), LoRA on every linear layer of a Qwen2 model.
+  const cfg = validateConfig(
+    { model: 'tiny', task: 'sentiment', ...qwenBenchRun(false), miniBatches: 1, ppoEpochs: 1 },
+    'test',
+  );
+  const qwenTargets = resolveLoraTargets(parseLlamaConfig(qwenBenchShape(false)), cfg.loraTargets);
+  const o = { model: '/q', Tq: 64, device: 'cuda' as const, loraTargets: qwenTargets, warmup: 1, steps: 3 };
+
+  it("the spec carries our config: B, G, Tq, R, LoRA and the layers our trainer adapts, GRPO's defaults", () => {
+    expect(qwenTargets).toEqual([...LLAMA_LORA_TARGETS]);
+    const s = torchGrpoSpec(cfg, o);
+    expect(s).toEqual({
+      model: '/q',
+      device: 'cuda',
+      seed: 0,
+      batch: 16,
+      groupSize: 8,
+      Tq: 64,
+      responseLength: 32,
+      lora: 8,
+      loraAlpha: cfg.loraAlpha,
+      loraTargets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
+      learningRate: cfg.learningRate,
+      temperature: cfg.temperature,
+      topK: cfg.topK,
+      topP: cfg.topP,
+      klCoef: cfg.klCoef,
+      scaleRewards: 'group',
+      lossAggregation: 'token-mean',
+      clipRange: cfg.clipRange,
+      logRatioClamp: cfg.logRatioClamp,
+      maxGradNorm: cfg.maxGradNorm,
+      warmup: 1,
+      steps: 3,
+    });
+    expect(s.klCoef).toBeGreaterThan(0); // β > 0: the script runs the reference forward (adapters disabled)
+    const other = torchGrpoSpec(
+      { ...cfg, scaleRewards: 'none', lossAggregation: 'seq-sum-norm', klCoef: 0 },
+      o,
+    );
+    expect([other.scaleRewards, other.lossAggregation, other.klCoef]).toEqual(['none', 'seq-sum-norm', 0]);
+  });
+
+  it('refuses a config the script does not compute (PPO, no LoRA, several epochs or minibatches, entropy), or no targets', () => {
+    for (const over of [
+      { algorithm: 'ppo' },
+      { lora: 0 },
+      { ppoEpochs: 2 },
+      { miniBatches: 2 },
+      { entropyCoef: 0.01 },
+    ])
+      expect(() => torchGrpoSpec({ ...cfg, ...over } as typeof cfg, o), JSON.stringify(over)).toThrow(
+        /GRPO with LoRA, one epoch of one minibatch/,
+      );
+    expect(() => torchGrpoSpec(cfg, { ...o, loraTargets: [] })).toThrow(/LoRA target modules/);
+  });
+
+  it("reads the script's last JSON line; names a missing or non-positive field", () => {
+    expect(parseTorchGrpoResult(`[torch] warm-up\n${JSON.stringify(torchGrpo)}\n`)).toEqual(torchGrpo);
+    expect(() => parseTorchGrpoResult('Traceback…')).toThrow(/printed no JSON result/);
+    expect(() => parseTorchGrpoResult(JSON.stringify({ ...torchGrpo, timeUpdate: 0 }))).toThrow(
+      /"timeUpdate"/,
+    );
+    expect(() => parseTorchGrpoResult(JSON.stringify({ ...torchGrpo, trainableParams: undefined }))).toThrow(
+      /"trainableParams"/,
+    );
+    expect(() => parseTorchGrpoResult(JSON.stringify({ ...torchGrpo, loraTargets: [] }))).toThrow(
+      /no LoRA target modules/,
+    );
+  });
+
+  const ours = { loraTargets: qwenTargets, trainableParams: torchGrpo.trainableParams };
+
+  it("vsTorchEagerDefault / vsTorchEagerWhole = each plan's s/step ÷ PyTorch's; torchEagerPeft under the rows' names", () => {
+    const k = qwenGrpoKeys({
+      defaultPlan: planRow(48),
+      wholeBatch: planRow(7.5),
+      torch: cudaProbe,
+      torchRun: torchGrpo,
+      ours,
+      dryRun: false,
+    });
+    expect(k.notes).toEqual([]);
+    expect(k.vsTorchEagerDefault).toBe(16);
+    expect(k.vsTorchEagerWhole).toBe(2.5);
+    expect(k.torchEagerPeft).toMatchObject({
+      sPerStep: 3,
+      generateS: 1,
+      scoreS: 0.5,
+      updateS: 1.5,
+      steps: 3,
+      loraTargets: torchGrpo.loraTargets,
+      peft: '0.21.0',
+    });
+  });
+
+  it('null with a note: a dry run (the would-be ratio named), no PyTorch, a failed step, a row that did not run; other modules noted', () => {
+    const base = { defaultPlan: planRow(4), wholeBatch: planRow(2), ours };
+    const dry = qwenGrpoKeys({ ...base, torch: cudaProbe, torchRun: torchGrpo, dryRun: true });
+    expect([dry.vsTorchEagerDefault, dry.vsTorchEagerWhole]).toEqual([null, null]);
+    expect(dry.torchEagerPeft?.sPerStep).toBe(3);
+    expect(dry.notes.find((n) => n.startsWith('qwenGrpo.vsTorchEagerWhole'))).toMatch(
+      /dry run.*would be 0\.67/,
+    );
+    const none = qwenGrpoKeys({ ...base, torch: noTorch, dryRun: false });
+    expect(none.torchEagerPeft).toBeNull();
+    expect(none.notes).toEqual([
+      'qwenGrpo.torchEagerPeft: null (no PyTorch on a GPU: no Python at "python3").',
+    ]);
+    const failed = qwenGrpoKeys({
+      ...base,
+      torch: cudaProbe,
+      torchRun: { error: "No module named 'peft'" },
+      dryRun: false,
+    });
+    expect(failed.vsTorchEagerDefault).toBeNull();
+    expect(failed.notes).toEqual([
+      "qwenGrpo.torchEagerPeft: null (the PyTorch GRPO step failed: No module named 'peft').",
+    ]);
+    const notRun = qwenGrpoKeys({ ...base, torch: cudaProbe, dryRun: false });
+    expect(notRun.notes[0]).toMatch(/but the PyTorch GRPO step was not run/);
+    const half = qwenGrpoKeys({
+      ...base,
+      defaultPlan: null,
+      torch: cudaProbe,
+      torchRun: torchGrpo,
+      dryRun: false,
+    });
+    expect(half.vsTorchEagerDefault).toBeNull();
+    expect(half.vsTorchEagerWhole).toBeCloseTo(2 / 3, 12);
+    expect(half.notes).toEqual(['qwenGrpo.vsTorchEagerDefault: null (our row did not run).']);
+    const other = qwenGrpoKeys({
+      ...base,
+      torch: cudaProbe,
+      torchRun: { ...torchGrpo, loraTargets: ['q_proj', 'v_proj'], trainableParams: 1 },
+      dryRun: false,
+    });
+    expect(other.notes.join('\n')).toMatch(
+      /PEFT adapted \["q_proj","v_proj"\].*differ[\s\S]*PEFT trains 1 parameters/,
+    );
+  });
+});
+
 describe('gpuMarkdown with the #22 keys', () => {
   it('shows the decode dispatches (plain and under LoRA), the keys, and null as "null (see notes)" with the notes', () => {
     const matmul = { n: 256, iters: 1, seconds: 0.2, gflops: 12.5 };
@@ -397,6 +688,8 @@ describe('gpuMarkdown with the #22 keys', () => {
       webgpuDispatchesPerStep: 100,
       readbacksPerStep: 3,
       gpt2Lora: [],
+      ppoDefaultPlan: null,
+      qwenGrpo: null,
       decode,
       decodeLora: { perLayer: 11, fixed: 4 },
       decodeTiming: { ...t, sampling: { temperature: 1, topK: 0, topP: 1 } },
@@ -420,6 +713,125 @@ describe('gpuMarkdown with the #22 keys', () => {
       matmulShapes: [{ shape: '8×48·48×144 (c_attn)', tfjsTflops: null, fastTflops: null }],
       sampledOverGreedy: 1.25,
       vsTorchEager: null,
+      ppoDefaultPlan: null,
+      qwenGrpo: null,
+    });
+    expect(md).not.toContain('ppoDefaultPlan |');
+  });
+
+  it('shows ppoDefaultPlan and the Qwen rows (plan, phases, ratios; dry run: not a measurement) and keeps them in the JSON', () => {
+    const matmul = { n: 2048, iters: 8, seconds: 2, gflops: 9300 };
+    const t = { batch: 16, tokens: 32, greedyMsPerToken: 13, sampledMsPerToken: 14 };
+    const k = gpuBenchKeys({ matmul, decode, timing: t, torch: cudaProbe });
+    const layer = {
+      webgpuDispatchesPerLayerFwd: 7,
+      webgpuDispatchesPerLayerFwdBwd: 32,
+      fixedFwd: 5,
+      fixedFwdBwd: 9,
+    };
+    const d = ppoDefaultPlanKeys({
+      row: { label: PPO_DEFAULT_PLAN_LABEL, ...phases(0.9), microBatchSize: 16, recompute: false },
+      torch: cudaProbe,
+      torchStep: { timeStep: 0.36 },
+      dryRun: false,
+    });
+    const q = qwenGrpoKeys({
+      defaultPlan: planRow(9),
+      wholeBatch: planRow(6),
+      torch: cudaProbe,
+      torchRun: torchGrpo,
+      ours: { loraTargets: LLAMA_LORA_TARGETS, trainableParams: torchGrpo.trainableParams },
+      dryRun: false,
+    });
+    const r: GpuBenchResult = {
+      ...k.keys,
+      adapter: {
+        vendor: 'nvidia',
+        architecture: 'hopper',
+        device: '',
+        description: 'H100',
+        software: false,
+        vulkan: 'system',
+      },
+      sizes: null,
+      gpt2Decode: [],
+      gpt2DecodeRepeats: [],
+      torchEager: null,
+      torchRuns: [],
+      matmul,
+      matmulFast: null,
+      matmulShapes: [],
+      dispatchOverheadMs: 0.016,
+      layers: { fused: layer, plain: layer },
+      webgpuDispatchesPerLayerFwd: 7,
+      webgpuDispatchesPerLayerFwdBwd: 32,
+      ppo: {
+        steps: 1,
+        batchSize: 16,
+        responseLength: 24,
+        Tq: 8,
+        timeGenerate: 1,
+        timeScore: 1,
+        timeUpdate: 1,
+        timeStep: 3,
+        tokensPerSecond: 1,
+        updateTokensPerSecond: 1,
+        updateFlops: 1,
+        updateGflopsPerSecond: 1,
+        updateMfu: 0.1,
+        peakGflops: 9300,
+        webgpuDispatchesPerStep: 100,
+        readbacksPerStep: 3,
+      },
+      webgpuDispatchesPerStep: 100,
+      readbacksPerStep: 3,
+      gpt2Lora: [],
+      ppoDefaultPlan: d.ppoDefaultPlan,
+      qwenGrpo: {
+        model: qwenModelLabel(false),
+        measured: true,
+        batchSize: 16,
+        groupSize: 8,
+        responseLength: 32,
+        Tq: 64,
+        lora: 8,
+        loraTargets: [...LLAMA_LORA_TARGETS],
+        trainableParams: torchGrpo.trainableParams,
+        defaultPlan: planRow(9),
+        wholeBatch: planRow(6),
+        ...q,
+      },
+      decode,
+      decodeLora: { perLayer: 11, fixed: 4 },
+      decodeTiming: { ...t, sampling: { temperature: 1, topK: 0, topP: 1 } },
+      notes: [...k.notes, ...d.notes],
+    };
+    const md = gpuMarkdown(r);
+    expect(md).toContain('| ppoDefaultPlan | 16 | off | 0.900 | 0.500 | 0.100 | 0.300 | 0.360 | 2.50 |');
+    expect(md).toContain(
+      'Qwen2.5-0.5B shape (24 layers, width 896, 14 heads over 2 KV heads, SwiGLU 4864, vocabulary 151936), random weights: GRPO + LoRA r 8, 2 prompts × 8, R 32 |',
+    );
+    expect(md).toContain(
+      '| ours, default plan | 16, recompute off | 9.000 | 5.000 | 1.000 | 3.000 | 2 | 3.00 |',
+    );
+    expect(md).toContain(
+      '| ours, whole batch | 16, recompute off | 6.000 | 3.333 | 0.667 | 2.000 | 2 | 2.00 |',
+    );
+    expect(md).toContain(
+      '| PyTorch eager + PEFT (NVIDIA H100 80GB HBM3) | 16, no recompute | 3.000 | 1.000 | 0.500 | 1.500 | 3 | — |',
+    );
+    const json = JSON.parse(JSON.stringify(r));
+    expect(json.ppoDefaultPlan).toMatchObject({
+      microBatchSize: 16,
+      sPerStep: 0.9,
+      vsTorchEagerDefaultPlan: 2.5,
+    });
+    expect(json.qwenGrpo).toMatchObject({
+      defaultPlan: { sPerStep: 9, microBatchSize: 16, recompute: false },
+      wholeBatch: { sPerStep: 6 },
+      torchEagerPeft: { sPerStep: 3, peft: '0.21.0' },
+      vsTorchEagerDefault: 3,
+      vsTorchEagerWhole: 2,
     });
   });
 });

@@ -2,7 +2,9 @@
  * `npm run bench -- --gpu`: WebGPU in Node (Dawn) on whatever adapter is present. It reports the adapter, the
  * matmul peak measured on it, the tiny model's PPO step (seconds, update MFU against that peak, dispatches and
  * readbacks per step) and the GPT-2 dispatches per transformer layer with and without the fused kernels; on a
- * hardware adapter also GPT-2 124M-shaped LoRA steps (PPO and GRPO, and PPO again on tfjs's ops).
+ * hardware adapter also GPT-2 124M-shaped LoRA steps (PPO and GRPO, and PPO again on tfjs's ops), the GPT-2 PPO step
+ * at the default plan (`ppoDefaultPlan`) and a Qwen2.5-0.5B-shaped LoRA GRPO step at the default plan and the whole
+ * batch beside PyTorch eager + PEFT (`qwenGrpo`).
  * Beside tfjs's matmul it times our register-blocked kernel (src/core/kernels/webgpu-matmul.ts, matMulFast) at 2048²
  * and at GPT-2's shapes (MATMUL_SHAPES at MATMUL_SHAPE_ROWS rows), both in the same run on the same inputs.
  * On a software adapter (SwiftShader, lavapipe) it runs the smallest sizes only and says so; it never reports a
@@ -26,8 +28,18 @@ import {
 } from './webgpu-dispatch';
 import { generate } from '../core/model/sampling';
 import type { CausalLM } from '../core/model/lm';
-import type { TrainConfig } from '../core/config';
+import type { RecomputeMode, TrainConfig } from '../core/config';
 import type { TorchPpoResult } from './torch-ppo';
+import {
+  qwenBenchRun,
+  qwenBenchShape,
+  qwenTimedSteps,
+  QWEN_SLOW_WARMUP_S,
+  torchGrpoSpec,
+  type TorchGrpoResult,
+  type TorchGrpoSpec,
+} from './torch-grpo';
+import { resolveLoraTargets } from '../core/model/lora';
 
 export interface GpuAdapterReport {
   vendor: string;
@@ -79,6 +91,99 @@ export interface GpuBenchResult {
   matmulFastTflops2048: number | null;
   sampledOverGreedy: number | null;
   vsTorchEager: number | null;
+  /** The GPT-2 PPO + LoRA step at the default plan beside PyTorch's whole-batch step of the same run; null: not run. */
+  ppoDefaultPlan: PpoDefaultPlan | null;
+  /** Qwen2.5-0.5B-shaped LoRA GRPO at the default plan and the whole batch, PyTorch eager + PEFT beside; null: not run. */
+  qwenGrpo: QwenGrpoBench | null;
+  notes: string[];
+}
+
+/**
+ * `ppoDefaultPlan`: the GPT-2 124M-shaped PPO + LoRA step (batch 16, 24 tokens) at the default plan
+ * (microBatchSize 0, recompute auto: what the engine resolves on this device), beside PyTorch eager's step.
+ */
+export interface PpoDefaultPlan {
+  label: string;
+  /** false in a dry run (a software adapter): the figures only show that the code ran. */
+  measured: boolean;
+  /** The plan the engine resolved (trainer.stepPlan after the timed steps). */
+  microBatchSize: number;
+  recompute: boolean;
+  sPerStep: number;
+  generateS: number;
+  scoreS: number;
+  updateS: number;
+  /** PyTorch eager's step of the same run (`torchEager.timeStep`: the whole batch, as PyTorch always runs it). */
+  torchEagerS: number | null;
+  /** sPerStep ÷ torchEagerS; null with a note in a dry run or without PyTorch. */
+  vsTorchEagerDefaultPlan: number | null;
+}
+
+/** One of the Qwen row's two plans, timed on one trainer (a warm-up, then 1 or 2 steps: qwenTimedSteps). */
+export interface QwenPlanRow {
+  label: string;
+  /** What the config asked for: microBatchSize 0 / recompute auto (the default) or the whole batch, off. */
+  requested: { microBatchSize: number; recompute: RecomputeMode };
+  /** What the engine resolved and ran (trainer.stepPlan after the timed steps). */
+  microBatchSize: number;
+  recompute: boolean;
+  generateMicroBatchSize: number;
+  sPerStep: number;
+  generateS: number;
+  scoreS: number;
+  updateS: number;
+  warmupS: number;
+  timedSteps: number;
+  stepTimes: number[];
+  /** Why only one step was timed, or null. */
+  note: string | null;
+}
+
+/** scripts/torch_grpo_step.py's result under the Qwen rows' names. */
+export interface TorchGrpoRow {
+  sPerStep: number;
+  generateS: number;
+  scoreS: number;
+  updateS: number;
+  steps: number;
+  stepTimes: number[];
+  loraTargets: string[];
+  trainableParams: number;
+  refLogprobs: boolean;
+  device: string;
+  tf32: boolean;
+  torch: string;
+  transformers: string;
+  peft: string;
+}
+
+/**
+ * `qwenGrpo`: LoRA r 8 GRPO on Qwen2.5-0.5B's shapes with random weights (a dry run: 2 layers of width 64), 2
+ * prompts × groups of 8, 32 response tokens (a dry run: 2 × 2, 4), one epoch of one minibatch; ours at the default
+ * plan and at the whole batch without recompute, PyTorch eager + PEFT beside (scripts/torch_grpo_step.py).
+ */
+export interface QwenGrpoBench {
+  /** e.g. "Qwen2.5-0.5B shape (24 layers, width 896, …), random weights". */
+  model: string;
+  /** false in a dry run: none of the figures is a measurement, and the ratios are null. */
+  measured: boolean;
+  batchSize: number;
+  groupSize: number;
+  responseLength: number;
+  /** Prompt bucket of the timed steps (PyTorch's prompts are random ids of this length). */
+  Tq: number | null;
+  lora: number;
+  /** The layers our trainer adapted, PEFT's target_modules: what the PyTorch step was given. */
+  loraTargets: string[];
+  /** Our policy's trainable parameters (the adapters), to compare with PEFT's. */
+  trainableParams: number;
+  defaultPlan: QwenPlanRow | null;
+  wholeBatch: QwenPlanRow | null;
+  torchEagerPeft: TorchGrpoRow | null;
+  /** defaultPlan.sPerStep ÷ torchEagerPeft.sPerStep; null with a note where not measured. */
+  vsTorchEagerDefault: number | null;
+  /** wholeBatch.sPerStep ÷ torchEagerPeft.sPerStep. */
+  vsTorchEagerWhole: number | null;
   notes: string[];
 }
 
@@ -207,6 +312,156 @@ export function gpuBenchKeys(i: {
     },
     notes,
   };
+}
+
+const finitePositive = (x: number | null | undefined): x is number =>
+  typeof x === 'number' && Number.isFinite(x) && x > 0;
+
+/**
+ * `ppoDefaultPlan` from the GPT-2 PPO row at the default plan and PyTorch's step of the same run (pure:
+ * tests/bench-gpu-keys.test.ts): its resolved plan and phase times, and `vsTorchEagerDefaultPlan` = its s/step ÷
+ * PyTorch's; the ratio is null with a note in a dry run (not a measurement), without PyTorch, or where a time is not
+ * a positive number. `row` null: the row did not run (or failed): null, with a note.
+ */
+export function ppoDefaultPlanKeys(i: {
+  row: Pick<
+    Gpt2LoraStep,
+    'label' | 'timeStep' | 'timeGenerate' | 'timeScore' | 'timeUpdate' | 'microBatchSize' | 'recompute'
+  > | null;
+  torch: TorchProbe;
+  /** PyTorch's step of the same run (torchEager), or null where it did not run. */
+  torchStep: Pick<TorchPpoResult, 'timeStep'> | null;
+  dryRun: boolean;
+}): { ppoDefaultPlan: PpoDefaultPlan | null; notes: string[] } {
+  const r = i.row;
+  if (!r)
+    return {
+      ppoDefaultPlan: null,
+      notes: ['ppoDefaultPlan: null (the GPT-2 PPO row at the default plan did not run).'],
+    };
+  const notes: string[] = [];
+  const torchS = i.torchStep?.timeStep ?? null;
+  let ratio: number | null = null;
+  if (i.dryRun)
+    notes.push(
+      `ppoDefaultPlan: a dry run (a small shape on a software adapter${torchS ? ', PyTorch on the CPU' : ''}): its figures are not measurements and vsTorchEagerDefaultPlan is null${finitePositive(torchS) && finitePositive(r.timeStep) ? ` (the ratio would be ${(r.timeStep / torchS).toFixed(2)})` : ''}.`,
+    );
+  else if (!i.torch.ok)
+    notes.push(`ppoDefaultPlan.vsTorchEagerDefaultPlan: null (no PyTorch on a GPU: ${i.torch.reason}).`);
+  else if (!finitePositive(torchS))
+    notes.push(
+      'ppoDefaultPlan.vsTorchEagerDefaultPlan: null (the PyTorch PPO step of this run did not give a time).',
+    );
+  else if (!finitePositive(r.timeStep))
+    notes.push(`ppoDefaultPlan.vsTorchEagerDefaultPlan: null (our step time ${r.timeStep} s).`);
+  else ratio = r.timeStep / torchS;
+  return {
+    ppoDefaultPlan: {
+      label: r.label,
+      measured: !i.dryRun,
+      microBatchSize: r.microBatchSize,
+      recompute: r.recompute,
+      sPerStep: r.timeStep,
+      generateS: r.timeGenerate,
+      scoreS: r.timeScore,
+      updateS: r.timeUpdate,
+      torchEagerS: torchS,
+      vsTorchEagerDefaultPlan: ratio,
+    },
+    notes,
+  };
+}
+
+/** The PyTorch GRPO result under the Qwen rows' names (sPerStep, generateS, …). */
+export function torchGrpoRow(t: TorchGrpoResult): TorchGrpoRow {
+  return {
+    sPerStep: t.timeStep,
+    generateS: t.timeGenerate,
+    scoreS: t.timeScore,
+    updateS: t.timeUpdate,
+    steps: t.steps,
+    stepTimes: t.stepTimes,
+    loraTargets: t.loraTargets,
+    trainableParams: t.trainableParams,
+    refLogprobs: t.refLogprobs,
+    device: t.device,
+    tf32: t.tf32,
+    torch: t.torch,
+    transformers: t.transformers,
+    peft: t.peft,
+  };
+}
+
+/**
+ * The Qwen row's PyTorch column and ratios (pure: tests/bench-gpu-keys.test.ts): `torchEagerPeft` from the
+ * script's result; `vsTorchEagerDefault` / `vsTorchEagerWhole` = our plan's s/step ÷ PyTorch's, each null with a
+ * note in a dry run, without PyTorch, where the PyTorch step failed or where our row did not run; a note where
+ * PEFT adapted other modules or another number of parameters than ours (the two steps would then differ).
+ */
+export function qwenGrpoKeys(i: {
+  defaultPlan: Pick<QwenPlanRow, 'sPerStep'> | null;
+  wholeBatch: Pick<QwenPlanRow, 'sPerStep'> | null;
+  torch: TorchProbe;
+  /** The PyTorch step's result, why it failed, or absent: not run. */
+  torchRun?: TorchGrpoResult | { error: string };
+  /** The modules and parameter count of our adapters, to check PEFT's against. */
+  ours: { loraTargets: readonly string[]; trainableParams: number };
+  dryRun: boolean;
+}): Pick<QwenGrpoBench, 'torchEagerPeft' | 'vsTorchEagerDefault' | 'vsTorchEagerWhole'> & {
+  notes: string[];
+} {
+  const notes: string[] = [];
+  const run = i.torchRun;
+  const t = run && !('error' in run) ? run : null;
+  if (!i.torch.ok) notes.push(`qwenGrpo.torchEagerPeft: null (no PyTorch on a GPU: ${i.torch.reason}).`);
+  else if (!run)
+    notes.push(
+      `qwenGrpo.torchEagerPeft: null (${i.torch.reason} is here, but the PyTorch GRPO step was not run).`,
+    );
+  else if ('error' in run)
+    notes.push(`qwenGrpo.torchEagerPeft: null (the PyTorch GRPO step failed: ${run.error}).`);
+  if (t) {
+    const want = [...i.ours.loraTargets].sort();
+    const got = [...t.loraTargets].sort();
+    if (JSON.stringify(want) !== JSON.stringify(got))
+      notes.push(
+        `qwenGrpo: PEFT adapted ${JSON.stringify(got)}, ours ${JSON.stringify(want)}: the two steps differ.`,
+      );
+    if (t.trainableParams !== i.ours.trainableParams)
+      notes.push(
+        `qwenGrpo: PEFT trains ${t.trainableParams} parameters, ours ${i.ours.trainableParams}: the two steps differ.`,
+      );
+  }
+  const ratio = (name: string, ours: Pick<QwenPlanRow, 'sPerStep'> | null): number | null => {
+    if (!t) return null;
+    if (!ours) {
+      notes.push(`qwenGrpo.${name}: null (our row did not run).`);
+      return null;
+    }
+    if (!finitePositive(ours.sPerStep) || !finitePositive(t.timeStep)) {
+      notes.push(`qwenGrpo.${name}: null (step times ours ${ours.sPerStep} s, PyTorch ${t.timeStep} s).`);
+      return null;
+    }
+    if (i.dryRun) {
+      notes.push(
+        `qwenGrpo.${name}: null (a dry run: a small shape on a software adapter against PyTorch on the CPU is not a measurement; the ratio would be ${(ours.sPerStep / t.timeStep).toFixed(2)}).`,
+      );
+      return null;
+    }
+    return ours.sPerStep / t.timeStep;
+  };
+  return {
+    torchEagerPeft: t ? torchGrpoRow(t) : null,
+    vsTorchEagerDefault: ratio('vsTorchEagerDefault', i.defaultPlan),
+    vsTorchEagerWhole: ratio('vsTorchEagerWhole', i.wholeBatch),
+    notes,
+  };
+}
+
+/** "Qwen2.5-0.5B shape (24 layers, width 896, 14 heads over 2 KV heads, SwiGLU 4864, vocabulary 151936)". */
+export function qwenModelLabel(dryRun: boolean): string {
+  const s = qwenBenchShape(dryRun);
+  return `Qwen2.5-0.5B shape${dryRun ? ', dry run' : ''} (${s.num_hidden_layers} layers, width ${s.hidden_size}, ${s.num_attention_heads} heads over ${s.num_key_value_heads} KV heads, SwiGLU ${s.intermediate_size}, vocabulary ${s.vocab_size}), random weights`;
 }
 
 /** GPT-2 124M's weight products [K, N]: c_attn, mlp.c_fc, mlp.c_proj, and the tied LM head (x·wteᵀ). */
@@ -427,6 +682,9 @@ export interface Gpt2LoraStep {
   updateMfu: number;
   webgpuDispatchesPerStep: number;
   readbacksPerStep: number;
+  /** The plan the step ran with (trainer.stepPlan after the timed steps): what microBatchSize 0 resolved to. */
+  microBatchSize: number;
+  recompute: boolean;
 }
 
 /**
@@ -466,8 +724,18 @@ export async function runGpuBench(o: {
   repeat?: number;
   /** Leave out the tfjs-ops GPT-2 row (the slowest). */
   skipPlain?: boolean;
-  /** Add a GPT-2 PPO row with the automatic micro-batch (micro-batches of 4 with recompute). */
+  /**
+   * Ignored: the GPT-2 PPO row at the default plan (`ppoDefaultPlan`) now runs wherever the GPT-2 rows run (it was
+   * PPO_GPU_BENCH_DEFAULT_PLAN=1's row); kept so that callers that pass it still compile.
+   */
   defaultPlan?: boolean;
+  /**
+   * A trainer on the Qwen2.5-0.5B-shaped folder (random weights; torch-grpo.ts qwenBenchShape: a dry run's is 2
+   * layers of width 64) with these overrides (src/cli/torch-probe.ts qwenGrpoBenchHooks); absent: no Qwen row.
+   */
+  buildQwenTrainer?: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
+  /** The Qwen row's GRPO step in PyTorch eager + PEFT (src/cli/torch-probe.ts runTorchGrpoStep). */
+  runTorchGrpo?: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
   log: (m: string) => void;
 }): Promise<GpuBenchResult> {
   if (tf.getBackend() !== 'webgpu')
@@ -595,13 +863,6 @@ export async function runGpuBench(o: {
         fused: true,
         torch: false,
       });
-      if (o.defaultPlan)
-        runs.push({
-          label: 'PPO, LoRA r 8, shared value — the automatic micro-batch',
-          over: { algorithm: 'ppo', lora: 8, ...size },
-          fused: true,
-          torch: false,
-        });
       if (!o.skipPlain)
         runs.push({
           label: 'PPO, LoRA r 8, shared value — tfjs ops (fused kernels off)',
@@ -610,6 +871,14 @@ export async function runGpuBench(o: {
           torch: false,
         });
     }
+    // The default plan (microBatchSize 0, recompute auto: what the engine resolves here), beside PyTorch's
+    // whole-batch step of the same run (ppoDefaultPlan); in a dry run too, to check the code.
+    runs.push({
+      label: PPO_DEFAULT_PLAN_LABEL,
+      over: { algorithm: 'ppo', lora: 8, ...size },
+      fused: true,
+      torch: false,
+    });
     for (const { label, over, fused, torch: withTorch } of runs) {
       o.log(`GPT-2 124M shape: ${label}`);
       setWebGpuFusedKernels(fused);
@@ -665,6 +934,30 @@ export async function runGpuBench(o: {
     }
   }
   const torchEager = torchRuns[0]?.torch ?? null;
+  let ppoDefaultPlan: PpoDefaultPlan | null = null;
+  if (gpt2Lora.length || dry) {
+    const d = ppoDefaultPlanKeys({
+      row: gpt2Lora.find((g) => g.label === PPO_DEFAULT_PLAN_LABEL) ?? null,
+      torch,
+      torchStep: torchEager,
+      dryRun: dry,
+    });
+    ppoDefaultPlan = d.ppoDefaultPlan;
+    notes.push(...d.notes);
+  } else notes.push('ppoDefaultPlan: null (the GPT-2 rows were not run).');
+  let qwenGrpo: QwenGrpoBench | null = null;
+  if ((soft && !dry) || !o.buildQwenTrainer)
+    notes.push(
+      `qwenGrpo: null (not run: ${soft && !dry ? 'software adapter' : 'no Qwen model builder (runGpuBench buildQwenTrainer)'}).`,
+    );
+  else
+    qwenGrpo = await qwenGrpoBench({
+      build: o.buildQwenTrainer,
+      runTorch: o.runTorchGrpo,
+      torch,
+      dryRun: dry,
+      log: o.log,
+    });
   // sampledOverGreedy: of the GPT-2 policy at batch 16 where it was timed, else of the tiny policy.
   const g16 = gpt2Decode.find((d) => d.batch === 16);
   const keyTiming = g16 ?? timing;
@@ -704,7 +997,156 @@ export async function runGpuBench(o: {
     webgpuDispatchesPerStep: ppo.webgpuDispatchesPerStep,
     readbacksPerStep: ppo.readbacksPerStep,
     gpt2Lora,
+    ppoDefaultPlan,
+    qwenGrpo,
     notes,
+  };
+}
+
+/** The label of the GPT-2 PPO row at the default plan (`ppoDefaultPlan`). */
+export const PPO_DEFAULT_PLAN_LABEL = 'PPO, LoRA r 8, shared value — the default plan';
+
+/**
+ * The Qwen row (`qwenGrpo`): one trainer (GRPO, LoRA r 8, one epoch of one minibatch) timed at the default plan
+ * (microBatchSize 0, recompute auto), then, after setConfig (both keys are live), at the whole batch without
+ * recompute; each plan a warm-up and 1 or 2 timed steps (qwenTimedSteps). The trainer is freed, then PyTorch eager
+ * + PEFT runs the same step once (warm-up + 3 timed; a dry run: 1, on the CPU). A failure becomes a note.
+ */
+async function qwenGrpoBench(o: {
+  build: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
+  runTorch?: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
+  torch: TorchProbe;
+  dryRun: boolean;
+  log: (m: string) => void;
+}): Promise<QwenGrpoBench> {
+  const run = qwenBenchRun(o.dryRun);
+  const notes: string[] = [];
+  const out: QwenGrpoBench = {
+    model: qwenModelLabel(o.dryRun),
+    measured: !o.dryRun,
+    batchSize: run.batchSize,
+    groupSize: run.groupSize,
+    responseLength: run.responseLength,
+    Tq: null,
+    lora: run.lora,
+    loraTargets: [],
+    trainableParams: 0,
+    defaultPlan: null,
+    wholeBatch: null,
+    torchEagerPeft: null,
+    vsTorchEagerDefault: null,
+    vsTorchEagerWhole: null,
+    notes,
+  };
+  if (o.dryRun)
+    notes.push(
+      'qwenGrpo: a dry run (2 layers of width 64 on a software adapter, PyTorch on the CPU): none of its figures is a measurement.',
+    );
+  o.log(
+    `${out.model}: GRPO, LoRA r ${run.lora}, ${run.batchSize / run.groupSize} prompts × ${run.groupSize}, ${run.responseLength} tokens`,
+  );
+  let spec: TorchGrpoSpec | null = null;
+  let trainer: PpoTrainer;
+  try {
+    trainer = await o.build({ ...run, miniBatches: 1, ppoEpochs: 1, steps: 1000 });
+  } catch (e) {
+    notes.push(`qwenGrpo: the trainer could not be built: ${(e as Error).message}`);
+    return out;
+  }
+  try {
+    const policy = trainer.models.policy;
+    out.loraTargets = resolveLoraTargets(policy.config, trainer.cfg.loraTargets);
+    out.trainableParams = policy.trainableVariables().reduce((n, v) => n + v.size, 0);
+    const plans: { key: 'defaultPlan' | 'wholeBatch'; label: string; plan: QwenPlanRow['requested'] }[] = [
+      { key: 'defaultPlan', label: 'the default plan', plan: { microBatchSize: 0, recompute: 'auto' } },
+      {
+        key: 'wholeBatch',
+        label: 'the whole batch',
+        plan: { microBatchSize: run.batchSize, recompute: 'off' },
+      },
+    ];
+    for (const { key, label, plan } of plans) {
+      o.log(`Qwen GRPO, ${label} (microBatchSize ${plan.microBatchSize}, recompute ${plan.recompute})`);
+      try {
+        trainer.setConfig({ ...trainer.cfg, ...plan });
+        const w = await trainer.trainStep();
+        const warmupS = w.metrics.timeStep;
+        const n = qwenTimedSteps(warmupS, o.dryRun);
+        o.log(`  warm-up ${warmupS.toFixed(2)} s; ${n} timed step${n > 1 ? 's' : ''}`);
+        const stepTimes: number[] = [];
+        const timed = await benchPpoStep(trainer, {
+          steps: n,
+          warmup: 0,
+          onStep: (_, s) => {
+            stepTimes.push(s);
+            o.log(`  step ${s.toFixed(2)} s`);
+          },
+        });
+        const resolved = trainer.stepPlan();
+        out.Tq = timed.Tq;
+        out[key] = {
+          label,
+          requested: plan,
+          microBatchSize: resolved.microBatchSize,
+          recompute: resolved.recompute,
+          generateMicroBatchSize: resolved.generateMicroBatchSize,
+          sPerStep: timed.timeStep,
+          generateS: timed.timeGenerate,
+          scoreS: timed.timeScore,
+          updateS: timed.timeUpdate,
+          warmupS,
+          timedSteps: n,
+          stepTimes,
+          note:
+            !o.dryRun && n === 1
+              ? `one timed step after one warm-up: the warm-up took ${warmupS.toFixed(1)} s (over ${QWEN_SLOW_WARMUP_S} s)`
+              : null,
+        };
+        o.log(`  ${JSON.stringify(out[key])}`);
+      } catch (e) {
+        notes.push(`qwenGrpo.${key}: failed: ${(e as Error).message}`);
+      }
+    }
+    if (out.Tq !== null && o.torch.ok && o.runTorch)
+      spec = torchGrpoSpec(trainer.cfg, {
+        model: trainer.cfg.model,
+        Tq: out.Tq,
+        device: o.dryRun ? 'cpu' : 'cuda',
+        loraTargets: out.loraTargets,
+        warmup: 1,
+        steps: o.dryRun ? 1 : 3,
+      });
+  } finally {
+    disposeTrainer(trainer);
+  }
+  let torchRun: TorchGrpoResult | { error: string } | undefined;
+  if (spec && o.runTorch) {
+    o.log('the same GRPO step in PyTorch eager + PEFT');
+    try {
+      torchRun = await o.runTorch(spec);
+      o.log(`  ${JSON.stringify({ torch: torchRun })}`);
+    } catch (e) {
+      torchRun = { error: (e as Error).message };
+    }
+  }
+  const k = qwenGrpoKeys({
+    defaultPlan: out.defaultPlan,
+    wholeBatch: out.wholeBatch,
+    torch: o.torch,
+    torchRun,
+    ours: { loraTargets: out.loraTargets, trainableParams: out.trainableParams },
+    dryRun: o.dryRun,
+  });
+  notes.push(...k.notes);
+  if (k.torchEagerPeft)
+    notes.push(
+      `qwenGrpo.torchEagerPeft: scripts/torch_grpo_step.py, PyTorch ${k.torchEagerPeft.torch} eager, transformers ${k.torchEagerPeft.transformers}, PEFT ${k.torchEagerPeft.peft} (float32, TF32 ${k.torchEagerPeft.tf32 ? 'on' : 'off'}) on ${k.torchEagerPeft.device}: mean of ${k.torchEagerPeft.steps} steps after a warm-up.`,
+    );
+  return {
+    ...out,
+    torchEagerPeft: k.torchEagerPeft,
+    vsTorchEagerDefault: k.vsTorchEagerDefault,
+    vsTorchEagerWhole: k.vsTorchEagerWhole,
   };
 }
 
@@ -748,6 +1190,7 @@ async function gpt2LoraStep(
       onStep: (i, s) => log(`  ${i < 0 ? 'warm-up' : 'step'} ${s.toFixed(2)} s`),
     });
     const counted = await countDispatches(() => trainer.trainStep());
+    const plan = trainer.stepPlan();
     const c = trainer.models.policy.config;
     const flops = loraUpdateFlops(c, {
       batch: timed.batchSize,
@@ -772,6 +1215,8 @@ async function gpt2LoraStep(
       updateMfu: gflops / peakGflops,
       webgpuDispatchesPerStep: counted.dispatches,
       readbacksPerStep: counted.readbacks,
+      microBatchSize: plan.microBatchSize,
+      recompute: plan.recompute,
     };
     if (after) await after(trainer, step);
     return step;
@@ -835,6 +1280,8 @@ export function gpuMarkdown(r: GpuBenchResult): string {
         ]
       : []),
     ...torchTable(r),
+    ...defaultPlanTable(r),
+    ...qwenTable(r),
     ...r.notes.map((n) => `- ${n}`),
     '',
   ].join('\n');
@@ -870,5 +1317,42 @@ function torchTable(r: GpuBenchResult): string[] {
           '',
         ]
       : []),
+  ];
+}
+
+const ratioCell = (x: number | null | undefined): string => (x == null ? 'null (see notes)' : x.toFixed(2));
+
+/** ppoDefaultPlan: the GPT-2 PPO step at the default plan beside PyTorch's ([] if it did not run). */
+function defaultPlanTable(r: GpuBenchResult): string[] {
+  const d = r.ppoDefaultPlan;
+  if (!d) return [];
+  return [
+    `| GPT-2 124M shape, PPO + LoRA r 8, default plan${d.measured ? '' : ' (dry run: not a measurement)'} | micro-batch | recompute | s/step | generate | score | update | PyTorch eager s/step | vsTorchEagerDefaultPlan |`,
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    `| ppoDefaultPlan | ${d.microBatchSize} | ${d.recompute ? 'on' : 'off'} | ${f(d.sPerStep, 3)} | ${f(d.generateS, 3)} | ${f(d.scoreS, 3)} | ${f(d.updateS, 3)} | ${f(d.torchEagerS, 3)} | ${ratioCell(d.vsTorchEagerDefaultPlan)} |`,
+    '',
+  ];
+}
+
+/** qwenGrpo: ours at the default plan and the whole batch, PyTorch eager + PEFT beside ([] if it did not run). */
+function qwenTable(r: GpuBenchResult): string[] {
+  const q = r.qwenGrpo;
+  if (!q) return [];
+  const t = q.torchEagerPeft;
+  const ours = (p: QwenPlanRow | null, name: string, ratio: number | null): string =>
+    p
+      ? `| ours, ${name} | ${p.microBatchSize}${p.generateMicroBatchSize !== p.microBatchSize ? ` (generate ${p.generateMicroBatchSize})` : ''}, recompute ${p.recompute ? 'on' : 'off'} | ${f(p.sPerStep, 3)} | ${f(p.generateS, 3)} | ${f(p.scoreS, 3)} | ${f(p.updateS, 3)} | ${p.timedSteps} | ${ratioCell(ratio)} |`
+      : `| ours, ${name} | not run | — | — | — | — | — | null (see notes) |`;
+  return [
+    `| ${q.model}: GRPO + LoRA r ${q.lora}, ${q.batchSize / q.groupSize} prompts × ${q.groupSize}, R ${q.responseLength}${q.measured ? '' : ' (dry run: not a measurement)'} | micro-batch | s/step | generate | score | update | timed steps | ours ÷ PyTorch |`,
+    '| --- | --- | --- | --- | --- | --- | --- | --- |',
+    ours(q.defaultPlan, 'default plan', q.vsTorchEagerDefault),
+    ours(q.wholeBatch, 'whole batch', q.vsTorchEagerWhole),
+    t
+      ? `| PyTorch eager + PEFT (${t.device}) | ${q.batchSize}, no recompute | ${f(t.sPerStep, 3)} | ${f(t.generateS, 3)} | ${f(t.scoreS, 3)} | ${f(t.updateS, 3)} | ${t.steps} | — |`
+      : '| PyTorch eager + PEFT | not run | — | — | — | — | — | — |',
+    '',
+    ...q.notes.map((n) => `- ${n}`),
+    '',
   ];
 }

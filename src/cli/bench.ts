@@ -18,7 +18,7 @@ import { setNodeBackend } from './backend-node';
 import { nodeFiles } from './files-node';
 import { resolveModel, ROOT } from './models';
 import { nodeResources } from './train';
-import { runPython } from './torch-probe';
+import { qwenGrpoBenchHooks, runPython } from './torch-probe';
 import { loadTaskNode } from './tasks-node';
 import { loadLM, readConfig } from '../core/model/folder';
 import { validateConfig, type TrainConfig } from '../core/config';
@@ -625,6 +625,8 @@ async function gpuBench(
     }
     return (gpt2Dir = dir);
   };
+  // The Qwen GRPO row: its Qwen2.5-0.5B-shaped folder (written once, at its first build), trainer and PyTorch step.
+  const qwen = qwenGrpoBenchHooks({ dryRun, res, python: resolvePython(), log });
   const r = await runGpuBench({
     adapter,
     buildTinyTrainer: (o) =>
@@ -657,12 +659,13 @@ async function gpuBench(
       });
       return runTorchPpoStep(resolvePython(), spec, log);
     },
+    buildQwenTrainer: qwen.buildQwenTrainer,
+    runTorchGrpo: qwen.runTorchGrpo,
     dryRun,
     repeat: Number(process.env.PPO_GPU_BENCH_REPEAT ?? 1) || 1,
     skipPlain: process.env.PPO_GPU_BENCH_SKIP_PLAIN === '1',
-    defaultPlan: process.env.PPO_GPU_BENCH_DEFAULT_PLAN === '1',
     log,
-  });
+  }).finally(() => qwen.cleanup());
   if (gpt2Dir) {
     const { rm } = await import('node:fs/promises');
     const { dirname } = await import('node:path');

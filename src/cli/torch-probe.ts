@@ -1,15 +1,32 @@
 /**
  * `bench --gpu`'s PyTorch side (issue #22, `vsTorchEager`; docs/gpu.md): the probe runs `python -c` with
  * TORCH_PROBE_CODE (src/bench/webgpu-gpu.ts) and reads whether torch imports and CUDA is available
- * (torchProbeFromRun); runTorchPpoStep runs scripts/torch_ppo_step.py, the same PPO step in PyTorch eager.
+ * (torchProbeFromRun); runTorchPpoStep runs scripts/torch_ppo_step.py, the same PPO step in PyTorch eager;
+ * runTorchGrpoStep runs scripts/torch_grpo_step.py, the Qwen row's GRPO step in PyTorch eager + PEFT, and
+ * qwenGrpoBenchHooks gives runGpuBench that row's model (written once to a temporary folder), trainer and PyTorch.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { TORCH_PROBE_CODE, torchProbeFromRun, type ProbeRun, type TorchProbe } from '../bench/webgpu-gpu';
 import { parseTorchResult, type TorchPpoResult, type TorchPpoSpec } from '../bench/torch-ppo';
+import {
+  parseTorchGrpoResult,
+  qwenBenchShape,
+  type TorchGrpoResult,
+  type TorchGrpoSpec,
+} from '../bench/torch-grpo';
+import { validateConfig } from '../core/config';
+import { parseModelConfig } from '../core/model/config';
+import { exportLM } from '../core/model/folder';
+import { Llama } from '../core/model/llama';
+import type { LlamaConfig } from '../core/model/llama-config';
+import { buildTrainer, type Resources } from '../core/ppo/setup';
+import type { PpoTrainer } from '../core/ppo/trainer';
+import { writeFolder } from './files-node';
+import { ROOT } from './models';
 
 /** Whether `python` can import torch with CUDA available, and why not. */
 export function probeTorchCuda(python: string): TorchProbe {
@@ -81,4 +98,89 @@ export async function runTorchPpoStep(
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * Run scripts/torch_grpo_step.py on `spec` with `python` (`bench --gpu`'s `qwenGrpo.torchEagerPeft`): as
+ * runTorchPpoStep, parsed by parseTorchGrpoResult.
+ */
+export async function runTorchGrpoStep(
+  python: string,
+  spec: TorchGrpoSpec,
+  log: (m: string) => void,
+): Promise<TorchGrpoResult> {
+  const dir = await mkdtemp(join(tmpdir(), 'ppo-torch-grpo-'));
+  const specPath = join(dir, 'spec.json');
+  try {
+    await writeFile(specPath, JSON.stringify(spec));
+    const script = fileURLToPath(new URL('../../scripts/torch_grpo_step.py', import.meta.url));
+    return parseTorchGrpoResult(await runPython(python, [script, specPath], log, 'torch'));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Write a Llama/Qwen2/Qwen3 model folder with random weights (Llama.random, seed 1234) for `raw` (a config.json:
+ * torch-grpo.ts qwenBenchShape) and the 512-id ChatML tokenizer of tests/fixtures/hf-tokenizer, as
+ * scripts/make-random-model.ts --shape writes it. `maxBindingBytes`: the embedding in chunks that fit the device's
+ * binding limit (on WebGPU). Returns the parsed config.
+ */
+export async function writeRandomLlamaFolder(
+  dir: string,
+  raw: Record<string, unknown>,
+  o: { maxBindingBytes?: number } = {},
+): Promise<LlamaConfig> {
+  const config = parseModelConfig(raw) as LlamaConfig;
+  const model = Llama.random(config, 1234, false, 'bench-random', { maxBindingBytes: o.maxBindingBytes });
+  let files: Map<string, Uint8Array>;
+  try {
+    files = await exportLM(model);
+  } finally {
+    model.dispose();
+  }
+  const tok = join(ROOT, 'tests', 'fixtures', 'hf-tokenizer');
+  for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'])
+    files.set(f, new Uint8Array(await readFile(join(tok, f))));
+  await writeFolder(dir, files);
+  return config;
+}
+
+/**
+ * What `bench --gpu` gives runGpuBench for its Qwen GRPO row (src/cli/bench.ts gpuBench): a trainer on a folder of
+ * Qwen2.5-0.5B's shapes with random weights (a dry run: qwenBenchShape's 2 layers of width 64), written once to a
+ * temporary folder at the first build, with the sentiment task as the GPT-2 rows have it; the same step in PyTorch
+ * eager + PEFT through `python`; `cleanup` removes the folder.
+ */
+export function qwenGrpoBenchHooks(o: {
+  dryRun: boolean;
+  res: Resources;
+  python: string;
+  log: (m: string) => void;
+}): {
+  buildQwenTrainer: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
+  runTorchGrpo: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
+  cleanup: () => Promise<void>;
+} {
+  let dir: string | null = null;
+  const folder = async (): Promise<string> => {
+    if (dir) return dir;
+    const d = join(await mkdtemp(join(tmpdir(), 'ppo-gpu-bench-')), 'qwen2.5-0.5b');
+    o.log(
+      `writing a Qwen2.5-0.5B${o.dryRun ? ' (dry run: 2 layers, width 64)' : ''}-shaped model with random weights to ${d}`,
+    );
+    const t0 = performance.now();
+    await writeRandomLlamaFolder(d, qwenBenchShape(o.dryRun), { maxBindingBytes: o.res.maxBindingBytes });
+    o.log(`  written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    return (dir = d);
+  };
+  return {
+    buildQwenTrainer: async (over) =>
+      buildTrainer(validateConfig({ model: await folder(), task: 'sentiment', ...over }, 'bench'), o.res),
+    runTorchGrpo: (spec) => runTorchGrpoStep(o.python, spec, o.log),
+    cleanup: async () => {
+      if (dir) await rm(dirname(dir), { recursive: true, force: true });
+      dir = null;
+    },
+  };
 }
