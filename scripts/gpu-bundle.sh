@@ -27,6 +27,12 @@ cat > .gpu/node_modules/playwright/package.json <<'JSON'
 { "name": "playwright", "version": "0.0.0-stub", "type": "module", "exports": { ".": "./test.js", "./test": "./test.js" } }
 JSON
 printf 'export default {};\nexport const chromium = undefined;\n' > .gpu/node_modules/playwright/test.js
+# PEFT and accelerate (pure Python) and psutil from the local wheelhouse, for a device Python without them.
+mkdir -p .gpu/wheels
+for w in peft accelerate psutil; do
+  f=$(find /opt/pypi/files /opt/wheels -name "$w-*.whl" 2>/dev/null | sort | tail -1)
+  [ -n "$f" ] && cp "$f" .gpu/wheels/ || echo "no $w wheel here: the device's Python must have it"
+done
 (cd .gl && apt-get download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
 du -sh .gpu .gl
 echo "carry: [\".gpu\", \".gl\"]; on the device: bash scripts/gpu-device-run.sh"

@@ -26,6 +26,12 @@ PY
 for d in .gl/*.deb; do dpkg -x "$d" .gl/root; done
 export LD_LIBRARY_PATH="$PWD/.gl/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 export PPO_WEBGPU_VULKAN="${PPO_WEBGPU_VULKAN:-system}" PPO_PYTHON="${PPO_PYTHON:-python3}"
+# PEFT (and accelerate, which it imports) for the Qwen GRPO row's PyTorch side, when the machine's Python lacks them:
+# pure-Python wheels carried in .gpu/wheels (scripts/gpu-bundle.sh), installed into a folder on PYTHONPATH.
+if ! "$PPO_PYTHON" -c "import peft" >/dev/null 2>&1 && ls .gpu/wheels/*.whl >/dev/null 2>&1; then
+  "$PPO_PYTHON" -m pip install --quiet --no-deps --no-index --target .gpu/py .gpu/wheels/*.whl >/dev/null 2>&1 || true
+  export PYTHONPATH="$PWD/.gpu/py${PYTHONPATH:+:$PYTHONPATH}"
+fi
 node=.gpu/bin/node
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
 $node --version >> "$out/device.txt"
