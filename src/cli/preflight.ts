@@ -20,6 +20,7 @@ import type { LMConfig } from '../core/model/config';
 import { encodePrompt, tokenizerForFolder } from '../core/tokenizer';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
 import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
+import { currentPlanDevice } from '../core/ppo/gpu-plan';
 import { LORA_TARGETS } from '../core/model/lora';
 import {
   DEVICE_MEMORY_SHARE,
@@ -34,6 +35,7 @@ import {
   paramCount,
   runMemoryOptions,
   runShapeOf,
+  deviceFallbackFloor,
   WASM_HEAP_BYTES,
   WASM_HEAP_RUN_SHARE,
   withPackedWeights,
@@ -126,9 +128,14 @@ export async function preflightTrain(
   const vocabChunk = chunksVocabulary(cfg.responseLength, config.vocab_size, budget.backend)
     ? VOCAB_CHUNK
     : 0;
-  const run = runShapeOf(config, cfg, promptLength, opts, vocabChunk);
+  // On WebGPU the device's plan (the whole minibatch; smaller only when the device runs out: core/ppo/gpu-plan.ts).
+  const device = budget.backend === 'webgpu' ? currentPlanDevice() : undefined;
+  const run = runShapeOf(config, cfg, promptLength, opts, vocabChunk, device);
   const e = estimateRunMemory(config, run, opts);
   if (e.total <= budget.bytes) return e;
+  // That plan falls back to smaller micro-batches when the device runs out: refused only if even the smallest won't fit.
+  if (device && estimateRunMemory(config, deviceFallbackFloor(run, cfg), opts).total <= budget.bytes)
+    return e;
 
   const remedies: string[] = [];
   const fit = fixedBytes(e) <= budget.bytes ? fittingMicroBatch(config, run, opts, budget.bytes) : null;

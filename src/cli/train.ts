@@ -18,6 +18,7 @@ import { asHeapExhaustion, defaultHeapBudget, HeapExhaustedError } from '../core
 import type { FileBody } from '../core/model/safetensors';
 import { cmdTrainDpo, dpoRequest } from './train-dpo';
 import { HELDOUT } from '../core/ppo/eval-record';
+import { describePlan } from '../core/ppo/gpu-plan';
 
 export const TRAIN_HELP = `train --config FILE --out DIR [--steps N] [--resume CKPT_DIR] [--reward-module FILE.mjs] [--dump-rollouts]
       [--backend wasm|cpu|webgpu] [--json]
@@ -222,6 +223,15 @@ export async function cmdTrain(argv: string[]): Promise<void> {
   let finished = 0; // the last step recorded in metrics.jsonl
   // The checkpoint to go back to: the one resumed from, until this run writes its own.
   let lastCheckpoint: { dir: string; step: number } | null = null;
+  // The plan in force (micro-batch, recompute, and why), printed at the start and again whenever it changes (after
+  // the device ran out of memory, or a live change of microBatchSize / recompute): "plan: whole batch (16) on
+  // WebGPU, recompute off", "plan: micro-batches of 8 after the device ran out of memory".
+  let planShown = '';
+  const showPlan = (text: string) => {
+    if (text === planShown) return;
+    planShown = text;
+    process.stderr.write(`plan: ${text}\n`);
+  };
   const hooks: SessionHooks = {
     step: async (r, s) => {
       const m = r.metrics;
@@ -254,6 +264,7 @@ export async function cmdTrain(argv: string[]): Promise<void> {
         );
       }
       for (const a of r.alerts) process.stderr.write(`  alert: ${a.message} ${a.advice}\n`);
+      showPlan(describePlan(r.plan));
     },
     // checkpoint-0 (a fresh run's starting weights), every saveEvery steps, and the last step.
     checkpoint: async (s) => {
@@ -309,6 +320,7 @@ export async function cmdTrain(argv: string[]): Promise<void> {
       }
     }
     if (dump) await mkdir(path.join(out, 'rollouts'), { recursive: true });
+    showPlan(session.trainer.planText());
     last = session.history[session.history.length - 1];
     finished = session.step;
     if (resume) lastCheckpoint = { dir: resume, step: session.step };

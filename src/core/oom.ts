@@ -40,6 +40,12 @@ export const HEAP_EXHAUSTION_PATTERNS: readonly RegExp[] = [
   /could not allocate memory/i, // WebAssembly.Memory(): could not allocate memory
   /webassembly\.memory\.grow/i,
   /failed to grow (the )?(wasm )?memory/i,
+  // WebGPU: createBuffer with mappedAtCreation (tfjs-backend-webgpu uploads through it) throws a RangeError when the
+  // mapping cannot be allocated ("createBuffer failed, size (N) is too large for the implementation when
+  // mappedAtCreation == true"); an ordinary failed allocation is reported through the device's error scope
+  // instead (src/core/ppo/gpu-plan.ts).
+  /createbuffer failed/i,
+  /too large for the implementation/i,
 ];
 
 function messageOf(e: unknown): string {

@@ -33,6 +33,7 @@ import {
   WASM_HEAP_SHARE,
   WASM_HEAP_RUN_SHARE,
   type MemoryEstimate,
+  type PlanDevice,
   type RunMemoryOptions,
   type RunShape,
 } from '../core/model/size';
@@ -65,6 +66,17 @@ export function webgpuBindingBytes(limits: DeviceLimits | null): number | undefi
     (c): c is number => c !== undefined && c > 0,
   );
   return caps.length > 0 ? Math.min(...caps) : undefined;
+}
+
+/**
+ * The device a run's plan is made for (model/size.ts PlanDevice): on WebGPU the device with its one-buffer limit
+ * (the whole minibatch, inside that limit; smaller only when the device runs out: src/core/ppo/gpu-plan.ts);
+ * elsewhere undefined (the budget plan).
+ */
+export function planDeviceOf(limits: DeviceLimits | null): PlanDevice | undefined {
+  if (!limits || limits.backend !== 'webgpu') return undefined;
+  const maxBufferBytes = webgpuBindingBytes(limits);
+  return maxBufferBytes === undefined ? { backend: 'webgpu' } : { backend: 'webgpu', maxBufferBytes };
 }
 
 /** The largest weight tensor a model holds under a binding limit: wte's largest chunk, or another tensor. */
@@ -211,6 +223,8 @@ export interface RunMemoryCheck {
   policyTrainableParams: number;
   budget: MemoryBudget;
   problem: string | null;
+  /** The plan the run would start with, in words (src/core/ppo/gpu-plan.ts describePlan); set by the worker's estimate. */
+  plan?: string;
 }
 
 /** The largest batch size (a multiple of miniBatches, below the configured one) whose estimate fits, or 0. */

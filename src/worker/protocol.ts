@@ -158,6 +158,11 @@ export interface MemoryEstimateReport {
   budget: string;
   /** Why Start would refuse the run, with numbers and remedies; null when it fits. */
   problem: string | null;
+  /**
+   * The plan the run would start with, in words: "whole batch (16) on WebGPU, recompute off", "micro-batches of 4
+   * with recompute (WASM heap budget)" (src/core/ppo/gpu-plan.ts describePlan).
+   */
+  plan?: string;
 }
 
 /** tf.memory() of the worker. */
@@ -215,6 +220,22 @@ export interface RunStatus {
    * absent / null for an RL run of `config.algorithm`. `step` and `steps` are then the job's.
    */
   job?: SupervisedJobStatus | null;
+  /**
+   * The plan the run's steps use now (micro-batch, generation slice, recompute, and why), once its trainer exists;
+   * after the device ran out of memory, the smaller one it fell back to. Absent / null: no RL run built yet.
+   */
+  plan?: PlanView | null;
+}
+
+/** A step's plan as the worker reports it (src/core/ppo/gpu-plan.ts PlanInForce, with its words). */
+export interface PlanView {
+  microBatchSize: number;
+  generateMicroBatchSize: number;
+  recompute: boolean;
+  /** device: WebGPU's whole minibatch; budget: the heap budget (WASM, CPU); set: microBatchSize; out-of-memory. */
+  reason: 'device' | 'budget' | 'set' | 'out-of-memory';
+  /** "micro-batches of 8 after the device ran out of memory" (describePlan). */
+  text: string;
 }
 
 /**

@@ -17,6 +17,7 @@ import { TrainingSession, type RunEnd, type SessionHooks, type SessionOptions } 
 import { restoreSession, type CheckpointSource } from '../core/restore';
 import { nonFiniteRunError, stepsDoneMessage } from '../core/stops';
 import type { PpoTrainer, RewardSource } from '../core/ppo/trainer';
+import { describePlan } from '../core/ppo/gpu-plan';
 import type { Rollout } from '../core/ppo/rollout';
 import type { Tokenizer } from '../core/tokenizer/types';
 import type { CausalLM } from '../core/model/causal-lm';
@@ -49,6 +50,7 @@ import type {
   MemoryReport,
   MetricsWire,
   ModelSummary,
+  PlanView,
   SupervisedJobStatus,
   SupervisedJobWire,
   Phase,
@@ -233,7 +235,26 @@ export class Run {
       model: this.model,
       reward,
       job: this.job ? (JSON.parse(JSON.stringify(this.job.status)) as SupervisedJobStatus) : null,
+      plan: this.planView(),
     };
+  }
+
+  /** The plan the RL run's steps use now (null without a trainer, or while a supervised job is driven). */
+  private planView(): PlanView | null {
+    const t = this.trainer;
+    if (this.job || !t) return null;
+    try {
+      const p = t.planInForce();
+      return {
+        microBatchSize: p.microBatchSize,
+        generateMicroBatchSize: p.generateMicroBatchSize,
+        recompute: p.recompute,
+        reason: p.reason,
+        text: describePlan(p),
+      };
+    } catch {
+      return null; // a status never fails for want of a plan (a disposed run, a backend being rebuilt)
+    }
   }
 
   subscribe(cb: Listener): RunStatus {

@@ -27,15 +27,18 @@ import {
 import {
   checkTrainingMemory,
   formatGB,
+  deviceFallbackFloor,
   paramCount,
   runShapeOf,
   type RunMemoryOptions,
 } from '../core/model/size';
+import { describePlan, plannedInForce } from '../core/ppo/gpu-plan';
 import { UserError } from '../core/errors';
 import { builtinModelUrl, fetchFiles } from './files-web';
 import {
   checkDeviceLimits,
   memoryBudget,
+  planDeviceOf,
   rewardIsModel,
   runMemoryCheck,
   runMemoryOptions,
@@ -305,8 +308,10 @@ export class ModelSources {
     };
     const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
     const vocabChunk = chunksVocabulary(cfg.responseLength, config.vocab_size, backend) ? VOCAB_CHUNK : 0;
-    // The shape the trainer will run: its micro-batch and recompute (model/size.ts runShapeOf).
-    const shape = runShapeOf(config, cfg, promptLength, opts, vocabChunk);
+    // The shape the trainer will run: its micro-batch and recompute (model/size.ts runShapeOf); on WebGPU the
+    // device's plan (the whole minibatch, smaller only when the device runs out: core/ppo/gpu-plan.ts).
+    const device = planDeviceOf(this.deviceLimits);
+    const shape = runShapeOf(config, cfg, promptLength, opts, vocabChunk, device);
     const check = runMemoryCheck(
       config,
       files.label,
@@ -315,6 +320,14 @@ export class ModelSources {
       budget,
       this.deviceLimits?.backend ?? null,
     );
+    check.plan = describePlan(plannedInForce(shape, cfg, backend, device));
+    if (check.problem && device) {
+      // That plan falls back to smaller micro-batches when the device runs out: refused only if even the smallest
+      // (one sample, recompute) would not fit.
+      const floor = deviceFallbackFloor(shape, cfg);
+      const least = runMemoryCheck(config, files.label, floor, opts, budget, 'webgpu');
+      if (!least.problem) check.problem = null;
+    }
     if (!check.problem) {
       try {
         checkDeviceLimits(config, files.label, this.deviceLimits, 'train', opts);
@@ -339,6 +352,7 @@ export class ModelSources {
       budgetBytes: c.budget.bytes,
       budget: c.budget.what,
       problem: c.problem,
+      ...(c.plan ? { plan: c.plan } : {}),
     };
   }
 

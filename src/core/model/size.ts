@@ -670,22 +670,116 @@ export interface StepPlan {
 }
 
 /**
+ * The device a plan is made for. Absent (WASM, CPU, WebGL): the budget plan below, made for a heap that every
+ * tensor shares (AUTO_MICRO_BATCH_BYTES per phase). 'webgpu': a GPU's memory, which the plan does not guess at:
+ * the whole minibatch (the whole batch for generation) without recompute, as large as the device's buffer limits
+ * allow, and smaller micro-batches only after the device reports running out of memory (src/core/ppo/gpu-plan.ts).
+ */
+export interface PlanDevice {
+  backend: 'webgpu';
+  /**
+   * The most bytes one tensor may take: the smaller of the device's maxStorageBufferBindingSize and maxBufferSize
+   * (tfjs keeps each tensor in one buffer and binds it whole). Absent: no limit known.
+   */
+  maxBufferBytes?: number;
+}
+
+/** `total` rows in slices of at most `k`, evened out: the size of each of the ceil(total / k) slices (≤ k). */
+export function evenSlice(total: number, k: number): number {
+  return Math.ceil(total / Math.ceil(total / Math.max(1, k)));
+}
+
+/**
+ * Floats of the largest single tensor a phase holds at `rows` samples (what must fit one GPU buffer):
+ * - generating (`'generate'`): one row of logits per sample [rows, V]; one layer's keys (or values) over every
+ *   position [rows, S, n_kv·head_dim] and, with grouped-query attention, their heads repeated [rows, S, nh·head_dim];
+ *   the prompt's forward: the MLP's hidden [rows·Tp, 4C or intermediate_size] and the attention scores
+ *   [rows, nh, Tp, Tp];
+ * - scoring and updating (`'step'`): the response logits [rows·R, V] (scoring never takes them in vocabulary
+ *   chunks), the MLP's hidden [rows·T, 4C or intermediate_size] and the attention scores [rows, nh, T, T].
+ * T = prompt + response tokens. The weights are another matter (checked when a model is loaded:
+ * src/worker/device-limits.ts checkDeviceLimits).
+ */
+export function largestStepTensor(
+  c: Shape,
+  run: Pick<RunShape, 'promptLength' | 'responseLength'>,
+  rows: number,
+  phase: 'generate' | 'step',
+): number {
+  const l = llamaOf(c);
+  const mlp = l ? l.intermediate_size : 4 * c.n_embd;
+  const kv = l ? l.num_key_value_heads * l.head_dim : c.n_embd;
+  const q = l ? l.num_attention_heads * l.head_dim : c.n_embd;
+  const nh = c.n_head;
+  const Tp = run.promptLength;
+  const R = run.responseLength;
+  const T = Tp + R;
+  if (phase === 'generate') {
+    return Math.max(rows * c.vocab_size, rows * T * Math.max(kv, q), rows * Tp * mlp, rows * nh * Tp * Tp);
+  }
+  return Math.max(rows * R * c.vocab_size, rows * T * mlp, rows * nh * T * T);
+}
+
+/**
+ * The plan on WebGPU (PlanDevice): a set microBatchSize as it is (generation in slices of it too); else the whole
+ * minibatch, or the largest evened-out slice of it whose biggest tensor fits one buffer, and generation over the
+ * whole batch (or its largest such slice, never below the micro-batch). recompute only when set to "blocks":
+ * "auto" starts without it (src/core/ppo/gpu-plan.ts turns it on when the device runs out of memory at one sample).
+ */
+function deviceStepPlan(
+  c: Shape,
+  cfg: Pick<TrainConfig, 'microBatchSize' | 'recompute' | 'batchSize' | 'miniBatches' | 'responseLength'>,
+  promptLength: number,
+  device: PlanDevice,
+): StepPlan {
+  const recompute = cfg.recompute === 'blocks';
+  if (cfg.microBatchSize > 0) {
+    const m = Math.min(cfg.microBatchSize, cfg.batchSize);
+    return { microBatchSize: m, recompute, generateMicroBatchSize: m };
+  }
+  const run = { promptLength, responseLength: cfg.responseLength };
+  const limit = device.maxBufferBytes;
+  const fitsOneBuffer = (rows: number, phase: 'generate' | 'step') =>
+    limit === undefined || !(limit > 0) || largestStepTensor(c, run, rows, phase) * FLOAT32_BYTES <= limit;
+  const B = cfg.batchSize;
+  const mb = Math.max(1, Math.ceil(B / Math.max(1, cfg.miniBatches)));
+  let m = 1;
+  for (let k = mb; k >= 1; k--) {
+    if (fitsOneBuffer(k, 'step')) {
+      m = evenSlice(mb, k);
+      break;
+    }
+  }
+  let g = m;
+  for (let k = B; k > m; k--) {
+    if (fitsOneBuffer(k, 'generate')) {
+      g = Math.max(m, evenSlice(B, k));
+      break;
+    }
+  }
+  return { microBatchSize: m, recompute, generateMicroBatchSize: g };
+}
+
+/**
  * The plan of a step with `cfg`. The micro-batch: `microBatchSize` when set (at most the batch), else (0 = auto)
  * the largest whose samples add at most AUTO_MICRO_BATCH_BYTES to every phase, from the whole minibatch down to
  * 1, then evened out over as many micro-batches as that takes. recompute: 'blocks' on, 'off' off; 'auto' with a
  * set micro-batch: on when that micro-batch would add more than the budget without it; with the automatic one:
  * off when the largest micro-batch that fits without it is at least half the one that fits with it (a GPT-2-sized
- * model's update keeps every block's activations, so there it is on).
+ * model's update keeps every block's activations, so there it is on). All of this is the budget plan, for WASM's
+ * heap (and CPU, WebGL); with `extra.device` on WebGPU the plan is the device's (deviceStepPlan above).
  */
 export function resolveStepPlan(
   c: Shape,
   cfg: Pick<TrainConfig, 'microBatchSize' | 'recompute' | 'batchSize' | 'miniBatches' | 'responseLength'>,
   promptLength: number,
   models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null },
-  extra: Pick<RunShape, 'vocabChunk'> = {},
+  extra: Pick<RunShape, 'vocabChunk'> & { device?: PlanDevice } = {},
 ): StepPlan {
+  const { device, ...shapeExtra } = extra;
+  if (device?.backend === 'webgpu') return deviceStepPlan(c, cfg, promptLength, device);
   const phases = (m: number, recompute: boolean) =>
-    phaseFloats(c, { ...cfg, promptLength, microBatchSize: m, recompute, ...extra }, models);
+    phaseFloats(c, { ...cfg, promptLength, microBatchSize: m, recompute, ...shapeExtra }, models);
   // What m samples add to each phase: the phase at m less its part that no micro-batch changes (the weights'
   // copies on autodiff's tape, …), found by extrapolating the phase at 1 and 2 samples back to 0.
   const fits = (m: number, recompute: boolean) => {
@@ -735,6 +829,22 @@ export function resolveStepPlan(
   return plan(Math.max(1, withRecompute), true);
 }
 
+/**
+ * The smallest shape the WebGPU plan falls back to when the device runs out of memory (src/core/ppo/gpu-plan.ts
+ * fallbackPlan): with the automatic micro-batch, one sample per micro-batch and per generation slice, with
+ * recompute unless it is set "off"; with a set one, recompute "auto" turned on. A run on WebGPU is refused before
+ * it starts only when even this would not fit (the CLI's preflight, the worker's check).
+ */
+export function deviceFallbackFloor(
+  shape: RunShape,
+  cfg: Pick<TrainConfig, 'microBatchSize' | 'recompute'>,
+): RunShape {
+  if (cfg.microBatchSize === 0) {
+    return { ...shape, microBatchSize: 1, generateMicroBatchSize: 1, recompute: cfg.recompute !== 'off' };
+  }
+  return cfg.recompute === 'auto' ? { ...shape, recompute: true } : shape;
+}
+
 /** The models that run a forward while scoring (policy, reference, a value trunk of its own, a reward model). */
 export function scorersOf(opts: RunMemoryOptions): number {
   return 2 + (opts.valueModel === 'separate' ? 1 : 0) + (opts.rewardModel ? 1 : 0);
@@ -743,7 +853,8 @@ export function scorersOf(opts: RunMemoryOptions): number {
 /**
  * The shape of a run of `cfg` as the trainer runs it: its micro-batch and recompute (resolveStepPlan) and the
  * update's vocabulary chunk (0: whole logits). The one shape the CLI's preflight, the worker's check and the
- * trainer's plan share, so the estimate counts what the step will do.
+ * trainer's plan share, so the estimate counts what the step will do. `device`: the WebGPU device the run is on
+ * (resolveStepPlan's device plan); absent: the budget plan.
  */
 export function runShapeOf(
   c: Shape,
@@ -754,6 +865,7 @@ export function runShapeOf(
   promptLength: number,
   opts: RunMemoryOptions,
   vocabChunk: number,
+  device?: PlanDevice,
 ): RunShape {
   const lora = opts.lora && opts.lora.r > 0 ? opts.lora : null;
   const plan = resolveStepPlan(
@@ -761,7 +873,7 @@ export function runShapeOf(
     cfg,
     promptLength,
     { scorers: scorersOf(opts), wteTrains: !lora, lora },
-    { vocabChunk },
+    { vocabChunk, ...(device ? { device } : {}) },
   );
   return {
     batchSize: cfg.batchSize,

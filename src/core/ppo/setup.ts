@@ -14,6 +14,7 @@ import type { Task } from '../tasks';
 import { makeReward, type RewardFn } from '../reward/functions';
 import { readRewardMean } from '../reward/reward-model';
 import { PpoTrainer, type ConfigSource, type RewardSource, type TrainerEvents } from './trainer';
+import type { TrainerDevice } from './gpu-plan';
 import { UserError } from '../errors';
 
 export interface Resources {
@@ -50,6 +51,11 @@ export interface BuildOptions {
    * `cfg` itself (a trainer used on its own, e.g. in tests).
    */
   owner?: (cfg: TrainConfig) => TrainerOwner;
+  /**
+   * The trainer's device collaborators: its error scopes and the device its plan is for (src/core/ppo/gpu-plan.ts;
+   * default: WebGPU's, nothing elsewhere). Tests inject a device that runs out of memory.
+   */
+  device?: TrainerDevice;
 }
 
 /** The reward model file inside a reward folder made by `train-reward`. */
@@ -162,5 +168,6 @@ export async function buildTrainer(
     tokenizer,
     prompts,
     owner?.events,
+    opts.device,
   );
 }

@@ -59,6 +59,20 @@ import {
   type StepPlan,
 } from '../model/size';
 import { chunkedTokenLogprobs } from './chunked-logprob';
+import {
+  currentPlanDevice,
+  describePlan,
+  fallbackPlan,
+  planNotice,
+  webgpuDeviceErrors,
+  type DeviceCheck,
+  type DeviceErrors,
+  type DevicePhase,
+  type PlanInForce,
+  type TrainerDevice,
+} from './gpu-plan';
+import { heapExhaustedError } from '../oom';
+import type { PlanDevice } from '../model/size';
 
 /** Vocabulary entries per chunk of the update's log-prob and entropy (ppo/chunked-logprob.ts). */
 export const VOCAB_CHUNK = 8192;
@@ -180,10 +194,31 @@ export function disposeModels(models: PpoModels, otherRewards: readonly RewardSo
   for (const r of [models.reward, ...otherRewards]) if (r.kind === 'model') free(r.model);
 }
 
+/**
+ * The alert a step raises when the device ran out of memory and the step's work was redone with smaller
+ * micro-batches (src/core/ppo/gpu-plan.ts): once, on that step; the run goes on with the smaller plan.
+ */
+export interface PlanAlert {
+  id: 'device-out-of-memory';
+  step: number;
+  message: string;
+  advice: string;
+}
+
+/** Thrown by a device check (PpoTrainer.onDevice) to end the work it guards: the device ran out. */
+class RanOut extends Error {
+  constructor(readonly why: string) {
+    super(`the device ran out of memory: ${why}`);
+  }
+}
+
 export interface StepResult {
   metrics: StepMetrics;
   rollout: Rollout;
-  alerts: HealthAlert[];
+  /** The health alerts of src/core/ppo/health.ts, and the trainer's own (non-finite, reward-uncentred, PlanAlert). */
+  alerts: (HealthAlert | PlanAlert)[];
+  /** The plan the next step runs with: this step's, or the smaller one it fell back to (gpu-plan.ts). */
+  plan: PlanInForce;
   /** Ratio statistics of the very first minibatch of the first epoch (must be exactly 1). */
   firstMinibatch: { ratioMean: number; ratioMax: number; approxKl: number; clipFrac: number };
   /** Minibatch updates skipped this step because the loss or a gradient was NaN/Inf. */
@@ -274,10 +309,20 @@ export class PpoTrainer {
   oldLogprobsFromUpdate = true;
   /** Whether the last step took its old log-probs from the update's forward (oldLogprobsFromUpdate applied). */
   lastStepOldLogprobsFromUpdate = false;
+  /** The device's error scopes (src/core/ppo/gpu-plan.ts): WebGPU's by default, nothing elsewhere. */
+  private readonly deviceErrors: DeviceErrors;
+  /** The device the plan is made for (WebGPU and its buffer limit, or none: the budget plan). */
+  private readonly planDevice: () => PlanDevice | undefined;
+  /**
+   * The smaller plan the run fell back to after the device ran out of memory, for the config and device it was
+   * made with (`key`, planKey): kept for the rest of the run, dropped when those change (a new plan then).
+   */
+  private fallback: { key: string; plan: StepPlan } | null = null;
 
   /**
    * `config`: the session's config source, or a plain config for a trainer used on its own (tests, benchmarks),
-   * which then owns it. `events`: the phase callback of the owner (the session).
+   * which then owns it. `events`: the phase callback of the owner (the session). `device`: the device's error
+   * scopes and the device the plan is for (defaults: WebGPU's, src/core/ppo/gpu-plan.ts).
    */
   constructor(
     config: TrainConfig | ConfigSource,
@@ -285,6 +330,7 @@ export class PpoTrainer {
     tokenizer: Tokenizer,
     prompts: string[],
     events: TrainerEvents = {},
+    device: TrainerDevice = {},
   ) {
     if (prompts.length === 0)
       throw new UserError('training needs at least one prompt; the prompt list is empty.');
@@ -296,6 +342,8 @@ export class PpoTrainer {
       this.config = () => this.own!;
     }
     this.events = events;
+    this.deviceErrors = device.errors ?? webgpuDeviceErrors();
+    this.planDevice = device.planDevice ?? currentPlanDevice;
     const cfg = this.config();
     this.klFrom = klKeys(cfg);
     this.models = models;
@@ -368,7 +416,9 @@ export class PpoTrainer {
 
   /**
    * How a step with `cfg` runs (model/size.ts resolveStepPlan): the micro-batch (`microBatchSize`, or for 0 the
-   * largest that keeps each phase's working tensors under a modest budget) and whether the update recomputes.
+   * largest that keeps each phase's working tensors under a modest budget; on WebGPU the whole minibatch, inside
+   * the device's buffer limits) and whether the update recomputes; after the device ran out of memory, the smaller
+   * plan the run fell back to (src/core/ppo/gpu-plan.ts).
    */
   stepPlan(cfg: TrainConfig = this.cfg): StepPlan {
     const shape = this.runShape(cfg);
@@ -388,13 +438,111 @@ export class PpoTrainer {
   private runShape(cfg: TrainConfig): RunShape {
     const { policy, reward } = this.models;
     const V = policy.config.vocab_size;
-    return runShapeOf(
+    const shape = runShapeOf(
       policy.config,
       cfg,
       this.longestPrompt,
       runMemoryOptions(cfg, reward.kind === 'model'),
       chunksVocabulary(cfg.responseLength, V) ? VOCAB_CHUNK : 0,
+      this.planDevice(),
     );
+    const f = this.fallback;
+    if (!f || f.key !== this.planKey(cfg)) return shape;
+    return {
+      ...shape,
+      microBatchSize: f.plan.microBatchSize,
+      generateMicroBatchSize: f.plan.generateMicroBatchSize,
+      recompute: f.plan.recompute,
+    };
+  }
+
+  /** What a plan depends on that can change during a run: the live keys and the device. */
+  private planKey(cfg: TrainConfig): string {
+    const d = this.planDevice();
+    return JSON.stringify([
+      cfg.batchSize,
+      cfg.miniBatches,
+      cfg.microBatchSize,
+      cfg.recompute,
+      cfg.responseLength,
+      d?.backend ?? tf.getBackend(),
+      d?.maxBufferBytes ?? null,
+    ]);
+  }
+
+  /** The plan in force, with why (the device's, the budget's, set, or after the device ran out) for its words. */
+  planInForce(cfg: TrainConfig = this.cfg): PlanInForce {
+    const plan = this.stepPlan(cfg);
+    const fellBack = this.fallback !== null && this.fallback.key === this.planKey(cfg);
+    return {
+      ...plan,
+      reason: fellBack
+        ? 'out-of-memory'
+        : cfg.microBatchSize > 0
+          ? 'set'
+          : this.planDevice()
+            ? 'device'
+            : 'budget',
+      backend: tf.getBackend(),
+      batchSize: cfg.batchSize,
+      miniBatchSize: derived(cfg).miniBatchSize,
+    };
+  }
+
+  /** The plan in force in words ("whole batch (16) on WebGPU, recompute off"; gpu-plan.ts describePlan). */
+  planText(cfg: TrainConfig = this.cfg): string {
+    return describePlan(this.planInForce(cfg));
+  }
+
+  /**
+   * `work` inside the device's error scope (src/core/ppo/gpu-plan.ts): `{ out }`, or `{ ranOut }` with the
+   * device's words when it ran out of memory (reported by the scope, or thrown as an allocation failure), after
+   * `free(out)` when the work had finished. `settle` (for work that commits something at its end, the update's
+   * optimiser step) checks the scope early: it throws when the device ran out, and a failure after it is thrown on.
+   */
+  private async onDevice<T>(
+    check: DeviceCheck,
+    work: (settle: () => Promise<void>) => Promise<T>,
+    free: (out: T) => void = () => undefined,
+  ): Promise<{ out: T } | { ranOut: string }> {
+    const errors = this.deviceErrors;
+    errors.push(check);
+    let popped = false;
+    const settle = async () => {
+      popped = true;
+      const why = await errors.pop();
+      if (why !== null) throw new RanOut(why);
+    };
+    let out: T;
+    try {
+      out = await work(settle);
+    } catch (e) {
+      if (e instanceof RanOut) return { ranOut: e.why };
+      if (popped) throw e; // after the check: what the work committed may be half done
+      let why: string | null = null;
+      try {
+        why = await errors.pop();
+      } catch {
+        /* the work's own error is the one to report */
+      }
+      why ??= errors.ranOut?.(e) ?? null;
+      if (why === null) throw e;
+      return { ranOut: why };
+    }
+    if (!popped) {
+      let why: string | null;
+      try {
+        why = await errors.pop();
+      } catch (e) {
+        free(out);
+        throw e;
+      }
+      if (why !== null) {
+        free(out);
+        return { ranOut: why };
+      }
+    }
+    return { out };
   }
 
   /** The micro-batch of a step with `cfg` (stepPlan). */
@@ -682,9 +830,42 @@ export class PpoTrainer {
     const G = d.groupSize;
     const algo = cfg.algorithm;
     // Micro-batches: generation, scoring and each minibatch's update run over slices of this many samples
-    // (docs/engine.md, "Memory"); the results do not depend on it.
-    const plan = this.stepPlan(cfg);
-    const micro = plan.microBatchSize;
+    // (docs/engine.md, "Memory"); the results do not depend on it. When the device runs out of memory in a phase,
+    // that phase's work is freed and redone with the smaller plan fallbackPlan gives (src/core/ppo/gpu-plan.ts),
+    // before anything of it is used or applied; the run keeps that plan.
+    let plan = this.stepPlan(cfg);
+    // A device that ran out before starts each step with tfjs's pool of free buffers given back (sized for the last
+    // step's slices, it would keep what the smaller plan needs from the device).
+    if (this.fallback?.key === this.planKey(cfg)) await this.deviceErrors.release?.();
+    /** The first phase that ran out this step, and the plan it ran with (for the step's one alert). */
+    let fellBack: { phase: Exclude<DevicePhase, 'apply'>; from: PlanInForce } | null = null;
+    const fallBack = async (phase: Exclude<DevicePhase, 'apply'>, why: string) => {
+      await this.deviceErrors.release?.();
+      const from = this.planInForce(cfg);
+      const next = fallbackPlan(plan, phase, cfg);
+      if (!next) {
+        throw heapExhaustedError(
+          { phase, step: stepNo },
+          `the device said "${why}" with ${describePlan(from)}, and no smaller plan is left to try`,
+        );
+      }
+      fellBack ??= { phase, from };
+      plan = next;
+      this.fallback = { key: this.planKey(cfg), plan: next };
+    };
+    /** `work` with the plan in force, redone with a smaller one for as long as the device runs out. */
+    const withFallback = async <T>(
+      phase: 'generate' | 'score',
+      work: () => Promise<T>,
+      free?: (out: T) => void,
+    ): Promise<T> => {
+      for (;;) {
+        const size = phase === 'generate' ? plan.generateMicroBatchSize : plan.microBatchSize;
+        const r = await this.onDevice({ phase, size: Math.min(size, B) }, work, free);
+        if ('out' in r) return r.out;
+        await fallBack(phase, r.ranOut);
+      }
+    };
 
     // 1. Sample responses: B / G prompts, each repeated G times in ONE batched generate call (sample i belongs to
     //    group ⌊i / G⌋), pure sampling unless top-k/top-p are set. G = 1 is PPO's one sample per prompt.
@@ -693,21 +874,24 @@ export class PpoTrainer {
     const groups = groupIds(B, G);
     const queries = idx.map((i) => this.promptTokens[i]);
     const stop = this.stopIds(cfg);
-    // One random stream per sample, seeded from the run's: a sample's tokens do not depend on the micro-batch.
-    const rowRngs = idx.map(() => new Rng(this.rng.seed()));
-    const gen = await generateInMicroBatches(
-      policy,
-      queries,
-      {
-        maxNewTokens: R,
-        temperature: cfg.temperature,
-        topK: cfg.topK,
-        topP: cfg.topP,
-        stopToken: stop,
-        padId: this.tokenizer.padId,
-        rng: rowRngs,
-      },
-      plan.generateMicroBatchSize,
+    // One random stream per sample, seeded from the run's: a sample's tokens do not depend on the micro-batch
+    // (and generation redone after the device ran out draws the same tokens from fresh streams of the same seeds).
+    const rowSeeds = idx.map(() => this.rng.seed());
+    const gen = await withFallback('generate', () =>
+      generateInMicroBatches(
+        policy,
+        queries,
+        {
+          maxNewTokens: R,
+          temperature: cfg.temperature,
+          topK: cfg.topK,
+          topP: cfg.topP,
+          stopToken: stop,
+          padId: this.tokenizer.padId,
+          rng: rowSeeds.map((seed) => new Rng(seed)),
+        },
+        plan.generateMicroBatchSize,
+      ),
     );
     const tGen = now();
 
@@ -724,49 +908,60 @@ export class PpoTrainer {
     // oldLogprobsFromUpdate) and scoring runs only the reference, as TRL does with num_iterations 1.
     const oldFromUpdate = this.oldLogprobsFromUpdate && algo === 'grpo' && cfg.ppoEpochs === 1 && mbSize >= B;
     this.lastStepOldLogprobsFromUpdate = oldFromUpdate;
-    const bLogprobs: number[][] = new Array<number[]>(B);
-    const bRefLogprobs: number[][] = [];
-    const bValues: number[][] | null = value ? [] : null;
-    const bRmScores: number[] = [];
     const Tq = bucket(Math.max(...queries.map((q) => q.length)), policy.config.n_positions - R);
-    for (let s = 0; s < B; s += micro) {
-      const rows = Array.from({ length: Math.min(micro, B - s) }, (_, k) => s + k);
-      const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq, R);
-      const outs = tf.tidy(() => {
-        const ids = tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32');
-        const attn = tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32');
-        const tokens = tf.tensor1d(
-          rows.flatMap((i) => bResponses[i]),
-          'int32',
-        );
-        const lp = oldFromUpdate
-          ? tf.zeros([0])
-          : logprobsFromLogits(this.responseLogits(policy, ids, attn, inp.Tq, R), tokens, cfg.temperature);
-        const rlp = logprobsFromLogits(
-          this.responseLogits(ref, ids, attn, inp.Tq, R),
-          tokens,
-          cfg.temperature,
-        );
-        const v = value ? tf.reshape(this.responseValues(value, ids, attn, inp.Tq, R), [-1]) : tf.zeros([0]);
-        // 4a. A learned reward model reads its scalar at the last real token.
-        const rm = reward.kind === 'model' ? reward.model.lastTokenValues(ids, attn) : tf.zeros([inp.n]);
-        return tf.concat([lp, rlp, v, rm]);
-      });
-      const data = await outs.data();
-      outs.dispose();
-      // Layout of `data`: [policy logprobs n·R (none when oldFromUpdate) | reference logprobs n·R | values n·R
-      // (PPO) | reward-model scores n].
-      const nR = inp.n * R;
-      const pR = oldFromUpdate ? 0 : nR;
-      const vR = value ? nR : 0;
-      const part = (k: number, from: number) => Array.from(data.subarray(from + k * R, from + (k + 1) * R));
-      rows.forEach((i, k) => {
-        if (!oldFromUpdate) bLogprobs[i] = part(k, 0);
-        bRefLogprobs.push(part(k, pR));
-        bValues?.push(part(k, pR + nR));
-        bRmScores.push(data[pR + nR + vR + k]);
-      });
-    }
+    const score = async () => {
+      const micro = plan.microBatchSize;
+      const bLogprobs: number[][] = new Array<number[]>(B);
+      const bRefLogprobs: number[][] = [];
+      const bValues: number[][] | null = value ? [] : null;
+      const bRmScores: number[] = [];
+      for (let s = 0; s < B; s += micro) {
+        const rows = Array.from({ length: Math.min(micro, B - s) }, (_, k) => s + k);
+        const inp = this.batchInputs(queries, bResponses, bMask, rows, Tq, R);
+        const outs = tf.tidy(() => {
+          const ids = tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32');
+          const attn = tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32');
+          const tokens = tf.tensor1d(
+            rows.flatMap((i) => bResponses[i]),
+            'int32',
+          );
+          const lp = oldFromUpdate
+            ? tf.zeros([0])
+            : logprobsFromLogits(this.responseLogits(policy, ids, attn, inp.Tq, R), tokens, cfg.temperature);
+          const rlp = logprobsFromLogits(
+            this.responseLogits(ref, ids, attn, inp.Tq, R),
+            tokens,
+            cfg.temperature,
+          );
+          const v = value
+            ? tf.reshape(this.responseValues(value, ids, attn, inp.Tq, R), [-1])
+            : tf.zeros([0]);
+          // 4a. A learned reward model reads its scalar at the last real token.
+          const rm = reward.kind === 'model' ? reward.model.lastTokenValues(ids, attn) : tf.zeros([inp.n]);
+          return tf.concat([lp, rlp, v, rm]);
+        });
+        let data: Float32Array;
+        try {
+          data = (await outs.data()) as Float32Array;
+        } finally {
+          outs.dispose();
+        }
+        // Layout of `data`: [policy logprobs n·R (none when oldFromUpdate) | reference logprobs n·R | values n·R
+        // (PPO) | reward-model scores n].
+        const nR = inp.n * R;
+        const pR = oldFromUpdate ? 0 : nR;
+        const vR = value ? nR : 0;
+        const part = (k: number, from: number) => Array.from(data.subarray(from + k * R, from + (k + 1) * R));
+        rows.forEach((i, k) => {
+          if (!oldFromUpdate) bLogprobs[i] = part(k, 0);
+          bRefLogprobs.push(part(k, pR));
+          bValues?.push(part(k, pR + nR));
+          bRmScores.push(data[pR + nR + vR + k]);
+        });
+      }
+      return { bLogprobs, bRefLogprobs, bValues, bRmScores };
+    };
+    const { bLogprobs, bRefLogprobs, bValues, bRmScores } = await withFallback('score', score);
 
     // 4. Score: the reward function on the decoded text, or the reward model's output (centred on the mean
     //    reward_stats.json recorded, with rewardModelCenter); then the missing-EOS penalty.
@@ -834,6 +1029,21 @@ export class PpoTrainer {
       }
       return maxApproxKl;
     };
+    // The optimiser steps of the whole update run inside one device scope of their own: running out there cannot be
+    // undone (the weights may be half-updated), so it ends the step (heapExhaustedError; the session stops the run).
+    // Each minibatch's gradients run inside a scope nested in it, checked before the optimiser applies them.
+    this.deviceErrors.push({ phase: 'apply', size: Math.min(plan.microBatchSize, mbSize) });
+    let applyScopeOpen = true;
+    const closeApplyScope = async () => {
+      applyScopeOpen = false;
+      const why = await this.deviceErrors.pop();
+      if (why !== null) {
+        throw heapExhaustedError(
+          { phase: 'update', step: stepNo },
+          `the device said "${why}" while the optimisers stepped`,
+        );
+      }
+    };
     try {
       for (let epoch = 0; epoch < cfg.ppoEpochs; epoch++) {
         epochsRun++;
@@ -845,65 +1055,90 @@ export class PpoTrainer {
             tokens: rows.reduce((n, i) => n + bMask[i].reduce((a, b) => a + b, 0), 0),
             rows: rows.length,
           };
-          const slices = microSlices(rows, Math.min(micro, mbSize));
-          // One micro-batch's tensors, made inside the objective (so freed with its forward) and only then.
-          const microBatch = (k: number): Minibatch => {
-            const mRows = slices[k];
-            const inp = this.batchInputs(queries, bResponses, bMask, mRows, Tq, R);
-            const pick = (m: number[][]) =>
-              tf.tensor2d(
-                mRows.map((i) => m[i]),
-                [mRows.length, R],
-              );
-            const mb: Minibatch = {
-              ids: tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32'),
-              attn: tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32'),
-              tokens: tf.tensor1d(
-                mRows.flatMap((i) => bResponses[i]),
-                'int32',
-              ),
-              mask: pick(bMask),
-              ...(oldFromUpdate
-                ? { keepOld: (old: tf.Tensor2D) => keptOld.push({ rows: mRows, old }) }
-                : { oldLogprobs: pick(bLogprobs) }),
-              advantages: pick(bAdvantages),
-              denominators: slices.length > 1 ? denominators : undefined,
+          // One attempt at this minibatch's update with `attempt`: redone smaller when the device runs out before
+          // the optimisers step (nothing of a failed attempt is applied or kept).
+          const update = async (attempt: StepPlan, settle: () => Promise<void>) => {
+            const slices = microSlices(rows, Math.min(attempt.microBatchSize, mbSize));
+            // One micro-batch's tensors, made inside the objective (so freed with its forward) and only then.
+            const microBatch = (k: number): Minibatch => {
+              const mRows = slices[k];
+              const inp = this.batchInputs(queries, bResponses, bMask, mRows, Tq, R);
+              const pick = (m: number[][]) =>
+                tf.tensor2d(
+                  mRows.map((i) => m[i]),
+                  [mRows.length, R],
+                );
+              const mb: Minibatch = {
+                ids: tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32'),
+                attn: tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32'),
+                tokens: tf.tensor1d(
+                  mRows.flatMap((i) => bResponses[i]),
+                  'int32',
+                ),
+                mask: pick(bMask),
+                ...(oldFromUpdate
+                  ? { keepOld: (old: tf.Tensor2D) => keptOld.push({ rows: mRows, old }) }
+                  : { oldLogprobs: pick(bLogprobs) }),
+                advantages: pick(bAdvantages),
+                denominators: slices.length > 1 ? denominators : undefined,
+              };
+              if (value) {
+                mb.returns = pick(bReturns!);
+                mb.oldValues = pick(bValues!);
+              }
+              if (grpoKl) mb.refLogprobs = pick(bRefLogprobs);
+              return mb;
             };
+            const parts: UpdatePart<PolicyStat | ValueStat>[] = [
+              {
+                optimizer: this.policyOpt,
+                vars: policy.trainableVariables(),
+                objective: (k) => this.policyObjective(microBatch(k), Tq, cfg, attempt),
+              },
+            ];
             if (value) {
-              mb.returns = pick(bReturns!);
-              mb.oldValues = pick(bValues!);
+              parts.push({
+                optimizer: this.valueOpt!,
+                vars: value.trainableVariables(),
+                objective: (k) => this.valueObjective(value, microBatch(k), Tq, cfg, attempt),
+              });
             }
-            if (grpoKl) mb.refLogprobs = pick(bRefLogprobs);
-            return mb;
-          };
-          const parts: UpdatePart<PolicyStat | ValueStat>[] = [
-            {
-              optimizer: this.policyOpt,
-              vars: policy.trainableVariables(),
-              objective: (k) => this.policyObjective(microBatch(k), Tq, cfg, plan),
-            },
-          ];
-          if (value) {
-            parts.push({
-              optimizer: this.valueOpt!,
-              vars: value.trainableVariables(),
-              objective: (k) => this.valueObjective(value, microBatch(k), Tq, cfg, plan),
-            });
-          }
-          await maybeYield(); // a turn for the event loop between minibatches (src/core/yield.ts)
-          pending.push(
-            await jointGuardedStepDeferred<PolicyStat | ValueStat>(parts, cfg.maxGradNorm, {
+            return jointGuardedStepDeferred<PolicyStat | ValueStat>(parts, cfg.maxGradNorm, {
               microBatches: slices.length,
               maxStats: ['ratioMax'],
-            }),
-          );
+              beforeApply: settle,
+            });
+          };
+          await maybeYield(); // a turn for the event loop between minibatches (src/core/yield.ts)
+          for (;;) {
+            const attempt = plan;
+            const kept = keptOld.length;
+            const r = await this.onDevice(
+              { phase: 'update', size: Math.min(attempt.microBatchSize, mbSize) },
+              (settle) => update(attempt, settle),
+              (p) => tf.dispose(p.values),
+            );
+            if ('out' in r) {
+              pending.push(r.out);
+              break;
+            }
+            // The failed attempt's old log-probs (oldFromUpdate) go with it.
+            tf.dispose(keptOld.splice(kept).map((k) => k.old));
+            await fallBack('update', r.ranOut);
+          }
         }
         if (cfg.earlyStopKl && (await readPending()) > cfg.earlyStopApproxKl) break;
       }
       await readPending();
+      await closeApplyScope();
     } finally {
       // Figures still waiting when something threw: freed (nothing else holds them).
       tf.dispose(pending.map((p) => p.values));
+      if (applyScopeOpen) {
+        // Something threw: the scope is closed all the same (what it says then adds nothing to that error).
+        applyScopeOpen = false;
+        await this.deviceErrors.pop().catch(() => null);
+      }
     }
     if (oldFromUpdate) {
       // One readback for every slice's old log-probs (in the order they were kept).
@@ -963,7 +1198,13 @@ export class PpoTrainer {
     this.history.push(metrics);
     this.phase('idle');
     this.badSteps = skippedUpdates > 0 ? this.badSteps + 1 : 0;
-    const alerts = healthAlerts(metrics, cfg.targetKl, previous);
+    const alerts: (HealthAlert | PlanAlert)[] = healthAlerts(metrics, cfg.targetKl, previous);
+    const planNow = this.planInForce(cfg);
+    if (fellBack) {
+      // Said once, on the step that fell back (the plan stays smaller for the rest of the run).
+      const { phase, from } = fellBack as { phase: Exclude<DevicePhase, 'apply'>; from: PlanInForce };
+      alerts.push({ id: 'device-out-of-memory', step: stepNo, ...planNotice(stepNo, phase, from, planNow) });
+    }
     if (skippedUpdates > 0) {
       alerts.unshift({
         id: 'non-finite',
@@ -1007,7 +1248,15 @@ export class PpoTrainer {
       approxKl: first.approxKl,
       clipFrac: first.clipFrac,
     };
-    return { metrics, rollout, alerts, firstMinibatch, skippedUpdates, shouldPause: this.badSteps >= 3 };
+    return {
+      metrics,
+      rollout,
+      alerts,
+      plan: planNow,
+      firstMinibatch,
+      skippedUpdates,
+      shouldPause: this.badSteps >= 3,
+    };
   }
 
   /**

@@ -43,6 +43,12 @@ export interface JointStepOptions<K extends string> {
   microBatches?: number;
   /** Statistics that are maxima over the minibatch (combined by max); the others are shares, combined by sum. */
   maxStats?: readonly K[];
+  /**
+   * Awaited after every part's gradients are summed and before anything is applied (the trainer checks the
+   * device's out-of-memory scope here: src/core/ppo/gpu-plan.ts). When it throws, nothing is applied, every
+   * tensor of the step is freed, and the error goes to the caller.
+   */
+  beforeApply?: () => Promise<void>;
 }
 
 export interface JointStepResult<K extends string> {
@@ -97,27 +103,33 @@ async function gradsOf<K extends string>(part: UpdatePart<K>, micros: number, ma
   let value: tf.Scalar | null = null;
   let grads: tf.NamedTensorMap | null = null;
   let stats: Record<string, tf.Scalar> = {};
-  for (let m = 0; m < micros; m++) {
-    if (m > 0) await maybeYield(); // a turn for the event loop between micro-batches (src/core/yield.ts)
-    const g = microGrads(part, m);
-    grads = addInto(grads, g.grads);
-    if (value === null) {
-      value = g.value;
-      stats = g.stats;
-      continue;
+  try {
+    for (let m = 0; m < micros; m++) {
+      if (m > 0) await maybeYield(); // a turn for the event loop between micro-batches (src/core/yield.ts)
+      const g = microGrads(part, m);
+      grads = addInto(grads, g.grads);
+      if (value === null) {
+        value = g.value;
+        stats = g.stats;
+        continue;
+      }
+      const prevValue: tf.Scalar = value;
+      value = tf.add(prevValue, g.value) as tf.Scalar;
+      tf.dispose([prevValue, g.value]);
+      const prev = stats;
+      const next: Record<string, tf.Scalar> = {};
+      for (const k of Object.keys(prev)) {
+        next[k] = (
+          maxStats.has(k) ? tf.maximum(prev[k], g.stats[k]) : tf.add(prev[k], g.stats[k])
+        ) as tf.Scalar;
+      }
+      tf.dispose([...Object.values(prev), ...Object.values(g.stats)]);
+      stats = next;
     }
-    const prevValue: tf.Scalar = value;
-    value = tf.add(prevValue, g.value) as tf.Scalar;
-    tf.dispose([prevValue, g.value]);
-    const prev = stats;
-    const next: Record<string, tf.Scalar> = {};
-    for (const k of Object.keys(prev)) {
-      next[k] = (
-        maxStats.has(k) ? tf.maximum(prev[k], g.stats[k]) : tf.add(prev[k], g.stats[k])
-      ) as tf.Scalar;
-    }
-    tf.dispose([...Object.values(prev), ...Object.values(g.stats)]);
-    stats = next;
+  } catch (e) {
+    // A micro-batch that throws (a device out of memory) leaves nothing behind: the running sums are freed.
+    tf.dispose([...(value ? [value] : []), ...Object.values(stats), ...Object.values(grads ?? {})]);
+    throw e;
   }
   const summed = grads!;
   // The norm of the SUMMED gradient: what the clip acts on (never a sum of the micro-batches' norms).
@@ -164,10 +176,11 @@ export async function jointGuardedStepDeferred<K extends string>(
   }
   const maxStats = new Set<string>(opts.maxStats ?? []);
   const done: Awaited<ReturnType<typeof gradsOf<K>>>[] = [];
-  for (const p of parts) done.push(await gradsOf(p, micros, maxStats));
-  const names: K[] = done.flatMap((d) => Object.keys(d.stats) as K[]);
   const n = parts.length;
   try {
+    for (const p of parts) done.push(await gradsOf(p, micros, maxStats));
+    if (opts.beforeApply) await opts.beforeApply();
+    const names: K[] = done.flatMap((d) => Object.keys(d.stats) as K[]);
     if (decidedOnDevice(parts as UpdatePart<string>[])) {
       const { values, controls } = tf.tidy(() => {
         const losses = done.map((d) => d.value);

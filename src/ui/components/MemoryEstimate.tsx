@@ -22,12 +22,15 @@ const KEYS = [
 /**
  * What a run of the current config would hold, broken down, before Start (the worker computes it from the model's
  * config.json and the config); it says so when Start would refuse the run, and why. Asks again when the model,
- * the backend or a key it depends on changes.
+ * the backend or a key it depends on changes. Beside it, the step plan: the one the run's steps use now (the
+ * worker's status, after the first step; smaller after the device ran out of memory), else the one the estimate
+ * plans (src/core/ppo/gpu-plan.ts describePlan).
  */
 export function MemoryEstimate() {
   const model = useModel();
   const backend = useBackend()?.backend ?? null;
   const estimate = usePlayground((s) => s.estimate);
+  const planInForce = usePlayground((s) => s.runStatus?.plan?.text ?? null);
   const deps = usePlayground((s) => JSON.stringify(KEYS.map((k) => s.editedConfig[k] ?? null)));
   const { refreshEstimate } = useActions();
   const label = model?.label ?? null;
@@ -37,6 +40,7 @@ export function MemoryEstimate() {
   }, [refreshEstimate, label, backend, deps]);
 
   if (!estimate) return null;
+  const plan = planInForce ?? estimate.plan ?? null;
   return (
     <div
       className={`memory-estimate small${estimate.problem ? ' memory-estimate-over' : ''}`}
@@ -45,6 +49,11 @@ export function MemoryEstimate() {
     >
       <span className="muted">Memory estimate </span>
       <span data-testid="memory-estimate-line">{estimateLine(estimate)}</span>
+      {plan && (
+        <span className="muted" data-testid="memory-plan">
+          {` · plan: ${plan}`}
+        </span>
+      )}
       {estimate.problem && (
         <p className="problem" data-testid="memory-estimate-problem">
           {estimate.problem}
