@@ -61,6 +61,8 @@ export interface TrainConfig {
   microBatchSize: number;
   /** Recompute each block's activations in the update's backward (model/recompute.ts); same gradients. */
   recompute: RecomputeMode;
+  /** On WebGPU, record the first decode token's kernels and replay them for the rest (model/decode-replay.ts). */
+  decodeReplay: boolean;
   learningRate: number;
   valueLearningRate: number;
   clipRange: number;
@@ -435,6 +437,11 @@ export const CONFIG_FIELDS = {
     live: true,
     doc: 'Recompute each transformer block in the update’s backward instead of keeping its activations: the same gradients, less memory, about one more forward. auto: on when even one sample per micro-batch would not fit the memory budget without it.',
   },
+  decodeReplay: bool(
+    'ppo',
+    true,
+    'On WebGPU, record the first generated token’s GPU programs and replay them for every later token (the same tokens, a fraction of the JavaScript per token). Off: every token through tfjs’s ops. Other backends ignore it.',
+  ),
   ppoEpochs: int('ppo', 2, 1, 64, 'Passes over the rollout per PPO step.'),
   clipRange: num('ppo', 0.2, 0.01, 1, 'PPO ratio clip ε: the ratio is clipped to [1−ε, 1+ε].'),
   clipRangeValue: num('ppo', 0.2, 0.01, 100, 'Value clip: predictions are clipped to old value ± this.', {

@@ -57,6 +57,13 @@ export function lastDecodeReplayStats(): DecodeReplayStats {
   return { ...lastStats };
 }
 
+let replayTotal = 0;
+
+/** Replayed decode tokens (each one replay over the batch) since the process started: a step's count is a difference. */
+export function decodeReplayCount(): number {
+  return replayTotal;
+}
+
 export interface ReplayLoopArgs {
   model: CausalLM;
   B: number;
@@ -221,6 +228,7 @@ export async function replayedDecode(a: ReplayLoopArgs): Promise<ReplayLoopResul
         frame.replay([...copies, ...accCopies(outs!.tok, outs!.lp, s)]);
         stats.replayHostMs += performance.now() - t0;
         stats.replays++;
+        replayTotal++;
       }
       stats.dispatchesPerReplay = frame.size;
       steps = s + 1;

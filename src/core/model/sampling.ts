@@ -49,6 +49,8 @@ export interface SampleOptions {
   useCache?: boolean;
   /** Check for "every row stopped" every this many tokens (one scalar readback). Default 8. */
   stopCheckEvery?: number;
+  /** On WebGPU, the decode loop recorded once and replayed (model/decode-replay.ts); default true. */
+  replay?: boolean;
 }
 
 export interface GenerateResult {
@@ -392,7 +394,7 @@ export async function generate(
     keyMask = out.km;
     logits = out.lg;
   }
-  if (opts.useCache !== false && N > 1 && decodeReplayApplies()) {
+  if (opts.useCache !== false && opts.replay !== false && N > 1 && decodeReplayApplies()) {
     // WebGPU: the decode loop recorded once and replayed per token (model/decode-replay.ts); same tokens.
     const greedy = opts.temperature === 0;
     const r = await replayedDecode({

@@ -41,6 +41,7 @@ export const EXTRA_METRICS = [
   'fracRewardZeroStd',
   'clipFracLow',
   'clipFracHigh',
+  'decodeReplays',
 ] as const;
 
 export type MetricName = (typeof REQUIRED_METRICS)[number] | (typeof EXTRA_METRICS)[number];
@@ -103,6 +104,8 @@ export const METRIC_DOCS: Record<MetricName, string> = {
     'share of groups whose scores are all equal (no learning signal from them); null when groupSize is 1',
   clipFracLow: 'fraction of tokens with ratio < 1 − ε and a negative advantage (clipped from below)',
   clipFracHigh: 'fraction of tokens with ratio > 1 + ε and a positive advantage (clipped from above)',
+  decodeReplays:
+    'decode tokens this step ran as replays of the recorded first token (WebGPU with decodeReplay on; summed over generation slices); 0 elsewhere',
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -159,6 +162,8 @@ export interface StepMeasurements {
   stopped: boolean[];
   learningRate: number;
   valueLearningRate: number;
+  /** Decode tokens run as replays (model/decode-replay.ts); 0 when none. */
+  decodeReplays?: number;
   /** Seconds. */
   timeGenerate: number;
   timeScore: number;
@@ -207,5 +212,6 @@ export function stepMetrics(m: StepMeasurements): StepMetrics {
     fracRewardZeroStd: m.fracRewardZeroStd,
     clipFracLow: mean(col('clipFracLow')),
     clipFracHigh: mean(col('clipFracHigh')),
+    decodeReplays: m.decodeReplays ?? 0,
   };
 }

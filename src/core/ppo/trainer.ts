@@ -102,6 +102,7 @@ import { healthAlerts, type HealthAlert } from './health';
 import { UserError } from '../errors';
 import type { EvalRecord } from './eval-record';
 import { maybeYield } from '../yield';
+import { decodeReplayCount } from '../model/decode-replay';
 
 /**
  * Where scores come from: a function of the text, or a learned reward model read at the last real token.
@@ -877,6 +878,7 @@ export class PpoTrainer {
     // One random stream per sample, seeded from the run's: a sample's tokens do not depend on the micro-batch
     // (and generation redone after the device ran out draws the same tokens from fresh streams of the same seeds).
     const rowSeeds = idx.map(() => this.rng.seed());
+    const replays0 = decodeReplayCount();
     const gen = await withFallback('generate', () =>
       generateInMicroBatches(
         policy,
@@ -889,6 +891,7 @@ export class PpoTrainer {
           stopToken: stop,
           padId: this.tokenizer.padId,
           rng: rowSeeds.map((seed) => new Rng(seed)),
+          replay: cfg.decodeReplay,
         },
         plan.generateMicroBatchSize,
       ),
@@ -1190,6 +1193,7 @@ export class PpoTrainer {
       stopped,
       learningRate: cfg.learningRate,
       valueLearningRate: cfg.valueLearningRate,
+      decodeReplays: decodeReplayCount() - replays0,
       timeGenerate: (tGen - T0) / 1000,
       timeScore: (tScore - tGen) / 1000,
       timeUpdate: (tUpd - tScore) / 1000,
