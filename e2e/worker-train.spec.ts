@@ -123,6 +123,43 @@ test.describe('training in the model worker', () => {
     expect(phases.join(' ')).toContain('generating scoring updating idle generating scoring updating idle');
   });
 
+  test('(a2) WebGPU: the run decodes by replaying its recorded first token, with the unrecorded path’s tokens', async ({
+    page,
+  }) => {
+    test.setTimeout(480_000);
+    const report = await openAndSubscribe(page, 'webgpu');
+    expect(report.backend).toBe('webgpu');
+    // The same seed twice: decodeReplay on (the default), then a fresh run with it off.
+    const r = await page.evaluate(async (cfg) => {
+      const w = window.modelWorker;
+      const on = await w.configure(cfg);
+      await w.stepOnce();
+      await w.reset();
+      const off = await w.configure({ ...cfg, decodeReplay: false });
+      await w.stepOnce();
+      return { on: on.config.decodeReplay, off: off.config.decodeReplay };
+    }, TINY);
+    expect(r).toEqual({ on: true, off: false });
+    const steps = await stepEvents(page);
+    expect(steps).toHaveLength(2);
+    const [replayed, plain] = steps;
+    expect(replayed.metrics.step).toBe(1);
+    expect(plain.metrics.step).toBe(1);
+    // 4 response tokens: the first comes from the prompt's logits, the next is recorded, then replays.
+    expect(replayed.metrics.decodeReplays).toBeGreaterThan(0);
+    expect(plain.metrics.decodeReplays).toBe(0);
+    expect(replayed.samples.map((s) => s.response)).toEqual(plain.samples.map((s) => s.response));
+    expect(replayed.samples.map((s) => s.tokens.map((t) => t.text))).toEqual(
+      plain.samples.map((s) => s.tokens.map((t) => t.text)),
+    );
+    for (let i = 0; i < plain.samples.length; i++)
+      for (let t = 0; t < plain.samples[i].tokens.length; t++)
+        expect(
+          Math.abs(replayed.samples[i].tokens[t].logprob - plain.samples[i].tokens[t].logprob),
+        ).toBeLessThan(1e-5);
+    expect(replayed.metrics.reward).toBe(plain.metrics.reward);
+  });
+
   test('(b) export a checkpoint zip, then import it: the run resumes at its step with its history', async ({
     page,
   }) => {
