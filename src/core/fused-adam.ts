@@ -17,6 +17,18 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { adamFor, heapMemory } from './kernels/wasm-simd';
 import type { WebGpuBackendLike } from './kernels/webgpu-common';
+import { replayBackend } from './kernels/webgpu-replay';
+import { adamInPlace, ownsData } from './kernels/webgpu-adam-inplace';
+
+let inPlaceOnWebGpu = true;
+
+/**
+ * On WebGPU, write each step's weight and moments in place, one dispatch per variable (kernels/webgpu-adam-inplace.ts),
+ * instead of three tfjs programs and new tensors (default on; the same values bit for bit).
+ */
+export function setWebGpuAdamInPlace(on: boolean): void {
+  inPlaceOnWebGpu = on;
+}
 
 export const FUSED_ADAM_KERNEL = 'PerfFusedAdam';
 
@@ -367,6 +379,9 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
       bc2: 1 - Math.pow(s.beta2, t),
       eps: s.epsilon,
     };
+    // WebGPU: the variables whose data is theirs alone are updated in place, all in one command buffer.
+    const backend = inPlaceOnWebGpu ? replayBackend() : null;
+    const inPlace: { w: tf.Tensor; m: tf.Tensor; v: tf.Tensor; g: tf.Tensor }[] = [];
     names.forEach((name, i) => {
       const value = tf.engine().registeredVariables[name];
       if (s.accumulatedFirstMoment[i] == null) {
@@ -387,6 +402,17 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
       if (g == null) return;
       const m = s.accumulatedFirstMoment[i]!.variable;
       const v = s.accumulatedSecondMoment[i]!.variable;
+      if (
+        backend &&
+        g.dtype === 'float32' &&
+        value.dtype === 'float32' &&
+        g.size === value.size &&
+        [value, m, v].every((t) => ownsData(backend, t))
+      ) {
+        inPlace.push({ w: value, m, v, g });
+        this.fusedCalls++;
+        return;
+      }
       const outs = tf
         .engine()
         .runKernel(
@@ -400,6 +426,7 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
       value.assign(outs[0]);
       tf.dispose(outs);
     });
+    if (backend) adamInPlace(backend, inPlace, controls, attrs);
     // tfjs's β-powers (its state; checkpoints keep them): advanced only by a step that applied.
     tf.tidy(() => {
       const applied = tf.greater(tf.reshape(tf.slice(controls, [1], [1]), []), 0.5);
