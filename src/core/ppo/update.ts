@@ -13,6 +13,7 @@
  * (readJointSteps: one readback for an epoch or a whole step). docs/engine.md, "No readback inside the update".
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { sumOfSquares } from '../kernels/webgpu-sumsq';
 import { fusedAdamAvailable, hasScaledApply, type FusedAdamOptimizer } from '../fused-adam';
 import { clipScale } from '../optim';
 import { maybeYield } from '../yield';
@@ -133,9 +134,8 @@ async function gradsOf<K extends string>(part: UpdatePart<K>, micros: number, ma
   }
   const summed = grads!;
   // The norm of the SUMMED gradient: what the clip acts on (never a sum of the micro-batches' norms).
-  const norm = tf.tidy(
-    () => tf.sqrt(tf.addN(Object.values(summed).map((x) => tf.sum(tf.square(x))))) as tf.Scalar,
-  );
+  // On WebGPU one program per 7 gradients (kernels/webgpu-sumsq.ts), elsewhere addN(sum(square(g))).
+  const norm = tf.tidy(() => tf.sqrt(sumOfSquares(Object.values(summed))) as tf.Scalar);
   return { value: value!, grads: summed, norm, stats };
 }
 
