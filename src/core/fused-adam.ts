@@ -18,7 +18,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import { adamFor, heapMemory } from './kernels/wasm-simd';
 import type { WebGpuBackendLike } from './kernels/webgpu-common';
 import { replayBackend } from './kernels/webgpu-replay';
-import { adamInPlace, ownsData } from './kernels/webgpu-adam-inplace';
+import { adamInPlace, ownsData, type AdamStepUniforms } from './kernels/webgpu-adam-inplace';
 
 let inPlaceOnWebGpu = true;
 
@@ -32,15 +32,8 @@ export function setWebGpuAdamInPlace(on: boolean): void {
 
 export const FUSED_ADAM_KERNEL = 'PerfFusedAdam';
 
-interface AdamAttrs {
-  lr: number;
-  beta1: number;
-  beta2: number;
-  /** 1 − β1^t and 1 − β2^t. */
-  bc1: number;
-  bc2: number;
-  eps: number;
-}
+/** A step's hyperparameters; bc1, bc2 = 1 − β1^t, 1 − β2^t (the WebGPU in-place kernel takes the same). */
+type AdamAttrs = AdamStepUniforms;
 
 /**
  * The step's two device-side controls, a float32 tensor [2] that the kernel reads as an input (not an attribute),

@@ -70,7 +70,10 @@ function stateOf(device: GPUDevice): DeviceState {
   return s;
 }
 
-/** The hyperparameters of one step, as the tfjs program's uniforms (float32, 1 − β worked out in float64). */
+/**
+ * The hyperparameters of one Adam step (src/core/fused-adam.ts's kernels take the same): bc1, bc2 = 1 − β1^t,
+ * 1 − β2^t; written as float32 uniforms, 1 − β worked out in float64.
+ */
 export interface AdamStepUniforms {
   lr: number;
   beta1: number;
