@@ -139,23 +139,13 @@ export interface QwenPlanRow {
   note: string | null;
 }
 
-/** scripts/torch_grpo_step.py's result under the Qwen rows' names. */
-export interface TorchGrpoRow {
+/** scripts/torch_grpo_step.py's result (TorchGrpoResult) with its times under the Qwen rows' names. */
+export type TorchGrpoRow = Omit<TorchGrpoResult, 'timeGenerate' | 'timeScore' | 'timeUpdate' | 'timeStep'> & {
   sPerStep: number;
   generateS: number;
   scoreS: number;
   updateS: number;
-  steps: number;
-  stepTimes: number[];
-  loraTargets: string[];
-  trainableParams: number;
-  refLogprobs: boolean;
-  device: string;
-  tf32: boolean;
-  torch: string;
-  transformers: string;
-  peft: string;
-}
+};
 
 /**
  * `qwenGrpo`: LoRA r 8 GRPO on Qwen2.5-0.5B's shapes with random weights (a dry run: 2 layers of width 64), 2
