@@ -3,7 +3,7 @@
  * minibatch without recompute, as large as the device's buffer limits allow (model/size.ts deviceStepPlan); the
  * budget plan of WASM / CPU is unchanged. And the pieces of the fallback when the device runs out
  * (src/core/ppo/gpu-plan.ts): the next plan, the words, WebGPU's error scopes on a stand-in device.
- * The fallback inside a training step: tests/gpu-plan-fallback.test.ts.
+ * The fallback inside a training step: tests/gpu-plan-fallback.slow.test.ts.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';

@@ -29,7 +29,7 @@
  *
  * What a recording must not do: read a tensor back (`data()`), or make a tensor on the host from values that
  * change between replays (they would be replayed as constants). Values that change come in through `inputs`.
- * Tested against the unrecorded path on SwiftShader (tests/webgpu-replay.test.ts).
+ * Tested against the unrecorded path on SwiftShader (tests/webgpu-replay.slow.test.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
 

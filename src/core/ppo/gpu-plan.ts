@@ -19,7 +19,7 @@
  *   step's alerts say so once (planNotice).
  *
  * Elsewhere (WASM, CPU, WebGL) the default DeviceErrors does nothing and the budget plan is as it was; tests
- * inject their own DeviceErrors to simulate a device that runs out (tests/gpu-plan-fallback.test.ts).
+ * inject their own DeviceErrors to simulate a device that runs out (tests/gpu-plan-fallback.slow.test.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { TrainConfig } from '../config';
