@@ -218,6 +218,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
       fracRewardZeroStd: critic ? null : rand() * 0.2,
       clipFracLow: 0.02,
       clipFracHigh: 0.03,
+      decodeReplays: 0,
     };
     const bad = overflows();
     if (bad) metrics.valueLoss = Infinity;
