@@ -62,27 +62,32 @@ describe('engine audit', () => {
   });
 
   it('1. live klCoef/targetKl/klHorizon reach an adaptive controller; β is kept unless klCoef changed', async () => {
-    const t = await buildTrainer(
-      config({ adaptiveKl: true, klCoef: 0.2, targetKl: 6, klHorizon: 100 }),
-      res(),
-      eReward,
-    );
+    // The trainer reads its config from `cfg` at each step's start, as a session's trainer reads the session's.
+    let cfg = config({ adaptiveKl: true, klCoef: 0.2, targetKl: 6, klHorizon: 100 });
+    const t = await buildTrainer(cfg, res(), { ...eReward, owner: () => ({ config: () => cfg }) });
     t.kl.update(0, 4); // β moves away from klCoef: 0.2·(1 − 0.2·4/100)
     const beta = 0.2 * (1 - (0.2 * 4) / 100);
     expect(t.kl.value).toBeCloseTo(beta, 12);
-    t.setConfig(applyLive(t.cfg, { targetKl: 2, klHorizon: 50 }));
+    cfg = applyLive(cfg, { targetKl: 2, klHorizon: 50 });
+    // The next step rebuilds the controller with the new target and horizon, keeping β …
+    const r1 = await t.trainStep();
+    expect(r1.metrics.klCoef).toBeCloseTo(beta, 12);
     expect(t.kl).toBeInstanceOf(AdaptiveKlController);
-    expect(t.kl.state()).toEqual({ kind: 'adaptive', value: beta, target: 2, horizon: 50 });
-    // The new target and horizon drive the next update: KL 3 against target 2 → err +0.2 (clipped), n 4, horizon 50.
-    t.kl.update(3, 4);
-    const beta2 = beta * (1 + (0.2 * 4) / 50);
-    expect(t.kl.value).toBeCloseTo(beta2, 12);
+    // … and its KL moves β against target 2 over horizon 50 (n = batchSize).
+    const err = Math.max(-0.2, Math.min(0.2, r1.metrics.kl / 2 - 1));
+    const beta2 = beta * (1 + (err * cfg.batchSize) / 50);
+    const st = t.kl.state() as { kind: string; value: number; target: number; horizon: number };
+    expect({ ...st, value: 0 }).toEqual({ kind: 'adaptive', value: 0, target: 2, horizon: 50 });
+    expect(st.value).toBeCloseTo(beta2, 10);
     // An unrelated live change keeps β.
-    t.setConfig(applyLive(t.cfg, { learningRate: 1e-3 }));
-    expect(t.kl.value).toBeCloseTo(beta2, 12);
+    cfg = applyLive(cfg, { learningRate: 1e-3 });
+    const r2 = await t.trainStep();
+    expect(r2.metrics.learningRate).toBe(1e-3);
+    expect(r2.metrics.klCoef).toBeCloseTo(beta2, 10);
     // klCoef itself changed: β restarts from it.
-    t.setConfig(applyLive(t.cfg, { klCoef: 0.5 }));
-    expect(t.kl.state()).toEqual({ kind: 'adaptive', value: 0.5, target: 2, horizon: 50 });
+    cfg = applyLive(cfg, { klCoef: 0.5 });
+    const r3 = await t.trainStep();
+    expect(r3.metrics.klCoef).toBe(0.5);
     t.disposeOptimizers();
   });
 

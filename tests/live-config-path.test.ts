@@ -153,6 +153,26 @@ describe('every live key reaches the trainer through the session (CPU, tiny mode
       expect({ key, got: seen[seen.length - 1][key] }).toEqual({ key, got: value });
     }
     expect(viaSession).toHaveBeenCalledTimes(LIVE_KEYS.length);
+    // `configure` with only live keys changes the running job the same way, through the same session method.
+    const lr = changedValue('learningRate', cfg) as number;
+    await api.configure({ learningRate: lr });
+    expect(viaSession).toHaveBeenCalledTimes(LIVE_KEYS.length + 1);
+    await api.stepOnce();
+    expect(seen[seen.length - 1].learningRate).toBe(lr);
     await api.reset();
   }, 120_000);
+
+  it('one mutator: no second public config setter on the session, the trainer or the run', async () => {
+    const { Run } = await import('../src/worker/run');
+    // A config setter by name: configure, or set…Config / set…Hyperparameters / set…Settings.
+    const setters = (C: { prototype: object }) =>
+      Object.getOwnPropertyNames(C.prototype).filter((n) =>
+        /^(configure|set\w*(Config|Hyperparameters?|Settings))$/.test(n),
+      );
+    expect(setters(TrainingSession)).toEqual(['setHyperparameters']);
+    expect(setters(PpoTrainer)).toEqual([]);
+    // The worker's two entry points (a patch of live keys; a config for the next run) hand a running job's live
+    // changes to TrainingSession.setHyperparameters, as the worker's path above checks for both.
+    expect(setters(Run).sort()).toEqual(['configure', 'setHyperparameters']);
+  });
 });

@@ -104,7 +104,7 @@ describe('TrainingSession (CPU, tiny model)', () => {
     expect(() => s.setHyperparameters({ batchSize: 4 })).toThrow(
       /"batchSize" cannot change on a running job/,
     );
-    expect(() => s.setConfig({ ...s.cfg, seed: 99 })).toThrow(/"seed" cannot change/);
+    expect(() => s.setHyperparameters({ seed: 99 })).toThrow(/"seed" cannot change/);
     const end = await s.run();
     expect(end).toEqual({ reason: 'done', step: 3 });
     expect(calls).toEqual([

@@ -211,7 +211,12 @@ describe('the run estimate', () => {
       const reward: RewardSource = rm
         ? { kind: 'model', model: rm, label: 'rm', mean: null }
         : { kind: 'fn', fn: (s) => s.response.length, label: 'length' };
-      const trainer = new PpoTrainer(cfg, { policy, ref, value, reward }, tokenizerFor(config), cfg.prompts!);
+      const trainer = new PpoTrainer(
+        () => cfg,
+        { policy, ref, value, reward },
+        tokenizerFor(config),
+        cfg.prompts!,
+      );
       try {
         await trainer.trainStep(); // Adam's moments exist from here on
         const prof = await tf.profile(async () => {
@@ -357,7 +362,12 @@ describe('the estimate with a large vocabulary (measured on the CPU backend, wit
           value = ScalarModel.fromTrunk(policy, true, 'value');
         }
         const reward: RewardSource = { kind: 'fn', fn: (s) => s.responseTokens.length, label: 'tokens' };
-        const trainer = new PpoTrainer(cfg, { policy, ref, value, reward }, bytesModulo(), cfg.prompts!);
+        const trainer = new PpoTrainer(
+          () => cfg,
+          { policy, ref, value, reward },
+          bytesModulo(),
+          cfg.prompts!,
+        );
         try {
           await trainer.trainStep(); // Adam's moments exist from here on
           const prof = await tf.profile(async () => {
@@ -471,7 +481,7 @@ describe('the estimate with LoRA on the WASM backend (V 8192, within 25%)', () =
         : null;
     const reward: RewardSource = { kind: 'fn', fn: (s) => s.responseTokens.length, label: 'tokens' };
     const trainer = new PpoTrainer(
-      cfg,
+      () => cfg,
       { policy, ref, value: value as ScalarModel, reward },
       bytesModulo(),
       cfg.prompts!,
@@ -814,7 +824,7 @@ describe('the estimate for the Llama families (measured on the CPU backend, with
     }
     const reward: RewardSource = { kind: 'fn', fn: (s) => s.responseTokens.length, label: 'tokens' };
     const trainer = new PpoTrainer(
-      cfg,
+      () => cfg,
       { policy, ref, value: value as ScalarModel, reward },
       bytesModulo(),
       cfg.prompts!,

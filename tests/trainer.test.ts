@@ -1,5 +1,6 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
+import { TfjsAdam } from '../src/core/fused-adam';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import type { TrainConfig } from '../src/core/config';
@@ -119,8 +120,8 @@ describe('PPO trainer', () => {
       if (plain) {
         t.policyOpt.dispose();
         t.valueOpt!.dispose();
-        t.policyOpt = tf.train.adam(t.cfg.learningRate);
-        t.valueOpt = tf.train.adam(t.cfg.valueLearningRate);
+        t.policyOpt = new TfjsAdam(t.cfg.learningRate, 0.9, 0.999);
+        t.valueOpt = new TfjsAdam(t.cfg.valueLearningRate, 0.9, 0.999);
       }
       const m = [(await t.trainStep()).metrics, (await t.trainStep()).metrics];
       const fusedCalls = (t.policyOpt as unknown as { fusedCalls?: number }).fusedCalls ?? 0;
@@ -177,9 +178,10 @@ describe('PPO trainer', () => {
   });
 
   it('live changes apply from the next step and show in its metrics; the adaptive controller moves β', async () => {
-    const t = await buildTrainer(config(), res(), eReward);
+    let cfg = config();
+    const t = await buildTrainer(cfg, res(), { ...eReward, owner: () => ({ config: () => cfg }) });
     await t.trainStep();
-    t.setConfig(applyLive(t.cfg, { klCoef: 0.3, learningRate: 1e-3 }));
+    cfg = applyLive(cfg, { klCoef: 0.3, learningRate: 1e-3 });
     const r = await t.trainStep();
     expect(r.metrics.klCoef).toBe(0.3);
     expect(r.metrics.learningRate).toBe(1e-3);

@@ -12,6 +12,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { PpoTrainer } from '../core/ppo/trainer';
+import type { BuildOptions } from '../core/ppo/setup';
 import { setWebGpuFusedKernels } from '../core/webgpu-fused';
 import { benchMatmul, type MatmulBench } from './perf/matmul';
 import { matmulFlops } from './perf/flops';
@@ -723,7 +724,7 @@ export async function runGpuBench(o: {
    * A trainer on the Qwen2.5-0.5B-shaped folder (random weights; torch-grpo.ts qwenBenchShape: a dry run's is 2
    * layers of width 64) with these overrides (src/cli/torch-probe.ts qwenGrpoBenchHooks); absent: no Qwen row.
    */
-  buildQwenTrainer?: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
+  buildQwenTrainer?: QwenTrainerBuilder;
   /** The Qwen row's GRPO step in PyTorch eager + PEFT (src/cli/torch-probe.ts runTorchGrpoStep). */
   runTorchGrpo?: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
   log: (m: string) => void;
@@ -993,17 +994,23 @@ export async function runGpuBench(o: {
   };
 }
 
+/** Builds the Qwen row's trainer from config overrides; `owner`, when given, is where it reads its config. */
+export type QwenTrainerBuilder = (
+  overrides: Record<string, unknown>,
+  owner?: BuildOptions['owner'],
+) => Promise<PpoTrainer>;
+
 /** The label of the GPT-2 PPO row at the default plan (`ppoDefaultPlan`). */
 export const PPO_DEFAULT_PLAN_LABEL = 'PPO, LoRA r 8, shared value — the default plan';
 
 /**
  * The Qwen row (`qwenGrpo`): one trainer (GRPO, LoRA r 8, one epoch of one minibatch) timed at the default plan
- * (microBatchSize 0, recompute auto), then, after setConfig (both keys are live), at the whole batch without
+ * (microBatchSize 0, recompute auto), then (both keys are live: the trainer's config source changes) at the whole batch without
  * recompute; each plan a warm-up and 1 or 2 timed steps (qwenTimedSteps). The trainer is freed, then PyTorch eager
  * + PEFT runs the same step once (warm-up + 3 timed; a dry run: 1, on the CPU). A failure becomes a note.
  */
 async function qwenGrpoBench(o: {
-  build: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
+  build: QwenTrainerBuilder;
   runTorch?: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
   torch: TorchProbe;
   dryRun: boolean;
@@ -1037,8 +1044,12 @@ async function qwenGrpoBench(o: {
   );
   let spec: TorchGrpoSpec | null = null;
   let trainer: PpoTrainer;
+  let stepPlan: Partial<TrainConfig> = {};
   try {
-    trainer = await o.build({ ...run, miniBatches: 1, ppoEpochs: 1, steps: 1000 });
+    // The trainer reads its config from here at each step's start: the plan below is a live change.
+    trainer = await o.build({ ...run, miniBatches: 1, ppoEpochs: 1, steps: 1000 }, (first) => ({
+      config: () => ({ ...first, ...stepPlan }),
+    }));
   } catch (e) {
     notes.push(`qwenGrpo: the trainer could not be built: ${(e as Error).message}`);
     return out;
@@ -1058,7 +1069,7 @@ async function qwenGrpoBench(o: {
     for (const { key, label, plan } of plans) {
       o.log(`Qwen GRPO, ${label} (microBatchSize ${plan.microBatchSize}, recompute ${plan.recompute})`);
       try {
-        trainer.setConfig({ ...trainer.cfg, ...plan });
+        stepPlan = plan;
         const w = await trainer.trainStep();
         const warmupS = w.metrics.timeStep;
         const n = qwenTimedSteps(warmupS, o.dryRun);

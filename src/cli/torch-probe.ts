@@ -10,7 +10,13 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { TORCH_PROBE_CODE, torchProbeFromRun, type ProbeRun, type TorchProbe } from '../bench/webgpu-gpu';
+import {
+  TORCH_PROBE_CODE,
+  torchProbeFromRun,
+  type ProbeRun,
+  type TorchProbe,
+  type QwenTrainerBuilder,
+} from '../bench/webgpu-gpu';
 import { parseTorchResult, type TorchPpoResult, type TorchPpoSpec } from '../bench/torch-ppo';
 import {
   parseTorchGrpoResult,
@@ -24,7 +30,6 @@ import { exportLM } from '../core/model/folder';
 import { Llama } from '../core/model/llama';
 import type { LlamaConfig } from '../core/model/llama-config';
 import { buildTrainer, type Resources } from '../core/ppo/setup';
-import type { PpoTrainer } from '../core/ppo/trainer';
 import { writeFolder } from './files-node';
 import { ROOT } from './models';
 
@@ -158,7 +163,7 @@ export function qwenGrpoBenchHooks(o: {
   python: string;
   log: (m: string) => void;
 }): {
-  buildQwenTrainer: (overrides: Record<string, unknown>) => Promise<PpoTrainer>;
+  buildQwenTrainer: QwenTrainerBuilder;
   runTorchGrpo: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
   cleanup: () => Promise<void>;
 } {
@@ -175,8 +180,10 @@ export function qwenGrpoBenchHooks(o: {
     return (dir = d);
   };
   return {
-    buildQwenTrainer: async (over) =>
-      buildTrainer(validateConfig({ model: await folder(), task: 'sentiment', ...over }, 'bench'), o.res),
+    buildQwenTrainer: async (over, owner) =>
+      buildTrainer(validateConfig({ model: await folder(), task: 'sentiment', ...over }, 'bench'), o.res, {
+        owner,
+      }),
     runTorchGrpo: (spec) => runTorchGrpoStep(o.python, spec, o.log),
     cleanup: async () => {
       if (dir) await rm(dirname(dir), { recursive: true, force: true });

@@ -282,7 +282,6 @@ type NamedTensorList = { name: string; tensor: tf.Tensor }[];
 type GradientsArg = tf.NamedTensorMap | NamedTensorList;
 
 interface AdamInternals {
-  learningRate: number;
   beta1: number;
   beta2: number;
   epsilon: number;
@@ -290,6 +289,16 @@ interface AdamInternals {
   accBeta2: tf.Variable;
   accumulatedFirstMoment: ({ originalName: string; variable: tf.Variable } | undefined)[];
   accumulatedSecondMoment: ({ originalName: string; variable: tf.Variable } | undefined)[];
+}
+
+/** An Adam whose learning rate a live change sets (`setLearningRate`): the fused one, or tfjs's own (TfjsAdam). */
+export type RunOptimizer = tf.AdamOptimizer & { setLearningRate(lr: number): void };
+
+/** tfjs's own Adam with a settable learning rate: what tests and the memory bench compare the fused one with. */
+export class TfjsAdam extends tf.AdamOptimizer {
+  setLearningRate(lr: number): void {
+    this.learningRate = lr;
+  }
 }
 
 /** True for an optimizer with the fused, scaled update (see FusedAdamOptimizer.applyScaled). */
@@ -304,6 +313,16 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
   constructor(learningRate: number, beta1 = 0.9, beta2 = 0.999, epsilon: number | null = null) {
     super(learningRate, beta1, beta2, epsilon as number);
     registerFusedAdamKernels();
+  }
+
+  /** The learning rate of the steps from now on (a live change of the run's config reaches Adam this way). */
+  setLearningRate(lr: number): void {
+    this.learningRate = lr;
+  }
+
+  /** The learning rate the next step uses. */
+  get lr(): number {
+    return this.learningRate;
   }
 
   override applyGradients(variableGradients: GradientsArg): void {
@@ -365,7 +384,7 @@ export class FusedAdamOptimizer extends tf.AdamOptimizer {
       : Object.keys(variableGradients);
     const t = this.iterations + 1;
     const attrs: AdamAttrs = {
-      lr: s.learningRate,
+      lr: this.learningRate,
       beta1: s.beta1,
       beta2: s.beta2,
       bc1: 1 - Math.pow(s.beta1, t),

@@ -2,7 +2,7 @@
  * One PPO training run, as the CLI (src/cli/train.ts) and the model worker (src/worker/run.ts) both drive
  * it. The session owns the trainer and its four models and frees all of them in `dispose()`; it owns the run's
  * config (the one copy: the trainer reads it through the source it was built with, at the start of each step),
- * takes live changes to it (`setHyperparameters` / `setConfig`, validated against the config table of
+ * takes live changes to it (`setHyperparameters`, validated against the config table of
  * src/core/live.ts), so they reach the next step; it runs steps until the target step, `pause()`, or the
  * trainer's non-finite guard asks to stop; and it calls back for every step, for checkpoints and for autosaves
  * on one cadence rule. Its collaborators (the hooks, the heap budget) are given when it is built. The adapters
@@ -11,7 +11,7 @@
  * Platform-neutral (no node:*, no DOM): see docs/architecture.md for the layers, docs/engine.md for the step.
  */
 import type { TrainConfig } from './config';
-import { applyLive, classifyChanges } from './live';
+import { applyLive } from './live';
 import { checkpointFiles, checkpointSources, restoreTrainer } from './checkpoint';
 import type { FileBody } from './model/safetensors';
 import { buildTrainer, type BuildOptions, type Resources, type TrainerOwner } from './ppo/setup';
@@ -241,20 +241,6 @@ export class TrainingSession {
   setHyperparameters(patch: unknown, source = 'setHyperparameters'): TrainConfig {
     this.config = applyLive(this.config, patch, source);
     return this.config;
-  }
-
-  /**
-   * Take an already validated whole config whose changes are all live (else a UserError: that needs a new run);
-   * from the next step on, as setHyperparameters.
-   */
-  setConfig(cfg: TrainConfig): void {
-    const { restart } = classifyChanges(this.config, cfg);
-    if (restart.length > 0) {
-      throw new UserError(
-        `"${restart[0]}" cannot change on a running job; start a new run (the changed keys: ${restart.join(', ')}).`,
-      );
-    }
-    this.config = cfg;
   }
 
   // ---- reward -----------------------------------------------------------------------------------------------

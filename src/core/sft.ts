@@ -78,7 +78,7 @@ export async function trainSft(
   let pending: tf.Tensor[] = [];
   for (let step = 0; step < o.steps; step++) {
     const lr = lrAt(step, o);
-    (opt as unknown as { learningRate: number }).learningRate = lr;
+    opt.setLearningRate(lr);
     const buf = new Int32Array(o.batchSize * (o.seqLen + 1));
     for (let b = 0; b < o.batchSize; b++) {
       const s = starts[rng.int(starts.length)];

@@ -308,9 +308,12 @@ export class Run {
       this.dropTrainer();
       this.runState = 'idle';
     }
-    // A live change goes to the session (the run's config is its); else the next run is built from it.
-    if (this.session) this.session.setConfig(next);
-    else this.pendingConfig = next;
+    // A live change goes to the session, the one place a running config changes; else the next run is built
+    // from it.
+    if (this.session) {
+      const live = Object.fromEntries(changes.live.map((k) => [k, next[k]]));
+      this.session.setHyperparameters(live, 'config');
+    } else this.pendingConfig = next;
     if (partial.model !== undefined) this.chosen = true;
     return this.emitStatus();
   }

@@ -6,6 +6,7 @@
  * which never shrinks: docs/tfjs.md trap 3).
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { TfjsAdam } from '../../core/fused-adam';
 import { validateConfig, type TrainConfig } from '../../core/config';
 import { parseGPT2Config, type GPT2Config } from '../../core/model/config';
 import { GPT2 } from '../../core/model/gpt2';
@@ -180,7 +181,7 @@ export interface MemoryBenchOptions {
   /** Config keys over the setup's (microBatchSize, recompute, …). */
   overrides?: Partial<TrainConfig>;
   /**
-   * Swap the trainer's two fused Adams (fused-adam.ts) for tf.train.adam: the same optimizer state (m and v per
+   * Swap the trainer's two fused Adams (fused-adam.ts) for tfjs's own Adam (TfjsAdam): the same optimizer state (m and v per
    * variable, the iteration count, accBeta1/2), so the same bytes after a step, but a far higher peak, and on the
    * CPU backend ~100 s of element-wise Adam ops per GPT-2-sized model.
    */
@@ -251,8 +252,8 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
   if (o.tfjsAdam) {
     t.policyOpt.dispose();
     t.valueOpt?.dispose();
-    t.policyOpt = tf.train.adam(cfg.learningRate);
-    t.valueOpt = tf.train.adam(cfg.valueLearningRate);
+    t.policyOpt = new TfjsAdam(cfg.learningRate, 0.9, 0.999);
+    t.valueOpt = new TfjsAdam(cfg.valueLearningRate, 0.9, 0.999);
   }
   return t;
 }

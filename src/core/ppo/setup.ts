@@ -163,7 +163,7 @@ export async function buildTrainer(
   }
   const owner = opts.owner?.(cfg);
   return new PpoTrainer(
-    owner?.config ?? cfg,
+    owner?.config ?? (() => cfg),
     { policy, ref, value, reward },
     tokenizer,
     prompts,

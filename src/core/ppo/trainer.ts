@@ -20,7 +20,7 @@ import { encodePrompt, stopIdsOf } from '../tokenizer';
 import type { RewardFn, Sample } from '../reward/functions';
 import { scoreSamples } from '../reward/module';
 import { Rng } from '../rng';
-import { FusedAdamOptimizer } from '../fused-adam';
+import { FusedAdamOptimizer, type RunOptimizer } from '../fused-adam';
 import { REWARD_STATS_FILE } from '../reward/reward-model';
 import {
   gae,
@@ -98,7 +98,7 @@ import {
   type UpdatePart,
 } from './update';
 import type { Rollout } from './rollout';
-import { healthAlerts, type HealthAlert } from './health';
+import { HEALTH_HISTORY, healthAlerts, type HealthAlert } from './health';
 import { UserError } from '../errors';
 import type { EvalRecord } from './eval-record';
 import { maybeYield } from '../yield';
@@ -274,8 +274,6 @@ export function bucket(n: number, cap: number): number {
 export class PpoTrainer {
   /** The run's config, read from its owner (see ConfigSource). */
   private readonly config: ConfigSource;
-  /** Set only for a trainer built without a session, which then owns its config (setConfig). */
-  private own: TrainConfig | null;
   private readonly events: TrainerEvents;
   /** The KL keys the controller was last built from (a live change of them rebuilds it at the next step). */
   private klFrom: KlKeys;
@@ -285,9 +283,9 @@ export class PpoTrainer {
   readonly promptTokens: number[][];
   /** The longest prompt in tokens (what the memory estimate of a micro-batch assumes). */
   readonly longestPrompt: number;
-  policyOpt: tf.AdamOptimizer;
+  policyOpt: RunOptimizer;
   /** null without a value model (critic-free algorithms). */
-  valueOpt: tf.AdamOptimizer | null;
+  valueOpt: RunOptimizer | null;
   kl: KlController;
   rng: Rng;
   /** Steps completed (the next step is `step + 1`). */
@@ -321,12 +319,12 @@ export class PpoTrainer {
   private fallback: { key: string; plan: StepPlan } | null = null;
 
   /**
-   * `config`: the session's config source, or a plain config for a trainer used on its own (tests, benchmarks),
-   * which then owns it. `events`: the phase callback of the owner (the session). `device`: the device's error
+   * `config`: where the run's config is read, at the start of each step: the session's (TrainingSession, the one
+   * place a running config changes), or `() => cfg` for a trainer used on its own (tests, benchmarks). `events`: the phase callback of the owner (the session). `device`: the device's error
    * scopes and the device the plan is for (defaults: WebGPU's, src/core/ppo/gpu-plan.ts).
    */
   constructor(
-    config: TrainConfig | ConfigSource,
+    config: ConfigSource,
     models: PpoModels,
     tokenizer: Tokenizer,
     prompts: string[],
@@ -335,13 +333,7 @@ export class PpoTrainer {
   ) {
     if (prompts.length === 0)
       throw new UserError('training needs at least one prompt; the prompt list is empty.');
-    if (typeof config === 'function') {
-      this.own = null;
-      this.config = config;
-    } else {
-      this.own = config;
-      this.config = () => this.own!;
-    }
+    this.config = config;
     this.events = events;
     this.deviceErrors = device.errors ?? webgpuDeviceErrors();
     this.planDevice = device.planDevice ?? currentPlanDevice;
@@ -383,27 +375,13 @@ export class PpoTrainer {
   }
 
   /**
-   * Replace the config of a trainer that owns it (built without a session) from the next step on; `cfg` must be
-   * validated and differ in live keys only (src/core/live.ts applyLive). A session's trainer refuses: live changes
-   * go to the session (TrainingSession.setHyperparameters / setConfig), the one owner of the run's config.
-   */
-  setConfig(cfg: TrainConfig): void {
-    if (this.own === null) {
-      throw new Error("PpoTrainer.setConfig: this trainer reads its session's config; change it there.");
-    }
-    this.own = cfg;
-    this.followConfig(cfg); // at once, as a session's trainer does at the start of its next step
-  }
-
-  /**
    * At the start of a step: the live keys that live outside the config (the optimisers' learning rates, the KL
    * controller) follow the config the step runs with. The KL controller is rebuilt only when one of its keys
    * changed (an adaptive controller keeps its coefficient unless klCoef itself was changed).
    */
   private followConfig(cfg: TrainConfig): void {
-    (this.policyOpt as unknown as { learningRate: number }).learningRate = cfg.learningRate;
-    if (this.valueOpt)
-      (this.valueOpt as unknown as { learningRate: number }).learningRate = cfg.valueLearningRate;
+    this.policyOpt.setLearningRate(cfg.learningRate);
+    this.valueOpt?.setLearningRate(cfg.valueLearningRate);
     const keys = klKeys(cfg);
     if (!sameKlKeys(keys, this.klFrom)) {
       this.kl = liveKlController(this.kl, this.klFrom, keys);
@@ -1198,7 +1176,7 @@ export class PpoTrainer {
       timeScore: (tScore - tGen) / 1000,
       timeUpdate: (tUpd - tScore) / 1000,
     });
-    const previous = this.history.slice(-5);
+    const previous = this.history.slice(-HEALTH_HISTORY);
     this.history.push(metrics);
     this.phase('idle');
     this.badSteps = skippedUpdates > 0 ? this.badSteps + 1 : 0;
