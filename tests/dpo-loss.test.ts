@@ -5,7 +5,8 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
-import { dpoLoss, type DpoLossType } from '../src/core/dpo/loss';
+import { dpoLoss } from '../src/core/dpo/loss';
+import type { DpoLossType } from '../src/core/config/jobs';
 
 beforeAll(async () => {
   await useCpu();

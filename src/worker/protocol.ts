@@ -8,6 +8,7 @@
  * types (src/core/config.ts, src/core/ppo/metrics.ts), imported as types only.
  */
 import type { ConfigKey, TrainConfig } from '../core/config';
+import type { DpoJobSettings, SftJobSettings } from '../core/config/jobs';
 import type { StepMetrics } from '../core/ppo/metrics';
 import type { EvalRecord } from '../core/ppo/eval-record';
 import type { MemoryParts } from '../core/model/size';
@@ -241,32 +242,12 @@ export interface PlanView {
 /**
  * A supervised job for the run commands (start, stepOnce, pause, reset) to drive instead of the RL algorithm
  * (docs/dpo.md "In the app", docs/sft.md). `data` is the JSONL text, `dataName` the file's name (for messages).
- * The model, seed, maxGradNorm and LoRA keys come from the run's config; the rest default as in contracts §9
- * (DPO: beta 0.1, dpoLoss "sigmoid", labelSmoothing 0, heldOut 0.1, batchSize 8, learningRate 1e-4, evalEvery 20;
- * SFT: batchSize 8, learningRate 1e-4), steps default to the run's config `steps`.
+ * The model, seed, maxGradNorm and LoRA keys come from the run's config; the settings it takes, their ranges and
+ * defaults are the tables of src/core/config/jobs.ts (DPO_FIELDS, SFT_FIELDS).
  */
 export type SupervisedJobWire =
-  | {
-      kind: 'dpo';
-      data: string;
-      dataName: string;
-      beta?: number;
-      dpoLoss?: 'sigmoid' | 'ipo' | 'hinge';
-      labelSmoothing?: number;
-      heldOut?: number;
-      steps?: number;
-      batchSize?: number;
-      learningRate?: number;
-      evalEvery?: number;
-    }
-  | {
-      kind: 'sft';
-      data: string;
-      dataName: string;
-      steps?: number;
-      batchSize?: number;
-      learningRate?: number;
-    };
+  | ({ kind: 'dpo'; data: string; dataName: string } & DpoJobSettings)
+  | ({ kind: 'sft'; data: string; dataName: string } & SftJobSettings);
 
 export interface SupervisedJobStatus {
   kind: 'dpo' | 'sft';

@@ -5,6 +5,7 @@
  * app", docs/sft.md.
  */
 import type { TrainConfig } from '../core/config';
+import { jobKeys, DPO_FIELDS, jobDefaults, jobFieldProblems, SFT_FIELDS } from '../core/config/jobs';
 import { validateDpoConfig, type DpoConfig } from '../core/dpo/config';
 import { DpoTrainer, type DpoStepMetrics } from '../core/dpo/trainer';
 import { SftTrainer, type SftRunOptions, type SftStepMetrics } from '../core/sft';
@@ -17,20 +18,9 @@ export type SupervisedMetrics = DpoStepMetrics | SftStepMetrics;
 export type DpoJobWire = Extract<SupervisedJobWire, { kind: 'dpo' }>;
 export type AnySupervisedSession = SupervisedSession<SupervisedMetrics>;
 
-const DPO_JOB_KEYS = [
-  'kind',
-  'data',
-  'dataName',
-  'beta',
-  'dpoLoss',
-  'labelSmoothing',
-  'heldOut',
-  'steps',
-  'batchSize',
-  'learningRate',
-  'evalEvery',
-];
-const SFT_JOB_KEYS = ['kind', 'data', 'dataName', 'steps', 'batchSize', 'learningRate'];
+/** The keys a job request may carry: its kind, its data and the settings the app's card sets (core/config/jobs.ts). */
+const DPO_JOB_KEYS = ['kind', 'data', 'dataName', ...jobKeys(DPO_FIELDS)];
+const SFT_JOB_KEYS = ['kind', 'data', 'dataName', ...jobKeys(SFT_FIELDS)];
 
 /** The request checked: its kind, its data, and no unknown keys. */
 export function checkJob(job: unknown): SupervisedJobWire {
@@ -63,35 +53,31 @@ export function dpoConfigOf(job: Extract<SupervisedJobWire, { kind: 'dpo' }>, cf
     lora: cfg.lora,
     loraAlpha: cfg.loraAlpha,
     loraTargets: cfg.loraTargets,
-    steps: cfg.steps,
   };
   for (const [k, v] of Object.entries(rest)) if (v !== undefined) raw[k] = v;
   return validateDpoConfig(raw, 'DPO settings');
 }
 
-/** SFT's options from the request and the run's config (steps default to the config's; model, seed, maxGradNorm, microBatchSize are the config's). */
+/**
+ * SFT's options from the request (steps, batchSize, learningRate: the settings table's defaults where left out) and
+ * the run's config (model, seed, maxGradNorm, microBatchSize).
+ */
 export function sftOptionsOf(
   job: Extract<SupervisedJobWire, { kind: 'sft' }>,
   cfg: TrainConfig,
 ): SftRunOptions {
-  const o: SftRunOptions = {
-    steps: job.steps ?? cfg.steps,
-    batchSize: job.batchSize ?? 8,
-    learningRate: job.learningRate ?? 1e-4,
+  const problems = jobFieldProblems(SFT_FIELDS, job, jobKeys(SFT_FIELDS));
+  if (problems.length) throw new UserError(`SFT settings: ${problems.join('; ')}.`);
+  const d = jobDefaults(SFT_FIELDS);
+  return {
+    steps: job.steps ?? d.steps,
+    batchSize: job.batchSize ?? d.batchSize,
+    learningRate: job.learningRate ?? d.learningRate,
     maxGradNorm: cfg.maxGradNorm,
     seed: cfg.seed,
     // The run's microBatchSize bounds the memory of a step (0, auto for RL: the whole batch here).
     microBatchSize: cfg.microBatchSize,
   };
-  const problems: string[] = [];
-  if (!Number.isInteger(o.steps) || o.steps < 1 || o.steps > 1e6)
-    problems.push(`"steps" must be a whole number from 1 to 1000000, got ${JSON.stringify(job.steps)}`);
-  if (!Number.isInteger(o.batchSize) || o.batchSize < 1 || o.batchSize > 4096)
-    problems.push(`"batchSize" must be a whole number from 1 to 4096, got ${JSON.stringify(job.batchSize)}`);
-  if (!(typeof o.learningRate === 'number' && o.learningRate > 0 && o.learningRate <= 1))
-    problems.push(`"learningRate" must be a number > 0 and <= 1, got ${JSON.stringify(job.learningRate)}`);
-  if (problems.length) throw new UserError(`SFT settings: ${problems.join('; ')}.`);
-  return o;
 }
 
 /** The files the app adds to a DPO job's checkpoint zip so that importing it resumes the job (docs/dpo.md). */

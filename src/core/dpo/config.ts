@@ -6,7 +6,13 @@
  */
 import { UserError } from '../errors';
 import { CONFIG_KEYS, LORA_TARGET_NAMES, type LoraTargetName } from '../config';
-import { DPO_LOSSES, type DpoLossType } from './loss';
+import {
+  DPO_FIELDS,
+  jobDefaults,
+  jobFieldProblems,
+  type DpoFieldKey,
+  type DpoLossType,
+} from '../config/jobs';
 
 export interface DpoConfig {
   algorithm: 'dpo';
@@ -33,54 +39,17 @@ export interface DpoConfig {
   evalEvery: number;
 }
 
+/** DPO's defaults: the settings table's (core/config/jobs.ts DPO_FIELDS), the preset model, every LoRA target. */
 export const DPO_DEFAULTS: Omit<DpoConfig, 'data'> = {
   algorithm: 'dpo',
   model: 'tiny',
-  heldOut: 0.1,
-  beta: 0.1,
-  dpoLoss: 'sigmoid',
-  labelSmoothing: 0,
-  seed: 1,
-  steps: 100,
-  batchSize: 8,
-  learningRate: 1e-4,
-  maxGradNorm: 1,
-  lora: 0,
-  loraAlpha: 16,
+  ...jobDefaults(DPO_FIELDS),
   loraTargets: [...LORA_TARGET_NAMES],
-  microBatchSize: 0,
-  saveEvery: 50,
-  evalEvery: 20,
 };
 
 export const DPO_KEYS = ['data', ...Object.keys(DPO_DEFAULTS)] as const;
 
-type NumSpec = {
-  min: number;
-  max: number;
-  integer?: boolean;
-  minExclusive?: boolean;
-  maxExclusive?: boolean;
-};
-const NUMBERS: Record<string, NumSpec> = {
-  heldOut: { min: 0, max: 1, minExclusive: true, maxExclusive: true },
-  beta: { min: 0, max: 1e3, minExclusive: true },
-  labelSmoothing: { min: 0, max: 0.5, maxExclusive: true },
-  seed: { min: 0, max: 2 ** 31 - 1, integer: true },
-  steps: { min: 1, max: 1e6, integer: true },
-  batchSize: { min: 1, max: 4096, integer: true },
-  learningRate: { min: 0, max: 1, minExclusive: true },
-  maxGradNorm: { min: 0, max: 1e6 },
-  lora: { min: 0, max: 1024, integer: true },
-  loraAlpha: { min: 0, max: 1e6, minExclusive: true },
-  microBatchSize: { min: 0, max: 4096, integer: true },
-  saveEvery: { min: 0, max: 1e6, integer: true },
-  evalEvery: { min: 0, max: 1e6, integer: true },
-};
-
-function range(s: NumSpec): string {
-  return `${s.minExclusive ? '>' : '>='} ${s.min} and ${s.maxExclusive ? '<' : '<='} ${s.max}${s.integer ? ', a whole number' : ''}`;
-}
+const NUMBER_KEYS = Object.keys(DPO_FIELDS).filter((k) => DPO_FIELDS[k as DpoFieldKey].type === 'number');
 
 /** Validate a parsed DPO config; `source` names it in messages. */
 export function validateDpoConfig(raw: unknown, source = 'config'): DpoConfig {
@@ -107,24 +76,11 @@ export function validateDpoConfig(raw: unknown, source = 'config'): DpoConfig {
       problems.push(`"model" must be a preset name or a model folder, got ${JSON.stringify(obj.model)}`);
     else cfg.model = obj.model;
   }
-  for (const [k, spec] of Object.entries(NUMBERS)) {
-    const v = obj[k];
-    if (v === undefined) continue;
-    const ok =
-      typeof v === 'number' &&
-      Number.isFinite(v) &&
-      (spec.minExclusive ? v > spec.min : v >= spec.min) &&
-      (spec.maxExclusive ? v < spec.max : v <= spec.max) &&
-      (!spec.integer || Number.isInteger(v));
-    if (!ok) problems.push(`"${k}" must be a number ${range(spec)}, got ${JSON.stringify(v)}`);
-    else (cfg as unknown as Record<string, number>)[k] = v as number;
-  }
-  if (obj.dpoLoss !== undefined) {
-    if (!DPO_LOSSES.includes(obj.dpoLoss as DpoLossType))
-      problems.push(
-        `"dpoLoss" must be one of ${DPO_LOSSES.map((l) => `"${l}"`).join(', ')}, got ${JSON.stringify(obj.dpoLoss)}`,
-      );
-    else cfg.dpoLoss = obj.dpoLoss as DpoLossType;
+  const bad = jobFieldProblems(DPO_FIELDS, obj, [...NUMBER_KEYS, 'dpoLoss']);
+  problems.push(...bad);
+  for (const k of [...NUMBER_KEYS, 'dpoLoss']) {
+    if (obj[k] !== undefined && !bad.some((p) => p.startsWith(`"${k}"`)))
+      (cfg as unknown as Record<string, unknown>)[k] = obj[k];
   }
   if (cfg.labelSmoothing !== 0 && cfg.dpoLoss !== 'sigmoid')
     problems.push(

@@ -14,9 +14,7 @@
  * hinge 1, margins 0.
  */
 import * as tf from '@tensorflow/tfjs-core';
-
-export const DPO_LOSSES = ['sigmoid', 'ipo', 'hinge'] as const;
-export type DpoLossType = (typeof DPO_LOSSES)[number];
+import { DPO_LOSSES, type DpoLossType } from '../config/jobs';
 
 export const DPO_METRICS = [
   'rewards/chosen',

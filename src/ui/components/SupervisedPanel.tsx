@@ -1,5 +1,6 @@
 import { useId, useState } from 'react';
 import type { SupervisedJobWire } from '../../worker/protocol';
+import { cardDefaults, DPO_FIELDS, SFT_FIELDS } from '../../core/config/jobs';
 import { useActions, useIoTask, useRunState, useStep, useSupervisedJob } from '../store/hooks';
 
 type DpoJob = Extract<SupervisedJobWire, { kind: 'dpo' }>;
@@ -71,19 +72,9 @@ export function SupervisedPanel() {
   const { setSupervisedJob, continueFromSft } = useActions();
   const [dpoFile, setDpoFile] = useState<DataFile | null>(null);
   const [sftFile, setSftFile] = useState<DataFile | null>(null);
-  const [dpo, setDpo] = useState<Omit<DpoJob, 'kind' | 'data' | 'dataName'>>({
-    beta: 0.1,
-    dpoLoss: 'sigmoid',
-    steps: 50,
-    batchSize: 8,
-    learningRate: 1e-4,
-    evalEvery: 10,
-  });
-  const [sft, setSft] = useState<Omit<SftJob, 'kind' | 'data' | 'dataName'>>({
-    steps: 50,
-    batchSize: 8,
-    learningRate: 1e-4,
-  });
+  // The card's controls start at the settings tables' defaults (src/core/config/jobs.ts), the core's own.
+  const [dpo, setDpo] = useState<Omit<DpoJob, 'kind' | 'data' | 'dataName'>>(() => cardDefaults(DPO_FIELDS));
+  const [sft, setSft] = useState<Omit<SftJob, 'kind' | 'data' | 'dataName'>>(() => cardDefaults(SFT_FIELDS));
   const busy = ioTask !== null || runState === 'running';
   const dpoJob = (): DpoJob | null =>
     dpoFile && { kind: 'dpo', data: dpoFile.text, dataName: dpoFile.name, ...dpo };
