@@ -96,7 +96,9 @@ describe('engine exports: names from the engines’ sources', () => {
   it('estimators and KL placement per algorithm', () => {
     const by = (a: string) => cfgs.find((c) => c.algorithm === a)!;
     expect(openRlhfFlags(by('ppo')).flags['algo.advantage.estimator']).toBe('gae');
-    expect(openRlhfFlags(by('grpo')).flags['algo.advantage.estimator']).toBe('group_norm');
+    // The first grpo variant has scaleRewards "none": Dr. GRPO's mean-only baseline (group_norm always divides).
+    expect(openRlhfFlags(by('grpo')).flags['algo.advantage.estimator']).toBe('dr_grpo');
+    expect(openRlhfFlags(by('grpo')).flags).not.toHaveProperty('algo.advantage.no_std_norm');
     expect(openRlhfFlags(by('grpo')).flags['algo.kl.use_loss']).toBe(true);
     expect(openRlhfFlags(by('rloo')).flags['algo.advantage.estimator']).toBe('rloo');
     expect(openRlhfFlags(by('reinforce++')).flags['algo.advantage.estimator']).toBe('reinforce');
@@ -239,6 +241,9 @@ describe.skipIf(!PY)('TRL builds its config classes from our exports', () => {
         expect(got.loss_type).toBe(TRL_LOSS_TYPE[cfg.lossAggregation]);
         expect(got.scale_rewards).toBe(cfg.scaleRewards);
         expect(got.importance_sampling_level).toBe('token');
+        // TRL 1.13 multiplies the KL term by the ratio unless told not to; ours does not.
+        expect(got.use_bias_correction_kl).toBe(false);
+        expect(got.entropy_coef).toBe(cfg.entropyCoef);
       } else {
         expect(got.normalize_advantages).toBe(cfg.normalizeAdvantages);
       }

@@ -28,16 +28,27 @@
 import { DEFAULT_CONFIG, derived, type LossAggregation, type TrainConfig } from './config';
 import type { DpoConfig } from './dpo/config';
 import { OUR_ADAM, openRlhfCommand, openRlhfFlags, verlCommand, type EngineExport } from './exports/engines';
+import {
+  OPENRLHF_SOURCE,
+  TRL_GRPO_DEFAULTS,
+  TRL_LOSS_TYPE as TRL_LOSS_TYPE_RULE,
+  TRL_PPO,
+  TRL_SOURCE,
+  VERL_SOURCE,
+} from './exports/rules';
 
 /** The TRL release the GRPOConfig / RLOOConfig / DPOConfig exports were built and checked against. */
-export const TRL_VERSION = '1.13.0';
+export const TRL_VERSION: string = TRL_SOURCE.version;
 
 /**
- * Where TRL's PPOConfig lives, by version: the on-policy PPOTrainer's config is `trl.PPOConfig` from 0.12, moved to
- * `trl.experimental.ppo` in 1.10 and is gone by 1.13 (the 1.13.0 wheel has no PPOConfig; issue #23).
+ * Where TRL's PPOConfig lives, by version (rules.ts TRL_PPO, from TRL's git tags): the on-policy PPOTrainer's config is
+ * top-level `trl.PPOConfig` from 0.12 to 0.28, with `kl_estimator` from 0.17; `trl.experimental.ppo.PPOConfig` from
+ * 0.26 (still in 1.9); the 1.13.0 wheel has neither.
  */
 export const TRL_PPO_VERSIONS =
-  'trl >=0.12,<1.10 as trl.PPOConfig; from 1.10 as trl.experimental.ppo.PPOConfig until its removal; absent in trl 1.13';
+  `trl ${TRL_PPO.topLevel} as trl.PPOConfig (kl_estimator from ${TRL_PPO.klEstimator.slice(2)}); ` +
+  `trl.experimental.ppo.PPOConfig from ${TRL_PPO.experimental.slice(2)} (still in ${TRL_PPO.experimentalLastSeen}); ` +
+  `absent in trl ${TRL_PPO.absentIn.replace(/\.0$/, '')}`;
 
 /**
  * Training-argument fields whose TRL (transformers TrainingArguments) default differs from what our run does,
@@ -71,15 +82,8 @@ function describeReward(cfg: TrainConfig): string {
   return '';
 }
 
-/** TRL GRPOConfig's loss_type for our lossAggregation (one device, no gradient accumulation). */
-export const TRL_LOSS_TYPE: Record<LossAggregation, string> = {
-  // Σ over the minibatch's counted tokens / their number ("dapo", TRL's default, equals it on one device).
-  'token-mean': 'bnpo',
-  // Mean over sequences of each sequence's token mean.
-  'seq-mean': 'grpo',
-  // Σ / (sequences × max_completion_length).
-  'seq-sum-norm': 'dr_grpo',
-};
+/** TRL GRPOConfig's loss_type for our lossAggregation (one device, no gradient accumulation; rules.ts). */
+export const TRL_LOSS_TYPE: Record<LossAggregation, string> = TRL_LOSS_TYPE_RULE;
 
 function peftConfig(cfg: Pick<TrainConfig, 'lora' | 'loraAlpha' | 'loraTargets'>): TrlConfig {
   return {
@@ -158,6 +162,10 @@ function groupConfig(cfg: TrainConfig): TrlConfig {
     out.loss_type = TRL_LOSS_TYPE[cfg.lossAggregation];
     out.importance_sampling_level = 'token';
     out.top_entropy_quantile = 1.0;
+    // Our KL term is klCoef · k3 per token, not multiplied by the importance ratio (TRL 1.13's default is True).
+    out.use_bias_correction_kl = TRL_GRPO_DEFAULTS.use_bias_correction_kl.ours;
+    // The same bonus as ours: the mean per-token entropy, whatever loss_type.
+    out.entropy_coef = cfg.entropyCoef;
   } else {
     out.normalize_advantages = cfg.normalizeAdvantages;
     notes.push(
@@ -202,7 +210,8 @@ function groupConfig(cfg: TrainConfig): TrlConfig {
       `missingEosPenalty ${cfg.missingEosPenalty}: subtract it in your reward function for completions without EOS.`,
     );
   }
-  if (cfg.entropyCoef !== 0) notes.push(`entropyCoef ${cfg.entropyCoef}: TRL's loss has no entropy bonus.`);
+  if (cfg.entropyCoef !== 0 && !grpo)
+    notes.push(`entropyCoef ${cfg.entropyCoef}: RLOOConfig has no entropy bonus.`);
   if (cfg.stopToken !== 'eos')
     notes.push(`stopToken ${JSON.stringify(cfg.stopToken)}: TRL stops at the tokenizer's EOS.`);
   if (rm && cfg.rewardModelCenter) {
@@ -268,8 +277,12 @@ function ppoConfig(cfg: TrainConfig): TrlConfig {
   out.cliprange_value = cfg.clipRangeValue;
   out.vf_coef = cfg.vfCoef;
   out.kl_coef = cfg.klCoef;
-  if (cfg.klEstimator === 'k1' || cfg.klEstimator === 'k3') out.kl_estimator = cfg.klEstimator;
-  else notes.push('klEstimator "k2": TRL offers kl_estimator "k1" or "k3" only.');
+  if (cfg.klEstimator === 'k1' || cfg.klEstimator === 'k3') {
+    out.kl_estimator = cfg.klEstimator;
+    notes.push(
+      `kl_estimator: TRL ${TRL_PPO.klEstimator}; drop it for 0.12–0.16, whose PPOTrainer uses k1${cfg.klEstimator === 'k1' ? ' (the same)' : ''}.`,
+    );
+  } else notes.push('klEstimator "k2": TRL offers kl_estimator "k1" or "k3" only.');
   out.gamma = cfg.gamma;
   out.lam = cfg.lam;
   out.whiten_rewards = cfg.whitenRewards;
@@ -366,7 +379,7 @@ export function engineExports(cfg: TrainConfig): EngineExport[] {
     });
   } else if (a === 'ppo') {
     out.push({
-      engine: 'TRL PPOConfig (trl 0.12–1.9; experimental from 1.10; not in 1.13)',
+      engine: 'TRL PPOConfig (trl 0.12–0.28; trl.experimental.ppo 0.26–1.9; not in 1.13)',
       fileName: 'trl-ppo-config.json',
       mime: json,
       text: trlConfigJson(cfg),
@@ -374,13 +387,13 @@ export function engineExports(cfg: TrainConfig): EngineExport[] {
   }
   const safe = a.replace('+', 'p');
   out.push({
-    engine: 'OpenRLHF train_ppo_ray (flags of commit 3c3be62)',
+    engine: `OpenRLHF train_ppo_ray (flags of commit ${OPENRLHF_SOURCE.commit.slice(0, 7)})`,
     fileName: `openrlhf-${safe}.sh`,
     mime: 'text/x-shellscript',
     text: openRlhfCommand(cfg),
   });
   out.push({
-    engine: 'verl main_ppo (config keys of commit b178a3c)',
+    engine: `verl main_ppo (config keys of commit ${VERL_SOURCE.commit.slice(0, 7)})`,
     fileName: `verl-${safe}.sh`,
     mime: 'text/x-shellscript',
     text: verlCommand(cfg),
