@@ -228,9 +228,9 @@ describe('engine audit', () => {
   });
 
   it('6. the bad-step counter is checkpointed; an old checkpoint without it restores 0', async () => {
-    const t = await buildTrainer(config(), res(), eReward);
-    await t.trainStep();
-    t.badSteps = 2;
+    // A run at step 1 whose last two steps were skipped (the counter comes back from a checkpoint this way too).
+    const t = await buildTrainer(config(), res(), { ...eReward, resume: { step: 1, badSteps: 2 } });
+    expect(t.badSteps).toBe(2);
     const files = await checkpointFiles(t);
     t.disposeOptimizers();
     const state = JSON.parse(new TextDecoder().decode(files.get('trainer_state.json')!)) as Record<

@@ -260,11 +260,11 @@ describe('evaluation in a run (CPU, tiny model)', () => {
     const s = await TrainingSession.build({ ...cfg, steps: 2, evalEvery: 2, evalPrompts: 'p.txt' }, res, {
       hooks: { step: (r) => void results.push(r) },
       readText,
+      resume: { rewardMean: 0.25 },
     });
     const t = s.trainer;
     const rm = ScalarModel.random(t.models.policy.config, 3, false, 'rm');
     s.overrideReward({ kind: 'model', model: rm, label: 'rm' });
-    t.rewardMean = 0.25;
     await s.run();
     const r = results[1].eval!;
     expect(r.step).toBe(2);

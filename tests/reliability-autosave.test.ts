@@ -26,6 +26,7 @@ import { loadTaskNode } from '../src/cli/tasks-node';
 import { isUserError } from '../src/core/errors';
 import type { PpoTrainer } from '../src/core/ppo/trainer';
 import type { StepMetrics } from '../src/core/ppo/metrics';
+import { disposeTrainer } from '../src/bench/perf/memory';
 
 const bytes = (...xs: number[]) => new Uint8Array(xs);
 const meta = (step: number, runId = 'run-a') => ({
@@ -522,10 +523,11 @@ describe('autosave of a real run (CPU, tiny model)', () => {
 
   it('restores at the saved step with the history; never saves NaN/Inf weights (the older save stays)', async () => {
     const slot = new AutosaveSlot(memoryAutosaveStore());
-    // Two steps' worth of state without the cost of training: the step counter and its history.
-    t.step = 2;
-    t.history = [1, 2].map((step) => ({ step, reward: step / 10 }) as unknown as StepMetrics);
-    const ok = await slot.save({ ...meta(2), config: { ...t.cfg } }, () => checkpointFiles(t));
+    // Two steps' worth of state without the cost of training: a trainer built at step 2 with its history.
+    const history = [1, 2].map((step) => ({ step, reward: step / 10 }) as unknown as StepMetrics);
+    const t2 = await buildTrainer(t.cfg, res, { resume: { step: 2, history } });
+    const ok = await slot.save({ ...meta(2), config: { ...t2.cfg } }, () => checkpointFiles(t2));
+    disposeTrainer(t2);
     expect(ok.ok).toBe(true);
 
     const loaded = await slot.load();
@@ -534,13 +536,11 @@ describe('autosave of a real run (CPU, tiny model)', () => {
     expect(back.history.map((m) => m.step)).toEqual([1, 2]);
     back.disposeOptimizers();
 
-    const ln = t.models.policy.params.get('ln_f.bias')!;
-    const saved = ln.clone();
+    const t3 = await buildTrainer(t.cfg, res, { resume: { step: 3, history } });
+    const ln = t3.models.policy.params.get('ln_f.bias')!;
     ln.assign(tf.fill(ln.shape, NaN));
-    t.step = 3;
-    const r = await slot.save({ ...meta(3), config: { ...t.cfg } }, () => checkpointFiles(t));
-    ln.assign(saved);
-    saved.dispose();
+    const r = await slot.save({ ...meta(3), config: { ...t3.cfg } }, () => checkpointFiles(t3));
+    disposeTrainer(t3);
     expect(r).toMatchObject({ ok: false, reason: 'nonfinite', kept: { step: 2 } });
     expect(r.ok ? '' : r.message).toBe(
       'Autosave skipped at step 3: the weights hold NaN/Inf values. The previous autosave (step 2) is kept.',

@@ -35,8 +35,7 @@ import {
   type NamedTensor,
 } from './model/safetensors';
 import { hasValueModel, validateConfig, type TrainConfig } from './config';
-import { klControllerFromState, type KlControllerState } from './ppo/kl';
-import { Rng } from './rng';
+import type { KlControllerState } from './ppo/kl';
 import { buildTrainer, REWARD_FILE, type Resources } from './ppo/setup';
 import type { StepMetrics } from './ppo/metrics';
 import { UserError } from './errors';
@@ -205,19 +204,20 @@ export async function checkpointSources(t: PpoTrainer): Promise<Map<string, File
       : []),
   ];
   if (opt.length) files.set('optimizer.safetensors', writeSafetensors(opt, { format: CHECKPOINT_FORMAT }));
+  const { step, kl, rng, promptOrder, promptCursor, history, badSteps, rewardMean } = t.state();
   const state: TrainerState = {
     format: CHECKPOINT_FORMAT,
-    step: t.step,
+    step,
     config: t.cfg,
-    kl: t.kl.state(),
-    rng: t.rng.state(),
-    promptOrder: t.promptOrder,
-    promptCursor: t.promptCursor,
+    kl,
+    rng,
+    promptOrder,
+    promptCursor,
     files: { ref: writeRef, reward: reward.kind === 'model' },
     lora,
-    history: t.history,
-    badSteps: t.badSteps,
-    rewardMean: t.rewardMean,
+    history,
+    badSteps,
+    rewardMean,
   };
   files.set(
     'trainer_state.json',
@@ -393,18 +393,21 @@ export async function restoreTrainer(
           }),
         )
       : undefined;
-    t = await buildTrainer(cfg, res, { ...opts, weights: { ...m, rewardModel } });
-    t.step = state.step;
-    t.kl = klControllerFromState(state.kl);
-    t.rng = Rng.fromState(state.rng);
-    // An order that does not fit the prompts (a task file changed since the save) starts a fresh shuffle.
-    const orderFits =
-      state.promptOrder.every((i) => i < t!.prompts.length) && state.promptCursor <= state.promptOrder.length;
-    t.promptOrder = orderFits ? state.promptOrder : [];
-    t.promptCursor = orderFits ? state.promptCursor : 0;
-    t.history = reviveNumbers(state.history);
-    t.badSteps = state.badSteps ?? 0;
-    t.rewardMean = state.rewardMean ?? null;
+    // The trainer continues from the saved progress (an order that no longer fits the prompts starts afresh).
+    t = await buildTrainer(cfg, res, {
+      ...opts,
+      weights: { ...m, rewardModel },
+      resume: {
+        step: state.step,
+        kl: state.kl,
+        rng: state.rng,
+        promptOrder: state.promptOrder,
+        promptCursor: state.promptCursor,
+        history: reviveNumbers(state.history),
+        badSteps: state.badSteps ?? 0,
+        rewardMean: state.rewardMean ?? null,
+      },
+    });
     const optBytes = await files.read('optimizer.safetensors');
     const optFile = optBytes ? readSafetensors(optBytes, `${files.label}/optimizer.safetensors`) : null;
     await restoreAdam(t.policyOpt, 'policy', m.policy.trainableVariables(), optFile, files.label);

@@ -13,7 +13,13 @@ import type { Tokenizer } from '../tokenizer/types';
 import type { Task } from '../tasks';
 import { makeReward, type RewardFn } from '../reward/functions';
 import { readRewardMean } from '../reward/reward-model';
-import { PpoTrainer, type ConfigSource, type RewardSource, type TrainerEvents } from './trainer';
+import {
+  PpoTrainer,
+  type ConfigSource,
+  type RewardSource,
+  type TrainerEvents,
+  type TrainerProgress,
+} from './trainer';
 import type { TrainerDevice } from './gpu-plan';
 import { UserError } from '../errors';
 
@@ -56,6 +62,8 @@ export interface BuildOptions {
    * default: WebGPU's, nothing elsewhere). Tests inject a device that runs out of memory.
    */
   device?: TrainerDevice;
+  /** The progress a resumed run continues from (a checkpoint's; fields left out start fresh). */
+  resume?: Partial<TrainerProgress>;
 }
 
 /** The reward model file inside a reward folder made by `train-reward`. */
@@ -169,5 +177,6 @@ export async function buildTrainer(
     prompts,
     owner?.events,
     opts.device,
+    opts.resume,
   );
 }

@@ -87,7 +87,13 @@ export function chunksVocabulary(tokens: number, V: number, backend: string = tf
   if (V <= VOCAB_CHUNK) return false;
   return backend !== 'webgpu' || tokens * V * 4 > WEBGPU_WHOLE_LOGITS_BYTES;
 }
-import { liveKlController, makeKlController, type KlController } from './kl';
+import {
+  klControllerFromState,
+  liveKlController,
+  makeKlController,
+  type KlController,
+  type KlControllerState,
+} from './kl';
 import { stepMetrics, type MinibatchStats, type StepMetrics } from './metrics';
 import {
   jointGuardedStepDeferred,
@@ -243,6 +249,25 @@ export type Phase = 'generating' | 'scoring' | 'updating' | 'idle';
  */
 export type ConfigSource = () => TrainConfig;
 
+/**
+ * What a run has done so far, as a value: a trainer is built with it (a resumed run; any field left out starts
+ * fresh) and gives it back with `state()`; checkpoints save it (core/checkpoint.ts trainer_state.json).
+ */
+export interface TrainerProgress {
+  /** Steps completed. */
+  step: number;
+  kl: KlControllerState;
+  rng: number[];
+  /** The current pass over the shuffled prompts and the position in it. */
+  promptOrder: number[];
+  promptCursor: number;
+  history: StepMetrics[];
+  /** Consecutive steps with skipped (non-finite) updates. */
+  badSteps: number;
+  /** The reward model's recorded mean score; null = none recorded. */
+  rewardMean: number | null;
+}
+
 /** What the trainer tells its owner while a step runs (given at construction). */
 export interface TrainerEvents {
   /** The phase changed (generating → scoring → updating → idle); called synchronously, inside the step. */
@@ -286,18 +311,15 @@ export class PpoTrainer {
   policyOpt: RunOptimizer;
   /** null without a value model (critic-free algorithms). */
   valueOpt: RunOptimizer | null;
-  kl: KlController;
-  rng: Rng;
-  /** Steps completed (the next step is `step + 1`). */
-  step = 0;
-  /** Position in the current pass over the shuffled prompts. */
-  promptOrder: number[] = [];
-  promptCursor = 0;
-  history: StepMetrics[] = [];
-  /** Consecutive steps with skipped (non-finite) updates (checkpointed; 3 → shouldPause). */
-  badSteps = 0;
-  /** The reward model's recorded mean score (reward_stats.json), subtracted with rewardModelCenter; null = none. */
-  rewardMean: number | null;
+  // The run's progress (TrainerProgress): given to the constructor, read back with state(), changed only here.
+  private _kl: KlController;
+  private _rng: Rng;
+  private _step: number;
+  private promptOrder: number[];
+  private promptCursor: number;
+  private _history: StepMetrics[];
+  private _badSteps: number;
+  private _rewardMean: number | null;
   /** The 'reward-uncentred' alert was raised already. */
   private saidUncentred = false;
   /**
@@ -330,6 +352,7 @@ export class PpoTrainer {
     prompts: string[],
     events: TrainerEvents = {},
     device: TrainerDevice = {},
+    resume?: Partial<TrainerProgress>,
   ) {
     if (prompts.length === 0)
       throw new UserError('training needs at least one prompt; the prompt list is empty.');
@@ -364,9 +387,64 @@ export class PpoTrainer {
       );
     }
     this.valueOpt = models.value ? new FusedAdamOptimizer(cfg.valueLearningRate) : null;
-    this.kl = makeKlController(cfg);
-    this.rng = new Rng(cfg.seed);
-    this.rewardMean = models.reward.kind === 'model' ? (models.reward.mean ?? null) : null;
+    // A fresh run's progress, or the one it resumes (a checkpoint's; an order that no longer fits the prompts, a
+    // task file changed since the save, starts a fresh shuffle).
+    const p = resume ?? {};
+    this._step = p.step ?? 0;
+    this._kl = p.kl ? klControllerFromState(p.kl) : makeKlController(cfg);
+    this._rng = p.rng ? Rng.fromState(p.rng) : new Rng(cfg.seed);
+    const order = p.promptOrder ?? [];
+    const cursor = p.promptCursor ?? 0;
+    const orderFits = order.every((i) => i < prompts.length) && cursor <= order.length;
+    this.promptOrder = orderFits ? [...order] : [];
+    this.promptCursor = orderFits ? cursor : 0;
+    this._history = p.history ? [...p.history] : [];
+    this._badSteps = p.badSteps ?? 0;
+    this._rewardMean =
+      p.rewardMean !== undefined
+        ? p.rewardMean
+        : models.reward.kind === 'model'
+          ? (models.reward.mean ?? null)
+          : null;
+  }
+
+  /** The run's progress as a value (what a checkpoint saves and a resumed trainer is built with). */
+  state(): TrainerProgress {
+    return {
+      step: this._step,
+      kl: this._kl.state(),
+      rng: this._rng.state(),
+      promptOrder: [...this.promptOrder],
+      promptCursor: this.promptCursor,
+      history: [...this._history],
+      badSteps: this._badSteps,
+      rewardMean: this._rewardMean,
+    };
+  }
+
+  /** Steps completed (the next step is `step + 1`). */
+  get step(): number {
+    return this._step;
+  }
+  /** The KL controller in force (its coefficient, and for an adaptive one its target and horizon). */
+  get kl(): KlController {
+    return this._kl;
+  }
+  /** The run's random stream (sampling, prompt order, minibatch shuffles). */
+  get rng(): Rng {
+    return this._rng;
+  }
+  /** Every completed step's metrics, oldest first. */
+  get history(): readonly StepMetrics[] {
+    return this._history;
+  }
+  /** Consecutive steps with skipped (non-finite) updates (checkpointed; 3 → shouldPause). */
+  get badSteps(): number {
+    return this._badSteps;
+  }
+  /** The reward model's recorded mean score (reward_stats.json), subtracted with rewardModelCenter; null = none. */
+  get rewardMean(): number | null {
+    return this._rewardMean;
   }
 
   /** The run's config now (the next step runs with it). */
@@ -384,7 +462,7 @@ export class PpoTrainer {
     this.valueOpt?.setLearningRate(cfg.valueLearningRate);
     const keys = klKeys(cfg);
     if (!sameKlKeys(keys, this.klFrom)) {
-      this.kl = liveKlController(this.kl, this.klFrom, keys);
+      this._kl = liveKlController(this._kl, this.klFrom, keys);
       this.klFrom = keys;
     }
   }
@@ -544,7 +622,7 @@ export class PpoTrainer {
     const out: number[] = [];
     while (out.length < n) {
       if (this.promptCursor >= this.promptOrder.length) {
-        this.promptOrder = this.rng.permutation(this.prompts.length);
+        this.promptOrder = this._rng.permutation(this.prompts.length);
         this.promptCursor = 0;
       }
       out.push(this.promptOrder[this.promptCursor++]);
@@ -1146,7 +1224,7 @@ export class PpoTrainer {
 
     // 8. KL controller (adaptive: Ziegler et al.), with the batch's mean summed k1.
     this.kl.update(mean(ptr.k1Sum), B);
-    this.step = stepNo;
+    this._step = stepNo;
 
     // 9. Metrics, health alerts and the rollout.
     const gs = groupStats(scores, G);
@@ -1177,9 +1255,9 @@ export class PpoTrainer {
       timeUpdate: (tUpd - tScore) / 1000,
     });
     const previous = this.history.slice(-HEALTH_HISTORY);
-    this.history.push(metrics);
+    this._history.push(metrics);
     this.phase('idle');
-    this.badSteps = skippedUpdates > 0 ? this.badSteps + 1 : 0;
+    this._badSteps = skippedUpdates > 0 ? this._badSteps + 1 : 0;
     const alerts: (HealthAlert | PlanAlert)[] = healthAlerts(metrics, cfg.targetKl, previous);
     const planNow = this.planInForce(cfg);
     if (fellBack) {
