@@ -35,7 +35,7 @@ import { logprobsFromLogits } from '../src/core/ppo/losses';
 import { validateConfig } from '../src/core/config';
 import { buildTrainer } from '../src/core/ppo/setup';
 import { Rng } from '../src/core/rng';
-import { arithmeticChatAnswer } from '../src/core/tasks/arithmetic-chat';
+import { arithmeticChatAnswer } from '../src/core/reward/arithmetic';
 import { lastNumber } from '../src/core/reward/functions';
 import { loadTaskNode } from '../src/cli/tasks-node';
 

@@ -14,10 +14,10 @@ import {
   ARITHMETIC_CHAT_PROBLEMS,
   ARITHMETIC_CHAT_SEED,
   ARITHMETIC_CHAT_TRAIN,
-  arithmeticChatAnswer,
   generateArithmeticChat,
   type ArithmeticChatItem,
 } from '../src/core/tasks/arithmetic-chat';
+import { arithmeticChatAnswer } from '../src/core/reward/arithmetic';
 import { parseTask } from '../src/core/tasks/index';
 import { loadTaskNode, taskPathNode } from '../src/cli/tasks-node';
 import { arithmeticChatTask, arithmeticChatTaskText } from '../scripts/make-arithmetic-chat-task';

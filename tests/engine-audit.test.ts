@@ -8,7 +8,8 @@ import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { validateConfig, derived, type TrainConfig } from '../src/core/config';
 import { applyLive } from '../src/core/live';
-import { buildTrainer, REWARD_FILE, type Resources } from '../src/core/ppo/setup';
+import { buildTrainer, type Resources } from '../src/core/ppo/setup';
+import { REWARD_FILE } from '../src/core/reward/reward-model';
 import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
 import {
   memoryFiles,

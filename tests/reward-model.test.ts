@@ -21,7 +21,7 @@ import {
   REWARD_STATS_FILE,
   type RewardLog,
 } from '../src/core/reward/reward-model';
-import { REWARD_FILE } from '../src/core/ppo/setup';
+import { REWARD_FILE } from '../src/core/reward/reward-model';
 import { Rng } from '../src/core/rng';
 import { isUserError } from '../src/core/errors';
 

@@ -9,7 +9,7 @@ import { parse, num, str } from './args';
 import { setNodeBackend } from './backend-node';
 import { assertFolder, nodeFiles, readJsonFile, writeFolder } from './files-node';
 import { resolveModel } from './models';
-import { REWARD_FILE } from '../core/ppo/setup';
+import { REWARD_FILE } from '../core/reward/reward-model';
 import { loadPreferences } from '../core/reward/preferences';
 import { REWARD_STATS_FILE, type RewardLog } from '../core/reward/reward-model';
 import {

@@ -36,7 +36,8 @@ import {
 } from './model/safetensors';
 import { hasValueModel, validateConfig, type TrainConfig } from './config';
 import type { KlControllerState } from './ppo/kl';
-import { buildTrainer, REWARD_FILE, type Resources } from './ppo/setup';
+import { buildTrainer, type Resources } from './ppo/setup';
+import { REWARD_FILE } from './reward/reward-model';
 import type { StepMetrics } from './ppo/metrics';
 import { UserError } from './errors';
 import type { CausalLM } from './model/causal-lm';

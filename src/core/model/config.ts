@@ -1,4 +1,5 @@
 import { UserError } from '../errors';
+import type { TokenizerConfigFields } from '../tokenizer';
 import { isLlamaFamily, llamaConfigToJson, parseLlamaConfig, type LlamaConfig } from './llama-config';
 
 export type { LlamaConfig } from './llama-config';
@@ -37,7 +38,7 @@ export function modelConfigToJson(c: LMConfig): Record<string, unknown> {
 }
 
 /** Which tokenizer a model folder uses (docs/formats.md §2). */
-export type TokenizerKind = 'gpt2-bpe' | 'bytes';
+export type TokenizerKind = TokenizerConfigFields['tokenizer'];
 
 /**
  * GPT-2 config with Hugging Face's field names (GPT2Config), plus our `tokenizer` field.

@@ -12,7 +12,7 @@ import type { CausalLM } from '../model/causal-lm';
 import type { Tokenizer } from '../tokenizer/types';
 import type { Task } from '../tasks';
 import { makeReward, type RewardFn } from '../reward/functions';
-import { readRewardMean } from '../reward/reward-model';
+import { readRewardMean, REWARD_FILE } from '../reward/reward-model';
 import {
   PpoTrainer,
   type ConfigSource,
@@ -65,9 +65,6 @@ export interface BuildOptions {
   /** The progress a resumed run continues from (a checkpoint's; fields left out start fresh). */
   resume?: Partial<TrainerProgress>;
 }
-
-/** The reward model file inside a reward folder made by `train-reward`. */
-export const REWARD_FILE = 'reward_model.safetensors';
 
 export async function resolvePrompts(
   cfg: TrainConfig,

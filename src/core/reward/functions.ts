@@ -5,7 +5,7 @@
  */
 import Sentiment from 'sentiment';
 import { UserError } from '../errors';
-import { arithmeticChatAnswer } from '../tasks/arithmetic-chat';
+import { arithmeticChatAnswer } from './arithmetic';
 
 /** What a reward function sees for one sample (the same shape a `--reward-module` default export receives). */
 export interface Sample {

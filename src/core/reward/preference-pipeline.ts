@@ -9,10 +9,15 @@
  */
 import { configBytes, loadLM, scalarSafetensors, type ModelFiles } from '../model/folder';
 import { ScalarModel } from '../model/heads';
-import { REWARD_FILE } from '../ppo/setup';
 import { UserError } from '../errors';
 import { splitPreferences, type PreferencePair } from './preferences';
-import { REWARD_STATS_FILE, trainRewardModel, type RewardLog, type RewardTrainResult } from './reward-model';
+import {
+  REWARD_FILE,
+  REWARD_STATS_FILE,
+  trainRewardModel,
+  type RewardLog,
+  type RewardTrainResult,
+} from './reward-model';
 
 export interface PreferenceTrainOptions {
   steps: number;

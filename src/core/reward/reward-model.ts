@@ -28,6 +28,9 @@ import type { PreferencePair } from './preferences';
 /** The optional file beside reward_model.safetensors that records the reward scale (see the module comment). */
 export const REWARD_STATS_FILE = 'reward_stats.json';
 
+/** The reward model file inside a reward folder made by `train-reward`. */
+export const REWARD_FILE = 'reward_model.safetensors';
+
 /**
  * The `mean` recorded in a reward folder's reward_stats.json, or null when the folder has no such file (a reward
  * model from elsewhere: PPO then uses its scores as they are and says so). A file that is there but unreadable,

@@ -15,9 +15,9 @@
  * public/tasks/arithmetic-chat.json is made from this by scripts/make-arithmetic-chat-task.ts.
  */
 import { UserError } from '../errors';
-import { Rng } from '../rng';
+import { computeArithmetic, type ArithmeticChatOp } from '../reward/arithmetic';
 
-export type ArithmeticChatOp = '+' | '-' | '×';
+import { Rng } from '../rng';
 
 export const ARITHMETIC_CHAT_OPS: readonly ArithmeticChatOp[] = ['+', '-', '×'];
 
@@ -52,10 +52,6 @@ export interface ArithmeticChatItem {
 export interface ArithmeticChatSplit {
   train: ArithmeticChatItem[];
   eval: ArithmeticChatItem[];
-}
-
-function compute(a: number, op: ArithmeticChatOp, b: number): number {
-  return op === '+' ? a + b : op === '-' ? a - b : a * b;
 }
 
 /**
@@ -97,32 +93,8 @@ export function generateArithmeticChat(seed: number, train: number, evalCount: n
       a,
       op,
       b,
-      answer: compute(a, op, b),
+      answer: computeArithmetic(a, op, b),
     });
   }
   return { train: items.slice(0, train), eval: items.slice(train) };
-}
-
-// One binary operation on two non-negative integers: not part of a longer expression ("3 + 4 + 5"), nor of a
-// decimal ("3.5 + 4"), nor signed ("-3 + 4"). `-` and `−` (U+2212) subtract; `×` and `*` multiply.
-const PROBLEM = /(?<![\d.]|[+\-−×*]\s*)(\d+)\s*([+\-−×*])\s*(\d+)(?!\d|\.\d|\s*[+\-−×*]\s*\d)/g;
-
-/**
- * The answer to a question holding exactly one problem "a + b", "a - b" or "a × b" (non-negative integer operands;
- * also "−" and "*"), such as every question `generateArithmeticChat` makes. A UserError naming the prompt when it
- * holds no such problem or more than one.
- */
-export function arithmeticChatAnswer(question: string): number {
-  const matches = [...question.matchAll(PROBLEM)];
-  if (matches.length !== 1) {
-    throw new UserError(
-      `reward "arithmetic-chat": the prompt ${JSON.stringify(question)} ` +
-        (matches.length === 0 ? 'holds no problem' : `holds ${matches.length} problems`) +
-        '; it must hold exactly one, like "What is 17 + 25? Answer with a number." ' +
-        '(two non-negative integers joined by +, - or ×, and no other such pair anywhere in the prompt).',
-    );
-  }
-  const [, a, op, b] = matches[0];
-  const sym: ArithmeticChatOp = op === '+' ? '+' : op === '-' || op === '−' ? '-' : '×';
-  return compute(Number(a), sym, Number(b));
 }

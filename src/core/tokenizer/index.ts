@@ -1,5 +1,4 @@
 import { UserError } from '../errors';
-import type { GPT2Config, LMConfig } from '../model/config';
 import { HF_TOKENIZER_FILES, tokenizerFromFolder } from './hf';
 import { BYTES_EOS_ID, BYTES_PAD_ID, BYTES_VOCAB_SIZE, BytesTokenizer } from './bytes';
 import { GPT2_EOS_ID, GPT2_VOCAB_SIZE, Gpt2BpeTokenizer } from './bpe';
@@ -27,6 +26,17 @@ export function stopIdsOf(tok: Tokenizer): number[] {
   return [...(tok.stopIds ?? [tok.eosId])];
 }
 
+/**
+ * What choosing a model's tokenizer reads of its config.json (model/config.ts's GPT2Config has these; a Llama
+ * family's config has `tokenizer` "hf"). Declared here so the tokenizers need nothing of the model.
+ */
+export interface TokenizerConfigFields {
+  tokenizer: 'gpt2-bpe' | 'bytes';
+  vocab_size: number;
+  eos_token_id: number;
+  pad_token_id?: number;
+}
+
 /** What tokenizerForFolder reads a folder through (model/folder.ts's ModelFiles). */
 interface FolderReader {
   label: string;
@@ -39,7 +49,10 @@ interface FolderReader {
  * generation_config.json's stop ids; ./hf.ts). The Hugging Face files are kept by the tokenizer (`files()`), so an
  * exported folder carries them again. Checks that the tokenizer's ids fit the model's vocabulary.
  */
-export async function tokenizerForFolder(folder: FolderReader, config: LMConfig): Promise<Tokenizer> {
+export async function tokenizerForFolder(
+  folder: FolderReader,
+  config: TokenizerConfigFields | { tokenizer: 'hf'; vocab_size: number },
+): Promise<Tokenizer> {
   if (config.tokenizer !== 'hf') return tokenizerFor(config);
   const raw = new Map<string, Uint8Array>();
   for (const name of HF_TOKENIZER_FILES) {
@@ -70,7 +83,7 @@ let bytesSingleton: BytesTokenizer | undefined;
  * assumes "gpt2-bpe" for vocab_size 50257 when the field is absent). Checks that the config's sizes and special ids
  * agree with the tokenizer, so a mismatch is an error here rather than garbage text later.
  */
-export function tokenizerFor(config: GPT2Config): Tokenizer {
+export function tokenizerFor(config: TokenizerConfigFields): Tokenizer {
   if (config.tokenizer === 'bytes') {
     if (config.vocab_size !== BYTES_VOCAB_SIZE) {
       throw new UserError(
