@@ -15,6 +15,7 @@
  * each step; the two agree to ~1e-7 relative). Backends without the kernel fall back to tfjs's Adam.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernels/kernel-fn';
 import { adamFor, heapMemory } from './kernels/wasm-simd';
 import type { WebGpuBackendLike } from './kernels/webgpu-common';
 import { replayBackend } from './kernels/webgpu-replay';
@@ -45,12 +46,6 @@ export interface StepControls {
   gscale: number;
   apply: boolean;
 }
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 /** The update on host arrays (CPU and WASM kernels; also the reference the WebGPU shader mirrors). */
 export function adamUpdateArrays(

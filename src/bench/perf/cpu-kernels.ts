@@ -14,17 +14,12 @@
  * tests/perf-cpu-kernels.test.ts.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from '../../core/kernels/kernel-fn';
 
 interface CpuBackendLike {
   data: { get(id: unknown): { values: Float32Array | Int32Array } };
   makeTensorInfo(shape: number[], dtype: tf.DataType, values?: Float32Array | Int32Array): tf.TensorInfo;
 }
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 const values = (b: CpuBackendLike, t: tf.TensorInfo) => b.data.get(t.dataId).values;
 

@@ -14,11 +14,7 @@
  * different grouping for more than limit − 1 inputs).
  */
 import * as tf from '@tensorflow/tfjs-core';
-
-interface WebGpuBackendLike {
-  device: { limits: { maxStorageBuffersPerShaderStage: number } };
-  disposeData(dataId: object, force?: boolean): boolean;
-}
+import type { WebGpuBackendLike } from './webgpu-common';
 
 const MARK = Symbol.for('ppo.webgpuAddNChunked');
 

@@ -32,6 +32,7 @@
  * `checkAttentionOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison wherever the webgpu backend is current (Chromium).
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const ATTN_FWD = 'PerfAttentionFwd';
@@ -378,12 +379,6 @@ const BWD = `
     let f = select(scale, 1.0, role == 2);
     for (var d = 0; d < A_HS; d++) { result[outOff + d] = acc[d] * f; }
   }`;
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 function run(
   kind: Kind,

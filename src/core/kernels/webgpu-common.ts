@@ -6,8 +6,13 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 
-/** The part of tfjs-backend-webgpu's WebGPUBackend the kernels use: run a WGSL program on tensor inputs. */
+/**
+ * The part of tfjs-backend-webgpu's WebGPUBackend the kernels use: run a WGSL program on tensor inputs, free a
+ * tensor's data, read the device's limits.
+ */
 export interface WebGpuBackendLike {
+  device: { limits: { maxStorageBuffersPerShaderStage: number } };
+  disposeData(dataId: object, force?: boolean): boolean;
   runWebGPUProgram(
     program: unknown,
     inputs: tf.TensorInfo[],

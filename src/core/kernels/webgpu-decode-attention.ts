@@ -33,6 +33,7 @@
  * `checkDecodeAttentionOnCurrentBackend` (src/core/webgpu-fused.ts) runs the kernel comparison wherever the webgpu backend is current.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { MASKED, type LayerKV } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
@@ -193,12 +194,6 @@ class DecodeAttentionProgram {
       }`;
   }
 }
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 const KERNELS: Record<string, KernelFn> = {
   [DECODE_KV_WRITE]: ({ inputs, backend, attrs }) => {

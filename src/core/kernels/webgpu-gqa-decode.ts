@@ -27,6 +27,7 @@
  * (tests/webgpu-llama-kernels.test.ts); `checkGqaDecodeOnCurrentBackend` (src/core/webgpu-fused.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { MASKED, type LayerKV } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
@@ -337,12 +338,6 @@ class DecodeProgram {
       }`;
   }
 }
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 /** The uniforms of a HeadSource read: the row stride, the heads' first column, the norm's ε. */
 const srcUniforms = (attrs: tf.NamedAttrMap) => [

@@ -30,6 +30,7 @@
  * `checkGqaAttentionOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison wherever webgpu is current.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const GQA_FWD = 'PerfGqaFwd';
@@ -432,12 +433,6 @@ function dkv(kind: 'dk' | 'dv'): string {
     }
   }`;
 }
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 type In = Record<'q' | 'k' | 'v' | 'mask' | 'rope' | 'y' | 'dy' | 'stats', tf.TensorInfo>;
 

@@ -15,6 +15,7 @@
  * Tested against the plain ops, values and gradients, on WebGPU in Node (tests/webgpu-node.test.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const LN_FWD = 'PerfLayerNormFwd';
@@ -149,12 +150,6 @@ class ColumnSumProgram {
       }`;
   }
 }
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 const rowsCols = (x: tf.TensorInfo): [number, number] => {
   const C = x.shape[x.shape.length - 1];

@@ -66,6 +66,7 @@
  * (src/core/webgpu-fused.ts) runs the same comparison wherever the webgpu backend is current (a Chromium page).
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { GELU_K } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
@@ -710,12 +711,6 @@ class ColumnSumProgram {
       }`;
   }
 }
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 const dims = (M: number, N: number, K: number, scale = 0, eps = 0, n0 = 0, n1 = 0) => [
   { type: 'int32' as const, data: [M] },

@@ -37,6 +37,7 @@
  * wherever WebGPU is.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const LOGPROB_FWD = 'PerfLogprobFwd';
@@ -194,12 +195,6 @@ class RowSoftmaxProgram {
   }
 }
 
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo;
-
 function run(kind: Kind, inputs: tf.TensorInfo[], backend: unknown, attrs?: tf.NamedAttrMap): tf.TensorInfo {
   const [M, V] = inputs[0].shape;
   const u = [
@@ -217,7 +212,7 @@ function run(kind: Kind, inputs: tf.TensorInfo[], backend: unknown, attrs?: tf.N
 
 type In = Record<'logits' | 'tokens' | 'dy', tf.TensorInfo>;
 
-const KERNELS: Record<string, KernelFn> = {
+const KERNELS: Record<string, KernelFn<tf.TensorInfo>> = {
   [LOGPROB_FWD]: ({ inputs, backend, attrs }) => {
     const { logits, tokens } = inputs as In;
     return run('lpFwd', [logits, tokens], backend, attrs);

@@ -29,6 +29,7 @@
  * (setWebGpuMatMulFast / matMulRouted).
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const MATMUL_FAST = 'PerfMatMulFast';
@@ -331,17 +332,11 @@ class MatMulFastProgram {
   }
 }
 
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo;
-
 /** [batch, rows, cols] of a rank-2 or rank-3 operand (batch 1 for rank 2). */
 const dims3 = (s: number[]): [number, number, number] =>
   s.length === 3 ? [s[0], s[1], s[2]] : [1, s[0], s[1]];
 
-const KERNELS: Record<string, KernelFn> = {
+const KERNELS: Record<string, KernelFn<tf.TensorInfo>> = {
   [MATMUL_FAST]: ({ inputs, backend, attrs }) => {
     const { a, b } = inputs as Record<'a' | 'b', tf.TensorInfo>;
     const transA = !!attrs?.transA;

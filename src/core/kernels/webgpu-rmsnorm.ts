@@ -17,6 +17,7 @@
  * `checkRmsNormOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison wherever webgpu is current.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const RMS_FWD = 'PerfRmsNormFwd';
@@ -140,12 +141,6 @@ class ColumnSumProgram {
       }`;
   }
 }
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 const rowsCols = (x: tf.TensorInfo): [number, number] => {
   const C = x.shape[x.shape.length - 1];

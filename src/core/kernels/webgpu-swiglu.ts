@@ -14,6 +14,7 @@
  * `checkSwigluOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison wherever webgpu is current.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const SWIGLU_FWD = 'PerfSwigluFwd';
@@ -61,12 +62,6 @@ class SwigluProgram {
       }`;
   }
 }
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 function run(kind: Kind, inputs: tf.TensorInfo[], backend: unknown): tf.TensorInfo {
   const shape = inputs[0].shape;
