@@ -5,13 +5,13 @@
  * it exactly, and from a folder of an earlier version (the pairs at the top); `generate --model CKPT` reads it.
  * In-process through the CLI's own entry (src/cli/main.ts runCli), CPU backend, a tiny model.
  */
-import { describe, it, expect, beforeAll, vi } from 'vitest';
+import { describe, it, expect, beforeAll } from 'vitest';
 import { cpSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { runCli } from '../src/cli/main';
+import { cliInProcess } from './helpers/cli';
 
 let dir: string;
 let model: string;
@@ -23,28 +23,7 @@ beforeAll(async () => {
   writeFileSync(path.join(dir, 'reward.mjs'), 'export default (sample) => sample.response.length;\n');
 });
 
-async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stderr = '';
-  let stdout = '';
-  const progress = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
-    stderr += String(chunk);
-    return true;
-  });
-  const printed = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
-    stdout += String(chunk);
-    return true;
-  });
-  try {
-    const code = await runCli(args, {
-      stdout: (t) => void (stdout += t),
-      stderr: (t) => void (stderr += t),
-    });
-    return { code, stdout, stderr };
-  } finally {
-    progress.mockRestore();
-    printed.mockRestore();
-  }
-}
+const cli = (args: string[]) => cliInProcess(args, { captureProcessStdout: true });
 
 type Line = Record<string, number | null>;
 const metricLines = (out: string): Line[] =>

@@ -12,7 +12,7 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { runCli } from '../src/cli/main';
+import { cliInProcess } from './helpers/cli';
 import { nodeFiles } from '../src/cli/files-node';
 import { nodeResources, writeFolderAtomic } from '../src/cli/train';
 import { restoreTrainer } from '../src/core/checkpoint';
@@ -43,21 +43,7 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-/** Run the CLI in-process: exit code and what it wrote (the error line, and progress on process.stderr). */
-async function cli(args: string[]): Promise<{ code: number; stderr: string; stdout: string }> {
-  let stderr = '';
-  let stdout = '';
-  const progress = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
-    stderr += String(chunk);
-    return true;
-  });
-  try {
-    const code = await runCli(args, { stdout: (t) => void (stdout += t), stderr: (t) => void (stderr += t) });
-    return { code, stderr, stdout };
-  } finally {
-    progress.mockRestore();
-  }
-}
+const cli = (args: string[]) => cliInProcess(args);
 
 function trainArgs(name: string, cfg: Record<string, unknown>): { out: string; args: string[] } {
   const cfgPath = path.join(dir, `${name}.json`);

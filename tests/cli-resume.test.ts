@@ -4,13 +4,13 @@
  * rewritten whole, a temporary file then a rename) and said on stderr, so every step appears once. In-process
  * through the CLI's own entry (src/cli/main.ts runCli), CPU backend, a tiny model.
  */
-import { describe, it, expect, beforeAll, vi } from 'vitest';
+import { describe, it, expect, beforeAll } from 'vitest';
 import { appendFileSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { runCli } from '../src/cli/main';
+import { cliInProcess } from './helpers/cli';
 import { trimMetrics } from '../src/cli/train';
 
 let dir: string;
@@ -23,19 +23,7 @@ beforeAll(async () => {
   writeFileSync(path.join(dir, 'reward.mjs'), 'export default (sample) => sample.response.length;\n');
 });
 
-async function cli(args: string[]): Promise<{ code: number; stderr: string }> {
-  let stderr = '';
-  const progress = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
-    stderr += String(chunk);
-    return true;
-  });
-  try {
-    const code = await runCli(args, { stdout: () => undefined, stderr: (t) => void (stderr += t) });
-    return { code, stderr };
-  } finally {
-    progress.mockRestore();
-  }
-}
+const cli = (args: string[]) => cliInProcess(args);
 
 function metricLines(out: string): { step: number; reward: number }[] {
   const text = readFileSync(path.join(out, 'metrics.jsonl'), 'utf8');

@@ -3,13 +3,13 @@
  * §9): metrics.jsonl lines with TRL's names and the held-out keys at evalEvery and the last step, checkpoints at 0,
  * saveEvery and the end, resume byte-exact, and a PPO-only key refused naming it. CPU backend, a small random model.
  */
-import { describe, it, expect, beforeAll, vi } from 'vitest';
+import { describe, it, expect, beforeAll } from 'vitest';
 import { mkdtempSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { runCli } from '../src/cli/main';
+import { cliInProcess } from './helpers/cli';
 
 let dir: string;
 let model: string;
@@ -24,19 +24,7 @@ beforeAll(async () => {
   writeFileSync(path.join(dir, 'pairs.jsonl'), lines.join('\n') + '\n');
 });
 
-async function cli(args: string[]): Promise<{ code: number; stderr: string }> {
-  let stderr = '';
-  const progress = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
-    stderr += String(chunk);
-    return true;
-  });
-  try {
-    const code = await runCli(args, { stdout: () => undefined, stderr: (t) => void (stderr += t) });
-    return { code, stderr };
-  } finally {
-    progress.mockRestore();
-  }
-}
+const cli = (args: string[]) => cliInProcess(args);
 
 const lines = (out: string) =>
   readFileSync(path.join(out, 'metrics.jsonl'), 'utf8')

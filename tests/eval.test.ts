@@ -4,7 +4,7 @@
  * like the same run without, that a resumed run writes the same eval.jsonl lines, LoRA's reference (adapters
  * off), and that evaluation leaves no tensor behind. Tiny random model on the CPU backend.
  */
-import { describe, it, expect, beforeAll, vi } from 'vitest';
+import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,7 +13,7 @@ import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { runCli } from '../src/cli/main';
+import { cliInProcess } from './helpers/cli';
 import { trimEvalLog } from '../src/cli/train';
 import { validateConfig, type TrainConfig } from '../src/core/config';
 import { TrainingSession } from '../src/core/session';
@@ -349,19 +349,7 @@ describe('train CLI: eval.jsonl, and resume continues the same evaluations', () 
     writeFileSync(path.join(dir, 'reward.mjs'), 'export default (sample) => sample.response.length;\n');
   });
 
-  async function cli(args: string[]): Promise<{ code: number; stderr: string }> {
-    let stderr = '';
-    const progress = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
-      stderr += String(chunk);
-      return true;
-    });
-    try {
-      const code = await runCli(args, { stdout: () => undefined, stderr: (t) => void (stderr += t) });
-      return { code, stderr };
-    } finally {
-      progress.mockRestore();
-    }
-  }
+  const cli = (args: string[]) => cliInProcess(args);
   const lines = (file: string) =>
     readFileSync(file, 'utf8')
       .split('\n')
