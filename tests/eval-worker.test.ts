@@ -4,13 +4,10 @@
  * three metrics in `metrics`, the others carry neither; a prompts file, which the app cannot read, is a clear error.
  */
 import { describe, it, expect } from 'vitest';
+import { nodeWorkerApi } from './helpers/worker';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { memoryAutosaveStore } from '../src/services/autosave';
-import { TabAutosave } from '../src/services/autosave-tabs';
-import type { ModelFiles } from '../src/core/model/folder';
 import type { ConfigPatch, RunStatus, TrainerEvent } from '../src/worker/protocol';
 
 (globalThis as { self?: unknown }).self ??= globalThis;
@@ -22,18 +19,7 @@ describe('held-out evaluation in the model worker (CPU, in Node)', () => {
   it('evaluated steps carry the record and its metrics; a prompts file is refused in the app', async () => {
     await useCpu();
     const dir = await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
-    const { createWorkerApi } = await import('../src/worker/api');
-    const { ModelSources } = await import('../src/worker/sources');
-    class DiskSources extends ModelSources {
-      override files(name: string): ModelFiles {
-        return name === 'tiny-test' ? nodeFiles(dir) : super.files(name);
-      }
-      override loadTask = loadTaskNode;
-    }
-    const api = createWorkerApi({
-      autosave: new TabAutosave(memoryAutosaveStore(), null),
-      sources: (progress) => new DiskSources(progress),
-    });
+    const api = await nodeWorkerApi({ tinyDir: dir });
     await api.init('cpu');
     const events: TrainerEvent[] = [];
     await api.subscribe((e) => void events.push(e));

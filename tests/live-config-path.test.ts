@@ -7,17 +7,15 @@
  * (the trainer reads its config once per step), so a key that stopped at a copy would fail here.
  */
 import { describe, it, expect, beforeAll, afterEach, vi } from 'vitest';
+import { nodeWorkerApi } from './helpers/worker';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { memoryAutosaveStore } from '../src/services/autosave';
-import { TabAutosave } from '../src/services/autosave-tabs';
 import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../src/core/config';
 import { applyLive, LIVE_KEYS } from '../src/core/live';
 import { TrainingSession } from '../src/core/session';
 import { PpoTrainer } from '../src/core/ppo/trainer';
-import type { ModelFiles } from '../src/core/model/folder';
 import type { Resources } from '../src/core/ppo/setup';
 import type { ConfigPatch, ModelWorkerApi } from '../src/worker/protocol';
 
@@ -127,18 +125,7 @@ describe('every live key reaches the trainer through the session (CPU, tiny mode
   }, 120_000);
 
   it("the worker's path: api.setHyperparameters between steps reaches the next step, through the same session method", async () => {
-    const { createWorkerApi } = await import('../src/worker/api');
-    const { ModelSources } = await import('../src/worker/sources');
-    class DiskSources extends ModelSources {
-      override files(name: string): ModelFiles {
-        return name === 'tiny-test' ? nodeFiles(dir) : super.files(name);
-      }
-      override loadTask = loadTaskNode;
-    }
-    const api: ModelWorkerApi = createWorkerApi({
-      autosave: new TabAutosave(memoryAutosaveStore(), null),
-      sources: (progress) => new DiskSources(progress),
-    });
+    const api: ModelWorkerApi = await nodeWorkerApi({ tinyDir: dir });
     expect((await api.init('cpu')).backend).toBe('cpu');
     await api.configure(TINY);
     const viaSession = watch();

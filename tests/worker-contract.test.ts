@@ -6,14 +6,10 @@
  * the run with an error event, and a checkpoint exported and imported continues the run.
  */
 import { describe, it, expect, beforeAll, afterEach, vi } from 'vitest';
+import { nodeWorkerApi } from './helpers/worker';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { nodeFiles } from '../src/cli/files-node';
-import { loadTaskNode } from '../src/cli/tasks-node';
-import { memoryAutosaveStore } from '../src/services/autosave';
-import { TabAutosave } from '../src/services/autosave-tabs';
 import { createFakeWorker } from '../src/ui/dev/fake-worker';
-import type { ModelFiles } from '../src/core/model/folder';
 import type {
   ConfigPatch,
   ModelWorkerApi,
@@ -57,18 +53,7 @@ let dir: string;
 async function realWorker(): Promise<Harness & { api: ModelWorkerApi }> {
   await useCpu();
   dir ??= await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
-  const { createWorkerApi } = await import('../src/worker/api');
-  const { ModelSources } = await import('../src/worker/sources');
-  class DiskSources extends ModelSources {
-    override files(name: string): ModelFiles {
-      return name === 'tiny-test' ? nodeFiles(dir) : super.files(name);
-    }
-    override loadTask = loadTaskNode;
-  }
-  const api = createWorkerApi({
-    autosave: new TabAutosave(memoryAutosaveStore(), null),
-    sources: (progress) => new DiskSources(progress),
-  });
+  const api = await nodeWorkerApi({ tinyDir: dir });
   expect((await api.init('cpu')).backend).toBe('cpu');
   const events: TrainerEvent[] = [];
   await api.subscribe((e) => void events.push(e));

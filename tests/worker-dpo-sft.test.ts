@@ -6,15 +6,11 @@
  * flat across jobs.
  */
 import { describe, it, expect } from 'vitest';
+import { nodeWorkerApi } from './helpers/worker';
 import { readFileSync } from 'node:fs';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { nodeFiles } from '../src/cli/files-node';
-import { loadTaskNode } from '../src/cli/tasks-node';
-import { memoryAutosaveStore } from '../src/services/autosave';
-import { TabAutosave } from '../src/services/autosave-tabs';
-import type { ModelFiles } from '../src/core/model/folder';
 import { unzipFolder, zipFolder } from '../src/core/checkpoint-zip';
 import type { RunStatus, TrainerEvent } from '../src/worker/protocol';
 
@@ -28,18 +24,7 @@ const fixture = (name: string) =>
 async function worker() {
   await useCpu();
   const dir = await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
-  const { createWorkerApi } = await import('../src/worker/api');
-  const { ModelSources } = await import('../src/worker/sources');
-  class DiskSources extends ModelSources {
-    override files(name: string): ModelFiles {
-      return name === 'tiny-test' ? nodeFiles(dir) : super.files(name);
-    }
-    override loadTask = loadTaskNode;
-  }
-  const api = createWorkerApi({
-    autosave: new TabAutosave(memoryAutosaveStore(), null),
-    sources: (progress) => new DiskSources(progress),
-  });
+  const api = await nodeWorkerApi({ tinyDir: dir });
   await api.init('cpu');
   const events: TrainerEvent[] = [];
   await api.subscribe((e) => void events.push(e));
@@ -264,8 +249,10 @@ describe('DPO and SFT in the model worker (CPU, in Node)', () => {
       Math.max(...a[0].flatMap((row, t) => row.map((v, j) => Math.abs(v - b[0][t][j]))));
     expect(diff(after, sftd)).toBeLessThan(1e-4);
     expect(diff(after, base)).toBeGreaterThan(1e-2);
-    // Continuing needs an SFT job that stepped.
-    await expect(api.continueFromSft({ algorithm: 'grpo' })).rejects.toThrow(/SFT run that has taken/);
+    // After DPO, continuing goes on with an RL algorithm (issue #33), never with DPO again.
+    await expect(api.continueFromSft({ algorithm: 'dpo', job: cont.job as never })).rejects.toThrow(
+      /Continue after DPO goes on with an RL algorithm/,
+    );
   }, 120_000);
 
   it('SFT 2 steps, then continue with GRPO from the SFT weights (step-1 KL 0); tensors flat', async () => {

@@ -8,15 +8,13 @@
  * peft_config.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
+import { nodeWorkerApi } from './helpers/worker';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
-import { loadTaskNode } from '../src/cli/tasks-node';
-import { memoryAutosaveStore } from '../src/services/autosave';
-import { TabAutosave } from '../src/services/autosave-tabs';
 import { unzipFolder, zipFolder } from '../src/core/checkpoint-zip';
-import { loadLM, memoryFiles, type ModelFiles } from '../src/core/model/folder';
+import { loadLM, memoryFiles } from '../src/core/model/folder';
 import { readSafetensors } from '../src/core/model/safetensors';
 import type { ModelWorkerApi, TrainerEvent } from '../src/worker/protocol';
 
@@ -30,18 +28,7 @@ const events: TrainerEvent[] = [];
 beforeAll(async () => {
   await useCpu();
   dir = await makeTinyFolder({ n_layer: 2, n_embd: 16, n_head: 2 });
-  const { createWorkerApi } = await import('../src/worker/api');
-  const { ModelSources } = await import('../src/worker/sources');
-  class DiskSources extends ModelSources {
-    override files(name: string): ModelFiles {
-      return name === 'tiny-test' ? nodeFiles(dir) : super.files(name);
-    }
-    override loadTask = loadTaskNode;
-  }
-  api = createWorkerApi({
-    autosave: new TabAutosave(memoryAutosaveStore(), null),
-    sources: (progress) => new DiskSources(progress),
-  });
+  api = await nodeWorkerApi({ tinyDir: dir });
   await api.init('cpu');
   await api.subscribe((e) => void events.push(e));
 });

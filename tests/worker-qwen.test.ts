@@ -6,12 +6,11 @@
  * chat template (and none with chatTemplate off), and the exported zip holds the tokenizer files and imports back.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
+import { nodeWorkerApi } from './helpers/worker';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { useCpu } from './helpers/backend';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { memoryAutosaveStore } from '../src/services/autosave';
-import { TabAutosave } from '../src/services/autosave-tabs';
 import { unzipFolder } from '../src/core/checkpoint-zip';
 import { encodePrompt, tokenizerForFolder } from '../src/core/tokenizer';
 import { memoryFiles, readConfig, type ModelFiles } from '../src/core/model/folder';
@@ -35,15 +34,7 @@ const samplesOf = (): SampleView[][] => events.flatMap((e) => (e.type === 'step'
 
 beforeAll(async () => {
   await useCpu();
-  const { createWorkerApi } = await import('../src/worker/api');
-  const { ModelSources } = await import('../src/worker/sources');
-  class NodeTasks extends ModelSources {
-    override loadTask = loadTaskNode;
-  }
-  api = createWorkerApi({
-    autosave: new TabAutosave(memoryAutosaveStore(), null),
-    sources: (progress) => new NodeTasks(progress),
-  });
+  api = await nodeWorkerApi();
   await api.init('cpu');
   await api.subscribe((e) => void events.push(e));
 });

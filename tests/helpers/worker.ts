@@ -1,0 +1,29 @@
+/**
+ * The model worker's API in Node (src/worker/api.ts createWorkerApi), as the worker tests drive it: autosave in
+ * memory, tasks read from disk, and the model name "tiny-test" read from `tinyDir` (a folder made by
+ * tests/helpers/tiny.ts) where one is given. Call it after the test's backend is set (useCpu).
+ */
+import type { ModelFiles } from '../../src/core/model/folder';
+import { nodeFiles } from '../../src/cli/files-node';
+import { loadTaskNode } from '../../src/cli/tasks-node';
+import { memoryAutosaveStore } from '../../src/services/autosave';
+import { TabAutosave } from '../../src/services/autosave-tabs';
+import type { ModelWorkerApi } from '../../src/worker/protocol';
+
+export async function nodeWorkerApi(o: { tinyDir?: string } = {}): Promise<ModelWorkerApi> {
+  // The worker's modules read `self` and `navigator` when they load.
+  (globalThis as { self?: unknown }).self ??= globalThis;
+  (globalThis as { navigator?: unknown }).navigator ??= {};
+  const { createWorkerApi } = await import('../../src/worker/api');
+  const { ModelSources } = await import('../../src/worker/sources');
+  class DiskSources extends ModelSources {
+    override files(name: string): ModelFiles {
+      return o.tinyDir !== undefined && name === 'tiny-test' ? nodeFiles(o.tinyDir) : super.files(name);
+    }
+    override loadTask = loadTaskNode;
+  }
+  return createWorkerApi({
+    autosave: new TabAutosave(memoryAutosaveStore(), null),
+    sources: (progress) => new DiskSources(progress),
+  });
+}
