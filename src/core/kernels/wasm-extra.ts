@@ -5,22 +5,18 @@
  * the CPU backend's kernel.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { KernelFn } from './kernel-fn';
 import { bmmFor, bmmStats, heapMemory } from './wasm-simd';
+import { enableRelaxedSimd, gemmFor, packedABytes, packedBBytes, type Gemm } from './gemm-wasm-api';
 import { registerWasmSharedIdentity } from './wasm-identity';
 
 interface WasmBackendLike {
   wasm: { asm?: { memory?: WebAssembly.Memory }; HEAPU8: Uint8Array };
-  dataIdMap: { get(dataId: unknown): { memoryOffset: number } };
+  dataIdMap: { get(dataId: unknown): { memoryOffset: number }; has(dataId: unknown): boolean };
   typedArrayFromHeap(t: tf.TensorInfo): Float32Array | Int32Array | Uint8Array;
   makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
   disposeData(dataId: unknown): boolean;
 }
-
-type KernelFn = (args: {
-  inputs: tf.NamedTensorInfoMap;
-  backend: unknown;
-  attrs?: tf.NamedAttrMap;
-}) => tf.TensorInfo | tf.TensorInfo[];
 
 /**
  * tfjs-backend-wasm 4.22's BatchMatMul runs XNNPACK only for a plain product with batch 1 on both sides;
@@ -35,6 +31,103 @@ type KernelFn = (args: {
  */
 /** Products computed as (B·Aᵀ)ᵀ (see fastMatMul), counted for the tests. */
 export const swappedStats = { calls: 0 };
+
+/**
+ * The register-blocked GEMM of gemm.wat (relaxed-SIMD FMA where the engine has it, plain SIMD otherwise) for 2-D
+ * products (batch 1 on both sides), in place of XNNPACK and of the explicit transposes: Aᵀ and Bᵀ are read
+ * through their strides while packing. A is packed into scratch per call (O(M·K), small beside the product). B is
+ * packed per call too, except a B read untransposed that comes back: from its second product on, its packed panels
+ * are kept (one copy, as XNNPACK keeps its own packed copy of a weight it has seen) until the tensor's data is
+ * freed. Bᵀ is never kept: a weight's dy·Wᵀ would otherwise hold a second packed copy of every weight. The LM
+ * head's h·wteᵀ with few rows keeps its (B·Aᵀ)ᵀ route on XNNPACK (packing wte per call would cost more than the
+ * product). Switch: `setWasmGemm(true)`, or WASM_GEMM=1 in Node (read when the kernels are registered); off by
+ * default. `gemmStats` counts products, kept packings and their reuses (the tests read it).
+ */
+export const gemmStats = { calls: 0, packedKept: 0, packedReused: 0 };
+let gemmOn = false;
+/** Route 2-D float32 products to gemm.wat (true) or keep XNNPACK (false). Turning it on enables relaxed SIMD in Node. */
+export function setWasmGemm(on: boolean): void {
+  gemmOn = on;
+  if (on) enableRelaxedSimd();
+}
+export function wasmGemmEnabled(): boolean {
+  return gemmOn;
+}
+
+interface PackCache {
+  /** B's dataId → its packed panels (a heap buffer of ours). */
+  kept: WeakMap<object, tf.TensorInfo>;
+  /** B's dataIds seen once (kept from their second product). */
+  seen: WeakSet<object>;
+}
+const packCaches = new WeakMap<object, PackCache>();
+
+/** The backend's cache of packed B, created with a hook that frees an entry when its tensor's data is freed. */
+function packCacheOf(bk: WasmBackendLike): PackCache {
+  let c = packCaches.get(bk);
+  if (c) return c;
+  const cache: PackCache = { kept: new WeakMap(), seen: new WeakSet() };
+  c = cache;
+  packCaches.set(bk, cache);
+  const dispose = bk.disposeData.bind(bk) as (dataId: unknown, force?: boolean) => boolean;
+  (bk as { disposeData: (dataId: unknown, force?: boolean) => boolean }).disposeData = (dataId, force) => {
+    const r = dispose(dataId, force);
+    const packed = cache.kept.get(dataId as object);
+    if (packed && !bk.dataIdMap.has(dataId)) {
+      cache.kept.delete(dataId as object);
+      dispose(packed.dataId, true);
+    }
+    return r;
+  };
+  return c;
+}
+
+function gemmProduct(
+  g: Gemm,
+  bk: WasmBackendLike,
+  a: tf.TensorInfo,
+  b: tf.TensorInfo,
+  ta: boolean,
+  tb: boolean,
+): tf.TensorInfo {
+  const ra = a.shape.length;
+  const rb = b.shape.length;
+  const M = ta ? a.shape[ra - 1] : a.shape[ra - 2];
+  const K = ta ? a.shape[ra - 2] : a.shape[ra - 1];
+  const N = tb ? b.shape[rb - 2] : b.shape[rb - 1];
+  const lead = (ra >= rb ? a.shape : b.shape).slice(0, -2);
+  const out = bk.makeOutput([...lead, M, N], 'float32');
+  if (M === 0 || N === 0) return out;
+  const off = (t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+  const temps: tf.TensorInfo[] = [];
+  let pb: number;
+  const cache = tb ? null : packCacheOf(bk);
+  const key = b.dataId as object;
+  const kept = cache?.kept.get(key);
+  if (kept) {
+    pb = off(kept);
+    gemmStats.packedReused++;
+  } else {
+    const keep = cache !== null && cache.seen.has(key);
+    const packed = bk.makeOutput([packedBBytes(K, N) / 4], 'float32');
+    g.packB(off(b), tb ? 1 : N, tb ? K : 1, K, N, off(packed));
+    pb = off(packed);
+    if (keep) {
+      cache.kept.set(key, packed);
+      gemmStats.packedKept++;
+    } else {
+      cache?.seen.add(key);
+      temps.push(packed);
+    }
+  }
+  const pa = bk.makeOutput([packedABytes(M, K) / 4], 'float32');
+  temps.push(pa);
+  g.packA(off(a), ta ? 1 : K, ta ? M : 1, M, K, off(pa));
+  g.gemm(off(pa), pb, off(out), N, M, K, N);
+  for (const t of temps) bk.disposeData(t.dataId);
+  gemmStats.calls++;
+  return out;
+}
 
 function fastMatMul(): void {
   const orig = tf.getKernel('BatchMatMul', 'wasm');
@@ -69,6 +162,23 @@ function fastMatMul(): void {
         b.dtype === 'float32'
           ? bmmFor(heapMemory(bk.wasm))
           : null;
+      const swapCase = (): boolean => {
+        const M = a.shape[a.shape.length - 2];
+        const K = a.shape[a.shape.length - 1];
+        const N = b.shape[b.shape.length - 2];
+        return at.transposeB && !at.transposeA && M * K + M * N < N * K;
+      };
+      if (
+        gemmOn &&
+        batchA === 1 &&
+        batchB === 1 &&
+        a.dtype === 'float32' &&
+        b.dtype === 'float32' &&
+        !swapCase()
+      ) {
+        const g = gemmFor(heapMemory(bk.wasm));
+        if (g) return gemmProduct(g, bk, a, b, at.transposeA, at.transposeB);
+      }
       if (!at.transposeA && !at.transposeB && !bmm)
         return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
       // One-token decoding (q·kᵀ with one query row): tfjs's loop with transposeB is a run of contiguous dot
@@ -318,8 +428,11 @@ export function registerWasmExtraKernels(): void {
   if (registered) return;
   registered = true;
   // NO_FAST_MM=1 / NO_FAST_SLICE=1 / NO_FAST_SUM=1 (Node) keep tfjs's own kernels, to measure the plain path against these.
+  // WASM_GEMM=1 / WASM_GEMM=0 turn the gemm.wat route for 2-D products on / off (setWasmGemm).
   const env = (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env ?? {};
   if (!env.NO_FAST_MM) fastMatMul();
+  if (env.WASM_GEMM === '1') setWasmGemm(true);
+  else if (env.WASM_GEMM === '0') setWasmGemm(false);
   fastGather();
   if (!env.NO_FAST_SLICE) fastSlice();
   if (!env.NO_FAST_SUM) fastSum();

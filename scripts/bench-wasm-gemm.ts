@@ -1,0 +1,157 @@
+/**
+ * The GEMM of gemm.wat (relaxed SIMD and plain SIMD) against tfjs-wasm's matMul (XNNPACK, through the project's
+ * BatchMatMul wrapper) on one thread, all on the tfjs heap, same process:
+ *   npx tsx scripts/bench-wasm-gemm.ts [--reps 5] [--seconds 0.3] [--json]
+ * Each shape is timed `reps` times (rounds of products until `seconds` pass) and the best round is kept: on a
+ * shared machine the best is the one least disturbed. GFLOP/s = 2·M·K·N per product ÷ wall seconds; the CPU-second
+ * rate (process.cpuUsage) of the same best round is printed beside it. "ours" packs A and B on every call (what a
+ * product with fresh operands costs); "packed once" packs A per call and B (a frozen weight) once ahead — what
+ * XNNPACK's cached packing of a live weight tensor gets; "tf.matMul on gemm" is the product through the engine's
+ * BatchMatMul with setWasmGemm(true) (A packed per call, B's panels kept unless Bᵀ, the output allocated). Run nothing else heavy at the same time; the load average is printed.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import '@tensorflow/tfjs-backend-wasm';
+import { loadavg } from 'node:os';
+import { registerWasmExtraKernels, setWasmGemm } from '../src/core/kernels/wasm-extra';
+import { heapMemory } from '../src/core/kernels/wasm-simd';
+import {
+  enableRelaxedSimd,
+  gemmFor,
+  packedABytes,
+  packedBBytes,
+  type Gemm,
+} from '../src/core/kernels/gemm-wasm-api';
+
+interface Shape {
+  label: string;
+  M: number;
+  K: number;
+  N: number;
+  ta: boolean;
+  tb: boolean;
+}
+/** The issue's shapes, and GPT-2 124M's c_fc at 512 rows: forward, and the backward's two products. */
+export const SHAPES: Shape[] = [
+  { label: '1024²', M: 1024, K: 1024, N: 1024, ta: false, tb: false },
+  { label: '8×768×3072 (decode c_fc)', M: 8, K: 768, N: 3072, ta: false, tb: false },
+  { label: '512×768×3072 (c_fc forward)', M: 512, K: 768, N: 3072, ta: false, tb: false },
+  { label: 'Xᵀ·dY 768×512×3072 (dW)', M: 768, K: 512, N: 3072, ta: true, tb: false },
+  { label: 'dY·Wᵀ 512×3072×768 (dX)', M: 512, K: 3072, N: 768, ta: false, tb: true },
+];
+
+const arg = (name: string, d: number): number => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? Number(process.argv[i + 1]) : d;
+};
+
+interface Backend {
+  wasm: { asm?: { memory?: WebAssembly.Memory }; wasmMemory?: WebAssembly.Memory };
+  dataIdMap: { get(id: unknown): { memoryOffset: number } };
+}
+
+/** Best-of-`reps` rate of `fn` (one product per call): {gflops (wall), gflopsCpu}. */
+function time(
+  fn: () => void,
+  flops: number,
+  reps: number,
+  seconds: number,
+): { gflops: number; gflopsCpu: number } {
+  fn();
+  fn();
+  let best = { gflops: 0, gflopsCpu: 0 };
+  for (let r = 0; r < reps; r++) {
+    let n = 0;
+    const c0 = process.cpuUsage();
+    const t0 = performance.now();
+    while (n === 0 || performance.now() - t0 < seconds * 1000) {
+      fn();
+      n++;
+    }
+    const wall = (performance.now() - t0) / 1000;
+    const c = process.cpuUsage(c0);
+    const cpu = (c.user + c.system) / 1e6;
+    const g = (flops * n) / wall / 1e9;
+    if (g > best.gflops) best = { gflops: g, gflopsCpu: (flops * n) / cpu / 1e9 };
+  }
+  return best;
+}
+
+export async function main(): Promise<void> {
+  const reps = arg('--reps', 5);
+  const seconds = arg('--seconds', 0.3);
+  const relaxedOn = enableRelaxedSimd();
+  registerWasmExtraKernels();
+  await tf.setBackend('wasm');
+  await tf.ready();
+  const bk = tf.backend() as unknown as Backend;
+  const mem = heapMemory(bk.wasm);
+  const builds: [string, Gemm | null][] = [
+    ['relaxed', gemmFor(mem, { relaxed: true })],
+    ['plain', gemmFor(mem, { relaxed: false })],
+  ];
+  const load0 = loadavg();
+  console.error(
+    `relaxed SIMD: ${relaxedOn}; load average before: ${load0.map((x) => x.toFixed(2)).join(' ')}`,
+  );
+  const rows: Record<string, unknown>[] = [];
+  for (const s of SHAPES) {
+    const { M, K, N, ta, tb } = s;
+    const flops = 2 * M * K * N;
+    const a = tf.randomNormal(ta ? [K, M] : [M, K], 0, 1, 'float32', 1);
+    const b = tf.randomNormal(tb ? [N, K] : [K, N], 0, 1, 'float32', 2);
+    const c = tf.zeros([M, N]);
+    const scratch = tf.zeros([packedBBytes(K, N) / 4]);
+    const scratchA = tf.zeros([packedABytes(M, K) / 4]);
+    const off = (t: tf.Tensor): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+    const row: Record<string, unknown> = { shape: s.label, M, K, N, ta, tb };
+    setWasmGemm(false);
+    row.xnnpack = time(() => tf.matMul(a, b, ta, tb).dispose(), flops, reps, seconds);
+    // tf.matMul through the gemm route (setWasmGemm): what the engine gets, B's panels kept from its second use
+    setWasmGemm(true);
+    row.route = time(() => tf.matMul(a, b, ta, tb).dispose(), flops, reps, seconds);
+    setWasmGemm(false);
+    for (const [name, g] of builds) {
+      if (!g) continue;
+      // Offsets read after every allocation (none happen inside the timed calls).
+      const [pa, pb, pc, pp, pq] = [off(a), off(b), off(c), off(scratch), off(scratchA)];
+      const rsa = ta ? 1 : K;
+      const csa = ta ? M : 1;
+      const rsb = tb ? 1 : N;
+      const csb = tb ? K : 1;
+      row[name] = time(
+        () => {
+          g.packB(pb, rsb, csb, K, N, pp);
+          g.packA(pa, rsa, csa, M, K, pq);
+          g.gemm(pq, pp, pc, N, M, K, N);
+        },
+        flops,
+        reps,
+        seconds,
+      );
+      g.packB(pb, rsb, csb, K, N, pp);
+      row[`${name}PackedOnce`] = time(
+        () => {
+          g.packA(pa, rsa, csa, M, K, pq);
+          g.gemm(pq, pp, pc, N, M, K, N);
+        },
+        flops,
+        reps,
+        seconds,
+      );
+    }
+    tf.dispose([a, b, c, scratch, scratchA]);
+    rows.push(row);
+    const f = (k: string): string => {
+      const v = row[k] as { gflops: number; gflopsCpu: number } | undefined;
+      return v ? `${v.gflops.toFixed(1)} (${v.gflopsCpu.toFixed(1)}/CPU s)` : '—';
+    };
+    console.log(
+      `${s.label.padEnd(30)} XNNPACK ${f('xnnpack')} | tf.matMul on gemm ${f('route')} | relaxed ${f('relaxed')}, packed once ${f('relaxedPackedOnce')} | plain ${f('plain')}, packed once ${f('plainPackedOnce')}`,
+    );
+  }
+  const load1 = loadavg();
+  console.error(`load average after: ${load1.map((x) => x.toFixed(2)).join(' ')}`);
+  if (process.argv.includes('--json')) console.log(JSON.stringify({ relaxedOn, load0, load1, rows }));
+}
+
+if (process.argv[1]?.endsWith('bench-wasm-gemm.ts')) await main();
