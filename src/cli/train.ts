@@ -112,23 +112,19 @@ function stepFailure(
 }
 
 /**
- * Resuming into an out folder whose metrics.jsonl already holds steps after the checkpoint (a run that went on,
- * or crashed, after writing it): keep the lines up to the checkpoint's step and drop the rest, so the steps this
- * run writes appear once. A line that does not parse (cut short by a crash mid-write) is dropped too. The file is
- * rewritten atomically (a temporary file, then a rename). No file: the checkpoint's history is written. Returns
- * the number of lines dropped.
+ * Resuming into an out folder whose JSONL log (metrics.jsonl, eval.jsonl) already holds steps after the
+ * checkpoint (a run that went on, or crashed, after writing it): keep the lines up to the checkpoint's step and
+ * drop the rest, so the steps this run writes appear once. A line that does not parse (cut short by a crash
+ * mid-write) is dropped too. The file is rewritten atomically (a temporary file, then a rename). No file: one with
+ * `start`'s lines. Returns the number of lines dropped.
  */
-export async function trimMetrics(
-  metricsPath: string,
-  step: number,
-  history: readonly object[],
-): Promise<number> {
+async function trimStepLog(file: string, step: number, start: readonly object[]): Promise<number> {
   let text: string;
   try {
-    text = await readFile(metricsPath, 'utf8');
+    text = await readFile(file, 'utf8');
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-    await writeFile(metricsPath, history.map((m) => JSON.stringify(m) + '\n').join(''));
+    await writeFile(file, start.map((m) => JSON.stringify(m) + '\n').join(''));
     return 0;
   }
   const lines = text.split('\n').filter((l) => l.trim() !== '');
@@ -142,43 +138,21 @@ export async function trimMetrics(
   });
   const dropped = lines.length - kept.length;
   if (dropped > 0) {
-    const tmp = `${metricsPath}.tmp`;
+    const tmp = `${file}.tmp`;
     await writeFile(tmp, kept.map((l) => l + '\n').join(''));
-    await rename(tmp, metricsPath);
+    await rename(tmp, file);
   }
   return dropped;
 }
 
-/**
- * Resuming into an out folder whose eval.jsonl holds evaluations after the checkpoint's step: keep the lines up
- * to it (a line cut short by a crash is dropped too), so the evaluations this run writes appear once. No file: an
- * empty one. Returns the number of lines dropped.
- */
-export async function trimEvalLog(evalPath: string, step: number): Promise<number> {
-  let text: string;
-  try {
-    text = await readFile(evalPath, 'utf8');
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-    await writeFile(evalPath, '');
-    return 0;
-  }
-  const lines = text.split('\n').filter((l) => l.trim() !== '');
-  const kept = lines.filter((l) => {
-    try {
-      const m = JSON.parse(l) as { step?: unknown };
-      return typeof m.step === 'number' && m.step <= step;
-    } catch {
-      return false;
-    }
-  });
-  const dropped = lines.length - kept.length;
-  if (dropped > 0) {
-    const tmp = `${evalPath}.tmp`;
-    await writeFile(tmp, kept.map((l) => l + '\n').join(''));
-    await rename(tmp, evalPath);
-  }
-  return dropped;
+/** metrics.jsonl kept up to `step` (trimStepLog); no file: the checkpoint's history. */
+export function trimMetrics(metricsPath: string, step: number, history: readonly object[]): Promise<number> {
+  return trimStepLog(metricsPath, step, history);
+}
+
+/** eval.jsonl kept up to `step` (trimStepLog); no file: an empty one. */
+export function trimEvalLog(evalPath: string, step: number): Promise<number> {
+  return trimStepLog(evalPath, step, []);
 }
 
 /**
