@@ -23,7 +23,7 @@ export default tseslint.config(
     },
   },
   {
-    // The layers of docs/architecture.md: core imports none of the others; ui never imports tfjs.
+    // The layers of docs/architecture.md: core imports common and none of the others.
     files: ['src/core/**/*.ts'],
     rules: {
       'no-restricted-imports': [
@@ -63,11 +63,41 @@ export default tseslint.config(
     },
   },
   {
+    // Common (src/common/): the pure modules every layer may use (config, metric names, exports, errors): nothing
+    // of the other layers, no tfjs, no Node.
+    files: ['src/common/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            '**/core/**',
+            '**/ui/**',
+            '**/worker/**',
+            '**/cli/**',
+            '**/services/**',
+            '**/bench/**',
+            '@tensorflow/*',
+            'react',
+            'node:*',
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // The UI imports the common folder and, for types only, the worker's protocol; never tensor code
+    // (tests/import-cycles.test.ts checks the whole import closure).
     files: ['src/ui/**/*.ts', 'src/ui/**/*.tsx'],
     rules: {
       'no-restricted-imports': [
         'error',
-        { patterns: ['@tensorflow/*', '**/core/model/*', '**/core/ppo/trainer*'] },
+        {
+          patterns: [
+            { group: ['@tensorflow/*', '**/core/**', '**/services/**', '**/bench/**', '**/cli/**'] },
+            { group: ['**/worker/**'], allowTypeImports: true },
+          ],
+        },
       ],
     },
   },

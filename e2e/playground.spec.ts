@@ -1,7 +1,7 @@
 import { readFileSync, mkdirSync, copyFileSync } from 'node:fs';
 import { test, expect, type Page, type TestInfo } from '@playwright/test';
 import { unzipSync, strFromU8 } from 'fflate';
-import { CONFIG_FIELDS } from '../src/core/config';
+import { CONFIG_FIELDS } from '../src/common/config';
 import { sliderScale } from '../src/ui/lib/slider-scale';
 import { watchConsole } from './console';
 

@@ -1,7 +1,7 @@
 /**
  * The fused WGSL kernels in Chromium on WebGPU (SwiftShader here): each one's values and gradients against
  * tfjs's ops on the same backend, and its dispatch count (e2e/pages/kernels.ts runs the check functions of
- * src/core/webgpu-fused.ts, the ones Vitest runs on Node's Dawn).
+ * src/core/backend/webgpu-fused.ts, the ones Vitest runs on Node's Dawn).
  */
 import { test, expect } from '@playwright/test';
 

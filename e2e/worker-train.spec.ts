@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { unzipSync } from 'fflate';
 import { watchConsole } from './console';
 import { openWorkerPage } from './worker-page';
-import { REQUIRED_METRICS } from '../src/core/ppo/metrics';
+import { REQUIRED_METRICS } from '../src/common/metrics';
 import type { BackendPref, BackendReport, RunStatus, TrainerEvent } from '../src/worker/protocol';
 
 /**

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { setNodeBackend } from '../src/cli/backend-node';
 import { nodeResources } from '../src/cli/train';
 import { writeFolder } from '../src/cli/files-node';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { buildTrainer } from '../src/core/ppo/setup';
 import { GPT2 } from '../src/core/model/gpt2';
 import { exportLM } from '../src/core/model/folder';

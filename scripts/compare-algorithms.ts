@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import * as tf from '@tensorflow/tfjs-core';
 import { setNodeBackend } from '../src/cli/backend-node';
 import { nodeResources } from '../src/cli/train';
-import { ALGORITHMS, derived, validateConfig, type Algorithm } from '../src/core/config';
+import { ALGORITHMS, derived, validateConfig, type Algorithm } from '../src/common/config';
 import { buildTrainer } from '../src/core/ppo/setup';
 
 interface Row {

@@ -31,7 +31,7 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import type { EvalRecord, EvalSample } from '../src/core/ppo/eval-record';
+import type { EvalRecord, EvalSample } from '../src/common/eval-record';
 import type { PreferencePair } from '../src/core/reward/preferences';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -339,7 +339,7 @@ async function main(): Promise<void> {
   const tf = await import('@tensorflow/tfjs-core');
   const { setNodeBackend } = await import('../src/cli/backend-node');
   const { nodeResources } = await import('../src/cli/train');
-  const { validateConfig } = await import('../src/core/config');
+  const { validateConfig } = await import('../src/common/config');
   const { buildTrainer } = await import('../src/core/ppo/setup');
   const { Evaluator } = await import('../src/core/ppo/eval');
   const { loadLM } = await import('../src/core/model/folder');

@@ -1,5 +1,5 @@
 /**
- * The training-config table of docs/formats.md §5, printed from `CONFIG_FIELDS` (src/core/config.ts), the one
+ * The training-config table of docs/formats.md §5, printed from `CONFIG_FIELDS` (src/common/config.ts), the one
  * source of truth: `npx tsx scripts/config-table.ts`, then paste it over the table (and `npx prettier --write docs/formats.md`). tests/docs.test.ts compares
  * the page with `configTableRows()`.
  */
@@ -10,7 +10,7 @@ import {
   describeAllowed,
   type ConfigField,
   type ConfigKey,
-} from '../src/core/config';
+} from '../src/common/config';
 
 export const CONFIG_TABLE_HEADER = ['key', 'type', 'default', 'allowed', 'live', 'meaning'];
 

@@ -8,8 +8,8 @@
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import { setNodeWebGpuBackend, adapterLabel } from '../src/cli/backend-webgpu-node';
-import { registerFusedAdamKernels } from '../src/core/fused-adam';
-import { FUSED_KERNEL_CHECKS, LLAMA_FUSED_KERNEL_CHECKS } from '../src/core/webgpu-fused';
+import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
+import { FUSED_KERNEL_CHECKS, LLAMA_FUSED_KERNEL_CHECKS } from '../src/core/backend/webgpu-fused';
 import { checkFusedAdam } from '../src/bench/bench';
 import { MATMUL_SHAPE_ROWS, MATMUL_SHAPES, measureDispatchOverhead } from '../src/bench/webgpu-gpu';
 import { matMulFast, matMulFastPlan, webGpuMatMulFastApplies } from '../src/core/kernels/webgpu-matmul';
@@ -17,7 +17,7 @@ import { loadLM } from '../src/core/model/folder';
 import { nodeResources } from '../src/cli/train';
 import { generate } from '../src/core/model/sampling';
 import { sampleRowsHost, sampleTokens } from '../src/core/model/sample-op';
-import { Rng } from '../src/core/rng';
+import { Rng } from '../src/core/base/rng';
 import { lastDecodeReplayStats, setDecodeReplay } from '../src/core/model/decode-replay';
 
 let failed = 0;

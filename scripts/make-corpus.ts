@@ -8,7 +8,7 @@
  */
 import { writeFileSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { Rng } from '../src/core/rng';
+import { Rng } from '../src/core/base/rng';
 
 const out = process.argv[2] ?? 'public/corpus/tiny.txt';
 const lines = Number(process.argv[3] ?? 40000);

@@ -9,7 +9,7 @@
  */
 import { writeFileSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { Rng } from '../src/core/rng';
+import { Rng } from '../src/core/base/rng';
 
 const out = process.argv[2] ?? 'public/preferences/sentiment-pairs.jsonl';
 const count = Number(process.argv[3] ?? 200);

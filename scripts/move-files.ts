@@ -7,7 +7,7 @@
  * 2. In every .ts / .tsx / .mjs file of the repository (node_modules and build output left out), each relative
  *    module specifier — `import … from`, `export … from`, `import()`, `vi.mock()`, `vi.importActual()` — that named
  *    a moved file, or that lives in a moved file, is recomputed from the two files' new places.
- * 3. In Markdown and source text, each repository path of a moved file (`src/core/session.ts`, also written
+ * 3. In Markdown and source text, each repository path of a moved file (`src/core/run/session.ts`, also written
  *    without `src/`) is replaced by its new path.
  * Check with `npx tsc -b`, `npx eslint .` and tests/import-cycles.test.ts afterwards.
  */
@@ -136,7 +136,7 @@ function main(): void {
     for (const [from, to] of pairs) {
       const short = (p: string) => p.replace(/^src\//, '');
       next = next.split(from).join(to);
-      // `core/session.ts` written without src/ (not inside a longer path: no letter, / or . before it)
+      // `core/run/session.ts` written without src/ (not inside a longer path: no letter, / or . before it)
       const re = new RegExp(
         `(^|[^\\w./-])${short(from).replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?![\\w])`,
         'g',

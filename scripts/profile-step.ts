@@ -13,7 +13,7 @@ import { PerformanceObserver } from 'node:perf_hooks';
 import { setNodeBackend } from '../src/cli/backend-node';
 import { resolveModel } from '../src/cli/models';
 import { nodeResources } from '../src/cli/train';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { buildTrainer } from '../src/core/ppo/setup';
 
 const [backendName = 'wasm', B = '16', R = '24'] = process.argv.slice(2);

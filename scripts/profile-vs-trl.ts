@@ -15,7 +15,7 @@ import * as wasm from '@tensorflow/tfjs-backend-wasm';
 import path from 'node:path';
 import { setNodeBackend } from '../src/cli/backend-node';
 import { nodeResources } from '../src/cli/train';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { buildTrainer } from '../src/core/ppo/setup';
 import type { Phase } from '../src/core/ppo/trainer';
 import { ourConfig, VS_TRL_PROMPTS, VS_TRL_SETUP } from '../src/bench/vs-trl';

@@ -1,7 +1,7 @@
 # Runs a PPO Playground verl export through verl's own trainer config and OmegaConf (issue #34), without verl:
 #   python3 scripts/verl_config_check.py VERL_GIT_DIR COMMIT INPUT.json
 # VERL_GIT_DIR is a clone (or bare mirror) of volcengine/verl; COMMIT the one the rule list was read from.
-# INPUT.json: {"overrides": {dotted key: value}, "rules": {dotted key: {"type", "nullable"}}} (src/core/exports/rules.ts).
+# INPUT.json: {"overrides": {dotted key: value}, "rules": {dotted key: {"type", "nullable"}}} (src/common/exports/rules.ts).
 # 1. loads verl/trainer/config/_generated_ppo_trainer.yaml at COMMIT (the resolved config of main_ppo);
 # 2. applies each override in struct mode, as Hydra does for an override without "+" (an unknown key is an error);
 # 3. reports values still "???" (mandatory) that the run reads;

@@ -7,7 +7,7 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { setNodeBackend } from '../src/cli/backend-node';
-import { validateConfig, type Algorithm } from '../src/core/config';
+import { validateConfig, type Algorithm } from '../src/common/config';
 import { buildTrainer } from '../src/core/ppo/setup';
 import { nodeResources } from '../src/cli/train';
 

@@ -9,12 +9,12 @@ import { describe, it, expect, beforeAll, vi } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { derived, validateConfig, type Algorithm, type TrainConfig } from '../src/core/config';
+import { derived, validateConfig, type Algorithm, type TrainConfig } from '../src/common/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
-import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
+import { checkpointFiles, restoreTrainer } from '../src/core/run/checkpoint';
 import { memoryFiles } from '../src/core/model/folder';
 import { readSafetensors } from '../src/core/model/safetensors';
-import { REQUIRED_METRICS, NULLABLE_METRICS, type StepMetrics } from '../src/core/ppo/metrics';
+import { REQUIRED_METRICS, NULLABLE_METRICS, type StepMetrics } from '../src/common/metrics';
 import { rolloutDump, type RolloutDump } from '../src/core/ppo/rollout';
 import { healthAlerts } from '../src/core/ppo/health';
 import {

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { UserError } from '../src/core/errors';
+import { UserError } from '../src/common/errors';
 import {
   arithmeticChatReward,
   isBareNumber,

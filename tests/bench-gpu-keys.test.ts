@@ -36,10 +36,10 @@ import {
 } from '../src/bench/torch-grpo';
 import { LLAMA_SHAPES, parseLlamaConfig } from '../src/core/model/llama-config';
 import { LLAMA_LORA_TARGETS, resolveLoraTargets } from '../src/core/model/lora';
-import { groupSizeOf } from '../src/core/config';
+import { groupSizeOf } from '../src/common/config';
 import { useCpu } from './helpers/backend';
 import { parseTorchResult, torchSpec } from '../src/bench/torch-ppo';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { parseGPT2Config } from '../src/core/model/config';
 

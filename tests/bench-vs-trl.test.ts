@@ -26,7 +26,7 @@ import {
 import { probePython, resolvePython } from '../src/cli/bench';
 import { tokenizerFor } from '../src/core/tokenizer';
 import { parseGPT2Config } from '../src/core/model/config';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 
 const SCRIPT = path.resolve(__dirname, '../scripts/trl_grpo_step.py');
 // L 1, C 2, V 3: small enough to work every term out by hand.

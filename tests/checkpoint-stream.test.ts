@@ -11,7 +11,7 @@ import { GPT2 } from '../src/core/model/gpt2';
 import { LoraAdapters } from '../src/core/model/lora';
 import { lmSafetensors, lmSafetensorsStream } from '../src/core/model/folder';
 import { collectBytes } from '../src/core/model/safetensors';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 
 beforeAll(useCpu);
 

@@ -2,9 +2,9 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import { zipSync, unzipSync, strToU8 } from 'fflate';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
-import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
+import { checkpointFiles, restoreTrainer } from '../src/core/run/checkpoint';
 import { memoryFiles } from '../src/core/model/folder';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
@@ -16,9 +16,9 @@ import {
   metricsToJson,
   unzipFolder,
   zipFolder,
-} from '../src/core/checkpoint-zip';
-import { REQUIRED_METRICS } from '../src/core/ppo/metrics';
-import { isUserError } from '../src/core/errors';
+} from '../src/common/checkpoint-zip';
+import { REQUIRED_METRICS } from '../src/common/metrics';
+import { isUserError } from '../src/common/errors';
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 

@@ -15,11 +15,11 @@ import { makeTinyFolder } from './helpers/tiny';
 import { cliInProcess } from './helpers/cli';
 import { nodeFiles } from '../src/cli/files-node';
 import { nodeResources, writeFolderAtomic } from '../src/cli/train';
-import { restoreTrainer } from '../src/core/checkpoint';
+import { restoreTrainer } from '../src/core/run/checkpoint';
 import { readConfig } from '../src/core/model/folder';
 import { paramCount, scalarParamCount } from '../src/core/model/size';
-import { FusedAdamOptimizer } from '../src/core/fused-adam';
-import { HEAP_BUDGET_ENV } from '../src/core/oom';
+import { FusedAdamOptimizer } from '../src/core/optim/fused-adam';
+import { HEAP_BUDGET_ENV } from '../src/core/model/oom';
 
 let dir: string;
 let model: string;

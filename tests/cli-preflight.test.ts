@@ -8,8 +8,8 @@ import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { validateConfig } from '../src/core/config';
-import { isUserError } from '../src/core/errors';
+import { validateConfig } from '../src/common/config';
+import { isUserError } from '../src/common/errors';
 import {
   memoryBudget,
   preflightGenerate,

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { makeTinyFolder } from './helpers/tiny';
 import { useCpu } from './helpers/backend';
-import { REQUIRED_METRICS } from '../src/core/ppo/metrics';
+import { REQUIRED_METRICS } from '../src/common/metrics';
 
 function cli(args: string[]) {
   const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {

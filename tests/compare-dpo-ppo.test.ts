@@ -15,9 +15,9 @@ import {
   verdictOf,
   type ArmResult,
 } from '../scripts/compare-dpo-ppo';
-import { validateConfig } from '../src/core/config';
-import { validateDpoConfig } from '../src/core/dpo/config';
-import type { EvalRecord } from '../src/core/ppo/eval-record';
+import { validateConfig } from '../src/common/config';
+import { validateDpoConfig } from '../src/common/config/dpo';
+import type { EvalRecord } from '../src/common/eval-record';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
 const cfg = (name: string) =>

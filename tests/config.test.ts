@@ -10,9 +10,9 @@ import {
   validateConfig,
   type ConfigField,
   type TrainConfig,
-} from '../src/core/config';
-import { applyLive } from '../src/core/live';
-import { isUserError } from '../src/core/errors';
+} from '../src/common/config';
+import { applyLive } from '../src/common/config/live';
+import { isUserError } from '../src/common/errors';
 
 /** The message of the UserError that `fn` throws. */
 function userError(fn: () => unknown): string {

@@ -15,7 +15,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { gpt2DecodeDispatches } from '../src/bench/webgpu-dispatch';
-import { setWebGpuFusedKernels } from '../src/core/webgpu-fused';
+import { setWebGpuFusedKernels } from '../src/core/backend/webgpu-fused';
 import {
   linearDecodeWebGpu,
   linearLayerNormWebGpu,

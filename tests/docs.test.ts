@@ -7,7 +7,7 @@ import { describe, it, expect } from 'vitest';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { configTableRows, CONFIG_TABLE_HEADER } from '../scripts/config-table';
-import { REQUIRED_METRICS, EXTRA_METRICS } from '../src/core/ppo/metrics';
+import { REQUIRED_METRICS, EXTRA_METRICS } from '../src/common/metrics';
 
 const ROOT = path.resolve(__dirname, '..');
 const read = (p: string) => readFileSync(path.join(ROOT, p), 'utf8');
@@ -48,7 +48,7 @@ describe('docs/formats.md', () => {
     expect(rows).toEqual(configTableRows());
   });
 
-  it('§3: names every metric of src/core/ppo/metrics.ts', () => {
+  it('§3: names every metric of src/common/metrics.ts', () => {
     const s = section(3);
     const missing = [...REQUIRED_METRICS, ...EXTRA_METRICS].filter((m) => !new RegExp(`\\b${m}\\b`).test(s));
     expect(missing, 'metrics missing from docs/formats.md §3').toEqual([]);
@@ -111,21 +111,21 @@ describe('links and names in the docs and the README', () => {
       'src/worker/api.ts',
       'src/worker/run.ts',
       'src/cli/train.ts',
-      'src/core/session.ts',
-      'src/core/restore.ts',
+      'src/core/run/session.ts',
+      'src/core/run/restore.ts',
       'src/core/ppo/trainer.ts',
       'src/core/model/sampling.ts',
       'src/core/reward/',
       'src/core/ppo/update.ts',
       'src/core/ppo/losses.ts',
-      'src/core/ppo/metrics.ts',
+      'src/common/metrics.ts',
     ];
     expect(boxes.filter((b) => !named.has(b))).toEqual([]);
   });
 });
 
 /**
- * The `src/...` paths a page names: a file (`src/core/session.ts`), a folder (`src/ui/store/`) or a glob
+ * The `src/...` paths a page names: a file (`src/core/run/session.ts`), a folder (`src/ui/store/`) or a glob
  * (`src/core/kernels/webgpu-*.ts`). Sentence punctuation after a path is not part of it.
  */
 function srcPaths(text: string): string[] {

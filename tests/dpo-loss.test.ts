@@ -6,7 +6,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { dpoLoss } from '../src/core/dpo/loss';
-import type { DpoLossType } from '../src/core/config/jobs';
+import type { DpoLossType } from '../src/common/config/jobs';
 
 beforeAll(async () => {
   await useCpu();

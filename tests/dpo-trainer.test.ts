@@ -13,7 +13,7 @@ import { useCpu } from './helpers/backend';
 import { nodeFiles } from '../src/cli/files-node';
 import { memoryFiles } from '../src/core/model/folder';
 import { collectBytes } from '../src/core/model/safetensors';
-import { validateDpoConfig } from '../src/core/dpo/config';
+import { validateDpoConfig } from '../src/common/config/dpo';
 import { DpoTrainer, type DpoStepMetrics } from '../src/core/dpo/trainer';
 import { dpoLoss } from '../src/core/dpo/loss';
 import { batchOf } from '../src/core/dpo/data';

@@ -10,17 +10,17 @@ import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
-import { validateConfig, type TrainConfig } from '../src/core/config';
+import { validateConfig, type TrainConfig } from '../src/common/config';
 import { buildTrainer, type BuildOptions, type Resources } from '../src/core/ppo/setup';
 import type { PpoTrainer } from '../src/core/ppo/trainer';
-import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
+import { checkpointFiles, restoreTrainer } from '../src/core/run/checkpoint';
 import { loadLM, memoryFiles } from '../src/core/model/folder';
 import { GPT2 } from '../src/core/model/gpt2';
 import { readSafetensors } from '../src/core/model/safetensors';
 import { parseGPT2Config } from '../src/core/model/config';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import type { StepMetrics } from '../src/core/ppo/metrics';
+import type { StepMetrics } from '../src/common/metrics';
 
 const adapter = await webGpuAdapter();
 

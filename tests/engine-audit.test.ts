@@ -6,11 +6,11 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { validateConfig, derived, type TrainConfig } from '../src/core/config';
-import { applyLive } from '../src/core/live';
+import { validateConfig, derived, type TrainConfig } from '../src/common/config';
+import { applyLive } from '../src/common/config/live';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
 import { REWARD_FILE } from '../src/core/reward/reward-model';
-import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
+import { checkpointFiles, restoreTrainer } from '../src/core/run/checkpoint';
 import {
   memoryFiles,
   loadLM,
@@ -24,7 +24,7 @@ import { pickTokens, filterLogits } from '../src/core/model/sampling';
 import { AdaptiveKlController } from '../src/core/ppo/kl';
 import { REWARD_STATS_FILE } from '../src/core/reward/reward-model';
 import { jointGuardedStep } from '../src/core/ppo/update';
-import { Rng } from '../src/core/rng';
+import { Rng } from '../src/core/base/rng';
 import { tinyResources, tinyConfig, meanByteReward } from './helpers/trainer-fixture';
 
 let dir: string;

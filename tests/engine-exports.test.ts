@@ -1,5 +1,5 @@
 /**
- * Exports for today's engines (issue #23 point 5; src/core/exports/engines.ts, src/core/trl.ts):
+ * Exports for today's engines (issue #23 point 5; src/common/exports/engines.ts, src/common/exports/trl.ts):
  * - every OpenRLHF flag is one of train_ppo_ray's argument names (fixture taken from OpenRLHF's source, commit
  *   in the fixture), and every verl override is a key of verl's resolved trainer config (fixture from verl's
  *   source, commit in the fixture), for every algorithm, with and without LoRA / adaptive KL / a reward model;
@@ -14,16 +14,22 @@ import { readFileSync, mkdtempSync, writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { spawnSync } from 'node:child_process';
-import { validateConfig, type TrainConfig } from '../src/core/config';
-import { dpoConfigJson, engineExports, toTrlConfig, trlConfigJson, TRL_LOSS_TYPE } from '../src/core/trl';
-import { validateDpoConfig } from '../src/core/dpo/config';
+import { validateConfig, type TrainConfig } from '../src/common/config';
+import {
+  dpoConfigJson,
+  engineExports,
+  toTrlConfig,
+  trlConfigJson,
+  TRL_LOSS_TYPE,
+} from '../src/common/exports/trl';
+import { validateDpoConfig } from '../src/common/config/dpo';
 import {
   OUR_ADAM,
   openRlhfCommand,
   openRlhfFlags,
   verlCommand,
   verlOverrides,
-} from '../src/core/exports/engines';
+} from '../src/common/exports/engines';
 
 const fixture = (name: string) =>
   JSON.parse(readFileSync(join(__dirname, 'fixtures', 'exports', name), 'utf8')) as Record<string, unknown>;

@@ -13,9 +13,9 @@ import { StoreContext } from '../src/ui/store/hooks';
 import { reduceEvent } from '../src/ui/store/training-slice';
 import { EvalPanel } from '../src/ui/components/EvalPanel';
 import { ConfigControl } from '../src/ui/components/ConfigControl';
-import type { EvalRecord } from '../src/core/ppo/eval-record';
+import type { EvalRecord } from '../src/common/eval-record';
 import type { MetricsWire, TrainerEvent } from '../src/worker/protocol';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { taskHasHeldOut } from '../src/ui/lib/catalog';
 
 function storeWith(hash = ''): PlaygroundStore {

@@ -15,8 +15,8 @@ import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
 import { cliInProcess } from './helpers/cli';
 import { trimEvalLog } from '../src/cli/train';
-import { validateConfig, type TrainConfig } from '../src/core/config';
-import { TrainingSession } from '../src/core/session';
+import { validateConfig, type TrainConfig } from '../src/common/config';
+import { TrainingSession } from '../src/core/run/session';
 import type { Resources } from '../src/core/ppo/setup';
 import type { StepResult } from '../src/core/ppo/trainer';
 import {
@@ -29,7 +29,7 @@ import {
 } from '../src/core/ppo/eval';
 import { generate } from '../src/core/model/sampling';
 import { ScalarModel } from '../src/core/model/heads';
-import { isUserError } from '../src/core/errors';
+import { isUserError } from '../src/common/errors';
 
 const userError = (f: () => unknown): string => {
   try {

@@ -12,11 +12,11 @@ import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { spawnSync } from 'node:child_process';
-import { validateConfig } from '../src/core/config';
-import { validateDpoConfig } from '../src/core/dpo/config';
-import { dpoConfigJson, trlConfigJson } from '../src/core/trl';
-import { verlCommand } from '../src/core/exports/engines';
-import { VERL_KEYS, VERL_SOURCE, checkVerlOverrides, parseVerlCommand } from '../src/core/exports/rules';
+import { validateConfig } from '../src/common/config';
+import { validateDpoConfig } from '../src/common/config/dpo';
+import { dpoConfigJson, trlConfigJson } from '../src/common/exports/trl';
+import { verlCommand } from '../src/common/exports/engines';
+import { VERL_KEYS, VERL_SOURCE, checkVerlOverrides, parseVerlCommand } from '../src/common/exports/rules';
 
 const ROOT = join(__dirname, '..');
 

@@ -1,14 +1,14 @@
 /**
  * Issue #34: every OpenRLHF, verl and TRL export, parsed as the engine parses it, passes the engine's start-up
- * checks (the rule list of src/core/exports/rules.ts, read from the engines' sources at the commits it names) and
+ * checks (the rule list of src/common/exports/rules.ts, read from the engines' sources at the commits it names) and
  * means what our run meant. One `it` per failure the issue lists, then every export variant against the rules.
  */
 import { describe, it, expect } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { validateConfig, type TrainConfig } from '../src/core/config';
-import { toTrlConfig, TRL_PPO_VERSIONS } from '../src/core/trl';
-import { openRlhfCommand, verlCommand } from '../src/core/exports/engines';
+import { validateConfig, type TrainConfig } from '../src/common/config';
+import { toTrlConfig, TRL_PPO_VERSIONS } from '../src/common/exports/trl';
+import { openRlhfCommand, verlCommand } from '../src/common/exports/engines';
 import {
   OPENRLHF_SOURCE,
   VERL_DUAL_CLIP_OFF,
@@ -20,7 +20,7 @@ import {
   parseVerlCommand,
   shellWords,
   verlTargetMatches,
-} from '../src/core/exports/rules';
+} from '../src/common/exports/rules';
 
 const fixture = (name: string) =>
   JSON.parse(readFileSync(join(__dirname, 'fixtures', 'exports', name), 'utf8')) as Record<string, unknown>;

@@ -9,7 +9,7 @@ import { useCpu } from './helpers/backend';
 import { GPT2 } from '../src/core/model/gpt2';
 import { generate, generateInMicroBatches, type SampleOptions } from '../src/core/model/sampling';
 import { parseGPT2Config } from '../src/core/model/config';
-import { Rng } from '../src/core/rng';
+import { Rng } from '../src/core/base/rng';
 
 const cfg = parseGPT2Config({
   vocab_size: 258,

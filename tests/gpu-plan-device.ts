@@ -41,7 +41,7 @@ import {
 } from '../src/core/ppo/gpu-plan';
 import { makeTinyFolder } from './helpers/tiny';
 import { meanByteReward, tinyConfig, tinyResources } from './helpers/trainer-fixture';
-import type { TrainConfig } from '../src/core/config';
+import type { TrainConfig } from '../src/common/config';
 
 const t0 = performance.now();
 const log = (s: string) => console.log(`[${((performance.now() - t0) / 1000).toFixed(1)} s] ${s}`);

@@ -11,10 +11,10 @@ import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { meanByteReward, tinyConfig, tinyResources } from './helpers/trainer-fixture';
 import { buildTrainer } from '../src/core/ppo/setup';
-import type { TrainConfig } from '../src/core/config';
+import type { TrainConfig } from '../src/common/config';
 import type { PpoTrainer, StepResult } from '../src/core/ppo/trainer';
 import type { DeviceCheck, DeviceErrors } from '../src/core/ppo/gpu-plan';
-import { HeapExhaustedError, isHeapExhaustion } from '../src/core/oom';
+import { HeapExhaustedError, isHeapExhaustion } from '../src/core/model/oom';
 
 let dir = '';
 const res = tinyResources(() => dir);

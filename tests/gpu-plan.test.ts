@@ -20,7 +20,7 @@ import {
   scorersOf,
   type PlanDevice,
 } from '../src/core/model/size';
-import { validateConfig, type TrainConfig } from '../src/core/config';
+import { validateConfig, type TrainConfig } from '../src/common/config';
 import { chunksVocabulary, VOCAB_CHUNK } from '../src/core/ppo/trainer';
 import {
   bufferLimitOf,
@@ -33,7 +33,7 @@ import {
   type PlanInForce,
 } from '../src/core/ppo/gpu-plan';
 import { planDeviceOf } from '../src/worker/device-limits';
-import { isHeapExhaustion } from '../src/core/oom';
+import { isHeapExhaustion } from '../src/core/model/oom';
 
 const gpt2 = parseGPT2Config({ vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12 });
 const qwen25 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen2.5-0.5b'] });

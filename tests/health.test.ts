@@ -1,6 +1,6 @@
 import { describe, it, expect } from 'vitest';
 import { healthAlerts } from '../src/core/ppo/health';
-import { REQUIRED_METRICS, EXTRA_METRICS, type StepMetrics } from '../src/core/ppo/metrics';
+import { REQUIRED_METRICS, EXTRA_METRICS, type StepMetrics } from '../src/common/metrics';
 
 function healthy(): StepMetrics {
   const m = Object.fromEntries([...REQUIRED_METRICS, ...EXTRA_METRICS].map((k) => [k, 0])) as StepMetrics;

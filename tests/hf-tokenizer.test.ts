@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { UserError } from '../src/core/errors';
+import { UserError } from '../src/common/errors';
 import {
   HfTokenizer,
   readHfTokenizer,

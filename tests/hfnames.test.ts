@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { UserError } from '../src/core/errors';
+import { UserError } from '../src/common/errors';
 import type { GPT2Config } from '../src/core/model/config';
 import { mapHfTensors, toHfTensors } from '../src/core/model/hfnames';
 import { readSafetensors, writeSafetensors, type SafetensorsFile } from '../src/core/model/safetensors';

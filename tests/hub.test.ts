@@ -17,7 +17,7 @@ import {
 } from '../src/services/hub';
 import { checkTrainingMemory, paramCount } from '../src/core/model/size';
 import { loadLM, readConfig } from '../src/core/model/folder';
-import { isUserError } from '../src/core/errors';
+import { isUserError } from '../src/common/errors';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/parity/tiny-plain/', import.meta.url));
 const files: Record<string, Buffer> = {

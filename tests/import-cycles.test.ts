@@ -30,32 +30,44 @@ function sourceFiles(dir: string): string[] {
   return out;
 }
 
+/** An import of a file: its specifier, and whether it is erased at run time (`import type`, `export type`). */
+interface Spec {
+  spec: string;
+  typeOnly: boolean;
+}
+
 /** Every module specifier the file names: static imports and re-exports (type-only included), and import(). */
-function specifiers(file: string): string[] {
+function specifiers(file: string): Spec[] {
   const text = fs.readFileSync(file, 'utf8');
   const kind = file.endsWith('.tsx') ? ts.ScriptKind.TSX : ts.ScriptKind.TS;
   const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, false, kind);
-  const out: string[] = [];
+  const out: Spec[] = [];
   const visit = (node: ts.Node): void => {
-    if (
-      (ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) &&
+    if (ts.isImportDeclaration(node) && ts.isStringLiteral(node.moduleSpecifier)) {
+      const c = node.importClause;
+      const named = c?.namedBindings && ts.isNamedImports(c.namedBindings) ? c.namedBindings.elements : null;
+      const typeOnly =
+        !!c && (c.isTypeOnly || (!c.name && !!named && named.length > 0 && named.every((e) => e.isTypeOnly)));
+      out.push({ spec: node.moduleSpecifier.text, typeOnly });
+    } else if (
+      ts.isExportDeclaration(node) &&
       node.moduleSpecifier &&
       ts.isStringLiteral(node.moduleSpecifier)
     ) {
-      out.push(node.moduleSpecifier.text);
+      out.push({ spec: node.moduleSpecifier.text, typeOnly: node.isTypeOnly });
     } else if (
       ts.isImportEqualsDeclaration(node) &&
       ts.isExternalModuleReference(node.moduleReference) &&
       ts.isStringLiteral(node.moduleReference.expression)
     ) {
-      out.push(node.moduleReference.expression.text);
+      out.push({ spec: node.moduleReference.expression.text, typeOnly: node.isTypeOnly });
     } else if (
       ts.isCallExpression(node) &&
       node.expression.kind === ts.SyntaxKind.ImportKeyword &&
       node.arguments.length === 1 &&
       ts.isStringLiteralLike(node.arguments[0])
     ) {
-      out.push(node.arguments[0].text);
+      out.push({ spec: node.arguments[0].text, typeOnly: false });
     }
     ts.forEachChild(node, visit);
   };
@@ -80,14 +92,38 @@ function resolve(from: string, spec: string): string | null {
   return null;
 }
 
-function importGraph(): Map<string, string[]> {
-  const graph = new Map<string, string[]>();
+/** One edge of the graph: a file of src/ (absolute path) or a package (its name), erased at run time or not. */
+interface Edge {
+  to: string;
+  typeOnly: boolean;
+  pkg: boolean;
+}
+
+/** Every file's imports: files of src/ and packages. */
+function importEdges(): Map<string, Edge[]> {
+  const edges = new Map<string, Edge[]>();
   for (const file of sourceFiles(SRC)) {
-    const deps = new Set<string>();
-    for (const spec of specifiers(file)) {
+    const out: Edge[] = [];
+    for (const { spec, typeOnly } of specifiers(file)) {
+      if (!spec.startsWith('.')) {
+        const pkg = spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0];
+        out.push({ to: pkg, typeOnly, pkg: true });
+        continue;
+      }
       const target = resolve(file, spec);
-      if (target) deps.add(target);
+      if (target) out.push({ to: target, typeOnly, pkg: false });
+      else out.push({ to: path.resolve(path.dirname(file), spec), typeOnly, pkg: false });
     }
+    edges.set(file, out);
+  }
+  return edges;
+}
+
+/** The file graph (type-only edges count: see the file's comment). */
+function importGraph(edges = importEdges()): Map<string, string[]> {
+  const graph = new Map<string, string[]>();
+  for (const [file, out] of edges) {
+    const deps = new Set(out.filter((e) => !e.pkg && edges.has(e.to)).map((e) => e.to));
     graph.set(file, [...deps].sort());
   }
   return graph;
@@ -133,7 +169,8 @@ function circles(graph: Map<string, string[]>): string[][] {
 const rel = (f: string): string => path.relative(ROOT, f);
 
 describe('import graph of src/', () => {
-  const graph = importGraph();
+  const edges = importEdges();
+  const graph = importGraph(edges);
 
   it('parses the source tree (sanity: the walk found files and edges)', () => {
     expect(graph.size).toBeGreaterThan(50);
@@ -165,4 +202,118 @@ describe('import graph of src/', () => {
     }
     expect(outside, outside.join('\n')).toEqual([]);
   });
+
+  it('has no folder-level circles inside src/core (each folder, and each loose file, one node)', () => {
+    const CORE = path.join(SRC, 'core') + path.sep;
+    const node = (f: string) => path.relative(CORE, f).split(path.sep)[0];
+    const folders = new Map<string, Set<string>>();
+    for (const [file, deps] of graph) {
+      if (!file.startsWith(CORE)) continue;
+      const from = node(file);
+      const set = folders.get(from) ?? new Set<string>();
+      for (const d of deps) if (d.startsWith(CORE) && node(d) !== from) set.add(node(d));
+      folders.set(from, set);
+    }
+    const g = new Map([...folders].map(([k, v]) => [k, [...v].sort()]));
+    const found = circles(g).map((scc) => scc.join(' ↔ '));
+    expect(found, `folder circles in src/core:\n${found.join('\n')}`).toEqual([]);
+    // Only the ambient platform types stay loose at core's root; everything else lives in a folder by role.
+    expect([...folders.keys()].filter((k) => /\.tsx?$/.test(k))).toEqual([]);
+  });
+
+  it('layers by permission: each folder of src/ imports only the layers it is allowed', () => {
+    expect(permissionViolations(edges)).toEqual([]);
+  });
+
+  it("the UI's import closure reaches no tensor code: no @tensorflow, nothing of src/core", () => {
+    expect(uiClosureViolations(edges)).toEqual([]);
+  });
+
+  it('the two checks catch a UI file that imports tensor code (one made here)', () => {
+    const app = path.join(SRC, 'ui', 'App.tsx');
+    const losses = path.join(SRC, 'core', 'ppo', 'losses.ts');
+    expect(edges.has(losses)).toBe(true);
+    const bad = new Map(edges);
+    bad.set(app, [...edges.get(app)!, { to: losses, typeOnly: false, pkg: false }]);
+    expect(permissionViolations(bad)).toContain(
+      'src/ui/App.tsx → src/core/ppo/losses.ts (ui may import ui, common)',
+    );
+    const closure = uiClosureViolations(bad);
+    expect(closure.some((v) => v.startsWith('src/ui/App.tsx → src/core/ppo/losses.ts'))).toBe(true);
+    expect(closure.some((v) => v.endsWith('→ @tensorflow/tfjs-core'))).toBe(true);
+    // A type-only import of the worker's protocol is allowed; a value import of the worker is not.
+    const run = path.join(SRC, 'worker', 'run.ts');
+    bad.set(app, [...edges.get(app)!, { to: run, typeOnly: false, pkg: false }]);
+    expect(permissionViolations(bad).some((v) => v.startsWith('src/ui/App.tsx → src/worker/run.ts'))).toBe(
+      true,
+    );
+  });
 });
+
+/**
+ * The layers of docs/architecture.md, as permissions: the folders of src/ each may import (values or types). The UI
+ * also may import the worker's protocol (src/worker/protocol.ts) for its types, erased at run time.
+ */
+const ALLOWED: Record<string, string[]> = {
+  common: ['common'],
+  core: ['core', 'common'],
+  services: ['services', 'core', 'common'],
+  bench: ['bench', 'core', 'common'],
+  worker: ['worker', 'services', 'core', 'common'],
+  ui: ['ui', 'common'],
+  cli: ['cli', 'bench', 'services', 'core', 'common'],
+};
+const PROTOCOL = path.join(SRC, 'worker', 'protocol.ts');
+
+const layerOf = (f: string): string => path.relative(SRC, f).split(path.sep)[0];
+
+function permissionViolations(edges: Map<string, Edge[]>): string[] {
+  const out: string[] = [];
+  for (const [file, list] of edges) {
+    const layer = layerOf(file);
+    const allowed = ALLOWED[layer];
+    if (!allowed) {
+      out.push(`${rel(file)}: a folder of src/ with no permissions (add it to ALLOWED)`);
+      continue;
+    }
+    for (const e of list) {
+      if (e.pkg) continue;
+      if (!e.to.startsWith(SRC + path.sep)) {
+        out.push(`${rel(file)} → ${rel(e.to)} (outside src/)`);
+        continue;
+      }
+      const to = layerOf(e.to);
+      if (allowed.includes(to)) continue;
+      if (layer === 'ui' && e.to === PROTOCOL && e.typeOnly) continue;
+      out.push(`${rel(file)} → ${rel(e.to)} (${layer} may import ${allowed.join(', ')})`);
+    }
+  }
+  return out.sort();
+}
+
+/** Everything a UI file loads at run time (type-only edges erased), followed to the end: no tfjs, no core. */
+function uiClosureViolations(edges: Map<string, Edge[]>): string[] {
+  const out: string[] = [];
+  const UI = path.join(SRC, 'ui') + path.sep;
+  const CORE = path.join(SRC, 'core') + path.sep;
+  for (const start of [...edges.keys()].filter((f) => f.startsWith(UI)).sort()) {
+    const seen = new Set<string>([start]);
+    const queue: string[][] = [[start]];
+    while (queue.length) {
+      const trail = queue.shift()!;
+      for (const e of edges.get(trail[trail.length - 1]) ?? []) {
+        if (e.typeOnly || seen.has(e.to)) continue;
+        seen.add(e.to);
+        const next = [...trail, e.to];
+        const show = () => next.map((f) => (f.startsWith(SRC) ? rel(f) : f)).join(' → ');
+        if (e.pkg) {
+          if (e.to.startsWith('@tensorflow/')) out.push(show());
+          continue;
+        }
+        if (e.to.startsWith(CORE)) out.push(show());
+        queue.push(next);
+      }
+    }
+  }
+  return out;
+}

@@ -1,13 +1,13 @@
 /**
- * One table per job (src/core/config/jobs.ts): DPO's and SFT's settings have one owner. For every key, the core's
+ * One table per job (src/common/config/jobs.ts): DPO's and SFT's settings have one owner. For every key, the core's
  * default (the CLI's DPO config, the worker's DPO and SFT jobs) and the app's (the DPO and SFT card's controls, as
  * rendered) equal the table's; a value out of range is refused naming the key and its range.
  */
 import { describe, expect, it } from 'vitest';
 import { renderToString } from 'react-dom/server';
-import { cardControls, DPO_FIELDS, jobKeys, SFT_FIELDS, type JobField } from '../src/core/config/jobs';
-import { validateDpoConfig, DPO_DEFAULTS } from '../src/core/dpo/config';
-import { validateConfig } from '../src/core/config';
+import { cardControls, DPO_FIELDS, jobKeys, SFT_FIELDS, type JobField } from '../src/common/config/jobs';
+import { validateDpoConfig, DPO_DEFAULTS } from '../src/common/config/dpo';
+import { validateConfig } from '../src/common/config';
 import { checkJob, dpoConfigOf, sftOptionsOf } from '../src/worker/supervised';
 import { createFakeWorker } from '../src/ui/dev/fake-worker';
 import { createPlaygroundStore } from '../src/ui/store/store';

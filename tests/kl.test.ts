@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_CONFIG, validateConfig } from '../src/core/config';
-import { isUserError } from '../src/core/errors';
+import { DEFAULT_CONFIG, validateConfig } from '../src/common/config';
+import { isUserError } from '../src/common/errors';
 import {
   AdaptiveKlController,
   FixedKlController,

@@ -1,5 +1,5 @@
 /**
- * One owner for a run's config: the training session. For every live key of the config table (src/core/live.ts
+ * One owner for a run's config: the training session. For every live key of the config table (src/common/config/live.ts
  * LIVE_KEYS, from CONFIG_FIELDS' `live` flag) a change made between steps reaches the trainer's next step, both
  * on the CLI's path (a session built as `train` builds it, changed through the session) and on the worker's path
  * (src/worker/api.ts on the CPU backend, its `setHyperparameters` call), and both go through the one session
@@ -12,9 +12,9 @@ import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../src/core/config';
-import { applyLive, LIVE_KEYS } from '../src/core/live';
-import { TrainingSession } from '../src/core/session';
+import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../src/common/config';
+import { applyLive, LIVE_KEYS } from '../src/common/config/live';
+import { TrainingSession } from '../src/core/run/session';
 import { PpoTrainer } from '../src/core/ppo/trainer';
 import type { Resources } from '../src/core/ppo/setup';
 import type { ConfigPatch, ModelWorkerApi } from '../src/worker/protocol';

@@ -36,7 +36,7 @@ import { parseLlamaConfig } from '../src/core/model/llama-config';
 import { LoraAdapters } from '../src/core/model/lora';
 import { generate } from '../src/core/model/sampling';
 import { llamaDecodeDispatches } from '../src/bench/webgpu-dispatch';
-import { setWebGpuFusedKernels } from '../src/core/webgpu-fused';
+import { setWebGpuFusedKernels } from '../src/core/backend/webgpu-fused';
 import { setWebGpuLinearNormPrologue } from '../src/core/kernels/webgpu-linear';
 
 function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {

@@ -8,13 +8,13 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
-import type { TrainConfig } from '../src/core/config';
+import type { TrainConfig } from '../src/common/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
-import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
+import { checkpointFiles, restoreTrainer } from '../src/core/run/checkpoint';
 import { loadLM, memoryFiles } from '../src/core/model/folder';
 import { readAdapters, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE } from '../src/core/model/peft';
 import { readSafetensors } from '../src/core/model/safetensors';
-import { REQUIRED_METRICS, type StepMetrics } from '../src/core/ppo/metrics';
+import { REQUIRED_METRICS, type StepMetrics } from '../src/common/metrics';
 import { tinyResources, tinyConfig, meanByteReward } from './helpers/trainer-fixture';
 
 const FIX = 'tests/fixtures/parity-llama';

@@ -9,7 +9,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import type { TrainConfig } from '../src/core/config';
+import type { TrainConfig } from '../src/common/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
 import { disposeModels, type PpoTrainer } from '../src/core/ppo/trainer';
 import {
@@ -18,13 +18,13 @@ import {
   VALUE_ADAPTER_CONFIG_FILE,
   VALUE_ADAPTER_WEIGHTS_FILE,
   VALUE_HEAD_TENSOR,
-} from '../src/core/checkpoint';
-import { zipFolder, unzipFolder } from '../src/core/checkpoint-zip';
+} from '../src/core/run/checkpoint';
+import { zipFolder, unzipFolder } from '../src/common/checkpoint-zip';
 import { loadLM, memoryFiles } from '../src/core/model/folder';
 import { readSafetensors, writeSafetensors, type NamedTensor } from '../src/core/model/safetensors';
 import { peftTensorName, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE } from '../src/core/model/peft';
-import { REQUIRED_METRICS, type StepMetrics } from '../src/core/ppo/metrics';
-import { isUserError } from '../src/core/errors';
+import { REQUIRED_METRICS, type StepMetrics } from '../src/common/metrics';
+import { isUserError } from '../src/common/errors';
 import { tinyResources, tinyConfig, meanByteReward } from './helpers/trainer-fixture';
 
 let dir: string;

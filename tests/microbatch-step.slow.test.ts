@@ -10,7 +10,7 @@ import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { meanByteReward, tinyConfig, tinyResources } from './helpers/trainer-fixture';
 import { buildTrainer } from '../src/core/ppo/setup';
-import type { TrainConfig } from '../src/core/config';
+import type { TrainConfig } from '../src/common/config';
 import type { PpoTrainer } from '../src/core/ppo/trainer';
 
 let dir = '';

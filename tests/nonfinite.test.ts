@@ -2,11 +2,11 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { allFinite } from '../src/core/optim';
+import { allFinite } from '../src/core/optim/optim';
 import { jointGuardedStep } from '../src/core/ppo/update';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { buildTrainer } from '../src/core/ppo/setup';
-import { checkpointFiles } from '../src/core/checkpoint';
+import { checkpointFiles } from '../src/core/run/checkpoint';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
 

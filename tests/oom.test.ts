@@ -1,5 +1,5 @@
 /**
- * src/core/oom.ts: backend allocation failures (the strings the backends really throw) become a UserError naming
+ * src/core/model/oom.ts: backend allocation failures (the strings the backends really throw) become a UserError naming
  * what ran out, the phase and the step, and what to lower; other errors are left alone. The heap budget guard
  * with a forced small budget (an option, and PPO_HEAP_BUDGET_BYTES).
  */
@@ -12,8 +12,8 @@ import {
   defaultHeapBudget,
   HEAP_BUDGET_ENV,
   isHeapExhaustion,
-} from '../src/core/oom';
-import { UserError, isUserError } from '../src/core/errors';
+} from '../src/core/model/oom';
+import { UserError, isUserError } from '../src/common/errors';
 
 beforeAll(useCpu);
 afterEach(() => {

@@ -1,5 +1,5 @@
 /**
- * The fused Adam (src/core/fused-adam.ts) against tfjs's plain Adam: same weights, same moments, same state
+ * The fused Adam (src/core/optim/fused-adam.ts) against tfjs's plain Adam: same weights, same moments, same state
  * layout (so checkpoints are unchanged), on the CPU backend and on WASM (the CLI's backend). The WebGPU kernel is
  * checked against the plain path in Chromium by tests/perf-webgpu.slow.test.ts.
  */
@@ -16,9 +16,9 @@ import {
   adamUpdateArrays,
   fusedAdamAvailable,
   registerFusedAdamKernels,
-} from '../src/core/fused-adam';
+} from '../src/core/optim/fused-adam';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
-import { clipScale } from '../src/core/optim';
+import { clipScale } from '../src/core/optim/optim';
 import { jointGuardedStep } from '../src/core/ppo/update';
 
 const SHAPES = [[7, 5], [13], [3, 4, 2], [1]];

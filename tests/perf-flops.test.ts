@@ -9,7 +9,7 @@ import { useCpu } from './helpers/backend';
 import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { ScalarModel } from '../src/core/model/heads';
-import { lmLoss } from '../src/core/sft';
+import { lmLoss } from '../src/core/sft/sft';
 import { forwardFlops, lmTrainStepFlops, ppoUpdateFlops, trainFlops } from '../src/bench/perf/flops';
 
 const config = parseGPT2Config({

@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { useCpu } from './helpers/backend';
 import { tinyResources, meanByteReward } from './helpers/trainer-fixture';
-import { validateConfig, type TrainConfig } from '../src/core/config';
+import { validateConfig, type TrainConfig } from '../src/common/config';
 import { buildTrainer } from '../src/core/ppo/setup';
 import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';

@@ -23,7 +23,7 @@ import {
 } from '../src/core/model/sampling';
 import { gatherRows } from '../src/core/model/gather';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
-import { Rng } from '../src/core/rng';
+import { Rng } from '../src/core/base/rng';
 
 const largestBelowOne = 1 - 2 ** -24;
 

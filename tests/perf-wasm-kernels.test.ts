@@ -11,9 +11,9 @@ import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
 import { registerWasmSharedIdentity, unregisterWasmSharedIdentity } from '../src/core/kernels/wasm-identity';
 import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
-import { lmLoss } from '../src/core/sft';
+import { lmLoss } from '../src/core/sft/sft';
 import { adamFor, isSharedMemory } from '../src/core/kernels/wasm-simd';
-import { adamUpdateArrays } from '../src/core/fused-adam';
+import { adamUpdateArrays } from '../src/core/optim/fused-adam';
 
 const buffers = (): number => (tf.backend() as unknown as { numDataIds(): number }).numDataIds();
 

@@ -1,11 +1,11 @@
 /**
- * The fused Adam's WebGPU kernel (src/core/fused-adam.ts) against tfjs's Adam on WebGPU, in Chromium
+ * The fused Adam's WebGPU kernel (src/core/optim/fused-adam.ts) against tfjs's Adam on WebGPU, in Chromium
  * (SwiftShader here): the bench page's `mode=adamcheck` runs both optimizers on the same variables and gradients
  * for three steps. Also checks the page ran on a real WebGPU backend, and the WASM kernel in the browser.
  * Skipped when there is no Chromium (CHROMIUM_PATH or /usr/bin/chromium).
  */
 import { describe, it, expect } from 'vitest';
-import { chromiumPath, runBrowserBench } from '../scripts/bench-browser';
+import { chromiumPath, runBrowserBench } from '../src/cli/bench-browser';
 
 describe.skipIf(!chromiumPath())('fused Adam in Chromium', () => {
   it('matches tfjs Adam on webgpu and wasm', { timeout: 240_000 }, async () => {

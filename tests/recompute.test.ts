@@ -6,7 +6,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { recomputed, recordingGradients } from '../src/core/model/recompute';
-import { Rng } from '../src/core/rng';
+import { Rng } from '../src/core/base/rng';
 
 const D = 24;
 const H = 96;

@@ -17,15 +17,15 @@ import {
   type AutosaveStore,
 } from '../src/services/autosave';
 import { TabAutosave, type LockManagerLike } from '../src/services/autosave-tabs';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
-import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
+import { checkpointFiles, restoreTrainer } from '../src/core/run/checkpoint';
 import { memoryFiles } from '../src/core/model/folder';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { isUserError } from '../src/core/errors';
+import { isUserError } from '../src/common/errors';
 import type { PpoTrainer } from '../src/core/ppo/trainer';
-import type { StepMetrics } from '../src/core/ppo/metrics';
+import type { StepMetrics } from '../src/common/metrics';
 import { disposeTrainer } from '../src/bench/perf/memory';
 
 const bytes = (...xs: number[]) => new Uint8Array(xs);

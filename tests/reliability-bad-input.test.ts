@@ -14,13 +14,13 @@ import { useCpu } from './helpers/backend';
 import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { exportLM, loadLM, loadScalar, memoryFiles } from '../src/core/model/folder';
-import { configFromHash, validateConfig } from '../src/core/config';
+import { configFromHash, validateConfig } from '../src/common/config';
 import { loadPreferences } from '../src/core/reward/preferences';
-import { unzipFolder, zipFolder } from '../src/core/checkpoint-zip';
-import { restoreTrainer, CHECKPOINT_FORMAT } from '../src/core/checkpoint';
+import { unzipFolder, zipFolder } from '../src/common/checkpoint-zip';
+import { restoreTrainer, CHECKPOINT_FORMAT } from '../src/core/run/checkpoint';
 import type { Resources } from '../src/core/ppo/setup';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { isUserError, UserError } from '../src/core/errors';
+import { isUserError, UserError } from '../src/common/errors';
 
 /** Wall time a case may take (the check itself; the CLI's process start is measured apart). */
 /**

@@ -8,7 +8,7 @@ import { describe, it, expect } from 'vitest';
 import { parseGPT2Config } from '../src/core/model/config';
 import { checkTrainingMemory, paramCount } from '../src/core/model/size';
 import { checkDeviceLimits, largestTensor, WASM_HEAP_BYTES } from '../src/worker/device-limits';
-import { isUserError } from '../src/core/errors';
+import { isUserError } from '../src/common/errors';
 
 const gpt2 = parseGPT2Config({ vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12 });
 const distil = parseGPT2Config({ vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 6, n_head: 12 });

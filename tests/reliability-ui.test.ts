@@ -9,7 +9,7 @@ import {
   resumeAutosaveIntoStore,
   type ReliabilityWorker,
 } from '../src/ui/lib/autosave';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import type { AutosaveInfoWire, RunStatus } from '../src/worker/protocol';
 
 const NOW = Date.UTC(2025, 0, 1, 12);

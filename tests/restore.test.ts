@@ -1,5 +1,5 @@
 /**
- * Restoring a run is written once (src/core/restore.ts restoreSession): the same checkpoint restored from a
+ * Restoring a run is written once (src/core/run/restore.ts restoreSession): the same checkpoint restored from a
  * folder on disk (the CLI's `--resume`), from its zip (the app's import) and from an autosave (the
  * src/services/autosave.ts format, on an in-memory store) gives the same run: the same weights, Adam moments, RNG
  * and KL state (the restored sessions write back byte-identical checkpoint files), and the same next step. A bad
@@ -14,13 +14,13 @@ import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles, writeFolder } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { validateConfig } from '../src/core/config';
-import { TrainingSession } from '../src/core/session';
-import { restoreSession, type CheckpointSource } from '../src/core/restore';
-import { checkpointFolderName, zipFolder } from '../src/core/checkpoint-zip';
+import { validateConfig } from '../src/common/config';
+import { TrainingSession } from '../src/core/run/session';
+import { restoreSession, type CheckpointSource } from '../src/core/run/restore';
+import { checkpointFolderName, zipFolder } from '../src/common/checkpoint-zip';
 import { AutosaveSlot, memoryAutosaveStore } from '../src/services/autosave';
 import type { Resources } from '../src/core/ppo/setup';
-import type { StepMetrics } from '../src/core/ppo/metrics';
+import type { StepMetrics } from '../src/common/metrics';
 
 /** The metrics of a step without its timings (wall-clock, so never equal twice). */
 function withoutTimes(m: StepMetrics): Record<string, unknown> {

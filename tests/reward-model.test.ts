@@ -22,8 +22,8 @@ import {
   type RewardLog,
 } from '../src/core/reward/reward-model';
 import { REWARD_FILE } from '../src/core/reward/reward-model';
-import { Rng } from '../src/core/rng';
-import { isUserError } from '../src/core/errors';
+import { Rng } from '../src/core/base/rng';
+import { isUserError } from '../src/common/errors';
 
 describe('parsePreferences', () => {
   const good = JSON.stringify({ prompt: 'P', chosen: 'a', rejected: 'b', extra: 1 });

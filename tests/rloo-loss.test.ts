@@ -15,7 +15,7 @@ import {
   type Denominators,
 } from '../src/core/ppo/losses';
 import { jointGuardedStep, type UpdatePart } from '../src/core/ppo/update';
-import { Rng } from '../src/core/rng';
+import { Rng } from '../src/core/base/rng';
 
 beforeAll(async () => {
   await useCpu();

@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { UserError } from '../src/core/errors';
+import { UserError } from '../src/common/errors';
 import {
   readSafetensors,
   writeSafetensors,

@@ -28,7 +28,7 @@ import { SAMPLE_KERNEL, sampleWorkgroupFor } from '../src/core/kernels/webgpu-sa
 import { filterLogits, pickTokens } from '../src/core/model/sampling';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
-import { Rng } from '../src/core/rng';
+import { Rng } from '../src/core/base/rng';
 
 const adapter = await webGpuAdapter();
 

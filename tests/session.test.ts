@@ -1,6 +1,6 @@
 /**
- * The training session (src/core/session.ts) that the CLI and the worker both drive, and the one rule for
- * which config changes are live (src/core/live.ts). Tiny random model on the CPU backend.
+ * The training session (src/core/run/session.ts) that the CLI and the worker both drive, and the one rule for
+ * which config changes are live (src/common/config/live.ts). Tiny random model on the CPU backend.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
@@ -8,12 +8,12 @@ import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { validateConfig, CONFIG_FIELDS, CONFIG_KEYS, type TrainConfig } from '../src/core/config';
-import { applyLive, classifyChanges, LIVE_KEYS, mergeConfig } from '../src/core/live';
-import { isCheckpointStep, TrainingSession } from '../src/core/session';
+import { validateConfig, CONFIG_FIELDS, CONFIG_KEYS, type TrainConfig } from '../src/common/config';
+import { applyLive, classifyChanges, LIVE_KEYS, mergeConfig } from '../src/common/config/live';
+import { isCheckpointStep, TrainingSession } from '../src/core/run/session';
 import type { Resources } from '../src/core/ppo/setup';
 import { memoryFiles } from '../src/core/model/folder';
-import { isUserError } from '../src/core/errors';
+import { isUserError } from '../src/common/errors';
 
 describe('the checkpoint cadence', () => {
   it('step 0, every saveEvery steps, and the last step', () => {

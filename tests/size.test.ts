@@ -9,8 +9,8 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import { useCpu } from './helpers/backend';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
-import { registerFusedAdamKernels } from '../src/core/fused-adam';
-import { validateConfig } from '../src/core/config';
+import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
+import { validateConfig } from '../src/common/config';
 import { parseGPT2Config, type GPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { Llama } from '../src/core/model/llama';
@@ -26,9 +26,9 @@ import {
 } from '../src/core/ppo/trainer';
 import { tokenizerFor } from '../src/core/tokenizer';
 import type { Tokenizer } from '../src/core/tokenizer/types';
-import { lmLoss } from '../src/core/sft';
-import { clippedStep } from '../src/core/optim';
-import { FusedAdamOptimizer } from '../src/core/fused-adam';
+import { lmLoss } from '../src/core/sft/sft';
+import { clippedStep } from '../src/core/optim/optim';
+import { FusedAdamOptimizer } from '../src/core/optim/fused-adam';
 import { registerFastCpuKernels, unregisterFastCpuKernels } from '../src/bench/perf/cpu-kernels';
 import {
   ACT_LORA_PER_OUT,

@@ -5,7 +5,7 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { setNodeBackend } from '../src/cli/backend-node';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { buildTrainer } from '../src/core/ppo/setup';
 import { nodeResources } from '../src/cli/train';
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { UserError } from '../src/core/errors';
+import { UserError } from '../src/common/errors';
 import { makeReward } from '../src/core/reward/functions';
 import { TASK_NAMES, parseTask, taskUrl } from '../src/core/tasks/index';
 import { loadTaskNode } from '../src/cli/tasks-node';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { UserError } from '../src/core/errors';
+import { UserError } from '../src/common/errors';
 import { parseGPT2Config, type GPT2Config } from '../src/core/model/config';
 import { BytesTokenizer, Gpt2BpeTokenizer, tokenizerFor } from '../src/core/tokenizer/index';
 

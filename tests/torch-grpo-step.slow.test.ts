@@ -15,7 +15,7 @@ import path from 'node:path';
 import { resolvePython } from '../src/cli/bench';
 import { runTorchGrpoStep, writeRandomLlamaFolder } from '../src/cli/torch-probe';
 import { qwenBenchRun, qwenBenchShape, torchGrpoSpec } from '../src/bench/torch-grpo';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { loraModuleShape, resolveLoraTargets } from '../src/core/model/lora';
 import { useCpu } from './helpers/backend';
 import { spawnAsync } from './helpers/spawn';

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { resolvePython } from '../src/cli/bench';
 import { probeTorchCuda, runTorchPpoStep } from '../src/cli/torch-probe';
 import { torchSpec } from '../src/bench/torch-ppo';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { parseGPT2Config } from '../src/core/model/config';
 import { exportLM } from '../src/core/model/folder';

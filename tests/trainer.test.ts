@@ -1,14 +1,14 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
-import { TfjsAdam } from '../src/core/fused-adam';
+import { TfjsAdam } from '../src/core/optim/fused-adam';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import type { TrainConfig } from '../src/core/config';
-import { applyLive } from '../src/core/live';
+import type { TrainConfig } from '../src/common/config';
+import { applyLive } from '../src/common/config/live';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
-import { checkpointFiles, restoreTrainer } from '../src/core/checkpoint';
+import { checkpointFiles, restoreTrainer } from '../src/core/run/checkpoint';
 import { memoryFiles } from '../src/core/model/folder';
-import { REQUIRED_METRICS, type StepMetrics } from '../src/core/ppo/metrics';
+import { REQUIRED_METRICS, type StepMetrics } from '../src/common/metrics';
 import { rolloutDump } from '../src/core/ppo/rollout';
 import { tinyResources, tinyConfig, meanByteReward } from './helpers/trainer-fixture';
 

@@ -1,6 +1,6 @@
 import { describe, it, expect } from 'vitest';
-import { validateConfig } from '../src/core/config';
-import { toTrlConfig, trlConfigJson } from '../src/core/trl';
+import { validateConfig } from '../src/common/config';
+import { toTrlConfig, trlConfigJson } from '../src/common/exports/trl';
 
 describe('TRL config export', () => {
   it('maps our names to PPOConfig names', () => {

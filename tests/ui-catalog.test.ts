@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { TASK_NAMES } from '../src/core/tasks';
 import { BUILTIN_REWARD_NAMES } from '../src/core/reward/functions';
-import { EXTRA_METRICS, REQUIRED_METRICS } from '../src/core/ppo/metrics';
+import { EXTRA_METRICS, REQUIRED_METRICS } from '../src/common/metrics';
 import { CHARTS, MODEL_CHOICES, modelSourceFor, REWARD_NAMES, TASKS } from '../src/ui/lib/catalog';
 import { LLAMA_SHAPES, parseLlamaConfig, type LlamaShapeName } from '../src/core/model/llama-config';
 import { paramCount } from '../src/core/model/size';

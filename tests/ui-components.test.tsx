@@ -13,7 +13,7 @@ import { TopBar } from '../src/ui/components/TopBar';
 import { SamplesPanel } from '../src/ui/components/SamplesPanel';
 import { GeneratePanel } from '../src/ui/components/GeneratePanel';
 import { App } from '../src/ui/App';
-import { CONFIG_FIELDS, CONFIG_KEYS } from '../src/core/config';
+import { CONFIG_FIELDS, CONFIG_KEYS } from '../src/common/config';
 import { SETUP_KEYS } from '../src/ui/lib/catalog';
 import { formatBytes } from '../src/ui/lib/format';
 

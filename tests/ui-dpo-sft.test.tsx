@@ -22,7 +22,7 @@ import type {
   TrainerEvent,
   WorkerApi,
 } from '../src/worker/protocol';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { hashFor } from '../src/ui/lib/url-config';
 
 function storeWith(

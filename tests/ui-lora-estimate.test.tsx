@@ -16,7 +16,7 @@ import { ModelCard } from '../src/ui/components/ModelCard';
 import { ConfigControl } from '../src/ui/components/ConfigControl';
 import { HyperparameterPanel } from '../src/ui/components/HyperparameterPanel';
 import { App } from '../src/ui/App';
-import { CONFIG_FIELDS } from '../src/core/config';
+import { CONFIG_FIELDS } from '../src/common/config';
 import {
   estimateLine,
   formatParams,

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { renderToString } from 'react-dom/server';
 import type { ReactNode } from 'react';
-import { CONFIG_FIELDS, validateConfig } from '../src/core/config';
+import { CONFIG_FIELDS, validateConfig } from '../src/common/config';
 import type { ModelWorker } from '../src/ui/bridge';
 import { createFakeWorker } from '../src/ui/dev/fake-worker';
 import { MetricChart } from '../src/ui/components/MetricChart';

@@ -4,7 +4,7 @@
  * the comparison goes into the URL hash, "Run again with…" and a linked comparison start new runs.
  */
 import { describe, expect, it } from 'vitest';
-import { CONFIG_FIELDS, validateConfig } from '../src/core/config';
+import { CONFIG_FIELDS, validateConfig } from '../src/common/config';
 import type { ModelWorker } from '../src/ui/bridge';
 import { createFakeWorker, type FakeWorker } from '../src/ui/dev/fake-worker';
 import { memoryRunStorage, type KeptRun, type RunBudget } from '../src/ui/lib/kept-runs';

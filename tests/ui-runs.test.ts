@@ -3,7 +3,7 @@
  * storage budget, the overlay list and its series, the comparison in the URL hash, the comparison CSV.
  */
 import { describe, expect, it } from 'vitest';
-import { CONFIG_FIELDS, DEFAULT_CONFIG, validateConfig, type TrainConfig } from '../src/core/config';
+import { CONFIG_FIELDS, DEFAULT_CONFIG, validateConfig, type TrainConfig } from '../src/common/config';
 import {
   comparisonCsv,
   configWith,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CONFIG_FIELDS, CONFIG_KEYS, type NumberField } from '../src/core/config';
+import { CONFIG_FIELDS, CONFIG_KEYS, type NumberField } from '../src/common/config';
 import { scaleKind, sliderScale, snapValue } from '../src/ui/lib/slider-scale';
 
 const numberFields = CONFIG_KEYS.map((k) => [k, CONFIG_FIELDS[k]] as const).filter(

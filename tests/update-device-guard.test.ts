@@ -1,6 +1,6 @@
 /**
  * The NaN/Inf guard and the clip factor decided on the device (src/core/ppo/update.ts jointGuardedStepDeferred,
- * src/core/fused-adam.ts applyControlled; docs/engine.md "No readback inside the update"), on CPU, WASM and Node
+ * src/core/optim/fused-adam.ts applyControlled; docs/engine.md "No readback inside the update"), on CPU, WASM and Node
  * WebGPU (SwiftShader here):
  * - a window of deferred steps [good, NaN, Inf, good] read at once gives the figures and the weights, moments and
  *   β-powers of a float64 loop of clipped Adam that skips the two bad steps — the step after the skips taking its
@@ -14,13 +14,17 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
-import { FusedAdamOptimizer, fusedAdamAvailable, registerFusedAdamKernels } from '../src/core/fused-adam';
+import {
+  FusedAdamOptimizer,
+  fusedAdamAvailable,
+  registerFusedAdamKernels,
+} from '../src/core/optim/fused-adam';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
 import { jointGuardedStepDeferred, readJointSteps, type UpdatePart } from '../src/core/ppo/update';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
 import { makeTinyFolder } from './helpers/tiny';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import { buildTrainer } from '../src/core/ppo/setup';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';

@@ -7,7 +7,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { jointGuardedStep, type UpdatePart } from '../src/core/ppo/update';
-import { Rng } from '../src/core/rng';
+import { Rng } from '../src/core/base/rng';
 
 type Stat = 'meanErr' | 'maxErr';
 

@@ -8,7 +8,7 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
-import { FusedAdamOptimizer, setWebGpuAdamInPlace } from '../src/core/fused-adam';
+import { FusedAdamOptimizer, setWebGpuAdamInPlace } from '../src/core/optim/fused-adam';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
 
 const adapter = await webGpuAdapter();

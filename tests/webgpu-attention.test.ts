@@ -17,7 +17,7 @@ import {
   setWebGpuAttentionFused,
   webGpuAttentionApplies,
 } from '../src/core/kernels/webgpu-attention';
-import { checkAttentionOnCurrentBackend } from '../src/core/webgpu-fused';
+import { checkAttentionOnCurrentBackend } from '../src/core/backend/webgpu-fused';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
 
 const adapter = await webGpuAdapter();

@@ -23,7 +23,7 @@ import {
   setWebGpuDecodeAttentionFused,
   webGpuDecodeAttentionApplies,
 } from '../src/core/kernels/webgpu-decode-attention';
-import { checkDecodeAttentionOnCurrentBackend } from '../src/core/webgpu-fused';
+import { checkDecodeAttentionOnCurrentBackend } from '../src/core/backend/webgpu-fused';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
 
 const adapter = await webGpuAdapter();

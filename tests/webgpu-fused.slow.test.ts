@@ -1,11 +1,11 @@
 /**
- * The one switch of src/core/webgpu-fused.ts on Node WebGPU: with it off every fused path gives way to
+ * The one switch of src/core/backend/webgpu-fused.ts on Node WebGPU: with it off every fused path gives way to
  * tfjs's ops (far more dispatches per GPT-2 layer); with it on, the issue's per-layer targets hold, counted as the
  * bench counts them. Slow on SwiftShader (two GPT-2 depths, forward and backward, twice).
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter } from './helpers/webgpu-node';
-import { setWebGpuFusedKernels } from '../src/core/webgpu-fused';
+import { setWebGpuFusedKernels } from '../src/core/backend/webgpu-fused';
 import { gpt2LayerDispatches } from '../src/bench/webgpu-dispatch';
 
 const adapter = await webGpuAdapter();

@@ -1,12 +1,12 @@
 /**
- * The fused WGSL kernels together (src/core/webgpu-fused.ts) on Node WebGPU: every check function
+ * The fused WGSL kernels together (src/core/backend/webgpu-fused.ts) on Node WebGPU: every check function
  * (the same ones the Chromium page e2e/pages/kernels.ts and scripts/gpu-checks.ts run) passes against tfjs's
  * ops. The switch that turns them all off, with the per-layer dispatch targets: webgpu-fused.slow.test.ts.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter } from './helpers/webgpu-node';
-import { FUSED_KERNEL_CHECKS, checkLayerNormOnCurrentBackend } from '../src/core/webgpu-fused';
+import { FUSED_KERNEL_CHECKS, checkLayerNormOnCurrentBackend } from '../src/core/backend/webgpu-fused';
 
 const adapter = await webGpuAdapter();
 

@@ -21,7 +21,7 @@ import {
   resetWebGpuLinearSmallRows,
   webGpuLinearApplies,
 } from '../src/core/kernels/webgpu-linear';
-import { checkLinearOnCurrentBackend } from '../src/core/webgpu-fused';
+import { checkLinearOnCurrentBackend } from '../src/core/backend/webgpu-fused';
 import { maxDiff } from './helpers/diff';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
 

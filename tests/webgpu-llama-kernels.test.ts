@@ -20,7 +20,7 @@ import {
   relDiff,
   ropeRowsForCheck,
   setWebGpuFusedKernels,
-} from '../src/core/webgpu-fused';
+} from '../src/core/backend/webgpu-fused';
 import { causalPaddingBias, gqaSelfAttention } from '../src/core/model/attention';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
 import { setWebGpuRmsNormFused, webGpuRmsNormApplies } from '../src/core/kernels/webgpu-rmsnorm';

@@ -19,7 +19,7 @@ import {
   webGpuLogprobApplies,
   workgroupFor,
 } from '../src/core/kernels/webgpu-logprob';
-import { checkLogprobOnCurrentBackend } from '../src/core/webgpu-fused';
+import { checkLogprobOnCurrentBackend } from '../src/core/backend/webgpu-fused';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
 
 const adapter = await webGpuAdapter();

@@ -1,6 +1,6 @@
 /**
  * The WGSL kernels on WebGPU in Node (Dawn; tests/helpers/webgpu-node.ts), tiny shapes: the fused Adam
- * (src/core/fused-adam.ts) against a float64 loop and against tfjs's Adam; AddN of many tensors
+ * (src/core/optim/fused-adam.ts) against a float64 loop and against tfjs's Adam; AddN of many tensors
  * (src/core/kernels/webgpu-addn.ts); the fused layer norm (src/core/kernels/webgpu-layernorm.ts) against the
  * plain ops, values and gradients. Skipped, with a test named after what to install, where no WebGPU adapter
  * exists.
@@ -17,7 +17,7 @@ import {
   adamUpdateArrays,
   fusedAdamAvailable,
   registerFusedAdamKernels,
-} from '../src/core/fused-adam';
+} from '../src/core/optim/fused-adam';
 
 const adapter = await webGpuAdapter();
 

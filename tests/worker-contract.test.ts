@@ -18,8 +18,8 @@ import type {
   TrainerEvent,
   WorkerApi,
 } from '../src/worker/protocol';
-import { HEAP_BUDGET_ENV } from '../src/core/oom';
-import { FusedAdamOptimizer } from '../src/core/fused-adam';
+import { HEAP_BUDGET_ENV } from '../src/core/model/oom';
+import { FusedAdamOptimizer } from '../src/core/optim/fused-adam';
 
 // The worker's modules read `self` and `navigator` (worker globals); in Node the global object stands in for
 // `self`, and a navigator without WebGPU for `navigator` (Node 20 has none).

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
-import { unzipFolder, zipFolder } from '../src/core/checkpoint-zip';
+import { unzipFolder, zipFolder } from '../src/common/checkpoint-zip';
 import type { RunStatus, TrainerEvent } from '../src/worker/protocol';
 
 (globalThis as { self?: unknown }).self ??= globalThis;

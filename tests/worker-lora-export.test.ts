@@ -13,7 +13,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
-import { unzipFolder, zipFolder } from '../src/core/checkpoint-zip';
+import { unzipFolder, zipFolder } from '../src/common/checkpoint-zip';
 import { loadLM, memoryFiles } from '../src/core/model/folder';
 import { readSafetensors } from '../src/core/model/safetensors';
 import type { ModelWorkerApi, TrainerEvent } from '../src/worker/protocol';

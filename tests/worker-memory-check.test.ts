@@ -7,10 +7,10 @@
  * refused with the numbers and the remedies. Also the WebGPU check against the largest embedding chunk.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
-import { validateConfig, type TrainConfig } from '../src/core/config';
+import { validateConfig, type TrainConfig } from '../src/common/config';
 import { memoryFiles, type ModelFiles } from '../src/core/model/folder';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { isUserError } from '../src/core/errors';
+import { isUserError } from '../src/common/errors';
 import type { ModelSources as ModelSourcesType } from '../src/worker/sources';
 import type { DeviceLimits } from '../src/worker/device-limits';
 import {

@@ -11,11 +11,11 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { useCpu } from './helpers/backend';
 import { loadTaskNode } from '../src/cli/tasks-node';
-import { unzipFolder } from '../src/core/checkpoint-zip';
+import { unzipFolder } from '../src/common/checkpoint-zip';
 import { encodePrompt, tokenizerForFolder } from '../src/core/tokenizer';
 import { memoryFiles, readConfig, type ModelFiles } from '../src/core/model/folder';
 import { LLAMA_SHAPES } from '../src/core/model/llama-config';
-import { validateConfig } from '../src/core/config';
+import { validateConfig } from '../src/common/config';
 import type { ModelWorkerApi, SampleView, TrainerEvent } from '../src/worker/protocol';
 
 (globalThis as { self?: unknown }).self ??= globalThis;

@@ -1,5 +1,5 @@
 /**
- * The SFT warm start's pieces (src/core/sft.ts): the JSONL reader (prompt / completion, one-turn messages through
+ * The SFT warm start's pieces (src/core/sft/sft.ts): the JSONL reader (prompt / completion, one-turn messages through
  * the chat template; every problem names its line), the completion-only loss against a plain loop over each
  * unpadded sequence's full-forward logits, and the loss falling over a few steps on a tiny model.
  */
@@ -9,7 +9,7 @@ import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadLM } from '../src/core/model/folder';
-import { completionNll, readSftExamples, sftBatchOf, SftTrainer } from '../src/core/sft';
+import { completionNll, readSftExamples, sftBatchOf, SftTrainer } from '../src/core/sft/sft';
 import type { Tokenizer } from '../src/core/tokenizer/types';
 
 describe('SFT on prompt / completion examples', () => {

@@ -5,7 +5,7 @@
  * `mode=adamcheck` (only the fused-Adam-vs-tfjs-Adam check), `batch`/`tokens` (one generation size),
  * `wasmThreads=N` (WASM's thread count, as the app's `?wasmThreads=N`; default the app's: the logical cores less one, at
  * most 8; one thread where the page is not cross-origin isolated), `mode=threads` (only the PPO step's timing,
- * for the 1-thread ÷ N-thread ratio scripts/bench-browser.ts makes; with `profile=1` also one step's kernel
+ * for the 1-thread ÷ N-thread ratio src/cli/bench-browser.ts makes; with `profile=1` also one step's kernel
  * times by kernel).
  * Runs on the page's main thread (fine for timing) and leaves the result on window.benchResult; progress lines
  * go to the console as "[bench] …".
@@ -20,7 +20,7 @@ import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.
 import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
 import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
 import { registerWasmExtraKernels } from '../../src/core/kernels/wasm-extra';
-import { registerFusedAdamKernels } from '../../src/core/fused-adam';
+import { registerFusedAdamKernels } from '../../src/core/optim/fused-adam';
 import {
   checkFusedAdam,
   planFor,
@@ -35,7 +35,7 @@ import { tokenizerFor } from '../../src/core/tokenizer';
 import { gpt2Only } from '../../src/core/model/config';
 import type { GPT2 } from '../../src/core/model/gpt2';
 import { parseTask, taskUrl } from '../../src/core/tasks';
-import { validateConfig } from '../../src/core/config';
+import { validateConfig } from '../../src/common/config';
 import { buildTrainer, type Resources } from '../../src/core/ppo/setup';
 import { benchPpoStep } from '../../src/bench/perf/ppo';
 import { benchMatmul } from '../../src/bench/perf/matmul';

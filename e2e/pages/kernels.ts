@@ -1,5 +1,5 @@
 /**
- * The fused WGSL kernels' checks (src/core/webgpu-fused.ts: layer norm, Conv1D with its epilogue,
+ * The fused WGSL kernels' checks (src/core/backend/webgpu-fused.ts: layer norm, Conv1D with its epilogue,
  * causal attention, token log-prob and entropy; the Llama family's RMSNorm, SwiGLU and grouped-query attention
  * with RoPE inside, prefill and decode) and the fused Adam's, in the browser on WebGPU: the same
  * functions Vitest runs on Node's Dawn (tests/webgpu-fused.test.ts) and scripts/gpu-checks.ts on real GPUs.
@@ -8,9 +8,9 @@
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import '@tensorflow/tfjs-backend-webgpu';
-import { FUSED_KERNEL_CHECKS, LLAMA_FUSED_KERNEL_CHECKS } from '../../src/core/webgpu-fused';
+import { FUSED_KERNEL_CHECKS, LLAMA_FUSED_KERNEL_CHECKS } from '../../src/core/backend/webgpu-fused';
 import { registerWebGpuAddNChunked } from '../../src/core/kernels/webgpu-addn';
-import { registerFusedAdamKernels } from '../../src/core/fused-adam';
+import { registerFusedAdamKernels } from '../../src/core/optim/fused-adam';
 import { checkFusedAdam } from '../../src/bench/bench';
 
 declare global {

@@ -24,8 +24,8 @@ import {
   type NanoGptPeer,
 } from './perf/lm-train';
 import { benchFourModelMemory, type FourModelMemory } from './perf/memory';
-import { FusedAdamOptimizer } from '../core/fused-adam';
-import { relDiff } from '../core/webgpu-fused';
+import { FusedAdamOptimizer } from '../core/optim/fused-adam';
+import { relDiff } from '../core/backend/webgpu-fused';
 
 export interface GenBench {
   batch: number;

@@ -5,7 +5,7 @@
  * PEFT, from our trainer's config — and the parse of what it prints. Pure: the process is run by
  * src/cli/torch-probe.ts (Node only); tested in tests/bench-gpu-keys.test.ts.
  */
-import { groupSizeOf, type TrainConfig } from '../core/config';
+import { groupSizeOf, type TrainConfig } from '../common/config';
 import { LLAMA_SHAPES } from '../core/model/llama-config';
 
 /**

@@ -4,7 +4,7 @@
  * length, LoRA, the PPO hyperparameters of our config) — and the parse of what it prints. Pure: the process is run
  * by src/cli/torch-probe.ts (Node only); tested in tests/bench-gpu-keys.test.ts.
  */
-import type { TrainConfig } from '../core/config';
+import type { TrainConfig } from '../common/config';
 
 /** What scripts/torch_ppo_step.py reads (its docstring says how each is used). */
 export interface TorchPpoSpec {

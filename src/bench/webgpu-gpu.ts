@@ -13,7 +13,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { PpoTrainer } from '../core/ppo/trainer';
 import type { BuildOptions } from '../core/ppo/setup';
-import { setWebGpuFusedKernels } from '../core/webgpu-fused';
+import { setWebGpuFusedKernels } from '../core/backend/webgpu-fused';
 import { benchMatmul, type MatmulBench } from './perf/matmul';
 import { matmulFlops } from './perf/flops';
 import { matMulFast, matMulFastPlan, webGpuMatMulFastApplies } from '../core/kernels/webgpu-matmul';
@@ -29,7 +29,7 @@ import {
 } from './webgpu-dispatch';
 import { generate } from '../core/model/sampling';
 import type { CausalLM } from '../core/model/lm';
-import type { RecomputeMode, TrainConfig } from '../core/config';
+import type { RecomputeMode, TrainConfig } from '../common/config';
 import type { TorchPpoResult } from './torch-ppo';
 import {
   qwenBenchRun,

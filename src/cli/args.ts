@@ -1,5 +1,5 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 
 type Options = NonNullable<ParseArgsConfig['options']>;
 

@@ -4,7 +4,7 @@ import '@tensorflow/tfjs-backend-wasm';
 // Gradients: tfjs-core registers none by itself. The union package's Node bundle registers them all in
 // tfjs's global registry (its ESM twin, tfjs-core/dist/register_all_gradients, does not load in plain Node).
 import '@tensorflow/tfjs';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import { registerWasmExtraKernels } from '../core/kernels/wasm-extra';
 
 export type NodeBackend = 'wasm' | 'cpu' | 'webgpu';

@@ -23,7 +23,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
 
 export interface NodeWebGpuAdapter {

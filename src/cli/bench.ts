@@ -1,6 +1,6 @@
 /**
  * `npm run bench` / `cli bench`: the benchmark suite (src/bench/bench.ts sections) in Node on WASM, then in
- * headless Chromium per backend (WebGPU, WASM) through scripts/bench-browser.ts, then the GPT-2-sized memory runs
+ * headless Chromium per backend (WebGPU, WASM) through src/cli/bench-browser.ts, then the GPT-2-sized memory runs
  * in Node on the CPU backend (GPT-2's four models and optimizers do not fit WASM's 4 GiB heap). Prints markdown
  * tables, writes them to --out (default .bench/bench-results.md, an ignored folder, so a bench run leaves the
  * working tree clean), and with --json one JSON object on the last stdout line.
@@ -21,13 +21,13 @@ import { nodeResources } from './train';
 import { qwenGrpoBenchHooks, runPython } from './torch-probe';
 import { loadTaskNode } from './tasks-node';
 import { loadLM, readConfig } from '../core/model/folder';
-import { validateConfig, type TrainConfig } from '../core/config';
+import { validateConfig, type TrainConfig } from '../common/config';
 import { gpt2Only } from '../core/model/config';
 import type { GPT2 } from '../core/model/gpt2';
 import { buildTrainer } from '../core/ppo/setup';
 import { tokenizerFor, tokenizerForFolder } from '../core/tokenizer';
 import { planFor, runBenchSections, SECTIONS, type BenchEnv, type Section } from '../bench/bench';
-import { registerFusedAdamKernels } from '../core/fused-adam';
+import { registerFusedAdamKernels } from '../core/optim/fused-adam';
 import { registerFastCpuKernels } from '../bench/perf/cpu-kernels';
 import {
   benchFourModelMemory,
@@ -46,7 +46,7 @@ import {
   type BenchReport,
   type BenchRun,
 } from '../bench/perf/report';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import {
   byteMatchedPrompts,
   matmulShapes,
@@ -277,7 +277,7 @@ export async function cmdBench(argv: string[]): Promise<void> {
     ? []
     : (str('bench', v, 'browser-backends') ?? 'webgpu,wasm').split(',').filter(Boolean);
   if (browserBackends.length) {
-    const { chromiumPath, runBrowserBench } = await import('../../scripts/bench-browser');
+    const { chromiumPath, runBrowserBench } = await import('./bench-browser');
     if (!chromiumPath()) {
       notes.push(
         `Browser part skipped: no Chromium at ${process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'} (set CHROMIUM_PATH or apt-get install chromium).`,
@@ -748,8 +748,8 @@ async function vsTrlOursChild(
   const wasm = await import('@tensorflow/tfjs-backend-wasm');
   wasm.setThreadsCount(spec.threads);
   await setNodeBackend('wasm');
-  const { TrainingSession } = await import('../core/session');
-  const { defaultHeapBudget } = await import('../core/oom');
+  const { TrainingSession } = await import('../core/run/session');
+  const { defaultHeapBudget } = await import('../core/model/oom');
   const cfg = validateConfig(spec.config, 'bench --vs-trl');
   const steps: PhaseSeconds[] = [];
   let n = 0;

@@ -2,7 +2,7 @@ import { open, readFile, stat, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { ModelFiles } from '../core/model/folder';
 import { isByteSource, type FileBody } from '../core/model/safetensors';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 
 /** Files larger than this are refused before they are read whole. */
 export const MAX_FILE_BYTES = 4 * 1024 ** 3;

@@ -5,7 +5,7 @@ import { resolveModel } from './models';
 import { preflightGenerate } from './preflight';
 import { loadLM } from '../core/model/folder';
 import { generate } from '../core/model/sampling';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import { encodePrompt, stopIdsOf } from '../core/tokenizer';
 
 export const GENERATE_HELP = `generate --model DIR|tiny --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]

@@ -5,8 +5,8 @@
  */
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { isUserError } from '../core/errors';
-import { asHeapExhaustion } from '../core/oom';
+import { isUserError } from '../common/errors';
+import { asHeapExhaustion } from '../core/model/oom';
 import { cmdGenerate, GENERATE_HELP } from './generate';
 import { cmdSft, SFT_HELP } from './sft';
 import { cmdTrain, TRAIN_HELP } from './train';

@@ -14,7 +14,7 @@
  */
 import os from 'node:os';
 import * as tf from '@tensorflow/tfjs-core';
-import { derived, validateConfig, type TrainConfig } from '../core/config';
+import { derived, validateConfig, type TrainConfig } from '../common/config';
 import { readConfig } from '../core/model/folder';
 import type { LMConfig } from '../core/model/config';
 import { encodePrompt, tokenizerForFolder } from '../core/tokenizer';
@@ -42,7 +42,7 @@ import {
   type MemoryEstimate,
   type RunMemoryOptions,
 } from '../core/model/size';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import { assertFolder, nodeFiles, readJsonFile } from './files-node';
 import { PRESETS, resolveModel } from './models';
 

@@ -11,8 +11,8 @@ import { GPT2 } from '../core/model/gpt2';
 import type { CausalLM } from '../core/model/causal-lm';
 import type { Tokenizer } from '../core/tokenizer';
 import { tokenizerFor } from '../core/tokenizer';
-import { tokenizeCorpus, trainSft, type SftOptions } from '../core/sft';
-import { UserError } from '../core/errors';
+import { tokenizeCorpus, trainSft, type SftOptions } from '../core/sft/sft';
+import { UserError } from '../common/errors';
 import { writeFile, mkdir, appendFile } from 'node:fs/promises';
 
 export const SFT_HELP = `sft --config FILE --out DIR [--backend wasm|cpu|webgpu] [--json]

@@ -1,7 +1,7 @@
 /** Node loader for the built-in tasks in public/tasks (the browser fetches the same files by `taskUrl`). */
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import { checkTaskName, parseTask, taskUrl, type Task } from '../core/tasks/index';
 
 /** The repository's public/ folder, found from this file (src/cli/ → ../../public). */

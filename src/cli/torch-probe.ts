@@ -24,7 +24,7 @@ import {
   type TorchGrpoResult,
   type TorchGrpoSpec,
 } from '../bench/torch-grpo';
-import { validateConfig } from '../core/config';
+import { validateConfig } from '../common/config';
 import { parseModelConfig } from '../core/model/config';
 import { exportLM } from '../core/model/folder';
 import { Llama } from '../core/model/llama';

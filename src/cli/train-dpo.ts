@@ -8,10 +8,10 @@ import { readFile, writeFile, appendFile, mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { assertFolder, nodeFiles, readJsonFile } from './files-node';
 import { resolveModel, PRESETS } from './models';
-import { UserError } from '../core/errors';
-import { isDpoConfig, validateDpoConfig, type DpoConfig } from '../core/dpo/config';
+import { UserError } from '../common/errors';
+import { isDpoConfig, validateDpoConfig, type DpoConfig } from '../common/config/dpo';
 import { DPO_STATE_FILE, DpoTrainer, type DpoStepMetrics } from '../core/dpo/trainer';
-import { dpoConfigJson } from '../core/trl';
+import { dpoConfigJson } from '../common/exports/trl';
 
 /** What `train` was asked for, when it is a DPO run: a config file's object, or a DPO checkpoint to resume. */
 export type DpoRequest = { kind: 'fresh'; raw: unknown; cfgPath: string } | { kind: 'resume'; dir: string };
@@ -109,7 +109,7 @@ export async function cmdTrainDpo(
       await writeFolderAtomic(dir, await trainer.checkpointSources());
       checkpoints.push(dir);
     };
-    // The same run for TRL (src/core/trl.ts dpoTrlConfig): TRL 1.13's DPOConfig fields.
+    // The same run for TRL (src/common/exports/trl.ts dpoTrlConfig): TRL 1.13's DPOConfig fields.
     await writeFile(path.join(opts.out, 'trl-dpo-config.json'), dpoConfigJson(trainer.cfg));
     if (req.kind === 'fresh') {
       await writeFile(metricsPath, '');

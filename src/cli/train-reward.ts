@@ -19,7 +19,7 @@ import {
   trainPreferenceRewardModel,
   type PreferenceTrainOptions,
 } from '../core/reward/preference-pipeline';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 
 export const TRAIN_REWARD_HELP = `train-reward --config FILE --out DIR [--steps N] [--backend wasm|cpu|webgpu] [--json]
   Train a Bradley–Terry reward model on preference pairs (JSONL lines {"prompt", "chosen", "rejected"}).

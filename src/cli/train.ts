@@ -6,18 +6,18 @@ import { nodeBindingLimit, setNodeBackend } from './backend-node';
 import { assertFolder, nodeFiles, readJsonFile, writeFolder } from './files-node';
 import { resolveModel, PRESETS } from './models';
 import { loadTaskNode } from './tasks-node';
-import { derived, validateConfig, type TrainConfig } from '../core/config';
+import { derived, validateConfig, type TrainConfig } from '../common/config';
 import type { Resources, BuildOptions } from '../core/ppo/setup';
-import { TrainingSession, type SessionHooks } from '../core/session';
-import { restoreSession } from '../core/restore';
-import { NONFINITE_CLI_ADVICE } from '../core/stops';
+import { TrainingSession, type SessionHooks } from '../core/run/session';
+import { restoreSession } from '../core/run/restore';
+import { NONFINITE_CLI_ADVICE } from '../common/stops';
 import { rolloutDump } from '../core/ppo/rollout';
 import { rewardFnFromModule } from '../core/reward/module';
-import { UserError } from '../core/errors';
-import { asHeapExhaustion, defaultHeapBudget, HeapExhaustedError } from '../core/oom';
+import { UserError } from '../common/errors';
+import { asHeapExhaustion, defaultHeapBudget, HeapExhaustedError } from '../core/model/oom';
 import type { FileBody } from '../core/model/safetensors';
 import { cmdTrainDpo, dpoRequest } from './train-dpo';
-import { HELDOUT } from '../core/ppo/eval-record';
+import { HELDOUT } from '../common/eval-record';
 import { describePlan } from '../core/ppo/gpu-plan';
 
 export const TRAIN_HELP = `train --config FILE --out DIR [--steps N] [--resume CKPT_DIR] [--reward-module FILE.mjs] [--dump-rollouts]
@@ -156,7 +156,7 @@ export function trimEvalLog(evalPath: string, step: number): Promise<number> {
 }
 
 /**
- * `train`: a disk adapter over core's TrainingSession (src/core/session.ts), which runs the steps, applies the
+ * `train`: a disk adapter over core's TrainingSession (src/core/run/session.ts), which runs the steps, applies the
  * checkpoint cadence and stops on three non-finite steps in a row. This file writes what the session reports:
  * metrics.jsonl, checkpoint folders, rollout dumps, and progress on stderr.
  */
@@ -247,7 +247,7 @@ export async function cmdTrain(argv: string[]): Promise<void> {
       lastCheckpoint = { dir, step: s.step };
     },
   };
-  // The budget guard at every phase boundary: PPO_HEAP_BUDGET_BYTES, else the WASM heap on wasm (src/core/oom.ts).
+  // The budget guard at every phase boundary: PPO_HEAP_BUDGET_BYTES, else the WASM heap on wasm (src/core/model/oom.ts).
   const budget = defaultHeapBudget();
   // An evalPrompts file is read from disk by the path the config holds (made absolute below, so a resume finds it).
   const readText = (p: string) => readFile(p, 'utf8');

@@ -17,7 +17,7 @@
  * a live tab's save from a closed one's: each tab still saves into its own slot, any other save can be offered,
  * and nothing but the offered save (once declined) or a resumed one is ever deleted.
  */
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import {
   AutosaveSlot,
   legacySlotKeys,

@@ -12,7 +12,7 @@
  * own (./autosave-tabs.ts); the first format's single slot (pointer `current`, files `save:<id>:<file>`) is still
  * read.
  */
-import { isUserError, UserError } from '../core/errors';
+import { isUserError, UserError } from '../common/errors';
 
 /** Keys and values, as IndexedDB (idb-keyval) offers them. */
 export interface AutosaveStore {

@@ -12,7 +12,7 @@
  *
  * The memory a model needs (checked from its config.json before these downloads) is src/core/model/size.ts.
  */
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import type { ModelFiles } from '../core/model/folder';
 import { HF_TOKENIZER_FILES } from '../core/tokenizer/hf';
 

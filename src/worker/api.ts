@@ -7,11 +7,11 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { transfer } from 'comlink';
 import { generate as sample } from '../core/model/sampling';
-import { isUserError, UserError } from '../core/errors';
+import { isUserError, UserError } from '../common/errors';
 import { encodePrompt, stopIdsOf } from '../core/tokenizer';
 import { applyBackendOptions, currentDeviceLimits, selectBackend } from './backend-web';
 import { checkDeviceLimits, rewardIsModel, runMemoryOptions } from './device-limits';
-import { mergeConfig } from '../core/live';
+import { mergeConfig } from '../common/config/live';
 import { ModelSources, PREFERENCE_REWARD_MODEL, type ProgressSink } from './sources';
 import { Run } from './run';
 import { memoryReport } from './memory';

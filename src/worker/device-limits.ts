@@ -38,8 +38,8 @@ import {
   type RunShape,
 } from '../core/model/size';
 import { lmParamSpecs } from '../core/model/causal-lm';
-import { LORA_TARGET_NAMES, type TrainConfig } from '../core/config';
-import { UserError } from '../core/errors';
+import { LORA_TARGET_NAMES, type TrainConfig } from '../common/config';
+import { UserError } from '../common/errors';
 import type { BackendName } from './protocol';
 
 export interface DeviceLimits {

@@ -1,7 +1,7 @@
 /**
  * What leaves and enters the worker as files: checkpoint zips (docs/formats.md §2 layout under one top folder),
  * metrics as CSV / JSON and the TRL config. The zip / CSV helpers are pure and live in core
- * (src/core/checkpoint-zip.ts, src/core/trl.ts); this file ties them to the run.
+ * (src/common/checkpoint-zip.ts, src/common/exports/trl.ts); this file ties them to the run.
  */
 import {
   checkpointFolderName,
@@ -10,11 +10,11 @@ import {
   metricsToJson,
   unzipFolder,
   zipFolder,
-} from '../core/checkpoint-zip';
+} from '../common/checkpoint-zip';
 import { DPO_STATE_FILE } from '../core/dpo/trainer';
 import { unzipSync } from 'fflate';
-import { dpoConfigJson, trlConfigJson } from '../core/trl';
-import { UserError } from '../core/errors';
+import { dpoConfigJson, trlConfigJson } from '../common/exports/trl';
+import { UserError } from '../common/errors';
 import type { Run } from './run';
 import type { CheckpointSummary } from './protocol';
 
@@ -25,7 +25,7 @@ export async function exportCheckpoint(run: Run): Promise<{ name: string; bytes:
 }
 
 /**
- * Resume from a checkpoint zip (core's one restore, src/core/restore.ts). The new run is restored before the
+ * Resume from a checkpoint zip (core's one restore, src/core/run/restore.ts). The new run is restored before the
  * old one is dropped, so a bad file leaves the current run as it was.
  */
 export async function importCheckpoint(run: Run, bytes: Uint8Array): Promise<CheckpointSummary> {

@@ -1,6 +1,6 @@
 /** Model folders over HTTP(S): the browser's `ModelFiles` (core/model/folder.ts) built on fetch. */
 import type { ModelFiles } from '../core/model/folder';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 
 /**
  * A folder at `baseUrl` (absolute, or relative to the worker's origin). A 404 means "no such file" (null).

@@ -11,7 +11,7 @@ import {
   preferenceOptions,
   trainPreferenceRewardModel as trainFromPairs,
 } from '../core/reward/preference-pipeline';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import type { ModelFiles } from '../core/model/folder';
 import type { RewardModelReport } from './protocol';
 

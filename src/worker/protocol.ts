@@ -5,12 +5,12 @@
  * message alone); any other name is a bug (show the message, log the details).
  *
  * Keep this file types only: it is the contract between the two threads. The config and metrics are core's own
- * types (src/core/config.ts, src/core/ppo/metrics.ts), imported as types only.
+ * types (src/common/config.ts, src/common/metrics.ts), imported as types only.
  */
-import type { ConfigKey, TrainConfig } from '../core/config';
-import type { DpoJobSettings, SftJobSettings } from '../core/config/jobs';
-import type { StepMetrics } from '../core/ppo/metrics';
-import type { EvalRecord } from '../core/ppo/eval-record';
+import type { ConfigKey, TrainConfig } from '../common/config';
+import type { DpoJobSettings, SftJobSettings } from '../common/config/jobs';
+import type { StepMetrics } from '../common/metrics';
+import type { EvalRecord } from '../common/eval-record';
 import type { MemoryParts } from '../core/model/size';
 import type { LMConfig } from '../core/model/config';
 import type { Phase } from '../core/ppo/trainer';
@@ -180,7 +180,7 @@ export interface MemoryReport {
   numBytesAllocatedInGPU?: number;
   /**
    * With a step's event: that step's peak, the bytes held when it started plus the most its own tensor buffers
-   * added at any moment, each buffer counted once (src/core/memory-peak.ts; tfjs's numBytes would count a buffer
+   * added at any moment, each buffer counted once (src/core/base/memory-peak.ts; tfjs's numBytes would count a buffer
    * once per tensor viewing it).
    */
   peakBytes?: number;
@@ -190,7 +190,7 @@ export interface MemoryReport {
 
 // ---- training (the PPO playground) -----------------------------------------------------------------------
 
-/** A validated training config: the camelCase keys of docs/formats.md §5 (src/core/config.ts), as plain data. */
+/** A validated training config: the camelCase keys of docs/formats.md §5 (src/common/config.ts), as plain data. */
 export type TrainConfigWire = TrainConfig;
 
 /**
@@ -243,7 +243,7 @@ export interface PlanView {
  * A supervised job for the run commands (start, stepOnce, pause, reset) to drive instead of the RL algorithm
  * (docs/dpo.md "In the app", docs/sft.md). `data` is the JSONL text, `dataName` the file's name (for messages).
  * The model, seed, maxGradNorm and LoRA keys come from the run's config; the settings it takes, their ranges and
- * defaults are the tables of src/core/config/jobs.ts (DPO_FIELDS, SFT_FIELDS).
+ * defaults are the tables of src/common/config/jobs.ts (DPO_FIELDS, SFT_FIELDS).
  */
 export type SupervisedJobWire =
   | ({ kind: 'dpo'; data: string; dataName: string } & DpoJobSettings)
@@ -264,7 +264,7 @@ export type ContinueAfterSft =
   | { algorithm: 'ppo' | 'grpo' | 'rloo' | 'reinforce++' }
   | { algorithm: 'dpo'; job: Extract<SupervisedJobWire, { kind: 'dpo' }> };
 
-/** One PPO step's metrics: every name of docs/formats.md §3 plus extras (src/core/ppo/metrics.ts). */
+/** One PPO step's metrics: every name of docs/formats.md §3 plus extras (src/common/metrics.ts). */
 export type MetricsWire = StepMetrics;
 /** Metrics as the UI reads them, by any name (a StepMetrics is one; null = not in this run, e.g. value metrics of GRPO). */
 export type MetricsByName = { step: number; [name: string]: number | null };

@@ -14,7 +14,7 @@
  */
 import type { AutosaveInfo } from '../services/autosave';
 import type { TabAutosave } from '../services/autosave-tabs';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import { forgetWebGpuBackend, webgpuDevice, type GpuDeviceLike } from './backend-web';
 import type { Run, RunHooks, Serial } from './run';
 import type { AutosaveInfoWire, BackendReport, ReliabilityEvent, RunStatus } from './protocol';

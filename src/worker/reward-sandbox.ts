@@ -3,7 +3,7 @@
  * of the person's code, a time budget per batch, and terminate() when the budget runs out — the only way to
  * stop an infinite loop. The next batch then starts a fresh sandbox with the same code.
  */
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import type { RewardFn, Sample } from '../core/reward/functions';
 
 export const REWARD_TIME_LIMIT_MS = 2000;

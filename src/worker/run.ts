@@ -1,6 +1,6 @@
 /**
  * The training run inside the worker (`Run`): the worker's adapter around core's TrainingSession
- * (src/core/session.ts, the same run loop the CLI drives). The session owns the trainer, its four models and the
+ * (src/core/run/session.ts, the same run loop the CLI drives). The session owns the trainer, its four models and the
  * run's config; this file owns the run state the UI sees, the events it subscribes to, the reward-code stand-in,
  * the model generate uses outside a run, and the config of a run not built yet (`pendingConfig`).
  *
@@ -11,11 +11,11 @@
  *
  * `state` changes only through the methods here (start, pause, stepOnce, reset, restore, halt, …).
  */
-import { validateConfig, type TrainConfig } from '../core/config';
-import { applyLive, mergeConfig } from '../core/live';
-import { TrainingSession, type RunEnd, type SessionHooks, type SessionOptions } from '../core/session';
-import { restoreSession, type CheckpointSource } from '../core/restore';
-import { nonFiniteRunError, stepsDoneMessage } from '../core/stops';
+import { validateConfig, type TrainConfig } from '../common/config';
+import { applyLive, mergeConfig } from '../common/config/live';
+import { TrainingSession, type RunEnd, type SessionHooks, type SessionOptions } from '../core/run/session';
+import { restoreSession, type CheckpointSource } from '../core/run/restore';
+import { nonFiniteRunError, stepsDoneMessage } from '../common/stops';
 import type { PpoTrainer, RewardSource } from '../core/ppo/trainer';
 import { describePlan } from '../core/ppo/gpu-plan';
 import type { Rollout } from '../core/ppo/rollout';
@@ -24,13 +24,13 @@ import type { CausalLM } from '../core/model/causal-lm';
 import { exportLM, loadLM, type LoadedLM } from '../core/model/folder';
 import { collectBytes } from '../core/model/safetensors';
 import { DPO_STATE_FILE, DpoTrainer } from '../core/dpo/trainer';
-import type { DpoConfig } from '../core/dpo/config';
+import type { DpoConfig } from '../common/config/dpo';
 import { makeReward } from '../core/reward/functions';
 import { checkTaskName } from '../core/tasks';
-import { isUserError, UserError } from '../core/errors';
-import { asHeapExhaustion, defaultHeapBudget } from '../core/oom';
+import { isUserError, UserError } from '../common/errors';
+import { asHeapExhaustion, defaultHeapBudget } from '../core/model/oom';
 import { autosaveDue } from '../services/autosave';
-import { PeakMemoryMeter } from '../core/memory-peak';
+import { PeakMemoryMeter } from '../core/base/memory-peak';
 import * as tf from '@tensorflow/tfjs-core';
 import { PREFERENCE_REWARD_MODEL, SFT_MODEL, type ModelSources } from './sources';
 import {
@@ -151,7 +151,7 @@ function describeReward(cfg: TrainConfig): string {
   return r.model === PREFERENCE_REWARD_MODEL ? 'reward model from preferences' : `reward model ${r.model}`;
 }
 
-/** The step-peak meter of this worker's engine (installed at the first step; core/memory-peak.ts). */
+/** The step-peak meter of this worker's engine (installed at the first step; core/base/memory-peak.ts). */
 const STEP_PEAK_METER = new PeakMemoryMeter();
 
 export class Run {
@@ -186,7 +186,7 @@ export class Run {
   /** The identity of the run (null while there is no trainer). */
   runId: string | null = null;
   /**
-   * The live-tensor budget the session checks at every phase boundary (src/core/oom.ts): on WASM the heap this
+   * The live-tensor budget the session checks at every phase boundary (src/core/model/oom.ts): on WASM the heap this
    * backend really has, PPO_HEAP_BUDGET_BYTES where a process sets it (Node tests), else none.
    */
   heapBudget = (): number | null =>
@@ -293,7 +293,7 @@ export class Run {
 
   // ---- config ---------------------------------------------------------------------------------------------
 
-  /** Merge `partial` over the current config (serial). Non-live changes (src/core/live.ts) drop the run. */
+  /** Merge `partial` over the current config (serial). Non-live changes (src/common/config/live.ts) drop the run. */
   async configure(partial: Record<string, unknown>): Promise<RunStatus> {
     const { config: next, changes } = mergeConfig(this.cfg, partial, 'config');
     if (next.task !== null) checkTaskName(next.task);
@@ -396,7 +396,7 @@ export class Run {
     return {
       phase: (p) => this.setPhase(p),
       beforeStep: () => {
-        // The step's peak memory (core/memory-peak.ts), shown beside what it holds after.
+        // The step's peak memory (core/base/memory-peak.ts), shown beside what it holds after.
         this.peakMeter.install();
         this.peakMeter.reset();
         this.heldAtStepStart = tf.memory().numBytes;
@@ -534,7 +534,7 @@ export class Run {
 
   /**
    * Replace the run by the one saved in `source` (import, autosave resume, backend switch, device recovery),
-   * paused at its step; serial. Restored through core's one restore (src/core/restore.ts) before the current run
+   * paused at its step; serial. Restored through core's one restore (src/core/run/restore.ts) before the current run
    * is dropped, so a bad checkpoint leaves the current run as it was. `label` names the policy in the status;
    * `runId` keeps the identity of a resumed run. The caller sends the status.
    */

@@ -13,7 +13,7 @@ import type { ModelFiles } from '../core/model/folder';
 import { memoryFiles, readConfig } from '../core/model/folder';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
 import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
-import type { TrainConfig } from '../core/config';
+import type { TrainConfig } from '../common/config';
 import { encodePrompt, HF_TOKENIZER_FILES, tokenizerForFolder } from '../core/tokenizer';
 import { parseTask, taskUrl, type Task } from '../core/tasks';
 import {
@@ -33,7 +33,7 @@ import {
   type RunMemoryOptions,
 } from '../core/model/size';
 import { describePlan, plannedInForce } from '../core/ppo/gpu-plan';
-import { UserError } from '../core/errors';
+import { UserError } from '../common/errors';
 import { builtinModelUrl, fetchFiles } from './files-web';
 import {
   checkDeviceLimits,

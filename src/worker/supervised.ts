@@ -1,16 +1,16 @@
 /**
  * The playground's supervised jobs (DPO on preference pairs, SFT on prompt / completion examples): building one
- * from the person's request and the run's config, as core's SupervisedSession (src/core/supervised-session.ts)
+ * from the person's request and the run's config, as core's SupervisedSession (src/core/run/supervised-session.ts)
  * that the worker's Run (./run.ts) drives with the same commands and events as an RL run. docs/dpo.md "In the
  * app", docs/sft.md.
  */
-import type { TrainConfig } from '../core/config';
-import { jobKeys, DPO_FIELDS, jobDefaults, jobFieldProblems, SFT_FIELDS } from '../core/config/jobs';
-import { validateDpoConfig, type DpoConfig } from '../core/dpo/config';
+import type { TrainConfig } from '../common/config';
+import { jobKeys, DPO_FIELDS, jobDefaults, jobFieldProblems, SFT_FIELDS } from '../common/config/jobs';
+import { validateDpoConfig, type DpoConfig } from '../common/config/dpo';
 import { DpoTrainer, type DpoStepMetrics } from '../core/dpo/trainer';
-import { SftTrainer, type SftRunOptions, type SftStepMetrics } from '../core/sft';
-import { SupervisedSession, type SupervisedHooks } from '../core/supervised-session';
-import { UserError } from '../core/errors';
+import { SftTrainer, type SftRunOptions, type SftStepMetrics } from '../core/sft/sft';
+import { SupervisedSession, type SupervisedHooks } from '../core/run/supervised-session';
+import { UserError } from '../common/errors';
 import { memoryFiles, type ModelFiles, type ModelLoadOptions } from '../core/model/folder';
 import type { SupervisedJobStatus, SupervisedJobWire } from './protocol';
 
@@ -18,7 +18,7 @@ export type SupervisedMetrics = DpoStepMetrics | SftStepMetrics;
 export type DpoJobWire = Extract<SupervisedJobWire, { kind: 'dpo' }>;
 export type AnySupervisedSession = SupervisedSession<SupervisedMetrics>;
 
-/** The keys a job request may carry: its kind, its data and the settings the app's card sets (core/config/jobs.ts). */
+/** The keys a job request may carry: its kind, its data and the settings the app's card sets (common/config/jobs.ts). */
 const DPO_JOB_KEYS = ['kind', 'data', 'dataName', ...jobKeys(DPO_FIELDS)];
 const SFT_JOB_KEYS = ['kind', 'data', 'dataName', ...jobKeys(SFT_FIELDS)];
 

@@ -2,7 +2,7 @@
  * The largest difference between two arrays of numbers and the reference's largest magnitude, which tests compare
  * as `abs < tol · max(1, scale)` (or relative to the scale alone): one copy for the tests of the fused kernels and
  * the hand-written gradients; and the largest element-wise relative difference (maxRelDiff), for results that
- * must agree digit for digit even where they are small. (src/core/webgpu-fused.ts's relDiff is the checks' own,
+ * must agree digit for digit even where they are small. (src/core/backend/webgpu-fused.ts's relDiff is the checks' own,
  * returning the difference relative to the reference's largest magnitude.)
  */
 import { expect } from 'vitest';

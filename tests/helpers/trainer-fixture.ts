@@ -3,7 +3,7 @@
  * resources that open the test's tiny model folder as "tiny-test", a dense reward a random model can move, and
  * the small config those tests start from.
  */
-import { validateConfig, type TrainConfig } from '../../src/core/config';
+import { validateConfig, type TrainConfig } from '../../src/common/config';
 import type { Resources, BuildOptions } from '../../src/core/ppo/setup';
 import type { ModelFiles } from '../../src/core/model/folder';
 import { nodeFiles } from '../../src/cli/files-node';

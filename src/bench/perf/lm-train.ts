@@ -9,9 +9,9 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { parseGPT2Config, type GPT2Config } from '../../core/model/config';
 import { GPT2 } from '../../core/model/gpt2';
-import { lmLoss } from '../../core/sft';
-import { clippedStep } from '../../core/optim';
-import { FusedAdamOptimizer } from '../../core/fused-adam';
+import { lmLoss } from '../../core/sft/sft';
+import { clippedStep } from '../../core/optim/optim';
+import { FusedAdamOptimizer } from '../../core/optim/fused-adam';
 import { lmTrainStepFlops } from './flops';
 
 export interface LmShape {

@@ -6,8 +6,8 @@
  * which never shrinks: docs/tfjs.md trap 3).
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { TfjsAdam } from '../../core/fused-adam';
-import { validateConfig, type TrainConfig } from '../../core/config';
+import { TfjsAdam } from '../../core/optim/fused-adam';
+import { validateConfig, type TrainConfig } from '../../common/config';
 import { parseGPT2Config, type GPT2Config } from '../../core/model/config';
 import { GPT2 } from '../../core/model/gpt2';
 import { ScalarModel } from '../../core/model/heads';
@@ -258,8 +258,8 @@ export async function randomFourModelTrainer(o: MemoryBenchOptions): Promise<Ppo
   return t;
 }
 
-import { peakMemoryDuring } from '../../core/memory-peak';
-export { peakBytesDuring, peakMemoryDuring, type PeakMemory } from '../../core/memory-peak';
+import { peakMemoryDuring } from '../../core/base/memory-peak';
+export { peakBytesDuring, peakMemoryDuring, type PeakMemory } from '../../core/base/memory-peak';
 
 export function disposeTrainer(t: PpoTrainer): void {
   const { policy, ref, value, reward } = t.models;

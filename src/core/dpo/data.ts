@@ -4,9 +4,9 @@
  * pair longer than the model's context) names the line too. Completions end with EOS, as TRL's DPOTrainer appends
  * it; the log-probability of a completion is summed over its tokens, EOS included.
  */
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import { loadPreferences, type PreferencePair } from '../reward/preferences';
-import { Rng } from '../rng';
+import { Rng } from '../base/rng';
 import type { Tokenizer } from '../tokenizer/types';
 
 export interface TokenizedPair {

@@ -14,7 +14,7 @@
  * hinge 1, margins 0.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { DPO_LOSSES, type DpoLossType } from '../config/jobs';
+import { DPO_LOSSES, type DpoLossType } from '../../common/config/jobs';
 
 export const DPO_METRICS = [
   'rewards/chosen',

@@ -3,7 +3,7 @@
  * moments in their own buffers, all variables of a step encoded into one command buffer (issue #31, "whatever else
  * the profile shows is the host's cost").
  *
- * Why: tfjs's WebGPU programs have one output, so the fused Adam of src/core/fused-adam.ts is three programs per
+ * Why: tfjs's WebGPU programs have one output, so the fused Adam of src/core/optim/fused-adam.ts is three programs per
  * variable (new m, new v, new weight), each paying tfjs's ~90–140 µs of host time (uniforms, bind group, encode),
  * and each makes a new tensor the variable is then assigned. A LoRA run trains hundreds of small variables: on a
  * GPT-2 update 579 of its ~2 500 programs were Adam's (docs/gpu.md). Here a variable costs one bind group and three
@@ -71,7 +71,7 @@ function stateOf(device: GPUDevice): DeviceState {
 }
 
 /**
- * The hyperparameters of one Adam step (src/core/fused-adam.ts's kernels take the same): bc1, bc2 = 1 − β1^t,
+ * The hyperparameters of one Adam step (src/core/optim/fused-adam.ts's kernels take the same): bc1, bc2 = 1 − β1^t,
  * 1 − β2^t; written as float32 uniforms, 1 − β worked out in float64.
  */
 export interface AdamStepUniforms {

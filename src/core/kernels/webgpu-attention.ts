@@ -29,7 +29,7 @@
  * backward (hs ≤ 64 here: GPT-2's heads are 64 wide); workgroup memory 2·16·hs floats (8 KiB at hs 64).
  * Limits: float32, hs ≤ 64, B·nh ≤ 65535 workgroups along y; otherwise the plain ops run.
  * Tested against the plain ops, values and gradients, on WebGPU in Node (tests/webgpu-attention.test.ts);
- * `checkAttentionOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison wherever the webgpu backend is current (Chromium).
+ * `checkAttentionOnCurrentBackend` (src/core/backend/webgpu-fused.ts) runs the same comparison wherever the webgpu backend is current (Chromium).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
@@ -431,7 +431,7 @@ let enabled = true;
 
 /**
  * Switch the fused path off (it is on by default): the bench counts dispatches with and without it, the checks
- * (src/core/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
+ * (src/core/backend/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
  */
 export function setWebGpuAttentionFused(on: boolean): boolean {
   const was = enabled;

@@ -2,7 +2,7 @@
  * What the fused WGSL kernels share (webgpu-layernorm, -linear, -attention, -decode-attention, -logprob, and the
  * fused Adam): the slice of tfjs-backend-webgpu's backend they call, and registering a set of kernels for 'webgpu'.
  * docs/tfjs.md, trap 5. (Their checks against the plain ops, and the relative difference those report, are in
- * src/core/webgpu-fused.ts: the kernels import nothing of the model.)
+ * src/core/backend/webgpu-fused.ts: the kernels import nothing of the model.)
  */
 import * as tf from '@tensorflow/tfjs-core';
 

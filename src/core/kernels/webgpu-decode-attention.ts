@@ -30,7 +30,7 @@
  * from 64, so a handful of shader variants at most), B·nh ≤ 65535 workgroups along one dimension; otherwise the
  * plain ops run. Tested against the plain ops and a float64 loop on WebGPU in Node
  * (tests/webgpu-decode-attention.test.ts), with a tiny GPT-2's generation fused vs plain vs recomputed;
- * `checkDecodeAttentionOnCurrentBackend` (src/core/webgpu-fused.ts) runs the kernel comparison wherever the webgpu backend is current.
+ * `checkDecodeAttentionOnCurrentBackend` (src/core/backend/webgpu-fused.ts) runs the kernel comparison wherever the webgpu backend is current.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
@@ -242,7 +242,7 @@ let enabled = true;
 
 /**
  * Switch the fused path off (it is on by default): the bench counts dispatches with and without it, the checks
- * (src/core/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
+ * (src/core/backend/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
  */
 export function setWebGpuDecodeAttentionFused(on: boolean): boolean {
   const was = enabled;

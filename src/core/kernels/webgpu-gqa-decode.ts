@@ -24,7 +24,7 @@
  * still 3 dispatches, where the unfused decode spent 3 more on the q/k norms and q|k|v apart.
  * No gradients: generation runs without autodiff. Limits: float32, hs even and ≤ 128, S ≤ 2048 (scores in
  * workgroup memory), B·nh ≤ 65535; otherwise the plain ops run. Tested against the plain ops on WebGPU in Node
- * (tests/webgpu-llama-kernels.test.ts); `checkGqaDecodeOnCurrentBackend` (src/core/webgpu-fused.ts).
+ * (tests/webgpu-llama-kernels.test.ts); `checkGqaDecodeOnCurrentBackend` (src/core/backend/webgpu-fused.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';

@@ -27,7 +27,7 @@
  * Limits: float32, hs even and ≤ 128 (per-thread arrays of hs floats; key tiles of 16 rows up to hs 64, 8 above,
  * to stay within 16 KiB of workgroup memory), nh a multiple of n_kv, B·nh ≤ 65535; otherwise the plain ops run.
  * Tested against the plain ops, values and gradients, on WebGPU in Node (tests/webgpu-llama-kernels.test.ts);
- * `checkGqaAttentionOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison wherever webgpu is current.
+ * `checkGqaAttentionOnCurrentBackend` (src/core/backend/webgpu-fused.ts) runs the same comparison wherever webgpu is current.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
@@ -472,7 +472,7 @@ export function registerWebGpuGqa(): void {
 let enabled = true;
 
 /**
- * Switch the fused path off (it is on by default): the checks (src/core/webgpu-fused.ts) compare against the plain
+ * Switch the fused path off (it is on by default): the checks (src/core/backend/webgpu-fused.ts) compare against the plain
  * ops. Returns the previous setting, to put back.
  */
 export function setWebGpuGqaFused(on: boolean): boolean {

@@ -219,7 +219,7 @@ let enabled = true;
 
 /**
  * Switch the fused path off (it is on by default): the bench counts dispatches with and without it, the checks
- * (src/core/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
+ * (src/core/backend/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
  */
 export function setWebGpuLayerNormFused(on: boolean): boolean {
   const was = enabled;

@@ -63,7 +63,7 @@
  *
  * Tested against the plain ops and a float64 loop, values and gradients (x, W, b, residual, LoRA A and B), with
  * the dispatch counts, on WebGPU in Node (tests/webgpu-linear.test.ts); checkLinearOnCurrentBackend()
- * (src/core/webgpu-fused.ts) runs the same comparison wherever the webgpu backend is current (a Chromium page).
+ * (src/core/backend/webgpu-fused.ts) runs the same comparison wherever the webgpu backend is current (a Chromium page).
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
@@ -862,7 +862,7 @@ let enabled = true;
 
 /**
  * Switch the fused path off (it is on by default): the bench counts dispatches with and without it, the checks
- * (src/core/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
+ * (src/core/backend/webgpu-fused.ts) compare against the plain ops. Returns the previous setting, to put back.
  */
 export function setWebGpuLinearFused(on: boolean): boolean {
   const was = enabled;

@@ -33,7 +33,7 @@
  * index. Flat indices are i32, so M·V ≤ 2³¹ − 1 (else the plain ops). Workgroup size 256 for V ≥ 2048 (GPT-2's
  * vocabulary), 64 below (the bytes vocabulary: 258).
  * Tested against the plain ops on the same backend, the CPU backend and a float64 loop, values and gradients
- * (tests/webgpu-logprob.test.ts); `checkLogprobOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison
+ * (tests/webgpu-logprob.test.ts); `checkLogprobOnCurrentBackend` (src/core/backend/webgpu-fused.ts) runs the same comparison
  * wherever WebGPU is.
  */
 import * as tf from '@tensorflow/tfjs-core';
@@ -240,7 +240,7 @@ let enabled = true;
 
 /**
  * Switch the fused log-prob AND entropy kernels off (they are on by default): the bench counts dispatches with and
- * without them, the tests and the checks (src/core/webgpu-fused.ts) compare against the plain ops on the same
+ * without them, the tests and the checks (src/core/backend/webgpu-fused.ts) compare against the plain ops on the same
  * backend. Returns the previous setting, to put back.
  */
 export function setWebGpuLogprobFused(on: boolean): boolean {

@@ -14,7 +14,7 @@
  * The custom gradient saves x and w only: r is recomputed in the backward rather than kept alive between the passes.
  * Rows go along x and y of the dispatch (65535 × 65535), so q_norm / k_norm over B·T·heads rows fit one dispatch.
  * Tested against the plain ops, values and gradients, on WebGPU in Node (tests/webgpu-llama-kernels.test.ts);
- * `checkRmsNormOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison wherever webgpu is current.
+ * `checkRmsNormOnCurrentBackend` (src/core/backend/webgpu-fused.ts) runs the same comparison wherever webgpu is current.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
@@ -201,7 +201,7 @@ export function registerWebGpuRmsNorm(): void {
 let enabled = true;
 
 /**
- * Switch the fused path off (it is on by default): the checks (src/core/webgpu-fused.ts) compare against the plain
+ * Switch the fused path off (it is on by default): the checks (src/core/backend/webgpu-fused.ts) compare against the plain
  * ops. Returns the previous setting, to put back.
  */
 export function setWebGpuRmsNormFused(on: boolean): boolean {

@@ -11,7 +11,7 @@
  * One thread per element; workgroups along x and y of the dispatch (past 65535·64 elements), so every
  * [B·T, intermediate] fits one dispatch.
  * Tested against the plain ops, values and gradients, on WebGPU in Node (tests/webgpu-llama-kernels.test.ts);
- * `checkSwigluOnCurrentBackend` (src/core/webgpu-fused.ts) runs the same comparison wherever webgpu is current.
+ * `checkSwigluOnCurrentBackend` (src/core/backend/webgpu-fused.ts) runs the same comparison wherever webgpu is current.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
@@ -89,7 +89,7 @@ export function registerWebGpuSwiglu(): void {
 let enabled = true;
 
 /**
- * Switch the fused path off (it is on by default): the checks (src/core/webgpu-fused.ts) compare against the plain
+ * Switch the fused path off (it is on by default): the checks (src/core/backend/webgpu-fused.ts) compare against the plain
  * ops. Returns the previous setting, to put back.
  */
 export function setWebGpuSwigluFused(on: boolean): boolean {

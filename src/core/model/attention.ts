@@ -4,7 +4,7 @@
  * the values, heads merged back. The trunk's forward goes through `causalSelfAttention`, the KV-cache decode step
  * (model/gpt2.ts) through `decodeAttention`: each is the one place that chooses between its fused WebGPU kernel
  * (kernels/webgpu-attention.ts, kernels/webgpu-decode-attention.ts) and the plain ops here, which are the kernels'
- * reference (src/core/webgpu-fused.ts checks them against each other; docs/tfjs.md, dispatch counts).
+ * reference (src/core/backend/webgpu-fused.ts checks them against each other; docs/tfjs.md, dispatch counts).
  * The Llama family's grouped-query attention with the rotary embedding has its two such places here too:
  * `gqaSelfAttention` (kernels/webgpu-gqa.ts) and `gqaDecodeAttention` (kernels/webgpu-gqa-decode.ts).
  */

@@ -1,4 +1,4 @@
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import type { TokenizerConfigFields } from '../tokenizer';
 import { isLlamaFamily, llamaConfigToJson, parseLlamaConfig, type LlamaConfig } from './llama-config';
 

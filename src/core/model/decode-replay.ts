@@ -28,7 +28,7 @@ import {
   type ReplayCopy,
 } from '../kernels/webgpu-replay';
 import type { CausalLM } from './lm';
-import { maybeYield } from '../yield';
+import { maybeYield } from '../base/yield';
 
 let enabled = true;
 

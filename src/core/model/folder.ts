@@ -18,7 +18,7 @@ import { hfTensorName, llamaTensorName, mapHfTensors, mapLlamaTensors, toHfTenso
 import { scoreHeadSpecs, type ParamSpec } from './specs';
 import { tokenizerForFolder } from '../tokenizer';
 import type { Tokenizer } from '../tokenizer/types';
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 
 /** A read-only view of a model folder. `read` returns null when the file does not exist. */
 export interface ModelFiles {

@@ -14,7 +14,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { GPT2Config } from './config';
 import { trunkParamSpecs, type ParamSpec } from './specs';
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './ops';
 import { causalPaddingBias, causalSelfAttention, decodeAttention, keyPaddingBias } from './attention';
 import { LoraAdapters, loraModuleShape } from './lora';

@@ -9,7 +9,7 @@ import type { LMConfig } from './config';
 import type { GPT2Options, TrunkOptions } from './gpt2';
 import { lmFromArrays, lmRandom, type CausalLM } from './causal-lm';
 import type { LoraAdapters } from './lora';
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import { gatherRows } from './gather';
 
 export class ScalarModel {

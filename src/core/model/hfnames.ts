@@ -5,7 +5,7 @@
  * GPT2ForSequenceClassification vs GPT2Model), ignores the `attn.bias` / `attn.masked_bias` buffers and
  * ties `lm_head.weight` to `wte.weight`. `score.*` names never carry the prefix.
  */
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import type { NamedTensor, SafetensorsFile } from './safetensors';
 import type { ParamSpec } from './specs';
 

@@ -10,7 +10,7 @@
  * - qwen3: `attention_bias` (default false) on q/k/v/o, RMSNorm of each head's q and k (q_norm, k_norm) before the
  *   rotary embedding, and `head_dim` (128 for Qwen3-0.6B) independent of hidden / heads.
  */
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 
 export const LLAMA_FAMILIES = ['llama', 'qwen2', 'qwen3'] as const;
 export type LlamaFamily = (typeof LLAMA_FAMILIES)[number];

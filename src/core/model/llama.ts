@@ -14,7 +14,7 @@
  * (model/recompute.ts), vocabulary chunks (model/vocab-chunks.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import type { LlamaConfig } from './llama-config';
 import type { ParamSpec } from './specs';
 import { linear, mergedLinearWeight, rmsNorm, swiglu, type LowRank } from './ops';

@@ -10,7 +10,7 @@ import type { LayerKV } from '../kernels/definitions';
 import type { LoraAdapters } from './lora';
 import type { LazyTensor } from './safetensors';
 import type { ParamSpec } from './specs';
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 
 /** Model options that change the in-memory layout only (never the names or values in files). */
 export interface GPT2Options {

@@ -13,15 +13,15 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { LMConfig } from './config';
 import { isLlamaFamily } from './llama-config';
-import { Rng } from '../rng';
-import { UserError } from '../errors';
+import { Rng } from '../base/rng';
+import { UserError } from '../../common/errors';
 import type { LowRank } from './ops';
 import {
   ALL_LORA_TARGET_NAMES,
   LLAMA_LORA_TARGET_NAMES,
   LORA_TARGET_NAMES,
   type LoraTargetName,
-} from '../config';
+} from '../../common/config';
 
 /** GPT-2's Conv1D layers LoRA can adapt, in the names the config key `loraTargets` and PEFT's target_modules use. */
 export const LORA_TARGETS = LORA_TARGET_NAMES;

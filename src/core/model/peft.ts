@@ -24,7 +24,7 @@ import {
   type LoraTarget,
 } from './lora';
 import { readSafetensors, writeSafetensors, type NamedTensor } from './safetensors';
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 
 /** PEFT's file names inside an adapter folder (what `PeftModel.from_pretrained(base, folder)` reads). */
 export const PEFT_CONFIG_NAME = 'adapter_config.json';

@@ -9,7 +9,7 @@
  * UserError that starts with the file name and names the tensor. The writer writes F32 in the Rust
  * library's layout (names ascending, `__metadata__` first, header padded with spaces to 8 bytes).
  */
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 
 // tsconfig.core.json's lib is ES2022 alone, which lacks these; every runtime we target (browsers,
 // workers, Node) has them as globals. Module-scoped declarations, so no clash where DOM types exist.

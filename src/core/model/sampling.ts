@@ -12,11 +12,11 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { LayerKV } from './gpt2';
 import type { CausalLM } from './causal-lm';
-import { Rng } from '../rng';
-import { UserError } from '../errors';
+import { Rng } from '../base/rng';
+import { UserError } from '../../common/errors';
 import { gatherRows } from './gather';
 import { sampleTokens } from './sample-op';
-import { maybeYield } from '../yield';
+import { maybeYield } from '../base/yield';
 import { decodeReplayApplies, replayedDecode } from './decode-replay';
 
 export interface SampleOptions {
@@ -427,7 +427,7 @@ export async function generate(
 
   try {
     for (let s = 0; s < N; s++) {
-      await maybeYield(); // a turn for the event loop between tokens (src/core/yield.ts)
+      await maybeYield(); // a turn for the event loop between tokens (src/core/base/yield.ts)
       const u = uniforms();
       const picked = await chooseTokens(logits, opts.temperature, topK, topP, u);
       u?.dispose();

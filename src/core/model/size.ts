@@ -49,8 +49,8 @@ import { isLlamaFamily } from './llama-config';
 import { llamaParamSpecs } from './llama';
 import { trunkParamSpecs, scoreHeadSpecs, type ParamSpec } from './specs';
 import { loraModules, LORA_TARGETS, type LoraTarget } from './lora';
-import { UserError } from '../errors';
-import { hasValueModel, type TrainConfig } from '../config';
+import { UserError } from '../../common/errors';
+import { hasValueModel, type TrainConfig } from '../../common/config';
 
 export const FLOAT32_BYTES = 4;
 

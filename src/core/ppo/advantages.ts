@@ -6,7 +6,7 @@
  * trainer repeats each prompt G times in one batch). Tested against hand-worked numbers in
  * tests/algorithms.test.ts.
  */
-import type { KlEstimator, LossAggregation, ScaleRewards } from '../config';
+import type { KlEstimator, LossAggregation, ScaleRewards } from '../../common/config';
 import { gae, maskedWhiten, perTokenRewards, type PerTokenRewards, type Rows } from './math';
 
 /** Added to a standard deviation before dividing by it (TRL GRPOTrainer's 1e-4). */

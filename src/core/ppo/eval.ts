@@ -13,18 +13,18 @@
  * no training state, so a run with evaluation trains exactly like the same run without (tests/eval.test.ts).
  * Under LoRA the reference is the base with the adapters off, as in training (models.ref).
  */
-import type { TrainConfig } from '../config';
+import type { TrainConfig } from '../../common/config';
 import type { Task } from '../tasks';
 import { encodePrompt } from '../tokenizer';
 import { generateInMicroBatches } from '../model/sampling';
 import { scoreSamples } from '../reward/module';
 import type { Sample } from '../reward/functions';
-import { Rng } from '../rng';
-import { UserError } from '../errors';
+import { Rng } from '../base/rng';
+import { UserError } from '../../common/errors';
 import type { PpoTrainer } from './trainer';
-import { HELDOUT, type EvalMetrics, type EvalRecord } from './eval-record';
+import { HELDOUT, type EvalMetrics, type EvalRecord } from '../../common/eval-record';
 
-export * from './eval-record';
+export * from '../../common/eval-record';
 
 /** The evaluation steps: every `evalEvery` steps and the run's last step; none when evalEvery is 0. */
 export function isEvalStep(step: number, evalEvery: number, last: number): boolean {

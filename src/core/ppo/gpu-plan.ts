@@ -12,7 +12,7 @@
  *   the errors a failed buffer causes downstream), checked before anything the phase computed is used — for an
  *   update, before the optimiser applies it, so no weight and no Adam moment changes from a failed attempt;
  * - an allocation can also throw (tfjs-backend-webgpu's createBuffer with mappedAtCreation throws a RangeError
- *   when it cannot be mapped); a throw that src/core/oom.ts recognises as running out counts the same;
+ *   when it cannot be mapped); a throw that src/core/model/oom.ts recognises as running out counts the same;
  * - on either, the phase's tensors are freed, tfjs's pool of free GPU buffers is emptied (it would otherwise keep
  *   the failed attempt's big buffers, and a failed buffer is invalid), and the phase runs again with half the
  *   micro-batch (fallbackPlan below). The run keeps the smaller plan from then on (the trainer holds it), and the
@@ -22,9 +22,9 @@
  * inject their own DeviceErrors to simulate a device that runs out (tests/gpu-plan-fallback.slow.test.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
-import type { TrainConfig } from '../config';
+import type { TrainConfig } from '../../common/config';
 import { evenSlice, type PlanDevice, type RunShape, type StepPlan } from '../model/size';
-import { isHeapExhaustion } from '../oom';
+import { isHeapExhaustion } from '../model/oom';
 
 /** The parts of a step the device's errors are checked around. */
 export type DevicePhase =
@@ -197,7 +197,7 @@ export function webgpuDeviceErrors(): DeviceErrors {
       }
       return null;
     },
-    // Only on WebGPU: on WASM a failed allocation may have written through a null pointer (src/core/oom.ts), so
+    // Only on WebGPU: on WASM a failed allocation may have written through a null pointer (src/core/model/oom.ts), so
     // a run that ran out there is not one to go on with.
     ranOut: (e) =>
       webgpuBackend() && isHeapExhaustion(e)

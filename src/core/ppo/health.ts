@@ -1,5 +1,5 @@
 /** Health alerts from a step's metrics, each with one line of advice (docs/engine.md, "health signals"). */
-import type { StepMetrics } from './metrics';
+import type { StepMetrics } from '../../common/metrics';
 
 export interface HealthAlert {
   id:

@@ -3,8 +3,8 @@
  * KL estimate in the reward. Their state goes into `trainer_state.json` so that a resumed run continues with the
  * same β.
  */
-import type { TrainConfig } from '../config';
-import { UserError } from '../errors';
+import type { TrainConfig } from '../../common/config';
+import { UserError } from '../../common/errors';
 
 export type KlControllerState =
   { kind: 'fixed'; value: number } | { kind: 'adaptive'; value: number; target: number; horizon: number };

@@ -6,7 +6,7 @@
  * the worker's backend setup): tfjs-core alone registers none.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import type { LossAggregation } from '../config';
+import type { LossAggregation } from '../../common/config';
 import { entropyRowsWebGpu, logprobsWebGpu, webGpuLogprobApplies } from '../kernels/webgpu-logprob';
 
 /**

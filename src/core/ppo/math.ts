@@ -4,7 +4,7 @@
  * the token (through EOS); 0 is padding. Each function mirrors a TRL helper and is tested against a plain
  * loop or hand-worked numbers.
  */
-import type { KlEstimator } from '../config';
+import type { KlEstimator } from '../../common/config';
 
 /** A batch of rows: number[][] or Float32Array[] alike. */
 export type Rows = ReadonlyArray<ArrayLike<number>>;

@@ -2,7 +2,7 @@
  * The rollout buffer of one PPO step: everything sampled and computed before the update, as plain arrays
  * ([batch][responseLength] rows, padded; `mask` says which tokens count), plus the dump of docs/formats.md §4.
  */
-import type { Algorithm, KlEstimator, ScaleRewards } from '../config';
+import type { Algorithm, KlEstimator, ScaleRewards } from '../../common/config';
 
 export interface Rollout {
   /** Query ids per sample, unpadded. */

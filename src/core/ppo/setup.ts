@@ -3,7 +3,7 @@
  * (critic-free algorithms build none: docs/formats.md §7). Loading is platform-neutral: the caller
  * supplies how to open a model folder and a task (Node reads disk; the worker fetches or reads uploads).
  */
-import { hasValueModel, type TrainConfig } from '../config';
+import { hasValueModel, type TrainConfig } from '../../common/config';
 import type { ModelFiles } from '../model/folder';
 import { loadLM, loadScalar } from '../model/folder';
 import { ScalarModel } from '../model/heads';
@@ -21,7 +21,7 @@ import {
   type TrainerProgress,
 } from './trainer';
 import type { TrainerDevice } from './gpu-plan';
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 
 export interface Resources {
   /** Open a model folder by preset name or path/URL. */

@@ -10,8 +10,8 @@
  * `b*` names are whole-batch arrays, `mb*` names minibatch tensors (CleanRL style).
  */
 import * as tf from '@tensorflow/tfjs-core';
-import type { TrainConfig } from '../config';
-import { derived } from '../config';
+import type { TrainConfig } from '../../common/config';
+import { derived } from '../../common/config';
 import type { CausalLM } from '../model/causal-lm';
 import type { ScalarModel } from '../model/heads';
 import { generateInMicroBatches } from '../model/sampling';
@@ -19,8 +19,8 @@ import type { Tokenizer } from '../tokenizer/types';
 import { encodePrompt, stopIdsOf } from '../tokenizer';
 import type { RewardFn, Sample } from '../reward/functions';
 import { scoreSamples } from '../reward/module';
-import { Rng } from '../rng';
-import { FusedAdamOptimizer, type RunOptimizer } from '../fused-adam';
+import { Rng } from '../base/rng';
+import { FusedAdamOptimizer, type RunOptimizer } from '../optim/fused-adam';
 import { REWARD_STATS_FILE } from '../reward/reward-model';
 import {
   gae,
@@ -71,7 +71,7 @@ import {
   type PlanInForce,
   type TrainerDevice,
 } from './gpu-plan';
-import { heapExhaustedError } from '../oom';
+import { heapExhaustedError } from '../model/oom';
 import type { PlanDevice } from '../model/size';
 
 /** Vocabulary entries per chunk of the update's log-prob and entropy (ppo/chunked-logprob.ts). */
@@ -94,7 +94,7 @@ import {
   type KlController,
   type KlControllerState,
 } from './kl';
-import { stepMetrics, type MinibatchStats, type StepMetrics } from './metrics';
+import { stepMetrics, type MinibatchStats, type StepMetrics } from '../../common/metrics';
 import {
   jointGuardedStepDeferred,
   readJointSteps,
@@ -105,9 +105,9 @@ import {
 } from './update';
 import type { Rollout } from './rollout';
 import { HEALTH_HISTORY, healthAlerts, type HealthAlert } from './health';
-import { UserError } from '../errors';
-import type { EvalRecord } from './eval-record';
-import { maybeYield } from '../yield';
+import { UserError } from '../../common/errors';
+import type { EvalRecord } from '../../common/eval-record';
+import { maybeYield } from '../base/yield';
 import { decodeReplayCount } from '../model/decode-replay';
 
 /**
@@ -243,7 +243,7 @@ export interface StepResult {
 export type Phase = 'generating' | 'scoring' | 'updating' | 'idle';
 
 /**
- * Where the trainer reads its config: a run's one owner of it, the training session (src/core/session.ts), which
+ * Where the trainer reads its config: a run's one owner of it, the training session (src/core/run/session.ts), which
  * takes live changes and validates them. The trainer reads it once at the start of each step and keeps no copy, so
  * a change made between steps reaches the next step and never a step in flight.
  */
@@ -251,7 +251,7 @@ export type ConfigSource = () => TrainConfig;
 
 /**
  * What a run has done so far, as a value: a trainer is built with it (a resumed run; any field left out starts
- * fresh) and gives it back with `state()`; checkpoints save it (core/checkpoint.ts trainer_state.json).
+ * fresh) and gives it back with `state()`; checkpoints save it (core/run/checkpoint.ts trainer_state.json).
  */
 export interface TrainerProgress {
   /** Steps completed. */
@@ -378,7 +378,7 @@ export class PpoTrainer {
       return ids;
     });
     this.longestPrompt = Math.max(...this.promptTokens.map((p) => p.length));
-    // Adam with one fused kernel per variable (src/core/fused-adam.ts): the same state and update as
+    // Adam with one fused kernel per variable (src/core/optim/fused-adam.ts): the same state and update as
     // tf.train.adam (tests/perf-adam.test.ts, tests/trainer.test.ts), ~14× fewer kernels per step.
     this.policyOpt = new FusedAdamOptimizer(cfg.learningRate);
     if ((models.value !== null) !== derived(cfg).hasValueModel) {
@@ -757,7 +757,7 @@ export class PpoTrainer {
         return tf.concat([sum(policy), sum(ref), tf.reshape(rm, [inp.n])]);
       });
       const data = await sums.data();
-      await maybeYield(); // a turn for the event loop between slices (src/core/yield.ts)
+      await maybeYield(); // a turn for the event loop between slices (src/core/base/yield.ts)
       sums.dispose();
       const n = inp.n;
       out.policy.push(...Array.from(data.subarray(0, n)));
@@ -1168,7 +1168,7 @@ export class PpoTrainer {
               beforeApply: settle,
             });
           };
-          await maybeYield(); // a turn for the event loop between minibatches (src/core/yield.ts)
+          await maybeYield(); // a turn for the event loop between minibatches (src/core/base/yield.ts)
           for (;;) {
             const attempt = plan;
             const kept = keptOld.length;

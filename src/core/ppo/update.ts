@@ -14,9 +14,9 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { sumOfSquares } from '../kernels/webgpu-sumsq';
-import { fusedAdamAvailable, hasScaledApply, type FusedAdamOptimizer } from '../fused-adam';
-import { clipScale } from '../optim';
-import { maybeYield } from '../yield';
+import { fusedAdamAvailable, hasScaledApply, type FusedAdamOptimizer } from '../optim/fused-adam';
+import { clipScale } from '../optim/optim';
+import { maybeYield } from '../base/yield';
 
 /** A part's loss (already weighted as it enters the joint loss) and statistics to read back with it. */
 export interface Objective<K extends string> {
@@ -106,7 +106,7 @@ async function gradsOf<K extends string>(part: UpdatePart<K>, micros: number, ma
   let stats: Record<string, tf.Scalar> = {};
   try {
     for (let m = 0; m < micros; m++) {
-      if (m > 0) await maybeYield(); // a turn for the event loop between micro-batches (src/core/yield.ts)
+      if (m > 0) await maybeYield(); // a turn for the event loop between micro-batches (src/core/base/yield.ts)
       const g = microGrads(part, m);
       grads = addInto(grads, g.grads);
       if (value === null) {
@@ -261,7 +261,7 @@ export async function jointGuardedStepDeferred<K extends string>(
 export async function readJointSteps<K extends string>(
   pending: PendingJointStep<K>[],
 ): Promise<JointStepResult<K>[]> {
-  await maybeYield(); // a turn for the event loop once per optimiser step at least (src/core/yield.ts)
+  await maybeYield(); // a turn for the event loop once per optimiser step at least (src/core/base/yield.ts)
   if (pending.length === 0) return [];
   const joined = pending.length === 1 ? pending[0].values : tf.concat(pending.map((p) => p.values));
   let host: Float32Array;

@@ -3,7 +3,7 @@
  * computed from the question's own text. The task that makes such questions (core/tasks/arithmetic-chat.ts) uses
  * the same operations; it imports them from here (tasks build on rewards, never the reverse).
  */
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 
 /** The operations: addition, subtraction, multiplication. */
 export type ArithmeticChatOp = '+' | '-' | '×';

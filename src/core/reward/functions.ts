@@ -4,7 +4,7 @@
  * training configs and the UI carry; `makeReward(spec)` turns it into a function.
  */
 import Sentiment from 'sentiment';
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import { arithmeticChatAnswer } from './arithmetic';
 
 /** What a reward function sees for one sample (the same shape a `--reward-module` default export receives). */

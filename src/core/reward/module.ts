@@ -2,7 +2,7 @@
  * Helpers for user reward code (`--reward-module FILE.mjs`, or a module the UI loads): the default export is called
  * once per sample and must give a finite number (docs/formats.md §1).
  */
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import type { RewardFn, Sample } from './functions';
 
 /** A prompt shortened for an error message. */

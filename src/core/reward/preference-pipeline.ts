@@ -9,7 +9,7 @@
  */
 import { configBytes, loadLM, scalarSafetensors, type ModelFiles } from '../model/folder';
 import { ScalarModel } from '../model/heads';
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import { splitPreferences, type PreferencePair } from './preferences';
 import {
   REWARD_FILE,

@@ -6,8 +6,8 @@
  * Every bad line is reported by its 1-based line number with what is wrong, so a person can fix the file
  * in one pass instead of one error at a time.
  */
-import { Rng } from '../rng';
-import { UserError } from '../errors';
+import { Rng } from '../base/rng';
+import { UserError } from '../../common/errors';
 
 export interface PreferencePair {
   prompt: string;

@@ -20,9 +20,9 @@ import type { ScalarModel } from '../model/heads';
 import type { ModelFiles } from '../model/folder';
 import type { Tokenizer } from '../tokenizer/types';
 import { leftPad } from '../model/sampling';
-import { clippedStep } from '../optim';
-import { Rng } from '../rng';
-import { UserError } from '../errors';
+import { clippedStep } from '../optim/optim';
+import { Rng } from '../base/rng';
+import { UserError } from '../../common/errors';
 import type { PreferencePair } from './preferences';
 
 /** The optional file beside reward_model.safetensors that records the reward scale (see the module comment). */

@@ -14,10 +14,10 @@
  * problem is ever trained on, not even in another phrasing. Same seed and sizes → the same questions everywhere.
  * public/tasks/arithmetic-chat.json is made from this by scripts/make-arithmetic-chat-task.ts.
  */
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import { computeArithmetic, type ArithmeticChatOp } from '../reward/arithmetic';
 
-import { Rng } from '../rng';
+import { Rng } from '../base/rng';
 
 export const ARITHMETIC_CHAT_OPS: readonly ArithmeticChatOp[] = ['+', '-', '×'];
 

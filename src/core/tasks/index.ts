@@ -3,7 +3,7 @@
  * public/tasks/NAME.json. Core never reads files: Node callers use
  * `loadTaskNode` (src/cli/tasks-node.ts), the browser fetches `taskUrl(name)`; both hand the JSON to `parseTask`.
  */
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import { makeReward, type RewardSpec } from '../reward/functions';
 
 export const TASK_NAMES = ['sentiment', 'length', 'keywords', 'arithmetic', 'arithmetic-chat'] as const;

@@ -17,7 +17,7 @@
  */
 import { Template } from '@huggingface/jinja';
 import { ByteFallbackDecoder, SequenceDecoder, Tokenizer as LibTokenizer } from '@huggingface/tokenizers';
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import { displayBytes, utf8Decode, utf8Encode } from './bytes';
 import type { Tokenizer } from './types';
 

@@ -1,4 +1,4 @@
-import { UserError } from '../errors';
+import { UserError } from '../../common/errors';
 import { HF_TOKENIZER_FILES, tokenizerFromFolder } from './hf';
 import { BYTES_EOS_ID, BYTES_PAD_ID, BYTES_VOCAB_SIZE, BytesTokenizer } from './bytes';
 import { GPT2_EOS_ID, GPT2_VOCAB_SIZE, Gpt2BpeTokenizer } from './bpe';

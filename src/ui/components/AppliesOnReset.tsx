@@ -1,4 +1,4 @@
-import type { ConfigKey } from '../../core/config';
+import type { ConfigKey } from '../../common/config';
 import { useAppliesOnReset } from '../store/hooks';
 
 /** The "applies on reset" tag of a non-live key edited during a run. */

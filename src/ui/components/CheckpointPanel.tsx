@@ -1,12 +1,12 @@
-import { engineExports } from '../../core/trl';
-import type { TrainConfig } from '../../core/config';
+import { engineExports } from '../../common/exports/trl';
+import type { TrainConfig } from '../../common/config';
 import { downloadFile } from '../lib/download';
 import { useActions, useIoTask, usePlayground, useRunState, useStep, useSupervisedJob } from '../store/hooks';
 
 /**
  * Checkpoint zip out and in, metrics as CSV/JSON, and the run's settings for other engines: one button per file,
  * each naming its engine (TRL's config class and version, OpenRLHF's train_ppo_ray, verl's main_ppo;
- * src/core/trl.ts engineExports), made from the config in force (the edited one before the worker answered).
+ * src/common/exports/trl.ts engineExports), made from the config in force (the edited one before the worker answered).
  */
 export function CheckpointPanel() {
   const config = usePlayground((s) => (s.runStatus?.config ?? s.editedConfig) as TrainConfig);

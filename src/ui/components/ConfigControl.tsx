@@ -11,8 +11,8 @@ import {
   type LoraTargetName,
   type NumberField,
   type StopToken,
-} from '../../core/config';
-import { HELDOUT } from '../../core/ppo/eval-record';
+} from '../../common/config';
+import { HELDOUT } from '../../common/eval-record';
 import { taskHasHeldOut } from '../lib/catalog';
 import { formatNumber } from '../lib/format';
 import { loraTargetView, toggleLoraTarget } from '../lib/lora-targets';

@@ -1,5 +1,5 @@
 import { useEffect, useId, useState } from 'react';
-import { CONFIG_FIELDS } from '../../core/config';
+import { CONFIG_FIELDS } from '../../common/config';
 import { TASKS } from '../lib/catalog';
 import { useActions, useEditedConfigValue } from '../store/hooks';
 import { AppliesOnReset } from './AppliesOnReset';

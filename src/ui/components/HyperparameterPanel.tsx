@@ -1,4 +1,4 @@
-import { CONFIG_FIELDS, CONFIG_KEYS } from '../../core/config';
+import { CONFIG_FIELDS, CONFIG_KEYS } from '../../common/config';
 import { GROUP_ORDER, GROUP_TITLES, SETUP_KEYS } from '../lib/catalog';
 import { useAnyAppliesOnReset, useConfigProblem, useRunStarted, useSupervisedJob } from '../store/hooks';
 import { ConfigControl } from './ConfigControl';

@@ -10,8 +10,8 @@ import {
   type TooltipContentProps,
   type TooltipValueType,
 } from 'recharts';
-import { METRIC_DOCS, type MetricName } from '../../core/ppo/metrics';
-import { EVAL_METRIC_DOCS, type EvalMetricName } from '../../core/ppo/eval-record';
+import { METRIC_DOCS, type MetricName } from '../../common/metrics';
+import { EVAL_METRIC_DOCS, type EvalMetricName } from '../../common/eval-record';
 import { formatNumber, formatTick } from '../lib/format';
 import { algorithmLabel, hasValueModel, type OverlayRun } from '../lib/kept-runs';
 import {

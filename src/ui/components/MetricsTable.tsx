@@ -1,5 +1,5 @@
 import { useState } from 'react';
-import { EXTRA_METRICS, METRIC_DOCS, REQUIRED_METRICS, type MetricName } from '../../core/ppo/metrics';
+import { EXTRA_METRICS, METRIC_DOCS, REQUIRED_METRICS, type MetricName } from '../../common/metrics';
 import { formatNumber } from '../lib/format';
 import { usePlayground } from '../store/hooks';
 

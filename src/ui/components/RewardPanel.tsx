@@ -1,5 +1,5 @@
 import { useId } from 'react';
-import type { RewardMixTerm, RewardSpec } from '../../core/config';
+import type { RewardMixTerm, RewardSpec } from '../../common/config';
 import { REWARD_NAMES, TASKS } from '../lib/catalog';
 import { formatNumber } from '../lib/format';
 import {

@@ -1,5 +1,5 @@
 import { useEffect, useId, useState } from 'react';
-import { CONFIG_FIELDS, describeAllowed, type ConfigKey } from '../../core/config';
+import { CONFIG_FIELDS, describeAllowed, type ConfigKey } from '../../common/config';
 import { formatNumber } from '../lib/format';
 import { MAX_COMPARED, algorithmOf, rerunKeys, type KeptRun } from '../lib/kept-runs';
 import {

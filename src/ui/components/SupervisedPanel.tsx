@@ -1,6 +1,6 @@
 import { useId, useState } from 'react';
 import type { SupervisedJobWire } from '../../worker/protocol';
-import { cardDefaults, DPO_FIELDS, SFT_FIELDS } from '../../core/config/jobs';
+import { cardDefaults, DPO_FIELDS, SFT_FIELDS } from '../../common/config/jobs';
 import { useActions, useIoTask, useRunState, useStep, useSupervisedJob } from '../store/hooks';
 
 type DpoJob = Extract<SupervisedJobWire, { kind: 'dpo' }>;
@@ -72,7 +72,7 @@ export function SupervisedPanel() {
   const { setSupervisedJob, continueFromSft } = useActions();
   const [dpoFile, setDpoFile] = useState<DataFile | null>(null);
   const [sftFile, setSftFile] = useState<DataFile | null>(null);
-  // The card's controls start at the settings tables' defaults (src/core/config/jobs.ts), the core's own.
+  // The card's controls start at the settings tables' defaults (src/common/config/jobs.ts), the core's own.
   const [dpo, setDpo] = useState<Omit<DpoJob, 'kind' | 'data' | 'dataName'>>(() => cardDefaults(DPO_FIELDS));
   const [sft, setSft] = useState<Omit<SftJob, 'kind' | 'data' | 'dataName'>>(() => cardDefaults(SFT_FIELDS));
   const busy = ioTask !== null || runState === 'running';

@@ -3,9 +3,9 @@
  * unit tests drive it step by step (`stepMs: 0`, then `tick()`); `npm run dev` with `?worker=fake` runs the UI
  * on it with a timer, for working on the layout without waiting for real training.
  */
-import { validateConfig, type TrainConfig } from '../../core/config';
-import { applyLive, mergeConfig } from '../../core/live';
-import { nonFiniteRunError, stepsDoneMessage } from '../../core/stops';
+import { validateConfig, type TrainConfig } from '../../common/config';
+import { applyLive, mergeConfig } from '../../common/config/live';
+import { nonFiniteRunError, stepsDoneMessage } from '../../common/stops';
 import type {
   MemoryEstimateReport,
   MemoryReport,
@@ -269,7 +269,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     },
     async configure(c) {
       log('configure', c);
-      // The real worker's rule (src/core/live.ts): merged over the current config; a non-live change drops the run.
+      // The real worker's rule (src/common/config/live.ts): merged over the current config; a non-live change drops the run.
       const { config: next, changes } = mergeConfig(config, c, 'config');
       if (changes.restart.length > 0) dropRun();
       config = next;

@@ -4,7 +4,7 @@
  */
 import { createContext } from 'react';
 import type { Remote } from 'comlink';
-import type { TrainConfig } from '../../core/config';
+import type { TrainConfig } from '../../common/config';
 import type { AutosaveInfoWire, ModelWorkerApi } from '../../worker/protocol';
 import type { PlaygroundStore } from '../store/store';
 import { formatBytes } from './format';

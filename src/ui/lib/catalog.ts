@@ -3,7 +3,7 @@
  * src/core/reward/functions.ts (BUILTIN_REWARD_NAMES), which the UI must not import (they pull in the
  * sentiment lexicon); tests/ui-catalog.test.ts checks that the lists stay equal.
  */
-import type { ConfigKey, FieldGroup } from '../../core/config';
+import type { ConfigKey, FieldGroup } from '../../common/config';
 import type { ModelSource } from '../../worker/protocol';
 
 /** `heldOut`: the task file has a held-out split (`evalPrompts`), which config evalPrompts "heldout" takes. */
@@ -70,7 +70,7 @@ export function modelSourceFor(model: string): ModelSource {
   return { kind: 'url', baseUrl: model };
 }
 
-/** Charts: the four headline ones first, then the rest. `key` is a metric name of src/core/ppo/metrics.ts. */
+/** Charts: the four headline ones first, then the rest. `key` is a metric name of src/common/metrics.ts. */
 export const CHARTS: readonly { key: string; title: string; headline: boolean }[] = [
   { key: 'reward', title: 'Reward', headline: true },
   { key: 'kl', title: 'KL', headline: true },

@@ -11,8 +11,8 @@ import {
   validateConfig,
   type ConfigKey,
   type TrainConfig,
-} from '../../core/config';
-import { metricColumns } from '../../core/checkpoint-zip';
+} from '../../common/config';
+import { metricColumns } from '../../common/checkpoint-zip';
 import type { MetricsByName } from '../../worker/protocol';
 import { formatBytes } from './format';
 
@@ -260,7 +260,7 @@ function csvField(s: string): string {
 
 /**
  * Several runs' histories as one CSV: a `run` column (the run's name), `step`, then every metric any of them
- * has (the single-run CSV's columns, src/core/checkpoint-zip.ts). Missing and null values are empty.
+ * has (the single-run CSV's columns, src/common/checkpoint-zip.ts). Missing and null values are empty.
  */
 export function comparisonCsv(runs: readonly { name: string; metrics: readonly MetricsByName[] }[]): string {
   const all = runs.flatMap((r) => r.metrics) as Record<string, number>[];

@@ -11,7 +11,7 @@ import {
   LLAMA_LORA_TARGET_NAMES,
   LORA_TARGET_NAMES,
   type LoraTargetName,
-} from '../../core/config';
+} from '../../common/config';
 import type { ModelSummary } from '../../worker/protocol';
 
 type Family = ModelSummary['family'];

@@ -3,7 +3,7 @@
  * and the LoRA preselection for big models (issue #11: a model over ~50 M parameters trains with LoRA unless the
  * person says otherwise). Pure: the store and the components call these.
  */
-import { CONFIG_FIELDS, type TrainConfig } from '../../core/config';
+import { CONFIG_FIELDS, type TrainConfig } from '../../common/config';
 import type { MemoryEstimateReport, ModelSummary } from '../../worker/protocol';
 
 /** Models with more parameters than this get LoRA preselected when loaded. */

@@ -4,7 +4,7 @@
  * (klCoef 0…10 around 0.05, maxGradNorm 0…1000 around 1) get a log1p scale so the useful small values are not
  * squeezed into the first pixel; the rest are linear.
  */
-import type { NumberField } from '../../core/config';
+import type { NumberField } from '../../common/config';
 import { roundSignificant } from './format';
 
 export type ScaleKind = 'linear' | 'log' | 'log1p';

@@ -2,7 +2,7 @@
  * The training config in the URL hash (TensorFlow Playground style: a link reproduces the run). The format is
  * core's configToHash/configFromHash; this file adds the fallback to defaults and the browser plumbing.
  */
-import { configFromHash, configToHash, DEFAULT_CONFIG, type TrainConfig } from '../../core/config';
+import { configFromHash, configToHash, DEFAULT_CONFIG, type TrainConfig } from '../../common/config';
 
 export interface HashReading {
   config: TrainConfig;

@@ -5,7 +5,7 @@
  * next run, and a non-live key changed during a run waits for Reset ("applies on reset"). The UI never writes
  * `runStatus.config` itself: every answer here is taken as the worker's status.
  */
-import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../../core/config';
+import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../../common/config';
 import type { ConfigPatch, RunStatus, TrainConfigWire } from '../../worker/protocol';
 import { describeError } from '../errors';
 import type { SliceContext } from './context';

@@ -1,7 +1,7 @@
 /** React access to the store: one context, and narrow selectors so a component re-renders for its own facts. */
 import { createContext, useContext, useMemo } from 'react';
 import { useStore } from 'zustand';
-import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../core/config';
+import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../common/config';
 import { runStarted, sameValue } from './config-sync';
 import { overlayRuns, type OverlayRun } from '../lib/kept-runs';
 import type { PlaygroundStore } from './store';

@@ -1,5 +1,5 @@
 /** Models, rewards and files: loading a policy, reward code and models, checkpoints and metrics in and out. */
-import { validateConfig, type TrainConfig } from '../../core/config';
+import { validateConfig, type TrainConfig } from '../../common/config';
 import { describeError } from '../errors';
 import { configProblem } from './config-sync';
 import type { SliceContext } from './context';

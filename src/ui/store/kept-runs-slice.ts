@@ -4,7 +4,7 @@
  * charts, travel in the URL hash (configs and seeds only) and can be run again with one setting changed.
  * The job the worker is training now is training-slice.ts.
  */
-import type { TrainConfig } from '../../core/config';
+import type { TrainConfig } from '../../common/config';
 import type { TrainerEvent } from '../../worker/protocol';
 import { describeError } from '../errors';
 import {

@@ -3,7 +3,7 @@
  * new run), the person's config edits (controls and URL hash), and how the charts and samples are viewed.
  * The runs kept for comparison are kept-runs-slice.ts.
  */
-import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../core/config';
+import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../common/config';
 import type { AlertView, MetricsByName, RunStatus, TrainerEvent } from '../../worker/protocol';
 import { describeError } from '../errors';
 import { hashFor, readComparisonHash, readConfigHash, splitComparison } from '../lib/url-config';

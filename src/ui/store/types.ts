@@ -1,6 +1,6 @@
 /** The playground's state: data and actions typed apart (xyflow style), so selectors can take just one fact. */
-import type { ConfigKey, TrainConfig } from '../../core/config';
-import type { EvalRecord } from '../../core/ppo/eval-record';
+import type { ConfigKey, TrainConfig } from '../../common/config';
+import type { EvalRecord } from '../../common/eval-record';
 import type {
   AlertView,
   BackendPref,

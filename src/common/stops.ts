@@ -1,6 +1,6 @@
 /**
  * Why a training run stopped on its own, in words, for the CLI, the worker and the UI's stand-in worker alike
- * (tfjs-free, so the UI may import it). The session (src/core/session.ts) stops a run when three steps in a row
+ * (tfjs-free, so the UI may import it). The session (src/core/run/session.ts) stops a run when three steps in a row
  * had NaN/Inf losses or gradients (docs/engine.md, health signals); each adapter adds what to do next.
  */
 

@@ -2,7 +2,7 @@
  * The supervised jobs' settings tables, beside the RL table (fields.ts): DPO's (`train` with `"algorithm": "dpo"`,
  * contracts §9, and the app's DPO job) and SFT's (the app's SFT job on prompt / completion pairs). Each row gives
  * the key's type, range, default and one-line doc, whether the app's job request takes it (`inJob`) and the label
- * of its control in the app's DPO and SFT card. Everything else reads these rows: core/dpo/config.ts's validator and defaults, the worker's
+ * of its control in the app's DPO and SFT card. Everything else reads these rows: common/config/dpo.ts's validator and defaults, the worker's
  * job keys and SFT options (src/worker/supervised.ts), the wire types (src/worker/protocol.ts) and the card's
  * controls and their defaults (src/ui/components/SupervisedPanel.tsx). Pure data: no tfjs.
  */
@@ -38,7 +38,7 @@ export type JobField = JobNumberField | JobChoiceField;
 
 /**
  * DPO's settings of its own and the usual training keys it shares with the RL runs (model, seed and the LoRA keys
- * are validated in core/dpo/config.ts with the RL table's names). Key order is the card's and the docs'.
+ * are validated in common/config/dpo.ts with the RL table's names). Key order is the card's and the docs'.
  */
 export const DPO_FIELDS = {
   beta: {

@@ -11,11 +11,11 @@
  *
  * Platform-neutral (no node:*, no DOM): the folder comes as ModelFiles (the CLI passes nodeFiles).
  */
-import { unzipFolder } from './checkpoint-zip';
-import { memoryFiles, type ModelFiles } from './model/folder';
-import type { Resources } from './ppo/setup';
+import { unzipFolder } from '../../common/checkpoint-zip';
+import { memoryFiles, type ModelFiles } from '../model/folder';
+import type { Resources } from '../ppo/setup';
 import { TrainingSession, type SessionBuildOptions } from './session';
-import { UserError } from './errors';
+import { UserError } from '../../common/errors';
 
 /** Where a checkpoint's files come from. */
 export type CheckpointSource =

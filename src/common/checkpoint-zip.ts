@@ -8,7 +8,7 @@
  */
 import { unzipSync, zipSync, type Zippable } from 'fflate';
 import { UserError } from './errors';
-import { EXTRA_METRICS, REQUIRED_METRICS } from './ppo/metrics';
+import { EXTRA_METRICS, REQUIRED_METRICS } from './metrics';
 
 /** The checkpoint's top folder inside the zip, and the zip's file name, for a run at `step`. */
 export function checkpointFolderName(step: number): string {

@@ -13,32 +13,32 @@
  * leaves (tests/import-cycles.test.ts).
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { setWebGpuLayerNormFused } from './kernels/webgpu-layernorm';
+import { setWebGpuLayerNormFused } from '../kernels/webgpu-layernorm';
 import {
   LINEAR_SMALL_ROWS_DEFAULT,
   saveWebGpuLinearSmallRows,
   setWebGpuLinearFused,
   setWebGpuLinearSmallRows,
   webGpuLinearApplies,
-} from './kernels/webgpu-linear';
-import { setWebGpuAttentionFused } from './kernels/webgpu-attention';
-import { entropyRowsWebGpu, setWebGpuLogprobFused } from './kernels/webgpu-logprob';
-import { setWebGpuDecodeAttentionFused } from './kernels/webgpu-decode-attention';
-import { setWebGpuRmsNormFused } from './kernels/webgpu-rmsnorm';
-import { setWebGpuSwigluFused } from './kernels/webgpu-swiglu';
-import { setWebGpuGqaFused } from './kernels/webgpu-gqa';
-import { setWebGpuGqaDecodeFused } from './kernels/webgpu-gqa-decode';
-import { countDispatches } from './kernels/webgpu-count';
-import type { LayerKV } from './kernels/definitions';
-import { conv1d, layerNorm, rmsNorm, swiglu } from './model/ops';
+} from '../kernels/webgpu-linear';
+import { setWebGpuAttentionFused } from '../kernels/webgpu-attention';
+import { entropyRowsWebGpu, setWebGpuLogprobFused } from '../kernels/webgpu-logprob';
+import { setWebGpuDecodeAttentionFused } from '../kernels/webgpu-decode-attention';
+import { setWebGpuRmsNormFused } from '../kernels/webgpu-rmsnorm';
+import { setWebGpuSwigluFused } from '../kernels/webgpu-swiglu';
+import { setWebGpuGqaFused } from '../kernels/webgpu-gqa';
+import { setWebGpuGqaDecodeFused } from '../kernels/webgpu-gqa-decode';
+import { countDispatches } from '../kernels/webgpu-count';
+import type { LayerKV } from '../kernels/definitions';
+import { conv1d, layerNorm, rmsNorm, swiglu } from '../model/ops';
 import {
   causalPaddingBias,
   causalSelfAttention,
   decodeAttention,
   gqaDecodeAttention,
   gqaSelfAttention,
-} from './model/attention';
-import { entropyFromLogits, logprobsFromLogits } from './ppo/losses';
+} from '../model/attention';
+import { entropyFromLogits, logprobsFromLogits } from '../ppo/losses';
 
 /** Turn every fused WebGPU kernel on (the default) or off (tfjs's ops: the reference path). */
 export function setWebGpuFusedKernels(on: boolean): void {

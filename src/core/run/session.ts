@@ -3,24 +3,24 @@
  * it. The session owns the trainer and its four models and frees all of them in `dispose()`; it owns the run's
  * config (the one copy: the trainer reads it through the source it was built with, at the start of each step),
  * takes live changes to it (`setHyperparameters`, validated against the config table of
- * src/core/live.ts), so they reach the next step; it runs steps until the target step, `pause()`, or the
+ * src/common/config/live.ts), so they reach the next step; it runs steps until the target step, `pause()`, or the
  * trainer's non-finite guard asks to stop; and it calls back for every step, for checkpoints and for autosaves
  * on one cadence rule. Its collaborators (the hooks, the heap budget) are given when it is built. The adapters
  * only turn those callbacks into files (CLI) or events (worker).
  *
  * Platform-neutral (no node:*, no DOM): see docs/architecture.md for the layers, docs/engine.md for the step.
  */
-import type { TrainConfig } from './config';
-import { applyLive } from './live';
+import type { TrainConfig } from '../../common/config';
+import { applyLive } from '../../common/config/live';
 import { checkpointFiles, checkpointSources, restoreTrainer } from './checkpoint';
-import type { FileBody } from './model/safetensors';
-import { buildTrainer, type BuildOptions, type Resources, type TrainerOwner } from './ppo/setup';
-import type { Phase, PpoTrainer, RewardSource, StepResult } from './ppo/trainer';
-import type { ModelFiles } from './model/folder';
-import { UserError } from './errors';
-import { nonFiniteMessage, stepsDoneMessage } from './stops';
-import { asHeapExhaustion, checkHeapBudget, HeapExhaustedError, stepPhase } from './oom';
-import { Evaluator, evalMetricsOf, isEvalStep, resolveEvalPrompts } from './ppo/eval';
+import type { FileBody } from '../model/safetensors';
+import { buildTrainer, type BuildOptions, type Resources, type TrainerOwner } from '../ppo/setup';
+import type { Phase, PpoTrainer, RewardSource, StepResult } from '../ppo/trainer';
+import type { ModelFiles } from '../model/folder';
+import { UserError } from '../../common/errors';
+import { nonFiniteMessage, stepsDoneMessage } from '../../common/stops';
+import { asHeapExhaustion, checkHeapBudget, HeapExhaustedError, stepPhase } from '../model/oom';
+import { Evaluator, evalMetricsOf, isEvalStep, resolveEvalPrompts } from '../ppo/eval';
 
 /**
  * The checkpoint cadence: the starting weights (step 0), every `saveEvery` steps (0 = none in between), and the
@@ -99,7 +99,7 @@ export interface SessionOptions {
   /** The adapter's callbacks (steps, phases, checkpoints, autosaves). */
   hooks?: SessionHooks;
   /**
-   * Live tensor bytes allowed at the step's phase boundaries (src/core/oom.ts checkHeapBudget), read at every
+   * Live tensor bytes allowed at the step's phase boundaries (src/core/model/oom.ts checkHeapBudget), read at every
    * boundary (so it follows a new backend): the CLI passes defaultHeapBudget() (PPO_HEAP_BUDGET_BYTES, else the
    * WASM heap on wasm), the worker its backend's heap. null, or no function (the default): no check.
    */
@@ -180,7 +180,7 @@ export class TrainingSession {
   /**
    * The run saved in a checkpoint's files, continuing at its step. Validated first; on any error nothing of it
    * stays loaded (restoreTrainer frees what it built). To restore from a folder, a zip or an autosave alike, use
-   * src/core/restore.ts restoreSession, which comes here.
+   * src/core/run/restore.ts restoreSession, which comes here.
    */
   static restore(
     files: ModelFiles,
@@ -235,7 +235,7 @@ export class TrainingSession {
 
   /**
    * A live change, the one way a running job's config changes (the worker's setHyperparameters and configure,
-   * the CLI alike): live keys only, validated against the config table (src/core/live.ts applyLive); the trainer
+   * the CLI alike): live keys only, validated against the config table (src/common/config/live.ts applyLive); the trainer
    * reads the new config when its next step starts. Returns the new config.
    */
   setHyperparameters(patch: unknown, source = 'setHyperparameters'): TrainConfig {
@@ -268,7 +268,7 @@ export class TrainingSession {
 
   /**
    * checkpointFiles with the LM weights as ByteSources made one weight at a time as they are written
-   * (core/checkpoint.ts checkpointSources): write them all before the next step.
+   * (core/run/checkpoint.ts checkpointSources): write them all before the next step.
    */
   async checkpointSources(): Promise<Map<string, FileBody>> {
     this.checkNotSpoiled();
@@ -305,7 +305,7 @@ export class TrainingSession {
     );
   }
 
-  /** The budget guard (src/core/oom.ts) for the phase that just ended; a no-op without a budget. */
+  /** The budget guard (src/core/model/oom.ts) for the phase that just ended; a no-op without a budget. */
   private checkHeap(phase: Phase, step: number): void {
     const budget = this.heapBudget();
     if (budget === null) return;
@@ -313,7 +313,7 @@ export class TrainingSession {
   }
 
   /**
-   * What a failed step becomes. Running out of memory becomes the clear error of src/core/oom.ts, followed by
+   * What a failed step becomes. Running out of memory becomes the clear error of src/core/model/oom.ts, followed by
    * what happened to the run; it and any failure while updating spoil the session. Other failures (a reward that
    * throws while scoring, …) leave the run as it was after the last good step and are returned as they are.
    */

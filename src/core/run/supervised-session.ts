@@ -1,7 +1,7 @@
 /**
- * The run loop of the playground's supervised jobs, DPO (src/core/dpo/trainer.ts) and SFT (src/core/sft.ts
+ * The run loop of the playground's supervised jobs, DPO (src/core/dpo/trainer.ts) and SFT (src/core/sft/sft.ts
  * SftTrainer), as the worker drives them (src/worker/run.ts): the same shape as TrainingSession's loop
- * (src/core/session.ts) — `run()` steps until the target step, `pause()` or a failing step, each step queued
+ * (src/core/run/session.ts) — `run()` steps until the target step, `pause()` or a failing step, each step queued
  * through the adapter's `schedule` with `between` awaited after it, and a `step` hook per step — over a trainer
  * that steps on a fixed data set instead of sampling. DPO's held-out evaluation runs every `evalEvery` steps and at
  * the last step, as `train --config` with "algorithm": "dpo" does (src/cli/train-dpo.ts).
@@ -9,12 +9,12 @@
  * Platform-neutral (no node:*, no DOM).
  */
 import type { RunEnd, RunOptions } from './session';
-import type { Phase } from './ppo/trainer';
-import type { CausalLM } from './model/causal-lm';
-import type { Tokenizer } from './tokenizer/types';
-import { UserError } from './errors';
-import { stepsDoneMessage } from './stops';
-import { asHeapExhaustion } from './oom';
+import type { Phase } from '../ppo/trainer';
+import type { CausalLM } from '../model/causal-lm';
+import type { Tokenizer } from '../tokenizer/types';
+import { UserError } from '../../common/errors';
+import { stepsDoneMessage } from '../../common/stops';
+import { asHeapExhaustion } from '../model/oom';
 
 /** What a supervised trainer offers the loop (DpoTrainer and SftTrainer are both one). */
 export interface SupervisedTrainer<M extends { step: number }> {

@@ -6,13 +6,7 @@
  */
 import { UserError } from '../errors';
 import { CONFIG_KEYS, LORA_TARGET_NAMES, type LoraTargetName } from '../config';
-import {
-  DPO_FIELDS,
-  jobDefaults,
-  jobFieldProblems,
-  type DpoFieldKey,
-  type DpoLossType,
-} from '../config/jobs';
+import { DPO_FIELDS, jobDefaults, jobFieldProblems, type DpoFieldKey, type DpoLossType } from './jobs';
 
 export interface DpoConfig {
   algorithm: 'dpo';
@@ -39,7 +33,7 @@ export interface DpoConfig {
   evalEvery: number;
 }
 
-/** DPO's defaults: the settings table's (core/config/jobs.ts DPO_FIELDS), the preset model, every LoRA target. */
+/** DPO's defaults: the settings table's (common/config/jobs.ts DPO_FIELDS), the preset model, every LoRA target. */
 export const DPO_DEFAULTS: Omit<DpoConfig, 'data'> = {
   algorithm: 'dpo',
   model: 'tiny',

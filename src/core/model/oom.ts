@@ -14,8 +14,8 @@
  *   tests and operations) and throws the same error before the backend fails somewhere less clear.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { UserError } from './errors';
-import { WASM_HEAP_BYTES } from './model/size';
+import { UserError } from '../../common/errors';
+import { WASM_HEAP_BYTES } from './size';
 
 /** The phases of a training step (the session's names), or a whole command. */
 export type OomPhase = 'load' | 'generate' | 'score' | 'update' | 'save' | string;
@@ -132,7 +132,7 @@ function remedy(phase: OomPhase | undefined, backend: string): string {
 /**
  * Running out of memory, said in words: a UserError (isUserError holds; the CLI prints its message, the worker
  * sends it with userError true) that also keeps where it happened, so the training session can tell whether the
- * weights may be half-updated (src/core/session.ts).
+ * weights may be half-updated (src/core/run/session.ts).
  */
 export class HeapExhaustedError extends UserError {
   constructor(

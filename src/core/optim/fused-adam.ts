@@ -15,11 +15,11 @@
  * each step; the two agree to ~1e-7 relative). Backends without the kernel fall back to tfjs's Adam.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import type { KernelFn } from './kernels/kernel-fn';
-import { adamFor, heapMemory } from './kernels/wasm-simd';
-import type { WebGpuBackendLike } from './kernels/webgpu-common';
-import { replayBackend } from './kernels/webgpu-replay';
-import { adamInPlace, ownsData, type AdamStepUniforms } from './kernels/webgpu-adam-inplace';
+import type { KernelFn } from '../kernels/kernel-fn';
+import { adamFor, heapMemory } from '../kernels/wasm-simd';
+import type { WebGpuBackendLike } from '../kernels/webgpu-common';
+import { replayBackend } from '../kernels/webgpu-replay';
+import { adamInPlace, ownsData, type AdamStepUniforms } from '../kernels/webgpu-adam-inplace';
 
 let inPlaceOnWebGpu = true;
 

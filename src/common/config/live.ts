@@ -1,15 +1,15 @@
 /**
- * Which config changes a running job takes, in one place. `CONFIG_FIELDS[k].live` (src/core/config.ts) says it
+ * Which config changes a running job takes, in one place. `CONFIG_FIELDS[k].live` (src/common/config.ts) says it
  * per key; the functions here are the only ones that turn a change into a decision, so the worker's
- * `configure` / `setHyperparameters`, the UI's stand-in worker and the training session (src/core/session.ts)
+ * `configure` / `setHyperparameters`, the UI's stand-in worker and the training session (src/core/run/session.ts)
  * cannot disagree:
  *   - a change of live keys only is applied to the run at the start of its next step;
  *   - a change of any other key starts a new run (step 0, history cleared): `setHyperparameters` refuses it,
  *     `configure` drops the run.
  * Platform-neutral: no tfjs, no DOM, no node:* (the UI imports it too).
  */
-import { CONFIG_FIELDS, CONFIG_KEYS, validateConfig, type ConfigKey, type TrainConfig } from './config';
-import { UserError } from './errors';
+import { CONFIG_FIELDS, CONFIG_KEYS, validateConfig, type ConfigKey, type TrainConfig } from '../config';
+import { UserError } from '../errors';
 
 export interface ConfigChanges {
   /** Every key whose value differs, in table order. */

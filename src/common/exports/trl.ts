@@ -25,9 +25,9 @@
  * steps_per_generation completions (our batchSize) is split into steps_per_generation optimiser steps (our
  * miniBatches) and reused num_iterations times (our ppoEpochs), so max_steps = steps × miniBatches × ppoEpochs.
  */
-import { DEFAULT_CONFIG, derived, type LossAggregation, type TrainConfig } from './config';
-import type { DpoConfig } from './dpo/config';
-import { OUR_ADAM, openRlhfCommand, openRlhfFlags, verlCommand, type EngineExport } from './exports/engines';
+import { DEFAULT_CONFIG, derived, type LossAggregation, type TrainConfig } from '../config';
+import type { DpoConfig } from '../config/dpo';
+import { OUR_ADAM, openRlhfCommand, openRlhfFlags, verlCommand, type EngineExport } from './engines';
 import {
   OPENRLHF_SOURCE,
   TRL_GRPO_DEFAULTS,
@@ -35,7 +35,7 @@ import {
   TRL_PPO,
   TRL_SOURCE,
   VERL_SOURCE,
-} from './exports/rules';
+} from './rules';
 
 /** The TRL release the GRPOConfig / RLOOConfig / DPOConfig exports were built and checked against. */
 export const TRL_VERSION: string = TRL_SOURCE.version;

@@ -17,7 +17,7 @@
  * (value_model.safetensors, value_adapter/) and no `value.*` Adam tensors are written or read.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import type { PpoTrainer } from './ppo/trainer';
+import type { PpoTrainer } from '../ppo/trainer';
 import {
   configBytes,
   lmSafetensorsStream,
@@ -26,26 +26,26 @@ import {
   loadScalar,
   readConfig,
   type ModelFiles,
-} from './model/folder';
+} from '../model/folder';
 import {
   collectBytes,
   readSafetensors,
   writeSafetensors,
   type FileBody,
   type NamedTensor,
-} from './model/safetensors';
-import { hasValueModel, validateConfig, type TrainConfig } from './config';
-import type { KlControllerState } from './ppo/kl';
-import { buildTrainer, type Resources } from './ppo/setup';
-import { REWARD_FILE } from './reward/reward-model';
-import type { StepMetrics } from './ppo/metrics';
-import { UserError } from './errors';
-import type { CausalLM } from './model/causal-lm';
-import { ScalarModel } from './model/heads';
-import { resolveLoraTargets, type LoraAdapters } from './model/lora';
-import { adapterFiles, readAdapterSet, PEFT_CONFIG_NAME, PEFT_WEIGHTS_NAME } from './model/peft';
-import { allFinite } from './optim';
-import type { Tokenizer } from './tokenizer/types';
+} from '../model/safetensors';
+import { hasValueModel, validateConfig, type TrainConfig } from '../../common/config';
+import type { KlControllerState } from '../ppo/kl';
+import { buildTrainer, type Resources } from '../ppo/setup';
+import { REWARD_FILE } from '../reward/reward-model';
+import type { StepMetrics } from '../../common/metrics';
+import { UserError } from '../../common/errors';
+import type { CausalLM } from '../model/causal-lm';
+import { ScalarModel } from '../model/heads';
+import { resolveLoraTargets, type LoraAdapters } from '../model/lora';
+import { adapterFiles, readAdapterSet, PEFT_CONFIG_NAME, PEFT_WEIGHTS_NAME } from '../model/peft';
+import { allFinite } from '../optim/optim';
+import type { Tokenizer } from '../tokenizer/types';
 
 /**
  * A shared-base value model's adapters and head (docs/formats.md §6): PEFT's pair under PEFT's own names in

@@ -4,16 +4,16 @@
  * at a random line start, so the model sees sentence beginnings at position 0 as prompts will be.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import { FusedAdamOptimizer } from './fused-adam';
-import type { CausalLM } from './model/causal-lm';
-import type { Tokenizer } from './tokenizer/types';
-import { logprobsFromLogits } from './ppo/losses';
-import { clippedStep } from './optim';
-import { jointGuardedStep } from './ppo/update';
-import { Rng } from './rng';
-import { UserError } from './errors';
-import { encodePrompt } from './tokenizer';
-import { loadLM, type ModelFiles, type ModelLoadOptions } from './model/folder';
+import { FusedAdamOptimizer } from '../optim/fused-adam';
+import type { CausalLM } from '../model/causal-lm';
+import type { Tokenizer } from '../tokenizer/types';
+import { logprobsFromLogits } from '../ppo/losses';
+import { clippedStep } from '../optim/optim';
+import { jointGuardedStep } from '../ppo/update';
+import { Rng } from '../base/rng';
+import { UserError } from '../../common/errors';
+import { encodePrompt } from '../tokenizer';
+import { loadLM, type ModelFiles, type ModelLoadOptions } from '../model/folder';
 
 export interface SftOptions {
   steps: number;
@@ -285,7 +285,7 @@ export interface SftStepMetrics {
 /**
  * Supervised fine-tuning on prompt / completion examples (the playground's warm start): every weight trained
  * (no LoRA), Adam at a constant rate, `batchSize` examples per step from a seeded shuffle (reshuffled each pass).
- * The worker drives it through src/core/supervised-session.ts; its policy then becomes the policy and the
+ * The worker drives it through src/core/run/supervised-session.ts; its policy then becomes the policy and the
  * reference of the run that continues from it.
  */
 export class SftTrainer {

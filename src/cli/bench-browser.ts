@@ -9,7 +9,7 @@
  * `wasmThreads` field, { threads, speedup = 1-thread ÷ N-thread update seconds, updateSeconds1, updateSecondsN,
  * isolated } (src/bench/perf/report.ts reads it).
  *
- * Standalone: tsx scripts/bench-browser.ts [--quick] [--backends webgpu,wasm] [--sections gen,lm] [--flags JSON]
+ * Standalone: tsx src/cli/bench-browser.ts [--quick] [--backends webgpu,wasm] [--sections gen,lm] [--flags JSON]
  *   [--mode adamcheck|threads] [--no-coi] [--no-threads] [--profile-threads] [--timeout S]  prints one JSON
  *   object (one result per backend). `--mode threads --backends wasm` runs only the threads measurement.
  */
@@ -19,10 +19,10 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Browser } from '@playwright/test';
 import type { ViteDevServer } from 'vite';
-import type { WasmThreadsBench } from '../src/bench/perf/report';
+import type { WasmThreadsBench } from '../bench/perf/report';
 import os from 'node:os';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 export const CHROMIUM_ARGS = [
   '--no-sandbox',

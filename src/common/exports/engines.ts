@@ -24,7 +24,7 @@ import {
   verlTargetModules,
 } from './rules';
 
-/** Adam as our trainer runs it (src/core/fused-adam.ts = tf.train.adam): tfjs's float32 epsilon is 1e-7. */
+/** Adam as our trainer runs it (src/core/optim/fused-adam.ts = tf.train.adam): tfjs's float32 epsilon is 1e-7. */
 export const OUR_ADAM = { beta1: 0.9, beta2: 0.999, epsilon: 1e-7, weightDecay: 0 } as const;
 
 const HUB_ID = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
