@@ -73,6 +73,9 @@ test('the folder loads with LoRA preselected; the default batch is accepted and 
 test('a micro-batch that would not fit is refused before Start, naming one that would', async () => {
   await button('Reset').click();
   // One minibatch of 32 samples as one micro-batch, without recompute: about 9 GB of update activations.
+  // miniBatches, microBatchSize and recompute are under "Advanced" (closed while every advanced key is default).
+  const closed = page.locator('details.advanced:not([open]) > summary');
+  if ((await closed.count()) > 0) await closed.click();
   const set = async (name: string, value: string) => {
     const box = page.getByRole('textbox', { name: `${name} value`, exact: true });
     await box.fill(value);

@@ -51,8 +51,8 @@ test('a ppo run and a grpo run are kept and overlaid in the reward chart', async
 
   await button('Start').click();
   await finished();
-  await expect(runRow('ppo lr 1e-4')).toBeVisible();
-  await expect(runRow('ppo lr 1e-4').getByTestId('run-steps')).toHaveText('2');
+  await expect(runRow('ppo lr 1e-4 · tiny · sentiment')).toBeVisible();
+  await expect(runRow('ppo lr 1e-4 · tiny · sentiment').getByTestId('run-steps')).toHaveText('2');
 
   // The second run: grpo with G = 2 (its default 4 does not divide batchSize 2); both apply on Reset.
   await page.getByRole('combobox', { name: 'algorithm', exact: true }).selectOption('grpo');
@@ -64,15 +64,15 @@ test('a ppo run and a grpo run are kept and overlaid in the reward chart', async
   await expect(stepCounter()).toHaveText('Step 0');
   await button('Start').click();
   await finished();
-  await expect(runRow('grpo G=2 lr 1e-4')).toBeVisible();
+  await expect(runRow('grpo G=2 lr 1e-4 · tiny · sentiment')).toBeVisible();
 
   // Compare the ppo run with the current (grpo) one: two lines and two legend entries in the reward chart.
-  await runRow('ppo lr 1e-4').getByRole('checkbox', { name: 'Compare' }).check();
+  await runRow('ppo lr 1e-4 · tiny · sentiment').getByRole('checkbox', { name: 'Compare' }).check();
   await chart('Reward').scrollIntoViewIfNeeded();
   const entries = legend('Reward').getByRole('listitem');
   await expect(entries).toHaveCount(2);
-  await expect(entries.nth(0)).toHaveText('ppo lr 1e-4');
-  await expect(entries.nth(1)).toHaveText('grpo G=2 lr 1e-4 (current)');
+  await expect(entries.nth(0)).toHaveText('ppo lr 1e-4 · tiny · sentiment');
+  await expect(entries.nth(1)).toHaveText('grpo G=2 lr 1e-4 · tiny · sentiment (current)');
   const lines = chart('Reward').locator('.recharts-line-curve');
   await expect(lines).toHaveCount(2);
   for (let i = 0; i < 2; i++) await expect(lines.nth(i)).toHaveAttribute('d', /L/);
@@ -81,24 +81,35 @@ test('a ppo run and a grpo run are kept and overlaid in the reward chart', async
   await expect(legend('Value loss').getByRole('listitem')).toHaveCount(2);
   // The link holds both configs.
   expect(decodeURIComponent(page.url())).toMatch(/compare=.*algorithm=grpo/);
+  // Their settings side by side, the differing ones marked (issue #33).
+  const side = page.getByTestId('settings-side-by-side');
+  await side.locator('summary').click();
+  const algorithm = side.getByRole('row', { name: /^algorithm/ });
+  await expect(algorithm).toHaveAttribute('data-differs', 'true');
+  await expect(algorithm.getByRole('cell')).toHaveText(['ppo', 'grpo']);
+  await expect(side.getByRole('row', { name: /^learningRate/ })).not.toHaveAttribute('data-differs', 'true');
 });
 
 test('"Run again with…" starts a run from a kept config with one setting changed, in the comparison', async () => {
   test.setTimeout(2 * RUN_MS);
-  await runRow('grpo G=2 lr 1e-4').getByRole('checkbox', { name: 'Compare' }).check();
-  await runRow('ppo lr 1e-4').getByRole('button', { name: 'Run again with…' }).click();
+  await runRow('grpo G=2 lr 1e-4 · tiny · sentiment').getByRole('checkbox', { name: 'Compare' }).check();
+  await runRow('ppo lr 1e-4 · tiny · sentiment').getByRole('button', { name: 'Run again with…' }).click();
   const form = page.getByRole('form', { name: 'Run again with…' });
   await form.getByLabel('Setting', { exact: true }).selectOption('learningRate');
   await form.getByLabel('Value', { exact: true }).fill('3e-4');
   await form.getByRole('button', { name: 'Start run' }).click();
   await expect(form).toHaveCount(0);
   await finished();
-  await expect(runRow('ppo lr 3e-4')).toBeVisible();
+  await expect(runRow('ppo lr 3e-4 · tiny · sentiment')).toBeVisible();
   await expect(page.getByRole('textbox', { name: 'learningRate value', exact: true })).toHaveValue('0.0003');
 
   await chart('Reward').scrollIntoViewIfNeeded();
   const entries = legend('Reward').getByRole('listitem');
-  await expect(entries).toHaveText(['ppo lr 1e-4', 'grpo G=2 lr 1e-4', 'ppo lr 3e-4 (current)']);
+  await expect(entries).toHaveText([
+    'ppo lr 1e-4 · tiny · sentiment',
+    'grpo G=2 lr 1e-4 · tiny · sentiment',
+    'ppo lr 3e-4 · tiny · sentiment (current)',
+  ]);
   await expect(chart('Reward').locator('.recharts-line-curve')).toHaveCount(3);
   await expect(chart('Reward').locator('.run-line-current .recharts-line-curve')).toHaveAttribute(
     'stroke-width',
@@ -118,12 +129,12 @@ test('the comparison CSV has a run column with every compared run', async () => 
   expect(header.slice(0, 3)).toEqual(['run', 'step', 'reward']);
   const runs = lines.slice(1).map((l) => l.split(',').slice(0, 2).join(' @ '));
   expect(runs).toEqual([
-    'ppo lr 1e-4 @ 1',
-    'ppo lr 1e-4 @ 2',
-    'grpo G=2 lr 1e-4 @ 1',
-    'grpo G=2 lr 1e-4 @ 2',
-    'ppo lr 3e-4 @ 1',
-    'ppo lr 3e-4 @ 2',
+    'ppo lr 1e-4 · tiny · sentiment @ 1',
+    'ppo lr 1e-4 · tiny · sentiment @ 2',
+    'grpo G=2 lr 1e-4 · tiny · sentiment @ 1',
+    'grpo G=2 lr 1e-4 · tiny · sentiment @ 2',
+    'ppo lr 3e-4 · tiny · sentiment @ 1',
+    'ppo lr 3e-4 · tiny · sentiment @ 2',
   ]);
   // The grpo rows have no value loss; the ppo rows do.
   const valueLoss = header.indexOf('valueLoss');

@@ -78,7 +78,7 @@ describe('DPO and SFT in the app', () => {
     expect(metricsOf(html(store, <ChartPanel />))).toEqual(['loss', 'gradNorm']);
   });
 
-  it('"Continue with …" shows after SFT steps only; the panel says which job runs', () => {
+  it('"Continue with …" shows after SFT or DPO steps (after DPO: RL only); the panel says which job runs', () => {
     const store = storeWith();
     expect(html(store, <SupervisedPanel />)).toContain('Training with the RL algorithm');
     store.setState({ runStatus: status({ kind: 'sft', dataName: 's.jsonl', examples: 4, settings: {} }, 0) });
@@ -89,7 +89,11 @@ describe('DPO and SFT in the app', () => {
     page = html(store, <SupervisedPanel />);
     for (const a of ['PPO', 'GRPO', 'DPO']) expect(page).toContain(`Continue with ${a}`);
     store.setState({ runStatus: status({ kind: 'dpo', dataName: 'p.jsonl', examples: 6, settings: {} }, 2) });
-    expect(html(store, <SupervisedPanel />)).not.toContain('Continue with');
+    page = html(store, <SupervisedPanel />);
+    // Issue #33, defect 6: after DPO the RL algorithms go on from its weights.
+    for (const a of ['PPO', 'GRPO']) expect(page).toContain(`Continue with ${a}`);
+    expect(page).not.toContain('Continue with DPO');
+    expect(page).toContain('Continue from the DPO result');
     // The hyperparameter column says which of its settings a job takes.
     expect(html(store, <HyperparameterPanel />)).toContain('A DPO job replaces the RL algorithm');
   });
@@ -100,10 +104,12 @@ describe('DPO and SFT in the app', () => {
     expect(html(store, <CheckpointPanel />)).toContain('OpenRLHF');
     store.setState({ runStatus: status({ kind: 'dpo', dataName: 'p.jsonl', examples: 6, settings: {} }) });
     const dpo = html(store, <CheckpointPanel />);
-    expect(dpo).toContain('DPOConfig, TRL 1.13');
+    expect(dpo).toContain('TRL 1.13 DPOConfig: trl-dpo-config.json');
     expect(dpo).not.toContain('OpenRLHF');
     store.setState({ runStatus: status({ kind: 'sft', dataName: 's.jsonl', examples: 4, settings: {} }) });
-    expect(html(store, <CheckpointPanel />)).toContain('none for the SFT warm start');
+    const sft = html(store, <CheckpointPanel />);
+    expect(sft).toContain('No export for other engines: the SFT warm start is not an RL or DPO run.');
+    expect(sft).not.toContain('TRL');
   });
 
   it('a DPO job is kept under its kind and file name', async () => {
@@ -132,7 +138,9 @@ describe('DPO and SFT in the app', () => {
       samples: [],
       alerts: [],
     });
-    expect(store.getState().keptRuns.at(-1)?.name).toBe('dpo on p.jsonl');
+    expect(store.getState().keptRuns.at(-1)?.name).toBe('dpo on p.jsonl · tiny');
+    // Issue #33, defect 5: listed as dpo, not as the config's algorithm.
+    expect(store.getState().keptRuns.at(-1)?.job).toBe('dpo');
   });
 
   it('a link never names the SFT result (it lives in this tab only)', () => {

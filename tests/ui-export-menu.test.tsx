@@ -24,7 +24,12 @@ function render(hash: string): string {
 describe('export menu', () => {
   it('ppo: TRL PPOConfig says its TRL versions; OpenRLHF and verl files named with their engines', () => {
     const out = render('#algorithm=ppo');
-    expect(out).toMatch(/PPOConfig, TRL 0\.12–1\.9 only/);
+    expect(out).toMatch(
+      /TRL PPOConfig \(trl 0\.12–0\.28; trl\.experimental\.ppo 0\.26–1\.9; not in 1\.13\): trl-ppo-config\.json/,
+    );
+    // One button per file (issue #33, defect 9): no near-twin "Export as TRL config (PPOConfig…)".
+    expect(out.match(/<button[^>]*>[^<]*PPOConfig/g)).toHaveLength(1);
+    expect(out).not.toContain('Export as TRL config');
     expect(out).toMatch(/OpenRLHF train_ppo_ray \(flags of commit 3c3be62\): openrlhf-ppo\.sh/);
     expect(out).toMatch(/verl main_ppo \(config keys of commit b178a3c\): verl-ppo\.sh/);
     expect(out).toMatch(/aria-label="Export for other engines"/);

@@ -49,4 +49,8 @@ describe('heatmap colour scale', () => {
     expect(heatTextColor(2, diverging)).toBe('#ffffff');
     expect(heatTextColor(0.1, diverging)).toBe('#1d2430');
   });
+
+  it('dark text on full orange: white there is 2.2:1, below WCAG AA (issue #33, axe color-contrast)', () => {
+    expect(heatTextColor(-2, diverging)).toBe('#1d2430');
+  });
 });

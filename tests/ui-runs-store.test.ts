@@ -60,7 +60,10 @@ describe('kept runs', () => {
     let s = h.store.getState();
     expect(s.keptRuns).toHaveLength(1);
     expect(s.currentRunId).toBe(s.keptRuns[0].id);
-    expect(s.keptRuns[0]).toMatchObject({ name: 'ppo lr 1e-4', config: { seed: 5, batchSize: 2 } });
+    expect(s.keptRuns[0]).toMatchObject({
+      name: 'ppo lr 1e-4 · tiny · sentiment',
+      config: { seed: 5, batchSize: 2 },
+    });
     await h.store.getState().actions.stepRun();
     s = h.store.getState();
     expect(s.keptRuns).toHaveLength(1);
@@ -101,7 +104,9 @@ describe('kept runs', () => {
     await store.getState().actions.start();
     await store.getState().actions.stepRun();
     await store.getState().actions.stepRun();
-    expect(store.getState().keptRuns.map((r) => [r.name, r.metrics.length])).toEqual([['ppo lr 1e-4', 2]]);
+    expect(store.getState().keptRuns.map((r) => [r.name, r.metrics.length])).toEqual([
+      ['ppo lr 1e-4 · tiny · sentiment', 2],
+    ]);
   });
 
   it('Reset and a changed setting begin a new run; names stay distinct', async () => {
@@ -114,7 +119,11 @@ describe('kept runs', () => {
     await h.store.getState().actions.resetRun();
     await h.store.getState().actions.stepRun();
     const names = h.store.getState().keptRuns.map((r) => r.name);
-    expect(names).toEqual(['ppo lr 1e-4', 'ppo lr 1e-4 (2)', 'ppo lr 3e-4']);
+    expect(names).toEqual([
+      'ppo lr 1e-4 · tiny · sentiment',
+      'ppo lr 1e-4 · tiny · sentiment (2)',
+      'ppo lr 3e-4 · tiny · sentiment',
+    ]);
   });
 
   it('runs of earlier visits are loaded; past the budget the oldest is dropped, and the UI says so', async () => {
@@ -133,7 +142,10 @@ describe('kept runs', () => {
     await h.store.getState().actions.resetRun();
     await h.store.getState().actions.stepRun();
     const s = h.store.getState();
-    expect(s.keptRuns.map((r) => r.name)).toEqual(['ppo lr 1e-4', 'ppo lr 1e-4 (2)']);
+    expect(s.keptRuns.map((r) => r.name)).toEqual([
+      'ppo lr 1e-4 · tiny · sentiment',
+      'ppo lr 1e-4 · tiny · sentiment (2)',
+    ]);
     expect(s.keptRunsNote).toBe("dropped the oldest run 'ppo lr 1e-5' to stay within 2 kept runs");
     await s.actions.flushRuns();
     expect(h.storage.map.has('old')).toBe(false);
@@ -177,10 +189,10 @@ describe('the comparison', () => {
     const csv = String(h.downloads.at(-1)!.data).trimEnd().split('\n');
     expect(csv[0].startsWith('run,step,')).toBe(true);
     expect(csv.slice(1).map((l) => l.split(',').slice(0, 2).join(','))).toEqual([
-      'ppo lr 1e-4,1',
-      'ppo lr 1e-4,2',
-      'ppo lr 3e-4,1',
-      'ppo lr 3e-4,2',
+      'ppo lr 1e-4 · tiny · sentiment,1',
+      'ppo lr 1e-4 · tiny · sentiment,2',
+      'ppo lr 3e-4 · tiny · sentiment,1',
+      'ppo lr 3e-4 · tiny · sentiment,2',
     ]);
     // Unticking the other run ends the comparison in the link.
     h.store.getState().actions.toggleCompare(first.id);
@@ -201,7 +213,7 @@ describe('the comparison', () => {
     const s = h.store.getState();
     expect(s.keptRuns).toHaveLength(2);
     expect(s.keptRuns[1]).toMatchObject({
-      name: 'ppo lr 3e-4',
+      name: 'ppo lr 3e-4 · tiny · sentiment',
       config: { seed: 4, learningRate: 3e-4, batchSize: 2 },
     });
     expect(s.compared).toEqual([source.id, s.keptRuns[1].id]);
@@ -222,7 +234,7 @@ describe('the comparison', () => {
     await h.store.getState().actions.resetRun();
     await h.store.getState().actions.stepRun();
     const grpo = h.store.getState().keptRuns[1];
-    expect(grpo.name).toBe('grpo G=2 lr 1e-4');
+    expect(grpo.name).toBe('grpo G=2 lr 1e-4 · tiny · sentiment');
     expect(grpo.metrics[0].valueLoss).toBeNull();
   });
 

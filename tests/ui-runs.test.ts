@@ -18,6 +18,7 @@ import {
   runName,
   uniqueName,
   type KeptRun,
+  settingsTable,
 } from '../src/ui/lib/kept-runs';
 import { ema, overlayPoints, overlaySeries, valueDomain } from '../src/ui/lib/series';
 import { hashFor, readComparisonHash, readConfigHash, splitComparison } from '../src/ui/lib/url-config';
@@ -49,18 +50,28 @@ describe('run names', () => {
     expect(formatLearningRate(0.05)).toBe('0.05');
   });
 
-  it('today\'s default config is "ppo lr 1e-4"; LoRA shows its rank', () => {
-    expect(runName(cfg())).toBe('ppo lr 1e-4');
-    expect(runName(cfg({ learningRate: 3e-4, lora: 8 }))).toBe('ppo lr 3e-4 lora r=8');
+  it('today\'s default config is "ppo lr 1e-4 · tiny · sentiment"; LoRA shows its rank', () => {
+    expect(runName(cfg())).toBe('ppo lr 1e-4 · tiny · sentiment');
+    expect(runName(cfg({ learningRate: 3e-4, lora: 8 }))).toBe('ppo lr 3e-4 lora r=8 · tiny · sentiment');
+  });
+
+  it('the name says the model and the task (issue #33, defect 7)', () => {
+    expect(runName(cfg({ model: 'openai-community/gpt2', task: 'arithmetic' }))).toBe(
+      'ppo lr 1e-4 · gpt2 · arithmetic',
+    );
+    expect(runName(cfg({ model: 'uploaded:gpt2-4x160' }))).toBe('ppo lr 1e-4 · gpt2-4x160 · sentiment');
+    expect(runName(cfg({ prompts: ['Say hi'] }))).toBe('ppo lr 1e-4 · tiny · own prompts');
   });
 
   it.runIf(hasAlgorithms)("the algorithm, and G when it is not 1 (0 = the algorithm's default)", () => {
-    expect(runName(cfg({ algorithm: 'grpo', learningRate: 3e-4 }))).toBe('grpo G=4 lr 3e-4');
+    expect(runName(cfg({ algorithm: 'grpo', learningRate: 3e-4 }))).toBe(
+      'grpo G=4 lr 3e-4 · tiny · sentiment',
+    );
     expect(groupSizeOf(cfg({ algorithm: 'rloo' }))).toBe(4);
     expect(runName(cfg({ algorithm: 'grpo', groupSize: 2, batchSize: 4, miniBatches: 1 }))).toBe(
-      'grpo G=2 lr 1e-4',
+      'grpo G=2 lr 1e-4 · tiny · sentiment',
     );
-    expect(runName(cfg({ algorithm: 'reinforce++' }))).toBe('reinforce++ lr 1e-4');
+    expect(runName(cfg({ algorithm: 'reinforce++' }))).toBe('reinforce++ lr 1e-4 · tiny · sentiment');
   });
 
   it('a taken name gets a number', () => {
@@ -276,5 +287,30 @@ describe('"Run again with…"', () => {
   it('keeps every other key of the source run', () => {
     const source = cfg({ batchSize: 2, miniBatches: 1, seed: 9, klCoef: 0.2 });
     expect(configWith(source, 'learningRate', 3e-4)).toEqual({ ...source, learningRate: 3e-4 });
+  });
+});
+
+describe('settings side by side (issue #33)', () => {
+  it('the differing keys first, marked; the basic ones that agree after; the rest left out', () => {
+    const a = { config: cfg({ learningRate: 3e-4, seed: 2 }) };
+    const b = {
+      config: cfg({ algorithm: 'grpo', learningRate: 3e-4, seed: 2, batchSize: 8, miniBatches: 1 }),
+    };
+    const dpo = { config: cfg(), job: 'dpo' as const };
+    const rows = settingsTable([a, b, dpo], ['learningRate', 'seed']);
+    const differing = rows.filter((r) => r.differs).map((r) => r.key);
+    expect(differing).toEqual(
+      expect.arrayContaining(['algorithm', 'batchSize', 'miniBatches', 'learningRate']),
+    );
+    expect(rows.find((r) => r.key === 'algorithm')?.values).toEqual(['ppo', 'grpo', 'dpo']);
+    expect(rows.find((r) => r.key === 'seed')).toEqual({
+      key: 'seed',
+      values: ['2', '2', '1'],
+      differs: true,
+    });
+    // gamma agrees and is not asked for: left out.
+    expect(rows.map((r) => r.key)).not.toContain('gamma');
+    const agree = settingsTable([a, a], ['seed']);
+    expect(agree).toEqual([{ key: 'seed', values: ['2', '2'], differs: false }]);
   });
 });

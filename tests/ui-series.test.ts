@@ -9,7 +9,7 @@ import {
   stepDomain,
   valueDomain,
 } from '../src/ui/lib/series';
-import { formatNumber, formatTick } from '../src/ui/lib/format';
+import { formatNumber, formatTick, tickFormatter } from '../src/ui/lib/format';
 import type { MetricsByName } from '../src/worker/protocol';
 
 describe('ema (TensorBoard smoothing)', () => {
@@ -182,5 +182,13 @@ describe('axes and numbers', () => {
     expect(formatNumber(NaN)).toBe('NaN');
     expect(formatTick(0.00935)).toBe('0.0094');
     expect(formatTick(123456)).toBe('1.2e+5');
+  });
+
+  it('an axis never repeats a tick label (issue #33, defect 10: response length 23.5, 24, 24.5)', () => {
+    const ticks = [23.5, 24, 24.5, 25];
+    expect(ticks.map(tickFormatter(ticks))).toEqual(['23.5', '24', '24.5', '25']);
+    expect([0, 0.5, 1].map(tickFormatter([0, 0.5, 1]))).toEqual(['0', '0.5', '1']);
+    const tight = [0.0501, 0.0502, 0.0503];
+    expect(new Set(tight.map(tickFormatter(tight))).size).toBe(3);
   });
 });

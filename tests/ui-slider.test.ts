@@ -58,3 +58,28 @@ describe('slider scales from CONFIG_FIELDS', () => {
     expect(snapValue(CONFIG_FIELDS.clipRange, -1)).toBe(0.01);
   });
 });
+
+describe('every slider moves one press at a time (issue #33, defect 4)', () => {
+  it.each(numberFields)(
+    '%s: ArrowRight / ArrowLeft from the default and across the range move the thumb',
+    (_, field) => {
+      const s = sliderScale(field);
+      const values = new Set([field.default, field.min, field.max]);
+      for (let p = 0; p <= s.positions; p += Math.max(1, Math.floor(s.positions / 53)))
+        values.add(s.fromPosition(p));
+      for (const v of values) {
+        const at = s.toPosition(v);
+        if (at < s.positions) {
+          const up = s.moveTo(v, at + 1);
+          expect(up, `${v} → right`).toBeGreaterThan(v);
+          expect(s.toPosition(up), `${v} → right`).toBeGreaterThan(at);
+        }
+        if (at > 0) {
+          const down = s.moveTo(v, at - 1);
+          expect(down, `${v} → left`).toBeLessThan(v);
+          expect(s.toPosition(down), `${v} → left`).toBeLessThan(at);
+        }
+      }
+    },
+  );
+});

@@ -32,7 +32,7 @@ import { asHeapExhaustion, defaultHeapBudget } from '../core/model/oom';
 import { autosaveDue } from '../services/autosave';
 import { PeakMemoryMeter } from '../core/base/memory-peak';
 import * as tf from '@tensorflow/tfjs-core';
-import { PREFERENCE_REWARD_MODEL, SFT_MODEL, type ModelSources } from './sources';
+import { DPO_MODEL, PREFERENCE_REWARD_MODEL, SFT_MODEL, type ModelSources } from './sources';
 import {
   buildSupervised,
   checkJob,
@@ -866,21 +866,29 @@ export class Run {
    */
   async continueFromSft(next: ContinueAfterSft): Promise<RunStatus> {
     const sup = this.sup;
-    if (!this.job || this.job.spec.kind !== 'sft' || !sup || sup.step === 0)
-      throw new UserError('Continue needs an SFT run that has taken at least one step; run SFT first.');
+    // After DPO too (issue #33): its weights, held as DPO_MODEL, go on with an RL algorithm.
+    const fromDpo = this.job?.spec.kind === 'dpo';
+    if (!this.job || (this.job.spec.kind !== 'sft' && !fromDpo) || !sup || sup.step === 0)
+      throw new UserError(
+        'Continue needs an SFT or DPO run that has taken at least one step; run SFT or DPO first.',
+      );
+    if (fromDpo && next?.algorithm === 'dpo')
+      throw new UserError(
+        'Continue after DPO goes on with an RL algorithm (ppo, grpo, rloo, reinforce++), not DPO.',
+      );
+    const held = fromDpo ? DPO_MODEL : SFT_MODEL;
     const algorithms = ['ppo', 'grpo', 'rloo', 'reinforce++', 'dpo'];
     if (typeof next !== 'object' || next === null || !algorithms.includes(next.algorithm))
       throw new UserError(
         `continueFromSft: "algorithm" must be one of ${algorithms.map((a) => `"${a}"`).join(', ')}, got ${JSON.stringify((next as { algorithm?: unknown } | null)?.algorithm)}.`,
       );
     // Every check before anything changes: a refused continuation leaves the SFT job as it was.
-    const patch =
-      next.algorithm === 'dpo' ? { model: SFT_MODEL } : { model: SFT_MODEL, algorithm: next.algorithm };
+    const patch = next.algorithm === 'dpo' ? { model: held } : { model: held, algorithm: next.algorithm };
     const { config: nextCfg } = mergeConfig(this.cfg, patch, 'config');
     if (next.algorithm === 'dpo') dpoConfigOf(checkJob(next.job) as DpoJobWire, nextCfg);
     this.pause();
     const files = await exportLM(sup.trainer.policy, sup.trainer.tokenizer);
-    this.sources.hold(SFT_MODEL, files);
+    this.sources.hold(held, files);
     this.dropTrainer();
     this.job = null;
     this.runState = 'idle';

@@ -53,6 +53,8 @@ export const BUILTIN_MODELS = ['tiny'] as const;
 export const PREFERENCE_REWARD_MODEL = 'preference-reward-model';
 /** The weights of the playground's SFT warm start, held in memory: "Continue with …" trains from them. */
 export const SFT_MODEL = 'sft-model';
+/** The weights of a DPO job in the app, when an RL run continues from them (held in memory, like SFT_MODEL). */
+export const DPO_MODEL = 'dpo-model';
 const HUB_CACHE_NAME = 'ppo-playground-hub-v1';
 
 /** Hub files in Cache Storage, keyed by URL (a second load of a repo needs no network). */
@@ -213,7 +215,8 @@ export class ModelSources {
       }
     }
     const first = list.find((f) => f.name.includes('/'));
-    const folder = first ? first.name.split('/').slice(-2, -1)[0] : 'model';
+    // Loose files (not a folder) are named from their config.json: "gpt2-4x160", not "model" (issue #33).
+    const folder = first ? first.name.split('/').slice(-2, -1)[0] : nameFromConfig(files.get('config.json')!);
     return { name: `uploaded:${folder}`, files };
   }
 
@@ -226,7 +229,9 @@ export class ModelSources {
           ? 'reward model from preferences'
           : name === SFT_MODEL
             ? 'SFT result'
-            : name,
+            : name === DPO_MODEL
+              ? 'DPO result'
+              : name,
         held,
       );
     if ((BUILTIN_MODELS as readonly string[]).includes(name))
@@ -407,4 +412,25 @@ export class ModelSources {
       this.progress('download', p.fraction, `Downloading ${p.repo} ${p.file}: ${amount}`);
     };
   }
+}
+
+/**
+ * A short name for picked files from their config.json: its `_name_or_path`'s last part when it has one, else
+ * the model type with layers × width ("gpt2-4x160", "qwen2-24x896"); "model" when the file says neither.
+ */
+export function nameFromConfig(bytes: Uint8Array): string {
+  let c: Record<string, unknown>;
+  try {
+    c = JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
+  } catch {
+    return 'model';
+  }
+  const safe = (x: string) => x.replace(/[^A-Za-z0-9._-]+/g, '-').replace(/^-+|-+$/g, '');
+  const path = typeof c._name_or_path === 'string' ? safe(c._name_or_path.split('/').pop() ?? '') : '';
+  if (path) return path;
+  const type = typeof c.model_type === 'string' ? safe(c.model_type) : '';
+  const layers = c.n_layer ?? c.num_hidden_layers;
+  const width = c.n_embd ?? c.hidden_size;
+  if (!type) return 'model';
+  return typeof layers === 'number' && typeof width === 'number' ? `${type}-${layers}x${width}` : type;
 }

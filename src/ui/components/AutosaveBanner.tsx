@@ -7,14 +7,14 @@ import type { AutosaveInfoWire, ReliabilityEvent } from '../../worker/protocol';
 
 /**
  * Autosave and GPU recovery, in words: after a reload or a crash it offers to resume the autosaved run (or to
- * discard it); while training it says when the run was last saved, and after a GPU loss what was recovered.
+ * discard it); after a GPU loss, what was recovered. When the run was last saved goes to the store
+ * (`autosavedStep`), which the Checkpoint card shows.
  * Storage failures and the loss itself also arrive as the worker's `error` events (the error banner).
  */
 export function AutosaveBanner() {
   const api = useContext(ReliabilityWorkerContext);
   const store = useContext(StoreContext);
   const [offer, setOffer] = useState<AutosaveInfoWire | null>(null);
-  const [saved, setSaved] = useState<AutosaveInfoWire | null>(null);
   const [note, setNote] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
 
@@ -27,7 +27,8 @@ export function AutosaveBanner() {
       if (!alive) return;
       switch (e.type) {
         case 'autosaved':
-          setSaved(e.info);
+          // Shown in the Checkpoint card (CheckpointPanel), not as a loose line above the columns.
+          store?.setState({ autosavedStep: e.info.step });
           setOffer(null); // the older save was replaced by this run's
           break;
         case 'autosave-failed':
@@ -51,7 +52,7 @@ export function AutosaveBanner() {
     return () => {
       alive = false;
     };
-  }, [api]);
+  }, [api, store]);
 
   if (!api || !store) return null;
 
@@ -101,11 +102,6 @@ export function AutosaveBanner() {
             ×
           </button>
         </div>
-      )}
-      {saved && !offer && (
-        <p className="adapter" data-testid="autosave-status" title="Saved in this browser (IndexedDB)">
-          Autosaved at step {saved.step}.
-        </p>
       )}
     </>
   );

@@ -21,6 +21,9 @@ export function CheckpointPanel() {
   // A DPO or SFT job (docs/dpo.md, docs/sft.md) is not a run of the RL settings these engines would take.
   if (job) files = [];
   const step = useStep();
+  // The autosave is of the RL run: not shown during a DPO/SFT job, nor after a reset took the run back before it.
+  const autosaved = usePlayground((s) => s.autosavedStep);
+  const showAutosaved = autosaved !== null && !job && autosaved <= step && autosaved > 0;
   const running = useRunState() === 'running';
   const { exportCheckpoint, exportMetrics, exportTrlConfig, importCheckpoint } = useActions();
   const busy = ioTask !== null;
@@ -50,24 +53,12 @@ export function CheckpointPanel() {
         <button type="button" onClick={() => void exportMetrics('json')} disabled={busy || step === 0}>
           Metrics JSON
         </button>
-        <button
-          type="button"
-          className="wide"
-          onClick={() => void exportTrlConfig()}
-          disabled={busy || job === 'sft'}
-        >
-          Export as TRL config (
-          {job === 'dpo'
-            ? 'DPOConfig, TRL 1.13'
-            : job === 'sft'
-              ? 'none for the SFT warm start'
-              : config.algorithm === 'reinforce++'
-                ? 'no TRL trainer: OpenRLHF flags'
-                : config.algorithm === 'ppo'
-                  ? 'PPOConfig, TRL 0.12–1.9 only'
-                  : `${config.algorithm === 'grpo' ? 'GRPOConfig' : 'RLOOConfig'}, TRL 1.13`}
-          )
-        </button>
+        {/* RL runs get their TRL file from the engine list below (one button per file: no near-twin here). */}
+        {job === 'dpo' && (
+          <button type="button" className="wide" onClick={() => void exportTrlConfig()} disabled={busy}>
+            TRL 1.13 DPOConfig: trl-dpo-config.json
+          </button>
+        )}
       </div>
       <div role="group" aria-label="Export for other engines" className="button-grid">
         {files.map((f) => (
@@ -82,6 +73,16 @@ export function CheckpointPanel() {
           </button>
         ))}
       </div>
+      {job === 'sft' && (
+        <small className="muted" data-testid="no-engine-export">
+          No export for other engines: the SFT warm start is not an RL or DPO run.{' '}
+        </small>
+      )}
+      {showAutosaved && (
+        <p className="muted small" data-testid="autosave-status" title="Saved in this browser (IndexedDB)">
+          Autosaved at step {autosaved}.
+        </p>
+      )}
       <small className="muted">
         A checkpoint is a Hugging Face folder (policy, value model, optimiser, history) zipped; import it to
         continue the same run.

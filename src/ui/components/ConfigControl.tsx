@@ -141,7 +141,7 @@ function NumberControl({ name }: { name: ConfigKey }) {
         value={scale.toPosition(value)}
         aria-valuetext={formatNumber(value)}
         aria-describedby={docId}
-        onChange={(e) => setConfigValue(name, scale.fromPosition(e.target.valueAsNumber))}
+        onChange={(e) => setConfigValue(name, scale.moveTo(value, e.target.valueAsNumber))}
       />
     </ControlFrame>
   );

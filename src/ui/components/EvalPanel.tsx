@@ -1,7 +1,7 @@
 import { useState } from 'react';
 import { EVAL_CHARTS } from '../lib/catalog';
 import { formatNumber } from '../lib/format';
-import { useEvalLatest, useMetrics, useRunConfig } from '../store/hooks';
+import { useEvalLatest, useMetrics, useRunConfig, useSupervisedJob } from '../store/hooks';
 import { MetricChart } from './MetricChart';
 
 const SHOWN_AT_FIRST = 8;
@@ -17,8 +17,10 @@ export function EvalPanel() {
   const metrics = useMetrics();
   const latest = useEvalLatest();
   const [showAll, setShowAll] = useState(false);
+  const job = useSupervisedJob();
   const any = latest !== null || metrics.some((m) => typeof m['eval/reward'] === 'number');
-  if (config.evalEvery === 0 && !any) return null;
+  // A DPO or SFT job has no RL evaluation (DPO's eval/loss… are in its own charts).
+  if (job || (config.evalEvery === 0 && !any)) return null;
   const samples = latest?.samples ?? [];
   const shown = showAll ? samples : samples.slice(0, SHOWN_AT_FIRST);
   return (
@@ -67,9 +69,13 @@ export function EvalPanel() {
               {shown.map((s, i) => (
                 <tr key={i} data-win={s.policyReward > s.referenceReward ? 'true' : undefined}>
                   <td className="prompt">{s.prompt}</td>
-                  <td className="answer">{s.reference}</td>
+                  <td className="answer">
+                    <Answer text={s.reference} />
+                  </td>
                   <td className="num">{formatNumber(s.referenceReward)}</td>
-                  <td className="answer">{s.policy}</td>
+                  <td className="answer">
+                    <Answer text={s.policy} />
+                  </td>
                   <td className="num">{formatNumber(s.policyReward)}</td>
                 </tr>
               ))}
@@ -83,5 +89,16 @@ export function EvalPanel() {
         </>
       )}
     </section>
+  );
+}
+
+/** An answer, or "(empty)" in words when the model stopped at once (a blank cell reads as a missing one). */
+function Answer({ text }: { text: string }) {
+  return text.trim() === '' ? (
+    <span className="muted empty-answer" data-testid="empty-answer">
+      (empty)
+    </span>
+  ) : (
+    <>{text}</>
   );
 }

@@ -9,10 +9,11 @@ import {
   YAxis,
   type TooltipContentProps,
   type TooltipValueType,
+  ReferenceLine,
 } from 'recharts';
 import { METRIC_DOCS, type MetricName } from '../../common/metrics';
 import { EVAL_METRIC_DOCS, type EvalMetricName } from '../../common/eval-record';
-import { formatNumber, formatTick } from '../lib/format';
+import { formatNumber, tickFormatter } from '../lib/format';
 import { algorithmLabel, hasValueModel, type OverlayRun } from '../lib/kept-runs';
 import {
   chartSeries,
@@ -25,7 +26,7 @@ import {
   type ChartPoint,
   type OverlayRow,
 } from '../lib/series';
-import { useMetrics, useOverlayRuns, useRunConfig, useSmoothing } from '../store/hooks';
+import { useChangeMarks, useMetrics, useOverlayRuns, useRunConfig, useSmoothing } from '../store/hooks';
 import { useInView } from './useInView';
 
 function HoverValues({ active, payload }: TooltipContentProps<TooltipValueType, string | number>) {
@@ -100,6 +101,9 @@ const finiteIn = (rows: readonly OverlayRow[], key: string) =>
  * run bold) and a legend. A <figure> named by its title; the newest value is readable beside the title. A
  * value-model chart of a critic-free run says so ("no value model (GRPO)") instead of an empty axis.
  */
+/** Metrics that are settings, not measurements: drawn as steps, never smoothed. */
+const SETTING_METRICS: ReadonlySet<string> = new Set(['klCoef']);
+
 export const MetricChart = memo(function MetricChart(props: {
   metric: string;
   title: string;
@@ -124,8 +128,12 @@ export const MetricChart = memo(function MetricChart(props: {
     () => (sparse ? allOverlay.map((r) => ({ ...r, metrics: withMetric(r.metrics, metric) })) : allOverlay),
     [sparse, allOverlay, metric],
   );
-  const smoothing = useDeferredValue(useSmoothing());
+  // A setting's chart (klCoef) steps where the setting changed: no smoothing into a ramp.
+  const setting = SETTING_METRICS.has(metric);
+  const chosenSmoothing = useDeferredValue(useSmoothing());
+  const smoothing = setting ? 0 : chosenSmoothing;
   const runConfig = useRunConfig();
+  const changeMarks = useChangeMarks();
   const captionId = useId();
   const body = useRef<HTMLDivElement>(null);
   const visible = useInView(body);
@@ -151,6 +159,7 @@ export const MetricChart = memo(function MetricChart(props: {
     [comparing, rows, keys, single],
   );
   const yTicks = useMemo(() => niceTicks(...valueDomain(points), 4), [points]);
+  const yFormat = useMemo(() => tickFormatter(yTicks), [yTicks]);
   const xDomain = useMemo(() => stepDomain(points), [points]);
   const xTicks = useMemo(
     () => niceTicks(...xDomain, 4, true).filter((t) => t >= xDomain[0] && t <= xDomain[1]),
@@ -171,9 +180,27 @@ export const MetricChart = memo(function MetricChart(props: {
   const othersDrawn = comparing && keys.some((k, i) => !overlay[i].current && finiteIn(rows, k));
   const empty = comparing ? overlay.every((r) => r.metrics.length === 0) : metrics.length === 0;
 
+  const marks = changeMarks.filter((m) => m.step >= xDomain[0] && m.step <= xDomain[1]);
   const axes = (
     <>
       <CartesianGrid stroke="#eef0f3" vertical={false} />
+      {marks.map((m) => (
+        <ReferenceLine
+          key={m.step}
+          x={m.step}
+          stroke="#f59322"
+          strokeDasharray="3 3"
+          ifOverflow="discard"
+          shape={(p: { x1?: number; y1?: number; x2?: number; y2?: number }) => (
+            <g className="change-mark" data-step={m.step}>
+              <title>{`step ${m.step}: ${m.text}`}</title>
+              <line x1={p.x1} y1={p.y1} x2={p.x2} y2={p.y2} stroke="#f59322" strokeDasharray="3 3" />
+              {/* A wider invisible line, so the hover finds it. */}
+              <line x1={p.x1} y1={p.y1} x2={p.x2} y2={p.y2} stroke="transparent" strokeWidth={8} />
+            </g>
+          )}
+        />
+      ))}
       <XAxis
         dataKey="step"
         type="number"
@@ -189,7 +216,7 @@ export const MetricChart = memo(function MetricChart(props: {
         tick={{ fontSize: 11 }}
         tickLine={false}
         axisLine={false}
-        tickFormatter={formatTick}
+        tickFormatter={yFormat}
         domain={[yTicks[0], yTicks[yTicks.length - 1]]}
         ticks={yTicks}
       />
@@ -219,6 +246,7 @@ export const MetricChart = memo(function MetricChart(props: {
               dataKey={keys[i]}
               name={r.name}
               className={r.current ? 'run-line run-line-current' : 'run-line'}
+              type={setting ? 'stepAfter' : 'linear'}
               stroke={r.colour}
               strokeWidth={r.current ? 2.75 : 1.5}
               dot={rows.length === 1}
@@ -235,16 +263,19 @@ export const MetricChart = memo(function MetricChart(props: {
         <LineChart data={single} margin={{ top: 6, right: 8, bottom: 0, left: 0 }}>
           {axes}
           <Tooltip content={HoverValues} isAnimationActive={false} />
-          <Line
-            dataKey="value"
-            stroke="#9db7e0"
-            strokeWidth={1}
-            dot={false}
-            isAnimationActive={false}
-            connectNulls={false}
-          />
+          {!setting && (
+            <Line
+              dataKey="value"
+              stroke="#9db7e0"
+              strokeWidth={1}
+              dot={false}
+              isAnimationActive={false}
+              connectNulls={false}
+            />
+          )}
           <Line
             dataKey="smooth"
+            type={setting ? 'stepAfter' : 'linear'}
             stroke="#0877bd"
             strokeWidth={2}
             dot={sparse || single.length === 1}

@@ -31,11 +31,24 @@ function ModelFacts() {
   const model = useModel();
   const memory = useMemory();
   const estimate = usePlayground((s) => s.estimate);
+  const job = usePlayground((s) => s.runStatus?.job ?? null);
+  const step = usePlayground((s) => s.runStatus?.step ?? 0);
   if (!model) return null;
   return (
     <dl className="facts" data-testid="model-summary">
       <dt>Source</dt>
       <dd>{model.label}</dd>
+      {job && (
+        <>
+          {/* Which weights are in force: the job trains a copy of the source, not the source itself. */}
+          <dt>Weights</dt>
+          <dd data-testid="weights-in-force">
+            {step > 0
+              ? `${job.kind.toUpperCase()} on ${job.dataName}, step ${step}, from ${model.label}`
+              : `${model.label}; ${job.kind.toUpperCase()} on ${job.dataName} not started`}
+          </dd>
+        </>
+      )}
       <dt>Family</dt>
       <dd data-testid="model-family" title={`config.json model_type "${model.family}"`}>
         {familyName(model.family)}

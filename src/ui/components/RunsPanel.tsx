@@ -1,7 +1,8 @@
 import { useEffect, useId, useState } from 'react';
 import { CONFIG_FIELDS, describeAllowed, type ConfigKey } from '../../common/config';
 import { formatNumber } from '../lib/format';
-import { MAX_COMPARED, algorithmOf, rerunKeys, type KeptRun } from '../lib/kept-runs';
+import { MAX_COMPARED, rerunKeys, runKind, settingsTable, type KeptRun } from '../lib/kept-runs';
+import { BASIC_KEYS } from '../lib/catalog';
 import {
   useActions,
   useCompared,
@@ -212,7 +213,7 @@ export function RunsPanel() {
                     <NameBox run={r} />
                     {r.id === currentRunId && <span className="tag">current</span>}
                   </td>
-                  <td>{algorithmOf(r.config)}</td>
+                  <td>{runKind(r)}</td>
                   <td data-testid="run-steps">{r.metrics.length}</td>
                   <td>{formatNumber(finalReward(r))}</td>
                   <td>{dateFormat.format(r.createdAt)}</td>
@@ -239,7 +240,45 @@ export function RunsPanel() {
         </table>
       )}
       {againRun && <RunAgainForm key={againRun.id} run={againRun} onClose={() => setAgain(null)} />}
+      <SettingsSideBySide runs={runs.filter((r) => compared.includes(r.id) || r.id === currentRunId)} />
     </section>
+  );
+}
+
+/** The compared runs' settings side by side, the differing ones first and marked (beside the CSV). */
+function SettingsSideBySide({ runs }: { runs: KeptRun[] }) {
+  if (runs.length < 2) return null;
+  const rows = settingsTable(runs, ['model', 'task', ...BASIC_KEYS]);
+  return (
+    <details className="settings-side-by-side" data-testid="settings-side-by-side">
+      <summary>Settings side by side ({rows.filter((r) => r.differs).length} differ)</summary>
+      <table className="runs-table settings-table">
+        <thead>
+          <tr>
+            <th scope="col">Setting</th>
+            {runs.map((r) => (
+              <th key={r.id} scope="col">
+                {r.name}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map((row) => (
+            <tr
+              key={row.key}
+              className={row.differs ? 'differs' : undefined}
+              data-differs={row.differs || undefined}
+            >
+              <th scope="row">{row.key}</th>
+              {row.values.map((v, i) => (
+                <td key={i}>{v}</td>
+              ))}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </details>
   );
 }
 

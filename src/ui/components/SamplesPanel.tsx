@@ -1,7 +1,7 @@
 import { useDeferredValue, useId, useMemo, useState } from 'react';
 import { formatNumber } from '../lib/format';
 import { HEATMAP_MODES, heatScale, type HeatmapMode } from '../lib/heat';
-import { useActions, useHeatmap, useSampleStep, useSamples } from '../store/hooks';
+import { useActions, useHeatmap, useSampleStep, useSamples, useSupervisedJob } from '../store/hooks';
 import { HeatLegend, TokenHeatmap } from './TokenHeatmap';
 
 const SHOWN_AT_FIRST = 8;
@@ -78,6 +78,7 @@ function ModePicker() {
  * one), response as a token heatmap, score and KL.
  */
 export function SamplesPanel() {
+  const job = useSupervisedJob();
   const kept = useDeferredValue(useSamples());
   const wanted = useSampleStep();
   const mode = useHeatmap();
@@ -94,6 +95,8 @@ export function SamplesPanel() {
   );
   const shown = showAll ? samples : samples.slice(0, SHOWN_AT_FIRST);
   const modeDoc = HEATMAP_MODES.find((m) => m.value === mode)?.doc;
+  // A DPO or SFT job samples nothing: its steps carry no samples, and an RL step's would be stale.
+  if (job) return null;
 
   return (
     <section className="card samples" aria-labelledby="samples-heading">

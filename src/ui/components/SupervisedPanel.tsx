@@ -79,6 +79,12 @@ export function SupervisedPanel() {
   const dpoJob = (): DpoJob | null =>
     dpoFile && { kind: 'dpo', data: dpoFile.text, dataName: dpoFile.name, ...dpo };
   const lossId = useId();
+  // More examples per step than the file has would repeat examples within a step: say so, do not train.
+  const sftExamples = sftFile ? sftFile.text.split('\n').filter((l) => l.trim() !== '').length : null;
+  const sftProblem =
+    sftFile && sftExamples !== null && (sft.batchSize ?? 0) > sftExamples
+      ? `examples per step is ${sft.batchSize}, but ${sftFile.name} has ${sftExamples} example${sftExamples === 1 ? '' : 's'}: choose at most ${sftExamples}, or add examples.`
+      : null;
 
   return (
     <section className="card" aria-labelledby="supervised-heading">
@@ -181,10 +187,15 @@ export function SupervisedPanel() {
           onChange={(v) => setSft({ ...sft, learningRate: v })}
         />
       </div>
+      {sftProblem && (
+        <p className="problem" data-testid="sft-problem">
+          {sftProblem}
+        </p>
+      )}
       <button
         type="button"
         className="wide"
-        disabled={busy || !sftFile}
+        disabled={busy || !sftFile || sftProblem !== null}
         onClick={() =>
           sftFile &&
           void setSupervisedJob({ kind: 'sft', data: sftFile.text, dataName: sftFile.name, ...sft })
@@ -193,10 +204,10 @@ export function SupervisedPanel() {
         Train with SFT
       </button>
 
-      {job?.kind === 'sft' && step > 0 && (
+      {job && step > 0 && (
         <div className="continue" data-testid="continue-after-sft">
           <p className="small">
-            Continue from the SFT result (its weights become the policy and the reference):
+            {`Continue from the ${job.kind.toUpperCase()} result (its weights become the policy and the reference):`}
           </p>
           {(['ppo', 'grpo'] as const).map((a) => (
             <button
@@ -208,17 +219,19 @@ export function SupervisedPanel() {
               {`Continue with ${a.toUpperCase()}`}
             </button>
           ))}
-          <button
-            type="button"
-            disabled={busy || !dpoFile}
-            title={dpoFile ? undefined : 'Pick a preference file above first'}
-            onClick={() => {
-              const next = dpoJob();
-              if (next) void continueFromSft({ algorithm: 'dpo', job: next });
-            }}
-          >
-            Continue with DPO
-          </button>
+          {job.kind === 'sft' && (
+            <button
+              type="button"
+              disabled={busy || !dpoFile}
+              title={dpoFile ? undefined : 'Pick a preference file above first'}
+              onClick={() => {
+                const next = dpoJob();
+                if (next) void continueFromSft({ algorithm: 'dpo', job: next });
+              }}
+            >
+              Continue with DPO
+            </button>
+          )}
         </div>
       )}
       {job && (

@@ -1,4 +1,6 @@
+import { useEffect, useState } from 'react';
 import { formatBytes, formatNumber } from '../lib/format';
+import { formatTimeLeft, stepTimeLeft } from '../lib/step-eta';
 import {
   useActions,
   useCanTrain,
@@ -60,6 +62,32 @@ const PHASE_WORDS: Record<string, string> = {
   updating: 'updating',
 };
 
+/**
+ * Time left in the step in flight, from the last step's phase times, ticking once a second; null between steps
+ * or before the first step finished.
+ */
+function useStepTimeLeft(phase: string): number | null {
+  const timeGenerate = useLatestMetric('timeGenerate');
+  const timeScore = useLatestMetric('timeScore');
+  const timeUpdate = useLatestMetric('timeUpdate');
+  // When the phase began: reset during render when it changes (React's derived-state pattern).
+  const [since, setSince] = useState(() => ({ phase, at: Date.now() }));
+  const [now, setNow] = useState(() => Date.now());
+  if (since.phase !== phase) setSince({ phase, at: Date.now() });
+  const active = phase !== 'idle';
+  useEffect(() => {
+    if (!active) return;
+    const id = setInterval(() => setNow(Date.now()), 1000);
+    return () => clearInterval(id);
+  }, [active]);
+  if (!active || timeGenerate === null || timeScore === null || timeUpdate === null) return null;
+  return stepTimeLeft(phase, Math.max(0, (now - since.at) / 1000), {
+    timeGenerate,
+    timeScore,
+    timeUpdate,
+  });
+}
+
 /** Step counter ("Step N", read by the tests), phase, throughput and the worker's tensor memory. */
 function RunReadout() {
   const step = useStep();
@@ -70,6 +98,7 @@ function RunReadout() {
   const tokensPerSecond = useLatestMetric('tokensPerSecond');
   const memory = useMemory();
   const progress = useProgress();
+  const left = useStepTimeLeft(phase);
   // Loading the run's models before its first step takes a while on a big model: say so.
   const building = progress?.task === 'build' && progress.fraction !== 1 ? progress.message : null;
   // After Pause the step in flight still finishes: "pausing" until its phase returns to idle.
@@ -93,28 +122,40 @@ function RunReadout() {
         {phaseText}
       </span>
       {building && <span className="readout building">{building}</span>}
-      <span className="readout" title="response tokens generated per second of the last step">
-        <span className="muted">tokens/s</span> {formatNumber(tokensPerSecond)}
-      </span>
-      {memory && (
-        <span
-          className="readout readout-memory"
-          data-testid="memory-line"
-          title={
-            'tensors held by the worker between steps (a leak shows as a growing count)' +
-            (memory.peakBytes !== undefined
-              ? ', and the most the last step held at any moment (each buffer once)'
-              : '') +
-            (memory.heapBytes !== undefined
-              ? `; WASM heap ${formatBytes(memory.heapBytes)} (its high-water mark: tensors, packed matmul weights, free gaps)`
-              : '')
-          }
-        >
-          <span className="muted">memory</span> {memory.numTensors} tensors · held{' '}
-          {formatBytes(memory.numBytes)}
-          {memory.peakBytes !== undefined && <> · peak {formatBytes(memory.peakBytes)}</>}
+      {/* Throughput over memory, two short lines: the whole readout fits beside the backend badge at 1280 px. */}
+      <div className="readout-stack">
+        <span className="readout" title="response tokens generated per second of the last step">
+          <span className="muted">tokens/s</span> {formatNumber(tokensPerSecond)}
+          {left !== null && left >= 2 && (
+            <span
+              data-testid="step-time-left"
+              title="from the last step's times for generating, scoring and updating"
+            >
+              {' '}
+              · {formatTimeLeft(left)} left in step
+            </span>
+          )}
         </span>
-      )}
+        {memory && (
+          <span
+            className="readout readout-memory"
+            data-testid="memory-line"
+            title={
+              'tensors held by the worker between steps (a leak shows as a growing count)' +
+              (memory.peakBytes !== undefined
+                ? ', and the most the last step held at any moment (each buffer once)'
+                : '') +
+              (memory.heapBytes !== undefined
+                ? `; WASM heap ${formatBytes(memory.heapBytes)} (its high-water mark: tensors, packed matmul weights, free gaps)`
+                : '')
+            }
+          >
+            <span className="muted">memory</span> {memory.numTensors} tensors · held{' '}
+            {formatBytes(memory.numBytes)}
+            {memory.peakBytes !== undefined && <> · peak {formatBytes(memory.peakBytes)}</>}
+          </span>
+        )}
+      </div>
     </div>
   );
 }

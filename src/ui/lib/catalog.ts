@@ -125,6 +125,21 @@ export function taskHasHeldOut(name: string | null): boolean {
 /** Config keys with their own panels (data, model, reward) rather than the hyperparameter column. */
 export const SETUP_KEYS: readonly ConfigKey[] = ['model', 'task', 'prompts', 'reward'];
 
+/**
+ * The basic view's settings (TensorFlow Playground's few controls), beside the model and the task of the left
+ * column; every other setting is under "Advanced", grouped, with a filter box.
+ */
+export const BASIC_KEYS: readonly ConfigKey[] = [
+  'algorithm',
+  'learningRate',
+  'klCoef',
+  'batchSize',
+  'responseLength',
+  'steps',
+  'lora',
+  'seed',
+];
+
 export const GROUP_TITLES: Record<FieldGroup, string> = {
   setup: 'Run',
   optimiser: 'Optimiser',

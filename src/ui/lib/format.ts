@@ -13,11 +13,23 @@ export function formatNumber(v: number | null | undefined): string {
 }
 
 /** Axis ticks: two significant digits are enough to read a chart. */
-export function formatTick(v: number): string {
+export function formatTick(v: number, digits = 2): string {
   if (v === 0 || !Number.isFinite(v)) return String(v);
   const a = Math.abs(v);
-  if (a < 1e-3 || a >= 1e5) return v.toExponential(1).replace(/\.0e/, 'e');
-  return String(Number(v.toPrecision(2)));
+  if (a < 1e-3 || a >= 1e5) return v.toExponential(digits - 1).replace(/\.0+e/, 'e');
+  return String(Number(v.toPrecision(digits)));
+}
+
+/**
+ * A formatter for one axis's ticks with the fewest significant digits (2 or more) that keeps every label
+ * distinct: ticks 23.5, 24, 24.5 read "23.5", "24", "24.5", not "24", "24", "25".
+ */
+export function tickFormatter(ticks: readonly number[]): (v: number) => string {
+  for (let digits = 2; digits <= 8; digits++) {
+    const labels = ticks.map((t) => formatTick(t, digits));
+    if (new Set(labels).size === labels.length) return (v) => formatTick(v, digits);
+  }
+  return (v) => String(v);
 }
 
 export function formatBytes(n: number): string {

@@ -59,9 +59,27 @@ export function heatColor(value: number, scale: HeatScale): string {
   return t >= 0 ? mixColor(WHITE, BLUE, t) : mixColor(WHITE, ORANGE, -t);
 }
 
-/** Dark text on light cells, white text on saturated ones. */
+const DARK: Rgb = [0x1d, 0x24, 0x30];
+
+/** WCAG relative luminance of an sRGB colour. */
+function luminance(c: Rgb): number {
+  const lin = c.map((x) => {
+    const v = x / 255;
+    return v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+  });
+  return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
+}
+
+/**
+ * The text colour with the higher contrast on the cell's background: white on saturated blue, dark on white and
+ * on orange (white on TensorFlow Playground's orange is 2.2:1, below WCAG's 4.5:1).
+ */
 export function heatTextColor(value: number, scale: HeatScale): string {
   if (!Number.isFinite(value)) return '#1d2430';
-  const t = Math.abs(value / scale.extent);
-  return t > 0.65 ? '#ffffff' : '#1d2430';
+  const m = /rgb\((\d+), (\d+), (\d+)\)/.exec(heatColor(value, scale));
+  const bg: Rgb = m ? [Number(m[1]), Number(m[2]), Number(m[3])] : WHITE;
+  const l = luminance(bg);
+  const onWhite = 1.05 / (l + 0.05);
+  const onDark = (l + 0.05) / (luminance(DARK) + 0.05);
+  return onWhite > onDark ? '#ffffff' : '#1d2430';
 }

@@ -28,6 +28,8 @@ export interface KeptRun {
   updatedAt: number;
   /** One entry per step, oldest first (value metrics are null for critic-free runs). */
   metrics: MetricsByName[];
+  /** A DPO or SFT job instead of an RL run of `config.algorithm` (absent: RL). */
+  job?: 'dpo' | 'sft';
 }
 
 /** Where kept runs live. */
@@ -86,6 +88,11 @@ export function newRunId(now = Date.now()): string {
 
 // ---- names ------------------------------------------------------------------------------------------------
 
+/** What a kept run trained: its DPO/SFT job, else its config's algorithm. */
+export function runKind(run: Pick<KeptRun, 'config' | 'job'>): string {
+  return run.job ?? algorithmOf(run.config);
+}
+
 /** The run's algorithm (docs/formats.md §7); "ppo" for configs from before the key existed. */
 export function algorithmOf(config: TrainConfig): string {
   const a = (config as unknown as Record<string, unknown>).algorithm;
@@ -120,14 +127,32 @@ export function formatLearningRate(lr: number): string {
     .replace(/\.?0+e/, 'e');
 }
 
-/** A run's short name from its config: algorithm, G when not 1, the learning rate, LoRA when on. */
+/** A model's short name: "tiny", "gpt2" for "openai-community/gpt2", "gpt2-4x160" for "uploaded:gpt2-4x160". */
+export function modelShortName(model: string): string {
+  return (
+    model
+      .replace(/^uploaded:/, '')
+      .split('/')
+      .pop() || model
+  );
+}
+
+/** What a run trains on: its task, or "own prompts". */
+export function taskShortName(config: TrainConfig): string {
+  return config.prompts && config.prompts.length > 0 ? 'own prompts' : (config.task ?? 'no task');
+}
+
+/**
+ * A run's short name from its config: algorithm, G when not 1, the learning rate, LoRA when on, then the model
+ * and the task ("ppo lr 1e-4 · tiny · sentiment").
+ */
 export function runName(config: TrainConfig): string {
   const parts = [algorithmOf(config)];
   const g = groupSizeOf(config);
   if (g !== 1) parts.push(`G=${g}`);
   parts.push(`lr ${formatLearningRate(config.learningRate)}`);
   if (config.lora > 0) parts.push(`lora r=${config.lora}`);
-  return parts.join(' ');
+  return `${parts.join(' ')} · ${modelShortName(config.model)} · ${taskShortName(config)}`;
 }
 
 /** `base`, or `base (2)`, `base (3)`, … when that name is taken, so every legend entry is distinct. */
@@ -316,4 +341,34 @@ export function parseSetting(key: ConfigKey, text: string): unknown {
 /** The config of a run again from `config` with `key` set to `value`, validated (rules between keys too). */
 export function configWith(config: TrainConfig, key: ConfigKey, value: unknown): TrainConfig {
   return validateConfig({ ...config, [key]: value }, 'Run again with…');
+}
+
+// ---- settings side by side ------------------------------------------------------------------------------------
+
+export interface SettingsRow {
+  key: string;
+  /** One value per run, as text ("–" where the run's config has none). */
+  values: string[];
+  /** The runs do not all agree. */
+  differs: boolean;
+}
+
+/**
+ * The kept runs' settings side by side (W&B's run comparison): the keys whose values differ first, then the
+ * basic ones (`always`) that agree; every other agreeing key is left out.
+ */
+export function settingsTable(
+  runs: readonly Pick<KeptRun, 'config' | 'job'>[],
+  always: readonly string[],
+): SettingsRow[] {
+  const text = (v: unknown) =>
+    v === undefined || v === null ? '–' : typeof v === 'string' ? v : JSON.stringify(v);
+  const keys = ['algorithm', ...Object.keys(CONFIG_FIELDS).filter((k) => k !== 'algorithm')];
+  const rows = keys.map((key) => {
+    const values = runs.map((r) =>
+      key === 'algorithm' ? runKind(r) : text((r.config as unknown as Record<string, unknown>)[key]),
+    );
+    return { key, values, differs: new Set(values).size > 1 };
+  });
+  return [...rows.filter((r) => r.differs), ...rows.filter((r) => !r.differs && always.includes(r.key))];
 }

@@ -15,6 +15,13 @@ export interface SliderScale {
   positions: number;
   toPosition(value: number): number;
   fromPosition(position: number): number;
+  /**
+   * The value the slider moves to from `value` when its thumb is put at `position` (an arrow key: one position
+   * on). Where whole numbers or 3 significant digits map neighbouring positions to the same value, or a value
+   * back to the position it came from, it goes on in the same direction to the first value that moves the thumb,
+   * so no press snaps back.
+   */
+  moveTo(value: number, position: number): number;
 }
 
 const CONTINUOUS_POSITIONS = 1000;
@@ -54,15 +61,22 @@ export function sliderScale(field: NumberField): SliderScale {
     toT = (v) => (v - min) / (max - min);
     fromT = (t) => min + t * (max - min);
   }
-  return {
-    kind,
-    positions,
-    toPosition: (v) => Math.round(clampT(toT(v)) * positions),
-    fromPosition: (p) => {
-      const t = clampT(p / positions);
-      if (t === 0) return min;
-      if (t === 1) return max;
-      return snapValue(field, fromT(t));
-    },
+  const toPosition = (v: number) => Math.round(clampT(toT(v)) * positions);
+  const fromPosition = (p: number) => {
+    const t = clampT(p / positions);
+    if (t === 0) return min;
+    if (t === 1) return max;
+    return snapValue(field, fromT(t));
   };
+  const moveTo = (value: number, position: number) => {
+    const at = toPosition(value);
+    const dir = Math.sign(position - at);
+    if (dir === 0) return fromPosition(position);
+    for (let p = Math.round(position); p >= 0 && p <= positions; p += dir) {
+      const v = fromPosition(p);
+      if (v !== value && Math.sign(toPosition(v) - at) === dir) return v;
+    }
+    return dir > 0 ? max : min;
+  };
+  return { kind, positions, toPosition, fromPosition, moveTo };
 }

@@ -81,7 +81,11 @@ export function readComparisonHash(hash: string): ComparisonReading {
 function configHash(config: TrainConfig): string {
   const shareable = { ...config };
   // Picked files and the SFT warm start's weights (worker/sources.ts SFT_MODEL) live in this tab only.
-  if (shareable.model.startsWith('uploaded:') || shareable.model === 'sft-model')
+  if (
+    shareable.model.startsWith('uploaded:') ||
+    shareable.model === 'sft-model' ||
+    shareable.model === 'dpo-model'
+  )
     shareable.model = DEFAULT_CONFIG.model;
   const r = shareable.reward;
   if (r && typeof r === 'object' && 'model' in r && !/^(https?:|\/|\.)/.test(r.model))

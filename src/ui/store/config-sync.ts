@@ -10,6 +10,10 @@ import type { ConfigPatch, RunStatus, TrainConfigWire } from '../../worker/proto
 import { describeError } from '../errors';
 import type { SliceContext } from './context';
 
+function formatValue(v: unknown): string {
+  return typeof v === 'number' ? String(Number(v.toPrecision(4))) : JSON.stringify(v);
+}
+
 export function sameValue(a: unknown, b: unknown): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
@@ -27,19 +31,21 @@ export function toWire(config: TrainConfig): ConfigPatch {
 /**
  * The edited config after the worker's config moved from `before` to `after`: keys the worker changed by
  * itself (a loaded model, a trained reward model, an import) are taken, unless the person has an edit of
- * that key still on its way or waiting for Reset.
+ * that key still on its way (`inFlight`: gathered or sent and not yet answered — an edit back to the old
+ * value looks like no edit at all, so the value alone cannot tell) or waiting for Reset.
  */
 export function mergeWorkerConfig(
   edited: TrainConfig,
   before: TrainConfigWire | undefined,
   after: TrainConfigWire,
+  inFlight: readonly ConfigKey[] = [],
 ): TrainConfig {
   if (!before) return edited;
   let out: Record<string, unknown> | null = null;
   for (const k of Object.keys(CONFIG_FIELDS) as ConfigKey[]) {
     const was = before[k] ?? null;
     const now = after[k] ?? null;
-    if (sameValue(was, now) || !sameValue(edited[k] ?? null, was)) continue;
+    if (sameValue(was, now) || !sameValue(edited[k] ?? null, was) || inFlight.includes(k)) continue;
     out ??= { ...edited };
     if (now === null && CONFIG_FIELDS[k].type !== 'string' && CONFIG_FIELDS[k].type !== 'stopToken')
       delete out[k];
@@ -76,6 +82,61 @@ export function createConfigSync(ctx: SliceContext) {
   let liveTimer: ReturnType<typeof setTimeout> | null = null;
   let configureTimer: ReturnType<typeof setTimeout> | null = null;
   let inFlight: Promise<void> = Promise.resolve();
+  /** Keys edited and not sent yet; keys sent, with how many unanswered messages carry each. */
+  const gathered = new Set<ConfigKey>();
+  const sent = new Map<ConfigKey, number>();
+  const publish = () => {
+    const keys = [...new Set([...gathered, ...sent.keys()])];
+    if (!sameValue(keys, ctx.get().editsInFlight)) ctx.set({ editsInFlight: keys });
+  };
+  /** The gathered keys (or `keys`) go out in one message; returns them for `answered`. */
+  const sending = (keys: readonly ConfigKey[] = [...gathered]): ConfigKey[] => {
+    for (const k of keys) {
+      gathered.delete(k);
+      sent.set(k, (sent.get(k) ?? 0) + 1);
+    }
+    publish();
+    return [...keys];
+  };
+  const answered = (keys: readonly ConfigKey[]) => {
+    for (const k of keys) {
+      const n = (sent.get(k) ?? 1) - 1;
+      if (n > 0) sent.set(k, n);
+      else sent.delete(k);
+    }
+    publish();
+  };
+  /** Send one message carrying `keys`; its answer is taken once they no longer count as in flight. */
+  const ask = async (
+    keys: ConfigKey[],
+    request: () => Promise<RunStatus>,
+    before?: (status: RunStatus) => void,
+  ): Promise<void> => {
+    let status: RunStatus;
+    try {
+      status = await request();
+    } finally {
+      answered(keys);
+    }
+    before?.(status);
+    ctx.takeWorkerStatus(status);
+  };
+  /** A live change the worker took: marked on the charts at the next step, the first that uses it. */
+  const markChange = (before: TrainConfigWire | undefined, status: RunStatus) => {
+    const was = before as unknown as Record<string, unknown> | undefined;
+    const now = status.config as unknown as Record<string, unknown>;
+    if (!was) return;
+    const parts = (Object.keys(CONFIG_FIELDS) as ConfigKey[])
+      .filter((k) => CONFIG_FIELDS[k].live && !sameValue(was[k] ?? null, now[k] ?? null))
+      .map((k) => `${k} ${formatValue(was[k])} → ${formatValue(now[k])}`);
+    if (parts.length === 0) return;
+    const step = status.step + 1;
+    const marks = ctx.get().changeMarks.filter((m) => m.step !== step);
+    const same = ctx.get().changeMarks.find((m) => m.step === step);
+    ctx.set({
+      changeMarks: [...marks, { step, text: same ? `${same.text}; ${parts.join('; ')}` : parts.join('; ') }],
+    });
+  };
 
   const chain = (job: () => Promise<void>) => {
     inFlight = inFlight.then(job, job);
@@ -88,8 +149,15 @@ export function createConfigSync(ctx: SliceContext) {
       const patch = livePatch;
       livePatch = {};
       if (Object.keys(patch).length === 0) return;
+      const keys = sending(Object.keys(patch) as ConfigKey[]);
       try {
-        ctx.takeWorkerStatus(await ctx.api.setHyperparameters(patch));
+        // The config in force before the patch: the worker's status event may bring the new one before its answer.
+        const was = ctx.get().runStatus?.config;
+        await ask(
+          keys,
+          () => ctx.api.setHyperparameters(patch),
+          (status) => markChange(was, status),
+        );
       } catch (e) {
         // Show the problem and put the controls back to what the job really uses.
         const inForce = (ctx.get().runStatus?.config ?? {}) as unknown as Record<string, unknown>;
@@ -104,8 +172,9 @@ export function createConfigSync(ctx: SliceContext) {
       configureTimer = null;
       const { editedConfig: config } = ctx.get();
       if (configProblem(config) !== null) return;
+      const keys = sending();
       try {
-        ctx.takeWorkerStatus(await ctx.api.configure(toWire(config)));
+        await ask(keys, () => ctx.api.configure(toWire(config)));
       } catch (e) {
         ctx.set({ error: describeError(e) });
       }
@@ -128,11 +197,17 @@ export function createConfigSync(ctx: SliceContext) {
         // The worker checks a live patch against the config in force; other keys wait for Reset.
         const live = keys.filter((k) => CONFIG_FIELDS[k].live);
         if (live.length === 0) return;
-        for (const k of live) livePatch[k] = editedConfig[k] ?? null;
+        for (const k of live) {
+          livePatch[k] = editedConfig[k] ?? null;
+          gathered.add(k);
+        }
+        publish();
         if (ctx.opts.sendDelayMs <= 0) void sendLive();
         else liveTimer ??= later(sendLive);
         return;
       }
+      for (const k of keys) gathered.add(k);
+      publish();
       if (problem !== null) return;
       if (ctx.opts.sendDelayMs <= 0) void sendConfigure();
       else {
@@ -162,8 +237,9 @@ export function createConfigSync(ctx: SliceContext) {
         return false;
       }
       if (!force && run && pendingKeys(config, run.config).length === 0) return true;
+      const keys = sending();
       try {
-        ctx.takeWorkerStatus(await ctx.api.configure(toWire(config)));
+        await ask(keys, () => ctx.api.configure(toWire(config)));
         return true;
       } catch (e) {
         ctx.set({ error: describeError(e) });

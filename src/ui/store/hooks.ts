@@ -77,6 +77,7 @@ export const useEvalLatest = () => usePlayground((s) => s.evalLatest);
 export const useSampleStep = () => usePlayground((s) => s.sampleStep);
 export const useHeatmap = () => usePlayground((s) => s.heatmap);
 export const useAlerts = () => usePlayground((s) => s.alerts);
+export const useChangeMarks = () => usePlayground((s) => s.changeMarks);
 export const useProgress = () => usePlayground((s) => s.progress);
 export const useRewardCode = () => usePlayground((s) => s.rewardCode);
 export const useRewardCodeInUse = () => usePlayground((s) => s.rewardCodeInUse);

@@ -15,6 +15,7 @@ import {
   newRunId,
   overlayRuns,
   parseSetting,
+  modelShortName,
   runName,
   uniqueName,
   type KeptRun,
@@ -128,10 +129,13 @@ export function createKeptRuns(ctx: SliceContext) {
         id: newRunId(now),
         name: uniqueName(
           // A DPO or SFT job (docs/dpo.md, docs/sft.md) is named by its kind and data file.
-          s.runStatus?.job ? `${s.runStatus.job.kind} on ${s.runStatus.job.dataName}` : runName(config),
+          s.runStatus?.job
+            ? `${s.runStatus.job.kind} on ${s.runStatus.job.dataName} · ${modelShortName(config.model)}`
+            : runName(config),
           s.keptRuns.map((r) => r.name),
         ),
         config,
+        ...(s.runStatus?.job ? { job: s.runStatus.job.kind } : {}),
         createdAt: now,
         updatedAt: now,
         metrics: s.metrics,

@@ -20,8 +20,16 @@ const ALERTS_KEPT = 20;
 /** The state after a run was dropped (reset, or replaced by an import); the next step begins a new kept run. */
 export const EMPTY_HISTORY: Pick<
   PlaygroundData,
-  'metrics' | 'samples' | 'sampleStep' | 'alerts' | 'dismissedAlerts' | 'currentRunId' | 'evalLatest'
+  | 'metrics'
+  | 'samples'
+  | 'sampleStep'
+  | 'alerts'
+  | 'dismissedAlerts'
+  | 'currentRunId'
+  | 'evalLatest'
+  | 'changeMarks'
 > = {
+  changeMarks: [],
   metrics: [],
   samples: [],
   sampleStep: null,
@@ -42,7 +50,7 @@ export function reduceEvent(s: PlaygroundData, e: TrainerEvent): Partial<Playgro
   switch (e.type) {
     case 'status': {
       const dropped = e.status.step === 0 && s.metrics.length > 0 && e.status.state === 'idle';
-      const config = mergeWorkerConfig(s.editedConfig, s.runStatus?.config, e.status.config);
+      const config = mergeWorkerConfig(s.editedConfig, s.runStatus?.config, e.status.config, s.editsInFlight);
       return {
         runStatus: e.status,
         ...(config !== s.editedConfig ? { editedConfig: config, configProblem: configProblem(config) } : {}),

@@ -130,6 +130,18 @@ export interface PlaygroundData {
   keptRuns: KeptRun[];
   /** The kept run the worker is training now; null before its first step (or after a reset). */
   currentRunId: string | null;
+  /**
+   * Config keys the person edited whose edit the worker has not answered yet (gathered, or sent and unanswered):
+   * a worker status meanwhile must not overwrite them (src/ui/store/config-sync.ts, mergeWorkerConfig).
+   */
+  editsInFlight: ConfigKey[];
+  /**
+   * Live setting changes of the current run, for the charts' markers: the first step that used them and what
+   * changed ("klCoef 0.05 → 0.4"), oldest first.
+   */
+  changeMarks: ChangeMark[];
+  /** The step of this run's last autosave (the worker's reliability events), or null before one. */
+  autosavedStep: number | null;
   /** Runs chosen for the charts (at most MAX_COMPARED), in the order chosen; the current run is drawn anyway. */
   compared: string[];
   /** A word about the kept runs (one dropped to stay within the budget, storage trouble); null when none. */
@@ -226,3 +238,9 @@ export interface PlaygroundActions {
 }
 
 export type PlaygroundState = PlaygroundData & { actions: PlaygroundActions };
+
+/** A live change of a running job's settings, marked on every chart at the first step that used it. */
+export interface ChangeMark {
+  step: number;
+  text: string;
+}
