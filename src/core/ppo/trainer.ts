@@ -14,7 +14,7 @@ import type { TrainConfig } from '../../common/config';
 import { derived } from '../../common/config';
 import type { CausalLM } from '../model/causal-lm';
 import type { ScalarModel } from '../model/heads';
-import { generateInMicroBatches } from '../model/sampling';
+import { generateInMicroBatches, type GenerateResult } from '../model/sampling';
 import type { Tokenizer } from '../tokenizer/types';
 import { encodePrompt, stopIdsOf } from '../tokenizer';
 import type { RewardFn, Sample } from '../reward/functions';
@@ -287,6 +287,72 @@ const sameKlKeys = (a: KlKeys, b: KlKeys): boolean =>
   a.adaptiveKl === b.adaptiveKl &&
   a.targetKl === b.targetKl &&
   a.klHorizon === b.klHorizon;
+
+/** A step's setting (PpoTrainer.beginStep): its sizes, read once, and the plan it runs with. */
+interface StepSetting {
+  cfg: TrainConfig;
+  B: number;
+  R: number;
+  G: number;
+  mbSize: number;
+  stepNo: number;
+  /** β of this step (the KL controller's value at its start). */
+  klCoef: number;
+  T0: number;
+  /** The plan in force: the step's, or the smaller one it fell back to. */
+  plan: StepPlan;
+  /** The first phase that ran out this step, and the plan it ran with (for the step's one alert). */
+  fellBack: { phase: Exclude<DevicePhase, 'apply'>; from: PlanInForce } | null;
+  /** The device ran out in `phase`: free, and take the smaller plan (or end the step when none is left). */
+  fallBack(phase: Exclude<DevicePhase, 'apply'>, why: string): Promise<void>;
+  /** `work` with the plan in force, redone with a smaller one for as long as the device runs out. */
+  withFallback<T>(phase: 'generate' | 'score', work: () => Promise<T>, free?: (out: T) => void): Promise<T>;
+}
+
+/** Steps 1–2's results: the prompts drawn, the sampled responses, padded, their masks and stop flags. */
+interface StepRollout {
+  idx: number[];
+  groups: number[];
+  queries: number[][];
+  stop: number[] | null;
+  gen: GenerateResult;
+  replays0: number;
+  tGen: number;
+  bResponses: number[][];
+  bMask: number[][];
+  stopped: boolean[];
+}
+
+/** Steps 3–4's results: per-token numbers of the models (old log-probs empty while oldFromUpdate) and scores. */
+interface StepScores {
+  oldFromUpdate: boolean;
+  Tq: number;
+  bLogprobs: number[][];
+  bRefLogprobs: number[][];
+  bValues: number[][] | null;
+  scores: number[];
+  penalised: number[];
+  promptTexts: string[];
+  responseTexts: string[];
+  tScore: number;
+}
+
+/** Steps 5–6: rewards and advantages of a step (PpoTrainer.advantages). */
+interface Advantages {
+  rewards: number[][];
+  advantages: number[][];
+  rawAdvantages: number[][];
+  returns: number[][] | null;
+  ptr: PerTokenRewards;
+}
+
+/** Step 7's results. */
+interface StepUpdate {
+  minibatches: MinibatchStats[];
+  epochsRun: number;
+  skippedUpdates: number;
+  tUpd: number;
+}
 
 const now = (): number => performance.now();
 const mean = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
@@ -871,62 +937,97 @@ export class PpoTrainer {
     };
   }
 
-  /** Run one PPO step (the numbered steps of docs/engine.md). */
+  /** Run one PPO step: the numbered steps of docs/engine.md, each a method below. */
   async trainStep(): Promise<StepResult> {
     // The config of this whole step, read once: a live change made while it runs waits for the next step.
-    const cfg = this.cfg;
+    const s = await this.beginStep(this.cfg);
+    // 1–2. Sample responses; cut them after the stop token.
+    const roll = await this.rollout(s);
+    // 3–4. Forwards over query + response; scores.
+    const sc = await this.score(s, roll);
+    // 5–6. Rewards and advantages (docs/formats.md §4 and §7). `rawAdv` is before any whitening (its metrics).
+    // With oldFromUpdate (GRPO) the advantages are the group-centred scores, which need no log-probs: the
+    // reference's stand in for them here, and the rewards and KL statistics are made again after the update.
+    const advantagesFrom = (old: number[][]) =>
+      this.advantages(s.cfg, sc.penalised, old, sc.bRefLogprobs, roll.bMask, sc.bValues, s.klCoef, s.G);
+    let adv = advantagesFrom(sc.oldFromUpdate ? sc.bRefLogprobs : sc.bLogprobs);
+
+    // 7. The update: epochs over shuffled minibatches (with oldFromUpdate it gives the old log-probs, and the
+    //    advantages are made again from them).
+    const upd = await this.update(s, roll, sc, adv);
+    if (sc.oldFromUpdate) adv = advantagesFrom(sc.bLogprobs);
+    // 8. KL controller (adaptive: Ziegler et al.), with the batch's mean summed k1.
+    this.kl.update(mean(adv.ptr.k1Sum), s.B);
+    this._step = s.stepNo;
+
+    // 9. Metrics, health alerts and the rollout.
+    return this.finishStep(s, roll, sc, adv, upd);
+  }
+
+  /**
+   * A step's setting, read once at its start (a live change made while it runs waits for the next step): its
+   * sizes, and the plan it runs with, which `fallBack` makes smaller when the device runs out of memory.
+   */
+  private async beginStep(cfg: TrainConfig): Promise<StepSetting> {
     this.followConfig(cfg);
-    const { policy, ref, value, reward } = this.models;
-    const B = cfg.batchSize;
-    const R = cfg.responseLength;
-    const T0 = now();
-    const stepNo = this.step + 1;
-    const klCoef = this.kl.value;
     const d = derived(cfg);
-    const mbSize = d.miniBatchSize;
-    const G = d.groupSize;
-    const algo = cfg.algorithm;
+    const B = cfg.batchSize;
+    const stepNo = this.step + 1;
     // Micro-batches: generation, scoring and each minibatch's update run over slices of this many samples
     // (docs/engine.md, "Memory"); the results do not depend on it. When the device runs out of memory in a phase,
     // that phase's work is freed and redone with the smaller plan fallbackPlan gives (src/core/ppo/gpu-plan.ts),
     // before anything of it is used or applied; the run keeps that plan.
-    let plan = this.stepPlan(cfg);
     // A device that ran out before starts each step with tfjs's pool of free buffers given back (sized for the last
     // step's slices, it would keep what the smaller plan needs from the device).
     if (this.fallback?.key === this.planKey(cfg)) await this.deviceErrors.release?.();
-    /** The first phase that ran out this step, and the plan it ran with (for the step's one alert). */
-    let fellBack: { phase: Exclude<DevicePhase, 'apply'>; from: PlanInForce } | null = null;
-    const fallBack = async (phase: Exclude<DevicePhase, 'apply'>, why: string) => {
-      await this.deviceErrors.release?.();
-      const from = this.planInForce(cfg);
-      const next = fallbackPlan(plan, phase, cfg);
-      if (!next) {
-        throw heapExhaustedError(
-          { phase, step: stepNo },
-          `the device said "${why}" with ${describePlan(from)}, and no smaller plan is left to try`,
-        );
-      }
-      fellBack ??= { phase, from };
-      plan = next;
-      this.fallback = { key: this.planKey(cfg), plan: next };
+    const s: StepSetting = {
+      cfg,
+      B,
+      R: cfg.responseLength,
+      G: d.groupSize,
+      mbSize: d.miniBatchSize,
+      stepNo,
+      klCoef: this.kl.value,
+      T0: now(),
+      plan: this.stepPlan(cfg),
+      fellBack: null,
+      fallBack: async (phase, why) => {
+        await this.deviceErrors.release?.();
+        const from = this.planInForce(cfg);
+        const next = fallbackPlan(s.plan, phase, cfg);
+        if (!next) {
+          throw heapExhaustedError(
+            { phase, step: stepNo },
+            `the device said "${why}" with ${describePlan(from)}, and no smaller plan is left to try`,
+          );
+        }
+        s.fellBack ??= { phase, from };
+        s.plan = next;
+        this.fallback = { key: this.planKey(cfg), plan: next };
+      },
+      withFallback: async <T>(
+        phase: 'generate' | 'score',
+        work: () => Promise<T>,
+        free?: (out: T) => void,
+      ) => {
+        for (;;) {
+          const size = phase === 'generate' ? s.plan.generateMicroBatchSize : s.plan.microBatchSize;
+          const r = await this.onDevice({ phase, size: Math.min(size, B) }, work, free);
+          if ('out' in r) return r.out;
+          await s.fallBack(phase, r.ranOut);
+        }
+      },
     };
-    /** `work` with the plan in force, redone with a smaller one for as long as the device runs out. */
-    const withFallback = async <T>(
-      phase: 'generate' | 'score',
-      work: () => Promise<T>,
-      free?: (out: T) => void,
-    ): Promise<T> => {
-      for (;;) {
-        const size = phase === 'generate' ? plan.generateMicroBatchSize : plan.microBatchSize;
-        const r = await this.onDevice({ phase, size: Math.min(size, B) }, work, free);
-        if ('out' in r) return r.out;
-        await fallBack(phase, r.ranOut);
-      }
-    };
+    return s;
+  }
 
+  /** Steps 1–2: sample the responses and cut them after the stop token. */
+  private async rollout(s: StepSetting): Promise<StepRollout> {
     // 1. Sample responses: B / G prompts, each repeated G times in ONE batched generate call (sample i belongs to
     //    group ⌊i / G⌋), pure sampling unless top-k/top-p are set. G = 1 is PPO's one sample per prompt.
     this.phase('generating');
+    const { cfg, B, R, G } = s;
+    const policy = this.models.policy;
     const idx = this.nextPromptIndices(B / G).flatMap((i) => new Array<number>(G).fill(i));
     const groups = groupIds(B, G);
     const queries = idx.map((i) => this.promptTokens[i]);
@@ -935,7 +1036,7 @@ export class PpoTrainer {
     // (and generation redone after the device ran out draws the same tokens from fresh streams of the same seeds).
     const rowSeeds = idx.map(() => this.rng.seed());
     const replays0 = decodeReplayCount();
-    const gen = await withFallback('generate', () =>
+    const gen = await s.withFallback('generate', () =>
       generateInMicroBatches(
         policy,
         queries,
@@ -949,7 +1050,7 @@ export class PpoTrainer {
           rng: rowSeeds.map((seed) => new Rng(seed)),
           replay: cfg.decodeReplay,
         },
-        plan.generateMicroBatchSize,
+        s.plan.generateMicroBatchSize,
       ),
     );
     const tGen = now();
@@ -958,18 +1059,29 @@ export class PpoTrainer {
     const bResponses = gen.tokens.map((t) => [...t, ...new Array(R - t.length).fill(this.tokenizer.padId)]);
     const bMask = gen.tokens.map((t) => [...new Array(t.length).fill(1), ...new Array(R - t.length).fill(0)]);
     const stopped = gen.tokens.map((t) => stop !== null && stop.includes(t[t.length - 1]));
+    return { idx, groups, queries, stop, gen, replays0, tGen, bResponses, bMask, stopped };
+  }
 
+  /**
+   * Steps 3–4: the policy's (unless the update gives them), the reference's and the value model's per-token
+   * numbers over query + response, in micro-batches; then the scores and the missing-EOS penalty.
+   */
+  private async score(s: StepSetting, roll: StepRollout): Promise<StepScores> {
     // 3. Forward policy, reference and (PPO only) value model over query+response, in minibatch-sized chunks;
     //    one readback each.
     this.phase('scoring');
     // A GRPO step with one epoch of one minibatch updates on-policy: the old log-probs are the policy's own at the
     // update's forward, so they are taken from it (detached, scoring's computation on the same hidden states,
     // oldLogprobsFromUpdate) and scoring runs only the reference, as TRL does with num_iterations 1.
-    const oldFromUpdate = this.oldLogprobsFromUpdate && algo === 'grpo' && cfg.ppoEpochs === 1 && mbSize >= B;
+    const { cfg, B, R, mbSize } = s;
+    const { policy, ref, value, reward } = this.models;
+    const { idx, queries, gen, bResponses, bMask, stop, stopped } = roll;
+    const oldFromUpdate =
+      this.oldLogprobsFromUpdate && cfg.algorithm === 'grpo' && cfg.ppoEpochs === 1 && mbSize >= B;
     this.lastStepOldLogprobsFromUpdate = oldFromUpdate;
     const Tq = bucket(Math.max(...queries.map((q) => q.length)), policy.config.n_positions - R);
     const score = async () => {
-      const micro = plan.microBatchSize;
+      const micro = s.plan.microBatchSize;
       const bLogprobs: number[][] = new Array<number[]>(B);
       const bRefLogprobs: number[][] = [];
       const bValues: number[][] | null = value ? [] : null;
@@ -1020,7 +1132,7 @@ export class PpoTrainer {
       }
       return { bLogprobs, bRefLogprobs, bValues, bRmScores };
     };
-    const { bLogprobs, bRefLogprobs, bValues, bRmScores } = await withFallback('score', score);
+    const { bLogprobs, bRefLogprobs, bValues, bRmScores } = await s.withFallback('score', score);
 
     // 4. Score: the reward function on the decoded text, or the reward model's output (centred on the mean
     //    reward_stats.json recorded, with rewardModelCenter); then the missing-EOS penalty.
@@ -1040,31 +1152,44 @@ export class PpoTrainer {
       scores = bRmScores.map((x) => x - centre);
     }
     const penalised = scores.map((x, k) => (stop !== null && !stopped[k] ? x - cfg.missingEosPenalty : x));
-
-    // 5–6. Rewards and advantages (docs/formats.md §4 and §7). `rawAdv` is before any whitening (its metrics).
-    // With oldFromUpdate (GRPO) the advantages are the group-centred scores, which need no log-probs: the
-    // reference's stand in for them here, and the rewards and KL statistics are made again after the update.
-    let adv = this.advantages(
-      cfg,
-      penalised,
-      oldFromUpdate ? bRefLogprobs : bLogprobs,
-      bRefLogprobs,
-      bMask,
-      bValues,
-      klCoef,
-      G,
-    );
-    const { advantages: bAdvantages, returns: bReturns } = adv;
     const tScore = now();
+    return {
+      oldFromUpdate,
+      Tq,
+      bLogprobs,
+      bRefLogprobs,
+      bValues,
+      scores,
+      penalised,
+      promptTexts,
+      responseTexts,
+      tScore,
+    };
+  }
 
+  /**
+   * Step 7: the epochs over shuffled minibatches. With `oldFromUpdate` it also fills `sc.bLogprobs` with the old
+   * log-probs the update's forward gave (the caller then makes the advantages again from them).
+   */
+  private async update(
+    s: StepSetting,
+    roll: StepRollout,
+    sc: StepScores,
+    adv: Advantages,
+  ): Promise<StepUpdate> {
     // 7. Epochs over shuffled minibatches: one joint loss pg − entropyCoef·entropy (+ klCoef·k3 for GRPO)
     //    (+ vfCoef·vloss for PPO), one gradient clip over every trained model, each model's own Adam step. Early
     //    stop (earlyStopKl): after an epoch in which a minibatch's approx KL passed earlyStopApproxKl, the
     //    remaining epochs are skipped. Nothing is read back inside an epoch: each minibatch's NaN/Inf guard and clip
     //    factor are decided on the device (update.ts jointGuardedStepDeferred) and its figures wait on the device
     //    until one readback at the end of the epoch (earlyStopKl needs them there) or of the update.
+    const { cfg, B, R, mbSize, stepNo, klCoef } = s;
+    const { policy, value } = this.models;
+    const { queries, bResponses, bMask } = roll;
+    const { oldFromUpdate, Tq, bLogprobs, bRefLogprobs, bValues } = sc;
+    const { advantages: bAdvantages, returns: bReturns } = adv;
     this.phase('updating');
-    const grpoKl = algo === 'grpo' && klCoef > 0;
+    const grpoKl = cfg.algorithm === 'grpo' && klCoef > 0;
     const minibatches: MinibatchStats[] = [];
     // oldFromUpdate: each micro-batch's old log-probs as the update's forward made them, by its rows.
     const keptOld: { rows: number[]; old: tf.Tensor2D }[] = [];
@@ -1091,7 +1216,7 @@ export class PpoTrainer {
     // The optimiser steps of the whole update run inside one device scope of their own: running out there cannot be
     // undone (the weights may be half-updated), so it ends the step (heapExhaustedError; the session stops the run).
     // Each minibatch's gradients run inside a scope nested in it, checked before the optimiser applies them.
-    this.deviceErrors.push({ phase: 'apply', size: Math.min(plan.microBatchSize, mbSize) });
+    this.deviceErrors.push({ phase: 'apply', size: Math.min(s.plan.microBatchSize, mbSize) });
     let applyScopeOpen = true;
     const closeApplyScope = async () => {
       applyScopeOpen = false;
@@ -1107,8 +1232,8 @@ export class PpoTrainer {
       for (let epoch = 0; epoch < cfg.ppoEpochs; epoch++) {
         epochsRun++;
         const perm = this.rng.permutation(B);
-        for (let s = 0; s < B; s += mbSize) {
-          const rows = perm.slice(s, s + mbSize);
+        for (let at = 0; at < B; at += mbSize) {
+          const rows = perm.slice(at, at + mbSize);
           // The minibatch's counts: every micro-batch's share of a mean divides by these (losses.ts Denominators).
           const denominators: Denominators = {
             tokens: rows.reduce((n, i) => n + bMask[i].reduce((a, b) => a + b, 0), 0),
@@ -1170,7 +1295,7 @@ export class PpoTrainer {
           };
           await maybeYield(); // a turn for the event loop between minibatches (src/core/base/yield.ts)
           for (;;) {
-            const attempt = plan;
+            const attempt = s.plan;
             const kept = keptOld.length;
             const r = await this.onDevice(
               { phase: 'update', size: Math.min(attempt.microBatchSize, mbSize) },
@@ -1183,7 +1308,7 @@ export class PpoTrainer {
             }
             // The failed attempt's old log-probs (oldFromUpdate) go with it.
             tf.dispose(keptOld.splice(kept).map((k) => k.old));
-            await fallBack('update', r.ranOut);
+            await s.fallBack('update', r.ranOut);
           }
         }
         if (cfg.earlyStopKl && (await readPending()) > cfg.earlyStopApproxKl) break;
@@ -1217,16 +1342,24 @@ export class PpoTrainer {
         throw new Error(
           `trainStep: the update's forward gave old log-probs for ${keptOld.length} slices, not all ${B} samples`,
         );
-      adv = this.advantages(cfg, penalised, bLogprobs, bRefLogprobs, bMask, bValues, klCoef, G);
     }
-    const { rewards: bRewards, ptr } = adv;
-    const tUpd = now();
+    return { minibatches, epochsRun, skippedUpdates, tUpd: now() };
+  }
 
-    // 8. KL controller (adaptive: Ziegler et al.), with the batch's mean summed k1.
-    this.kl.update(mean(ptr.k1Sum), B);
-    this._step = stepNo;
-
-    // 9. Metrics, health alerts and the rollout.
+  /** Step 9: the metrics, the health alerts and the rollout, from what the step made. */
+  private finishStep(
+    s: StepSetting,
+    roll: StepRollout,
+    sc: StepScores,
+    adv: Advantages,
+    upd: StepUpdate,
+  ): StepResult {
+    const { cfg, G, stepNo, klCoef, T0 } = s;
+    const { value, reward } = this.models;
+    const { groups, queries, replays0, tGen, bResponses, bMask, stopped } = roll;
+    const { bLogprobs, bRefLogprobs, bValues, scores, penalised, promptTexts, responseTexts, tScore } = sc;
+    const { minibatches, epochsRun, skippedUpdates, tUpd } = upd;
+    const { rewards: bRewards, ptr, advantages: bAdvantages, returns: bReturns } = adv;
     const gs = groupStats(scores, G);
     const metrics = stepMetrics({
       step: stepNo,
@@ -1260,9 +1393,9 @@ export class PpoTrainer {
     this._badSteps = skippedUpdates > 0 ? this._badSteps + 1 : 0;
     const alerts: (HealthAlert | PlanAlert)[] = healthAlerts(metrics, cfg.targetKl, previous);
     const planNow = this.planInForce(cfg);
-    if (fellBack) {
+    if (s.fellBack) {
       // Said once, on the step that fell back (the plan stays smaller for the rest of the run).
-      const { phase, from } = fellBack as { phase: Exclude<DevicePhase, 'apply'>; from: PlanInForce };
+      const { phase, from } = s.fellBack;
       alerts.push({ id: 'device-out-of-memory', step: stepNo, ...planNotice(stepNo, phase, from, planNow) });
     }
     if (skippedUpdates > 0) {
@@ -1339,13 +1472,7 @@ export class PpoTrainer {
     values: number[][] | null,
     klCoef: number,
     G: number,
-  ): {
-    rewards: number[][];
-    advantages: number[][];
-    rawAdvantages: number[][];
-    returns: number[][] | null;
-    ptr: PerTokenRewards;
-  } {
+  ): Advantages {
     switch (cfg.algorithm) {
       case 'ppo': {
         const ptr = perTokenRewards(scores, logprobs, refLogprobs, mask, klCoef, cfg.klEstimator);
