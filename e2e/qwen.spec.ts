@@ -56,7 +56,8 @@ test('the Qwen2 folder loads with its tokenizer; LoRA is preselected, then set t
   await page.getByLabel('Model files').setInputFiles(FILES.map((f) => path.join(FOLDER, f)));
   await button('Load model').click();
   const summary = page.getByTestId('model-summary');
-  await expect(summary).toContainText('uploaded:model');
+  // Loose files are named from their config.json (family, layers × width): not "model".
+  await expect(summary).toContainText('uploaded:qwen2-2x32');
   await expect(page.getByTestId('model-family')).toHaveText('Qwen2');
   await expect(page.getByTestId('model-tokenizer')).toHaveText('tokenizer.json (512 ids), chat template');
   await expect(summary).toContainText('2 × 32 (4 heads)');
