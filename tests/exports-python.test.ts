@@ -8,6 +8,7 @@
  *   (scripts/trl_two_steps.py), with a python that imports trl (TRL_PYTHON, /tmp/venv/bin/python or python3).
  */
 import { describe, it, expect } from 'vitest';
+import { EXPORT_VARIANTS } from './helpers/export-variants';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
@@ -41,32 +42,6 @@ const OMEGA_PY = pythonWith('omegaconf', [
   '/tmp/venv/bin/python',
 ]);
 const TRL_PY = pythonWith('trl, datasets, peft', [process.env.TRL_PYTHON, '/tmp/venv/bin/python', 'python3']);
-
-const RL_VARIANTS: Record<string, Record<string, unknown>> = {
-  ppo: { algorithm: 'ppo', task: 'sentiment' },
-  'ppo lora adaptiveKl': {
-    algorithm: 'ppo',
-    task: 'sentiment',
-    lora: 8,
-    adaptiveKl: true,
-    valueModel: 'separate',
-    valueInit: 'reward',
-    reward: { model: 'org/rm' },
-  },
-  'grpo group': { algorithm: 'grpo', task: 'sentiment', batchSize: 16, miniBatches: 2 },
-  'grpo batch': { algorithm: 'grpo', task: 'sentiment', scaleRewards: 'batch' },
-  'grpo none': { algorithm: 'grpo', task: 'sentiment', scaleRewards: 'none' },
-  'dr grpo': { algorithm: 'grpo', task: 'sentiment', scaleRewards: 'none', lossAggregation: 'seq-sum-norm' },
-  'grpo lora alpha 12.5': {
-    algorithm: 'grpo',
-    task: 'sentiment',
-    lora: 8,
-    loraAlpha: 12.5,
-    loraTargets: ['c_attn', 'mlp.c_proj'],
-  },
-  rloo: { algorithm: 'rloo', task: 'sentiment', normalizeAdvantages: true },
-  'reinforce++': { algorithm: 'reinforce++', task: 'sentiment' },
-};
 
 function verlCheck(overrides: Record<string, unknown>): {
   errors: string[];
@@ -110,7 +85,7 @@ describe.skipIf(!!verlSkip)(
       expect(bad).toMatch(/target_modules: ValidationError/);
     });
 
-    for (const [name, v] of Object.entries(RL_VARIANTS)) {
+    for (const [name, v] of Object.entries(EXPORT_VARIANTS)) {
       it(`${name}: every override applies, nothing mandatory is left, every type holds, the checks pass`, () => {
         const o = parseVerlCommand(verlCommand(validateConfig(v)));
         const { errors, merged } = verlCheck(o);
@@ -128,15 +103,15 @@ describe.skipIf(!TRL_PY)(
     it('GRPOTrainer (group, Dr. GRPO, LoRA alpha 12.5), RLOOTrainer and DPOTrainer', () => {
       const dir = mkdtempSync(join(tmpdir(), 'trl-run-'));
       const files: [string, string][] = [
-        ['GRPOConfig', trlConfigJson(validateConfig({ ...RL_VARIANTS['grpo group'], batchSize: 8 }))],
-        ['GRPOConfig', trlConfigJson(validateConfig({ ...RL_VARIANTS['dr grpo'], batchSize: 8 }))],
+        ['GRPOConfig', trlConfigJson(validateConfig({ ...EXPORT_VARIANTS['grpo group'], batchSize: 8 }))],
+        ['GRPOConfig', trlConfigJson(validateConfig({ ...EXPORT_VARIANTS['dr grpo'], batchSize: 8 }))],
         [
           'GRPOConfig',
           trlConfigJson(
-            validateConfig({ ...RL_VARIANTS['grpo lora alpha 12.5'], batchSize: 8, entropyCoef: 0.01 }),
+            validateConfig({ ...EXPORT_VARIANTS['grpo lora alpha 12.5'], batchSize: 8, entropyCoef: 0.01 }),
           ),
         ],
-        ['RLOOConfig', trlConfigJson(validateConfig({ ...RL_VARIANTS.rloo, batchSize: 8 }))],
+        ['RLOOConfig', trlConfigJson(validateConfig({ ...EXPORT_VARIANTS.rloo, batchSize: 8 }))],
         [
           'DPOConfig',
           dpoConfigJson(validateDpoConfig({ algorithm: 'dpo', data: 'p.jsonl', batchSize: 4, lora: 4 })),

@@ -4,6 +4,7 @@
  * means what our run meant. One `it` per failure the issue lists, then every export variant against the rules.
  */
 import { describe, it, expect } from 'vitest';
+import { EXPORT_VARIANTS } from './helpers/export-variants';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { validateConfig, type TrainConfig } from '../src/common/config';
@@ -27,36 +28,7 @@ const fixture = (name: string) =>
 const OPENRLHF_FLAGS = fixture('openrlhf-train_ppo_ray-flags.json') as { commit: string; flags: string[] };
 const VERL_KEYS = fixture('verl-ppo_trainer-keys.json') as { commit: string; keys: string[] };
 
-/** The variants issue #34 names. */
-const RULE_VARIANTS: Record<string, Record<string, unknown>> = {
-  ppo: { algorithm: 'ppo', task: 'sentiment' },
-  'ppo lora adaptiveKl': {
-    algorithm: 'ppo',
-    task: 'sentiment',
-    lora: 8,
-    adaptiveKl: true,
-    targetKl: 4,
-    responseLength: 32,
-    valueModel: 'separate',
-    valueInit: 'reward',
-    reward: { model: 'org/rm' },
-  },
-  'grpo group': { algorithm: 'grpo', task: 'sentiment', batchSize: 16, miniBatches: 2 },
-  'grpo batch': { algorithm: 'grpo', task: 'sentiment', scaleRewards: 'batch' },
-  'grpo none': { algorithm: 'grpo', task: 'sentiment', scaleRewards: 'none' },
-  'dr grpo': { algorithm: 'grpo', task: 'sentiment', scaleRewards: 'none', lossAggregation: 'seq-sum-norm' },
-  'grpo lora alpha 12.5': {
-    algorithm: 'grpo',
-    task: 'sentiment',
-    lora: 8,
-    loraAlpha: 12.5,
-    loraTargets: ['c_attn', 'mlp.c_proj'],
-    entropyCoef: 0.01,
-  },
-  rloo: { algorithm: 'rloo', task: 'sentiment', normalizeAdvantages: true, klEstimator: 'k3' },
-  'reinforce++': { algorithm: 'reinforce++', task: 'sentiment', gamma: 0.9, entropyCoef: 0.01 },
-};
-const cfg = (name: string): TrainConfig => validateConfig(RULE_VARIANTS[name]);
+const cfg = (name: string): TrainConfig => validateConfig(EXPORT_VARIANTS[name]);
 const verl = (name: string) => parseVerlCommand(verlCommand(cfg(name)));
 const orl = (name: string) => parseOpenRlhfCommand(openRlhfCommand(cfg(name)));
 const A = 'actor_rollout_ref';
@@ -111,11 +83,11 @@ describe('the rule list', () => {
 describe('issue #34: what failed, one test each', () => {
   // verl
   it('verl: actor_rollout_ref.rollout.name is set', () => {
-    for (const v of Object.keys(RULE_VARIANTS)) expect(verl(v)[`${A}.rollout.name`]).toBe('vllm');
+    for (const v of Object.keys(EXPORT_VARIANTS)) expect(verl(v)[`${A}.rollout.name`]).toBe('vllm');
   });
 
   it('verl: actor, ref and rollout micro-batch sizes, and the critic’s for PPO', () => {
-    for (const v of Object.keys(RULE_VARIANTS)) {
+    for (const v of Object.keys(EXPORT_VARIANTS)) {
       const o = verl(v);
       expect(o[`${A}.actor.ppo_micro_batch_size_per_gpu`]).toBeGreaterThan(0);
       expect(o[`${A}.ref.log_prob_micro_batch_size_per_gpu`]).toBeGreaterThan(0);
@@ -183,7 +155,7 @@ describe('issue #34: what failed, one test each', () => {
   });
 
   it('OpenRLHF: a vLLM engine and one GPU for every model', () => {
-    for (const v of Object.keys(RULE_VARIANTS)) {
+    for (const v of Object.keys(EXPORT_VARIANTS)) {
       const a = orl(v);
       expect(a['vllm.num_engines']).toBe(1);
       expect(a['actor.num_gpus_per_node']).toBe(1);
@@ -229,7 +201,7 @@ describe('issue #34: what failed, one test each', () => {
 });
 
 describe('every export variant against the rule list', () => {
-  for (const v of Object.keys(RULE_VARIANTS)) {
+  for (const v of Object.keys(EXPORT_VARIANTS)) {
     it(`${v}: OpenRLHF parses, passes train_ppo_ray's checks and keeps our settings`, () => {
       const c = cfg(v);
       const text = openRlhfCommand(c);
