@@ -15,6 +15,9 @@ import type { TrainConfig } from '../src/common/config';
 import type { PpoTrainer, StepResult } from '../src/core/ppo/trainer';
 import type { DeviceCheck, DeviceErrors } from '../src/core/ppo/gpu-plan';
 import { HeapExhaustedError, isHeapExhaustion } from '../src/core/model/oom';
+import { checkpointFiles, restoreTrainer } from '../src/core/run/checkpoint';
+import { memoryFiles } from '../src/core/model/folder';
+import { Evaluator } from '../src/core/ppo/eval';
 
 let dir = '';
 const res = tinyResources(() => dir);
@@ -286,5 +289,99 @@ describe('the device runs out of memory: the step is redone smaller, and the run
     expect(plain[0].plan).toEqual({ microBatchSize: 4, generateMicroBatchSize: 8, recompute: false });
     expect(plain[0].result.plan.reason).toBe('budget');
     expect(alertsOf(plain[0])).toHaveLength(0);
+  });
+});
+
+describe('the smaller plan outlives the step: checkpoints keep it, and the held-out evaluation falls back too', () => {
+  const base = (over: Partial<TrainConfig> = {}) =>
+    tinyConfig({ batchSize: 8, miniBatches: 2, ppoEpochs: 1, responseLength: 6, ...over });
+
+  it('a checkpoint saves the plan the run fell back to; the resumed run starts there and = the run that went on', async () => {
+    const device = new SimulatedDevice((c) => c.size <= 2);
+    const t = await buildTrainer(base(), res, { ...meanByteReward, device: { errors: device } });
+    let resumed: PpoTrainer | null = null;
+    try {
+      await t.trainStep();
+      expect(device.failures).toBe(2);
+      const files = await checkpointFiles(t);
+      const state = JSON.parse(new TextDecoder().decode(files.get('trainer_state.json')!));
+      expect(state.devicePlan.plan).toEqual({
+        microBatchSize: 2,
+        generateMicroBatchSize: 2,
+        recompute: false,
+      });
+
+      const again = new SimulatedDevice((c) => c.size <= 2);
+      resumed = await restoreTrainer(memoryFiles('ckpt', files), res, {
+        ...meanByteReward,
+        device: { errors: again },
+      });
+      expect(resumed.stepPlan()).toEqual(t.stepPlan());
+      expect(resumed.planInForce().reason).toBe('out-of-memory');
+      const a = await t.trainStep();
+      const b = await resumed.trainStep();
+      // Nothing ran out again: every check of the resumed step was at the smaller plan.
+      expect(again.failures).toBe(0);
+      expect(again.log.filter((c) => c.phase !== 'apply').every((c) => c.size <= 2)).toBe(true);
+      expect(b.alerts.filter((x) => x.id === 'device-out-of-memory')).toHaveLength(0);
+      expect(b.rollout.responses).toEqual(a.rollout.responses);
+      expect(maxRel(await weightsOf(t), await weightsOf(resumed))).toBeLessThanOrEqual(1e-6);
+    } finally {
+      t.disposeAll();
+      resumed?.disposeAll();
+    }
+  });
+
+  it('a run that never fell back saves null, and a malformed devicePlan is refused in words', async () => {
+    const t = await buildTrainer(base(), res, meanByteReward);
+    try {
+      await t.trainStep();
+      const files = await checkpointFiles(t);
+      const state = JSON.parse(new TextDecoder().decode(files.get('trainer_state.json')!));
+      expect(state.devicePlan).toBeNull();
+      state.devicePlan = {
+        key: 'x',
+        plan: { microBatchSize: 0, generateMicroBatchSize: 2, recompute: false },
+      };
+      files.set('trainer_state.json', new TextEncoder().encode(JSON.stringify(state)));
+      await expect(restoreTrainer(memoryFiles('ckpt', files), res, meanByteReward)).rejects.toThrow(
+        /"devicePlan" must be null or \{"key": string, "plan": \{"microBatchSize": n >= 1/,
+      );
+    } finally {
+      t.disposeAll();
+    }
+  });
+
+  it('the held-out evaluation runs out above 2: redone at 2, the same record as a run at microBatchSize 2, said once', async () => {
+    const prompts = ['ab', 'cd', 'ef', 'gh', 'ij', 'kl'];
+    const device = new SimulatedDevice((c) => c.size <= 2);
+    const t = await buildTrainer(base({ evalTemperature: 1 }), res, {
+      ...meanByteReward,
+      device: { errors: device },
+    });
+    const r = await buildTrainer(base({ evalTemperature: 1, microBatchSize: 2 }), res, meanByteReward);
+    try {
+      const before = tf.memory().numTensors;
+      const got = await new Evaluator(t, prompts).run(0);
+      expect(tf.memory().numTensors).toBe(before);
+      const want = await new Evaluator(r, prompts).run(0);
+      // Generation of 6 prompts: 6 → 3 → 2 (two failures); the forwards then start at 2 (the plan kept).
+      expect(device.failures).toBe(2);
+      expect(device.balanced).toBe(true);
+      expect(t.stepPlan()).toEqual({ microBatchSize: 2, generateMicroBatchSize: 2, recompute: false });
+      expect(got.samples).toEqual(want.samples);
+      for (const k of ['eval/reward', 'eval/kl', 'eval/winRate'] as const) {
+        expect(Math.abs(got[k] - want[k]), k).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(want[k])));
+      }
+      const notices = t.takeOutOfStepNotices();
+      expect(notices).toHaveLength(1);
+      expect(notices[0].message).toMatch(
+        /while generating for the held-out evaluation in slices of 6; .* The run goes on with micro-batches of 2/,
+      );
+      expect(t.takeOutOfStepNotices()).toHaveLength(0);
+    } finally {
+      t.disposeAll();
+      r.disposeAll();
+    }
   });
 });

@@ -137,28 +137,34 @@ export class Evaluator {
     const t = this.trainer;
     const cfg = t.cfg;
     const { policy, ref, reward } = t.models;
-    const plan = t.stepPlan(cfg);
-    const micro = plan.microBatchSize;
     const queries = this.promptTokens;
+    // Generation and the forwards run with the plan in force, inside the device's error scope: a device that runs
+    // out redoes them smaller (PpoTrainer.withDevicePlan; fresh random streams from the same seeds each try).
     const answer = (model: typeof policy) =>
-      generateInMicroBatches(
-        model,
-        queries,
-        {
-          maxNewTokens: cfg.responseLength,
-          temperature: cfg.evalTemperature,
-          topK: cfg.topK,
-          topP: cfg.topP,
-          stopToken: t.stopIds(cfg),
-          padId: t.tokenizer.padId,
-          // Fresh streams with the same seeds for both models, at every evaluation.
-          rng: this.seeds.map((s) => new Rng(s)),
-        },
-        plan.generateMicroBatchSize,
+      t.withDevicePlan('generate', queries.length, (plan) =>
+        generateInMicroBatches(
+          model,
+          queries,
+          {
+            maxNewTokens: cfg.responseLength,
+            temperature: cfg.evalTemperature,
+            topK: cfg.topK,
+            topP: cfg.topP,
+            stopToken: t.stopIds(cfg),
+            padId: t.tokenizer.padId,
+            // Fresh streams with the same seeds for both models, at every evaluation.
+            rng: this.seeds.map((s) => new Rng(s)),
+          },
+          plan.generateMicroBatchSize,
+        ),
+      );
+    const forward = (tokens: number[][]) =>
+      t.withDevicePlan('score', queries.length, (plan) =>
+        t.evalForward(queries, tokens, cfg.evalTemperature, plan.microBatchSize),
       );
     const pol = await answer(policy);
     const refGen = await answer(ref);
-    const onPolicy = await t.evalForward(queries, pol.tokens, cfg.evalTemperature, micro);
+    const onPolicy = await forward(pol.tokens);
     const score = async (tokens: number[][]): Promise<number[]> => {
       if (reward.kind === 'fn') {
         const samples: Sample[] = tokens.map((y, k) => ({
@@ -169,10 +175,7 @@ export class Evaluator {
         }));
         return scoreSamples(reward.fn, samples, reward.label);
       }
-      const rm =
-        tokens === pol.tokens
-          ? onPolicy.rewardModel!
-          : (await t.evalForward(queries, tokens, cfg.evalTemperature, micro)).rewardModel!;
+      const rm = tokens === pol.tokens ? onPolicy.rewardModel! : (await forward(tokens)).rewardModel!;
       const centre = cfg.rewardModelCenter && t.rewardMean !== null ? t.rewardMean : 0;
       return rm.map((x) => x - centre);
     };

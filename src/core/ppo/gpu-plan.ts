@@ -324,14 +324,18 @@ export function plannedInForce(
   };
 }
 
-/** The words of the alert a step raises when the device ran out and the step was redone smaller (once per step). */
+/**
+ * The words of the alert a step raises when the device ran out and the step was redone smaller (once per step).
+ * `purpose`: what the work was for when it was not the step's own (" for the held-out evaluation").
+ */
 export function planNotice(
   step: number,
   phase: Exclude<DevicePhase, 'apply'>,
   from: PlanInForce,
   to: PlanInForce,
+  purpose = '',
 ): { message: string; advice: string } {
-  const during = { generate: 'generating', score: 'scoring', update: 'updating' }[phase];
+  const during = { generate: 'generating', score: 'scoring', update: 'updating' }[phase] + purpose;
   const slice =
     phase === 'generate'
       ? `in slices of ${from.generateMicroBatchSize}`

@@ -266,6 +266,18 @@ export interface TrainerProgress {
   badSteps: number;
   /** The reward model's recorded mean score; null = none recorded. */
   rewardMean: number | null;
+  /**
+   * The smaller plan the run fell back to after the device ran out of memory, with the key (the live keys and
+   * the device it was made for) it holds for; null = none. A resumed run on the same device and config starts
+   * there instead of running out again; on another device or config the key differs and the plan is made afresh.
+   */
+  devicePlan: DevicePlan | null;
+}
+
+/** A plan the run fell back to (TrainerProgress.devicePlan): for the config and device `key` names. */
+export interface DevicePlan {
+  key: string;
+  plan: StepPlan;
 }
 
 /** What the trainer tells its owner while a step runs (given at construction). */
@@ -404,7 +416,9 @@ export class PpoTrainer {
    * The smaller plan the run fell back to after the device ran out of memory, for the config and device it was
    * made with (`key`, planKey): kept for the rest of the run, dropped when those change (a new plan then).
    */
-  private fallback: { key: string; plan: StepPlan } | null = null;
+  private fallback: DevicePlan | null;
+  /** The device-out-of-memory alerts of work outside a step (held-out evaluation), until the session takes them. */
+  private outOfStepNotices: PlanAlert[] = [];
 
   /**
    * `config`: where the run's config is read, at the start of each step: the session's (TrainingSession, the one
@@ -466,6 +480,7 @@ export class PpoTrainer {
     this.promptCursor = orderFits ? cursor : 0;
     this._history = p.history ? [...p.history] : [];
     this._badSteps = p.badSteps ?? 0;
+    this.fallback = p.devicePlan ? { key: p.devicePlan.key, plan: { ...p.devicePlan.plan } } : null;
     this._rewardMean =
       p.rewardMean !== undefined
         ? p.rewardMean
@@ -485,6 +500,7 @@ export class PpoTrainer {
       history: [...this._history],
       badSteps: this._badSteps,
       rewardMean: this._rewardMean,
+      devicePlan: this.fallback ? { key: this.fallback.key, plan: { ...this.fallback.plan } } : null,
     };
   }
 
@@ -666,6 +682,67 @@ export class PpoTrainer {
       }
     }
     return { out };
+  }
+
+  /**
+   * Work outside a step (the held-out evaluation's generation and forwards) with the plan in force, inside the
+   * device's error scope: when the device runs out, the work's tensors are freed (`free`, or by the work itself when
+   * it throws), and it runs again with the smaller plan fallbackPlan gives, which the run keeps from then on, as a
+   * step's fallback does. The alert saying so waits in takeOutOfStepNotices. On a device without error scopes
+   * (WASM, CPU) this is `work(plan)`.
+   */
+  async withDevicePlan<T>(
+    phase: 'generate' | 'score',
+    rows: number,
+    work: (plan: StepPlan) => Promise<T>,
+    free?: (out: T) => void,
+    purpose = ' for the held-out evaluation',
+  ): Promise<T> {
+    const cfg = this.cfg;
+    let from: PlanInForce | null = null;
+    for (;;) {
+      // The plan as this work sees it: no slice above its `rows` (so that falling back makes its slices smaller).
+      const planned = this.stepPlan(cfg);
+      const plan: StepPlan =
+        phase === 'generate'
+          ? {
+              ...planned,
+              generateMicroBatchSize: Math.min(planned.generateMicroBatchSize, rows),
+              microBatchSize: Math.min(planned.microBatchSize, rows),
+            }
+          : { ...planned, microBatchSize: Math.min(planned.microBatchSize, rows) };
+      const size = phase === 'generate' ? plan.generateMicroBatchSize : plan.microBatchSize;
+      const r = await this.onDevice({ phase, size }, () => work(plan), free);
+      if ('out' in r) {
+        if (from) {
+          const step = this.step;
+          this.outOfStepNotices.push({
+            id: 'device-out-of-memory',
+            step,
+            ...planNotice(step, phase, from, this.planInForce(cfg), purpose),
+          });
+        }
+        return r.out;
+      }
+      await this.deviceErrors.release?.();
+      const was: PlanInForce = { ...this.planInForce(cfg), ...plan };
+      const next = fallbackPlan(plan, phase, cfg);
+      if (!next) {
+        throw heapExhaustedError(
+          { phase, step: this.step },
+          `the device said "${r.ranOut}"${purpose} with ${describePlan(was)}, and no smaller plan is left to try`,
+        );
+      }
+      from ??= was;
+      this.fallback = { key: this.planKey(cfg), plan: next };
+    }
+  }
+
+  /** The alerts of withDevicePlan's fallbacks since the last call (the session adds them to the step's). */
+  takeOutOfStepNotices(): PlanAlert[] {
+    const out = this.outOfStepNotices;
+    this.outOfStepNotices = [];
+    return out;
   }
 
   /** The micro-batch of a step with `cfg` (stepPlan). */

@@ -17,7 +17,7 @@
  * (value_model.safetensors, value_adapter/) and no `value.*` Adam tensors are written or read.
  */
 import * as tf from '@tensorflow/tfjs-core';
-import type { PpoTrainer } from '../ppo/trainer';
+import type { DevicePlan, PpoTrainer } from '../ppo/trainer';
 import {
   configBytes,
   lmSafetensorsStream,
@@ -100,6 +100,11 @@ export interface TrainerState {
    * null = none recorded. Absent in older checkpoints (read as null).
    */
   rewardMean?: number | null;
+  /**
+   * The smaller plan the run fell back to after the device ran out of memory, and the key (live keys and device)
+   * it holds for (src/core/ppo/gpu-plan.ts); absent or null = none (older checkpoints: none).
+   */
+  devicePlan?: DevicePlan | null;
 }
 
 async function adamTensors(opt: tf.Optimizer, prefix: string, varNames: string[]): Promise<NamedTensor[]> {
@@ -205,7 +210,7 @@ export async function checkpointSources(t: PpoTrainer): Promise<Map<string, File
       : []),
   ];
   if (opt.length) files.set('optimizer.safetensors', writeSafetensors(opt, { format: CHECKPOINT_FORMAT }));
-  const { step, kl, rng, promptOrder, promptCursor, history, badSteps, rewardMean } = t.state();
+  const { step, kl, rng, promptOrder, promptCursor, history, badSteps, rewardMean, devicePlan } = t.state();
   const state: TrainerState = {
     format: CHECKPOINT_FORMAT,
     step,
@@ -219,6 +224,7 @@ export async function checkpointSources(t: PpoTrainer): Promise<Map<string, File
     history,
     badSteps,
     rewardMean,
+    devicePlan,
   };
   files.set(
     'trainer_state.json',
@@ -350,6 +356,25 @@ function checkTrainerState(raw: unknown, where: string): TrainerState {
   if (rm !== undefined && rm !== null && (typeof rm !== 'number' || !Number.isFinite(rm))) {
     fail('"rewardMean" must be a finite number or null', rm);
   }
+  const dp = s.devicePlan as { key?: unknown; plan?: Record<string, unknown> | null } | null | undefined;
+  const whole = (x: unknown) => isNonNegInt(x) && x >= 1;
+  if (
+    dp !== undefined &&
+    dp !== null &&
+    (typeof dp !== 'object' ||
+      typeof dp.key !== 'string' ||
+      typeof dp.plan !== 'object' ||
+      dp.plan === null ||
+      !whole(dp.plan.microBatchSize) ||
+      !whole(dp.plan.generateMicroBatchSize) ||
+      typeof dp.plan.recompute !== 'boolean')
+  ) {
+    fail(
+      '"devicePlan" must be null or {"key": string, "plan": {"microBatchSize": n >= 1, ' +
+        '"generateMicroBatchSize": n >= 1, "recompute": true|false}} (delete it to plan afresh)',
+      dp,
+    );
+  }
   return raw as TrainerState;
 }
 
@@ -407,6 +432,7 @@ export async function restoreTrainer(
         history: reviveNumbers(state.history),
         badSteps: state.badSteps ?? 0,
         rewardMean: state.rewardMean ?? null,
+        devicePlan: state.devicePlan ?? null,
       },
     });
     const optBytes = await files.read('optimizer.safetensors');

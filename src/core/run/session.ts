@@ -364,6 +364,8 @@ export class TrainingSession {
         await this.hooks.beforeEval?.(this);
         result.eval = await this.evaluator.run(t.step);
         Object.assign(result.metrics, evalMetricsOf(result.eval));
+        // The evaluation's work redone smaller when the device ran out (said once, on this step).
+        result.alerts.push(...t.takeOutOfStepNotices());
       }
     } catch (e) {
       throw this.stepFailed(e, stepNo);
