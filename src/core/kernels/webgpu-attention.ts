@@ -34,6 +34,14 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
+import {
+  ATTN_FIRST_REAL_WGSL,
+  ATTN_TILE_SCORES_WGSL,
+  attnForwardWgsl,
+  attnStatsWgsl,
+  attnTilesWgsl,
+  type AttnRows,
+} from './webgpu-softmax-wgsl';
 
 export const ATTN_FWD = 'PerfAttentionFwd';
 export const ATTN_STATS = 'PerfAttentionStats';
@@ -51,37 +59,14 @@ export const MAX_BATCH_HEADS = 65535;
 type Kind = 'fwd' | 'stats' | 'bwd';
 
 /**
- * Shared WGSL: constants, workgroup tiles, the first real token of batch row b (every thread gets it), and the tile
+ * The kernels' WGSL besides main: constants, workgroup tiles, the first real token of batch row b (every thread
+ * gets it) and the scores of a key tile (webgpu-softmax-wgsl.ts, shared with the Llama kernels), and the tile
  * loaders. Tiles hold BC rows × HS columns: keys/values (tA/tB) with the key mask (tS), or queries/upstream
  * gradients (tA/tB) with their lse and D (tS/tD).
  */
 function common(hs: number): string {
-  return `
-  const A_HS : i32 = ${hs};
-  const A_BR : i32 = ${BR};
-  const A_BC : i32 = ${BC};
-  const A_NEG : f32 = -3.0e38;
-  var<workgroup> tA : array<f32, ${BC * hs}>;
-  var<workgroup> tB : array<f32, ${BC * hs}>;
-  var<workgroup> tS : array<f32, ${BC}>;
-  var<workgroup> tD : array<f32, ${BC}>;
-  var<workgroup> wgFirst : atomic<i32>;
-
-  // Index of batch row b's first real token (T if none): query rows before it have no allowed key.
-  // M is read through f32(): a float32 maskF made by tf.cast of an int32 mask keeps the int32 buffer on webgpu
-  // (the cast is free there), so M may be array<i32>.
-  fn attnFirstReal(b : i32, T : i32) -> i32 {
-    if (localId.x == 0u) { atomicStore(&wgFirst, T); }
-    workgroupBarrier();
-    for (var j = i32(localId.x); j < T; j = j + A_BR) {
-      if (f32(M[b * T + j]) != 0.0) {
-        atomicMin(&wgFirst, j);
-        break;
-      }
-    }
-    workgroupBarrier();
-    return atomicLoad(&wgFirst);
-  }
+  return `${attnTilesWgsl(hs, BR, BC)}
+  ${ATTN_FIRST_REAL_WGSL}
 
   // Keys (and values) of rows j0 .. j0 + BC − 1 into tA (tB), their mask into tS (0 past T).
   fn attnLoadKeys(b : i32, h : i32, j0 : i32, T : i32, C : i32, withV : bool) {
@@ -105,24 +90,7 @@ function common(hs: number): string {
       tS[lid] = mv;
     }
   }
-
-  // Scaled scores q·k/√hs of query row r against the keys of the tile in tA (rows j0 …), A_NEG where a key is
-  // after r or padding, into s; returns their max (A_NEG when the tile has no allowed key).
-  fn attnTileScores(q : ptr<function, array<f32, A_HS>>, s : ptr<function, array<f32, A_BC>>, j0 : i32, r : i32,
-                    scale : f32) -> f32 {
-    var tmax = A_NEG;
-    for (var jj = 0; jj < A_BC; jj++) {
-      var sc = A_NEG;
-      if (j0 + jj <= r && tS[jj] != 0.0) {
-        var acc = 0.0;
-        for (var d = 0; d < A_HS; d++) { acc = acc + (*q)[d] * tA[jj * A_HS + d]; }
-        sc = acc * scale;
-      }
-      (*s)[jj] = sc;
-      tmax = max(tmax, sc);
-    }
-    return tmax;
-  }`;
+  ${ATTN_TILE_SCORES_WGSL}`;
 }
 
 /** One program per kind (the shape of a tfjs WebGPUProgram; the backend adds bindings and uniforms). */
@@ -172,94 +140,18 @@ class AttentionProgram {
   }
 }
 
-// The thread's row r is a query; `full` = no allowed key (r < first): the uniform average over all T keys. A key
-// tile is needed when it starts at or before the workgroup's last row, or when some row of the workgroup is full.
-const FWD = `
-  let full = r < first;
-  let needAll = first > r0;
-  var q : array<f32, A_HS>;
-  var o : array<f32, A_HS>;
-  let qOff = (b * T + rc) * 3 * C + h * A_HS;
-  for (var d = 0; d < A_HS; d++) {
-    q[d] = QKV[qOff + d];
-    o[d] = 0.0;
-  }
-  var m = A_NEG;
-  var l = 0.0;
-  for (var t = 0; t < nT; t++) {
-    let j0 = t * A_BC;
-    let tileOn = needAll || j0 <= rLast;
-    if (tileOn) { attnLoadKeys(b, h, j0, T, C, true); }
-    workgroupBarrier();
-    if (tileOn && valid) {
-      if (full) {
-        for (var jj = 0; jj < A_BC; jj++) {
-          if (j0 + jj < T) {
-            for (var d = 0; d < A_HS; d++) { o[d] = o[d] + tB[jj * A_HS + d]; }
-          }
-        }
-      } else {
-        var s : array<f32, A_BC>;
-        let tmax = attnTileScores(&q, &s, j0, r, scale);
-        if (tmax > A_NEG) {
-          let mNew = max(m, tmax);
-          let c = exp(m - mNew);
-          l = l * c;
-          for (var d = 0; d < A_HS; d++) { o[d] = o[d] * c; }
-          for (var jj = 0; jj < A_BC; jj++) {
-            if (s[jj] > A_NEG) {
-              let p = exp(s[jj] - mNew);
-              l = l + p;
-              for (var d = 0; d < A_HS; d++) { o[d] = o[d] + p * tB[jj * A_HS + d]; }
-            }
-          }
-          m = mNew;
-        }
-      }
-    }
-    workgroupBarrier();
-  }
-  if (valid) {
-    let inv = select(1.0 / l, invT, full);
-    let yOff = (b * T + r) * C + h * A_HS;
-    for (var d = 0; d < A_HS; d++) { result[yOff + d] = o[d] * inv; }
-  }`;
-
-// Per query row and head: lse = m + log(l) over its allowed keys (0 for a full row, unused) and D = Σ dy·y.
-const STATS = `
-  let full = r < first;
-  var q : array<f32, A_HS>;
-  let qOff = (b * T + rc) * 3 * C + h * A_HS;
-  for (var d = 0; d < A_HS; d++) { q[d] = QKV[qOff + d]; }
-  var m = A_NEG;
-  var l = 0.0;
-  for (var t = 0; t < nT; t++) {
-    let j0 = t * A_BC;
-    let tileOn = j0 <= rLast;
-    if (tileOn) { attnLoadKeys(b, h, j0, T, C, false); }
-    workgroupBarrier();
-    if (tileOn && valid && !full) {
-      var s : array<f32, A_BC>;
-      let tmax = attnTileScores(&q, &s, j0, r, scale);
-      if (tmax > A_NEG) {
-        let mNew = max(m, tmax);
-        l = l * exp(m - mNew);
-        for (var jj = 0; jj < A_BC; jj++) {
-          if (s[jj] > A_NEG) { l = l + exp(s[jj] - mNew); }
-        }
-        m = mNew;
-      }
-    }
-    workgroupBarrier();
-  }
-  if (valid) {
-    let yOff = (b * T + r) * C + h * A_HS;
-    var dsum = 0.0;
-    for (var d = 0; d < A_HS; d++) { dsum = dsum + DY[yOff + d] * Y[yOff + d]; }
-    let sOff = (bh * T + r) * 2;
-    result[sOff] = select(m + log(l), 0.0, full);
-    result[sOff + 1] = dsum;
-  }`;
+/**
+ * The thread's row r is a query of head h: q from the projection's q columns, keys and values from its k and v
+ * columns, y in the merged-heads layout (webgpu-softmax-wgsl.ts writes the loops).
+ */
+const ROWS: AttnRows = {
+  setup: 'let qOff = (b * T + rc) * 3 * C + h * A_HS;',
+  q: 'QKV[qOff + d]',
+  loadKeys: (withV) => `attnLoadKeys(b, h, j0, T, C, ${withV})`,
+  yOff: '(b * T + r) * C + h * A_HS',
+};
+const FWD = attnForwardWgsl(ROWS);
+const STATS = attnStatsWgsl(ROWS);
 
 // Role 0 (dq): row r is a query, a1 = q, a2 = dy; tiles of keys (tA) and values (tB).
 // Roles 1 (dk) and 2 (dv): row r is a key, a1 = k, a2 = v; tiles of queries (tA), dy (tB), lse (tS) and D (tD).

@@ -36,6 +36,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { MASKED, type LayerKV } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
+import { decodeSoftmaxDeclsWgsl, decodeSoftmaxWgsl } from './webgpu-softmax-wgsl';
 
 export const DECODE_KV_WRITE = 'PerfDecodeKVWrite';
 export const DECODE_ATTN = 'PerfDecodeAttention';
@@ -120,32 +121,9 @@ class DecodeAttentionProgram {
   }
 
   getUserCode(): string {
-    const hs = this.hs;
-    const groups = Math.floor(WG / hs);
-    return `
-      const D_HS : i32 = ${hs};
-      const D_G : i32 = ${groups};
-      const D_MASKED : f32 = ${MASKED.toExponential()};
-      var<workgroup> dq : array<f32, ${hs}>;
-      var<workgroup> dScores : array<f32, ${this.cap}>;
-      var<workgroup> dRed : array<f32, ${WG}>;
-
-      // Max (isMax) or sum of one f32 per lane over the workgroup (every lane gets it); uniform control flow only.
-      fn decReduce(v : f32, isMax : bool) -> f32 {
-        dRed[localId.x] = v;
-        workgroupBarrier();
-        for (var s = ${WG / 2}u; s > 0u; s = s / 2u) {
-          if (localId.x < s) {
-            let a = dRed[localId.x];
-            let b = dRed[localId.x + s];
-            dRed[localId.x] = select(a + b, max(a, b), isMax);
-          }
-          workgroupBarrier();
-        }
-        let r = dRed[0];
-        workgroupBarrier();
-        return r;
-      }
+    // The softmax over the slots and the weighted sum of the values: webgpu-softmax-wgsl.ts (shared with the
+    // Llama family's decode kernel).
+    return `${decodeSoftmaxDeclsWgsl(this.hs, this.cap, WG, MASKED)}
 
       fn main(index : i32) {
         let S = uniforms.S;
@@ -157,40 +135,10 @@ class DecodeAttentionProgram {
         let b = bh / nh;
         let h = bh % nh;
         let kvOff = bh * S * D_HS;
+        let yOff = b * C + h * D_HS;
         for (var d = lid; d < D_HS; d = d + ${WG}) { dq[d] = QKV[b * 3 * C + h * D_HS + d]; }
         workgroupBarrier();
-        // Scores as the plain path makes them: (q·k)·scale plus the additive mask (M through f32(), see above).
-        var mx = -3.0e38;
-        for (var j = lid; j < S; j = j + ${WG}) {
-          let off = kvOff + j * D_HS;
-          var acc = 0.0;
-          for (var d = 0; d < D_HS; d++) { acc = acc + dq[d] * K[off + d]; }
-          let x = acc * scale + (1.0 - f32(M[b * S + j])) * D_MASKED;
-          dScores[j] = x;
-          mx = max(mx, x);
-        }
-        let m = decReduce(mx, true);
-        var sum = 0.0;
-        for (var j = lid; j < S; j = j + ${WG}) {
-          let p = exp(dScores[j] - m);
-          dScores[j] = p;
-          sum = sum + p;
-        }
-        let l = decReduce(sum, false);
-        // decReduce ended on a barrier: every p is in dScores. Thread (g, d) sums the keys j ≡ g (mod D_G).
-        let g = lid / D_HS;
-        let d = lid - g * D_HS;
-        var acc = 0.0;
-        if (g < D_G) {
-          for (var j = g; j < S; j = j + D_G) { acc = acc + dScores[j] * V[kvOff + j * D_HS + d]; }
-        }
-        dRed[lid] = acc;
-        workgroupBarrier();
-        if (lid < D_HS) {
-          var t = 0.0;
-          for (var gg = 0; gg < D_G; gg++) { t = t + dRed[gg * D_HS + lid]; }
-          result[b * C + h * D_HS + lid] = t / l;
-        }
+        ${decodeSoftmaxWgsl(this.hs, WG)}
       }`;
   }
 }

@@ -30,6 +30,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { MASKED, type LayerKV } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
+import { decodeSoftmaxDeclsWgsl, decodeSoftmaxWgsl } from './webgpu-softmax-wgsl';
 
 export const GQA_DECODE_KV_WRITE = 'PerfGqaDecodeKVWrite';
 export const GQA_DECODE_ATTN = 'PerfGqaDecodeAttention';
@@ -253,50 +254,10 @@ class DecodeProgram {
 
   getUserCode(): string {
     const hs = this.hs;
-    const weighted =
-      hs <= WG
-        ? `let G = ${Math.floor(WG / hs)};
-        let g = lid / D_HS;
-        let d = lid - g * D_HS;
-        var acc = 0.0;
-        if (g < G) {
-          for (var j = g; j < S; j = j + G) { acc = acc + dScores[j] * V[kvOff + j * D_HS + d]; }
-        }
-        dRed[lid] = acc;
-        workgroupBarrier();
-        if (lid < D_HS) {
-          var t = 0.0;
-          for (var gg = 0; gg < G; gg++) { t = t + dRed[gg * D_HS + lid]; }
-          result[yOff + lid] = t / l;
-        }`
-        : `for (var d = lid; d < D_HS; d = d + ${WG}) {
-          var acc = 0.0;
-          for (var j = 0; j < S; j++) { acc = acc + dScores[j] * V[kvOff + j * D_HS + d]; }
-          result[yOff + d] = acc / l;
-        }`;
-    return `
-      const D_HS : i32 = ${hs};
-      const D_MASKED : f32 = ${MASKED.toExponential()};
-      var<workgroup> dq : array<f32, ${hs}>;
-      var<workgroup> dScores : array<f32, ${this.cap}>;
-      var<workgroup> dRed : array<f32, ${WG}>;
+    // The softmax over the slots and the weighted sum of the values: webgpu-softmax-wgsl.ts (shared with GPT-2's
+    // decode kernel).
+    return `${decodeSoftmaxDeclsWgsl(hs, this.cap, WG, MASKED)}
       ${this.src ? headSourceFns(this.src, 'Q', hs, true) : ropeFn('ropeQ', 'Q', hs)}
-
-      fn decReduce(v : f32, isMax : bool) -> f32 {
-        dRed[localId.x] = v;
-        workgroupBarrier();
-        for (var s = ${WG / 2}u; s > 0u; s = s / 2u) {
-          if (localId.x < s) {
-            let a = dRed[localId.x];
-            let b = dRed[localId.x + s];
-            dRed[localId.x] = select(a + b, max(a, b), isMax);
-          }
-          workgroupBarrier();
-        }
-        let r = dRed[0];
-        workgroupBarrier();
-        return r;
-      }
 
       fn main(index : i32) {
         let S = uniforms.S;
@@ -317,24 +278,7 @@ class DecodeProgram {
             : `for (var d = lid; d < D_HS; d = d + ${WG}) { dq[d] = ropeQ(yOff, b, d); }`
         }
         workgroupBarrier();
-        var mx = -3.0e38;
-        for (var j = lid; j < S; j = j + ${WG}) {
-          let off = kvOff + j * D_HS;
-          var acc = 0.0;
-          for (var d = 0; d < D_HS; d++) { acc = acc + dq[d] * K[off + d]; }
-          let x = acc * scale + (1.0 - f32(M[b * S + j])) * D_MASKED;
-          dScores[j] = x;
-          mx = max(mx, x);
-        }
-        let m = decReduce(mx, true);
-        var sum = 0.0;
-        for (var j = lid; j < S; j = j + ${WG}) {
-          let p = exp(dScores[j] - m);
-          dScores[j] = p;
-          sum = sum + p;
-        }
-        let l = decReduce(sum, false);
-        ${weighted}
+        ${decodeSoftmaxWgsl(hs, WG)}
       }`;
   }
 }

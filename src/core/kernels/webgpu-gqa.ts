@@ -32,6 +32,14 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
+import {
+  ATTN_FIRST_REAL_WGSL,
+  ATTN_TILE_SCORES_WGSL,
+  attnForwardWgsl,
+  attnStatsWgsl,
+  attnTilesWgsl,
+  type AttnRows,
+} from './webgpu-softmax-wgsl';
 
 export const GQA_FWD = 'PerfGqaFwd';
 export const GQA_STATS = 'PerfGqaStats';
@@ -57,32 +65,8 @@ type Kind = 'fwd' | 'stats' | 'dq' | 'dk' | 'dv';
  */
 function common(hs: number): string {
   const bc = tileRows(hs);
-  return `
-  const A_HS : i32 = ${hs};
-  const A_HALF : i32 = ${hs / 2};
-  const A_BR : i32 = ${BR};
-  const A_BC : i32 = ${bc};
-  const A_NEG : f32 = -3.0e38;
-  var<workgroup> tA : array<f32, ${bc * hs}>;
-  var<workgroup> tB : array<f32, ${bc * hs}>;
-  var<workgroup> tS : array<f32, ${bc}>;
-  var<workgroup> tD : array<f32, ${bc}>;
-  var<workgroup> wgFirst : atomic<i32>;
-
-  // Index of batch row b's first real token (T if none). M through f32(): a float32 maskF cast from int32 keeps
-  // its int32 buffer on webgpu.
-  fn attnFirstReal(b : i32, T : i32) -> i32 {
-    if (localId.x == 0u) { atomicStore(&wgFirst, T); }
-    workgroupBarrier();
-    for (var j = i32(localId.x); j < T; j = j + A_BR) {
-      if (f32(M[b * T + j]) != 0.0) {
-        atomicMin(&wgFirst, j);
-        break;
-      }
-    }
-    workgroupBarrier();
-    return atomicLoad(&wgFirst);
-  }
+  return `${attnTilesWgsl(hs, BR, bc, `\n  const A_HALF : i32 = ${hs / 2};`)}
+  ${ATTN_FIRST_REAL_WGSL}
 
   // The other half's index of column d, and the rotary embedding x·cos + rotate_half(x)·sin of element d of a
   // row (x = the element, p = the element at ropePartner(d)) at batch row \`row\` (b·T + t).
@@ -124,21 +108,7 @@ function common(hs: number): string {
     }
   }
 
-  fn attnTileScores(q : ptr<function, array<f32, A_HS>>, s : ptr<function, array<f32, A_BC>>, j0 : i32, r : i32,
-                    scale : f32) -> f32 {
-    var tmax = A_NEG;
-    for (var jj = 0; jj < A_BC; jj++) {
-      var sc = A_NEG;
-      if (j0 + jj <= r && tS[jj] != 0.0) {
-        var acc = 0.0;
-        for (var d = 0; d < A_HS; d++) { acc = acc + (*q)[d] * tA[jj * A_HS + d]; }
-        sc = acc * scale;
-      }
-      (*s)[jj] = sc;
-      tmax = max(tmax, sc);
-    }
-    return tmax;
-  }
+  ${ATTN_TILE_SCORES_WGSL}
 
   // The rotation's transpose of g (the gradient w.r.t. a rotated row) at batch row \`row\`, element d.
   fn ropeBack(g : ptr<function, array<f32, A_HS>>, row : i32, d : i32) -> f32 {
@@ -212,95 +182,19 @@ class GqaProgram {
   }
 }
 
-// Thread row r is query r of head h (KV head h / grp); `full`: no allowed key, the uniform average over all T keys.
-const FWD = `
-  let hk = h / grp;
-  let row = b * T + rc;
-  let full = r < first;
-  let needAll = first > r0;
-  var q : array<f32, A_HS>;
-  var o : array<f32, A_HS>;
-  for (var d = 0; d < A_HS; d++) {
-    q[d] = ropeQ(row, h, d);
-    o[d] = 0.0;
-  }
-  var m = A_NEG;
-  var l = 0.0;
-  for (var t = 0; t < nT; t++) {
-    let j0 = t * A_BC;
-    let tileOn = needAll || j0 <= rLast;
-    if (tileOn) { attnLoadKeys(b, hk, j0, T, true); }
-    workgroupBarrier();
-    if (tileOn && valid) {
-      if (full) {
-        for (var jj = 0; jj < A_BC; jj++) {
-          if (j0 + jj < T) {
-            for (var d = 0; d < A_HS; d++) { o[d] = o[d] + tB[jj * A_HS + d]; }
-          }
-        }
-      } else {
-        var s : array<f32, A_BC>;
-        let tmax = attnTileScores(&q, &s, j0, r, scale);
-        if (tmax > A_NEG) {
-          let mNew = max(m, tmax);
-          let c = exp(m - mNew);
-          l = l * c;
-          for (var d = 0; d < A_HS; d++) { o[d] = o[d] * c; }
-          for (var jj = 0; jj < A_BC; jj++) {
-            if (s[jj] > A_NEG) {
-              let p = exp(s[jj] - mNew);
-              l = l + p;
-              for (var d = 0; d < A_HS; d++) { o[d] = o[d] + p * tB[jj * A_HS + d]; }
-            }
-          }
-          m = mNew;
-        }
-      }
-    }
-    workgroupBarrier();
-  }
-  if (valid) {
-    let inv = select(1.0 / l, invT, full);
-    let yOff = (b * T + r) * nh * A_HS + h * A_HS;
-    for (var d = 0; d < A_HS; d++) { result[yOff + d] = o[d] * inv; }
-  }`;
-
-// Per query row and head: lse = m + log(l) over its allowed keys (0 for a full row, unused) and D = Σ dy·y.
-const STATS = `
-  let hk = h / grp;
-  let row = b * T + rc;
-  let full = r < first;
-  var q : array<f32, A_HS>;
-  for (var d = 0; d < A_HS; d++) { q[d] = ropeQ(row, h, d); }
-  var m = A_NEG;
-  var l = 0.0;
-  for (var t = 0; t < nT; t++) {
-    let j0 = t * A_BC;
-    let tileOn = j0 <= rLast;
-    if (tileOn) { attnLoadKeys(b, hk, j0, T, false); }
-    workgroupBarrier();
-    if (tileOn && valid && !full) {
-      var s : array<f32, A_BC>;
-      let tmax = attnTileScores(&q, &s, j0, r, scale);
-      if (tmax > A_NEG) {
-        let mNew = max(m, tmax);
-        l = l * exp(m - mNew);
-        for (var jj = 0; jj < A_BC; jj++) {
-          if (s[jj] > A_NEG) { l = l + exp(s[jj] - mNew); }
-        }
-        m = mNew;
-      }
-    }
-    workgroupBarrier();
-  }
-  if (valid) {
-    let yOff = (b * T + r) * nh * A_HS + h * A_HS;
-    var dsum = 0.0;
-    for (var d = 0; d < A_HS; d++) { dsum = dsum + DY[yOff + d] * Y[yOff + d]; }
-    let sOff = (bh * T + r) * 2;
-    result[sOff] = select(m + log(l), 0.0, full);
-    result[sOff + 1] = dsum;
-  }`;
+/**
+ * Thread row r is query r of head h (KV head h / grp): q rotated as it is read, keys and values of the KV head
+ * (webgpu-softmax-wgsl.ts writes the loops).
+ */
+const ROWS: AttnRows = {
+  setup: `let hk = h / grp;
+  let row = b * T + rc;`,
+  q: 'ropeQ(row, h, d)',
+  loadKeys: (withV) => `attnLoadKeys(b, hk, j0, T, ${withV})`,
+  yOff: '(b * T + r) * nh * A_HS + h * A_HS',
+};
+const FWD = attnForwardWgsl(ROWS);
+const STATS = attnStatsWgsl(ROWS);
 
 // dq: row r is query r of head h; a1 = rotated q, a2 = dy; tiles of rotated keys (tA) and values (tB).
 const DQ = `

@@ -17,6 +17,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
+import { columnSumWgsl, rowProgramWgsl } from './webgpu-rownorm-wgsl';
 
 export const LN_FWD = 'PerfLayerNormFwd';
 export const LN_STATS = 'PerfLayerNormStats';
@@ -27,22 +28,8 @@ const WG = 64;
 /** Rows are workgroups along x; WebGPU guarantees 65535 per dimension. Beyond that the plain ops are used. */
 export const MAX_ROWS = 65535;
 
-/** Sum of one f32 per lane over the workgroup (every lane gets it); call from uniform control flow only. */
-const ROW_SUM = `
-  var<workgroup> lnRed : array<f32, ${WG}>;
-  fn rowSum(v : f32) -> f32 {
-    lnRed[localId.x] = v;
-    workgroupBarrier();
-    for (var s = ${WG / 2}u; s > 0u; s = s / 2u) {
-      if (localId.x < s) {
-        lnRed[localId.x] = lnRed[localId.x] + lnRed[localId.x + s];
-      }
-      workgroupBarrier();
-    }
-    let total = lnRed[0];
-    workgroupBarrier();
-    return total;
-  }
+/** The row's mean and 1/√(σ² + ε): the same two passes as tf.moments (rowSum: webgpu-rownorm-wgsl.ts). */
+const ROW_STATS = `
   fn rowMeanRstd(off : i32, C : i32) -> vec2<f32> {
     var s = 0.0;
     for (var j = i32(localId.x); j < C; j = j + ${WG}) { s = s + X[off + j]; }
@@ -104,14 +91,7 @@ class RowProgram {
           let xh = (X[off + j] - mean) * r;
           result[off + j] = r * (DY[off + j] * G[j] - ma - xh * mb);
         }`;
-    return `
-      ${ROW_SUM}
-      fn main(index : i32) {
-        let row = i32(workgroupId.x);
-        let C = uniforms.cols;
-        let off = row * C;
-        ${body}
-      }`;
+    return rowProgramWgsl({ wg: WG, fns: ROW_STATS, body });
   }
 }
 
@@ -136,18 +116,7 @@ class ColumnSumProgram {
   }
 
   getUserCode(): string {
-    const term = this.which === 'dg' ? 'DY[k] * (X[k] - S[r * 2]) * S[r * 2 + 1]' : 'DY[k]';
-    return `
-      fn main(index : i32) {
-        if (index < uniforms.size) {
-          var acc = 0.0;
-          for (var r = 0; r < uniforms.rows; r = r + 1) {
-            let k = r * uniforms.cols + index;
-            acc = acc + ${term};
-          }
-          result[index] = acc;
-        }
-      }`;
+    return columnSumWgsl(this.which === 'dg' ? 'DY[k] * (X[k] - S[r * 2]) * S[r * 2 + 1]' : 'DY[k]');
   }
 }
 

@@ -19,6 +19,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
+import { columnSumWgsl, rowProgramWgsl } from './webgpu-rownorm-wgsl';
 
 export const RMS_FWD = 'PerfRmsNormFwd';
 export const RMS_STATS = 'PerfRmsNormStats';
@@ -29,22 +30,8 @@ const WG = 64;
 /** Workgroups per dispatch dimension that WebGPU guarantees. */
 const MAX_DIM = 65535;
 
-/** Sum of one f32 per lane over the workgroup (every lane gets it); call from uniform control flow only. */
-const ROW_SUM = `
-  var<workgroup> rmsRed : array<f32, ${WG}>;
-  fn rowSum(v : f32) -> f32 {
-    rmsRed[localId.x] = v;
-    workgroupBarrier();
-    for (var s = ${WG / 2}u; s > 0u; s = s / 2u) {
-      if (localId.x < s) {
-        rmsRed[localId.x] = rmsRed[localId.x] + rmsRed[localId.x + s];
-      }
-      workgroupBarrier();
-    }
-    let total = rmsRed[0];
-    workgroupBarrier();
-    return total;
-  }
+/** The row's 1/√(mean(x²) + ε) (rowSum: webgpu-rownorm-wgsl.ts). */
+const ROW_STATS = `
   fn rowRstd(off : i32, C : i32) -> f32 {
     var q = 0.0;
     for (var j = i32(localId.x); j < C; j = j + ${WG}) { q = q + X[off + j] * X[off + j]; }
@@ -96,18 +83,8 @@ class RowProgram {
         for (var j = i32(localId.x); j < C; j = j + ${WG}) {
           if (own) { result[off + j] = r * (DY[off + j] * W[j] - X[off + j] * r * ma); }
         }`;
-    // A workgroup past the last row (the last line of a 2-D dispatch) computes the last row again and writes
-    // nothing: tfjs's workgroupId is a private variable, so an early return would break the barriers' uniformity.
-    return `
-      ${ROW_SUM}
-      fn main(index : i32) {
-        let rowIn = i32(workgroupId.y) * ${MAX_DIM} + i32(workgroupId.x);
-        let own = rowIn < uniforms.rows;
-        let row = min(rowIn, uniforms.rows - 1);
-        let C = uniforms.cols;
-        let off = row * C;
-        ${body}
-      }`;
+    // Rows over x and y: a workgroup past the last row has `own` false and writes nothing.
+    return rowProgramWgsl({ wg: WG, fns: ROW_STATS, body, rowsOnXY: { maxDim: MAX_DIM } });
   }
 }
 
@@ -128,17 +105,7 @@ class ColumnSumProgram {
   }
 
   getUserCode(): string {
-    return `
-      fn main(index : i32) {
-        if (index < uniforms.size) {
-          var acc = 0.0;
-          for (var r = 0; r < uniforms.rows; r = r + 1) {
-            let k = r * uniforms.cols + index;
-            acc = acc + DY[k] * X[k] * S[r];
-          }
-          result[index] = acc;
-        }
-      }`;
+    return columnSumWgsl('DY[k] * X[k] * S[r]');
   }
 }
 
