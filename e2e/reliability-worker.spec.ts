@@ -269,7 +269,16 @@ test.describe('reliability of the model worker', () => {
       } catch (e) {
         whileRunning = (e as Error).message;
       }
-      const running = await w.configure({});
+      // configure answers with the change's number; the status it caused comes as an event carrying it.
+      const seq = await w.configure({});
+      let running: RunStatus | undefined;
+      while (!running) {
+        const e = window.relTrainEvents.find(
+          (x) => x.type === 'status' && (x.status as RunStatus).configSeq === seq,
+        );
+        running = e?.status as RunStatus | undefined;
+        if (!running) await new Promise((res) => setTimeout(res, 10));
+      }
       await w.pause();
       await new Promise((res) => setTimeout(res, 50));
       await w.stepOnce(); // waits for the step in flight, then pauses

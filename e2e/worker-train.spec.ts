@@ -81,9 +81,17 @@ test.describe('training in the model worker', () => {
     expect(report.backend).toBe('webgpu');
     const r = await page.evaluate(async (cfg) => {
       const w = window.modelWorker;
-      const configured = await w.configure(cfg);
+      // configure / setHyperparameters answer with the change's number; its status comes as an event.
+      const changed = async (seq: number) => {
+        for (;;) {
+          const s = window.trainEvents.find((e) => e.type === 'status' && e.status.configSeq === seq);
+          if (s?.type === 'status') return s.status;
+          await new Promise((res) => setTimeout(res, 10));
+        }
+      };
+      const configured = await changed(await w.configure(cfg));
       const first = await w.stepOnce();
-      const live = await w.setHyperparameters({ klCoef: 0.3, learningRate: 2e-4 });
+      const live = await changed(await w.setHyperparameters({ klCoef: 0.3, learningRate: 2e-4 }));
       const second = await w.stepOnce();
       const mem = await w.memory();
       return { configured, first, live, second, mem };
@@ -132,10 +140,18 @@ test.describe('training in the model worker', () => {
     // The same seed twice: decodeReplay on (the default), then a fresh run with it off.
     const r = await page.evaluate(async (cfg) => {
       const w = window.modelWorker;
-      const on = await w.configure(cfg);
+      // configure answers with the change's number; its status comes as an event.
+      const changed = async (seq: number) => {
+        for (;;) {
+          const s = window.trainEvents.find((e) => e.type === 'status' && e.status.configSeq === seq);
+          if (s?.type === 'status') return s.status;
+          await new Promise((res) => setTimeout(res, 10));
+        }
+      };
+      const on = await changed(await w.configure(cfg));
       await w.stepOnce();
       await w.reset();
-      const off = await w.configure({ ...cfg, decodeReplay: false });
+      const off = await changed(await w.configure({ ...cfg, decodeReplay: false }));
       await w.stepOnce();
       return { on: on.config.decodeReplay, off: off.config.decodeReplay };
     }, TINY);

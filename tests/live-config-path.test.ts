@@ -17,7 +17,7 @@ import { applyLive, LIVE_KEYS } from '../src/common/config/live';
 import { TrainingSession } from '../src/core/run/session';
 import { PpoTrainer } from '../src/core/ppo/trainer';
 import type { Resources } from '../src/core/ppo/setup';
-import type { ConfigPatch, ModelWorkerApi } from '../src/worker/protocol';
+import type { ConfigPatch, ModelWorkerApi, RunStatus } from '../src/worker/protocol';
 
 (globalThis as { self?: unknown }).self ??= globalThis;
 (globalThis as { navigator?: unknown }).navigator ??= {};
@@ -130,10 +130,15 @@ describe('every live key reaches the trainer through the session (CPU, tiny mode
     await api.configure(TINY);
     const viaSession = watch();
     await api.stepOnce(); // builds the run: from here on the session owns its config
-    let cfg = validateConfig((await api.subscribe(() => {})).config);
+    const statuses: RunStatus[] = [];
+    let cfg = validateConfig(
+      (await api.subscribe((e) => void (e.type === 'status' && statuses.push(e.status)))).config,
+    );
     for (const key of LIVE_KEYS) {
       const value = changedValue(key, cfg);
-      cfg = validateConfig((await api.setHyperparameters({ [key]: value } as ConfigPatch)).config);
+      // The status travels as an event only, numbered like the call's answer.
+      const seq = await api.setHyperparameters({ [key]: value } as ConfigPatch);
+      cfg = validateConfig(statuses.find((s) => s.configSeq === seq)!.config);
       expect(cfg[key]).toEqual(value);
       const after = await api.stepOnce();
       expect(after.step).toBe(seen.length);
@@ -151,6 +156,8 @@ describe('every live key reaches the trainer through the session (CPU, tiny mode
 
   it('one mutator: no second public config setter on the session, the trainer or the run', async () => {
     const { Run } = await import('../src/worker/run');
+    const { RlJob } = await import('../src/worker/rl-job');
+    const { SupervisedJob } = await import('../src/worker/supervised-job');
     // A config setter by name: configure, or set…Config / set…Hyperparameters / set…Settings.
     const setters = (C: { prototype: object }) =>
       Object.getOwnPropertyNames(C.prototype).filter((n) =>
@@ -161,5 +168,8 @@ describe('every live key reaches the trainer through the session (CPU, tiny mode
     // The worker's two entry points (a patch of live keys; a config for the next run) hand a running job's live
     // changes to TrainingSession.setHyperparameters, as the worker's path above checks for both.
     expect(setters(Run).sort()).toEqual(['configure', 'setHyperparameters']);
+    // The Run hands both to its RL job (the holder of the run's config), which hands live keys to the session.
+    expect(setters(RlJob).sort()).toEqual(['configure', 'setHyperparameters']);
+    expect(setters(SupervisedJob)).toEqual([]);
   });
 });

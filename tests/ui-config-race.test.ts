@@ -122,4 +122,31 @@ describe('a live change is marked for the charts at the first step that uses it'
     await a.resetRun();
     expect(store.getState().changeMarks).toEqual([]);
   });
+
+  it('the answer (a number) may come before its status event: the change waits for that event', async () => {
+    // Events on their own channel, later than the answers (comlink's callback port is not the call's port).
+    const fake = createFakeWorker();
+    const api = new Proxy(fake, {
+      get(target, prop) {
+        const v = (target as unknown as Record<string | symbol, unknown>)[prop];
+        if (prop !== 'subscribe' || typeof v !== 'function')
+          return typeof v === 'function' ? v.bind(target) : v;
+        return (cb: (e: unknown) => void) => fake.subscribe((e) => void setTimeout(() => cb(e), 20));
+      },
+    });
+    const store = createPlaygroundStore(api as unknown as ModelWorker, 'auto', {
+      hash: '#batchSize=2&miniBatches=1',
+      writeHash: () => {},
+      sendDelayMs: 0,
+    });
+    const a = store.getState().actions;
+    await a.start();
+    await a.stepRun();
+    await new Promise((r) => setTimeout(r, 50));
+    a.setConfigValue('klCoef', 0.4);
+    await a.flushConfig();
+    expect(store.getState().runStatus?.config.klCoef).toBe(0.4);
+    expect(store.getState().editsInFlight).toEqual([]);
+    expect(store.getState().changeMarks).toEqual([{ step: 2, text: 'klCoef 0.05 → 0.4' }]);
+  });
 });

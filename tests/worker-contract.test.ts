@@ -82,6 +82,17 @@ const errorsOf = (events: TrainerEvent[]) => events.flatMap((e) => (e.type === '
 const lastStatus = (events: TrainerEvent[]): RunStatus | undefined =>
   events.flatMap((e) => (e.type === 'status' ? [e.status] : [])).at(-1);
 
+/**
+ * The status a config change caused: its call answers with the change's number (RunStatus.configSeq), and the
+ * status comes as an event (sent before the answer) carrying that number.
+ */
+async function changed(h: Harness, answer: Promise<number>): Promise<RunStatus> {
+  const seq = await answer;
+  const s = h.events.flatMap((e) => (e.type === 'status' && e.status.configSeq === seq ? [e.status] : []));
+  expect(s).toHaveLength(1);
+  return s[0];
+}
+
 /** Until the run stopped: no longer running, and no step in flight. */
 async function settled(h: Harness): Promise<RunStatus> {
   await waitFor('the run to stop', () => {
@@ -107,7 +118,7 @@ describe.each([
   });
 
   it('start runs to `steps`, then pauses; starting a finished run is a UserError', async () => {
-    const configured = await h.api.configure({ ...TINY, steps: 2 });
+    const configured = await changed(h, h.api.configure({ ...TINY, steps: 2 }));
     expect(configured).toMatchObject({ state: 'idle', step: 0, steps: 2 });
     h.events.length = 0;
     expect((await h.api.start()).state).toBe('running');
@@ -149,7 +160,7 @@ describe.each([
 
   it('a live change reaches the next step; a non-live key is refused by setHyperparameters', async () => {
     const before = (await h.api.history()).length;
-    const live = await h.api.setHyperparameters({ klCoef: 0.3, learningRate: 2e-4 });
+    const live = await changed(h, h.api.setHyperparameters({ klCoef: 0.3, learningRate: 2e-4 }));
     expect(live.config).toMatchObject({ klCoef: 0.3, learningRate: 2e-4 });
     expect(live.step).toBe(before);
     h.events.length = 0;
@@ -167,12 +178,29 @@ describe.each([
   });
 
   it('a non-live change through configure starts a new run', async () => {
-    const s = await h.api.configure({ batchSize: 4, miniBatches: 2 });
+    const s = await changed(h, h.api.configure({ batchSize: 4, miniBatches: 2 }));
     expect(s).toMatchObject({ state: 'idle', step: 0 });
     expect(s.config).toMatchObject({ batchSize: 4, miniBatches: 2, klCoef: 0.3 });
     expect(await h.api.history()).toEqual([]);
     // A live-only change keeps the (new, empty) run as it is.
-    expect(await h.api.configure({ klCoef: 0.1 })).toMatchObject({ state: 'idle', step: 0 });
+    expect(await changed(h, h.api.configure({ klCoef: 0.1 }))).toMatchObject({ state: 'idle', step: 0 });
+  });
+
+  it('configure and setHyperparameters answer a number, not a status: the status comes once, as its event', async () => {
+    for (const call of [
+      () => h.api.configure({ klCoef: 0.2 }),
+      () => h.api.setHyperparameters({ klCoef: 0.25 }),
+    ]) {
+      h.events.length = 0;
+      const answer: unknown = await call();
+      expect(typeof answer).toBe('number');
+      const statuses = h.events.flatMap((e) => (e.type === 'status' ? [e.status] : []));
+      expect(statuses).toHaveLength(1);
+      expect(statuses[0].configSeq).toBe(answer);
+    }
+    // Numbered in order: the next change has the next number.
+    const a = await h.api.setHyperparameters({ klCoef: 0.3 });
+    expect(await h.api.configure({ klCoef: 0.3 })).toBe(a + 1);
   });
 
   it('three non-finite steps in a row pause the run with an error event', async () => {

@@ -68,9 +68,7 @@ beforeAll(async () => {
     }
     override loadTask = loadTaskNode;
   }
-  sources = new ConfigOnlySources(() => {});
-  sources.deviceLimits = WASM;
-  sources.memoryBudgetBytes = BUDGET_8GB;
+  sources = new ConfigOnlySources(() => {}, { deviceLimits: () => WASM, memoryBudgetBytes: BUDGET_8GB });
 });
 
 describe('the worker checks the run it will build (GPT-2 124M, config.json only)', () => {

@@ -12,7 +12,9 @@ import { encodePrompt, stopIdsOf } from '../core/tokenizer';
 import { applyBackendOptions, currentDeviceLimits, selectBackend } from './backend-web';
 import { checkDeviceLimits, rewardIsModel, runMemoryOptions } from './device-limits';
 import { mergeConfig } from '../common/config/live';
-import { ModelSources, PREFERENCE_REWARD_MODEL, type ProgressSink } from './sources';
+import { ModelSources, PREFERENCE_REWARD_MODEL, type ProgressSink, type SourcesOptions } from './sources';
+import { RunEvents } from './events';
+import type { DeviceLimits } from './device-limits';
 import { Run } from './run';
 import { memoryReport } from './memory';
 import { Reliability } from './reliability';
@@ -62,33 +64,48 @@ export interface WorkerApiOptions {
   /** Where autosaves go (default: IndexedDB with Web Locks, src/worker/autosave-web.ts). */
   autosave?: TabAutosave;
   /**
-   * Where models and tasks come from (default: the browser's ModelSources). Tests in Node pass a subclass that
-   * reads folders from disk (tests/worker-contract.test.ts).
+   * Where models and tasks come from (default: the browser's ModelSources, made with `progress` and `opts`). Tests
+   * in Node pass a subclass that reads folders from disk (tests/helpers/worker.ts).
    */
-  sources?: (progress: ProgressSink) => ModelSources;
+  sources?: (progress: ProgressSink, opts: SourcesOptions) => ModelSources;
+}
+
+/** The backend tfjs runs on, and the person's preference; what the chosen one can hold. */
+class BackendChoice {
+  report: BackendReport | null = null;
+  pref: BackendPref = 'auto';
+  limits: DeviceLimits | null = null;
+
+  /** Select a backend and note what it can hold. */
+  async choose(pref: BackendPref): Promise<BackendReport> {
+    this.pref = pref;
+    this.report = await selectBackend(pref);
+    this.limits = currentDeviceLimits();
+    return this.report;
+  }
 }
 
 export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
+  // Built in order, each with what it needs: the queue, the event stream, the backend, the model sources, and
+  // the run, which its reliability helper (autosave, device loss) builds with itself as the run's hooks.
   const serial = serialQueue();
-  let backend: BackendReport | null = null;
-  let backendPref: BackendPref = 'auto';
-  const progress: ProgressSink = (task, fraction, message) => run.progress(task, fraction, message);
-  const sources = opts.sources?.(progress) ?? new ModelSources(progress);
-  // The run and its autosave / device-loss handling need each other: the run is given hooks that call the
-  // reliability object made just after it (neither is called before both exist).
-  const run: Run = new Run(sources, serial, {
-    hooks: {
-      autosave: () => reliability.autosave(),
-      failedForDeviceLoss: () => reliability.failedForDeviceLoss(),
-    },
-    memory: () => memoryReport(backend?.backend ?? 'cpu'),
-  });
+  const events = new RunEvents();
+  const backends = new BackendChoice();
+  const sourcesOptions: SourcesOptions = { deviceLimits: () => backends.limits };
+  const sources =
+    opts.sources?.(events.progress, sourcesOptions) ?? new ModelSources(events.progress, sourcesOptions);
   const reliability = new Reliability(
-    run,
+    (hooks) =>
+      new Run(sources, serial, {
+        events,
+        hooks,
+        memory: () => memoryReport(backends.report?.backend ?? 'cpu'),
+      }),
     serial,
-    { reselect: () => choose(backendPref) },
+    { reselect: () => backends.choose(backends.pref) },
     opts.autosave ?? browserAutosave(),
   );
+  const run = reliability.run;
 
   /** Errors leave as displayable Errors. */
   const guard = async <T>(job: () => T | Promise<T>): Promise<T> => {
@@ -125,17 +142,15 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
     });
   };
 
-  /** Select a backend and note what it can hold and which GPU device to watch. */
+  /** Select a backend; its GPU device (if any) is watched for loss. */
   async function choose(pref: BackendPref): Promise<BackendReport> {
-    backendPref = pref;
-    backend = await selectBackend(pref);
-    sources.deviceLimits = currentDeviceLimits();
+    const report = await backends.choose(pref);
     reliability.watchDevice();
-    return backend;
+    return report;
   }
 
   async function ensureBackend(): Promise<void> {
-    if (!backend) await choose('auto');
+    if (!backends.report) await choose('auto');
   }
 
   /** Weights live on the backend that made them: save the run as checkpoint files, switch, restore. */
@@ -146,11 +161,8 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
       : null;
     const hadModel = run.model !== null;
     const runId = run.runId ?? undefined;
-    const modelConfig =
-      run.trainer?.models.policy.config ??
-      run.sup?.trainer.policy.config ??
-      (run.hasLm ? (await run.generator()).model.config : null);
-    const previous = backend ? backendPref : null;
+    const modelConfig = run.modelConfig();
+    const previous = backends.report ? backends.pref : null;
     run.dropTrainer();
     run.disposeLm();
     await choose(pref);
@@ -172,7 +184,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
     }
     run.emitStatus();
     if (refused) throw refused;
-    return backend!;
+    return backends.report!;
   }
 
   return {
@@ -189,7 +201,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
       }),
     start: () =>
       guard(async () => {
-        if (!backend) await serial(ensureBackend);
+        if (!backends.report) await serial(ensureBackend);
         return run.start();
       }),
     pause: () => guard(() => run.pause()),
@@ -256,7 +268,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
         if (opts.memoryBudgetBytes !== undefined) {
           if (!(opts.memoryBudgetBytes > 0))
             throw new UserError('loadModel: memoryBudgetBytes must be a positive number.');
-          sources.memoryBudgetBytes = opts.memoryBudgetBytes;
+          sources.setMemoryBudget(opts.memoryBudgetBytes);
         }
         if (typeof source !== 'object' || source === null || typeof source.kind !== 'string') {
           throw new UserError('loadModel: expected a model source such as {kind: "builtin", name: "tiny"}.');
@@ -297,7 +309,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
         };
       }),
 
-    memory: () => call(async (): Promise<MemoryReport> => memoryReport(backend?.backend ?? 'cpu')),
+    memory: () => call(async (): Promise<MemoryReport> => memoryReport(backends.report?.backend ?? 'cpu')),
     // Not serial: reads config.json and the task only, so it answers while a step runs.
     estimateMemory: (config = {}) =>
       guard(() => sources.estimateReport(mergeConfig(run.cfg, config, 'estimateMemory').config)),
@@ -320,7 +332,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
         if (typeof o !== 'object' || o === null || typeof o.enabled !== 'boolean') {
           throw new UserError('setAutosave: expected {enabled: true | false}.');
         }
-        reliability.enabled = o.enabled;
+        reliability.setEnabled(o.enabled);
         return reliability.info();
       }),
     debugLoseDevice: () => guard(async () => reliability.loseDevice()),

@@ -34,11 +34,11 @@ export async function importCheckpoint(run: Run, bytes: Uint8Array): Promise<Che
   // A DPO job's checkpoint (dpo_state.json; docs/dpo.md "In the app") resumes as that job.
   if (holdsDpoState(bytes)) {
     const files = unzipFolder(bytes, 'The chosen file');
-    const session = await run.restoreDpo(files, label);
+    const { step, historyLength } = await run.restoreDpo(files, label);
     run.emitStatus();
     return {
-      step: session.step,
-      historyLength: session.history.length,
+      step,
+      historyLength,
       config: JSON.parse(JSON.stringify(run.cfg)) as CheckpointSummary['config'],
     };
   }

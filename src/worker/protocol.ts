@@ -222,6 +222,12 @@ export interface RunStatus {
    */
   job?: SupervisedJobStatus | null;
   /**
+   * How many config changes (`configure`, `setHyperparameters`) the worker has taken. Each such call answers
+   * with its own number and sends the status it caused as an event carrying that number: the status travels as
+   * an event only, and the page knows which event answers which call. Absent: 0.
+   */
+  configSeq?: number;
+  /**
    * The plan the run's steps use now (micro-batch, generation slice, recompute, and why), once its trainer exists;
    * after the device ran out of memory, the smaller one it fell back to. Absent / null: no RL run built yet.
    */
@@ -356,8 +362,10 @@ export interface WorkerApi {
    * Changing a key that is not live (model, task, seed, batchSize, responseLength, …) drops the current run
    * (step 0, history cleared); live keys are applied from the next step (prefer setHyperparameters for those: it
    * answers at once, while configure waits for the step in flight). Models are built lazily on the first step.
+   * Answers with the change's number (`RunStatus.configSeq`); the new status comes as a `status` event only,
+   * sent before the answer.
    */
-  configure(config: ConfigPatch): Promise<RunStatus>;
+  configure(config: ConfigPatch): Promise<number>;
   /** Run steps until `steps` is reached or pause(); returns at once. Failures arrive as `error` events. */
   start(): Promise<RunStatus>;
   /** Stop after the step in flight; returns at once. */
@@ -369,8 +377,11 @@ export interface WorkerApi {
   stepOnce(): Promise<RunStatus>;
   /** Drop the run: fresh policy/value/optimizers from the configured model; history cleared. */
   reset(): Promise<RunStatus>;
-  /** Live hyperparameters (config fields marked live), applied from the next step; visible in the metrics. */
-  setHyperparameters(patch: ConfigPatch): Promise<RunStatus>;
+  /**
+   * Live hyperparameters (config fields marked live), applied from the next step; visible in the metrics.
+   * Answers with the change's number (`RunStatus.configSeq`); the new status comes as a `status` event only.
+   */
+  setHyperparameters(patch: ConfigPatch): Promise<number>;
   /**
    * User reward code, replacing the task's reward from the next step (the run is not reset); null restores the
    * configured reward. `sample` is `{prompt, response, promptTokens, responseTokens}`. Two forms:

@@ -30,13 +30,18 @@ const LATE_LOSS_MS = 60_000;
 type Listener = (e: ReliabilityEvent) => unknown;
 
 export interface BackendControl {
-  /** Choose the backend again with the person's preference (after tfjs forgot the lost one). */
+  /**
+   * Choose the backend again with the person's preference (after tfjs forgot the lost one); the new device is
+   * watched from then on.
+   */
   reselect(): Promise<BackendReport>;
 }
 
 export class Reliability implements RunHooks {
   private readonly listeners = new Set<Listener>();
-  enabled = true;
+  /** The run it keeps: built by `makeRun` with this object as its autosave / device-loss hooks. */
+  readonly run: Run;
+  private on = true;
   /** The last save this worker wrote or resumed (to skip saving the same step twice). */
   private lastSaved: { runId: string; step: number } | null = null;
   /** The WebGPU device being watched. */
@@ -49,11 +54,22 @@ export class Reliability implements RunHooks {
   private failure: { running: boolean; at: number } | null = null;
 
   constructor(
-    private readonly run: Run,
+    makeRun: (hooks: RunHooks) => Run,
     private readonly serial: Serial,
     private readonly backend: BackendControl,
     readonly slot: TabAutosave,
-  ) {}
+  ) {
+    this.run = makeRun(this);
+  }
+
+  /** Whether autosave is on for this worker (default on; setAutosave). */
+  get enabled(): boolean {
+    return this.on;
+  }
+
+  setEnabled(on: boolean): void {
+    this.on = on;
+  }
 
   // ---- events ---------------------------------------------------------------------------------------------
 
@@ -104,7 +120,7 @@ export class Reliability implements RunHooks {
     const runId = run.runId;
     if (!this.enabled || this.lost || !t || !runId || t.step === 0) return;
     // A run that ran out of memory or failed mid-update is not saved over its last good autosave.
-    if (run.session?.spoiled) return;
+    if (run.spoiled) return;
     if (this.lastSaved?.runId === runId && this.lastSaved.step === t.step) return;
     const result = await this.slot.save(
       {
@@ -144,7 +160,7 @@ export class Reliability implements RunHooks {
     const run = this.run;
     run.pause();
     // A spoiled run (out of memory) cannot go on: free its tensors first, so the restore has the room it needs.
-    if (run.session?.spoiled) run.dropTrainer();
+    if (run.spoiled) run.dropTrainer();
     const { info, files } = saved;
     const step = await run.restoreSaved(files, `autosave (step ${info.step})`, info.label, info.runId);
     this.lastSaved = { runId: info.runId, step };
@@ -241,6 +257,7 @@ export class Reliability implements RunHooks {
       }
       forgetWebGpuBackend();
       const report = await this.backend.reselect();
+      this.watchDevice();
       const on = report.backend === 'webgpu' ? 'WebGPU' : report.backend.toUpperCase();
 
       let fromStep: number | null = null;

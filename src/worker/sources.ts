@@ -113,15 +113,43 @@ export interface ProgressSink {
   (task: string, fraction: number | null, message: string): void;
 }
 
+/** What the sources are told of the device (api.ts), besides where progress goes. */
+export interface SourcesOptions {
+  /** What the current backend can hold (read at each check; it changes with each backend choice); null = unknown. */
+  deviceLimits?: () => DeviceLimits | null;
+  /** The training-memory budget to start with (default: defaultMemoryBudget()). */
+  memoryBudgetBytes?: number;
+}
+
 export class ModelSources {
   private readonly held = new Map<string, Map<string, Uint8Array>>();
   private readonly hubBases = new Map<string, string>();
   private readonly tasks = new Map<string, Task>();
-  memoryBudgetBytes = defaultMemoryBudget();
-  /** What the current backend can hold (set by the worker after each backend choice); null = no limits known. */
-  deviceLimits: DeviceLimits | null = null;
+  private budgetBytes: number;
+  private readonly limits: () => DeviceLimits | null;
 
-  constructor(private readonly progress: ProgressSink) {}
+  constructor(
+    private readonly progress: ProgressSink,
+    opts: SourcesOptions = {},
+  ) {
+    this.budgetBytes = opts.memoryBudgetBytes ?? defaultMemoryBudget();
+    this.limits = opts.deviceLimits ?? (() => null);
+  }
+
+  /** What the current backend can hold; null = no limits known. */
+  get deviceLimits(): DeviceLimits | null {
+    return this.limits();
+  }
+
+  /** The training-memory budget a model is held to (loadModel's memoryBudgetBytes, else 60% of the device's). */
+  get memoryBudgetBytes(): number {
+    return this.budgetBytes;
+  }
+
+  /** loadModel's memoryBudgetBytes: the budget from now on. */
+  setMemoryBudget(bytes: number): void {
+    this.budgetBytes = bytes;
+  }
 
   /** Keep files in memory under `name` (uploads, the trained reward model). */
   hold(name: string, files: Map<string, Uint8Array>): void {

@@ -92,19 +92,11 @@ export const JOB_FILE = 'playground_job.json';
 export async function restoreDpoJob(
   files: Map<string, Uint8Array>,
   label: string,
+  spec: DpoJobWire,
   hooks: SupervisedHooks<SupervisedMetrics>,
   load: ModelLoadOptions = {},
-): Promise<{ session: AnySupervisedSession; spec: SupervisedJobWire; status: SupervisedJobStatus }> {
-  const data = files.get(JOB_DATA_FILE);
-  const job = files.get(JOB_FILE);
-  if (!data || !job)
-    throw new UserError(
-      `${label} is a DPO checkpoint without its preference pairs (one written by the CLI): resume it with ` +
-        '`train --resume`, or export the checkpoint from the app, which keeps the pairs in the zip.',
-    );
-  const text = new TextDecoder().decode(data);
-  const spec = checkJob({ ...(JSON.parse(new TextDecoder().decode(job)) as object), data: text });
-  if (spec.kind !== 'dpo') throw new UserError(`${label}: ${JOB_FILE} is not a DPO job's.`);
+): Promise<{ session: AnySupervisedSession; status: SupervisedJobStatus }> {
+  const text = spec.data;
   const trainer = await DpoTrainer.restore(memoryFiles(label, files), { text, source: spec.dataName }, load);
   const { data: _d, ...settings } = trainer.cfg;
   return {
@@ -115,7 +107,6 @@ export async function restoreDpoJob(
       trainer.cfg.evalEvery,
       hooks,
     ),
-    spec,
     status: {
       kind: 'dpo',
       dataName: spec.dataName,
@@ -123,6 +114,21 @@ export async function restoreDpoJob(
       settings,
     },
   };
+}
+
+/** The job request an app's DPO checkpoint holds (JOB_FILE, with the pairs of JOB_DATA_FILE), checked. */
+export function dpoJobOf(files: Map<string, Uint8Array>, label: string): DpoJobWire {
+  const data = files.get(JOB_DATA_FILE);
+  const job = files.get(JOB_FILE);
+  if (!data || !job)
+    throw new UserError(
+      `${label} is a DPO checkpoint without its preference pairs (one written by the CLI): resume it with ` +
+        '`train --resume`, or export the checkpoint from the app, which keeps the pairs in the zip.',
+    );
+  const text = new TextDecoder().decode(data);
+  const spec = checkJob({ ...(JSON.parse(new TextDecoder().decode(job)) as object), data: text });
+  if (spec.kind !== 'dpo') throw new UserError(`${label}: ${JOB_FILE} is not a DPO job's.`);
+  return spec;
 }
 
 /** Build the job's session from `files` (the run's model): its models load and its data is read here. */

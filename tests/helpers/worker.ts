@@ -24,6 +24,6 @@ export async function nodeWorkerApi(o: { tinyDir?: string } = {}): Promise<Model
   }
   return createWorkerApi({
     autosave: new TabAutosave(memoryAutosaveStore(), null),
-    sources: (progress) => new DiskSources(progress),
+    sources: (progress, opts) => new DiskSources(progress, opts),
   });
 }

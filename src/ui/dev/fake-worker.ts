@@ -101,6 +101,8 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
   let rewardCode: string | null = null;
   /** Steps in a row with (simulated) non-finite updates; three pause the run, as the real worker does. */
   let badSteps = 0;
+  /** Config changes taken (configure, setHyperparameters): RunStatus.configSeq, as the real worker counts them. */
+  let configSeq = 0;
   const calls: [string, unknown][] = [];
 
   const status = (): RunStatus => ({
@@ -110,6 +112,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     steps: config.steps,
     config: JSON.parse(JSON.stringify(config)) as TrainConfigWire,
     reward: rewardCode !== null ? 'your reward code' : `task ${config.task}`,
+    configSeq,
   });
   const dropRun = () => {
     step = 0;
@@ -128,6 +131,12 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     );
   };
   const emit = (e: TrainerEvent) => listener?.(e);
+  /** As the real worker: a config change answers with its number, its status goes out as an event only. */
+  const configChanged = () => {
+    configSeq += 1;
+    emit({ type: 'status', status: status() });
+    return configSeq;
+  };
   const fakeMemory = (): MemoryReport => ({ numTensors: 42 + step, numBytes: 1024 * 1024, backend: 'wasm' });
   const log = (name: string, arg?: unknown) => calls.push([name, arg]);
 
@@ -273,8 +282,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
       const { config: next, changes } = mergeConfig(config, c, 'config');
       if (changes.restart.length > 0) dropRun();
       config = next;
-      emit({ type: 'status', status: status() });
-      return status();
+      return configChanged();
     },
     async start() {
       log('start');
@@ -311,7 +319,7 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
     async setHyperparameters(patch) {
       log('setHyperparameters', patch);
       config = applyLive(config, patch, 'setHyperparameters');
-      return status();
+      return configChanged();
     },
     async setRewardCode(code) {
       log('setRewardCode', code);

@@ -3,7 +3,8 @@
  * comes back in its status (the store's `runStatus.config`). Live keys of a started run go as one
  * `setHyperparameters(patch)` (gathered for a moment while a slider moves), everything else `configure`s the
  * next run, and a non-live key changed during a run waits for Reset ("applies on reset"). The UI never writes
- * `runStatus.config` itself: every answer here is taken as the worker's status.
+ * `runStatus.config` itself: the worker answers a change with its number and sends the status it caused as an
+ * event (RunStatus.configSeq), the one way that status reaches the store.
  */
 import { CONFIG_FIELDS, validateConfig, type ConfigKey, type TrainConfig } from '../../common/config';
 import type { ConfigPatch, RunStatus, TrainConfigWire } from '../../worker/protocol';
@@ -106,20 +107,23 @@ export function createConfigSync(ctx: SliceContext) {
     }
     publish();
   };
-  /** Send one message carrying `keys`; its answer is taken once they no longer count as in flight. */
+  /**
+   * Send one message carrying `keys`. The worker answers with the change's number; the status it caused comes
+   * as an event, taken (mergeWorkerConfig) while the keys still count as in flight, so an edit made meanwhile
+   * stays. Then they are answered, and `taken` sees that status.
+   */
   const ask = async (
     keys: ConfigKey[],
-    request: () => Promise<RunStatus>,
-    before?: (status: RunStatus) => void,
+    request: () => Promise<number>,
+    taken?: (status: RunStatus) => void,
   ): Promise<void> => {
-    let status: RunStatus;
+    let status: RunStatus | null;
     try {
-      status = await request();
+      status = await ctx.configAnswered(await request());
     } finally {
       answered(keys);
     }
-    before?.(status);
-    ctx.takeWorkerStatus(status);
+    if (status) taken?.(status);
   };
   /** A live change the worker took: marked on the charts at the next step, the first that uses it. */
   const markChange = (before: TrainConfigWire | undefined, status: RunStatus) => {

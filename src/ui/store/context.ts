@@ -19,6 +19,11 @@ export interface StoreOptions {
   runSaveDelayMs?: number;
   /** How many runs / bytes of history are kept (default RUN_BUDGET). */
   runBudget?: RunBudget;
+  /**
+   * Milliseconds over which the changes of the worker's events are told to subscribers (React) together: at most
+   * one render per frame however fast steps come (default 50; 0: each event at once).
+   */
+  eventFrameMs?: number;
 }
 
 export interface SliceContext {
@@ -32,6 +37,12 @@ export interface SliceContext {
    * way the store's `runStatus` (the job's state and the config in force) changes.
    */
   takeWorkerStatus(status: RunStatus): void;
+  /**
+   * The status event that answers config change number `seq` (what `configure` / `setHyperparameters` answer,
+   * RunStatus.configSeq), once the store has taken it; null when none will come (not subscribed yet: the
+   * subscription's status brings the config then; or the worker died).
+   */
+  configAnswered(seq: number): Promise<RunStatus | null>;
   /** Write the URL hash for the edited config and the comparison now in the store. */
   writeHash(): void;
 }

@@ -7,7 +7,7 @@ import { DEFAULT_REWARD_CODE, MODEL_CHOICES, modelSourceFor } from '../lib/catal
 import { downloadFile } from '../lib/download';
 import { indexedDbRunStorage, memoryRunStorage, RUN_BUDGET } from '../lib/kept-runs';
 import { hashFor, readComparisonHash, readConfigHash, writeHashToUrl } from '../lib/url-config';
-import type { BackendPref, TrainerEvent } from '../../worker/protocol';
+import type { BackendPref, RunStatus, TrainerEvent } from '../../worker/protocol';
 import { configProblem, createConfigSync, toWire } from './config-sync';
 import type { SliceContext, StoreOptions } from './context';
 import { createIoActions } from './io-slice';
@@ -77,7 +77,122 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
 
 export type PlaygroundStore = StoreApi<PlaygroundState>;
 
+/**
+ * Which status event answers which config change: `configure` and `setHyperparameters` answer with a number
+ * (RunStatus.configSeq) and their status arrives as an event only; `answer(seq)` waits for the first status the
+ * store took that carries `seq` or a later number.
+ */
+function configAnswers() {
+  /** The highest configSeq taken, and the first status taken with each recent number. */
+  let seen = 0;
+  const first = new Map<number, RunStatus>();
+  const waiting: { seq: number; resolve: (s: RunStatus | null) => void }[] = [];
+  let listening = false;
+  return {
+    /** The store subscribed to the worker's events: from now on every change's status arrives. */
+    subscribed() {
+      listening = true;
+    },
+    took(status: RunStatus) {
+      const seq = status.configSeq ?? 0;
+      if (seq <= seen) return;
+      seen = seq;
+      first.set(seq, status);
+      for (const k of first.keys()) if (k < seq - 32) first.delete(k);
+      for (let i = waiting.length - 1; i >= 0; i--) {
+        if (waiting[i].seq > seq) continue;
+        waiting[i].resolve(status);
+        waiting.splice(i, 1);
+      }
+    },
+    answer(seq: number): Promise<RunStatus | null> {
+      if (!listening) return Promise.resolve(null);
+      if (seq <= seen) {
+        // Taken already (the event comes before the answer): the first status at or after `seq`.
+        for (let k = Math.max(seq, seen - 32); k <= seen; k++) {
+          const s = first.get(k);
+          if (s) return Promise.resolve(s);
+        }
+        return Promise.resolve(null);
+      }
+      return new Promise((resolve) => waiting.push({ seq, resolve }));
+    },
+    /** The worker died: nothing more will come. */
+    giveUp() {
+      listening = false;
+      for (const w of waiting.splice(0)) w.resolve(null);
+    },
+  };
+}
+
 const inBrowser = typeof window !== 'undefined';
+
+type Listener = (state: PlaygroundState, previous: PlaygroundState) => void;
+
+/**
+ * The store's subscribers (React's components) told of changes that worker events make at most once per
+ * `frameMs`. A running job sends several events per step (its phases, the step); on a tiny model on WASM that is
+ * hundreds a second, and a render per event left React's deferred chart values forever behind (the charts stayed
+ * at step 1 until pause). Events still change the state at once, in order (the store's own logic, the kept runs
+ * and the config sync read it exact); only the telling is coalesced: the first event after a quiet frame is told
+ * at once, later ones in the frame together at its end. Every other change (the person's, a call's answer) is
+ * told at once, with whatever events held before it.
+ */
+function eventFrames(frameMs: number) {
+  const listeners = new Set<Listener>();
+  /** While true, changes are held: `since` is the state the subscribers last saw, `latest` the state now. */
+  let holding = false;
+  let since: PlaygroundState | null = null;
+  let latest: PlaygroundState | null = null;
+  let frame: ReturnType<typeof setTimeout> | null = null;
+  const tell = (state: PlaygroundState, previous: PlaygroundState) => {
+    since = null;
+    latest = null;
+    for (const l of listeners) l(state, previous);
+  };
+  /** The frame ends: what it held is told, and a new frame holds what comes next; else the store is quiet. */
+  const endFrame = () => {
+    frame = null;
+    if (since === null || latest === null) return;
+    tell(latest, since);
+    frame = setTimeout(endFrame, frameMs);
+  };
+  return {
+    /** Apply a worker event's changes (`apply`): told at once, or at the end of the frame. */
+    event(apply: () => void): void {
+      if (frameMs <= 0) return apply();
+      if (frame === null) {
+        apply();
+        frame = setTimeout(endFrame, frameMs);
+        return;
+      }
+      holding = true;
+      try {
+        apply();
+      } finally {
+        holding = false;
+      }
+    },
+    /** The store as its subscribers see it: `inner`, told of changes as above. */
+    around(inner: StoreApi<PlaygroundState>): StoreApi<PlaygroundState> {
+      inner.subscribe((state, previous) => {
+        if (holding) {
+          since ??= previous;
+          latest = state;
+          return;
+        }
+        tell(state, since ?? previous);
+      });
+      return {
+        ...inner,
+        subscribe(listener: Listener) {
+          listeners.add(listener);
+          return () => void listeners.delete(listener);
+        },
+      };
+    },
+  };
+}
 
 /** The store talks to the worker through `api` only (a fake one in tests). */
 export function createPlaygroundStore(
@@ -94,9 +209,11 @@ export function createPlaygroundStore(
       options.runStorage ?? (typeof indexedDB !== 'undefined' ? indexedDbRunStorage() : memoryRunStorage()),
     runSaveDelayMs: options.runSaveDelayMs ?? 1000,
     runBudget: options.runBudget ?? RUN_BUDGET,
+    eventFrameMs: options.eventFrameMs ?? 50,
   };
+  const frames = eventFrames(opts.eventFrameMs);
 
-  return createStore<PlaygroundState>()((set, get) => {
+  const inner = createStore<PlaygroundState>()((set, get) => {
     let memoryInFlight = false;
     const refreshMemory = async () => {
       if (memoryInFlight) return;
@@ -131,7 +248,9 @@ export function createPlaygroundStore(
       set(reduceEvent(get(), e));
       keptRuns.afterEvent(e);
       writeHash(get().editedConfig !== before);
+      if (e.type === 'status') configStatuses.took(e.status);
     };
+    const configStatuses = configAnswers();
 
     const ctx: SliceContext = {
       api,
@@ -140,13 +259,15 @@ export function createPlaygroundStore(
       opts,
       refreshMemory,
       takeWorkerStatus: (status) => applyEvent({ type: 'status', status }),
+      configAnswered: (seq) => configStatuses.answer(seq),
       writeHash: () => writeHash(true),
     };
     const sync = createConfigSync(ctx);
     const keptRuns = createKeptRuns(ctx);
 
     let lastMemoryAt = 0;
-    const onEvent = (e: TrainerEvent) => {
+    const onEvent = (e: TrainerEvent) => frames.event(() => takeEvent(e));
+    const takeEvent = (e: TrainerEvent) => {
       applyEvent(e);
       if (e.type !== 'step') return;
       // Tensor memory after each step (a leak shows as a growing count): the worker sends it with the step;
@@ -200,6 +321,7 @@ export function createPlaygroundStore(
     };
 
     const subscribe = async () => {
+      configStatuses.subscribed();
       try {
         ctx.takeWorkerStatus(await api.subscribe(proxy(onEvent)));
       } catch (e) {
@@ -211,7 +333,7 @@ export function createPlaygroundStore(
       const { editedConfig: config } = get();
       if (configProblem(config) !== null) return;
       try {
-        ctx.takeWorkerStatus(await api.configure(toWire(config)));
+        await ctx.configAnswered(await api.configure(toWire(config)));
       } catch (e) {
         set({ error: describeError(e) });
       }
@@ -268,6 +390,7 @@ export function createPlaygroundStore(
         },
 
         workerCrashed(message) {
+          configStatuses.giveUp();
           set({
             error: message,
             generating: false,
@@ -287,4 +410,5 @@ export function createPlaygroundStore(
       },
     };
   });
+  return frames.around(inner);
 }
