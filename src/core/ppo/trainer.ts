@@ -97,7 +97,9 @@ import {
 import { stepMetrics, type MinibatchStats, type StepMetrics } from '../../common/metrics';
 import {
   jointGuardedStepDeferred,
+  microGrads,
   readJointSteps,
+  type MicroGrads,
   type JointStepResult,
   type Objective,
   type PendingJointStep,
@@ -108,6 +110,7 @@ import { HEALTH_HISTORY, healthAlerts, type HealthAlert } from './health';
 import { UserError } from '../../common/errors';
 import type { EvalRecord } from '../../common/eval-record';
 import { maybeYield } from '../base/yield';
+import { GradReplays, type HostTensor } from './update-replay';
 import { decodeReplayCount } from '../model/decode-replay';
 
 /**
@@ -408,6 +411,13 @@ export class PpoTrainer {
   oldLogprobsFromUpdate = true;
   /** Whether the last step took its old log-probs from the update's forward (oldLogprobsFromUpdate applied). */
   lastStepOldLogprobsFromUpdate = false;
+  /**
+   * On WebGPU, record a whole-minibatch update's forward and backward once and replay it (src/core/ppo/update-replay.ts,
+   * issue #31). false: every minibatch through tfjs (tests compare the two).
+   */
+  updateReplay = true;
+  /** The update's recordings (WebGPU): how many were made and replayed, for tests and benchmarks. */
+  readonly gradReplays = new GradReplays();
   /** The device's error scopes (src/core/ppo/gpu-plan.ts): WebGPU's by default, nothing elsewhere. */
   private readonly deviceErrors: DeviceErrors;
   /** The device the plan is made for (WebGPU and its buffer limit, or none: the budget plan). */
@@ -1069,6 +1079,7 @@ export class PpoTrainer {
       plan: this.stepPlan(cfg),
       fellBack: null,
       fallBack: async (phase, why) => {
+        this.gradReplays.dispose(); // what the recordings hold goes back to the device too
         await this.deviceErrors.release?.();
         const from = this.planInForce(cfg);
         const next = fallbackPlan(s.plan, phase, cfg);
@@ -1320,48 +1331,119 @@ export class PpoTrainer {
           // the optimisers step (nothing of a failed attempt is applied or kept).
           const update = async (attempt: StepPlan, settle: () => Promise<void>) => {
             const slices = microSlices(rows, Math.min(attempt.microBatchSize, mbSize));
-            // One micro-batch's tensors, made inside the objective (so freed with its forward) and only then.
-            const microBatch = (k: number): Minibatch => {
+            // One micro-batch's inputs as the host has them (what a replay writes into its recorded buffers).
+            const hostBatch = (k: number): Record<string, HostTensor> => {
               const mRows = slices[k];
               const inp = this.batchInputs(queries, bResponses, bMask, mRows, Tq, R);
-              const pick = (m: number[][]) =>
-                tf.tensor2d(
-                  mRows.map((i) => m[i]),
-                  [mRows.length, R],
-                );
-              const mb: Minibatch = {
-                ids: tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32'),
-                attn: tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32'),
-                tokens: tf.tensor1d(
-                  mRows.flatMap((i) => bResponses[i]),
-                  'int32',
-                ),
+              const pick = (m: number[][]): HostTensor => ({
+                values: Float32Array.from(mRows.flatMap((i) => m[i])),
+                shape: [mRows.length, R],
+                dtype: 'float32',
+              });
+              const h: Record<string, HostTensor> = {
+                ids: { values: inp.ids, shape: [inp.n, inp.T], dtype: 'int32' },
+                attn: { values: inp.attn, shape: [inp.n, inp.T], dtype: 'int32' },
+                tokens: {
+                  values: Int32Array.from(mRows.flatMap((i) => bResponses[i])),
+                  shape: [mRows.length * R],
+                  dtype: 'int32',
+                },
                 mask: pick(bMask),
-                ...(oldFromUpdate
-                  ? { keepOld: (old: tf.Tensor2D) => keptOld.push({ rows: mRows, old }) }
-                  : { oldLogprobs: pick(bLogprobs) }),
                 advantages: pick(bAdvantages),
-                denominators: slices.length > 1 ? denominators : undefined,
               };
+              if (!oldFromUpdate) h.oldLogprobs = pick(bLogprobs);
               if (value) {
-                mb.returns = pick(bReturns!);
-                mb.oldValues = pick(bValues!);
+                h.returns = pick(bReturns!);
+                h.oldValues = pick(bValues!);
               }
-              if (grpoKl) mb.refLogprobs = pick(bRefLogprobs);
-              return mb;
+              if (grpoKl) h.refLogprobs = pick(bRefLogprobs);
+              return h;
             };
+            // The micro-batch's tensors as the objectives read them; `keep` takes the old log-probs of GRPO's
+            // update forward.
+            const minibatchOf = (
+              t: Record<string, tf.Tensor>,
+              keep: (old: tf.Tensor2D) => void,
+            ): Minibatch => ({
+              ids: t.ids as tf.Tensor2D,
+              attn: t.attn as tf.Tensor2D,
+              tokens: t.tokens as tf.Tensor1D,
+              mask: t.mask as tf.Tensor2D,
+              ...(oldFromUpdate ? { keepOld: keep } : { oldLogprobs: t.oldLogprobs as tf.Tensor2D }),
+              advantages: t.advantages as tf.Tensor2D,
+              denominators: slices.length > 1 ? denominators : undefined,
+              ...(value ? { returns: t.returns as tf.Tensor2D, oldValues: t.oldValues as tf.Tensor2D } : {}),
+              ...(grpoKl ? { refLogprobs: t.refLogprobs as tf.Tensor2D } : {}),
+            });
+            // One micro-batch's tensors, made inside the objective (so freed with its forward) and only then.
+            const microBatch = (k: number): Minibatch => {
+              const h = hostBatch(k);
+              const t = Object.fromEntries(
+                Object.entries(h).map(([name, x]) => [name, tf.tensor(x.values, x.shape, x.dtype)]),
+              );
+              return minibatchOf(t, (old) => keptOld.push({ rows: slices[k], old }));
+            };
+            const policyPart = {
+              vars: policy.trainableVariables(),
+              objective: (mb: Minibatch) => this.policyObjective(mb, Tq, cfg, attempt),
+            };
+            const valuePart = value
+              ? {
+                  vars: value.trainableVariables(),
+                  objective: (mb: Minibatch) => this.valueObjective(value, mb, Tq, cfg, attempt),
+                }
+              : null;
+            // On WebGPU, a whole-minibatch update is recorded once and replayed (update-replay.ts): `replayed`
+            // gives that part's differentiation from the recording for its key, or null (through tfjs).
+            const replays =
+              this.updateReplay && slices.length === 1 && GradReplays.available() ? this.gradReplays : null;
+            const bakedKey = JSON.stringify([
+              cfg,
+              Tq,
+              attempt.recompute,
+              oldFromUpdate,
+              grpoKl ? this.kl.value : 0,
+            ]);
+            const replayed =
+              (
+                name: string,
+                part: { vars: tf.Variable[]; objective: (mb: Minibatch) => Objective<string> },
+              ) =>
+              (k: number): MicroGrads | null => {
+                if (!replays) return null;
+                const out = replays.run(
+                  `${name}|${bakedKey}`,
+                  hostBatch(k),
+                  (t) => {
+                    const kept: tf.Tensor[] = [];
+                    const mb = minibatchOf(t, (old) => kept.push(old));
+                    const g = microGrads({ vars: part.vars, objective: () => part.objective(mb) }, 0);
+                    return { ...g, kept };
+                  },
+                  part.vars,
+                );
+                if (!out) return null;
+                // The recording's kept old log-probs are copied: its buffers are written again at the next replay.
+                for (const old of out.kept) {
+                  keptOld.push({ rows: slices[k], old: tf.keep(tf.mul(old, 1)) as tf.Tensor2D });
+                  old.dispose();
+                }
+                return { value: out.value, grads: out.grads, stats: out.stats };
+              };
             const parts: UpdatePart<PolicyStat | ValueStat>[] = [
               {
                 optimizer: this.policyOpt,
-                vars: policy.trainableVariables(),
-                objective: (k) => this.policyObjective(microBatch(k), Tq, cfg, attempt),
+                vars: policyPart.vars,
+                objective: (k) => policyPart.objective(microBatch(k)),
+                grads: replayed('policy', policyPart),
               },
             ];
-            if (value) {
+            if (valuePart) {
               parts.push({
                 optimizer: this.valueOpt!,
-                vars: value.trainableVariables(),
-                objective: (k) => this.valueObjective(value, microBatch(k), Tq, cfg, attempt),
+                vars: valuePart.vars,
+                objective: (k) => valuePart.objective(microBatch(k)),
+                grads: replayed('value', valuePart),
               });
             }
             return jointGuardedStepDeferred<PolicyStat | ValueStat>(parts, cfg.maxGradNorm, {
@@ -1600,10 +1682,14 @@ export class PpoTrainer {
     }
   }
 
-  /** Free the optimisers' state (Adam moments) only. The models: disposeModels, or disposeAll for both. */
+  /**
+   * Free the trainer's own state: the optimisers' (Adam moments) and the update's recordings (WebGPU). The models:
+   * disposeModels, or disposeAll for both.
+   */
   disposeOptimizers(): void {
     this.policyOpt.dispose();
     this.valueOpt?.dispose();
+    this.gradReplays.dispose();
   }
 
   /** Free the optimisers and every model of `models` (disposeModels), each tensor once. */

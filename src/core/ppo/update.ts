@@ -36,6 +36,18 @@ export interface UpdatePart<K extends string> {
   optimizer: tf.Optimizer;
   vars: tf.Variable[];
   objective: (micro: number) => { loss: tf.Scalar; stats: Partial<Record<K, tf.Scalar>> };
+  /**
+   * A micro-batch's differentiation made elsewhere (a replay of a recorded one: src/core/ppo/update-replay.ts), or
+   * null to differentiate `objective` here. Its tensors are the caller's, as microGrads' are.
+   */
+  grads?: (micro: number) => MicroGrads | null;
+}
+
+/** One micro-batch's loss, gradients (by variable name) and statistics. */
+export interface MicroGrads {
+  value: tf.Scalar;
+  grads: tf.NamedTensorMap;
+  stats: Record<string, tf.Scalar>;
 }
 
 /** Options of one guarded step. */
@@ -68,7 +80,10 @@ export interface JointStepResult<K extends string> {
 }
 
 /** One micro-batch's loss, gradients and statistics for one part (every tensor returned is kept). */
-function microGrads<K extends string>(part: UpdatePart<K>, micro: number) {
+export function microGrads<K extends string>(
+  part: Pick<UpdatePart<K>, 'objective' | 'vars'>,
+  micro: number,
+): MicroGrads {
   let stats: Record<string, tf.Scalar> = {};
   const { value, grads } = tf.variableGrads(() => {
     const o = part.objective(micro);
@@ -107,7 +122,7 @@ async function gradsOf<K extends string>(part: UpdatePart<K>, micros: number, ma
   try {
     for (let m = 0; m < micros; m++) {
       if (m > 0) await maybeYield(); // a turn for the event loop between micro-batches (src/core/base/yield.ts)
-      const g = microGrads(part, m);
+      const g = part.grads?.(m) ?? microGrads(part, m);
       grads = addInto(grads, g.grads);
       if (value === null) {
         value = g.value;

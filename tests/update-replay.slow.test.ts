@@ -1,0 +1,162 @@
+/**
+ * The update's forward and backward recorded once and replayed (src/core/ppo/update-replay.ts; issue #31, item 2),
+ * on Node WebGPU (Dawn; SwiftShader here). Steps of a run with the replayed update must equal a run through tfjs
+ * (PpoTrainer.updateReplay false): the same tokens, metrics within 1e-6 relative, weights within 1e-6 of their scale,
+ * over several minibatches, epochs and steps (the adapters change in place between replays), for PPO with a value
+ * model (full fine-tuning and LoRA) and GRPO taking its old log-probs from the update's forward. The replays must
+ * actually run (counted), tfjs must encode fewer programs, and tensor counts stay flat once recorded.
+ */
+import { describe, it, expect, beforeAll } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+import { makeTinyFolder } from './helpers/tiny';
+import { meanByteReward, tinyConfig, tinyResources } from './helpers/trainer-fixture';
+import { buildTrainer } from '../src/core/ppo/setup';
+import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
+import type { TrainConfig } from '../src/common/config';
+import type { PpoTrainer, StepResult } from '../src/core/ppo/trainer';
+
+const adapter = await webGpuAdapter();
+
+let dir = '';
+const res = tinyResources(() => dir);
+
+const COMPARED = [
+  'policyLoss',
+  'clipFrac',
+  'approxKl',
+  'ratioMean',
+  'ratioMax',
+  'entropy',
+  'gradNorm',
+  'valueLoss',
+  'valueClipFrac',
+  'valueGradNorm',
+  'kl',
+  'score',
+  'reward',
+];
+
+interface Stepped {
+  result: StepResult;
+  weights: number[][];
+  tensors: number;
+  /** Programs tfjs encoded during the step (replayed dispatches are not among them). */
+  programs: number;
+}
+
+async function weightsOf(t: PpoTrainer): Promise<number[][]> {
+  return Promise.all(
+    [...t.models.policy.trainableVariables(), ...(t.models.value?.trainableVariables() ?? [])].map(
+      async (v) => Array.from(await v.data()),
+    ),
+  );
+}
+
+/** Count the programs tfjs's backend encodes while `fn` runs. */
+async function programsOf<T>(fn: () => Promise<T>): Promise<{ out: T; programs: number }> {
+  const b = tf.backend() as unknown as Record<string, unknown>;
+  const orig = b.recordAndSubmit as (...a: unknown[]) => unknown;
+  let programs = 0;
+  b.recordAndSubmit = function (this: unknown, ...a: unknown[]) {
+    programs++;
+    return orig.apply(this, a);
+  };
+  try {
+    return { out: await fn(), programs };
+  } finally {
+    delete b.recordAndSubmit;
+    if (b.recordAndSubmit !== orig) b.recordAndSubmit = orig;
+  }
+}
+
+async function run(cfg: TrainConfig, replay: boolean, steps = 3) {
+  const t = await buildTrainer(cfg, res, meanByteReward);
+  t.updateReplay = replay;
+  const out: Stepped[] = [];
+  try {
+    for (let i = 0; i < steps; i++) {
+      const { out: result, programs } = await programsOf(() => t.trainStep());
+      out.push({ result, weights: await weightsOf(t), tensors: tf.memory().numTensors, programs });
+    }
+    return { steps: out, recorded: t.gradReplays.recorded, replayed: t.gradReplays.replayed };
+  } finally {
+    t.disposeAll();
+  }
+}
+
+function maxRel(a: number[][], b: number[][]): number {
+  let worst = 0;
+  let scale = 0;
+  a.forEach((row) => row.forEach((x) => (scale = Math.max(scale, Math.abs(x)))));
+  a.forEach((row, i) => row.forEach((x, j) => (worst = Math.max(worst, Math.abs(x - b[i][j])))));
+  return worst / Math.max(scale, 1e-12);
+}
+
+function expectSameStep(a: Stepped, b: Stepped) {
+  expect(b.result.rollout.responses).toEqual(a.result.rollout.responses);
+  const ma = a.result.metrics as unknown as Record<string, number | null>;
+  const mb = b.result.metrics as unknown as Record<string, number | null>;
+  for (const k of COMPARED) {
+    const x = ma[k];
+    const y = mb[k];
+    if (x === undefined) continue;
+    if (x === null || y === null) {
+      expect(y, k).toBe(x);
+      continue;
+    }
+    expect(Math.abs(y - x), `${k}: ${x} vs ${y}`).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(x)));
+  }
+  expect(maxRel(a.weights, b.weights)).toBeLessThanOrEqual(1e-6);
+}
+
+describe('the replayed update on Node WebGPU equals the update through tfjs', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(async () => {
+    await useNodeWebGpu();
+    registerFusedAdamKernels();
+    dir = await makeTinyFolder();
+  });
+
+  const cases: [string, Partial<TrainConfig>, number][] = [
+    // batch 4 in 2 minibatches × 2 epochs: 4 minibatches a step, policy and value parts.
+    ['PPO, full fine-tuning, value model', {}, 2],
+    ['PPO + LoRA r 4, value model', { lora: 4, loraAlpha: 8 }, 2],
+    // One epoch, one minibatch: GRPO's old log-probs come from the update's forward (kept from the recording).
+    [
+      'GRPO + LoRA, old log-probs from the update, k3 term',
+      { algorithm: 'grpo', groupSize: 2, miniBatches: 1, ppoEpochs: 1, klCoef: 0.05, lora: 4, loraAlpha: 8 },
+      1,
+    ],
+  ];
+  for (const [name, over, parts] of cases) {
+    it(`${name}: 3 steps, the same tokens, metrics and weights; replays run and tfjs encodes fewer programs`, async () => {
+      // Prompts of one length: the query length (and with it the recording's key) is the same at every step.
+      const cfg = tinyConfig({ prompts: ['abcd', 'efgh', 'ijkl', 'mnop'], responseLength: 4, ...over });
+      const plain = await run(cfg, false);
+      const replayed = await run(cfg, true);
+      for (let i = 0; i < 3; i++) {
+        try {
+          expectSameStep(plain.steps[i], replayed.steps[i]);
+        } catch (e) {
+          throw new Error(`step ${i + 1}: ${(e as Error).message}`);
+        }
+      }
+      // One recording per part (the shapes and settings never change here; full fine-tuning records once more, at
+      // the step after its weights stopped sharing their buffers with the reference), every other minibatch a replay.
+      const minibatches = 3 * cfg.ppoEpochs * cfg.miniBatches;
+      const records = over.lora ? parts : 2 * parts;
+      expect(replayed.recorded).toBe(records);
+      expect(replayed.replayed).toBe(parts * minibatches - records);
+      expect(plain.recorded + plain.replayed).toBe(0);
+      // Steps 2 and 3 encode fewer programs through tfjs, and hold no more tensors from one step to the next.
+      console.log(
+        `${name}: tfjs programs per step, through tfjs ${plain.steps.map((s) => s.programs).join(' / ')}, ` +
+          `replayed ${replayed.steps.map((s) => s.programs).join(' / ')}`,
+      );
+      expect(replayed.steps[2].programs).toBeLessThan(plain.steps[2].programs);
+      expect(replayed.steps[2].tensors).toBe(replayed.steps[1].tensors);
+      expect(await webGpuErrors()).toEqual([]);
+    });
+  }
+});
