@@ -15,6 +15,7 @@ import { buildTrainer } from '../src/core/ppo/setup';
 import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
 import type { TrainConfig } from '../src/common/config';
 import type { PpoTrainer, StepResult } from '../src/core/ppo/trainer';
+import type { DeviceCheck, DeviceErrors } from '../src/core/ppo/gpu-plan';
 
 const adapter = await webGpuAdapter();
 
@@ -70,8 +71,18 @@ async function programsOf<T>(fn: () => Promise<T>): Promise<{ out: T; programs: 
   }
 }
 
-async function run(cfg: TrainConfig, replay: boolean, steps = 3) {
-  const t = await buildTrainer(cfg, res, meanByteReward);
+async function run(
+  cfg: TrainConfig,
+  replay: boolean,
+  steps = 3,
+  device?: (t: () => PpoTrainer) => DeviceErrors,
+) {
+  let made: PpoTrainer | null = null;
+  const t = await buildTrainer(cfg, res, {
+    ...meanByteReward,
+    ...(device ? { device: { errors: device(() => made!) } } : {}),
+  });
+  made = t;
   t.updateReplay = replay;
   const out: Stepped[] = [];
   try {
@@ -79,7 +90,13 @@ async function run(cfg: TrainConfig, replay: boolean, steps = 3) {
       const { out: result, programs } = await programsOf(() => t.trainStep());
       out.push({ result, weights: await weightsOf(t), tensors: tf.memory().numTensors, programs });
     }
-    return { steps: out, recorded: t.gradReplays.recorded, replayed: t.gradReplays.replayed };
+    return {
+      steps: out,
+      recorded: t.gradReplays.recorded,
+      replayed: t.gradReplays.replayed,
+      plan: t.stepPlan(),
+      replayOn: t.updateReplay,
+    };
   } finally {
     t.disposeAll();
   }
@@ -159,4 +176,43 @@ describe('the replayed update on Node WebGPU equals the update through tfjs', ()
       expect(await webGpuErrors()).toEqual([]);
     });
   }
+
+  it('the device runs out while recordings are held: they go, the update runs through tfjs at the same plan, the same steps', async () => {
+    const cfg = tinyConfig({
+      prompts: ['abcd', 'efgh', 'ijkl', 'mnop'],
+      responseLength: 4,
+      lora: 4,
+      loraAlpha: 8,
+    });
+    let failures = 0;
+    // A device that runs out once: at the first update check made while a recording is held.
+    const device = (trainer: () => PpoTrainer): DeviceErrors => {
+      const open: DeviceCheck[] = [];
+      return {
+        push: (c) => void open.push(c),
+        pop: () => {
+          const c = open.pop()!;
+          if (c.phase === 'update' && failures === 0 && trainer().gradReplays.size > 0) {
+            failures++;
+            return Promise.resolve('Out of memory (simulated)');
+          }
+          return Promise.resolve(null);
+        },
+      };
+    };
+    const plain = await run(cfg, false, 2);
+    const fell = await run(cfg, true, 2, device);
+    expect(failures).toBe(1);
+    expect(fell.replayOn).toBe(false);
+    expect(fell.plan).toEqual(plain.plan);
+    for (let i = 0; i < 2; i++) expectSameStep(plain.steps[i], fell.steps[i]);
+    const alerts = fell.steps[0].result.alerts.filter((a) => a.id === 'device-out-of-memory');
+    expect(alerts).toHaveLength(1);
+    expect(alerts[0].message).toMatch(
+      /ran out of memory at step 1 while updating; the recorded update's buffers were freed, .* runs through tfjs from now on, with whole minibatch \(2\) on WebGPU/,
+    );
+    expect(fell.steps[1].result.alerts.filter((a) => a.id === 'device-out-of-memory')).toHaveLength(0);
+    expect(fell.steps[1].tensors).toBe(plain.steps[1].tensors);
+    expect(await webGpuErrors()).toEqual([]);
+  });
 });

@@ -351,3 +351,23 @@ export function planNotice(
       `microBatchSize ${to.microBatchSize}${to.recompute && !from.recompute ? ' and recompute "blocks"' : ''}.`,
   };
 }
+
+/**
+ * The words of the alert a step raises when the device ran out while the update's recordings (update-replay.ts)
+ * were held: they were freed, the work redone through tfjs at the same plan, and the update is not recorded again.
+ */
+export function recordingsDroppedNotice(
+  step: number,
+  phase: Exclude<DevicePhase, 'apply'>,
+  plan: PlanInForce,
+): { message: string; advice: string } {
+  const during = { generate: 'generating', score: 'scoring', update: 'updating' }[phase];
+  return {
+    message:
+      `The device ran out of memory at step ${step} while ${during}; the recorded update's buffers were freed, that ` +
+      `work was redone before any weight changed, and the update runs through tfjs from now on, with ${describePlan(plan)}.`,
+    advice:
+      'Nothing to do: the results are the same; each update now costs more host time. A smaller batch or ' +
+      'microBatchSize would leave room for the recorded update again.',
+  };
+}

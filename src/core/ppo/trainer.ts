@@ -64,6 +64,7 @@ import {
   describePlan,
   fallbackPlan,
   planNotice,
+  recordingsDroppedNotice,
   webgpuDeviceErrors,
   type DeviceCheck,
   type DeviceErrors,
@@ -318,6 +319,8 @@ interface StepSetting {
   plan: StepPlan;
   /** The first phase that ran out this step, and the plan it ran with (for the step's one alert). */
   fellBack: { phase: Exclude<DevicePhase, 'apply'>; from: PlanInForce } | null;
+  /** The phase in which the device first ran out while the update's recordings were held (they were freed). */
+  droppedRecordings: Exclude<DevicePhase, 'apply'> | null;
   /** The device ran out in `phase`: free, and take the smaller plan (or end the step when none is left). */
   fallBack(phase: Exclude<DevicePhase, 'apply'>, why: string): Promise<void>;
   /** `work` with the plan in force, redone with a smaller one for as long as the device runs out. */
@@ -1078,9 +1081,18 @@ export class PpoTrainer {
       T0: now(),
       plan: this.stepPlan(cfg),
       fellBack: null,
+      droppedRecordings: null,
       fallBack: async (phase, why) => {
-        this.gradReplays.dispose(); // what the recordings hold goes back to the device too
+        // The update's recordings pin about twice its transient peak (update-replay.ts): the first time the device
+        // runs out while any are held, they go and the update runs through tfjs from then on, at the same plan.
+        const recorded = this.gradReplays.size > 0;
+        this.gradReplays.dispose();
         await this.deviceErrors.release?.();
+        if (recorded && this.updateReplay) {
+          this.updateReplay = false;
+          s.droppedRecordings ??= phase;
+          return;
+        }
         const from = this.planInForce(cfg);
         const next = fallbackPlan(s.plan, phase, cfg);
         if (!next) {
@@ -1556,6 +1568,12 @@ export class PpoTrainer {
       // Said once, on the step that fell back (the plan stays smaller for the rest of the run).
       const { phase, from } = s.fellBack;
       alerts.push({ id: 'device-out-of-memory', step: stepNo, ...planNotice(stepNo, phase, from, planNow) });
+    } else if (s.droppedRecordings) {
+      alerts.push({
+        id: 'device-out-of-memory',
+        step: stepNo,
+        ...recordingsDroppedNotice(stepNo, s.droppedRecordings, planNow),
+      });
     }
     if (skippedUpdates > 0) {
       alerts.unshift({
