@@ -197,7 +197,13 @@ describe('DPO and SFT in the model worker (CPU, in Node)', () => {
     expect(await settled()).toMatchObject({ step: 2, job: { kind: 'dpo' } });
     expect((await api.history()).map((m) => m.step)).toEqual([1, 2]);
     // SFT: its weights alone cannot resume it, so the DPO job's save stays the one offered.
-    await api.setSupervisedJob({ kind: 'sft', data: fixture('sft.jsonl'), dataName: 'sft.jsonl', steps: 1 });
+    await api.setSupervisedJob({
+      kind: 'sft',
+      data: fixture('sft.jsonl'),
+      dataName: 'sft.jsonl',
+      steps: 1,
+      batchSize: 4,
+    });
     await api.stepOnce();
     expect(await api.autosaveInfo()).toMatchObject({ step: 2, historyLength: 2 });
   }, 120_000);

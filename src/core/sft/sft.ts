@@ -283,6 +283,20 @@ export interface SftStepMetrics {
 }
 
 /**
+ * Refuses more examples per step than the file has: such a step would hold some examples twice (the shuffle
+ * wraps around within it), which is never what was meant. The app's SFT card says the same before it sends the
+ * job; this is the engine's own check, for every caller.
+ */
+export function checkSftBatch(batchSize: number, examples: number, source: string): void {
+  if (batchSize > examples) {
+    throw new UserError(
+      `examples per step (batchSize) is ${batchSize}, but ${source} has ${examples} example${examples === 1 ? '' : 's'}: ` +
+        `choose at most ${examples}, or add examples.`,
+    );
+  }
+}
+
+/**
  * Supervised fine-tuning on prompt / completion examples (the playground's warm start): every weight trained
  * (no LoRA), Adam at a constant rate, `batchSize` examples per step from a seeded shuffle (reshuffled each pass).
  * The worker drives it through src/core/run/supervised-session.ts; its policy then becomes the policy and the
@@ -317,6 +331,7 @@ export class SftTrainer {
     const lm = await loadLM(files, { ...load, trainable: true, label: 'policy' });
     try {
       const examples = readSftExamples(data.text, lm.tokenizer, lm.model.config.n_positions, data.source);
+      checkSftBatch(options.batchSize, examples.length, data.source);
       return new SftTrainer(options, lm.model, lm.tokenizer, examples);
     } catch (e) {
       lm.model.dispose();
