@@ -28,6 +28,14 @@ function TaskPicker() {
         <option value="">None (your prompts)</option>
       </select>
       <small className="muted">{current ? current.doc : CONFIG_FIELDS.task.doc}</small>
+      {current && (
+        <dl className="task-success" data-testid="task-success" aria-label="What success looks like">
+          <dt>Reward</dt>
+          <dd>{current.reward.text}</dd>
+          <dt>A good run</dt>
+          <dd title={`Measured: ${current.source}`}>{current.goodRun}.</dd>
+        </dl>
+      )}
     </div>
   );
 }

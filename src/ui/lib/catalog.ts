@@ -1,24 +1,17 @@
 /**
- * Names the UI offers. The task and reward lists mirror src/core/tasks (TASK_NAMES) and
+ * Names the UI offers. The task list (src/common/tasks.ts) and the reward list mirror src/core/tasks (TASK_NAMES) and
  * src/core/reward/functions.ts (BUILTIN_REWARD_NAMES), which the UI must not import (they pull in the
  * sentiment lexicon); tests/ui-catalog.test.ts checks that the lists stay equal.
  */
 import type { ConfigKey, FieldGroup } from '../../common/config';
+import { TASK_INFO, type TaskInfo } from '../../common/tasks';
 import type { ModelSource } from '../../worker/protocol';
 
-/** `heldOut`: the task file has a held-out split (`evalPrompts`), which config evalPrompts "heldout" takes. */
-export const TASKS: readonly { name: string; label: string; doc: string; heldOut?: boolean }[] = [
-  { name: 'sentiment', label: 'Sentiment', doc: 'continue movie-review openings; reward: positive words' },
-  { name: 'length', label: 'Length', doc: 'reward: a response of the target length (20 characters)' },
-  { name: 'keywords', label: 'Keywords', doc: 'reward: +1 per wanted keyword, −1 per unwanted one' },
-  { name: 'arithmetic', label: 'Arithmetic', doc: 'prompts like "3+4="; reward: the right sum' },
-  {
-    name: 'arithmetic-chat',
-    label: 'Arithmetic (chat)',
-    doc: 'for instruct models: "What is 17 + 25? Answer with a number."; reward: 1 for the right number',
-    heldOut: true,
-  },
-];
+/**
+ * The built-in tasks with their reward ranges and what a good run reaches (src/common/tasks.ts; `heldOut`: the
+ * task file has a held-out split, which config evalPrompts "heldout" takes).
+ */
+export const TASKS: readonly TaskInfo[] = TASK_INFO;
 
 export const REWARD_NAMES: readonly { name: string; doc: string }[] = [
   { name: 'sentiment', doc: 'AFINN sentiment of the response, in (−1, 1)' },
