@@ -1,4 +1,4 @@
-import { readFileSync, mkdirSync, copyFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { test, expect, type Page, type TestInfo } from '@playwright/test';
 import { unzipSync, strFromU8 } from 'fflate';
 import { CONFIG_FIELDS } from '../src/common/config';
@@ -37,16 +37,10 @@ async function settled(): Promise<number> {
   return currentStep();
 }
 
-async function saveScreenshot(testInfo: TestInfo, name: string, docsPath?: string): Promise<void> {
+async function saveScreenshot(testInfo: TestInfo, name: string): Promise<void> {
   const shot = testInfo.outputPath(`${name}.png`);
   await page.screenshot({ path: shot });
   await testInfo.attach(name, { path: shot, contentType: 'image/png' });
-  // The README's picture is refreshed only by `npm run screenshot` (PPO_UPDATE_SCREENSHOT=1): `npm test` must
-  // leave the working tree as it found it.
-  if (docsPath && process.env.PPO_UPDATE_SCREENSHOT === '1') {
-    mkdirSync('docs', { recursive: true });
-    copyFileSync(shot, docsPath);
-  }
 }
 
 test.beforeAll(async ({ browser }) => {
@@ -228,12 +222,13 @@ test('a tampered link shows a clear error and falls back to the defaults', async
   await expect(page.getByRole('textbox', { name: 'batchSize value', exact: true })).toHaveValue('16');
 });
 
-test('README screenshot: a short sentiment run on the default backend (1280×800)', async () => {
+test('a short sentiment run on the default backend (1280×800)', async () => {
   test.setTimeout(600_000);
   await page.goto('/#steps=14&batchSize=16&ppoEpochs=2&learningRate=0.0005&klCoef=0.02&responseLength=16');
   await expect(page.getByTestId('model-summary')).toBeVisible({ timeout: 120_000 });
   await button('Start').click();
   await expect(stepCounter()).toHaveText('Step 14', { timeout: 540_000 });
   await expect(phase()).toHaveText('paused', { timeout: 60_000 });
-  await saveScreenshot(test.info(), 'playground', 'docs/screenshot.png');
+  // The docs' pictures (the README's included) are e2e/screenshots.spec.ts's, on WASM.
+  await saveScreenshot(test.info(), 'playground');
 });
