@@ -148,6 +148,49 @@ describe('autosave slot', () => {
     expect((await slot.load())!.files.get('model.safetensors')).toEqual(bytes(2, 1, 2, 3));
   });
 
+  it('a file above the largest value the browser stores goes in parts, each its own copy; load joins them', async () => {
+    // Chromium refuses an IndexedDB value above ~127 MB ("The serialized keys and/or value are too large"): a store
+    // that refuses values above 100 bytes, and a slot writing parts of at most 100.
+    const map = new Map<string, unknown>();
+    const base = memoryAutosaveStore(map);
+    const tooLarge = (v: unknown) =>
+      v instanceof Uint8Array && (v.length > 100 || v.buffer.byteLength > 100)
+        ? new Error('The serialized keys and/or value are too large (size=250 bytes, max=100 bytes).')
+        : null;
+    const store: AutosaveStore = {
+      ...base,
+      set: async (k, v) => {
+        const e = tooLarge(v);
+        if (e) throw e;
+        return base.set(k, v);
+      },
+    };
+    const big = Uint8Array.from({ length: 250 }, (_, i) => (i * 7) % 251);
+    const files = new Map([...filesOf(3), ['model.safetensors', big]]);
+    // Whole, the save fails in words (the browser's own, without a doubled full stop), and nothing is left.
+    const whole = await new AutosaveSlot(store).save(meta(3), async () => files);
+    expect(whole.ok).toBe(false);
+    expect(whole.ok ? '' : whole.message).toMatch(
+      /storage refused it \(The serialized keys and\/or value are too large \(size=250 bytes, max=100 bytes\)\)\. There is no/,
+    );
+    expect(map.size).toBe(0);
+    // In parts of 100: three entries for the big file, one for the small one, and the pointer.
+    const slot = new AutosaveSlot(store, () => 1, undefined, 100);
+    const r = await slot.save(meta(3), async () => files);
+    expect(r.ok).toBe(true);
+    const keys = [...map.keys()];
+    expect(keys.filter((k) => /model\.safetensors#\d$/.test(k))).toHaveLength(3);
+    expect(keys.filter((k) => k.endsWith(':trainer_state.json'))).toHaveLength(1);
+    expect(map.size).toBe(5);
+    const loaded = await slot.load();
+    expect(loaded!.files.get('model.safetensors')).toEqual(big);
+    expect(loaded!.files.get('trainer_state.json')).toEqual(files.get('trainer_state.json'));
+    // A part gone missing: the save is discarded with the clear error, as a missing file is.
+    map.delete(keys.find((k) => k.endsWith('#1'))!);
+    await expect(slot.load()).rejects.toThrow(/model\.safetensors is missing/);
+    expect(map.size).toBe(0);
+  });
+
   it('a failure while switching the pointer keeps the older save', async () => {
     const map = new Map<string, unknown>();
     const base = memoryAutosaveStore(map);

@@ -4,7 +4,8 @@
  * tests plug in a Map.
  *
  * A save is the file map of `checkpointFiles` (docs/formats.md §2: weights, optimizer, trainer_state.json with the
- * metric history and config). Each file is its own entry (`save:<slot>/<id>:<file>`) so no single value is huge,
+ * metric history and config). Each file is its own entry (`save:<slot>/<id>:<file>`), and a file above AUTOSAVE_PART_BYTES is stored in
+ * parts (`…:<file>#0`, `#1`, …: Chromium refuses one value above ~127 MB, which GPT-2 124M's weights pass),
  * and one small entry, the slot's pointer (`slot:<slot>`), names the save in force. A new save is written under a
  * new id; the pointer moves to it only after every file was written; only then are the older save's entries
  * deleted. So a full disk (QuotaExceededError), a crash or a closed tab in the middle of a save leaves the older
@@ -93,7 +94,18 @@ interface Pointer extends AutosaveInfo {
   format: typeof AUTOSAVE_FORMAT;
   id: string;
   files: string[];
+  /**
+   * Files stored in parts (`<file key>#<k>`, k from 0), by name: how many. Absent for a file stored whole (every
+   * file of a save written before parts existed).
+   */
+  parts?: Record<string, number>;
 }
+
+/**
+ * The largest value a save writes as one entry. Chromium refuses an IndexedDB value above 133 169 152 bytes
+ * ("The serialized keys and/or value are too large"), which GPT-2 124M's weights pass; bigger files go in parts.
+ */
+export const AUTOSAVE_PART_BYTES = 64 * 1024 ** 2;
 
 /** The browser autosaves at least this often (in steps), or every `saveEvery` steps when that is smaller. */
 export const AUTOSAVE_MAX_INTERVAL = 10;
@@ -154,7 +166,11 @@ function isPointer(v: unknown): v is Pointer {
     typeof p.savedAt === 'number' &&
     typeof p.config === 'object' &&
     p.config !== null &&
-    typeof p.runId === 'string'
+    typeof p.runId === 'string' &&
+    (p.parts === undefined ||
+      (typeof p.parts === 'object' &&
+        p.parts !== null &&
+        Object.values(p.parts).every((n) => Number.isInteger(n) && (n as number) >= 1)))
   );
 }
 
@@ -174,10 +190,18 @@ export class AutosaveSlot {
     private readonly store: AutosaveStore,
     private readonly now: () => number = () => Date.now(),
     readonly keys: SlotKeys = legacySlotKeys,
+    /** Files above this many bytes are stored in parts of at most this size (AUTOSAVE_PART_BYTES). */
+    private readonly partBytes: number = AUTOSAVE_PART_BYTES,
   ) {}
 
   private fileKey(saveId: string, name: string): string {
     return `${this.keys.files}${saveId}:${name}`;
+  }
+
+  /** The entries of a file: its key when whole, else `<key>#0`, `<key>#1`, … */
+  private entryKeys(saveId: string, name: string, parts: number | undefined): string[] {
+    const key = this.fileKey(saveId, name);
+    return parts === undefined ? [key] : Array.from({ length: parts }, (_, k) => `${key}#${k}`);
   }
 
   private owns(key: string): boolean {
@@ -239,11 +263,23 @@ export class AutosaveSlot {
     const written: string[] = [];
     let bytes = 0;
     for (const b of files.values()) bytes += b.length;
+    const parts: Record<string, number> = {};
     try {
       for (const [name, data] of files) {
-        const key = this.fileKey(id, name);
-        await this.store.set(key, data);
-        written.push(key);
+        if (data.length <= this.partBytes) {
+          const key = this.fileKey(id, name);
+          await this.store.set(key, data);
+          written.push(key);
+          continue;
+        }
+        // In parts, each its own copy: a view would be stored with the whole buffer under it.
+        const n = Math.ceil(data.length / this.partBytes);
+        parts[name] = n;
+        const keys = this.entryKeys(id, name, n);
+        for (let k = 0; k < n; k++) {
+          await this.store.set(keys[k], data.slice(k * this.partBytes, (k + 1) * this.partBytes));
+          written.push(keys[k]);
+        }
       }
       const next: Pointer = {
         ...meta,
@@ -252,13 +288,15 @@ export class AutosaveSlot {
         format: AUTOSAVE_FORMAT,
         id,
         files: [...files.keys()],
+        ...(Object.keys(parts).length > 0 ? { parts } : {}),
       };
       await this.store.set(this.keys.pointer, next);
     } catch (e) {
       // Take back what was written of the new save; the pointer still names the older one.
       for (const key of written) await this.store.del(key).catch(() => undefined);
       const quota = isQuotaError(e);
-      const why = e instanceof Error ? e.message : String(e);
+      // The browser's words without their closing full stop (they go inside brackets below).
+      const why = (e instanceof Error ? e.message : String(e)).trim().replace(/[.\s]+$/, '');
       return {
         ok: false,
         reason: quota ? 'quota' : 'failed',
@@ -300,7 +338,21 @@ export class AutosaveSlot {
     if (!p) return null;
     const files = new Map<string, Uint8Array>();
     for (const name of p.files) {
-      const data = await this.store.get(this.fileKey(p.id, name));
+      const pieces: unknown[] = [];
+      for (const key of this.entryKeys(p.id, name, p.parts?.[name])) pieces.push(await this.store.get(key));
+      let data: Uint8Array | null = null;
+      if (pieces.every((x) => x instanceof Uint8Array)) {
+        const bufs = pieces as Uint8Array[];
+        if (bufs.length === 1) data = bufs[0];
+        else {
+          data = new Uint8Array(bufs.reduce((n, b) => n + b.length, 0));
+          let at = 0;
+          for (const b of bufs) {
+            data.set(b, at);
+            at += b.length;
+          }
+        }
+      }
       if (!(data instanceof Uint8Array)) {
         await this.discard().catch(() => undefined);
         throw new UserError(
