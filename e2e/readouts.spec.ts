@@ -156,3 +156,39 @@ test('the task picker says each task’s reward range and what a good run reache
   await task.selectOption('');
   await expect(success).toHaveCount(0);
 });
+
+test('a step in parts shows its progress: samples generated and scored, then minibatch updates', async ({
+  browser,
+}) => {
+  test.setTimeout(3 * STEP_MS);
+  // Batch 8 in micro-batches of 2, two minibatches: generation and scoring in 4 parts, then 2 updates.
+  await load(browser, 'steps=2&batchSize=8&microBatchSize=2&miniBatches=2&ppoEpochs=1&responseLength=8');
+  // What the top bar showed at any moment of the step (the step is fast here: record every change).
+  await page.evaluate(() => {
+    const seen: string[] = [];
+    (window as unknown as { phaseProgressSeen: string[] }).phaseProgressSeen = seen;
+    const note = () => {
+      const el = document.querySelector('[data-testid="phase-progress"]');
+      const phase = document.querySelector('[data-testid="run-phase"]')?.textContent ?? '';
+      const text = el ? `${phase} ${el.textContent}` : null;
+      if (text && seen[seen.length - 1] !== text) seen.push(text);
+    };
+    new MutationObserver(note).observe(document.body, {
+      subtree: true,
+      childList: true,
+      characterData: true,
+    });
+  });
+  await oneStep(1);
+  const seen = await page.evaluate(
+    () => (window as unknown as { phaseProgressSeen: string[] }).phaseProgressSeen,
+  );
+  // Renders are coalesced (at most one per 50 ms), so a part may be skipped, but what shows is in order and true.
+  expect(seen.length).toBeGreaterThan(0);
+  for (const s of seen)
+    expect(s).toMatch(/^(generating|scoring) [2468] \/ 8 samples$|^updating [12] \/ 2 updates$/);
+  const order = seen.map((s) => ['generating', 'scoring', 'updating'].indexOf(s.split(' ')[0]));
+  expect([...order].sort((a, b) => a - b)).toEqual(order);
+  // Between steps it is gone.
+  await expect(page.getByTestId('phase-progress')).toHaveCount(0);
+});

@@ -10,7 +10,14 @@ import type { CausalLM } from '../core/model/causal-lm';
 import type { Tokenizer } from '../core/tokenizer/types';
 import type { ModelSources } from './sources';
 import type { RewardSandbox } from './reward-sandbox';
-import type { MemoryReport, MetricsWire, Phase, RunStatus, TrainerEvent } from './protocol';
+import type {
+  MemoryReport,
+  MetricsWire,
+  Phase,
+  PhaseProgressView,
+  RunStatus,
+  TrainerEvent,
+} from './protocol';
 
 export type Serial = <T>(job: () => Promise<T>) => Promise<T>;
 
@@ -40,6 +47,8 @@ export interface JobContext {
   cfg(): TrainConfig;
   emit(e: TrainerEvent): void;
   phase(p: Phase): void;
+  /** Work done inside the phase in progress (generation slices, scoring micro-batches, minibatch updates). */
+  phaseProgress(p: PhaseProgressView): void;
   progress(task: string, fraction: number | null, message: string): void;
   /**
    * Building or stepping failed: the Run reports it (pause, an `error` event). True when a lost GPU device

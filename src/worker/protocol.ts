@@ -232,6 +232,19 @@ export interface RunStatus {
    * after the device ran out of memory, the smaller one it fell back to. Absent / null: no RL run built yet.
    */
   plan?: PlanView | null;
+  /**
+   * How far the phase in progress has come, for a phase done in several parts: samples generated or scored of the
+   * batch, minibatch updates made of the step's (epochs × minibatches). Absent / null: none reported yet in this
+   * phase (or it runs in one part).
+   */
+  phaseProgress?: PhaseProgressView | null;
+}
+
+/** Work done inside a phase (src/core/ppo/trainer.ts PhaseProgress, without the phase). */
+export interface PhaseProgressView {
+  done: number;
+  total: number;
+  unit: 'samples' | 'updates';
 }
 
 /** A step's plan as the worker reports it (src/core/ppo/gpu-plan.ts PlanInForce, with its words). */

@@ -241,6 +241,10 @@ export class RlJob implements Job {
     return {
       hooks: {
         phase: (p) => ctx.phase(p),
+        // A phase in one part says nothing more than the phase itself.
+        progress: ({ done, total, unit }) => {
+          if (total > 1) ctx.phaseProgress({ done, total, unit });
+        },
         beforeStep: () => {
           // The step's peak memory (core/base/memory-peak.ts), shown beside what it holds after.
           this.peakMeter.install();

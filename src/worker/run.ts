@@ -42,6 +42,7 @@ import type {
   ModelSummary,
   SupervisedJobWire,
   Phase,
+  PhaseProgressView,
   RunState,
   RunStatus,
   TrainerEvent,
@@ -107,6 +108,8 @@ export class Run {
   private chosen = false;
   private runState: RunState = 'idle';
   private runPhase: Phase = 'idle';
+  /** Work done inside the phase in progress (reset with each phase change). */
+  private inPhase: PhaseProgressView | null = null;
   /** Config changes taken (configure, setHyperparameters): RunStatus.configSeq. */
   private configSeq = 0;
   readonly sandbox = new RewardSandbox();
@@ -129,6 +132,10 @@ export class Run {
       cfg: () => this.cfg,
       emit: (e) => this.emit(e),
       phase: (p) => this.setPhase(p),
+      phaseProgress: (p) => {
+        this.inPhase = p;
+        this.emitStatus();
+      },
       progress: (task, fraction, message) => this.progress(task, fraction, message),
       failed: (e) => this.failed(e),
       adopted: (model, tokenizer, label) => {
@@ -203,6 +210,7 @@ export class Run {
       job,
       plan,
       configSeq: this.configSeq,
+      phaseProgress: this.runPhase === 'idle' ? null : this.inPhase,
     };
   }
 
@@ -228,6 +236,7 @@ export class Run {
   private setPhase(p: Phase): void {
     if (p === this.runPhase) return;
     this.runPhase = p;
+    this.inPhase = null;
     if (p === 'scoring') this.sandbox.beginBatch();
     this.emitStatus();
   }

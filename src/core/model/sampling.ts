@@ -527,10 +527,16 @@ export async function generateInMicroBatches(
   prompts: number[][],
   opts: SampleOptions & { rng: Rng[] },
   microBatch: number,
+  /** Called after each slice with the samples generated so far and the total (progress inside a long step). */
+  onSlice?: (done: number, total: number) => void,
 ): Promise<GenerateResult> {
   const B = prompts.length;
   const size = microBatch > 0 ? Math.min(microBatch, B) : B;
-  if (size === B) return generate(model, prompts, opts);
+  if (size === B) {
+    const all = await generate(model, prompts, opts);
+    onSlice?.(B, B);
+    return all;
+  }
   const padTo = Math.max(opts.padTo ?? 0, ...prompts.map((p) => p.length));
   const tokens: number[][] = [];
   const logprobs: number[][] = [];
@@ -542,6 +548,7 @@ export async function generateInMicroBatches(
     });
     tokens.push(...part.tokens);
     logprobs.push(...part.logprobs);
+    onSlice?.(tokens.length, B);
   }
   return { tokens, logprobs };
 }

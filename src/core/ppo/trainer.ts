@@ -284,10 +284,23 @@ export interface DevicePlan {
   plan: StepPlan;
 }
 
+/**
+ * How far a phase of a long step has come: samples generated or scored of the batch, minibatch updates made of the
+ * step's (epochs × minibatches).
+ */
+export interface PhaseProgress {
+  phase: Exclude<Phase, 'idle'>;
+  done: number;
+  total: number;
+  unit: 'samples' | 'updates';
+}
+
 /** What the trainer tells its owner while a step runs (given at construction). */
 export interface TrainerEvents {
   /** The phase changed (generating → scoring → updating → idle); called synchronously, inside the step. */
   phase?(phase: Phase): void;
+  /** Work done inside the phase: after each generation slice, scoring micro-batch and minibatch update. */
+  progress?(p: PhaseProgress): void;
 }
 
 /** The config keys the KL controller is built from (a live change of any of them rebuilds it). */
@@ -1151,6 +1164,7 @@ export class PpoTrainer {
           replay: cfg.decodeReplay,
         },
         s.plan.generateMicroBatchSize,
+        (done, total) => this.events.progress?.({ phase: 'generating', done, total, unit: 'samples' }),
       ),
     );
     const tGen = now();
@@ -1229,6 +1243,7 @@ export class PpoTrainer {
           bValues?.push(part(k, pR + nR));
           bRmScores.push(data[pR + nR + vR + k]);
         });
+        this.events.progress?.({ phase: 'scoring', done: s + rows.length, total: B, unit: 'samples' });
       }
       return { bLogprobs, bRefLogprobs, bValues, bRmScores };
     };
@@ -1294,6 +1309,7 @@ export class PpoTrainer {
     // oldFromUpdate: each micro-batch's old log-probs as the update's forward made them, by its rows.
     const keptOld: { rows: number[]; old: tf.Tensor2D }[] = [];
     let epochsRun = 0;
+    let updatesDone = 0;
     let skippedUpdates = 0;
     let pending: PendingJointStep<PolicyStat | ValueStat>[] = [];
     // Read the waiting minibatches' figures (one readback) into the step's metrics; the largest approx KL among them.
@@ -1475,6 +1491,12 @@ export class PpoTrainer {
             );
             if ('out' in r) {
               pending.push(r.out);
+              this.events.progress?.({
+                phase: 'updating',
+                done: ++updatesDone,
+                total: cfg.ppoEpochs * Math.ceil(B / mbSize),
+                unit: 'updates',
+              });
               break;
             }
             // The failed attempt's old log-probs (oldFromUpdate) go with it.

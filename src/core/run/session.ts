@@ -15,7 +15,7 @@ import { applyLive } from '../../common/config/live';
 import { checkpointFiles, checkpointSources, restoreTrainer } from './checkpoint';
 import type { FileBody } from '../model/safetensors';
 import { buildTrainer, type BuildOptions, type Resources, type TrainerOwner } from '../ppo/setup';
-import type { Phase, PpoTrainer, RewardSource, StepResult } from '../ppo/trainer';
+import type { Phase, PhaseProgress, PpoTrainer, RewardSource, StepResult } from '../ppo/trainer';
 import type { ModelFiles } from '../model/folder';
 import { UserError } from '../../common/errors';
 import { nonFiniteMessage, stepsDoneMessage } from '../../common/stops';
@@ -67,6 +67,8 @@ export interface SessionHooks {
   step?(result: StepResult, session: TrainingSession): void | Promise<void>;
   /** The trainer's phase changed (generating → scoring → updating → idle). */
   phase?(phase: Phase): void;
+  /** Work done inside a phase (generation slices, scoring micro-batches, minibatch updates). */
+  progress?(p: PhaseProgress): void;
   /** A checkpoint is due (`isCheckpointStep`): step 0 before the first step of a fresh run, then after steps. */
   checkpoint?(session: TrainingSession): Promise<void>;
   /**
@@ -156,7 +158,10 @@ export class TrainingSession {
     let session: TrainingSession | null = null;
     const owner = (first: TrainConfig): TrainerOwner => ({
       config: () => session?.config ?? first,
-      events: { phase: (p) => session?.phaseChanged(p) },
+      events: {
+        phase: (p) => session?.phaseChanged(p),
+        progress: (p) => session?.hooks.progress?.(p),
+      },
     });
     const { hooks, heapBudget, readText, ...build } = opts;
     const trainer = await make({ ...build, owner });

@@ -8,6 +8,7 @@ import {
   useLatestMetric,
   useMemory,
   useProgress,
+  usePhaseProgress,
   useRunPhase,
   useRunState,
   useStep,
@@ -94,6 +95,7 @@ function RunReadout() {
   const steps = useTargetSteps();
   const state = useRunState();
   const phase = useRunPhase();
+  const inPhase = usePhaseProgress();
   const command = useCommand();
   const tokensPerSecond = useLatestMetric('tokensPerSecond');
   const memory = useMemory();
@@ -121,6 +123,15 @@ function RunReadout() {
       <span className={`pill phase phase-${phaseText}`} data-testid="run-phase">
         {phaseText}
       </span>
+      {inPhase && phase !== 'idle' && (
+        <span
+          className="readout phase-progress"
+          data-testid="phase-progress"
+          title="work done in this phase of the step: samples generated or scored, or minibatch updates made"
+        >
+          {inPhase.done} / {inPhase.total} {inPhase.unit}
+        </span>
+      )}
       {building && <span className="readout building">{building}</span>}
       {/* Throughput over memory, two short lines: the whole readout fits beside the backend badge at 1280 px. */}
       <div className="readout-stack">

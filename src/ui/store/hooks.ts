@@ -35,6 +35,8 @@ export const useCanGenerate = () =>
 // the controls show is the person's (editedConfig) ----
 export const useRunState = () => usePlayground((s) => s.runStatus?.state ?? 'idle');
 export const useRunPhase = () => usePlayground((s) => s.runStatus?.phase ?? 'idle');
+/** Work done inside the phase in progress ("8 / 16 samples"), or null. */
+export const usePhaseProgress = () => usePlayground((s) => s.runStatus?.phaseProgress ?? null);
 export const useStep = () => usePlayground((s) => s.runStatus?.step ?? 0);
 export const useTargetSteps = () => usePlayground((s) => s.runStatus?.steps ?? s.editedConfig.steps);
 export const useRunStarted = () => usePlayground((s) => runStarted(s.runStatus));
