@@ -22,6 +22,8 @@ export const SLOW_FILES = [
   'tests/sample-device.test.ts',
   'tests/generate-device-sampling.test.ts',
   'tests/update-device-guard.test.ts',
+  // Small Qwen2 / Qwen3 models with the f16 base beside the f32 one, forward, backward and decode (2–3 min).
+  'tests/f16-base.test.ts',
   // Several-step training runs per case (resume equality, every algorithm under LoRA, measured peaks).
   'tests/trainer.test.ts',
   'tests/lora-trainer.test.ts',

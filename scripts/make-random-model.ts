@@ -4,7 +4,7 @@
  *
  * GPT-2:  tsx scripts/make-random-model.ts OUT_DIR [n_layer n_embd n_head n_positions vocab]
  * Llama / Qwen2 / Qwen3 in a published shape (model/llama-config.ts LLAMA_SHAPES):
- *         tsx scripts/make-random-model.ts OUT_DIR --shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b [--layers N]
+ *         tsx scripts/make-random-model.ts OUT_DIR --shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|qwen2.5-1.5b|qwen3-1.7b [--layers N]
  *   The folder gets the 512-id ChatML tokenizer of tests/fixtures/hf-tokenizer (its ids fit any of these
  *   vocabularies; config.json's token ids are set to its <|im_start|> 510, <|im_end|> 511 and <|endoftext|> 509).
  *   --layers keeps every other dimension and changes only the number of blocks.
@@ -24,7 +24,7 @@ const out = args[0];
 if (!out) {
   console.error(
     'usage: tsx scripts/make-random-model.ts OUT_DIR [n_layer n_embd n_head n_positions vocab]\n' +
-      '       tsx scripts/make-random-model.ts OUT_DIR --shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b [--layers N]',
+      '       tsx scripts/make-random-model.ts OUT_DIR --shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|qwen2.5-1.5b|qwen3-1.7b [--layers N]',
   );
   process.exit(2);
 }

@@ -14,6 +14,8 @@ export type LossAggregation = 'token-mean' | 'seq-mean' | 'seq-sum-norm';
 export type ValueInit = 'policy' | 'reward';
 /** With LoRA: the value model on the policy's frozen base (own adapters + zero head), or a full copy of its own. */
 export type ValueModelKind = 'shared' | 'separate';
+/** How the frozen base of a LoRA model is stored on WebGPU (docs/models.md, "The frozen base in f16"). */
+export type BaseDtype = 'f32' | 'f16';
 /** The Conv1D layers LoRA can adapt (docs/formats.md §6), in PEFT's target_modules names for GPT-2. */
 export const LORA_TARGET_NAMES = ['c_attn', 'attn.c_proj', 'c_fc', 'mlp.c_proj'] as const;
 /** The nn.Linear layers LoRA can adapt in the Llama, Qwen2 and Qwen3 families (PEFT's names; docs/models.md). */
@@ -100,6 +102,11 @@ export interface TrainConfig {
   loraTargets: LoraTargetName[];
   /** With LoRA: "shared" base for the value model, or "separate" full value model (no LoRA: always separate). */
   valueModel: ValueModelKind;
+  /**
+   * Storage of the frozen base under LoRA on WebGPU: "f32", or "f16" (the large matrices packed two halves per u32,
+   * all arithmetic in f32; docs/models.md, "The frozen base in f16"). "f16" needs "lora" > 0 and the webgpu backend.
+   */
+  baseDtype: BaseDtype;
   saveEvery: number;
   /** docs/formats.md §7. */
   algorithm: Algorithm;
@@ -334,6 +341,14 @@ export const CONFIG_FIELDS = {
     choices: ['shared', 'separate'],
     live: false,
     doc: 'With LoRA: "shared" = value on the frozen base with its own adapters + zero head; "separate" = a full model (no LoRA: always separate). Applies on reset.',
+  },
+  baseDtype: {
+    type: 'choice',
+    group: 'setup',
+    default: 'f32',
+    choices: ['f32', 'f16'],
+    live: false,
+    doc: 'Storage of the frozen base under LoRA: "f16" halves its memory on WebGPU (Llama/Qwen; adapters, optimizer and all arithmetic stay f32); needs "lora" > 0 and the webgpu backend. Applies on reset.',
   },
   rewardModelCenter: bool(
     'setup',

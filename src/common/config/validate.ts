@@ -248,6 +248,12 @@ export function validateConfig(partial: unknown, source = 'config'): TrainConfig
           'file of prompts, one a line; or set evalEvery to 0 (no evaluation).',
       );
     }
+    if (c.baseDtype === 'f16' && c.lora === 0) {
+      problems.push(
+        `${source}: "baseDtype" "f16" stores the frozen base of a LoRA model in half precision, but "lora" is 0 ` +
+          '(full fine-tuning trains every weight, which stays f32); set "lora" to a rank ≥ 1, or "baseDtype" to "f32".',
+      );
+    }
     if (c.lora > 0 && c.valueModel === 'shared' && c.valueInit === 'reward') {
       problems.push(
         `${source}: "valueInit" "reward" cannot be used with "lora" > 0 and "valueModel" "shared" (the shared ` +

@@ -123,6 +123,31 @@ interface MatMulOptions {
   parts?: number;
   /** SwiGLU in the epilogue (forward only): result = silu(Gate[o])·pre, Gate [M, N] (gate_proj's output). */
   swiglu?: boolean;
+  /**
+   * B (and B1, B2) packed f16 (baseDtype "f16"; kernels/webgpu-f16.ts): int32 words, two binary16 values each, read
+   * through `bAt*` (unpack2x16float) and multiplied in f32. transB only (the decode's nn.Linear W [out, in]).
+   */
+  packedB?: boolean;
+}
+
+/**
+ * WGSL: element i (flat, logical) of B / B1 / B2, through `bAt`, `bAt1`, `bAt2`: the f32 binding read as is, or a
+ * packed-f16 one unpacked (element 2j in the low half of word j).
+ */
+function bAtDecl(o: MatMulOptions): string {
+  return bNames(o)
+    .map((name, p) => {
+      const fn = p === 0 ? 'bAt' : `bAt${p}`;
+      return o.packedB
+        ? `
+      fn ${fn}(i : i32) -> f32 {
+        let u = unpack2x16float(bitcast<u32>(${name}[i >> 1u]));
+        return select(u.x, u.y, (i & 1) == 1);
+      }`
+        : `
+      fn ${fn}(i : i32) -> f32 { return ${name}[i]; }`;
+    })
+    .join('');
 }
 
 const f32 = (v: number): string => {
@@ -185,9 +210,9 @@ function partsDecl(o: MatMulOptions): string {
   return `
       fn wRead(c : i32, k : i32) -> f32 {
         let K = uniforms.dimK;
-        if (c < uniforms.n0) { return B[c * K + k]; }
-        ${p > 2 ? 'if (c < uniforms.n1) { return B1[(c - uniforms.n0) * K + k]; }' : ''}
-        return ${p > 2 ? 'B2[(c - uniforms.n1) * K + k]' : 'B1[(c - uniforms.n0) * K + k]'};
+        if (c < uniforms.n0) { return bAt(c * K + k); }
+        ${p > 2 ? 'if (c < uniforms.n1) { return bAt1((c - uniforms.n0) * K + k); }' : ''}
+        return ${p > 2 ? 'bAt2((c - uniforms.n1) * K + k)' : 'bAt1((c - uniforms.n0) * K + k)'};
       }
       fn loraPart(c : i32) -> i32 {
         return select(select(2, 1, c < uniforms.n1), 0, c < uniforms.n0);
@@ -217,7 +242,7 @@ function variableNamesOf(o: MatMulOptions): string[] {
 const optionsKey = (o: MatMulOptions): string =>
   `${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}${o.ln ? (o.rms ? '_rms' : '_ln') : ''}` +
   `${o.loraR ? `_lora${o.loraR}` : ''}${o.noBias ? '_nb' : ''}${(o.parts ?? 1) > 1 ? `_p${o.parts}` : ''}` +
-  `${o.swiglu ? '_swiglu' : ''}`;
+  `${o.swiglu ? '_swiglu' : ''}${o.packedB ? '_f16' : ''}`;
 
 /** WGSL of the epilogue's LoRA up-projection: Σ_j Down[r, j]·LoraB[c, j] over the rank (when loraR is set). */
 function loraUpDecl(o: MatMulOptions): string {
@@ -349,11 +374,11 @@ class LinearMatMulProgram {
       ? `let kk = f % ${TK}; let nn = f / ${TK};
          let c = col0 + nn; let k = k0 + kk;
          var v = 0.0;
-         if (c < N && k < K) { v = ${(this.o.parts ?? 1) > 1 ? 'wRead(c, k)' : 'B[c * K + k]'}; }`
+         if (c < N && k < K) { v = ${(this.o.parts ?? 1) > 1 ? 'wRead(c, k)' : 'bAt(c * K + k)'}; }`
       : `let nn = f % ${TN}; let kk = f / ${TN};
          let c = col0 + nn; let k = k0 + kk;
          var v = 0.0;
-         if (c < N && k < K) { v = B[k * N + c]; }`;
+         if (c < N && k < K) { v = bAt(k * N + c); }`;
     const idx = (i: number, j: number) => `${i}${j}`;
     const accDecl: string[] = [];
     const fmas: string[] = [];
@@ -393,6 +418,7 @@ class LinearMatMulProgram {
       ${this.o.ln ? lnPrologueDecl(TM, this.o.rms) : ''}
       ${loraUpDecl(this.o)}
       ${swigluDecl(this.o)}
+      ${bAtDecl(this.o)}
       ${partsDecl(this.o)}
 
       fn main(index : i32) {
@@ -593,7 +619,7 @@ class FewRowsMatMulProgram {
     const split = (this.o.parts ?? 1) > 1;
     const bAt = (k: string) => (transB ? `cc * K + ${k}` : `(${k}) * N + cc`);
     // B's element for k lane `k` of this thread's column (through wRead when B comes in parts).
-    const bRead = (k: string) => (split ? `wRead(cc, ${k})` : `B[${bAt(k)}]`);
+    const bRead = (k: string) => (split ? `wRead(cc, ${k})` : `bAt(${bAt(k)})`);
     // Thread index of lane (kl, cl): which of the two is the fast one follows B's layout (coalesced reads).
     const lane = (kl: string, cl: string) =>
       transB ? `(${cl}) * ${KL} + (${kl})` : `(${kl}) * ${CW} + (${cl})`;
@@ -604,6 +630,7 @@ class FewRowsMatMulProgram {
       ${this.o.ln ? lnPrologueDecl(RB, this.o.rms) : ''}
       ${loraUpDecl(this.o)}
       ${swigluDecl(this.o)}
+      ${bAtDecl(this.o)}
       ${partsDecl(this.o)}
 
       fn main(index : i32) {
@@ -740,6 +767,8 @@ const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const N = rows.reduce((a, b) => a + b, 0);
   const fwd = mode === 'fwd';
   const loraR = fwd && down ? loraB!.shape[1] : 0;
+  // Packed-f16 parts (int32 words [out_p, in / 2]; webGpuLinearNtDecodeApplies checks all parts agree).
+  const packedB = ws[0].dtype === 'int32';
   const program = matMulProgram(
     {
       mode,
@@ -754,6 +783,7 @@ const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
       parts,
       swiglu: fwd && !!gate,
       loraR,
+      packedB,
     },
     M,
     N,
@@ -1119,8 +1149,11 @@ export function webGpuLinearNtDecodeApplies(x: tf.Tensor, o: LinearNtDecodeOptio
   const [M, K] = x.shape;
   const parts = o.w.length;
   if (parts < 1 || parts > 3) return false;
-  if (o.w.some((w) => w.rank !== 2 || w.shape[1] !== K || w.dtype !== 'float32' || w.shape[0] < 1))
-    return false;
+  // f32 parts, or packed-f16 parts (int32 [out_p, in / 2]: baseDtype "f16"), all of one kind.
+  const packed = o.w[0].dtype === 'int32';
+  const cols = (w: tf.Tensor) => (packed ? w.shape[1]! * 2 : w.shape[1]);
+  const kind = packed ? 'int32' : 'float32';
+  if (o.w.some((w) => w.rank !== 2 || cols(w) !== K || w.dtype !== kind || w.shape[0] < 1)) return false;
   const N = o.w.reduce((a, w) => a + w.shape[0], 0);
   const is = (t: tf.Tensor, shape: number[]) => t.dtype === 'float32' && tf.util.arraysEqual(t.shape, shape);
   if (o.bias && !is(o.bias, [N])) return false;

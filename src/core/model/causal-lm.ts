@@ -1,6 +1,7 @@
 /**
  * The model of a config's family (its `model_type`): GPT2 or Llama (also Qwen2, Qwen3), as a CausalLM (model/lm.ts).
  */
+import { checkBaseDtype, type WeightData } from './f16-base';
 import { isLlamaConfig, type LMConfig } from './config';
 import { GPT2 } from './gpt2';
 import { Llama, llamaParamSpecs } from './llama';
@@ -12,14 +13,15 @@ export type { CausalLM } from './lm';
 /** The model of `config`'s family from host arrays by spec name. */
 export function lmFromArrays(
   config: LMConfig,
-  arrays: Map<string, Float32Array>,
+  arrays: Map<string, WeightData>,
   trainable: boolean,
   label?: string,
   opts: GPT2Options = {},
 ): CausalLM {
-  return isLlamaConfig(config)
-    ? Llama.fromArrays(config, arrays, trainable, label, opts)
-    : GPT2.fromArrays(config, arrays, trainable, label, opts);
+  if (isLlamaConfig(config)) return Llama.fromArrays(config, arrays, trainable, label, opts);
+  // GPT-2 holds f32 only (a packed array comes from a baseDtype "f16" read, which GPT2.fromArrays refuses first).
+  checkBaseDtype(opts.baseDtype, { trainable, family: 'gpt2' });
+  return GPT2.fromArrays(config, arrays as Map<string, Float32Array>, trainable, label, opts);
 }
 
 /** A seeded random model of `config`'s family (each family's own initialisation). */

@@ -3,6 +3,7 @@
  * scalar models GPT2ForSequenceClassification names. Core never touches a file system: callers hand in a
  * `ModelFiles` (Node reads a directory, the browser reads Files, a zip, Cache Storage or fetch).
  */
+import { checkBaseDtype, isF16Matrix, type BaseDtype, type WeightData } from './f16-base';
 import { isLlamaConfig, modelConfigToJson, parseModelConfig, type LMConfig } from './config';
 import type { GPT2Options } from './gpt2';
 import { lmFromArrays, lmParamSpecs, type CausalLM } from './causal-lm';
@@ -91,6 +92,27 @@ export function mapFamilyTensors(
     : mapHfTensors(file, specs, path);
 }
 
+/**
+ * Read a weights file for a model built with `baseDtype`: with "f16" (Llama families) the large matrices are decoded
+ * from the file's bytes straight to packed f16 (safetensors.ts ReadHalfOptions; no f32 copy of them), the rest to
+ * f32. Otherwise as readSafetensors + mapFamilyTensors.
+ */
+function readFamilyTensors(
+  config: LMConfig,
+  bytes: Uint8Array,
+  specs: ParamSpec[],
+  path: string,
+  baseDtype: BaseDtype | undefined,
+): Map<string, WeightData> {
+  if (baseDtype === 'f16' && isLlamaConfig(config)) {
+    const half = (name: string) =>
+      isF16Matrix(name.startsWith('model.') ? name.slice('model.'.length) : name);
+    const file = readSafetensors(bytes, path, { half });
+    return mapLlamaTensors(file, specs, path, { tied: config.tie_word_embeddings });
+  }
+  return mapFamilyTensors(config, readSafetensors(bytes, path), specs, path);
+}
+
 /** The file name of a parameter, as the family's *ForCausalLM / *ForSequenceClassification saves it. */
 export function familyTensorName(config: LMConfig, name: string): string {
   return isLlamaConfig(config) ? llamaTensorName(name) : hfTensorName(name, { prefix: true });
@@ -115,9 +137,12 @@ export async function loadLM(
   const file = opts.file ?? 'model.safetensors';
   const bytes = await mustRead(files, file, 'model.safetensors (the *ForCausalLM weights)');
   const path = `${files.label}/${file}`;
-  const arrays = mapFamilyTensors(config, readSafetensors(bytes, path), lmParamSpecs(config), path);
+  // Refused before anything is decoded where f16 cannot apply (model/f16-base.ts checkBaseDtype).
+  checkBaseDtype(opts.baseDtype, { trainable: opts.trainable ?? true, family: config.model_type });
+  const arrays = readFamilyTensors(config, bytes, lmParamSpecs(config), path, opts.baseDtype);
   const model = lmFromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'policy', {
     maxBindingBytes: opts.maxBindingBytes,
+    ...(opts.baseDtype ? { baseDtype: opts.baseDtype } : {}),
   });
   return { config, tokenizer, model };
 }

@@ -11,6 +11,7 @@
  * Small binding limits (docs/tfjs.md trap 8): with `maxBindingBytes`, `wte` (and the tied LM head) is held
  * as vocabulary chunks that each fit one binding; names in files stay `wte.weight`.
  */
+import { checkBaseDtype } from './f16-base';
 import * as tf from '@tensorflow/tfjs-core';
 import type { GPT2Config } from './config';
 import { trunkParamSpecs, type ParamSpec } from './specs';
@@ -87,6 +88,7 @@ export class GPT2 implements CausalLM {
     label = 'gpt2',
     opts: GPT2Options = {},
   ): GPT2 {
+    checkBaseDtype(opts.baseDtype, { trainable, family: 'gpt2' });
     const id = `${label}_${modelCounter++}`;
     const rows = embeddingChunkRows(config, opts.maxBindingBytes);
     const params = new Map<string, tf.Variable>();

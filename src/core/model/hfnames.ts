@@ -5,6 +5,7 @@
  * GPT2ForSequenceClassification vs GPT2Model), ignores the `attn.bias` / `attn.masked_bias` buffers and
  * ties `lm_head.weight` to `wte.weight`. `score.*` names never carry the prefix.
  */
+import { HalfArray } from './f16-base';
 import { UserError } from '../../common/errors';
 import type { NamedTensor, SafetensorsFile } from './safetensors';
 import type { ParamSpec } from './specs';
@@ -24,7 +25,14 @@ function isScoreName(name: string): boolean {
   return name.startsWith('score.');
 }
 
-function sameBits(a: Float32Array, b: Float32Array): boolean {
+function sameBits(a: Float32Array | HalfArray, b: Float32Array | HalfArray): boolean {
+  if (a instanceof HalfArray || b instanceof HalfArray) {
+    if (!(a instanceof HalfArray && b instanceof HalfArray)) return false;
+    return sameBits(
+      new Float32Array(a.words.buffer, a.words.byteOffset, a.words.length),
+      new Float32Array(b.words.buffer, b.words.byteOffset, b.words.length),
+    );
+  }
   if (a.length !== b.length) return false;
   const ua = new Uint32Array(a.buffer, a.byteOffset, a.length);
   const ub = new Uint32Array(b.buffer, b.byteOffset, b.length);
@@ -200,16 +208,16 @@ export function llamaTensorName(name: string): string {
  * prefix optional, as LlamaModel saves without it). A tied model's file may repeat the embedding as
  * `lm_head.weight` only bit for bit. Errors name the file, the tensor and what would be right.
  */
-export function mapLlamaTensors(
-  file: SafetensorsFile,
+export function mapLlamaTensors<D extends Float32Array | HalfArray = Float32Array>(
+  file: SafetensorsFile<D>,
   specs: ParamSpec[],
   fileName: string,
   opts: { tied: boolean },
-): Map<string, Float32Array> {
+): Map<string, D> {
   const specByName = new Map(specs.map((s) => [s.name, s]));
-  const found = new Map<string, { key: string; shape: number[]; data: Float32Array }>();
+  const found = new Map<string, { key: string; shape: number[]; data: D }>();
   const extras: string[] = [];
-  let tiedHead: { key: string; shape: number[]; data: Float32Array } | null = null;
+  let tiedHead: { key: string; shape: number[]; data: D } | null = null;
   for (const [key, t] of file.tensors) {
     const base = key.startsWith(LLAMA_PREFIX) ? key.slice(LLAMA_PREFIX.length) : key;
     if (LLAMA_BUFFER.test(base)) continue;
@@ -243,7 +251,7 @@ export function mapLlamaTensors(
       `${fileName}: missing tensor "${llamaTensorName(s.name)}" (expected shape ${fmtShape(s.shape)})${more}.${hint}`,
     );
   }
-  const out = new Map<string, Float32Array>();
+  const out = new Map<string, D>();
   for (const s of specs) {
     const f = found.get(s.name)!;
     if (!sameShape(f.shape, s.shape)) {

@@ -36,6 +36,16 @@ import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
 import type { LoraAdapters } from './lora';
 import { loraModuleShape } from './lora';
+import { isPackedF16, packedShape } from '../kernels/webgpu-f16';
+import {
+  asF32Tensor,
+  checkBaseDtype,
+  f32Values,
+  isF16Matrix,
+  packedWords,
+  weightValues,
+  type WeightData,
+} from './f16-base';
 import { embeddingChunkRows, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
 import { chunkedLazyTensor, chunkRanges, gatherChunked, headChunked } from './vocab-chunks';
 
@@ -211,11 +221,13 @@ export class Llama implements CausalLM {
   /** Build from host arrays by spec name (already name-mapped and shape-checked); views, never copies, of chunks. */
   static fromArrays(
     config: LlamaConfig,
-    arrays: Map<string, Float32Array>,
+    arrays: Map<string, WeightData>,
     trainable: boolean,
     label = 'llama',
     opts: GPT2Options = {},
   ): Llama {
+    checkBaseDtype(opts.baseDtype, { trainable, family: config.model_type });
+    const half = opts.baseDtype === 'f16';
     const id = `${label}_${modelCounter++}`;
     const rows = embeddingChunkRows(config, opts.maxBindingBytes);
     const params = new Map<string, tf.Variable>();
@@ -230,8 +242,11 @@ export class Llama implements CausalLM {
             `model weights: tensor "${spec.name}" has ${data.length} values, expected shape [${spec.shape}] (${size}).`,
           );
         }
-        for (const [name, shape, part] of Llama.layout(spec, data, rows)) {
-          const init = tf.tensor(part, shape, 'float32');
+        // baseDtype "f16": the large matrices as packed words [rows, cols / 2] (int32), frozen (docs/models.md, "The frozen base in f16").
+        const packed = half && isF16Matrix(spec.name);
+        const values: Float32Array | Int32Array = packed ? packedWords(data) : f32Values(data);
+        for (const [name, shape, part] of Llama.layout(spec, values, rows, packed)) {
+          const init = tf.tensor(part, shape, packed ? 'int32' : 'float32');
           params.set(name, tf.variable(init, trainable, `${id}/${name}`));
           init.dispose();
         }
@@ -243,17 +258,21 @@ export class Llama implements CausalLM {
     return new Llama(config, params, id, rows);
   }
 
-  private static layout(
+  private static layout<T extends Float32Array | Int32Array>(
     spec: ParamSpec,
-    data: Float32Array,
+    data: T,
     rows: number,
-  ): [string, number[], Float32Array][] {
-    const [V, C] = spec.shape;
-    if (!VOCAB_MATRICES.includes(spec.name) || rows >= V) return [[spec.name, spec.shape, data]];
+    packed = false,
+  ): [string, number[], T][] {
+    const V = spec.shape[0];
+    // A packed matrix holds its rows as cols / 2 words.
+    const C = packed ? spec.shape[1] / 2 : spec.shape[1];
+    const shape = packed ? [V, C] : spec.shape;
+    if (!VOCAB_MATRICES.includes(spec.name) || rows >= V) return [[spec.name, shape, data]];
     return chunkRanges(V, rows).map(([lo, hi], k) => [
       chunkName(spec.name, k),
       [hi - lo, C],
-      data.subarray(lo * C, hi * C),
+      data.subarray(lo * C, hi * C) as T,
     ]);
   }
 
@@ -286,13 +305,19 @@ export class Llama implements CausalLM {
     const params = new Map<string, tf.Variable>();
     for (const [name, v] of this.params) {
       const lr = this.lowRankOf(name);
-      if (!lr) {
-        params.set(name, tf.variable(v, trainable, `${id}/${name}`));
-        continue;
+      // A packed-f16 weight is widened: the clone is a plain f32 model (its values exactly the f16 ones).
+      const w = asF32Tensor(v);
+      try {
+        if (!lr) {
+          params.set(name, tf.variable(w, trainable, `${id}/${name}`));
+          continue;
+        }
+        const merged = mergedLinearWeight(w, lr);
+        params.set(name, tf.variable(merged, trainable, `${id}/${name}`));
+        merged.dispose();
+      } finally {
+        if (w !== v) w.dispose();
       }
-      const merged = mergedLinearWeight(v, lr);
-      params.set(name, tf.variable(merged, trainable, `${id}/${name}`));
-      merged.dispose();
     }
     return new Llama(this.config, params, id, this.wteChunkRows);
   }
@@ -302,12 +327,14 @@ export class Llama implements CausalLM {
     if (this.base !== this) throw new Error('Llama.withLora: call it on the base model, not on a LoRA view');
     if (adapters) {
       for (const [key, m] of adapters.modules) {
-        const w = this.params.get(`${key}.weight`);
+        const v = this.params.get(`${key}.weight`);
+        // A packed-f16 weight's logical shape (its tensor holds cols / 2 words per row).
+        const w = v ? (isPackedF16(v) ? packedShape(v) : v.shape) : null;
         const want = loraModuleShape(this.config, m.target);
-        if (!w || w.shape[1] !== m.in || w.shape[0] !== m.out || want.in !== m.in || want.out !== m.out) {
+        if (!w || w[1] !== m.in || w[0] !== m.out || want.in !== m.in || want.out !== m.out) {
           throw new UserError(
             `LoRA adapters do not fit this model: ${key} has A [${m.a.shape}] and B [${m.b.shape}], but the ` +
-              `model's ${key}.weight is [${w ? w.shape : 'missing'}] (nn.Linear [out, in]; A must be [r, in], B [out, r]).`,
+              `model's ${key}.weight is [${w ?? 'missing'}] (nn.Linear [out, in]; A must be [r, in], B [out, r]).`,
           );
         }
       }
@@ -363,12 +390,14 @@ export class Llama implements CausalLM {
         data: async () => {
           const v = this.p(spec.name);
           const lr = this.lowRankOf(spec.name);
-          if (!lr) return (await v.data()) as Float32Array;
-          const merged = mergedLinearWeight(v, lr);
+          if (!lr) return weightValues(v);
+          const w = asF32Tensor(v);
+          const merged = mergedLinearWeight(w, lr);
           try {
             return (await merged.data()) as Float32Array;
           } finally {
             merged.dispose();
+            if (w !== v) w.dispose();
           }
         },
       };

@@ -4,6 +4,7 @@
  * views, checkpoints and the worker see only this interface; model/causal-lm.ts builds the family's class from a
  * config's `model_type`. Also here: the options and vocabulary-chunk layout both families share.
  */
+import type { BaseDtype } from '../../common/config/fields';
 import type * as tf from '@tensorflow/tfjs-core';
 import type { LMConfig } from './config';
 import type { LayerKV } from '../kernels/definitions';
@@ -19,6 +20,11 @@ export interface GPT2Options {
    * `wte` is then held as vocabulary chunks of at most this size. Absent: `wte` is one tensor.
    */
   maxBindingBytes?: number;
+  /**
+   * How the frozen base's large matrices are stored (config `baseDtype`; docs/models.md, "The frozen base in f16"): "f16" packs them two
+   * halves per 32-bit word on WebGPU (Llama / Qwen families, non-trainable models only). Absent: "f32".
+   */
+  baseDtype?: BaseDtype;
 }
 
 /**

@@ -10,6 +10,7 @@ import { linearWebGpu, webGpuLinearApplies } from '../kernels/webgpu-linear';
 import { rmsNormWebGpu, webGpuRmsNormApplies } from '../kernels/webgpu-rmsnorm';
 import { swigluWebGpu, webGpuSwigluApplies } from '../kernels/webgpu-swiglu';
 import { GELU_K } from '../kernels/definitions';
+import { f16LinearNT, isPackedF16 } from '../kernels/webgpu-f16';
 
 /** Layer norm over the last axis, as autodiff composes it (the reference for `layerNorm`'s gradient). */
 export function layerNormPlain(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number): tf.Tensor {
@@ -161,8 +162,10 @@ export function linear(
   bias: tf.Tensor | null,
   lowRank?: LowRank | null,
 ): tf.Tensor2D {
-  let y: tf.Tensor2D = tf.matMul(x, w as tf.Tensor2D, false, true);
-  if (bias) y = tf.add(y, bias);
+  // A packed-f16 frozen weight (baseDtype "f16", docs/models.md, "The frozen base in f16"): its own kernel, the bias in its store.
+  const packed = isPackedF16(w);
+  let y: tf.Tensor2D = packed ? f16LinearNT(x, w, bias) : tf.matMul(x, w as tf.Tensor2D, false, true);
+  if (bias && !packed) y = tf.add(y, bias);
   if (lowRank) {
     const down = tf.mul(tf.matMul(x, lowRank.a, false, true), lowRank.scaling); // [N, r]
     y = tf.add(y, tf.matMul(down as tf.Tensor2D, lowRank.b, false, true));

@@ -9,6 +9,8 @@
  * UserError that starts with the file name and names the tensor. The writer writes F32 in the Rust
  * library's layout (names ascending, `__metadata__` first, header padded with spaces to 8 bytes).
  */
+import { HalfArray, type WeightData } from './f16-base';
+import { f16BitsOfF32Bits } from '../kernels/webgpu-f16';
 import { UserError } from '../../common/errors';
 
 // tsconfig.core.json's lib is ES2022 alone, which lacks these; every runtime we target (browsers,
@@ -24,9 +26,23 @@ export interface NamedTensor {
   data: Float32Array;
 }
 
-export interface SafetensorsFile {
-  tensors: Map<string, { dtype: string; shape: number[]; data: Float32Array }>;
+/** A read file: its tensors' data as f32 (D = Float32Array), or packed f16 for those asked (D = WeightData). */
+export interface SafetensorsFile<D = Float32Array> {
+  tensors: Map<string, { dtype: string; shape: number[]; data: D }>;
   metadata: Record<string, string> | null;
+}
+
+export interface ReadSafetensorsOptions {
+  maxHeaderBytes?: number;
+}
+
+/**
+ * With `half`: the tensors it names (and that have an even number of values) are decoded straight to packed f16
+ * words (HalfArray; model/f16-base.ts), F32, BF16 and F16 alike, value by value: no f32 copy of them is ever made
+ * (baseDtype "f16", docs/models.md, "The frozen base in f16"). A finite value beyond f16's range (|v| > 65504) is refused in words.
+ */
+export interface ReadHalfOptions extends ReadSafetensorsOptions {
+  half: (name: string, shape: number[]) => boolean;
 }
 
 /** Largest header the reader accepts by default (the Rust library's limit too). */
@@ -108,11 +124,22 @@ interface Entry {
   end: number;
 }
 
+// The plain overload last: ReturnType<typeof readSafetensors> (checkpoint code) means it.
 export function readSafetensors(
   bytes: Uint8Array,
   fileName: string,
-  opts: { maxHeaderBytes?: number } = {},
-): SafetensorsFile {
+  opts: ReadHalfOptions,
+): SafetensorsFile<WeightData>;
+export function readSafetensors(
+  bytes: Uint8Array,
+  fileName: string,
+  opts?: ReadSafetensorsOptions,
+): SafetensorsFile;
+export function readSafetensors(
+  bytes: Uint8Array,
+  fileName: string,
+  opts: ReadSafetensorsOptions & { half?: ReadHalfOptions['half'] } = {},
+): SafetensorsFile<WeightData> {
   const maxHeader = opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES;
   const fail: (msg: string) => never = (msg) => {
     throw new UserError(`${fileName}: ${msg}`);
@@ -248,11 +275,48 @@ export function readSafetensors(
     }
   }
 
-  const tensors: SafetensorsFile['tensors'] = new Map();
+  const tensors: SafetensorsFile<WeightData>['tensors'] = new Map();
   for (const e of entries) {
-    tensors.set(e.name, { dtype: e.dtype, shape: e.shape, data: decode(bytes, view, dataStart, e) });
+    const n = e.dtype === 'F32' ? (e.end - e.begin) / 4 : (e.end - e.begin) / 2;
+    const half = opts.half && n % 2 === 0 && opts.half(e.name, e.shape);
+    const data = half ? decodeHalf(view, dataStart, e, fileName) : decode(bytes, view, dataStart, e);
+    tensors.set(e.name, { dtype: e.dtype, shape: e.shape, data });
   }
   return { tensors, metadata };
+}
+
+/**
+ * A tensor's values as packed f16 words (element 2j in the low half of word j), converted one at a time from the
+ * file's bytes: F16 as stored, BF16 and F32 rounded to nearest even (BF16's 8-bit mantissa fits f16's 10 bits, so
+ * only values outside f16's exponent range change).
+ */
+function decodeHalf(view: DataView, dataStart: number, e: Entry, fileName: string): HalfArray {
+  const start = dataStart + e.begin;
+  const width = e.dtype === 'F32' ? 4 : 2;
+  const n = (e.end - e.begin) / width;
+  const words = new Int32Array(n / 2);
+  if (e.dtype === 'F16') {
+    for (let j = 0; j < words.length; j++) words[j] = view.getInt32(start + 4 * j, true);
+    return new HalfArray(words);
+  }
+  const bitsAt =
+    e.dtype === 'BF16'
+      ? (i: number) => view.getUint16(start + 2 * i, true) << 16
+      : (i: number) => view.getUint32(start + 4 * i, true);
+  const half = (i: number): number => {
+    const x = bitsAt(i) >>> 0;
+    const h = f16BitsOfF32Bits(x);
+    // Overflow to ±Inf from a finite value: not representable; say so rather than train on infinities.
+    if ((h & 0x7fff) === 0x7c00 && ((x >>> 23) & 0xff) !== 0xff) {
+      throw new UserError(
+        `${fileName}: tensor "${e.name}" holds ${new Float32Array(new Uint32Array([x]).buffer)[0]} at index ${i}, ` +
+          'beyond the range of f16 (±65504), so it cannot be stored in f16; set "baseDtype" to "f32".',
+      );
+    }
+    return h;
+  };
+  for (let j = 0; j < words.length; j++) words[j] = half(2 * j) | (half(2 * j + 1) << 16);
+  return new HalfArray(words);
 }
 
 function decode(bytes: Uint8Array, view: DataView, dataStart: number, e: Entry): Float32Array {

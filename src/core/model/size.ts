@@ -50,6 +50,7 @@ import { llamaParamSpecs } from './llama';
 import { trunkParamSpecs, scoreHeadSpecs, type ParamSpec } from './specs';
 import { loraModules, LORA_TARGETS, type LoraTarget } from './lora';
 import { UserError } from '../../common/errors';
+import { isF16Matrix, type BaseDtype } from './f16-base';
 import { hasValueModel, type TrainConfig } from '../../common/config';
 
 export const FLOAT32_BYTES = 4;
@@ -137,7 +138,25 @@ export interface RunMemoryOptions {
    * tf.memory().numBytes counts on every backend.
    */
   heap?: 'wasm';
+  /**
+   * Storage of the frozen base under LoRA (config `baseDtype`; docs/models.md, "The frozen base in f16"): "f16" holds the Llama families' large
+   * matrices (embedding, untied head, every linear) at 2 bytes a value, norms and biases at 4. Ignored without LoRA
+   * (full fine-tuning keeps f32) and for GPT-2 (f32 only). Absent: "f32".
+   */
+  baseDtype?: BaseDtype;
 }
+
+/** Bytes of one copy of an LM's weights stored as `baseDtype` (f16: the isF16Matrix weights at 2 bytes a value). */
+export function baseWeightBytes(c: Shape, baseDtype: BaseDtype = 'f32'): number {
+  const half = baseDtype === 'f16' && isLlamaFamily((c as Partial<LMConfig>).model_type);
+  return specsOf(c).reduce(
+    (n, s) => n + product(s.shape) * (half && isF16Matrix(s.name) ? F16_BYTES : FLOAT32_BYTES),
+    0,
+  );
+}
+
+/** Bytes of a binary16 value (the packed base: two per 32-bit word). */
+export const F16_BYTES = 2;
 
 export interface MemoryParts {
   base: number;
@@ -452,7 +471,7 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
     withGrads[b] > withGrads[a] ? b : a,
   );
   const parts: MemoryParts = {
-    base: base * FLOAT32_BYTES,
+    base: lora ? baseWeightBytes(c, opts.baseDtype) : base * FLOAT32_BYTES,
     reference: reference * FLOAT32_BYTES,
     value: value * FLOAT32_BYTES,
     rewardModel: rewardModel * FLOAT32_BYTES,
@@ -635,7 +654,8 @@ export function checkTrainingMemory(
  * model. The CLI's preflight and the worker's check both use it.
  */
 export function runMemoryOptions(
-  cfg: Pick<TrainConfig, 'lora' | 'loraTargets' | 'valueModel' | 'algorithm'>,
+  cfg: Pick<TrainConfig, 'lora' | 'loraTargets' | 'valueModel' | 'algorithm'> &
+    Partial<Pick<TrainConfig, 'baseDtype'>>,
   rewardModel: boolean,
 ): RunMemoryOptions {
   const lora = cfg.lora > 0 ? { r: cfg.lora, targets: cfg.loraTargets } : undefined;
@@ -644,7 +664,8 @@ export function runMemoryOptions(
     : lora && cfg.valueModel === 'shared'
       ? 'shared'
       : 'separate';
-  return { lora, valueModel, rewardModel };
+  // The f16 base applies under LoRA only (validate.ts refuses it without).
+  return { lora, valueModel, rewardModel, ...(lora && cfg.baseDtype === 'f16' ? { baseDtype: 'f16' } : {}) };
 }
 
 /**

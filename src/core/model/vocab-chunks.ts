@@ -4,6 +4,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { LazyTensor } from './safetensors';
+import { f16Gather, f16LinearNT, f16MatMulNN, isPackedF16, unpackF16 } from '../kernels/webgpu-f16';
 
 /**
  * Rows of a chunked [V, C] matrix for token ids [N] → [N, C]. Each chunk gathers at the ids it holds (others clipped
@@ -11,6 +12,15 @@ import type { LazyTensor } from './safetensors';
  * one gather, with no kernel binding more than one chunk.
  */
 export function gatherChunked(chunks: tf.Tensor[], rowsPerChunk: number, flatIds: tf.Tensor): tf.Tensor2D {
+  if (isPackedF16(chunks[0])) {
+    // Packed f16 (baseDtype "f16"): each chunk's kernel writes zeros outside its rows; the sum is one gather.
+    let out: tf.Tensor2D | null = null;
+    for (let k = 0; k < chunks.length; k++) {
+      const part = f16Gather(chunks[k], flatIds, k * rowsPerChunk);
+      out = out ? (tf.add(out, part) as tf.Tensor2D) : part;
+    }
+    return out!;
+  }
   if (chunks.length === 1) return tf.gather(chunks[0], flatIds) as tf.Tensor2D;
   const ids = tf.cast(flatIds, 'int32');
   let out: tf.Tensor | null = null;
@@ -31,11 +41,25 @@ export function gatherChunked(chunks: tf.Tensor[], rowsPerChunk: number, flatIds
 
 /** hidden [N, C] · Wᵀ for a chunked W [V, C] → logits [N, V] (each chunk's logits concatenated in order). */
 export function headChunked(chunks: tf.Tensor[], hidden: tf.Tensor2D): tf.Tensor2D {
-  if (chunks.length === 1) return tf.matMul(hidden, chunks[0] as tf.Tensor2D, false, true);
+  if (chunks.length === 1) return headRowsLogits(hidden, chunks[0]);
   return tf.concat(
-    chunks.map((w) => tf.matMul(hidden, w as tf.Tensor2D, false, true)),
+    chunks.map((w) => headRowsLogits(hidden, w)),
     1,
   ) as tf.Tensor2D;
+}
+
+/**
+ * hidden [N, C] · Wᵀ for W [rows, C] (a block of the LM head's rows, f32 or packed f16 as `lmHeadBlocks` gives
+ * them; a row slice of a packed block is packed rows): logits [N, rows], differentiable in hidden (and in W when
+ * W is f32).
+ */
+export function headRowsLogits(hidden: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
+  return isPackedF16(w) ? f16LinearNT(hidden, w) : tf.matMul(hidden, w as tf.Tensor2D, false, true);
+}
+
+/** g [N, rows] · W for W [rows, C] (f32 or packed f16): the head's backward to the hidden states, [N, C]. */
+export function headRowsBackward(g: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
+  return isPackedF16(w) ? f16MatMulNN(g, w) : tf.matMul(g, w as tf.Tensor2D);
 }
 
 /** Row ranges [lo, hi) of V rows in chunks of `rows`. */
@@ -58,14 +82,18 @@ export function chunkedLazyTensor(
   rowsPerChunk: number,
   V: number,
 ): LazyTensor {
-  const C = chunks[0].shape[1] as number;
+  const packed = isPackedF16(chunks[0]);
+  // A packed chunk holds C / 2 words per row; its values are widened to f32 as they are read.
+  const C = (chunks[0].shape[1] as number) * (packed ? 2 : 1);
+  const values = async (t: tf.Tensor): Promise<Float32Array> =>
+    packed ? unpackF16((await t.data()) as Int32Array) : ((await t.data()) as Float32Array);
   const pieces = async function* (): AsyncGenerator<Float32Array> {
     for (const w of chunks) {
       const n = w.shape[0];
       for (let r = 0; r < n; r += PIECE_ROWS) {
-        const piece = tf.slice(w, [r, 0], [Math.min(PIECE_ROWS, n - r), C]);
+        const piece = tf.slice(w, [r, 0], [Math.min(PIECE_ROWS, n - r), w.shape[1] as number]);
         try {
-          yield (await piece.data()) as Float32Array;
+          yield await values(piece);
         } finally {
           piece.dispose();
         }
@@ -77,10 +105,9 @@ export function chunkedLazyTensor(
     shape: [V, C],
     pieces,
     data: async () => {
-      if (chunks.length === 1) return (await chunks[0].data()) as Float32Array;
+      if (chunks.length === 1) return values(chunks[0]);
       const all = new Float32Array(V * C);
-      for (let k = 0; k < chunks.length; k++)
-        all.set((await chunks[k].data()) as Float32Array, k * rowsPerChunk * C);
+      for (let k = 0; k < chunks.length; k++) all.set(await values(chunks[k]), k * rowsPerChunk * C);
       return all;
     },
   };

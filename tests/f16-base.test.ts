@@ -1,0 +1,244 @@
+/**
+ * The frozen base in f16 (config baseDtype "f16", issue #36, docs/models.md, "The frozen base in f16") on WebGPU in Node (SwiftShader): the
+ * packing round trip, the kernels against f32 references, and 2-layer slices of the Qwen2.5-1.5B and Qwen3-1.7B
+ * shapes (a 4096-id vocabulary instead of 151 936: every dimension of a block is the real one; the real vocabulary
+ * is tested in tests/f16-base.slow.test.ts). The exact checks run a base whose weights are already f16 values:
+ * then the f32 model and the packed model hold the same numbers, and log-probs, greedy tokens and LoRA gradients
+ * must agree to float32 rounding of a different summation order (the kernels sum in f32).
+ */
+import { describe, it, expect, beforeAll } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+import {
+  f16Bits,
+  f16BitsToF32,
+  f16Gather,
+  f16LinearNT,
+  packF16,
+  roundToF16,
+  unpackF16,
+} from '../src/core/kernels/webgpu-f16';
+import { linearNtDecodeWebGpu, webGpuLinearNtDecodeApplies } from '../src/core/kernels/webgpu-linear';
+import { Llama } from '../src/core/model/llama';
+import { parseLlamaConfig } from '../src/core/model/llama-config';
+import { checkBaseDtype, isF16Matrix } from '../src/core/model/f16-base';
+import { exactCheck, hostWeights, relDiff } from './helpers/f16-base';
+
+const adapter = await webGpuAdapter();
+
+function seeded(n: number, seed: number, scale = 1): Float32Array {
+  return Float32Array.from(
+    { length: n },
+    (_, i) => scale * Math.sin(seed * 12.9898 + i * 78.233 + i * i * 1e-7),
+  );
+}
+
+describe('f16 packing on the host', () => {
+  it('rounds to nearest even like IEEE binary16, and round-trips', () => {
+    expect(f16Bits(1)).toBe(0x3c00);
+    expect(f16Bits(-2)).toBe(0xc000);
+    expect(f16Bits(65504)).toBe(0x7bff);
+    expect(f16Bits(65520)).toBe(0x7c00); // rounds up to Inf
+    expect(f16Bits(2 ** -24)).toBe(1); // smallest subnormal
+    expect(f16Bits(2 ** -25)).toBe(0); // tie → even (0)
+    expect(f16Bits(3 * 2 ** -25)).toBe(2); // tie → even (2)
+    expect(f16Bits(1 + 2 ** -11)).toBe(0x3c00); // tie → even
+    expect(f16Bits(1 + 3 * 2 ** -11)).toBe(0x3c02); // tie → even (up)
+    expect(f16Bits(NaN) & 0x7c00).toBe(0x7c00);
+    for (let h = 0; h < 0x10000; h++) {
+      if ((h & 0x7c00) === 0x7c00 && h & 0x3ff) continue; // NaNs
+      expect(f16Bits(f16BitsToF32(h))).toBe(h);
+    }
+    const v = seeded(1000, 3, 5);
+    const r = roundToF16(v);
+    expect(unpackF16(packF16(v))).toEqual(r);
+    for (let i = 0; i < v.length; i++)
+      expect(Math.abs(r[i] - v[i])).toBeLessThanOrEqual(Math.abs(v[i]) * 2 ** -11);
+  });
+});
+
+describe('f16 kernels on WebGPU (Node, Dawn)', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(useNodeWebGpu);
+
+  it('x·Wᵀ + b and its gradient to x equal the f32 ops on the same (f16) values', async () => {
+    for (const [M, K, N] of [
+      [5, 48, 70],
+      [33, 130, 31],
+      [64, 96, 64],
+    ]) {
+      const wv = roundToF16(seeded(N * K, 1));
+      const x = tf.tensor2d(seeded(M * K, 2), [M, K]);
+      const wp = tf.tensor2d(packF16(wv), [N, K / 2], 'int32');
+      const w = tf.tensor2d(wv, [N, K]);
+      const b = tf.tensor1d(seeded(N, 3));
+      const dy = tf.tensor2d(seeded(M * N, 4), [M, N]);
+      const before = tf.memory().numTensors;
+      const got = tf.tidy(() => {
+        const { value, grads } = tf.valueAndGrads((xi: tf.Tensor) => f16LinearNT(xi as tf.Tensor2D, wp, b))(
+          [x],
+          dy,
+        );
+        return [value, grads[0]];
+      });
+      const want = tf.tidy(() => {
+        const { value, grads } = tf.valueAndGrads((xi: tf.Tensor) =>
+          tf.add(tf.matMul(xi as tf.Tensor2D, w, false, true), b),
+        )([x], dy);
+        return [value, grads[0]];
+      });
+      expect(relDiff(await got[0].data(), await want[0].data())).toBeLessThan(1e-6);
+      expect(relDiff(await got[1].data(), await want[1].data())).toBeLessThan(1e-6);
+      tf.dispose([...got, ...want]);
+      expect(tf.memory().numTensors).toBe(before);
+      tf.dispose([x, wp, w, b, dy]);
+    }
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it('the fused decode linear (RMSNorm prologue, q|k|v in parts, LoRA, SwiGLU) reads packed parts as their f32 values', async () => {
+    const M = 3;
+    const K = 64;
+    const outs = [64, 32, 32];
+    const r = 4;
+    const ws = outs.map((o, p) => roundToF16(seeded(o * K, 10 + p, 0.2)));
+    const x = tf.tensor2d(seeded(M * K, 20), [M, K]);
+    const g = tf.tensor1d(seeded(K, 21).map((v) => 1 + 0.1 * v));
+    const w32 = ws.map((w, p) => tf.tensor2d(w, [outs[p], K]));
+    const w16 = ws.map((w, p) => tf.tensor2d(packF16(w), [outs[p], K / 2], 'int32'));
+    const lora = outs.map((o, p) => ({
+      a: tf.tensor2d(seeded(r * K, 30 + p, 0.1), [r, K]),
+      b: tf.tensor2d(seeded(o * r, 40 + p, 0.1), [o, r]),
+      scaling: 2,
+    }));
+    const N = outs.reduce((a, b) => a + b, 0);
+    const gate = tf.tensor2d(seeded(M * N, 50), [M, N]);
+    for (const o of [
+      { rms: { g, eps: 1e-6 }, lora },
+      { rms: { g, eps: 1e-6 }, lora: null },
+    ]) {
+      const packed = { w: w16, ...o };
+      const plain = { w: w32, ...o };
+      expect(webGpuLinearNtDecodeApplies(x, packed)).toBe(true);
+      const a = linearNtDecodeWebGpu(x, packed);
+      const b = linearNtDecodeWebGpu(x, plain);
+      // The same program and order of summation: only the read differs, and it gives the same f32 values.
+      expect(await a.data()).toEqual(await b.data());
+      tf.dispose([a, b]);
+    }
+    // One part with SwiGLU's gate and a residual.
+    const one = { w: [w16[1]], gate: tf.slice(gate, [0, 0], [M, 32]) as tf.Tensor2D, residual: null };
+    const a = linearNtDecodeWebGpu(x, one);
+    const b = linearNtDecodeWebGpu(x, { ...one, w: [w32[1]] });
+    expect(await a.data()).toEqual(await b.data());
+    tf.dispose([a, b, one.gate, x, g, gate, ...w32, ...w16, ...lora.flatMap((l) => [l.a, l.b])]);
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it('gathers rows of a packed table (zero outside a chunk) as tf.gather does', async () => {
+    const V = 37;
+    const C = 24;
+    const wv = roundToF16(seeded(V * C, 5));
+    const wp = tf.tensor2d(packF16(wv), [V, C / 2], 'int32');
+    const ids = tf.tensor1d([0, 5, 36, 12, 40, 3], 'int32');
+    const got = f16Gather(wp, ids, 3);
+    const host = await got.data();
+    const idv = [0, 5, 36, 12, 40, 3];
+    for (let i = 0; i < idv.length; i++) {
+      const row = idv[i] - 3;
+      for (let c = 0; c < C; c++) expect(host[i * C + c]).toBe(row >= 0 && row < V ? wv[row * C + c] : 0);
+    }
+    tf.dispose([wp, ids, got]);
+    expect(await webGpuErrors()).toEqual([]);
+  });
+});
+
+const tinyQwen3 = parseLlamaConfig({
+  model_type: 'qwen3',
+  vocab_size: 300,
+  hidden_size: 64,
+  intermediate_size: 96,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 16,
+  max_position_embeddings: 64,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1000000,
+  tie_word_embeddings: true,
+  bos_token_id: 297,
+  eos_token_id: 298,
+  pad_token_id: 299,
+});
+const tinyQwen2 = parseLlamaConfig({
+  model_type: 'qwen2',
+  vocab_size: 300,
+  hidden_size: 64,
+  intermediate_size: 96,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  max_position_embeddings: 64,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1000000,
+  tie_word_embeddings: false,
+  bos_token_id: 297,
+  eos_token_id: 298,
+  pad_token_id: 299,
+});
+
+describe('f16 base on small Qwen2 / Qwen3 models (WebGPU, Node)', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(useNodeWebGpu);
+
+  it('stores the matrices packed (half the bytes), norms and biases f32', () => {
+    const arrays = hostWeights(tinyQwen2, 3, 0.05, true);
+    const f32 = Llama.fromArrays(tinyQwen2, arrays, false, 'a');
+    const f16 = Llama.fromArrays(tinyQwen2, arrays, false, 'b', { baseDtype: 'f16' });
+    let bytes32 = 0;
+    let bytes16 = 0;
+    let matrices32 = 0;
+    for (const [name, v] of f16.params) {
+      expect(v.dtype).toBe(isF16Matrix(name) ? 'int32' : 'float32');
+      if (isF16Matrix(name)) {
+        expect(v.shape).toEqual([f32.p(name).shape[0], f32.p(name).shape[1]! / 2]);
+        matrices32 += f32.p(name).size * 4;
+      }
+      bytes16 += v.size * 4;
+      bytes32 += f32.p(name).size * 4;
+    }
+    expect(bytes32 - bytes16).toBe(matrices32 / 2);
+    f32.dispose();
+    f16.dispose();
+  });
+
+  for (const [name, config, opts] of [
+    ['qwen3 (tied head)', tinyQwen3, {}],
+    ['qwen2 (biases, untied head)', tinyQwen2, {}],
+    // 300 rows of 64 f32 in chunks of 64 rows: the packed gather and head over 5 chunks.
+    ['qwen3, vocabulary in 5 chunks', tinyQwen3, { maxBindingBytes: 64 * 64 * 4 }],
+  ] as const) {
+    it(`${name}: f16-representable weights give the f32 base's log-probs, LoRA gradients and greedy tokens`, async () => {
+      const r = await exactCheck(config, opts, 6);
+      // Same numbers in both; only the order of f32 summation differs (the packed kernel's tiles vs tfjs's matMul).
+      expect(r.logprobRel).toBeLessThan(1e-5);
+      expect(r.gradRel).toBeLessThan(1e-4);
+      expect(r.tokens16).toEqual(r.tokens32);
+      expect(await webGpuErrors()).toEqual([]);
+    });
+  }
+
+  it('refuses f16 where it cannot apply, saying what would', () => {
+    const arrays = hostWeights(tinyQwen3, 3, 0.05, true);
+    expect(() => Llama.fromArrays(tinyQwen3, arrays, true, 'x', { baseDtype: 'f16' })).toThrow(
+      /"baseDtype" "f16" is for the frozen base of a LoRA model.*set "lora" to a rank ≥ 1, or "baseDtype" to "f32"/,
+    );
+    expect(() => checkBaseDtype('f16', { trainable: false, family: 'qwen3', backend: 'wasm' })).toThrow(
+      /backend is "wasm"; use the webgpu backend, or set "baseDtype" to "f32"/,
+    );
+    expect(() => checkBaseDtype('f16', { trainable: false, family: 'gpt2' })).toThrow(
+      /Llama \/ Qwen2 \/ Qwen3 families, not GPT-2/,
+    );
+    expect(() => checkBaseDtype('f32', { trainable: true, family: 'gpt2', backend: 'cpu' })).not.toThrow();
+  });
+});
