@@ -74,7 +74,7 @@ async function programsOf<T>(fn: () => Promise<T>): Promise<{ out: T; programs: 
 async function run(
   cfg: TrainConfig,
   replay: boolean,
-  steps = 3,
+  steps = 2,
   device?: (t: () => PpoTrainer) => DeviceErrors,
 ) {
   let made: PpoTrainer | null = null;
@@ -147,12 +147,12 @@ describe('the replayed update on Node WebGPU equals the update through tfjs', ()
     ],
   ];
   for (const [name, over, parts] of cases) {
-    it(`${name}: 3 steps, the same tokens, metrics and weights; replays run and tfjs encodes fewer programs`, async () => {
+    it(`${name}: 2 steps, the same tokens, metrics and weights; replays run and tfjs encodes fewer programs`, async () => {
       // Prompts of one length: the query length (and with it the recording's key) is the same at every step.
       const cfg = tinyConfig({ prompts: ['abcd', 'efgh', 'ijkl', 'mnop'], responseLength: 4, ...over });
       const plain = await run(cfg, false);
       const replayed = await run(cfg, true);
-      for (let i = 0; i < 3; i++) {
+      for (let i = 0; i < 2; i++) {
         try {
           expectSameStep(plain.steps[i], replayed.steps[i]);
         } catch (e) {
@@ -161,18 +161,18 @@ describe('the replayed update on Node WebGPU equals the update through tfjs', ()
       }
       // One recording per part (the shapes and settings never change here; full fine-tuning records once more, at
       // the step after its weights stopped sharing their buffers with the reference), every other minibatch a replay.
-      const minibatches = 3 * cfg.ppoEpochs * cfg.miniBatches;
+      const minibatches = 2 * cfg.ppoEpochs * cfg.miniBatches;
       const records = over.lora ? parts : 2 * parts;
       expect(replayed.recorded).toBe(records);
       expect(replayed.replayed).toBe(parts * minibatches - records);
       expect(plain.recorded + plain.replayed).toBe(0);
-      // Steps 2 and 3 encode fewer programs through tfjs, and hold no more tensors from one step to the next.
+      // Step 2 encodes fewer programs through tfjs, and holds no more tensors than step 1 left (the recordings).
       console.log(
         `${name}: tfjs programs per step, through tfjs ${plain.steps.map((s) => s.programs).join(' / ')}, ` +
           `replayed ${replayed.steps.map((s) => s.programs).join(' / ')}`,
       );
-      expect(replayed.steps[2].programs).toBeLessThan(plain.steps[2].programs);
-      expect(replayed.steps[2].tensors).toBe(replayed.steps[1].tensors);
+      expect(replayed.steps[1].programs).toBeLessThan(plain.steps[1].programs);
+      expect(replayed.steps[1].tensors).toBe(replayed.steps[0].tensors);
       expect(await webGpuErrors()).toEqual([]);
     });
   }

@@ -19,6 +19,7 @@ import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const F16_MM = 'PerfF16MatMul';
 export const F16_GATHER = 'PerfF16Gather';
+export const F16_ROWS = 'PerfF16Rows';
 
 // ---------------------------------------------------------------------------------------------------------
 // Host conversion
@@ -253,7 +254,47 @@ class F16GatherProgram {
   }
 }
 
+/**
+ * out [n, Cw] = W[lo + i, :] for a packed W [rows, Cw]: the words copied as they are. tfjs's own slice reads int32
+ * data through f32, which rounds words above 2^24 (most packed words): never slice a packed weight with tf.slice.
+ */
+class F16RowsProgram {
+  readonly variableNames = ['W'];
+  readonly outputShape: number[];
+  readonly shaderKey = 'perfF16Rows';
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [256, 1, 1];
+  readonly uniforms = 'lo : i32, words : i32,';
+
+  constructor(n: number, Cw: number) {
+    this.outputShape = [n, Cw];
+    const groups = Math.ceil((n * Cw) / 256);
+    const x = Math.min(groups, MAX_GROUPS);
+    this.dispatch = [x, Math.ceil(groups / x), 1];
+  }
+
+  getUserCode(): string {
+    return `
+      fn main(index : i32) {
+        let o = (i32(workgroupId.y) * i32(numWorkgroups.x) + i32(workgroupId.x)) * 256 + i32(localId.x);
+        if (o >= uniforms.words) { return; }
+        result[o] = W[uniforms.lo * ${this.outputShape[1]} + o];
+      }`;
+  }
+}
+
 const KERNELS: Record<string, KernelFn> = {
+  [F16_ROWS]: ({ inputs, backend, attrs }) => {
+    const { w } = inputs as Record<string, tf.TensorInfo>;
+    const Cw = w.shape[1];
+    const lo = attrs!.lo as number;
+    const n = attrs!.n as number;
+    return (backend as WebGpuBackendLike).runWebGPUProgram(new F16RowsProgram(n, Cw), [w], 'int32', [
+      { type: 'int32', data: [lo] },
+      { type: 'int32', data: [n * Cw] },
+    ]);
+  },
   [F16_MM]: ({ inputs, backend, attrs }) => {
     const { x, w, bias } = inputs as Record<string, tf.TensorInfo | undefined>;
     const transB = !!attrs?.transB;
@@ -359,4 +400,15 @@ export function f16Gather(w: tf.Tensor, ids: tf.Tensor, lo = 0): tf.Tensor2D {
   } finally {
     if (idx !== ids) idx.dispose();
   }
+}
+
+/** Rows [lo, lo + n) of a packed [rows, C] weight, still packed (its words copied exactly; never tf.slice). */
+export function f16Rows(w: tf.Tensor, lo: number, n: number): tf.Tensor2D {
+  checkBackend('f16Rows');
+  registerWebGpuF16();
+  const [rows] = packedShape(w);
+  if (!Number.isInteger(lo) || !Number.isInteger(n) || lo < 0 || n < 1 || lo + n > rows) {
+    throw new Error(`f16Rows: rows [${lo}, ${lo + n}) are not within the weight's ${rows} rows`);
+  }
+  return tf.engine().runKernel(F16_ROWS, { w }, { lo, n }) as tf.Tensor2D;
 }

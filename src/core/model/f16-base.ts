@@ -6,7 +6,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { UserError } from '../../common/errors';
 import type { BaseDtype } from '../../common/config/fields';
-import { isPackedF16, packF16, unpackF16 } from '../kernels/webgpu-f16';
+import { f16Gather, isPackedF16, packF16, unpackF16 } from '../kernels/webgpu-f16';
 
 export type { BaseDtype };
 
@@ -85,8 +85,11 @@ export async function weightValues(t: tf.Tensor): Promise<Float32Array> {
   return isPackedF16(t) ? unpackF16(d as Int32Array) : (d as Float32Array);
 }
 
-/** A weight as an f32 tensor of its logical shape (a packed weight widened; a float32 one returned as is). */
+/**
+ * A weight as an f32 tensor of its logical shape (a packed weight widened; a float32 one returned as is). Widened
+ * on the device, with no readback: every row gathered through the f16 gather kernel (each value exact in f32).
+ */
 export function asF32Tensor(t: tf.Tensor): tf.Tensor {
   if (!isPackedF16(t)) return t;
-  return tf.tensor(unpackF16(t.dataSync() as Int32Array), [t.shape[0]!, t.shape[1]! * 2], 'float32');
+  return tf.tidy(() => f16Gather(t, tf.range(0, t.shape[0]!, 1, 'int32')));
 }

@@ -4,7 +4,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { LazyTensor } from './safetensors';
-import { f16Gather, f16LinearNT, f16MatMulNN, isPackedF16, unpackF16 } from '../kernels/webgpu-f16';
+import { f16Gather, f16LinearNT, f16MatMulNN, f16Rows, isPackedF16, unpackF16 } from '../kernels/webgpu-f16';
 
 /**
  * Rows of a chunked [V, C] matrix for token ids [N] → [N, C]. Each chunk gathers at the ids it holds (others clipped
@@ -91,7 +91,9 @@ export function chunkedLazyTensor(
     for (const w of chunks) {
       const n = w.shape[0];
       for (let r = 0; r < n; r += PIECE_ROWS) {
-        const piece = tf.slice(w, [r, 0], [Math.min(PIECE_ROWS, n - r), w.shape[1] as number]);
+        const rows = Math.min(PIECE_ROWS, n - r);
+        // Packed rows are cut by their own kernel (tf.slice rounds int32 words above 2^24 through f32).
+        const piece = packed ? f16Rows(w, r, rows) : tf.slice(w, [r, 0], [rows, w.shape[1] as number]);
         try {
           yield await values(piece);
         } finally {

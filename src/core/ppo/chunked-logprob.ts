@@ -40,6 +40,8 @@
  * backward), where the fused kernels of webgpu-logprob.ts do a whole row in one dispatch forward and one backward.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { headRowsBackward, headRowsLogits } from '../model/vocab-chunks';
+import { f16Rows, isPackedF16 } from '../kernels/webgpu-f16';
 
 export interface ChunkedLogprobOptions {
   /** Logits are divided by this (> 0) before the softmax, as logprobsFromLogits does. Default 1. */
@@ -94,7 +96,10 @@ function pieces(blockRows: number[], chunkRows: number): Piece[] {
 
 /** A piece's rows of its block: the block itself when the piece is all of it (no copy). */
 function pieceRows(w: tf.Tensor2D, p: Piece): tf.Tensor2D {
-  return p.lo === 0 && p.hi === w.shape[0] ? w : tf.slice(w, [p.lo, 0], [p.hi - p.lo, w.shape[1]]);
+  if (p.lo === 0 && p.hi === w.shape[0]) return w;
+  // A packed-f16 block (baseDtype "f16") is cut by its own kernel: tf.slice would round its words through f32.
+  if (isPackedF16(w)) return f16Rows(w, p.lo, p.hi - p.lo);
+  return tf.slice(w, [p.lo, 0], [p.hi - p.lo, w.shape[1]]);
 }
 
 /**
@@ -109,7 +114,8 @@ function consume<T extends tf.Tensor>(x: tf.Tensor, f: (x: tf.Tensor) => T): T {
 
 /** z = h·Wcᵀ / T for one piece, [N, Vc]: the same matmul then division as lmHead then logprobsFromLogits. */
 function pieceLogits(h: tf.Tensor2D, wc: tf.Tensor2D, temperature: number): tf.Tensor2D {
-  const logits = tf.matMul(h, wc, false, true) as tf.Tensor2D;
+  // f32, or packed f16 rows of a frozen base (baseDtype "f16": vocab-chunks.ts headRowsLogits).
+  const logits = headRowsLogits(h, wc);
   return temperature === 1 ? logits : consume(logits, (l) => tf.div(l, temperature) as tf.Tensor2D);
 }
 
@@ -320,7 +326,7 @@ export function chunkedTokenLogprobs(
             let g = consume(hit, (x) => tf.sub(x, pCoef));
             pCoef.dispose();
             if (temperature !== 1) g = consume(g, (x) => tf.div(x, temperature));
-            const dhc = tf.matMul(g, wc);
+            const dhc = headRowsBackward(g as tf.Tensor2D, wc);
             const dhNew = (dh === null ? dhc : tf.add(dh, dhc)) as tf.Tensor2D;
             return weightGrad ? [dhNew, tf.matMul(g, hS, true, false)] : [dhNew];
           }) as tf.Tensor2D[];

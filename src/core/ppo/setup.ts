@@ -97,6 +97,8 @@ export async function buildTrainer(
       trainable: false,
       label: 'base',
       maxBindingBytes: res.maxBindingBytes,
+      // The frozen base in f16 where asked (docs/models.md, "The frozen base in f16"); adapters stay f32.
+      ...(cfg.baseDtype === 'f16' ? { baseDtype: 'f16' as const } : {}),
     });
     tokenizer = lm.tokenizer;
     ref = lm.model;

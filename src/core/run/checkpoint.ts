@@ -494,6 +494,7 @@ async function restoreModels(
     label: 'base',
     file: state.files.ref ? refFile : 'model.safetensors',
     maxBindingBytes,
+    ...(cfg.baseDtype === 'f16' ? { baseDtype: 'f16' as const } : {}),
   });
   const base = keep(lm.model);
   const policyRead = await readAdapterSet(files, base); // adapter/, or the top of an older checkpoint
