@@ -74,8 +74,8 @@ export interface TrainerDevice {
 // ---------------------------------------------------------------------------------------------------------
 // WebGPU
 
-/** What tfjs-backend-webgpu 4.22 exposes that this file uses (its own fields, untyped in its .d.ts for us). */
-interface WebGpuBackendLike {
+/** What tfjs-backend-webgpu 4.22 exposes that the plan uses: its device, command queue and buffer pool (another slice than kernels/webgpu-common.ts WebGpuBackendLike, which runs programs). */
+interface PlanBackendView {
   device?: GpuDeviceLike;
   commandEncoder?: unknown;
   endComputePassEncoder?(): void;
@@ -93,9 +93,9 @@ interface GpuDeviceLike {
   popErrorScope?(): Promise<{ message: string } | null>;
 }
 
-function webgpuBackend(): WebGpuBackendLike | null {
+function webgpuBackend(): PlanBackendView | null {
   try {
-    return tf.getBackend() === 'webgpu' ? (tf.backend() as unknown as WebGpuBackendLike) : null;
+    return tf.getBackend() === 'webgpu' ? (tf.backend() as unknown as PlanBackendView) : null;
   } catch {
     return null;
   }
@@ -125,7 +125,7 @@ export function currentPlanDevice(): PlanDevice | undefined {
  * batches its programs into one command encoder and submits it only now and then; a buffer that failed makes the
  * whole encoder invalid, and it would be reported at a later submit, in whatever scope is open then).
  */
-function flush(b: WebGpuBackendLike): void {
+function flush(b: PlanBackendView): void {
   if (b.commandEncoder == null || !b.submitQueue) return;
   b.endComputePassEncoder?.();
   b.submitQueue();
