@@ -192,3 +192,23 @@ test('a step in parts shows its progress: samples generated and scored, then min
   // Between steps it is gone.
   await expect(page.getByTestId('phase-progress')).toHaveCount(0);
 });
+
+test('every chart reads out its step and values on hover', async ({ browser }) => {
+  test.setTimeout(3 * STEP_MS);
+  await load(browser, 'steps=2');
+  await oneStep(1);
+  await oneStep(2);
+  for (const title of ['Reward', 'KL', 'Clip fraction', 'Value loss', 'Entropy', 'Approx KL']) {
+    const c = chart(title);
+    await c.scrollIntoViewIfNeeded();
+    const surface = c.locator('.recharts-surface').first();
+    const box = (await surface.boundingBox())!;
+    // The right end of the plot: the last step's point is the nearest.
+    await surface.hover({ position: { x: box.width - 12, y: box.height / 2 } });
+    const tip = c.locator('.chart-tooltip');
+    await expect(tip, title).toBeVisible();
+    await expect(tip, title).toContainText('step 2');
+    await expect(tip, title).toContainText(/-?\d[\d.e+-]* smoothed/);
+    await expect(tip, title).toContainText(/-?\d[\d.e+-]* raw/);
+  }
+});
