@@ -65,6 +65,8 @@ export interface TrainConfig {
   recompute: RecomputeMode;
   /** On WebGPU, record the first decode token's kernels and replay them for the rest (model/decode-replay.ts). */
   decodeReplay: boolean;
+  /** On WebGPU, record a whole-minibatch update's forward and backward once and replay it (ppo/update-replay.ts). */
+  updateReplay: boolean;
   learningRate: number;
   valueLearningRate: number;
   clipRange: number;
@@ -456,6 +458,11 @@ export const CONFIG_FIELDS = {
     'ppo',
     true,
     'On WebGPU, record the first generated token’s GPU programs and replay them for every later token (the same tokens, a fraction of the JavaScript per token). Off: every token through tfjs’s ops. Other backends ignore it.',
+  ),
+  updateReplay: bool(
+    'ppo',
+    true,
+    'On WebGPU, record a minibatch’s forward and backward once (when it runs as one micro-batch) and replay it for every later minibatch and step (the same numbers, a fraction of the JavaScript; the recording holds about twice the update’s working memory). Off: every update through tfjs’s ops. Other backends ignore it.',
   ),
   ppoEpochs: int('ppo', 2, 1, 64, 'Passes over the rollout per PPO step.'),
   clipRange: num('ppo', 0.2, 0.01, 1, 'PPO ratio clip ε: the ratio is clipped to [1−ε, 1+ε].'),

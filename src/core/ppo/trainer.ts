@@ -429,7 +429,8 @@ export class PpoTrainer {
   lastStepOldLogprobsFromUpdate = false;
   /**
    * On WebGPU, record a whole-minibatch update's forward and backward once and replay it (src/core/ppo/update-replay.ts,
-   * issue #31). false: every minibatch through tfjs (tests compare the two).
+   * issue #31), with config key `updateReplay` on too. false: every minibatch through tfjs; set false by the run
+   * itself after the device ran out of memory while recordings were held.
    */
   updateReplay = true;
   /** The update's recordings (WebGPU): how many were made and replayed, for tests and benchmarks. */
@@ -1083,6 +1084,8 @@ export class PpoTrainer {
     // A device that ran out before starts each step with tfjs's pool of free buffers given back (sized for the last
     // step's slices, it would keep what the smaller plan needs from the device).
     if (this.fallback?.key === this.planKey(cfg)) await this.deviceErrors.release?.();
+    // updateReplay turned off (a live change): what the update's recordings hold goes back now.
+    if (!cfg.updateReplay) this.gradReplays.dispose();
     const s: StepSetting = {
       cfg,
       B,
@@ -1101,7 +1104,7 @@ export class PpoTrainer {
         const recorded = this.gradReplays.size > 0;
         this.gradReplays.dispose();
         await this.deviceErrors.release?.();
-        if (recorded && this.updateReplay) {
+        if (recorded && this.updateReplay && cfg.updateReplay) {
           this.updateReplay = false;
           s.droppedRecordings ??= phase;
           return;
@@ -1424,7 +1427,9 @@ export class PpoTrainer {
             // On WebGPU, a whole-minibatch update is recorded once and replayed (update-replay.ts): `replayed`
             // gives that part's differentiation from the recording for its key, or null (through tfjs).
             const replays =
-              this.updateReplay && slices.length === 1 && GradReplays.available() ? this.gradReplays : null;
+              cfg.updateReplay && this.updateReplay && slices.length === 1 && GradReplays.available()
+                ? this.gradReplays
+                : null;
             const bakedKey = JSON.stringify([
               cfg,
               Tq,
