@@ -1,44 +1,4 @@
-/**
- * Issue #36 on a 2-layer slice of the qwen3-1.7b shape (every block dimension the real one; a 4096-id vocabulary, see
- * docs/models.md, "The frozen base in f16" for why the real 151 936 rows are not needed here) with the frozen base packed in f16 on WebGPU in
- * Node (SwiftShader): the exact check on f16-representable weights (log-probs, LoRA gradients, greedy tokens
- * replayed and unrecorded) and the accuracy bound against PyTorch's own f16-base vs f32 difference (×1.5).
- * Heavy (minutes on 2 cores): a .slow file.
- */
-import { describe, it, expect, beforeAll } from 'vitest';
-import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
-import { exactCheck, sliceConfig, torchBound } from './helpers/f16-base';
+/** Issue #36 on a 2-layer slice of the qwen3-1.7b shape: tests/helpers/f16-slice.ts. */
+import { describeF16Slice } from './helpers/f16-slice';
 
-const adapter = await webGpuAdapter();
-const config = sliceConfig('qwen3-1.7b', 4096);
-
-describe('f16 base, qwen3-1.7b 2-layer slice (WebGPU, Node)', () => {
-  if (!adapter) return skipWithoutAdapter();
-  beforeAll(useNodeWebGpu);
-
-  it("f16-representable weights: the f32 base's log-probs, LoRA gradients and greedy tokens", async () => {
-    const r = await exactCheck(config, {}, 3);
-    console.log(`qwen3-1.7b: log-prob rel diff ${r.logprobRel}, LoRA gradient rel diff ${r.gradRel}`);
-    expect(r.logprobRel).toBeLessThan(1e-5);
-    expect(r.gradRel).toBeLessThan(1e-4);
-    expect(r.tokens16).toEqual(r.tokens32);
-    expect(await webGpuErrors()).toEqual([]);
-  }, 900_000);
-
-  it("log-probs within 1.5 × PyTorch's own f16-base vs f32 difference on the same weights", async (ctx) => {
-    const r = await torchBound(config);
-    console.log(
-      `qwen3-1.7b: |lp f16 − lp f32| ours ${r.ours}, PyTorch ${r.torch}, f32 vs PyTorch f32 ${r.f32VsTorch}`,
-    );
-    if (r.absent) {
-      console.warn(`SKIPPED the PyTorch bound: ${r.why}`);
-      ctx.skip();
-      return;
-    }
-    expect(r.torch, r.why).not.toBeNull();
-    expect(r.f32VsTorch!).toBeLessThan(1e-3);
-    expect(r.ours).toBeGreaterThan(0);
-    expect(r.ours).toBeLessThanOrEqual(1.5 * r.torch!);
-    expect(await webGpuErrors()).toEqual([]);
-  }, 600_000);
-});
+await describeF16Slice('qwen3-1.7b');
