@@ -20,6 +20,7 @@ import { f16Rows, isPackedF16, packF16, roundToF16 } from '../src/core/kernels/w
 import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
 import type { TrainConfig } from '../src/common/config';
 import type { PpoTrainer, StepResult } from '../src/core/ppo/trainer';
+import { maxRelToScale, trainedWeights } from './helpers/weights';
 
 const adapter = await webGpuAdapter();
 let dir = '';
@@ -59,11 +60,6 @@ const packedParams = (t: PpoTrainer) =>
     isPackedF16(p),
   ).length;
 
-async function adaptersOf(t: PpoTrainer): Promise<number[][]> {
-  const vars = [...t.models.policy.trainableVariables(), ...(t.models.value?.trainableVariables() ?? [])];
-  return Promise.all(vars.map(async (v) => Array.from(await v.data())));
-}
-
 function expectSame(a: StepResult, b: StepResult, what: string) {
   expect(b.rollout.responses, what).toEqual(a.rollout.responses);
   for (const k of ['policyLoss', 'approxKl', 'entropy', 'gradNorm', 'kl', 'reward', 'valueLoss'] as const) {
@@ -77,14 +73,6 @@ function expectSame(a: StepResult, b: StepResult, what: string) {
       1e-6 * Math.max(1, Math.abs(x)),
     );
   }
-}
-
-function maxRel(a: number[][], b: number[][]): number {
-  let worst = 0;
-  let scale = 0;
-  a.forEach((r) => r.forEach((x) => (scale = Math.max(scale, Math.abs(x)))));
-  a.forEach((r, i) => r.forEach((x, j) => (worst = Math.max(worst, Math.abs(x - b[i][j])))));
-  return worst / Math.max(scale, 1e-12);
 }
 
 describe('baseDtype "f16" through buildTrainer and checkpoints on Node WebGPU', () => {
@@ -119,7 +107,7 @@ describe('baseDtype "f16" through buildTrainer and checkpoints on Node WebGPU', 
         expect(packedParams(f32)).toBe(0);
         expect(packedParams(f16)).toBeGreaterThan(0);
         for (let i = 0; i < 2; i++) expectSame(await f32.trainStep(), await f16.trainStep(), `step ${i + 1}`);
-        expect(maxRel(await adaptersOf(f32), await adaptersOf(f16))).toBeLessThanOrEqual(1e-6);
+        expect(maxRelToScale(await trainedWeights(f32), await trainedWeights(f16))).toBeLessThanOrEqual(1e-6);
         restored = await restoreTrainer(memoryFiles('ckpt', await checkpointFiles(f16)), res, reward);
         expect(restored.cfg.baseDtype).toBe('f16');
         expect(packedParams(restored)).toBe(packedParams(f16));

@@ -18,6 +18,7 @@ import { HeapExhaustedError, isHeapExhaustion } from '../src/core/model/oom';
 import { checkpointFiles, restoreTrainer } from '../src/core/run/checkpoint';
 import { memoryFiles } from '../src/core/model/folder';
 import { Evaluator } from '../src/core/ppo/eval';
+import { maxRelToScale, trainedWeights } from './helpers/weights';
 
 let dir = '';
 const res = tinyResources(() => dir);
@@ -73,14 +74,6 @@ const COMPARED = [
   'reward',
 ];
 
-async function weightsOf(t: PpoTrainer): Promise<number[][]> {
-  return Promise.all(
-    [...t.models.policy.trainableVariables(), ...(t.models.value?.trainableVariables() ?? [])].map(
-      async (v) => Array.from(await v.data()),
-    ),
-  );
-}
-
 interface Stepped {
   result: StepResult;
   weights: number[][];
@@ -102,20 +95,12 @@ async function run(cfg: TrainConfig, device?: SimulatedDevice, tweak?: (t: PpoTr
       const before = tf.memory().numTensors;
       const result = await t.trainStep();
       const grew = tf.memory().numTensors - before;
-      steps.push({ result, weights: await weightsOf(t), grew, plan: t.stepPlan() });
+      steps.push({ result, weights: await trainedWeights(t), grew, plan: t.stepPlan() });
     }
   } finally {
     t.disposeAll();
   }
   return steps;
-}
-
-function maxRel(a: number[][], b: number[][]): number {
-  let worst = 0;
-  let scale = 0;
-  a.forEach((row) => row.forEach((x) => (scale = Math.max(scale, Math.abs(x)))));
-  a.forEach((row, i) => row.forEach((x, j) => (worst = Math.max(worst, Math.abs(x - b[i][j])))));
-  return worst / Math.max(scale, 1e-12);
 }
 
 /** The same step: the same tokens, metrics within 1e-6 relative, weights within 1e-6 of their scale. */
@@ -133,7 +118,7 @@ function expectSameStep(a: Stepped, b: Stepped) {
     }
     expect(Math.abs(y - x), `${k}: ${x} vs ${y}`).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(x)));
   }
-  expect(maxRel(a.weights, b.weights)).toBeLessThanOrEqual(1e-6);
+  expect(maxRelToScale(a.weights, b.weights)).toBeLessThanOrEqual(1e-6);
 }
 
 const alertsOf = (s: Stepped) => s.result.alerts.filter((a) => a.id === 'device-out-of-memory');
@@ -266,7 +251,7 @@ describe('the device runs out of memory: the step is redone smaller, and the run
     const cfg = base({ microBatchSize: 1 });
     const t = await buildTrainer(cfg, res, { ...meanByteReward, device: { errors: device } });
     try {
-      const before = await weightsOf(t);
+      const before = await trainedWeights(t);
       const tensors = tf.memory().numTensors;
       const err = await t.trainStep().then(
         () => null,
@@ -276,7 +261,7 @@ describe('the device runs out of memory: the step is redone smaller, and the run
       expect((err as HeapExhaustedError).phase).toBe('score');
       expect((err as Error).message).toMatch(/Ran out of memory while scoring .* at step 1/);
       expect((err as Error).message).toMatch(/no smaller plan is left to try/);
-      expect(await weightsOf(t)).toEqual(before);
+      expect(await trainedWeights(t)).toEqual(before);
       expect(tf.memory().numTensors).toBe(tensors);
       expect(device.balanced).toBe(true);
     } finally {
@@ -325,7 +310,7 @@ describe('the smaller plan outlives the step: checkpoints keep it, and the held-
       expect(again.log.filter((c) => c.phase !== 'apply').every((c) => c.size <= 2)).toBe(true);
       expect(b.alerts.filter((x) => x.id === 'device-out-of-memory')).toHaveLength(0);
       expect(b.rollout.responses).toEqual(a.rollout.responses);
-      expect(maxRel(await weightsOf(t), await weightsOf(resumed))).toBeLessThanOrEqual(1e-6);
+      expect(maxRelToScale(await trainedWeights(t), await trainedWeights(resumed))).toBeLessThanOrEqual(1e-6);
     } finally {
       t.disposeAll();
       resumed?.disposeAll();

@@ -16,6 +16,7 @@ import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
 import type { TrainConfig } from '../src/common/config';
 import type { PpoTrainer, StepResult } from '../src/core/ppo/trainer';
 import type { DeviceCheck, DeviceErrors } from '../src/core/ppo/gpu-plan';
+import { maxRelToScale, trainedWeights } from './helpers/weights';
 
 const adapter = await webGpuAdapter();
 
@@ -44,14 +45,6 @@ interface Stepped {
   tensors: number;
   /** Programs tfjs encoded during the step (replayed dispatches are not among them). */
   programs: number;
-}
-
-async function weightsOf(t: PpoTrainer): Promise<number[][]> {
-  return Promise.all(
-    [...t.models.policy.trainableVariables(), ...(t.models.value?.trainableVariables() ?? [])].map(
-      async (v) => Array.from(await v.data()),
-    ),
-  );
 }
 
 /** Count the programs tfjs's backend encodes while `fn` runs. */
@@ -88,7 +81,7 @@ async function run(
   try {
     for (let i = 0; i < steps; i++) {
       const { out: result, programs } = await programsOf(() => t.trainStep());
-      out.push({ result, weights: await weightsOf(t), tensors: tf.memory().numTensors, programs });
+      out.push({ result, weights: await trainedWeights(t), tensors: tf.memory().numTensors, programs });
     }
     return {
       steps: out,
@@ -100,14 +93,6 @@ async function run(
   } finally {
     t.disposeAll();
   }
-}
-
-function maxRel(a: number[][], b: number[][]): number {
-  let worst = 0;
-  let scale = 0;
-  a.forEach((row) => row.forEach((x) => (scale = Math.max(scale, Math.abs(x)))));
-  a.forEach((row, i) => row.forEach((x, j) => (worst = Math.max(worst, Math.abs(x - b[i][j])))));
-  return worst / Math.max(scale, 1e-12);
 }
 
 function expectSameStep(a: Stepped, b: Stepped) {
@@ -124,7 +109,7 @@ function expectSameStep(a: Stepped, b: Stepped) {
     }
     expect(Math.abs(y - x), `${k}: ${x} vs ${y}`).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(x)));
   }
-  expect(maxRel(a.weights, b.weights)).toBeLessThanOrEqual(1e-6);
+  expect(maxRelToScale(a.weights, b.weights)).toBeLessThanOrEqual(1e-6);
 }
 
 describe('the replayed update on Node WebGPU equals the update through tfjs', () => {
