@@ -1,7 +1,7 @@
 /**
  * The f16 base's loading and estimate without a GPU (issue #36, docs/models.md, "The frozen base in f16"): a BF16 / F16 / F32 safetensors file
  * read with `half` decodes the large matrices straight to packed f16 words, never allocating an f32 array of their
- * size; the memory estimate halves the base's matrices.
+ * size; the memory estimate halves the base's matrices and counts no tape copies of them.
  */
 import { describe, it, expect } from 'vitest';
 import { readSafetensors } from '../src/core/model/safetensors';
@@ -9,7 +9,12 @@ import { HalfArray, isF16Matrix } from '../src/core/model/f16-base';
 import { f16Bits, packF16 } from '../src/core/kernels/webgpu-f16';
 import { LLAMA_SHAPES, parseLlamaConfig } from '../src/core/model/llama-config';
 import { llamaParamSpecs } from '../src/core/model/llama';
-import { baseWeightBytes, estimateRunMemory } from '../src/core/model/size';
+import {
+  baseWeightBytes,
+  estimateRunMemory,
+  LORA_WEIGHT_TAPE_COPIES,
+  WTE_TAPE_COPIES,
+} from '../src/core/model/size';
 
 /** A safetensors file of one [rows, cols] tensor per name in `dtype`, values v(i) (exact in bf16 and f16). */
 function fileOf(
@@ -110,7 +115,7 @@ describe('reading a weights file for an f16 base', () => {
 });
 
 describe('the memory estimate of an f16 base', () => {
-  it('Qwen2.5-1.5B under LoRA: the base is about half its f32 bytes (the matrices exactly half)', () => {
+  it('Qwen2.5-1.5B under LoRA: the base is about half its f32 bytes (the matrices exactly half), no tape copies', () => {
     const c = parseLlamaConfig({ ...LLAMA_SHAPES['qwen2.5-1.5b'] });
     let matrices = 0;
     let rest = 0;
@@ -135,8 +140,23 @@ describe('the memory estimate of an f16 base', () => {
     );
     expect(ratio).toBeGreaterThan(0.5);
     expect(ratio).toBeLessThan(0.501);
-    // Only the base changes: adapters, Adam, gradients, activations are f32 as before.
-    expect(e16.total - e32.total).toBe(e16.parts.base - e32.parts.base);
+    // Adapters, Adam and gradients are f32 as before. The activations lose only the update's tape copies of the
+    // frozen weights, which the f16 kernels never make (f16LinearNT saves nothing, f16Gather has no gradient): the
+    // embedding's (WTE_TAPE_COPIES of V × C) and the blocks' matrices' (LORA_WEIGHT_TAPE_COPIES of each).
+    for (const k of ['adapters', 'adam', 'gradients'] as const) expect(e16.parts[k]).toBe(e32.parts[k]);
+    expect([e32.peakPhase, e16.peakPhase]).toEqual(['update', 'update']);
+    const embedding = c.vocab_size * c.n_embd;
+    const blocks = matrices - embedding; // tied head: the embedding is the only other matrix
+    expect(e32.parts.activations - e16.parts.activations).toBe(
+      4 * (WTE_TAPE_COPIES * embedding + LORA_WEIGHT_TAPE_COPIES * blocks),
+    );
+    // By hand: (2 × 151 936 × 1536 + 28 × (2 × 1536² + 2 × 256 × 1536 + 3 × 1536 × 8960)) floats × 4 bytes.
+    expect(e32.parts.activations - e16.parts.activations).toBe(7_107_772_416);
+    // A learned reward model is held like the base: its matrices in f16, the rest and its score head ([1, C]) f32.
+    const r32 = estimateRunMemory(c, run, { ...opts, rewardModel: true });
+    const r16 = estimateRunMemory(c, run, { ...opts, rewardModel: true, baseDtype: 'f16' });
+    expect(r32.parts.rewardModel).toBe(4 * (matrices + rest + c.n_embd));
+    expect(r16.parts.rewardModel).toBe(2 * matrices + 4 * (rest + c.n_embd));
     // Without LoRA f16 is not applied (full fine-tuning stays f32).
     const full = { valueModel: 'none' as const, rewardModel: false };
     expect(estimateRunMemory(c, run, { ...full, baseDtype: 'f16' }).parts.base).toBe(

@@ -38,6 +38,7 @@ import {
   type RunShape,
 } from '../core/model/size';
 import { lmParamSpecs } from '../core/model/causal-lm';
+import { isLlamaFamily } from '../core/model/llama-config';
 import { LORA_TARGET_NAMES, type TrainConfig } from '../common/config';
 import { UserError } from '../common/errors';
 import type { BackendName } from './protocol';
@@ -151,7 +152,7 @@ export function checkDeviceLimits(
     if (need > heap * WASM_HEAP_RUN_SHARE) {
       const smaller = 'a smaller model (e.g. distilbert/distilgpt2 or tiny)';
       const remedy = opts.lora
-        ? `Choose WebGPU on a GPU, or ${smaller}.`
+        ? `Choose WebGPU on a GPU${parenthesised(f16OnWebGpu(config, opts))}, or ${smaller}.`
         : `${loraRemedy(config, { ...opts, heap: 'wasm' })}, choose WebGPU on a GPU, or ${smaller}.`;
       throw new UserError(
         `${label} has ${millions(params)} parameters; training it needs ≈ ${formatGB(need)} of ` +
@@ -163,17 +164,52 @@ export function checkDeviceLimits(
   }
 }
 
-/** 'Use LoRA ("lora": 8: …, ≈ 0.54 GB of weights and optimiser state)': the remedy for full copies that do not fit. */
-function loraRemedy(config: LMConfig, opts: RunMemoryOptions): string {
+/**
+ * 'Use LoRA ("lora": 8: …, ≈ 0.54 GB of weights and optimiser state)': the remedy for full copies that do not fit.
+ * On WebGPU, for a Llama-family model, also what LoRA with the base in f16 would hold.
+ */
+function loraRemedy(config: LMConfig, opts: RunMemoryOptions, backend: BackendName | null = null): string {
   const lora = { r: 8, targets: LORA_TARGET_NAMES };
-  const withLora = estimateRunMemory(
-    config,
-    { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
-    { ...opts, lora, valueModel: opts.valueModel === 'none' ? 'none' : 'shared' },
-  );
+  const withLora = {
+    ...opts,
+    lora,
+    valueModel: opts.valueModel === 'none' ? ('none' as const) : ('shared' as const),
+  };
+  const fixed = (o: RunMemoryOptions) =>
+    fixedBytes(
+      estimateRunMemory(config, { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 }, o),
+    );
+  const half =
+    backend === 'webgpu' && isLlamaFamily(config.model_type)
+      ? `; ≈ ${formatGB(fixed({ ...withLora, baseDtype: 'f16' }), 2)} with "baseDtype" "f16", the base in half precision`
+      : '';
   return (
     `Use LoRA ("lora": 8: ${millions(loraParamCount(config, lora))} adapter parameters trained on one frozen ` +
-    `base, ≈ ${formatGB(fixedBytes(withLora), 2)} of weights and optimiser state)`
+    `base, ≈ ${formatGB(fixed(withLora), 2)} of weights and optimiser state${half})`
+  );
+}
+
+const parenthesised = (words: string | null): string => (words ? ` (${words})` : '');
+
+/** Whether "baseDtype" "f16" can hold this run's frozen base (LoRA on a Llama / Qwen2 / Qwen3 model). */
+function f16Applies(config: LMConfig, opts: RunMemoryOptions): boolean {
+  return !!opts.lora && opts.lora.r > 0 && isLlamaFamily(config.model_type);
+}
+
+/**
+ * Why WebGPU helps a WASM run that f16 would shrink (LoRA on a Llama-family model): 'there "baseDtype" "f16" holds
+ * the frozen base in half precision (0.62 GB rather than 1.24 GB), which WASM cannot (its kernels read f32)'; null
+ * when f16 does not apply.
+ */
+function f16OnWebGpu(config: LMConfig, opts: RunMemoryOptions): string | null {
+  if (!f16Applies(config, opts)) return null;
+  const base = (o: RunMemoryOptions) =>
+    estimateRunMemory(config, { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 }, o).parts
+      .base;
+  return (
+    `there "baseDtype" "f16" holds the frozen base in half precision ` +
+    `(${formatGB(base({ ...opts, baseDtype: 'f16' }), 2)} rather than ${formatGB(base({ ...opts, baseDtype: 'f32' }), 2)}), ` +
+    'which WASM cannot (its kernels read f32)'
   );
 }
 
@@ -245,7 +281,9 @@ function largestFittingBatch(
 
 /**
  * Estimate a run of `config` shaped as `shape` and built as `opts`, against `budget`; `problem` says, with
- * numbers and remedies, why it would not fit (a smaller batch, LoRA, WebGPU, a smaller model).
+ * numbers and remedies, why it would not fit (a smaller batch, LoRA, the base in f16, WebGPU, a smaller model).
+ * `floor`: on WebGPU, the shape the plan falls back to when the device runs out (size.ts deviceFallbackFloor):
+ * the run is refused only if that does not fit either.
  */
 export function runMemoryCheck(
   config: LMConfig,
@@ -254,18 +292,36 @@ export function runMemoryCheck(
   opts: RunMemoryOptions,
   budget: MemoryBudget,
   backend: BackendName | null,
+  floor?: RunShape,
 ): RunMemoryCheck {
   const estimate = estimateRunMemory(config, shape, opts);
   const params = paramCount(config);
   const policyTrainableParams = opts.lora ? loraParamCount(config, opts.lora) : params;
+  const fits = (o: RunMemoryOptions): boolean =>
+    estimateRunMemory(config, shape, o).total <= budget.bytes ||
+    (floor !== undefined && estimateRunMemory(config, floor, o).total <= budget.bytes);
   let problem: string | null = null;
-  if (estimate.total > budget.bytes) {
+  if (!fits(opts)) {
     const fixed = fixedBytes(estimate);
-    const how = opts.lora ? `with LoRA r=${opts.lora.r}` : 'with full copies';
+    const how = opts.lora
+      ? `with LoRA r=${opts.lora.r}${estimate.baseDtype === 'f16' ? ' on a base in f16' : ''}`
+      : 'with full copies';
     const remedies: string[] = [];
+    // On WebGPU a LoRA run of a Llama-family model can hold its frozen base in f16 (issue #36).
+    const halfOpts: RunMemoryOptions = { ...opts, baseDtype: 'f16' };
+    const half =
+      backend === 'webgpu' && f16Applies(config, opts) && opts.baseDtype !== 'f16' && fits(halfOpts)
+        ? estimateRunMemory(config, shape, halfOpts)
+        : null;
+    const halfRemedy = half
+      ? `Setting "baseDtype" to "f16" would fit it: the frozen base in half precision, ` +
+        `${formatGB(half.parts.base, 2)} rather than ${formatGB(estimate.parts.base, 2)} ` +
+        `(adapters, optimiser state and arithmetic stay f32).`
+      : null;
     const fit = fixed <= budget.bytes ? fittingMicroBatch(config, shape, opts, budget.bytes) : null;
     if (fit) {
       remedies.push(`${microBatchRemedy(fit, shape)}.`);
+      if (halfRemedy) remedies.push(halfRemedy);
     } else if (fixed <= budget.bytes) {
       const b = largestFittingBatch(config, shape, opts, budget.bytes);
       remedies.push(
@@ -273,9 +329,14 @@ export function runMemoryCheck(
           ? `batchSize ${b} would fit (or lower responseLength, or raise miniBatches from ${shape.miniBatches}: the activations grow with batchSize / miniBatches).`
           : `Lower batchSize or responseLength, or raise miniBatches (now ${shape.miniBatches}).`,
       );
+      if (halfRemedy) remedies.push(halfRemedy);
     } else {
-      if (!opts.lora) remedies.push(`${loraRemedy(config, opts)}.`);
-      if (backend === 'wasm') remedies.push('Choose WebGPU on a GPU (not bound by the WASM heap).');
+      if (halfRemedy) remedies.push(halfRemedy);
+      if (!opts.lora) remedies.push(`${loraRemedy(config, opts, backend)}.`);
+      if (backend === 'wasm') {
+        const f16 = f16OnWebGpu(config, opts);
+        remedies.push(`Choose WebGPU on a GPU (not bound by the WASM heap${f16 ? `; ${f16}` : ''}).`);
+      }
       remedies.push('Or choose a smaller model (e.g. distilbert/distilgpt2 or tiny).');
     }
     const need =

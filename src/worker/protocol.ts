@@ -164,6 +164,11 @@ export interface MemoryEstimateReport {
    * with recompute (WASM heap budget)" (src/core/ppo/gpu-plan.ts describePlan).
    */
   plan?: string;
+  /**
+   * "f16" when `parts.base` is the frozen base held in half precision (config "baseDtype" "f16" with LoRA, a Llama /
+   * Qwen model, on WebGPU; docs/models.md, "The frozen base in f16"); absent when it is f32.
+   */
+  baseDtype?: 'f16';
 }
 
 /** tf.memory() of the worker. */

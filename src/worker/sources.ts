@@ -33,6 +33,7 @@ import {
   type RunMemoryOptions,
 } from '../core/model/size';
 import { describePlan, plannedInForce } from '../core/ppo/gpu-plan';
+import { checkBaseDtype } from '../core/model/f16-base';
 import { UserError } from '../common/errors';
 import { builtinModelUrl, fetchFiles } from './files-web';
 import {
@@ -334,9 +335,19 @@ export class ModelSources {
     const longest = Math.max(1, ...prompts.map((p) => encodePrompt(tok, p, cfg.chatTemplate).length));
     const promptLength = bucket(longest, Math.max(1, config.n_positions - cfg.responseLength));
     const backend = this.deviceLimits?.backend ?? 'cpu';
+    // "baseDtype" "f16" where the run cannot have it (another backend than WebGPU, GPT-2) is refused in the words
+    // the build would use (checkBaseDtype), and the estimate counts the f32 base that backend holds.
+    let f16Refusal: string | null = null;
+    try {
+      checkBaseDtype(cfg.baseDtype, { trainable: cfg.lora === 0, family: config.model_type, backend });
+    } catch (e) {
+      f16Refusal = (e as Error).message;
+    }
+    const { baseDtype, ...asked } = runMemoryOptions(cfg, rewardIsModel(cfg, taskReward));
     // On WASM the estimate counts what the heap will reach (shared tape copies, XNNPACK's packed weights).
     const opts: RunMemoryOptions = {
-      ...runMemoryOptions(cfg, rewardIsModel(cfg, taskReward)),
+      ...asked,
+      ...(baseDtype && !f16Refusal ? { baseDtype } : {}),
       ...(backend === 'wasm' ? { heap: 'wasm' as const } : {}),
     };
     const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
@@ -345,6 +356,9 @@ export class ModelSources {
     // device's plan (the whole minibatch, smaller only when the device runs out: core/ppo/gpu-plan.ts).
     const device = planDeviceOf(this.deviceLimits);
     const shape = runShapeOf(config, cfg, promptLength, opts, vocabChunk, device);
+    // That plan falls back to smaller micro-batches when the device runs out: refused only if even the smallest
+    // (one sample, recompute) would not fit.
+    const floor = device ? deviceFallbackFloor(shape, cfg) : undefined;
     const check = runMemoryCheck(
       config,
       files.label,
@@ -352,15 +366,9 @@ export class ModelSources {
       opts,
       budget,
       this.deviceLimits?.backend ?? null,
+      floor,
     );
     check.plan = describePlan(plannedInForce(shape, cfg, backend, device));
-    if (check.problem && device) {
-      // That plan falls back to smaller micro-batches when the device runs out: refused only if even the smallest
-      // (one sample, recompute) would not fit.
-      const floor = deviceFallbackFloor(shape, cfg);
-      const least = runMemoryCheck(config, files.label, floor, opts, budget, 'webgpu');
-      if (!least.problem) check.problem = null;
-    }
     if (!check.problem) {
       try {
         checkDeviceLimits(config, files.label, this.deviceLimits, 'train', opts);
@@ -368,6 +376,7 @@ export class ModelSources {
         check.problem = (e as Error).message;
       }
     }
+    if (f16Refusal) check.problem = check.problem ? `${f16Refusal} ${check.problem}` : f16Refusal;
     return check;
   }
 
@@ -386,6 +395,7 @@ export class ModelSources {
       budget: c.budget.what,
       problem: c.problem,
       ...(c.plan ? { plan: c.plan } : {}),
+      ...(c.estimate.baseDtype ? { baseDtype: c.estimate.baseDtype } : {}),
     };
   }
 

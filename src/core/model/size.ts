@@ -181,6 +181,11 @@ export interface MemoryEstimate {
   trainableParams: number;
   /** The phase whose working tensors are the largest (what `activations` counts). */
   peakPhase: MemoryPhase;
+  /**
+   * "f16" when `parts.base` counts the frozen base in half precision (RunMemoryOptions.baseDtype "f16" under LoRA, a
+   * Llama-family model: baseWeightBytes); absent when every weight is counted f32.
+   */
+  baseDtype?: 'f16';
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -461,7 +466,17 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
   const rewardModel = opts.rewardModel ? S : 0;
   // The models that run a forward while scoring: policy, reference, value (a trunk of its own), reward model.
   const sharedTape = opts.heap === 'wasm';
-  const phases = phaseFloats(c, run, { scorers: scorersOf(opts), wteTrains: !lora, lora, sharedTape });
+  // The frozen base in f16 (packed int32 weights): its matrices reach the backward only inside the f16 kernels'
+  // custom gradients (kernels/webgpu-f16.ts f16LinearNT: dx = dy · W through the closure, nothing saved; f16Gather:
+  // no gradient), so autodiff keeps no copy of the embedding or of a block's weights: the tape terms that count
+  // those copies (wteFloats, loraUpdateFloats) drop them, as on the WASM heap where the copies share the buffer.
+  const half = !!lora && opts.baseDtype === 'f16' && isLlamaFamily((c as Partial<LMConfig>).model_type);
+  const phases = phaseFloats(c, run, {
+    scorers: scorersOf(opts),
+    wteTrains: !lora,
+    lora,
+    sharedTape: sharedTape || half,
+  });
   // Gradients are live during the update only: the peak is the largest of generate, score, update + gradients.
   // Summed over micro-batches, the running sum and a micro-batch's own gradients are both live for a moment.
   const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
@@ -474,14 +489,23 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
     base: lora ? baseWeightBytes(c, opts.baseDtype) : base * FLOAT32_BYTES,
     reference: reference * FLOAT32_BYTES,
     value: value * FLOAT32_BYTES,
-    rewardModel: rewardModel * FLOAT32_BYTES,
+    // A learned reward model is frozen like the base and held the same way (folder.ts loadScalar): in f16, its
+    // matrices at 2 bytes a value and its head f32.
+    rewardModel:
+      half && rewardModel ? baseWeightBytes(c, 'f16') + head * FLOAT32_BYTES : rewardModel * FLOAT32_BYTES,
     adapters: adapters * FLOAT32_BYTES,
     adam: 2 * trainable * FLOAT32_BYTES,
     gradients: trainable * FLOAT32_BYTES,
     activations: (withGrads[peakPhase] - trainable) * FLOAT32_BYTES,
     packed: sharedTape ? packedWeightFloats(c, opts) * FLOAT32_BYTES : 0,
   };
-  return { total: sum(parts), parts, trainableParams: trainable, peakPhase };
+  return {
+    total: sum(parts),
+    parts,
+    trainableParams: trainable,
+    peakPhase,
+    ...(half ? { baseDtype: 'f16' } : {}),
+  };
 }
 
 const sum = (parts: MemoryParts): number => Object.values(parts).reduce((a, b) => a + b, 0);
@@ -579,13 +603,21 @@ export function formatGB(bytes: number, digits = 1): string {
   return `${(bytes / 1e9).toFixed(digits)} GB`;
 }
 
-/** "policy 0.50, reference 0.50, value 0.50, Adam 2.00, gradients 1.00 GB" (parts that are zero left out). */
+/**
+ * "policy 0.50, reference 0.50, value 0.50, Adam 2.00, gradients 1.00 GB" (parts that are zero left out); with LoRA
+ * "base 0.50, LoRA adapters 0.01, …", or "base in f16 0.25, …" when the estimate holds the base in f16.
+ */
 export function formatParts(e: MemoryEstimate): string {
   const shown = (Object.keys(PART_LABELS) as (keyof MemoryParts)[])
     .filter((k) => e.parts[k] > 0)
     .map((k) => {
-      // With LoRA the base is shared by the policy, the reference and a shared value model.
-      const label = k === 'base' && e.parts.adapters > 0 ? 'base' : PART_LABELS[k];
+      // With LoRA the base is shared by the policy, the reference and a shared value model (and may be held in f16).
+      const label =
+        k === 'base' && e.parts.adapters > 0
+          ? e.baseDtype === 'f16'
+            ? 'base in f16'
+            : 'base'
+          : PART_LABELS[k];
       return `${label} ${(e.parts[k] / 1e9).toFixed(2)}`;
     });
   return `${shown.join(', ')} GB`;

@@ -12,6 +12,7 @@ const KEYS = [
   'lora',
   'loraTargets',
   'valueModel',
+  'baseDtype',
   'batchSize',
   'miniBatches',
   'responseLength',

@@ -45,14 +45,14 @@ const gb = (bytes: number, digits = 2) => (bytes / 1e9).toFixed(digits);
 
 /**
  * "≈ 2.2 GB: base 0.50, value 0.00, reward model —, adapters 0.01, Adam 0.02, gradients 0.01, activations 1.65 GB".
- * With LoRA the one frozen base serves policy, reference and a shared value model (no reference part); without
- * it the policy, its reference copy and the value model are each shown. The reward model is always named
- * ("—" when the reward is a function).
+ * With LoRA the one frozen base serves policy, reference and a shared value model (no reference part), "base in
+ * f16 0.25" when it is held in half precision (config baseDtype); without it the policy, its reference copy and the
+ * value model are each shown. The reward model is always named ("—" when the reward is a function).
  */
 export function estimateLine(e: MemoryEstimateReport): string {
   const p = e.parts;
   const shown: string[] = [];
-  if (e.lora > 0) shown.push(`base ${gb(p.base)}`);
+  if (e.lora > 0) shown.push(`${e.baseDtype === 'f16' ? 'base in f16' : 'base'} ${gb(p.base)}`);
   else shown.push(`policy ${gb(p.base)}`, `reference ${gb(p.reference)}`);
   if (p.value > 0) shown.push(`value ${gb(p.value)}`);
   shown.push(`reward model ${p.rewardModel > 0 ? gb(p.rewardModel) : '—'}`);

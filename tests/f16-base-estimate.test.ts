@@ -1,0 +1,254 @@
+/**
+ * The f16 base in the estimate the app shows before Start (issue #36, "the estimate, the plan and the model picker
+ * know f16"): the worker's estimate of a Qwen3-1.7B-shaped folder (config.json and tokenizer only) counts the base
+ * in f16 on WebGPU and says so; a run that would not fit with the f32 base but fits with f16 names that remedy in
+ * words; on WASM, where there are no f16 kernels, "baseDtype" "f16" is refused saying why, the estimate counts the
+ * f32 base, and a run too big for the heap is told what WebGPU's f16 base would hold. The UI's line says "base in
+ * f16". No weights are read, no GPU is needed.
+ */
+import { readFileSync } from 'node:fs';
+import { describe, it, expect, beforeAll } from 'vitest';
+import { validateConfig, type LoraTargetName, type TrainConfig } from '../src/common/config';
+import { memoryFiles, type ModelFiles } from '../src/core/model/folder';
+import { LLAMA_SHAPES, parseLlamaConfig } from '../src/core/model/llama-config';
+import { estimateRunMemory, formatParts, type RunShape } from '../src/core/model/size';
+import { loadTaskNode } from '../src/cli/tasks-node';
+import type { ModelSources as ModelSourcesType } from '../src/worker/sources';
+import { runMemoryCheck, type DeviceLimits } from '../src/worker/device-limits';
+import { estimateLine } from '../src/ui/lib/memory-estimate';
+import type { MemoryEstimateReport } from '../src/worker/protocol';
+
+// The worker's modules read `self` and `navigator` (worker globals).
+(globalThis as { self?: unknown }).self ??= globalThis;
+(globalThis as { navigator?: unknown }).navigator ??= {};
+
+/**
+ * Qwen3-1.7B by hand (LLAMA_SHAPES['qwen3-1.7b']: vocabulary 151 936, hidden 2048, 28 layers, 16 heads of 128, 8 KV
+ * heads, MLP 6144, tied head). The matrices: embed_tokens 151 936 × 2048 = 311 164 928, and per layer q and o
+ * 2048 × 2048, k and v 1024 × 2048, gate / up / down 6144 × 2048 = 50 331 648, × 28 = 1 409 286 144; together
+ * 1 720 451 072. The norms (f32 in either case): per layer 2 × 2048 + q_norm 128 + k_norm 128 = 4352, × 28, and the
+ * final 2048: 123 904.
+ */
+const MATRICES = 311_164_928 + 28 * 50_331_648;
+const NORMS = 28 * 4352 + 2048;
+const BASE_F32 = 4 * (MATRICES + NORMS); // 6 882 299 904: "6.88 GB"
+const BASE_F16 = 2 * MATRICES + 4 * NORMS; // 3 441 397 760: "3.44 GB"
+const qwen3 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen3-1.7b'] });
+/** What the worker assumes when the browser reports 8 GB (navigator.deviceMemory's cap): 60% of 8 GiB. */
+const BUDGET_8GB = 8 * 1024 ** 3 * 0.6;
+const WEBGPU: DeviceLimits = { backend: 'webgpu' };
+const WASM: DeviceLimits = { backend: 'wasm' };
+const LORA8 = {
+  lora: {
+    r: 8,
+    targets: [
+      'q_proj',
+      'k_proj',
+      'v_proj',
+      'o_proj',
+      'gate_proj',
+      'up_proj',
+      'down_proj',
+    ] as LoraTargetName[],
+  },
+  valueModel: 'none' as const,
+  rewardModel: false,
+};
+const SHAPE: RunShape = { batchSize: 2, miniBatches: 1, promptLength: 8, responseLength: 2 };
+
+const FIXTURE = 'tests/fixtures/hf-tokenizer/';
+const folder = new Map<string, Uint8Array>([
+  ['config.json', new TextEncoder().encode(JSON.stringify(LLAMA_SHAPES['qwen3-1.7b']))],
+  ...['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'].map(
+    (n) => [n, new Uint8Array(readFileSync(`${FIXTURE}${n}`))] as [string, Uint8Array],
+  ),
+]);
+const GPT2_JSON = { vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12 };
+
+let limits: DeviceLimits = WEBGPU;
+let sources: ModelSourcesType;
+
+function cfg(over: Partial<TrainConfig> = {}): TrainConfig {
+  return validateConfig({
+    model: 'qwen3-1.7b',
+    algorithm: 'grpo',
+    task: 'arithmetic',
+    batchSize: 2,
+    groupSize: 2,
+    miniBatches: 1,
+    responseLength: 2,
+    lora: 8,
+    chatTemplate: false,
+    ...over,
+  });
+}
+
+beforeAll(async () => {
+  const { ModelSources } = await import('../src/worker/sources');
+  class ConfigOnly extends ModelSources {
+    override files(name: string): ModelFiles {
+      if (name === 'qwen3-1.7b') return memoryFiles('qwen3-1.7b', folder);
+      if (name === 'gpt2-124m')
+        return memoryFiles(
+          'gpt2-124m',
+          new Map([['config.json', new TextEncoder().encode(JSON.stringify(GPT2_JSON))]]),
+        );
+      return super.files(name);
+    }
+    override loadTask = loadTaskNode;
+  }
+  sources = new ConfigOnly(() => {}, { deviceLimits: () => limits, memoryBudgetBytes: BUDGET_8GB });
+});
+
+describe('the estimate of a Qwen3-1.7B-shaped folder with baseDtype "f16"', () => {
+  it('on WebGPU: the base in f16 (half the matrices), said so, and the run fits the 8 GB browser budget', async () => {
+    limits = WEBGPU;
+    const report = await sources.estimateReport(cfg({ baseDtype: 'f16' }));
+    expect(report.parts.base).toBe(BASE_F16);
+    expect(report.baseDtype).toBe('f16');
+    expect(report.problem).toBeNull();
+    expect(estimateLine(report)).toMatch(/^≈ \d+\.\d GB: base in f16 3\.44, reward model —, adapters /);
+    // The same run with the f32 base: 6.88 GB of base alone, over the budget, and the remedy names f16.
+    const f32 = await sources.estimateReport(cfg());
+    expect(f32.parts.base).toBe(BASE_F32);
+    expect(f32.baseDtype).toBeUndefined();
+    expect(estimateLine(f32)).toMatch(/^≈ \d+\.\d GB: base 6\.88, /);
+    expect(f32.problem).toMatch(
+      /^Training qwen3-1\.7b \(1720\.6 M parameters\) with LoRA r=8 needs ≈ 7\.\d GB of weights/,
+    );
+    expect(f32.problem).toContain(
+      'Setting "baseDtype" to "f16" would fit it: the frozen base in half precision, 3.44 GB rather than 6.88 GB ' +
+        '(adapters, optimiser state and arithmetic stay f32).',
+    );
+  });
+
+  it('on WASM: refused, saying why (no f16 kernels there); the estimate counts the f32 base', async () => {
+    limits = WASM;
+    const report = await sources.estimateReport(cfg({ baseDtype: 'f16' }));
+    expect(report.parts.base).toBe(BASE_F32);
+    expect(report.baseDtype).toBeUndefined();
+    expect(report.problem).toMatch(
+      /^"baseDtype" "f16" stores the frozen base in half precision for the WebGPU kernels, but the backend is "wasm"; use the webgpu backend, or set "baseDtype" to "f32"\. /,
+    );
+    // 6.88 GB of base does not fit the 4.1 GB the heap allows either: WebGPU is the remedy, with its f16 base.
+    expect(report.problem).toContain(
+      'Choose WebGPU on a GPU (not bound by the WASM heap; there "baseDtype" "f16" holds the frozen base in half ' +
+        'precision (3.44 GB rather than 6.88 GB), which WASM cannot (its kernels read f32)).',
+    );
+    // With the f32 base the first sentence goes; the heap's refusal stays.
+    const f32 = await sources.estimateReport(cfg());
+    expect(f32.problem).toMatch(/^Training qwen3-1\.7b /);
+    expect(f32.problem).not.toContain('"baseDtype" "f16" stores');
+  });
+
+  it('GPT-2 with baseDtype "f16" on WebGPU: refused in words (Llama / Qwen families only)', async () => {
+    limits = WEBGPU;
+    const report = await sources.estimateReport(
+      cfg({ model: 'gpt2-124m', task: 'sentiment', baseDtype: 'f16' }),
+    );
+    expect(report.baseDtype).toBeUndefined();
+    expect(report.problem).toBe(
+      '"baseDtype" "f16" is implemented for the Llama / Qwen2 / Qwen3 families, not GPT-2 (its Conv1D kernels ' +
+        'read f32 weights); set "baseDtype" to "f32".',
+    );
+  });
+});
+
+describe('runMemoryCheck: the f16 base as a remedy (pure)', () => {
+  const budget = { bytes: BUDGET_8GB, what: 'the budget here is 5.2 GB (60% of this device’s memory)' };
+
+  it('WebGPU, LoRA with an f32 base over the budget: f16 named first, with both sizes', () => {
+    const check = runMemoryCheck(qwen3, 'Qwen3-1.7B', SHAPE, LORA8, budget, 'webgpu');
+    expect(check.estimate.parts.base).toBe(BASE_F32);
+    const remedies = check.problem!.slice(check.problem!.indexOf(budget.what) + budget.what.length + 2);
+    expect(remedies).toBe(
+      'Setting "baseDtype" to "f16" would fit it: the frozen base in half precision, 3.44 GB rather than 6.88 GB ' +
+        '(adapters, optimiser state and arithmetic stay f32). Or choose a smaller model (e.g. distilbert/distilgpt2 or tiny).',
+    );
+    // With f16 set: it fits, and the estimate says its base is in f16.
+    const half = runMemoryCheck(qwen3, 'Qwen3-1.7B', SHAPE, { ...LORA8, baseDtype: 'f16' }, budget, 'webgpu');
+    expect(half.problem).toBeNull();
+    expect(half.estimate.baseDtype).toBe('f16');
+    expect(half.estimate.parts.base).toBe(BASE_F16);
+    expect(formatParts(half.estimate)).toMatch(/^base in f16 3\.44, LoRA adapters 0\.03, /);
+  });
+
+  it('a budget f16 cannot meet either: f16 is not offered; the refusal says the run is on an f16 base', () => {
+    const small = { bytes: 3e9, what: 'the budget here is 3.0 GB' };
+    const f32 = runMemoryCheck(qwen3, 'Qwen3-1.7B', SHAPE, LORA8, small, 'webgpu');
+    expect(f32.problem).not.toContain('baseDtype');
+    const f16 = runMemoryCheck(qwen3, 'Qwen3-1.7B', SHAPE, { ...LORA8, baseDtype: 'f16' }, small, 'webgpu');
+    expect(f16.problem).toMatch(
+      /^Training Qwen3-1\.7B \(1720\.6 M parameters\) with LoRA r=8 on a base in f16 needs ≈ 3\.\d GB of weights, gradients and optimiser state \(base in f16 3\.44, /,
+    );
+  });
+
+  it('WebGPU: refused only when the fallback floor (one sample, recompute) does not fit either', () => {
+    const half = { ...LORA8, baseDtype: 'f16' as const };
+    const big: RunShape = { batchSize: 64, miniBatches: 1, promptLength: 64, responseLength: 64 };
+    const floor: RunShape = { ...big, microBatchSize: 1, generateMicroBatchSize: 1, recompute: true };
+    expect(estimateRunMemory(qwen3, big, half).total).toBeGreaterThan(budget.bytes);
+    expect(estimateRunMemory(qwen3, floor, half).total).toBeLessThan(budget.bytes);
+    expect(runMemoryCheck(qwen3, 'Qwen3-1.7B', big, half, budget, 'webgpu').problem).toMatch(
+      /^Training Qwen3-1\.7B /,
+    );
+    expect(runMemoryCheck(qwen3, 'Qwen3-1.7B', big, half, budget, 'webgpu', floor).problem).toBeNull();
+    // The f16 remedy counts the floor too: with the f32 base neither shape fits, with f16 the floor does.
+    const f32 = runMemoryCheck(qwen3, 'Qwen3-1.7B', big, LORA8, budget, 'webgpu', floor);
+    expect(f32.problem).toContain('Setting "baseDtype" to "f16" would fit it: ');
+  });
+
+  it('full fine-tuning on WebGPU: the LoRA remedy also says what LoRA with the f16 base holds', () => {
+    const full = { valueModel: 'none' as const, rewardModel: false };
+    const check = runMemoryCheck(qwen3, 'Qwen3-1.7B', SHAPE, full, budget, 'webgpu');
+    const lora = estimateRunMemory(
+      qwen3,
+      { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 },
+      {
+        ...LORA8,
+        baseDtype: 'f16',
+      },
+    );
+    const fixed = ((lora.total - lora.parts.activations) / 1e9).toFixed(2);
+    expect(check.problem).toContain(`; ≈ ${fixed} GB with "baseDtype" "f16", the base in half precision).`);
+    // Not for GPT-2 (no f16 base), nor off WebGPU.
+    const onWasm = runMemoryCheck(qwen3, 'Qwen3-1.7B', SHAPE, full, budget, 'wasm');
+    expect(onWasm.problem).not.toContain('with "baseDtype" "f16"');
+  });
+});
+
+describe("the UI's estimate line", () => {
+  const report: MemoryEstimateReport = {
+    model: 'uploaded:qwen3-2x2048',
+    params: 411_838_976,
+    policyTrainableParams: 622_592,
+    trainableParams: 622_592,
+    lora: 8,
+    bytes: 900_000_000,
+    parts: {
+      base: 823_699_456,
+      reference: 0,
+      value: 0,
+      rewardModel: 0,
+      adapters: 2_490_368,
+      adam: 4_980_736,
+      gradients: 2_490_368,
+      activations: 66_339_072,
+      packed: 0,
+    },
+    budgetBytes: BUDGET_8GB,
+    budget: 'the budget here is 5.2 GB (60% of this device’s memory)',
+    problem: null,
+    baseDtype: 'f16',
+  };
+
+  it('names the base "base in f16" when the report holds it in f16, "base" otherwise', () => {
+    expect(estimateLine(report)).toBe(
+      '≈ 0.9 GB: base in f16 0.82, reward model —, adapters 0.00, Adam 0.00, gradients 0.00, activations 0.07 GB',
+    );
+    const { baseDtype: _, ...f32 } = report;
+    expect(estimateLine(f32)).toBe(
+      '≈ 0.9 GB: base 0.82, reward model —, adapters 0.00, Adam 0.00, gradients 0.00, activations 0.07 GB',
+    );
+  });
+});
