@@ -5,7 +5,7 @@
  */
 import { expect } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
-import { roundToF16 } from '../../src/core/kernels/webgpu-f16';
+import { isPackedF16, roundToF16 } from '../../src/core/kernels/webgpu-f16';
 import { Llama, llamaParamSpecs } from '../../src/core/model/llama';
 import { LLAMA_SHAPES, parseLlamaConfig, type LlamaConfig } from '../../src/core/model/llama-config';
 import { LoraAdapters } from '../../src/core/model/lora';
@@ -13,6 +13,11 @@ import { gatherRows } from '../../src/core/model/gather';
 import { generate, type SampleOptions } from '../../src/core/model/sampling';
 import { setDecodeReplay } from '../../src/core/model/decode-replay';
 import type { GPT2Options } from '../../src/core/model/lm';
+import { parseModelConfig } from '../../src/core/model/config';
+import { ScalarModel } from '../../src/core/model/heads';
+import { readSafetensors, writeSafetensors } from '../../src/core/model/safetensors';
+import { scalarSafetensors } from '../../src/core/model/folder';
+import { REWARD_FILE } from '../../src/core/reward/reward-model';
 
 /** Seeded normal(0, sd) values from a xorshift stream and Box–Muller (fast enough for ~100 M values). */
 export function normals(n: number, seed: number, sd: number): Float32Array {
@@ -127,13 +132,17 @@ export interface ExactResult {
 
 /**
  * The packed-f16 base against the f32 base on the same f16-representable weights, under one LoRA set with non-zero
- * B: log-probs, every adapter's gradient of Σ wᵢ·logprobᵢ, and greedy tokens (replayed and unrecorded). Returns the
+ * B: log-probs, every adapter's gradient of Σ wᵢ·logprobᵢ, and greedy tokens (replayed, and with `unrecorded` the
+ * f16 base's unrecorded decode too: the replay only changes how the same kernels are dispatched, so the slices of
+ * the published shapes, where each decode takes a minute on SwiftShader, leave that to the small models of
+ * tests/f16-base.test.ts). Returns the
  * worst relative differences; the caller asserts them. Leaves no tensor behind.
  */
 export async function exactCheck(
   config: LlamaConfig,
   opts: GPT2Options = {},
   newTokens = 4,
+  unrecorded = true,
 ): Promise<ExactResult> {
   const before = tf.memory().numTensors;
   const arrays = hostWeights(config, 7, 0.05, true);
@@ -178,14 +187,16 @@ export async function exactCheck(
   };
   const g32 = await generate(a32, prompts, sample);
   const g16 = await generate(a16, prompts, sample);
-  setDecodeReplay(false);
-  let g16plain;
-  try {
-    g16plain = await generate(a16, prompts, sample);
-  } finally {
-    setDecodeReplay(true);
+  if (unrecorded) {
+    setDecodeReplay(false);
+    let g16plain;
+    try {
+      g16plain = await generate(a16, prompts, sample);
+    } finally {
+      setDecodeReplay(true);
+    }
+    expect(g16plain.tokens).toEqual(g16.tokens);
   }
-  expect(g16plain.tokens).toEqual(g16.tokens);
   a32.dispose(); // the adapters (a16 shares them)
   f32.dispose();
   f16.dispose();
@@ -279,4 +290,56 @@ export async function torchBound(config: LlamaConfig): Promise<TorchBound> {
     rmSync(dir, { recursive: true, force: true });
     expect(tf.memory().numTensors).toBe(before);
   }
+}
+
+/** The Qwen3 parity fixture's folder with every tensor rounded to f16, in a new temp dir (storing it in f16 loses nothing). */
+export async function f16ExactFolder(): Promise<string> {
+  const { mkdtempSync, readFileSync, readdirSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const path = await import('node:path');
+  const from = 'tests/fixtures/parity-llama/qwen3-tiny';
+  const to = mkdtempSync(path.join(tmpdir(), 'ppo-f16-exact-'));
+  for (const f of readdirSync(from)) {
+    if (f.startsWith('expected')) continue;
+    const bytes = readFileSync(path.join(from, f));
+    if (f !== 'model.safetensors') {
+      writeFileSync(path.join(to, f), bytes);
+      continue;
+    }
+    const file = readSafetensors(new Uint8Array(bytes), f);
+    const tensors = [...file.tensors.entries()].map(([name, t]) => ({
+      name,
+      shape: t.shape,
+      data: roundToF16(Float32Array.from(t.data as ArrayLike<number>)),
+    }));
+    writeFileSync(path.join(to, f), writeSafetensors(tensors));
+  }
+  return to;
+}
+
+/**
+ * A reward-model folder's files on `policyDir`'s config and tokenizer: a trunk of seeded f16-exact weights and a
+ * head normal(0, 0.5) that tells short responses apart.
+ */
+export async function f16RewardFiles(policyDir: string): Promise<Map<string, Uint8Array>> {
+  const { readFileSync, readdirSync } = await import('node:fs');
+  const path = await import('node:path');
+  const files = new Map<string, Uint8Array>();
+  for (const f of readdirSync(policyDir)) {
+    if (f !== 'model.safetensors') files.set(f, new Uint8Array(readFileSync(path.join(policyDir, f))));
+  }
+  const config = parseModelConfig(JSON.parse(readFileSync(path.join(policyDir, 'config.json'), 'utf8')));
+  const arrays = hostWeights(config as LlamaConfig, 21, 0.08, true);
+  arrays.set('score.weight', normals(config.n_embd, 5, 0.5));
+  const model = ScalarModel.fromArrays(config, arrays, false, 'rm-src');
+  files.set(REWARD_FILE, await scalarSafetensors(model));
+  model.dispose();
+  return files;
+}
+
+/** Packed-f16 tensors among a scalar model's trunk parameters. */
+export function packedTrunkParams(m: ScalarModel): number {
+  return [...(m.trunkModel as unknown as { params: Map<string, tf.Tensor> }).params.values()].filter((p) =>
+    isPackedF16(p),
+  ).length;
 }

@@ -147,7 +147,12 @@ export async function loadLM(
   return { config, tokenizer, model };
 }
 
-/** Load a scalar-head model (value or reward) from `file` in a folder whose config.json describes it. */
+/**
+ * Load a scalar-head model (value or reward) from `file` in a folder whose config.json describes it. With
+ * `baseDtype` "f16" a frozen model of the Llama families holds its large matrices packed in f16 as the policy's
+ * base does (its head stays f32); a GPT-2-family one stays f32, since its kernels read f32 weights (the estimate,
+ * size.ts, counts it the same way).
+ */
 export async function loadScalar(
   files: ModelFiles,
   file: string,
@@ -156,10 +161,14 @@ export async function loadScalar(
   const config = opts.config ?? (await readConfig(files));
   const bytes = await mustRead(files, file, `${file} (*ForSequenceClassification weights)`);
   const path = `${files.label}/${file}`;
+  const trainable = opts.trainable ?? true;
+  const baseDtype = opts.baseDtype === 'f16' && !isLlamaConfig(config) ? undefined : opts.baseDtype;
+  checkBaseDtype(baseDtype, { trainable, family: config.model_type });
   const specs = [...lmParamSpecs(config), ...scoreHeadSpecs(config)];
-  const arrays = mapFamilyTensors(config, readSafetensors(bytes, path), specs, path);
-  return ScalarModel.fromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'scalar', {
+  const arrays = readFamilyTensors(config, bytes, specs, path, baseDtype);
+  return ScalarModel.fromArrays(config, arrays, trainable, opts.label ?? 'scalar', {
     maxBindingBytes: opts.maxBindingBytes,
+    ...(baseDtype ? { baseDtype } : {}),
   });
 }
 

@@ -8,6 +8,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { LMConfig } from './config';
 import type { GPT2Options, TrunkOptions } from './gpt2';
 import { lmFromArrays, lmRandom, type CausalLM } from './causal-lm';
+import type { WeightData } from './f16-base';
 import type { LoraAdapters } from './lora';
 import { UserError } from '../../common/errors';
 import { gatherRows } from './gather';
@@ -47,16 +48,17 @@ export class ScalarModel {
     return new ScalarModel(trunk, score);
   }
 
+  /** From host arrays; with `opts.baseDtype` "f16" the trunk's large matrices may come packed (folder.ts). */
   static fromArrays(
     config: LMConfig,
-    arrays: Map<string, Float32Array>,
+    arrays: Map<string, WeightData>,
     trainable: boolean,
     label = 'scalar',
     opts: GPT2Options = {},
   ): ScalarModel {
-    const trunk = lmFromArrays(config, arrays, trainable, label, opts);
     const w = arrays.get('score.weight');
-    if (!w || w.length !== config.n_embd) {
+    const trunk = lmFromArrays(config, arrays, trainable, label, opts);
+    if (!(w instanceof Float32Array) || w.length !== config.n_embd) {
       trunk.dispose();
       throw new UserError(
         `scalar model: tensor "score.weight" of shape [1, ${config.n_embd}] is missing or mis-sized.`,

@@ -125,6 +125,8 @@ export async function buildTrainer(
         trainable: false,
         label: 'reward',
         maxBindingBytes: res.maxBindingBytes,
+        // Frozen like the base: held in f16 too where the base is (a GPT-2-family reward model stays f32).
+        ...(cfg.baseDtype === 'f16' ? { baseDtype: 'f16' as const } : {}),
       });
       rewardMean = await readRewardMean(files);
     }

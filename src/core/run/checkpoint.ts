@@ -416,6 +416,7 @@ export async function restoreTrainer(
             label: 'reward',
             config: m.policy.config,
             maxBindingBytes: res.maxBindingBytes,
+            ...(cfg.baseDtype === 'f16' ? { baseDtype: 'f16' as const } : {}),
           }),
         )
       : undefined;
