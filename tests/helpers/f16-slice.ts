@@ -2,7 +2,7 @@
  * Issue #36 on a 2-layer slice of `shape` (every block dimension the real one; a 4096-id vocabulary, see
  * docs/models.md, "The frozen base in f16" for why the real 151 936 rows are not needed here) with the frozen base
  * packed in f16 on WebGPU in Node (SwiftShader): the exact check on f16-representable weights (log-probs, LoRA
- * gradients, greedy tokens replayed and unrecorded) and the accuracy bound against PyTorch's own f16-base vs f32
+ * gradients, greedy tokens of the replayed decode) and the accuracy bound against PyTorch's own f16-base vs f32
  * difference (×1.5). One file per shape (tests/f16-base-qwen25.slow.test.ts, -qwen3): minutes each on 2 cores.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
@@ -18,7 +18,9 @@ export async function describeF16Slice(shape: 'qwen2.5-1.5b' | 'qwen3-1.7b'): Pr
     beforeAll(useNodeWebGpu);
 
     it("f16-representable weights: the f32 base's log-probs, LoRA gradients and greedy tokens", async () => {
-      const r = await exactCheck(config, {}, 3);
+      // Replayed decode only: its equality with the unrecorded decode is checked on the small models of
+      // tests/f16-base.test.ts (same kernels; here each decode of 3 tokens takes over a minute on SwiftShader).
+      const r = await exactCheck(config, {}, 3, false);
       console.log(`${shape}: log-prob rel diff ${r.logprobRel}, LoRA gradient rel diff ${r.gradRel}`);
       expect(r.logprobRel).toBeLessThan(1e-5);
       expect(r.gradRel).toBeLessThan(1e-4);
