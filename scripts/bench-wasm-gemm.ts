@@ -7,7 +7,9 @@
  * rate (process.cpuUsage) of the same best round is printed beside it. "ours" packs A and B on every call (what a
  * product with fresh operands costs); "packed once" packs A per call and B (a frozen weight) once ahead — what
  * XNNPACK's cached packing of a live weight tensor gets; "tf.matMul on gemm" is the product through the engine's
- * BatchMatMul with setWasmGemm(true) (A packed per call, B's panels kept unless Bᵀ, the output allocated). Run nothing else heavy at the same time; the load average is printed.
+ * BatchMatMul with setWasmGemm(true) (A packed per call, B's panels kept unless Bᵀ, the output allocated). First
+ * it prints the 128-bit SIMD peak of the core (simdPeak), the ceiling of any WebAssembly GEMM. Run nothing else
+ * heavy at the same time; the load average is printed.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
@@ -76,6 +78,49 @@ function time(
   return best;
 }
 
+/**
+ * The most a 128-bit WebAssembly SIMD loop can reach on this core, one thread: 12 independent accumulator chains
+ * (x·y + acc, as f32x4.relaxed_madd and as f32x4.mul then f32x4.add) with no loads, so nothing but the vector
+ * pipes bounds it. No GEMM written in WebAssembly can exceed it; issue #35's targets are read against it.
+ */
+export async function simdPeak(seconds: number): Promise<{ madd: number; mulAdd: number }> {
+  const { default: wabtInit } = await import('wabt');
+  const wabt = await wabtInit();
+  const chains = 12;
+  const text = (fused: boolean): string => {
+    const locals = Array.from({ length: chains }, (_, i) => `(local $a${i} v128)`).join(' ');
+    const step = (i: number) =>
+      fused
+        ? `(local.set $a${i} (f32x4.relaxed_madd (local.get $x) (local.get $y) (local.get $a${i})))`
+        : `(local.set $a${i} (f32x4.add (f32x4.mul (local.get $x) (local.get $y)) (local.get $a${i})))`;
+    const body = Array.from({ length: chains }, (_, i) => step(i)).join(' ');
+    const sum = Array.from({ length: chains }, (_, i) => `(local.get $a${i})`).reduce(
+      (a, b) => `(f32x4.add ${a} ${b})`,
+    );
+    return `(module (func (export "run") (param $n i32) (result f32) (local $x v128) (local $y v128) ${locals}
+      (local.set $x (f32x4.splat (f32.const 1.0000001))) (local.set $y (f32x4.splat (f32.const 0.9999999)))
+      (loop $l ${body} (local.set $n (i32.sub (local.get $n) (i32.const 1))) (br_if $l (local.get $n)))
+      (f32x4.extract_lane 0 ${sum})))`;
+  };
+  const rate = async (fused: boolean): Promise<number> => {
+    const features = { simd: true, relaxed_simd: true };
+    const bytes = wabt.parseWat('peak', text(fused), features).toBinary({}).buffer;
+    const instance = await WebAssembly.instantiate(await WebAssembly.compile(new Uint8Array(bytes)));
+    const run = instance.exports.run as (n: number) => number;
+    const n = 1 << 22;
+    run(n);
+    let best = 0;
+    const t0 = performance.now();
+    while (performance.now() - t0 < seconds * 1000 * 3) {
+      const t = performance.now();
+      run(n);
+      best = Math.max(best, (n * chains * 8) / ((performance.now() - t) / 1000) / 1e9);
+    }
+    return best;
+  };
+  return { madd: await rate(true), mulAdd: await rate(false) };
+}
+
 export async function main(): Promise<void> {
   const reps = arg('--reps', 5);
   const seconds = arg('--seconds', 0.3);
@@ -93,6 +138,13 @@ export async function main(): Promise<void> {
   console.error(
     `relaxed SIMD: ${relaxedOn}; load average before: ${load0.map((x) => x.toFixed(2)).join(' ')}`,
   );
+  const peak = relaxedOn ? await simdPeak(seconds) : null;
+  if (peak) {
+    console.log(
+      `128-bit SIMD peak of this core (12 independent chains, one thread): relaxed_madd ${peak.madd.toFixed(1)}, ` +
+        `mul + add ${peak.mulAdd.toFixed(1)} GFLOP/s`,
+    );
+  }
   const rows: Record<string, unknown>[] = [];
   for (const s of SHAPES) {
     const { M, K, N, ta, tb } = s;
@@ -151,7 +203,7 @@ export async function main(): Promise<void> {
   }
   const load1 = loadavg();
   console.error(`load average after: ${load1.map((x) => x.toFixed(2)).join(' ')}`);
-  if (process.argv.includes('--json')) console.log(JSON.stringify({ relaxedOn, load0, load1, rows }));
+  if (process.argv.includes('--json')) console.log(JSON.stringify({ relaxedOn, peak, load0, load1, rows }));
 }
 
 if (process.argv[1]?.endsWith('bench-wasm-gemm.ts')) await main();

@@ -40,8 +40,10 @@ export const swappedStats = { calls: 0 };
  * are kept (one copy, as XNNPACK keeps its own packed copy of a weight it has seen) until the tensor's data is
  * freed. Bᵀ is never kept: a weight's dy·Wᵀ would otherwise hold a second packed copy of every weight. The LM
  * head's h·wteᵀ with few rows keeps its (B·Aᵀ)ᵀ route on XNNPACK (packing wte per call would cost more than the
- * product). Switch: `setWasmGemm(true)`, or WASM_GEMM=1 in Node (read when the kernels are registered); off by
- * default. `gemmStats` counts products, kept packings and their reuses (the tests read it).
+ * product). On by default from registerWasmExtraKernels (measured at the default plan, bench --vs-trl: a GPT-2 124M
+ * LoRA GRPO step 1.97× TRL's time against 2.47× on XNNPACK; docs/vs-trl.md); `setWasmGemm(false)`, or WASM_GEMM=0 in
+ * Node (read when the kernels are registered), keeps XNNPACK. Where the engine has no SIMD, gemmFor returns null
+ * and XNNPACK runs the product. `gemmStats` counts products, kept packings and their reuses (the tests read it).
  */
 export const gemmStats = { calls: 0, packedKept: 0, packedReused: 0 };
 let gemmOn = false;
@@ -428,11 +430,10 @@ export function registerWasmExtraKernels(): void {
   if (registered) return;
   registered = true;
   // NO_FAST_MM=1 / NO_FAST_SLICE=1 / NO_FAST_SUM=1 (Node) keep tfjs's own kernels, to measure the plain path against these.
-  // WASM_GEMM=1 / WASM_GEMM=0 turn the gemm.wat route for 2-D products on / off (setWasmGemm).
+  // The gemm.wat route for 2-D products is on by default; WASM_GEMM=0 keeps XNNPACK (setWasmGemm).
   const env = (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env ?? {};
   if (!env.NO_FAST_MM) fastMatMul();
-  if (env.WASM_GEMM === '1') setWasmGemm(true);
-  else if (env.WASM_GEMM === '0') setWasmGemm(false);
+  setWasmGemm(env.WASM_GEMM !== '0');
   fastGather();
   if (!env.NO_FAST_SLICE) fastSlice();
   if (!env.NO_FAST_SUM) fastSum();
