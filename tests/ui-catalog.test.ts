@@ -35,6 +35,8 @@ describe('UI catalog', () => {
     for (const [id, want] of Object.entries(hub)) {
       const choice = MODEL_CHOICES.find((m) => m.id === id);
       expect(choice, id).toBeDefined();
+      // The shape the worker's verdict (api.modelFits) is keyed by.
+      expect(choice!.shape).toBe(want.shape);
       expect(modelSourceFor(id)).toEqual({ kind: 'hub', repo: id });
       const c = parseLlamaConfig({ ...LLAMA_SHAPES[want.shape] }, id);
       const params = paramCount(c);
@@ -46,6 +48,12 @@ describe('UI catalog', () => {
       const said = Number(m![3]) * (m![4] === 'GB' ? 1e9 : 1e6);
       expect(Math.abs(said - bytes) / bytes, `${id}: ${choice!.note} vs ${bytes} bytes`).toBeLessThan(0.05);
     }
+  });
+
+  it('only Llama / Qwen entries name a shape, each one of LLAMA_SHAPES', () => {
+    const shapes = MODEL_CHOICES.filter((m) => m.shape !== undefined).map((m) => m.shape);
+    expect(shapes).toEqual(['smollm2-135m', 'qwen2.5-0.5b', 'qwen3-0.6b']);
+    for (const s of shapes) expect(Object.keys(LLAMA_SHAPES)).toContain(s);
   });
 
   it('maps config model names to worker sources', () => {

@@ -269,6 +269,36 @@ describe('components', () => {
     expect(html(h.store, <ModelCard />)).not.toContain('trainable-params');
   });
 
+  it('the picker shows the worker’s verdict beside each Llama / Qwen entry (issue #36)', async () => {
+    const h = await started();
+    h.store.setState({
+      modelFits: {
+        'smollm2-135m': { fits: true, text: 'fits with LoRA r=8 (≈ 0.6 GB of 5.2 GB before activations)' },
+        'qwen3-0.6b': {
+          fits: false,
+          text: 'needs WebGPU (≈ 2.5 GB of 5.2 GB before activations there; ≈ 4.2 GB here, over 4.1 GB)',
+        },
+      },
+    });
+    const card = html(h.store, <ModelCard />);
+    const fits = [
+      ...card.matchAll(/<small class="([^"]*)" data-testid="model-fit">([^<]*(?:<!-- -->[^<]*)*)<\/small>/g),
+    ].map((m) => [m[1], m[2].replace(/<!-- -->/g, '')]);
+    expect(fits).toEqual([
+      ['muted model-fit', ' · fits with LoRA r=8 (≈ 0.6 GB of 5.2 GB before activations)'],
+      [
+        'model-fit model-fit-over',
+        ' · needs WebGPU (≈ 2.5 GB of 5.2 GB before activations there; ≈ 4.2 GB here, over 4.1 GB)',
+      ],
+    ]);
+    // In the entries' order: SmolLM2 (no verdict for Qwen2.5-0.5B, none was given), then Qwen3-0.6B.
+    expect(card.indexOf('SmolLM2-135M-Instruct')).toBeLessThan(card.indexOf('fits with LoRA r=8'));
+    expect(card.indexOf('Qwen3-0.6B (Hub)')).toBeLessThan(card.indexOf('needs WebGPU'));
+    // The stand-in worker answers the store's request (no verdicts of its own).
+    await h.store.getState().actions.refreshModelFits();
+    expect(h.store.getState().modelFits).toEqual({});
+  });
+
   it('lora, loraAlpha, loraTargets have controls with their doc and range, and wait for reset during a run', async () => {
     const h = await started('#lora=8');
     const panel = html(h.store, <HyperparameterPanel />);

@@ -313,6 +313,9 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
     // Not serial: reads config.json and the task only, so it answers while a step runs.
     estimateMemory: (config = {}) =>
       guard(() => sources.estimateReport(mergeConfig(run.cfg, config, 'estimateMemory').config)),
+    // Not serial either: pure arithmetic on the known shapes, the backend's limits and the budget.
+    modelFits: (config = {}) =>
+      guard(() => sources.modelFits(mergeConfig(run.cfg, config, 'modelFits').config)),
 
     // ---- reliability (protocol.ts ReliabilityApi) ----
     subscribeReliability: (cb) =>

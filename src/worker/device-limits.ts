@@ -18,6 +18,7 @@
 import type { LMConfig } from '../core/model/config';
 import { embeddingChunks } from '../core/model/gpt2';
 import {
+  baseWeightBytes,
   estimateRunMemory,
   fittingMicroBatch,
   microBatchRemedy,
@@ -29,6 +30,7 @@ import {
   loraParamCount,
   paramCount,
   PPO_DEFAULTS,
+  runMemoryOptions,
   WASM_HEAP_BYTES,
   WASM_HEAP_SHARE,
   WASM_HEAP_RUN_SHARE,
@@ -40,8 +42,9 @@ import {
 import { lmParamSpecs } from '../core/model/causal-lm';
 import { isLlamaFamily } from '../core/model/llama-config';
 import { LORA_TARGET_NAMES, type TrainConfig } from '../common/config';
+import type { BaseDtype } from '../common/config/fields';
 import { UserError } from '../common/errors';
-import type { BackendName } from './protocol';
+import type { BackendName, ModelFit } from './protocol';
 
 export interface DeviceLimits {
   backend: BackendName;
@@ -164,6 +167,105 @@ export function checkDeviceLimits(
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Loading a model to generate ("Try the policy"), outside a run
+
+/**
+ * How the model generate uses outside a run is stored: "f16" where the run's config asks for the frozen base in
+ * f16 ("baseDtype") and it applies here (the webgpu backend and a Llama / Qwen2 / Qwen3 model; that model is
+ * frozen), else "f32". Where "f16" cannot apply (WASM, CPU, GPT-2) it is loaded in f32: trying a model is not the
+ * run, whose estimate says why "f16" is refused there.
+ */
+export function generateBaseDtype(
+  asked: BaseDtype | undefined,
+  family: string,
+  backend: BackendName | null | undefined,
+): BaseDtype {
+  return asked === 'f16' && backend === 'webgpu' && isLlamaFamily(family) ? 'f16' : 'f32';
+}
+
+/** What loading a model to generate holds at its peak, in bytes (loadMemory). */
+export interface LoadMemory {
+  baseDtype: BaseDtype;
+  /** The weights as the model holds them (baseWeightBytes: under "f16" the large matrices at 2 bytes a value). */
+  weights: number;
+  /** Their copy on the host while they load: the f32 arrays, or the packed f16 words (as many bytes). */
+  hostCopy: number;
+  /**
+   * "f16": the safetensors file, read whole and held while its tensors are packed (`fileBytes` when known, else
+   * 2 bytes a parameter, a bf16 / f16 file as the Hub publishes these models). "f32": 0, as the check always
+   * counted it (an F32 file's arrays are views of its bytes).
+   */
+  file: number;
+  /** Whether `file` is the real size (false: estimated at 2 bytes a parameter). */
+  fileKnown: boolean;
+  total: number;
+}
+
+/**
+ * What loading `config` to generate holds at its peak (folder.ts loadLM): the weights, their host copy and, under
+ * "f16", the file they are packed from.
+ */
+export function loadMemory(config: LMConfig, baseDtype: BaseDtype, fileBytes?: number | null): LoadMemory {
+  const weights = baseWeightBytes(config, baseDtype);
+  if (baseDtype !== 'f16' || !isLlamaFamily(config.model_type)) {
+    return { baseDtype: 'f32', weights, hostCopy: weights, file: 0, fileKnown: true, total: 2 * weights };
+  }
+  const fileKnown = fileBytes !== undefined && fileBytes !== null;
+  const file = fileKnown ? fileBytes : 2 * paramCount(config);
+  return { baseDtype, weights, hostCopy: weights, file, fileKnown, total: 2 * weights + file };
+}
+
+/**
+ * Why loading `config` to generate would not fit the budget (null: it fits), in words: what it needs and what is
+ * counted. In f32, where the base in f16 would fit (a Llama-family model), says so: set "baseDtype" on WebGPU,
+ * choose WebGPU elsewhere.
+ */
+export function loadMemoryProblem(
+  config: LMConfig,
+  label: string,
+  o: {
+    baseDtype: BaseDtype;
+    /** The run's "lora": "baseDtype" "f16" needs a rank ≥ 1 (config validation). */
+    lora: number;
+    backend: BackendName | null;
+    budgetBytes: number;
+    fileBytes?: number | null;
+    /** Whether to name the f16 base as a remedy (false for a load that cannot have it: DPO / SFT). */
+    offerF16?: boolean;
+  },
+): string | null {
+  const need = loadMemory(config, o.baseDtype, o.fileBytes);
+  if (need.total <= o.budgetBytes) return null;
+  const over = `over the ${formatGB(o.budgetBytes)} budget here`;
+  if (need.baseDtype === 'f16') {
+    const file = need.fileKnown
+      ? `the ${formatGB(need.file, 2)} safetensors file`
+      : `the safetensors file (≈ ${formatGB(need.file, 2)} if stored in bf16)`;
+    return (
+      `Loading ${label} with the base in f16 needs ≈ ${formatGB(need.total)}: ${formatGB(need.weights, 2)} of ` +
+      `weights (the large matrices in f16), and while it loads their packed copy on the host ` +
+      `(${formatGB(need.hostCopy, 2)}) and ${file}; that is ${over}. Choose a smaller model.`
+    );
+  }
+  const words =
+    `${label} has ${millions(paramCount(config))} parameters (${formatGB(need.weights)} of weights); loading ` +
+    `it needs twice that, ${over}.`;
+  const half =
+    o.offerF16 !== false && isLlamaFamily(config.model_type) ? loadMemory(config, 'f16', o.fileBytes) : null;
+  if (!half || half.total > o.budgetBytes) return `${words} Choose a smaller model.`;
+  const how =
+    `≈ ${formatGB(half.total)}: ${formatGB(half.weights, 2)} of weights with the large matrices in f16, ` +
+    'their packed copy and the file while it loads';
+  const lora = o.lora > 0 ? '' : '"lora" to a rank ≥ 1 and ';
+  const remedy =
+    o.backend === 'webgpu'
+      ? `Setting ${lora}"baseDtype" to "f16" would fit it (${how}).`
+      : `On WebGPU, setting ${lora}"baseDtype" to "f16" would fit it (${how}); ` +
+        `the ${o.backend ?? 'current'} backend holds the weights in f32.`;
+  return `${words} ${remedy} Or choose a smaller model.`;
+}
+
 /**
  * 'Use LoRA ("lora": 8: …, ≈ 0.54 GB of weights and optimiser state)': the remedy for full copies that do not fit.
  * On WebGPU, for a Llama-family model, also what LoRA with the base in f16 would hold.
@@ -211,6 +313,77 @@ function f16OnWebGpu(config: LMConfig, opts: RunMemoryOptions): string | null {
     `(${formatGB(base({ ...opts, baseDtype: 'f16' }), 2)} rather than ${formatGB(base({ ...opts, baseDtype: 'f32' }), 2)}), ` +
     'which WASM cannot (its kernels read f32)'
   );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The model picker's verdict
+
+/** A run's shape with no batch: what estimateRunMemory counts whatever the batch (fixedBytes). */
+const NO_BATCH = { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 };
+
+/**
+ * Whether a LoRA run of `config` fits this device (the picker's verdict, protocol.ts ModelFit): its weights, adapters,
+ * optimiser state and copies (fixedBytes: the activations depend on the batch and prompts, which the picker does not
+ * know) against the budget Start uses (memoryBudget: on WASM the heap's share), with the base in f16 where the run's
+ * config asks for it on WebGPU, or where only f16 would fit. LoRA at the config's rank, else r=8 (what the app
+ * preselects for these models); the value model as the config's algorithm has it; a function reward.
+ */
+export function modelFit(
+  config: LMConfig,
+  cfg: Pick<TrainConfig, 'lora' | 'loraTargets' | 'valueModel' | 'algorithm' | 'baseDtype'>,
+  limits: DeviceLimits | null,
+  deviceBudgetBytes: number,
+): ModelFit {
+  const backend = limits?.backend ?? null;
+  const r = cfg.lora > 0 ? cfg.lora : 8;
+  const opts = runMemoryOptions({ ...cfg, lora: r, baseDtype: 'f32' }, false);
+  const fixed = (o: RunMemoryOptions) => fixedBytes(estimateRunMemory(config, NO_BATCH, o));
+  // Here: on WASM the heap's count (XNNPACK's packed copies) against its share; the f16 base is WebGPU's, counted
+  // as tensor bytes against the device budget.
+  const budget = memoryBudget(limits, deviceBudgetBytes).bytes;
+  const f32 = fixed(backend === 'wasm' ? { ...opts, heap: 'wasm' } : opts);
+  const half = isLlamaFamily(config.model_type) ? fixed({ ...opts, baseDtype: 'f16' }) : null;
+  const of = (n: number, b: number) => `≈ ${formatGB(n)} of ${formatGB(b)} before activations`;
+  if (backend === 'webgpu') {
+    try {
+      checkDeviceLimits(config, 'model', limits, 'load');
+    } catch {
+      return { fits: false, text: 'does not fit: a weight is over this GPU’s limit for one buffer' };
+    }
+    if (half !== null && cfg.baseDtype === 'f16') {
+      return half <= budget
+        ? { fits: true, text: `fits with the base in f16 (${of(half, budget)})` }
+        : {
+            fits: false,
+            text: `does not fit: needs ≈ ${formatGB(half)} with the base in f16, ${formatGB(budget)} here`,
+          };
+    }
+  }
+  if (f32 <= budget) return { fits: true, text: `fits with LoRA r=${r} (${of(f32, budget)})` };
+  if (half !== null && backend === 'webgpu') {
+    return half <= budget
+      ? {
+          fits: true,
+          text: `fits only with the base in f16 (${of(half, budget)}; ≈ ${formatGB(f32)} in f32)`,
+        }
+      : {
+          fits: false,
+          text: `does not fit: needs ≈ ${formatGB(half)} with the base in f16, ${formatGB(budget)} here`,
+        };
+  }
+  // Elsewhere (WASM, CPU): what WebGPU would hold, against the device budget.
+  const here = (how = '') => `≈ ${formatGB(f32)} here${how}, over ${formatGB(budget)}`;
+  const onGpu = backend === 'wasm' ? fixed(opts) : f32;
+  if (onGpu <= deviceBudgetBytes) {
+    return { fits: false, text: `needs WebGPU (${of(onGpu, deviceBudgetBytes)} there; ${here()})` };
+  }
+  if (half !== null && half <= deviceBudgetBytes) {
+    return {
+      fits: false,
+      text: `needs WebGPU for the f16 base (${of(half, deviceBudgetBytes)} there; ${here(' in f32')})`,
+    };
+  }
+  return { fits: false, text: `does not fit: needs ≈ ${formatGB(f32)}, ${formatGB(budget)} here` };
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -171,6 +171,17 @@ export interface MemoryEstimateReport {
   baseDtype?: 'f16';
 }
 
+/**
+ * The model picker's verdict on a model of a known shape (src/core/model/llama-config.ts LLAMA_SHAPES) on this device:
+ * whether a LoRA run's weights and optimiser state fit the budget, and how ("fits with LoRA r=8 (≈ 1.3 GB of 5.2 GB
+ * before activations)", "fits only with the base in f16 (…)", "needs WebGPU for the f16 base (…)", "does not fit:
+ * …"). Computed in the worker (src/worker/device-limits.ts modelFit).
+ */
+export interface ModelFit {
+  fits: boolean;
+  text: string;
+}
+
 /** tf.memory() of the worker. */
 export interface MemoryReport {
   numTensors: number;
@@ -465,6 +476,11 @@ export interface WorkerApi {
    * changed or loaded; reads config.json and the task). Answers while a step runs.
    */
   estimateMemory(config?: ConfigPatch): Promise<MemoryEstimateReport>;
+  /**
+   * The picker's verdicts (ModelFit) for the known Llama / Qwen shapes, keyed by shape name ("qwen3-0.6b"), on this
+   * backend and budget, for the current config with `config`'s keys over it. Reads nothing; answers while a step runs.
+   */
+  modelFits(config?: ConfigPatch): Promise<Record<string, ModelFit>>;
   /** Test hook: full-forward logits [B, T, V] of the loaded model for ids/mask [B, T]. */
   forwardLogits(ids: number[][], mask: number[][]): Promise<number[][][]>;
 }

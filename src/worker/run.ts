@@ -22,6 +22,8 @@ import type { PpoTrainer } from '../core/ppo/trainer';
 import type { Tokenizer } from '../core/tokenizer/types';
 import type { CausalLM } from '../core/model/causal-lm';
 import { exportLM, loadLM, type LoadedLM } from '../core/model/folder';
+import { isPackedF16 } from '../core/kernels/webgpu-f16';
+import type { BaseDtype } from '../common/config/fields';
 import { DPO_STATE_FILE } from '../core/dpo/trainer';
 import type { DpoConfig } from '../common/config/dpo';
 import { makeReward } from '../core/reward/functions';
@@ -68,7 +70,8 @@ export interface RunCollaborators {
 export function summarise(model: CausalLM, label: string, tok?: Tokenizer): ModelSummary {
   const c = model.config;
   let params = 0;
-  for (const v of model.params.values()) params += v.size;
+  // A packed-f16 weight (baseDtype "f16") holds two values a word: its logical size is twice its tensor's.
+  for (const v of model.params.values()) params += isPackedF16(v) ? 2 * v.size : v.size;
   const { n_layer, n_embd, n_head, vocab_size, n_positions, tokenizer } = c;
   return {
     label,
@@ -100,8 +103,12 @@ export class Run {
    * a reset or a config change (its session is built again from its request at the next step).
    */
   private sup: SupervisedJob | null = null;
-  /** The model used by generate when no run exists (loaded by loadModel, or lazily). */
-  private lm: { name: string; lm: LoadedLM } | null = null;
+  /**
+   * The model used by generate when no run exists (loaded by loadModel, or lazily), and how its base is stored:
+   * as the run's config says (sources.generateBaseDtype). When "baseDtype" changes it is loaded again, in the new
+   * storage, at the next generate (generator); a run that starts disposes it (rl-job.ts ensureSession).
+   */
+  private lm: { name: string; lm: LoadedLM; baseDtype: BaseDtype } | null = null;
   /** The policy in use, for status. */
   model: ModelSummary | null = null;
   /** Whether a model was named (loaded, configured or trained): generate may then load `cfg.model` itself. */
@@ -515,16 +522,21 @@ export class Run {
     this.lm = null;
   }
 
-  /** Load `name` as the policy (serial): the run restarts from it. */
+  /**
+   * Load `name` as the policy (serial): the run restarts from it. Its base is stored as the run's config says
+   * ("baseDtype" "f16" on WebGPU for a Llama / Qwen model), and what loading it needs is checked first, counted that
+   * way (sources.checkMemory 'load').
+   */
   async loadModel(name: string): Promise<ModelSummary> {
+    const cfg = validateConfig({ ...this.cfg, model: name });
     // Training memory is checked when a run is built; here, what loading and generating need.
-    await this.sources.checkMemory(name, 'load');
+    const opts = await this.sources.generateLoadOptions(name, cfg);
     const files = this.sources.files(name);
-    const lm = await loadLM(files, { trainable: false, label: 'policy', ...this.sources.modelOptions() });
+    const lm = await loadLM(files, { trainable: false, label: 'policy', ...opts });
     this.dropTrainer();
     this.disposeLm();
-    this.lm = { name, lm };
-    this.rl.configure(validateConfig({ ...this.cfg, model: name }), []);
+    this.lm = { name, lm, baseDtype: opts.baseDtype ?? 'f32' };
+    this.rl.configure(cfg, []);
     this.runState = 'idle';
     this.model = summarise(lm.model, files.label, lm.tokenizer);
     this.chosen = true;
@@ -532,16 +544,25 @@ export class Run {
     return this.model;
   }
 
-  /** The model generate uses: the one being trained while a job is built, else the loaded one. */
+  /**
+   * The model generate uses: the one being trained while a job is built, else the loaded one, loaded here (checked
+   * first) when there is none or when the config's "baseDtype" now asks for another storage than it was loaded in.
+   */
   async generator(): Promise<{ model: CausalLM; tokenizer: Tokenizer }> {
     const trained = this.sup?.trained() ?? this.rl.trained();
     if (trained) return trained;
+    const held = this.lm;
+    if (held && held.baseDtype !== this.sources.generateBaseDtype(this.cfg, held.lm.config.model_type)) {
+      this.disposeLm(); // "baseDtype" changed since it was loaded: loaded again below, as the config says
+    }
     if (!this.lm) {
       if (!this.chosen) throw new UserError('No model is loaded yet; load a model first.');
+      const opts = await this.sources.generateLoadOptions(this.cfg.model, this.cfg);
       const files = this.sources.files(this.cfg.model);
       this.lm = {
         name: this.cfg.model,
-        lm: await loadLM(files, { trainable: false, label: 'policy', ...this.sources.modelOptions() }),
+        lm: await loadLM(files, { trainable: false, label: 'policy', ...opts }),
+        baseDtype: opts.baseDtype ?? 'f32',
       };
       this.model ??= summarise(this.lm.lm.model, files.label, this.lm.lm.tokenizer);
     }

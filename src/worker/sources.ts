@@ -14,6 +14,7 @@ import { memoryFiles, readConfig } from '../core/model/folder';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
 import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
 import type { TrainConfig } from '../common/config';
+import type { BaseDtype } from '../common/config/fields';
 import { encodePrompt, HF_TOKENIZER_FILES, tokenizerForFolder } from '../core/tokenizer';
 import { parseTask, taskUrl, type Task } from '../core/tasks';
 import {
@@ -26,9 +27,7 @@ import {
 } from '../services/hub';
 import {
   checkTrainingMemory,
-  formatGB,
   deviceFallbackFloor,
-  paramCount,
   runShapeOf,
   type RunMemoryOptions,
 } from '../core/model/size';
@@ -38,7 +37,10 @@ import { UserError } from '../common/errors';
 import { builtinModelUrl, fetchFiles } from './files-web';
 import {
   checkDeviceLimits,
+  generateBaseDtype,
+  loadMemoryProblem,
   memoryBudget,
+  modelFit,
   planDeviceOf,
   rewardIsModel,
   runMemoryCheck,
@@ -47,7 +49,8 @@ import {
   type DeviceLimits,
   type RunMemoryCheck,
 } from './device-limits';
-import type { MemoryEstimateReport, ModelSource } from './protocol';
+import type { MemoryEstimateReport, ModelFit, ModelSource } from './protocol';
+import { LLAMA_SHAPES, parseLlamaConfig } from '../core/model/llama-config';
 
 export const BUILTIN_MODELS = ['tiny'] as const;
 /** The `reward: {model}` name of the reward model trained from preferences. */
@@ -288,9 +291,11 @@ export class ModelSources {
 
   /**
    * Refuse a model that would not fit (reads config.json only, and for a run the task's prompts). `load`: its
-   * weights against the WebGPU buffer limits, the WASM heap and the memory budget. `train` with the run's
-   * config: what that run holds (runEstimate) against the backend's budget, and its tensors against the WebGPU
-   * limits. `train` without a config (a reward model trained from preferences): full copies' weights and state.
+   * weights against the WebGPU buffer limits, the WASM heap and the memory budget, stored as generate would hold
+   * them for `cfg` (generateBaseDtype: f16 where the run's "baseDtype" asks for it and it applies; f32 without a
+   * config). `train` with the run's config: what that run holds (runEstimate) against the backend's budget, and its
+   * tensors against the WebGPU limits. `train` without a config (a reward model trained from preferences): full
+   * copies' weights and state.
    */
   async checkMemory(
     name: string,
@@ -302,22 +307,60 @@ export class ModelSources {
       if (check.problem) throw new UserError(check.problem);
       return check;
     }
+    if (purpose === 'load') {
+      await this.checkLoad(name, cfg);
+      return null;
+    }
     const files = this.files(name);
     const config = await readConfig(files);
     checkDeviceLimits(config, files.label, this.deviceLimits, purpose);
-    if (purpose === 'train') {
-      checkTrainingMemory(config, files.label, this.memoryBudgetBytes);
-      return null;
-    }
-    // Loading to generate: the weights, and their copy on the way in.
-    const weights = paramCount(config) * 4;
-    if (2 * weights > this.memoryBudgetBytes) {
-      throw new UserError(
-        `${files.label} has ${(weights / 4e6).toFixed(1)} M parameters (${formatGB(weights)} of weights); loading ` +
-          `it needs twice that, over the ${formatGB(this.memoryBudgetBytes)} budget here. Choose a smaller model.`,
-      );
-    }
+    checkTrainingMemory(config, files.label, this.memoryBudgetBytes);
     return null;
+  }
+
+  /**
+   * How to load `name` for generate outside a run ("Try the policy"; Run.loadModel, Run.generator), checked first
+   * (checkMemory 'load'): the binding limit on WebGPU, and the base in f16 where `cfg` asks for it and it applies.
+   */
+  async generateLoadOptions(
+    name: string,
+    cfg: TrainConfig,
+  ): Promise<{ maxBindingBytes?: number; baseDtype?: 'f16' }> {
+    const baseDtype = await this.checkLoad(name, cfg);
+    return { ...this.modelOptions(), ...(baseDtype === 'f16' ? { baseDtype } : {}) };
+  }
+
+  /** How generate holds a model of `family` under `cfg` here (device-limits.ts generateBaseDtype). */
+  generateBaseDtype(cfg: Pick<TrainConfig, 'baseDtype'> | undefined, family: string): BaseDtype {
+    return generateBaseDtype(cfg?.baseDtype, family, this.deviceLimits?.backend);
+  }
+
+  /**
+   * The size of `name`'s model.safetensors when its bytes are held here (picked files), else null: loading in f16
+   * counts the file it packs from (device-limits.ts loadMemory), estimated at 2 bytes a parameter when unknown.
+   */
+  weightsFileBytes(name: string): number | null {
+    return this.held.get(name)?.get('model.safetensors')?.length ?? null;
+  }
+
+  /** The load check (checkMemory 'load'); returns the storage generate would load the model in. */
+  private async checkLoad(name: string, cfg?: TrainConfig): Promise<BaseDtype> {
+    const files = this.files(name);
+    const config = await readConfig(files);
+    checkDeviceLimits(config, files.label, this.deviceLimits, 'load');
+    // Loading to generate: the weights, and their copy on the way in (and, in f16, the file they are packed from).
+    const baseDtype = this.generateBaseDtype(cfg, config.model_type);
+    const problem = loadMemoryProblem(config, files.label, {
+      baseDtype,
+      lora: cfg?.lora ?? 0,
+      backend: this.deviceLimits?.backend ?? null,
+      budgetBytes: this.memoryBudgetBytes,
+      fileBytes: this.weightsFileBytes(name),
+      // Without a run's config (a DPO / SFT job's model) there is no f16 base to offer.
+      offerF16: cfg !== undefined,
+    });
+    if (problem) throw new UserError(problem);
+    return baseDtype;
   }
 
   /**
@@ -378,6 +421,19 @@ export class ModelSources {
     }
     if (f16Refusal) check.problem = check.problem ? `${f16Refusal} ${check.problem}` : f16Refusal;
     return check;
+  }
+
+  /**
+   * The model picker's verdicts (device-limits.ts modelFit) for the known Llama / Qwen shapes (LLAMA_SHAPES), keyed
+   * by shape name, on this backend and budget for `cfg` (its LoRA rank and targets, algorithm and "baseDtype").
+   */
+  modelFits(cfg: TrainConfig): Record<string, ModelFit> {
+    const out: Record<string, ModelFit> = {};
+    for (const [shape, json] of Object.entries(LLAMA_SHAPES)) {
+      const config = parseLlamaConfig({ ...json }, shape);
+      out[shape] = modelFit(config, cfg, this.deviceLimits, this.memoryBudgetBytes);
+    }
+    return out;
   }
 
   /** runEstimate as the worker sends it to the UI. */

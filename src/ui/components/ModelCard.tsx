@@ -1,4 +1,4 @@
-import { useId, useRef, useState } from 'react';
+import { useEffect, useId, useRef, useState } from 'react';
 import { MODEL_CHOICES } from '../lib/catalog';
 import { describeError } from '../errors';
 import { isModelFile, readPickedFiles } from '../lib/download';
@@ -6,6 +6,7 @@ import { formatBytes } from '../lib/format';
 import { familyName, trainableLine } from '../lib/memory-estimate';
 import {
   useActions,
+  useBackend,
   useMemory,
   useModel,
   useModelChoice,
@@ -93,13 +94,23 @@ function ModelFacts() {
   );
 }
 
+/** The config keys the picker's verdicts depend on (beside the backend). */
+const FIT_KEYS = ['lora', 'loraTargets', 'algorithm', 'valueModel', 'baseDtype'] as const;
+
 /** Built-in tiny, a Hub id, or files from disk (config.json + model.safetensors, and a Llama / Qwen tokenizer). */
 function ModelPicker() {
   const choice = useModelChoice();
   const loadState = useModelLoadState();
   const progress = useProgress();
   const running = useRunState() === 'running';
-  const { chooseModel, loadModel, showError } = useActions();
+  const { chooseModel, loadModel, showError, refreshModelFits } = useActions();
+  // Whether each Llama / Qwen entry fits this device, and how (the worker's verdict: api.modelFits).
+  const fits = usePlayground((s) => s.modelFits);
+  const backend = useBackend()?.backend ?? null;
+  const fitDeps = usePlayground((s) => JSON.stringify(FIT_KEYS.map((k) => s.editedConfig[k] ?? null)));
+  useEffect(() => {
+    void refreshModelFits();
+  }, [refreshModelFits, backend, fitDeps]);
   const [files, setFiles] = useState<File[]>([]);
   const filesInput = useRef<HTMLInputElement>(null);
   const name = useId();
@@ -143,6 +154,15 @@ function ModelPicker() {
             />
             <span>
               {m.label} <small className="muted">{m.note}</small>
+              {m.shape && fits?.[m.shape] && (
+                <small
+                  className={fits[m.shape].fits ? 'muted model-fit' : 'model-fit model-fit-over'}
+                  data-testid="model-fit"
+                >
+                  {' · '}
+                  {fits[m.shape].text}
+                </small>
+              )}
             </span>
           </label>
         ))}

@@ -439,6 +439,10 @@ export function createFakeWorker(opts: { stepMs?: number } = {}): FakeWorker {
       log('estimateMemory', patch);
       return fakeEstimate(validateConfig({ ...config, ...dropUndefined(patch) }));
     },
+    async modelFits(patch = {}) {
+      log('modelFits', patch);
+      return {};
+    },
     async forwardLogits() {
       return [];
     },

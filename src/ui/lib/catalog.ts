@@ -26,6 +26,11 @@ export interface ModelChoice {
   id: string;
   label: string;
   note: string;
+  /**
+   * Its published config's shape name (src/core/model/llama-config.ts LLAMA_SHAPES) for a Llama / Qwen model: the
+   * worker's verdict on whether it fits this device is shown beside it (api.modelFits).
+   */
+  shape?: string;
 }
 
 export const MODEL_CHOICES: readonly ModelChoice[] = [
@@ -36,16 +41,19 @@ export const MODEL_CHOICES: readonly ModelChoice[] = [
   // file also stores its tied lm_head (151 936 × 1024) once more, so it is 1.5 GB rather than 2 bytes × 596M.
   {
     id: 'HuggingFaceTB/SmolLM2-135M-Instruct',
+    shape: 'smollm2-135m',
     label: 'SmolLM2-135M-Instruct (Hub)',
     note: 'Llama, 135M parameters, ~270 MB download (bf16)',
   },
   {
     id: 'Qwen/Qwen2.5-0.5B-Instruct',
+    shape: 'qwen2.5-0.5b',
     label: 'Qwen2.5-0.5B-Instruct (Hub)',
     note: 'Qwen2, 494M parameters, ~1.0 GB download (bf16)',
   },
   {
     id: 'Qwen/Qwen3-0.6B',
+    shape: 'qwen3-0.6b',
     label: 'Qwen3-0.6B (Hub)',
     note: 'Qwen3, 596M parameters, ~1.5 GB download (bf16)',
   },

@@ -1,6 +1,7 @@
 /**
  * The memory estimate shown before Start (the worker computes it from config.json and the config:
- * api.estimateMemory) and LoRA preselected when a big model is loaded, with the sentence saying why.
+ * api.estimateMemory) and LoRA preselected when a big model is loaded, with the sentence saying why; the model
+ * picker's verdicts on which Llama / Qwen sizes fit this device (api.modelFits).
  */
 import type { ModelSummary } from '../../worker/protocol';
 import { loraPreselection, loraReason } from '../lib/memory-estimate';
@@ -10,13 +11,14 @@ import type { PlaygroundActions } from './types';
 
 type EstimateActions = Pick<
   PlaygroundActions,
-  'refreshEstimate' | 'preselectLora' | 'trainAllWeights' | 'dismissLoraNote'
+  'refreshEstimate' | 'refreshModelFits' | 'preselectLora' | 'trainAllWeights' | 'dismissLoraNote'
 >;
 
 export function createEstimateActions(ctx: SliceContext): EstimateActions {
   const { api, set, get } = ctx;
   /** Answers can come back out of order: only the newest request's is kept. */
   let asked = 0;
+  let askedFits = 0;
 
   return {
     async refreshEstimate() {
@@ -32,6 +34,18 @@ export function createEstimateActions(ctx: SliceContext): EstimateActions {
       } catch {
         // Informative only (e.g. a Hub config.json that cannot be read right now): show none.
         if (ask === asked) set({ estimate: null });
+      }
+    },
+
+    async refreshModelFits() {
+      const { editedConfig: config } = get();
+      const ask = ++askedFits;
+      if (configProblem(config) !== null) return; // the last verdicts stay until the config is valid again
+      try {
+        const modelFits = await api.modelFits(toWire(config));
+        if (ask === askedFits) set({ modelFits });
+      } catch {
+        if (ask === askedFits) set({ modelFits: null });
       }
     },
 

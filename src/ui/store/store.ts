@@ -65,6 +65,7 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
     modelChoice: MODEL_CHOICES.some((m) => m.id === config.model) ? config.model : 'tiny',
     estimate: null,
     loraNote: null,
+    modelFits: null,
     keptRuns: [],
     currentRunId: null,
     compared: [],

@@ -10,6 +10,7 @@ import type {
   MemoryEstimateReport,
   MemoryReport,
   MetricsByName,
+  ModelFit,
   ModelSource,
   ModelSummary,
   RewardModelReport,
@@ -124,6 +125,8 @@ export interface PlaygroundData {
   estimate: MemoryEstimateReport | null;
   /** LoRA preselected for a big model, and why; null when not (or dismissed). */
   loraNote: LoraNote | null;
+  /** The worker's verdicts on the known Llama / Qwen shapes for this device (keyed by shape name); null: none yet. */
+  modelFits: Record<string, ModelFit> | null;
 
   // ---- kept runs and the comparison ----
   /** Every kept run, oldest first (the current one included once its first step ran). */
@@ -185,6 +188,8 @@ export interface PlaygroundActions {
   loadModel(source: ModelSource): Promise<void>;
   /** Ask the worker for the memory estimate of the config (the model and the keys it depends on). */
   refreshEstimate(): Promise<void>;
+  /** Ask the worker which known Llama / Qwen shapes fit this device for the config (the picker's verdicts). */
+  refreshModelFits(): Promise<void>;
   /** After loading `model`: LoRA (and a learning rate for it) when it is big, with a note saying why. */
   preselectLora(model: ModelSummary): Promise<void>;
   /** Turn the preselected LoRA off again (and the learning rate back). */

@@ -1,0 +1,369 @@
+/**
+ * The model loaded for "Try the policy" follows the run's "baseDtype" (issue #36; docs/models.md, "The frozen base in
+ * f16"): the worker's load check (src/worker/sources.ts checkMemory 'load', device-limits.ts loadMemoryProblem)
+ * counts the base as it will be loaded, in words that say what is counted, and names the f16 base when it would
+ * fit. Driven with a config-only Qwen3-1.7B folder as tests/f16-base-estimate.test.ts (no weights read, no GPU).
+ * Then, on WebGPU in Node (Dawn; skipped, saying why, without an adapter), the worker's Run with the tiny Qwen2
+ * fixture: loadModel packs the base in f16, a change of "baseDtype" reloads it at the next generate in the new
+ * storage, and the RL job disposes it when its trainer takes its place.
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, it, expect, beforeAll } from 'vitest';
+import { validateConfig, type TrainConfig } from '../src/common/config';
+import { memoryFiles, type ModelFiles } from '../src/core/model/folder';
+import { LLAMA_SHAPES, parseLlamaConfig } from '../src/core/model/llama-config';
+import { loadTaskNode } from '../src/cli/tasks-node';
+import { isUserError } from '../src/common/errors';
+import type { ModelSources as ModelSourcesType } from '../src/worker/sources';
+import { generateBaseDtype, loadMemory, type DeviceLimits } from '../src/worker/device-limits';
+import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+
+// The worker's modules read `self` and `navigator` (worker globals).
+(globalThis as { self?: unknown }).self ??= globalThis;
+(globalThis as { navigator?: unknown }).navigator ??= {};
+
+/**
+ * Qwen3-1.7B by hand (as tests/f16-base-estimate.test.ts): the matrices 311 164 928 (embedding) + 28 × 50 331 648
+ * = 1 720 451 072 values, the norms 28 × 4352 + 2048 = 123 904; P = 1 720 574 976 parameters.
+ */
+const MATRICES = 311_164_928 + 28 * 50_331_648;
+const NORMS = 28 * 4352 + 2048;
+const P = MATRICES + NORMS;
+const BASE_F32 = 4 * P; // 6 882 299 904: "6.9 GB"
+const BASE_F16 = 2 * MATRICES + 4 * NORMS; // 3 441 397 760: "3.44 GB"
+/** The file when its size is not known: 2 bytes a parameter (bf16). */
+const FILE_BF16 = 2 * P; // 3 441 149 952
+/** Loading in f16: the packed weights, their packed copy on the host, and the file. */
+const LOAD_F16 = 2 * BASE_F16 + FILE_BF16; // 10 323 945 472: "10.3 GB"
+/** What the worker assumes when the browser reports 8 GB (navigator.deviceMemory's cap): 60% of 8 GiB. */
+const BUDGET_8GB = 8 * 1024 ** 3 * 0.6;
+
+const FIXTURE = 'tests/fixtures/hf-tokenizer/';
+const folder = new Map<string, Uint8Array>([
+  ['config.json', new TextEncoder().encode(JSON.stringify(LLAMA_SHAPES['qwen3-1.7b']))],
+  ...['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'].map(
+    (n) => [n, new Uint8Array(readFileSync(`${FIXTURE}${n}`))] as [string, Uint8Array],
+  ),
+]);
+const GPT2_JSON = { vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12 };
+
+let limits: DeviceLimits = { backend: 'webgpu' };
+/** The size of model.safetensors as if its bytes were held (picked files); null: unknown (a Hub model). */
+let fileBytes: number | null = null;
+let sources: ModelSourcesType;
+
+function cfg(over: Partial<TrainConfig> = {}): TrainConfig {
+  return validateConfig({ model: 'qwen3-1.7b', algorithm: 'grpo', task: 'arithmetic', lora: 8, ...over });
+}
+
+async function refusal(job: () => Promise<unknown>): Promise<string> {
+  try {
+    await job();
+  } catch (e) {
+    expect(isUserError(e), String(e)).toBe(true);
+    return (e as Error).message;
+  }
+  return '';
+}
+
+beforeAll(async () => {
+  const { ModelSources } = await import('../src/worker/sources');
+  class ConfigOnly extends ModelSources {
+    override files(name: string): ModelFiles {
+      if (name === 'qwen3-1.7b') return memoryFiles('qwen3-1.7b', folder);
+      if (name === 'gpt2-124m')
+        return memoryFiles(
+          'gpt2-124m',
+          new Map([['config.json', new TextEncoder().encode(JSON.stringify(GPT2_JSON))]]),
+        );
+      return super.files(name);
+    }
+    override weightsFileBytes(): number | null {
+      return fileBytes;
+    }
+    override loadTask = loadTaskNode;
+  }
+  sources = new ConfigOnly(() => {}, { deviceLimits: () => limits, memoryBudgetBytes: BUDGET_8GB });
+});
+
+describe('what loading a model to generate counts (pure)', () => {
+  const qwen3 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen3-1.7b'] });
+
+  it('f32: the weights and their copy; f16: the packed weights, their packed copy and the file', () => {
+    expect(loadMemory(qwen3, 'f32')).toEqual({
+      baseDtype: 'f32',
+      weights: BASE_F32,
+      hostCopy: BASE_F32,
+      file: 0,
+      fileKnown: true,
+      total: 13_764_599_808,
+    });
+    expect(loadMemory(qwen3, 'f16')).toEqual({
+      baseDtype: 'f16',
+      weights: BASE_F16,
+      hostCopy: BASE_F16,
+      file: FILE_BF16,
+      fileKnown: false,
+      total: LOAD_F16,
+    });
+    expect(LOAD_F16).toBe(10_323_945_472);
+    expect(loadMemory(qwen3, 'f16', 4e9).total).toBe(2 * BASE_F16 + 4e9);
+  });
+
+  it('generate holds the base in f16 only where the run would: webgpu, a Llama / Qwen family, "f16" asked', () => {
+    expect(generateBaseDtype('f16', 'qwen3', 'webgpu')).toBe('f16');
+    expect(generateBaseDtype('f16', 'llama', 'webgpu')).toBe('f16');
+    expect(generateBaseDtype('f32', 'qwen3', 'webgpu')).toBe('f32');
+    expect(generateBaseDtype(undefined, 'qwen3', 'webgpu')).toBe('f32');
+    expect(generateBaseDtype('f16', 'qwen3', 'wasm')).toBe('f32');
+    expect(generateBaseDtype('f16', 'qwen3', null)).toBe('f32');
+    expect(generateBaseDtype('f16', 'gpt2', 'webgpu')).toBe('f32');
+  });
+});
+
+describe('loading a Qwen3-1.7B-shaped folder to generate (checkMemory "load", config.json only)', () => {
+  it('f16 on WebGPU at the 8 GB browser budget: refused, saying what is counted', async () => {
+    limits = { backend: 'webgpu' };
+    fileBytes = null;
+    sources.setMemoryBudget(BUDGET_8GB);
+    expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' })))).toBe(
+      'Loading qwen3-1.7b with the base in f16 needs ≈ 10.3 GB: 3.44 GB of weights (the large matrices in f16), ' +
+        'and while it loads their packed copy on the host (3.44 GB) and the safetensors file (≈ 3.44 GB if ' +
+        'stored in bf16); that is over the 5.2 GB budget here. Choose a smaller model.',
+    );
+  });
+
+  it('a 12 GB budget: f16 loads (the options say so); f32 is refused, naming f16 with its count', async () => {
+    limits = { backend: 'webgpu' };
+    fileBytes = null;
+    sources.setMemoryBudget(12e9);
+    expect(await sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' }))).toEqual({
+      baseDtype: 'f16',
+    });
+    expect(await sources.checkMemory('qwen3-1.7b', 'load', cfg({ baseDtype: 'f16' }))).toBeNull();
+    const f32 =
+      'qwen3-1.7b has 1720.6 M parameters (6.9 GB of weights); loading it needs twice that, over the 12.0 GB ' +
+      'budget here.';
+    const how =
+      '≈ 10.3 GB: 3.44 GB of weights with the large matrices in f16, their packed copy and the file while it loads';
+    expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg()))).toBe(
+      `${f32} Setting "baseDtype" to "f16" would fit it (${how}). Or choose a smaller model.`,
+    );
+    // Without LoRA, "baseDtype" "f16" needs a rank too (config validation refuses it at "lora" 0).
+    expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg({ lora: 0 })))).toBe(
+      `${f32} Setting "lora" to a rank ≥ 1 and "baseDtype" to "f16" would fit it (${how}). Or choose a smaller model.`,
+    );
+    // A DPO / SFT job's load (no run config): f32, and no f16 to offer.
+    expect(await refusal(() => sources.checkMemory('qwen3-1.7b', 'load'))).toBe(
+      `${f32} Choose a smaller model.`,
+    );
+  });
+
+  it('a picked f32 file is counted as it is: 6.88 GB more on the host, over 12 GB even in f16', async () => {
+    limits = { backend: 'webgpu' };
+    fileBytes = 6_882_400_000; // BASE_F32 and a header
+    sources.setMemoryBudget(12e9);
+    // 2 × 3 441 397 760 + 6 882 400 000 = 13 765 195 520
+    expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' })))).toBe(
+      'Loading qwen3-1.7b with the base in f16 needs ≈ 13.8 GB: 3.44 GB of weights (the large matrices in f16), ' +
+        'and while it loads their packed copy on the host (3.44 GB) and the 6.88 GB safetensors file; that is ' +
+        'over the 12.0 GB budget here. Choose a smaller model.',
+    );
+    // f32 then has no f16 remedy: that would not fit either.
+    expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg()))).toMatch(
+      /over the 12\.0 GB budget here\. Choose a smaller model\.$/,
+    );
+    fileBytes = null;
+  });
+
+  it('off WebGPU "f16" is not used to load: f32 is counted, and WebGPU named where f16 would fit', async () => {
+    limits = { backend: 'cpu' };
+    sources.setMemoryBudget(12e9);
+    expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' })))).toBe(
+      'qwen3-1.7b has 1720.6 M parameters (6.9 GB of weights); loading it needs twice that, over the 12.0 GB ' +
+        'budget here. On WebGPU, setting "baseDtype" to "f16" would fit it (≈ 10.3 GB: 3.44 GB of weights with ' +
+        'the large matrices in f16, their packed copy and the file while it loads); the cpu backend holds the ' +
+        'weights in f32. Or choose a smaller model.',
+    );
+    // GPT-2 never loads in f16: with room for it in f32, the options have no baseDtype.
+    limits = { backend: 'webgpu' };
+    expect(
+      await sources.generateLoadOptions(
+        'gpt2-124m',
+        validateConfig({ model: 'gpt2-124m', lora: 8, baseDtype: 'f16' }),
+      ),
+    ).toEqual({});
+    sources.setMemoryBudget(BUDGET_8GB);
+  });
+});
+
+describe('the model picker’s verdicts: which Llama / Qwen sizes fit this device, and why (modelFit)', () => {
+  const qwen3 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen3-1.7b'] });
+  const qwen06 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen3-0.6b'] });
+  const grpo = (over: Partial<TrainConfig> = {}) => cfg({ algorithm: 'grpo', lora: 0, ...over });
+  /**
+   * LoRA r=8 on the seven linears of a Qwen3-1.7B layer, r × (in + out): q 2048 + 2048, k 2048 + 1024, v 2048 + 1024,
+   * o 2048 + 2048, gate and up 2048 + 6144, down 6144 + 2048 = 38 912 × 8 = 311 296, × 28 layers = 8 716 288
+   * parameters; with Adam's two moments and the gradients, 4 × 4 bytes each. GRPO: no value model.
+   */
+  const ADAPTER_STATE = 16 * 8_716_288; // 139 460 608
+  const FIT_F16 = BASE_F16 + ADAPTER_STATE; // 3 580 858 368: "3.6 GB"
+  const FIT_F32 = BASE_F32 + ADAPTER_STATE; // 7 021 760 512: "7.0 GB"
+  /** Qwen3-0.6B: 596 049 920 parameters; adapters 22 528 × 8 × 28 = 5 046 272. */
+  const FIT06_F32 = 4 * 596_049_920 + 16 * 5_046_272; // 2 464 940 032: "2.5 GB"
+  /** WASM: XNNPACK's packed f32 copy of the blocks' matrices, 4 × 28 × 15 728 640 = 1 761 607 680 bytes more. */
+  const FIT06_WASM = FIT06_F32 + 4 * 28 * 15_728_640; // 4 226 547 712: "4.2 GB"
+
+  it('the counts are the estimate’s (weights, adapters, Adam, gradients; no activations)', async () => {
+    const { estimateRunMemory, fixedBytes, runMemoryOptions } = await import('../src/core/model/size');
+    const none = { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength: 0 };
+    const opts = runMemoryOptions(grpo({ lora: 8 }), false);
+    expect(fixedBytes(estimateRunMemory(qwen3, none, { ...opts, baseDtype: 'f16' }))).toBe(FIT_F16);
+    expect(fixedBytes(estimateRunMemory(qwen3, none, opts))).toBe(FIT_F32);
+    expect(fixedBytes(estimateRunMemory(qwen06, none, opts))).toBe(FIT06_F32);
+    expect(fixedBytes(estimateRunMemory(qwen06, none, { ...opts, heap: 'wasm' }))).toBe(FIT06_WASM);
+  });
+
+  it('WebGPU at the 8 GB browser budget: Qwen3-1.7B only with the base in f16; Qwen3-0.6B either way', async () => {
+    const { modelFit } = await import('../src/worker/device-limits');
+    const gpu: DeviceLimits = { backend: 'webgpu' };
+    expect(modelFit(qwen3, grpo(), gpu, BUDGET_8GB)).toEqual({
+      fits: true,
+      text: 'fits only with the base in f16 (≈ 3.6 GB of 5.2 GB before activations; ≈ 7.0 GB in f32)',
+    });
+    expect(modelFit(qwen3, grpo({ lora: 8, baseDtype: 'f16' }), gpu, BUDGET_8GB)).toEqual({
+      fits: true,
+      text: 'fits with the base in f16 (≈ 3.6 GB of 5.2 GB before activations)',
+    });
+    expect(modelFit(qwen3, grpo(), gpu, 3e9)).toEqual({
+      fits: false,
+      text: 'does not fit: needs ≈ 3.6 GB with the base in f16, 3.0 GB here',
+    });
+    expect(modelFit(qwen06, grpo(), gpu, BUDGET_8GB)).toEqual({
+      fits: true,
+      text: 'fits with LoRA r=8 (≈ 2.5 GB of 5.2 GB before activations)',
+    });
+    // A GPU whose one-buffer limit is under a block matrix (6144 × 2048 f32 = 48 MiB).
+    expect(
+      modelFit(qwen3, grpo(), { backend: 'webgpu', maxStorageBufferBindingSize: 32 * 1024 ** 2 }, BUDGET_8GB),
+    ).toEqual({ fits: false, text: 'does not fit: a weight is over this GPU’s limit for one buffer' });
+  });
+
+  it('WASM and CPU: what WebGPU would hold, and why it is needed', async () => {
+    const { modelFit, memoryBudget } = await import('../src/worker/device-limits');
+    const wasm: DeviceLimits = { backend: 'wasm' };
+    expect(formatBudget(memoryBudget(wasm, BUDGET_8GB).bytes)).toBe('4.1 GB');
+    expect(modelFit(qwen06, grpo(), wasm, BUDGET_8GB)).toEqual({
+      fits: false,
+      text: 'needs WebGPU (≈ 2.5 GB of 5.2 GB before activations there; ≈ 4.2 GB here, over 4.1 GB)',
+    });
+    expect(modelFit(qwen3, grpo(), { backend: 'cpu' }, BUDGET_8GB)).toEqual({
+      fits: false,
+      text: 'needs WebGPU for the f16 base (≈ 3.6 GB of 5.2 GB before activations there; ≈ 7.0 GB here in f32, over 5.2 GB)',
+    });
+    expect(modelFit(qwen3, grpo(), { backend: 'cpu' }, 3e9)).toEqual({
+      fits: false,
+      text: 'does not fit: needs ≈ 7.0 GB, 3.0 GB here',
+    });
+  });
+
+  it('the worker answers for every known shape, on its backend and budget', async () => {
+    limits = { backend: 'webgpu' };
+    sources.setMemoryBudget(BUDGET_8GB);
+    const fits = sources.modelFits(grpo());
+    expect(Object.keys(fits)).toEqual(Object.keys(LLAMA_SHAPES));
+    expect(fits['qwen3-1.7b'].text).toBe(
+      'fits only with the base in f16 (≈ 3.6 GB of 5.2 GB before activations; ≈ 7.0 GB in f32)',
+    );
+    expect(fits['qwen3-0.6b'].text).toBe('fits with LoRA r=8 (≈ 2.5 GB of 5.2 GB before activations)');
+  });
+});
+
+const formatBudget = (n: number) => `${(n / 1e9).toFixed(1)} GB`;
+
+// ---- the worker's Run on WebGPU (Dawn in Node) ---------------------------------------------------------------
+
+const adapter = await webGpuAdapter();
+const QWEN2 = fileURLToPath(new URL('./fixtures/parity-llama/qwen2-tiny/', import.meta.url));
+const QWEN2_FILES = [
+  'config.json',
+  'model.safetensors',
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'generation_config.json',
+];
+
+describe('the Run loads generate’s model as "baseDtype" says (WebGPU in Node)', () => {
+  if (!adapter) {
+    skipWithoutAdapter();
+    return;
+  }
+
+  it('loadModel packs the base in f16; a change of "baseDtype" reloads it; a run disposes it', async () => {
+    await useNodeWebGpu();
+    const { ModelSources } = await import('../src/worker/sources');
+    const { Run } = await import('../src/worker/run');
+    const { RunEvents } = await import('../src/worker/events');
+    class NodeSources extends ModelSources {
+      override loadTask = loadTaskNode;
+    }
+    const webgpu = new NodeSources(() => {}, {
+      deviceLimits: () => ({ backend: 'webgpu' }),
+      memoryBudgetBytes: 1e9,
+    });
+    const run = new Run(webgpu, (job) => job(), {
+      events: new RunEvents(),
+      hooks: { autosave: async () => {}, failedForDeviceLoss: async () => false },
+      memory: () => undefined,
+    });
+    const name = webgpu.nameFor({
+      kind: 'files',
+      files: QWEN2_FILES.map((n) => ({
+        name: `qwen2-tiny/${n}`,
+        bytes: new Uint8Array(readFileSync(`${QWEN2}${n}`)),
+      })),
+    });
+    await run.configure({
+      lora: 4,
+      baseDtype: 'f16',
+      algorithm: 'grpo',
+      task: 'arithmetic-chat',
+      batchSize: 2,
+      groupSize: 2,
+      miniBatches: 1,
+      ppoEpochs: 1,
+      responseLength: 2,
+      steps: 1,
+    });
+    const packed = (m: { params: Map<string, { dtype: string }> }) =>
+      [...m.params.values()].filter((v) => v.dtype === 'int32').length;
+
+    const summary = await run.loadModel(name);
+    // The summary counts a packed weight's values, not its words: the same count as the f32 model's.
+    const layer = 32 * 32 + 32 + 2 * (32 * 16 + 16) + 32 * 32 + 3 * 32 * 64 + 2 * 32;
+    expect(summary.params).toBe(512 * 32 + 2 * layer + 32);
+    const f16 = (await run.generator()).model;
+    // Packed: the embedding (tied head) and the seven linears of each of the 2 layers.
+    expect(packed(f16)).toBe(1 + 2 * 7);
+
+    // "baseDtype" back to f32: the next generate loads the model again, in f32.
+    await run.configure({ baseDtype: 'f32' });
+    expect(run.hasLm).toBe(true); // kept until generate asks for it
+    const f32 = (await run.generator()).model;
+    expect(f32).not.toBe(f16);
+    expect(packed(f32)).toBe(0);
+    expect((await run.generator()).model).toBe(f32); // same storage: kept
+
+    await run.configure({ baseDtype: 'f16' });
+    const again = (await run.generator()).model;
+    expect(packed(again)).toBe(1 + 2 * 7);
+
+    // A run's trainer takes the loaded model's place: disposed when the session is built.
+    await run.stepOnce();
+    expect(run.status().step).toBe(1);
+    expect(run.hasLm).toBe(false);
+    expect(await webGpuErrors()).toEqual([]);
+    run.dropTrainer();
+  }, 120_000);
+});
