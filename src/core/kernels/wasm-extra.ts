@@ -47,8 +47,14 @@ export const swappedStats = { calls: 0 };
  */
 export const gemmStats = { calls: 0, packedKept: 0, packedReused: 0 };
 let gemmOn = false;
-/** Route 2-D float32 products to gemm.wat (true) or keep XNNPACK (false). Turning it on enables relaxed SIMD in Node. */
+/** What setWasmGemm asked for (null: nothing yet; registerWasmExtraKernels then turns the route on). */
+let gemmAsked: boolean | null = null;
+/**
+ * Route 2-D float32 products to gemm.wat (true) or keep XNNPACK (false). Turning it on enables relaxed SIMD in Node.
+ * An explicit choice stands: registering the kernels later does not change it.
+ */
 export function setWasmGemm(on: boolean): void {
+  gemmAsked = on;
   gemmOn = on;
   if (on) enableRelaxedSimd();
 }
@@ -430,10 +436,14 @@ export function registerWasmExtraKernels(): void {
   if (registered) return;
   registered = true;
   // NO_FAST_MM=1 / NO_FAST_SLICE=1 / NO_FAST_SUM=1 (Node) keep tfjs's own kernels, to measure the plain path against these.
-  // The gemm.wat route for 2-D products is on by default; WASM_GEMM=0 keeps XNNPACK (setWasmGemm).
+  // The gemm.wat route for 2-D products is on by default; WASM_GEMM=0 keeps XNNPACK, as does an earlier
+  // setWasmGemm(false).
   const env = (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env ?? {};
   if (!env.NO_FAST_MM) fastMatMul();
-  setWasmGemm(env.WASM_GEMM !== '0');
+  if (gemmAsked === null) {
+    gemmOn = env.WASM_GEMM !== '0';
+    if (gemmOn) enableRelaxedSimd();
+  }
   fastGather();
   if (!env.NO_FAST_SLICE) fastSlice();
   if (!env.NO_FAST_SUM) fastSum();
