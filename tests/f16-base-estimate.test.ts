@@ -6,64 +6,31 @@
  * f32 base, and a run too big for the heap is told what WebGPU's f16 base would hold. The UI's line says "base in
  * f16". No weights are read, no GPU is needed.
  */
-import { readFileSync } from 'node:fs';
 import { describe, it, expect, beforeAll } from 'vitest';
-import { validateConfig, type LoraTargetName, type TrainConfig } from '../src/common/config';
-import { memoryFiles, type ModelFiles } from '../src/core/model/folder';
+import { validateConfig, type TrainConfig } from '../src/common/config';
+import { LLAMA_LORA_TARGET_NAMES } from '../src/common/config/fields';
 import { LLAMA_SHAPES, parseLlamaConfig } from '../src/core/model/llama-config';
 import { estimateRunMemory, formatParts, type RunShape } from '../src/core/model/size';
-import { loadTaskNode } from '../src/cli/tasks-node';
 import type { ModelSources as ModelSourcesType } from '../src/worker/sources';
 import { runMemoryCheck, type DeviceLimits } from '../src/worker/device-limits';
 import { estimateLine } from '../src/ui/lib/memory-estimate';
 import type { MemoryEstimateReport } from '../src/worker/protocol';
+import { BASE_F16, BASE_F32, BUDGET_8GB, configOnlySources } from './helpers/qwen3-config-only';
 
 // The worker's modules read `self` and `navigator` (worker globals).
 (globalThis as { self?: unknown }).self ??= globalThis;
 (globalThis as { navigator?: unknown }).navigator ??= {};
 
-/**
- * Qwen3-1.7B by hand (LLAMA_SHAPES['qwen3-1.7b']: vocabulary 151 936, hidden 2048, 28 layers, 16 heads of 128, 8 KV
- * heads, MLP 6144, tied head). The matrices: embed_tokens 151 936 × 2048 = 311 164 928, and per layer q and o
- * 2048 × 2048, k and v 1024 × 2048, gate / up / down 6144 × 2048 = 50 331 648, × 28 = 1 409 286 144; together
- * 1 720 451 072. The norms (f32 in either case): per layer 2 × 2048 + q_norm 128 + k_norm 128 = 4352, × 28, and the
- * final 2048: 123 904.
- */
-const MATRICES = 311_164_928 + 28 * 50_331_648;
-const NORMS = 28 * 4352 + 2048;
-const BASE_F32 = 4 * (MATRICES + NORMS); // 6 882 299 904: "6.88 GB"
-const BASE_F16 = 2 * MATRICES + 4 * NORMS; // 3 441 397 760: "3.44 GB"
+// Qwen3-1.7B's byte counts, worked by hand: tests/helpers/qwen3-config-only.ts.
 const qwen3 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen3-1.7b'] });
-/** What the worker assumes when the browser reports 8 GB (navigator.deviceMemory's cap): 60% of 8 GiB. */
-const BUDGET_8GB = 8 * 1024 ** 3 * 0.6;
 const WEBGPU: DeviceLimits = { backend: 'webgpu' };
 const WASM: DeviceLimits = { backend: 'wasm' };
 const LORA8 = {
-  lora: {
-    r: 8,
-    targets: [
-      'q_proj',
-      'k_proj',
-      'v_proj',
-      'o_proj',
-      'gate_proj',
-      'up_proj',
-      'down_proj',
-    ] as LoraTargetName[],
-  },
+  lora: { r: 8, targets: [...LLAMA_LORA_TARGET_NAMES] },
   valueModel: 'none' as const,
   rewardModel: false,
 };
 const SHAPE: RunShape = { batchSize: 2, miniBatches: 1, promptLength: 8, responseLength: 2 };
-
-const FIXTURE = 'tests/fixtures/hf-tokenizer/';
-const folder = new Map<string, Uint8Array>([
-  ['config.json', new TextEncoder().encode(JSON.stringify(LLAMA_SHAPES['qwen3-1.7b']))],
-  ...['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'].map(
-    (n) => [n, new Uint8Array(readFileSync(`${FIXTURE}${n}`))] as [string, Uint8Array],
-  ),
-]);
-const GPT2_JSON = { vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12 };
 
 let limits: DeviceLimits = WEBGPU;
 let sources: ModelSourcesType;
@@ -84,20 +51,7 @@ function cfg(over: Partial<TrainConfig> = {}): TrainConfig {
 }
 
 beforeAll(async () => {
-  const { ModelSources } = await import('../src/worker/sources');
-  class ConfigOnly extends ModelSources {
-    override files(name: string): ModelFiles {
-      if (name === 'qwen3-1.7b') return memoryFiles('qwen3-1.7b', folder);
-      if (name === 'gpt2-124m')
-        return memoryFiles(
-          'gpt2-124m',
-          new Map([['config.json', new TextEncoder().encode(JSON.stringify(GPT2_JSON))]]),
-        );
-      return super.files(name);
-    }
-    override loadTask = loadTaskNode;
-  }
-  sources = new ConfigOnly(() => {}, { deviceLimits: () => limits, memoryBudgetBytes: BUDGET_8GB });
+  sources = await configOnlySources(() => limits);
 });
 
 describe('the estimate of a Qwen3-1.7B-shaped folder with baseDtype "f16"', () => {

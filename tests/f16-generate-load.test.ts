@@ -9,44 +9,33 @@
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { loadTaskNode } from '../src/cli/tasks-node';
 import { describe, it, expect, beforeAll } from 'vitest';
 import { validateConfig, type TrainConfig } from '../src/common/config';
-import { memoryFiles, type ModelFiles } from '../src/core/model/folder';
 import { LLAMA_SHAPES, parseLlamaConfig } from '../src/core/model/llama-config';
-import { loadTaskNode } from '../src/cli/tasks-node';
-import { isUserError } from '../src/common/errors';
 import type { ModelSources as ModelSourcesType } from '../src/worker/sources';
 import { generateBaseDtype, loadMemory, type DeviceLimits } from '../src/worker/device-limits';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+import {
+  BASE_F16,
+  BASE_F32,
+  BUDGET_8GB,
+  MATRICES,
+  NORMS,
+  configOnlySources,
+  refusal,
+} from './helpers/qwen3-config-only';
 
 // The worker's modules read `self` and `navigator` (worker globals).
 (globalThis as { self?: unknown }).self ??= globalThis;
 (globalThis as { navigator?: unknown }).navigator ??= {};
 
-/**
- * Qwen3-1.7B by hand (as tests/f16-base-estimate.test.ts): the matrices 311 164 928 (embedding) + 28 × 50 331 648
- * = 1 720 451 072 values, the norms 28 × 4352 + 2048 = 123 904; P = 1 720 574 976 parameters.
- */
-const MATRICES = 311_164_928 + 28 * 50_331_648;
-const NORMS = 28 * 4352 + 2048;
+// Qwen3-1.7B's byte counts, worked by hand: tests/helpers/qwen3-config-only.ts. P = 1 720 574 976 parameters.
 const P = MATRICES + NORMS;
-const BASE_F32 = 4 * P; // 6 882 299 904: "6.9 GB"
-const BASE_F16 = 2 * MATRICES + 4 * NORMS; // 3 441 397 760: "3.44 GB"
 /** The file when its size is not known: 2 bytes a parameter (bf16). */
 const FILE_BF16 = 2 * P; // 3 441 149 952
 /** Loading in f16: the packed weights, their packed copy on the host, and the file. */
 const LOAD_F16 = 2 * BASE_F16 + FILE_BF16; // 10 323 945 472: "10.3 GB"
-/** What the worker assumes when the browser reports 8 GB (navigator.deviceMemory's cap): 60% of 8 GiB. */
-const BUDGET_8GB = 8 * 1024 ** 3 * 0.6;
-
-const FIXTURE = 'tests/fixtures/hf-tokenizer/';
-const folder = new Map<string, Uint8Array>([
-  ['config.json', new TextEncoder().encode(JSON.stringify(LLAMA_SHAPES['qwen3-1.7b']))],
-  ...['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'].map(
-    (n) => [n, new Uint8Array(readFileSync(`${FIXTURE}${n}`))] as [string, Uint8Array],
-  ),
-]);
-const GPT2_JSON = { vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12 };
 
 let limits: DeviceLimits = { backend: 'webgpu' };
 /** The size of model.safetensors as if its bytes were held (picked files); null: unknown (a Hub model). */
@@ -57,34 +46,11 @@ function cfg(over: Partial<TrainConfig> = {}): TrainConfig {
   return validateConfig({ model: 'qwen3-1.7b', algorithm: 'grpo', task: 'arithmetic', lora: 8, ...over });
 }
 
-async function refusal(job: () => Promise<unknown>): Promise<string> {
-  try {
-    await job();
-  } catch (e) {
-    expect(isUserError(e), String(e)).toBe(true);
-    return (e as Error).message;
-  }
-  return '';
-}
-
 beforeAll(async () => {
-  const { ModelSources } = await import('../src/worker/sources');
-  class ConfigOnly extends ModelSources {
-    override files(name: string): ModelFiles {
-      if (name === 'qwen3-1.7b') return memoryFiles('qwen3-1.7b', folder);
-      if (name === 'gpt2-124m')
-        return memoryFiles(
-          'gpt2-124m',
-          new Map([['config.json', new TextEncoder().encode(JSON.stringify(GPT2_JSON))]]),
-        );
-      return super.files(name);
-    }
-    override weightsFileBytes(): number | null {
-      return fileBytes;
-    }
-    override loadTask = loadTaskNode;
-  }
-  sources = new ConfigOnly(() => {}, { deviceLimits: () => limits, memoryBudgetBytes: BUDGET_8GB });
+  sources = await configOnlySources(
+    () => limits,
+    () => fileBytes,
+  );
 });
 
 describe('what loading a model to generate counts (pure)', () => {

@@ -22,6 +22,7 @@ import {
   WASM_HEAP_BYTES,
 } from '../src/worker/device-limits';
 import { parseGPT2Config } from '../src/core/model/config';
+import { refusal } from './helpers/qwen3-config-only';
 
 // The worker's modules read `self` and `navigator` (worker globals).
 (globalThis as { self?: unknown }).self ??= globalThis;
@@ -46,16 +47,6 @@ let sources: ModelSourcesType;
 
 function cfg(over: Partial<TrainConfig> = {}): TrainConfig {
   return validateConfig({ model: 'gpt2-124m', task: 'sentiment', ...over });
-}
-
-async function refusal(job: () => Promise<unknown>): Promise<string> {
-  try {
-    await job();
-  } catch (e) {
-    expect(isUserError(e), String(e)).toBe(true);
-    return (e as Error).message;
-  }
-  return '';
 }
 
 beforeAll(async () => {
