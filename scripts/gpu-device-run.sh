@@ -5,8 +5,10 @@
 # where python3 has torch with CUDA (the Qwen GRPO row's PyTorch side needs transformers and peft too; device.txt
 # says whether they import). The default-plan PPO row and the Qwen GRPO row need no variable: they always run.
 # Results go to $OUT (the device tool brings them back), or to ./gpu-out.
-# Usage: bash scripts/gpu-device-run.sh [checks|bench|profile|all] (default all: checks and bench; profile: GPT-2's
-# decode, GPU kernel times by tf.profile and the host's share by scripts/profile-decode-host.ts). docs/gpu.md.
+# Usage: bash scripts/gpu-device-run.sh [checks|sweep|bench|f16|profile|all] (default all: checks and bench; sweep: the
+# matmul variants of scripts/matmul-sweep.ts; f16: issue #36's f16-base rows, one process per shape so that each
+# reading of GPU memory starts from a fresh device; profile: GPT-2's decode, GPU kernel times by tf.profile and the
+# host's share by scripts/profile-decode-host.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -36,16 +38,30 @@ node=.gpu/bin/node
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
 $node --version >> "$out/device.txt"
 { "$PPO_PYTHON" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tail -1 || true; } >> "$out/device.txt"
-if [ "$what" = checks ] || [ "$what" = all ]; then
+want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != sweep ] && [ "$1" != profile ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
+if want checks; then
   $node .gpu/bundle/gpu-checks.mjs 2>&1 | tee "$out/gpu-checks.txt" | tail -40
 fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
+if want sweep && [ -f .gpu/bundle/matmul-sweep.mjs ]; then
+  $node .gpu/bundle/matmul-sweep.mjs 2>&1 | tee "$out/matmul-sweep.txt" | tail -30
+fi
+if want bench; then
   PPO_GPU_BENCH_REPEAT="${PPO_GPU_BENCH_REPEAT:-2}" PPO_GPU_BENCH_SKIP_PLAIN="${PPO_GPU_BENCH_SKIP_PLAIN:-1}" \
     $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-gpu.json" 2> "$out/bench-gpu.log" || {
       echo "bench --gpu failed:"; tail -40 "$out/bench-gpu.log"; exit 1; }
   tail -5 "$out/bench-gpu.log"
 fi
-if [ "$what" = profile ]; then
+if want f16; then
+  # Qwen2.5-1.5B (with the f16/f32 decode comparison), then Qwen3-1.7B, each in its own process.
+  for m in qwen2.5-1.5b qwen3-1.7b; do
+    decode=0; [ "$m" = qwen2.5-1.5b ] && decode=1
+    PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=$m PPO_GPU_BENCH_F16_DECODE=$decode \
+      $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-f16-$m.json" 2> "$out/bench-f16-$m.log" || {
+        echo "bench --gpu (f16, $m) failed:"; tail -40 "$out/bench-f16-$m.log"; }
+    tail -4 "$out/bench-f16-$m.log"
+  done
+fi
+if want profile; then
   $node .gpu/bundle/profile-webgpu.mjs gpt2 2>&1 | tee "$out/profile-webgpu.txt" | tail -25
   for width in 64 768; do
     $node .gpu/bundle/profile-decode-host.mjs "$width" 16 24 2>&1 | tee "$out/profile-decode-host-$width.txt" | tail -16

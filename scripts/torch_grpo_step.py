@@ -9,9 +9,12 @@ usage: python scripts/torch_grpo_step.py SPEC.json
   "cpu" for a dry run or a test), batch B, group size G (B / G prompts, each sampled G times), prompt length Tq,
   response length R, LoRA rank, alpha and target modules (PEFT's names: the layers our trainer adapted), the GRPO
   hyperparameters of our config (learning rate, sampling, klCoef = beta, scaleRewards, lossAggregation, clip range,
-  log-ratio clamp, maxGradNorm), warm-up and timed steps.
+  log-ratio clamp, maxGradNorm), warm-up and timed steps, and the base's dtype ("float32", or "float16" for
+  issue #36's f16-base rows: the frozen base in float16, the adapters in float32 as PEFT casts them by default,
+  the log-softmax and loss in float32).
 
-The step, as ours runs GRPO with one epoch of one minibatch (docs/engine.md), float32 throughout, TF32 off:
+The step, as ours runs GRPO with one epoch of one minibatch (docs/engine.md), float32 throughout (or a float16
+base), TF32 off:
   1. generate: HF `generate` with the KV cache through the PEFT model (adapters on), sampling at our temperature /
      top-k / top-p, exactly R new tokens for all B rows (B / G random prompts of Tq ids, each repeated G times);
   2. score (no grad): reference log-probs of the R response tokens with the adapters disabled (only when
@@ -98,7 +101,14 @@ def main(spec_path):
             torch.cuda.synchronize()
 
     t_load = time.perf_counter()
-    base = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32, local_files_only=True).to(dev)
+    dtypes = {"float32": torch.float32, "float16": torch.float16}
+    dtype_name = spec.get("dtype", "float32")
+    if dtype_name not in dtypes:
+        raise SystemExit(f"dtype must be float32 or float16, got {dtype_name!r}")
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    base = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=dtypes[dtype_name],
+                                                local_files_only=True).to(dev)
     base.eval()  # no dropout (ours has none); autograd still runs in eval mode
     targets = list(spec["loraTargets"])
     lora = LoraConfig(r=spec["lora"], lora_alpha=spec["loraAlpha"], target_modules=targets, lora_dropout=0.0,
@@ -193,6 +203,8 @@ def main(spec_path):
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "peft": peft.__version__,
+        "dtype": dtype_name,
+        "peakMemoryBytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else None,
     }
     print(json.dumps(out))
 

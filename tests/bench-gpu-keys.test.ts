@@ -507,6 +507,7 @@ describe("the Qwen GRPO row: model, run, timing rule, PyTorch's spec and result,
       maxGradNorm: cfg.maxGradNorm,
       warmup: 1,
       steps: 3,
+      dtype: 'float32',
     });
     expect(s.klCoef).toBeGreaterThan(0); // β > 0: the script runs the reference forward (adapters disabled)
     const other = torchGrpoSpec(

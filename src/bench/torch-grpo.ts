@@ -8,6 +8,50 @@
 import { groupSizeOf, type TrainConfig } from '../common/config';
 import { LLAMA_SHAPES } from '../core/model/llama-config';
 
+/** The shapes of issue #36's f16-base rows (`f16Grpo`): seed 003's models. */
+export const F16_BENCH_SHAPES = ['qwen2.5-1.5b', 'qwen3-1.7b'] as const;
+export type F16BenchShapeName = (typeof F16_BENCH_SHAPES)[number];
+
+/**
+ * An f16 row's config.json: the published shape (LLAMA_SHAPES) with the 512-id ChatML tokenizer's token ids, as
+ * qwenBenchShape. A dry run keeps the vocabulary and shrinks the trunk (2 layers of width 64, 4 heads of 16 over 2
+ * KV heads, SwiGLU 128).
+ */
+export function f16BenchShape(name: F16BenchShapeName, dryRun: boolean): Record<string, unknown> {
+  const shape: Record<string, unknown> = {
+    ...LLAMA_SHAPES[name],
+    bos_token_id: 510,
+    eos_token_id: 511,
+    pad_token_id: 509,
+  };
+  return dryRun
+    ? {
+        ...shape,
+        num_hidden_layers: 2,
+        hidden_size: 64,
+        intermediate_size: 128,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        ...('head_dim' in shape ? { head_dim: 16 } : {}),
+      }
+    : shape;
+}
+
+/** An f16 row's run (issue #36): 2 prompts × groups of 8, R 64, LoRA r 8; a dry run as qwenBenchRun's. */
+export function f16BenchRun(dryRun: boolean): ReturnType<typeof qwenBenchRun> {
+  return dryRun ? qwenBenchRun(true) : { ...qwenBenchRun(false), responseLength: 64 };
+}
+
+/** "Qwen2.5-1.5B shape (28 layers, width 1536, …), random weights" for a config.json made as above. */
+export function benchModelLabel(title: string, s: Record<string, unknown>, dryRun: boolean): string {
+  return `${title} shape${dryRun ? ', dry run' : ''} (${s.num_hidden_layers} layers, width ${s.hidden_size}, ${s.num_attention_heads} heads over ${s.num_key_value_heads} KV heads, SwiGLU ${s.intermediate_size}, vocabulary ${s.vocab_size}), random weights`;
+}
+
+/** The title of a shape in labels: "Qwen2.5-1.5B", "Qwen3-1.7B". */
+export function f16BenchTitle(name: F16BenchShapeName): string {
+  return name === 'qwen2.5-1.5b' ? 'Qwen2.5-1.5B' : 'Qwen3-1.7B';
+}
+
 /**
  * The Qwen row's config.json: Qwen2.5-0.5B's shapes (24 layers, width 896, 14 heads over 2 KV heads, SwiGLU 4864,
  * the 151936-entry vocabulary, tied head) with the token ids of the 512-id ChatML tokenizer the folder gets
@@ -80,6 +124,8 @@ export interface TorchGrpoSpec {
   maxGradNorm: number;
   warmup: number;
   steps: number;
+  /** The base's dtype: float32 (TF32 off), or float16 with the adapters in float32 (PEFT's default autocast). */
+  dtype: 'float32' | 'float16';
 }
 
 /** What scripts/torch_grpo_step.py prints on its last stdout line (seconds). */
@@ -100,6 +146,10 @@ export interface TorchGrpoResult {
   torch: string;
   transformers: string;
   peft: string;
+  /** The base's dtype (absent from an older script: float32). */
+  dtype?: 'float32' | 'float16';
+  /** torch.cuda.max_memory_allocated over the load and every step (absent on the CPU). */
+  peakMemoryBytes?: number | null;
 }
 
 /** The spec of the PyTorch GRPO step that matches our trainer's config `cfg` at prompt bucket `Tq`. */
@@ -133,6 +183,7 @@ export function torchGrpoSpec(
     loraTargets: readonly string[];
     warmup: number;
     steps: number;
+    dtype?: TorchGrpoSpec['dtype'];
   },
 ): TorchGrpoSpec {
   if (
@@ -169,6 +220,7 @@ export function torchGrpoSpec(
     maxGradNorm: cfg.maxGradNorm,
     warmup: o.warmup,
     steps: o.steps,
+    dtype: o.dtype ?? 'float32',
   };
 }
 

@@ -41,6 +41,7 @@ import {
   type TorchGrpoSpec,
 } from './torch-grpo';
 import { resolveLoraTargets } from '../core/model/lora';
+import { formatEstimate } from '../core/model/size';
 
 export interface GpuAdapterReport {
   vendor: string;
@@ -175,7 +176,27 @@ export interface QwenGrpoBench {
   vsTorchEagerDefault: number | null;
   /** wholeBatch.sPerStep ÷ torchEagerPeft.sPerStep. */
   vsTorchEagerWhole: number | null;
+  /** The f16-base rows (issue #36, src/bench/f16-gpu.ts): the base's dtype ours and PyTorch's ran with. */
+  baseDtype?: 'f16' | 'f32';
+  /** The f16-base rows: GPU memory of the default plan's step and the estimate the engine made for it. */
+  memory?: StepMemory | null;
   notes: string[];
+}
+
+/**
+ * GPU memory of one timed plan (the f16-base rows): what the GPU's used memory (nvidia-smi) grew by from before
+ * the trainer was built to after its timed steps — weights, the step's buffers in tfjs's pool (freed buffers stay
+ * there, so this is at least the step's peak) and the recordings — beside tfjs's own count and the pre-flight
+ * estimate (trainer.memoryEstimate, model/size.ts).
+ */
+export interface StepMemory {
+  /** nvidia-smi's used memory after the timed steps − before the build; null without nvidia-smi. */
+  gpuBytes: number | null;
+  /** tfjs-backend-webgpu's numBytesAllocatedInGPU after the timed steps (its buffers, pool included). */
+  tfjsAllocatedBytes: number | null;
+  /** The engine's estimate of the step (trainer.memoryEstimate().total) and its words. */
+  estimateBytes: number;
+  estimate: string;
 }
 
 /** ms per generated token, greedy and sampled, of one model at one batch (prefill excluded). */
@@ -380,6 +401,8 @@ export function torchGrpoRow(t: TorchGrpoResult): TorchGrpoRow {
     torch: t.torch,
     transformers: t.transformers,
     peft: t.peft,
+    ...(t.dtype ? { dtype: t.dtype } : {}),
+    ...(t.peakMemoryBytes !== undefined ? { peakMemoryBytes: t.peakMemoryBytes } : {}),
   };
 }
 
@@ -398,44 +421,47 @@ export function qwenGrpoKeys(i: {
   /** The modules and parameter count of our adapters, to check PEFT's against. */
   ours: { loraTargets: readonly string[]; trainableParams: number };
   dryRun: boolean;
+  /** The row's name in notes (default "qwenGrpo"). */
+  key?: string;
 }): Pick<QwenGrpoBench, 'torchEagerPeft' | 'vsTorchEagerDefault' | 'vsTorchEagerWhole'> & {
   notes: string[];
 } {
+  const K = i.key ?? 'qwenGrpo';
   const notes: string[] = [];
   const run = i.torchRun;
   const t = run && !('error' in run) ? run : null;
-  if (!i.torch.ok) notes.push(`qwenGrpo.torchEagerPeft: null (no PyTorch on a GPU: ${i.torch.reason}).`);
+  if (!i.torch.ok) notes.push(`${K}.torchEagerPeft: null (no PyTorch on a GPU: ${i.torch.reason}).`);
   else if (!run)
     notes.push(
-      `qwenGrpo.torchEagerPeft: null (${i.torch.reason} is here, but the PyTorch GRPO step was not run).`,
+      `${K}.torchEagerPeft: null (${i.torch.reason} is here, but the PyTorch GRPO step was not run).`,
     );
   else if ('error' in run)
-    notes.push(`qwenGrpo.torchEagerPeft: null (the PyTorch GRPO step failed: ${run.error}).`);
+    notes.push(`${K}.torchEagerPeft: null (the PyTorch GRPO step failed: ${run.error}).`);
   if (t) {
     const want = [...i.ours.loraTargets].sort();
     const got = [...t.loraTargets].sort();
     if (JSON.stringify(want) !== JSON.stringify(got))
       notes.push(
-        `qwenGrpo: PEFT adapted ${JSON.stringify(got)}, ours ${JSON.stringify(want)}: the two steps differ.`,
+        `${K}: PEFT adapted ${JSON.stringify(got)}, ours ${JSON.stringify(want)}: the two steps differ.`,
       );
     if (t.trainableParams !== i.ours.trainableParams)
       notes.push(
-        `qwenGrpo: PEFT trains ${t.trainableParams} parameters, ours ${i.ours.trainableParams}: the two steps differ.`,
+        `${K}: PEFT trains ${t.trainableParams} parameters, ours ${i.ours.trainableParams}: the two steps differ.`,
       );
   }
   const ratio = (name: string, ours: Pick<QwenPlanRow, 'sPerStep'> | null): number | null => {
     if (!t) return null;
     if (!ours) {
-      notes.push(`qwenGrpo.${name}: null (our row did not run).`);
+      notes.push(`${K}.${name}: null (our row did not run).`);
       return null;
     }
     if (!finitePositive(ours.sPerStep) || !finitePositive(t.timeStep)) {
-      notes.push(`qwenGrpo.${name}: null (step times ours ${ours.sPerStep} s, PyTorch ${t.timeStep} s).`);
+      notes.push(`${K}.${name}: null (step times ours ${ours.sPerStep} s, PyTorch ${t.timeStep} s).`);
       return null;
     }
     if (i.dryRun) {
       notes.push(
-        `qwenGrpo.${name}: null (a dry run: a small shape on a software adapter against PyTorch on the CPU is not a measurement; the ratio would be ${(ours.sPerStep / t.timeStep).toFixed(2)}).`,
+        `${K}.${name}: null (a dry run: a small shape on a software adapter against PyTorch on the CPU is not a measurement; the ratio would be ${(ours.sPerStep / t.timeStep).toFixed(2)}).`,
       );
       return null;
     }
@@ -1009,17 +1035,31 @@ export const PPO_DEFAULT_PLAN_LABEL = 'PPO, LoRA r 8, shared value — the defau
  * recompute; each plan a warm-up and 1 or 2 timed steps (qwenTimedSteps). The trainer is freed, then PyTorch eager
  * + PEFT runs the same step once (warm-up + 3 timed; a dry run: 1, on the CPU). A failure becomes a note.
  */
-async function qwenGrpoBench(o: {
+export async function qwenGrpoBench(o: {
   build: QwenTrainerBuilder;
   runTorch?: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
   torch: TorchProbe;
   dryRun: boolean;
   log: (m: string) => void;
+  /**
+   * Another row on the same code (src/bench/f16-gpu.ts, issue #36): its name in notes, model label, run, plans,
+   * the PyTorch base's dtype (the builder sets ours), and a reading of GPU memory for the default plan's step.
+   */
+  row?: {
+    key: string;
+    model: string;
+    run: ReturnType<typeof qwenBenchRun>;
+    plans: ('defaultPlan' | 'wholeBatch')[];
+    baseDtype: 'f16' | 'f32';
+    torchDtype: TorchGrpoSpec['dtype'];
+    gpuMemoryUsedBytes?: () => number | null;
+  };
 }): Promise<QwenGrpoBench> {
-  const run = qwenBenchRun(o.dryRun);
+  const key = o.row?.key ?? 'qwenGrpo';
+  const run = o.row?.run ?? qwenBenchRun(o.dryRun);
   const notes: string[] = [];
   const out: QwenGrpoBench = {
-    model: qwenModelLabel(o.dryRun),
+    model: o.row?.model ?? qwenModelLabel(o.dryRun),
     measured: !o.dryRun,
     batchSize: run.batchSize,
     groupSize: run.groupSize,
@@ -1033,12 +1073,14 @@ async function qwenGrpoBench(o: {
     torchEagerPeft: null,
     vsTorchEagerDefault: null,
     vsTorchEagerWhole: null,
+    ...(o.row ? { baseDtype: o.row.baseDtype, memory: null } : {}),
     notes,
   };
   if (o.dryRun)
     notes.push(
-      'qwenGrpo: a dry run (2 layers of width 64 on a software adapter, PyTorch on the CPU): none of its figures is a measurement.',
+      `${key}: a dry run (2 layers of width 64 on a software adapter, PyTorch on the CPU): none of its figures is a measurement.`,
     );
+  const memBefore = o.row?.gpuMemoryUsedBytes?.() ?? null;
   o.log(
     `${out.model}: GRPO, LoRA r ${run.lora}, ${run.batchSize / run.groupSize} prompts × ${run.groupSize}, ${run.responseLength} tokens`,
   );
@@ -1051,14 +1093,14 @@ async function qwenGrpoBench(o: {
       config: () => ({ ...first, ...stepPlan }),
     }));
   } catch (e) {
-    notes.push(`qwenGrpo: the trainer could not be built: ${(e as Error).message}`);
+    notes.push(`${key}: the trainer could not be built: ${(e as Error).message}`);
     return out;
   }
   try {
     const policy = trainer.models.policy;
     out.loraTargets = resolveLoraTargets(policy.config, trainer.cfg.loraTargets);
     out.trainableParams = policy.trainableVariables().reduce((n, v) => n + v.size, 0);
-    const plans: { key: 'defaultPlan' | 'wholeBatch'; label: string; plan: QwenPlanRow['requested'] }[] = [
+    const all: { key: 'defaultPlan' | 'wholeBatch'; label: string; plan: QwenPlanRow['requested'] }[] = [
       { key: 'defaultPlan', label: 'the default plan', plan: { microBatchSize: 0, recompute: 'auto' } },
       {
         key: 'wholeBatch',
@@ -1066,8 +1108,9 @@ async function qwenGrpoBench(o: {
         plan: { microBatchSize: run.batchSize, recompute: 'off' },
       },
     ];
-    for (const { key, label, plan } of plans) {
-      o.log(`Qwen GRPO, ${label} (microBatchSize ${plan.microBatchSize}, recompute ${plan.recompute})`);
+    const plans = all.filter((p) => !o.row || o.row.plans.includes(p.key));
+    for (const { key: planKey, label, plan } of plans) {
+      o.log(`${key} GRPO, ${label} (microBatchSize ${plan.microBatchSize}, recompute ${plan.recompute})`);
       try {
         stepPlan = plan;
         const w = await trainer.trainStep();
@@ -1085,7 +1128,20 @@ async function qwenGrpoBench(o: {
         });
         const resolved = trainer.stepPlan();
         out.Tq = timed.Tq;
-        out[key] = {
+        if (o.row && planKey === 'defaultPlan') {
+          const after = o.row.gpuMemoryUsedBytes?.() ?? null;
+          const m = tf.memory() as tf.MemoryInfo & { numBytesAllocatedInGPU?: number };
+          const e = trainer.memoryEstimate();
+          out.memory = {
+            gpuBytes: after !== null && memBefore !== null ? after - memBefore : null,
+            tfjsAllocatedBytes:
+              typeof m.numBytesAllocatedInGPU === 'number' ? m.numBytesAllocatedInGPU : null,
+            estimateBytes: e.total,
+            estimate: formatEstimate(e),
+          };
+          o.log(`  memory ${JSON.stringify(out.memory)}`);
+        }
+        out[planKey] = {
           label,
           requested: plan,
           microBatchSize: resolved.microBatchSize,
@@ -1103,9 +1159,9 @@ async function qwenGrpoBench(o: {
               ? `one timed step after one warm-up: the warm-up took ${warmupS.toFixed(1)} s (over ${QWEN_SLOW_WARMUP_S} s)`
               : null,
         };
-        o.log(`  ${JSON.stringify(out[key])}`);
+        o.log(`  ${JSON.stringify(out[planKey])}`);
       } catch (e) {
-        notes.push(`qwenGrpo.${key}: failed: ${(e as Error).message}`);
+        notes.push(`${key}.${planKey}: failed: ${(e as Error).message}`);
       }
     }
     if (out.Tq !== null && o.torch.ok && o.runTorch)
@@ -1116,6 +1172,7 @@ async function qwenGrpoBench(o: {
         loraTargets: out.loraTargets,
         warmup: 1,
         steps: o.dryRun ? 1 : 3,
+        dtype: o.row?.torchDtype ?? 'float32',
       });
   } finally {
     disposeTrainer(trainer);
@@ -1137,11 +1194,12 @@ async function qwenGrpoBench(o: {
     torchRun,
     ours: { loraTargets: out.loraTargets, trainableParams: out.trainableParams },
     dryRun: o.dryRun,
+    key,
   });
   notes.push(...k.notes);
   if (k.torchEagerPeft)
     notes.push(
-      `qwenGrpo.torchEagerPeft: scripts/torch_grpo_step.py, PyTorch ${k.torchEagerPeft.torch} eager, transformers ${k.torchEagerPeft.transformers}, PEFT ${k.torchEagerPeft.peft} (float32, TF32 ${k.torchEagerPeft.tf32 ? 'on' : 'off'}) on ${k.torchEagerPeft.device}: mean of ${k.torchEagerPeft.steps} steps after a warm-up.`,
+      `${key}.torchEagerPeft: scripts/torch_grpo_step.py, PyTorch ${k.torchEagerPeft.torch} eager, transformers ${k.torchEagerPeft.transformers}, PEFT ${k.torchEagerPeft.peft} (${k.torchEagerPeft.dtype === 'float16' ? 'a float16 base, adapters in float32' : 'float32'}, TF32 ${k.torchEagerPeft.tf32 ? 'on' : 'off'}) on ${k.torchEagerPeft.device}: mean of ${k.torchEagerPeft.steps} steps after a warm-up${k.torchEagerPeft.peakMemoryBytes ? `; peak memory allocated ${(k.torchEagerPeft.peakMemoryBytes / 1e9).toFixed(2)} GB` : ''}.`,
     );
   return {
     ...out,

@@ -602,6 +602,10 @@ async function gpuBench(
     .device.limits;
   const res = { ...nodeResources, maxBindingBytes: limits.maxStorageBufferBindingSize };
   const dryRun = adapter.software && process.env.PPO_GPU_BENCH_DRYRUN === '1';
+  if (process.env.PPO_GPU_BENCH_ROWS === 'f16') {
+    await f16GpuBench({ adapter, res, dryRun, json, out, log });
+    return;
+  }
   // GPT-2 124M's shapes with random weights, written once to a temporary folder (hardware adapters only).
   let gpt2Dir: string | null = null;
   const gpt2Folder = async (): Promise<string> => {
@@ -677,6 +681,65 @@ async function gpuBench(
   if (json) {
     const { ppo, layers, ...rest } = r;
     process.stdout.write(JSON.stringify({ ...rest, layers, ppo }) + '\n');
+  }
+}
+
+/**
+ * `PPO_GPU_BENCH_ROWS=f16 bench --gpu`: only issue #36's f16-base rows (src/bench/f16-gpu.ts), the shapes in
+ * PPO_GPU_BENCH_F16_MODELS (comma-separated; default both), the decode comparison on the first of them unless
+ * PPO_GPU_BENCH_F16_DECODE=0. On a software adapter only as a dry run (PPO_GPU_BENCH_DRYRUN=1: 2 layers of width 64).
+ */
+async function f16GpuBench(o: {
+  adapter: Awaited<ReturnType<typeof import('./backend-webgpu-node').setNodeWebGpuBackend>>;
+  res: typeof nodeResources;
+  dryRun: boolean;
+  json: boolean;
+  out: string | undefined;
+  log: (m: string) => void;
+}): Promise<void> {
+  const { runF16Bench, f16Markdown } = await import('../bench/f16-gpu');
+  const { F16_BENCH_SHAPES } = await import('../bench/torch-grpo');
+  const { f16GrpoBenchHooks, probeTorchCuda } = await import('./torch-probe');
+  if (o.adapter.software && !o.dryRun)
+    throw new UserError(
+      'the f16-base rows need a hardware adapter (a 1.5B model on a software adapter would take hours); set PPO_GPU_BENCH_DRYRUN=1 for a dry run of 2 layers of width 64.',
+    );
+  const asked = (process.env.PPO_GPU_BENCH_F16_MODELS ?? F16_BENCH_SHAPES.join(','))
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
+  const bad = asked.filter((x) => !(F16_BENCH_SHAPES as readonly string[]).includes(x));
+  if (bad.length)
+    throw new UserError(
+      `PPO_GPU_BENCH_F16_MODELS: ${bad.join(', ')} is not one of ${F16_BENCH_SHAPES.join(', ')}.`,
+    );
+  const names = asked as (typeof F16_BENCH_SHAPES)[number][];
+  const python = resolvePython();
+  const p = probeTorchCuda(python);
+  const torch =
+    o.dryRun && !p.ok && p.reason.includes('CUDA is not available')
+      ? {
+          ok: true,
+          reason: `${p.reason.replace(' is installed but CUDA is not available', '')} on the CPU (dry run)`,
+        }
+      : p;
+  const hooks = f16GrpoBenchHooks({ dryRun: o.dryRun, res: o.res, python, log: o.log });
+  try {
+    const r = await runF16Bench({
+      adapter: o.adapter,
+      names,
+      decodeModel: process.env.PPO_GPU_BENCH_F16_DECODE === '0' ? null : (names[0] ?? null),
+      hooks: torch.ok ? hooks : { ...hooks, runTorchGrpo: undefined },
+      torch,
+      dryRun: o.dryRun,
+      log: o.log,
+    });
+    const md = f16Markdown(r);
+    process.stdout.write(md + '\n');
+    if (o.out) await writeFile(o.out, md);
+    if (o.json) process.stdout.write(JSON.stringify(r) + '\n');
+  } finally {
+    await hooks.cleanup();
   }
 }
 

@@ -19,11 +19,19 @@ import {
 } from '../bench/webgpu-gpu';
 import { parseTorchResult, type TorchPpoResult, type TorchPpoSpec } from '../bench/torch-ppo';
 import {
+  f16BenchShape,
   parseTorchGrpoResult,
   qwenBenchShape,
+  type F16BenchShapeName,
   type TorchGrpoResult,
   type TorchGrpoSpec,
 } from '../bench/torch-grpo';
+import type { BuildOptions } from '../core/ppo/setup';
+import type { PpoTrainer } from '../core/ppo/trainer';
+import type { CausalLM } from '../core/model/lm';
+import { loadLM } from '../core/model/folder';
+import { nodeFiles } from './files-node';
+import { writeRandomBf16LlamaFolder } from './random-bf16-folder';
 import { validateConfig } from '../common/config';
 import { parseModelConfig } from '../core/model/config';
 import { exportLM } from '../core/model/folder';
@@ -190,4 +198,78 @@ export function qwenGrpoBenchHooks(o: {
       dir = null;
     },
   };
+}
+
+/**
+ * What `bench --gpu`'s f16-base rows (issue #36; PPO_GPU_BENCH_ROWS=f16, src/cli/bench.ts) need: a folder of each
+ * shape (f16BenchShape: Qwen2.5-1.5B or Qwen3-1.7B with random weights in BF16, written once at its first use by
+ * writeRandomBf16LlamaFolder), a trainer on it with the base in f16, the bare model loaded in f16 or f32 (the
+ * decode comparison), the same GRPO step in PyTorch eager + PEFT, and the GPU's used memory (nvidia-smi).
+ */
+export function f16GrpoBenchHooks(o: {
+  dryRun: boolean;
+  res: Resources;
+  python: string;
+  log: (m: string) => void;
+}): {
+  buildTrainer: (
+    name: F16BenchShapeName,
+    overrides: Record<string, unknown>,
+    owner?: BuildOptions['owner'],
+  ) => Promise<PpoTrainer>;
+  loadModel: (name: F16BenchShapeName, baseDtype: 'f16' | 'f32') => Promise<CausalLM>;
+  runTorchGrpo: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
+  gpuMemoryUsedBytes: () => number | null;
+  cleanup: () => Promise<void>;
+} {
+  const dirs = new Map<F16BenchShapeName, string>();
+  const folder = async (name: F16BenchShapeName): Promise<string> => {
+    const had = dirs.get(name);
+    if (had) return had;
+    const d = join(await mkdtemp(join(tmpdir(), 'ppo-gpu-bench-')), name);
+    o.log(
+      `writing a ${name}${o.dryRun ? ' (dry run: 2 layers, width 64)' : ''}-shaped model with random BF16 weights to ${d}`,
+    );
+    const t0 = performance.now();
+    await writeRandomBf16LlamaFolder(d, f16BenchShape(name, o.dryRun));
+    o.log(`  written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    dirs.set(name, d);
+    return d;
+  };
+  return {
+    buildTrainer: async (name, over, owner) =>
+      buildTrainer(
+        validateConfig({ model: await folder(name), task: 'sentiment', baseDtype: 'f16', ...over }, 'bench'),
+        o.res,
+        { owner },
+      ),
+    loadModel: async (name, baseDtype) =>
+      (
+        await loadLM(nodeFiles(await folder(name)), {
+          trainable: false,
+          maxBindingBytes: o.res.maxBindingBytes,
+          ...(baseDtype === 'f16' ? { baseDtype } : {}),
+        })
+      ).model,
+    runTorchGrpo: (spec) => runTorchGrpoStep(o.python, spec, o.log),
+    gpuMemoryUsedBytes,
+    cleanup: async () => {
+      for (const d of dirs.values()) await rm(dirname(d), { recursive: true, force: true });
+      dirs.clear();
+    },
+  };
+}
+
+/**
+ * The GPU's used memory in bytes as nvidia-smi reports it (the first GPU), or null where there is none. Nothing
+ * else runs on the bench's machine, so a difference of two readings is what this process added between them.
+ */
+export function gpuMemoryUsedBytes(): number | null {
+  const r = spawnSync('nvidia-smi', ['--query-gpu=memory.used', '--format=csv,noheader,nounits'], {
+    encoding: 'utf8',
+    timeout: 20_000,
+  });
+  if (r.error || r.status !== 0) return null;
+  const mib = Number((r.stdout ?? '').trim().split('\n')[0]);
+  return Number.isFinite(mib) ? mib * 1024 * 1024 : null;
 }

@@ -1,0 +1,175 @@
+/**
+ * `bench --gpu`'s f16-base rows (issue #36; `PPO_GPU_BENCH_ROWS=f16`, src/cli/bench.ts): LoRA r 8 GRPO on
+ * Qwen2.5-1.5B- and Qwen3-1.7B-shaped models (random weights written in BF16) with the frozen base stored in f16
+ * (two values per u32; adapters, optimiser state, activations and arithmetic f32), 2 prompts × groups of 8, 64
+ * response tokens, one epoch of one minibatch, at the default plan; beside it the same step in PyTorch eager + PEFT
+ * on a float16 base (scripts/torch_grpo_step.py, dtype float16), GPU memory of our step (nvidia-smi, before the
+ * build and after the timed steps) against the engine's estimate, and greedy decode at batch 1 of the bare model
+ * with its base in f16 against the same model in f32 (issue #36's "decode reads half the bytes").
+ *
+ * Run one shape per process (PPO_GPU_BENCH_F16_MODELS) where the memory reading matters: tfjs keeps freed buffers
+ * in its pool, so a second model in the same process starts from the first one's.
+ */
+import type { PpoTrainer } from '../core/ppo/trainer';
+import type { BuildOptions } from '../core/ppo/setup';
+import type { CausalLM } from '../core/model/lm';
+import {
+  benchModelLabel,
+  f16BenchRun,
+  f16BenchShape,
+  f16BenchTitle,
+  type F16BenchShapeName,
+  type TorchGrpoResult,
+  type TorchGrpoSpec,
+} from './torch-grpo';
+import {
+  decodeTiming,
+  qwenGrpoBench,
+  type GpuAdapterReport,
+  type QwenGrpoBench,
+  type TorchProbe,
+} from './webgpu-gpu';
+
+/** Greedy ms/token at batch 1 of one model with its base in f16 and in f32, on the same GPU in the same run. */
+export interface F16DecodeRow {
+  model: string;
+  batch: number;
+  tokens: number;
+  f16GreedyMsPerToken: number | null;
+  f32GreedyMsPerToken: number | null;
+  /** f16 ÷ f32 (issue #36's target: ≤ 0.6); null with a note where either is missing or in a dry run. */
+  f16OverF32: number | null;
+}
+
+export interface F16BenchResult {
+  adapter: GpuAdapterReport;
+  /** One row per shape run (qwenGrpoBench with the f16 base, the default plan only). */
+  rows: QwenGrpoBench[];
+  decode: F16DecodeRow | null;
+  notes: string[];
+}
+
+export interface F16BenchHooks {
+  buildTrainer: (
+    name: F16BenchShapeName,
+    overrides: Record<string, unknown>,
+    owner?: BuildOptions['owner'],
+  ) => Promise<PpoTrainer>;
+  loadModel: (name: F16BenchShapeName, baseDtype: 'f16' | 'f32') => Promise<CausalLM>;
+  runTorchGrpo?: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
+  gpuMemoryUsedBytes?: () => number | null;
+}
+
+/** The key of a shape's row in notes: "f16Grpo.qwen2.5-1.5b". */
+export const f16RowKey = (name: F16BenchShapeName): string => `f16Grpo.${name}`;
+
+export async function runF16Bench(o: {
+  adapter: GpuAdapterReport;
+  names: readonly F16BenchShapeName[];
+  /** The shape whose bare model's decode is timed in f16 and f32 (null: none). */
+  decodeModel: F16BenchShapeName | null;
+  hooks: F16BenchHooks;
+  torch: TorchProbe;
+  dryRun: boolean;
+  log: (m: string) => void;
+}): Promise<F16BenchResult> {
+  const notes: string[] = [];
+  const rows: QwenGrpoBench[] = [];
+  for (const name of o.names) {
+    const key = f16RowKey(name);
+    rows.push(
+      await qwenGrpoBench({
+        build: (over, owner) => o.hooks.buildTrainer(name, over, owner),
+        runTorch: o.hooks.runTorchGrpo,
+        torch: o.torch,
+        dryRun: o.dryRun,
+        log: o.log,
+        row: {
+          key,
+          model: `${benchModelLabel(f16BenchTitle(name), f16BenchShape(name, o.dryRun), o.dryRun)}, BF16 file, base in f16`,
+          run: f16BenchRun(o.dryRun),
+          plans: ['defaultPlan'],
+          baseDtype: 'f16',
+          torchDtype: 'float16',
+          gpuMemoryUsedBytes: o.hooks.gpuMemoryUsedBytes,
+        },
+      }),
+    );
+  }
+  let decode: F16DecodeRow | null = null;
+  if (o.decodeModel) {
+    const name = o.decodeModel;
+    const tokens = o.dryRun ? 6 : 32;
+    decode = {
+      model: benchModelLabel(f16BenchTitle(name), f16BenchShape(name, o.dryRun), o.dryRun),
+      batch: 1,
+      tokens,
+      f16GreedyMsPerToken: null,
+      f32GreedyMsPerToken: null,
+      f16OverF32: null,
+    };
+    for (const dtype of ['f16', 'f32'] as const) {
+      o.log(`${name}: greedy decode at batch 1, base in ${dtype}`);
+      let model: CausalLM | null = null;
+      try {
+        model = await o.hooks.loadModel(name, dtype);
+        const t = await decodeTiming(model, {
+          batch: 1,
+          tokens,
+          reps: o.dryRun ? 1 : 3,
+          padId: 509,
+          sampling: { temperature: 1, topK: 0, topP: 1 },
+        });
+        o.log(`  ${JSON.stringify(t)}`);
+        if (dtype === 'f16') decode.f16GreedyMsPerToken = t.greedyMsPerToken;
+        else decode.f32GreedyMsPerToken = t.greedyMsPerToken;
+      } catch (e) {
+        notes.push(`f16Decode: the ${dtype} model failed: ${(e as Error).message}`);
+      } finally {
+        model?.dispose();
+      }
+    }
+    const a = decode.f16GreedyMsPerToken;
+    const b = decode.f32GreedyMsPerToken;
+    if (a && b && a > 0 && b > 0) {
+      if (o.dryRun)
+        notes.push(
+          `f16Decode.f16OverF32: null (a dry run on a software adapter is not a measurement; the ratio would be ${(a / b).toFixed(2)}).`,
+        );
+      else decode.f16OverF32 = a / b;
+    } else notes.push('f16Decode.f16OverF32: null (a decode timing is missing).');
+  }
+  return { adapter: o.adapter, rows, decode, notes };
+}
+
+const f = (x: number | null | undefined, d = 3): string => (x == null ? '—' : x.toFixed(d));
+const gb = (x: number | null | undefined): string => (x == null ? '—' : `${(x / 1e9).toFixed(2)} GB`);
+
+/** The f16 rows as Markdown: one table of the GRPO steps beside PyTorch, one of the decode comparison. */
+export function f16Markdown(r: F16BenchResult): string {
+  const a = r.adapter;
+  const lines = [
+    `## bench --gpu, f16-base rows (issue #36): ${a.description || a.device || a.vendor}${a.software ? ' (software adapter)' : ''}`,
+    '',
+    '| model | plan | s/step | generate | score | update | our GPU memory (nvidia-smi) | tfjs allocated | estimate | PyTorch eager + PEFT, f16 base: s/step (generate / score / update) | PyTorch peak allocated | ours ÷ PyTorch |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    ...r.rows.map((q) => {
+      const p = q.defaultPlan;
+      const t = q.torchEagerPeft;
+      return `| ${q.model}; GRPO + LoRA r ${q.lora}, ${q.batchSize / q.groupSize} prompts × ${q.groupSize}, R ${q.responseLength}${q.measured ? '' : ' (dry run: not a measurement)'} | ${p ? `micro-batch ${p.microBatchSize}${p.generateMicroBatchSize !== p.microBatchSize ? ` (generate ${p.generateMicroBatchSize})` : ''}, recompute ${p.recompute ? 'on' : 'off'}` : 'not run'} | ${f(p?.sPerStep)} | ${f(p?.generateS)} | ${f(p?.scoreS)} | ${f(p?.updateS)} | ${gb(q.memory?.gpuBytes)} | ${gb(q.memory?.tfjsAllocatedBytes)} | ${q.memory ? q.memory.estimate : '—'} | ${t ? `${f(t.sPerStep)} (${f(t.generateS)} / ${f(t.scoreS)} / ${f(t.updateS)})` : 'not run'} | ${gb(t?.peakMemoryBytes)} | ${q.vsTorchEagerDefault == null ? 'null (see notes)' : q.vsTorchEagerDefault.toFixed(2)} |`;
+    }),
+    '',
+    ...(r.decode
+      ? [
+          '| greedy decode, batch 1 | base in f16, ms/token | base in f32, ms/token | f16 ÷ f32 |',
+          '| --- | --- | --- | --- |',
+          `| ${r.decode.model} | ${f(r.decode.f16GreedyMsPerToken, 2)} | ${f(r.decode.f32GreedyMsPerToken, 2)} | ${r.decode.f16OverF32 == null ? 'null (see notes)' : r.decode.f16OverF32.toFixed(2)} |`,
+          '',
+        ]
+      : []),
+    ...r.rows.flatMap((q) => q.notes.map((n) => `- ${n}`)),
+    ...r.notes.map((n) => `- ${n}`),
+    '',
+  ];
+  return lines.join('\n');
+}
