@@ -18,8 +18,14 @@ import {
   roundToF16,
   unpackF16,
 } from '../src/core/kernels/webgpu-f16';
-import { linearNtDecodeWebGpu, webGpuLinearNtDecodeApplies } from '../src/core/kernels/webgpu-linear';
+import {
+  linearNtDecodeWebGpu,
+  saveWebGpuLinearSmallRows,
+  setWebGpuLinearSmallRows,
+  webGpuLinearNtDecodeApplies,
+} from '../src/core/kernels/webgpu-linear';
 import { Llama } from '../src/core/model/llama';
+import { F16_HEAD_DECODE_ROWS, headRowsLogits } from '../src/core/model/vocab-chunks';
 import { parseLlamaConfig } from '../src/core/model/llama-config';
 import { checkBaseDtype, isF16Matrix } from '../src/core/model/f16-base';
 import { exactCheck, hostWeights, relDiff } from './helpers/f16-base';
@@ -149,6 +155,39 @@ describe('f16 kernels on WebGPU (Node, Dawn)', () => {
       for (let c = 0; c < C; c++) expect(host[i * C + c]).toBe(row >= 0 && row < V ? wv[row * C + c] : 0);
     }
     tf.dispose([wp, ids, got]);
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it('a packed head block at a decode step goes through the decode linear, and its values stay those of x·Wᵀ', async () => {
+    const V = 300; // rows of the head block
+    const C = 40;
+    const wv = roundToF16(seeded(V * C, 6));
+    const wp = tf.tensor2d(packF16(wv), [V, C / 2], 'int32');
+    const w = tf.tensor2d(wv, [V, C]);
+    // Both programs of the decode linear: the 64 × 64 tiles (a software adapter's default) and the few-rows
+    // program that a hardware adapter runs at a decode step's rows.
+    const restore = saveWebGpuLinearSmallRows();
+    for (const few of [false, true])
+      for (const N of [1, 3, F16_HEAD_DECODE_ROWS, F16_HEAD_DECODE_ROWS + 1]) {
+        if (few) setWebGpuLinearSmallRows(64);
+        const h = tf.tensor2d(seeded(N * C, 7 + N), [N, C]);
+        const want = tf.matMul(h, w, false, true);
+        // Outside any tape (generation): the decode linear at up to F16_HEAD_DECODE_ROWS rows, f16LinearNT above.
+        const got = headRowsLogits(h, wp);
+        expect(relDiff(await got.data(), await want.data())).toBeLessThan(1e-6);
+        const route = N <= F16_HEAD_DECODE_ROWS ? linearNtDecodeWebGpu(h, { w: [wp] }) : f16LinearNT(h, wp);
+        expect(Array.from(await got.data())).toEqual(Array.from(await route.data()));
+        route.dispose();
+        // Under a tape (training): the differentiable kernel, whose gradient to the hidden states is W's.
+        const g = tf.grad((x: tf.Tensor) => tf.sum(headRowsLogits(x as tf.Tensor2D, wp)))(h);
+        const gw = tf.grad((x: tf.Tensor) => tf.sum(tf.matMul(x as tf.Tensor2D, w, false, true)))(h);
+        expect(relDiff(await g.data(), await gw.data())).toBeLessThan(1e-6);
+        tf.dispose([h, want, got, g, gw]);
+      }
+    restore();
+    const o = { w: [wp] };
+    expect(webGpuLinearNtDecodeApplies(tf.zeros([1, C]) as tf.Tensor2D, o)).toBe(true);
+    tf.dispose([wp, w]);
     expect(await webGpuErrors()).toEqual([]);
   });
 });

@@ -5,6 +5,15 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { LazyTensor } from './safetensors';
 import { f16Gather, f16LinearNT, f16MatMulNN, f16Rows, isPackedF16, unpackF16 } from '../kernels/webgpu-f16';
+import { linearNtDecodeWebGpu, webGpuLinearNtDecodeApplies } from '../kernels/webgpu-linear';
+
+/**
+ * Rows of hidden states up to which a packed-f16 head block goes through the decode linear (below) when no
+ * gradient is recorded: a decode step's batch. f16LinearNT's 32 × 32 output tiles would compute 31 of 32 rows
+ * for nothing at one row, and step K in slices of 16 with a barrier each; the decode linear reads the packed
+ * words once per row group, as the blocks' own projections do in decode.
+ */
+export const F16_HEAD_DECODE_ROWS = 64;
 
 /**
  * Rows of a chunked [V, C] matrix for token ids [N] → [N, C]. Each chunk gathers at the ids it holds (others clipped
@@ -54,7 +63,13 @@ export function headChunked(chunks: tf.Tensor[], hidden: tf.Tensor2D): tf.Tensor
  * W is f32).
  */
 export function headRowsLogits(hidden: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
-  return isPackedF16(w) ? f16LinearNT(hidden, w) : tf.matMul(hidden, w as tf.Tensor2D, false, true);
+  if (!isPackedF16(w)) return tf.matMul(hidden, w as tf.Tensor2D, false, true);
+  // Generation (no tape: nothing needs this product's gradient) at a decode step's few rows.
+  if (hidden.shape[0] <= F16_HEAD_DECODE_ROWS && !tf.engine().isTapeOn()) {
+    const o = { w: [w as tf.Tensor2D] };
+    if (webGpuLinearNtDecodeApplies(hidden, o)) return linearNtDecodeWebGpu(hidden, o);
+  }
+  return f16LinearNT(hidden, w);
 }
 
 /** g [N, rows] · W for W [rows, C] (f32 or packed f16): the head's backward to the hidden states, [N, C]. */
