@@ -26,6 +26,7 @@ import {
 } from '../src/core/kernels/webgpu-linear';
 import { Llama } from '../src/core/model/llama';
 import { F16_HEAD_DECODE_ROWS, headRowsLogits } from '../src/core/model/vocab-chunks';
+import { chunkedTokenLogprobs } from '../src/core/ppo/chunked-logprob';
 import { parseLlamaConfig } from '../src/core/model/llama-config';
 import { checkBaseDtype, isF16Matrix } from '../src/core/model/f16-base';
 import { exactCheck, hostWeights, relDiff } from './helpers/f16-base';
@@ -155,6 +156,37 @@ describe('f16 kernels on WebGPU (Node, Dawn)', () => {
       for (let c = 0; c < C; c++) expect(host[i * C + c]).toBe(row >= 0 && row < V ? wv[row * C + c] : 0);
     }
     tf.dispose([wp, ids, got]);
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it('vocabulary-chunked log-probs over packed head blocks equal those over the f32 blocks (values, dh)', async () => {
+    // The update's log-probs at a real vocabulary (ppo/chunked-logprob.ts): the blocks arrive packed under
+    // baseDtype "f16" (issue #36's GPU bench found the shape check refusing them: [V, C / 2] words).
+    const C = 32;
+    const rowsOf = [70, 45];
+    const N = 6;
+    const wv = rowsOf.map((r, i) => roundToF16(seeded(r * C, 11 + i)));
+    const packed = wv.map((v, i) => tf.tensor2d(packF16(v), [rowsOf[i], C / 2], 'int32'));
+    const plain = wv.map((v, i) => tf.tensor2d(v, [rowsOf[i], C]));
+    const h = tf.tensor2d(seeded(N * C, 13), [N, C]);
+    const tokens = tf.tensor1d([0, 69, 70, 114, 5, 100], 'int32');
+    const opts = { chunkRows: 32, entropy: true, weightGrad: false, temperature: 0.7 };
+    const run = (w: tf.Tensor2D[]) =>
+      tf.valueAndGrad((x: tf.Tensor) => {
+        const r = chunkedTokenLogprobs(x as tf.Tensor2D, w, tokens, opts);
+        return tf.sum(tf.add(r.logprobs, tf.mul(r.entropy!, 0.1))) as tf.Scalar;
+      })(h);
+    const a = run(packed);
+    const b = run(plain);
+    expect(relDiff(await a.value.data(), await b.value.data())).toBeLessThan(1e-5);
+    expect(relDiff(await a.grad.data(), await b.grad.data())).toBeLessThan(1e-5);
+    expect(() => chunkedTokenLogprobs(h, packed, tokens, { ...opts, weightGrad: true })).toThrow(
+      /packed-f16 W block is frozen; weightGrad must be false/,
+    );
+    expect(() => chunkedTokenLogprobs(tf.zeros([N, 16]) as tf.Tensor2D, packed, tokens, opts)).toThrow(
+      /W block of shape \[70,32\] for hidden size 16/,
+    );
+    tf.dispose([...packed, ...plain, h, tokens, a.value, a.grad, b.value, b.grad]);
     expect(await webGpuErrors()).toEqual([]);
   });
 

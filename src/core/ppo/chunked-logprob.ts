@@ -41,7 +41,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { headRowsBackward, headRowsLogits } from '../model/vocab-chunks';
-import { f16Rows, isPackedF16 } from '../kernels/webgpu-f16';
+import { f16Rows, isPackedF16, packedShape } from '../kernels/webgpu-f16';
 
 export interface ChunkedLogprobOptions {
   /** Logits are divided by this (> 0) before the softmax, as logprobsFromLogits does. Default 1. */
@@ -177,9 +177,16 @@ export function chunkedTokenLogprobs(
     throw new Error(`chunkedTokenLogprobs: chunkRows must be a positive integer, got ${chunkRows}`);
   if (wBlocks.length === 0) throw new Error('chunkedTokenLogprobs: no W blocks');
   const [N, D] = h.shape;
-  for (const w of wBlocks)
-    if (w.rank !== 2 || w.shape[1] !== D)
-      throw new Error(`chunkedTokenLogprobs: W block of shape [${w.shape}] for hidden size ${D}`);
+  for (const w of wBlocks) {
+    // A packed-f16 block (baseDtype "f16") holds its D columns as D / 2 words.
+    const cols = isPackedF16(w) ? packedShape(w)[1] : w.shape[1];
+    if (w.rank !== 2 || cols !== D)
+      throw new Error(
+        `chunkedTokenLogprobs: W block of shape [${isPackedF16(w) ? packedShape(w) : w.shape}] for hidden size ${D}`,
+      );
+    if (weightGrad && isPackedF16(w))
+      throw new Error('chunkedTokenLogprobs: a packed-f16 W block is frozen; weightGrad must be false.');
+  }
   if (tokens.rank !== 1 || tokens.shape[0] !== N)
     throw new Error(`chunkedTokenLogprobs: ${tokens.shape[0]} tokens for ${N} rows of h`);
   if (tokens.dtype !== 'int32') throw new Error('chunkedTokenLogprobs: tokens must be int32');
