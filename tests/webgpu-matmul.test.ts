@@ -11,7 +11,12 @@ import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from '
 import {
   MATMUL_FAST,
   MATMUL_FAST_MIN_GROUPS_DEFAULT,
+  MATMUL_FAST_VARIANTS,
+  type MatMulFastLimits,
   type MatMulFastTile,
+  matMulFastVariantBytes,
+  matMulFastVariantFits,
+  setWebGpuMatMulFastVariant,
   matMulFast,
   matMulFastPlan,
   matMulRouted,
@@ -157,6 +162,37 @@ describe('matMulFastPlan: the tile per shape (no GPU needed)', () => {
     ).toThrow(/tile must be one of/);
     expect(() => setWebGpuMatMulFastTiles({ minGroups: 0 })).toThrow(/minGroups/);
   });
+
+  it('a forced variant: its tile, unchecked only where the shape is a multiple of the tile with vec4 loads', () => {
+    try {
+      expect(setWebGpuMatMulFastVariant('v128x128k16r8x8db')).toBe(null);
+      expect(matMulFastPlan(2048, 2048, 2048)).toMatchObject({
+        variant: 'v128x128k16r8x8db',
+        tm: 128,
+        tn: 128,
+        bk: 16,
+        groups: [16, 16, 1],
+        checked: false,
+      });
+      expect(matMulFastPlan(2048, 2048, 2056)).toMatchObject({ checked: true });
+      expect(matMulFastPlan(16, 50257, 768, { transB: true })).toMatchObject({ checked: true, vecC: false });
+      expect(matMulFastPlan(512, 2304, 768)).toMatchObject({ checked: false, groups: [18, 4, 1] });
+      expect(() => setWebGpuMatMulFastVariant('nope')).toThrow(/unknown variant/);
+    } finally {
+      expect(setWebGpuMatMulFastVariant(null)).toBe('v128x128k16r8x8db');
+    }
+    expect(matMulFastPlan(2048, 2048, 2048)).toMatchObject({ variant: null, tm: 128, bk: 8 });
+    // Workgroup memory: 2 buffers · 8 · (128 + 128) · 4 B = 16 KB; BK 16 needs 32 KB.
+    const small: MatMulFastLimits = {
+      maxComputeWorkgroupStorageSize: 16384,
+      maxComputeInvocationsPerWorkgroup: 256,
+    };
+    const v = (name: string) => MATMUL_FAST_VARIANTS.find((x) => x.name === name)!;
+    expect(matMulFastVariantBytes(v('v128x128k8r8x8db'))).toBe(16384);
+    expect(matMulFastVariantFits(v('v128x128k8r8x8db'), small)).toBe(true);
+    expect(matMulFastVariantFits(v('v128x128k16r8x8db'), small)).toBe(false);
+    expect(new Set(MATMUL_FAST_VARIANTS.map((x) => x.name)).size).toBe(MATMUL_FAST_VARIANTS.length);
+  });
 });
 
 describe('matMulFast on Node WebGPU (src/core/kernels/webgpu-matmul.ts)', () => {
@@ -211,6 +247,47 @@ describe('matMulFast on Node WebGPU (src/core/kernels/webgpu-matmul.ts)', () => 
         expect(r.kernels).toContain(MATMUL_FAST);
         expect(rel(r.fast, r.ref), `${label(c)} vs float64`).toBeLessThanOrEqual(1e-5);
         expect(rel(r.fast, r.plain), `${label(c)} vs tf.matMul`).toBeLessThanOrEqual(1e-5);
+      }
+    });
+  }
+
+  // The generated variants that won a shape on the H200 sweep of 2026-11-27 (scripts/matmul-sweep.ts: 2048³,
+  // GPT-2's c_fc / mlp.c_proj and its LM head; docs/gpu.md), each on three shapes: the tile exactly (the unchecked
+  // shader, vec4 loads, two K slices), odd sizes with Aᵀ and a broadcast batch (checked, scalar loads of both and
+  // scalar stores), and multiples of 4 off the tile with Bᵀ and the other broadcast (checked, vec4 loads and
+  // stores). The other variants were checked there against tf.matMul only (96 runs, relative difference 0), to
+  // keep SwiftShader's minutes for these. Variants over this adapter's workgroup memory are skipped.
+  const swept = new Set(['v128x128k16r8x8sbar', 'v64x64k16r4x4db', 'v64x128k16r4x8db']);
+  for (const v of MATMUL_FAST_VARIANTS.filter((x) => swept.has(x.name))) {
+    const vCases: Case[] = [
+      { M: v.tm, K: 2 * v.bk, N: v.tn },
+      { M: v.tm + 3, K: 2 * v.bk + 5, N: v.tn + 6, tA: true, ba: 2, bb: 1 },
+      { M: v.tm + 4, K: v.bk + 4, N: v.tn + 4, tB: true, ba: 1, bb: 2 },
+    ];
+    it(`variant ${v.name}: = float64 loop and tf.matMul (tile, odd with Aᵀ, off-tile with Bᵀ; batches)`, async (ctx) => {
+      const limits = (tf.backend() as unknown as { device: { limits: MatMulFastLimits } }).device.limits;
+      if (!matMulFastVariantFits(v, limits)) return ctx.skip();
+      // SwiftShader's (Subzero) worker died compiling the K-slice-32 shaders here (a checked case ran > 4 min, then
+      // the process was gone): those are checked on a GPU by scripts/matmul-sweep.ts against tf.matMul only.
+      if (adapter!.software && v.bk >= 32) return ctx.skip();
+      setWebGpuMatMulFastVariant(v.name);
+      try {
+        for (const [i, c] of vCases.entries()) {
+          const plan = matMulFastPlan(c.M, c.N, c.K, {
+            batch: Math.max(c.ba ?? 1, c.bb ?? 1),
+            transA: c.tA,
+            transB: c.tB,
+          });
+          expect(plan).toMatchObject({ variant: v.name, checked: i > 0 });
+          const r = await runCase(c, 13 + i);
+          expect(r.dispatches).toBe(1);
+          expect(r.kernels).toContain(MATMUL_FAST);
+          for (const x of r.fast) expect(Number.isFinite(x)).toBe(true);
+          expect(rel(r.fast, r.ref), `${label(c)} vs float64`).toBeLessThanOrEqual(1e-5);
+          expect(rel(r.fast, r.plain), `${label(c)} vs tf.matMul`).toBeLessThanOrEqual(1e-5);
+        }
+      } finally {
+        setWebGpuMatMulFastVariant(null);
       }
     });
   }

@@ -22,6 +22,25 @@
  *   step's few rows or GPT-2's [512, 3072]·[3072, 768] would otherwise leave most of the GPU idle.
  *   setWebGpuMatMulFastTiles forces a tile or changes the bound (for the GPU bench to sweep).
  *
+ * Generated variants (issue #31; MATMUL_FAST_VARIANTS, forced one at a time with setWebGpuMatMulFastVariant, timed
+ * together by scripts/matmul-sweep.ts; none is chosen by default and none was timed on a GPU yet). The tile
+ * kernel above measured 9.68 TFLOP/s at 2048² on an H200 (tfjs: 7.92); each variant tests one guess at why:
+ * - the inner product over the K slice fully unrolled (constant offsets into workgroup memory, named vec4
+ *   registers a_g / b_h and accumulators acc_g_i_h, no loop variable in any index), in case the SPIR-V compiler
+ *   keeps the slice loop rolled (address arithmetic and robustness clamps per read) — v128x128k8r8x8db is the
+ *   tile kernel's 128 × 128 / 8 layout with only this and the next change;
+ * - no bounds check at all where M, N, K are multiples of the tile and of the K slice and all loads are vec4
+ *   (plan.checked false; vec4 indices computed without division), a checked shader otherwise;
+ * - longer K slices (bk 16, 32: fewer barriers and loads per FMA), single- ('sb', two barriers per slice) or
+ *   double-buffered ('db'); those above 16 KB of workgroup memory need the device's limit (tfjs asks the
+ *   adapter's maxComputeWorkgroupStorageSize; matMulFastVariantFits, and the sweep skips what does not fit);
+ * - 'p': each k row of workgroup memory padded by a vec4 (bank conflicts of the transposing scalar stores);
+ * - 'ar': A kept row-major in workgroup memory (As[m][k], vec4 along k) when A is not transposed, so its vec4
+ *   loads are stored as they come instead of as four scalar stores, and a thread reads one vec4 per row per 4 k;
+ * - other shapes of work: 128 × 64 and 64 × 128 with 8 × 4 / 4 × 8 per thread, 64 × 128 with 128 threads of
+ *   8 × 8, 64 × 64 with 4 × 4 and bk 16 / 32 (more workgroups for GPT-2's 512-row products).
+ * All are checked against a float64 loop on SwiftShader (tests/webgpu-matmul.test.ts, those within its 32 KB).
+ *
  * Not done: subgroup operations and shader-f16 storage (tfjs-backend-webgpu creates its device without those
  * features, so WGSL may not use them: it would need our own device creation); split-K for a small M·N with a
  * long K. It was checked for correctness only (tests/webgpu-matmul.test.ts on SwiftShader, scripts/gpu-checks.ts
@@ -55,12 +74,20 @@ export interface MatMulFastPlan extends MatMulFastTile {
   vecA: boolean;
   vecB: boolean;
   vecC: boolean;
+  /** A forced generated variant (MATMUL_FAST_VARIANTS, by name), or null: the tile kernel above. */
+  variant: string | null;
+  /**
+   * Variants only: whether the shader needs bounds checks (false where M, N, K are multiples of the tile and the
+   * K slice and every operand takes vec4 loads: the unchecked fast path).
+   */
+  checked: boolean;
 }
 
 /** Default of the workgroup count below which the tile shrinks (about one workgroup per SM of an H100: 132). */
 export const MATMUL_FAST_MIN_GROUPS_DEFAULT = 128;
 let minGroups = MATMUL_FAST_MIN_GROUPS_DEFAULT;
 let forcedTile: MatMulFastTile | null = null;
+let forcedVariant: MatMulFastVariant | null = null;
 
 const TILES: readonly MatMulFastTile[] = [
   { tm: 128, tn: 128, bk: 8 },
@@ -112,6 +139,23 @@ export function matMulFastPlan(
   ];
   const count = (t: MatMulFastTile) => groupsOf(t).reduce((a, b) => a * b, 1);
   let tile: MatMulFastTile;
+  if (forcedVariant) {
+    const v = forcedVariant;
+    const vecA = (o.transA ? M : K) % 4 === 0;
+    const vecB = (o.transB ? K : N) % 4 === 0;
+    const vecC = N % 4 === 0;
+    return {
+      tm: v.tm as 64 | 128,
+      tn: v.tn as 64 | 128,
+      bk: v.bk as 8 | 16,
+      groups: [Math.ceil(N / v.tn), Math.ceil(M / v.tm), batch],
+      vecA,
+      vecB,
+      vecC,
+      variant: v.name,
+      checked: !(vecA && vecB && vecC && M % v.tm === 0 && N % v.tn === 0 && K % v.bk === 0),
+    };
+  }
   if (forcedTile) tile = forcedTile;
   else {
     const order =
@@ -124,6 +168,8 @@ export function matMulFastPlan(
     vecA: (o.transA ? M : K) % 4 === 0,
     vecB: (o.transB ? K : N) % 4 === 0,
     vecC: N % 4 === 0,
+    variant: null,
+    checked: true,
   };
 }
 
@@ -332,6 +378,438 @@ class MatMulFastProgram {
   }
 }
 
+/**
+ * A generated variant of the kernel (issue #31): fully unrolled inner product over the K slice with named vec4
+ * registers (no array indexed in a loop, no bounds check in the hot loop), and a shader without any bounds
+ * check where the shape is a multiple of the tile (`checked` in the plan). Threads: (tn / rn) × (tm / rm), each
+ * computing rm × rn outputs at rows g·(4·threadsY) + ty·4 + [0, 4) and columns h·(4·threadsX) + tx·4 + [0, 4).
+ */
+export interface MatMulFastVariant {
+  name: string;
+  tm: number;
+  tn: number;
+  /** K slice per workgroup-memory stage (a multiple of 4). */
+  bk: number;
+  /** Outputs per thread: rows and columns (multiples of 4). */
+  rm: number;
+  rn: number;
+  /** 2: double-buffered workgroup memory (one barrier per slice); 1: one buffer, two barriers per slice. */
+  buffers: 1 | 2;
+  /** Pad each k row of workgroup memory by one vec4 (fewer bank conflicts on the transposing stores). */
+  pad: boolean;
+  /**
+   * Keep A row-major in workgroup memory (As[m][k], vec4 along k) where A is not transposed: its global loads are
+   * stored as they come (no transposing scalar stores), and a thread reads one vec4 per row per 4 k.
+   */
+  aRowMajor: boolean;
+}
+
+const variant = (
+  tm: number,
+  tn: number,
+  bk: number,
+  rm: number,
+  rn: number,
+  buffers: 1 | 2,
+  extra: { pad?: boolean; aRowMajor?: boolean } = {},
+): MatMulFastVariant => ({
+  name: `v${tm}x${tn}k${bk}r${rm}x${rn}${buffers === 2 ? 'db' : 'sb'}${extra.pad ? 'p' : ''}${extra.aRowMajor ? 'ar' : ''}`,
+  tm,
+  tn,
+  bk,
+  rm,
+  rn,
+  buffers,
+  pad: !!extra.pad,
+  aRowMajor: !!extra.aRowMajor,
+});
+
+/**
+ * The variants the GPU sweep (scripts/matmul-sweep.ts) times; none is chosen by default. Workgroup memory:
+ * buffers · bk · (tm + tn) · 4 bytes (+ padding); those over the device's maxComputeWorkgroupStorageSize
+ * (16 KB by default, often 48 KB on NVIDIA under Vulkan) are skipped by the sweep (matMulFastVariantFits).
+ */
+export const MATMUL_FAST_VARIANTS: readonly MatMulFastVariant[] = [
+  // The tile kernel's layout, unrolled and unchecked: isolates the code generation.
+  variant(128, 128, 8, 8, 8, 2),
+  variant(128, 128, 8, 8, 8, 2, { pad: true }),
+  variant(128, 128, 8, 8, 8, 2, { aRowMajor: true }),
+  // Longer K slices (fewer barriers per FMA), 32 KB: needs the larger limit.
+  variant(128, 128, 16, 8, 8, 2),
+  variant(128, 128, 16, 8, 8, 2, { aRowMajor: true }),
+  variant(128, 128, 16, 8, 8, 1),
+  variant(128, 128, 16, 8, 8, 1, { aRowMajor: true }),
+  variant(128, 128, 32, 8, 8, 1, { aRowMajor: true }),
+  variant(128, 128, 32, 8, 8, 1, { pad: true }),
+  // Rectangular tiles, 8 × 4 / 4 × 8 per thread (256 threads), for the GPT-2 shapes with few rows.
+  variant(128, 64, 16, 8, 4, 2),
+  variant(64, 128, 16, 4, 8, 2),
+  // 128 threads with 8 × 8 each on 64 × 128 (more workgroups per SM).
+  variant(64, 128, 16, 8, 8, 2),
+  variant(64, 64, 16, 4, 4, 2),
+  variant(64, 64, 32, 4, 4, 2),
+];
+
+export interface MatMulFastLimits {
+  maxComputeWorkgroupStorageSize: number;
+  maxComputeInvocationsPerWorkgroup: number;
+}
+
+const padOf = (v: MatMulFastVariant) => (v.pad ? 1 : 0);
+/** vec4s per k row of As (k-major) or per m row (row-major), and per k row of Bs. */
+const strideA = (v: MatMulFastVariant, rowMajor: boolean) => (rowMajor ? v.bk / 4 : v.tm / 4) + padOf(v);
+const strideB = (v: MatMulFastVariant) => v.tn / 4 + padOf(v);
+const sizeA = (v: MatMulFastVariant, rowMajor: boolean) => (rowMajor ? v.tm : v.bk) * strideA(v, rowMajor);
+const sizeB = (v: MatMulFastVariant) => v.bk * strideB(v);
+
+/** Workgroup memory of a variant in bytes (the larger of its two A layouts). */
+export function matMulFastVariantBytes(v: MatMulFastVariant): number {
+  return v.buffers * 16 * (Math.max(sizeA(v, false), sizeA(v, v.aRowMajor)) + sizeB(v));
+}
+export const matMulFastVariantThreads = (v: MatMulFastVariant): number => (v.tm / v.rm) * (v.tn / v.rn);
+
+/** Whether a variant fits the device's limits (workgroup memory and threads per workgroup). */
+export function matMulFastVariantFits(v: MatMulFastVariant, limits: MatMulFastLimits): boolean {
+  return (
+    matMulFastVariantBytes(v) <= limits.maxComputeWorkgroupStorageSize &&
+    matMulFastVariantThreads(v) <= limits.maxComputeInvocationsPerWorkgroup
+  );
+}
+
+/**
+ * Force a generated variant by name (null: back to the tile kernel and its per-shape choice). Returns the
+ * previous name. For the sweep and tests; nothing routes to matMulFast by default either way.
+ */
+export function setWebGpuMatMulFastVariant(name: string | null): string | null {
+  const was = forcedVariant?.name ?? null;
+  if (name === null) forcedVariant = null;
+  else {
+    const v = MATMUL_FAST_VARIANTS.find((x) => x.name === name);
+    if (!v)
+      throw new Error(
+        `setWebGpuMatMulFastVariant: unknown variant ${name}; one of ${MATMUL_FAST_VARIANTS.map((x) => x.name).join(', ')}.`,
+      );
+    forcedVariant = v;
+  }
+  return was;
+}
+
+/**
+ * WGSL for one operand's K slice of a variant: global loads into registers `${reg}${l}` and their stores into
+ * workgroup memory. Indices of vec4 loads are in vec4 units (no division); `checked` adds the range tests.
+ */
+function variantLoad(o: {
+  name: 'A' | 'B';
+  reg: string;
+  T: number;
+  BK: number;
+  threads: number;
+  /** The operand's contiguous dimension is K (A, or B transposed). */
+  kMajor: boolean;
+  /** Keep it in workgroup memory as it is stored ([outer][k]); only with kMajor. */
+  rowMajor: boolean;
+  vec: boolean;
+  checked: boolean;
+  dim: 'M' | 'N';
+  o0: 'row0' | 'col0';
+  off: string;
+  S: 'As' | 'Bs';
+  /** vec4s per row of S. */
+  stride: number;
+  /** vec4s of one buffer of S. */
+  size: number;
+}): { decl: string; load: string; store: (buf: string) => string } {
+  const { name, reg, T, BK, threads, kMajor, rowMajor, vec, checked, dim, o0, off, S, stride, size } = o;
+  const T4 = T / 4;
+  const BK4 = BK / 4;
+  const count = T * BK4;
+  const L = Math.ceil(count / threads);
+  const decl = Array.from({ length: L }, (_, l) => `var ${reg}${l} = vec4<f32>(0.0);`).join('\n        ');
+  const loads: string[] = [];
+  const stores: string[] = [];
+  for (let l = 0; l < L; l++) {
+    const guard = (l + 1) * threads <= count ? '' : `if (f < ${count}) `;
+    const f = `let f = tid + ${l * threads};`;
+    let body: string;
+    if (kMajor) {
+      const coords = `let t = f / ${BK4}; let q = f % ${BK4}; let outer = ${o0} + t;`;
+      if (vec) {
+        const idx = `${off}4 + outer * K4 + kq + q`;
+        body = checked
+          ? `${coords} if (outer < ${dim} && kq + q < K4) { ${reg}${l} = ${name}[${idx}]; }`
+          : `${coords} ${reg}${l} = ${name}[${idx}];`;
+      } else {
+        body = `${coords} let k = kq * 4 + q * 4; let base = ${off} + outer * K + k; ${[0, 1, 2, 3]
+          .map((c) => `if (outer < ${dim} && k + ${c} < K) { ${reg}${l}[${c}] = ${name}[base + ${c}]; }`)
+          .join(' ')}`;
+      }
+    } else {
+      const coords = `let kk = f / ${T4}; let q = f % ${T4}; let k = kq * 4 + kk;`;
+      if (vec) {
+        const idx = `${off}4 + k * ${dim}4 + ${o0} / 4 + q`;
+        body = checked
+          ? `${coords} if (k < K && ${o0} / 4 + q < ${dim}4) { ${reg}${l} = ${name}[${idx}]; }`
+          : `${coords} ${reg}${l} = ${name}[${idx}];`;
+      } else {
+        body = `${coords} let o = ${o0} + q * 4; let base = ${off} + k * ${dim} + o; ${[0, 1, 2, 3]
+          .map((c) => `if (k < K && o + ${c} < ${dim}) { ${reg}${l}[${c}] = ${name}[base + ${c}]; }`)
+          .join(' ')}`;
+      }
+    }
+    loads.push(`{ ${f} ${checked ? `${reg}${l} = vec4<f32>(0.0); ` : ''}${guard}{ ${body} } }`);
+    if (kMajor && rowMajor)
+      stores.push(
+        `{ ${f} ${guard}{ let t = f / ${BK4}; let q = f % ${BK4}; ${S}[BUF + t * ${stride} + q] = ${reg}${l}; } }`,
+      );
+    else if (kMajor)
+      stores.push(
+        `{ ${f} ${guard}{ let t = f / ${BK4}; let q = f % ${BK4}; let s0 = BUF + q * ${4 * stride} + t / 4; let e = t % 4; ${[
+          0, 1, 2, 3,
+        ]
+          .map((c) => `${S}[s0 + ${c * stride}][e] = ${reg}${l}[${c}];`)
+          .join(' ')} } }`,
+      );
+    else
+      stores.push(
+        `{ ${f} ${guard}{ let kk = f / ${T4}; let q = f % ${T4}; ${S}[BUF + kk * ${stride} + q] = ${reg}${l}; } }`,
+      );
+  }
+  return {
+    decl,
+    load: loads.join('\n          '),
+    store: (buf: string) => stores.join('\n          ').replaceAll('BUF', `(${buf}) * ${size}`),
+  };
+}
+
+/** A variant's WGSL (the user code tfjs wraps), to read what the generator emits. */
+export function matMulFastVariantWgsl(
+  name: string,
+  o: { M: number; N: number; K: number; transA?: boolean; transB?: boolean },
+): string {
+  const v = MATMUL_FAST_VARIANTS.find((x) => x.name === name);
+  if (!v) throw new Error(`matMulFastVariantWgsl: unknown variant ${name}.`);
+  const was = forcedVariant;
+  forcedVariant = v;
+  try {
+    const plan = matMulFastPlan(o.M, o.N, o.K, { transA: o.transA, transB: o.transB });
+    return new MatMulVariantProgram(v, { ...plan, transA: !!o.transA, transB: !!o.transB }, [
+      o.M,
+      o.N,
+    ]).getUserCode();
+  } finally {
+    forcedVariant = was;
+  }
+}
+
+/** The tfjs WebGPUProgram of a variant. */
+class MatMulVariantProgram {
+  readonly variableNames = ['A', 'B'];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number];
+  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, strideA : i32, strideB : i32,';
+  readonly variableComponents: number[];
+  outputComponent: number;
+  private readonly v: MatMulFastVariant;
+  private readonly o: ProgramOptions;
+
+  constructor(v: MatMulFastVariant, o: ProgramOptions, outShape: number[]) {
+    this.v = v;
+    this.o = o;
+    this.outputShape = outShape;
+    this.dispatch = o.groups;
+    this.workgroupSize = [v.tn / v.rn, v.tm / v.rm, 1];
+    this.variableComponents = [o.vecA ? 4 : 1, o.vecB ? 4 : 1];
+    this.outputComponent = o.vecC ? 4 : 1;
+    this.shaderKey = `perfMatMulVar_${v.name}_${+o.transA}${+o.transB}_${+o.vecA}${+o.vecB}${+o.vecC}${+o.checked}`;
+  }
+
+  getUserCode(): string {
+    const v = this.v;
+    const { transA, transB, vecA, vecB, vecC, checked } = this.o;
+    const { tm: TM, tn: TN, bk: BK, rm: RM, rn: RN } = v;
+    const TX = TN / RN;
+    const TY = TM / RM;
+    const threads = TX * TY;
+    const RG = RM / 4;
+    const CG = RN / 4;
+    const aRow = v.aRowMajor && !transA;
+    const STA = strideA(v, aRow);
+    const STB = strideB(v);
+    const SZA = sizeA(v, aRow);
+    const SZB = sizeB(v);
+    const a = variantLoad({
+      name: 'A',
+      reg: 'ra',
+      T: TM,
+      BK,
+      threads,
+      kMajor: !transA,
+      rowMajor: aRow,
+      vec: vecA,
+      checked,
+      dim: 'M',
+      o0: 'row0',
+      off: 'aOff',
+      S: 'As',
+      stride: STA,
+      size: SZA,
+    });
+    const b = variantLoad({
+      name: 'B',
+      reg: 'rb',
+      T: TN,
+      BK,
+      threads,
+      kMajor: transB,
+      rowMajor: false,
+      vec: vecB,
+      checked,
+      dim: 'N',
+      o0: 'col0',
+      off: 'bOff',
+      S: 'Bs',
+      stride: STB,
+      size: SZB,
+    });
+    const acc = (g: number, i: number, h: number) => `acc_${g}_${i}_${h}`;
+    const accDecl: string[] = [];
+    for (let g = 0; g < RG; g++)
+      for (let i = 0; i < 4; i++)
+        for (let h = 0; h < CG; h++) accDecl.push(`var ${acc(g, i, h)} = vec4<f32>(0.0);`);
+    const comp = 'xyzw';
+    // The inner product over one buffer, fully unrolled; aB / bB: this thread's first vec4 in the buffer.
+    const inner: string[] = [];
+    if (aRow) {
+      for (let kq = 0; kq < BK / 4; kq++) {
+        const lines: string[] = [];
+        for (let g = 0; g < RG; g++)
+          for (let i = 0; i < 4; i++)
+            lines.push(`let a_${g}_${i} = As[aB + ${(g * TY * 4 + i) * STA + kq}];`);
+        for (let kk = 0; kk < 4; kk++) {
+          const sub: string[] = [];
+          for (let h = 0; h < CG; h++) sub.push(`let b_${h} = Bs[bB + ${(kq * 4 + kk) * STB + h * TX}];`);
+          for (let g = 0; g < RG; g++)
+            for (let i = 0; i < 4; i++)
+              for (let h = 0; h < CG; h++)
+                sub.push(
+                  `${acc(g, i, h)} = fma(vec4<f32>(a_${g}_${i}.${comp[kk]}), b_${h}, ${acc(g, i, h)});`,
+                );
+          lines.push(`{ ${sub.join(' ')} }`);
+        }
+        inner.push(`{\n            ${lines.join('\n            ')}\n          }`);
+      }
+    } else {
+      for (let kk = 0; kk < BK; kk++) {
+        const lines: string[] = [];
+        for (let g = 0; g < RG; g++) lines.push(`let a_${g} = As[aB + ${kk * STA + g * TY}];`);
+        for (let h = 0; h < CG; h++) lines.push(`let b_${h} = Bs[bB + ${kk * STB + h * TX}];`);
+        for (let g = 0; g < RG; g++)
+          for (let i = 0; i < 4; i++)
+            for (let h = 0; h < CG; h++)
+              lines.push(`${acc(g, i, h)} = fma(vec4<f32>(a_${g}.${comp[i]}), b_${h}, ${acc(g, i, h)});`);
+        inner.push(`{ ${lines.join(' ')} }`);
+      }
+    }
+    const aFirst = aRow ? `ty * ${4 * STA}` : 'ty';
+    const stores: string[] = [];
+    for (let g = 0; g < RG; g++)
+      for (let i = 0; i < 4; i++) {
+        const parts = Array.from({ length: CG }, (_, h) => {
+          const x = acc(g, i, h);
+          if (vecC) {
+            const st = `result[cOff4 + r * N4 + col0 / 4 + ${h * TX} + tx] = ${x};`;
+            return checked ? `if (col0 / 4 + ${h * TX} + tx < N4) { ${st} }` : st;
+          }
+          return `{ let c = col0 + ${h * TX * 4} + tx * 4; ${[0, 1, 2, 3]
+            .map((e) => `if (c + ${e} < N) { result[cOff + r * N + c + ${e}] = ${x}.${comp[e]}; }`)
+            .join(' ')} }`;
+        });
+        const r = `let r = row0 + ${g * TY * 4 + i} + ty * 4;`;
+        stores.push(checked ? `{ ${r} if (r < M) { ${parts.join(' ')} } }` : `{ ${r} ${parts.join(' ')} }`);
+      }
+    const compute = (buf: string) => `{
+          let aB = (${buf}) * ${SZA} + ${aFirst};
+          let bB = (${buf}) * ${SZB} + tx;
+          ${inner.join('\n          ')}
+        }`;
+    const loop =
+      v.buffers === 2
+        ? `
+        // Slice 0 into buffer 0; then per slice t: slice t + 1 into registers, multiply buffer t % 2, registers
+        // into the other buffer, one barrier.
+        ${a.load}
+        ${b.load}
+        ${a.store('0')}
+        ${b.store('0')}
+        workgroupBarrier();
+        for (var t = 0; t < tiles; t = t + 1) {
+          let cur = t % 2;
+          let more = t + 1 < tiles;
+          if (more) {
+            kq = (t + 1) * ${BK / 4};
+            ${a.load}
+            ${b.load}
+          }
+          ${compute('cur')}
+          if (more) {
+            ${a.store('1 - cur')}
+            ${b.store('1 - cur')}
+          }
+          workgroupBarrier();
+        }`
+        : `
+        // One buffer: slice t stored, barrier, slice t + 1 loaded into registers, slice t multiplied, barrier.
+        ${a.load}
+        ${b.load}
+        for (var t = 0; t < tiles; t = t + 1) {
+          ${a.store('0')}
+          ${b.store('0')}
+          workgroupBarrier();
+          if (t + 1 < tiles) {
+            kq = (t + 1) * ${BK / 4};
+            ${a.load}
+            ${b.load}
+          }
+          ${compute('0')}
+          workgroupBarrier();
+        }`;
+    return `
+      var<workgroup> As : array<vec4<f32>, ${v.buffers * SZA}>;
+      var<workgroup> Bs : array<vec4<f32>, ${v.buffers * SZB}>;
+
+      fn main(index : i32) {
+        let M = uniforms.dimM;
+        let N = uniforms.dimN;
+        let K = uniforms.dimK;
+        let M4 = M / 4;
+        let N4 = N / 4;
+        let K4 = K / 4;
+        let tx = i32(localId.x);
+        let ty = i32(localId.y);
+        let tid = ty * ${TX} + tx;
+        let row0 = i32(workgroupId.y) * ${TM};
+        let col0 = i32(workgroupId.x) * ${TN};
+        let batch = i32(workgroupId.z);
+        let aOff = batch * uniforms.strideA;
+        let bOff = batch * uniforms.strideB;
+        let cOff = batch * M * N;
+        let aOff4 = aOff / 4;
+        let bOff4 = bOff / 4;
+        let cOff4 = cOff / 4;
+        ${accDecl.join('\n        ')}
+        ${a.decl}
+        ${b.decl}
+        let tiles = (K + ${BK - 1}) / ${BK};
+        var kq = 0; // first k of the slice being loaded, / 4
+        ${loop}
+        ${stores.join('\n        ')}
+      }`;
+  }
+}
+
 /** [batch, rows, cols] of a rank-2 or rank-3 operand (batch 1 for rank 2). */
 const dims3 = (s: number[]): [number, number, number] =>
   s.length === 3 ? [s[0], s[1], s[2]] : [1, s[0], s[1]];
@@ -348,7 +826,16 @@ const KERNELS: Record<string, KernelFn<tf.TensorInfo>> = {
     const batch = Math.max(ba, bb);
     const plan = matMulFastPlan(M, N, K, { batch, transA, transB });
     const outShape = a.shape.length === 3 ? [batch, M, N] : [M, N];
-    const program = new MatMulFastProgram({ ...plan, transA, transB }, outShape);
+    let program: MatMulFastProgram | MatMulVariantProgram;
+    if (plan.variant) {
+      const v = MATMUL_FAST_VARIANTS.find((x) => x.name === plan.variant)!;
+      const limits = (backend as unknown as { device: { limits: MatMulFastLimits } }).device.limits;
+      if (!matMulFastVariantFits(v, limits))
+        throw new Error(
+          `matMulFast variant ${v.name} needs ${matMulFastVariantBytes(v)} bytes of workgroup memory and ${matMulFastVariantThreads(v)} threads; this device allows ${limits.maxComputeWorkgroupStorageSize} and ${limits.maxComputeInvocationsPerWorkgroup}.`,
+        );
+      program = new MatMulVariantProgram(v, { ...plan, transA, transB }, outShape);
+    } else program = new MatMulFastProgram({ ...plan, transA, transB }, outShape);
     return (backend as WebGpuBackendLike).runWebGPUProgram(program, [a, b], 'float32', [
       { type: 'int32', data: [M] },
       { type: 'int32', data: [N] },
