@@ -42,6 +42,7 @@ const COMPARED = [
 interface Stepped {
   result: StepResult;
   weights: number[][];
+  /** Tensors held after the step, counted from before the trainer was built (runs of different tests compare). */
   tensors: number;
   /** Programs tfjs encoded during the step (replayed dispatches are not among them). */
   programs: number;
@@ -71,6 +72,7 @@ async function run(
   device?: (t: () => PpoTrainer) => DeviceErrors,
 ) {
   let made: PpoTrainer | null = null;
+  const start = tf.memory().numTensors;
   const t = await buildTrainer(cfg, res, {
     ...meanByteReward,
     ...(device ? { device: { errors: device(() => made!) } } : {}),
@@ -81,7 +83,12 @@ async function run(
   try {
     for (let i = 0; i < steps; i++) {
       const { out: result, programs } = await programsOf(() => t.trainStep());
-      out.push({ result, weights: await trainedWeights(t), tensors: tf.memory().numTensors, programs });
+      out.push({
+        result,
+        weights: await trainedWeights(t),
+        tensors: tf.memory().numTensors - start,
+        programs,
+      });
     }
     return {
       steps: out,
@@ -93,6 +100,17 @@ async function run(
   } finally {
     t.disposeAll();
   }
+}
+
+/**
+ * `run(cfg, false, steps)` once per config: the run through tfjs is seeded, so the last test's reference run (PPO +
+ * LoRA, one epoch) is the second case's, made once (CI time: each is ~20 s on SwiftShader).
+ */
+const plainRuns = new Map<string, ReturnType<typeof run>>();
+function plainRun(cfg: TrainConfig, steps = 2): ReturnType<typeof run> {
+  const key = JSON.stringify([cfg, steps]);
+  if (!plainRuns.has(key)) plainRuns.set(key, run(cfg, false, steps));
+  return plainRuns.get(key)!;
 }
 
 function expectSameStep(a: Stepped, b: Stepped) {
@@ -136,7 +154,7 @@ describe('the replayed update on Node WebGPU equals the update through tfjs', ()
     it(`${name}: 2 steps, the same tokens, metrics and weights; replays run and tfjs encodes fewer programs`, async () => {
       // Prompts of one length: the query length (and with it the recording's key) is the same at every step.
       const cfg = tinyConfig({ prompts: ['abcd', 'efgh', 'ijkl', 'mnop'], responseLength: 4, ...over });
-      const plain = await run(cfg, false);
+      const plain = await plainRun(cfg);
       const replayed = await run(cfg, true);
       for (let i = 0; i < 2; i++) {
         try {
@@ -187,7 +205,7 @@ describe('the replayed update on Node WebGPU equals the update through tfjs', ()
         },
       };
     };
-    const plain = await run(cfg, false, 2);
+    const plain = await plainRun(cfg, 2);
     const fell = await run(cfg, true, 2, device);
     expect(failures).toBe(1);
     expect(fell.replayOn).toBe(false);
