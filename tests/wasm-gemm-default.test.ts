@@ -8,8 +8,10 @@ import { describe, it, expect } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import {
+  GEMM_BT_MIN_ROWS,
   gemmStats,
   registerWasmExtraKernels,
+  swappedStats,
   setWasmGemm,
   wasmGemmEnabled,
 } from '../src/core/kernels/wasm-extra';
@@ -29,6 +31,46 @@ describe('the gemm.wat route by default', () => {
     expect(Array.from(await c.data())).toEqual([4, 5, 10, 11]);
     expect(gemmStats.calls).toBe(calls + 1);
     tf.dispose([a, b, c]);
+  });
+
+  it("a gradient's dy·Wᵀ takes it from GEMM_BT_MIN_ROWS rows; fewer rows keep the swap", async () => {
+    // dy [M, 768] · W [200, 768]ᵀ (Conv1D's input gradient: W [in, out]): M·K + M·N < N·K below 159 rows.
+    const K = 768;
+    const N = 200;
+    const W = tf.randomNormal([N, K], 0, 1, 'float32', 3);
+    const ref = (dy: Float32Array, w: Float32Array, M: number) => {
+      const out = new Float64Array(M * N);
+      for (let i = 0; i < M; i++)
+        for (let j = 0; j < N; j++) {
+          let s = 0;
+          for (let k = 0; k < K; k++) s += dy[i * K + k] * w[j * K + k];
+          out[i * N + j] = s;
+        }
+      return out;
+    };
+    const w = (await W.data()) as Float32Array;
+    for (const [M, route] of [
+      [GEMM_BT_MIN_ROWS, 'gemm'],
+      [GEMM_BT_MIN_ROWS - 1, 'swap'],
+    ] as const) {
+      const dy = tf.randomNormal([M, K], 0, 1, 'float32', M);
+      const g0 = gemmStats.calls;
+      const s0 = swappedStats.calls;
+      const c = tf.matMul(dy, W, false, true);
+      const want = ref((await dy.data()) as Float32Array, w, M);
+      const got = await c.data();
+      let err = 0;
+      let scale = 0;
+      for (let i = 0; i < got.length; i++) {
+        err = Math.max(err, Math.abs(got[i] - want[i]));
+        scale = Math.max(scale, Math.abs(want[i]));
+      }
+      expect(err / scale).toBeLessThan(1e-6);
+      expect(gemmStats.calls - g0, `M ${M}`).toBe(route === 'gemm' ? 1 : 0);
+      expect(swappedStats.calls - s0, `M ${M}`).toBe(route === 'swap' ? 1 : 0);
+      tf.dispose([dy, c]);
+    }
+    W.dispose();
   });
 
   it('setWasmGemm(false) keeps XNNPACK', async () => {

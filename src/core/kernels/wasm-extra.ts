@@ -46,6 +46,10 @@ export const swappedStats = { calls: 0 };
  * and XNNPACK runs the product. `gemmStats` counts products, kept packings and their reuses (the tests read it).
  */
 export const gemmStats = { calls: 0, packedKept: 0, packedReused: 0 };
+/** Rows of A from which A·Bᵀ with a larger B runs on gemm.wat (B packed per call) rather than the swap. */
+export const GEMM_BT_MIN_ROWS = 64;
+/** The most bytes a per-call packing of Bᵀ may take for that route. */
+export const GEMM_BT_MAX_PACKED_BYTES = 64 * 1024 * 1024;
 let gemmOn = false;
 /** What setWasmGemm asked for (null: nothing yet; registerWasmExtraKernels then turns the route on). */
 let gemmAsked: boolean | null = null;
@@ -170,11 +174,16 @@ function fastMatMul(): void {
         b.dtype === 'float32'
           ? bmmFor(heapMemory(bk.wasm))
           : null;
+      // A·Bᵀ with a large B and few rows of A goes to XNNPACK through the swap below, unless there are rows
+      // enough (GEMM_BT_MIN_ROWS) to pay for packing Bᵀ on every call and Bᵀ packs into at most
+      // GEMM_BT_MAX_PACKED_BYTES: a gradient's dy·Wᵀ at a micro-batch's rows runs 40.7–42.8 GFLOP/s on gemm.wat
+      // against 26.8 through the swap (docs/performance.md); the LM head's x·wteᵀ (154 MB packed) keeps the swap.
       const swapCase = (): boolean => {
         const M = a.shape[a.shape.length - 2];
         const K = a.shape[a.shape.length - 1];
         const N = b.shape[b.shape.length - 2];
-        return at.transposeB && !at.transposeA && M * K + M * N < N * K;
+        if (!(at.transposeB && !at.transposeA && M * K + M * N < N * K)) return false;
+        return M < GEMM_BT_MIN_ROWS || packedBBytes(K, N) > GEMM_BT_MAX_PACKED_BYTES;
       };
       if (
         gemmOn &&
