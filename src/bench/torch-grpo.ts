@@ -13,11 +13,12 @@ export const F16_BENCH_SHAPES = ['qwen2.5-1.5b', 'qwen3-1.7b'] as const;
 export type F16BenchShapeName = (typeof F16_BENCH_SHAPES)[number];
 
 /**
- * An f16 row's config.json: the published shape (LLAMA_SHAPES) with the 512-id ChatML tokenizer's token ids, as
- * qwenBenchShape. A dry run keeps the vocabulary and shrinks the trunk (2 layers of width 64, 4 heads of 16 over 2
- * KV heads, SwiGLU 128).
+ * A bench row's config.json: a published shape (LLAMA_SHAPES) with the token ids of the 512-id ChatML tokenizer the
+ * folder gets (tests/fixtures/hf-tokenizer, as scripts/make-random-model.ts --shape writes it). A dry run keeps
+ * the vocabulary and shrinks the trunk: 2 layers of width 64, 4 heads over 2 KV heads (of 16 where the shape names
+ * its head_dim), SwiGLU 128.
  */
-export function f16BenchShape(name: F16BenchShapeName, dryRun: boolean): Record<string, unknown> {
+export function benchShape(name: keyof typeof LLAMA_SHAPES, dryRun: boolean): Record<string, unknown> {
   const shape: Record<string, unknown> = {
     ...LLAMA_SHAPES[name],
     bos_token_id: 510,
@@ -37,6 +38,11 @@ export function f16BenchShape(name: F16BenchShapeName, dryRun: boolean): Record<
     : shape;
 }
 
+/** An f16 row's config.json (issue #36): benchShape of Qwen2.5-1.5B or Qwen3-1.7B. */
+export function f16BenchShape(name: F16BenchShapeName, dryRun: boolean): Record<string, unknown> {
+  return benchShape(name, dryRun);
+}
+
 /** An f16 row's run (issue #36): 2 prompts × groups of 8, R 64, LoRA r 8; a dry run as qwenBenchRun's. */
 export function f16BenchRun(dryRun: boolean): ReturnType<typeof qwenBenchRun> {
   return dryRun ? qwenBenchRun(true) : { ...qwenBenchRun(false), responseLength: 64 };
@@ -53,28 +59,11 @@ export function f16BenchTitle(name: F16BenchShapeName): string {
 }
 
 /**
- * The Qwen row's config.json: Qwen2.5-0.5B's shapes (24 layers, width 896, 14 heads over 2 KV heads, SwiGLU 4864,
- * the 151936-entry vocabulary, tied head) with the token ids of the 512-id ChatML tokenizer the folder gets
- * (tests/fixtures/hf-tokenizer, as scripts/make-random-model.ts --shape writes it). A dry run keeps the
- * vocabulary and shrinks the trunk: 2 layers of width 64, 4 heads over 2 KV heads, SwiGLU 128.
+ * The Qwen row's config.json: benchShape of Qwen2.5-0.5B (24 layers, width 896, 14 heads over 2 KV heads, SwiGLU
+ * 4864, the 151936-entry vocabulary, tied head).
  */
 export function qwenBenchShape(dryRun: boolean): Record<string, unknown> {
-  const shape: Record<string, unknown> = {
-    ...LLAMA_SHAPES['qwen2.5-0.5b'],
-    bos_token_id: 510,
-    eos_token_id: 511,
-    pad_token_id: 509,
-  };
-  return dryRun
-    ? {
-        ...shape,
-        num_hidden_layers: 2,
-        hidden_size: 64,
-        intermediate_size: 128,
-        num_attention_heads: 4,
-        num_key_value_heads: 2,
-      }
-    : shape;
+  return benchShape('qwen2.5-0.5b', dryRun);
 }
 
 /** The row's run: B = prompts × groupSize samples (2 × 8; a dry run 2 × 2), R response tokens, LoRA r 8. */

@@ -32,6 +32,7 @@ import type { CausalLM } from '../core/model/lm';
 import type { RecomputeMode, TrainConfig } from '../common/config';
 import type { TorchPpoResult } from './torch-ppo';
 import {
+  benchModelLabel,
   qwenBenchRun,
   qwenBenchShape,
   qwenTimedSteps,
@@ -477,8 +478,7 @@ export function qwenGrpoKeys(i: {
 
 /** "Qwen2.5-0.5B shape (24 layers, width 896, 14 heads over 2 KV heads, SwiGLU 4864, vocabulary 151936)". */
 export function qwenModelLabel(dryRun: boolean): string {
-  const s = qwenBenchShape(dryRun);
-  return `Qwen2.5-0.5B shape${dryRun ? ', dry run' : ''} (${s.num_hidden_layers} layers, width ${s.hidden_size}, ${s.num_attention_heads} heads over ${s.num_key_value_heads} KV heads, SwiGLU ${s.intermediate_size}, vocabulary ${s.vocab_size}), random weights`;
+  return benchModelLabel('Qwen2.5-0.5B', qwenBenchShape(dryRun), dryRun);
 }
 
 /** GPT-2 124M's weight products [K, N]: c_attn, mlp.c_fc, mlp.c_proj, and the tied LM head (x·wteᵀ). */

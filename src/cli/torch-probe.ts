@@ -26,9 +26,7 @@ import {
   type TorchGrpoResult,
   type TorchGrpoSpec,
 } from '../bench/torch-grpo';
-import type { BuildOptions } from '../core/ppo/setup';
-import type { PpoTrainer } from '../core/ppo/trainer';
-import type { CausalLM } from '../core/model/lm';
+import type { F16BenchHooks } from '../bench/f16-gpu';
 import { loadLM } from '../core/model/folder';
 import { nodeFiles } from './files-node';
 import { writeRandomBf16LlamaFolder } from './random-bf16-folder';
@@ -211,17 +209,7 @@ export function f16GrpoBenchHooks(o: {
   res: Resources;
   python: string;
   log: (m: string) => void;
-}): {
-  buildTrainer: (
-    name: F16BenchShapeName,
-    overrides: Record<string, unknown>,
-    owner?: BuildOptions['owner'],
-  ) => Promise<PpoTrainer>;
-  loadModel: (name: F16BenchShapeName, baseDtype: 'f16' | 'f32') => Promise<CausalLM>;
-  runTorchGrpo: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
-  gpuMemoryUsedBytes: () => number | null;
-  cleanup: () => Promise<void>;
-} {
+}): Required<F16BenchHooks> & { cleanup: () => Promise<void> } {
   const dirs = new Map<F16BenchShapeName, string>();
   const folder = async (name: F16BenchShapeName): Promise<string> => {
     const had = dirs.get(name);
