@@ -179,6 +179,7 @@ describe('the f16 rows as Markdown', () => {
           batchSize: 16,
           groupSize: 8,
           responseLength: 64,
+          trainerWarmupS: 20,
           Tq: 8,
           lora: 8,
           loraTargets: ['q_proj'],

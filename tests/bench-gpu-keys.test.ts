@@ -798,6 +798,7 @@ describe('gpuMarkdown with the #22 keys', () => {
         lora: 8,
         loraTargets: [...LLAMA_LORA_TARGETS],
         trainableParams: torchGrpo.trainableParams,
+        trainerWarmupS: 12,
         defaultPlan: planRow(9),
         wholeBatch: planRow(6),
         ...q,
@@ -834,5 +835,59 @@ describe('gpuMarkdown with the #22 keys', () => {
       vsTorchEagerDefault: 3,
       vsTorchEagerWhole: 2,
     });
+  });
+});
+
+describe("the Qwen row's order of steps (qwenGrpoBench, a stand-in trainer)", () => {
+  it('warms the trainer once, untimed, at the first plan, before each plan’s own warm-up and timed steps', async () => {
+    const { qwenGrpoBench } = await import('../src/bench/webgpu-gpu');
+    const config = parseLlamaConfig({ ...LLAMA_SHAPES['qwen2.5-0.5b'], num_hidden_layers: 2 });
+    const plans: string[] = [];
+    let source: { config: () => Record<string, unknown> } | null = null;
+    let step = 0;
+    const fake = {
+      cfg: { batchSize: 16, responseLength: 32, loraTargets: [...LLAMA_LORA_TARGETS], model: 'qwen' },
+      models: {
+        policy: { config, trainableVariables: () => [{ size: 10 }], dispose: () => {} },
+        ref: { dispose: () => {} },
+        reward: { kind: 'function' },
+      },
+      disposeOptimizers: () => {},
+      stepPlan: () => ({ microBatchSize: 16, recompute: false, generateMicroBatchSize: 16 }),
+      trainStep: async () => {
+        const c = source!.config();
+        plans.push(`${c.microBatchSize}/${c.recompute}`);
+        step++;
+        // The first step is the slowest (recordings, pools): it must be in no plan's figures.
+        const t = step === 1 ? 100 : 1;
+        return {
+          metrics: {
+            timeStep: t,
+            timeGenerate: t,
+            timeScore: 0,
+            timeUpdate: t,
+            tokensPerSecond: 1,
+            epochsRun: 1,
+          },
+          rollout: { queries: [[1, 2, 3]] },
+        };
+      },
+    };
+    const r = await qwenGrpoBench({
+      build: async (_overrides, owner) => {
+        // The bench's owner: the first config in, the live config source (its plan changes) out.
+        source = (owner as unknown as (first: object) => NonNullable<typeof source>)({});
+        return fake as unknown as Awaited<ReturnType<Parameters<typeof qwenGrpoBench>[0]['build']>>;
+      },
+      torch: noTorch,
+      dryRun: false,
+      log: () => {},
+    });
+    // Trainer warm-up at the first plan; then each plan: its warm-up and 2 timed steps (warm-up ≤ 5 s).
+    expect(plans).toEqual(['0/auto', '0/auto', '0/auto', '0/auto', '16/off', '16/off', '16/off']);
+    expect(r.trainerWarmupS).toBe(100);
+    expect(r.notes[0]).toMatch(/^qwenGrpo.trainerWarmupS: 100.00 s, one untimed step at the default plan/);
+    expect(r.defaultPlan).toMatchObject({ warmupS: 1, timedSteps: 2, sPerStep: 1 });
+    expect(r.wholeBatch).toMatchObject({ warmupS: 1, timedSteps: 2, sPerStep: 1 });
   });
 });

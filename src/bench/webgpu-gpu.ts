@@ -177,6 +177,11 @@ export interface QwenGrpoBench {
   vsTorchEagerDefault: number | null;
   /** wholeBatch.sPerStep ÷ torchEagerPeft.sPerStep. */
   vsTorchEagerWhole: number | null;
+  /**
+   * The trainer's own warm-up: one untimed step at the first plan before any plan's warm-up, so that the first
+   * plan timed no longer carries the trainer's first recordings and pools (null where it failed or in no row).
+   */
+  trainerWarmupS: number | null;
   /** The f16-base rows (issue #36, src/bench/f16-gpu.ts): the base's dtype ours and PyTorch's ran with. */
   baseDtype?: 'f16' | 'f32';
   /** The f16-base rows: GPU memory of the default plan's step and the estimate the engine made for it. */
@@ -1032,7 +1037,8 @@ export const PPO_DEFAULT_PLAN_LABEL = 'PPO, LoRA r 8, shared value — the defau
 /**
  * The Qwen row (`qwenGrpo`): one trainer (GRPO, LoRA r 8, one epoch of one minibatch) timed at the default plan
  * (microBatchSize 0, recompute auto), then (both keys are live: the trainer's config source changes) at the whole batch without
- * recompute; each plan a warm-up and 1 or 2 timed steps (qwenTimedSteps). The trainer is freed, then PyTorch eager
+ * recompute; first one untimed step for the trainer (`trainerWarmupS`), then each plan a warm-up and 1 or 2 timed
+ * steps (qwenTimedSteps). The trainer is freed, then PyTorch eager
  * + PEFT runs the same step once (warm-up + 3 timed; a dry run: 1, on the CPU). A failure becomes a note.
  */
 export async function qwenGrpoBench(o: {
@@ -1073,6 +1079,7 @@ export async function qwenGrpoBench(o: {
     torchEagerPeft: null,
     vsTorchEagerDefault: null,
     vsTorchEagerWhole: null,
+    trainerWarmupS: null,
     ...(o.row ? { baseDtype: o.row.baseDtype, memory: null } : {}),
     notes,
   };
@@ -1109,6 +1116,20 @@ export async function qwenGrpoBench(o: {
       },
     ];
     const plans = all.filter((p) => !o.row || o.row.plans.includes(p.key));
+    // One step for the trainer, whichever plan comes first: its first recordings (decode and update replays),
+    // buffer pools and JIT belong to no plan. Each plan then has its own warm-up as before.
+    if (plans.length > 0) {
+      try {
+        stepPlan = plans[0].plan;
+        out.trainerWarmupS = (await trainer.trainStep()).metrics.timeStep;
+        o.log(`  trainer warm-up ${out.trainerWarmupS.toFixed(2)} s (untimed)`);
+        notes.push(
+          `${key}.trainerWarmupS: ${out.trainerWarmupS.toFixed(2)} s, one untimed step at ${plans[0].label} before any plan (first recordings and pools); each plan then had its own warm-up.`,
+        );
+      } catch (e) {
+        notes.push(`${key}: the trainer's warm-up step failed: ${(e as Error).message}`);
+      }
+    }
     for (const { key: planKey, label, plan } of plans) {
       o.log(`${key} GRPO, ${label} (microBatchSize ${plan.microBatchSize}, recompute ${plan.recompute})`);
       try {
