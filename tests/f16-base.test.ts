@@ -14,15 +14,19 @@ import {
   f16BitsToF32,
   f16Gather,
   f16LinearNT,
+  f16MatMulNN,
   packF16,
   roundToF16,
   unpackF16,
 } from '../src/core/kernels/webgpu-f16';
 import {
   linearNtDecodeWebGpu,
+  linearPackedNNWebGpu,
   saveWebGpuLinearSmallRows,
+  setWebGpuLinearFused,
   setWebGpuLinearSmallRows,
   webGpuLinearNtDecodeApplies,
+  webGpuLinearPackedNNApplies,
 } from '../src/core/kernels/webgpu-linear';
 import { Llama } from '../src/core/model/llama';
 import { F16_HEAD_DECODE_ROWS, headRowsLogits } from '../src/core/model/vocab-chunks';
@@ -99,6 +103,59 @@ describe('f16 kernels on WebGPU (Node, Dawn)', () => {
       tf.dispose([...got, ...want]);
       expect(tf.memory().numTensors).toBe(before);
       tf.dispose([x, wp, w, b, dy]);
+    }
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it("dy·W on packed words runs the fused linear's product (tiles and few rows), equal to a float64 loop and to PerfF16MatMul", async () => {
+    const restore = saveWebGpuLinearSmallRows();
+    try {
+      for (const [M, N, K] of [
+        [3, 70, 48],
+        [33, 31, 130],
+        [70, 96, 64],
+      ]) {
+        const wv = roundToF16(seeded(N * K, 11));
+        const wp = tf.tensor2d(packF16(wv), [N, K / 2], 'int32') as tf.Tensor2D;
+        const dyv = seeded(M * N, 12);
+        const dy = tf.tensor2d(dyv, [M, N]);
+        const want = new Float64Array(M * K);
+        for (let m = 0; m < M; m++)
+          for (let k = 0; k < K; k++) {
+            let s = 0;
+            for (let n = 0; n < N; n++) s += dyv[m * N + n] * wv[n * K + k];
+            want[m * K + k] = s;
+          }
+        expect(webGpuLinearPackedNNApplies(dy, wp)).toBe(true);
+        // The route: f16MatMulNN is the fused linear's product, bit for bit, on the tiles (a software adapter's
+        // default) and on the few-rows program (what a GPU runs at up to 64 rows).
+        for (const few of [false, true]) {
+          if (few) setWebGpuLinearSmallRows(64);
+          const got = f16MatMulNN(dy, wp);
+          const fused = linearPackedNNWebGpu(dy, wp);
+          const g = await got.data();
+          expect(Array.from(g)).toEqual(Array.from(await fused.data()));
+          // f32 sums of N products against the float64 loop: within N units of float32 rounding.
+          expect(relDiff(g, want)).toBeLessThan(N * 2 ** -24);
+          tf.dispose([got, fused]);
+        }
+        // With the fused path off, PerfF16MatMul's tiles: the same values up to the order of summation.
+        const was = setWebGpuLinearFused(false);
+        const fallback = f16MatMulNN(dy, wp);
+        setWebGpuLinearFused(was);
+        expect(webGpuLinearPackedNNApplies(dy, wp)).toBe(true);
+        expect(relDiff(await fallback.data(), want)).toBeLessThan(N * 2 ** -24);
+        tf.dispose([fallback, wp, dy]);
+      }
+      // Not a packed weight of dy's columns: the fallback's checks (and its error) stay in charge.
+      const dy = tf.zeros([2, 8]);
+      const wrongRows = tf.zeros([6, 4], 'int32');
+      const notPacked = tf.zeros([8, 4]);
+      expect(webGpuLinearPackedNNApplies(dy, wrongRows)).toBe(false);
+      expect(webGpuLinearPackedNNApplies(dy, notPacked)).toBe(false);
+      tf.dispose([dy, wrongRows, notPacked]);
+    } finally {
+      restore();
     }
     expect(await webGpuErrors()).toEqual([]);
   });

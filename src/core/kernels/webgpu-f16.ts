@@ -7,7 +7,9 @@
  * - `PerfF16MatMul`: y [M, N] = x [M, K] · Wᵀ (W [N, K] packed: nn.Linear's layout, the tied LM head) + bias, and
  *   with `transB` false dx [M, K'] = dy [M, N'] · W (W [N', K'] packed): the backward to the activations (the
  *   frozen weight itself never gets a gradient). 32×32 output tile per workgroup of 16×16 threads, 2×2 outputs
- *   each, K in slices of 16 through workgroup memory.
+ *   each, K in slices of 16 through workgroup memory. Where the fused linear's programs apply (the usual case)
+ *   both products run there instead, on the packed words (kernels/webgpu-linear.ts: mmNT, mmNN below); this
+ *   program is the fallback (the fused path switched off, or a grid beyond its workgroup limit).
  * - `PerfF16Gather`: rows of a packed [V, C] table at int ids → f32 [N, C], zero where an id is outside the rows
  *   this chunk holds (`lo` … `lo + V − 1`), so the chunks of a vocabulary matrix sum to one gather.
  * Host side: packF16 / f16Bits round f32 → binary16 to nearest even (what torch's `.half()` does), and
@@ -16,7 +18,12 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
-import { linearNtDecodeWebGpu, webGpuLinearNtDecodeApplies } from './webgpu-linear';
+import {
+  linearNtDecodeWebGpu,
+  linearPackedNNWebGpu,
+  webGpuLinearNtDecodeApplies,
+  webGpuLinearPackedNNApplies,
+} from './webgpu-linear';
 
 export const F16_MM = 'PerfF16MatMul';
 export const F16_GATHER = 'PerfF16Gather';
@@ -368,8 +375,13 @@ function mmNT(x: tf.Tensor, w: tf.Tensor, bias?: tf.Tensor | null): tf.Tensor2D 
   return tf.engine().runKernel(F16_MM, { x, w, ...(bias ? { bias } : {}) }, { transB: true }) as tf.Tensor2D;
 }
 
-/** dy [M, N] · W(packed [N, K]) → [M, K], no gradient. */
+/**
+ * dy [M, N] · W(packed [N, K]) → [M, K], no gradient: through the fused linear's product (the f32 backward's own
+ * program, kernels/webgpu-linear.ts) reading the packed words, where it applies; else PerfF16MatMul's 32 × 32
+ * tiles.
+ */
 function mmNN(dy: tf.Tensor, w: tf.Tensor): tf.Tensor2D {
+  if (webGpuLinearPackedNNApplies(dy, w)) return linearPackedNNWebGpu(dy as tf.Tensor2D, w as tf.Tensor2D);
   return tf.engine().runKernel(F16_MM, { x: dy, w }, { transB: false }) as tf.Tensor2D;
 }
 

@@ -125,7 +125,8 @@ interface MatMulOptions {
   swiglu?: boolean;
   /**
    * B (and B1, B2) packed f16 (baseDtype "f16"; kernels/webgpu-f16.ts): int32 words, two binary16 values each, read
-   * through `bAt*` (unpack2x16float) and multiplied in f32. transB only (the decode's nn.Linear W [out, in]).
+   * through `bAt*` (unpack2x16float) and multiplied in f32: transB for x·Wᵀ (nn.Linear's W [out, in]: the decode
+   * and the f16 forward), not transB for dy·W (the backward to the activations, linearPackedNNWebGpu).
    */
   packedB?: boolean;
 }
@@ -862,9 +863,11 @@ const KERNELS: Record<string, KernelFn> = {
     // The layer-norm prologue (forward-only decode: LoRA's down-projection of the normalised rows).
     const ln = !!lnG && !transA;
     const [M, K] = transA ? [a!.shape[1], a!.shape[0]] : a!.shape;
-    const N = transB ? b!.shape[0] : b!.shape[1];
+    // B packed f16 (int32 words, two values each along its rows: a frozen base weight, linearPackedNNWebGpu).
+    const packedB = b!.dtype === 'int32';
+    const N = transB ? b!.shape[0] : packedB ? 2 * b!.shape[1] : b!.shape[1];
     const program = matMulProgram(
-      { mode: 'mm', transA, transB, gelu: false, hasExtra: false, hasRes: false, ln },
+      { mode: 'mm', transA, transB, gelu: false, hasExtra: false, hasRes: false, ln, packedB },
       M,
       N,
     );
@@ -1230,4 +1233,27 @@ export function linearNtDecodeWebGpu(x: tf.Tensor2D, o: LinearNtDecodeOptions): 
       { mode: 'fwd', eps, scale: lora?.[0].scaling ?? 0 },
     ) as tf.Tensor2D;
   });
+}
+
+/**
+ * Whether linearPackedNNWebGpu applies to dy [M, N] · W (W [N, K] packed f16: int32 [N, K / 2]): the fused path
+ * on, webgpu current, float32 dy of W's rows, and within the workgroup grid of either program.
+ */
+export function webGpuLinearPackedNNApplies(dy: tf.TensorInfo, w: tf.TensorInfo): boolean {
+  if (!enabled || tf.getBackend() !== 'webgpu') return false;
+  if (dy.shape.length !== 2 || dy.dtype !== 'float32' || w.shape.length !== 2 || w.dtype !== 'int32')
+    return false;
+  const [M, N] = dy.shape;
+  const K = 2 * w.shape[1];
+  return w.shape[0] === N && [M, N, K].every((d) => d > 0 && Math.ceil(d / 64) <= MAX_GROUPS);
+}
+
+/**
+ * dy [M, N] · W → [M, K] for a frozen W [N, K] packed f16 (the backward of x·Wᵀ to x), no gradient: the f32
+ * path's own `PerfLinearMatMul` (64 × 64 tiles of 4 × 4 outputs a thread, or its few-rows program at a decode
+ * step's rows on a hardware adapter) reading the packed words through `bAt`. Check webGpuLinearPackedNNApplies.
+ */
+export function linearPackedNNWebGpu(dy: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D {
+  registerWebGpuLinear();
+  return tf.engine().runKernel(LIN_MM, { a: dy, b: w }, { transA: false, transB: false }) as tf.Tensor2D;
 }
