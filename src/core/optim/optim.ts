@@ -3,6 +3,7 @@
  * variableGrads(f, vars) → check → clip by the global norm → applyGradients → dispose.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { installLeanGradients } from './lean-gradients';
 
 export interface StepResult {
   /** The loss before the update, plus any extra scalars the loss function returned. */
@@ -14,6 +15,7 @@ export interface StepResult {
 
 function gradsAndNorm(vars: tf.Variable[], lossFn: () => tf.Scalar[]) {
   let extras: tf.Scalar[] = [];
+  installLeanGradients();
   const { value, grads } = tf.variableGrads(() => {
     const [loss, ...rest] = lossFn();
     extras = rest.map((t) => tf.keep(t));

@@ -16,6 +16,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import { sumOfSquares } from '../kernels/webgpu-sumsq';
 import { fusedAdamAvailable, hasScaledApply, type FusedAdamOptimizer } from '../optim/fused-adam';
 import { clipScale } from '../optim/optim';
+import { installLeanGradients } from '../optim/lean-gradients';
 import { maybeYield } from '../base/yield';
 
 /** A part's loss (already weighted as it enters the joint loss) and statistics to read back with it. */
@@ -85,6 +86,7 @@ export function microGrads<K extends string>(
   micro: number,
 ): MicroGrads {
   let stats: Record<string, tf.Scalar> = {};
+  installLeanGradients();
   const { value, grads } = tf.variableGrads(() => {
     const o = part.objective(micro);
     stats = Object.fromEntries(
