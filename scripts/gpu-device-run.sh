@@ -7,7 +7,7 @@
 # Results go to $OUT (the device tool brings them back), or to ./gpu-out.
 # Usage: bash scripts/gpu-device-run.sh [checks|sweep|bench|f16|profile|all] (default all: checks and bench; sweep: the
 # matmul variants of scripts/matmul-sweep.ts; f16: issue #36's f16-base rows, one process per shape so that each
-# reading of GPU memory starts from a fresh device; profile: GPT-2's decode, GPU kernel times by tf.profile and the
+# reading of GPU memory starts from a fresh device, then Qwen2.5-1.5B at the memory-bounded plan; profile: GPT-2's decode, GPU kernel times by tf.profile and the
 # host's share by scripts/profile-decode-host.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,6 +60,12 @@ if want f16; then
         echo "bench --gpu (f16, $m) failed:"; tail -40 "$out/bench-f16-$m.log"; }
     tail -4 "$out/bench-f16-$m.log"
   done
+  # Qwen2.5-1.5B at the memory-bounded plan (micro-batches of 4 with recompute), first in its process so that its
+  # GPU memory reading is its own; no PyTorch or decode again.
+  PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=qwen2.5-1.5b PPO_GPU_BENCH_F16_DECODE=0 PPO_GPU_BENCH_F16_PLANS=boundedPlan \
+    $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-f16-bounded.json" 2> "$out/bench-f16-bounded.log" || {
+      echo "bench --gpu (f16, bounded plan) failed:"; tail -40 "$out/bench-f16-bounded.log"; }
+  tail -4 "$out/bench-f16-bounded.log"
 fi
 if want profile; then
   $node .gpu/bundle/profile-webgpu.mjs gpt2 2>&1 | tee "$out/profile-webgpu.txt" | tail -25

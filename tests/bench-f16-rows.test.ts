@@ -204,7 +204,13 @@ describe('the f16 rows as Markdown', () => {
           vsTorchEagerDefault: null,
           vsTorchEagerWhole: null,
           baseDtype: 'f16',
-          memory: { gpuBytes: 5.5e9, tfjsAllocatedBytes: 4.2e9, estimateBytes: 5e9, estimate: '≈ 5.0 GB: …' },
+          memory: {
+            plan: 'defaultPlan',
+            gpuBytes: 5.5e9,
+            tfjsAllocatedBytes: 4.2e9,
+            estimateBytes: 5e9,
+            estimate: '≈ 5.0 GB: …',
+          },
           notes: ['f16Grpo.qwen2.5-1.5b.torchEagerPeft: null (no PyTorch on a GPU: none).'],
         },
       ],
@@ -224,5 +230,19 @@ describe('the f16 rows as Markdown', () => {
     );
     expect(md).toContain('| Qwen2.5-1.5B shape | 6.00 | 10.00 | 0.60 |');
     expect(md).toContain('- f16Grpo.qwen2.5-1.5b.torchEagerPeft: null (no PyTorch on a GPU: none).');
+    // A row that timed the bounded plan first: the memory on its line, PyTorch and the ratio on the default's.
+    const row = r.rows[0];
+    const bounded = {
+      ...row,
+      boundedPlan: { ...row.defaultPlan!, microBatchSize: 4, recompute: true, sPerStep: 5.25 },
+      memory: { ...row.memory!, plan: 'boundedPlan' as const, gpuBytes: 4.5e9 },
+    };
+    const md2 = f16Markdown({ ...r, rows: [bounded] });
+    expect(md2).toContain(
+      '| micro-batch 16, recompute off | 3.500 | 1.500 | 0.500 | 1.500 | — | — | — | not run | — | null (see notes) |',
+    );
+    expect(md2).toContain(
+      '| bounded: micro-batch 4 (generate 16), recompute on | 5.250 | 1.500 | 0.500 | 1.500 | 4.50 GB | 4.20 GB | ≈ 5.0 GB: … | — | — | — |',
+    );
   });
 });

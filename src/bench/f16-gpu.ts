@@ -27,8 +27,14 @@ import {
   qwenGrpoBench,
   type GpuAdapterReport,
   type QwenGrpoBench,
+  type QwenPlanKey,
+  type QwenPlanRow,
   type TorchProbe,
 } from './webgpu-gpu';
+
+/** The plans an f16 row may time (PPO_GPU_BENCH_F16_PLANS), in order; the first gets the memory reading. */
+export const F16_BENCH_PLANS = ['defaultPlan', 'boundedPlan'] as const;
+export type F16BenchPlan = (typeof F16_BENCH_PLANS)[number] & QwenPlanKey;
 
 /** Greedy ms/token at batch 1 of one model with its base in f16 and in f32, on the same GPU in the same run. */
 export interface F16DecodeRow {
@@ -43,7 +49,7 @@ export interface F16DecodeRow {
 
 export interface F16BenchResult {
   adapter: GpuAdapterReport;
-  /** One row per shape run (qwenGrpoBench with the f16 base, the default plan only). */
+  /** One row per shape run (qwenGrpoBench with the f16 base, at the plans asked for: the default plan unless told). */
   rows: QwenGrpoBench[];
   decode: F16DecodeRow | null;
   notes: string[];
@@ -68,6 +74,8 @@ export async function runF16Bench(o: {
   names: readonly F16BenchShapeName[];
   /** The shape whose bare model's decode is timed in f16 and f32 (null: none). */
   decodeModel: F16BenchShapeName | null;
+  /** The plans to time, in order (default: the default plan only). */
+  plans?: readonly F16BenchPlan[];
   hooks: F16BenchHooks;
   torch: TorchProbe;
   dryRun: boolean;
@@ -88,7 +96,7 @@ export async function runF16Bench(o: {
           key,
           model: `${benchModelLabel(f16BenchTitle(name), f16BenchShape(name, o.dryRun), o.dryRun)}, BF16 file, base in f16`,
           run: f16BenchRun(o.dryRun),
-          plans: ['defaultPlan'],
+          plans: [...(o.plans ?? ['defaultPlan'])],
           baseDtype: 'f16',
           torchDtype: 'float16',
           gpuMemoryUsedBytes: o.hooks.gpuMemoryUsedBytes,
@@ -153,10 +161,20 @@ export function f16Markdown(r: F16BenchResult): string {
     '',
     '| model | plan | s/step | generate | score | update | our GPU memory (nvidia-smi) | tfjs allocated | estimate | PyTorch eager + PEFT, f16 base: s/step (generate / score / update) | PyTorch peak allocated | ours ÷ PyTorch |',
     '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
-    ...r.rows.map((q) => {
-      const p = q.defaultPlan;
+    ...r.rows.flatMap((q) => {
       const t = q.torchEagerPeft;
-      return `| ${q.model}; GRPO + LoRA r ${q.lora}, ${q.batchSize / q.groupSize} prompts × ${q.groupSize}, R ${q.responseLength}${q.measured ? '' : ' (dry run: not a measurement)'} | ${p ? `micro-batch ${p.microBatchSize}${p.generateMicroBatchSize !== p.microBatchSize ? ` (generate ${p.generateMicroBatchSize})` : ''}, recompute ${p.recompute ? 'on' : 'off'}` : 'not run'} | ${f(p?.sPerStep)} | ${f(p?.generateS)} | ${f(p?.scoreS)} | ${f(p?.updateS)} | ${gb(q.memory?.gpuBytes)} | ${gb(q.memory?.tfjsAllocatedBytes)} | ${q.memory ? q.memory.estimate : '—'} | ${t ? `${f(t.sPerStep)} (${f(t.generateS)} / ${f(t.scoreS)} / ${f(t.updateS)})` : 'not run'} | ${gb(t?.peakMemoryBytes)} | ${q.vsTorchEagerDefault == null ? 'null (see notes)' : q.vsTorchEagerDefault.toFixed(2)} |`;
+      const timed = (['defaultPlan', 'boundedPlan'] as const).filter((k) => q[k]);
+      // One line per plan timed (the default plan's line when none was); the memory on the plan it was read for,
+      // PyTorch and the ratio on the default plan's.
+      return (timed.length ? timed : (['defaultPlan'] as const)).map((k) => {
+        const p: QwenPlanRow | null | undefined = q[k];
+        const m = q.memory?.plan === k ? q.memory : null;
+        const torchCells =
+          k === 'defaultPlan'
+            ? `${t ? `${f(t.sPerStep)} (${f(t.generateS)} / ${f(t.scoreS)} / ${f(t.updateS)})` : 'not run'} | ${gb(t?.peakMemoryBytes)} | ${q.vsTorchEagerDefault == null ? 'null (see notes)' : q.vsTorchEagerDefault.toFixed(2)}`
+            : '— | — | —';
+        return `| ${q.model}; GRPO + LoRA r ${q.lora}, ${q.batchSize / q.groupSize} prompts × ${q.groupSize}, R ${q.responseLength}${q.measured ? '' : ' (dry run: not a measurement)'} | ${p ? `${k === 'boundedPlan' ? 'bounded: ' : ''}micro-batch ${p.microBatchSize}${p.generateMicroBatchSize !== p.microBatchSize ? ` (generate ${p.generateMicroBatchSize})` : ''}, recompute ${p.recompute ? 'on' : 'off'}` : 'not run'} | ${f(p?.sPerStep)} | ${f(p?.generateS)} | ${f(p?.scoreS)} | ${f(p?.updateS)} | ${gb(m?.gpuBytes)} | ${gb(m?.tfjsAllocatedBytes)} | ${m ? m.estimate : '—'} | ${torchCells} |`;
+      });
     }),
     '',
     ...(r.decode

@@ -122,10 +122,18 @@ export interface PpoDefaultPlan {
   vsTorchEagerDefaultPlan: number | null;
 }
 
-/** One of the Qwen row's two plans, timed on one trainer (a warm-up, then 1 or 2 steps: qwenTimedSteps). */
+/**
+ * The plans a Qwen row can time: the default (microBatchSize 0, recompute auto), the whole batch without recompute,
+ * and (the f16 rows, asked for) a memory-bounded plan: micro-batches of BOUNDED_PLAN_MICRO with recompute per block.
+ */
+export type QwenPlanKey = 'defaultPlan' | 'wholeBatch' | 'boundedPlan';
+/** The bounded plan's micro-batch (issue #36's GPU memory target is for a plan like it, not the device's default). */
+export const BOUNDED_PLAN_MICRO = 4;
+
+/** One of the Qwen row's plans, timed on one trainer (a warm-up, then 1 or 2 steps: qwenTimedSteps). */
 export interface QwenPlanRow {
   label: string;
-  /** What the config asked for: microBatchSize 0 / recompute auto (the default) or the whole batch, off. */
+  /** What the config asked for: microBatchSize 0 / recompute auto (the default), the whole batch, off, or bounded. */
   requested: { microBatchSize: number; recompute: RecomputeMode };
   /** What the engine resolved and ran (trainer.stepPlan after the timed steps). */
   microBatchSize: number;
@@ -184,7 +192,9 @@ export interface QwenGrpoBench {
   trainerWarmupS: number | null;
   /** The f16-base rows (issue #36, src/bench/f16-gpu.ts): the base's dtype ours and PyTorch's ran with. */
   baseDtype?: 'f16' | 'f32';
-  /** The f16-base rows: GPU memory of the default plan's step and the estimate the engine made for it. */
+  /** The f16-base rows, where asked: the memory-bounded plan (BOUNDED_PLAN_MICRO with recompute). */
+  boundedPlan?: QwenPlanRow | null;
+  /** The f16-base rows: GPU memory of the first plan timed (its `plan`) and the estimate the engine made for it. */
   memory?: StepMemory | null;
   notes: string[];
 }
@@ -196,6 +206,8 @@ export interface QwenGrpoBench {
  * estimate (trainer.memoryEstimate, model/size.ts).
  */
 export interface StepMemory {
+  /** The plan measured: the row's first (the pool keeps what a step freed, so a later plan's reading is not its own). */
+  plan: QwenPlanKey;
   /** nvidia-smi's used memory after the timed steps − before the build; null without nvidia-smi. */
   gpuBytes: number | null;
   /** tfjs-backend-webgpu's numBytesAllocatedInGPU after the timed steps (its buffers, pool included). */
@@ -1055,7 +1067,7 @@ export async function qwenGrpoBench(o: {
     key: string;
     model: string;
     run: ReturnType<typeof qwenBenchRun>;
-    plans: ('defaultPlan' | 'wholeBatch')[];
+    plans: QwenPlanKey[];
     baseDtype: 'f16' | 'f32';
     torchDtype: TorchGrpoSpec['dtype'];
     gpuMemoryUsedBytes?: () => number | null;
@@ -1080,7 +1092,7 @@ export async function qwenGrpoBench(o: {
     vsTorchEagerDefault: null,
     vsTorchEagerWhole: null,
     trainerWarmupS: null,
-    ...(o.row ? { baseDtype: o.row.baseDtype, memory: null } : {}),
+    ...(o.row ? { baseDtype: o.row.baseDtype, memory: null, boundedPlan: null } : {}),
     notes,
   };
   if (o.dryRun)
@@ -1107,15 +1119,23 @@ export async function qwenGrpoBench(o: {
     const policy = trainer.models.policy;
     out.loraTargets = resolveLoraTargets(policy.config, trainer.cfg.loraTargets);
     out.trainableParams = policy.trainableVariables().reduce((n, v) => n + v.size, 0);
-    const all: { key: 'defaultPlan' | 'wholeBatch'; label: string; plan: QwenPlanRow['requested'] }[] = [
+    const all: { key: QwenPlanKey; label: string; plan: QwenPlanRow['requested'] }[] = [
       { key: 'defaultPlan', label: 'the default plan', plan: { microBatchSize: 0, recompute: 'auto' } },
       {
         key: 'wholeBatch',
         label: 'the whole batch',
         plan: { microBatchSize: run.batchSize, recompute: 'off' },
       },
+      {
+        key: 'boundedPlan',
+        label: `micro-batches of ${BOUNDED_PLAN_MICRO} with recompute`,
+        plan: { microBatchSize: BOUNDED_PLAN_MICRO, recompute: 'blocks' },
+      },
     ];
-    const plans = all.filter((p) => !o.row || o.row.plans.includes(p.key));
+    // A row's plans in the order it asked for them (the first gets the memory reading); the Qwen row: two.
+    const plans = o.row
+      ? o.row.plans.map((k) => all.find((p) => p.key === k)!)
+      : all.filter((p) => p.key !== 'boundedPlan');
     // One step for the trainer, whichever plan comes first: its first recordings (decode and update replays),
     // buffer pools and JIT belong to no plan. Each plan then has its own warm-up as before.
     if (plans.length > 0) {
@@ -1149,11 +1169,12 @@ export async function qwenGrpoBench(o: {
         });
         const resolved = trainer.stepPlan();
         out.Tq = timed.Tq;
-        if (o.row && planKey === 'defaultPlan') {
+        if (o.row && planKey === plans[0].key) {
           const after = o.row.gpuMemoryUsedBytes?.() ?? null;
           const m = tf.memory() as tf.MemoryInfo & { numBytesAllocatedInGPU?: number };
           const e = trainer.memoryEstimate();
           out.memory = {
+            plan: planKey,
             gpuBytes: after !== null && memBefore !== null ? after - memBefore : null,
             tfjsAllocatedBytes:
               typeof m.numBytesAllocatedInGPU === 'number' ? m.numBytesAllocatedInGPU : null,

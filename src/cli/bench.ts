@@ -687,7 +687,8 @@ async function gpuBench(
 /**
  * `PPO_GPU_BENCH_ROWS=f16 bench --gpu`: only issue #36's f16-base rows (src/bench/f16-gpu.ts), the shapes in
  * PPO_GPU_BENCH_F16_MODELS (comma-separated; default both), the decode comparison on the first of them unless
- * PPO_GPU_BENCH_F16_DECODE=0. On a software adapter only as a dry run (PPO_GPU_BENCH_DRYRUN=1: 2 layers of width 64).
+ * PPO_GPU_BENCH_F16_DECODE=0, at the plans in PPO_GPU_BENCH_F16_PLANS (comma-separated, in order: defaultPlan,
+ * boundedPlan; default defaultPlan; the first gets the GPU memory reading). On a software adapter only as a dry run (PPO_GPU_BENCH_DRYRUN=1: 2 layers of width 64).
  */
 async function f16GpuBench(o: {
   adapter: Awaited<ReturnType<typeof import('./backend-webgpu-node').setNodeWebGpuBackend>>;
@@ -714,6 +715,16 @@ async function f16GpuBench(o: {
       `PPO_GPU_BENCH_F16_MODELS: ${bad.join(', ')} is not one of ${F16_BENCH_SHAPES.join(', ')}.`,
     );
   const names = asked as (typeof F16_BENCH_SHAPES)[number][];
+  const { F16_BENCH_PLANS } = await import('../bench/f16-gpu');
+  const plans = (process.env.PPO_GPU_BENCH_F16_PLANS ?? 'defaultPlan')
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
+  const badPlans = plans.filter((x) => !(F16_BENCH_PLANS as readonly string[]).includes(x));
+  if (badPlans.length || plans.length === 0)
+    throw new UserError(
+      `PPO_GPU_BENCH_F16_PLANS: ${badPlans.join(', ') || '(none)'} is not a list of ${F16_BENCH_PLANS.join(', ')}.`,
+    );
   const python = resolvePython();
   const p = probeTorchCuda(python);
   const torch =
@@ -729,7 +740,9 @@ async function f16GpuBench(o: {
       adapter: o.adapter,
       names,
       decodeModel: process.env.PPO_GPU_BENCH_F16_DECODE === '0' ? null : (names[0] ?? null),
-      hooks: torch.ok ? hooks : { ...hooks, runTorchGrpo: undefined },
+      plans: plans as (typeof F16_BENCH_PLANS)[number][],
+      // PyTorch's step is beside the default plan; a process timing only other plans does not run it again.
+      hooks: torch.ok && plans.includes('defaultPlan') ? hooks : { ...hooks, runTorchGrpo: undefined },
       torch,
       dryRun: o.dryRun,
       log: o.log,
