@@ -183,6 +183,28 @@ describe('the lean backward (CPU backend)', () => {
     }
   });
 
+  it('keeps a saved tensor that a gradient function hands on as the gradient, for the nodes before it', async () => {
+    const was = setLeanGradients('all');
+    try {
+      const x = tf.tensor1d([1, 2, 3]);
+      // f(h) = 3h, whose gradient (under sum: dy is ones) is the tensor it saved, 3 everywhere, handed on as is.
+      const f = tf.customGrad(((h: tf.Tensor, save: tf.GradSaveFunc) => {
+        const three = tf.mul(tf.onesLike(h), 3);
+        save([three]);
+        return { value: tf.mul(h, 3), gradFunc: (_dy: tf.Tensor, saved: tf.Tensor[]) => saved[0] };
+      }) as unknown as Parameters<typeof tf.customGrad>[0]);
+      const before = tf.memory().numTensors;
+      // d/dx Σ 3x² = 6x: the square's gradient reads the handed-on tensor after f's node was walked.
+      const [g] = tf.grads((a: tf.Tensor) => tf.sum(f(tf.square(a))))([x]);
+      expect(Array.from(await g.data())).toEqual([6, 12, 18]);
+      g.dispose();
+      expect(tf.memory().numTensors).toBe(before);
+      x.dispose();
+    } finally {
+      setLeanGradients(was);
+    }
+  });
+
   it("says what tfjs says where there is no gradient, and checks its mode's name", () => {
     const was = setLeanGradients('all');
     try {

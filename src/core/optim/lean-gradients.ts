@@ -165,7 +165,8 @@ function leanGradients(
       }
       // The outputs' gradients are final and read by no node still to walk.
       for (const o of node.outputs) if (!asked.has(o.id) && grad.has(o.id)) release(o.id);
-      if (freeSaved) for (const t of node.saved ?? []) t.dispose();
+      // Its saved tensors, unless a gradient function handed one on as a gradient (then it lives as that).
+      if (freeSaved) for (const t of node.saved ?? []) if (!refs.has(t)) t.dispose();
     }
     const grads = xs.map((x) => grad.get(x.id)!);
     if (e.state.gradientDepth === 0) {
