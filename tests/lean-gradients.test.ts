@@ -199,6 +199,12 @@ describe('the lean backward (CPU backend)', () => {
       expect(Array.from(await g.data())).toEqual([6, 12, 18]);
       g.dispose();
       expect(tf.memory().numTensors).toBe(before);
+      // … and as the gradient asked for: returned alive (tfjs's own walk frees it with the saved tensors).
+      const [g3] = tf.grads((a: tf.Tensor) => tf.sum(f(a)))([x]);
+      expect(g3.isDisposed).toBe(false);
+      expect(Array.from(await g3.data())).toEqual([3, 3, 3]);
+      g3.dispose();
+      expect(tf.memory().numTensors).toBe(before);
       x.dispose();
     } finally {
       setLeanGradients(was);

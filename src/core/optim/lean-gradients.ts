@@ -170,7 +170,9 @@ function leanGradients(
     }
     const grads = xs.map((x) => grad.get(x.id)!);
     if (e.state.gradientDepth === 0) {
-      for (const node of e.state.activeTape ?? []) for (const t of node.saved ?? []) t.dispose();
+      const returned = new Set<tf.Tensor>(grads);
+      for (const node of e.state.activeTape ?? [])
+        for (const t of node.saved ?? []) if (!returned.has(t)) t.dispose();
       e.state.activeTape = null;
     }
     return { value: y, grads };
