@@ -6,7 +6,13 @@
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
-import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+import {
+  precompile,
+  skipWithoutAdapter,
+  useNodeWebGpu,
+  webGpuAdapter,
+  webGpuErrors,
+} from './helpers/webgpu-node';
 import { maxDiff } from './helpers/diff';
 import { causalPaddingBias, causalSelfAttention } from '../src/core/model/attention';
 import { setWebGpuAttentionFused } from '../src/core/kernels/webgpu-attention';
@@ -45,6 +51,11 @@ describe('fused causal self-attention in GPT-2 on Node WebGPU', () => {
     const both = async (on: boolean) => {
       setWebGpuAttentionFused(on);
       try {
+        // The programs compiled with the event loop free first (tests/helpers/webgpu-node.ts, precompile).
+        await precompile(() => {
+          const { value, grads } = tf.variableGrads(loss, m.trainableVariables());
+          return [value, ...Object.values(grads)];
+        });
         const logits = tf.tidy(() => m.logits(ids as tf.Tensor2D, mask as tf.Tensor2D));
         const { value, grads } = tf.variableGrads(loss, m.trainableVariables());
         const out = {

@@ -4,13 +4,13 @@
  * software adapter (SwiftShader: every shader compiles on the CPU), hence this tier.
  */
 import { describe, it, expect } from 'vitest';
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import { makeTinyFolder } from './helpers/tiny';
+import { spawnAsync } from './helpers/spawn';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter } from './helpers/webgpu-node';
 import { loadLM } from '../src/core/model/folder';
 import { generate } from '../src/core/model/sampling';
@@ -21,9 +21,9 @@ import { layerNormPlain } from '../src/core/model/ops';
 
 const adapter = await webGpuAdapter();
 
-function cli(args: string[], env: NodeJS.ProcessEnv = process.env) {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
-    encoding: 'utf8',
+/** The CLI in a child process, without blocking this worker's event loop (tests/helpers/spawn.ts). */
+async function cli(args: string[], env: NodeJS.ProcessEnv = process.env) {
+  const r = await spawnAsync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
     timeout: 500_000,
     env,
   });
@@ -32,10 +32,10 @@ function cli(args: string[], env: NodeJS.ProcessEnv = process.env) {
 }
 
 describe('CLI --backend webgpu in Node', () => {
-  it('without an adapter: exit 1 and one line naming what to install', () => {
+  it('without an adapter: exit 1 and one line naming what to install', async () => {
     // No driver for the system loader and no Chromium fallback: no adapter on any machine.
     const env = { ...process.env, PPO_WEBGPU_VULKAN: 'system', VK_ICD_FILENAMES: '/nonexistent/icd.json' };
-    const r = cli(
+    const r = await cli(
       ['generate', '--model', 'tiny', '--prompt', 'Hi', '--max-new-tokens', '2', '--backend', 'webgpu'],
       env,
     );
@@ -99,7 +99,7 @@ describe('CLI --backend webgpu in Node', () => {
     const reward = path.join(out, 'even.mjs');
     writeFileSync(reward, 'export default (s) => s.responseTokens.filter((t) => t % 2 === 0).length;\n');
     const run = path.join(out, 'run');
-    const r = cli([
+    const r = await cli([
       'train',
       '--config',
       cfgFile,

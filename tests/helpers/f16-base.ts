@@ -4,6 +4,7 @@
  * values: log-probs, LoRA gradients and greedy tokens (the replayed decode and the unrecorded one).
  */
 import { expect } from 'vitest';
+import { precompile } from './webgpu-node';
 import * as tf from '@tensorflow/tfjs-core';
 import { isPackedF16, roundToF16 } from '../../src/core/kernels/webgpu-f16';
 import { Llama, llamaParamSpecs } from '../../src/core/model/llama';
@@ -168,6 +169,11 @@ export async function exactCheck(
     }, adapters.variables());
     return { lp: lp! as tf.Tensor1D, g };
   };
+  // Both paths' programs compiled first, off the event loop (see precompile), then run for their values.
+  await precompile(() => {
+    const p = [run(a32), run(a16)];
+    return p.flatMap((r) => [r.lp, r.g.value, ...Object.values(r.g.grads)]);
+  });
   const r32 = run(a32);
   const r16 = run(a16);
   const logprobRel = relDiff(await r16.lp.data(), await r32.lp.data());

@@ -61,3 +61,25 @@ export async function webGpuErrors(): Promise<string[]> {
 export function skipWithoutAdapter(): void {
   it.skip(`SKIPPED: no WebGPU adapter in Node. ${why}`, () => {});
 }
+
+/**
+ * Compiles the WebGPU programs that `fn` would run, without running them, with the event loop free. Node's Dawn
+ * compiles a pipeline synchronously at its first use, so a model's first forward and backward on SwiftShader
+ * holds the loop for tens of seconds (24 s alone, 68 s beside another worker for a 2-layer Qwen2.5-1.5B slice),
+ * and Vitest fails the whole run when a worker cannot answer its RPC for 60 s ("Timeout calling onTaskUpdate").
+ * tfjs's WEBGPU_ENGINE_COMPILE_ONLY mode records no dispatch and creates each new pipeline with
+ * createComputePipelineAsync; `checkCompileCompletionAsync` then awaits them all (Dawn compiles them off the
+ * loop, in parallel). `fn` must not read tensors back (its values are not computed); what it returns is disposed.
+ */
+export async function precompile(fn: () => tf.TensorContainer): Promise<void> {
+  if (tf.getBackend() !== 'webgpu')
+    throw new Error(`precompile needs the webgpu backend, got ${tf.getBackend()}`);
+  const backend = tf.backend() as unknown as { checkCompileCompletionAsync(): Promise<void> };
+  tf.env().set('WEBGPU_ENGINE_COMPILE_ONLY', true);
+  try {
+    tf.dispose(tf.tidy(() => fn()));
+  } finally {
+    tf.env().set('WEBGPU_ENGINE_COMPILE_ONLY', false);
+  }
+  await backend.checkCompileCompletionAsync();
+}
