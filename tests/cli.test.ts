@@ -1,16 +1,16 @@
 /** The CLI as a user runs it (docs/formats.md §1): spawn `tsx src/cli/main.ts …` and read stdout/stderr. */
 import { describe, it, expect, beforeAll } from 'vitest';
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { makeTinyFolder } from './helpers/tiny';
 import { useCpu } from './helpers/backend';
+import { spawnAsync } from './helpers/spawn';
 import { REQUIRED_METRICS } from '../src/common/metrics';
 
-function cli(args: string[]) {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
-    encoding: 'utf8',
+/** The CLI in a child process, without blocking this worker's event loop (tests/helpers/spawn.ts). */
+async function cli(args: string[]) {
+  const r = await spawnAsync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
     timeout: 300_000,
   });
   const lines = r.stdout.trim().split('\n');
@@ -20,12 +20,12 @@ function cli(args: string[]) {
 const PARITY = 'tests/fixtures/parity/tiny-plain';
 
 describe('cli generate', () => {
-  it('prints the contract JSON; greedy tokens match the PyTorch reference', () => {
+  it('prints the contract JSON; greedy tokens match the PyTorch reference', async () => {
     const exp = JSON.parse(readFileSync(`${PARITY}/expected.json`, 'utf8'));
     // The fixture's greedy prompt is raw byte ids; decode them to the same text.
     const prompt = Buffer.from(exp.greedy.prompt_ids).toString('latin1');
     const ok = exp.greedy.prompt_ids.every((b: number) => b < 128);
-    const r = cli([
+    const r = await cli([
       'generate',
       '--model',
       PARITY,
@@ -52,31 +52,33 @@ describe('cli generate', () => {
     }
   });
 
-  it('the same seed gives the same sample on WASM, and a different seed another', () => {
-    const run = (seed: string) =>
+  it('the same seed gives the same sample on WASM, and a different seed another', async () => {
+    const run = async (seed: string) =>
       JSON.parse(
-        cli([
-          'generate',
-          '--model',
-          PARITY,
-          '--prompt',
-          'Hi',
-          '--max-new-tokens',
-          '8',
-          '--temperature',
-          '1',
-          '--seed',
-          seed,
-          '--no-stop',
-          '--json',
-        ]).last,
+        (
+          await cli([
+            'generate',
+            '--model',
+            PARITY,
+            '--prompt',
+            'Hi',
+            '--max-new-tokens',
+            '8',
+            '--temperature',
+            '1',
+            '--seed',
+            seed,
+            '--no-stop',
+            '--json',
+          ])
+        ).last,
       );
-    const a = run('5');
-    expect(run('5')).toEqual(a);
-    expect(run('6').tokens).not.toEqual(a.tokens);
+    const a = await run('5');
+    expect(await run('5')).toEqual(a);
+    expect((await run('6')).tokens).not.toEqual(a.tokens);
   });
 
-  it('bad input gives a clear one-line error and exit code 1, no stack trace', () => {
+  it('bad input gives a clear one-line error and exit code 1, no stack trace', async () => {
     const cases: [string[], RegExp][] = [
       [['generate', '--model', '/no/such/dir', '--prompt', 'x'], /does not exist/],
       [
@@ -91,7 +93,7 @@ describe('cli generate', () => {
       [['generate', '--model', 'package.json', '--prompt', 'x'], /is a file/],
     ];
     for (const [args, re] of cases) {
-      const r = cli(args);
+      const r = await cli(args);
       expect(r.code, args.join(' ')).toBe(1);
       expect(r.stderr).toMatch(re);
       expect(r.stderr).not.toMatch(/\n\s+at /);
@@ -106,7 +108,7 @@ describe('cli train', () => {
     model = await makeTinyFolder();
   });
 
-  it('writes metrics.jsonl, checkpoint-0, periodic checkpoints, rollouts, and resumes', () => {
+  it('writes metrics.jsonl, checkpoint-0, periodic checkpoints, rollouts, and resumes', async () => {
     const out = mkdtempSync(path.join(tmpdir(), 'ppo-cli-'));
     const cfgFile = path.join(out, 'config.json');
     writeFileSync(
@@ -123,7 +125,7 @@ describe('cli train', () => {
       }),
     );
     const run = path.join(out, 'run');
-    const r = cli(['train', '--config', cfgFile, '--out', run, '--dump-rollouts', '--json']);
+    const r = await cli(['train', '--config', cfgFile, '--out', run, '--dump-rollouts', '--json']);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toMatch(/step 3\/3 \[#+\]/);
     const lines = readFileSync(path.join(run, 'metrics.jsonl'), 'utf8')
@@ -174,7 +176,7 @@ describe('cli train', () => {
     expect(dump.step).toBe(2);
     expect(JSON.parse(r.last).steps).toBe(3);
 
-    const r2 = cli([
+    const r2 = await cli([
       'train',
       '--resume',
       path.join(run, 'checkpoint-2'),
@@ -195,7 +197,7 @@ describe('cli train', () => {
     expect(existsSync(path.join(out, 'resumed', 'checkpoint-3', 'optimizer.safetensors'))).toBe(true);
   });
 
-  it('a reward module scores samples, and one returning NaN is a clear error naming the sample', () => {
+  it('a reward module scores samples, and one returning NaN is a clear error naming the sample', async () => {
     const out = mkdtempSync(path.join(tmpdir(), 'ppo-cli-'));
     const cfgFile = path.join(out, 'config.json');
     writeFileSync(
@@ -216,7 +218,7 @@ describe('cli train', () => {
       'export default (s) => s.responseTokens.length + s.promptTokens.length * 0;\n',
     );
     writeFileSync(path.join(out, 'nan.mjs'), 'export default (s) => (s.prompt === "Yo" ? NaN : 1);\n');
-    const ok = cli([
+    const ok = await cli([
       'train',
       '--config',
       cfgFile,
@@ -228,7 +230,7 @@ describe('cli train', () => {
     ]);
     expect(ok.code, ok.stderr).toBe(0);
     expect(JSON.parse(ok.last).metrics.reward).toBeGreaterThan(0);
-    const bad = cli([
+    const bad = await cli([
       'train',
       '--config',
       cfgFile,
@@ -242,11 +244,11 @@ describe('cli train', () => {
     expect(bad.stderr).toMatch(/"Yo"/);
   });
 
-  it('an unknown config key is a clear error naming it', () => {
+  it('an unknown config key is a clear error naming it', async () => {
     const out = mkdtempSync(path.join(tmpdir(), 'ppo-cli-'));
     const cfgFile = path.join(out, 'config.json');
     writeFileSync(cfgFile, JSON.stringify({ model, task: 'sentiment', batch_size: 4 }));
-    const r = cli(['train', '--config', cfgFile, '--out', path.join(out, 'x')]);
+    const r = await cli(['train', '--config', cfgFile, '--out', path.join(out, 'x')]);
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/batch_size/);
     expect(r.stderr).toMatch(/batchSize/);

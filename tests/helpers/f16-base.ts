@@ -169,7 +169,9 @@ export async function exactCheck(
     }, adapters.variables());
     return { lp: lp! as tf.Tensor1D, g };
   };
-  // Both paths' programs compiled first, off the event loop (see precompile), then run for their values.
+  // The loop gets a turn after the build (seconds on SwiftShader), then both paths' programs compile off the
+  // event loop (see precompile) before they run for their values.
+  await new Promise((r) => setTimeout(r, 0));
   await precompile(() => {
     const p = [run(a32), run(a16)];
     return p.flatMap((r) => [r.lp, r.g.value, ...Object.values(r.g.grads)]);
