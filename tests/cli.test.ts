@@ -5,17 +5,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { makeTinyFolder } from './helpers/tiny';
 import { useCpu } from './helpers/backend';
-import { spawnAsync } from './helpers/spawn';
+import { cliSpawned } from './helpers/spawn';
 import { REQUIRED_METRICS } from '../src/common/metrics';
 
-/** The CLI in a child process, without blocking this worker's event loop (tests/helpers/spawn.ts). */
-async function cli(args: string[]) {
-  const r = await spawnAsync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
-    timeout: 300_000,
-  });
-  const lines = r.stdout.trim().split('\n');
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr, last: lines[lines.length - 1] };
-}
+const cli = (args: string[]) => cliSpawned(args, { timeout: 300_000 });
 
 const PARITY = 'tests/fixtures/parity/tiny-plain';
 

@@ -10,7 +10,7 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import { makeTinyFolder } from './helpers/tiny';
-import { spawnAsync } from './helpers/spawn';
+import { cliSpawned } from './helpers/spawn';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter } from './helpers/webgpu-node';
 import { loadLM } from '../src/core/model/folder';
 import { generate } from '../src/core/model/sampling';
@@ -21,15 +21,8 @@ import { layerNormPlain } from '../src/core/model/ops';
 
 const adapter = await webGpuAdapter();
 
-/** The CLI in a child process, without blocking this worker's event loop (tests/helpers/spawn.ts). */
-async function cli(args: string[], env: NodeJS.ProcessEnv = process.env) {
-  const r = await spawnAsync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
-    timeout: 500_000,
-    env,
-  });
-  const lines = r.stdout.trim().split('\n');
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr, last: lines[lines.length - 1] };
-}
+const cli = (args: string[], env: NodeJS.ProcessEnv = process.env) =>
+  cliSpawned(args, { timeout: 500_000, env });
 
 describe('CLI --backend webgpu in Node', () => {
   it('without an adapter: exit 1 and one line naming what to install', async () => {

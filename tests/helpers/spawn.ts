@@ -27,3 +27,13 @@ export function spawnAsync(
     child.on('close', (status) => resolve({ status, stdout, stderr }));
   });
 }
+
+/** `tsx src/cli/main.ts …` as a person runs it, in a child process: exit code, output, and stdout's last line. */
+export async function cliSpawned(
+  args: string[],
+  opts: { timeout?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<{ code: number | null; stdout: string; stderr: string; last: string }> {
+  const r = await spawnAsync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], opts);
+  const lines = r.stdout.trim().split('\n');
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr, last: lines[lines.length - 1] };
+}
