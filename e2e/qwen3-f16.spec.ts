@@ -116,9 +116,15 @@ test('the Qwen3-1.7B slice loads; the estimate holds its base in f16; one GRPO s
   await expect(page.getByTestId('memory-estimate-problem')).toHaveCount(0);
   await expect(page.getByTestId('memory-plan')).toContainText('WebGPU');
 
+  const t0 = Date.now();
   await button('Step').click();
   await expect(page.getByTestId('step-counter')).toHaveText('Step 1', { timeout: STEP_MS });
+  const t1 = Date.now();
+  // The step's autosave runs before the run reads "paused" (src/worker/run.ts stepOnce): the frozen base and the
+  // adapters, not the merged policy (a resume-only checkpoint). It took 54 s here when it held both.
   await expect(page.getByTestId('run-phase')).toHaveText('paused', { timeout: 60_000 });
+  const s = (ms: number) => (ms / 1000).toFixed(1);
+  console.log(`qwen3-f16: step ${s(t1 - t0)} s, then its autosave ${s(Date.now() - t1)} s`);
   await expect(page.getByTestId('backend-badge')).toHaveAttribute('data-backend', 'webgpu');
   // GRPO: KL 0 at step 1 (the adapters' B starts at zero, so the policy is the base), a reward read out; the
   // group's two samples in the table.

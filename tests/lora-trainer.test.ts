@@ -354,7 +354,7 @@ describe('LoRA PPO runs', () => {
   });
 
   it.each(['shared', 'separate'] as const)(
-    'valueModel "%s": 4 steps straight equal 2 steps + checkpoint + restore + 2 steps (metrics to 1e-6), also from the older layout (pairs at the top); "shared" also through a zip',
+    'valueModel "%s": 4 steps straight equal 2 steps + checkpoint + restore + 2 steps (metrics to 1e-6), also from a resume-only checkpoint (no merged policy) and the older layout (pairs at the top); "shared" also through a zip',
     async (valueModel) => {
       const cfg = config({ valueModel });
       const a = await buildTrainer(cfg, res(), eReward);
@@ -366,7 +366,14 @@ describe('LoRA PPO runs', () => {
       await b.trainStep();
       await b.trainStep();
       const files = await checkpointFiles(b);
+      // What the app's autosave keeps: every file but the merged policy, byte for byte the same.
+      const lean = await checkpointFiles(b, 'resume');
       b.disposeAll();
+      expect(files.has('model.safetensors')).toBe(true);
+      expect([...lean.keys()].sort()).toEqual(
+        [...files.keys()].filter((k) => k !== 'model.safetensors').sort(),
+      );
+      for (const [k, v] of lean) expect(v, k).toEqual(files.get(k));
       expect(files.has('value_model.safetensors')).toBe(valueModel === 'separate');
       expect(files.has(VALUE_ADAPTER_WEIGHTS_FILE)).toBe(valueModel === 'shared');
 
@@ -380,6 +387,11 @@ describe('LoRA PPO runs', () => {
       expectSameMetrics(
         straight.slice(2),
         await resumeFrom(await restoreTrainer(memoryFiles('ckpt', files), res(), eReward)),
+        3,
+      );
+      expectSameMetrics(
+        straight.slice(2),
+        await resumeFrom(await restoreTrainer(memoryFiles('autosave', lean), res(), eReward)),
         3,
       );
       // A checkpoint of an earlier version (the pairs at the top: adapter_*, value_adapter_*) resumes the same.
@@ -411,8 +423,11 @@ describe('LoRA PPO runs', () => {
     a.disposeAll();
     const b = await buildTrainer(cfg, res(), eReward);
     const files = await checkpointFiles(b);
+    // At step 0 the merged policy is the base: a resume-only checkpoint keeps it (there is no ref_model to read).
+    const lean = await checkpointFiles(b, 'resume');
     b.disposeAll();
     expect(files.has('ref_model.safetensors')).toBe(false);
+    expect([...lean.keys()].sort()).toEqual([...files.keys()].sort());
     const c = await restoreTrainer(memoryFiles('ckpt', files), res(), eReward);
     expectSameMetrics(straight, [(await c.trainStep()).metrics], 1);
     c.disposeAll();

@@ -135,6 +135,49 @@ describe('a LoRA run exported through the worker', () => {
     expect(events.flatMap((e) => (e.type === 'step' ? [e.metrics.step] : [])).at(-1)).toBe(3);
   });
 
+  it('the autosave holds the base and the adapters, not the merged policy; another worker resumes it exactly', async () => {
+    const store = new Map<string, unknown>();
+    const a = await nodeWorkerApi({ tinyDir: dir, autosave: store });
+    await a.init('cpu');
+    await a.configure({
+      model: 'tiny-test',
+      task: 'sentiment',
+      reward: 'length',
+      batchSize: 2,
+      miniBatches: 1,
+      ppoEpochs: 1,
+      responseLength: 4,
+      seed: 7,
+      saveEvery: 0,
+      lora: 4,
+      loraAlpha: 8,
+      learningRate: 0.05,
+    });
+    await a.stepOnce();
+    await a.stepOnce();
+    expect(await a.autosaveInfo()).toMatchObject({ step: 2, historyLength: 2 });
+    // The files of the save in force (src/services/autosave.ts keys: save:<slot>/<save id>:<file>).
+    const saved = [...store.keys()]
+      .filter((k) => k.startsWith('save:'))
+      .map((k) => k.slice(k.lastIndexOf(':') + 1));
+    expect(saved).toContain('ref_model.safetensors');
+    expect(saved).toContain('adapter/adapter_model.safetensors');
+    expect(saved).toContain('value_adapter/adapter_model.safetensors');
+    expect(saved.filter((f) => f.startsWith('model.safetensors'))).toEqual([]);
+    const ids = [[72, 101, 108, 108, 111, 32]];
+    const mask = [[1, 1, 1, 1, 1, 1]];
+    const trained = await a.forwardLogits(ids, mask);
+
+    const b = await nodeWorkerApi({ tinyDir: dir, autosave: store });
+    await b.init('cpu');
+    expect(await b.resumeAutosave()).toMatchObject({ step: 2 });
+    expect(await b.forwardLogits(ids, mask)).toEqual(trained);
+    const seen: number[] = [];
+    await b.subscribe((e) => void (e.type === 'step' && seen.push(e.metrics.step)));
+    await b.stepOnce();
+    expect(seen).toEqual([3]);
+  });
+
   it('the TRL config export writes peft_config beside the PPOConfig', async () => {
     const trl = JSON.parse(await api.exportTrlConfig());
     expect(trl.peft_config).toMatchObject({ r: 4, lora_alpha: 8, target_modules: ['c_attn', 'mlp.c_proj'] });

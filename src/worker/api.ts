@@ -157,7 +157,7 @@ export function createWorkerApi(opts: WorkerApiOptions = {}): ModelWorkerApi {
   async function switchBackend(pref: BackendPref): Promise<BackendReport> {
     // The RL run, or a DPO job (its checkpoint holds its pairs): Run.savable.
     const saved = run.savable()
-      ? { files: (await run.checkpoint()).files, label: run.model?.label ?? 'run' }
+      ? { files: (await run.checkpoint('resume')).files, label: run.model?.label ?? 'run' }
       : null;
     const hadModel = run.model !== null;
     const runId = run.runId ?? undefined;

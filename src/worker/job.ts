@@ -6,6 +6,7 @@
  */
 import type { TrainConfig } from '../common/config';
 import type { RunEnd, RunOptions } from '../core/run/session';
+import type { CheckpointPurpose } from '../core/run/checkpoint';
 import type { CausalLM } from '../core/model/causal-lm';
 import type { Tokenizer } from '../core/tokenizer/types';
 import type { ModelSources } from './sources';
@@ -84,8 +85,11 @@ export interface Job {
   status(): JobStatus;
   /** UserError when it has done its steps. */
   checkNotDone(): void;
-  /** Its checkpoint files (built first when it is not). */
-  checkpoint(): Promise<{ step: number; files: Map<string, Uint8Array> }>;
+  /**
+   * Its checkpoint files (built first when it is not): "export" writes what other tools load, "resume" may leave
+   * out what only they need (core/run/checkpoint.ts CheckpointPurpose).
+   */
+  checkpoint(purpose?: CheckpointPurpose): Promise<{ step: number; files: Map<string, Uint8Array> }>;
   /** What autosave and device recovery save: steps and history length, or null (nothing to save). */
   savable(): { step: number; historyLength: number } | null;
   history(): MetricsWire[];

@@ -130,7 +130,7 @@ export class Reliability implements RunHooks {
         runId,
         historyLength: t.historyLength,
       },
-      async () => (await run.checkpoint()).files,
+      async () => (await run.checkpoint('resume')).files,
     );
     if (result.ok) {
       this.lastSaved = { runId, step: result.info.step };

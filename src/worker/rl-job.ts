@@ -8,6 +8,7 @@ import { validateConfig, type ConfigKey, type TrainConfig } from '../common/conf
 import { applyLive } from '../common/config/live';
 import { TrainingSession, type RunEnd, type RunOptions, type SessionOptions } from '../core/run/session';
 import { restoreSession, type CheckpointSource } from '../core/run/restore';
+import type { CheckpointPurpose } from '../core/run/checkpoint';
 import type { PpoTrainer, RewardSource } from '../core/ppo/trainer';
 import { describePlan } from '../core/ppo/gpu-plan';
 import type { Rollout } from '../core/ppo/rollout';
@@ -176,9 +177,11 @@ export class RlJob implements Job {
   }
 
   /** The run's checkpoint files, with the configured reward in place even while reward code stands in for it. */
-  async checkpoint(): Promise<{ step: number; files: Map<string, Uint8Array> }> {
+  async checkpoint(
+    purpose: CheckpointPurpose = 'export',
+  ): Promise<{ step: number; files: Map<string, Uint8Array> }> {
     const s = await this.ensureSession();
-    return { step: s.step, files: await s.checkpointFiles() };
+    return { step: s.step, files: await s.checkpointFiles(purpose) };
   }
 
   savable(): { step: number; historyLength: number } | null {

@@ -17,6 +17,7 @@ import { mergeConfig } from '../common/config/live';
 import type { RunEnd } from '../core/run/session';
 import type { CheckpointSource } from '../core/run/restore';
 import type { TrainingSession } from '../core/run/session';
+import type { CheckpointPurpose } from '../core/run/checkpoint';
 import { nonFiniteRunError } from '../common/stops';
 import type { PpoTrainer } from '../core/ppo/trainer';
 import type { Tokenizer } from '../core/tokenizer/types';
@@ -410,8 +411,10 @@ export class Run {
   // ---- checkpoints and restoring --------------------------------------------------------------------------
 
   /** The job's checkpoint files (an RL run built first when it has not stepped: a step-0 checkpoint). */
-  checkpoint(): Promise<{ step: number; files: Map<string, Uint8Array> }> {
-    return this.job.checkpoint();
+  checkpoint(
+    purpose: CheckpointPurpose = 'export',
+  ): Promise<{ step: number; files: Map<string, Uint8Array> }> {
+    return this.job.checkpoint(purpose);
   }
 
   /** What autosave and device recovery save (Job.savable): an RL run or a DPO job; null for SFT or no run. */

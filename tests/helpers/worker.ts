@@ -1,6 +1,6 @@
 /**
  * The model worker's API in Node (src/worker/api.ts createWorkerApi), as the worker tests drive it: autosave in
- * memory, tasks read from disk, and the model name "tiny-test" read from `tinyDir` (a folder made by
+ * memory (in `autosave` where one is given, a map two workers can share), tasks read from disk, and the model name "tiny-test" read from `tinyDir` (a folder made by
  * tests/helpers/tiny.ts) where one is given. Call it after the test's backend is set (useCpu).
  */
 import type { ModelFiles } from '../../src/core/model/folder';
@@ -10,7 +10,9 @@ import { memoryAutosaveStore } from '../../src/services/autosave';
 import { TabAutosave } from '../../src/services/autosave-tabs';
 import type { ModelWorkerApi } from '../../src/worker/protocol';
 
-export async function nodeWorkerApi(o: { tinyDir?: string } = {}): Promise<ModelWorkerApi> {
+export async function nodeWorkerApi(
+  o: { tinyDir?: string; autosave?: Map<string, unknown> } = {},
+): Promise<ModelWorkerApi> {
   // The worker's modules read `self` and `navigator` when they load.
   (globalThis as { self?: unknown }).self ??= globalThis;
   (globalThis as { navigator?: unknown }).navigator ??= {};
@@ -23,7 +25,7 @@ export async function nodeWorkerApi(o: { tinyDir?: string } = {}): Promise<Model
     override loadTask = loadTaskNode;
   }
   return createWorkerApi({
-    autosave: new TabAutosave(memoryAutosaveStore(), null),
+    autosave: new TabAutosave(memoryAutosaveStore(o.autosave), null),
     sources: (progress, opts) => new DiskSources(progress, opts),
   });
 }

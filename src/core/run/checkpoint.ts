@@ -159,10 +159,21 @@ function specNames(vars: tf.Variable[]): string[] {
   return vars.map((v) => v.name.slice(v.name.indexOf('/') + 1));
 }
 
+/**
+ * What a checkpoint is for. "export" (the default): the folder of docs/formats.md §2, which `transformers` loads
+ * (a LoRA run's merged policy as model.safetensors). "resume": only what restoreTrainer reads back, for the app's
+ * autosave and backend switch: a LoRA run past step 0 leaves the merged policy out (restore builds the policy from
+ * ref_model.safetensors and the adapters), half the bytes of a model-sized save.
+ */
+export type CheckpointPurpose = 'export' | 'resume';
+
 /** The files of a checkpoint of the trainer's current state (checkpointSources, every file's bytes made). */
-export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8Array>> {
+export async function checkpointFiles(
+  t: PpoTrainer,
+  purpose: CheckpointPurpose = 'export',
+): Promise<Map<string, Uint8Array>> {
   const out = new Map<string, Uint8Array>();
-  for (const [name, body] of await checkpointSources(t)) out.set(name, await collectBytes(body));
+  for (const [name, body] of await checkpointSources(t, purpose)) out.set(name, await collectBytes(body));
   return out;
 }
 
@@ -171,7 +182,10 @@ export async function checkpointFiles(t: PpoTrainer): Promise<Map<string, Uint8A
  * one weight at a time as they are written: a writer that streams them (the CLI) holds one weight's values, not
  * the 0.5 GB files of GPT-2 124M. They read the weights when written: write them before the next step.
  */
-export async function checkpointSources(t: PpoTrainer): Promise<Map<string, FileBody>> {
+export async function checkpointSources(
+  t: PpoTrainer,
+  purpose: CheckpointPurpose = 'export',
+): Promise<Map<string, FileBody>> {
   const { policy, ref, value, reward } = t.models;
   if (!(await allFinite([...policy.trainableVariables(), ...(value?.trainableVariables() ?? [])]))) {
     throw new UserError(
@@ -179,8 +193,11 @@ export async function checkpointSources(t: PpoTrainer): Promise<Map<string, File
     );
   }
   const files = new Map<string, FileBody>();
+  const writeRef = t.step > 0;
   files.set('config.json', configBytes(policy.config));
-  files.set('model.safetensors', lmSafetensorsStream(policy)); // a LoRA view writes the merged weights
+  // A LoRA view writes the merged weights; a resume-only checkpoint of a LoRA run past step 0 leaves them out.
+  if (!(purpose === 'resume' && policy.lora && writeRef))
+    files.set('model.safetensors', lmSafetensorsStream(policy));
   // A Hugging Face tokenizer's files (Llama/Qwen folders): the checkpoint loads anywhere the model folder did.
   for (const [k, v] of t.tokenizer.files?.() ?? []) files.set(k, v);
   let lora: LoraState | null = null;
@@ -200,7 +217,6 @@ export async function checkpointSources(t: PpoTrainer): Promise<Map<string, File
         files.set(k, v);
     } else if (value) files.set('value_model.safetensors', await scalarSafetensors(value));
   } else if (value) files.set('value_model.safetensors', await scalarSafetensors(value));
-  const writeRef = t.step > 0;
   if (writeRef) files.set('ref_model.safetensors', lmSafetensorsStream(ref));
   if (reward.kind === 'model') files.set(REWARD_FILE, await scalarSafetensors(reward.model));
   const opt = [

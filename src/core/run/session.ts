@@ -12,7 +12,7 @@
  */
 import type { TrainConfig } from '../../common/config';
 import { applyLive } from '../../common/config/live';
-import { checkpointFiles, checkpointSources, restoreTrainer } from './checkpoint';
+import { checkpointFiles, checkpointSources, restoreTrainer, type CheckpointPurpose } from './checkpoint';
 import type { FileBody } from '../model/safetensors';
 import { buildTrainer, type BuildOptions, type Resources, type TrainerOwner } from '../ppo/setup';
 import type { Phase, PhaseProgress, PpoTrainer, RewardSource, StepResult } from '../ppo/trainer';
@@ -259,13 +259,13 @@ export class TrainingSession {
    * The run's checkpoint files, with the configured reward in place even while a stand-in scores. A spoiled
    * session (`spoiled`) refuses: its state is not one to save.
    */
-  async checkpointFiles(): Promise<Map<string, Uint8Array>> {
+  async checkpointFiles(purpose: CheckpointPurpose = 'export'): Promise<Map<string, Uint8Array>> {
     this.checkNotSpoiled();
     const t = this.trainer;
     const current = t.models.reward;
     t.models.reward = this.baseReward;
     try {
-      return await checkpointFiles(t);
+      return await checkpointFiles(t, purpose);
     } finally {
       t.models.reward = current;
     }
