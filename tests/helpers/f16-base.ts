@@ -213,7 +213,7 @@ export async function exactCheck(
 }
 
 export interface TorchBound {
-  /** max |lp_f16 − lp_f32| of the engine (packed f16 base, f32 arithmetic) over the real tokens. */
+  /** max |lp_f16 − lp_f32| of the engine (packed f16 base, f32 arithmetic) over the real tokens; NaN when absent. */
   ours: number;
   /** The same for PyTorch eager on the same weights (`model.half()` vs float32), or null without Python/torch. */
   torch: number | null;
@@ -240,6 +240,11 @@ export async function torchBound(config: LlamaConfig): Promise<TorchBound> {
   const { spawnSync } = await import('node:child_process');
   const { exportLM } = await import('../../src/core/model/folder');
   const { writeFolder } = await import('../../src/cli/files-node');
+  // Without PyTorch there is no bound to hold our difference to: say so before building two slices for nothing.
+  if (!existsSync(TORCH_PYTHON)) {
+    const why = `no Python at ${TORCH_PYTHON} (set PPO_TORCH_PYTHON to one with torch and transformers)`;
+    return { ours: NaN, torch: null, f32VsTorch: null, absent: true, why };
+  }
   const before = tf.memory().numTensors;
   const arrays = hostWeights(config, 11, 0.02, false);
   const f32 = Llama.fromArrays(config, arrays, false, 'f32base');
@@ -256,12 +261,6 @@ export async function torchBound(config: LlamaConfig): Promise<TorchBound> {
   let ours = 0;
   for (let i = 0; i < h32.length; i++) if (real(i)) ours = Math.max(ours, Math.abs(h16[i] - h32[i]));
   const out: TorchBound = { ours, torch: null, f32VsTorch: null, absent: false };
-  if (!existsSync(TORCH_PYTHON)) {
-    f32.dispose();
-    out.absent = true;
-    out.why = `no Python at ${TORCH_PYTHON} (set PPO_TORCH_PYTHON to one with torch and transformers)`;
-    return out;
-  }
   const dir = mkdtempSync(path.join(tmpdir(), 'ppo-f16-'));
   try {
     await writeFolder(dir, await exportLM(f32));
