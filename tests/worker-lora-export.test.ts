@@ -16,7 +16,7 @@ import { nodeFiles } from '../src/cli/files-node';
 import { unzipFolder, zipFolder } from '../src/common/checkpoint-zip';
 import { loadLM, memoryFiles } from '../src/core/model/folder';
 import { readSafetensors } from '../src/core/model/safetensors';
-import type { ModelWorkerApi, TrainerEvent } from '../src/worker/protocol';
+import type { ConfigPatch, ModelWorkerApi, TrainerEvent } from '../src/worker/protocol';
 
 (globalThis as { self?: unknown }).self ??= globalThis;
 (globalThis as { navigator?: unknown }).navigator ??= {};
@@ -24,6 +24,28 @@ import type { ModelWorkerApi, TrainerEvent } from '../src/worker/protocol';
 let dir: string;
 let api: ModelWorkerApi;
 const events: TrainerEvent[] = [];
+
+/** Two LoRA PPO steps on the tiny model. */
+const LORA_RUN: ConfigPatch = {
+  model: 'tiny-test',
+  task: 'sentiment',
+  // A dense reward (0 at 20 characters, negative away from it): a random model's responses all score
+  // differently from 0, so the first update moves the adapters.
+  reward: 'length',
+  batchSize: 2,
+  miniBatches: 1,
+  ppoEpochs: 1,
+  responseLength: 4,
+  seed: 5,
+  saveEvery: 0,
+  lora: 4,
+  loraAlpha: 8,
+  loraTargets: ['c_attn', 'mlp.c_proj'],
+  learningRate: 0.05,
+};
+/** A prompt's ids and mask, for comparing logits. */
+const ids = [[72, 101, 108, 108, 111, 32]];
+const mask = [[1, 1, 1, 1, 1, 1]];
 
 beforeAll(async () => {
   await useCpu();
@@ -35,23 +57,7 @@ beforeAll(async () => {
 
 describe('a LoRA run exported through the worker', () => {
   it('the zip holds the merged model.safetensors at the top and adapter/adapter_config.json + adapter/adapter_model.safetensors', async () => {
-    await api.configure({
-      model: 'tiny-test',
-      task: 'sentiment',
-      // A dense reward (0 at 20 characters, negative away from it): a random model's responses all score
-      // differently from 0, so the first update moves the adapters.
-      reward: 'length',
-      batchSize: 2,
-      miniBatches: 1,
-      ppoEpochs: 1,
-      responseLength: 4,
-      seed: 5,
-      saveEvery: 0,
-      lora: 4,
-      loraAlpha: 8,
-      loraTargets: ['c_attn', 'mlp.c_proj'],
-      learningRate: 0.05,
-    });
+    await api.configure(LORA_RUN);
     await api.stepOnce();
     await api.stepOnce();
     const steps = events.flatMap((e) => (e.type === 'step' ? [e.metrics] : []));
@@ -92,8 +98,6 @@ describe('a LoRA run exported through the worker', () => {
     expect(names).toHaveLength(2 * 2 * 2); // layers × targets × (A, B)
 
     // The merged model is a plain GPT-2 folder that computes the trained policy's logits.
-    const ids = [[72, 101, 108, 108, 111, 32]];
-    const mask = [[1, 1, 1, 1, 1, 1]];
     const trained = await api.forwardLogits(ids, mask);
     const merged = await loadLM(memoryFiles('merged', files), { trainable: false });
     const base = await loadLM(nodeFiles(dir), { trainable: false });
@@ -139,20 +143,7 @@ describe('a LoRA run exported through the worker', () => {
     const store = new Map<string, unknown>();
     const a = await nodeWorkerApi({ tinyDir: dir, autosave: store });
     await a.init('cpu');
-    await a.configure({
-      model: 'tiny-test',
-      task: 'sentiment',
-      reward: 'length',
-      batchSize: 2,
-      miniBatches: 1,
-      ppoEpochs: 1,
-      responseLength: 4,
-      seed: 7,
-      saveEvery: 0,
-      lora: 4,
-      loraAlpha: 8,
-      learningRate: 0.05,
-    });
+    await a.configure(LORA_RUN);
     await a.stepOnce();
     await a.stepOnce();
     expect(await a.autosaveInfo()).toMatchObject({ step: 2, historyLength: 2 });
@@ -164,8 +155,6 @@ describe('a LoRA run exported through the worker', () => {
     expect(saved).toContain('adapter/adapter_model.safetensors');
     expect(saved).toContain('value_adapter/adapter_model.safetensors');
     expect(saved.filter((f) => f.startsWith('model.safetensors'))).toEqual([]);
-    const ids = [[72, 101, 108, 108, 111, 32]];
-    const mask = [[1, 1, 1, 1, 1, 1]];
     const trained = await a.forwardLogits(ids, mask);
 
     const b = await nodeWorkerApi({ tinyDir: dir, autosave: store });

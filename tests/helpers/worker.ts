@@ -1,7 +1,8 @@
 /**
  * The model worker's API in Node (src/worker/api.ts createWorkerApi), as the worker tests drive it: autosave in
- * memory (in `autosave` where one is given, a map two workers can share), tasks read from disk, and the model name "tiny-test" read from `tinyDir` (a folder made by
- * tests/helpers/tiny.ts) where one is given. Call it after the test's backend is set (useCpu).
+ * memory (in `autosave` where one is given, a map two workers can share), tasks read from disk, and the model
+ * name "tiny-test" read from `tinyDir` (a folder made by tests/helpers/tiny.ts) where one is given. Call it after
+ * the test's backend is set (useCpu).
  */
 import type { ModelFiles } from '../../src/core/model/folder';
 import { nodeFiles } from '../../src/cli/files-node';
