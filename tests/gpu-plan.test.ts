@@ -14,6 +14,7 @@ import {
   deviceFallbackFloor,
   evenSlice,
   largestStepTensor,
+  phaseFloats,
   resolveStepPlan,
   runMemoryOptions,
   runShapeOf,
@@ -30,10 +31,15 @@ import {
   plannedInForce,
   releasePooledBuffers,
   webgpuDeviceErrors,
+  type DeviceErrors,
   type PlanInForce,
 } from '../src/core/ppo/gpu-plan';
 import { planDeviceOf } from '../src/worker/device-limits';
 import { isHeapExhaustion } from '../src/core/model/oom';
+import { LORA_TARGETS } from '../src/core/model/lora';
+import { makeTinyFolder } from './helpers/tiny';
+import { meanByteReward, tinyConfig, tinyResources } from './helpers/trainer-fixture';
+import { buildTrainer } from '../src/core/ppo/setup';
 
 const gpt2 = parseGPT2Config({ vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12 });
 const qwen25 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen2.5-0.5b'] });
@@ -121,13 +127,52 @@ describe('the automatic plan on WebGPU: the whole minibatch, without recompute',
     expect(s.generateMicroBatchSize).toBe(4);
   });
 
-  it('a set microBatchSize is kept on WebGPU (and is the generation slice); recompute "auto" starts off there, "blocks" is on', () => {
+  it('a set microBatchSize is kept on WebGPU; recompute "auto" starts off there, "blocks" is on', () => {
     const s = plan(gpt2, { lora: 8, microBatchSize: 4 }, BIG_GPU);
-    expect([s.microBatchSize, s.generateMicroBatchSize, s.recompute]).toEqual([4, 4, false]);
+    expect([s.microBatchSize, s.recompute]).toEqual([4, false]);
     expect(plan(gpt2, { lora: 8, recompute: 'blocks' }, BIG_GPU).recompute).toBe(true);
     expect(plan(gpt2, { lora: 8, microBatchSize: 4, recompute: 'blocks' }, BIG_GPU).recompute).toBe(true);
     // On WASM the same config keeps its budget rule (tests/size.test.ts): recompute on for 4 samples of GPT-2.
     expect(plan(gpt2, { lora: 8, microBatchSize: 4 }).recompute).toBe(true);
+  });
+
+  it('with a set microBatchSize, generation takes the largest slice that holds no more than the micro-batch scores or updates with', () => {
+    const lora = { r: 8, targets: [...LORA_TARGETS] };
+    const models = { scorers: 2, wteTrains: false, lora };
+    const c = parseLlamaConfig({ ...LLAMA_SHAPES['qwen2.5-1.5b'] });
+    const cfg = { recompute: 'blocks' as const, batchSize: 16, miniBatches: 1, responseLength: 64 };
+    const floats = (m: number, g: number) =>
+      phaseFloats(
+        c,
+        { ...cfg, promptLength: 56, microBatchSize: m, generateMicroBatchSize: g, recompute: true },
+        models,
+      );
+    // Qwen2.5-1.5B at micro-batches of 4 with recompute: the update's estimate bounds the step (≈ 1.6 G floats);
+    // generating 8 at once stays under it, 16 at once does not.
+    const bound = Math.max(floats(4, 4).update, floats(4, 4).score);
+    expect(floats(4, 8).generate).toBeLessThanOrEqual(bound);
+    expect(floats(4, 16).generate).toBeGreaterThan(bound);
+    const at = (m: number) =>
+      resolveStepPlan(c, { ...cfg, microBatchSize: m }, 56, models, { device: BIG_GPU })
+        .generateMicroBatchSize;
+    expect(at(4)).toBe(8);
+    // Every set micro-batch: the slice is the largest evened-out one within the bound (or the micro-batch itself).
+    for (const m of [1, 2, 3, 4, 6, 8, 16]) {
+      const g = at(m);
+      const b = Math.max(floats(m, m).update, floats(m, m).score);
+      expect(g).toBeGreaterThanOrEqual(m);
+      if (g > m) expect(floats(m, g).generate).toBeLessThanOrEqual(b);
+      for (let k = 16; k > g; k--) {
+        const slice = evenSlice(16, k);
+        if (slice > g) expect(floats(m, slice).generate, `m ${m}, slice ${slice}`).toBeGreaterThan(b);
+      }
+    }
+    // A buffer limit still caps it: a 1 MiB binding holds one row of this vocabulary's logits (0.6 MB), not two.
+    const small: PlanDevice = { backend: 'webgpu', maxBufferBytes: 2 ** 20 };
+    const capped = resolveStepPlan(c, { ...cfg, microBatchSize: 1 }, 56, models, { device: small });
+    expect(capped.generateMicroBatchSize).toBe(1);
+    // On WASM a set micro-batch is still the generation slice (the budget plan).
+    expect(resolveStepPlan(c, { ...cfg, microBatchSize: 4 }, 56, models).generateMicroBatchSize).toBe(4);
   });
 
   it('resolveStepPlan without a device (or with another) is the budget plan, exactly', () => {
@@ -407,5 +452,54 @@ describe('elsewhere (CPU here) the default error scopes do nothing', () => {
     expect(await errors.pop()).toBeNull();
     expect(errors.ranOut!(new Error('memory access out of bounds'))).toBeNull();
     expect(currentPlanDevice()).toBeUndefined();
+  });
+});
+
+describe('a memory-bounded step trims the pool between its phases (PpoTrainer.phase → DeviceErrors.trim)', () => {
+  it('a split plan trims at each phase change (generating, scoring, updating, idle); the whole batch never does', async () => {
+    const dir = await makeTinyFolder();
+    const res = tinyResources(() => dir);
+    for (const [microBatchSize, calls] of [
+      [2, 4],
+      [8, 0],
+    ] as const) {
+      const phases: string[] = [];
+      let trims = 0;
+      const errors: DeviceErrors = {
+        push() {},
+        pop: () => Promise.resolve(null),
+        trim: () => {
+          trims++;
+          phases.push('trim');
+        },
+      };
+      const t = await buildTrainer(
+        tinyConfig({ batchSize: 8, miniBatches: 1, ppoEpochs: 1, responseLength: 4, microBatchSize }),
+        res,
+        {
+          ...meanByteReward,
+          device: { errors },
+          owner: (c) => ({ config: () => c, events: { phase: (p) => phases.push(p) } }),
+        },
+      );
+      try {
+        await t.trainStep();
+        expect(t.stepPlan().microBatchSize).toBe(microBatchSize);
+        expect(trims, `microBatchSize ${microBatchSize}`).toBe(calls);
+        if (calls)
+          expect(phases).toEqual([
+            'trim',
+            'generating',
+            'trim',
+            'scoring',
+            'trim',
+            'updating',
+            'trim',
+            'idle',
+          ]);
+      } finally {
+        t.disposeAll();
+      }
+    }
   });
 });

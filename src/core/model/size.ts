@@ -774,7 +774,8 @@ export function largestStepTensor(
 }
 
 /**
- * The plan on WebGPU (PlanDevice): a set microBatchSize as it is (generation in slices of it too); else the whole
+ * The plan on WebGPU (PlanDevice): a set microBatchSize as it is (generation in the largest slice whose estimate
+ * stays within the micro-batch's scoring or update); else the whole
  * minibatch, or the largest evened-out slice of it whose biggest tensor fits one buffer, and generation over the
  * whole batch (or its largest such slice, never below the micro-batch). recompute only when set to "blocks":
  * "auto" starts without it (src/core/ppo/gpu-plan.ts turns it on when the device runs out of memory at one sample).
@@ -784,17 +785,39 @@ function deviceStepPlan(
   cfg: Pick<TrainConfig, 'microBatchSize' | 'recompute' | 'batchSize' | 'miniBatches' | 'responseLength'>,
   promptLength: number,
   device: PlanDevice,
+  models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null },
+  shapeExtra: Pick<RunShape, 'vocabChunk'>,
 ): StepPlan {
   const recompute = cfg.recompute === 'blocks';
-  if (cfg.microBatchSize > 0) {
-    const m = Math.min(cfg.microBatchSize, cfg.batchSize);
-    return { microBatchSize: m, recompute, generateMicroBatchSize: m };
-  }
   const run = { promptLength, responseLength: cfg.responseLength };
   const limit = device.maxBufferBytes;
   const fitsOneBuffer = (rows: number, phase: 'generate' | 'step') =>
     limit === undefined || !(limit > 0) || largestStepTensor(c, run, rows, phase) * FLOAT32_BYTES <= limit;
   const B = cfg.batchSize;
+  if (cfg.microBatchSize > 0) {
+    const m = Math.min(cfg.microBatchSize, B);
+    // Generation over the largest evened-out slice whose working floats stay within what scoring or the update
+    // holds at the micro-batch: a set micro-batch bounds the step's memory, and generation (a KV cache and a
+    // prompt's forward, no tape) rarely sets that bound, so slicing it as finely only made it slower (Qwen2.5-1.5B
+    // at micro-batches of 4 on an H200: 4.85 of 8.87 s per step generating in slices of 4, docs/gpu.md).
+    const at = (g: number) =>
+      phaseFloats(
+        c,
+        { ...cfg, promptLength, microBatchSize: m, generateMicroBatchSize: g, recompute, ...shapeExtra },
+        models,
+      );
+    const atM = at(m);
+    const bound = Math.max(atM.score, atM.update);
+    let g = m;
+    for (let k = B; k > m; k--) {
+      const slice = evenSlice(B, k);
+      if (slice > m && at(slice).generate <= bound && fitsOneBuffer(slice, 'generate')) {
+        g = slice;
+        break;
+      }
+    }
+    return { microBatchSize: m, recompute, generateMicroBatchSize: g };
+  }
   const mb = Math.max(1, Math.ceil(B / Math.max(1, cfg.miniBatches)));
   let m = 1;
   for (let k = mb; k >= 1; k--) {
@@ -830,7 +853,7 @@ export function resolveStepPlan(
   extra: Pick<RunShape, 'vocabChunk'> & { device?: PlanDevice } = {},
 ): StepPlan {
   const { device, ...shapeExtra } = extra;
-  if (device?.backend === 'webgpu') return deviceStepPlan(c, cfg, promptLength, device);
+  if (device?.backend === 'webgpu') return deviceStepPlan(c, cfg, promptLength, device, models, shapeExtra);
   const phases = (m: number, recompute: boolean) =>
     phaseFloats(c, { ...cfg, promptLength, microBatchSize: m, recompute, ...shapeExtra }, models);
   // What m samples add to each phase: the phase at m less its part that no micro-batch changes (the weights'

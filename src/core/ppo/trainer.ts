@@ -576,7 +576,14 @@ export class PpoTrainer {
     }
   }
 
-  private phase(p: Phase): void {
+  /**
+   * The step `s` enters phase `p`. When its plan splits the batch (a memory-bounded plan: set micro-batches, or the
+   * smaller plan after the device ran out), what the last phase left in the backend's pool goes back to the device
+   * first (DeviceErrors.trim), so that the step holds about its largest phase, not the sum of its phases' slices.
+   */
+  private phase(p: Phase, s?: StepSetting): void {
+    if (s && (s.plan.microBatchSize < s.mbSize || s.plan.generateMicroBatchSize < s.B))
+      this.deviceErrors.trim?.();
     this.events.phase?.(p);
   }
 
@@ -1141,7 +1148,7 @@ export class PpoTrainer {
   private async rollout(s: StepSetting): Promise<StepRollout> {
     // 1. Sample responses: B / G prompts, each repeated G times in ONE batched generate call (sample i belongs to
     //    group ⌊i / G⌋), pure sampling unless top-k/top-p are set. G = 1 is PPO's one sample per prompt.
-    this.phase('generating');
+    this.phase('generating', s);
     const { cfg, B, R, G } = s;
     const policy = this.models.policy;
     const idx = this.nextPromptIndices(B / G).flatMap((i) => new Array<number>(G).fill(i));
@@ -1186,7 +1193,7 @@ export class PpoTrainer {
   private async score(s: StepSetting, roll: StepRollout): Promise<StepScores> {
     // 3. Forward policy, reference and (PPO only) value model over query+response, in minibatch-sized chunks;
     //    one readback each.
-    this.phase('scoring');
+    this.phase('scoring', s);
     // A GRPO step with one epoch of one minibatch updates on-policy: the old log-probs are the policy's own at the
     // update's forward, so they are taken from it (detached, scoring's computation on the same hidden states,
     // oldLogprobsFromUpdate) and scoring runs only the reference, as TRL does with num_iterations 1.
@@ -1306,7 +1313,7 @@ export class PpoTrainer {
     const { queries, bResponses, bMask } = roll;
     const { oldFromUpdate, Tq, bLogprobs, bRefLogprobs, bValues } = sc;
     const { advantages: bAdvantages, returns: bReturns } = adv;
-    this.phase('updating');
+    this.phase('updating', s);
     const grpoKl = cfg.algorithm === 'grpo' && klCoef > 0;
     const minibatches: MinibatchStats[] = [];
     // oldFromUpdate: each micro-batch's old log-probs as the update's forward made them, by its rows.
@@ -1587,7 +1594,7 @@ export class PpoTrainer {
     });
     const previous = this.history.slice(-HEALTH_HISTORY);
     this._history.push(metrics);
-    this.phase('idle');
+    this.phase('idle', s);
     this._badSteps = skippedUpdates > 0 ? this._badSteps + 1 : 0;
     const alerts: (HealthAlert | PlanAlert)[] = healthAlerts(metrics, cfg.targetKl, previous);
     const planNow = this.planInForce(cfg);
