@@ -5,9 +5,9 @@
 # where python3 has torch with CUDA (the Qwen GRPO row's PyTorch side needs transformers and peft too; device.txt
 # says whether they import). The default-plan PPO row and the Qwen GRPO row need no variable: they always run.
 # Results go to $OUT (the device tool brings them back), or to ./gpu-out.
-# Usage: bash scripts/gpu-device-run.sh [checks|sweep|bench|f16|profile|all] (default all: checks and bench; sweep: the
+# Usage: bash scripts/gpu-device-run.sh [checks|sweep|bench|f16|bounded|profile|all] (default all: checks and bench; sweep: the
 # matmul variants of scripts/matmul-sweep.ts; f16: issue #36's f16-base rows, one process per shape so that each
-# reading of GPU memory starts from a fresh device, then Qwen2.5-1.5B at the memory-bounded plan; profile: GPT-2's decode, GPU kernel times by tf.profile and the
+# reading of GPU memory starts from a fresh device, then Qwen2.5-1.5B at the memory-bounded plan; bounded: that last process alone; profile: GPT-2's decode, GPU kernel times by tf.profile and the
 # host's share by scripts/profile-decode-host.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +38,7 @@ node=.gpu/bin/node
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
 $node --version >> "$out/device.txt"
 { "$PPO_PYTHON" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tail -1 || true; } >> "$out/device.txt"
-want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != sweep ] && [ "$1" != profile ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
+want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != profile ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
 if want checks; then
   $node .gpu/bundle/gpu-checks.mjs 2>&1 | tee "$out/gpu-checks.txt" | tail -40
 fi
@@ -50,6 +50,17 @@ if want bench; then
     $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-gpu.json" 2> "$out/bench-gpu.log" || {
       echo "bench --gpu failed:"; tail -40 "$out/bench-gpu.log"; exit 1; }
   tail -5 "$out/bench-gpu.log"
+fi
+if want bounded && ! want f16; then
+  # Only the memory-bounded f16 rows: Qwen2.5-1.5B with recompute at micro-batches of each size in
+  # $PPO_GPU_BOUNDED_MICROS (default 4, as the last step of f16), one process each.
+  for micro in ${PPO_GPU_BOUNDED_MICROS:-4}; do
+    PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=qwen2.5-1.5b PPO_GPU_BENCH_F16_DECODE=0 PPO_GPU_BENCH_F16_PLANS=boundedPlan \
+      PPO_GPU_BENCH_BOUNDED_MICRO=$micro $node .gpu/bundle/main.mjs bench --gpu --json \
+      > "$out/bench-f16-bounded-$micro.json" 2> "$out/bench-f16-bounded-$micro.log" || {
+        echo "bench --gpu (f16, bounded plan, micro-batch $micro) failed:"; tail -40 "$out/bench-f16-bounded-$micro.log"; }
+    tail -4 "$out/bench-f16-bounded-$micro.log"
+  done
 fi
 if want f16; then
   # Qwen2.5-1.5B (with the f16/f32 decode comparison), then Qwen3-1.7B, each in its own process.

@@ -76,6 +76,8 @@ export async function runF16Bench(o: {
   decodeModel: F16BenchShapeName | null;
   /** The plans to time, in order (default: the default plan only). */
   plans?: readonly F16BenchPlan[];
+  /** The bounded plan's micro-batch (default BOUNDED_PLAN_MICRO, 4). */
+  boundedMicro?: number;
   hooks: F16BenchHooks;
   torch: TorchProbe;
   dryRun: boolean;
@@ -97,6 +99,7 @@ export async function runF16Bench(o: {
           model: `${benchModelLabel(f16BenchTitle(name), f16BenchShape(name, o.dryRun), o.dryRun)}, BF16 file, base in f16`,
           run: f16BenchRun(o.dryRun),
           plans: [...(o.plans ?? ['defaultPlan'])],
+          ...(o.boundedMicro ? { boundedMicro: o.boundedMicro } : {}),
           baseDtype: 'f16',
           torchDtype: 'float16',
           gpuMemoryUsedBytes: o.hooks.gpuMemoryUsedBytes,

@@ -1071,6 +1071,8 @@ export async function qwenGrpoBench(o: {
     baseDtype: 'f16' | 'f32';
     torchDtype: TorchGrpoSpec['dtype'];
     gpuMemoryUsedBytes?: () => number | null;
+    /** The bounded plan's micro-batch (default BOUNDED_PLAN_MICRO). */
+    boundedMicro?: number;
   };
 }): Promise<QwenGrpoBench> {
   const key = o.row?.key ?? 'qwenGrpo';
@@ -1119,6 +1121,7 @@ export async function qwenGrpoBench(o: {
     const policy = trainer.models.policy;
     out.loraTargets = resolveLoraTargets(policy.config, trainer.cfg.loraTargets);
     out.trainableParams = policy.trainableVariables().reduce((n, v) => n + v.size, 0);
+    const boundedMicro = o.row?.boundedMicro ?? BOUNDED_PLAN_MICRO;
     const all: { key: QwenPlanKey; label: string; plan: QwenPlanRow['requested'] }[] = [
       { key: 'defaultPlan', label: 'the default plan', plan: { microBatchSize: 0, recompute: 'auto' } },
       {
@@ -1128,8 +1131,8 @@ export async function qwenGrpoBench(o: {
       },
       {
         key: 'boundedPlan',
-        label: `micro-batches of ${BOUNDED_PLAN_MICRO} with recompute`,
-        plan: { microBatchSize: BOUNDED_PLAN_MICRO, recompute: 'blocks' },
+        label: `micro-batches of ${boundedMicro} with recompute`,
+        plan: { microBatchSize: boundedMicro, recompute: 'blocks' },
       },
     ];
     // A row's plans in the order it asked for them (the first gets the memory reading); the Qwen row: two.

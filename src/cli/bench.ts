@@ -688,7 +688,8 @@ async function gpuBench(
  * `PPO_GPU_BENCH_ROWS=f16 bench --gpu`: only issue #36's f16-base rows (src/bench/f16-gpu.ts), the shapes in
  * PPO_GPU_BENCH_F16_MODELS (comma-separated; default both), the decode comparison on the first of them unless
  * PPO_GPU_BENCH_F16_DECODE=0, at the plans in PPO_GPU_BENCH_F16_PLANS (comma-separated, in order: defaultPlan,
- * boundedPlan; default defaultPlan; the first gets the GPU memory reading). On a software adapter only as a dry run (PPO_GPU_BENCH_DRYRUN=1: 2 layers of width 64).
+ * boundedPlan; default defaultPlan; the first gets the GPU memory reading), boundedPlan at micro-batches of
+ * PPO_GPU_BENCH_BOUNDED_MICRO (default 4). On a software adapter only as a dry run (PPO_GPU_BENCH_DRYRUN=1: 2 layers of width 64).
  */
 async function f16GpuBench(o: {
   adapter: Awaited<ReturnType<typeof import('./backend-webgpu-node').setNodeWebGpuBackend>>;
@@ -725,6 +726,12 @@ async function f16GpuBench(o: {
     throw new UserError(
       `PPO_GPU_BENCH_F16_PLANS: ${badPlans.join(', ') || '(none)'} is not a list of ${F16_BENCH_PLANS.join(', ')}.`,
     );
+  const microRaw = process.env.PPO_GPU_BENCH_BOUNDED_MICRO ?? '';
+  const boundedMicro = microRaw === '' ? undefined : Number(microRaw);
+  if (boundedMicro !== undefined && !(Number.isInteger(boundedMicro) && boundedMicro >= 1))
+    throw new UserError(
+      `PPO_GPU_BENCH_BOUNDED_MICRO must be a positive integer (samples per micro-batch of boundedPlan), got "${microRaw}".`,
+    );
   const python = resolvePython();
   const p = probeTorchCuda(python);
   const torch =
@@ -741,6 +748,7 @@ async function f16GpuBench(o: {
       names,
       decodeModel: process.env.PPO_GPU_BENCH_F16_DECODE === '0' ? null : (names[0] ?? null),
       plans: plans as (typeof F16_BENCH_PLANS)[number][],
+      ...(boundedMicro ? { boundedMicro } : {}),
       // PyTorch's step is beside the default plan; a process timing only other plans does not run it again.
       hooks: torch.ok && plans.includes('defaultPlan') ? hooks : { ...hooks, runTorchGrpo: undefined },
       torch,
