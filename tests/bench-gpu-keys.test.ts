@@ -893,76 +893,82 @@ describe("the Qwen row's order of steps (qwenGrpoBench, a stand-in trainer)", ()
 });
 
 describe("an f16 row's plans in the order asked (qwenGrpoBench, a stand-in trainer)", () => {
-  it('times the bounded plan first, reads GPU memory for it, then the default plan', async () => {
-    const { qwenGrpoBench, BOUNDED_PLAN_MICRO } = await import('../src/bench/webgpu-gpu');
-    const { qwenBenchRun } = await import('../src/bench/torch-grpo');
-    const config = parseLlamaConfig({ ...LLAMA_SHAPES['qwen2.5-0.5b'], num_hidden_layers: 2 });
-    const plans: string[] = [];
-    let source: { config: () => Record<string, unknown> } | null = null;
-    let used = 1e9;
-    const fake = {
-      cfg: { batchSize: 16, responseLength: 32, loraTargets: [...LLAMA_LORA_TARGETS], model: 'qwen' },
-      models: {
-        policy: { config, trainableVariables: () => [{ size: 10 }], dispose: () => {} },
-        ref: { dispose: () => {} },
-        reward: { kind: 'function' },
-      },
-      disposeOptimizers: () => {},
-      stepPlan: () => {
-        const c = source!.config();
-        return {
-          microBatchSize: c.microBatchSize || 16,
-          recompute: c.recompute !== 'off',
-          generateMicroBatchSize: 16,
-        };
-      },
-      memoryEstimate: () => ({ total: 2e9, parts: {} }),
-      trainStep: async () => {
-        const c = source!.config();
-        plans.push(`${c.microBatchSize}/${c.recompute}`);
-        used += c.microBatchSize === BOUNDED_PLAN_MICRO ? 1e9 : 5e9;
-        return {
-          metrics: {
-            timeStep: 1,
-            timeGenerate: 1,
-            timeScore: 0,
-            timeUpdate: 1,
-            tokensPerSecond: 1,
-            epochsRun: 1,
-          },
-          rollout: { queries: [[1, 2, 3]] },
-        };
-      },
-    };
-    let reads = 0;
-    const r = await qwenGrpoBench({
-      build: async (_overrides, owner) => {
-        source = (owner as unknown as (first: object) => NonNullable<typeof source>)({});
-        return fake as unknown as Awaited<ReturnType<Parameters<typeof qwenGrpoBench>[0]['build']>>;
-      },
-      torch: noTorch,
-      dryRun: false,
-      log: () => {},
-      row: {
-        key: 'f16Grpo.test',
-        model: 'a stand-in',
-        run: qwenBenchRun(false),
-        plans: ['boundedPlan', 'defaultPlan'],
-        baseDtype: 'f16',
-        torchDtype: 'float16',
-        gpuMemoryUsedBytes: () => (reads++, used),
-      },
+  for (const asked of [undefined, 2]) {
+    it(`times the bounded plan first (micro-batches of ${asked ?? 'BOUNDED_PLAN_MICRO'}), reads GPU memory for it, then the default plan`, async () => {
+      const { qwenGrpoBench, BOUNDED_PLAN_MICRO } = await import('../src/bench/webgpu-gpu');
+      const { qwenBenchRun } = await import('../src/bench/torch-grpo');
+      const m = asked ?? BOUNDED_PLAN_MICRO;
+      const config = parseLlamaConfig({ ...LLAMA_SHAPES['qwen2.5-0.5b'], num_hidden_layers: 2 });
+      const plans: string[] = [];
+      let source: { config: () => Record<string, unknown> } | null = null;
+      let used = 1e9;
+      const fake = {
+        cfg: { batchSize: 16, responseLength: 32, loraTargets: [...LLAMA_LORA_TARGETS], model: 'qwen' },
+        models: {
+          policy: { config, trainableVariables: () => [{ size: 10 }], dispose: () => {} },
+          ref: { dispose: () => {} },
+          reward: { kind: 'function' },
+        },
+        disposeOptimizers: () => {},
+        stepPlan: () => {
+          const c = source!.config();
+          return {
+            microBatchSize: c.microBatchSize || 16,
+            recompute: c.recompute !== 'off',
+            generateMicroBatchSize: 16,
+          };
+        },
+        memoryEstimate: () => ({ total: 2e9, parts: {} }),
+        trainStep: async () => {
+          const c = source!.config();
+          plans.push(`${c.microBatchSize}/${c.recompute}`);
+          used += c.microBatchSize === m ? 1e9 : 5e9;
+          return {
+            metrics: {
+              timeStep: 1,
+              timeGenerate: 1,
+              timeScore: 0,
+              timeUpdate: 1,
+              tokensPerSecond: 1,
+              epochsRun: 1,
+            },
+            rollout: { queries: [[1, 2, 3]] },
+          };
+        },
+      };
+      let reads = 0;
+      const r = await qwenGrpoBench({
+        build: async (_overrides, owner) => {
+          source = (owner as unknown as (first: object) => NonNullable<typeof source>)({});
+          return fake as unknown as Awaited<ReturnType<Parameters<typeof qwenGrpoBench>[0]['build']>>;
+        },
+        torch: noTorch,
+        dryRun: false,
+        log: () => {},
+        row: {
+          key: 'f16Grpo.test',
+          model: 'a stand-in',
+          run: qwenBenchRun(false),
+          plans: ['boundedPlan', 'defaultPlan'],
+          baseDtype: 'f16',
+          torchDtype: 'float16',
+          gpuMemoryUsedBytes: () => (reads++, used),
+          ...(asked ? { boundedMicro: asked } : {}),
+        },
+      });
+      // Trainer warm-up and the bounded plan's warm-up + 2 steps, then the default plan's warm-up + 2 steps.
+      const b = `${m}/blocks`;
+      expect(plans).toEqual([b, b, b, b, '0/auto', '0/auto', '0/auto']);
+      expect(r.boundedPlan).toMatchObject({
+        label: `micro-batches of ${m} with recompute`,
+        microBatchSize: m,
+        recompute: true,
+        requested: { microBatchSize: m },
+      });
+      expect(r.defaultPlan).toMatchObject({ requested: { microBatchSize: 0, recompute: 'auto' } });
+      // Memory: read before the build and after the bounded plan's steps only (4 bounded steps of 1 GB each).
+      expect(reads).toBe(2);
+      expect(r.memory).toMatchObject({ plan: 'boundedPlan', gpuBytes: 4e9, estimateBytes: 2e9 });
     });
-    // Trainer warm-up and the bounded plan's warm-up + 2 steps, then the default plan's warm-up + 2 steps.
-    expect(plans).toEqual(['4/blocks', '4/blocks', '4/blocks', '4/blocks', '0/auto', '0/auto', '0/auto']);
-    expect(r.boundedPlan).toMatchObject({
-      microBatchSize: 4,
-      recompute: true,
-      requested: { microBatchSize: 4 },
-    });
-    expect(r.defaultPlan).toMatchObject({ requested: { microBatchSize: 0, recompute: 'auto' } });
-    // Memory: read before the build and after the bounded plan's steps only (4 bounded steps of 1 GB each).
-    expect(reads).toBe(2);
-    expect(r.memory).toMatchObject({ plan: 'boundedPlan', gpuBytes: 4e9, estimateBytes: 2e9 });
-  });
+  }
 });
