@@ -57,8 +57,9 @@ export interface TrainConfig {
   miniBatches: number;
   ppoEpochs: number;
   /**
-   * Samples per micro-batch (0 = auto): generation, scoring and each minibatch's update run over slices of this
-   * many samples, gradients summed into one optimiser step per minibatch; the results do not depend on it.
+   * Samples per micro-batch (0 = auto): scoring and each minibatch's update run over slices of this many samples,
+   * gradients summed into one optimiser step per minibatch; generation too (on WebGPU in the largest slice that
+   * holds no more than they do: model/size.ts deviceStepPlan); the results do not depend on it.
    */
   microBatchSize: number;
   /** Recompute each block's activations in the update's backward (model/recompute.ts); same gradients. */
@@ -443,7 +444,7 @@ export const CONFIG_FIELDS = {
     0,
     0,
     4096,
-    'Samples per micro-batch (0 = auto): generation, scoring and each minibatch update run in slices this big, gradients summed into one step. Bounds memory; the results do not depend on it.',
+    'Samples per micro-batch (0 = auto): scoring and each minibatch update run in slices this big, gradients summed into one step; generation too, or on WebGPU in the largest slice that holds no more than they do. Bounds memory; the results do not depend on it.',
     { scale: 'linear' },
   ),
   recompute: {
