@@ -76,7 +76,12 @@ test('reward code cannot keep Function, compile strings in timers, or import mod
       await w.setRewardCode(code);
       const before = window.secEvents.filter((e) => e.type === 'error').length;
       await w.stepOnce();
-      const now = window.secEvents.filter((e) => e.type === 'error');
+      // The event comes through the subscription's own channel, which need not deliver before stepOnce's reply:
+      // wait for it (up to 10 s) rather than read the list at once.
+      const errorsNow = () => window.secEvents.filter((e) => e.type === 'error');
+      for (let t = 0; errorsNow().length <= before && t < 200; t++)
+        await new Promise((ok) => setTimeout(ok, 50));
+      const now = errorsNow();
       errors.push(now.length > before ? String(now.at(-1)!.message) : 'no error');
     }
     await w.setRewardCode(null);
