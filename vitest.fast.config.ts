@@ -69,14 +69,20 @@ const EXPLICIT_OWN_WORKER_FILES = [
 /**
  * Files that load the model worker's API (src/worker/api.ts, reliability.ts): importing it sets the WASM backend's
  * file paths and thread count for the browser (src/worker/backend-web.ts), after which a WASM test in the same
- * worker would fail to start its backend; and files that set the worker globals `self` / `navigator` on globalThis.
+ * worker would fail to start its backend; files that set the worker globals `self` / `navigator` on globalThis;
+ * and files that mock a module (`vi.mock`): a mock replaces a module only where it has not been imported yet, and
+ * in a shared worker a file before it may have imported it (tests/algorithms.test.ts failed so once the order
+ * changed). Worker threads have no WebGPU adapter in Node: a file here that needs one skips.
  */
-const WORKER_API = /helpers\/worker'|src\/worker\/(api|reliability)'|\.(self|navigator) \?\?=/;
-const workerApiFiles = readdirSync('tests')
-  .filter((f) => /\.test\.tsx?$/.test(f) && WORKER_API.test(readFileSync(path.join('tests', f), 'utf8')))
+const NEEDS_OWN_WORKER =
+  /helpers\/worker'|src\/worker\/(api|reliability)'|\.(self|navigator) \?\?=|\bvi\.(do)?[mM]ock\(/;
+const ownWorkerByContent = readdirSync('tests')
+  .filter(
+    (f) => /\.test\.tsx?$/.test(f) && NEEDS_OWN_WORKER.test(readFileSync(path.join('tests', f), 'utf8')),
+  )
   .map((f) => `tests/${f}`);
 
-export const OWN_WORKER_FILES = [...EXPLICIT_OWN_WORKER_FILES, ...workerApiFiles];
+export const OWN_WORKER_FILES = [...EXPLICIT_OWN_WORKER_FILES, ...ownWorkerByContent];
 
 // The projects below do not `extends: true` the root: Vitest would concatenate their include and exclude lists
 // with the root's; each names its files itself, with the root's test options.

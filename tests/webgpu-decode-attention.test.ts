@@ -358,5 +358,6 @@ describe('fused decode attention on Node WebGPU (src/core/kernels/webgpu-decode-
     );
     m.dispose();
     expect(await webGpuErrors()).toEqual([]);
-  });
+    // Seven generations on SwiftShader: about 10 s alone, past the fast tier's 30 s beside the other worker's files.
+  }, 120_000);
 });
