@@ -75,7 +75,7 @@ const EXPLICIT_OWN_WORKER_FILES = [
  * changed). Worker threads have no WebGPU adapter in Node: a file here that needs one skips.
  */
 const NEEDS_OWN_WORKER =
-  /helpers\/worker'|src\/worker\/(api|reliability)'|\.(self|navigator) \?\?=|\bvi\.(do)?[mM]ock\(/;
+  /helpers\/worker'|src\/worker\/(api|reliability)'|\.(self|navigator) \?\?=|\bvi\.(mock|doMock)\(/;
 const ownWorkerByContent = readdirSync('tests')
   .filter(
     (f) => /\.test\.tsx?$/.test(f) && NEEDS_OWN_WORKER.test(readFileSync(path.join('tests', f), 'utf8')),

@@ -838,6 +838,19 @@ describe('gpuMarkdown with the #22 keys', () => {
   });
 });
 
+/** The parts of a Qwen trainer qwenGrpoBench reads besides its steps and plan (a stand-in's config, models). */
+function standInQwen(config: ReturnType<typeof parseLlamaConfig>) {
+  return {
+    cfg: { batchSize: 16, responseLength: 32, loraTargets: [...LLAMA_LORA_TARGETS], model: 'qwen' },
+    models: {
+      policy: { config, trainableVariables: () => [{ size: 10 }], dispose: () => {} },
+      ref: { dispose: () => {} },
+      reward: { kind: 'function' },
+    },
+    disposeOptimizers: () => {},
+  };
+}
+
 describe("the Qwen row's order of steps (qwenGrpoBench, a stand-in trainer)", () => {
   it('warms the trainer once, untimed, at the first plan, before each plan’s own warm-up and timed steps', async () => {
     const { qwenGrpoBench } = await import('../src/bench/webgpu-gpu');
@@ -846,13 +859,7 @@ describe("the Qwen row's order of steps (qwenGrpoBench, a stand-in trainer)", ()
     let source: { config: () => Record<string, unknown> } | null = null;
     let step = 0;
     const fake = {
-      cfg: { batchSize: 16, responseLength: 32, loraTargets: [...LLAMA_LORA_TARGETS], model: 'qwen' },
-      models: {
-        policy: { config, trainableVariables: () => [{ size: 10 }], dispose: () => {} },
-        ref: { dispose: () => {} },
-        reward: { kind: 'function' },
-      },
-      disposeOptimizers: () => {},
+      ...standInQwen(config),
       stepPlan: () => ({ microBatchSize: 16, recompute: false, generateMicroBatchSize: 16 }),
       trainStep: async () => {
         const c = source!.config();
@@ -903,13 +910,7 @@ describe("an f16 row's plans in the order asked (qwenGrpoBench, a stand-in train
       let source: { config: () => Record<string, unknown> } | null = null;
       let used = 1e9;
       const fake = {
-        cfg: { batchSize: 16, responseLength: 32, loraTargets: [...LLAMA_LORA_TARGETS], model: 'qwen' },
-        models: {
-          policy: { config, trainableVariables: () => [{ size: 10 }], dispose: () => {} },
-          ref: { dispose: () => {} },
-          reward: { kind: 'function' },
-        },
-        disposeOptimizers: () => {},
+        ...standInQwen(config),
         stepPlan: () => {
           const c = source!.config();
           return {

@@ -7,7 +7,7 @@
  * (the trainer reads its config once per step), so a key that stopped at a copy would fail here.
  */
 import { describe, it, expect, beforeAll, afterEach, vi } from 'vitest';
-import { nodeWorkerApi } from './helpers/worker';
+import { nodeWorkerApi, TINY_WORKER_RUN } from './helpers/worker';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
@@ -22,17 +22,7 @@ import type { ConfigPatch, ModelWorkerApi, RunStatus } from '../src/worker/proto
 (globalThis as { self?: unknown }).self ??= globalThis;
 (globalThis as { navigator?: unknown }).navigator ??= {};
 
-const TINY = {
-  model: 'tiny-test',
-  task: 'sentiment',
-  batchSize: 2,
-  miniBatches: 1,
-  ppoEpochs: 1,
-  responseLength: 4,
-  seed: 5,
-  saveEvery: 0,
-  steps: 1000,
-} satisfies ConfigPatch;
+const TINY = { ...TINY_WORKER_RUN, steps: 1000 } satisfies ConfigPatch;
 
 /**
  * A valid value for `key` that differs from the one in `cfg`: from the field's own type and range in the config

@@ -6,12 +6,11 @@
  * the run with an error event, and a checkpoint exported and imported continues the run.
  */
 import { describe, it, expect, beforeAll, afterEach, vi } from 'vitest';
-import { nodeWorkerApi } from './helpers/worker';
+import { nodeWorkerApi, TINY_WORKER_RUN } from './helpers/worker';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
 import { createFakeWorker } from '../src/ui/dev/fake-worker';
 import type {
-  ConfigPatch,
   ModelWorkerApi,
   ReliabilityEvent,
   RunStatus,
@@ -26,16 +25,7 @@ import { FusedAdamOptimizer } from '../src/core/optim/fused-adam';
 (globalThis as { self?: unknown }).self ??= globalThis;
 (globalThis as { navigator?: unknown }).navigator ??= {};
 
-const TINY = {
-  model: 'tiny-test',
-  task: 'sentiment',
-  batchSize: 2,
-  miniBatches: 1,
-  ppoEpochs: 1,
-  responseLength: 4,
-  seed: 5,
-  saveEvery: 0,
-} satisfies ConfigPatch;
+const TINY = TINY_WORKER_RUN;
 
 /**
  * A reward whose scores are finite doubles but beyond float32's range: the returns become ±Infinity in the

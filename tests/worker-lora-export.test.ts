@@ -8,7 +8,7 @@
  * peft_config.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
-import { nodeWorkerApi } from './helpers/worker';
+import { nodeWorkerApi, TINY_WORKER_RUN } from './helpers/worker';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
 import { makeTinyFolder } from './helpers/tiny';
@@ -27,17 +27,10 @@ const events: TrainerEvent[] = [];
 
 /** Two LoRA PPO steps on the tiny model. */
 const LORA_RUN: ConfigPatch = {
-  model: 'tiny-test',
-  task: 'sentiment',
+  ...TINY_WORKER_RUN,
   // A dense reward (0 at 20 characters, negative away from it): a random model's responses all score
   // differently from 0, so the first update moves the adapters.
   reward: 'length',
-  batchSize: 2,
-  miniBatches: 1,
-  ppoEpochs: 1,
-  responseLength: 4,
-  seed: 5,
-  saveEvery: 0,
   lora: 4,
   loraAlpha: 8,
   loraTargets: ['c_attn', 'mlp.c_proj'],

@@ -9,7 +9,19 @@ import { nodeFiles } from '../../src/cli/files-node';
 import { loadTaskNode } from '../../src/cli/tasks-node';
 import { memoryAutosaveStore } from '../../src/services/autosave';
 import { TabAutosave } from '../../src/services/autosave-tabs';
-import type { ModelWorkerApi } from '../../src/worker/protocol';
+import type { ConfigPatch, ModelWorkerApi } from '../../src/worker/protocol';
+
+/** The worker tests' run: the tiny model on the sentiment task, 2 samples × 4 tokens, one update a step. */
+export const TINY_WORKER_RUN = {
+  model: 'tiny-test',
+  task: 'sentiment',
+  batchSize: 2,
+  miniBatches: 1,
+  ppoEpochs: 1,
+  responseLength: 4,
+  seed: 5,
+  saveEvery: 0,
+} satisfies ConfigPatch;
 
 export async function nodeWorkerApi(
   o: { tinyDir?: string; autosave?: Map<string, unknown> } = {},
