@@ -24,6 +24,7 @@ import { memoryFiles } from '../src/core/model/folder';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
 import { isUserError } from '../src/common/errors';
+import type { FileBody } from '../src/core/model/safetensors';
 import type { PpoTrainer } from '../src/core/ppo/trainer';
 import type { StepMetrics } from '../src/common/metrics';
 import { disposeTrainer } from '../src/bench/perf/memory';
@@ -212,6 +213,132 @@ describe('autosave slot', () => {
     );
     expect((await slot.info())!.step).toBe(5);
     expect(map.size).toBe(3);
+  });
+
+  it('a frozen file is written once per run: later saves of the run share its entries, another run writes its own', async () => {
+    const map = new Map<string, unknown>();
+    const base = memoryAutosaveStore(map);
+    const sets: string[] = [];
+    let failPointer = false;
+    const store: AutosaveStore = {
+      ...base,
+      set: async (k, v) => {
+        if (failPointer && k === 'current') throw new Error('the tab was closing');
+        sets.push(k);
+        return base.set(k, v);
+      },
+    };
+    const slot = new AutosaveSlot(store, () => 1, undefined, 100);
+    const ref = Uint8Array.from({ length: 250 }, (_, i) => (i * 3) % 256);
+    const frozen = ['ref_model.safetensors', 'reward_model.safetensors'];
+    const asked: string[][] = [];
+    const make = (step: number) => async (shared: ReadonlySet<string>) => {
+      asked.push([...shared]);
+      const f = new Map([...filesOf(step), ['ref_model.safetensors', ref]]);
+      for (const n of shared) f.delete(n);
+      return f;
+    };
+    const refKeys = () => [...map.keys()].filter((k) => k.includes(':ref_model.safetensors')).sort();
+    const total =
+      250 + filesOf(2).get('model.safetensors')!.length + filesOf(2).get('trainer_state.json')!.length;
+
+    expect(await slot.save(meta(2), make(2), null, frozen)).toMatchObject({
+      ok: true,
+      info: { bytes: total },
+    });
+    expect(asked.at(-1)).toEqual([]);
+    const first = refKeys();
+    expect(first).toHaveLength(3); // in parts of 100
+    sets.length = 0;
+    // The same run: the file is not made, not written, and its entries stay; the rest of step 2 is swept.
+    expect(await slot.save(meta(4), make(4), null, frozen)).toMatchObject({
+      ok: true,
+      info: { bytes: total },
+    });
+    expect(asked.at(-1)).toEqual(['ref_model.safetensors']);
+    expect(sets.filter((k) => k.includes('ref_model'))).toEqual([]);
+    expect(refKeys()).toEqual(first);
+    expect(map.size).toBe(1 + 2 + 3); // pointer, step 4's two files, the shared three parts
+    let loaded = await slot.load();
+    expect(loaded!.files.get('ref_model.safetensors')).toEqual(ref);
+    expect(loaded!.files.get('model.safetensors')).toEqual(bytes(4, 1, 2, 3));
+    // A save that fails while switching the pointer keeps the older save and the entries it shares.
+    failPointer = true;
+    expect(await slot.save(meta(5), make(5), null, frozen)).toMatchObject({ ok: false, kept: { step: 4 } });
+    failPointer = false;
+    expect(refKeys()).toEqual(first);
+    expect(map.size).toBe(6);
+    // And the next one still shares them (the save that wrote them is two saves back by now).
+    expect((await slot.save(meta(6), make(6), null, frozen)).ok).toBe(true);
+    expect(refKeys()).toEqual(first);
+    expect(await slot.isTidy([...map.keys()].filter((k) => k.startsWith('save:')))).toBe(true);
+    loaded = await slot.load();
+    expect(loaded!.files.get('ref_model.safetensors')).toEqual(ref);
+    expect(loaded!.files.get('model.safetensors')).toEqual(bytes(6, 1, 2, 3));
+    // Another run in the same slot writes its own copy; the older run's is swept.
+    expect((await slot.save(meta(1, 'run-b'), make(1), null, frozen)).ok).toBe(true);
+    expect(asked.at(-1)).toEqual([]);
+    expect(refKeys()).toHaveLength(3);
+    expect(refKeys().some((k) => first.includes(k))).toBe(false);
+    expect(map.size).toBe(6);
+    // A save written before sizes were kept lends nothing (its file sizes are unknown).
+    const pointer = map.get('current') as Record<string, unknown>;
+    map.set('current', { ...pointer, sizes: undefined });
+    expect((await slot.save(meta(2, 'run-b'), make(2), null, frozen)).ok).toBe(true);
+    expect(asked.at(-1)).toEqual([]);
+    await slot.discard();
+    expect(map.size).toBe(0);
+  });
+
+  it('a file given as a ByteSource is streamed into parts, each its own copy; a wrong length fails the save in words', async () => {
+    const map = new Map<string, unknown>();
+    const stored: Uint8Array[] = [];
+    const base = memoryAutosaveStore(map);
+    const store: AutosaveStore = {
+      ...base,
+      set: async (k, v) => {
+        if (v instanceof Uint8Array) stored.push(v);
+        return base.set(k, v);
+      },
+    };
+    const slot = new AutosaveSlot(store, () => 1, undefined, 100);
+    const big = Uint8Array.from({ length: 250 }, (_, i) => (i * 7) % 251);
+    /** `big` in chunks of 7 bytes (crossing the parts' edges), announcing `announced` bytes. */
+    const source = (announced: number, data = big) => ({
+      byteLength: announced,
+      async *chunks() {
+        for (let i = 0; i < data.length; i += 7) yield data.subarray(i, i + 7);
+      },
+    });
+    expect(
+      (
+        await slot.save(
+          meta(3),
+          async () => new Map<string, FileBody>([...filesOf(3), ['model.safetensors', source(250)]]),
+        )
+      ).ok,
+    ).toBe(true);
+    expect([...map.keys()].filter((k) => /model\.safetensors#\d$/.test(k))).toHaveLength(3);
+    for (const v of stored) expect(v.buffer.byteLength).toBeLessThanOrEqual(100);
+    expect((await slot.load())!.files.get('model.safetensors')).toEqual(big);
+    const keys = [...map.keys()].sort();
+    for (const [announced, words] of [
+      [251, 'fewer than the 251 bytes announced'],
+      [249, 'more than the 249 bytes announced'],
+    ] as const) {
+      const r = await slot.save(
+        meta(4),
+        async () => new Map<string, FileBody>([...filesOf(4), ['model.safetensors', source(announced)]]),
+      );
+      expect(r).toMatchObject({ ok: false, reason: 'failed', kept: { step: 3 } });
+      expect(r.ok ? '' : r.message).toContain(`model.safetensors: ${words}`);
+      expect([...map.keys()].sort()).toEqual(keys);
+    }
+    // An empty file is one empty entry.
+    expect(
+      (await slot.save(meta(5), async () => new Map([['empty.bin', source(0, new Uint8Array(0))]]))).ok,
+    ).toBe(true);
+    expect((await slot.load())!.files.get('empty.bin')).toEqual(new Uint8Array(0));
   });
 
   it('entries a crash left half-written are swept by the next good save', async () => {

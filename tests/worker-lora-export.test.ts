@@ -132,13 +132,23 @@ describe('a LoRA run exported through the worker', () => {
     expect(events.flatMap((e) => (e.type === 'step' ? [e.metrics.step] : [])).at(-1)).toBe(3);
   });
 
-  it('the autosave holds the base and the adapters, not the merged policy; another worker resumes it exactly', async () => {
+  it('the autosave holds the base (written once per run) and the adapters, not the merged policy; another worker resumes it exactly', async () => {
     const store = new Map<string, unknown>();
     const a = await nodeWorkerApi({ tinyDir: dir, autosave: store });
     await a.init('cpu');
     await a.configure(LORA_RUN);
+    const entries = (file: string) => [...store.keys()].filter((k) => k.endsWith(`:${file}`)).sort();
     await a.stepOnce();
+    const base1 = entries('ref_model.safetensors');
+    const adapters1 = entries('adapter/adapter_model.safetensors');
+    expect(base1).toHaveLength(1);
+    // The frozen base is shared by the step-2 save (the same entry), the adapters are written anew.
+    const baseBytes = store.get(base1[0]);
     await a.stepOnce();
+    expect(entries('ref_model.safetensors')).toEqual(base1);
+    expect(store.get(base1[0])).toBe(baseBytes);
+    expect(entries('adapter/adapter_model.safetensors')).toHaveLength(1);
+    expect(entries('adapter/adapter_model.safetensors')).not.toEqual(adapters1);
     expect(await a.autosaveInfo()).toMatchObject({ step: 2, historyLength: 2 });
     // The files of the save in force (src/services/autosave.ts keys: save:<slot>/<save id>:<file>).
     const saved = [...store.keys()]
@@ -158,6 +168,9 @@ describe('a LoRA run exported through the worker', () => {
     await b.subscribe((e) => void (e.type === 'step' && seen.push(e.metrics.step)));
     await b.stepOnce();
     expect(seen).toEqual([3]);
+    // b's first save (its own slot) writes the base of its own, and the save it resumed is gone with a's copy.
+    expect(entries('ref_model.safetensors')).toHaveLength(1);
+    expect(entries('ref_model.safetensors')).not.toEqual(base1);
   });
 
   it('the TRL config export writes peft_config beside the PPOConfig', async () => {

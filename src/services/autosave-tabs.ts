@@ -18,6 +18,7 @@
  * and nothing but the offered save (once declined) or a resumed one is ever deleted.
  */
 import { UserError } from '../common/errors';
+import type { FileBody } from '../core/model/safetensors';
 import {
   AutosaveSlot,
   legacySlotKeys,
@@ -234,7 +235,9 @@ export class TabAutosave {
    */
   async save(
     meta: Omit<AutosaveInfo, 'savedAt' | 'bytes'>,
-    makeFiles: () => Promise<Map<string, Uint8Array>>,
+    makeFiles: (shared: ReadonlySet<string>) => Promise<Map<string, FileBody>>,
+    /** Files that never change within the run (AutosaveSlot.save). */
+    frozen: readonly string[] = [],
   ): Promise<SaveResult> {
     // Until its first save, a resumed run's save in force is the one it came from.
     const ownInfo = await this.own.info().catch(() => null);
@@ -254,7 +257,7 @@ export class TabAutosave {
         kept,
       };
     }
-    const result = await this.own.save(meta, makeFiles, elsewhere);
+    const result = await this.own.save(meta, makeFiles, elsewhere, frozen);
     if (result.ok) await this.retire().catch(() => undefined);
     return result;
   }
@@ -313,9 +316,7 @@ export class TabAutosave {
     for (const [id, keys] of files) {
       const slot = this.slotOf(id);
       if (this.isMine(slot)) continue;
-      const named = await slot.pointerId();
-      const prefix = named === null ? null : `${slot.keys.files}${named}:`;
-      if (prefix !== null && keys.every((k) => k.startsWith(prefix))) continue;
+      if (await slot.isTidy(keys)) continue;
       await this.withLockIfFree(id, () => slot.tidy());
     }
   }

@@ -14,6 +14,7 @@
  * read.
  */
 import { isUserError, UserError } from '../common/errors';
+import type { FileBody } from '../core/model/safetensors';
 
 /** Keys and values, as IndexedDB (idb-keyval) offers them. */
 export interface AutosaveStore {
@@ -99,6 +100,13 @@ interface Pointer extends AutosaveInfo {
    * file of a save written before parts existed).
    */
   parts?: Record<string, number>;
+  /** Each file's bytes, by name (absent in saves written before frozen files were shared). */
+  sizes?: Record<string, number>;
+  /**
+   * Files this save shares with an earlier save of the same run in this slot, by name: the id of the save whose
+   * entries hold them (a frozen file, written once per run). Absent: every file is under this save's own id.
+   */
+  at?: Record<string, string>;
 }
 
 /**
@@ -167,11 +175,20 @@ function isPointer(v: unknown): v is Pointer {
     typeof p.config === 'object' &&
     p.config !== null &&
     typeof p.runId === 'string' &&
-    (p.parts === undefined ||
-      (typeof p.parts === 'object' &&
-        p.parts !== null &&
-        Object.values(p.parts).every((n) => Number.isInteger(n) && (n as number) >= 1)))
+    (p.parts === undefined || isRecordOf(p.parts, (n) => Number.isInteger(n) && (n as number) >= 1)) &&
+    (p.sizes === undefined || isRecordOf(p.sizes, (n) => Number.isInteger(n) && (n as number) >= 0)) &&
+    (p.at === undefined || isRecordOf(p.at, (id) => typeof id === 'string' && /^[^:/]+$/.test(id)))
   );
+}
+
+function isRecordOf(v: unknown, ok: (x: unknown) => boolean): boolean {
+  return typeof v === 'object' && v !== null && Object.values(v).every(ok);
+}
+
+/** A file's bytes, whole or as chunks in order. */
+async function* chunksOf(body: FileBody): AsyncGenerator<Uint8Array> {
+  if (body instanceof Uint8Array) yield body;
+  else yield* body.chunks();
 }
 
 function infoOf(p: Pointer): AutosaveInfo {
@@ -213,9 +230,20 @@ export class AutosaveSlot {
     return isPointer(raw) ? raw : null;
   }
 
-  /** The id of the save in force, or null. */
-  async pointerId(): Promise<string | null> {
-    return (await this.pointer())?.id ?? null;
+  /** Whether `key` is an entry of save `p` (its own entries, and those of the files it shares); none for null. */
+  private entryOf(p: Pointer | null): (key: string) => boolean {
+    if (!p) return () => false;
+    const own = this.fileKey(p.id, '');
+    const shared = new Set(
+      Object.entries(p.at ?? {}).flatMap(([name, id]) => this.entryKeys(id, name, p.parts?.[name])),
+    );
+    return (key) => key.startsWith(own) || shared.has(key);
+  }
+
+  /** Whether every one of this slot's file entries in `keys` belongs to the save in force (nothing to sweep). */
+  async isTidy(keys: string[]): Promise<boolean> {
+    const keep = this.entryOf(await this.pointer());
+    return keys.every(keep);
   }
 
   /** The save in force, or null. */
@@ -226,13 +254,20 @@ export class AutosaveSlot {
 
   /**
    * Save the run. `makeFiles` builds the checkpoint files (it may refuse: core's checkpointFiles throws a
-   * UserError for NaN/Inf weights). Never throws: a failure is a result that says why, and the older save stays.
+   * UserError for NaN/Inf weights), leaving out those it is told to (`shared`); a file may come as a ByteSource,
+   * streamed into the store part by part (a model's weights are never all in memory at once). Never throws: a
+   * failure is a result that says why, and the older save stays.
+   *
+   * `frozen`: files that never change while a run runs (its frozen base or reference, its reward model). When the
+   * save in force is of the same run and holds one of them, the new save shares that file's entries instead of
+   * writing it again: a LoRA run writes its base once, not at every autosave.
    */
   async save(
     meta: Omit<AutosaveInfo, 'savedAt' | 'bytes'>,
-    makeFiles: () => Promise<Map<string, Uint8Array>>,
+    makeFiles: (shared: ReadonlySet<string>) => Promise<Map<string, FileBody>>,
     /** The save in force for this run when this slot has none yet (a resumed run's save, in another slot). */
     keptElsewhere: AutosaveInfo | null = null,
+    frozen: readonly string[] = [],
   ): Promise<SaveResult> {
     let kept: Pointer | null = null;
     try {
@@ -241,56 +276,84 @@ export class AutosaveSlot {
       kept = null;
     }
     const keptInfo = kept ? infoOf(kept) : keptElsewhere;
+    // The frozen files the save in force can lend: same run, the file in it, its size known.
+    const lent = new Map<string, { at: string; parts: number | undefined; size: number }>();
+    if (kept && kept.runId === meta.runId) {
+      for (const name of frozen) {
+        const size = kept.sizes?.[name];
+        if (kept.files.includes(name) && size !== undefined)
+          lent.set(name, { at: kept.at?.[name] ?? kept.id, parts: kept.parts?.[name], size });
+      }
+    }
 
-    let files: Map<string, Uint8Array>;
+    let files: Map<string, FileBody>;
     try {
-      files = await makeFiles();
+      files = await makeFiles(new Set(lent.keys()));
     } catch (e) {
-      const why = e instanceof Error ? e.message : String(e);
-      const nonfinite = isUserError(e) && /NaN|Inf/.test(why);
-      return {
-        ok: false,
-        reason: nonfinite ? 'nonfinite' : 'failed',
-        message: nonfinite
-          ? `Autosave skipped at step ${meta.step}: the weights hold NaN/Inf values. ${describeKept(keptInfo)}`
-          : `Autosave failed at step ${meta.step}: ${why} ${describeKept(keptInfo)}`,
-        kept: keptInfo,
-      };
+      return this.refused(e, meta.step, keptInfo);
     }
 
     const savedAt = this.now();
     const id = `${meta.runId}-${meta.step}-${savedAt}-${++this.seq}`;
     const written: string[] = [];
-    let bytes = 0;
-    for (const b of files.values()) bytes += b.length;
+    let bytes = 0; // what this save writes (not what it shares)
+    for (const [name, b] of files) if (!lent.has(name)) bytes += b.byteLength;
     const parts: Record<string, number> = {};
+    const sizes: Record<string, number> = {};
+    const at: Record<string, string> = {};
+    for (const [name, l] of lent) {
+      sizes[name] = l.size;
+      at[name] = l.at;
+      if (l.parts !== undefined) parts[name] = l.parts;
+    }
     try {
-      for (const [name, data] of files) {
-        if (data.length <= this.partBytes) {
-          const key = this.fileKey(id, name);
-          await this.store.set(key, data);
-          written.push(key);
-          continue;
-        }
-        // In parts, each its own copy: a view would be stored with the whole buffer under it.
-        const n = Math.ceil(data.length / this.partBytes);
-        parts[name] = n;
-        const keys = this.entryKeys(id, name, n);
-        for (let k = 0; k < n; k++) {
-          await this.store.set(keys[k], data.slice(k * this.partBytes, (k + 1) * this.partBytes));
+      for (const [name, body] of files) {
+        if (lent.has(name)) continue; // the save in force's copy is the same file
+        const size = body.byteLength;
+        sizes[name] = size;
+        const n = size <= this.partBytes ? 1 : Math.ceil(size / this.partBytes);
+        const keys = n === 1 ? [this.fileKey(id, name)] : this.entryKeys(id, name, n);
+        if (n > 1) parts[name] = n;
+        // Part by part as the bytes come, each part its own copy (a view would be stored with the whole
+        // buffer under it).
+        let k = 0;
+        let part = new Uint8Array(Math.min(size, this.partBytes));
+        let fill = 0;
+        const flush = async () => {
+          await this.store.set(keys[k], part);
           written.push(keys[k]);
+          k++;
+          part = new Uint8Array(Math.max(0, Math.min(size - k * this.partBytes, this.partBytes)));
+          fill = 0;
+        };
+        for await (let c of chunksOf(body)) {
+          while (c.length > 0) {
+            if (k >= n) throw new Error(`${name}: more than the ${size} bytes announced`);
+            const take = Math.min(c.length, part.length - fill);
+            part.set(c.subarray(0, take), fill);
+            fill += take;
+            c = c.subarray(take);
+            if (fill === part.length) await flush();
+          }
         }
+        if (size === 0) await flush();
+        if (k !== n) throw new Error(`${name}: fewer than the ${size} bytes announced`);
       }
       const next: Pointer = {
         ...meta,
         savedAt,
-        bytes,
+        bytes: Object.values(sizes).reduce((a, b) => a + b, 0),
         format: AUTOSAVE_FORMAT,
         id,
-        files: [...files.keys()],
+        files: [...new Set([...files.keys(), ...lent.keys()])],
+        sizes,
         ...(Object.keys(parts).length > 0 ? { parts } : {}),
+        ...(Object.keys(at).length > 0 ? { at } : {}),
       };
       await this.store.set(this.keys.pointer, next);
+      // The new save is in force: sweep the older one (but what it lends) and what a crash left half-written.
+      await this.sweep(this.entryOf(next)).catch(() => undefined);
+      return { ok: true, info: infoOf(next) };
     } catch (e) {
       // Take back what was written of the new save; the pointer still names the older one.
       for (const key of written) await this.store.del(key).catch(() => undefined);
@@ -308,25 +371,32 @@ export class AutosaveSlot {
         kept: keptInfo,
       };
     }
-    // The new save is in force: sweep the older one and anything a crash left half-written.
-    await this.sweep(id).catch(() => undefined);
-    const info = infoOf({ ...meta, savedAt, bytes, format: AUTOSAVE_FORMAT, id, files: [] });
-    return { ok: true, info };
   }
 
-  /** Delete every file entry of this slot except those of save `keepId`. */
-  private async sweep(keepId: string | null): Promise<void> {
-    const keep = keepId === null ? null : this.fileKey(keepId, '');
+  /** The result of a save whose files could not be made. */
+  private refused(e: unknown, step: number, keptInfo: AutosaveInfo | null): SaveResult {
+    const why = e instanceof Error ? e.message : String(e);
+    const nonfinite = isUserError(e) && /NaN|Inf/.test(why);
+    return {
+      ok: false,
+      reason: nonfinite ? 'nonfinite' : 'failed',
+      message: nonfinite
+        ? `Autosave skipped at step ${step}: the weights hold NaN/Inf values. ${describeKept(keptInfo)}`
+        : `Autosave failed at step ${step}: ${why} ${describeKept(keptInfo)}`,
+      kept: keptInfo,
+    };
+  }
+
+  /** Delete every file entry of this slot but those `keep` says to keep. */
+  private async sweep(keep: (key: string) => boolean): Promise<void> {
     for (const key of await this.store.keys()) {
-      if (!this.owns(key)) continue;
-      if (keep !== null && key.startsWith(keep)) continue;
-      await this.store.del(key);
+      if (this.owns(key) && !keep(key)) await this.store.del(key);
     }
   }
 
   /** Delete this slot's entries that its pointer does not name (what a crash in the middle of a save left). */
   async tidy(): Promise<void> {
-    await this.sweep(await this.pointerId());
+    await this.sweep(this.entryOf(await this.pointer()));
   }
 
   /**
@@ -339,7 +409,8 @@ export class AutosaveSlot {
     const files = new Map<string, Uint8Array>();
     for (const name of p.files) {
       const pieces: unknown[] = [];
-      for (const key of this.entryKeys(p.id, name, p.parts?.[name])) pieces.push(await this.store.get(key));
+      for (const key of this.entryKeys(p.at?.[name] ?? p.id, name, p.parts?.[name]))
+        pieces.push(await this.store.get(key));
       let data: Uint8Array | null = null;
       if (pieces.every((x) => x instanceof Uint8Array)) {
         const bufs = pieces as Uint8Array[];
@@ -368,7 +439,7 @@ export class AutosaveSlot {
   /** Forget the autosave (every entry of this slot). */
   async discard(): Promise<void> {
     await this.store.del(this.keys.pointer);
-    await this.sweep(null);
+    await this.sweep(() => false);
   }
 }
 

@@ -7,6 +7,7 @@
 import type { TrainConfig } from '../common/config';
 import type { RunEnd, RunOptions } from '../core/run/session';
 import type { CheckpointPurpose } from '../core/run/checkpoint';
+import type { FileBody } from '../core/model/safetensors';
 import type { CausalLM } from '../core/model/causal-lm';
 import type { Tokenizer } from '../core/tokenizer/types';
 import type { ModelSources } from './sources';
@@ -90,6 +91,13 @@ export interface Job {
    * out what only they need (core/run/checkpoint.ts CheckpointPurpose).
    */
   checkpoint(purpose?: CheckpointPurpose): Promise<{ step: number; files: Map<string, Uint8Array> }>;
+  /**
+   * What an autosave writes: the "resume" checkpoint with its weights as ByteSources read as they are written
+   * (write them before the next step), without the files in `omit`. Only while savable() is not null.
+   */
+  saveSources(omit: ReadonlySet<string>): Promise<Map<string, FileBody>>;
+  /** Files of its saves that never change while the job runs (an autosave writes them once per run). */
+  readonly frozenFiles: readonly string[];
   /** What autosave and device recovery save: steps and history length, or null (nothing to save). */
   savable(): { step: number; historyLength: number } | null;
   history(): MetricsWire[];

@@ -130,7 +130,8 @@ export class Reliability implements RunHooks {
         runId,
         historyLength: t.historyLength,
       },
-      async () => (await run.checkpoint('resume')).files,
+      (shared) => run.saveSources(shared),
+      run.frozenFiles,
     );
     if (result.ok) {
       this.lastSaved = { runId, step: result.info.step };

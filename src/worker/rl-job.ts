@@ -8,7 +8,8 @@ import { validateConfig, type ConfigKey, type TrainConfig } from '../common/conf
 import { applyLive } from '../common/config/live';
 import { TrainingSession, type RunEnd, type RunOptions, type SessionOptions } from '../core/run/session';
 import { restoreSession, type CheckpointSource } from '../core/run/restore';
-import type { CheckpointPurpose } from '../core/run/checkpoint';
+import { FROZEN_CHECKPOINT_FILES, type CheckpointPurpose } from '../core/run/checkpoint';
+import type { FileBody } from '../core/model/safetensors';
 import type { PpoTrainer, RewardSource } from '../core/ppo/trainer';
 import { describePlan } from '../core/ppo/gpu-plan';
 import type { Rollout } from '../core/ppo/rollout';
@@ -182,6 +183,13 @@ export class RlJob implements Job {
   ): Promise<{ step: number; files: Map<string, Uint8Array> }> {
     const s = await this.ensureSession();
     return { step: s.step, files: await s.checkpointFiles(purpose) };
+  }
+
+  readonly frozenFiles = FROZEN_CHECKPOINT_FILES;
+
+  async saveSources(omit: ReadonlySet<string>): Promise<Map<string, FileBody>> {
+    const s = await this.ensureSession();
+    return s.checkpointSources('resume', omit);
   }
 
   savable(): { step: number; historyLength: number } | null {

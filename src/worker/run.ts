@@ -18,6 +18,7 @@ import type { RunEnd } from '../core/run/session';
 import type { CheckpointSource } from '../core/run/restore';
 import type { TrainingSession } from '../core/run/session';
 import type { CheckpointPurpose } from '../core/run/checkpoint';
+import type { FileBody } from '../core/model/safetensors';
 import { nonFiniteRunError } from '../common/stops';
 import type { PpoTrainer } from '../core/ppo/trainer';
 import type { Tokenizer } from '../core/tokenizer/types';
@@ -415,6 +416,15 @@ export class Run {
     purpose: CheckpointPurpose = 'export',
   ): Promise<{ step: number; files: Map<string, Uint8Array> }> {
     return this.job.checkpoint(purpose);
+  }
+
+  /** What an autosave writes (Job.saveSources), and which of its files never change (Job.frozenFiles). */
+  saveSources(omit: ReadonlySet<string>): Promise<Map<string, FileBody>> {
+    return this.job.saveSources(omit);
+  }
+
+  get frozenFiles(): readonly string[] {
+    return this.job.frozenFiles;
   }
 
   /** What autosave and device recovery save (Job.savable): an RL run or a DPO job; null for SFT or no run. */

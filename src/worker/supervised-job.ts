@@ -11,7 +11,7 @@ import type { SupervisedHooks } from '../core/run/supervised-session';
 import type { CausalLM } from '../core/model/causal-lm';
 import type { Tokenizer } from '../core/tokenizer/types';
 import { exportLM } from '../core/model/folder';
-import { collectBytes } from '../core/model/safetensors';
+import { collectBytes, type FileBody } from '../core/model/safetensors';
 import { asHeapExhaustion } from '../core/model/oom';
 import { autosaveDue } from '../services/autosave';
 import { UserError } from '../common/errors';
@@ -165,14 +165,30 @@ export class SupervisedJob implements Job {
    * dpo_state.json) or the SFT'd model folder (config.json, model.safetensors, the tokenizer's files).
    */
   async checkpoint(): Promise<{ step: number; files: Map<string, Uint8Array> }> {
+    const { step, files } = await this.sources(new Set());
+    const out = new Map<string, Uint8Array>();
+    for (const [k, v] of files) out.set(k, await collectBytes(v));
+    return { step, files: out };
+  }
+
+  /** A DPO job's reference and its pairs (SFT jobs are not saved). */
+  readonly frozenFiles: readonly string[] = ['ref_model.safetensors', JOB_DATA_FILE];
+
+  async saveSources(omit: ReadonlySet<string>): Promise<Map<string, FileBody>> {
+    if (!(this.session?.trainer instanceof DpoTrainer)) throw new Error('only a DPO job is saved');
+    return (await this.sources(omit)).files;
+  }
+
+  /** checkpoint()'s files, the weights streamed as they are written, without `omit`. */
+  private async sources(omit: ReadonlySet<string>): Promise<{ step: number; files: Map<string, FileBody> }> {
     const sup = (await this.start()) ? this.session : null;
     if (!sup) throw new UserError('The DPO / SFT job could not be built; see the error above.');
-    const files = new Map<string, Uint8Array>();
+    const files = new Map<string, FileBody>();
     if (sup.trainer instanceof DpoTrainer) {
-      for (const [k, v] of await sup.trainer.checkpointSources()) files.set(k, await collectBytes(v));
+      for (const [k, v] of await sup.trainer.checkpointSources()) if (!omit.has(k)) files.set(k, v);
       // The pairs and the request, so that importing the zip resumes the job (dpoJobOf, restoreDpoJob).
       const { data, ...request } = this.spec;
-      files.set(JOB_DATA_FILE, new TextEncoder().encode(data));
+      if (!omit.has(JOB_DATA_FILE)) files.set(JOB_DATA_FILE, new TextEncoder().encode(data));
       files.set(JOB_FILE, new TextEncoder().encode(JSON.stringify(request) + '\n'));
     } else {
       for (const [k, v] of await exportLM(sup.trainer.policy, sup.trainer.tokenizer)) files.set(k, v);

@@ -178,13 +178,22 @@ export async function checkpointFiles(
 }
 
 /**
+ * The files of a run's checkpoints that never change while it runs: the reference (a LoRA run's frozen base, or a
+ * full fine-tuning run's frozen copy of the starting policy) and the reward model. The app's autosave writes
+ * them once per run (src/services/autosave.ts).
+ */
+export const FROZEN_CHECKPOINT_FILES: readonly string[] = ['ref_model.safetensors', REWARD_FILE];
+
+/**
  * The files of a checkpoint, the LM weights (model.safetensors, ref_model.safetensors) as ByteSources that read
  * one weight at a time as they are written: a writer that streams them (the CLI) holds one weight's values, not
- * the 0.5 GB files of GPT-2 124M. They read the weights when written: write them before the next step.
+ * the 0.5 GB files of GPT-2 124M. They read the weights when written: write them before the next step. `omit`:
+ * files not to make (an autosave that already holds them, FROZEN_CHECKPOINT_FILES).
  */
 export async function checkpointSources(
   t: PpoTrainer,
   purpose: CheckpointPurpose = 'export',
+  omit: ReadonlySet<string> = new Set(),
 ): Promise<Map<string, FileBody>> {
   const { policy, ref, value, reward } = t.models;
   if (!(await allFinite([...policy.trainableVariables(), ...(value?.trainableVariables() ?? [])]))) {
@@ -217,8 +226,10 @@ export async function checkpointSources(
         files.set(k, v);
     } else if (value) files.set('value_model.safetensors', await scalarSafetensors(value));
   } else if (value) files.set('value_model.safetensors', await scalarSafetensors(value));
-  if (writeRef) files.set('ref_model.safetensors', lmSafetensorsStream(ref));
-  if (reward.kind === 'model') files.set(REWARD_FILE, await scalarSafetensors(reward.model));
+  if (writeRef && !omit.has('ref_model.safetensors'))
+    files.set('ref_model.safetensors', lmSafetensorsStream(ref));
+  if (reward.kind === 'model' && !omit.has(REWARD_FILE))
+    files.set(REWARD_FILE, await scalarSafetensors(reward.model));
   const opt = [
     ...(await adamTensors(t.policyOpt, 'policy', specNames(policy.trainableVariables()))),
     ...(value && t.valueOpt

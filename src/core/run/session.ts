@@ -273,15 +273,18 @@ export class TrainingSession {
 
   /**
    * checkpointFiles with the LM weights as ByteSources made one weight at a time as they are written
-   * (core/run/checkpoint.ts checkpointSources): write them all before the next step.
+   * (core/run/checkpoint.ts checkpointSources): write them all before the next step. `omit`: files not to make.
    */
-  async checkpointSources(): Promise<Map<string, FileBody>> {
+  async checkpointSources(
+    purpose: CheckpointPurpose = 'export',
+    omit: ReadonlySet<string> = new Set(),
+  ): Promise<Map<string, FileBody>> {
     this.checkNotSpoiled();
     const t = this.trainer;
     const current = t.models.reward;
     t.models.reward = this.baseReward;
     try {
-      return await checkpointSources(t);
+      return await checkpointSources(t, purpose, omit);
     } finally {
       t.models.reward = current;
     }
