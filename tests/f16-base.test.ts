@@ -33,7 +33,10 @@ import { F16_HEAD_DECODE_ROWS, headRowsLogits } from '../src/core/model/vocab-ch
 import { chunkedTokenLogprobs } from '../src/core/ppo/chunked-logprob';
 import { parseLlamaConfig } from '../src/core/model/llama-config';
 import { checkBaseDtype, isF16Matrix } from '../src/core/model/f16-base';
-import { exactCheck, hostWeights, relDiff } from './helpers/f16-base';
+import { exactCheck, f16ExactFolder, hostWeights, relDiff } from './helpers/f16-base';
+import { loadLM, lmSafetensorsStream, memoryFiles } from '../src/core/model/folder';
+import { collectBytes, readSafetensors } from '../src/core/model/safetensors';
+import { nodeFiles } from '../src/cli/files-node';
 
 const adapter = await webGpuAdapter();
 
@@ -355,6 +358,79 @@ describe('f16 base on small Qwen2 / Qwen3 models (WebGPU, Node)', () => {
       expect(await webGpuErrors()).toEqual([]);
     });
   }
+
+  it("a checkpoint's frozen base goes in as F16 (half the matrices' bytes) and loads back packed, word for word", async () => {
+    const dir = await f16ExactFolder();
+    const files = nodeFiles(dir);
+    const { model: base } = await loadLM(files, { trainable: false, label: 'base', baseDtype: 'f16' });
+    // Vocabulary in 2 chunks of 256 rows of 16 words: the embedding's F16 words come chunk by chunk.
+    const { model: chunked } = await loadLM(files, {
+      trainable: false,
+      label: 'base',
+      baseDtype: 'f16',
+      maxBindingBytes: 256 * 32 * 4,
+    });
+    try {
+      for (const m of [base, chunked]) {
+        const half = await collectBytes(lmSafetensorsStream(m, { keepF16: true }));
+        const full = await collectBytes(lmSafetensorsStream(m));
+        const h = readSafetensors(half, 'half');
+        const f = readSafetensors(full, 'full');
+        let matrixBytes = 0;
+        for (const [name, t] of f.tensors) {
+          const packed = isF16Matrix(name.replace(/^model\./, ''));
+          expect(h.tensors.get(name)!.dtype, name).toBe(packed ? 'F16' : 'F32');
+          expect(t.dtype).toBe('F32');
+          // The same values (F16 widened exactly on reading).
+          expect(Array.from(h.tensors.get(name)!.data as Float32Array), name).toEqual(
+            Array.from(t.data as Float32Array),
+          );
+          if (packed) matrixBytes += (t.data as Float32Array).length * 4;
+        }
+        expect(matrixBytes).toBeGreaterThan(0);
+        // The data after the headers: the matrices in half their bytes, the rest the same.
+        const data = (b: Uint8Array) =>
+          b.length - 8 - new DataView(b.buffer, b.byteOffset).getUint32(0, true);
+        expect(data(full) - data(half)).toBe(matrixBytes / 2);
+        // Restore's route: the F16 file read into a packed base holds the same words.
+        const read = new Map<string, Uint8Array>();
+        for (const name of [
+          'config.json',
+          'tokenizer.json',
+          'tokenizer_config.json',
+          'generation_config.json',
+        ]) {
+          const b = await files.read(name);
+          if (b) read.set(name, b);
+        }
+        read.set('ref_model.safetensors', half);
+        const { model: back } = await loadLM(memoryFiles('ckpt', read), {
+          trainable: false,
+          label: 'base',
+          baseDtype: 'f16',
+          file: 'ref_model.safetensors',
+          maxBindingBytes: m === chunked ? 256 * 32 * 4 : undefined,
+        });
+        try {
+          const words = async (x: typeof m) =>
+            Promise.all(x.lazyArrays().map(async (t) => Array.from(await t.data())));
+          expect(await words(back)).toEqual(await words(m));
+          for (const [name, v] of (back as Llama).params) {
+            expect(v.dtype, name).toBe((m as Llama).params.get(name)!.dtype);
+            expect(Array.from(await v.data()), name).toEqual(
+              Array.from(await (m as Llama).params.get(name)!.data()),
+            );
+          }
+        } finally {
+          back.dispose();
+        }
+      }
+      expect(await webGpuErrors()).toEqual([]);
+    } finally {
+      base.dispose();
+      chunked.dispose();
+    }
+  });
 
   it('refuses f16 where it cannot apply, saying what would', () => {
     const arrays = hostWeights(tinyQwen3, 3, 0.05, true);

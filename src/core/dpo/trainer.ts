@@ -287,7 +287,7 @@ export class DpoTrainer {
     if (this.policy.lora) {
       for (const [k, v] of await adapterFiles(this.policy.lora, this.cfg.model)) files.set(k, v);
     }
-    if (this.step > 0) files.set('ref_model.safetensors', lmSafetensorsStream(this.ref));
+    if (this.step > 0) files.set('ref_model.safetensors', lmSafetensorsStream(this.ref, { keepF16: true }));
     const opt = await adamTensors(this.opt, this.policy.trainableVariables());
     if (opt.length) files.set('optimizer.safetensors', writeSafetensors(opt, { format: DPO_FORMAT }));
     const state: DpoState = {

@@ -196,12 +196,15 @@ export async function lmSafetensors(model: CausalLM): Promise<Uint8Array> {
 
 /**
  * lmSafetensors as a ByteSource: the same bytes, made one weight at a time as they are written (a checkpoint of
- * GPT-2 124M then holds one weight's values in memory, not two copies of the 0.5 GB file).
+ * GPT-2 124M then holds one weight's values in memory, not two copies of the 0.5 GB file). `keepF16`: the weights
+ * of a base packed in f16 go in as F16, the values it holds, in half the bytes (a checkpoint's frozen base; a
+ * model for other tools stays F32).
  */
-export function lmSafetensorsStream(model: CausalLM): ByteSource {
+export function lmSafetensorsStream(model: CausalLM, opts: { keepF16?: boolean } = {}): ByteSource {
   return safetensorsStream(
     model.lazyArrays().map((t) => ({ ...t, name: familyTensorName(model.config, t.name) })),
     { format: 'pt' },
+    opts,
   );
 }
 

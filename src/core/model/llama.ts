@@ -385,8 +385,17 @@ export class Llama implements CausalLM {
         const chunks = spec.name === 'embed_tokens.weight' ? this.embedChunks : this.headChunks;
         return chunkedLazyTensor(spec.name, chunks, this.wteChunkRows, this.config.vocab_size);
       }
+      const stored = this.p(spec.name);
+      // A packed weight that no adapter changes: its f16 values as stored, for a stream that keeps them.
+      const halfWords =
+        isPackedF16(stored) && !this.lowRankOf(spec.name)
+          ? async function* (): AsyncGenerator<Int32Array> {
+              yield (await stored.data()) as Int32Array;
+            }
+          : undefined;
       return {
         ...entry,
+        ...(halfWords ? { halfWords } : {}),
         data: async () => {
           const v = this.p(spec.name);
           const lr = this.lowRankOf(spec.name);

@@ -370,13 +370,16 @@ function compareCodePoints(a: string, b: string): number {
 
 /**
  * A tensor whose F32 values are read only when its bytes are written (safetensorsStream): all at once (`data`),
- * or, for a large one, as consecutive pieces in order (`pieces`, which then takes precedence).
+ * or, for a large one, as consecutive pieces in order (`pieces`, which then takes precedence). A weight stored in
+ * f16 (a packed frozen base) also offers its f16 values as they are stored (`halfWords`: the packed words in
+ * order, two values per word, the even one in the low half), which a stream asked to keep f16 writes as F16.
  */
 export interface LazyTensor {
   name: string;
   shape: number[];
   data: () => Promise<Float32Array>;
   pieces?: () => AsyncGenerator<Float32Array>;
+  halfWords?: () => AsyncGenerator<Int32Array>;
 }
 
 /**
@@ -441,11 +444,11 @@ function lengthMismatch(name: string, length: number, shape: number[], count: nu
 }
 
 /**
- * The header (length prefix, JSON, padding) of F32 tensors with these names, shapes and element counts, in the
+ * The header (length prefix, JSON, padding) of F32 (or, `half`, F16) tensors with these names, shapes and element counts, in the
  * Rust library's layout, and the names' order in the data buffer (ascending code points).
  */
 function safetensorsHeader(
-  tensors: { name: string; shape: number[]; count: number }[],
+  tensors: { name: string; shape: number[]; count: number; half?: boolean }[],
   metadata?: Record<string, string>,
 ): { header: Uint8Array; order: number[]; dataBytes: number } {
   const order = tensors.map((_, i) => i).sort((a, b) => compareCodePoints(tensors[a].name, tensors[b].name));
@@ -466,9 +469,9 @@ function safetensorsHeader(
   let offset = 0;
   for (const i of order) {
     const t = tensors[i];
-    const end = offset + t.count * 4;
+    const end = offset + t.count * (t.half ? 2 : 4);
     parts.push(
-      `${JSON.stringify(t.name)}:{"dtype":"F32","shape":[${t.shape.join(',')}],"data_offsets":[${offset},${end}]}`,
+      `${JSON.stringify(t.name)}:{"dtype":"${t.half ? 'F16' : 'F32'}","shape":[${t.shape.join(',')}],"data_offsets":[${offset},${end}]}`,
     );
     offset = end;
   }
@@ -517,28 +520,44 @@ export function writeSafetensors(tensors: NamedTensor[], metadata?: Record<strin
  * held. Names and shapes are
  * checked up front; a tensor whose data does not match its shape fails the stream with the same error.
  */
-export function safetensorsStream(tensors: LazyTensor[], metadata?: Record<string, string>): ByteSource {
+export function safetensorsStream(
+  tensors: LazyTensor[],
+  metadata?: Record<string, string>,
+  /** Write the tensors that offer `halfWords` as F16, their stored values (half the bytes), not widened to F32. */
+  opts: { keepF16?: boolean } = {},
+): ByteSource {
   const seen = new Set<string>();
   const counts = tensors.map((t) => ({
     name: t.name,
     shape: t.shape.slice(),
     count: checkedCount(t.name, t.shape, seen),
+    half: !!opts.keepF16 && t.halfWords !== undefined,
   }));
   const { header, order, dataBytes } = safetensorsHeader(counts, metadata);
   return {
     byteLength: header.length + dataBytes,
     async *chunks() {
       yield header.slice();
-      const asBytes = (data: Float32Array): Uint8Array => {
+      const asBytes = (data: Float32Array | Int32Array): Uint8Array => {
         if (LITTLE_ENDIAN_HOST) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
         const bytes = new Uint8Array(data.length * 4);
-        putF32(bytes, 0, data);
+        const view = new DataView(bytes.buffer);
+        for (let i = 0; i < data.length; i++) {
+          if (data instanceof Float32Array) view.setFloat32(4 * i, data[i], true);
+          else view.setUint32(4 * i, data[i] >>> 0, true); // the even value's f16 bits first
+        }
         return bytes;
       };
       for (const i of order) {
         const t = tensors[i];
         let length = 0;
-        if (t.pieces) {
+        if (counts[i].half) {
+          for await (const words of t.halfWords!()) {
+            length += words.length * 2;
+            if (length > counts[i].count) break;
+            yield asBytes(words);
+          }
+        } else if (t.pieces) {
           for await (const piece of t.pieces()) {
             length += piece.length;
             if (length > counts[i].count) break;

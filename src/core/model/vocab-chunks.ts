@@ -117,10 +117,25 @@ export function chunkedLazyTensor(
       }
     }
   };
+  /** The packed words of every piece as stored (f16 values, two a word). */
+  const halfWords = async function* (): AsyncGenerator<Int32Array> {
+    for (const w of chunks) {
+      const n = w.shape[0];
+      for (let r = 0; r < n; r += PIECE_ROWS) {
+        const piece = f16Rows(w, r, Math.min(PIECE_ROWS, n - r));
+        try {
+          yield (await piece.data()) as Int32Array;
+        } finally {
+          piece.dispose();
+        }
+      }
+    }
+  };
   return {
     name,
     shape: [V, C],
     pieces,
+    ...(packed ? { halfWords } : {}),
     data: async () => {
       if (chunks.length === 1) return values(chunks[0]);
       const all = new Float32Array(V * C);

@@ -227,7 +227,7 @@ export async function checkpointSources(
     } else if (value) files.set('value_model.safetensors', await scalarSafetensors(value));
   } else if (value) files.set('value_model.safetensors', await scalarSafetensors(value));
   if (writeRef && !omit.has('ref_model.safetensors'))
-    files.set('ref_model.safetensors', lmSafetensorsStream(ref));
+    files.set('ref_model.safetensors', lmSafetensorsStream(ref, { keepF16: true }));
   if (reward.kind === 'model' && !omit.has(REWARD_FILE))
     files.set(REWARD_FILE, await scalarSafetensors(reward.model));
   const opt = [
