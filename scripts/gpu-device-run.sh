@@ -5,10 +5,11 @@
 # where python3 has torch with CUDA (the Qwen GRPO row's PyTorch side needs transformers and peft too; device.txt
 # says whether they import). The default-plan PPO row and the Qwen GRPO row need no variable: they always run.
 # Results go to $OUT (the device tool brings them back), or to ./gpu-out.
-# Usage: bash scripts/gpu-device-run.sh [checks|sweep|bench|f16|bounded|profile|all] (default all: checks and bench; sweep: the
+# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|all] (default all: checks and bench; sweep: the
 # matmul variants of scripts/matmul-sweep.ts; f16: issue #36's f16-base rows, one process per shape so that each
 # reading of GPU memory starts from a fresh device, then Qwen2.5-1.5B at the memory-bounded plan; bounded: that last process alone; profile: GPT-2's decode, GPU kernel times by tf.profile and the
-# host's share by scripts/profile-decode-host.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
+# host's share by scripts/profile-decode-host.ts; toggles: the matmul sweep again under Dawn toggle sets,
+# PPO_DAWN_TOGGLES). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -38,12 +39,21 @@ node=.gpu/bin/node
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
 $node --version >> "$out/device.txt"
 { "$PPO_PYTHON" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tail -1 || true; } >> "$out/device.txt"
-want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != profile ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
+want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
 if want checks; then
   $node .gpu/bundle/gpu-checks.mjs 2>&1 | tee "$out/gpu-checks.txt" | tail -40
 fi
 if want sweep && [ -f .gpu/bundle/matmul-sweep.mjs ]; then
   $node .gpu/bundle/matmul-sweep.mjs 2>&1 | tee "$out/matmul-sweep.txt" | tail -30
+fi
+if want toggles && [ -f .gpu/bundle/matmul-sweep.mjs ]; then
+  # The sweep under Dawn toggle sets (docs/gpu.md, "Dawn toggles"): Tint's bounds clamps and workgroup zeroing off,
+  # then only the clamps Tint's range analysis proves needless. Dawn's defaults: the sweep mode.
+  for set in disable_robustness,disable_workgroup_init,disable_polyfills_on_integer_div_and_mod \
+    enable_integer_range_analysis_in_robustness; do
+    echo "== matmul sweep, PPO_DAWN_TOGGLES=$set"
+    PPO_DAWN_TOGGLES=$set $node .gpu/bundle/matmul-sweep.mjs 2>&1 | tee "$out/matmul-sweep-${set%%,*}.txt" | tail -30
+  done
 fi
 if want bench; then
   PPO_GPU_BENCH_REPEAT="${PPO_GPU_BENCH_REPEAT:-2}" PPO_GPU_BENCH_SKIP_PLAIN="${PPO_GPU_BENCH_SKIP_PLAIN:-1}" \

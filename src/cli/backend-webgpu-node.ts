@@ -126,8 +126,32 @@ function preloadChromiumVulkan(): string | null {
 
 type Found = { gpu: GPU; adapter: NodeWebGpuAdapter };
 
+/**
+ * Dawn's instance options from the environment: `PPO_DAWN_TOGGLES` turns Dawn toggles on, `PPO_DAWN_DISABLE` off
+ * (comma-separated names, e.g. `PPO_DAWN_TOGGLES=disable_robustness`). Dawn hands them to every device it makes,
+ * tfjs's included, for the whole process. For timing on a real GPU (docs/gpu.md, "Dawn toggles"); unset, Dawn's
+ * defaults, which are what a browser runs.
+ */
+export function dawnCreateOptions(env: NodeJS.ProcessEnv = process.env): string[] {
+  const out: string[] = [];
+  for (const [key, flag] of [
+    ['PPO_DAWN_TOGGLES', 'enable-dawn-features'],
+    ['PPO_DAWN_DISABLE', 'disable-dawn-features'],
+  ] as const) {
+    const v = env[key]?.trim();
+    if (!v) continue;
+    if (!/^[a-z0-9_]+(,[a-z0-9_]+)*$/.test(v)) {
+      throw new UserError(
+        `${key} must be Dawn toggle names separated by commas (such as "disable_robustness,disable_workgroup_init"), got "${v}".`,
+      );
+    }
+    out.push(`${flag}=${v}`);
+  }
+  return out;
+}
+
 async function probe(d: DawnModule, vulkan: NodeWebGpuAdapter['vulkan']): Promise<Found | null> {
-  const gpu = d.create([]);
+  const gpu = d.create(dawnCreateOptions());
   const a = await gpu.requestAdapter({ powerPreference: 'high-performance' });
   return a ? { gpu, adapter: describe(a, vulkan) } : null;
 }

@@ -1,0 +1,39 @@
+/**
+ * Dawn's instance options from the environment (src/cli/backend-webgpu-node.ts dawnCreateOptions): the toggles a
+ * GPU timing run passes to every device of the process (docs/gpu.md, "Dawn toggles"), and a clear error for a
+ * malformed list.
+ */
+import { describe, it, expect } from 'vitest';
+import { dawnCreateOptions } from '../src/cli/backend-webgpu-node';
+import { isUserError } from '../src/common/errors';
+
+describe('Dawn toggles from the environment', () => {
+  it('none by default; PPO_DAWN_TOGGLES turns toggles on, PPO_DAWN_DISABLE off', () => {
+    expect(dawnCreateOptions({})).toEqual([]);
+    expect(dawnCreateOptions({ PPO_DAWN_TOGGLES: '  ' })).toEqual([]);
+    expect(dawnCreateOptions({ PPO_DAWN_TOGGLES: 'disable_robustness,disable_workgroup_init' })).toEqual([
+      'enable-dawn-features=disable_robustness,disable_workgroup_init',
+    ]);
+    expect(
+      dawnCreateOptions({
+        PPO_DAWN_TOGGLES: 'disable_robustness',
+        PPO_DAWN_DISABLE: 'timestamp_quantization',
+      }),
+    ).toEqual(['enable-dawn-features=disable_robustness', 'disable-dawn-features=timestamp_quantization']);
+  });
+
+  it('a malformed list is refused in words, naming the variable and the form it takes', () => {
+    for (const bad of ['disable robustness', 'a,,b', 'Disable_Robustness', 'a;b']) {
+      let err: unknown = null;
+      try {
+        dawnCreateOptions({ PPO_DAWN_DISABLE: bad });
+      } catch (e) {
+        err = e;
+      }
+      expect(isUserError(err), bad).toBe(true);
+      expect((err as Error).message).toBe(
+        `PPO_DAWN_DISABLE must be Dawn toggle names separated by commas (such as "disable_robustness,disable_workgroup_init"), got "${bad}".`,
+      );
+    }
+  });
+});
