@@ -314,6 +314,11 @@ export class AutosaveSlot {
         const n = size <= this.partBytes ? 1 : Math.ceil(size / this.partBytes);
         const keys = n === 1 ? [this.fileKey(id, name)] : this.entryKeys(id, name, n);
         if (n > 1) parts[name] = n;
+        if (n === 1 && body instanceof Uint8Array) {
+          await this.store.set(keys[0], body); // whole, as it is
+          written.push(keys[0]);
+          continue;
+        }
         // Part by part as the bytes come, each part its own copy (a view would be stored with the whole
         // buffer under it).
         let k = 0;

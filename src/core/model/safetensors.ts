@@ -541,10 +541,10 @@ export function safetensorsStream(
       const asBytes = (data: Float32Array | Int32Array): Uint8Array => {
         if (LITTLE_ENDIAN_HOST) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
         const bytes = new Uint8Array(data.length * 4);
-        const view = new DataView(bytes.buffer);
-        for (let i = 0; i < data.length; i++) {
-          if (data instanceof Float32Array) view.setFloat32(4 * i, data[i], true);
-          else view.setUint32(4 * i, data[i] >>> 0, true); // the even value's f16 bits first
+        if (data instanceof Float32Array) putF32(bytes, 0, data);
+        else {
+          const view = new DataView(bytes.buffer);
+          for (let i = 0; i < data.length; i++) view.setUint32(4 * i, data[i] >>> 0, true); // even value first
         }
         return bytes;
       };

@@ -102,7 +102,8 @@ export function chunkedLazyTensor(
   const C = (chunks[0].shape[1] as number) * (packed ? 2 : 1);
   const values = async (t: tf.Tensor): Promise<Float32Array> =>
     packed ? unpackF16((await t.data()) as Int32Array) : ((await t.data()) as Float32Array);
-  const pieces = async function* (): AsyncGenerator<Float32Array> {
+  /** Each piece's data as stored (packed words, or f32 values), in order. */
+  const stored = async function* (): AsyncGenerator<Float32Array | Int32Array> {
     for (const w of chunks) {
       const n = w.shape[0];
       for (let r = 0; r < n; r += PIECE_ROWS) {
@@ -110,26 +111,19 @@ export function chunkedLazyTensor(
         // Packed rows are cut by their own kernel (tf.slice rounds int32 words above 2^24 through f32).
         const piece = packed ? f16Rows(w, r, rows) : tf.slice(w, [r, 0], [rows, w.shape[1] as number]);
         try {
-          yield await values(piece);
+          yield (await piece.data()) as Float32Array | Int32Array;
         } finally {
           piece.dispose();
         }
       }
     }
   };
-  /** The packed words of every piece as stored (f16 values, two a word). */
+  const pieces = async function* (): AsyncGenerator<Float32Array> {
+    for await (const d of stored()) yield packed ? unpackF16(d as Int32Array) : (d as Float32Array);
+  };
+  /** The packed words of every piece as stored (f16 values, two a word; a packed table only). */
   const halfWords = async function* (): AsyncGenerator<Int32Array> {
-    for (const w of chunks) {
-      const n = w.shape[0];
-      for (let r = 0; r < n; r += PIECE_ROWS) {
-        const piece = f16Rows(w, r, Math.min(PIECE_ROWS, n - r));
-        try {
-          yield (await piece.data()) as Int32Array;
-        } finally {
-          piece.dispose();
-        }
-      }
-    }
+    for await (const d of stored()) yield d as Int32Array;
   };
   return {
     name,
