@@ -17,6 +17,7 @@ export const SLOW_FILES = [
   // Whole models or many kernel shapes on SwiftShader (Node's software WebGPU): 25 s to 5 min each on 2 cores.
   'tests/webgpu-matmul.test.ts',
   'tests/webgpu-linear.test.ts',
+  'tests/webgpu-linear-columns.test.ts',
   'tests/webgpu-llama-kernels.test.ts',
   'tests/webgpu-logprob.test.ts',
   'tests/decode-dispatches.test.ts',

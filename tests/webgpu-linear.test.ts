@@ -236,8 +236,8 @@ async function runConv1d(c: Case, h: Host, frozenBase = false): Promise<Run> {
   return { y, grads, fwd, bwd: fwdBwd - fwd, kernels: prof.kernelNames, fwdGroups };
 }
 
-// The few-rows program is what a GPU runs at few rows; software adapters default to the tiles (see the test
-// 'software adapters: the tiles unless asked'), so this file asks for it explicitly to test it on SwiftShader.
+// The few-rows program is what a GPU runs at few rows; software adapters default to the column program or the
+// tiles (see the test 'software adapters: …'), so this file asks for it explicitly to test it on SwiftShader.
 beforeAll(() => void setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT));
 
 describe('linearPlan: workgroups of the fused Conv1D (no GPU needed)', () => {
@@ -281,11 +281,13 @@ describe('fused Conv1D on Node WebGPU (src/core/kernels/webgpu-linear.ts)', () =
   beforeAll(useNodeWebGpu);
   afterEach(() => setWebGpuLinearFused(true));
 
-  it('software adapters: the tiles unless asked (the few-rows program is several times slower on a CPU)', () => {
+  it('software adapters: the column program or the tiles unless asked (the few-rows program is several times slower on a CPU)', () => {
     expect(tf.getBackend()).toBe('webgpu');
     try {
       resetWebGpuLinearSmallRows();
-      expect(linearPlan(16, 768).program).toBe(adapter!.software ? 'tiled' : 'rows');
+      // tests/webgpu-linear-columns.test.ts: the column program gives the tiles' outputs bit for bit.
+      expect(linearPlan(16, 768).program).toBe(adapter!.software ? 'columns' : 'rows');
+      expect(linearPlan(17, 768).program).toBe(adapter!.software ? 'tiled' : 'rows');
       setWebGpuLinearSmallRows(LINEAR_SMALL_ROWS_DEFAULT);
       expect(linearPlan(16, 768).program).toBe('rows');
     } finally {

@@ -8,7 +8,6 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './webgpu-node';
 import { exactCheck, sliceConfig, torchBound } from './f16-base';
-import { saveWebGpuLinearSmallRows, setWebGpuLinearSmallRows } from '../../src/core/kernels/webgpu-linear';
 
 export async function describeF16Slice(shape: 'qwen2.5-1.5b' | 'qwen3-1.7b'): Promise<void> {
   const adapter = await webGpuAdapter();
@@ -20,13 +19,11 @@ export async function describeF16Slice(shape: 'qwen2.5-1.5b' | 'qwen3-1.7b'): Pr
 
     it("f16-representable weights: the f32 base's log-probs, LoRA gradients and greedy tokens", async () => {
       // Replayed decode only: its equality with the unrecorded decode is checked on the small models of
-      // tests/f16-base.test.ts (same kernels; here each decode of 3 tokens takes over a minute on SwiftShader).
-      // The decode's 2-row products through the few-rows program, the route a GPU takes at this batch: software
-      // adapters default to the 64×64 tiles (linearPlan), 32× the work at 2 rows, 16 s a token here against 7 s.
-      // tests/f16-base.test.ts keeps the tiles' route on its small models.
-      const restore = saveWebGpuLinearSmallRows();
-      setWebGpuLinearSmallRows(2);
-      const r = await exactCheck(config, {}, 3, false).finally(restore);
+      // tests/f16-base.test.ts (same kernels; here each decode takes seconds a token on SwiftShader). The fused
+      // linears of 2 to 8 rows run the software adapter's column program (kernels/webgpu-linear.ts), the tiles'
+      // outputs bit for bit (tests/webgpu-linear-columns.test.ts) at a fraction of their time; the few-rows
+      // program a GPU runs at these rows reads the packed base in tests/f16-base.test.ts.
+      const r = await exactCheck(config, {}, 3, false);
       console.log(`${shape}: log-prob rel diff ${r.logprobRel}, LoRA gradient rel diff ${r.gradRel}`);
       expect(r.logprobRel).toBeLessThan(1e-5);
       expect(r.gradRel).toBeLessThan(1e-4);

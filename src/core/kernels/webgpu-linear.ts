@@ -23,6 +23,10 @@
  *   SwiftShader (a CPU) its many 256-thread workgroups run several times slower than the tiles, which says
  *   nothing about a GPU. Whether a bound above 64 rows pays on a given GPU (the tiles give 24 workgroups at
  *   128 × 768) is for the GPU bench to measure with setWebGpuLinearSmallRows.
+ * - Few rows on a software adapter (SwiftShader, lavapipe: where the unit and end-to-end tests run WebGPU): up to
+ *   16 rows, ColumnsMatMulProgram, one output column per thread over all of K, no workgroup memory in its loop,
+ *   summing in the tiles' order: the tiles' outputs bit for bit at a fraction of their time there (a 64-row tile
+ *   computes 64 rows whatever M is; [2, 2048]·[2048, 6144] 1.2 s → 0.08 s on SwiftShader, 2 cores).
  * - backward, with dz = dy ⊙ gelu'(pre) (dz = dy without gelu):
  *   `PerfLinearDz` (gelu only) recomputes pre = x·W + b + s·L in the same tiled matmul and stores dz directly;
  *   `PerfLinearMatMul` dx = dz·Wᵀ and dW = xᵀ·dz (the same program with transposed loads, no transpose kernel);
@@ -502,10 +506,37 @@ function smallRowsBound(): number {
 }
 
 /**
+ * Output rows up to which a software adapter runs the column program (ColumnsMatMulProgram) instead of the 64×64
+ * tiles, when setWebGpuLinearSmallRows was not called. Measured on SwiftShader (2 cores, [M, 2048]·[2048, 6144]):
+ * the tiles take the same ≈ 1.2 s at 2, 8 or 64 rows (a 64-row tile whatever M is); one column per thread over
+ * all of K takes ≈ 0.08 s at 2 rows, 0.25 s at 8 and 1.4–1.8 s at 64, so it pays up to about 16 rows.
+ */
+export const LINEAR_SOFTWARE_COLUMN_ROWS = 16;
+/** null: the column program on software adapters only; true / false: on every adapter / never (tests). */
+let columnsForced: boolean | null = null;
+
+/**
+ * Whether few rows run the column program: null (the default) on software adapters only, true on every adapter
+ * (to test it on a GPU, or against the tiles), false never. Returns the previous setting.
+ */
+export function setWebGpuLinearColumns(on: boolean | null): boolean | null {
+  const was = columnsForced;
+  columnsForced = on;
+  return was;
+}
+
+/** Whether the column program is the few-rows route in force (see setWebGpuLinearColumns). */
+function columnsRoute(): boolean {
+  if (columnsForced !== null) return columnsForced;
+  return !smallRowsExplicit && onSoftwareAdapter();
+}
+
+/**
  * Output rows up to which the forward, the gelu_new dz kernel and dx = dz·Wᵀ run the few-rows program instead
  * of the 64×64 tiles (0: never), and the workgroup count below which its strips narrow from 8 columns to 4.
  * Returns the previous row bound. Once called, the bound holds on every adapter (without a call, software adapters
- * get the tiles: see onSoftwareAdapter); resetWebGpuLinearSmallRows goes back. For tests and tuning.
+ * get the column program up to LINEAR_SOFTWARE_COLUMN_ROWS rows, else the tiles: see onSoftwareAdapter);
+ * resetWebGpuLinearSmallRows goes back. For tests and tuning.
  */
 export function setWebGpuLinearSmallRows(
   maxRows: number,
@@ -537,7 +568,10 @@ export function saveWebGpuLinearSmallRows(): () => void {
   };
 }
 
-/** Back to the shipped choice: LINEAR_SMALL_ROWS_DEFAULT on hardware adapters, the tiles on software ones. */
+/**
+ * Back to the shipped choice: LINEAR_SMALL_ROWS_DEFAULT on hardware adapters; on software ones the column program
+ * up to LINEAR_SOFTWARE_COLUMN_ROWS rows, else the tiles.
+ */
 export function resetWebGpuLinearSmallRows(): void {
   smallRowsMax = LINEAR_SMALL_ROWS_DEFAULT;
   smallMinGroups = LINEAR_SMALL_MIN_GROUPS_DEFAULT;
@@ -546,8 +580,11 @@ export function resetWebGpuLinearSmallRows(): void {
 
 /** How one fused matmul C [M, N] is dispatched. */
 export interface LinearPlan {
-  /** 'rows': the few-rows program (a column strip per workgroup, K split across its threads); else 64×64 tiles. */
-  program: 'rows' | 'tiled';
+  /**
+   * 'rows': the few-rows program (a column strip per workgroup, K split across its threads); 'columns': one column
+   * per thread over all of K, 256 columns per workgroup (software adapters); else 64×64 tiles.
+   */
+  program: 'rows' | 'columns' | 'tiled';
   /** Workgroups in x (column strips or tiles) and y (row blocks or tiles). */
   groups: [number, number];
   /** Output rows × columns one workgroup computes. */
@@ -562,6 +599,12 @@ export interface LinearPlan {
  * that gives fewer than 128 workgroups (setWebGpuLinearSmallRows's minGroups).
  */
 export function linearPlan(M: number, N: number, transA = false): LinearPlan {
+  if (!transA && M <= LINEAR_SOFTWARE_COLUMN_ROWS && columnsRoute()) {
+    const rows = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
+    const bx = Math.ceil(N / CT_THREADS);
+    if (bx <= MAX_GROUPS)
+      return { program: 'columns', groups: [bx, Math.ceil(M / rows)], rows, columns: CT_THREADS };
+  }
   if (!transA && M <= smallRowsBound()) {
     const rows = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
     const by = Math.ceil(M / rows);
@@ -695,9 +738,112 @@ class FewRowsMatMulProgram {
   }
 }
 
-/** The program for C [M, N] with these options: few rows or tiles (linearPlan). */
-function matMulProgram(o: MatMulOptions, M: number, N: number): LinearMatMulProgram | FewRowsMatMulProgram {
+/** Threads (= output columns) per workgroup of the column program. */
+const CT_THREADS = 256;
+
+/**
+ * C [M, N] = A·op(B) for few rows on a CPU-run adapter (SwiftShader, lavapipe), the same epilogue (and prologue)
+ * as LinearMatMulProgram: workgroup (x, y) computes rows y·RB … y·RB + RB − 1 (RB ≤ 8) × columns x·256 … + 255,
+ * each thread one column over all of K into RB registers, in k order with one fma per step as the tiles do — so
+ * every output is bit for bit the tiles' — with no workgroup memory and no barrier in the loop (on a software
+ * adapter the 256 threads of a workgroup run as SIMD lanes one after another, and each barrier switches between
+ * them). Threads past N skip the loop. The layer-norm prologue (lnStats) is the tiles' code, run by all 256.
+ */
+class ColumnsMatMulProgram {
+  readonly variableNames: string[];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [CT_THREADS, 1, 1];
+  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32, n0 : i32, n1 : i32,';
+  private readonly o: MatMulOptions;
+  private readonly rb: number;
+
+  constructor(o: MatMulOptions, M: number, N: number, plan: LinearPlan) {
+    if (o.transA) throw new Error('ColumnsMatMulProgram: A must not be transposed (dW runs the tiles).');
+    this.o = o;
+    this.rb = plan.rows;
+    this.variableNames = variableNamesOf(o);
+    this.outputShape = [M, N];
+    this.shaderKey = `perfLinearCols_${optionsKey(o)}_${this.rb}`;
+    this.dispatch = [plan.groups[0], plan.groups[1], 1];
+  }
+
+  getUserCode(): string {
+    const RB = this.rb;
+    const transB = this.o.transB;
+    const rowsIdx = Array.from({ length: RB }, (_, i) => i);
+    const unrolled = Array.from({ length: UNROLL }, (_, u) => u);
+    const split = (this.o.parts ?? 1) > 1;
+    const bRead = (k: string) =>
+      split ? `wRead(cc, ${k})` : `bAt(${transB ? `cc * K + ${k}` : `(${k}) * N + cc`})`;
+    const epilogue = epilogueCode(this.o);
+    return `
+      ${GELU_WGSL}
+      ${this.o.ln ? lnPrologueDecl(RB, this.o.rms) : ''}
+      ${loraUpDecl(this.o)}
+      ${swigluDecl(this.o)}
+      ${bAtDecl(this.o)}
+      ${partsDecl(this.o)}
+
+      fn main(index : i32) {
+        let M = uniforms.dimM;
+        let N = uniforms.dimN;
+        let K = uniforms.dimK;
+        let tid = i32(localIndex);
+        let row0 = i32(workgroupId.y) * ${RB};
+        let c = i32(workgroupId.x) * ${CT_THREADS} + tid;
+        ${this.o.ln ? 'lnStats(tid, row0, M, K);' : ''}
+        if (c < N) {
+          let cc = c;
+          ${rowsIdx.map((i) => `let xo${i} = min(row0 + ${i}, M - 1) * K;`).join('\n          ')}
+          ${rowsIdx.map((i) => `var acc${i} = 0.0;`).join('\n          ')}
+          var k = 0;
+          while (k + ${UNROLL - 1} < K) {
+            ${unrolled.map((u) => `let w${u} = ${bRead(`k + ${u}`)};`).join('\n            ')}
+            ${rowsIdx
+              .map((i) =>
+                unrolled
+                  .map(
+                    (u) =>
+                      `acc${i} = fma(${aRead(this.o, `xo${i} + k + ${u}`, `k + ${u}`, `${i}`)}, w${u}, acc${i});`,
+                  )
+                  .join(' '),
+              )
+              .join('\n            ')}
+            k = k + ${UNROLL};
+          }
+          while (k < K) {
+            let w = ${bRead('k')};
+            ${rowsIdx.map((i) => `acc${i} = fma(${aRead(this.o, `xo${i} + k`, 'k', `${i}`)}, w, acc${i});`).join('\n            ')}
+            k = k + 1;
+          }
+          ${rowsIdx
+            .map(
+              (i) => `{
+            let r = row0 + ${i};
+            if (r < M) {
+              let o = r * N + c;
+              let acc = acc${i};
+              ${epilogue}
+            }
+          }`,
+            )
+            .join('\n          ')}
+        }
+      }`;
+  }
+}
+
+/** The program for C [M, N] with these options: few rows, columns or tiles (linearPlan). */
+function matMulProgram(
+  o: MatMulOptions,
+  M: number,
+  N: number,
+): LinearMatMulProgram | FewRowsMatMulProgram | ColumnsMatMulProgram {
   const plan = linearPlan(M, N, o.transA);
+  if (plan.program === 'columns') return new ColumnsMatMulProgram(o, M, N, plan);
   return plan.program === 'rows' ? new FewRowsMatMulProgram(o, M, N, plan) : new LinearMatMulProgram(o, M, N);
 }
 
