@@ -125,8 +125,8 @@ export function ropeTable(
   return { cos, sin };
 }
 
-// The rotary embedding and repeat_kv live beside the attention that uses them (model/attention.ts).
-export { applyRope, repeatKv } from './attention';
+// The rotary embedding lives beside the attention that uses it (model/attention.ts).
+export { applyRope } from './attention';
 
 /** The rotary table a model gathers from, grown on demand (shared by a base and its LoRA views). */
 class RopeCache {
