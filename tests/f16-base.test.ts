@@ -31,9 +31,8 @@ import {
 import { Llama } from '../src/core/model/llama';
 import { F16_HEAD_DECODE_ROWS, headRowsLogits } from '../src/core/model/vocab-chunks';
 import { chunkedTokenLogprobs } from '../src/core/ppo/chunked-logprob';
-import { parseLlamaConfig } from '../src/core/model/llama-config';
 import { checkBaseDtype, isF16Matrix } from '../src/core/model/f16-base';
-import { exactCheck, f16ExactFolder, hostWeights, relDiff } from './helpers/f16-base';
+import { exactCheck, f16ExactFolder, hostWeights, relDiff, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
 import { loadLM, lmSafetensorsStream, memoryFiles } from '../src/core/model/folder';
 import { collectBytes, readSafetensors } from '../src/core/model/safetensors';
 import { nodeFiles } from '../src/cli/files-node';
@@ -282,40 +281,6 @@ describe('f16 kernels on WebGPU (Node, Dawn)', () => {
     tf.dispose([wp, w]);
     expect(await webGpuErrors()).toEqual([]);
   });
-});
-
-const tinyQwen3 = parseLlamaConfig({
-  model_type: 'qwen3',
-  vocab_size: 300,
-  hidden_size: 64,
-  intermediate_size: 96,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 16,
-  max_position_embeddings: 64,
-  rms_norm_eps: 1e-6,
-  rope_theta: 1000000,
-  tie_word_embeddings: true,
-  bos_token_id: 297,
-  eos_token_id: 298,
-  pad_token_id: 299,
-});
-const tinyQwen2 = parseLlamaConfig({
-  model_type: 'qwen2',
-  vocab_size: 300,
-  hidden_size: 64,
-  intermediate_size: 96,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  max_position_embeddings: 64,
-  rms_norm_eps: 1e-6,
-  rope_theta: 1000000,
-  tie_word_embeddings: false,
-  bos_token_id: 297,
-  eos_token_id: 298,
-  pad_token_id: 299,
 });
 
 describe('f16 base on small Qwen2 / Qwen3 models (WebGPU, Node)', () => {

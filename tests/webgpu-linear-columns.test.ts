@@ -21,11 +21,10 @@ import {
 import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { Llama } from '../src/core/model/llama';
-import { parseLlamaConfig, type LlamaConfig } from '../src/core/model/llama-config';
 import { LoraAdapters } from '../src/core/model/lora';
 import { gatherRows } from '../src/core/model/gather';
 import { generate } from '../src/core/model/sampling';
-import { hostWeights } from './helpers/f16-base';
+import { hostWeights, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
 
 const adapter = await webGpuAdapter();
 
@@ -68,25 +67,6 @@ const tinyGpt2 = parseGPT2Config({
   eos_token_id: 298,
   pad_token_id: 299,
 });
-
-const llama = (model_type: 'qwen2' | 'qwen3', tied: boolean): LlamaConfig =>
-  parseLlamaConfig({
-    model_type,
-    vocab_size: 300,
-    hidden_size: 64,
-    intermediate_size: 96,
-    num_hidden_layers: 2,
-    num_attention_heads: 4,
-    num_key_value_heads: 2,
-    head_dim: 16,
-    max_position_embeddings: 64,
-    rms_norm_eps: 1e-6,
-    rope_theta: 1000000,
-    tie_word_embeddings: tied,
-    bos_token_id: 297,
-    eos_token_id: 298,
-    pad_token_id: 299,
-  });
 
 interface Out {
   logprobs: Float32Array;
@@ -161,7 +141,7 @@ describe('the column program on Node WebGPU: the tiles bit for bit, on whole mod
     [
       'Qwen2 under LoRA r 4, f32 base (RMSNorm prologue, q|k|v in parts with biases, SwiGLU)',
       () => {
-        const c = llama('qwen2', false);
+        const c = tinyQwen2;
         const base = Llama.fromArrays(c, hostWeights(c, 7, 0.08, false), false, 'q2');
         const adapters = LoraAdapters.create(c, { lora: 4 }, 5);
         return { m: base.withLora(adapters), base, adapters };
@@ -170,7 +150,7 @@ describe('the column program on Node WebGPU: the tiles bit for bit, on whole mod
     [
       'Qwen3 under LoRA r 4, the base packed in f16 (q_norm / k_norm, tied head)',
       () => {
-        const c = llama('qwen3', true);
+        const c = tinyQwen3;
         const base = Llama.fromArrays(c, hostWeights(c, 9, 0.08, true), false, 'q3', { baseDtype: 'f16' });
         const adapters = LoraAdapters.create(c, { lora: 4 }, 5);
         return { m: base.withLora(adapters), base, adapters };

@@ -88,6 +88,9 @@ const TS = 16;
 const PER = TM / TS; // 4
 /** Workgroups per dispatch dimension that WebGPU guarantees. */
 const MAX_GROUPS = 65535;
+/** The uniforms of every fused matmul program (`dims` below fills them). */
+const MATMUL_UNIFORMS =
+  'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32, n0 : i32, n1 : i32,';
 
 type Mode = 'fwd' | 'dz' | 'mm';
 
@@ -350,7 +353,7 @@ class LinearMatMulProgram {
   readonly dispatchLayout = { x: [0] };
   readonly dispatch: [number, number, number];
   readonly workgroupSize: [number, number, number] = [TS, TS, 1];
-  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32, n0 : i32, n1 : i32,';
+  readonly uniforms = MATMUL_UNIFORMS;
   private readonly o: MatMulOptions;
 
   constructor(o: MatMulOptions, M: number, N: number) {
@@ -461,7 +464,7 @@ class LinearMatMulProgram {
   }
 }
 
-/** Threads per workgroup of the few-rows program. */
+/** Threads per workgroup of the few-rows and the column programs (the column program: one output column each). */
 const FR_THREADS = 256;
 /** Steps of a k lane unrolled in the few-rows program's loop. */
 const UNROLL = 4;
@@ -601,9 +604,9 @@ export interface LinearPlan {
 export function linearPlan(M: number, N: number, transA = false): LinearPlan {
   if (!transA && M <= LINEAR_SOFTWARE_COLUMN_ROWS && columnsRoute()) {
     const rows = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
-    const bx = Math.ceil(N / CT_THREADS);
+    const bx = Math.ceil(N / FR_THREADS);
     if (bx <= MAX_GROUPS)
-      return { program: 'columns', groups: [bx, Math.ceil(M / rows)], rows, columns: CT_THREADS };
+      return { program: 'columns', groups: [bx, Math.ceil(M / rows)], rows, columns: FR_THREADS };
   }
   if (!transA && M <= smallRowsBound()) {
     const rows = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
@@ -613,6 +616,35 @@ export function linearPlan(M: number, N: number, transA = false): LinearPlan {
     if (bx <= MAX_GROUPS) return { program: 'rows', groups: [bx, by], rows, columns };
   }
   return { program: 'tiled', groups: [Math.ceil(N / TN), Math.ceil(M / TM)], rows: TM, columns: TN };
+}
+
+/**
+ * What the few-rows and the column programs share: 256 threads a workgroup, the workgroup grid and row block of a
+ * LinearPlan, A never transposed (dW = xᵀ·dz has `in` rows and runs the tiles); each writes its own loop.
+ */
+abstract class RowBlockProgram {
+  readonly variableNames: string[];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [FR_THREADS, 1, 1];
+  readonly uniforms = MATMUL_UNIFORMS;
+  protected readonly o: MatMulOptions;
+  /** Output rows per workgroup. */
+  protected readonly rb: number;
+
+  constructor(name: string, key: string, o: MatMulOptions, M: number, N: number, plan: LinearPlan) {
+    if (o.transA) throw new Error(`${name}: A must not be transposed (dW runs the tiles).`);
+    this.o = o;
+    this.rb = plan.rows;
+    this.variableNames = variableNamesOf(o);
+    this.outputShape = [M, N];
+    this.shaderKey = key;
+    this.dispatch = [plan.groups[0], plan.groups[1], 1];
+  }
+
+  abstract getUserCode(): string;
 }
 
 /**
@@ -627,27 +659,13 @@ export function linearPlan(M: number, N: number, transA = false): LinearPlan {
  * the address. Rows ≥ M and columns ≥ N are clamped for loads (no branch in the loop) and skipped for stores.
  * Workgroup memory: 256·RB + 256 floats (≤ 9 KB).
  */
-class FewRowsMatMulProgram {
-  readonly variableNames: string[];
-  readonly outputShape: number[];
-  readonly shaderKey: string;
-  readonly dispatchLayout = { x: [0] };
-  readonly dispatch: [number, number, number];
-  readonly workgroupSize: [number, number, number] = [FR_THREADS, 1, 1];
-  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32, n0 : i32, n1 : i32,';
-  private readonly o: MatMulOptions;
-  private readonly rb: number;
+class FewRowsMatMulProgram extends RowBlockProgram {
   private readonly cw: number;
 
   constructor(o: MatMulOptions, M: number, N: number, plan: LinearPlan) {
-    if (o.transA) throw new Error('FewRowsMatMulProgram: A must not be transposed (dW runs the tiles).');
-    this.o = o;
-    this.rb = plan.rows;
+    const key = `perfLinearRows_${optionsKey(o)}_${plan.rows}x${plan.columns}`;
+    super('FewRowsMatMulProgram', key, o, M, N, plan);
     this.cw = plan.columns;
-    this.variableNames = variableNamesOf(o);
-    this.outputShape = [M, N];
-    this.shaderKey = `perfLinearRows_${optionsKey(o)}_${this.rb}x${this.cw}`;
-    this.dispatch = [plan.groups[0], plan.groups[1], 1];
   }
 
   getUserCode(): string {
@@ -738,9 +756,6 @@ class FewRowsMatMulProgram {
   }
 }
 
-/** Threads (= output columns) per workgroup of the column program. */
-const CT_THREADS = 256;
-
 /**
  * C [M, N] = A·op(B) for few rows on a CPU-run adapter (SwiftShader, lavapipe), the same epilogue (and prologue)
  * as LinearMatMulProgram: workgroup (x, y) computes rows y·RB … y·RB + RB − 1 (RB ≤ 8) × columns x·256 … + 255,
@@ -749,25 +764,9 @@ const CT_THREADS = 256;
  * adapter the 256 threads of a workgroup run as SIMD lanes one after another, and each barrier switches between
  * them). Threads past N skip the loop. The layer-norm prologue (lnStats) is the tiles' code, run by all 256.
  */
-class ColumnsMatMulProgram {
-  readonly variableNames: string[];
-  readonly outputShape: number[];
-  readonly shaderKey: string;
-  readonly dispatchLayout = { x: [0] };
-  readonly dispatch: [number, number, number];
-  readonly workgroupSize: [number, number, number] = [CT_THREADS, 1, 1];
-  readonly uniforms = 'dimM : i32, dimN : i32, dimK : i32, addScale : f32, lnEps : f32, n0 : i32, n1 : i32,';
-  private readonly o: MatMulOptions;
-  private readonly rb: number;
-
+class ColumnsMatMulProgram extends RowBlockProgram {
   constructor(o: MatMulOptions, M: number, N: number, plan: LinearPlan) {
-    if (o.transA) throw new Error('ColumnsMatMulProgram: A must not be transposed (dW runs the tiles).');
-    this.o = o;
-    this.rb = plan.rows;
-    this.variableNames = variableNamesOf(o);
-    this.outputShape = [M, N];
-    this.shaderKey = `perfLinearCols_${optionsKey(o)}_${this.rb}`;
-    this.dispatch = [plan.groups[0], plan.groups[1], 1];
+    super('ColumnsMatMulProgram', `perfLinearCols_${optionsKey(o)}_${plan.rows}`, o, M, N, plan);
   }
 
   getUserCode(): string {
@@ -793,7 +792,7 @@ class ColumnsMatMulProgram {
         let K = uniforms.dimK;
         let tid = i32(localIndex);
         let row0 = i32(workgroupId.y) * ${RB};
-        let c = i32(workgroupId.x) * ${CT_THREADS} + tid;
+        let c = i32(workgroupId.x) * ${FR_THREADS} + tid;
         ${this.o.ln ? 'lnStats(tid, row0, M, K);' : ''}
         if (c < N) {
           let cc = c;
