@@ -1,24 +1,12 @@
 import { defineConfig } from '@playwright/test';
+import { CHROMIUM_TEST_ARGS } from './e2e/chromium';
 import { DEV_PORT as PORT, PREVIEW_PORT } from './e2e/ports';
 
 /**
  * End-to-end tests in Debian's full Chromium (Playwright's own browser download does not work on these machines,
- * and its headless shell has no WebGPU). The flags expose WebGPU through SwiftShader, a software Vulkan: slow but
- * correct, so the specs keep shapes tiny and assert that the backend really is WebGPU (without these flags tfjs
- * silently falls back to WebGL).
+ * and its headless shell has no WebGPU), launched with the flags of e2e/chromium.ts: WebGPU through SwiftShader,
+ * under the tests' Dawn toggles.
  */
-const CHROMIUM_ARGS = [
-  '--no-sandbox',
-  '--enable-unsafe-webgpu',
-  '--enable-features=Vulkan',
-  '--use-vulkan=swiftshader',
-  '--use-webgpu-adapter=swiftshader',
-  '--use-angle=swiftshader',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
-
 export default defineConfig({
   testDir: 'e2e',
   outputDir: 'test-results',
@@ -37,7 +25,7 @@ export default defineConfig({
     headless: true,
     launchOptions: {
       executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-      args: CHROMIUM_ARGS,
+      args: CHROMIUM_TEST_ARGS,
     },
     screenshot: 'on',
     trace: 'retain-on-failure',

@@ -1,5 +1,6 @@
 import { defineConfig } from 'vitest/config';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
+import { TEST_DAWN_TOGGLES } from './e2e/chromium';
 
 /**
  * Files that take minutes (measured on 2 cores): started first, so that two workers end together instead of one
@@ -45,6 +46,10 @@ export default defineConfig({
     maxWorkers: 2,
     minWorkers: 1,
     sequence: { sequencer: LongFilesFirst },
+    // Dawn in Node (and the CLI processes tests spawn) runs under the tests' toggles: workgroup memory is not
+    // zeroed per dispatch, which on SwiftShader cost most WebGPU files 3–10× their time (e2e/chromium.ts says why
+    // that cannot hide a fault). A toggle set in the environment wins.
+    env: { PPO_DAWN_TOGGLES: process.env.PPO_DAWN_TOGGLES ?? TEST_DAWN_TOGGLES },
     // Names a test that holds a worker's event loop for long (tests/helpers/loop-watchdog.ts).
     setupFiles: ['tests/helpers/loop-watchdog.ts'],
   },

@@ -42,7 +42,7 @@ export const SLOW_FILES = [
 /** The fast tier's own options. */
 const FAST = {
   // Read by tests that keep a slow case in the table they belong to but skip it here.
-  env: { PPO_TEST_TIER: 'fast' },
+  env: { ...base.test!.env, PPO_TEST_TIER: 'fast' },
   testTimeout: 30_000,
   hookTimeout: 30_000,
 };

@@ -1,9 +1,16 @@
 /**
  * The fused WGSL kernels in Chromium on WebGPU (SwiftShader here): each one's values and gradients against
  * tfjs's ops on the same backend, and its dispatch count (e2e/pages/kernels.ts runs the check functions of
- * src/core/backend/webgpu-fused.ts, the ones Vitest runs on Node's Dawn).
+ * src/core/backend/webgpu-fused.ts, the ones Vitest runs on Node's Dawn). This spec's browser runs Dawn's default
+ * toggles, as a user's browser does; every other spec and the unit tests turn off workgroup zeroing for speed
+ * (e2e/chromium.ts, TEST_DAWN_TOGGLES).
  */
 import { test, expect } from '@playwright/test';
+import { CHROMIUM_ARGS } from './chromium';
+
+test.use({
+  launchOptions: { executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium', args: CHROMIUM_ARGS },
+});
 
 test('fused WebGPU kernels equal tfjs ops in Chromium (values and gradients)', async ({ page }) => {
   test.setTimeout(240_000);

@@ -4,10 +4,12 @@
  * (issue #14):
  * (a) full copies on WASM are refused in words before loading, with the weights present: in seconds, and
  *     without reading them (the process stays far below the 0.5 GB of model.safetensors);
- * (b) with `"lora": 8` the same run is accepted and trains one step on WASM: exit 0, metrics.jsonl has step 1
- *     with a finite reward and a KL of exactly 0 (the adapters start at B = 0, so the policy is the reference).
- * (c) the default batch 16 × 24 with LoRA within 2.0 GB resident, and a gpt2-medium-shaped LoRA step (batch 4 × 8)
- *     within 3.5 GB (issue #20). Wall time and peak RSS are printed. Slow tier: it writes 0.5 GB and 1.4 GB.
+ * (b) with `"lora": 8` a run at the default batch 16 × 24 is accepted and trains one step on WASM within 2.0 GB
+ *     resident (issue #20): exit 0, metrics.jsonl has step 1 with a finite reward and a KL of exactly 0 (the
+ *     adapters start at B = 0, so the policy is the reference). It was also run at batch 4 × 8, which this run's
+ *     checks include; the whole-batch plan is covered on small models (tests/microbatch-step.slow.test.ts).
+ * (c) a gpt2-medium-shaped LoRA step (batch 4 × 8) within 3.5 GB (issue #20). Wall time and peak RSS are printed.
+ *     Slow tier: it writes 0.5 GB and 1.4 GB.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { spawn } from 'node:child_process';
@@ -105,26 +107,7 @@ describe('GPT-2-124M-shaped runs on WASM (CLI)', () => {
     expect(r.wall).toBeLessThan(30);
   }, 180_000);
 
-  it('"lora": 8: accepted, trains one step on WASM (exit 0; step 1 with a finite reward and KL exactly 0)', async () => {
-    const out = path.join(dir, 'lora');
-    const r = await cli(
-      ['train', '--config', writeConfig('lora', { lora: 8 }), '--out', out, '--json'],
-      900_000,
-    );
-    console.log(`lora 8, 1 step on WASM: ${r.wall.toFixed(1)} s wall, peak RSS ${gb(r.peakRssBytes)}`);
-    expect(r.status, r.stderr).toBe(0);
-    expect(r.stderr).not.toMatch(/internal error|RuntimeError|wasm-function/);
-    const lines = readFileSync(path.join(out, 'metrics.jsonl'), 'utf8').trim().split('\n');
-    expect(lines).toHaveLength(1);
-    const m = JSON.parse(lines[0]) as { step: number; reward: number; kl: number };
-    expect(m.step).toBe(1);
-    expect(Number.isFinite(m.reward)).toBe(true);
-    expect(m.kl).toBe(0);
-    const summary = JSON.parse(r.stdout.trim().split('\n').pop()!) as { steps: number };
-    expect(summary.steps).toBe(1);
-  }, 900_000);
-
-  it('"lora": 8 at the default batch 16 and responseLength 24: accepted (micro-batches), one step, exit 0', async () => {
+  it('"lora": 8 at the default batch 16 and responseLength 24: accepted (micro-batches), one step with a finite reward and KL exactly 0, exit 0', async () => {
     // Refused before micro-batches ("needs ≈ 3.8 GB … batchSize 12 would fit"). microBatchSize 0 (auto) picks
     // the micro-batch and recompute (model/size.ts resolveStepPlan).
     const out = path.join(dir, 'lora16');
@@ -139,15 +122,14 @@ describe('GPT-2-124M-shaped runs on WASM (CLI)', () => {
     expect(r.peakRssBytes).not.toBeNull();
     expect(r.peakRssBytes!).toBeLessThanOrEqual(2.0e9);
     expect(r.stderr).not.toMatch(/internal error|RuntimeError|wasm-function|needs ≈/);
-    const m = JSON.parse(readFileSync(path.join(out, 'metrics.jsonl'), 'utf8').trim()) as {
-      step: number;
-      reward: number;
-      kl: number;
-      responseLength: number;
-    };
+    const lines = readFileSync(path.join(out, 'metrics.jsonl'), 'utf8').trim().split('\n');
+    expect(lines).toHaveLength(1);
+    const m = JSON.parse(lines[0]) as { step: number; reward: number; kl: number };
     expect(m.step).toBe(1);
     expect(Number.isFinite(m.reward)).toBe(true);
     expect(m.kl).toBe(0);
+    const summary = JSON.parse(r.stdout.trim().split('\n').pop()!) as { steps: number };
+    expect(summary.steps).toBe(1);
   }, 1_500_000);
 });
 
