@@ -9,12 +9,12 @@ import { TEST_DAWN_TOGGLES } from './e2e/chromium';
  * the longest runs) last. Besides every `*.slow.test.ts`, in order of their durations:
  */
 const LONG_FILES = [
-  'tests/llama-decode-dispatches.test.ts',
   'tests/size.test.ts',
   'tests/llama-trainer.test.ts',
-  'tests/webgpu-linear.test.ts',
-  'tests/decode-dispatches.test.ts',
-  'tests/webgpu-matmul.test.ts',
+  'tests/trainer.test.ts',
+  'tests/llama-decode-dispatches.test.ts',
+  'tests/lora-trainer.test.ts',
+  'tests/algorithms.test.ts',
 ];
 
 class LongFilesFirst extends BaseSequencer {
