@@ -1,19 +1,11 @@
 /**
- * How the end-to-end tests launch Debian's Chromium (playwright.config.ts). The flags expose WebGPU through
- * SwiftShader, a software Vulkan: slow but correct, so the specs keep shapes tiny and assert that the backend
- * really is WebGPU (without these flags tfjs silently falls back to WebGL).
+ * How the end-to-end tests launch Debian's Chromium (playwright.config.ts): the WebGPU-through-SwiftShader flags
+ * of src/cli/chromium-args.ts (slow but correct, so the specs keep shapes tiny and assert that the backend really is
+ * WebGPU), under the tests' Dawn toggles.
  */
-export const CHROMIUM_ARGS = [
-  '--no-sandbox',
-  '--enable-unsafe-webgpu',
-  '--enable-features=Vulkan',
-  '--use-vulkan=swiftshader',
-  '--use-webgpu-adapter=swiftshader',
-  '--use-angle=swiftshader',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
+import { CHROMIUM_ARGS } from '../src/cli/chromium-args';
+
+export { CHROMIUM_ARGS };
 
 /**
  * The Dawn toggles the tests run under, in Chromium and in Node (vitest.config.ts sets `PPO_DAWN_TOGGLES` from

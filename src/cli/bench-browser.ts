@@ -21,20 +21,9 @@ import type { Browser } from '@playwright/test';
 import type { ViteDevServer } from 'vite';
 import type { WasmThreadsBench } from '../bench/perf/report';
 import os from 'node:os';
+import { CHROMIUM_ARGS } from './chromium-args';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-
-export const CHROMIUM_ARGS = [
-  '--no-sandbox',
-  '--enable-unsafe-webgpu',
-  '--enable-features=Vulkan',
-  '--use-vulkan=swiftshader',
-  '--use-webgpu-adapter=swiftshader',
-  '--use-angle=swiftshader',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 
 export function chromiumPath(): string | null {
   const p = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
