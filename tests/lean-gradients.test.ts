@@ -20,7 +20,7 @@ import { Rng } from '../src/core/base/rng';
 import { Llama } from '../src/core/model/llama';
 import { LoraAdapters } from '../src/core/model/lora';
 import { parseLlamaConfig } from '../src/core/model/llama-config';
-import { batchFor, hostWeights, tokenLogprobs } from './helpers/f16-base';
+import { TINY_QWEN2_JSON, batchFor, hostWeights, tokenLogprobs } from './helpers/f16-base';
 
 const adapter = await webGpuAdapter();
 
@@ -85,22 +85,7 @@ async function run(mode: LeanGradientsMode, f: () => tf.Scalar, vars: tf.Variabl
   }
 }
 
-const tinyLlama = parseLlamaConfig({
-  model_type: 'qwen2',
-  vocab_size: 300,
-  hidden_size: 64,
-  intermediate_size: 96,
-  num_hidden_layers: 3,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  max_position_embeddings: 64,
-  rms_norm_eps: 1e-6,
-  rope_theta: 1000000,
-  tie_word_embeddings: false,
-  bos_token_id: 297,
-  eos_token_id: 298,
-  pad_token_id: 299,
-});
+const tinyLlama = parseLlamaConfig({ ...TINY_QWEN2_JSON, num_hidden_layers: 3 });
 
 /** A LoRA'd tiny Qwen2's Σ wᵢ·logprobᵢ over a fixed batch, and its adapters' variables. */
 function llamaLoss() {

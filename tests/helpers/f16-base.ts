@@ -41,25 +41,8 @@ export function normals(n: number, seed: number, sd: number): Float32Array {
   return out;
 }
 
-/** Small Qwen3 (q_norm / k_norm, tied head) and Qwen2 (q/k/v biases, untied head) shapes, 2 layers, 4 heads over 2 KV heads. */
-export const tinyQwen3 = parseLlamaConfig({
-  model_type: 'qwen3',
-  vocab_size: 300,
-  hidden_size: 64,
-  intermediate_size: 96,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 16,
-  max_position_embeddings: 64,
-  rms_norm_eps: 1e-6,
-  rope_theta: 1000000,
-  tie_word_embeddings: true,
-  bos_token_id: 297,
-  eos_token_id: 298,
-  pad_token_id: 299,
-});
-export const tinyQwen2 = parseLlamaConfig({
+/** A small Qwen2's config.json (q/k/v biases, untied head): 2 layers, width 64, 4 heads over 2 KV heads. */
+export const TINY_QWEN2_JSON = {
   model_type: 'qwen2',
   vocab_size: 300,
   hidden_size: 64,
@@ -74,6 +57,14 @@ export const tinyQwen2 = parseLlamaConfig({
   bos_token_id: 297,
   eos_token_id: 298,
   pad_token_id: 299,
+};
+export const tinyQwen2 = parseLlamaConfig(TINY_QWEN2_JSON);
+/** The same shape as Qwen3 (q_norm / k_norm, head_dim 16, tied head). */
+export const tinyQwen3 = parseLlamaConfig({
+  ...TINY_QWEN2_JSON,
+  model_type: 'qwen3',
+  head_dim: 16,
+  tie_word_embeddings: true,
 });
 
 /** A 2-layer slice of a published shape (every block dimension the real one), optionally a smaller vocabulary. */
