@@ -7,7 +7,7 @@ import { CONFIG_FIELDS, type ConfigKey, type TrainConfig } from '../../common/co
 import type { AlertView, MetricsByName, RunStatus, TrainerEvent } from '../../worker/protocol';
 import { describeError } from '../errors';
 import { hashFor, readComparisonHash, readConfigHash, splitComparison } from '../lib/url-config';
-import { configProblem, mergeWorkerConfig, runStarted, type ConfigSync } from './config-sync';
+import { configProblem, mergeWorkerConfig, runStarted, sameValue, type ConfigSync } from './config-sync';
 import type { SliceContext } from './context';
 import { comparedConfigs } from './kept-runs-slice';
 import type { PlaygroundActions, PlaygroundData, RunCommand, StepSamples } from './types';
@@ -45,6 +45,17 @@ function mergeAlerts(kept: AlertView[], fresh: AlertView[]): AlertView[] {
   return [...[...fresh].reverse(), ...kept.filter((a) => !ids.has(a.id))].slice(0, ALERTS_KEPT);
 }
 
+/**
+ * `next`, holding `prev`'s config object when the two are equal. A job reports its status about ten times a step
+ * (each phase, and progress within it), each time with a fresh copy of its config; every chart reads that config
+ * (useRunConfig), so a fresh copy re-rendered them all on every report.
+ */
+function keepConfig(prev: RunStatus | null, next: RunStatus): RunStatus {
+  return prev && prev.config !== next.config && sameValue(prev.config, next.config)
+    ? { ...next, config: prev.config }
+    : next;
+}
+
 /** The store's reaction to one worker event (pure: state in, changes out). */
 export function reduceEvent(s: PlaygroundData, e: TrainerEvent): Partial<PlaygroundData> {
   switch (e.type) {
@@ -52,7 +63,7 @@ export function reduceEvent(s: PlaygroundData, e: TrainerEvent): Partial<Playgro
       const dropped = e.status.step === 0 && s.metrics.length > 0 && e.status.state === 'idle';
       const config = mergeWorkerConfig(s.editedConfig, s.runStatus?.config, e.status.config, s.editsInFlight);
       return {
-        runStatus: e.status,
+        runStatus: keepConfig(s.runStatus, e.status),
         ...(config !== s.editedConfig ? { editedConfig: config, configProblem: configProblem(config) } : {}),
         ...(e.status.model && JSON.stringify(e.status.model) !== JSON.stringify(s.model)
           ? { model: e.status.model }
