@@ -1,11 +1,16 @@
 import { defineConfig } from '@playwright/test';
 import { CHROMIUM_TEST_ARGS } from './e2e/chromium';
-import { DEV_PORT as PORT, PREVIEW_PORT } from './e2e/ports';
+import { DEV_PORT, PREVIEW_PORT } from './e2e/ports';
 
 /**
  * End-to-end tests in Debian's full Chromium (Playwright's own browser download does not work on these machines,
  * and its headless shell has no WebGPU), launched with the flags of e2e/chromium.ts: WebGPU through SwiftShader,
  * under the tests' Dawn toggles.
+ *
+ * The app's specs open the production build (`vite preview`: what a person is served, its Content-Security-Policy
+ * in force, React's production build — a third less of the page's own CPU than the dev server's while training,
+ * which these 2 cores share with the model worker). The specs that drive the model worker from a test page
+ * (e2e/pages/*.html, which only the dev server serves) open those on the dev server (e2e/worker-page.ts).
  */
 export default defineConfig({
   testDir: 'e2e',
@@ -19,7 +24,7 @@ export default defineConfig({
   forbidOnly: !!process.env.CI,
   reporter: process.env.CI ? [['list'], ['html', { open: 'never' }]] : 'list',
   use: {
-    baseURL: `http://localhost:${PORT}`,
+    baseURL: `http://localhost:${PREVIEW_PORT}`,
     browserName: 'chromium',
     channel: undefined,
     headless: true,
@@ -27,14 +32,16 @@ export default defineConfig({
       executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
       args: CHROMIUM_TEST_ARGS,
     },
-    screenshot: 'on',
+    // A failed test's last screen and trace, for a person debugging it here (nobody reads a passing test's).
+    screenshot: 'only-on-failure',
     trace: 'retain-on-failure',
     viewport: { width: 1200, height: 820 },
   },
   webServer: [
     {
-      command: `npx vite --port ${PORT} --strictPort`,
-      url: `http://localhost:${PORT}`,
+      // The worker specs' test pages (e2e/pages) and the dev server itself.
+      command: `npx vite --port ${DEV_PORT} --strictPort`,
+      url: `http://localhost:${DEV_PORT}`,
       reuseExistingServer: !process.env.CI,
       // vite.config.ts: no HMR or file watching for this server (edits during a run must not reload the page).
       env: { PPO_E2E: '1' },
@@ -43,7 +50,7 @@ export default defineConfig({
       stderr: 'pipe',
     },
     {
-      // The production build (with its Content-Security-Policy and hashed WASM assets), for e2e/build.spec.ts.
+      // The production build (with its Content-Security-Policy and hashed WASM assets): the app's specs.
       command: `npx vite build --logLevel warn && npx vite preview --port ${PREVIEW_PORT} --strictPort`,
       url: `http://localhost:${PREVIEW_PORT}`,
       reuseExistingServer: !process.env.CI,

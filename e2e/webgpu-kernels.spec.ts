@@ -7,6 +7,7 @@
  */
 import { test, expect } from '@playwright/test';
 import { CHROMIUM_ARGS } from './chromium';
+import { DEV_PORT } from './ports';
 
 test.use({
   launchOptions: { executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium', args: CHROMIUM_ARGS },
@@ -14,7 +15,7 @@ test.use({
 
 test('fused WebGPU kernels equal tfjs ops in Chromium (values and gradients)', async ({ page }) => {
   test.setTimeout(240_000);
-  await page.goto('/e2e/pages/kernels.html');
+  await page.goto(`http://localhost:${DEV_PORT}/e2e/pages/kernels.html`);
   await page.waitForFunction(() => document.body.dataset.ready === 'true');
   const r = await page.evaluate(() => window.runKernelChecks());
   console.log(JSON.stringify(r));

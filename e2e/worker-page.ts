@@ -1,6 +1,7 @@
 import type { Page } from '@playwright/test';
 
 import type { ModelWorkerApi } from '../src/worker/protocol';
+import { DEV_PORT } from './ports';
 
 /**
  * The model worker's API (src/worker/protocol.ts, types only). e2e/pages/worker.html puts the app's model
@@ -16,7 +17,8 @@ declare global {
   }
 }
 
+/** The test page that puts the model worker on `window.modelWorker` (served by the dev server only). */
 export async function openWorkerPage(page: Page): Promise<void> {
-  await page.goto('/e2e/pages/worker.html');
+  await page.goto(`http://localhost:${DEV_PORT}/e2e/pages/worker.html`);
   await page.waitForFunction(() => document.body.dataset.ready === 'true');
 }
