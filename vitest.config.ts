@@ -11,10 +11,10 @@ import { TEST_DAWN_TOGGLES } from './e2e/chromium';
 const LONG_FILES = [
   'tests/size.test.ts',
   'tests/llama-trainer.test.ts',
-  'tests/trainer.test.ts',
   'tests/llama-decode-dispatches.test.ts',
-  'tests/lora-trainer.test.ts',
-  'tests/algorithms.test.ts',
+  'tests/cli.test.ts',
+  'tests/sample-device.test.ts',
+  'tests/webgpu-linear-columns.test.ts',
 ];
 
 class LongFilesFirst extends BaseSequencer {

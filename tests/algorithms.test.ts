@@ -1,13 +1,14 @@
 /**
  * GRPO, RLOO and REINFORCE++ beside PPO (docs/formats.md §7, docs/engine.md "Critic-free algorithms"): the maths
  * against hand-worked numbers and plain loops, the GRPO KL term's gradient against finite differences, and the
- * trainer on a tiny random model (CPU): one batched generate per step with G samples per prompt, the first ratio
+ * trainer on a tiny random model (WASM): one batched generate per step with G samples per prompt, the first ratio
  * exactly 1, exact resume, no value model anywhere in a critic-free run, and every algorithm's rollout dump
  * recomputed from its own fields.
  */
 import { describe, it, expect, beforeAll, vi } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import { makeTinyFolder } from './helpers/tiny';
 import { derived, validateConfig, type Algorithm, type TrainConfig } from '../src/common/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
@@ -305,7 +306,7 @@ describe('health: groups that score the same', () => {
 });
 
 // ---------------------------------------------------------------------------------------------------------
-// The trainer, on a tiny random model (CPU).
+// The trainer, on a tiny random model (WASM).
 
 let dir: string;
 const res = (): Resources => tinyResources(() => dir);
@@ -351,7 +352,7 @@ function sameMetrics(a: StepMetrics[], b: StepMetrics[], firstStep: number) {
 
 describe('the trainer runs every algorithm', () => {
   beforeAll(async () => {
-    await useCpu();
+    await setNodeBackend('wasm');
     dir = await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
   });
 
@@ -553,7 +554,7 @@ function recompute(d: RolloutDump, cfg: TrainConfig) {
 
 describe('rollout dumps recompute from their own fields (docs/formats.md §4, §7)', () => {
   beforeAll(async () => {
-    await useCpu();
+    await setNodeBackend('wasm');
     dir ??= await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
   });
 

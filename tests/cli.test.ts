@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, readdirSync, writeFileSync, existsSync } fro
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { makeTinyFolder } from './helpers/tiny';
-import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import { cliSpawned } from './helpers/spawn';
 import { REQUIRED_METRICS } from '../src/common/metrics';
 
@@ -97,7 +97,7 @@ describe('cli generate', () => {
 describe('cli train', () => {
   let model: string;
   beforeAll(async () => {
-    await useCpu();
+    await setNodeBackend('wasm');
     model = await makeTinyFolder();
   });
 

@@ -9,7 +9,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import { makeTinyFolder } from './helpers/tiny';
 import type { ModelFiles } from '../src/core/model/folder';
 import * as tf from '@tensorflow/tfjs-core';
-import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import { nodeFiles } from '../src/cli/files-node';
 import { memoryFiles } from '../src/core/model/folder';
 import { collectBytes } from '../src/core/model/safetensors';
@@ -18,7 +18,7 @@ import { DpoTrainer, type DpoStepMetrics } from '../src/core/dpo/trainer';
 import { dpoLoss } from '../src/core/dpo/loss';
 import { batchOf } from '../src/core/dpo/data';
 
-// A small random bytes-tokenizer GPT-2 (64 positions; fast on the CPU backend) and 20 short pairs.
+// A small random bytes-tokenizer GPT-2 (64 positions) on the WASM backend, and 20 short pairs.
 let TINY: ModelFiles;
 const DATA_PATH = 'pairs.jsonl';
 const GOOD = ['good', 'great', 'nice', 'fine', 'kind'];
@@ -31,7 +31,7 @@ const DATA = {
 };
 
 beforeAll(async () => {
-  await useCpu();
+  await setNodeBackend('wasm');
   TINY = nodeFiles(await makeTinyFolder());
 });
 

@@ -1,10 +1,10 @@
 /**
  * The PPO engine audit (issue #10): one test per finding, each failing on the code before its fix.
- * Tiny random models on the CPU backend; see docs/engine.md for the step these guard.
+ * Tiny random models on the WASM backend; see docs/engine.md for the step these guard.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
-import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import { makeTinyFolder } from './helpers/tiny';
 import { validateConfig, derived, type TrainConfig } from '../src/common/config';
 import { applyLive } from '../src/common/config/live';
@@ -46,7 +46,7 @@ async function weights(vars: tf.Variable[]): Promise<number[]> {
 
 describe('engine audit', () => {
   beforeAll(async () => {
-    await useCpu();
+    await setNodeBackend('wasm');
     dir = await makeTinyFolder();
     // A reward model with a non-zero head, so its scores differ between responses.
     const lm = await loadLM(nodeFiles(dir), { trainable: false, label: 'rm-trunk' });

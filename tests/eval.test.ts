@@ -2,14 +2,14 @@
  * Held-out evaluation of RL runs (src/core/ppo/eval.ts, docs/eval.md, contracts §9): the config keys and their
  * errors, the schedule, the three metrics against their definitions, that a run with evaluation trains bit for bit
  * like the same run without, that a resumed run writes the same eval.jsonl lines, LoRA's reference (adapters
- * off), and that evaluation leaves no tensor behind. Tiny random model on the CPU backend.
+ * off), and that evaluation leaves no tensor behind. Tiny random model on the WASM backend.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
@@ -121,7 +121,7 @@ describe('evaluation config and schedule', () => {
   });
 });
 
-describe('evaluation in a run (CPU, tiny model)', () => {
+describe('evaluation in a run (WASM, tiny model)', () => {
   let res: Resources;
   let cfg: TrainConfig;
   const PROMPTS = ['hello there', 'the film was', 'I think that', 'once upon a time', 'ab'];
@@ -132,7 +132,7 @@ describe('evaluation in a run (CPU, tiny model)', () => {
     label: 'len',
   };
   beforeAll(async () => {
-    await useCpu();
+    await setNodeBackend('wasm');
     const dir = await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
     res = { modelFiles: (p) => nodeFiles(p === 'tiny-test' ? dir : p), loadTask: loadTaskNode };
     cfg = validateConfig({
@@ -343,7 +343,7 @@ describe('train CLI: eval.jsonl, and resume continues the same evaluations', () 
   let dir: string;
   let model: string;
   beforeAll(async () => {
-    await useCpu();
+    await setNodeBackend('wasm');
     dir = mkdtempSync(path.join(tmpdir(), 'ppo-eval-cli-'));
     model = await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
     writeFileSync(path.join(dir, 'reward.mjs'), 'export default (sample) => sample.response.length;\n');

@@ -8,7 +8,7 @@
  */
 import { describe, it, expect, beforeAll, afterEach, vi } from 'vitest';
 import { nodeWorkerApi, TINY_WORKER_RUN } from './helpers/worker';
-import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import { makeTinyFolder } from './helpers/tiny';
 import { nodeFiles } from '../src/cli/files-node';
 import { loadTaskNode } from '../src/cli/tasks-node';
@@ -69,7 +69,7 @@ let res: Resources;
 let seen: TrainConfig[] = [];
 
 beforeAll(async () => {
-  await useCpu();
+  await setNodeBackend('wasm');
   dir = await makeTinyFolder({ n_layer: 1, n_embd: 16, n_head: 2 });
   res = { modelFiles: (p) => nodeFiles(p === 'tiny-test' ? dir : p), loadTask: loadTaskNode };
 });

@@ -7,7 +7,7 @@
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
-import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import { makeTinyFolder } from './helpers/tiny';
 import type { TrainConfig } from '../src/common/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
@@ -99,7 +99,7 @@ async function userErrorOf(p: Promise<unknown>): Promise<string> {
 
 describe('LoRA PPO runs', () => {
   beforeAll(async () => {
-    await useCpu();
+    await setNodeBackend('wasm');
     dir = await makeTinyFolder();
   });
 

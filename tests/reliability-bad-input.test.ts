@@ -10,7 +10,7 @@ import { mkdtempSync, mkdirSync, writeFileSync, rmSync, closeSync, openSync, ftr
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { zipSync, strToU8 } from 'fflate';
-import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { exportLM, loadLM, loadScalar, memoryFiles } from '../src/core/model/folder';
@@ -492,7 +492,7 @@ const CASES: Case[] = [
 ];
 
 beforeAll(async () => {
-  await useCpu();
+  await setNodeBackend('wasm');
   const config = parseGPT2Config(TINY_CONFIG);
   const m = GPT2.random(config, 3);
   good = await exportLM(m);

@@ -1,7 +1,7 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { TfjsAdam } from '../src/core/optim/fused-adam';
-import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import { makeTinyFolder } from './helpers/tiny';
 import type { TrainConfig } from '../src/common/config';
 import { applyLive } from '../src/common/config/live';
@@ -24,7 +24,7 @@ const TIMING = new Set(['tokensPerSecond', 'timeGenerate', 'timeScore', 'timeUpd
 
 describe('PPO trainer', () => {
   beforeAll(async () => {
-    await useCpu();
+    await setNodeBackend('wasm');
     dir = await makeTinyFolder();
   });
 
