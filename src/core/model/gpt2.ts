@@ -25,6 +25,7 @@ import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
 import { chunkedLazyTensor, gatherChunked, headChunked } from './vocab-chunks';
 import { embeddingChunkRows, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
+import { tensorPieces } from '../kernels/wasm-read';
 
 let modelCounter = 0;
 
@@ -281,8 +282,26 @@ export class GPT2 implements CausalLM {
             merged.dispose();
           }
         },
+        // The same values through the stream's scratch (kernels/wasm-read.ts): no fresh copy per weight on WASM.
+        pieces: (scratch: (n: number) => Float32Array) => this.weightPieces(spec.name, scratch),
       };
     });
+  }
+
+  /** A weight's values as lazyArrays reads them (an adapted weight merged), in pieces (kernels/wasm-read.ts). */
+  private async *weightPieces(
+    name: string,
+    scratch: (n: number) => Float32Array,
+  ): AsyncGenerator<Float32Array> {
+    const v = this.p(name);
+    const lr = this.lowRankOf(name);
+    if (!lr) return yield* tensorPieces(v, scratch);
+    const merged = mergedConv1dWeight(v, lr);
+    try {
+      yield* tensorPieces(merged, scratch);
+    } finally {
+      merged.dispose();
+    }
   }
 
   /** A plain model frees its weights; a LoRA view frees its adapters only (the base is shared). */

@@ -48,6 +48,7 @@ import {
 } from './f16-base';
 import { embeddingChunkRows, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
 import { chunkedLazyTensor, chunkRanges, gatherChunked, headChunked } from './vocab-chunks';
+import { tensorPieces } from '../kernels/wasm-read';
 
 let modelCounter = 0;
 
@@ -409,8 +410,32 @@ export class Llama implements CausalLM {
             if (w !== v) w.dispose();
           }
         },
+        // The same values through the stream's scratch (kernels/wasm-read.ts): no fresh copy per weight on WASM.
+        pieces: (scratch: (n: number) => Float32Array) => this.weightPieces(spec.name, scratch),
       };
     });
+  }
+
+  /** A weight's values as lazyArrays reads them (an adapted weight merged), in pieces (kernels/wasm-read.ts). */
+  private async *weightPieces(
+    name: string,
+    scratch: (n: number) => Float32Array,
+  ): AsyncGenerator<Float32Array> {
+    const v = this.p(name);
+    const lr = this.lowRankOf(name);
+    if (!lr) {
+      if (isPackedF16(v)) yield await weightValues(v);
+      else yield* tensorPieces(v, scratch);
+      return;
+    }
+    const w = asF32Tensor(v);
+    const merged = mergedLinearWeight(w, lr);
+    try {
+      yield* tensorPieces(merged, scratch);
+    } finally {
+      merged.dispose();
+      if (w !== v) w.dispose();
+    }
   }
 
   dispose(): void {

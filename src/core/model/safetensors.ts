@@ -378,14 +378,19 @@ export interface LazyTensor {
   name: string;
   shape: number[];
   data: () => Promise<Float32Array>;
-  pieces?: () => AsyncGenerator<Float32Array>;
+  /**
+   * `scratch(n)`: an array of n values the stream reuses for every piece it writes (tensorPieces copies a WASM
+   * tensor's pieces into it); a yielded piece is valid until the generator is resumed.
+   */
+  pieces?: (scratch: (n: number) => Float32Array) => AsyncGenerator<Float32Array>;
   halfWords?: () => AsyncGenerator<Int32Array>;
 }
 
 /**
  * File contents made piece by piece: `byteLength` known up front, `chunks()` yielding the bytes in order. A
  * checkpoint's weights are written this way, one tensor at a time, so writing a 0.5 GB safetensors file holds one
- * tensor's bytes in memory, not the file's.
+ * tensor's bytes in memory, not the file's. A chunk is valid until the next is asked for (a stream may reuse its
+ * memory): a consumer writes or copies it first (writeFolder, the autosave's parts, collectBytes).
  */
 export interface ByteSource {
   readonly byteLength: number;
@@ -538,6 +543,12 @@ export function safetensorsStream(
     byteLength: header.length + dataBytes,
     async *chunks() {
       yield header.slice();
+      // One array for the pieces of every tensor of this stream, grown to the largest piece asked for.
+      let held = new Float32Array(0);
+      const scratch = (n: number): Float32Array => {
+        if (held.length < n) held = new Float32Array(n);
+        return held.subarray(0, n);
+      };
       const asBytes = (data: Float32Array | Int32Array): Uint8Array => {
         if (LITTLE_ENDIAN_HOST) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
         const bytes = new Uint8Array(data.length * 4);
@@ -558,7 +569,7 @@ export function safetensorsStream(
             yield asBytes(words);
           }
         } else if (t.pieces) {
-          for await (const piece of t.pieces()) {
+          for await (const piece of t.pieces(scratch)) {
             length += piece.length;
             if (length > counts[i].count) break;
             yield asBytes(piece);

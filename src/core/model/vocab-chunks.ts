@@ -6,6 +6,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { LazyTensor } from './safetensors';
 import { f16Gather, f16LinearNT, f16MatMulNN, f16Rows, isPackedF16, unpackF16 } from '../kernels/webgpu-f16';
 import { linearNtDecodeWebGpu, webGpuLinearNtDecodeApplies } from '../kernels/webgpu-linear';
+import { tensorPieces } from '../kernels/wasm-read';
 
 /**
  * Rows of hidden states up to which a packed-f16 head block goes through the decode linear (below) when no
@@ -103,8 +104,15 @@ export function chunkedLazyTensor(
   const values = async (t: tf.Tensor): Promise<Float32Array> =>
     packed ? unpackF16((await t.data()) as Int32Array) : ((await t.data()) as Float32Array);
   /** Each piece's data as stored (packed words, or f32 values), in order. */
-  const stored = async function* (): AsyncGenerator<Float32Array | Int32Array> {
+  const stored = async function* (
+    scratch?: (n: number) => Float32Array,
+  ): AsyncGenerator<Float32Array | Int32Array> {
     for (const w of chunks) {
+      if (!packed && scratch) {
+        // f32 rows in pieces of PIECE_ROWS, copied into the stream's scratch on WASM (kernels/wasm-read.ts).
+        yield* tensorPieces(w, scratch, PIECE_ROWS * C);
+        continue;
+      }
       const n = w.shape[0];
       for (let r = 0; r < n; r += PIECE_ROWS) {
         const rows = Math.min(PIECE_ROWS, n - r);
@@ -118,8 +126,8 @@ export function chunkedLazyTensor(
       }
     }
   };
-  const pieces = async function* (): AsyncGenerator<Float32Array> {
-    for await (const d of stored()) yield packed ? unpackF16(d as Int32Array) : (d as Float32Array);
+  const pieces = async function* (scratch: (n: number) => Float32Array): AsyncGenerator<Float32Array> {
+    for await (const d of stored(scratch)) yield packed ? unpackF16(d as Int32Array) : (d as Float32Array);
   };
   /** The packed words of every piece as stored (f16 values, two a word; a packed table only). */
   const halfWords = async function* (): AsyncGenerator<Int32Array> {
