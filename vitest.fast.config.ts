@@ -26,10 +26,10 @@ export const SLOW_FILES = [
   'tests/update-device-guard.test.ts',
   // Small Qwen2 / Qwen3 models with the f16 base beside the f32 one, forward, backward and decode (2–3 min).
   'tests/f16-base.test.ts',
-  // Several-step training runs per case (resume equality, Llama-family models, measured peaks). The PPO, LoRA and
-  // DPO trainer files (4, 12 and 1.3 s since they train on WASM rather than the CPU backend) are fast.
+  // Several-step training runs per case (resume equality, Llama-family models). The PPO, LoRA and DPO trainer
+  // files (4, 12 and 1.3 s since they train on WASM rather than the CPU backend) and size (measured peaks, 6 s on
+  // WASM against 100 s on the CPU backend) are fast.
   'tests/llama-trainer.test.ts',
-  'tests/size.test.ts',
   'tests/perf-grpo-old-logprobs.test.ts',
   // TRL's config classes in Python (40 s where torch and trl are installed).
   'tests/engine-exports.test.ts',
@@ -58,6 +58,7 @@ const EXPLICIT_OWN_WORKER_FILES = [
   'tests/wasm-bmm.test.ts',
   'tests/gpu-plan.test.ts',
   'tests/peak-bytes.test.ts',
+  'tests/size.test.ts',
   'tests/recompute.test.ts',
   'tests/oom.test.ts',
   'tests/chunked-logprob.test.ts',
