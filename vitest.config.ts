@@ -9,7 +9,6 @@ import { TEST_DAWN_TOGGLES } from './e2e/chromium';
  * the longest runs) last. Besides every `*.slow.test.ts`, in order of their durations:
  */
 const LONG_FILES = [
-  'tests/llama-trainer.test.ts',
   'tests/llama-decode-dispatches.test.ts',
   'tests/cli.test.ts',
   'tests/sample-device.test.ts',

@@ -26,10 +26,9 @@ export const SLOW_FILES = [
   'tests/update-device-guard.test.ts',
   // Small Qwen2 / Qwen3 models with the f16 base beside the f32 one, forward, backward and decode (2–3 min).
   'tests/f16-base.test.ts',
-  // Several-step training runs per case (resume equality, Llama-family models). The PPO, LoRA and DPO trainer
-  // files (4, 12 and 1.3 s since they train on WASM rather than the CPU backend) and size (measured peaks, 6 s on
-  // WASM against 100 s on the CPU backend) are fast.
-  'tests/llama-trainer.test.ts',
+  // Several-step training runs per case. The PPO, LoRA, DPO and Llama-family trainer files (4, 12, 1.3 and 6 s since
+  // they train on WASM rather than the CPU backend) and size (measured peaks, 6 s on WASM against 100 s on the CPU
+  // backend) are fast.
   'tests/perf-grpo-old-logprobs.test.ts',
   // TRL's config classes in Python (40 s where torch and trl are installed).
   'tests/engine-exports.test.ts',

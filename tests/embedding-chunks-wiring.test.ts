@@ -1,13 +1,13 @@
 /**
  * The binding limit wired through model loading (Resources.maxBindingBytes → buildTrainer, restoreTrainer →
  * loadLM / loadScalar → GPT2Options.maxBindingBytes; the worker sets it on WebGPU, docs/tfjs.md trap 8): a
- * forced small limit on the CPU backend builds every model with wte in vocabulary chunks, and a PPO run gives
+ * forced small limit on the WASM backend builds every model with wte in vocabulary chunks, and a PPO run gives
  * the unsplit run's metrics, for LoRA and for full fine-tuning, from a fresh build and from a restored checkpoint.
  * On Node WebGPU (where an adapter exists), the chunked model's logits equal the unsplit model's.
  */
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
-import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import { makeTinyFolder } from './helpers/tiny';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { validateConfig, type TrainConfig } from '../src/common/config';
@@ -95,14 +95,14 @@ const chunkRows = (t: PpoTrainer) => [
 ];
 
 beforeAll(async () => {
-  await useCpu();
+  await setNodeBackend('wasm');
   dir = await makeTinyFolder({ n_layer: 1, n_embd: 32, n_head: 2 });
 });
 
 describe.each([
   ['LoRA r=4, shared value', { lora: 4, loraAlpha: 8 }],
   ['full fine-tuning', { lora: 0 }],
-])('a forced binding limit through buildTrainer on CPU: %s', (_name, over) => {
+])('a forced binding limit through buildTrainer on WASM: %s', (_name, over) => {
   it('builds every model chunked and gives the unsplit run’s metrics, steps 1 and 2', async () => {
     const whole = await buildTrainer(config(over), res(), meanByte);
     const chunked = await buildTrainer(config(over), res(LIMIT), meanByte);
@@ -224,7 +224,7 @@ describe('chunked vs unsplit logits on Node WebGPU', () => {
     } finally {
       whole.dispose();
       chunked.dispose();
-      await useCpu();
+      await setNodeBackend('wasm');
     }
   });
 });

@@ -7,7 +7,7 @@
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
-import { useCpu } from './helpers/backend';
+import { setNodeBackend } from '../src/cli/backend-node';
 import type { TrainConfig } from '../src/common/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
 import { checkpointFiles, restoreTrainer } from '../src/core/run/checkpoint';
@@ -49,7 +49,7 @@ function expectSameMetrics(a: StepMetrics[], b: StepMetrics[]): void {
   }
 }
 
-beforeAll(useCpu);
+beforeAll(() => setNodeBackend('wasm'));
 
 describe.each(['llama-tiny', 'qwen2-tiny', 'qwen3-tiny'])('%s', (name) => {
   for (const algorithm of ['ppo', 'grpo', 'rloo', 'reinforce++'] as const) {
