@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { configDefaults, defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig, type UserWorkspaceConfig } from 'vitest/config';
+import type { InlineConfig } from 'vitest/node';
 import base from './vitest.config';
 
 /**
@@ -86,25 +87,38 @@ export const OWN_WORKER_FILES = [...EXPLICIT_OWN_WORKER_FILES, ...ownWorkerByCon
 // with the root's; each names its files itself, with the root's test options.
 const { include, sequence: _sequence, ...shared } = base.test!;
 
+/** Global options (the pool's workers, the order of files), as the full run's config has them. */
+export const GLOBAL: Pick<InlineConfig, 'maxWorkers' | 'minWorkers' | 'sequence'> = {
+  maxWorkers: base.test!.maxWorkers,
+  minWorkers: base.test!.minWorkers,
+  sequence: base.test!.sequence,
+};
+
+/**
+ * The files that share their worker's modules (every unit test file but the slow and the own-worker ones), on
+ * forks without isolation, with the full run's test options and `over`. The full unit tier runs them so too
+ * (vitest.unit-shared.config.ts).
+ */
+export function sharedProject(over: Partial<InlineConfig> = {}): UserWorkspaceConfig {
+  return {
+    test: {
+      ...shared,
+      ...over,
+      name: 'shared',
+      include,
+      exclude: [...configDefaults.exclude, ...SLOW_FILES, ...OWN_WORKER_FILES],
+      pool: 'forks',
+    },
+  };
+}
+
 export default defineConfig({
   test: {
-    // Global options (the pool's workers, the order of files) come from the full run's config.
-    maxWorkers: base.test!.maxWorkers,
-    minWorkers: base.test!.minWorkers,
-    sequence: base.test!.sequence,
+    ...GLOBAL,
     // Vitest reads isolation per pool, for every project on it: forks share, threads isolate.
     poolOptions: { forks: { isolate: false }, threads: { isolate: true } },
     projects: [
-      {
-        test: {
-          ...shared,
-          ...FAST,
-          name: 'shared',
-          include,
-          exclude: [...configDefaults.exclude, ...SLOW_FILES, ...OWN_WORKER_FILES],
-          pool: 'forks',
-        },
-      },
+      sharedProject(FAST),
       // Worker threads, which stay isolated: a new thread per file.
       { test: { ...shared, ...FAST, name: 'own-worker', include: OWN_WORKER_FILES, pool: 'threads' } },
     ],
