@@ -18,6 +18,7 @@ import { parseGPT2Config, parseModelConfig } from '../src/core/model/config';
 import { LLAMA_SHAPES, type LlamaConfig, type LlamaShapeName } from '../src/core/model/llama-config';
 import { configBytes, familyTensorName } from '../src/core/model/folder';
 import { lmParamSpecs } from '../src/core/model/causal-lm';
+import { paramInit } from '../src/core/model/specs';
 import {
   safetensorsStream,
   writeSafetensors,
@@ -66,7 +67,7 @@ if (shapeAt >= 0) {
     ...(vocab !== undefined ? { vocab_size: vocab } : {}),
   };
   const config = parseModelConfig(raw) as LlamaConfig;
-  const weights = randomWeights(config, () => 0.02);
+  const weights = randomWeights(config);
   const files = new Map<string, FileBody>([['config.json', configBytes(config)]]);
   // BF16 rewrites the whole F32 file (its weights drawn into fresh arrays); F32 streams, one weight at a time.
   files.set('model.safetensors', dtype === 'bf16' ? toBf16(fileOf(weights)) : streamOf(weights));
@@ -91,9 +92,7 @@ const config = parseGPT2Config({
   eos_token_id: bytes ? 256 : 50256,
   ...(bytes ? { pad_token_id: 257 } : {}),
 });
-// GPT-2's initialisation (GPT2.random's): residual projections c_proj scaled by 1/√(2·n_layer).
-const cProjStd = 0.02 / Math.sqrt(2 * config.n_layer);
-const weights = randomWeights(config, (name) => (name.endsWith('c_proj.weight') ? cProjStd : 0.02));
+const weights = randomWeights(config);
 await writeFolder(
   out,
   new Map<string, FileBody>([
@@ -111,23 +110,21 @@ interface RandomWeight {
 }
 
 /**
- * The model's weights, in its family's file names, drawn as GPT2.random / Llama.random draw them (norm and
- * LayerNorm weights 1, biases 0, matrices normal(0, std(name))) but with a plain-JavaScript generator
- * (Rng.fillNormal, seed 1234 + the weight's index): the same distribution, 4–5× faster than tfjs's seeded
- * randomNormal on its CPU backend. No model is built.
+ * The model's weights, in its family's file names, drawn by the rule GPT2.random / Llama.random follow
+ * (model/specs.ts paramInit) but with a plain-JavaScript generator (Rng.fillNormal, seed 1234 + the weight's
+ * index): the same distribution, about 3× faster than tfjs's seeded randomNormal on its CPU backend. No model is
+ * built.
  */
-function randomWeights(config: LMConfig, std: (name: string) => number): RandomWeight[] {
-  return lmParamSpecs(config).map((spec, i) => ({
-    name: familyTensorName(config, spec.name),
-    shape: spec.shape.slice(),
-    draw: (out: Float32Array) => {
-      const norm =
-        spec.name.endsWith('norm.weight') || (spec.name.includes('ln_') && spec.name.endsWith('.weight'));
-      if (norm) return out.fill(1);
-      if (spec.name.endsWith('.bias')) return out.fill(0);
-      return new Rng(1234 + i).fillNormal(out, std(spec.name));
-    },
-  }));
+function randomWeights(config: LMConfig): RandomWeight[] {
+  return lmParamSpecs(config).map((spec, i) => {
+    const init = paramInit(config, spec.name);
+    return {
+      name: familyTensorName(config, spec.name),
+      shape: spec.shape.slice(),
+      draw: (out: Float32Array) =>
+        'fill' in init ? out.fill(init.fill) : new Rng(1234 + i).fillNormal(out, init.std),
+    };
+  });
 }
 
 /** The number of values of a weight. */

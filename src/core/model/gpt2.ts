@@ -14,7 +14,7 @@
 import { checkBaseDtype } from './f16-base';
 import * as tf from '@tensorflow/tfjs-core';
 import type { GPT2Config } from './config';
-import { trunkParamSpecs, type ParamSpec } from './specs';
+import { paramInit, trunkParamSpecs, type ParamSpec } from './specs';
 import { UserError } from '../../common/errors';
 import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './ops';
 import { causalPaddingBias, causalSelfAttention, decodeAttention, keyPaddingBias } from './attention';
@@ -151,13 +151,9 @@ export class GPT2 implements CausalLM {
     let s = seed;
     for (const spec of trunkParamSpecs(config)) {
       const name = spec.name;
+      const rule = paramInit(config, name);
       const draw = (shape: number[], sd: number) =>
-        tf.tidy(() => {
-          if (name.includes('ln_') && name.endsWith('.weight')) return tf.ones(shape);
-          if (name.endsWith('.bias')) return tf.zeros(shape);
-          const std = name.endsWith('c_proj.weight') ? 0.02 / Math.sqrt(2 * config.n_layer) : 0.02;
-          return tf.randomNormal(shape, 0, std, 'float32', sd);
-        });
+        'fill' in rule ? tf.fill(shape, rule.fill) : tf.randomNormal(shape, 0, rule.std, 'float32', sd);
       const sd = s++;
       if (name === 'wte.weight' && rows < config.vocab_size) {
         const [V, C] = spec.shape;

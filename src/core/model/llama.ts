@@ -16,7 +16,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { UserError } from '../../common/errors';
 import type { LlamaConfig } from './llama-config';
-import type { ParamSpec } from './specs';
+import { paramInit, type ParamSpec } from './specs';
 import { linear, mergedLinearWeight, rmsNorm, swiglu, type LowRank } from './ops';
 import {
   causalPaddingBias,
@@ -289,11 +289,11 @@ export class Llama implements CausalLM {
     let s = seed;
     for (const spec of llamaParamSpecs(config)) {
       const sd = s++;
-      const t = tf.tidy(() => {
-        if (spec.name.endsWith('norm.weight')) return tf.ones(spec.shape);
-        if (spec.name.endsWith('.bias')) return tf.zeros(spec.shape);
-        return tf.randomNormal(spec.shape, 0, 0.02, 'float32', sd);
-      });
+      const init = paramInit(config, spec.name);
+      const t =
+        'fill' in init
+          ? tf.fill(spec.shape, init.fill)
+          : tf.randomNormal(spec.shape, 0, init.std, 'float32', sd);
       arrays.set(spec.name, t.dataSync() as Float32Array);
       t.dispose();
     }

@@ -1,4 +1,4 @@
-import type { GPT2Config, LMConfig } from './config';
+import { isLlamaConfig, type GPT2Config, type LMConfig } from './config';
 
 /** One parameter of a model: its Hugging Face name (without the `transformer.` prefix) and shape. */
 export interface ParamSpec {
@@ -40,4 +40,19 @@ export function trunkParamSpecs(c: GPT2Config): ParamSpec[] {
 /** *ForSequenceClassification's head with one label: `score.weight` [1, n_embd] (no bias in HF), every family. */
 export function scoreHeadSpecs(c: LMConfig): ParamSpec[] {
   return [{ name: 'score.weight', shape: [1, c.n_embd] }];
+}
+
+/**
+ * How a model's `random` initialises a parameter (GPT2.random, Llama.random; scripts/make-random-model.ts draws its
+ * folders by the same rule): LayerNorm / RMSNorm weights 1, biases 0, every other weight normal(0, std) with std
+ * 0.02, and GPT-2's residual projections (`c_proj.weight`) 0.02 / √(2·n_layer), as GPT-2's own initialisation.
+ */
+export function paramInit(c: LMConfig, name: string): { fill: number } | { std: number } {
+  const norm = isLlamaConfig(c)
+    ? name.endsWith('norm.weight')
+    : name.includes('ln_') && name.endsWith('.weight');
+  if (norm) return { fill: 1 };
+  if (name.endsWith('.bias')) return { fill: 0 };
+  if (!isLlamaConfig(c) && name.endsWith('c_proj.weight')) return { std: 0.02 / Math.sqrt(2 * c.n_layer) };
+  return { std: 0.02 };
 }
