@@ -8,8 +8,8 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { setNodeBackend } from '../src/cli/backend-node';
 import { Llama } from '../src/core/model/llama';
-import { parseModelConfig } from '../src/core/model/config';
-import type { LlamaConfig } from '../src/core/model/llama-config';
+import { parseLlamaConfig } from '../src/core/model/llama-config';
+import { TINY_QWEN2_JSON } from './helpers/f16-base';
 import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { LoraAdapters } from '../src/core/model/lora';
@@ -63,20 +63,8 @@ describe.each(['cpu', 'wasm'] as const)('lmSafetensorsStream on %s', (backend) =
   });
 
   it('a Llama LoRA view (Qwen2-shaped, a vocabulary over two pieces) streams the bytes of lmSafetensors', async () => {
-    const llama = parseModelConfig({
-      model_type: 'qwen2',
-      vocab_size: 9000,
-      hidden_size: 16,
-      intermediate_size: 24,
-      num_hidden_layers: 1,
-      num_attention_heads: 2,
-      num_key_value_heads: 1,
-      max_position_embeddings: 32,
-      tie_word_embeddings: false,
-      bos_token_id: 1,
-      eos_token_id: 2,
-      pad_token_id: 3,
-    }) as LlamaConfig;
+    // The small Qwen2 of the f16 tests with a vocabulary over two pieces of 8192 rows.
+    const llama = parseLlamaConfig({ ...TINY_QWEN2_JSON, vocab_size: 9000 });
     const base = Llama.random(llama, 5, false, 'base');
     const cfg = validateConfig({ model: 'x', task: 'sentiment', lora: 2 }, 'test');
     const adapters = LoraAdapters.create(llama, cfg, 8, 'ad');
