@@ -153,7 +153,9 @@ export class GPT2 implements CausalLM {
       const name = spec.name;
       const rule = paramInit(config, name);
       const draw = (shape: number[], sd: number) =>
-        'fill' in rule ? tf.fill(shape, rule.fill) : tf.randomNormal(shape, 0, rule.std, 'float32', sd);
+        'fill' in rule
+          ? (rule.fill ? tf.ones : tf.zeros)(shape) // values made on the host, not by a kernel
+          : tf.randomNormal(shape, 0, rule.std, 'float32', sd);
       const sd = s++;
       if (name === 'wte.weight' && rows < config.vocab_size) {
         const [V, C] = spec.shape;

@@ -292,7 +292,7 @@ export class Llama implements CausalLM {
       const init = paramInit(config, spec.name);
       const t =
         'fill' in init
-          ? tf.fill(spec.shape, init.fill)
+          ? (init.fill ? tf.ones : tf.zeros)(spec.shape) // made on the host: dataSync reads no GPU back
           : tf.randomNormal(spec.shape, 0, init.std, 'float32', sd);
       arrays.set(spec.name, t.dataSync() as Float32Array);
       t.dispose();

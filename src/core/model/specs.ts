@@ -47,7 +47,7 @@ export function scoreHeadSpecs(c: LMConfig): ParamSpec[] {
  * folders by the same rule): LayerNorm / RMSNorm weights 1, biases 0, every other weight normal(0, std) with std
  * 0.02, and GPT-2's residual projections (`c_proj.weight`) 0.02 / √(2·n_layer), as GPT-2's own initialisation.
  */
-export function paramInit(c: LMConfig, name: string): { fill: number } | { std: number } {
+export function paramInit(c: LMConfig, name: string): { fill: 0 | 1 } | { std: number } {
   const norm = isLlamaConfig(c)
     ? name.endsWith('norm.weight')
     : name.includes('ln_') && name.endsWith('.weight');
