@@ -19,7 +19,14 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
-import { gemmStats, registerWasmExtraKernels, setWasmGemm } from '../src/core/kernels/wasm-extra';
+import {
+  GEMM_NT_MAX_ROWS,
+  gemmNtStats,
+  gemmStats,
+  registerWasmExtraKernels,
+  setWasmGemm,
+  swappedStats,
+} from '../src/core/kernels/wasm-extra';
 import { readFile } from 'node:fs/promises';
 import { execFileSync } from 'node:child_process';
 import { gemmModule, GEMM, GEMM_VARIANTS, plainSimdVariant } from '../scripts/build-wasm-kernels';
@@ -298,6 +305,138 @@ describe('register-blocked GEMM on WebAssembly (gemm.wat)', () => {
   });
 });
 
+/**
+ * gemm_nt (C = A·Bᵀ, both read in place, for decoding's few rows of A): per C element four lane sums over
+ * k ≡ 0, 1, 2, 3 (mod 4), each in increasing k, added as (s0 + s1) + (s2 + s3). The plain build must equal that
+ * order computed in float32 here bit for bit; both builds are held to the float32 bound against the float64 loop
+ * (the bound of a recursive sum holds for any order of the same K products), and with small integers both must
+ * equal the float64 loop exactly. Row strides wider than K and than N check the indexing; a sentinel around C
+ * checks that nothing outside it is written.
+ */
+interface NtCase {
+  label: string;
+  M: number;
+  K: number;
+  N: number;
+  lda?: number;
+  ldb?: number;
+  ldc?: number;
+}
+const NT_CASES: NtCase[] = [
+  { label: 'one row 1×768×2304 (decoding at batch 1)', M: 1, K: 768, N: 2304 },
+  { label: 'two rows 2×896×40', M: 2, K: 896, N: 40 },
+  { label: 'three rows (an odd last row) 3×64×12', M: 3, K: 64, N: 12 },
+  { label: 'four rows 4×160×258 (the tiny model’s LM head)', M: 4, K: 160, N: 258 },
+  { label: 'N not a multiple of 4: 4×20×7', M: 4, K: 20, N: 7 },
+  { label: 'N < 4: 1×8×3', M: 1, K: 8, N: 3 },
+  { label: 'five rows 5×12×9', M: 5, K: 12, N: 9 },
+  { label: 'K = 4: 2×4×5', M: 2, K: 4, N: 5 },
+  { label: 'K = 0 (C is zeros)', M: 3, K: 0, N: 6 },
+  {
+    label: 'row strides wider than K and N: 3×16×10, lda 20, ldb 24, ldc 13',
+    M: 3,
+    K: 16,
+    N: 10,
+    lda: 20,
+    ldb: 24,
+    ldc: 13,
+  },
+];
+
+/** A (M×lda) and B (N×ldb) as stored, with the padding past K filled with values that must not be read. */
+function ntOperands(c: NtCase, seed: number, ints = false) {
+  const lda = c.lda ?? c.K;
+  const ldb = c.ldb ?? c.K;
+  const A = values(c.M * lda, seed, ints);
+  const B = values(c.N * ldb, seed + 1, ints);
+  for (let i = 0; i < c.M; i++) for (let k = c.K; k < lda; k++) A[i * lda + k] = 1e30;
+  for (let j = 0; j < c.N; j++) for (let k = c.K; k < ldb; k++) B[j * ldb + k] = 1e30;
+  return { A, B, lda, ldb };
+}
+
+function runGemmNt(g: Gemm, mem: WebAssembly.Memory, c: NtCase, A: Float32Array, B: Float32Array) {
+  const lda = c.lda ?? c.K;
+  const ldb = c.ldb ?? c.K;
+  const ldc = c.ldc ?? c.N;
+  const cLen = c.M * ldc + 16;
+  const pA = 64;
+  const pB = pA + 4 * A.length;
+  const pC = pB + 4 * B.length;
+  const need = pC + 4 * cLen;
+  if (need > mem.buffer.byteLength) mem.grow(Math.ceil((need - mem.buffer.byteLength) / 65536));
+  new Float32Array(mem.buffer, pA, A.length).set(A);
+  new Float32Array(mem.buffer, pB, B.length).set(B);
+  new Float32Array(mem.buffer, pC, cLen).fill(SENTINEL);
+  g.gemmNT(pA, lda, pB, ldb, pC, ldc, c.M, c.K, c.N);
+  const all = new Float32Array(mem.buffer, pC, cLen);
+  const out = new Float32Array(c.M * c.N);
+  let guardsIntact = true;
+  for (let i = 0; i < all.length; i++) {
+    const row = Math.floor(i / ldc);
+    const col = i % ldc;
+    if (row < c.M && col < c.N) out[row * c.N + col] = all[i];
+    else if (all[i] !== SENTINEL) guardsIntact = false;
+  }
+  return { out, guardsIntact };
+}
+
+/** gemm_nt's order in float32 (four lane sums, then (s0 + s1) + (s2 + s3)), and the float64 loop with Σ|a·b|. */
+function ntReferences(c: NtCase, A: Float32Array, B: Float32Array, lda: number, ldb: number) {
+  const f = Math.fround;
+  const lanes = new Float32Array(c.M * c.N);
+  const C64 = new Float64Array(c.M * c.N);
+  const abs = new Float64Array(c.M * c.N);
+  for (let i = 0; i < c.M; i++)
+    for (let j = 0; j < c.N; j++) {
+      const s = [0, 0, 0, 0];
+      let d = 0;
+      let t = 0;
+      for (let k = 0; k < c.K; k++) {
+        const a = A[i * lda + k];
+        const b = B[j * ldb + k];
+        s[k % 4] = f(s[k % 4] + f(a * b));
+        d += a * b;
+        t += Math.abs(a * b);
+      }
+      lanes[i * c.N + j] = f(f(s[0] + s[1]) + f(s[2] + s[3]));
+      C64[i * c.N + j] = d;
+      abs[i * c.N + j] = t;
+    }
+  return { lanes, C64, abs };
+}
+
+describe('gemm_nt: A·Bᵀ for a few rows of A, read in place (gemm.wat)', () => {
+  const mem = new WebAssembly.Memory({ initial: 16 });
+  beforeAll(() => {
+    enableRelaxedSimd();
+  });
+  for (const c of NT_CASES) {
+    for (const relaxed of [true, false]) {
+      it(`${relaxed ? 'relaxed' : 'plain'} SIMD: ${c.label} — within the float32 bound${relaxed ? '' : ', and bit-equal to its order in float32'}`, () => {
+        const g = gemmFor(mem, { relaxed })!;
+        const { A, B, lda, ldb } = ntOperands(c, 21 + c.M + c.N);
+        const { out, guardsIntact } = runGemmNt(g, mem, c, A, B);
+        expect(guardsIntact, 'wrote outside C').toBe(true);
+        const { lanes, C64, abs } = ntReferences(c, A, B, lda, ldb);
+        const gamma = (c.K * U) / (1 - c.K * U);
+        for (let i = 0; i < out.length; i++) {
+          expect(Math.abs(out[i] - C64[i]), `element ${i}`).toBeLessThanOrEqual(gamma * abs[i]);
+        }
+        if (!relaxed) expect(Array.from(out)).toEqual(Array.from(lanes));
+      });
+    }
+    it(`both builds: ${c.label} with small integers — exact`, () => {
+      const { A, B, lda, ldb } = ntOperands(c, 5 + c.K, true);
+      const ref = Array.from(ntReferences(c, A, B, lda, ldb).C64);
+      for (const relaxed of [true, false]) {
+        const { out, guardsIntact } = runGemmNt(gemmFor(mem, { relaxed })!, mem, c, A, B);
+        expect(guardsIntact).toBe(true);
+        expect(Array.from(out), relaxed ? 'relaxed' : 'plain').toEqual(ref);
+      }
+    });
+  }
+});
+
 describe('the gemm route of the WASM BatchMatMul (setWasmGemm)', () => {
   const buffers = (): number => (tf.backend() as unknown as { numDataIds(): number }).numDataIds();
   beforeAll(async () => {
@@ -353,10 +492,45 @@ describe('the gemm route of the WASM BatchMatMul (setWasmGemm)', () => {
     });
   }
 
-  it('the LM-head shape (few rows · a tall Bᵀ) keeps its (B·Aᵀ)ᵀ route; batched products stay on bmm.wat', async () => {
-    const { routed, got, ref } = await both([3, 16], [300, 16], false, true);
-    expect(routed).toBe(0);
-    expect(Array.from(got.data).every((x, i) => Math.abs(x - ref.data[i]) < 1e-5)).toBe(true);
+  it('few rows · a tall Bᵀ (the LM head, decoding): < 64 rows on gemm_nt; K not a multiple of 4 through (B·Aᵀ)ᵀ', async () => {
+    expect(GEMM_NT_MAX_ROWS).toBe(63);
+    for (const rows of [1, 3, 8, 63]) {
+      const nt = gemmNtStats.calls;
+      const sw = swappedStats.calls;
+      const b0 = buffers();
+      const { routed, got, ref } = await both([rows, 16], [300, 16], false, true);
+      expect(routed, `${rows} rows`).toBe(0);
+      expect(gemmNtStats.calls - nt, `${rows} rows`).toBe(1);
+      expect(swappedStats.calls - sw).toBe(0);
+      expect(got.shape).toEqual([rows, 300]);
+      expect(Array.from(got.data).every((x, i) => Math.abs(x - ref.data[i]) < 1e-5)).toBe(true);
+      expect(buffers()).toBe(b0);
+    }
+    // rank 3 with batch 1, as decoding's [1, rows, C] can come
+    const nt3 = gemmNtStats.calls;
+    const r3 = await both([1, 2, 16], [1, 30, 16], false, true);
+    expect(gemmNtStats.calls - nt3).toBe(1);
+    expect(r3.got.shape).toEqual([1, 2, 30]);
+    expect(Array.from(r3.got.data).every((x, i) => Math.abs(x - r3.ref.data[i]) < 1e-5)).toBe(true);
+    // K not a multiple of 4: the swap (64 rows and more: gemm.wat with Bᵀ packed per call, the route tests above)
+    for (const [sa, sb] of [
+      [
+        [5, 18],
+        [300, 18],
+      ],
+      [
+        [2, 30],
+        [300, 30],
+      ],
+    ]) {
+      const nt = gemmNtStats.calls;
+      const sw = swappedStats.calls;
+      const { routed, got, ref } = await both(sa, sb, false, true);
+      expect(routed).toBe(0);
+      expect(gemmNtStats.calls - nt).toBe(0);
+      expect(swappedStats.calls - sw).toBe(1);
+      expect(Array.from(got.data).every((x, i) => Math.abs(x - ref.data[i]) < 1e-5)).toBe(true);
+    }
     const batched = await both([4, 6, 8], [4, 8, 5], false, false);
     expect(batched.routed).toBe(0);
   });

@@ -26,7 +26,25 @@ export interface Gemm {
   packB(b: number, rsb: number, csb: number, K: number, N: number, dst: number): void;
   /** C = A·B from packed A at pa and packed B at pb; C[i, j] at byte c + 4·(i·ldc + j). */
   gemm(pa: number, pb: number, c: number, ldc: number, M: number, K: number, N: number): void;
+  /**
+   * C = A·Bᵀ read in place, for a few rows of A: A M×K (row stride lda elements), B N×K (row stride ldb), C[i, j] at
+   * byte c + 4·(i·ldc + j); K a multiple of 4 (GEMM_NT_K_MULTIPLE).
+   */
+  gemmNT(
+    a: number,
+    lda: number,
+    b: number,
+    ldb: number,
+    c: number,
+    ldc: number,
+    M: number,
+    K: number,
+    N: number,
+  ): void;
 }
+
+/** gemmNT reads K in steps of one f32x4: K must be a multiple of this. */
+export const GEMM_NT_K_MULTIPLE = 4;
 
 /** Rows per packed strip of A and columns per packed panel of B: the microkernel's tile. */
 export const GEMM_MR = 4;
@@ -90,8 +108,13 @@ export function gemmFor(
   if (got) return got;
   try {
     const inst = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { memory } });
-    const e = inst.exports as unknown as { pack_a: Gemm['packA']; pack_b: Gemm['packB']; gemm: Gemm['gemm'] };
-    const g: Gemm = { relaxed, packA: e.pack_a, packB: e.pack_b, gemm: e.gemm };
+    const e = inst.exports as unknown as {
+      pack_a: Gemm['packA'];
+      pack_b: Gemm['packB'];
+      gemm: Gemm['gemm'];
+      gemm_nt: Gemm['gemmNT'];
+    };
+    const g: Gemm = { relaxed, packA: e.pack_a, packB: e.pack_b, gemm: e.gemm, gemmNT: e.gemm_nt };
     if (!perMemory) instances.set(memory, (perMemory = new Map()));
     perMemory.set(bytes, g);
     return g;

@@ -224,4 +224,140 @@
             (local.set $i (i32.add (local.get $i) (i32.const 4)))
             (br $li)))
         (local.set $jb (local.get $je))
-        (br $ljb)))))
+        (br $ljb))))
+
+  ;; Horizontal sum of a vector's four lanes: (v0 + v1) + (v2 + v3).
+  (func $hsum (param $v v128) (result f32)
+    (f32.add
+      (f32.add (f32x4.extract_lane 0 (local.get $v)) (f32x4.extract_lane 1 (local.get $v)))
+      (f32.add (f32x4.extract_lane 2 (local.get $v)) (f32x4.extract_lane 3 (local.get $v)))))
+
+  ;; C = A · Bᵀ for a few rows of A, both read in place (no packing): A M×K with row stride lda, B N×K with row
+  ;; stride ldb (a weight stored [out, in], as nn.Linear and the tied LM head's wte keep it), C's element [i, j] at
+  ;; c + 4·(i·ldc + j); K a multiple of 4. Decoding's products (1–16 rows of A against every row of a weight):
+  ;; each C element is a dot product of two contiguous rows, so B streams from memory once per pair of A rows in
+  ;; the order it is stored, where the packed route would pack Bᵀ on every call and the (B·Aᵀ)ᵀ route leaves
+  ;; XNNPACK a kernel of M < 8 columns (most of its 8-wide tile idle). The tile: 4 rows of B × 2 rows of A in 8
+  ;; f32x4 accumulators (per step of 4 k: 2 loads of A, 4 of B, 8 multiply-adds); an odd last row of A takes 4
+  ;; accumulators, rows of B past the last multiple of 4 one at a time. Each C element is four lane sums over
+  ;; k ≡ 0, 1, 2, 3 (mod 4), each in increasing k, then added as (s0 + s1) + (s2 + s3).
+  (func (export "gemm_nt") (param $a i32) (param $lda i32) (param $b i32) (param $ldb i32) (param $c i32)
+    (param $ldc i32) (param $M i32) (param $K i32) (param $N i32)
+    (local $j i32) (local $i i32) (local $k i32) (local $kb i32) (local $cp i32)
+    (local $b0 i32) (local $b1 i32) (local $b2 i32) (local $b3 i32) (local $a0 i32) (local $a1 i32)
+    (local $x00 v128) (local $x10 v128) (local $x20 v128) (local $x30 v128)
+    (local $x01 v128) (local $x11 v128) (local $x21 v128) (local $x31 v128)
+    (local $v0 v128) (local $v1 v128) (local $w v128)
+    (local.set $lda (i32.shl (local.get $lda) (i32.const 2)))
+    (local.set $ldb (i32.shl (local.get $ldb) (i32.const 2)))
+    (local.set $ldc (i32.shl (local.get $ldc) (i32.const 2)))
+    (local.set $kb (i32.shl (local.get $K) (i32.const 2)))
+    ;; four rows of B at a time
+    (block $jdone
+      (loop $lj
+        (br_if $jdone (i32.gt_u (i32.add (local.get $j) (i32.const 4)) (local.get $N)))
+        (local.set $b0 (i32.add (local.get $b) (i32.mul (local.get $j) (local.get $ldb))))
+        (local.set $b1 (i32.add (local.get $b0) (local.get $ldb)))
+        (local.set $b2 (i32.add (local.get $b1) (local.get $ldb)))
+        (local.set $b3 (i32.add (local.get $b2) (local.get $ldb)))
+        (local.set $i (i32.const 0))
+        ;; two rows of A at a time
+        (block $idone
+          (loop $li
+            (br_if $idone (i32.gt_u (i32.add (local.get $i) (i32.const 2)) (local.get $M)))
+            (local.set $a0 (i32.add (local.get $a) (i32.mul (local.get $i) (local.get $lda))))
+            (local.set $a1 (i32.add (local.get $a0) (local.get $lda)))
+            (local.set $x00 (v128.const i32x4 0 0 0 0)) (local.set $x01 (v128.const i32x4 0 0 0 0))
+            (local.set $x10 (v128.const i32x4 0 0 0 0)) (local.set $x11 (v128.const i32x4 0 0 0 0))
+            (local.set $x20 (v128.const i32x4 0 0 0 0)) (local.set $x21 (v128.const i32x4 0 0 0 0))
+            (local.set $x30 (v128.const i32x4 0 0 0 0)) (local.set $x31 (v128.const i32x4 0 0 0 0))
+            (local.set $k (i32.const 0))
+            (block $kdone
+              (loop $lk
+                (br_if $kdone (i32.ge_u (local.get $k) (local.get $kb)))
+                (local.set $v0 (v128.load (i32.add (local.get $a0) (local.get $k))))
+                (local.set $v1 (v128.load (i32.add (local.get $a1) (local.get $k))))
+                (local.set $w (v128.load (i32.add (local.get $b0) (local.get $k))))
+                (local.set $x00 (f32x4.relaxed_madd (local.get $v0) (local.get $w) (local.get $x00)))
+                (local.set $x01 (f32x4.relaxed_madd (local.get $v1) (local.get $w) (local.get $x01)))
+                (local.set $w (v128.load (i32.add (local.get $b1) (local.get $k))))
+                (local.set $x10 (f32x4.relaxed_madd (local.get $v0) (local.get $w) (local.get $x10)))
+                (local.set $x11 (f32x4.relaxed_madd (local.get $v1) (local.get $w) (local.get $x11)))
+                (local.set $w (v128.load (i32.add (local.get $b2) (local.get $k))))
+                (local.set $x20 (f32x4.relaxed_madd (local.get $v0) (local.get $w) (local.get $x20)))
+                (local.set $x21 (f32x4.relaxed_madd (local.get $v1) (local.get $w) (local.get $x21)))
+                (local.set $w (v128.load (i32.add (local.get $b3) (local.get $k))))
+                (local.set $x30 (f32x4.relaxed_madd (local.get $v0) (local.get $w) (local.get $x30)))
+                (local.set $x31 (f32x4.relaxed_madd (local.get $v1) (local.get $w) (local.get $x31)))
+                (local.set $k (i32.add (local.get $k) (i32.const 16)))
+                (br $lk)))
+            (local.set $cp (i32.add (local.get $c)
+              (i32.add (i32.mul (local.get $i) (local.get $ldc)) (i32.shl (local.get $j) (i32.const 2)))))
+            (f32.store (local.get $cp) (call $hsum (local.get $x00)))
+            (f32.store offset=4 (local.get $cp) (call $hsum (local.get $x10)))
+            (f32.store offset=8 (local.get $cp) (call $hsum (local.get $x20)))
+            (f32.store offset=12 (local.get $cp) (call $hsum (local.get $x30)))
+            (local.set $cp (i32.add (local.get $cp) (local.get $ldc)))
+            (f32.store (local.get $cp) (call $hsum (local.get $x01)))
+            (f32.store offset=4 (local.get $cp) (call $hsum (local.get $x11)))
+            (f32.store offset=8 (local.get $cp) (call $hsum (local.get $x21)))
+            (f32.store offset=12 (local.get $cp) (call $hsum (local.get $x31)))
+            (local.set $i (i32.add (local.get $i) (i32.const 2)))
+            (br $li)))
+        ;; an odd last row of A
+        (if (i32.lt_u (local.get $i) (local.get $M))
+          (then
+            (local.set $a0 (i32.add (local.get $a) (i32.mul (local.get $i) (local.get $lda))))
+            (local.set $x00 (v128.const i32x4 0 0 0 0)) (local.set $x10 (v128.const i32x4 0 0 0 0))
+            (local.set $x20 (v128.const i32x4 0 0 0 0)) (local.set $x30 (v128.const i32x4 0 0 0 0))
+            (local.set $k (i32.const 0))
+            (block $kdone1
+              (loop $lk1
+                (br_if $kdone1 (i32.ge_u (local.get $k) (local.get $kb)))
+                (local.set $v0 (v128.load (i32.add (local.get $a0) (local.get $k))))
+                (local.set $w (v128.load (i32.add (local.get $b0) (local.get $k))))
+                (local.set $x00 (f32x4.relaxed_madd (local.get $v0) (local.get $w) (local.get $x00)))
+                (local.set $w (v128.load (i32.add (local.get $b1) (local.get $k))))
+                (local.set $x10 (f32x4.relaxed_madd (local.get $v0) (local.get $w) (local.get $x10)))
+                (local.set $w (v128.load (i32.add (local.get $b2) (local.get $k))))
+                (local.set $x20 (f32x4.relaxed_madd (local.get $v0) (local.get $w) (local.get $x20)))
+                (local.set $w (v128.load (i32.add (local.get $b3) (local.get $k))))
+                (local.set $x30 (f32x4.relaxed_madd (local.get $v0) (local.get $w) (local.get $x30)))
+                (local.set $k (i32.add (local.get $k) (i32.const 16)))
+                (br $lk1)))
+            (local.set $cp (i32.add (local.get $c)
+              (i32.add (i32.mul (local.get $i) (local.get $ldc)) (i32.shl (local.get $j) (i32.const 2)))))
+            (f32.store (local.get $cp) (call $hsum (local.get $x00)))
+            (f32.store offset=4 (local.get $cp) (call $hsum (local.get $x10)))
+            (f32.store offset=8 (local.get $cp) (call $hsum (local.get $x20)))
+            (f32.store offset=12 (local.get $cp) (call $hsum (local.get $x30)))))
+        (local.set $j (i32.add (local.get $j) (i32.const 4)))
+        (br $lj)))
+    ;; rows of B past the last multiple of 4, one at a time
+    (block $rdone
+      (loop $lr
+        (br_if $rdone (i32.ge_u (local.get $j) (local.get $N)))
+        (local.set $b0 (i32.add (local.get $b) (i32.mul (local.get $j) (local.get $ldb))))
+        (local.set $i (i32.const 0))
+        (block $ridone
+          (loop $lri
+            (br_if $ridone (i32.ge_u (local.get $i) (local.get $M)))
+            (local.set $a0 (i32.add (local.get $a) (i32.mul (local.get $i) (local.get $lda))))
+            (local.set $x00 (v128.const i32x4 0 0 0 0))
+            (local.set $k (i32.const 0))
+            (block $kdone2
+              (loop $lk2
+                (br_if $kdone2 (i32.ge_u (local.get $k) (local.get $kb)))
+                (local.set $v0 (v128.load (i32.add (local.get $a0) (local.get $k))))
+                (local.set $w (v128.load (i32.add (local.get $b0) (local.get $k))))
+                (local.set $x00 (f32x4.relaxed_madd (local.get $v0) (local.get $w) (local.get $x00)))
+                (local.set $k (i32.add (local.get $k) (i32.const 16)))
+                (br $lk2)))
+            (f32.store (i32.add (local.get $c)
+              (i32.add (i32.mul (local.get $i) (local.get $ldc)) (i32.shl (local.get $j) (i32.const 2))))
+              (call $hsum (local.get $x00)))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br $lri)))
+        (local.set $j (i32.add (local.get $j) (i32.const 1)))
+        (br $lr))))
+)

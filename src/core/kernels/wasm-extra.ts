@@ -7,7 +7,14 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { bmmFor, bmmStats, heapMemory } from './wasm-simd';
-import { enableRelaxedSimd, gemmFor, packedABytes, packedBBytes, type Gemm } from './gemm-wasm-api';
+import {
+  enableRelaxedSimd,
+  GEMM_NT_K_MULTIPLE,
+  gemmFor,
+  packedABytes,
+  packedBBytes,
+  type Gemm,
+} from './gemm-wasm-api';
 import { registerWasmSharedIdentity } from './wasm-identity';
 
 interface WasmBackendLike {
@@ -38,9 +45,9 @@ export const swappedStats = { calls: 0 };
  * through their strides while packing. A is packed into scratch per call (O(M·K), small beside the product). B is
  * packed per call too, except a B read untransposed that comes back: from its second product on, its packed panels
  * are kept (one copy, as XNNPACK keeps its own packed copy of a weight it has seen) until the tensor's data is
- * freed. Bᵀ is never kept: a weight's dy·Wᵀ would otherwise hold a second packed copy of every weight. The LM
- * head's h·wteᵀ with few rows keeps its (B·Aᵀ)ᵀ route on XNNPACK (packing wte per call would cost more than the
- * product). On by default from registerWasmExtraKernels (measured at the default plan, bench --vs-trl: a GPT-2 124M
+ * freed. Bᵀ is never kept: a weight's dy·Wᵀ would otherwise hold a second packed copy of every weight. A·Bᵀ with
+ * fewer than 64 rows (the LM head's h·wteᵀ when decoding) runs on gemm_nt, reading B in place (GEMM_NT_MAX_ROWS);
+ * with more, and a Bᵀ too large to pack per call, on XNNPACK's (B·Aᵀ)ᵀ route. On by default from registerWasmExtraKernels (measured at the default plan, bench --vs-trl: a GPT-2 124M
  * LoRA GRPO step 1.97× TRL's time against 2.47× on XNNPACK; docs/vs-trl.md); `setWasmGemm(false)`, or WASM_GEMM=0 in
  * Node (read when the kernels are registered), keeps XNNPACK. Where the engine has no SIMD, gemmFor returns null
  * and XNNPACK runs the product. `gemmStats` counts products, kept packings and their reuses (the tests read it).
@@ -50,6 +57,25 @@ export const gemmStats = { calls: 0, packedKept: 0, packedReused: 0 };
 export const GEMM_BT_MIN_ROWS = 64;
 /** The most bytes a per-call packing of Bᵀ may take for that route. */
 export const GEMM_BT_MAX_PACKED_BYTES = 64 * 1024 * 1024;
+/**
+ * Rows of A up to which A·Bᵀ runs on gemm.wat's gemm_nt (A and B read in place, each row of B streamed once per
+ * pair of rows of A; K a multiple of 4): decoding's products with a weight stored [out, in] (Llama's and Qwen's
+ * projections, the tied LM head over wte) and a micro-batch's forward through them at fewer than GEMM_BT_MIN_ROWS
+ * rows. Measured here (one thread, `npx tsx scripts/bench-gemm-nt.ts`, against the (B·Aᵀ)ᵀ route it replaces): at
+ * 1 row 2.1–5.0× its speed (a Qwen2.5-0.5B MLP product 3.47 → 1.03 ms), at 4 rows 1.3–2.4×, at 12–63 rows
+ * 1.2–1.5×; at 8 rows XNNPACK's 8-wide tile fits exactly and the swap was 4–8% faster on two of three shapes
+ * (GPT-2's LM head 23.2 against 25.1 ms). From GEMM_BT_MIN_ROWS rows the routes above run it.
+ */
+export const GEMM_NT_MAX_ROWS = GEMM_BT_MIN_ROWS - 1;
+let gemmNtMaxRows = GEMM_NT_MAX_ROWS;
+/** Products gemm_nt computed (the tests read it). */
+export const gemmNtStats = { calls: 0 };
+/** Route A·Bᵀ with at most `rows` rows of A to gemm_nt (0: never), for tests and benches; returns the previous. */
+export function setGemmNtMaxRows(rows: number): number {
+  const was = gemmNtMaxRows;
+  gemmNtMaxRows = rows;
+  return was;
+}
 let gemmOn = false;
 /** What setWasmGemm asked for (null: nothing yet; registerWasmExtraKernels then turns the route on). */
 let gemmAsked: boolean | null = null;
@@ -141,6 +167,22 @@ function gemmProduct(
   return out;
 }
 
+/** A·Bᵀ on gemm_nt (see GEMM_NT_MAX_ROWS): A [.., M, K] and B [.., N, K] read where they lie. */
+function gemmNtProduct(g: Gemm, bk: WasmBackendLike, a: tf.TensorInfo, b: tf.TensorInfo): tf.TensorInfo {
+  const ra = a.shape.length;
+  const rb = b.shape.length;
+  const M = a.shape[ra - 2];
+  const K = a.shape[ra - 1];
+  const N = b.shape[rb - 2];
+  const lead = (ra >= rb ? a.shape : b.shape).slice(0, -2);
+  const out = bk.makeOutput([...lead, M, N], 'float32');
+  if (M === 0 || N === 0) return out;
+  const off = (t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+  g.gemmNT(off(a), K, off(b), K, off(out), N, M, K, N);
+  gemmNtStats.calls++;
+  return out;
+}
+
 function fastMatMul(): void {
   const orig = tf.getKernel('BatchMatMul', 'wasm');
   const transpose = tf.getKernel('Transpose', 'wasm');
@@ -185,6 +227,22 @@ function fastMatMul(): void {
         if (!(at.transposeB && !at.transposeA && M * K + M * N < N * K)) return false;
         return M < GEMM_BT_MIN_ROWS || packedBBytes(K, N) > GEMM_BT_MAX_PACKED_BYTES;
       };
+      if (
+        gemmOn &&
+        batchA === 1 &&
+        batchB === 1 &&
+        at.transposeB &&
+        !at.transposeA &&
+        a.dtype === 'float32' &&
+        b.dtype === 'float32'
+      ) {
+        const M = a.shape[a.shape.length - 2];
+        const K = a.shape[a.shape.length - 1];
+        if (M <= gemmNtMaxRows && K % GEMM_NT_K_MULTIPLE === 0) {
+          const g = gemmFor(heapMemory(bk.wasm));
+          if (g) return gemmNtProduct(g, bk, a, b);
+        }
+      }
       if (
         gemmOn &&
         batchA === 1 &&
