@@ -23,7 +23,7 @@ for (const [K, N] of process.env.SHAPES ? (JSON.parse(process.env.SHAPES) as num
     const x = tf.randomNormal([M, K]) as tf.Tensor2D;
     const res: string[] = [];
     let ref: Float32Array | null = null;
-    for (const rows of [0, 64]) {
+    for (const rows of [0, Number(process.env.NT_ROWS ?? 64)]) {
       setGemmNtMaxRows(rows);
       const s0 = gemmNtStats.calls;
       const w0 = swappedStats.calls;

@@ -9,6 +9,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import {
   GEMM_BT_MIN_ROWS,
+  GEMM_NT_MAX_ROWS,
   gemmNtStats,
   gemmStats,
   registerWasmExtraKernels,
@@ -34,32 +35,30 @@ describe('the gemm.wat route by default', () => {
     tf.dispose([a, b, c]);
   });
 
-  it("a gradient's dy·Wᵀ takes it from GEMM_BT_MIN_ROWS rows; fewer rows go to gemm_nt", async () => {
-    // dy [M, 768] · W [200, 768]ᵀ (Conv1D's input gradient: W [in, out]): M·K + M·N < N·K below 159 rows.
-    const K = 768;
-    const N = 200;
-    const W = tf.randomNormal([N, K], 0, 1, 'float32', 3);
-    const ref = (dy: Float32Array, w: Float32Array, M: number) => {
-      const out = new Float64Array(M * N);
+  it("a gradient's dy·Wᵀ: fewer than GEMM_BT_MIN_ROWS rows on gemm_nt, from it gemm.wat with Bᵀ packed", async () => {
+    // dy [M, 768] · W [200, 768]ᵀ (Conv1D's input gradient: W [in, out]) against a float64 loop, either side of
+    // the boundary.
+    const cases = [
+      { M: GEMM_BT_MIN_ROWS, K: 768, N: 200, route: 'gemm' },
+      { M: GEMM_NT_MAX_ROWS, K: 768, N: 200, route: 'nt' },
+    ] as const;
+    expect(GEMM_NT_MAX_ROWS).toBe(GEMM_BT_MIN_ROWS - 1);
+    for (const { M, K, N, route } of cases) {
+      const W = tf.randomNormal([N, K], 0, 1, 'float32', 3);
+      const dy = tf.randomNormal([M, K], 0, 1, 'float32', M);
+      const w = (await W.data()) as Float32Array;
+      const d = (await dy.data()) as Float32Array;
+      const want = new Float64Array(M * N);
       for (let i = 0; i < M; i++)
         for (let j = 0; j < N; j++) {
           let s = 0;
-          for (let k = 0; k < K; k++) s += dy[i * K + k] * w[j * K + k];
-          out[i * N + j] = s;
+          for (let k = 0; k < K; k++) s += d[i * K + k] * w[j * K + k];
+          want[i * N + j] = s;
         }
-      return out;
-    };
-    const w = (await W.data()) as Float32Array;
-    for (const [M, route] of [
-      [GEMM_BT_MIN_ROWS, 'gemm'],
-      [GEMM_BT_MIN_ROWS - 1, 'nt'],
-    ] as const) {
-      const dy = tf.randomNormal([M, K], 0, 1, 'float32', M);
       const g0 = gemmStats.calls;
       const s0 = swappedStats.calls;
       const n0 = gemmNtStats.calls;
       const c = tf.matMul(dy, W, false, true);
-      const want = ref((await dy.data()) as Float32Array, w, M);
       const got = await c.data();
       let err = 0;
       let scale = 0;
@@ -67,13 +66,12 @@ describe('the gemm.wat route by default', () => {
         err = Math.max(err, Math.abs(got[i] - want[i]));
         scale = Math.max(scale, Math.abs(want[i]));
       }
-      expect(err / scale).toBeLessThan(1e-6);
+      expect(err / scale, `M ${M}`).toBeLessThan(1e-6);
       expect(gemmStats.calls - g0, `M ${M}`).toBe(route === 'gemm' ? 1 : 0);
       expect(gemmNtStats.calls - n0, `M ${M}`).toBe(route === 'nt' ? 1 : 0);
       expect(swappedStats.calls - s0, `M ${M}`).toBe(0);
-      tf.dispose([dy, c]);
+      tf.dispose([W, dy, c]);
     }
-    W.dispose();
   });
 
   it('setWasmGemm(false) keeps XNNPACK', async () => {

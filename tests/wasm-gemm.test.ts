@@ -26,6 +26,7 @@ import {
   registerWasmExtraKernels,
   setWasmGemm,
   swappedStats,
+  wasmGemmEnabled,
 } from '../src/core/kernels/wasm-extra';
 import { readFile } from 'node:fs/promises';
 import { execFileSync } from 'node:child_process';
@@ -444,7 +445,13 @@ describe('the gemm route of the WASM BatchMatMul (setWasmGemm)', () => {
     await tf.setBackend('wasm');
     await tf.ready();
   });
-  afterAll(() => setWasmGemm(false));
+  // The route as this worker had it: the fast tier runs files after this one in the same worker, and one that
+  // trains on WASM must get the default route (gemm.wat on), not the one the last case here left.
+  let before = false;
+  beforeAll(() => {
+    before = wasmGemmEnabled();
+  });
+  afterAll(() => setWasmGemm(before));
 
   /** op(A)·op(B) on WASM with the route on, and on the CPU backend. */
   async function both(sa: number[], sb: number[], ta: boolean, tb: boolean) {
@@ -512,7 +519,7 @@ describe('the gemm route of the WASM BatchMatMul (setWasmGemm)', () => {
     expect(gemmNtStats.calls - nt3).toBe(1);
     expect(r3.got.shape).toEqual([1, 2, 30]);
     expect(Array.from(r3.got.data).every((x, i) => Math.abs(x - r3.ref.data[i]) < 1e-5)).toBe(true);
-    // K not a multiple of 4: the swap (64 rows and more: gemm.wat with Bᵀ packed per call, the route tests above)
+    // K not a multiple of 4: the swap (from 64 rows: gemm.wat with Bᵀ packed per call, tests/wasm-gemm-default.test.ts)
     for (const [sa, sb] of [
       [
         [5, 18],

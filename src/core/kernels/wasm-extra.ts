@@ -63,8 +63,11 @@ export const GEMM_BT_MAX_PACKED_BYTES = 64 * 1024 * 1024;
  * projections, the tied LM head over wte) and a micro-batch's forward through them at fewer than GEMM_BT_MIN_ROWS
  * rows. Measured here (one thread, `npx tsx scripts/bench-gemm-nt.ts`, against the (B·Aᵀ)ᵀ route it replaces): at
  * 1 row 2.1–5.0× its speed (a Qwen2.5-0.5B MLP product 3.47 → 1.03 ms), at 4 rows 1.3–2.4×, at 12–63 rows
- * 1.2–1.5×; at 8 rows XNNPACK's 8-wide tile fits exactly and the swap was 4–8% faster on two of three shapes
- * (GPT-2's LM head 23.2 against 25.1 ms). From GEMM_BT_MIN_ROWS rows the routes above run it.
+ * 1.2–1.5×; at exactly 8 rows XNNPACK's 8-wide tile fits and the swap was 4–8% faster on two of three shapes
+ * (GPT-2's LM head 23.2 against 25.1 ms). From 64 rows gemm_nt was also 1.06–1.45× gemm.wat with Bᵀ packed per
+ * call up to 192 rows (`NT_ROWS=1000`), but training's backward then rounds another way and a 3-step PPO run drifts
+ * 1.08e-5 from the XNNPACK run's policy loss, past issue #35's 1e-5 (tests/wasm-gemm-training.slow.test.ts): it
+ * stops below GEMM_BT_MIN_ROWS, where that check holds.
  */
 export const GEMM_NT_MAX_ROWS = GEMM_BT_MIN_ROWS - 1;
 let gemmNtMaxRows = GEMM_NT_MAX_ROWS;
