@@ -27,6 +27,7 @@ import {
   setWasmGemm,
   swappedStats,
   wasmGemmEnabled,
+  whileGenerating,
 } from '../src/core/kernels/wasm-extra';
 import { readFile } from 'node:fs/promises';
 import { execFileSync } from 'node:child_process';
@@ -499,13 +500,13 @@ describe('the gemm route of the WASM BatchMatMul (setWasmGemm)', () => {
     });
   }
 
-  it('few rows · a tall Bᵀ (the LM head, decoding): < 64 rows on gemm_nt; K not a multiple of 4 through (B·Aᵀ)ᵀ', async () => {
+  it('few rows · a tall Bᵀ (the LM head) while generating: < 64 rows on gemm_nt; otherwise through (B·Aᵀ)ᵀ', async () => {
     expect(GEMM_NT_MAX_ROWS).toBe(63);
     for (const rows of [1, 3, 8, 63]) {
       const nt = gemmNtStats.calls;
       const sw = swappedStats.calls;
       const b0 = buffers();
-      const { routed, got, ref } = await both([rows, 16], [300, 16], false, true);
+      const { routed, got, ref } = await whileGenerating(() => both([rows, 16], [300, 16], false, true));
       expect(routed, `${rows} rows`).toBe(0);
       expect(gemmNtStats.calls - nt, `${rows} rows`).toBe(1);
       expect(swappedStats.calls - sw).toBe(0);
@@ -515,24 +516,21 @@ describe('the gemm route of the WASM BatchMatMul (setWasmGemm)', () => {
     }
     // rank 3 with batch 1, as decoding's [1, rows, C] can come
     const nt3 = gemmNtStats.calls;
-    const r3 = await both([1, 2, 16], [1, 30, 16], false, true);
+    const r3 = await whileGenerating(() => both([1, 2, 16], [1, 30, 16], false, true));
     expect(gemmNtStats.calls - nt3).toBe(1);
     expect(r3.got.shape).toEqual([1, 2, 30]);
     expect(Array.from(r3.got.data).every((x, i) => Math.abs(x - r3.ref.data[i]) < 1e-5)).toBe(true);
-    // K not a multiple of 4: the swap (from 64 rows: gemm.wat with Bᵀ packed per call, tests/wasm-gemm-default.test.ts)
-    for (const [sa, sb] of [
-      [
-        [5, 18],
-        [300, 18],
-      ],
-      [
-        [2, 30],
-        [300, 30],
-      ],
-    ]) {
+    // Not generating (training's products), or K not a multiple of 4: the swap (from 64 rows: gemm.wat with Bᵀ
+    // packed per call, tests/wasm-gemm-default.test.ts)
+    for (const [sa, sb, gen] of [
+      [[3, 16], [300, 16], false],
+      [[5, 18], [300, 18], true],
+      [[2, 30], [300, 30], true],
+    ] as [number[], number[], boolean][]) {
       const nt = gemmNtStats.calls;
       const sw = swappedStats.calls;
-      const { routed, got, ref } = await both(sa, sb, false, true);
+      const run = () => both(sa, sb, false, true);
+      const { routed, got, ref } = gen ? await whileGenerating(run) : await run();
       expect(routed).toBe(0);
       expect(gemmNtStats.calls - nt).toBe(0);
       expect(swappedStats.calls - sw).toBe(1);

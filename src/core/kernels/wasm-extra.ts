@@ -46,8 +46,8 @@ export const swappedStats = { calls: 0 };
  * packed per call too, except a B read untransposed that comes back: from its second product on, its packed panels
  * are kept (one copy, as XNNPACK keeps its own packed copy of a weight it has seen) until the tensor's data is
  * freed. Bᵀ is never kept: a weight's dy·Wᵀ would otherwise hold a second packed copy of every weight. A·Bᵀ with
- * fewer than 64 rows (the LM head's h·wteᵀ when decoding) runs on gemm_nt, reading B in place (GEMM_NT_MAX_ROWS);
- * with more, and a Bᵀ too large to pack per call, on XNNPACK's (B·Aᵀ)ᵀ route. On by default from registerWasmExtraKernels (measured at the default plan, bench --vs-trl: a GPT-2 124M
+ * fewer than 64 rows while generating (the LM head's h·wteᵀ when decoding) runs on gemm_nt, reading B in place
+ * (GEMM_NT_MAX_ROWS); otherwise with few rows, or a Bᵀ too large to pack per call, on XNNPACK's (B·Aᵀ)ᵀ route. On by default from registerWasmExtraKernels (measured at the default plan, bench --vs-trl: a GPT-2 124M
  * LoRA GRPO step 1.97× TRL's time against 2.47× on XNNPACK; docs/vs-trl.md); `setWasmGemm(false)`, or WASM_GEMM=0 in
  * Node (read when the kernels are registered), keeps XNNPACK. Where the engine has no SIMD, gemmFor returns null
  * and XNNPACK runs the product. `gemmStats` counts products, kept packings and their reuses (the tests read it).
@@ -58,18 +58,36 @@ export const GEMM_BT_MIN_ROWS = 64;
 /** The most bytes a per-call packing of Bᵀ may take for that route. */
 export const GEMM_BT_MAX_PACKED_BYTES = 64 * 1024 * 1024;
 /**
- * Rows of A up to which A·Bᵀ runs on gemm.wat's gemm_nt (A and B read in place, each row of B streamed once per
- * pair of rows of A; K a multiple of 4): decoding's products with a weight stored [out, in] (Llama's and Qwen's
- * projections, the tied LM head over wte) and a micro-batch's forward through them at fewer than GEMM_BT_MIN_ROWS
- * rows. Measured here (one thread, `npx tsx scripts/bench-gemm-nt.ts`, against the (B·Aᵀ)ᵀ route it replaces): at
+ * Rows of A up to which A·Bᵀ runs on gemm.wat's gemm_nt while generating (inside `whileGenerating`): A and B read
+ * in place, each row of B streamed once per pair of rows of A, K a multiple of 4. Decoding's products with a weight
+ * stored [out, in] (Llama's and Qwen's projections, the tied LM head over wte) and the prompt's forward through
+ * them. Measured here (one thread, `npx tsx scripts/bench-gemm-nt.ts`, against the (B·Aᵀ)ᵀ route it replaces): at
  * 1 row 2.1–5.0× its speed (a Qwen2.5-0.5B MLP product 3.47 → 1.03 ms), at 4 rows 1.3–2.4×, at 12–63 rows
  * 1.2–1.5×; at exactly 8 rows XNNPACK's 8-wide tile fits and the swap was 4–8% faster on two of three shapes
- * (GPT-2's LM head 23.2 against 25.1 ms). From 64 rows gemm_nt was also 1.06–1.45× gemm.wat with Bᵀ packed per
- * call up to 192 rows (`NT_ROWS=1000`), but training's backward then rounds another way and a 3-step PPO run drifts
- * 1.08e-5 from the XNNPACK run's policy loss, past issue #35's 1e-5 (tests/wasm-gemm-training.slow.test.ts): it
- * stops below GEMM_BT_MIN_ROWS, where that check holds.
+ * (GPT-2's LM head 23.2 against 25.1 ms).
+ *
+ * Only while generating: gemm_nt sums each element in four lanes where gemm.wat sums in k order, so a training
+ * product at a micro-batch's rows (under 64) would round unlike the whole minibatch's (gemm.wat from 64 rows): with
+ * it in training the weights after a step at micro-batches of 4 moved 1.2–1.3e-5 from the whole minibatch's, past
+ * issue #20's 1e-5 (tests/microbatch-step.slow.test.ts). Generation's own products are all under 64 rows at every
+ * slice size of a test's batch, so a sliced generation rounds as the whole batch's does (the same tokens and
+ * log-probs); limiting gemm_nt to 8 rows instead made 4-row slices round unlike a 16-row batch (5 failures there).
  */
 export const GEMM_NT_MAX_ROWS = GEMM_BT_MIN_ROWS - 1;
+/** Nesting depth of whileGenerating scopes (generation is one at a time; a counter keeps nesting safe). */
+let generating = 0;
+/**
+ * Run `f` (a generation: prefill and decode steps, awaited) with A·Bᵀ under GEMM_NT_MAX_ROWS rows on gemm_nt.
+ * Other backends ignore it.
+ */
+export async function whileGenerating<T>(f: () => Promise<T>): Promise<T> {
+  generating++;
+  try {
+    return await f();
+  } finally {
+    generating--;
+  }
+}
 let gemmNtMaxRows = GEMM_NT_MAX_ROWS;
 /** Products gemm_nt computed (the tests read it). */
 export const gemmNtStats = { calls: 0 };
@@ -241,7 +259,7 @@ function fastMatMul(): void {
       ) {
         const M = a.shape[a.shape.length - 2];
         const K = a.shape[a.shape.length - 1];
-        if (M <= gemmNtMaxRows && K % GEMM_NT_K_MULTIPLE === 0) {
+        if (generating > 0 && M <= gemmNtMaxRows && K % GEMM_NT_K_MULTIPLE === 0) {
           const g = gemmFor(heapMemory(bk.wasm));
           if (g) return gemmNtProduct(g, bk, a, b);
         }

@@ -18,6 +18,7 @@ import { gatherRows } from './gather';
 import { sampleTokens } from './sample-op';
 import { maybeYield } from '../base/yield';
 import { decodeReplayApplies, replayedDecode } from './decode-replay';
+import { whileGenerating } from '../kernels/wasm-extra';
 
 export interface SampleOptions {
   maxNewTokens: number;
@@ -328,6 +329,15 @@ function rowsOf(
 
 /** Sample continuations for a batch of prompts. */
 export async function generate(
+  model: CausalLM,
+  prompts: number[][],
+  opts: SampleOptions,
+): Promise<GenerateResult> {
+  // On WASM, decoding's few-row products with weights stored [out, in] run on gemm_nt (kernels/wasm-extra.ts).
+  return whileGenerating(() => generateOnce(model, prompts, opts));
+}
+
+async function generateOnce(
   model: CausalLM,
   prompts: number[][],
   opts: SampleOptions,
