@@ -24,10 +24,8 @@ import type { LayerKV } from '../kernels/definitions';
 import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
 import { chunkedLazyTensor, gatherChunked, headChunked } from './vocab-chunks';
-import { embeddingChunkRows, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
+import { embeddingChunkRows, nextModelId, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
 import { tensorPieces } from '../kernels/wasm-read';
-
-let modelCounter = 0;
 
 export { embeddingChunkRows, embeddingChunks, type GPT2Options, type TrunkOptions } from './lm';
 
@@ -90,7 +88,7 @@ export class GPT2 implements CausalLM {
     opts: GPT2Options = {},
   ): GPT2 {
     checkBaseDtype(opts.baseDtype, { trainable, family: 'gpt2' });
-    const id = `${label}_${modelCounter++}`;
+    const id = nextModelId(label);
     const rows = embeddingChunkRows(config, opts.maxBindingBytes);
     const params = new Map<string, tf.Variable>();
     try {
@@ -145,7 +143,7 @@ export class GPT2 implements CausalLM {
     label = 'gpt2',
     opts: GPT2Options = {},
   ): GPT2 {
-    const id = `${label}_${modelCounter++}`;
+    const id = nextModelId(label);
     const rows = embeddingChunkRows(config, opts.maxBindingBytes);
     const params = new Map<string, tf.Variable>();
     let s = seed;
@@ -178,7 +176,7 @@ export class GPT2 implements CausalLM {
    * fine-tuning run): for a LoRA view, the merged W + (B·A)ᵀ·scaling. Same wte layout.
    */
   clone(trainable: boolean, label = 'gpt2'): GPT2 {
-    const id = `${label}_${modelCounter++}`;
+    const id = nextModelId(label);
     const params = new Map<string, tf.Variable>();
     for (const [name, v] of this.params) {
       const lr = this.lowRankOf(name);
@@ -212,14 +210,7 @@ export class GPT2 implements CausalLM {
         }
       }
     }
-    return new GPT2(
-      this.config,
-      this.params,
-      `${label}_${modelCounter++}`,
-      this.wteChunkRows,
-      this,
-      adapters,
-    );
+    return new GPT2(this.config, this.params, nextModelId(label), this.wteChunkRows, this, adapters);
   }
 
   p(name: string): tf.Variable {

@@ -46,11 +46,9 @@ import {
   weightValues,
   type WeightData,
 } from './f16-base';
-import { embeddingChunkRows, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
+import { embeddingChunkRows, nextModelId, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
 import { chunkedLazyTensor, chunkRanges, gatherChunked, headChunked } from './vocab-chunks';
 import { tensorPieces } from '../kernels/wasm-read';
-
-let modelCounter = 0;
 
 /** The parameters of a Llama-family model in HF names without `model.` (`lm_head.weight` only when untied). */
 export function llamaParamSpecs(c: LlamaConfig): ParamSpec[] {
@@ -229,7 +227,7 @@ export class Llama implements CausalLM {
   ): Llama {
     checkBaseDtype(opts.baseDtype, { trainable, family: config.model_type });
     const half = opts.baseDtype === 'f16';
-    const id = `${label}_${modelCounter++}`;
+    const id = nextModelId(label);
     const rows = embeddingChunkRows(config, opts.maxBindingBytes);
     const params = new Map<string, tf.Variable>();
     try {
@@ -302,7 +300,7 @@ export class Llama implements CausalLM {
 
   /** A plain model with copies of the weights this one computes with (a LoRA view's merged W + B·A·scaling). */
   clone(trainable: boolean, label = 'llama'): Llama {
-    const id = `${label}_${modelCounter++}`;
+    const id = nextModelId(label);
     const params = new Map<string, tf.Variable>();
     for (const [name, v] of this.params) {
       const lr = this.lowRankOf(name);
@@ -340,14 +338,7 @@ export class Llama implements CausalLM {
         }
       }
     }
-    return new Llama(
-      this.config,
-      this.params,
-      `${label}_${modelCounter++}`,
-      this.wteChunkRows,
-      this,
-      adapters,
-    );
+    return new Llama(this.config, this.params, nextModelId(label), this.wteChunkRows, this, adapters);
   }
 
   p(name: string): tf.Variable {

@@ -14,6 +14,17 @@ import type { ParamSpec } from './specs';
 import { UserError } from '../../common/errors';
 
 /** Model options that change the in-memory layout only (never the names or values in files). */
+/**
+ * A model's id (`label_n`), which names its variables (`policy_0/h.0.attn.c_attn.weight`, …). One counter for
+ * every model family: tfjs refuses a second variable of a name while the first lives, and GPT-2 and Llama models
+ * counting apart could both make `value_9` in one process (a test file's model still alive when the next file
+ * in the same worker made one of the other family: tests/llama-trainer.test.ts failed so once).
+ */
+let modelCounter = 0;
+export function nextModelId(label: string): string {
+  return `${label}_${modelCounter++}`;
+}
+
 export interface GPT2Options {
   /**
    * The most bytes one kernel may bind as a storage buffer (WebGPU's `maxStorageBufferBindingSize`):
