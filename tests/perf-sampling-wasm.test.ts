@@ -253,19 +253,22 @@ describe('pickTokens on WASM: auto takes the host walk, and it is faster', () =>
     expect(names.has('Tile')).toBe(false);
     expect((await pick(logits, u, 'auto')).tokens).toEqual((await pick(logits, u, 'device')).tokens);
 
-    const time = (walk: CdfWalk): number => {
-      let best = Infinity;
-      for (let k = 0; k < 4; k++) {
-        const t0 = performance.now();
-        const r = pickTokens(logits, 1, 0, 1, uT, walk);
-        r.tokens.dataSync();
-        best = Math.min(best, performance.now() - t0);
-        tf.dispose([r.tokens, r.logprobs]);
-      }
-      return best;
+    const once = (walk: CdfWalk): number => {
+      const t0 = performance.now();
+      const r = pickTokens(logits, 1, 0, 1, uT, walk);
+      r.tokens.dataSync();
+      const ms = performance.now() - t0;
+      tf.dispose([r.tokens, r.logprobs]);
+      return ms;
     };
-    const tHost = time('auto');
-    const tDevice = time('device');
+    // Best of 6 each, the two walks taking turns: a burst of load from the other test worker then slows both
+    // rather than one walk's rounds (timed one walk after the other, the host walk once took 19.4 ms here).
+    let tHost = Infinity;
+    let tDevice = Infinity;
+    for (let k = 0; k < 6; k++) {
+      tHost = Math.min(tHost, once('auto'));
+      tDevice = Math.min(tDevice, once('device'));
+    }
     // Measured ≈ 6 against ≈ 85 ms on a 2-core Xeon; 3× leaves room for a loaded machine.
     expect(tDevice / tHost, `device ${tDevice.toFixed(1)} ms, host ${tHost.toFixed(1)} ms`).toBeGreaterThan(
       3,
