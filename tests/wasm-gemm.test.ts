@@ -129,6 +129,20 @@ function reference32(A: Float32Array, B: Float32Array, c: Case): Float32Array {
 
 const SENTINEL = -12345.5;
 
+/** C's M×N elements (row stride ldc) from cLen floats at pC, and whether every sentinel around them survived. */
+function readGuarded(mem: WebAssembly.Memory, pC: number, cLen: number, ldc: number, M: number, N: number) {
+  const all = new Float32Array(mem.buffer, pC, cLen);
+  const out = new Float32Array(M * N);
+  let guardsIntact = true;
+  for (let i = 0; i < all.length; i++) {
+    const row = Math.floor(i / ldc);
+    const col = i % ldc;
+    if (row < M && col < N) out[row * N + col] = all[i];
+    else if (all[i] !== SENTINEL) guardsIntact = false;
+  }
+  return { out, guardsIntact };
+}
+
 /**
  * Lay A, B and C out in `mem` (C filled with a sentinel, gaps included, plus a guard row after it), pack both
  * operands from their stored strides, run the product; return C's M×N elements and whether every sentinel
@@ -150,16 +164,7 @@ function runGemm(g: Gemm, mem: WebAssembly.Memory, A: Float32Array, B: Float32Ar
   g.packA(pA, c.ta ? 1 : c.K, c.ta ? c.M : 1, c.M, c.K, pPA);
   g.packB(pB, c.tb ? 1 : c.N, c.tb ? c.K : 1, c.K, c.N, pPB);
   g.gemm(pPA, pPB, pC, ldc, c.M, c.K, c.N);
-  const all = new Float32Array(mem.buffer, pC, cLen);
-  const out = new Float32Array(c.M * c.N);
-  let guardsIntact = true;
-  for (let i = 0; i < all.length; i++) {
-    const row = Math.floor(i / ldc);
-    const col = i % ldc;
-    if (row < c.M && col < c.N) out[row * c.N + col] = all[i];
-    else if (all[i] !== SENTINEL) guardsIntact = false;
-  }
-  return { out, guardsIntact };
+  return readGuarded(mem, pC, cLen, ldc, c.M, c.N);
 }
 
 const U = 2 ** -24;
@@ -370,16 +375,7 @@ function runGemmNt(g: Gemm, mem: WebAssembly.Memory, c: NtCase, A: Float32Array,
   new Float32Array(mem.buffer, pB, B.length).set(B);
   new Float32Array(mem.buffer, pC, cLen).fill(SENTINEL);
   g.gemmNT(pA, lda, pB, ldb, pC, ldc, c.M, c.K, c.N);
-  const all = new Float32Array(mem.buffer, pC, cLen);
-  const out = new Float32Array(c.M * c.N);
-  let guardsIntact = true;
-  for (let i = 0; i < all.length; i++) {
-    const row = Math.floor(i / ldc);
-    const col = i % ldc;
-    if (row < c.M && col < c.N) out[row * c.N + col] = all[i];
-    else if (all[i] !== SENTINEL) guardsIntact = false;
-  }
-  return { out, guardsIntact };
+  return readGuarded(mem, pC, cLen, ldc, c.M, c.N);
 }
 
 /** gemm_nt's order in float32 (four lane sums, then (s0 + s1) + (s2 + s3)), and the float64 loop with Σ|a·b|. */
