@@ -9,6 +9,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import {
   GEMM_BT_MIN_ROWS,
+  GEMM_MIN_XNNPACK_THREADS,
   GEMM_NT_MAX_ROWS,
   gemmNtStats,
   gemmStats,
@@ -76,6 +77,48 @@ describe('the gemm.wat route by default', () => {
       expect(gemmNtStats.calls - n0, `M ${M}`).toBe(route === 'nt' ? 1 : 0);
       expect(swappedStats.calls - s0, `M ${M}`).toBe(route === 'swap' ? 1 : 0);
       tf.dispose([W, dy, c]);
+    }
+  });
+
+  it('on a backend of GEMM_MIN_XNNPACK_THREADS threads or more products stay on XNNPACK, as with the route off', async () => {
+    // Node's tfjs-backend-wasm runs one thread; the threaded build's count (a browser's isolated page) is stood in
+    // for by the module's own getThreadsCount, put back afterwards.
+    const module = (tf.backend() as unknown as { wasm: { tfjs: { getThreadsCount: () => number } } }).wasm
+      .tfjs;
+    const real = module.getThreadsCount;
+    expect(real()).toBe(1);
+    const A = tf.randomNormal([96, 80], 0, 1, 'float32', 5);
+    const B = tf.randomNormal([80, 72], 0, 1, 'float32', 6);
+    const W = tf.randomNormal([72, 80], 0, 1, 'float32', 7); // A·Wᵀ: 96 rows, from GEMM_BT_MIN_ROWS
+    const A4 = tf.slice(A, [0, 0], [4, 80]); // 4 rows: gemm_nt while generating
+    const run = async () => {
+      const g0 = gemmStats.calls;
+      const n0 = gemmNtStats.calls;
+      const c1 = tf.matMul(A, B);
+      const c2 = tf.matMul(A, W, false, true);
+      const c3 = await whileGenerating(async () => tf.matMul(A4, W, false, true));
+      const out = [await c1.data(), await c2.data(), await c3.data()].map((x) => Array.from(x));
+      tf.dispose([c1, c2, c3]);
+      return { out, gemm: gemmStats.calls - g0, nt: gemmNtStats.calls - n0 };
+    };
+    try {
+      module.getThreadsCount = () => GEMM_MIN_XNNPACK_THREADS - 1;
+      const ours = await run();
+      expect(ours.gemm).toBe(2);
+      expect(ours.nt).toBe(1);
+      module.getThreadsCount = () => GEMM_MIN_XNNPACK_THREADS;
+      const threaded = await run();
+      expect(threaded.gemm).toBe(0);
+      expect(threaded.nt).toBe(0);
+      module.getThreadsCount = real;
+      setWasmGemm(false);
+      const xnnpack = await run();
+      expect(threaded.out).toEqual(xnnpack.out); // the same kernels, bit for bit
+      expect(threaded.out).not.toEqual(ours.out); // gemm.wat rounds otherwise: the routes did differ
+    } finally {
+      module.getThreadsCount = real;
+      setWasmGemm(true);
+      tf.dispose([A, A4, B, W]);
     }
   });
 

@@ -18,7 +18,12 @@ import {
 import { registerWasmSharedIdentity } from './wasm-identity';
 
 interface WasmBackendLike {
-  wasm: { asm?: { memory?: WebAssembly.Memory }; HEAPU8: Uint8Array };
+  wasm: {
+    asm?: { memory?: WebAssembly.Memory };
+    HEAPU8: Uint8Array;
+    /** tfjs-backend-wasm's own functions; getThreadsCount: the threads its XNNPACK kernels run on. */
+    tfjs?: { getThreadsCount?: () => number };
+  };
   dataIdMap: { get(dataId: unknown): { memoryOffset: number }; has(dataId: unknown): boolean };
   typedArrayFromHeap(t: tf.TensorInfo): Float32Array | Int32Array | Uint8Array;
   makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
@@ -49,10 +54,23 @@ export const swappedStats = { calls: 0 };
  * fewer than 64 rows while generating (the LM head's h·wteᵀ when decoding) runs on gemm_nt, reading B in place
  * (GEMM_NT_MAX_ROWS); otherwise with few rows, or a Bᵀ too large to pack per call, on XNNPACK's (B·Aᵀ)ᵀ route. On by default from registerWasmExtraKernels (measured at the default plan, bench --vs-trl: a GPT-2 124M
  * LoRA GRPO step 1.97× TRL's time against 2.47× on XNNPACK; docs/vs-trl.md); `setWasmGemm(false)`, or WASM_GEMM=0 in
- * Node (read when the kernels are registered), keeps XNNPACK. Where the engine has no SIMD, gemmFor returns null
+ * Node (read when the kernels are registered), keeps XNNPACK, as does a backend on GEMM_MIN_XNNPACK_THREADS threads or
+ * more (XNNPACK's matmul is threaded, gemm.wat is not). Where the engine has no SIMD, gemmFor returns null
  * and XNNPACK runs the product. `gemmStats` counts products, kept packings and their reuses (the tests read it).
  */
 export const gemmStats = { calls: 0, packedKept: 0, packedReused: 0 };
+/**
+ * gemm.wat runs on one thread. tfjs-backend-wasm's threaded build (a cross-origin isolated page; the app's worker
+ * takes the logical cores less one, src/worker/wasm-threads.ts) runs XNNPACK's matmul on all of its threads, so
+ * from this many threads on products stay on XNNPACK. One XNNPACK thread runs 27–31 GFLOP/s here and two on free
+ * cores took a 512² matmul 1.57× faster (docs/tfjs.md), about gemm.wat's 42–45 on one; three or more can only
+ * pass it. Every Node process runs one thread (tfjs-backend-wasm has no threads in Node).
+ */
+export const GEMM_MIN_XNNPACK_THREADS = 3;
+/** The threads tfjs-backend-wasm's kernels run on (its own count; 1 where it does not say). */
+function wasmThreads(bk: WasmBackendLike): number {
+  return bk.wasm.tfjs?.getThreadsCount?.() ?? 1;
+}
 /** Rows of A from which A·Bᵀ with a larger B runs on gemm.wat (B packed per call) rather than the swap. */
 export const GEMM_BT_MIN_ROWS = 64;
 /** The most bytes a per-call packing of Bᵀ may take for that route. */
@@ -248,8 +266,9 @@ function fastMatMul(): void {
         if (!(at.transposeB && !at.transposeA && M * K + M * N < N * K)) return false;
         return M < GEMM_BT_MIN_ROWS || packedBBytes(K, N) > GEMM_BT_MAX_PACKED_BYTES;
       };
+      const gemmHere = gemmOn && wasmThreads(bk) < GEMM_MIN_XNNPACK_THREADS;
       if (
-        gemmOn &&
+        gemmHere &&
         batchA === 1 &&
         batchB === 1 &&
         at.transposeB &&
@@ -265,7 +284,7 @@ function fastMatMul(): void {
         }
       }
       if (
-        gemmOn &&
+        gemmHere &&
         batchA === 1 &&
         batchB === 1 &&
         a.dtype === 'float32' &&
