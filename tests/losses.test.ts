@@ -144,6 +144,22 @@ describe('valueLoss', () => {
     got.forEach((v, i) => expect(v).toBeCloseTo(want[i], 5));
     tf.dispose([vPred, vOld, returns, mask, g]);
   });
+
+  it('a prediction inside the range is never counted as clipped (V_old + (V − V_old) may round off V)', async () => {
+    // float32: 0.15949744 + (0.033726666 − 0.15949744) rounds to 0.033726662, one step below V. The clipped
+    // prediction must be V itself (as TRL's torch.clamp gives it), so with R = 0.04 both losses are (V − R)² and
+    // nothing counts as clipped. Had it been V_old + clip(V − V_old), l2 > l1 by rounding: clipFrac 1.
+    const [vo, v] = [0.1594974398612976, 0.03372666612267494];
+    expect(Math.fround(vo + Math.fround(v - vo))).not.toBe(v); // the case in question
+    const vPred = tf.tensor2d([[v]]);
+    const vOld = tf.tensor2d([[vo]]);
+    const returns = tf.tensor2d([[0.04]]);
+    const mask = tf.tensor2d([[1]]);
+    const r = await readAll(valueLoss(vPred, vOld, returns, mask, 0.2));
+    expect(r.clipFrac).toBe(0);
+    expect(r.loss).toBe(Math.fround(0.5 * Math.fround(Math.fround(v - Math.fround(0.04)) ** 2)));
+    tf.dispose([vPred, vOld, returns, mask]);
+  });
 });
 
 function logSoftmaxLoop(row: number[], T: number): number[] {

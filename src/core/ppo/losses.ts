@@ -323,7 +323,13 @@ export function valueLoss(
 ): ValueLossResult {
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');
-    const vClipped = tf.add(vOld, tf.clipByValue(tf.sub(vPred, vOld), -clipRangeValue, clipRangeValue));
+    // Clamped between the bounds, as TRL's torch.clamp(vpred, values − ε, values + ε): a prediction inside them is
+    // itself, bit for bit. (V_old + clip(V − V_old) rounds to a neighbour of V for about 1 in 40 predictions inside
+    // the range, and half of those counted in clipFrac as clipped although nothing was.)
+    const vClipped = tf.minimum(
+      tf.maximum(vPred, tf.sub(vOld, clipRangeValue)),
+      tf.add(vOld, clipRangeValue),
+    );
     const l1 = tf.square(tf.sub(vPred, returns));
     const l2 = tf.square(tf.sub(vClipped, returns));
     return {
