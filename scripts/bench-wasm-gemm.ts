@@ -2,6 +2,7 @@
  * The GEMM of gemm.wat (relaxed SIMD and plain SIMD) against tfjs-wasm's matMul (XNNPACK, through the project's
  * BatchMatMul wrapper) on one thread, all on the tfjs heap, same process:
  *   npx tsx scripts/bench-wasm-gemm.ts [--reps 5] [--seconds 0.3] [--json]
+ *   npx tsx scripts/bench-wasm-gemm.ts --batched [--reps 5] [--seconds 0.3]
  * Each shape is timed `reps` times (rounds of products until `seconds` pass) and the best round is kept: on a
  * shared machine the best is the one least disturbed. GFLOP/s = 2·M·K·N per product ÷ wall seconds; the CPU-second
  * rate (process.cpuUsage) of the same best round is printed beside it. "ours" packs A and B on every call (what a
@@ -10,11 +11,19 @@
  * BatchMatMul with setWasmGemm(true) (A packed per call, B's panels kept unless Bᵀ, the output allocated). First
  * it prints the 128-bit SIMD peak of the core (simdPeak), the ceiling of any WebAssembly GEMM. Run nothing else
  * heavy at the same time; the load average is printed.
+ * --batched times attention's batched products instead (BATCHED_SHAPES: q·kᵀ, probs·v and the gradients' transposed
+ * forms) through tf.matMul, on gemm.wat per batch element (setGemmBatchedMinRows's default) and on bmm.wat with
+ * tfjs's transposes (the route before it), alternating, best round of each.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import { loadavg } from 'node:os';
-import { registerWasmExtraKernels, setWasmGemm } from '../src/core/kernels/wasm-extra';
+import {
+  GEMM_BATCHED_MIN_ROWS,
+  registerWasmExtraKernels,
+  setGemmBatchedMinRows,
+  setWasmGemm,
+} from '../src/core/kernels/wasm-extra';
 import { heapMemory } from '../src/core/kernels/wasm-simd';
 import {
   enableRelaxedSimd,
@@ -40,6 +49,52 @@ export const SHAPES: Shape[] = [
   { label: 'Xᵀ·dY 768×512×3072 (dW)', M: 768, K: 512, N: 3072, ta: true, tb: false },
   { label: 'dY·Wᵀ 512×3072×768 (dX)', M: 512, K: 3072, N: 768, ta: false, tb: true },
 ];
+
+/** Attention's batched products: [batch × heads, rows, cols] operands, as the model multiplies them. */
+export const BATCHED_SHAPES: { label: string; a: number[]; b: number[]; ta: boolean; tb: boolean }[] = [
+  { label: 'tiny q·kᵀ, dO·vᵀ (8×4 heads, 56 tokens)', a: [32, 56, 40], b: [32, 56, 40], ta: false, tb: true },
+  { label: 'tiny probs·v, dS·k', a: [32, 56, 56], b: [32, 56, 40], ta: false, tb: false },
+  { label: 'tiny probsᵀ·dO, dSᵀ·q', a: [32, 56, 56], b: [32, 56, 40], ta: true, tb: false },
+  { label: 'GPT-2 q·kᵀ (4×12 heads, 37 tokens)', a: [48, 37, 64], b: [48, 37, 64], ta: false, tb: true },
+  { label: 'GPT-2 probs·v', a: [48, 37, 37], b: [48, 37, 64], ta: false, tb: false },
+];
+
+async function batched(reps: number, seconds: number): Promise<void> {
+  registerWasmExtraKernels();
+  await tf.setBackend('wasm');
+  await tf.ready();
+  console.error(
+    `load average before: ${loadavg()
+      .map((x) => x.toFixed(2))
+      .join(' ')}`,
+  );
+  for (const s of BATCHED_SHAPES) {
+    const a = tf.randomNormal(s.a, 0, 1, 'float32', 1);
+    const b = tf.randomNormal(s.b, 0, 1, 'float32', 2);
+    const M = s.ta ? s.a[2] : s.a[1];
+    const K = s.ta ? s.a[1] : s.a[2];
+    const N = s.tb ? s.b[1] : s.b[2];
+    const flops = 2 * s.a[0] * M * K * N;
+    const best = { gemm: { gflops: 0, gflopsCpu: 0 }, bmm: { gflops: 0, gflopsCpu: 0 } };
+    for (let r = 0; r < reps; r++)
+      for (const route of ['gemm', 'bmm'] as const) {
+        const was = setGemmBatchedMinRows(route === 'gemm' ? GEMM_BATCHED_MIN_ROWS : Infinity);
+        const t = time(() => tf.matMul(a, b, s.ta, s.tb).dispose(), flops, 1, seconds);
+        setGemmBatchedMinRows(was);
+        if (t.gflops > best[route].gflops) best[route] = t;
+      }
+    tf.dispose([a, b]);
+    console.log(
+      `${s.label.padEnd(42)} gemm.wat ${best.gemm.gflops.toFixed(1)} | bmm.wat ${best.bmm.gflops.toFixed(1)} GFLOP/s` +
+        ` | ${(best.gemm.gflops / best.bmm.gflops).toFixed(2)}×`,
+    );
+  }
+  console.error(
+    `load average after: ${loadavg()
+      .map((x) => x.toFixed(2))
+      .join(' ')}`,
+  );
+}
 
 const arg = (name: string, d: number): number => {
   const i = process.argv.indexOf(name);
@@ -124,6 +179,7 @@ export async function simdPeak(seconds: number): Promise<{ madd: number; mulAdd:
 export async function main(): Promise<void> {
   const reps = arg('--reps', 5);
   const seconds = arg('--seconds', 0.3);
+  if (process.argv.includes('--batched')) return batched(reps, seconds);
   const relaxedOn = enableRelaxedSimd();
   registerWasmExtraKernels();
   await tf.setBackend('wasm');

@@ -10,7 +10,14 @@ import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
-import { registerWasmExtraKernels, gatherStats, swappedStats } from '../src/core/kernels/wasm-extra';
+import {
+  registerWasmExtraKernels,
+  gatherStats,
+  gemmBatchedStats,
+  GEMM_BATCHED_MIN_ROWS,
+  setGemmBatchedMinRows,
+  swappedStats,
+} from '../src/core/kernels/wasm-extra';
 import { adamFor, bmmFor, bmmStats, heapMemory, isSharedMemory } from '../src/core/kernels/wasm-simd';
 import { kernelModule, KERNELS, sharedVariant, SHARED_MEMORY_IMPORT } from '../scripts/build-wasm-kernels';
 import { readFile } from 'node:fs/promises';
@@ -89,43 +96,54 @@ describe('SIMD batched matmul on WASM', () => {
     [[4, 5, 6], [1, 7, 5], true, true],
     [[2, 0, 3], [2, 3, 4], false, false], // empty
   ];
-  for (const [sa, sb, ta, tb] of cases) {
-    it(`${JSON.stringify(sa)}${ta ? 'ᵀ' : ''} · ${JSON.stringify(sb)}${tb ? 'ᵀ' : ''} matches a plain loop`, async () => {
-      const av = rand(
-        sa.reduce((x, y) => x * y, 1),
-        7,
-      );
-      const bv = rand(
-        sb.reduce((x, y) => x * y, 1),
-        11,
-      );
-      const before = tf.memory().numTensors;
-      const calls = bmmStats.calls;
-      const got = tf.tidy(() =>
-        tf.matMul(
-          tf.tensor3d(av, sa as [number, number, number]),
-          tf.tensor3d(bv, sb as [number, number, number]),
-          ta,
-          tb,
-        ),
-      );
-      const ref = reference(av, sa, bv, sb, ta, tb);
-      const M = ta ? sa[2] : sa[1];
-      const N = tb ? sb[1] : sb[2];
-      expect(got.shape).toEqual([Math.max(sa[0], sb[0]), M, N]);
-      const d = await got.data();
-      expect(d.length).toBe(ref.length);
-      let worst = 0;
-      for (let i = 0; i < d.length; i++) worst = Math.max(worst, Math.abs(d[i] - ref[i]));
-      // float32 sums of ≤ 48 products of numbers in [−1, 1]: rounding well under 1e-5.
-      expect(worst).toBeLessThan(1e-5);
-      got.dispose();
-      expect(tf.memory().numTensors).toBe(before);
-      // The SIMD kernel ran, except for one-row q·kᵀ (left to tfjs's loop, see wasm-extra.ts).
-      const oneRowQk = tb && !ta && sa[1] < 4;
-      expect(bmmStats.calls - calls).toBe(oneRowQk ? 0 : 1);
-    });
-  }
+  // Each case on both routes: gemm.wat per batch element (the default from GEMM_BATCHED_MIN_ROWS rows) and bmm.wat.
+  for (const [sa, sb, ta, tb] of cases)
+    for (const route of ['gemm.wat', 'bmm.wat'] as const)
+      it(`${JSON.stringify(sa)}${ta ? 'ᵀ' : ''} · ${JSON.stringify(sb)}${tb ? 'ᵀ' : ''} on ${route} matches a plain loop`, async () => {
+        const was = setGemmBatchedMinRows(route === 'gemm.wat' ? GEMM_BATCHED_MIN_ROWS : Infinity);
+        const av = rand(
+          sa.reduce((x, y) => x * y, 1),
+          7,
+        );
+        const bv = rand(
+          sb.reduce((x, y) => x * y, 1),
+          11,
+        );
+        const before = tf.memory().numTensors;
+        const calls = bmmStats.calls;
+        const gemmCalls = gemmBatchedStats.calls;
+        let got: tf.Tensor;
+        try {
+          got = tf.tidy(() =>
+            tf.matMul(
+              tf.tensor3d(av, sa as [number, number, number]),
+              tf.tensor3d(bv, sb as [number, number, number]),
+              ta,
+              tb,
+            ),
+          );
+        } finally {
+          setGemmBatchedMinRows(was);
+        }
+        const ref = reference(av, sa, bv, sb, ta, tb);
+        const M = ta ? sa[2] : sa[1];
+        const N = tb ? sb[1] : sb[2];
+        expect(got.shape).toEqual([Math.max(sa[0], sb[0]), M, N]);
+        const d = await got.data();
+        expect(d.length).toBe(ref.length);
+        let worst = 0;
+        for (let i = 0; i < d.length; i++) worst = Math.max(worst, Math.abs(d[i] - ref[i]));
+        // float32 sums of ≤ 48 products of numbers in [−1, 1]: rounding well under 1e-5.
+        expect(worst).toBeLessThan(1e-5);
+        got.dispose();
+        expect(tf.memory().numTensors).toBe(before);
+        // The route's kernel ran: gemm.wat from GEMM_BATCHED_MIN_ROWS rows (an empty product returns before it);
+        // else bmm.wat, except for one-row q·kᵀ (left to tfjs's loop, see wasm-extra.ts).
+        const onGemm = route === 'gemm.wat' && M >= GEMM_BATCHED_MIN_ROWS;
+        const oneRowQk = tb && !ta && sa[1] < 4;
+        expect(gemmBatchedStats.calls - gemmCalls).toBe(onGemm ? 1 : 0);
+        expect(bmmStats.calls - calls).toBe(onGemm || oneRowQk ? 0 : 1);
+      });
 
   for (const [ta, tb] of [
     [true, false],

@@ -206,6 +206,60 @@ function gemmProduct(
   return out;
 }
 
+/**
+ * Rows of each product (M) from which a batched product (attention's q·kᵀ, probs·v and their gradients, batch ×
+ * heads matrices) runs on gemm.wat, one product per batch element: the operands packed through their strides (no
+ * transposed copy), the 4 × 8 FMA tile. 1.5–2.3× bmm.wat on the tiny model's and GPT-2's attention shapes (`npx tsx
+ * scripts/bench-wasm-gemm.ts --batched`, docs/performance.md). Fewer rows (a decode step's single query row) keep
+ * bmm.wat and tfjs's loop, which do not waste three quarters of a 4-row strip.
+ */
+export const GEMM_BATCHED_MIN_ROWS = 4;
+/** Batched products gemm.wat computed (the tests read it). */
+export const gemmBatchedStats = { calls: 0 };
+let gemmBatchedMinRows = GEMM_BATCHED_MIN_ROWS;
+/** Route batched products of at least `rows` rows to gemm.wat (Infinity: never), for tests and benches; returns the previous. */
+export function setGemmBatchedMinRows(rows: number): number {
+  const was = gemmBatchedMinRows;
+  gemmBatchedMinRows = rows;
+  return was;
+}
+
+/**
+ * C[q] = A[q]·B[q] (either operand transposed, either broadcast over the batch when its batch is 1) on gemm.wat: per
+ * batch element A and B packed into one scratch each (a broadcast operand once), then the tile loop. Each element of
+ * C is the sum over k in increasing order, as in the 2-D products.
+ */
+function gemmBatchedProduct(
+  g: Gemm,
+  bk: WasmBackendLike,
+  a: tf.TensorInfo,
+  b: tf.TensorInfo,
+  ta: boolean,
+  tb: boolean,
+): tf.TensorInfo {
+  const [batchA, ra, ca] = a.shape;
+  const [batchB, rb, cb] = b.shape;
+  const M = ta ? ca : ra;
+  const K = ta ? ra : ca;
+  const N = tb ? rb : cb;
+  const nb = Math.max(batchA, batchB);
+  const out = bk.makeOutput([nb, M, N], 'float32');
+  if (M === 0 || N === 0 || nb === 0) return out;
+  const pa = bk.makeOutput([packedABytes(M, K) / 4], 'float32');
+  const pb = bk.makeOutput([packedBBytes(K, N) / 4], 'float32');
+  const off = (t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+  const [oa, ob, oc, opa, opb] = [off(a), off(b), off(out), off(pa), off(pb)];
+  for (let q = 0; q < nb; q++) {
+    if (q === 0 || batchA > 1) g.packA(oa + 4 * q * M * K, ta ? 1 : K, ta ? M : 1, M, K, opa);
+    if (q === 0 || batchB > 1) g.packB(ob + 4 * q * K * N, tb ? 1 : N, tb ? K : 1, K, N, opb);
+    g.gemm(opa, opb, oc + 4 * q * M * N, N, M, K, N);
+  }
+  bk.disposeData(pa.dataId);
+  bk.disposeData(pb.dataId);
+  gemmBatchedStats.calls++;
+  return out;
+}
+
 /** A·Bᵀ on gemm_nt (see GEMM_NT_MAX_ROWS): A [.., M, K] and B [.., N, K] read where they lie. */
 function gemmNtProduct(g: Gemm, bk: WasmBackendLike, a: tf.TensorInfo, b: tf.TensorInfo): tf.TensorInfo {
   const ra = a.shape.length;
@@ -293,6 +347,10 @@ function fastMatMul(): void {
       ) {
         const g = gemmFor(heapMemory(bk.wasm));
         if (g) return gemmProduct(g, bk, a, b, at.transposeA, at.transposeB);
+      }
+      if (gemmHere && bmm && (at.transposeA ? a.shape[2] : a.shape[1]) >= gemmBatchedMinRows) {
+        const g = gemmFor(heapMemory(bk.wasm));
+        if (g) return gemmBatchedProduct(g, bk, a, b, at.transposeA, at.transposeB);
       }
       if (!at.transposeA && !at.transposeB && !bmm)
         return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
