@@ -54,7 +54,9 @@ export default defineConfig({
     },
     {
       // The production build (with its Content-Security-Policy and hashed WASM assets): the app's specs.
-      command: `npx vite build --logLevel warn && npx vite preview --port ${PREVIEW_PORT} --strictPort`,
+      // `npm test` (scripts/test-all.sh) builds dist/ beside the typecheck and sets PPO_E2E_PREBUILT; alone, the
+      // tier builds it here.
+      command: `${process.env.PPO_E2E_PREBUILT ? '' : 'npx vite build --logLevel warn && '}npx vite preview --port ${PREVIEW_PORT} --strictPort`,
       url: `http://localhost:${PREVIEW_PORT}`,
       reuseExistingServer: !process.env.CI,
       timeout: 240_000,
