@@ -145,6 +145,47 @@ describe('SIMD batched matmul on WASM', () => {
         expect(bmmStats.calls - calls).toBe(onGemm || oneRowQk ? 0 : 1);
       });
 
+  // The gemm.wat route runs its plain-SIMD build: each sum in k order, a multiply then an add, as bmm.wat: the same
+  // bits, so moving attention to it changed no run's numbers.
+  for (const [sa, sb, ta, tb] of cases)
+    it(`${JSON.stringify(sa)}${ta ? 'ᵀ' : ''} · ${JSON.stringify(sb)}${tb ? 'ᵀ' : ''}: gemm.wat = bmm.wat bit for bit`, async () => {
+      const a = tf.tensor3d(
+        rand(
+          sa.reduce((x, y) => x * y, 1),
+          31,
+        ),
+        sa as [number, number, number],
+      );
+      const b = tf.tensor3d(
+        rand(
+          sb.reduce((x, y) => x * y, 1),
+          37,
+        ),
+        sb as [number, number, number],
+      );
+      const on = async (minRows: number): Promise<Float32Array> => {
+        const was = setGemmBatchedMinRows(minRows);
+        try {
+          const c = tf.matMul(a, b, ta, tb);
+          const d = (await c.data()) as Float32Array;
+          c.dispose();
+          return d;
+        } finally {
+          setGemmBatchedMinRows(was);
+        }
+      };
+      const calls = gemmBatchedStats.calls;
+      const viaGemm = await on(GEMM_BATCHED_MIN_ROWS);
+      const M = ta ? sa[2] : sa[1];
+      expect(gemmBatchedStats.calls - calls).toBe(M >= GEMM_BATCHED_MIN_ROWS ? 1 : 0);
+      const viaBmm = await on(Infinity);
+      expect(viaGemm.length).toBe(viaBmm.length);
+      // Counted, not toEqual: a failing deep-equal of tens of thousands of floats takes Vitest minutes to diff.
+      const differing = viaGemm.filter((x, i) => !Object.is(x, viaBmm[i])).length;
+      expect(differing, 'elements whose bits differ').toBe(0);
+      tf.dispose([a, b]);
+    });
+
   for (const [ta, tb] of [
     [true, false],
     [false, true],

@@ -209,9 +209,12 @@ function gemmProduct(
 /**
  * Rows of each product (M) from which a batched product (attention's q·kᵀ, probs·v and their gradients, batch ×
  * heads matrices) runs on gemm.wat, one product per batch element: the operands packed through their strides (no
- * transposed copy), the 4 × 8 FMA tile. 1.5–2.3× bmm.wat on the tiny model's and GPT-2's attention shapes (`npx tsx
- * scripts/bench-wasm-gemm.ts --batched`, docs/performance.md). Fewer rows (a decode step's single query row) keep
- * bmm.wat and tfjs's loop, which do not waste three quarters of a 4-row strip.
+ * transposed copy), the 4 × 8 tile. Its plain-SIMD build (f32x4.mul then f32x4.add, each sum in k order): bit for
+ * bit what bmm.wat computed, so attention rounds as it did and no run's numbers move, only its speed (the relaxed
+ * build's FMA moved the micro-batch test's weights past its 1e-5, tests/microbatch-step.slow.test.ts). Faster than
+ * bmm.wat on the tiny model's and GPT-2's attention shapes (`npx tsx scripts/bench-wasm-gemm.ts --batched`,
+ * docs/performance.md). Fewer rows (a decode step's single query row) keep bmm.wat and tfjs's loop, which do not
+ * waste three quarters of a 4-row strip.
  */
 export const GEMM_BATCHED_MIN_ROWS = 4;
 /** Batched products gemm.wat computed (the tests read it). */
@@ -225,9 +228,10 @@ export function setGemmBatchedMinRows(rows: number): number {
 }
 
 /**
- * C[q] = A[q]·B[q] (either operand transposed, either broadcast over the batch when its batch is 1) on gemm.wat: per
- * batch element A and B packed into one scratch each (a broadcast operand once), then the tile loop. Each element of
- * C is the sum over k in increasing order, as in the 2-D products.
+ * C[q] = A[q]·B[q] (either operand transposed, either broadcast over the batch when its batch is 1) on gemm.wat's
+ * plain-SIMD build: per batch element A and B packed into one scratch each (a broadcast operand once), then the tile
+ * loop. Each element of C is the float32 sum over k in increasing order, one multiply and one add a step: bmm.wat's
+ * and a plain loop's value.
  */
 function gemmBatchedProduct(
   g: Gemm,
@@ -349,7 +353,7 @@ function fastMatMul(): void {
         if (g) return gemmProduct(g, bk, a, b, at.transposeA, at.transposeB);
       }
       if (gemmHere && bmm && (at.transposeA ? a.shape[2] : a.shape[1]) >= gemmBatchedMinRows) {
-        const g = gemmFor(heapMemory(bk.wasm));
+        const g = gemmFor(heapMemory(bk.wasm), { relaxed: false });
         if (g) return gemmBatchedProduct(g, bk, a, b, at.transposeA, at.transposeB);
       }
       if (!at.transposeA && !at.transposeB && !bmm)
