@@ -323,18 +323,30 @@ export function valueLoss(
 ): ValueLossResult {
   return tf.tidy(() => {
     const m = tf.cast(mask, 'float32');
-    // Clamped between the bounds, as TRL's torch.clamp(vpred, values − ε, values + ε): a prediction inside them is
-    // itself, bit for bit. (V_old + clip(V − V_old) rounds to a neighbour of V for about 1 in 40 predictions inside
-    // the range, and half of those counted in clipFrac as clipped although nothing was.)
-    const vClipped = tf.minimum(
-      tf.maximum(vPred, tf.sub(vOld, clipRangeValue)),
-      tf.add(vOld, clipRangeValue),
-    );
+    const vClipped = tf.add(vOld, tf.clipByValue(tf.sub(vPred, vOld), -clipRangeValue, clipRangeValue));
     const l1 = tf.square(tf.sub(vPred, returns));
     const l2 = tf.square(tf.sub(vClipped, returns));
     return {
       loss: tf.mul(0.5, maskedMeanT(tf.maximum(l1, l2), m, denominators?.tokens)) as tf.Scalar,
-      clipFrac: maskedMeanT(tf.cast(tf.greater(l2, l1), 'float32'), m, denominators?.tokens),
+      // A token counts as clipped where its prediction lies outside [V_old − ε, V_old + ε] and the clipped loss is
+      // the larger: TRL's vf_losses2 > vf_losses1 with torch.clamp, which leaves a prediction inside the range bit
+      // for bit itself. V_old + clip(V − V_old) above rounds to a neighbour of V for about 1 in 40 predictions
+      // inside the range, and comparing l2 > l1 alone counted half of those as clipped although nothing was. (The
+      // loss keeps that form: one rounding either way, and changing it moved every PPO run's trajectory.)
+      clipFrac: maskedMeanT(
+        tf.cast(
+          tf.logicalAnd(
+            tf.logicalOr(
+              tf.less(vPred, tf.sub(vOld, clipRangeValue)),
+              tf.greater(vPred, tf.add(vOld, clipRangeValue)),
+            ),
+            tf.greater(l2, l1),
+          ),
+          'float32',
+        ),
+        m,
+        denominators?.tokens,
+      ),
     };
   });
 }
