@@ -161,7 +161,8 @@ function RunReadout() {
                 : '')
             }
           >
-            <span className="muted">memory</span> {memory.numTensors} tensors · held{' '}
+            <span className="muted">memory</span> {memory.numTensors} tensors ·{' '}
+            <span className="memory-held">held </span>
             {formatBytes(memory.numBytes)}
             {memory.peakBytes !== undefined && <> · peak {formatBytes(memory.peakBytes)}</>}
           </span>
