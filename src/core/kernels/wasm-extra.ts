@@ -30,6 +30,11 @@ interface WasmBackendLike {
   disposeData(dataId: unknown): boolean;
 }
 
+/** Byte offset of a tensor's data on the backend's heap (where the WebAssembly kernels read and write it). */
+function heapOffset(bk: WasmBackendLike, t: tf.TensorInfo): number {
+  return bk.dataIdMap.get(t.dataId).memoryOffset;
+}
+
 /**
  * tfjs-backend-wasm 4.22's BatchMatMul runs XNNPACK only for a plain product with batch 1 on both sides;
  * anything with transposeA/transposeB or a batch > 1 goes to a scalar triple loop (0.5–1 GFLOP/s here against
@@ -175,7 +180,7 @@ function gemmProduct(
   const lead = (ra >= rb ? a.shape : b.shape).slice(0, -2);
   const out = bk.makeOutput([...lead, M, N], 'float32');
   if (M === 0 || N === 0) return out;
-  const off = (t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+  const off = (t: tf.TensorInfo): number => heapOffset(bk, t);
   const temps: tf.TensorInfo[] = [];
   let pb: number;
   const cache = tb ? null : packCacheOf(bk);
@@ -251,7 +256,7 @@ function gemmBatchedProduct(
   if (M === 0 || N === 0 || nb === 0) return out;
   const pa = bk.makeOutput([packedABytes(M, K) / 4], 'float32');
   const pb = bk.makeOutput([packedBBytes(K, N) / 4], 'float32');
-  const off = (t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+  const off = (t: tf.TensorInfo): number => heapOffset(bk, t);
   const [oa, ob, oc, opa, opb] = [off(a), off(b), off(out), off(pa), off(pb)];
   for (let q = 0; q < nb; q++) {
     if (q === 0 || batchA > 1) g.packA(oa + 4 * q * M * K, ta ? 1 : K, ta ? M : 1, M, K, opa);
@@ -274,7 +279,7 @@ function gemmNtProduct(g: Gemm, bk: WasmBackendLike, a: tf.TensorInfo, b: tf.Ten
   const lead = (ra >= rb ? a.shape : b.shape).slice(0, -2);
   const out = bk.makeOutput([...lead, M, N], 'float32');
   if (M === 0 || N === 0) return out;
-  const off = (t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+  const off = (t: tf.TensorInfo): number => heapOffset(bk, t);
   g.gemmNT(off(a), K, off(b), K, off(out), N, M, K, N);
   gemmNtStats.calls++;
   return out;
@@ -392,7 +397,7 @@ function fastMatMul(): void {
         const N = b2.shape[2];
         const nb = Math.max(batchA, batchB);
         out = bk.makeOutput([nb, M, N], 'float32');
-        const off = (t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+        const off = (t: tf.TensorInfo): number => heapOffset(bk, t);
         bmm(off(a2), off(b2), off(out), nb, M, K, N, batchA > 1 ? M * K : 0, batchB > 1 ? K * N : 0);
         bmmStats.calls++;
       } else {
@@ -590,7 +595,7 @@ function fastSum(): void {
         'float32',
       );
       (bk.typedArrayFromHeap(ones) as Float32Array).fill(1);
-      const off = (t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
+      const off = (t: tf.TensorInfo): number => heapOffset(bk, t);
       bmm(off(ones), off(x), off(out), 1, 1, rows, cols, 0, 0);
       bk.disposeData(ones.dataId);
       sumStats.calls++;
