@@ -16,6 +16,7 @@ import {
   type Gemm,
 } from './gemm-wasm-api';
 import { registerWasmSharedIdentity } from './wasm-identity';
+import { registerWasmWriteSlot } from './wasm-kv';
 
 interface WasmBackendLike {
   wasm: {
@@ -623,6 +624,7 @@ export function registerWasmExtraKernels(): void {
   if (!env.NO_FAST_SUM) fastSum();
   // tfjs's autodiff clones every tensor a gradient keeps; share the buffer as the other backends do.
   registerWasmSharedIdentity();
+  registerWasmWriteSlot();
   tf.registerKernel({
     kernelName: 'UnsortedSegmentSum',
     backendName: 'wasm',

@@ -14,11 +14,24 @@ import { decodeAttentionWebGpu, webGpuDecodeAttentionApplies } from '../kernels/
 import { gqaAttentionWebGpu, webGpuGqaApplies } from '../kernels/webgpu-gqa';
 import { gqaDecodeWebGpu, gqaPrefillKvWebGpu, webGpuGqaDecodeApplies } from '../kernels/webgpu-gqa-decode';
 import { MASKED, type LayerKV } from '../kernels/definitions';
+import { WRITE_SLOT_KERNEL, wasmWriteSlotApplies } from '../kernels/wasm-kv';
 
 /** [B·T, C] → [B, nh, T, hs] */
 export function splitHeads(x: tf.Tensor2D, B: number, T: number, nh: number): tf.Tensor4D {
   const hs = x.shape[1] / nh;
   return tf.transpose(tf.reshape(x, [B, T, nh, hs]), [0, 2, 1, 3]);
+}
+
+/**
+ * A decode step's cache write: cache [B, n, S, d] with this token's x [B, n·d] (n heads of d) added into the slot
+ * (slotOneHot: S values, 1 at the slot; the caller keeps the slot at zero until then). On WASM one kernel that
+ * copies the cache and adds x into the slot's rows (kernels/wasm-kv.ts: the same values); elsewhere the plain ops.
+ */
+export function writeSlot(cache: tf.Tensor4D, x: tf.Tensor2D, slotOneHot: tf.Tensor): tf.Tensor4D {
+  if (wasmWriteSlotApplies(cache, x, slotOneHot))
+    return tf.engine().runKernel(WRITE_SLOT_KERNEL, { cache, x, slot: slotOneHot }, {}) as tf.Tensor4D;
+  const [B, n, S] = cache.shape;
+  return tf.add(cache, tf.mul(splitHeads(x, B, 1, n), tf.reshape(slotOneHot, [1, 1, S, 1]))) as tf.Tensor4D;
 }
 
 /**
@@ -103,11 +116,10 @@ export function decodeAttention(
 ): { y: tf.Tensor2D; kv: LayerKV } {
   if (webGpuDecodeAttentionApplies(qkv, slotOneHot, keyMask, kv, nh))
     return decodeAttentionWebGpu(qkv, slotOneHot, keyMask, kv, nh);
-  const [B, S] = keyMask.shape;
-  const oh = tf.reshape(slotOneHot, [1, 1, S, 1]);
+  const B = keyMask.shape[0];
   const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
-  const k4 = tf.add(kv.k, tf.mul(splitHeads(k, B, 1, nh), oh)) as tf.Tensor4D; // write slot
-  const v4 = tf.add(kv.v, tf.mul(splitHeads(v, B, 1, nh), oh)) as tf.Tensor4D;
+  const k4 = writeSlot(kv.k, k, slotOneHot);
+  const v4 = writeSlot(kv.v, v, slotOneHot);
   const b = bias ? bias() : keyPaddingBias(keyMask);
   return { y: attend(splitHeads(q, B, 1, nh), k4, v4, b), kv: { k: k4, v: v4 } };
 }
@@ -213,11 +225,10 @@ export function gqaDecodeAttention(
   if (webGpuGqaDecodeApplies(q, k, v, rope.cos, rope.sin, slotOneHot, keyMask, kv, nh))
     return gqaDecodeWebGpu(q, k, v, rope.cos, rope.sin, slotOneHot, keyMask, kv, nh);
   const nkv = kv.k.shape[1];
-  const [B, S] = keyMask.shape;
-  const oh = tf.reshape(slotOneHot, [1, 1, S, 1]);
+  const B = keyMask.shape[0];
   const r = rotateQk(q, k, rope, nh, nkv);
-  const k4 = tf.add(kv.k, tf.mul(splitHeads(r.k, B, 1, nkv), oh)) as tf.Tensor4D; // write slot
-  const v4 = tf.add(kv.v, tf.mul(splitHeads(v, B, 1, nkv), oh)) as tf.Tensor4D;
+  const k4 = writeSlot(kv.k, r.k, slotOneHot);
+  const v4 = writeSlot(kv.v, v, slotOneHot);
   const b = bias ? bias() : keyPaddingBias(keyMask);
   return { y: attend(splitHeads(r.q, B, 1, nh), k4, v4, b, nh / nkv), kv: { k: k4, v: v4 } };
 }
