@@ -1,6 +1,6 @@
 /**
- * SIMD kernels over the tfjs WASM backend's own heap: the batched matmul of bmm.wat (bmm-wasm.ts) and the fused
- * Adam update of adam.wat (adam-wasm.ts).
+ * SIMD kernels over the tfjs WASM backend's own heap: the batched matmul of bmm.wat (bmm-wasm.ts), the fused
+ * Adam update of adam.wat (adam-wasm.ts) and gelu_new's arithmetic around its sigmoid (gelu.wat, gelu-wasm.ts).
  *
  * Why the matmul: tfjs-backend-wasm 4.22 sends every product with a batch > 1 to a scalar triple loop
  * (batch_mat_mul_impl.cc slow_batch_matmul, ~1 GFLOP/s here), and attention's q·kᵀ and att·v — forward and
@@ -14,6 +14,7 @@
  */
 import { BMM_SHARED_WASM, BMM_WASM } from './bmm-wasm';
 import { ADAM_SHARED_WASM, ADAM_WASM } from './adam-wasm';
+import { GELU_SHARED_WASM, GELU_WASM } from './gelu-wasm';
 
 export type Bmm = (
   a: number,
@@ -44,6 +45,12 @@ export type Adam = (
   gs: number,
 ) => void;
 
+/** gelu.wat's two functions (byte offsets of float32 arrays of n elements; the constants as float32). */
+export interface Gelu {
+  inner(x: number, out: number, n: number, c: number, k: number): void;
+  grad(dy: number, x: number, s: number, out: number, n: number, k: number, k3: number): void;
+}
+
 /** Products run on the matmul kernel (tests use it to see that the fast path really ran). */
 export const bmmStats = { calls: 0 };
 
@@ -54,6 +61,7 @@ interface KernelBytes {
 }
 const BMM: KernelBytes = { plain: BMM_WASM, shared: BMM_SHARED_WASM };
 const ADAM: KernelBytes = { plain: ADAM_WASM, shared: ADAM_SHARED_WASM };
+const GELU: KernelBytes = { plain: GELU_WASM, shared: GELU_SHARED_WASM };
 
 /** Whether `memory` is shared (its buffer a SharedArrayBuffer, from any realm). */
 export function isSharedMemory(memory: WebAssembly.Memory): boolean {
@@ -100,4 +108,11 @@ export function bmmFor(memory: WebAssembly.Memory | undefined): Bmm | null {
 /** The Adam update bound to `memory` (plain or shared), or null where it cannot run. */
 export function adamFor(memory: WebAssembly.Memory | undefined): Adam | null {
   return exportOf<Adam>(ADAM, 'adam', memory);
+}
+
+/** gelu.wat's functions bound to `memory` (plain or shared), or null where they cannot run. */
+export function geluFor(memory: WebAssembly.Memory | undefined): Gelu | null {
+  const inner = exportOf<Gelu['inner']>(GELU, 'gelu_inner', memory);
+  const grad = exportOf<Gelu['grad']>(GELU, 'gelu_grad', memory);
+  return inner && grad ? { inner, grad } : null;
 }

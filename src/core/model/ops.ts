@@ -10,6 +10,7 @@ import { linearWebGpu, webGpuLinearApplies } from '../kernels/webgpu-linear';
 import { rmsNormWebGpu, webGpuRmsNormApplies } from '../kernels/webgpu-rmsnorm';
 import { swigluWebGpu, webGpuSwigluApplies } from '../kernels/webgpu-swiglu';
 import { GELU_K } from '../kernels/definitions';
+import { GELU_GRAD_KERNEL, GELU_INNER_KERNEL, wasmGeluApplies } from '../kernels/wasm-gelu';
 import { f16LinearNT, isPackedF16 } from '../kernels/webgpu-f16';
 
 /** Layer norm over the last axis, as autodiff composes it (the reference for `layerNorm`'s gradient). */
@@ -73,17 +74,25 @@ export function geluNewPlain(x: tf.Tensor): tf.Tensor {
 /**
  * geluNewPlain with its gradient written out: y = x·s, s = σ(k(x + 0.044715x³)), so
  *   dy/dx = s + x·s·(1 − s)·k·(1 + 3·0.044715·x²)
- * (9 kernels instead of autodiff's ~15). Tested against geluNewPlain's autodiff (tests/fused-ops.test.ts).
+ * (9 kernels instead of autodiff's ~15; on WASM one kernel each way around tfjs's sigmoid, kernels/wasm-gelu.ts).
+ * Tested against geluNewPlain's autodiff (tests/fused-ops.test.ts).
  */
 export const geluNew = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
   const x = args[0] as tf.Tensor;
   const save = args[1] as tf.GradSaveFunc;
-  const s = tf.sigmoid(tf.mul(GELU_K, tf.add(x, tf.mul(0.044715, tf.mul(tf.mul(x, x), x)))));
+  // On WASM the arithmetic around the sigmoid is one kernel each way (kernels/wasm-gelu.ts: the same bits).
+  const wasm = wasmGeluApplies(x);
+  const inner = wasm
+    ? (tf.engine().runKernel(GELU_INNER_KERNEL, { x }, {}) as tf.Tensor)
+    : tf.mul(GELU_K, tf.add(x, tf.mul(0.044715, tf.mul(tf.mul(x, x), x))));
+  const s = tf.sigmoid(inner);
   save([x, s]);
   return {
     value: tf.mul(x, s),
     gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
       const [xs, ss] = saved;
+      if (wasm && dy.dtype === 'float32')
+        return tf.engine().runKernel(GELU_GRAD_KERNEL, { dy, x: xs, s: ss }, {}) as tf.Tensor;
       const slope = tf.add(GELU_K, tf.mul(3 * 0.044715 * GELU_K, tf.mul(xs, xs)));
       return tf.mul(dy, tf.add(ss, tf.mul(tf.mul(xs, tf.mul(ss, tf.sub(1, ss))), slope)));
     },
