@@ -1,5 +1,5 @@
 /**
- * gelu_new's WASM kernels (src/core/kernels/gelu.wat through kernels/wasm-gelu.ts) against the tfjs ops they stand
+ * gelu_new's WASM kernels (src/core/kernels/gelu.wat through kernels/wasm-activations.ts) against the tfjs ops they stand
  * in for, on the same backend: the sigmoid's argument and the gradient bit for bit, at sizes with and without a
  * leftover past a multiple of 4, over values from tiny to large (and zeros, signed), and geluNew's value and
  * gradient with the kernels equal to geluNew's without them. The committed bytes are checked against the .wat with
@@ -12,10 +12,10 @@ import { GELU_K } from '../src/core/kernels/definitions';
 import {
   GELU_GRAD_KERNEL,
   GELU_INNER_KERNEL,
-  geluStats,
-  registerWasmGelu,
+  activationStats,
+  registerWasmActivations,
   wasmGeluApplies,
-} from '../src/core/kernels/wasm-gelu';
+} from '../src/core/kernels/wasm-activations';
 import { geluNew } from '../src/core/model/ops';
 import { normals } from './helpers/f16-base';
 
@@ -55,7 +55,7 @@ const withoutKernels = <T>(f: () => T): T => {
 describe('gelu_new on WASM: gelu.wat = the tfjs ops, bit for bit', () => {
   beforeAll(async () => {
     await setNodeBackend('wasm');
-    registerWasmGelu();
+    registerWasmActivations();
   });
 
   for (const shape of [[1], [3], [4], [7, 5], [448, 640], [16, 3, 641]]) {
@@ -95,12 +95,12 @@ describe('gelu_new on WASM: gelu.wat = the tfjs ops, bit for bit', () => {
         const { value, grads } = tf.valueAndGrads((t: tf.Tensor) => geluNew(t))([x], dy);
         return [value, grads[0]];
       });
-    geluStats.inner = 0;
-    geluStats.grad = 0;
+    activationStats.geluInner = 0;
+    activationStats.geluGrad = 0;
     const [v1, g1] = run();
-    expect(geluStats).toEqual({ inner: 1, grad: 1 });
+    expect([activationStats.geluInner, activationStats.geluGrad]).toEqual([1, 1]);
     const [v0, g0] = withoutKernels(run);
-    expect(geluStats).toEqual({ inner: 1, grad: 1 });
+    expect([activationStats.geluInner, activationStats.geluGrad]).toEqual([1, 1]);
     expect(differing(v1.dataSync() as Float32Array, v0.dataSync() as Float32Array)).toBe(0);
     expect(differing(g1.dataSync() as Float32Array, g0.dataSync() as Float32Array)).toBe(0);
     tf.dispose([x, dy, v1, g1, v0, g0]);

@@ -17,7 +17,7 @@ import {
 } from './gemm-wasm-api';
 import { registerWasmSharedIdentity } from './wasm-identity';
 import { registerWasmWriteSlot } from './wasm-kv';
-import { registerWasmGelu } from './wasm-gelu';
+import { registerWasmActivations } from './wasm-activations';
 
 interface WasmBackendLike {
   wasm: {
@@ -611,7 +611,7 @@ let registered = false;
 export function registerWasmExtraKernels(): void {
   if (registered) return;
   registered = true;
-  // NO_FAST_MM=1 / NO_FAST_SLICE=1 / NO_FAST_SUM=1 / NO_FAST_GELU=1 (Node) keep tfjs's own kernels, to measure the plain path against these.
+  // NO_FAST_MM=1 / NO_FAST_SLICE=1 / NO_FAST_SUM=1 / NO_FAST_ACT=1 (Node) keep tfjs's own kernels, to measure the plain path against these.
   // The gemm.wat route for 2-D products is on by default; WASM_GEMM=0 keeps XNNPACK, as does an earlier
   // setWasmGemm(false).
   const env = (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env ?? {};
@@ -626,7 +626,7 @@ export function registerWasmExtraKernels(): void {
   // tfjs's autodiff clones every tensor a gradient keeps; share the buffer as the other backends do.
   registerWasmSharedIdentity();
   registerWasmWriteSlot();
-  if (!env.NO_FAST_GELU) registerWasmGelu();
+  if (!env.NO_FAST_ACT) registerWasmActivations();
   tf.registerKernel({
     kernelName: 'UnsortedSegmentSum',
     backendName: 'wasm',

@@ -1,6 +1,6 @@
 /**
  * SIMD kernels over the tfjs WASM backend's own heap: the batched matmul of bmm.wat (bmm-wasm.ts), the fused
- * Adam update of adam.wat (adam-wasm.ts) and gelu_new's arithmetic around its sigmoid (gelu.wat, gelu-wasm.ts).
+ * Adam update of adam.wat (adam-wasm.ts) and the arithmetic around gelu_new's and SwiGLU's sigmoids (gelu.wat, swiglu.wat).
  *
  * Why the matmul: tfjs-backend-wasm 4.22 sends every product with a batch > 1 to a scalar triple loop
  * (batch_mat_mul_impl.cc slow_batch_matmul, ~1 GFLOP/s here), and attention's q·kᵀ and att·v — forward and
@@ -15,6 +15,7 @@
 import { BMM_SHARED_WASM, BMM_WASM } from './bmm-wasm';
 import { ADAM_SHARED_WASM, ADAM_WASM } from './adam-wasm';
 import { GELU_SHARED_WASM, GELU_WASM } from './gelu-wasm';
+import { SWIGLU_SHARED_WASM, SWIGLU_WASM } from './swiglu-wasm';
 
 export type Bmm = (
   a: number,
@@ -51,6 +52,12 @@ export interface Gelu {
   grad(dy: number, x: number, s: number, out: number, n: number, k: number, k3: number): void;
 }
 
+/** swiglu.wat's two functions (byte offsets of float32 arrays of n elements). */
+export interface Swiglu {
+  fwd(g: number, s: number, u: number, out: number, n: number): void;
+  bwd(dy: number, g: number, u: number, s: number, dg: number, du: number, n: number): void;
+}
+
 /** Products run on the matmul kernel (tests use it to see that the fast path really ran). */
 export const bmmStats = { calls: 0 };
 
@@ -62,6 +69,7 @@ interface KernelBytes {
 const BMM: KernelBytes = { plain: BMM_WASM, shared: BMM_SHARED_WASM };
 const ADAM: KernelBytes = { plain: ADAM_WASM, shared: ADAM_SHARED_WASM };
 const GELU: KernelBytes = { plain: GELU_WASM, shared: GELU_SHARED_WASM };
+const SWIGLU: KernelBytes = { plain: SWIGLU_WASM, shared: SWIGLU_SHARED_WASM };
 
 /** Whether `memory` is shared (its buffer a SharedArrayBuffer, from any realm). */
 export function isSharedMemory(memory: WebAssembly.Memory): boolean {
@@ -115,4 +123,11 @@ export function geluFor(memory: WebAssembly.Memory | undefined): Gelu | null {
   const inner = exportOf<Gelu['inner']>(GELU, 'gelu_inner', memory);
   const grad = exportOf<Gelu['grad']>(GELU, 'gelu_grad', memory);
   return inner && grad ? { inner, grad } : null;
+}
+
+/** swiglu.wat's functions bound to `memory` (plain or shared), or null where they cannot run. */
+export function swigluFor(memory: WebAssembly.Memory | undefined): Swiglu | null {
+  const fwd = exportOf<Swiglu['fwd']>(SWIGLU, 'swiglu_fwd', memory);
+  const bwd = exportOf<Swiglu['bwd']>(SWIGLU, 'swiglu_bwd', memory);
+  return fwd && bwd ? { fwd, bwd } : null;
 }

@@ -10,7 +10,13 @@ import { linearWebGpu, webGpuLinearApplies } from '../kernels/webgpu-linear';
 import { rmsNormWebGpu, webGpuRmsNormApplies } from '../kernels/webgpu-rmsnorm';
 import { swigluWebGpu, webGpuSwigluApplies } from '../kernels/webgpu-swiglu';
 import { GELU_K } from '../kernels/definitions';
-import { GELU_GRAD_KERNEL, GELU_INNER_KERNEL, wasmGeluApplies } from '../kernels/wasm-gelu';
+import {
+  GELU_GRAD_KERNEL,
+  GELU_INNER_KERNEL,
+  swigluWasm,
+  wasmGeluApplies,
+  wasmSwigluApplies,
+} from '../kernels/wasm-activations';
 import { f16LinearNT, isPackedF16 } from '../kernels/webgpu-f16';
 
 /** Layer norm over the last axis, as autodiff composes it (the reference for `layerNorm`'s gradient). */
@@ -74,13 +80,13 @@ export function geluNewPlain(x: tf.Tensor): tf.Tensor {
 /**
  * geluNewPlain with its gradient written out: y = x·s, s = σ(k(x + 0.044715x³)), so
  *   dy/dx = s + x·s·(1 − s)·k·(1 + 3·0.044715·x²)
- * (9 kernels instead of autodiff's ~15; on WASM one kernel each way around tfjs's sigmoid, kernels/wasm-gelu.ts).
+ * (9 kernels instead of autodiff's ~15; on WASM one kernel each way around tfjs's sigmoid, kernels/wasm-activations.ts).
  * Tested against geluNewPlain's autodiff (tests/fused-ops.test.ts).
  */
 export const geluNew = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
   const x = args[0] as tf.Tensor;
   const save = args[1] as tf.GradSaveFunc;
-  // On WASM the arithmetic around the sigmoid is one kernel each way (kernels/wasm-gelu.ts: the same bits).
+  // On WASM the arithmetic around the sigmoid is one kernel each way (kernels/wasm-activations.ts: the same bits).
   const wasm = wasmGeluApplies(x);
   const inner = wasm
     ? (tf.engine().runKernel(GELU_INNER_KERNEL, { x }, {}) as tf.Tensor)
@@ -213,5 +219,7 @@ export function swigluPlain(gate: tf.Tensor, up: tf.Tensor): tf.Tensor {
  */
 export function swiglu(gate: tf.Tensor, up: tf.Tensor): tf.Tensor {
   if (webGpuSwigluApplies(gate, up)) return swigluWebGpu(gate, up);
+  // WASM: one kernel each way around tfjs's sigmoid, the plain ops' values and autodiff's gradients to the bit.
+  if (wasmSwigluApplies(gate, up)) return swigluWasm(gate, up);
   return swigluPlain(gate, up);
 }
