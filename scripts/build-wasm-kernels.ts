@@ -1,6 +1,6 @@
 /**
- * Assemble the WebAssembly text kernels (src/core/kernels/{bmm,adam,gelu,swiglu,gemm}.wat) into TypeScript modules holding the bytes
- * (src/core/kernels/{bmm,adam,gelu,swiglu,gemm}-wasm.ts), with wabt (a devDependency; the app ships only the bytes). `npx tsx scripts/build-wasm-kernels.ts`;
+ * Assemble the WebAssembly text kernels (src/core/kernels/{bmm,adam,gelu,swiglu,layernorm,gemm}.wat) into TypeScript modules holding the bytes
+ * (src/core/kernels/{bmm,adam,gelu,swiglu,layernorm,gemm}-wasm.ts), with wabt (a devDependency; the app ships only the bytes). `npx tsx scripts/build-wasm-kernels.ts`;
  * tests/wasm-bmm.test.ts and tests/wasm-gemm.test.ts check that the committed bytes are what this script makes from the .wat files.
  *
  * Each kernel is assembled twice: as written (it imports a plain `(memory 1)`), and as its shared-memory variant
@@ -24,6 +24,7 @@ export const KERNELS = [
   { name: 'adam', constName: 'ADAM_WASM', sharedConstName: 'ADAM_SHARED_WASM' },
   { name: 'gelu', constName: 'GELU_WASM', sharedConstName: 'GELU_SHARED_WASM' },
   { name: 'swiglu', constName: 'SWIGLU_WASM', sharedConstName: 'SWIGLU_SHARED_WASM' },
+  { name: 'layernorm', constName: 'LAYERNORM_WASM', sharedConstName: 'LAYERNORM_SHARED_WASM' },
 ].map((k) => ({
   ...k,
   wat: path.join(ROOT, `src/core/kernels/${k.name}.wat`),

@@ -1,22 +1,26 @@
 /**
- * The elementwise arithmetic around the MLP activations' sigmoids on the WASM backend, as SIMD kernels over the
- * tfjs heap (each a single pass over the MLP's [rows, width] activations where tfjs's ops make one pass per op):
+ * The elementwise arithmetic around the MLP activations' sigmoids, and layer norm, on the WASM backend, as kernels
+ * over the tfjs heap (each a single pass over the [rows, width] activations where tfjs's ops make one pass per op):
  * - gelu_new (gelu.wat): the sigmoid's argument k·(x + c·x³) (5 tfjs kernels) and the gradient
  *   dy·(s + x·s·(1 − s)·(k + 3ck·x²)) (9), the ops of model/ops.ts geluNew;
  * - SwiGLU (swiglu.wat): (g·s)·u forward (2) and, backward, dg = (dy·u)·s + ((dy·u)·g)·(s·(1 − s)) and
  *   du = dy·(g·s) — autodiff's own ops for swigluPlain, in its order (7).
+ * - layer norm (layernorm.wat): tf.moments and the rest of model/ops.ts layerNorm's forward (~10 tfjs kernels) in
+ *   one kernel that also gives x̂ and r, and its hand-written gradient with dg and db (~13) in another.
  * The same float32 operations in the same order, so the results are the ops' bit for bit (tests/wasm-gelu.test.ts,
- * tests/wasm-swiglu.test.ts); the sigmoids stay tfjs's kernel. Used by model/ops.ts when the backend is WASM and the
- * engine has SIMD.
+ * tests/wasm-swiglu.test.ts, tests/wasm-layernorm.test.ts); the sigmoids stay tfjs's kernel. Used by model/ops.ts
+ * when the backend is WASM and the engine has SIMD.
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { GELU_K } from './definitions';
-import { geluFor, heapMemory, swigluFor } from './wasm-simd';
+import { geluFor, heapMemory, layerNormFor, swigluFor } from './wasm-simd';
 
 export const GELU_INNER_KERNEL = 'PpoGeluInner';
 export const GELU_GRAD_KERNEL = 'PpoGeluGrad';
 export const SWIGLU_FWD_KERNEL = 'PpoSwigluFwd';
 export const SWIGLU_BWD_KERNEL = 'PpoSwigluBwd';
+export const LAYERNORM_FWD_KERNEL = 'PpoLayerNormFwd';
+export const LAYERNORM_BWD_KERNEL = 'PpoLayerNormBwd';
 
 /** gelu_new's constants as tfjs's ops hold them: each number made a float32 scalar. */
 const C = Math.fround(0.044715);
@@ -30,7 +34,14 @@ interface WasmBackendLike {
 }
 
 /** Calls of each kernel (the tests read them). */
-export const activationStats = { geluInner: 0, geluGrad: 0, swigluFwd: 0, swigluBwd: 0 };
+export const activationStats = {
+  geluInner: 0,
+  geluGrad: 0,
+  swigluFwd: 0,
+  swigluBwd: 0,
+  layerNormFwd: 0,
+  layerNormBwd: 0,
+};
 
 const at = (bk: WasmBackendLike, t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
 const memoryOf = (backend: unknown) => heapMemory((backend as WasmBackendLike).wasm);
@@ -38,13 +49,29 @@ const memoryOf = (backend: unknown) => heapMemory((backend as WasmBackendLike).w
 /** Register a kernel for 'wasm' whose function gets the backend narrowed and the inputs by name. */
 function register(
   name: string,
-  fn: (bk: WasmBackendLike, inputs: Record<string, tf.TensorInfo>) => tf.TensorInfo | tf.TensorInfo[],
+  fn: (
+    bk: WasmBackendLike,
+    inputs: Record<string, tf.TensorInfo>,
+    attrs: Record<string, number>,
+  ) => tf.TensorInfo | tf.TensorInfo[],
 ): void {
   tf.registerKernel({
     kernelName: name,
     backendName: 'wasm',
-    kernelFunc: (({ inputs, backend }: { inputs: tf.NamedTensorInfoMap; backend: unknown }) =>
-      fn(backend as WasmBackendLike, inputs as Record<string, tf.TensorInfo>)) as unknown as tf.KernelFunc,
+    kernelFunc: (({
+      inputs,
+      backend,
+      attrs,
+    }: {
+      inputs: tf.NamedTensorInfoMap;
+      backend: unknown;
+      attrs?: tf.NamedAttrMap;
+    }) =>
+      fn(
+        backend as WasmBackendLike,
+        inputs as Record<string, tf.TensorInfo>,
+        (attrs ?? {}) as Record<string, number>,
+      )) as unknown as tf.KernelFunc,
   });
 }
 
@@ -91,6 +118,47 @@ export function registerWasmActivations(): void {
     activationStats.swigluBwd++;
     return [dg, du];
   });
+  register(LAYERNORM_FWD_KERNEL, (bk, { x, g, b }, { eps }) => {
+    const C = x.shape[x.shape.length - 1];
+    const R = tf.util.sizeFromShape(x.shape) / C;
+    const y = bk.makeOutput(x.shape, 'float32');
+    const xh = bk.makeOutput(x.shape, 'float32');
+    const r = bk.makeOutput([...x.shape.slice(0, -1), 1], 'float32');
+    // eps as tfjs's add(variance, eps) holds it: a float32 scalar (the f32 parameter rounds it the same way).
+    layerNormFor(memoryOf(bk))!.fwd(
+      at(bk, x),
+      at(bk, g),
+      at(bk, b),
+      at(bk, y),
+      at(bk, xh),
+      at(bk, r),
+      R,
+      C,
+      eps,
+    );
+    activationStats.layerNormFwd++;
+    return [y, xh, r];
+  });
+  register(LAYERNORM_BWD_KERNEL, (bk, { dy, xh, r, g }) => {
+    const C = xh.shape[xh.shape.length - 1];
+    const R = tf.util.sizeFromShape(xh.shape) / C;
+    const dx = bk.makeOutput(xh.shape, 'float32');
+    const dg = bk.makeOutput([C], 'float32');
+    const db = bk.makeOutput([C], 'float32');
+    layerNormFor(memoryOf(bk))!.bwd(
+      at(bk, dy),
+      at(bk, xh),
+      at(bk, r),
+      at(bk, g),
+      at(bk, dx),
+      at(bk, dg),
+      at(bk, db),
+      R,
+      C,
+    );
+    activationStats.layerNormBwd++;
+    return [dx, dg, db];
+  });
 }
 
 /** The WASM backend with these kernels registered and SIMD to run them. */
@@ -98,6 +166,26 @@ function wasmActivationsHere(): boolean {
   if (tf.getBackend() !== 'wasm' || !tf.getKernel(GELU_INNER_KERNEL, 'wasm')) return false;
   const memory = memoryOf(tf.backend());
   return geluFor(memory) !== null && swigluFor(memory) !== null;
+}
+
+/**
+ * Whether layerNorm runs the layer-norm kernels: float32 x of rank ≥ 1 with C > 0 values a row, and g and b of
+ * shape [C] (float32), on WASM with them registered.
+ */
+export function wasmLayerNormApplies(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor): boolean {
+  const C = x.shape[x.shape.length - 1];
+  return (
+    x.rank >= 1 &&
+    C > 0 &&
+    x.dtype === 'float32' &&
+    g.dtype === 'float32' &&
+    b.dtype === 'float32' &&
+    tf.util.arraysEqual(g.shape, [C]) &&
+    tf.util.arraysEqual(b.shape, [C]) &&
+    !!tf.getKernel(LAYERNORM_FWD_KERNEL, 'wasm') &&
+    wasmActivationsHere() &&
+    layerNormFor(memoryOf(tf.backend())) !== null
+  );
 }
 
 /** Whether geluNew runs the gelu kernels for `x`: WASM with them registered, SIMD available, float32. */

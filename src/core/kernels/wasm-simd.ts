@@ -1,6 +1,6 @@
 /**
  * SIMD kernels over the tfjs WASM backend's own heap: the batched matmul of bmm.wat (bmm-wasm.ts), the fused
- * Adam update of adam.wat (adam-wasm.ts) and the arithmetic around gelu_new's and SwiGLU's sigmoids (gelu.wat, swiglu.wat).
+ * Adam update of adam.wat (adam-wasm.ts), the arithmetic around gelu_new's and SwiGLU's sigmoids (gelu.wat, swiglu.wat) and layer norm (layernorm.wat).
  *
  * Why the matmul: tfjs-backend-wasm 4.22 sends every product with a batch > 1 to a scalar triple loop
  * (batch_mat_mul_impl.cc slow_batch_matmul, ~1 GFLOP/s here), and attention's q·kᵀ and att·v — forward and
@@ -16,6 +16,7 @@ import { BMM_SHARED_WASM, BMM_WASM } from './bmm-wasm';
 import { ADAM_SHARED_WASM, ADAM_WASM } from './adam-wasm';
 import { GELU_SHARED_WASM, GELU_WASM } from './gelu-wasm';
 import { SWIGLU_SHARED_WASM, SWIGLU_WASM } from './swiglu-wasm';
+import { LAYERNORM_SHARED_WASM, LAYERNORM_WASM } from './layernorm-wasm';
 
 export type Bmm = (
   a: number,
@@ -58,6 +59,12 @@ export interface Swiglu {
   bwd(dy: number, g: number, u: number, s: number, dg: number, du: number, n: number): void;
 }
 
+/** layernorm.wat's two functions (byte offsets; x, y, x̂, dy, dx [R, C], g, b, dg, db [C], r [R]). */
+export interface LayerNormWasm {
+  fwd(x: number, g: number, b: number, y: number, xh: number, r: number, R: number, C: number, eps: number): void;
+  bwd(dy: number, xh: number, r: number, g: number, dx: number, dg: number, db: number, R: number, C: number): void;
+}
+
 /** Products run on the matmul kernel (tests use it to see that the fast path really ran). */
 export const bmmStats = { calls: 0 };
 
@@ -70,6 +77,7 @@ const BMM: KernelBytes = { plain: BMM_WASM, shared: BMM_SHARED_WASM };
 const ADAM: KernelBytes = { plain: ADAM_WASM, shared: ADAM_SHARED_WASM };
 const GELU: KernelBytes = { plain: GELU_WASM, shared: GELU_SHARED_WASM };
 const SWIGLU: KernelBytes = { plain: SWIGLU_WASM, shared: SWIGLU_SHARED_WASM };
+const LAYERNORM: KernelBytes = { plain: LAYERNORM_WASM, shared: LAYERNORM_SHARED_WASM };
 
 /** Whether `memory` is shared (its buffer a SharedArrayBuffer, from any realm). */
 export function isSharedMemory(memory: WebAssembly.Memory): boolean {
@@ -129,5 +137,12 @@ export function geluFor(memory: WebAssembly.Memory | undefined): Gelu | null {
 export function swigluFor(memory: WebAssembly.Memory | undefined): Swiglu | null {
   const fwd = exportOf<Swiglu['fwd']>(SWIGLU, 'swiglu_fwd', memory);
   const bwd = exportOf<Swiglu['bwd']>(SWIGLU, 'swiglu_bwd', memory);
+  return fwd && bwd ? { fwd, bwd } : null;
+}
+
+/** layernorm.wat's functions bound to `memory` (plain or shared), or null where they cannot run. */
+export function layerNormFor(memory: WebAssembly.Memory | undefined): LayerNormWasm | null {
+  const fwd = exportOf<LayerNormWasm['fwd']>(LAYERNORM, 'ln_fwd', memory);
+  const bwd = exportOf<LayerNormWasm['bwd']>(LAYERNORM, 'ln_bwd', memory);
   return fwd && bwd ? { fwd, bwd } : null;
 }

@@ -13,8 +13,11 @@ import { GELU_K } from '../kernels/definitions';
 import {
   GELU_GRAD_KERNEL,
   GELU_INNER_KERNEL,
+  LAYERNORM_BWD_KERNEL,
+  LAYERNORM_FWD_KERNEL,
   swigluWasm,
   wasmGeluApplies,
+  wasmLayerNormApplies,
   wasmSwigluApplies,
 } from '../kernels/wasm-activations';
 import { f16LinearNT, isPackedF16 } from '../kernels/webgpu-f16';
@@ -41,6 +44,22 @@ export function layerNorm(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor, eps: number)
     f = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
       const [xi, gi, bi] = args as tf.Tensor[];
       const save = args[3] as tf.GradSaveFunc;
+      if (wasmLayerNormApplies(xi, gi, bi)) {
+        // WASM: the forward and the gradient below as one kernel each (kernels/layernorm.wat: the same bits).
+        const [y, xh, r] = tf
+          .engine()
+          .runKernel(LAYERNORM_FWD_KERNEL, { x: xi, g: gi, b: bi }, { eps }) as tf.Tensor[];
+        save([xh, r, gi]);
+        return {
+          value: y,
+          gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+            const [xh2, rs, gs] = saved;
+            return tf
+              .engine()
+              .runKernel(LAYERNORM_BWD_KERNEL, { dy, xh: xh2, r: rs, g: gs }, {}) as tf.Tensor[];
+          },
+        };
+      }
       const { mean, variance } = tf.moments(xi, -1, true);
       const r = tf.rsqrt(tf.add(variance, eps));
       const xhat = tf.mul(tf.sub(xi, mean), r);
