@@ -9,6 +9,7 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-wasm';
 import { setNodeBackend } from '../src/cli/backend-node';
+import { wasmFusedBlocksHere } from '../src/core/kernels/wasm-activations';
 import { registerWasmExtraKernels } from '../src/core/kernels/wasm-extra';
 import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
 import { validateConfig } from '../src/common/config';
@@ -228,7 +229,11 @@ describe('the run estimate', () => {
           Math.max(...trainer.promptTokens.map((p) => p.length)),
           config.n_positions - k.responseLength,
         );
-        const opts: RunMemoryOptions = { valueModel: 'separate', rewardModel: k.rewardModel };
+        const opts: RunMemoryOptions = {
+          valueModel: 'separate',
+          rewardModel: k.rewardModel,
+          fusedBlocks: wasmFusedBlocksHere(),
+        };
         const e = estimateRunMemory(
           config,
           {
@@ -373,8 +378,13 @@ describe('the estimate with a large vocabulary (measured on WASM, within 25%)', 
             config.n_positions - k.R,
           );
           const opts: RunMemoryOptions = lora
-            ? { lora: { r: 4, targets: cfg.loraTargets }, valueModel: 'shared', rewardModel: false }
-            : { valueModel: 'separate', rewardModel: false };
+            ? {
+                lora: { r: 4, targets: cfg.loraTargets },
+                valueModel: 'shared',
+                rewardModel: false,
+                fusedBlocks: wasmFusedBlocksHere(),
+              }
+            : { valueModel: 'separate', rewardModel: false, fusedBlocks: wasmFusedBlocksHere() };
           // The shape the trainer runs (its micro-batch, recompute and vocabulary chunk), as the preflight sees it.
           const chunk = chunksVocabulary(k.R, k.V) ? VOCAB_CHUNK : 0;
           const run = runShapeOf(config, cfg, promptLength, opts, chunk);
@@ -497,6 +507,7 @@ describe('the estimate with LoRA on the WASM backend (V 8192, within 25%)', () =
           lora: { r: 4, targets: cfg.loraTargets },
           valueModel: k.algorithm === 'ppo' ? 'shared' : 'none',
           rewardModel: false,
+          fusedBlocks: wasmFusedBlocksHere(),
         },
       );
       expect(e.peakPhase).toBe('update');

@@ -45,6 +45,7 @@ import {
 import { UserError } from '../common/errors';
 import { assertFolder, nodeFiles, readJsonFile } from './files-node';
 import { PRESETS, resolveModel } from './models';
+import { wasmFusedBlocksHere } from '../core/kernels/wasm-activations';
 
 export interface MemoryBudget {
   bytes: number;
@@ -123,7 +124,7 @@ export async function preflightTrain(
   const rewardModel = !!spec && typeof spec === 'object' && 'model' in spec;
   // On WASM: what the heap will reach (shared tape copies, XNNPACK's packed weights), as the budget counts it.
   const onHeap = (o: RunMemoryOptions): RunMemoryOptions =>
-    budget.backend === 'wasm' ? { ...o, heap: 'wasm' } : o;
+    budget.backend === 'wasm' ? { ...o, heap: 'wasm', fusedBlocks: wasmFusedBlocksHere() } : o;
   const opts = onHeap(runMemoryOptions(cfg, rewardModel));
   const vocabChunk = chunksVocabulary(cfg.responseLength, config.vocab_size, budget.backend)
     ? VOCAB_CHUNK

@@ -51,6 +51,7 @@ import {
 } from './device-limits';
 import type { MemoryEstimateReport, ModelFit, ModelSource } from './protocol';
 import { LLAMA_SHAPES, parseLlamaConfig } from '../core/model/llama-config';
+import { wasmFusedBlocksHere } from '../core/kernels/wasm-activations';
 
 export const BUILTIN_MODELS = ['tiny'] as const;
 /** The `reward: {model}` name of the reward model trained from preferences. */
@@ -391,7 +392,7 @@ export class ModelSources {
     const opts: RunMemoryOptions = {
       ...asked,
       ...(baseDtype && !f16Refusal ? { baseDtype } : {}),
-      ...(backend === 'wasm' ? { heap: 'wasm' as const } : {}),
+      ...(backend === 'wasm' ? { heap: 'wasm' as const, fusedBlocks: wasmFusedBlocksHere() } : {}),
     };
     const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
     const vocabChunk = chunksVocabulary(cfg.responseLength, config.vocab_size, backend) ? VOCAB_CHUNK : 0;

@@ -188,6 +188,19 @@ export function wasmLayerNormApplies(x: tf.Tensor, g: tf.Tensor, b: tf.Tensor): 
   );
 }
 
+/**
+ * Whether a GPT-2 block's layer norms and gelu_new run as the fused kernels here (the memory estimate's
+ * RunMemoryOptions.fusedBlocks: model/size.ts).
+ */
+export function wasmFusedBlocksHere(): boolean {
+  return (
+    !!tf.getKernel(LAYERNORM_FWD_KERNEL, 'wasm') &&
+    !!tf.getKernel(GELU_INNER_KERNEL, 'wasm') &&
+    wasmActivationsHere() &&
+    layerNormFor(memoryOf(tf.backend())) !== null
+  );
+}
+
 /** Whether geluNew runs the gelu kernels for `x`: WASM with them registered, SIMD available, float32. */
 export function wasmGeluApplies(x: tf.Tensor): boolean {
   return x.dtype === 'float32' && !!tf.getKernel(GELU_GRAD_KERNEL, 'wasm') && wasmActivationsHere();

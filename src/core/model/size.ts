@@ -139,6 +139,13 @@ export interface RunMemoryOptions {
    */
   heap?: 'wasm';
   /**
+   * GPT-2 blocks whose layer norms and gelu_new run as fused kernels (the WASM backend with SIMD:
+   * kernels/wasm-activations.ts wasmFusedBlocksHere): their activations count ACT_PER_C_FUSED per C, not
+   * ACT_PER_C. The estimate's callers on WASM set it; the automatic plan (resolveStepPlan) keeps ACT_PER_C, so
+   * plans do not depend on the kernels and a WASM step holds less than its plan budgeted.
+   */
+  fusedBlocks?: boolean;
+  /**
    * Storage of the frozen base under LoRA (config `baseDtype`; docs/models.md, "The frozen base in f16"): "f16" holds the Llama families' large
    * matrices (embedding, untied head, every linear) at 2 bytes a value, norms and biases at 4. Ignored without LoRA
    * (full fine-tuning keeps f32) and for GPT-2 (f32 only). Absent: "f32".
@@ -197,6 +204,15 @@ export interface MemoryEstimate {
 // shapes within 25% (tests/size.test.ts).
 /** Floats per token per layer that scale with n_embd. */
 export const ACT_PER_C = 42;
+/**
+ * ACT_PER_C where the block's layer norms and gelu_new run as fused kernels that leave no intermediates behind
+ * (the WASM backend: kernels/wasm-activations.ts; RunMemoryOptions.fusedBlocks): a layer norm keeps its output and
+ * x̂ where tfjs's ops left five [rows, C] tensors, gelu_new its sigmoid's argument where they left five [rows, 4C],
+ * and their gradients one tensor each where the ops made several. Fitted on WASM with the shapes of
+ * tests/size.test.ts (full PPO, LoRA, a learned reward model, long responses, vocabularies to 8192) against their
+ * measured peaks: 1.00–1.17× them at 26 (at ACT_PER_C's 42 these read 1.27–1.33×; at 20, 0.90× at the lowest).
+ */
+export const ACT_PER_C_FUSED = 26;
 /** Floats per token per layer per head per key position. */
 export const ACT_PER_HT = 6;
 /** Floats per token per n_embd outside the blocks (embeddings, positions, the final layer norm). */
@@ -307,8 +323,8 @@ function kvCacheFloats(c: Shape, rows: number, T: number): number {
   return rows * c.n_layer * T * (6 * kv + repeated);
 }
 
-/** Floats held by one forward over n rows of T tokens, kept whole. */
-function forwardFloats(c: Shape, n: number, T: number): number {
+/** Floats held by one forward over n rows of T tokens, kept whole (`fused`: RunMemoryOptions.fusedBlocks). */
+function forwardFloats(c: Shape, n: number, T: number, fused = false): number {
   const N = n * T;
   const l = llamaOf(c);
   if (l) {
@@ -326,7 +342,8 @@ function forwardFloats(c: Shape, n: number, T: number): number {
     return c.n_layer * N * perLayer + N * (ACT_OUTSIDE_BLOCKS * c.n_embd + LLAMA_ACT_ROPE_PER_D * l.head_dim);
   }
   return (
-    c.n_layer * N * (ACT_PER_C * c.n_embd + ACT_PER_HT * c.n_head * T) + ACT_OUTSIDE_BLOCKS * N * c.n_embd
+    c.n_layer * N * ((fused ? ACT_PER_C_FUSED : ACT_PER_C) * c.n_embd + ACT_PER_HT * c.n_head * T) +
+    ACT_OUTSIDE_BLOCKS * N * c.n_embd
   );
 }
 
@@ -334,8 +351,15 @@ function forwardFloats(c: Shape, n: number, T: number): number {
 export function phaseFloats(
   c: Shape,
   run: RunShape,
-  models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null; sharedTape?: boolean },
+  models: {
+    scorers: number;
+    wteTrains?: boolean;
+    lora?: LoraShape | null;
+    sharedTape?: boolean;
+    fusedBlocks?: boolean;
+  },
 ): Record<MemoryPhase, number> {
+  const fused = !!models.fusedBlocks;
   const T = run.promptLength + run.responseLength;
   const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
   const V = c.vocab_size;
@@ -347,11 +371,11 @@ export function phaseFloats(
   // Generation: the KV cache (keys and values of every layer; the old and the new cache during a decode step)
   // and the prompt's forward that fills it.
   const generate =
-    kvCacheFloats(c, genRows, T) + forwardFloats(c, genRows, run.promptLength) + 2 * genRows * V;
+    kvCacheFloats(c, genRows, T) + forwardFloats(c, genRows, run.promptLength, fused) + 2 * genRows * V;
   // Scoring: every model's forward over a slice (each block in its own tidy: one block's activations at a time,
   // model/gpt2.ts trunk), the two LMs' response logits.
   const score =
-    models.scorers * forwardFloats({ ...c, n_layer: 1 }, rows, T) +
+    models.scorers * forwardFloats({ ...c, n_layer: 1 }, rows, T, fused) +
     LOGITS_SCORE * 2 * rows * run.responseLength * V;
   // Update: one model's forward kept for its backward (with recomputation: the blocks' inputs, and one block's
   // forward at a time), the backward's transients, the response logits (or one vocabulary chunk of them), and
@@ -363,7 +387,7 @@ export function phaseFloats(
   const layers = run.recompute ? 1 : c.n_layer;
   const kept = run.recompute ? RECOMPUTE_KEPT_PER_C * c.n_layer * rows * T * c.n_embd : 0;
   const update =
-    UPDATE_FORWARDS * forwardFloats({ ...c, n_layer: layers }, rows, T) +
+    UPDATE_FORWARDS * forwardFloats({ ...c, n_layer: layers }, rows, T, fused) +
     kept +
     logits +
     (rows > 0 ? wteFloats(c, models.wteTrains ?? true, models.sharedTape) : 0) + // no batch, no backward
@@ -476,6 +500,7 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
     wteTrains: !lora,
     lora,
     sharedTape: sharedTape || half,
+    fusedBlocks: !!opts.fusedBlocks,
   });
   // Gradients are live during the update only: the peak is the largest of generate, score, update + gradients.
   // Summed over micro-batches, the running sum and a micro-batch's own gradients are both live for a moment.

@@ -113,6 +113,7 @@ import type { EvalRecord } from '../../common/eval-record';
 import { maybeYield } from '../base/yield';
 import { GradReplays, type HostTensor } from './update-replay';
 import { decodeReplayCount } from '../model/decode-replay';
+import { wasmFusedBlocksHere } from '../kernels/wasm-activations';
 
 /**
  * Where scores come from: a function of the text, or a learned reward model read at the last real token.
@@ -604,7 +605,11 @@ export class PpoTrainer {
 
   /** The pre-flight memory estimate of a step with `cfg` as this trainer runs it (model/size.ts). */
   memoryEstimate(cfg: TrainConfig = this.cfg): MemoryEstimate {
-    const opts = runMemoryOptions(cfg, this.models.reward.kind === 'model');
+    // On WASM the blocks' layer norms and gelu_new hold less (kernels/wasm-activations.ts); the plan is unchanged.
+    const opts = {
+      ...runMemoryOptions(cfg, this.models.reward.kind === 'model'),
+      fusedBlocks: tf.getBackend() === 'wasm' && wasmFusedBlocksHere(),
+    };
     return estimateRunMemory(this.models.policy.config, this.runShape(cfg), opts);
   }
 
