@@ -61,8 +61,28 @@ export interface Swiglu {
 
 /** layernorm.wat's two functions (byte offsets; x, y, x̂, dy, dx [R, C], g, b, dg, db [C], r [R]). */
 export interface LayerNormWasm {
-  fwd(x: number, g: number, b: number, y: number, xh: number, r: number, R: number, C: number, eps: number): void;
-  bwd(dy: number, xh: number, r: number, g: number, dx: number, dg: number, db: number, R: number, C: number): void;
+  fwd(
+    x: number,
+    g: number,
+    b: number,
+    y: number,
+    xh: number,
+    r: number,
+    R: number,
+    C: number,
+    eps: number,
+  ): void;
+  bwd(
+    dy: number,
+    xh: number,
+    r: number,
+    g: number,
+    dx: number,
+    dg: number,
+    db: number,
+    R: number,
+    C: number,
+  ): void;
 }
 
 /** Products run on the matmul kernel (tests use it to see that the fast path really ran). */
