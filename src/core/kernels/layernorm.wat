@@ -15,7 +15,7 @@
 
   (func (export "ln_fwd") (param $x i32) (param $g i32) (param $b i32) (param $y i32) (param $xh i32) (param $r i32)
     (param $R i32) (param $C i32) (param $eps f32)
-    (local $row i32) (local $j i32) (local $c4 i32) (local $cb i32) (local $o i32)
+    (local $row i32) (local $j i32) (local $c4 i32) (local $cb i32)
     (local $sum f32) (local $mean f32) (local $d f32) (local $rr f32) (local $cf f32) (local $t f32)
     (local $vm v128) (local $vr v128) (local $v v128)
     (local.set $cf (f32.convert_i32_u (local.get $C)))

@@ -13,7 +13,15 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { GELU_K } from './definitions';
-import { geluFor, heapMemory, layerNormFor, swigluFor } from './wasm-simd';
+import type { KernelFn } from './kernel-fn';
+import {
+  geluFor,
+  heapMemory,
+  heapOffset as at,
+  layerNormFor,
+  swigluFor,
+  type WasmBackendLike,
+} from './wasm-simd';
 
 export const GELU_INNER_KERNEL = 'PpoGeluInner';
 export const GELU_GRAD_KERNEL = 'PpoGeluGrad';
@@ -27,12 +35,6 @@ const C = Math.fround(0.044715);
 const K = Math.fround(GELU_K);
 const K3 = Math.fround(3 * 0.044715 * GELU_K);
 
-interface WasmBackendLike {
-  wasm: { asm?: { memory?: WebAssembly.Memory }; wasmMemory?: WebAssembly.Memory };
-  dataIdMap: { get(dataId: unknown): { memoryOffset: number } };
-  makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
-}
-
 /** Calls of each kernel (the tests read them). */
 export const activationStats = {
   geluInner: 0,
@@ -43,7 +45,6 @@ export const activationStats = {
   layerNormBwd: 0,
 };
 
-const at = (bk: WasmBackendLike, t: tf.TensorInfo): number => bk.dataIdMap.get(t.dataId).memoryOffset;
 const memoryOf = (backend: unknown) => heapMemory((backend as WasmBackendLike).wasm);
 
 /** Register a kernel for 'wasm' whose function gets the backend narrowed and the inputs by name. */
@@ -58,15 +59,7 @@ function register(
   tf.registerKernel({
     kernelName: name,
     backendName: 'wasm',
-    kernelFunc: (({
-      inputs,
-      backend,
-      attrs,
-    }: {
-      inputs: tf.NamedTensorInfoMap;
-      backend: unknown;
-      attrs?: tf.NamedAttrMap;
-    }) =>
+    kernelFunc: (({ inputs, backend, attrs }: Parameters<KernelFn>[0]) =>
       fn(
         backend as WasmBackendLike,
         inputs as Record<string, tf.TensorInfo>,

@@ -6,7 +6,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
-import { bmmFor, bmmStats, heapMemory } from './wasm-simd';
+import { bmmFor, bmmStats, heapMemory, heapOffset, type WasmBackendLike } from './wasm-simd';
 import {
   enableRelaxedSimd,
   GEMM_NT_K_MULTIPLE,
@@ -18,24 +18,6 @@ import {
 import { registerWasmSharedIdentity } from './wasm-identity';
 import { registerWasmWriteSlot } from './wasm-kv';
 import { registerWasmActivations } from './wasm-activations';
-
-interface WasmBackendLike {
-  wasm: {
-    asm?: { memory?: WebAssembly.Memory };
-    HEAPU8: Uint8Array;
-    /** tfjs-backend-wasm's own functions; getThreadsCount: the threads its XNNPACK kernels run on. */
-    tfjs?: { getThreadsCount?: () => number };
-  };
-  dataIdMap: { get(dataId: unknown): { memoryOffset: number }; has(dataId: unknown): boolean };
-  typedArrayFromHeap(t: tf.TensorInfo): Float32Array | Int32Array | Uint8Array;
-  makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
-  disposeData(dataId: unknown): boolean;
-}
-
-/** Byte offset of a tensor's data on the backend's heap (where the WebAssembly kernels read and write it). */
-function heapOffset(bk: WasmBackendLike, t: tf.TensorInfo): number {
-  return bk.dataIdMap.get(t.dataId).memoryOffset;
-}
 
 /**
  * tfjs-backend-wasm 4.22's BatchMatMul runs XNNPACK only for a plain product with batch 1 on both sides;

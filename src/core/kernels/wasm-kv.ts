@@ -12,14 +12,10 @@
  * tests/wasm-kv.test.ts.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import type { WasmBackendLike } from './wasm-simd';
 
 /** The kernel's name (inputs: cache [B, n, S, d], x [B, n·d], slot [S]; output: the new cache). */
 export const WRITE_SLOT_KERNEL = 'PpoWriteSlot';
-
-interface WasmHeapBackend {
-  typedArrayFromHeap(t: tf.TensorInfo): Float32Array | Int32Array | Uint8Array;
-  makeOutput(shape: number[], dtype: tf.DataType): tf.TensorInfo;
-}
 
 /** Calls that took the copy-and-add route, and those that fell back to the formula (the tests read them). */
 export const writeSlotStats = { fast: 0, formula: 0 };
@@ -49,7 +45,7 @@ function writeSlotWasm({
   backend: unknown;
 }): tf.TensorInfo {
   const { cache, x, slot } = inputs as { cache: tf.TensorInfo; x: tf.TensorInfo; slot: tf.TensorInfo };
-  const bk = backend as WasmHeapBackend;
+  const bk = backend as WasmBackendLike;
   const [B, n, S, d] = cache.shape;
   const out = bk.makeOutput(cache.shape, 'float32');
   // Views made after makeOutput: an allocation may grow the heap and detach earlier views.

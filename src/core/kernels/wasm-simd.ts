@@ -12,6 +12,7 @@
  * the memory's buffer type. The kernels run on the calling thread (the worker), between tfjs's kernels, while
  * XNNPACK's threads are idle. Unavailable where the engine lacks SIMD; callers then keep their other path.
  */
+import type { DataType, TensorInfo } from '@tensorflow/tfjs-core';
 import { BMM_SHARED_WASM, BMM_WASM } from './bmm-wasm';
 import { ADAM_SHARED_WASM, ADAM_WASM } from './adam-wasm';
 import { GELU_SHARED_WASM, GELU_WASM } from './gelu-wasm';
@@ -98,6 +99,26 @@ const ADAM: KernelBytes = { plain: ADAM_WASM, shared: ADAM_SHARED_WASM };
 const GELU: KernelBytes = { plain: GELU_WASM, shared: GELU_SHARED_WASM };
 const SWIGLU: KernelBytes = { plain: SWIGLU_WASM, shared: SWIGLU_SHARED_WASM };
 const LAYERNORM: KernelBytes = { plain: LAYERNORM_WASM, shared: LAYERNORM_SHARED_WASM };
+
+/** What the project's WASM kernels use of tfjs-backend-wasm's backend object (not in tfjs's public types). */
+export interface WasmBackendLike {
+  wasm: {
+    asm?: { memory?: WebAssembly.Memory };
+    wasmMemory?: WebAssembly.Memory;
+    HEAPU8: Uint8Array;
+    /** tfjs-backend-wasm's own functions; getThreadsCount: the threads its XNNPACK kernels run on. */
+    tfjs?: { getThreadsCount?: () => number };
+  };
+  dataIdMap: { get(dataId: unknown): { memoryOffset: number }; has(dataId: unknown): boolean };
+  typedArrayFromHeap(t: TensorInfo): Float32Array | Int32Array | Uint8Array;
+  makeOutput(shape: number[], dtype: DataType): TensorInfo;
+  disposeData(dataId: unknown): boolean;
+}
+
+/** Byte offset of a tensor's data on the backend's heap (where the WebAssembly kernels read and write it). */
+export function heapOffset(bk: WasmBackendLike, t: TensorInfo): number {
+  return bk.dataIdMap.get(t.dataId).memoryOffset;
+}
 
 /** Whether `memory` is shared (its buffer a SharedArrayBuffer, from any realm). */
 export function isSharedMemory(memory: WebAssembly.Memory): boolean {
