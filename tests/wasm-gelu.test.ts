@@ -17,40 +17,9 @@ import {
   wasmGeluApplies,
 } from '../src/core/kernels/wasm-activations';
 import { geluNew } from '../src/core/model/ops';
-import { normals } from './helpers/f16-base';
+import { bitsDiffering, spreadValues, withoutWasmKernels } from './helpers/wasm-kernels';
 
-/** Elements whose bits differ (NaN equals NaN). */
-function differing(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  const ua = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  const ub = new Uint32Array(b.buffer, b.byteOffset, b.length);
-  let n = 0;
-  for (let i = 0; i < a.length; i++) if (ua[i] !== ub[i] && !(Number.isNaN(a[i]) && Number.isNaN(b[i]))) n++;
-  return n;
-}
-
-/** Values over many magnitudes and both signs, with exact zeros. */
-function values(n: number, seed: number): Float32Array {
-  const v = normals(n, seed, 1);
-  const scale = normals(n, seed + 1, 1);
-  for (let i = 0; i < n; i++) v[i] *= Math.pow(10, Math.round(scale[i] * 2));
-  if (n > 2) {
-    v[0] = 0;
-    v[1] = -0;
-  }
-  return v;
-}
-
-const withoutKernels = <T>(f: () => T): T => {
-  const k = [tf.getKernel(GELU_INNER_KERNEL, 'wasm')!, tf.getKernel(GELU_GRAD_KERNEL, 'wasm')!];
-  tf.unregisterKernel(GELU_INNER_KERNEL, 'wasm');
-  tf.unregisterKernel(GELU_GRAD_KERNEL, 'wasm');
-  try {
-    return f();
-  } finally {
-    for (const c of k) tf.registerKernel(c);
-  }
-};
+const KERNELS = [GELU_INNER_KERNEL, GELU_GRAD_KERNEL];
 
 describe('gelu_new on WASM: gelu.wat = the tfjs ops, bit for bit', () => {
   beforeAll(async () => {
@@ -61,9 +30,9 @@ describe('gelu_new on WASM: gelu.wat = the tfjs ops, bit for bit', () => {
   for (const shape of [[1], [3], [4], [7, 5], [448, 640], [16, 3, 641]]) {
     it(`[${shape}]: the sigmoid's argument and the gradient`, () => {
       const n = shape.reduce((a, b) => a * b, 1);
-      const x = tf.tensor(values(n, n), shape);
-      const s = tf.sigmoid(tf.tensor(values(n, n + 7), shape));
-      const dy = tf.tensor(values(n, n + 9), shape);
+      const x = tf.tensor(spreadValues(n, n), shape);
+      const s = tf.sigmoid(tf.tensor(spreadValues(n, n + 7), shape));
+      const dy = tf.tensor(spreadValues(n, n + 9), shape);
       expect(wasmGeluApplies(x)).toBe(true);
       const inner = tf.engine().runKernel(GELU_INNER_KERNEL, { x }, {}) as tf.Tensor;
       const grad = tf.engine().runKernel(GELU_GRAD_KERNEL, { dy, x, s }, {}) as tf.Tensor;
@@ -81,15 +50,15 @@ describe('gelu_new on WASM: gelu.wat = the tfjs ops, bit for bit', () => {
         ),
       ]);
       expect(inner.shape).toEqual(shape);
-      expect(differing(inner.dataSync() as Float32Array, ops[0].dataSync() as Float32Array)).toBe(0);
-      expect(differing(grad.dataSync() as Float32Array, ops[1].dataSync() as Float32Array)).toBe(0);
+      expect(bitsDiffering(inner.dataSync() as Float32Array, ops[0].dataSync() as Float32Array)).toBe(0);
+      expect(bitsDiffering(grad.dataSync() as Float32Array, ops[1].dataSync() as Float32Array)).toBe(0);
       tf.dispose([x, s, dy, inner, grad, ...ops]);
     });
   }
 
   it("geluNew's value and gradient with the kernels = without them; the kernels ran once each", () => {
-    const x = tf.tensor2d(values(33 * 21, 3), [33, 21]);
-    const dy = tf.tensor2d(values(33 * 21, 4), [33, 21]);
+    const x = tf.tensor2d(spreadValues(33 * 21, 3), [33, 21]);
+    const dy = tf.tensor2d(spreadValues(33 * 21, 4), [33, 21]);
     const run = () =>
       tf.tidy(() => {
         const { value, grads } = tf.valueAndGrads((t: tf.Tensor) => geluNew(t))([x], dy);
@@ -99,10 +68,10 @@ describe('gelu_new on WASM: gelu.wat = the tfjs ops, bit for bit', () => {
     activationStats.geluGrad = 0;
     const [v1, g1] = run();
     expect([activationStats.geluInner, activationStats.geluGrad]).toEqual([1, 1]);
-    const [v0, g0] = withoutKernels(run);
+    const [v0, g0] = withoutWasmKernels(KERNELS, run);
     expect([activationStats.geluInner, activationStats.geluGrad]).toEqual([1, 1]);
-    expect(differing(v1.dataSync() as Float32Array, v0.dataSync() as Float32Array)).toBe(0);
-    expect(differing(g1.dataSync() as Float32Array, g0.dataSync() as Float32Array)).toBe(0);
+    expect(bitsDiffering(v1.dataSync() as Float32Array, v0.dataSync() as Float32Array)).toBe(0);
+    expect(bitsDiffering(g1.dataSync() as Float32Array, g0.dataSync() as Float32Array)).toBe(0);
     tf.dispose([x, dy, v1, g1, v0, g0]);
   });
 });

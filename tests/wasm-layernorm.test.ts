@@ -21,16 +21,7 @@ import { layerNorm } from '../src/core/model/ops';
 import { GPT2 } from '../src/core/model/gpt2';
 import { parseGPT2Config } from '../src/core/model/config';
 import { normals } from './helpers/f16-base';
-
-/** Elements whose bits differ (NaN equals NaN). */
-function differing(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  const ua = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  const ub = new Uint32Array(b.buffer, b.byteOffset, b.length);
-  let n = 0;
-  for (let i = 0; i < a.length; i++) if (ua[i] !== ub[i] && !(Number.isNaN(a[i]) && Number.isNaN(b[i]))) n++;
-  return n;
-}
+import { bitsDiffering, withoutWasmKernels } from './helpers/wasm-kernels';
 
 /** Rows of different scales (1e-3 to 1e3) and offsets, as activations come. */
 function rows(R: number, C: number, seed: number): Float32Array {
@@ -40,16 +31,6 @@ function rows(R: number, C: number, seed: number): Float32Array {
     for (let j = 0; j < C; j++) v[r * C + j] = v[r * C + j] * Math.pow(10, Math.round(s[r] * 1.5)) + s[r];
   return v;
 }
-
-const without = <T>(names: string[], f: () => T): T => {
-  const k = names.map((n) => tf.getKernel(n, 'wasm')!);
-  names.forEach((n) => tf.unregisterKernel(n, 'wasm'));
-  try {
-    return f();
-  } finally {
-    for (const c of k) tf.registerKernel(c);
-  }
-};
 
 describe('layer norm on WASM: layernorm.wat = the tfjs ops, bit for bit', () => {
   beforeAll(async () => {
@@ -82,12 +63,12 @@ describe('layer norm on WASM: layernorm.wat = the tfjs ops, bit for bit', () => 
       activationStats.layerNormBwd = 0;
       const fused = run();
       expect([activationStats.layerNormFwd, activationStats.layerNormBwd]).toEqual([1, 1]);
-      const plain = without([LAYERNORM_FWD_KERNEL, LAYERNORM_BWD_KERNEL], run);
+      const plain = withoutWasmKernels([LAYERNORM_FWD_KERNEL, LAYERNORM_BWD_KERNEL], run);
       expect([activationStats.layerNormFwd, activationStats.layerNormBwd]).toEqual([1, 1]);
       expect(fused.map((t) => t.shape)).toEqual(plain.map((t) => t.shape));
       fused.forEach((t, i) =>
         expect(
-          differing(t.dataSync() as Float32Array, plain[i].dataSync() as Float32Array),
+          bitsDiffering(t.dataSync() as Float32Array, plain[i].dataSync() as Float32Array),
           ['y', 'dx', 'dg', 'db'][i],
         ).toBe(0),
       );
@@ -133,14 +114,14 @@ describe('layer norm on WASM: layernorm.wat = the tfjs ops, bit for bit', () => 
       const fused = run();
       // Two layer norms a layer and the final one; one gelu a layer.
       expect([activationStats.layerNormBwd, activationStats.geluGrad]).toEqual([5, 2]);
-      const plain = without(
+      const plain = withoutWasmKernels(
         [LAYERNORM_FWD_KERNEL, LAYERNORM_BWD_KERNEL, GELU_INNER_KERNEL, GELU_GRAD_KERNEL],
         run,
       );
       expect(vars.length).toBeGreaterThan(10);
       fused.forEach((t, i) =>
         expect(
-          differing(t.dataSync() as Float32Array, plain[i].dataSync() as Float32Array),
+          bitsDiffering(t.dataSync() as Float32Array, plain[i].dataSync() as Float32Array),
           `tensor ${i}`,
         ).toBe(0),
       );
