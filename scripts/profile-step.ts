@@ -1,6 +1,7 @@
 /**
  * Kernel profile of one PPO step (after a warm-up step) on a Node backend: total wall time per kernel name,
  * sorted. Usage: npx tsx scripts/profile-step.ts [wasm|cpu] [batchSize] [responseLength]
+ * (the tiny model, sentiment), or npx tsx scripts/profile-step.ts [wasm|cpu] run.json (any run: its config file).
  * A development tool for finding what the update spends its time on (the bench says how fast; this says where).
  * First one unprofiled step with V8's garbage collections timed (PerformanceObserver 'gc'): the phase times and
  * the GC pauses inside them; then one step under tf.profile: per kernel name (SHAPES=Name1,Name2 splits those by
@@ -9,6 +10,7 @@
  * so they are listed but not summed.
  */
 import * as tf from '@tensorflow/tfjs-core';
+import { readFileSync } from 'node:fs';
 import { PerformanceObserver } from 'node:perf_hooks';
 import { setNodeBackend } from '../src/cli/backend-node';
 import { resolveModel } from '../src/cli/models';
@@ -18,10 +20,12 @@ import { buildTrainer } from '../src/core/ppo/setup';
 
 const [backendName = 'wasm', B = '16', R = '24'] = process.argv.slice(2);
 await setNodeBackend(backendName);
-const cfg = validateConfig(
-  { model: resolveModel('tiny'), task: 'sentiment', batchSize: Number(B), responseLength: Number(R) },
-  'profile',
-);
+const cfg = B.endsWith('.json')
+  ? validateConfig(JSON.parse(readFileSync(B, 'utf8')), B)
+  : validateConfig(
+      { model: resolveModel('tiny'), task: 'sentiment', batchSize: Number(B), responseLength: Number(R) },
+      'profile',
+    );
 const trainer = await buildTrainer(cfg, nodeResources);
 await trainer.trainStep();
 
