@@ -85,7 +85,7 @@ describe('train', () => {
   it('refuses GPT-2 124M with full copies on the WASM budget, naming the estimate, the budget and what would fit', async () => {
     const msg = await messageOf(preflightTrain(ppo(), nodeResources, wasm));
     expect(msg).toMatch(
-      /^Training .*gpt2 \(124\.4 M parameters\) with full copies needs ≈ 5\.5 GB of weights, gradients and optimiser state alone \(in all ≈ \d\.\d GB: policy 0\.50, reference 0\.50, value 0\.50, Adam 1\.99, gradients 1\.00, activations \d\.\d\d, packed weights 1\.02 GB\); the WASM heap allows 4\.1 GB \(95% of its 4\.3 GB maximum\)\./,
+      /^Training .*gpt2 \(124\.4 M parameters\) with full copies needs ≈ 5\.6 GB of weights, gradients and optimiser state alone \(in all ≈ \d\.\d GB: policy 0\.50, reference 0\.50, value 0\.50, Adam 1\.99, gradients 1\.00, activations \d\.\d\d, packed weights 1\.02, heap growth 0\.10 GB\); the WASM heap allows 4\.1 GB \(95% of its 4\.3 GB maximum\)\./,
     );
     expect(msg).toMatch(/`--backend cpu` \(not bound by the WASM heap; /);
     expect(msg).toMatch(/or a smaller model \(e\.g\. distilbert\/distilgpt2 or tiny\)\.$/);
@@ -150,12 +150,12 @@ describe('train: the Llama families on the WASM heap (config.json and the tokeni
     );
 
   it('Qwen2.5-0.5B LoRA GRPO (batch 4, 16 tokens): accepted; the heap estimate counts the packed weights', async () => {
-    // Measured in-process (tests/qwen-0.5b.slow.test.ts): the heap reached 3.67 GB of its 4.29 GB. Held to 75% of
+    // Measured in-process (tests/qwen-0.5b.slow.test.ts): the heap reached 3.72 GB of its 4.29 GB. Held to 75% of
     // the heap in tensor bytes (3.34 GB, counting autodiff's copies of the embedding that WASM shares) it was
     // refused; as the heap counts it, it fits.
     const e = await preflightTrain(grpo(shapeFolder('qwen2.5-0.5b')), nodeResources, wasm);
     expect(e.parts.packed).toBe(4 * 357_826_560);
-    expect(e.total).toBeGreaterThan(3.67e9);
+    expect(e.total).toBeGreaterThan(3.72e9);
     expect(e.total).toBeLessThan(wasm.bytes);
     const smol = await preflightTrain(grpo(shapeFolder('smollm2-135m')), nodeResources, wasm);
     expect(smol.total).toBeLessThan(1.5e9);
@@ -164,7 +164,7 @@ describe('train: the Llama families on the WASM heap (config.json and the tokeni
   it('Qwen3-0.6B: refused in words (its 2.4 GB of weights and 1.7 GB packed do not fit the heap)', async () => {
     const msg = await messageOf(preflightTrain(grpo(shapeFolder('qwen3-0.6b')), nodeResources, wasm));
     expect(msg).toMatch(
-      /^Training .*qwen3-0\.6b \(596\.0 M parameters\) with LoRA r=8 needs ≈ 4\.\d GB of weights, gradients and optimiser state alone \(in all ≈ \d\.\d GB: base 2\.38, .*packed weights 1\.7\d GB\); the WASM heap allows 4\.1 GB \(95% of its 4\.3 GB maximum\)\./,
+      /^Training .*qwen3-0\.6b \(596\.0 M parameters\) with LoRA r=8 needs ≈ 4\.\d GB of weights, gradients and optimiser state alone \(in all ≈ \d\.\d GB: base 2\.38, .*packed weights 1\.7\d, heap growth 0\.10 GB\); the WASM heap allows 4\.1 GB \(95% of its 4\.3 GB maximum\)\./,
     );
     expect(msg).toMatch(/`--backend cpu` \(not bound by the WASM heap; /);
   });
@@ -236,7 +236,7 @@ describe('the CLI itself', () => {
     );
     expect(r.status, r.stderr).toBe(1);
     expect(r.stderr).toMatch(
-      /^error: Training .*gpt2 \(124\.4 M parameters\) with full copies needs ≈ 5\.5 GB/,
+      /^error: Training .*gpt2 \(124\.4 M parameters\) with full copies needs ≈ 5\.6 GB/,
     );
     expect(r.stderr).toMatch(/the WASM heap allows 4\.1 GB/);
     expect(r.stderr).not.toMatch(/internal error|RuntimeError|safetensors|\n {4}at /);

@@ -189,6 +189,7 @@ describe("the UI's estimate line", () => {
       gradients: 2_490_368,
       activations: 66_339_072,
       packed: 0,
+      heapGrowth: 0,
     },
     budgetBytes: BUDGET_8GB,
     budget: 'the budget here is 5.2 GB (60% of this device’s memory)',

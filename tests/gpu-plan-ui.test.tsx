@@ -30,6 +30,7 @@ const REPORT: MemoryEstimateReport = {
     gradients: 9_440_256,
     activations: 3_754_479_744,
     packed: 0,
+    heapGrowth: 0,
   },
   budgetBytes: 5_153_960_755,
   budget: 'the budget here is 5.2 GB (60% of this device’s memory)',

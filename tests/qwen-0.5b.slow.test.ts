@@ -7,10 +7,10 @@
  *     resources): step 1's KL is exactly 0, and the peak of tf.memory().numBytes over the step (PeakMemoryMeter,
  *     what src/core/model/size.ts counts) is at most trainer.memoryEstimate() and at least 80% of it (the
  *     estimate within 25% above); the live buffers' peak and the WASM heap's high-water mark are printed.
- *     Measured (2 cores): estimate 3.34 GB, peak numBytes 3.31 GB, live buffers 2.49 GB, heap 3.67 GB of 4.29.
+ *     Measured (2 cores): estimate 3.34 GB, peak numBytes 3.30 GB, live buffers 2.13 GB, heap 3.72 GB of 4.29.
  *     The same run's WASM heap estimate (RunMemoryOptions.heap 'wasm': autodiff's kept copies shared, XNNPACK's
- *     packed weights added) is at least the heap's high-water mark and at most 10% above it. Measured: heap
- *     estimate 3.91 GB, heap 3.67 GB (+6.5%).
+ *     packed weights and the heap's growth step added) is at least the heap's length and at most 10% above it.
+ *     Measured: heap estimate 3.73 GB, heap 3.72 GB (+0.1%; docs/engine.md "The WASM heap estimate").
  * (b) the CLI's preflight accepts the same run on WASM (it used to refuse it: it held the tensor-byte estimate,
  *     which counts the embedding's copies that WASM shares, to 75% of the heap) within 95% of the heap's maximum.
  * (c) a SmolLM2-135M-shaped folder (llama, 9 heads over 3 KV heads) with the same run goes through the CLI on WASM:

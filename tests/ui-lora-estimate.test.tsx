@@ -45,6 +45,7 @@ const LORA_REPORT: MemoryEstimateReport = {
     gradients: 9_440_256,
     activations: 1_649_707_776,
     packed: 0,
+    heapGrowth: 0,
   },
   budgetBytes: 3_221_176_320,
   budget: 'the WASM backend allows 3.2 GB (75% of its 4.3 GB heap)',
@@ -66,6 +67,7 @@ const FULL_REPORT: MemoryEstimateReport = {
     gradients: 995_521_536,
     activations: 1_649_707_776,
     packed: 0,
+    heapGrowth: 0,
   },
   problem: 'Training openai-community/gpt2 … with full copies needs ≈ 4.5 GB …',
 };

@@ -417,9 +417,10 @@ export class GPT2 implements CausalLM {
     const positions = tf.cast(tf.maximum(tf.sub(tf.cumsum(maskF, 1), 1), 0), 'int32');
     // Causal and key-padding mask as one additive bias [B, 1, T, T].
     // Built on first use only: the fused WebGPU attention makes the mask in its kernel.
-    // Without a backward to feed (scoring, a reward model, generation without a cache), each block runs in its
-    // own tidy: only its output outlives it, so a forward holds one block's activations, not every block's.
-    const perBlockTidy = !collectKV && !recordingGradients();
+    // Without a backward to feed (scoring, a reward model, generation's prefill), each block runs in its own tidy:
+    // only its output (and, filling a KV cache, its keys and values) outlives it, so a forward holds one block's
+    // activations, not every block's.
+    const perBlockTidy = !recordingGradients();
     let built: tf.Tensor4D | null = null;
     const bias = () =>
       (built ??= perBlockTidy
@@ -431,9 +432,15 @@ export class GPT2 implements CausalLM {
       try {
         for (let i = 0; i < c.n_layer; i++) {
           const input = x;
-          x = tf.tidy(() =>
-            this.block(input, i, (qkv) => causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head)),
-          );
+          const [y, k, v] = tf.tidy(() => {
+            const kv: LayerKV[] = [];
+            const out = this.block(input, i, (qkv) =>
+              causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head, collectKV && kv),
+            );
+            return collectKV ? [out, kv[0].k, kv[0].v] : [out];
+          });
+          if (collectKV) collectKV.push({ k: k as tf.Tensor4D, v: v as tf.Tensor4D });
+          x = y as tf.Tensor2D;
           input.dispose();
         }
       } finally {

@@ -535,7 +535,9 @@ export class Llama implements CausalLM {
     const maskF = tf.cast(mask, 'float32') as tf.Tensor2D;
     const positions = tf.reshape(tf.cast(tf.maximum(tf.sub(tf.cumsum(maskF, 1), 1), 0), 'int32'), [-1]);
     const rope = this.rope.rows(positions, T);
-    const perBlockTidy = !collectKV && !recordingGradients();
+    // As GPT2.trunk: each block in its own tidy unless a backward will read its activations (filling a KV cache,
+    // its keys and values outlive it too).
+    const perBlockTidy = !recordingGradients();
     let built: tf.Tensor4D | null = null;
     const bias = () =>
       (built ??= perBlockTidy ? tf.keep(causalPaddingBias(maskF)) : causalPaddingBias(maskF));
@@ -544,9 +546,15 @@ export class Llama implements CausalLM {
       try {
         for (let i = 0; i < c.num_hidden_layers; i++) {
           const input = x;
-          x = tf.tidy(() =>
-            this.block(input, i, (q, k, v) => this.selfAttention(q, k, v, rope, maskF, bias)),
-          );
+          const [y, k, v] = tf.tidy(() => {
+            const kv: LayerKV[] = [];
+            const out = this.block(input, i, (q, k, v) =>
+              this.selfAttention(q, k, v, rope, maskF, bias, collectKV && kv),
+            );
+            return collectKV ? [out, kv[0].k, kv[0].v] : [out];
+          });
+          if (collectKV) collectKV.push({ k: k as tf.Tensor4D, v: v as tf.Tensor4D });
+          x = y as tf.Tensor2D;
           input.dispose();
         }
       } finally {

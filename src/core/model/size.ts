@@ -176,6 +176,13 @@ export interface MemoryParts {
   activations: number;
   /** XNNPACK's packed copies of the weight matrices (the WASM heap only; 0 otherwise). */
   packed: number;
+  /**
+   * The WASM heap's growth step (the heap only; 0 otherwise): tfjs-backend-wasm's emscripten runtime grows the heap
+   * past what the allocator asked for, by up to 20% of the heap or 96 MiB (emscripten_resize_heap), and the heap
+   * never shrinks, so its length (what the 4 GiB maximum bounds) exceeds the allocator's high-water mark by up to
+   * that much. WASM_HEAP_GROWTH.
+   */
+  heapGrowth: number;
 }
 
 export type MemoryPhase = 'generate' | 'score' | 'update';
@@ -369,9 +376,11 @@ export function phaseFloats(
   const genRows = genMicro ? Math.min(genMicro, run.batchSize) : run.batchSize;
   const rows = micro ? Math.min(micro, mb) : mb;
   // Generation: the KV cache (keys and values of every layer; the old and the new cache during a decode step)
-  // and the prompt's forward that fills it.
+  // and the prompt's forward that fills it, one block at a time (each block in its own tidy: model/gpt2.ts trunk).
   const generate =
-    kvCacheFloats(c, genRows, T) + forwardFloats(c, genRows, run.promptLength, fused) + 2 * genRows * V;
+    kvCacheFloats(c, genRows, T) +
+    forwardFloats({ ...c, n_layer: 1 }, genRows, run.promptLength, fused) +
+    2 * genRows * V;
   // Scoring: every model's forward over a slice (each block in its own tidy: one block's activations at a time,
   // model/gpt2.ts trunk), the two LMs' response logits.
   const score =
@@ -523,7 +532,9 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
     gradients: trainable * FLOAT32_BYTES,
     activations: (withGrads[peakPhase] - trainable) * FLOAT32_BYTES,
     packed: sharedTape ? packedWeightFloats(c, opts) * FLOAT32_BYTES : 0,
+    heapGrowth: 0,
   };
+  if (sharedTape) parts.heapGrowth = wasmHeapGrowth(sum(parts));
   return {
     total: sum(parts),
     parts,
@@ -550,6 +561,7 @@ function estimateOf(
     gradients: 0,
     activations: 0,
     packed: 0,
+    heapGrowth: 0,
     ...parts,
   };
   return { total: sum(full), parts: full, trainableParams, peakPhase };
@@ -621,6 +633,7 @@ const PART_LABELS: Record<keyof MemoryParts, string> = {
   gradients: 'gradients',
   activations: 'activations',
   packed: 'packed weights',
+  heapGrowth: 'heap growth',
 };
 
 /** Decimal gigabytes, as the messages print them. */
@@ -656,6 +669,20 @@ export function formatEstimate(e: MemoryEstimate): string {
 // ---------------------------------------------------------------------------------------------------------
 // Budgets and refusals
 
+/**
+ * The most tfjs-backend-wasm 4.22's emscripten runtime grows its heap past a request (emscripten_resize_heap: to
+ * the smaller of 1.2 × the heap and the request + 100663296 bytes, capped at the maximum).
+ */
+export const WASM_HEAP_GROWTH_BYTES = 100663296;
+
+/**
+ * The heap length beyond the allocator's high-water mark that a heap of `bytes` may show: emscripten's growth step
+ * (WASM_HEAP_GROWTH_BYTES, or 20% of a smaller heap). Added to the run's heap estimate (MemoryParts.heapGrowth).
+ */
+export function wasmHeapGrowth(bytes: number): number {
+  return Math.min(0.2 * bytes, WASM_HEAP_GROWTH_BYTES);
+}
+
 /** tfjs-backend-wasm 4.22's emscripten heap maximum (getHeapMax(): 4 GiB less one 64 KiB page). */
 export const WASM_HEAP_BYTES = 4294901760;
 /**
@@ -666,8 +693,8 @@ export const WASM_HEAP_SHARE = 0.75;
 /**
  * Share of the WASM heap's maximum a run's heap estimate (RunMemoryOptions.heap 'wasm') may take. That estimate
  * counts what the heap reaches, not tensor bytes. On six LoRA GRPO steps (Qwen2.5-0.5B's shape at 2, 6 and 24
- * layers, SmolLM2-135M's at 4, 12 and 30; batch 4 × 16 tokens) it read 0.5–8.7% above the heap's measured
- * high-water mark, never below (docs/memory.md "The WASM heap"; tests/qwen-0.5b.slow.test.ts checks the largest).
+ * layers, SmolLM2-135M's at 4, 12 and 30; batch 4 × 16 tokens) it read 0.1–22% above the heap's measured
+ * length, never below (docs/engine.md "The WASM heap estimate"; tests/qwen-0.5b.slow.test.ts checks the largest).
  * The 5% left is for the rollout, the allocator and what those shapes did not show.
  */
 export const WASM_HEAP_RUN_SHARE = 0.95;

@@ -72,6 +72,7 @@ export function fakeEstimate(cfg: TrainConfig): MemoryEstimateReport {
     gradients: trainable * 4,
     activations: cfg.batchSize * (16 + cfg.responseLength) * 64 * 40 * 4,
     packed: 0,
+    heapGrowth: 0,
   };
   const bytes = Object.values(parts).reduce((a, b) => a + b, 0);
   const budgetBytes = 3.2e9;
