@@ -269,6 +269,25 @@ function gemmNtProduct(g: Gemm, bk: WasmBackendLike, a: tf.TensorInfo, b: tf.Ten
   return out;
 }
 
+/**
+ * Put `kernelFunc` in place of tfjs-backend-wasm's kernel `name` (`orig`, read before), keeping its setup and
+ * dispose functions: the shape of every override below that falls back to tfjs's own kernel for what it leaves.
+ */
+function replaceWasmKernel(
+  name: string,
+  orig: tf.KernelConfig,
+  kernelFunc: tf.KernelConfig['kernelFunc'],
+): void {
+  tf.unregisterKernel(name, 'wasm');
+  tf.registerKernel({
+    kernelName: name,
+    backendName: 'wasm',
+    setupFunc: orig.setupFunc,
+    disposeFunc: orig.disposeFunc,
+    kernelFunc,
+  });
+}
+
 function fastMatMul(): void {
   const orig = tf.getKernel('BatchMatMul', 'wasm');
   const transpose = tf.getKernel('Transpose', 'wasm');
@@ -281,120 +300,112 @@ function fastMatMul(): void {
     [perm[r - 2], perm[r - 1]] = [perm[r - 1], perm[r - 2]];
     return transposeFn({ inputs: { x }, backend, attrs: { perm } }) as tf.TensorInfo;
   };
-  tf.unregisterKernel('BatchMatMul', 'wasm');
-  tf.registerKernel({
-    kernelName: 'BatchMatMul',
-    backendName: 'wasm',
-    setupFunc: orig.setupFunc,
-    disposeFunc: orig.disposeFunc,
-    kernelFunc: ({ inputs, backend, attrs }) => {
-      const { a, b } = inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
-      const at = attrs as unknown as { transposeA: boolean; transposeB: boolean };
-      const bk = backend as WasmBackendLike;
-      const batchA = a.shape.slice(0, -2).reduce((x, y) => x * y, 1);
-      const batchB = b.shape.slice(0, -2).reduce((x, y) => x * y, 1);
-      const bmm =
-        (batchA > 1 || batchB > 1) &&
-        a.shape.length === 3 &&
-        b.shape.length === 3 &&
-        (batchA === batchB || batchA === 1 || batchB === 1) &&
-        a.dtype === 'float32' &&
-        b.dtype === 'float32'
-          ? bmmFor(heapMemory(bk.wasm))
-          : null;
-      // A·Bᵀ with a large B and few rows of A goes to XNNPACK through the swap below, unless there are rows
-      // enough (GEMM_BT_MIN_ROWS) to pay for packing Bᵀ on every call and Bᵀ packs into at most
-      // GEMM_BT_MAX_PACKED_BYTES: a gradient's dy·Wᵀ at a micro-batch's rows runs 40.7–42.8 GFLOP/s on gemm.wat
-      // against 26.8 through the swap (docs/performance.md); the LM head's x·wteᵀ (154 MB packed) keeps the swap.
-      const swapCase = (): boolean => {
-        const M = a.shape[a.shape.length - 2];
-        const K = a.shape[a.shape.length - 1];
-        const N = b.shape[b.shape.length - 2];
-        if (!(at.transposeB && !at.transposeA && M * K + M * N < N * K)) return false;
-        return M < GEMM_BT_MIN_ROWS || packedBBytes(K, N) > GEMM_BT_MAX_PACKED_BYTES;
-      };
-      const gemmHere = gemmOn && wasmThreads(bk) < GEMM_MIN_XNNPACK_THREADS;
-      if (
-        gemmHere &&
-        batchA === 1 &&
-        batchB === 1 &&
-        at.transposeB &&
-        !at.transposeA &&
-        a.dtype === 'float32' &&
-        b.dtype === 'float32'
-      ) {
-        const M = a.shape[a.shape.length - 2];
-        const K = a.shape[a.shape.length - 1];
-        if (generating > 0 && M <= gemmNtMaxRows && K % GEMM_NT_K_MULTIPLE === 0) {
-          const g = gemmFor(heapMemory(bk.wasm));
-          if (g) return gemmNtProduct(g, bk, a, b);
-        }
-      }
-      if (
-        gemmHere &&
-        batchA === 1 &&
-        batchB === 1 &&
-        a.dtype === 'float32' &&
-        b.dtype === 'float32' &&
-        !swapCase()
-      ) {
+  replaceWasmKernel('BatchMatMul', orig, ({ inputs, backend, attrs }) => {
+    const { a, b } = inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
+    const at = attrs as unknown as { transposeA: boolean; transposeB: boolean };
+    const bk = backend as WasmBackendLike;
+    const batchA = a.shape.slice(0, -2).reduce((x, y) => x * y, 1);
+    const batchB = b.shape.slice(0, -2).reduce((x, y) => x * y, 1);
+    const bmm =
+      (batchA > 1 || batchB > 1) &&
+      a.shape.length === 3 &&
+      b.shape.length === 3 &&
+      (batchA === batchB || batchA === 1 || batchB === 1) &&
+      a.dtype === 'float32' &&
+      b.dtype === 'float32'
+        ? bmmFor(heapMemory(bk.wasm))
+        : null;
+    // A·Bᵀ with a large B and few rows of A goes to XNNPACK through the swap below, unless there are rows
+    // enough (GEMM_BT_MIN_ROWS) to pay for packing Bᵀ on every call and Bᵀ packs into at most
+    // GEMM_BT_MAX_PACKED_BYTES: a gradient's dy·Wᵀ at a micro-batch's rows runs 40.7–42.8 GFLOP/s on gemm.wat
+    // against 26.8 through the swap (docs/performance.md); the LM head's x·wteᵀ (154 MB packed) keeps the swap.
+    const swapCase = (): boolean => {
+      const M = a.shape[a.shape.length - 2];
+      const K = a.shape[a.shape.length - 1];
+      const N = b.shape[b.shape.length - 2];
+      if (!(at.transposeB && !at.transposeA && M * K + M * N < N * K)) return false;
+      return M < GEMM_BT_MIN_ROWS || packedBBytes(K, N) > GEMM_BT_MAX_PACKED_BYTES;
+    };
+    const gemmHere = gemmOn && wasmThreads(bk) < GEMM_MIN_XNNPACK_THREADS;
+    if (
+      gemmHere &&
+      batchA === 1 &&
+      batchB === 1 &&
+      at.transposeB &&
+      !at.transposeA &&
+      a.dtype === 'float32' &&
+      b.dtype === 'float32'
+    ) {
+      const M = a.shape[a.shape.length - 2];
+      const K = a.shape[a.shape.length - 1];
+      if (generating > 0 && M <= gemmNtMaxRows && K % GEMM_NT_K_MULTIPLE === 0) {
         const g = gemmFor(heapMemory(bk.wasm));
-        if (g) return gemmProduct(g, bk, a, b, at.transposeA, at.transposeB);
+        if (g) return gemmNtProduct(g, bk, a, b);
       }
-      if (gemmHere && bmm && (at.transposeA ? a.shape[2] : a.shape[1]) >= gemmBatchedMinRows) {
-        const g = gemmFor(heapMemory(bk.wasm), { relaxed: false });
-        if (g) return gemmBatchedProduct(g, bk, a, b, at.transposeA, at.transposeB);
-      }
-      if (!at.transposeA && !at.transposeB && !bmm)
-        return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
-      // One-token decoding (q·kᵀ with one query row): tfjs's loop with transposeB is a run of contiguous dot
-      // products, cheaper than copying the whole key cache into its transpose.
-      if (bmm && at.transposeB && !at.transposeA && a.shape[1] < 4)
-        return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
-      // A·Bᵀ with a large B and few rows of A (the LM head over wte [V, C]; a gradient's dy·Wᵀ): compute (B·Aᵀ)ᵀ
-      // instead, which transposes A and the product (small) rather than B, and gives XNNPACK B as its input rather
-      // than as its kernel. Its kernel (the operand it packs into a copy of its own, kept while that tensor lives)
-      // is then the small Aᵀ, not a fresh transpose of wte (154 MB, and as much again packed, on every decode step).
-      if (!bmm && at.transposeB && !at.transposeA && a.dtype === 'float32' && b.dtype === 'float32') {
-        const M = a.shape[a.shape.length - 2];
-        const K = a.shape[a.shape.length - 1];
-        const N = b.shape[b.shape.length - 2];
-        if (M * K + M * N < N * K) {
-          swappedStats.calls++;
-          const at2 = swapLast(a, backend);
-          const prod = origFn({
-            inputs: { a: b, b: at2 },
-            backend,
-            attrs: { ...attrs, transposeA: false, transposeB: false },
-          }) as tf.TensorInfo;
-          bk.disposeData(at2.dataId);
-          const out = swapLast(prod, backend);
-          bk.disposeData(prod.dataId);
-          return out;
-        }
-      }
-      const a2 = at.transposeA ? swapLast(a, backend) : a;
-      const b2 = at.transposeB ? swapLast(b, backend) : b;
-      let out: tf.TensorInfo;
-      if (bmm) {
-        const [M, K] = a2.shape.slice(1);
-        const N = b2.shape[2];
-        const nb = Math.max(batchA, batchB);
-        out = bk.makeOutput([nb, M, N], 'float32');
-        const off = (t: tf.TensorInfo): number => heapOffset(bk, t);
-        bmm(off(a2), off(b2), off(out), nb, M, K, N, batchA > 1 ? M * K : 0, batchB > 1 ? K * N : 0);
-        bmmStats.calls++;
-      } else {
-        out = origFn({
-          inputs: { a: a2, b: b2 },
+    }
+    if (
+      gemmHere &&
+      batchA === 1 &&
+      batchB === 1 &&
+      a.dtype === 'float32' &&
+      b.dtype === 'float32' &&
+      !swapCase()
+    ) {
+      const g = gemmFor(heapMemory(bk.wasm));
+      if (g) return gemmProduct(g, bk, a, b, at.transposeA, at.transposeB);
+    }
+    if (gemmHere && bmm && (at.transposeA ? a.shape[2] : a.shape[1]) >= gemmBatchedMinRows) {
+      const g = gemmFor(heapMemory(bk.wasm), { relaxed: false });
+      if (g) return gemmBatchedProduct(g, bk, a, b, at.transposeA, at.transposeB);
+    }
+    if (!at.transposeA && !at.transposeB && !bmm) return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+    // One-token decoding (q·kᵀ with one query row): tfjs's loop with transposeB is a run of contiguous dot
+    // products, cheaper than copying the whole key cache into its transpose.
+    if (bmm && at.transposeB && !at.transposeA && a.shape[1] < 4)
+      return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+    // A·Bᵀ with a large B and few rows of A (the LM head over wte [V, C]; a gradient's dy·Wᵀ): compute (B·Aᵀ)ᵀ
+    // instead, which transposes A and the product (small) rather than B, and gives XNNPACK B as its input rather
+    // than as its kernel. Its kernel (the operand it packs into a copy of its own, kept while that tensor lives)
+    // is then the small Aᵀ, not a fresh transpose of wte (154 MB, and as much again packed, on every decode step).
+    if (!bmm && at.transposeB && !at.transposeA && a.dtype === 'float32' && b.dtype === 'float32') {
+      const M = a.shape[a.shape.length - 2];
+      const K = a.shape[a.shape.length - 1];
+      const N = b.shape[b.shape.length - 2];
+      if (M * K + M * N < N * K) {
+        swappedStats.calls++;
+        const at2 = swapLast(a, backend);
+        const prod = origFn({
+          inputs: { a: b, b: at2 },
           backend,
           attrs: { ...attrs, transposeA: false, transposeB: false },
         }) as tf.TensorInfo;
+        bk.disposeData(at2.dataId);
+        const out = swapLast(prod, backend);
+        bk.disposeData(prod.dataId);
+        return out;
       }
-      if (a2 !== a) bk.disposeData(a2.dataId);
-      if (b2 !== b) bk.disposeData(b2.dataId);
-      return out as tf.TensorInfo;
-    },
+    }
+    const a2 = at.transposeA ? swapLast(a, backend) : a;
+    const b2 = at.transposeB ? swapLast(b, backend) : b;
+    let out: tf.TensorInfo;
+    if (bmm) {
+      const [M, K] = a2.shape.slice(1);
+      const N = b2.shape[2];
+      const nb = Math.max(batchA, batchB);
+      out = bk.makeOutput([nb, M, N], 'float32');
+      const off = (t: tf.TensorInfo): number => heapOffset(bk, t);
+      bmm(off(a2), off(b2), off(out), nb, M, K, N, batchA > 1 ? M * K : 0, batchB > 1 ? K * N : 0);
+      bmmStats.calls++;
+    } else {
+      out = origFn({
+        inputs: { a: a2, b: b2 },
+        backend,
+        attrs: { ...attrs, transposeA: false, transposeB: false },
+      }) as tf.TensorInfo;
+    }
+    if (a2 !== a) bk.disposeData(a2.dataId);
+    if (b2 !== b) bk.disposeData(b2.dataId);
+    return out as tf.TensorInfo;
   });
 }
 
@@ -411,44 +422,37 @@ function fastGather(): void {
   const orig = tf.getKernel('GatherV2', 'wasm');
   if (!orig) return;
   const origFn = orig.kernelFunc as unknown as KernelFn;
-  tf.unregisterKernel('GatherV2', 'wasm');
-  tf.registerKernel({
-    kernelName: 'GatherV2',
-    backendName: 'wasm',
-    setupFunc: orig.setupFunc,
-    disposeFunc: orig.disposeFunc,
-    kernelFunc: ({ inputs, backend, attrs }) => {
-      const { x, indices } = inputs as { x: tf.TensorInfo; indices: tf.TensorInfo };
-      const { axis, batchDims } = attrs as unknown as { axis: number; batchDims: number };
-      const ax = axis < 0 ? axis + x.shape.length : axis;
-      if (
-        ax !== 0 ||
-        (batchDims ?? 0) !== 0 ||
-        (x.dtype !== 'float32' && x.dtype !== 'int32') ||
-        x.shape.length === 0
-      ) {
-        return origFn({ inputs, backend, attrs });
+  replaceWasmKernel('GatherV2', orig, ({ inputs, backend, attrs }) => {
+    const { x, indices } = inputs as { x: tf.TensorInfo; indices: tf.TensorInfo };
+    const { axis, batchDims } = attrs as unknown as { axis: number; batchDims: number };
+    const ax = axis < 0 ? axis + x.shape.length : axis;
+    if (
+      ax !== 0 ||
+      (batchDims ?? 0) !== 0 ||
+      (x.dtype !== 'float32' && x.dtype !== 'int32') ||
+      x.shape.length === 0
+    ) {
+      return origFn({ inputs, backend, attrs });
+    }
+    const bk = backend as WasmBackendLike;
+    const dim = x.shape[0];
+    const row = x.shape.slice(1).reduce((a, b) => a * b, 1);
+    const out = bk.makeOutput([...indices.shape, ...x.shape.slice(1)], x.dtype);
+    // Views after the allocation (it may grow the heap).
+    const idx = bk.typedArrayFromHeap(indices);
+    const src = bk.typedArrayFromHeap(x);
+    const dst = bk.typedArrayFromHeap(out);
+    for (let i = 0; i < idx.length; i++) {
+      const k = idx[i];
+      if (!(k >= 0 && k <= dim - 1)) {
+        bk.disposeData(out.dataId);
+        throw new Error(`GatherV2: the index value ${k} is not in [0, ${dim - 1}]`);
       }
-      const bk = backend as WasmBackendLike;
-      const dim = x.shape[0];
-      const row = x.shape.slice(1).reduce((a, b) => a * b, 1);
-      const out = bk.makeOutput([...indices.shape, ...x.shape.slice(1)], x.dtype);
-      // Views after the allocation (it may grow the heap).
-      const idx = bk.typedArrayFromHeap(indices);
-      const src = bk.typedArrayFromHeap(x);
-      const dst = bk.typedArrayFromHeap(out);
-      for (let i = 0; i < idx.length; i++) {
-        const k = idx[i];
-        if (!(k >= 0 && k <= dim - 1)) {
-          bk.disposeData(out.dataId);
-          throw new Error(`GatherV2: the index value ${k} is not in [0, ${dim - 1}]`);
-        }
-        if (row === 1) dst[i] = src[k];
-        else dst.set(src.subarray(k * row, (k + 1) * row), i * row);
-      }
-      gatherStats.calls++;
-      return out;
-    },
+      if (row === 1) dst[i] = src[k];
+      else dst.set(src.subarray(k * row, (k + 1) * row), i * row);
+    }
+    gatherStats.calls++;
+    return out;
   });
 }
 
@@ -554,37 +558,27 @@ function fastSum(): void {
   const orig = tf.getKernel('Sum', 'wasm');
   if (!orig) return;
   const origFn = orig.kernelFunc as unknown as KernelFn;
-  tf.unregisterKernel('Sum', 'wasm');
-  tf.registerKernel({
-    kernelName: 'Sum',
-    backendName: 'wasm',
-    setupFunc: orig.setupFunc,
-    disposeFunc: orig.disposeFunc,
-    kernelFunc: ({ inputs, backend, attrs }) => {
-      const { x } = inputs as { x: tf.TensorInfo };
-      const { axis, keepDims } = attrs as unknown as { axis: number | number[]; keepDims: boolean };
-      const rank = x.shape.length;
-      const axes = tf.util.parseAxisParam(axis, x.shape).sort((a, b) => a - b);
-      const k = axes.length;
-      const bk = backend as WasmBackendLike;
-      const leading = k > 0 && k < rank && axes.every((a, i) => a === i);
-      const bmm = leading && x.dtype === 'float32' ? bmmFor(heapMemory(bk.wasm)) : null;
-      const rows = x.shape.slice(0, k).reduce((a, b) => a * b, 1);
-      const inner = x.shape.slice(k);
-      const cols = inner.reduce((a, b) => a * b, 1);
-      if (!bmm || rows === 0 || cols === 0) return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
-      const ones = bk.makeOutput([rows], 'float32');
-      const out = bk.makeOutput(
-        keepDims ? [...x.shape.slice(0, k).map(() => 1), ...inner] : inner,
-        'float32',
-      );
-      (bk.typedArrayFromHeap(ones) as Float32Array).fill(1);
-      const off = (t: tf.TensorInfo): number => heapOffset(bk, t);
-      bmm(off(ones), off(x), off(out), 1, 1, rows, cols, 0, 0);
-      bk.disposeData(ones.dataId);
-      sumStats.calls++;
-      return out;
-    },
+  replaceWasmKernel('Sum', orig, ({ inputs, backend, attrs }) => {
+    const { x } = inputs as { x: tf.TensorInfo };
+    const { axis, keepDims } = attrs as unknown as { axis: number | number[]; keepDims: boolean };
+    const rank = x.shape.length;
+    const axes = tf.util.parseAxisParam(axis, x.shape).sort((a, b) => a - b);
+    const k = axes.length;
+    const bk = backend as WasmBackendLike;
+    const leading = k > 0 && k < rank && axes.every((a, i) => a === i);
+    const bmm = leading && x.dtype === 'float32' ? bmmFor(heapMemory(bk.wasm)) : null;
+    const rows = x.shape.slice(0, k).reduce((a, b) => a * b, 1);
+    const inner = x.shape.slice(k);
+    const cols = inner.reduce((a, b) => a * b, 1);
+    if (!bmm || rows === 0 || cols === 0) return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+    const ones = bk.makeOutput([rows], 'float32');
+    const out = bk.makeOutput(keepDims ? [...x.shape.slice(0, k).map(() => 1), ...inner] : inner, 'float32');
+    (bk.typedArrayFromHeap(ones) as Float32Array).fill(1);
+    const off = (t: tf.TensorInfo): number => heapOffset(bk, t);
+    bmm(off(ones), off(x), off(out), 1, 1, rows, cols, 0, 0);
+    bk.disposeData(ones.dataId);
+    sumStats.calls++;
+    return out;
   });
 }
 
@@ -602,42 +596,35 @@ function fastEqual(): void {
   const orig = tf.getKernel('Equal', 'wasm');
   if (!orig) return;
   const origFn = orig.kernelFunc as unknown as KernelFn;
-  tf.unregisterKernel('Equal', 'wasm');
-  tf.registerKernel({
-    kernelName: 'Equal',
-    backendName: 'wasm',
-    setupFunc: orig.setupFunc,
-    disposeFunc: orig.disposeFunc,
-    kernelFunc: ({ inputs, backend, attrs }) => {
-      const { a, b } = inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
-      const r = a.shape.length;
-      const lead = (t: tf.TensorInfo) => t.shape.slice(0, -1);
-      const rowsMatch = r > 0 && b.shape.length === r && tf.util.arraysEqual(lead(a), lead(b));
-      const same = tf.util.arraysEqual(a.shape, b.shape);
-      const aWide = rowsMatch && b.shape[r - 1] === 1;
-      const bWide = rowsMatch && a.shape[r - 1] === 1;
-      if (a.dtype !== 'float32' || b.dtype !== 'float32' || !(same || aWide || bWide))
-        return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
-      const bk = backend as WasmBackendLike;
-      const wide = same || aWide ? a : b;
-      const narrow = wide === a ? b : a;
-      const out = bk.makeOutput(wide.shape, 'bool');
-      const o = bk.typedArrayFromHeap(out) as Uint8Array;
-      const x = bk.typedArrayFromHeap(wide) as Float32Array;
-      const y = bk.typedArrayFromHeap(narrow) as Float32Array;
-      if (same) {
-        for (let i = 0; i < x.length; i++) o[i] = x[i] === y[i] ? 1 : 0;
-      } else {
-        const C = wide.shape[r - 1];
-        for (let row = 0; row < y.length; row++) {
-          const v = y[row];
-          const base = row * C;
-          for (let j = 0; j < C; j++) o[base + j] = x[base + j] === v ? 1 : 0;
-        }
+  replaceWasmKernel('Equal', orig, ({ inputs, backend, attrs }) => {
+    const { a, b } = inputs as { a: tf.TensorInfo; b: tf.TensorInfo };
+    const r = a.shape.length;
+    const lead = (t: tf.TensorInfo) => t.shape.slice(0, -1);
+    const rowsMatch = r > 0 && b.shape.length === r && tf.util.arraysEqual(lead(a), lead(b));
+    const same = tf.util.arraysEqual(a.shape, b.shape);
+    const aWide = rowsMatch && b.shape[r - 1] === 1;
+    const bWide = rowsMatch && a.shape[r - 1] === 1;
+    if (a.dtype !== 'float32' || b.dtype !== 'float32' || !(same || aWide || bWide))
+      return origFn({ inputs, backend, attrs }) as tf.TensorInfo;
+    const bk = backend as WasmBackendLike;
+    const wide = same || aWide ? a : b;
+    const narrow = wide === a ? b : a;
+    const out = bk.makeOutput(wide.shape, 'bool');
+    const o = bk.typedArrayFromHeap(out) as Uint8Array;
+    const x = bk.typedArrayFromHeap(wide) as Float32Array;
+    const y = bk.typedArrayFromHeap(narrow) as Float32Array;
+    if (same) {
+      for (let i = 0; i < x.length; i++) o[i] = x[i] === y[i] ? 1 : 0;
+    } else {
+      const C = wide.shape[r - 1];
+      for (let row = 0; row < y.length; row++) {
+        const v = y[row];
+        const base = row * C;
+        for (let j = 0; j < C; j++) o[base + j] = x[base + j] === v ? 1 : 0;
       }
-      equalStats.calls++;
-      return out;
-    },
+    }
+    equalStats.calls++;
+    return out;
   });
 }
 
