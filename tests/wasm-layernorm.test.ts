@@ -21,7 +21,7 @@ import { layerNorm } from '../src/core/model/ops';
 import { GPT2 } from '../src/core/model/gpt2';
 import { parseGPT2Config } from '../src/core/model/config';
 import { normals } from './helpers/f16-base';
-import { bitsDiffering, withoutWasmKernels } from './helpers/wasm-kernels';
+import { expectSameBits, withoutWasmKernels } from './helpers/wasm-kernels';
 
 /** Rows of different scales (1e-3 to 1e3) and offsets, as activations come. */
 function rows(R: number, C: number, seed: number): Float32Array {
@@ -66,12 +66,7 @@ describe('layer norm on WASM: layernorm.wat = the tfjs ops, bit for bit', () => 
       const plain = withoutWasmKernels([LAYERNORM_FWD_KERNEL, LAYERNORM_BWD_KERNEL], run);
       expect([activationStats.layerNormFwd, activationStats.layerNormBwd]).toEqual([1, 1]);
       expect(fused.map((t) => t.shape)).toEqual(plain.map((t) => t.shape));
-      fused.forEach((t, i) =>
-        expect(
-          bitsDiffering(t.dataSync() as Float32Array, plain[i].dataSync() as Float32Array),
-          ['y', 'dx', 'dg', 'db'][i],
-        ).toBe(0),
-      );
+      expectSameBits(fused, plain, ['y', 'dx', 'dg', 'db']);
       tf.dispose([x, g, b, dy, ...fused, ...plain]);
     });
   }
@@ -119,12 +114,7 @@ describe('layer norm on WASM: layernorm.wat = the tfjs ops, bit for bit', () => 
         run,
       );
       expect(vars.length).toBeGreaterThan(10);
-      fused.forEach((t, i) =>
-        expect(
-          bitsDiffering(t.dataSync() as Float32Array, plain[i].dataSync() as Float32Array),
-          `tensor ${i}`,
-        ).toBe(0),
-      );
+      expectSameBits(fused, plain);
       tf.dispose([ids, mask, w, ...fused, ...plain]);
     } finally {
       model.dispose();

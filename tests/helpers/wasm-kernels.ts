@@ -17,6 +17,17 @@ export function bitsDiffering(a: Float32Array, b: Float32Array): number {
   return n;
 }
 
+/** Each tensor of `a` equal bit for bit to the one at its index in `b` (the same count); `names` label them. */
+export function expectSameBits(a: tf.Tensor[], b: tf.Tensor[], names?: string[]): void {
+  expect(a.length).toBe(b.length);
+  a.forEach((t, i) =>
+    expect(
+      bitsDiffering(t.dataSync() as Float32Array, b[i].dataSync() as Float32Array),
+      names?.[i] ?? `tensor ${i}`,
+    ).toBe(0),
+  );
+}
+
 /** n values over magnitudes from 1e-4 to 1e4 (normals times a power of ten), both signs, +0 and −0 first. */
 export function spreadValues(n: number, seed: number): Float32Array {
   const v = normals(n, seed, 1);
