@@ -17,6 +17,8 @@ import type { TrainConfig } from '../src/common/config';
 import type { PpoTrainer, StepResult } from '../src/core/ppo/trainer';
 import type { DeviceCheck, DeviceErrors } from '../src/core/ppo/gpu-plan';
 import { maxRelToScale, trainedWeights } from './helpers/weights';
+import { peakMemoryDuring } from '../src/core/base/memory-peak';
+import { replayHeldBytes } from '../src/core/kernels/webgpu-replay';
 
 const adapter = await webGpuAdapter();
 
@@ -46,6 +48,10 @@ interface Stepped {
   tensors: number;
   /** Programs tfjs encoded during the step (replayed dispatches are not among them). */
   programs: number;
+  /** The most the step's tensors' distinct buffers grew (PeakMemory.liveBytesGrowth). */
+  peakLive: number;
+  /** Bytes the recordings keep out of tfjs's pool after the step (replayHeldBytes). */
+  held: number;
 }
 
 /** Count the programs tfjs's backend encodes while `fn` runs. */
@@ -82,12 +88,18 @@ async function run(
   const out: Stepped[] = [];
   try {
     for (let i = 0; i < steps; i++) {
-      const { out: result, programs } = await programsOf(() => t.trainStep());
+      let stepped: { out: StepResult; programs: number } | null = null;
+      const peak = await peakMemoryDuring(async () => {
+        stepped = await programsOf(() => t.trainStep());
+      });
+      const { out: result, programs } = stepped!;
       out.push({
         result,
         weights: await trainedWeights(t),
         tensors: tf.memory().numTensors - start,
         programs,
+        peakLive: peak.liveBytesGrowth,
+        held: replayHeldBytes(),
       });
     }
     return {
@@ -176,6 +188,15 @@ describe('the replayed update on Node WebGPU equals the update through tfjs', ()
           `replayed ${replayed.steps.map((s) => s.programs).join(' / ')}`,
       );
       expect(replayed.steps[1].programs).toBeLessThan(plain.steps[1].programs);
+      // The recordings hold about one step's live intermediates (webgpu-replay.ts, "Memory"), not each tensor's
+      // own buffer: 2.0×, 5.1× and 2.7× these steps' peaks before, 0.88×, 1.60× and 1.57× with it).
+      const ratio = replayed.steps[1].held / plain.steps[1].peakLive;
+      console.log(
+        `${name}: recordings hold ${(replayed.steps[1].held / 1e3).toFixed(1)} kB, ` +
+          `${ratio.toFixed(2)}× the plain step's peak of live tensors (${(plain.steps[1].peakLive / 1e3).toFixed(1)} kB)`,
+      );
+      expect(replayed.steps[1].held).toBeGreaterThan(0);
+      expect(ratio).toBeLessThanOrEqual(1.75);
       expect(replayed.steps[1].tensors).toBe(replayed.steps[0].tensors);
       expect(await webGpuErrors()).toEqual([]);
     });

@@ -8,7 +8,13 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
-import { ReplayFrame, liveReplayFrames, replayBackend } from '../src/core/kernels/webgpu-replay';
+import {
+  ReplayFrame,
+  flushTfjs,
+  liveReplayFrames,
+  replayBackend,
+  replayHeldBytes,
+} from '../src/core/kernels/webgpu-replay';
 import { lastDecodeReplayStats, setDecodeReplay } from '../src/core/model/decode-replay';
 import { GPT2 } from '../src/core/model/gpt2';
 import { Llama } from '../src/core/model/llama';
@@ -141,6 +147,71 @@ describe('replayed decode on WebGPU (Node, Dawn)', () => {
     ).toThrow(/readback inside a recorded step/);
     y.dispose();
     expect(liveReplayFrames()).toBe(0);
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it("a frame keeps its live intermediates, not each one's buffer, and frames share them; uploads stay its own", async () => {
+    const backend = replayBackend()!;
+    const N = 4096; // 16 kB a tensor
+    const bytes = N * 4;
+    const scale = Float32Array.from({ length: N }, (_, i) => 1 + (i % 7) / 8);
+    // Ten elementwise steps over [N], each input disposed once used, tfjs's commands submitted between steps so that
+    // the released buffers reach the recording. A constant made from host values in the middle (an upload) and
+    // disposed before the step after it: its buffer must not be given to a later output (the replay does not
+    // write it again).
+    const chain = (x: tf.Tensor) => {
+      let h = tf.mul(x, 2);
+      for (let i = 0; i < 10; i++) {
+        let next: tf.Tensor;
+        if (i === 4) {
+          const c = tf.tensor1d(scale);
+          next = tf.mul(h, c);
+          c.dispose();
+        } else next = tf.tidy(() => tf.add(tf.mul(h, 0.5), i));
+        h.dispose();
+        h = next;
+        flushTfjs(backend);
+      }
+      return h;
+    };
+    const plain = (v: Float32Array) => tf.tidy(() => chain(tf.tensor1d(v)));
+    const v1 = Float32Array.from({ length: N }, (_, i) => Math.sin(i));
+    const v2 = Float32Array.from({ length: N }, (_, i) => Math.cos(i) * 3);
+    const before = replayHeldBytes();
+    const x = tf.tensor1d(v1);
+    const a = ReplayFrame.record(backend, () => chain(x), [x]);
+    // About 20 intermediates of 16 kB went through the recording (the products and the sums); it keeps a few.
+    const held1 = replayHeldBytes() - before;
+    expect(a.frame.heldBytes).toBe(held1);
+    expect(held1).toBeLessThanOrEqual(4 * bytes);
+    // A second frame of the same shapes uses the first one's intermediates: it adds only its own buffers, the
+    // uploaded constant (16 kB) and its uniforms.
+    const y = tf.tensor1d(v2);
+    const b = ReplayFrame.record(backend, () => chain(y), [y]);
+    const held2 = replayHeldBytes() - before;
+    console.log(`frame 1 holds ${held1} B, frame 2 adds ${held2 - held1} B (a tensor: ${bytes} B)`);
+    expect(held2 - held1).toBeGreaterThanOrEqual(bytes);
+    expect(held2 - held1).toBeLessThan(bytes + 2048);
+    // Replays, interleaved, with new inputs: each frame's output is what the plain ops give.
+    for (const [fa, fb] of [
+      [v2, v1],
+      [v1, v2],
+    ]) {
+      a.frame.write(0, fa);
+      a.frame.replay();
+      b.frame.write(0, fb);
+      b.frame.replay();
+      const want = [plain(fa), plain(fb)];
+      const got = [tf.tidy(() => tf.add(a.result, 0)), tf.tidy(() => tf.add(b.result, 0))];
+      for (let k = 0; k < 2; k++)
+        expect(Array.from(await got[k].data())).toEqual(Array.from(await want[k].data()));
+      tf.dispose([...want, ...got]);
+    }
+    a.frame.dispose();
+    expect(b.frame.valid).toBe(true);
+    b.frame.dispose();
+    expect(replayHeldBytes()).toBe(before);
+    tf.dispose([x, y, a.result, b.result]);
     expect(await webGpuErrors()).toEqual([]);
   });
 

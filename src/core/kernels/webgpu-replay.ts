@@ -27,6 +27,16 @@
  *   an update, a table regrown) marks the frame stale (`valid` false): the caller records again. A readback or a
  *   data upload of a step input while recording is refused (it would be baked into the recording).
  *
+ * Memory: a recorded step's intermediates stay the frame's (a replay writes them again), but not one buffer each.
+ * While recording, a buffer that a recorded program wrote and that tfjs then released (its tensor disposed) goes
+ * to the recording's free list, and a later program's output of the same size and usage takes it, as tfjs's pool
+ * would have done: the frame holds about the step's peak of live intermediates, not their sum (a whole-minibatch
+ * update's forward and backward held ~5× its step's peak before; tests/webgpu-replay.slow.test.ts). The order
+ * makes it safe: every program that read the old tensor comes before the one that writes the new one, in the
+ * recording and in the replay's single pass (WebGPU orders the dispatches of a pass). Never shared: uniform
+ * buffers and buffers written from the host (tfjs uploads through mappedAtCreation) — the replay does not write
+ * them again — and buffers made before the recording.
+ *
  * What a recording must not do: read a tensor back (`data()`), or make a tensor on the host from values that
  * change between replays (they would be replayed as constants). Values that change come in through `inputs`.
  * Tested against the unrecorded path on SwiftShader (tests/webgpu-replay.slow.test.ts).
@@ -35,6 +45,12 @@ import * as tf from '@tensorflow/tfjs-core';
 
 /* The parts of tfjs-backend-webgpu 4.22's WebGPUBackend this module reaches into (not its public API). */
 interface BufferManagerLike {
+  acquireBuffer(
+    size: number,
+    usage: GPUBufferUsageFlags,
+    mappedAtCreation?: boolean,
+    reuse?: boolean,
+  ): GPUBuffer;
   releaseBuffer(buffer: GPUBuffer, reuse?: boolean): void;
 }
 interface ProgramLike {
@@ -60,6 +76,8 @@ export interface ReplayBackend {
 interface Dispatch {
   pipeline: GPUComputePipeline;
   bindGroup: GPUBindGroup;
+  /** How the bind group was made (made again when an intermediate moves to a shared scratch buffer). */
+  desc: GPUBindGroupDescriptor;
   x: number;
   y: number;
   z: number;
@@ -103,19 +121,54 @@ const live = new Set<ReplayFrame>();
 let recording: Recorder | null = null;
 const patched = new WeakSet<object>();
 
-/** Wrap the buffer manager's release once per backend: pin while recording, mark frames stale otherwise. */
+/** A storage buffer a recorded program may write (tfjs's tensors: STORAGE | COPY_SRC | COPY_DST), not a uniform. */
+function programWritable(usage: GPUBufferUsageFlags): boolean {
+  return (
+    (usage & GPUBufferUsage.STORAGE) !== 0 &&
+    (usage & (GPUBufferUsage.UNIFORM | GPUBufferUsage.MAP_READ | GPUBufferUsage.MAP_WRITE)) === 0
+  );
+}
+
+const sizeKey = (size: number, usage: GPUBufferUsageFlags) => `${size}_${usage}`;
+
+/**
+ * Wrap the buffer manager once per backend. Release: while recording, a buffer goes to the recording (its free
+ * list when a recorded program wrote it, else pinned); otherwise frames that read it are marked stale. Acquire:
+ * while recording, a program's output takes a buffer of the same size and usage from the recording's free list.
+ */
 function watchReleases(backend: ReplayBackend): void {
   const bm = backend.bufferManager;
   if (patched.has(bm)) return;
   patched.add(bm);
   const release = bm.releaseBuffer.bind(bm);
+  const acquire = bm.acquireBuffer.bind(bm);
   (bm as { releaseBuffer: BufferManagerLike['releaseBuffer'] }).releaseBuffer = (buffer, reuse = true) => {
     if (recording && reuse) {
-      recording.pinned.push(buffer);
+      if (recording.produced.has(buffer)) {
+        const key = sizeKey(buffer.size, buffer.usage);
+        const list = recording.free.get(key);
+        if (list) list.push(buffer);
+        else recording.free.set(key, [buffer]);
+      } else recording.pinned.push(buffer);
       return;
     }
     for (const f of live) if (f.reads(buffer)) f.markStale();
     release(buffer, reuse);
+  };
+  (bm as { acquireBuffer: BufferManagerLike['acquireBuffer'] }).acquireBuffer = (
+    size,
+    usage,
+    mappedAtCreation = false,
+    reuse = true,
+  ) => {
+    // A program's output (tfjs acquires it unmapped; a host upload asks for mappedAtCreation): within a recording
+    // it may take the buffer of a tensor the recording already let go of (see "Memory" above).
+    if (recording && reuse && !mappedAtCreation && programWritable(usage)) {
+      const buffer = recording.free.get(sizeKey(size, usage))?.pop() ?? acquire(size, usage, false, true);
+      recording.produced.add(buffer);
+      return buffer;
+    }
+    return acquire(size, usage, mappedAtCreation, reuse);
   };
   (bm as { releaseOriginal?: BufferManagerLike['releaseBuffer'] }).releaseOriginal = release;
 }
@@ -126,8 +179,13 @@ function releaseOriginal(backend: ReplayBackend): BufferManagerLike['releaseBuff
 
 interface Recorder {
   dispatches: Dispatch[];
+  /** Buffers released while recording that the frame keeps as they are (uniforms, uploads, older tensors). */
   pinned: GPUBuffer[];
   used: Set<GPUBuffer>;
+  /** Buffers acquired while recording as a program's output: rewritten by their program at every replay. */
+  produced: Set<GPUBuffer>;
+  /** Of those, the ones released while recording, by size and usage: later outputs of the recording take them. */
+  free: Map<string, GPUBuffer[]>;
 }
 
 /** A recorded sequence of dispatches, replayable while `valid`. */
@@ -138,6 +196,8 @@ export class ReplayFrame {
     private readonly backend: ReplayBackend,
     private readonly dispatches: Dispatch[],
     private readonly pinned: GPUBuffer[],
+    /** Its intermediates: scratch buffers that other frames may use for theirs too. */
+    private readonly scratch: GPUBuffer[],
     private readonly used: Set<GPUBuffer>,
     private readonly held: tf.Tensor[],
     /** The GPU buffers of the inputs, in the order given. */
@@ -157,34 +217,37 @@ export class ReplayFrame {
     const inputBuffers = inputs.map((t) => tensorBuffer(backend, t));
     const held = inputs.map((t) => tf.keep(t.clone()));
     flushTfjs(backend); // releases pending from before the recording happen outside it
-    const rec: Recorder = { dispatches: [], pinned: [], used: new Set() };
+    const rec: Recorder = {
+      dispatches: [],
+      pinned: [],
+      used: new Set(),
+      produced: new Set(),
+      free: new Map(),
+    };
     const recordAndSubmit = backend.recordAndSubmit;
     const device = backend.device;
     const createBindGroup = device.createBindGroup;
-    let lastBindGroup: { group: GPUBindGroup; entries: Iterable<GPUBindGroupEntry> } | null = null;
+    let lastBindGroup: { group: GPUBindGroup; desc: GPUBindGroupDescriptor } | null = null;
     const own = backend as unknown as Record<string, unknown>;
     const { read, readSync } = own;
     own.recordAndSubmit = function (this: ReplayBackend, program: ProgramLike, ...rest: unknown[]) {
       lastBindGroup = null;
       recordAndSubmit.call(this, program, ...(rest as [unknown, unknown[], unknown]));
       if (!lastBindGroup) throw new Error('webgpu-replay: a program ran without a bind group');
-      const { group, entries } = lastBindGroup as {
-        group: GPUBindGroup;
-        entries: Iterable<GPUBindGroupEntry>;
-      };
-      for (const e of entries) {
+      const { group, desc } = lastBindGroup as { group: GPUBindGroup; desc: GPUBindGroupDescriptor };
+      for (const e of desc.entries) {
         const buf = (e.resource as GPUBufferBinding).buffer;
         if (buf) rec.used.add(buf);
       }
       const [x, y, z] = program.dispatch;
-      rec.dispatches.push({ pipeline: program.pipeline, bindGroup: group, x, y: y ?? 1, z: z ?? 1 });
+      rec.dispatches.push({ pipeline: program.pipeline, bindGroup: group, desc, x, y: y ?? 1, z: z ?? 1 });
     };
     (device as unknown as Record<string, unknown>).createBindGroup = function (
       this: GPUDevice,
       desc: GPUBindGroupDescriptor,
     ) {
       const group = createBindGroup.call(device, desc);
-      lastBindGroup = { group, entries: desc.entries };
+      lastBindGroup = { group, desc };
       return group;
     };
     const readback = () =>
@@ -206,7 +269,7 @@ export class ReplayFrame {
       if (readRefused) throw readback();
     } catch (e) {
       recording = null;
-      for (const b of rec.pinned) releaseOriginal(backend)(b);
+      for (const b of [...rec.pinned, ...[...rec.free.values()].flat()]) releaseOriginal(backend)(b);
       tf.dispose(held);
       throw e;
     } finally {
@@ -221,8 +284,21 @@ export class ReplayFrame {
       if (device.createBindGroup !== createBindGroup)
         (device as unknown as Record<string, unknown>).createBindGroup = createBindGroup;
     }
-    const frame = new ReplayFrame(backend, rec.dispatches, rec.pinned, rec.used, held, inputBuffers);
+    // The free list's buffers are the frame's intermediates: they move to the frames' shared scratch buffers.
+    const scratch = shareScratch(backend, rec);
+    const frame = new ReplayFrame(backend, rec.dispatches, rec.pinned, scratch, rec.used, held, inputBuffers);
+    for (const b of scratch) scratchOwners.get(b)!.add(frame);
     return { frame, result };
+  }
+
+  /** @internal Bytes of the buffers this frame alone keeps (uniforms, uploads, older tensors released in it). */
+  get ownBytes(): number {
+    return this.pinned.reduce((n, b) => n + b.size, 0);
+  }
+
+  /** Bytes of the buffers this frame keeps out of tfjs's pool: its own, and the scratch it shares with others. */
+  get heldBytes(): number {
+    return [...this.pinned, ...this.scratch].reduce((n, b) => n + b.size, 0);
   }
 
   /** Dispatches per replay. */
@@ -286,8 +362,83 @@ export class ReplayFrame {
     const release = releaseOriginal(this.backend);
     for (const b of this.pinned) release(b);
     this.pinned.length = 0;
+    for (const b of this.scratch) {
+      const owners = scratchOwners.get(b)!;
+      owners.delete(this);
+      if (owners.size === 0) {
+        scratchOwners.delete(b);
+        release(b);
+      }
+    }
+    this.scratch.length = 0;
     tf.dispose(this.held);
   }
+}
+
+// ---- scratch shared between frames -------------------------------------------------------------------------------
+
+/**
+ * The live frames' intermediates, each with the frames that use it. A frame's intermediate is written before it is
+ * read within each of its replays and is dead between them, and the queue runs one replay's pass after another,
+ * so frames that never run at once (all of them: one queue) can keep their intermediates in the same buffers: the
+ * frames hold the largest frame's intermediates, not their sum (the update's policy and value recordings, a
+ * generation's decode frame).
+ */
+const scratchOwners = new Map<GPUBuffer, Set<ReplayFrame>>();
+
+/**
+ * Move a finished recording's intermediates (its free list) onto scratch buffers the live frames already have,
+ * one per intermediate, of the same size and usage; the bind groups that named an intermediate are made again with
+ * its scratch buffer and the intermediate is destroyed. An intermediate with no such scratch buffer
+ * left becomes one. Returns the frame's scratch buffers.
+ */
+function shareScratch(backend: ReplayBackend, rec: Recorder): GPUBuffer[] {
+  const spare = new Map<string, GPUBuffer[]>();
+  for (const b of scratchOwners.keys()) {
+    const key = sizeKey(b.size, b.usage);
+    const list = spare.get(key);
+    if (list) list.push(b);
+    else spare.set(key, [b]);
+  }
+  const moved = new Map<GPUBuffer, GPUBuffer>();
+  const mine: GPUBuffer[] = [];
+  for (const [key, list] of rec.free)
+    for (const b of list) {
+      const s = spare.get(key)?.pop();
+      if (s) moved.set(b, s);
+      else scratchOwners.set(b, new Set());
+      mine.push(s ?? b);
+    }
+  if (moved.size > 0) {
+    for (const d of rec.dispatches) {
+      const entries = [...d.desc.entries];
+      if (!entries.some((e) => moved.has((e.resource as GPUBufferBinding).buffer))) continue;
+      d.desc = {
+        ...d.desc,
+        entries: entries.map((e) => {
+          const r = e.resource as GPUBufferBinding;
+          const to = r.buffer ? moved.get(r.buffer) : undefined;
+          return to ? { ...e, resource: { ...r, buffer: to } } : e;
+        }),
+      };
+      d.bindGroup = backend.device.createBindGroup(d.desc);
+    }
+    const release = releaseOriginal(backend);
+    for (const [from, to] of moved) {
+      rec.used.delete(from);
+      rec.used.add(to);
+      release(from, false); // destroyed, not pooled: a buffer of the recording's sizes would wait there unused
+    }
+  }
+  return mine;
+}
+
+/** Bytes of the buffers that live frames keep out of tfjs's pool, each buffer once. */
+export function replayHeldBytes(): number {
+  let n = 0;
+  for (const b of scratchOwners.keys()) n += b.size;
+  for (const f of live) n += f.ownBytes;
+  return n;
 }
 
 function encodeCopies(encoder: GPUCommandEncoder, copies: ReplayCopy[]): void {
