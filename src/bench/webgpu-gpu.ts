@@ -43,6 +43,7 @@ import {
 } from './torch-grpo';
 import { resolveLoraTargets } from '../core/model/lora';
 import { formatEstimate } from '../core/model/size';
+import { replayHeldBytes } from '../core/kernels/webgpu-replay';
 
 export interface GpuAdapterReport {
   vendor: string;
@@ -212,6 +213,11 @@ export interface StepMemory {
   gpuBytes: number | null;
   /** tfjs-backend-webgpu's numBytesAllocatedInGPU after the timed steps (its buffers, pool included). */
   tfjsAllocatedBytes: number | null;
+  /**
+   * Of those, the bytes the live replay frames hold (the recorded update's and decode's intermediates, uniforms and
+   * uploads; webgpu-replay.ts replayHeldBytes), after the timed steps.
+   */
+  replayHeldBytes: number;
   /** The engine's estimate of the step (trainer.memoryEstimate().total) and its words. */
   estimateBytes: number;
   estimate: string;
@@ -1181,6 +1187,7 @@ export async function qwenGrpoBench(o: {
             gpuBytes: after !== null && memBefore !== null ? after - memBefore : null,
             tfjsAllocatedBytes:
               typeof m.numBytesAllocatedInGPU === 'number' ? m.numBytesAllocatedInGPU : null,
+            replayHeldBytes: replayHeldBytes(),
             estimateBytes: e.total,
             estimate: formatEstimate(e),
           };
