@@ -21,6 +21,7 @@ import { nodeResources } from '../src/cli/train';
 import { WASM_HEAP_BYTES } from '../src/core/model/size';
 import { LLAMA_SHAPES } from '../src/core/model/llama-config';
 import { spawnAsync } from './helpers/spawn';
+import { heapStepRun } from '../scripts/wasm-heap-step';
 
 /** GPT-2 124M's config.json as the Hub serves it (openai-community/gpt2). */
 const GPT2_CONFIG = {
@@ -135,19 +136,8 @@ describe('train: the Llama families on the WASM heap (config.json and the tokeni
       copyFileSync(path.join('tests/fixtures/hf-tokenizer', f), path.join(d, f));
     return d;
   }
-  const grpo = (model: string) =>
-    validateConfig(
-      {
-        model,
-        task: 'arithmetic-chat',
-        algorithm: 'grpo',
-        groupSize: 2,
-        batchSize: 4,
-        responseLength: 16,
-        lora: 8,
-      },
-      'c.json',
-    );
+  // tests/qwen-0.5b.slow.test.ts's run (scripts/wasm-heap-step.ts), as a config file gives it.
+  const grpo = (model: string) => validateConfig(heapStepRun(model), 'c.json');
 
   it('Qwen2.5-0.5B LoRA GRPO (batch 4, 16 tokens): accepted; the heap estimate counts the packed weights', async () => {
     // Measured in-process (tests/qwen-0.5b.slow.test.ts): the heap reached 3.72 GB of its 4.29 GB. Held to 75% of

@@ -32,6 +32,7 @@ import { PeakMemoryMeter } from '../src/core/base/memory-peak';
 import { formatEstimate, WASM_HEAP_BYTES, WASM_HEAP_RUN_SHARE } from '../src/core/model/size';
 import { memoryBudget, preflightTrain } from '../src/cli/preflight';
 import { spawnAsync } from './helpers/spawn';
+import { heapStepRun } from '../scripts/wasm-heap-step';
 
 let dir: string;
 let model: string;
@@ -39,16 +40,7 @@ let model: string;
 const gb = (b: number | null) => (b === null ? '?' : `${(b / 1e9).toFixed(2)} GB`);
 
 /** The run of issue #21's done-when point. */
-const run = () => ({
-  model,
-  task: 'arithmetic-chat',
-  algorithm: 'grpo',
-  groupSize: 2,
-  batchSize: 4,
-  responseLength: 16,
-  lora: 8,
-  steps: 1,
-});
+const run = () => heapStepRun(model);
 
 /** Spawn the CLI (asynchronous: a synchronous spawn would block this Vitest worker's event loop). */
 function cli(args: string[], timeoutMs: number) {
