@@ -443,30 +443,26 @@ export class AutosaveSlot {
       const whole = await get(keys[0]);
       return whole && (size === undefined || whole.length === size) ? whole : null;
     }
-    if (size !== undefined) {
-      const data = new Uint8Array(size);
-      let at = 0;
+    // A save written before sizes were kept: every part first, to learn the size.
+    let early: Uint8Array[] | null = null;
+    if (size === undefined) {
+      early = [];
       for (const key of keys) {
         const part = await get(key);
-        if (!part || at + part.length > size) return null;
-        data.set(part, at);
-        at += part.length;
+        if (!part) return null;
+        early.push(part);
       }
-      return at === size ? data : null;
+      size = early.reduce((n, b) => n + b.length, 0);
     }
-    const parts: Uint8Array[] = [];
-    for (const key of keys) {
-      const part = await get(key);
-      if (!part) return null;
-      parts.push(part);
-    }
-    const data = new Uint8Array(parts.reduce((n, b) => n + b.length, 0));
+    const data = new Uint8Array(size);
     let at = 0;
-    for (const b of parts) {
-      data.set(b, at);
-      at += b.length;
+    for (let k = 0; k < keys.length; k++) {
+      const part = early ? early[k] : await get(keys[k]);
+      if (!part || at + part.length > size) return null;
+      data.set(part, at);
+      at += part.length;
     }
-    return data;
+    return at === size ? data : null;
   }
 
   /** Forget the autosave (every entry of this slot). */

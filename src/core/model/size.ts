@@ -180,7 +180,7 @@ export interface MemoryParts {
    * The WASM heap's growth step (the heap only; 0 otherwise): tfjs-backend-wasm's emscripten runtime grows the heap
    * past what the allocator asked for, by up to 20% of the heap or 96 MiB (emscripten_resize_heap), and the heap
    * never shrinks, so its length (what the 4 GiB maximum bounds) exceeds the allocator's high-water mark by up to
-   * that much. WASM_HEAP_GROWTH.
+   * that much (wasmHeapGrowth).
    */
   heapGrowth: number;
 }
