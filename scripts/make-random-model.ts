@@ -4,13 +4,15 @@
  *
  * GPT-2:  tsx scripts/make-random-model.ts OUT_DIR [n_layer n_embd n_head n_positions vocab]
  * Llama / Qwen2 / Qwen3 in a published shape (model/llama-config.ts LLAMA_SHAPES):
- *         tsx scripts/make-random-model.ts OUT_DIR --shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|qwen2.5-1.5b|qwen3-1.7b [--layers N] [--vocab N] [--dtype f32|bf16]
+ *         tsx scripts/make-random-model.ts OUT_DIR --shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|qwen2.5-1.5b|qwen3-1.7b [--layers N] [--vocab N] [--dtype f32|bf16] [--shards N]
  *   The folder gets the 512-id ChatML tokenizer of tests/fixtures/hf-tokenizer (its ids fit any of these
  *   vocabularies; config.json's token ids are set to its <|im_start|> 510, <|im_end|> 511 and <|endoftext|> 509).
  *   --layers keeps every other dimension and changes only the number of blocks; --vocab likewise the number of
  *   token ids (the rows of the embedding and head; at least 512, the tokenizer's).
  *   --dtype bf16 writes model.safetensors in BF16 (each f32 value rounded to nearest even), as Qwen ships its
  *   weights: half the bytes of the default f32 file (a 2-layer Qwen3-1.7B slice: 0.8 GB rather than 1.6 GB).
+ *   --shards N writes the weights as Hugging Face's sharded layout instead of one model.safetensors (N files
+ *   model-0000K-of-0000N.safetensors and model.safetensors.index.json, as Qwen3-1.7B ships: scripts/shard-safetensors.ts).
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -19,7 +21,9 @@ import { LLAMA_SHAPES, type LlamaConfig, type LlamaShapeName } from '../src/core
 import { configBytes, familyTensorName } from '../src/core/model/folder';
 import { lmParamSpecs } from '../src/core/model/causal-lm';
 import { paramInit } from '../src/core/model/specs';
+import { shardSafetensors } from './shard-safetensors';
 import {
+  collectBytes,
   safetensorsStream,
   writeSafetensors,
   type ByteSource,
@@ -34,7 +38,7 @@ const out = args[0];
 if (!out) {
   console.error(
     'usage: tsx scripts/make-random-model.ts OUT_DIR [n_layer n_embd n_head n_positions vocab]\n' +
-      '       tsx scripts/make-random-model.ts OUT_DIR --shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|qwen2.5-1.5b|qwen3-1.7b [--layers N] [--vocab N] [--dtype f32|bf16]',
+      '       tsx scripts/make-random-model.ts OUT_DIR --shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|qwen2.5-1.5b|qwen3-1.7b [--layers N] [--vocab N] [--dtype f32|bf16] [--shards N]',
   );
   process.exit(2);
 }
@@ -70,13 +74,23 @@ if (shapeAt >= 0) {
   const weights = randomWeights(config);
   const files = new Map<string, FileBody>([['config.json', configBytes(config)]]);
   // BF16 rewrites the whole F32 file (its weights drawn into fresh arrays); F32 streams, one weight at a time.
-  files.set('model.safetensors', dtype === 'bf16' ? toBf16(fileOf(weights)) : streamOf(weights));
+  const model = dtype === 'bf16' ? toBf16(fileOf(weights)) : streamOf(weights);
+  const shardsAt = args.indexOf('--shards');
+  const shards = shardsAt >= 0 ? Number(args[shardsAt + 1]) : 1;
+  if (!Number.isInteger(shards) || shards < 1) {
+    console.error(`--shards must be an integer ≥ 1, got ${args[shardsAt + 1]}`);
+    process.exit(2);
+  }
+  if (shards === 1) files.set('model.safetensors', model);
+  else for (const [n, b] of shardSafetensors(await collectBytes(model), shards)) files.set(n, b);
   const tok = path.resolve(import.meta.dirname, '../tests/fixtures/hf-tokenizer');
   for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json']) {
     files.set(f, new Uint8Array(await readFile(path.join(tok, f))));
   }
   await writeFolder(out, files);
-  console.error(`wrote ${out} (${name}, ${config.num_hidden_layers} layers, ${dtype})`);
+  console.error(
+    `wrote ${out} (${name}, ${config.num_hidden_layers} layers, ${dtype}${shards > 1 ? `, ${shards} shards` : ''})`,
+  );
   process.exit(0);
 }
 const [, nl = '4', ne = '128', nh = '4', np = '128', vocab = '258'] = args;

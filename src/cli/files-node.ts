@@ -1,7 +1,7 @@
-import { open, readFile, stat, mkdir, writeFile } from 'node:fs/promises';
+import { open, readFile, stat, mkdir, writeFile, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type { ModelFiles } from '../core/model/folder';
-import { isByteSource, type FileBody } from '../core/model/safetensors';
+import { isByteSource, type FileBody, type RangedFile } from '../core/model/safetensors';
 import { UserError } from '../common/errors';
 
 /** Files larger than this are refused before they are read whole. */
@@ -34,7 +34,54 @@ export function nodeFiles(dir: string): ModelFiles {
       }
       return readWhole(p, st.size);
     },
+    // Weights are read a tensor at a time (core/model/folder.ts readWeights): no size limit, no whole copy.
+    async open(name: string): Promise<RangedFile | null> {
+      const p = path.join(dir, name);
+      let st;
+      try {
+        st = await stat(p);
+      } catch {
+        return null;
+      }
+      if (st.isDirectory()) throw new UserError(`${p} is a folder; expected the file ${name}.`);
+      return rangedFile(p, st.size);
+    },
   };
+}
+
+/** A file on disk as a RangedFile: one handle, opened at the first read and closed by `close`. */
+export function rangedFile(p: string, size: number): RangedFile {
+  let fh: FileHandle | null = null;
+  return {
+    size,
+    async read(start: number, end: number): Promise<Uint8Array> {
+      fh ??= await open(p, 'r');
+      const out = new Uint8Array(end - start);
+      await readInto(fh, p, out, start, size);
+      return out;
+    },
+    async close(): Promise<void> {
+      const h = fh;
+      fh = null;
+      await h?.close();
+    },
+  };
+}
+
+/** Fill `out` from the file's byte `start` on, in pieces of at most `piece` bytes (fs reads stop at 2 GiB). */
+async function readInto(
+  fh: FileHandle,
+  p: string,
+  out: Uint8Array,
+  start: number,
+  size: number,
+  piece = 2 ** 30,
+): Promise<void> {
+  for (let at = 0; at < out.length;) {
+    const { bytesRead } = await fh.read(out, at, Math.min(piece, out.length - at), start + at);
+    if (bytesRead === 0) throw new UserError(`${p} ended at byte ${start + at} of ${size} while being read.`);
+    at += bytesRead;
+  }
 }
 
 /**
@@ -45,11 +92,7 @@ export async function readWhole(p: string, size: number, piece = 2 ** 30): Promi
   const out = new Uint8Array(size);
   const fh = await open(p, 'r');
   try {
-    for (let at = 0; at < size;) {
-      const { bytesRead } = await fh.read(out, at, Math.min(piece, size - at), at);
-      if (bytesRead === 0) throw new UserError(`${p} ended at byte ${at} of ${size} while being read.`);
-      at += bytesRead;
-    }
+    await readInto(fh, p, out, 0, size, piece);
   } finally {
     await fh.close();
   }

@@ -9,10 +9,12 @@ import type { GPT2Options } from './gpt2';
 import { lmFromArrays, lmParamSpecs, type CausalLM } from './causal-lm';
 import { ScalarModel } from './heads';
 import {
-  readSafetensors,
+  bytesFile,
+  readSafetensorsRanged,
   safetensorsStream,
   writeSafetensors,
   type ByteSource,
+  type RangedFile,
   type SafetensorsFile,
 } from './safetensors';
 import { hfTensorName, llamaTensorName, mapHfTensors, mapLlamaTensors, toHfTensors } from './hfnames';
@@ -28,6 +30,11 @@ export interface ModelFiles {
   read(name: string): Promise<Uint8Array | null>;
   /** Whether a file exists, without reading it (optional: only used to word error messages). */
   has?(name: string): Promise<boolean>;
+  /**
+   * A file to read by byte ranges (null when it does not exist), where the source can (a folder on disk, picked
+   * Files): weights files are then read one tensor at a time, never whole (readWeights). Without it they are read.
+   */
+  open?(name: string): Promise<RangedFile | null>;
 }
 
 /** A folder held in memory: file name → bytes (also what an export produces). */
@@ -38,9 +45,8 @@ export function memoryFiles(label: string, files: Map<string, Uint8Array>): Mode
 /** Weight files in PyTorch's pickle format: never read (unpickling can run code). */
 const PICKLE_WEIGHTS = ['pytorch_model.bin', 'model.bin', 'model.pt', 'model.pth', 'model.ckpt'];
 
-async function mustRead(files: ModelFiles, name: string, what: string): Promise<Uint8Array> {
-  const bytes = await files.read(name);
-  if (bytes) return bytes;
+/** Why `name` is missing from a folder, in words (a pickle beside it is named: it is never read). */
+async function missingMessage(files: ModelFiles, name: string, what: string): Promise<string> {
   let more = '';
   if (name.endsWith('.safetensors')) {
     let pickle: string | undefined;
@@ -56,7 +62,116 @@ async function mustRead(files: ModelFiles, name: string, what: string): Promise<
         'GPT2LMHeadModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True).'
       : ' Only safetensors weights are read (never pytorch_model.bin pickles, which can run code).';
   }
-  throw new UserError(`${files.label}: ${name} is missing; a model folder needs ${what}.${more}`);
+  return `${files.label}: ${name} is missing; a model folder needs ${what}.${more}`;
+}
+
+async function mustRead(files: ModelFiles, name: string, what: string): Promise<Uint8Array> {
+  const bytes = await files.read(name);
+  if (bytes) return bytes;
+  throw new UserError(await missingMessage(files, name, what));
+}
+
+/** A file of the folder to read by ranges: through `open` where the source has it, else its bytes read whole. */
+async function openFile(files: ModelFiles, name: string): Promise<RangedFile | null> {
+  if (files.open) return files.open(name);
+  const bytes = await files.read(name);
+  return bytes ? bytesFile(bytes) : null;
+}
+
+/** The index Hugging Face writes beside sharded weights (`save_pretrained` over max_shard_size). */
+export function shardIndexName(file: string): string {
+  return `${file}.index.json`;
+}
+
+/** A shard's file name as an index may give it: a plain .safetensors name in the same folder. */
+const SHARD_NAME = /^[A-Za-z0-9_.-]+\.safetensors$/;
+
+/** An index's weight_map, checked: tensor name → shard file. */
+function parseShardIndex(bytes: Uint8Array, path: string): Map<string, string> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch (e) {
+    throw new UserError(`${path} is not valid JSON (${(e as Error).message}).`);
+  }
+  const map = (raw as { weight_map?: unknown } | null)?.weight_map;
+  if (typeof map !== 'object' || map === null || Array.isArray(map)) {
+    throw new UserError(
+      `${path} has no "weight_map" object; a sharded model's index maps each tensor name to its shard file ` +
+        '(e.g. {"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}}).',
+    );
+  }
+  const out = new Map<string, string>();
+  for (const [name, shard] of Object.entries(map as Record<string, unknown>)) {
+    if (typeof shard !== 'string' || !SHARD_NAME.test(shard) || shard.startsWith('.')) {
+      throw new UserError(
+        `${path}: tensor "${name}" is mapped to ${JSON.stringify(shard)}; expected the name of a .safetensors ` +
+          'file in the same folder, such as "model-00001-of-00002.safetensors".',
+      );
+    }
+    out.set(name, shard);
+  }
+  if (out.size === 0) throw new UserError(`${path}: "weight_map" is empty; it names no tensor.`);
+  return out;
+}
+
+/**
+ * The tensors of a weights file, `file` or — where the folder has no `file` but `${file}.index.json` — the shards
+ * that index names (Hugging Face's sharded layout: Qwen3-1.7B is model-00001-of-00002.safetensors and
+ * model-00002-of-00002.safetensors), each read one tensor at a time where the source reads ranges (`open`).
+ * Returns the tensors and the path to name in messages.
+ */
+export async function readWeights(
+  files: ModelFiles,
+  file: string,
+  what: string,
+  half?: (name: string, shape: number[]) => boolean,
+): Promise<{ file: SafetensorsFile<WeightData>; path: string }> {
+  const opts = half ? { half } : {};
+  const whole = await openFile(files, file);
+  if (whole) {
+    const path = `${files.label}/${file}`;
+    return { file: await readSafetensorsRanged(whole, path, opts), path };
+  }
+  const indexName = shardIndexName(file);
+  const index = await files.read(indexName);
+  if (!index) {
+    throw new UserError(
+      (await missingMessage(files, file, what)) +
+        ` (A sharded model has ${indexName} and the shards it names instead.)`,
+    );
+  }
+  const path = `${files.label}/${indexName}`;
+  const byShard = new Map<string, Set<string>>();
+  for (const [name, shard] of parseShardIndex(index, path)) {
+    if (!byShard.has(shard)) byShard.set(shard, new Set());
+    byShard.get(shard)!.add(name);
+  }
+  const tensors: SafetensorsFile<WeightData>['tensors'] = new Map();
+  for (const [shard, names] of [...byShard].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
+    const f = await openFile(files, shard);
+    if (!f) {
+      throw new UserError(
+        `${files.label}: ${shard} is missing; ${indexName} places ${names.size} tensors in it ` +
+          `(e.g. "${[...names][0]}"). Pick the whole folder, every shard with its index.`,
+      );
+    }
+    const part = await readSafetensorsRanged(f, `${files.label}/${shard}`, {
+      ...opts,
+      want: (n) => names.has(n),
+    });
+    for (const name of names) {
+      const t = part.tensors.get(name);
+      if (!t) {
+        throw new UserError(
+          `${files.label}/${shard} has no tensor "${name}", which ${indexName} places there; the shards and ` +
+            'their index do not belong together.',
+        );
+      }
+      tensors.set(name, t);
+    }
+  }
+  return { file: { tensors, metadata: null }, path };
 }
 
 export async function readConfig(files: ModelFiles): Promise<LMConfig> {
@@ -93,24 +208,26 @@ export function mapFamilyTensors(
 }
 
 /**
- * Read a weights file for a model built with `baseDtype`: with "f16" (Llama families) the large matrices are decoded
- * from the file's bytes straight to packed f16 (safetensors.ts ReadHalfOptions; no f32 copy of them), the rest to
- * f32. Otherwise as readSafetensors + mapFamilyTensors.
+ * Read a weights file (or its shards) for a model built with `baseDtype`: with "f16" (Llama families) the large
+ * matrices are decoded from the file's bytes straight to packed f16 (safetensors.ts ReadHalfOptions; no f32 copy of
+ * them), the rest to f32. Otherwise as readSafetensors + mapFamilyTensors.
  */
-function readFamilyTensors(
+async function readFamilyTensors(
   config: LMConfig,
-  bytes: Uint8Array,
+  files: ModelFiles,
+  fileName: string,
+  what: string,
   specs: ParamSpec[],
-  path: string,
   baseDtype: BaseDtype | undefined,
-): Map<string, WeightData> {
+): Promise<Map<string, WeightData>> {
   if (baseDtype === 'f16' && isLlamaConfig(config)) {
     const half = (name: string) =>
       isF16Matrix(name.startsWith('model.') ? name.slice('model.'.length) : name);
-    const file = readSafetensors(bytes, path, { half });
+    const { file, path } = await readWeights(files, fileName, what, half);
     return mapLlamaTensors(file, specs, path, { tied: config.tie_word_embeddings });
   }
-  return mapFamilyTensors(config, readSafetensors(bytes, path), specs, path);
+  const { file, path } = await readWeights(files, fileName, what);
+  return mapFamilyTensors(config, file as SafetensorsFile, specs, path);
 }
 
 /** The file name of a parameter, as the family's *ForCausalLM / *ForSequenceClassification saves it. */
@@ -135,11 +252,16 @@ export async function loadLM(
   const config = await readConfig(files);
   const tokenizer = await tokenizerForFolder(files, config);
   const file = opts.file ?? 'model.safetensors';
-  const bytes = await mustRead(files, file, 'model.safetensors (the *ForCausalLM weights)');
-  const path = `${files.label}/${file}`;
   // Refused before anything is decoded where f16 cannot apply (model/f16-base.ts checkBaseDtype).
   checkBaseDtype(opts.baseDtype, { trainable: opts.trainable ?? true, family: config.model_type });
-  const arrays = readFamilyTensors(config, bytes, lmParamSpecs(config), path, opts.baseDtype);
+  const arrays = await readFamilyTensors(
+    config,
+    files,
+    file,
+    `${file} (the *ForCausalLM weights)`,
+    lmParamSpecs(config),
+    opts.baseDtype,
+  );
   const model = lmFromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'policy', {
     maxBindingBytes: opts.maxBindingBytes,
     ...(opts.baseDtype ? { baseDtype: opts.baseDtype } : {}),
@@ -159,13 +281,18 @@ export async function loadScalar(
   opts: ModelLoadOptions & { config?: LMConfig } = {},
 ): Promise<ScalarModel> {
   const config = opts.config ?? (await readConfig(files));
-  const bytes = await mustRead(files, file, `${file} (*ForSequenceClassification weights)`);
-  const path = `${files.label}/${file}`;
   const trainable = opts.trainable ?? true;
   const baseDtype = opts.baseDtype === 'f16' && !isLlamaConfig(config) ? undefined : opts.baseDtype;
   checkBaseDtype(baseDtype, { trainable, family: config.model_type });
   const specs = [...lmParamSpecs(config), ...scoreHeadSpecs(config)];
-  const arrays = readFamilyTensors(config, bytes, specs, path, baseDtype);
+  const arrays = await readFamilyTensors(
+    config,
+    files,
+    file,
+    `${file} (*ForSequenceClassification weights)`,
+    specs,
+    baseDtype,
+  );
   return ScalarModel.fromArrays(config, arrays, trainable, opts.label ?? 'scalar', {
     maxBindingBytes: opts.maxBindingBytes,
     ...(baseDtype ? { baseDtype } : {}),

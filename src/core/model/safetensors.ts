@@ -124,33 +124,41 @@ interface Entry {
   end: number;
 }
 
-// The plain overload last: ReturnType<typeof readSafetensors> (checkpoint code) means it.
-export function readSafetensors(
-  bytes: Uint8Array,
-  fileName: string,
-  opts: ReadHalfOptions,
-): SafetensorsFile<WeightData>;
-export function readSafetensors(
-  bytes: Uint8Array,
-  fileName: string,
-  opts?: ReadSafetensorsOptions,
-): SafetensorsFile;
-export function readSafetensors(
-  bytes: Uint8Array,
-  fileName: string,
-  opts: ReadSafetensorsOptions & { half?: ReadHalfOptions['half'] } = {},
-): SafetensorsFile<WeightData> {
-  const maxHeader = opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES;
+/**
+ * A file read by byte ranges: a file on disk (cli/files-node.ts), a picked File (worker/sources.ts) or bytes in
+ * memory (bytesFile). `read(start, end)` returns the bytes [start, end) — a view or a fresh copy, never to be
+ * written to; `close`, when given, is called once the reader is done with it.
+ */
+export interface RangedFile {
+  readonly size: number;
+  read(start: number, end: number): Promise<Uint8Array>;
+  close?(): Promise<void>;
+}
+
+/** Bytes in memory as a RangedFile (reads are views: no copy). */
+export function bytesFile(bytes: Uint8Array): RangedFile {
+  return { size: bytes.length, read: async (start, end) => bytes.subarray(start, end) };
+}
+
+/** A parsed header: the tensors' entries (offsets relative to the data buffer), metadata, where data starts. */
+interface Header {
+  entries: Entry[];
+  metadata: Record<string, string> | null;
+  dataStart: number;
+}
+
+/** The header's byte length from a file's first 8 bytes, checked against the file's size and the limit. */
+function headerLength(first8: Uint8Array, fileSize: number, fileName: string, maxHeader: number): number {
   const fail: (msg: string) => never = (msg) => {
     throw new UserError(`${fileName}: ${msg}`);
   };
-  if (bytes.length < 8) {
+  if (fileSize < 8) {
     fail(
-      `not a safetensors file: it is ${bytes.length} bytes long, shorter than the 8-byte header length ` +
+      `not a safetensors file: it is ${fileSize} bytes long, shorter than the 8-byte header length ` +
         `that starts every safetensors file.`,
     );
   }
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const view = new DataView(first8.buffer, first8.byteOffset, 8);
   const lo = view.getUint32(0, true);
   const hi = view.getUint32(4, true);
   const headerLen = hi * 2 ** 32 + lo;
@@ -160,18 +168,24 @@ export function readSafetensors(
         `${maxHeader}-byte limit for a safetensors header.`,
     );
   }
-  if (8 + headerLen > bytes.length) {
+  if (8 + headerLen > fileSize) {
     fail(
-      `the header length field says ${headerLen} bytes but the file has only ${bytes.length - 8} bytes ` +
+      `the header length field says ${headerLen} bytes but the file has only ${fileSize - 8} bytes ` +
         `after it; the file is truncated or not a safetensors file.`,
     );
   }
+  return headerLen;
+}
 
+/** Parse and check the JSON header (its `headerLen` bytes after the length field) of a file of `fileSize` bytes. */
+function parseHeader(json: Uint8Array, fileSize: number, fileName: string): Header {
+  const fail: (msg: string) => never = (msg) => {
+    throw new UserError(`${fileName}: ${msg}`);
+  };
+  const headerLen = json.length;
   let text: string;
   try {
-    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(
-      bytes.subarray(8, 8 + headerLen),
-    );
+    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(json);
   } catch {
     return fail(`the ${headerLen}-byte header is not valid UTF-8; expected a JSON object.`);
   }
@@ -188,10 +202,9 @@ export function readSafetensors(
   }
 
   const dataStart = 8 + headerLen;
-  const dataLen = bytes.length - dataStart;
+  const dataLen = fileSize - dataStart;
   let metadata: Record<string, string> | null = null;
   const entries: Entry[] = [];
-
   for (const [name, raw] of Object.entries(header as Record<string, unknown>)) {
     if (name === '__metadata__') {
       if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
@@ -275,14 +288,114 @@ export function readSafetensors(
     }
   }
 
+  return { entries, metadata, dataStart };
+}
+
+/** Options of the readers: `half` as ReadHalfOptions; `want` (ranged reads): only the tensors it names are read. */
+type ReadOptions = ReadSafetensorsOptions & {
+  half?: ReadHalfOptions['half'];
+  want?: (name: string) => boolean;
+};
+
+/** An entry's values decoded from `bytes`, which hold the data buffer from byte `dataStart` on. */
+function decodeEntry(
+  bytes: Uint8Array,
+  dataStart: number,
+  e: Entry,
+  fileName: string,
+  opts: ReadOptions,
+): WeightData {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const n = e.dtype === 'F32' ? (e.end - e.begin) / 4 : (e.end - e.begin) / 2;
+  const half = opts.half && n % 2 === 0 && opts.half(e.name, e.shape);
+  return half ? decodeHalf(view, dataStart, e, fileName) : decode(bytes, view, dataStart, e);
+}
+
+// The plain overload last: ReturnType<typeof readSafetensors> (checkpoint code) means it.
+export function readSafetensors(
+  bytes: Uint8Array,
+  fileName: string,
+  opts: ReadHalfOptions,
+): SafetensorsFile<WeightData>;
+export function readSafetensors(
+  bytes: Uint8Array,
+  fileName: string,
+  opts?: ReadSafetensorsOptions,
+): SafetensorsFile;
+export function readSafetensors(
+  bytes: Uint8Array,
+  fileName: string,
+  opts: ReadOptions = {},
+): SafetensorsFile<WeightData> {
+  const headerLen = headerLength(
+    bytes.subarray(0, 8),
+    bytes.length,
+    fileName,
+    opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES,
+  );
+  const { entries, metadata, dataStart } = parseHeader(
+    bytes.subarray(8, 8 + headerLen),
+    bytes.length,
+    fileName,
+  );
   const tensors: SafetensorsFile<WeightData>['tensors'] = new Map();
   for (const e of entries) {
-    const n = e.dtype === 'F32' ? (e.end - e.begin) / 4 : (e.end - e.begin) / 2;
-    const half = opts.half && n % 2 === 0 && opts.half(e.name, e.shape);
-    const data = half ? decodeHalf(view, dataStart, e, fileName) : decode(bytes, view, dataStart, e);
-    tensors.set(e.name, { dtype: e.dtype, shape: e.shape, data });
+    tensors.set(e.name, {
+      dtype: e.dtype,
+      shape: e.shape,
+      data: decodeEntry(bytes, dataStart, e, fileName, opts),
+    });
   }
   return { tensors, metadata };
+}
+
+/**
+ * readSafetensors over a RangedFile: the header first, then each tensor's bytes by themselves (only those `want`
+ * names, when given), decoded and let go before the next is read. A 3 GB model file is never in memory whole:
+ * what loading holds beyond the decoded tensors is one tensor's bytes (docs/models.md, "Reading a weights file").
+ * The same checks and messages as readSafetensors; the file is closed when done.
+ */
+export async function readSafetensorsRanged(
+  file: RangedFile,
+  fileName: string,
+  opts: ReadOptions = {},
+): Promise<SafetensorsFile<WeightData>> {
+  try {
+    const size = file.size;
+    const first = size >= 8 ? await readExactly(file, 0, 8, fileName) : new Uint8Array(0);
+    const headerLen = headerLength(first, size, fileName, opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES);
+    const header = parseHeader(await readExactly(file, 8, 8 + headerLen, fileName), size, fileName);
+    const tensors: SafetensorsFile<WeightData>['tensors'] = new Map();
+    for (const e of header.entries) {
+      if (opts.want && !opts.want(e.name)) continue;
+      const start = header.dataStart + e.begin;
+      const bytes = await readExactly(file, start, header.dataStart + e.end, fileName);
+      const own: Entry = { ...e, begin: 0, end: e.end - e.begin };
+      tensors.set(e.name, {
+        dtype: e.dtype,
+        shape: e.shape,
+        data: decodeEntry(bytes, 0, own, fileName, opts),
+      });
+    }
+    return { tensors, metadata: header.metadata };
+  } finally {
+    await file.close?.();
+  }
+}
+
+async function readExactly(
+  file: RangedFile,
+  start: number,
+  end: number,
+  fileName: string,
+): Promise<Uint8Array> {
+  const bytes = await file.read(start, end);
+  if (bytes.length !== end - start) {
+    throw new UserError(
+      `${fileName}: reading bytes [${start}, ${end}) gave ${bytes.length} bytes; the file changed or is cut short.`,
+    );
+  }
+  return bytes;
 }
 
 /**
