@@ -8,7 +8,8 @@ import { watchConsole } from './console';
 /**
  * Issue #36's done-when in the app: a Qwen3-1.7B-shaped folder (2 of its 28 layers, every block dimension the real
  * one; a 4096-id vocabulary, as the f16 slice tests use, since the real 151 936 rows made the step alone take 6.5
- * minutes on SwiftShader; random BF16 weights made here by scripts/make-random-model.ts, never committed) is picked
+ * minutes on SwiftShader; random BF16 weights made here by scripts/make-random-model.ts, never committed; sharded in
+ * two files with their index, as Qwen3-1.7B ships, and read by the worker from the picked Files by ranges) is picked
  * on WebGPU with LoRA and "baseDtype" "f16" set in the link. The model card names Qwen3 and its 2 × 2048 shape, the
  * memory estimate holds the frozen base in f16 (its bytes halved, and said so), and a GRPO step runs on that base:
  * the step counter, the charts' newest values and the sample table show it. The smallest run that is still GRPO (one
@@ -18,9 +19,11 @@ const VOCAB = 4096;
 const RUN =
   'algorithm=grpo&batchSize=2&groupSize=2&miniBatches=1&ppoEpochs=1&responseLength=1' +
   `&lora=8&baseDtype=f16&chatTemplate=false&prompts=${encodeURIComponent(JSON.stringify(['Hi']))}`;
+const SHARDS = ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors'];
 const FILES = [
   'config.json',
-  'model.safetensors',
+  'model.safetensors.index.json',
+  ...SHARDS,
   'tokenizer.json',
   'tokenizer_config.json',
   'generation_config.json',
@@ -63,12 +66,14 @@ test.beforeAll(async ({ browser }) => {
       String(VOCAB),
       '--dtype',
       'bf16',
+      '--shards',
+      '2',
     ],
     { encoding: 'utf8', timeout: 150_000 },
   );
   expect(r.status, r.stderr).toBe(0);
-  // Every value in BF16, and the header: half the f32 file's bytes.
-  const bytes = statSync(path.join(dir, 'model.safetensors')).size;
+  // Every value in BF16, and the two headers: half the f32 file's bytes.
+  const bytes = SHARDS.reduce((sum, f) => sum + statSync(path.join(dir, f)).size, 0);
   expect(bytes).toBeGreaterThan(2 * (MATRICES + NORMS));
   expect(bytes).toBeLessThan(2 * (MATRICES + NORMS) + 16_384);
   page = await browser.newPage({ viewport: { width: 1280, height: 800 } });

@@ -13,6 +13,7 @@ import { loadTaskNode } from '../src/cli/tasks-node';
 import { describe, it, expect, beforeAll } from 'vitest';
 import { validateConfig, type TrainConfig } from '../src/common/config';
 import { LLAMA_SHAPES, parseLlamaConfig } from '../src/core/model/llama-config';
+import { paramCount } from '../src/core/model/size';
 import type { ModelSources as ModelSourcesType } from '../src/worker/sources';
 import { generateBaseDtype, loadMemory, type DeviceLimits } from '../src/worker/device-limits';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
@@ -40,6 +41,8 @@ const LOAD_F16 = 2 * BASE_F16 + FILE_BF16; // 10 323 945 472: "10.3 GB"
 let limits: DeviceLimits = { backend: 'webgpu' };
 /** The size of model.safetensors as if its bytes were held (picked files); null: unknown (a Hub model). */
 let fileBytes: number | null = null;
+/** Whether that file is read a tensor at a time (picked Files). */
+let ranged = false;
 let sources: ModelSourcesType;
 
 function cfg(over: Partial<TrainConfig> = {}): TrainConfig {
@@ -50,6 +53,7 @@ beforeAll(async () => {
   sources = await configOnlySources(
     () => limits,
     () => fileBytes,
+    () => ranged,
   );
 });
 
@@ -63,6 +67,7 @@ describe('what loading a model to generate counts (pure)', () => {
       hostCopy: BASE_F32,
       file: 0,
       fileKnown: true,
+      ranged: false,
       total: 13_764_599_808,
     });
     expect(loadMemory(qwen3, 'f16')).toEqual({
@@ -71,6 +76,7 @@ describe('what loading a model to generate counts (pure)', () => {
       hostCopy: BASE_F16,
       file: FILE_BF16,
       fileKnown: false,
+      ranged: false,
       total: LOAD_F16,
     });
     expect(LOAD_F16).toBe(10_323_945_472);
@@ -141,6 +147,42 @@ describe('loading a Qwen3-1.7B-shaped folder to generate (checkMemory "load", co
       /over the 12\.0 GB budget here\. Choose a smaller model\.$/,
     );
     fileBytes = null;
+  });
+
+  it('the same file read a tensor at a time (picked Files): its largest tensor is counted, and it loads', async () => {
+    limits = { backend: 'webgpu' };
+    fileBytes = 6_882_400_000;
+    ranged = true;
+    sources.setMemoryBudget(12e9);
+    try {
+      // The largest tensor is embed_tokens, 151 936 × 2048 = 311 164 928 values, at the file's bytes per value
+      // (6 882 400 000 / 1 720 574 976 parameters): 1 244 700 … bytes, where the whole file was 6.88 GB.
+      const qwen3 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen3-1.7b'] });
+      const perValue = 6_882_400_000 / paramCount(qwen3);
+      const largest = Math.ceil(perValue * 151_936 * 2048);
+      expect(loadMemory(qwen3, 'f16', fileBytes, true)).toEqual({
+        baseDtype: 'f16',
+        weights: BASE_F16,
+        hostCopy: BASE_F16,
+        file: largest,
+        fileKnown: true,
+        ranged: true,
+        total: 2 * BASE_F16 + largest,
+      });
+      expect(await sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' }))).toEqual({
+        baseDtype: 'f16',
+      });
+      // Refused at 8 GB, the message says what is counted.
+      sources.setMemoryBudget(BUDGET_8GB);
+      expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' })))).toBe(
+        'Loading qwen3-1.7b with the base in f16 needs ≈ 8.1 GB: 3.44 GB of weights (the large matrices in f16), ' +
+          "and while it loads their packed copy on the host (3.44 GB) and the safetensors file's largest tensor " +
+          '(1.24 GB; it is read a tensor at a time); that is over the 5.2 GB budget here. Choose a smaller model.',
+      );
+    } finally {
+      fileBytes = null;
+      ranged = false;
+    }
   });
 
   it('off WebGPU "f16" is not used to load: f32 is counted, and WebGPU named where f16 would fit', async () => {

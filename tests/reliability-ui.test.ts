@@ -74,21 +74,31 @@ describe('picked files are refused before they are read whole', () => {
       },
     }) as unknown as File;
 
-  it('a 5 GB model.safetensors or zip is a UserError; a pickle beside the model is named, not read', async () => {
+  it('a 5 GB tokenizer.json or zip is a UserError; weights go unread; a pickle is named, not read', async () => {
     const { readModelPick, readZipPick } = await import('../src/ui/lib/pick');
     const err = await readModelPick([
       fakeFile('config.json', 10),
-      fakeFile('model.safetensors', 5 * 1024 ** 3),
+      fakeFile('tokenizer.json', 5 * 1024 ** 3),
     ]).catch((e: Error) => e);
     expect(err).toMatchObject({
       name: 'UserError',
-      message: expect.stringMatching(/^my-model\/model\.safetensors is 5\.0 GB/),
+      message: expect.stringMatching(/^my-model\/tokenizer\.json is 5\.0 GB/),
     });
+    // Weights over 2 GB (Qwen2.5-1.5B's 3.1 GB file, a sharded model's shards) go as the Files themselves: the
+    // worker reads them a tensor at a time (fakeFile throws if read whole).
+    const big = fakeFile('model.safetensors', 5 * 1024 ** 3);
+    const shard = fakeFile('model-00001-of-00002.safetensors', 4 * 1024 ** 3);
+    const weights = await readModelPick([fakeFile('config.json', 10), big, shard]);
+    expect(weights).toEqual([
+      { name: 'my-model/config.json', bytes: new Uint8Array(10) },
+      { name: 'my-model/model.safetensors', blob: big },
+      { name: 'my-model/model-00001-of-00002.safetensors', blob: shard },
+    ]);
     const picked = await readModelPick([
       fakeFile('config.json', 10),
       fakeFile('pytorch_model.bin', 3 * 1024 ** 3),
     ]);
-    expect(picked.map((p) => [p.name, p.bytes.length])).toEqual([
+    expect(picked.map((p) => [p.name, p.bytes?.length])).toEqual([
       ['my-model/config.json', 10],
       ['my-model/pytorch_model.bin', 0],
     ]);

@@ -16,6 +16,7 @@ import { encodePrompt, tokenizerForFolder } from '../src/core/tokenizer';
 import { memoryFiles, readConfig, type ModelFiles } from '../src/core/model/folder';
 import { LLAMA_SHAPES } from '../src/core/model/llama-config';
 import { validateConfig } from '../src/common/config';
+import { shardSafetensors } from '../scripts/shard-safetensors';
 import type { ModelWorkerApi, SampleView, TrainerEvent } from '../src/worker/protocol';
 
 (globalThis as { self?: unknown }).self ??= globalThis;
@@ -67,6 +68,33 @@ describe('a Qwen2 folder picked in the app', () => {
     // 512 × 32 embedding (tied head) + 2 layers of q/k/v (with biases), o, gate/up/down and two norms + the final norm.
     const layer = 32 * 32 + 32 + 2 * (32 * 16 + 16) + 32 * 32 + 3 * 32 * 64 + 2 * 32;
     expect(summary.params).toBe(512 * 32 + 2 * layer + 32);
+  });
+
+  it('a sharded folder picked as Files loads the same model; a shard left out is named', async () => {
+    // As the page sends a pick (src/ui/lib/pick.ts): the weights as Files (Blobs, read by ranges), the rest as bytes.
+    const parts = shardSafetensors(new Uint8Array(readFileSync(`${FIXTURE}model.safetensors`)), 2);
+    const asFiles = [...parts].map(([n, b]) =>
+      n.endsWith('.safetensors')
+        ? { name: `qwen2-tiny/${n}`, blob: new Blob([b as BlobPart]) }
+        : { name: `qwen2-tiny/${n}`, bytes: b },
+    );
+    const rest = picked(['config.json', ...TOKENIZER_FILES]);
+    const whole = await api.loadModel({ kind: 'files', files: FOLDER });
+    expect(await api.loadModel({ kind: 'files', files: [...rest, ...asFiles] })).toEqual(whole);
+    const missing = asFiles.filter((f) => !f.name.endsWith('00002-of-00002.safetensors'));
+    await expect(api.loadModel({ kind: 'files', files: [...rest, ...missing] })).rejects.toThrow(
+      /^uploaded:qwen2-tiny: model-00002-of-00002\.safetensors is missing; model\.safetensors\.index\.json places \d+ tensors in it/,
+    );
+    // A config.json as a Blob is refused in words (only weights are read by ranges).
+    await expect(
+      api.loadModel({
+        kind: 'files',
+        files: [{ name: 'qwen2-tiny/config.json', blob: new Blob([readFileSync(`${FIXTURE}config.json`)]) }],
+      }),
+    ).rejects.toThrow(
+      'loadModel: config.json must come as bytes; only .safetensors files may come as a Blob',
+    );
+    await api.loadModel({ kind: 'files', files: FOLDER });
   });
 
   it('a LoRA GRPO step: the samples show each prompt in the chat template; KL 0 at step 1', async () => {

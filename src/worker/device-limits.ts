@@ -199,21 +199,52 @@ export interface LoadMemory {
   file: number;
   /** Whether `file` is the real size (false: estimated at 2 bytes a parameter). */
   fileKnown: boolean;
+  /**
+   * Whether the file is read one tensor at a time (picked Files, a folder on disk: core/model/folder.ts
+   * readWeights): then `file` is its largest tensor's bytes, not the whole file.
+   */
+  ranged: boolean;
   total: number;
+}
+
+/** The largest weight of a model, in values (the embedding, or an untied head of the same size). */
+function largestTensorParams(config: LMConfig): number {
+  let most = 0;
+  for (const s of lmParamSpecs(config))
+    most = Math.max(
+      most,
+      s.shape.reduce((a, b) => a * b, 1),
+    );
+  return most;
 }
 
 /**
  * What loading `config` to generate holds at its peak (folder.ts loadLM): the weights, their host copy and, under
  * "f16", the file they are packed from.
  */
-export function loadMemory(config: LMConfig, baseDtype: BaseDtype, fileBytes?: number | null): LoadMemory {
+export function loadMemory(
+  config: LMConfig,
+  baseDtype: BaseDtype,
+  fileBytes?: number | null,
+  ranged = false,
+): LoadMemory {
   const weights = baseWeightBytes(config, baseDtype);
   if (baseDtype !== 'f16' || !isLlamaFamily(config.model_type)) {
-    return { baseDtype: 'f32', weights, hostCopy: weights, file: 0, fileKnown: true, total: 2 * weights };
+    return {
+      baseDtype: 'f32',
+      weights,
+      hostCopy: weights,
+      file: 0,
+      fileKnown: true,
+      ranged,
+      total: 2 * weights,
+    };
   }
   const fileKnown = fileBytes !== undefined && fileBytes !== null;
-  const file = fileKnown ? fileBytes : 2 * paramCount(config);
-  return { baseDtype, weights, hostCopy: weights, file, fileKnown, total: 2 * weights + file };
+  const whole = fileKnown ? fileBytes : 2 * paramCount(config);
+  // Read by ranges, the file's bytes in memory at once are one tensor's, at the file's bytes per value.
+  const file = ranged ? Math.ceil((whole / paramCount(config)) * largestTensorParams(config)) : whole;
+  return { baseDtype, weights, hostCopy: weights, file, fileKnown, ranged, total: 2 * weights + file };
 }
 
 /**
@@ -231,17 +262,22 @@ export function loadMemoryProblem(
     backend: BackendName | null;
     budgetBytes: number;
     fileBytes?: number | null;
+    /** Whether the weights file is read a tensor at a time (loadMemory's `ranged`). */
+    ranged?: boolean;
     /** Whether to name the f16 base as a remedy (false for a load that cannot have it: DPO / SFT). */
     offerF16?: boolean;
   },
 ): string | null {
-  const need = loadMemory(config, o.baseDtype, o.fileBytes);
+  const need = loadMemory(config, o.baseDtype, o.fileBytes, o.ranged);
   if (need.total <= o.budgetBytes) return null;
   const over = `over the ${formatGB(o.budgetBytes)} budget here`;
   if (need.baseDtype === 'f16') {
-    const file = need.fileKnown
-      ? `the ${formatGB(need.file, 2)} safetensors file`
-      : `the safetensors file (≈ ${formatGB(need.file, 2)} if stored in bf16)`;
+    const file = need.ranged
+      ? `the safetensors file's largest tensor (${need.fileKnown ? '' : '≈ '}${formatGB(need.file, 2)}` +
+        `${need.fileKnown ? '' : ' if stored in bf16'}; it is read a tensor at a time)`
+      : need.fileKnown
+        ? `the ${formatGB(need.file, 2)} safetensors file`
+        : `the safetensors file (≈ ${formatGB(need.file, 2)} if stored in bf16)`;
     return (
       `Loading ${label} with the base in f16 needs ≈ ${formatGB(need.total)}: ${formatGB(need.weights, 2)} of ` +
       `weights (the large matrices in f16), and while it loads their packed copy on the host ` +
@@ -252,7 +288,9 @@ export function loadMemoryProblem(
     `${label} has ${millions(paramCount(config))} parameters (${formatGB(need.weights)} of weights); loading ` +
     `it needs twice that, ${over}.`;
   const half =
-    o.offerF16 !== false && isLlamaFamily(config.model_type) ? loadMemory(config, 'f16', o.fileBytes) : null;
+    o.offerF16 !== false && isLlamaFamily(config.model_type)
+      ? loadMemory(config, 'f16', o.fileBytes, o.ranged)
+      : null;
   if (!half || half.total > o.budgetBytes) return `${words} Choose a smaller model.`;
   const how =
     `≈ ${formatGB(half.total)}: ${formatGB(half.weights, 2)} of weights with the large matrices in f16, ` +

@@ -77,7 +77,17 @@ export type ModelSource =
    * a folder (`my-model/config.json`, from webkitRelativePath) which becomes the label. Check `File.size`
    * against 2 GB before reading a file: bigger ones are refused here anyway.
    */
-  | { kind: 'files'; files: { name: string; bytes: Uint8Array }[] };
+  | { kind: 'files'; files: UploadedFile[] };
+
+/**
+ * A picked file: its bytes, or (a safetensors file) the File itself, which the worker reads by ranges — a weights
+ * file is then never in memory whole, and may be over the 2 GB a browser reads at once.
+ */
+export interface UploadedFile {
+  name: string;
+  bytes?: Uint8Array;
+  blob?: Blob;
+}
 
 export interface ModelSummary {
   /** Where it came from, in words ("built-in tiny", a URL). */

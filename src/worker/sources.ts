@@ -10,7 +10,8 @@
  *   "sft-model"                  the weights of the app's SFT warm start (held in memory; docs/sft.md)
  */
 import type { ModelFiles } from '../core/model/folder';
-import { memoryFiles, readConfig } from '../core/model/folder';
+import { readConfig, shardIndexName } from '../core/model/folder';
+import { bytesFile, type RangedFile } from '../core/model/safetensors';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
 import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
 import type { TrainConfig } from '../common/config';
@@ -49,7 +50,7 @@ import {
   type DeviceLimits,
   type RunMemoryCheck,
 } from './device-limits';
-import type { MemoryEstimateReport, ModelFit, ModelSource } from './protocol';
+import type { MemoryEstimateReport, ModelFit, ModelSource, UploadedFile } from './protocol';
 import { LLAMA_SHAPES, parseLlamaConfig } from '../core/model/llama-config';
 import { wasmFusedBlocksHere } from '../core/kernels/wasm-activations';
 
@@ -76,6 +77,30 @@ export const cacheStorageHubCache: HubCache = {
       await caches.open(HUB_CACHE_NAME)
     ).put(key, new Response(bytes as Uint8Array<ArrayBuffer>, { headers }));
   },
+  // Weights: the download's chunks go to disk as they arrive (a Response made from a stream), and a stored file is
+  // read back by ranges from its Blob (which the browser keeps on disk), never whole.
+  async putChunks(key, chunks, length) {
+    if (typeof caches === 'undefined') throw new Error('Cache Storage is not available here');
+    const it = chunks[Symbol.asyncIterator]();
+    const body = new ReadableStream<Uint8Array>({
+      async pull(ctl) {
+        const next = await it.next();
+        if (next.done) ctl.close();
+        else ctl.enqueue(next.value);
+      },
+      async cancel() {
+        await it.return?.();
+      },
+    });
+    const headers: Record<string, string> = { 'content-type': 'application/octet-stream' };
+    if (length !== null) headers['content-length'] = String(length);
+    await (await caches.open(HUB_CACHE_NAME)).put(key, new Response(body, { headers }));
+  },
+  async open(key) {
+    if (typeof caches === 'undefined') return null;
+    const hit = await (await caches.open(HUB_CACHE_NAME)).match(key);
+    return hit ? blobFile(await hit.blob()) : null;
+  },
 };
 
 /** A test-only Hub base must be a loopback http(s) origin; the app itself always uses https://huggingface.co. */
@@ -99,7 +124,54 @@ function checkTestHubBase(base: string): string {
  * (tokenizer.json, tokenizer_config.json with the chat template, generation_config.json, chat_template.jinja;
  * src/core/tokenizer/hf.ts). Everything else (pickles, READMEs) is dropped unread.
  */
-export const UPLOAD_FILES: readonly string[] = ['config.json', 'model.safetensors', ...HF_TOKENIZER_FILES];
+export const UPLOAD_FILES: readonly string[] = [
+  'config.json',
+  'model.safetensors',
+  shardIndexName('model.safetensors'),
+  ...HF_TOKENIZER_FILES,
+];
+
+/** The shards a sharded model's index names (Hugging Face's `model-00001-of-00002.safetensors`). */
+const SHARD_FILE = /^model-\d+-of-\d+\.safetensors$/;
+
+/** Whether a picked file is one the worker reads (UPLOAD_FILES or a shard). */
+export function isUploadFile(name: string): boolean {
+  return UPLOAD_FILES.includes(name) || SHARD_FILE.test(name);
+}
+
+/**
+ * A file held by the worker: bytes, or a picked File (a Blob: the browser keeps its bytes on disk, and weights
+ * are read from it one tensor at a time, never whole — so a 3 GB Qwen2.5-1.5B model.safetensors loads).
+ */
+export type HeldFile = Uint8Array | Blob;
+
+const heldSize = (f: HeldFile): number => (f instanceof Uint8Array ? f.length : f.size);
+
+/** A picked File read by ranges (Blob.slice reads only those bytes). */
+export function blobFile(blob: Blob): RangedFile {
+  return {
+    size: blob.size,
+    read: async (start, end) => new Uint8Array(await blob.slice(start, end).arrayBuffer()),
+  };
+}
+
+/** Files held in memory as a ModelFiles: bytes read as they are, Blobs read whole or by ranges. */
+export function heldFiles(label: string, files: Map<string, HeldFile>): ModelFiles {
+  return {
+    label,
+    has: async (name) => files.has(name),
+    read: async (name) => {
+      const f = files.get(name);
+      if (f === undefined) return null;
+      return f instanceof Uint8Array ? f : new Uint8Array(await f.arrayBuffer());
+    },
+    open: async (name) => {
+      const f = files.get(name);
+      if (f === undefined) return null;
+      return f instanceof Uint8Array ? bytesFile(f) : blobFile(f);
+    },
+  };
+}
 
 const isUrlLike = (s: string) => /^(https?:\/\/|\/|\.\.?\/)/.test(s);
 
@@ -127,7 +199,7 @@ export interface SourcesOptions {
 }
 
 export class ModelSources {
-  private readonly held = new Map<string, Map<string, Uint8Array>>();
+  private readonly held = new Map<string, Map<string, HeldFile>>();
   private readonly hubBases = new Map<string, string>();
   private readonly tasks = new Map<string, Task>();
   private budgetBytes: number;
@@ -157,7 +229,7 @@ export class ModelSources {
   }
 
   /** Keep files in memory under `name` (uploads, the trained reward model). */
-  hold(name: string, files: Map<string, Uint8Array>): void {
+  hold(name: string, files: Map<string, HeldFile>): void {
     this.held.set(name, files);
   }
 
@@ -202,54 +274,71 @@ export class ModelSources {
     }
   }
 
-  private holdUpload(list: { name: string; bytes: Uint8Array }[]): string {
+  private holdUpload(list: UploadedFile[]): string {
     const { name, files } = this.checkUpload(list);
     this.held.set(name, files);
     return name;
   }
 
-  private checkUpload(list: { name: string; bytes: Uint8Array }[]): {
+  private checkUpload(list: UploadedFile[]): {
     name: string;
-    files: Map<string, Uint8Array>;
+    files: Map<string, HeldFile>;
   } {
     if (!Array.isArray(list) || list.length === 0) {
       throw new UserError(
         'No files were chosen; pick a model folder with config.json and model.safetensors.',
       );
     }
-    const files = new Map<string, Uint8Array>();
+    const files = new Map<string, HeldFile>();
     for (const f of list) {
-      if (typeof f?.name !== 'string' || !(f.bytes instanceof Uint8Array)) {
-        throw new UserError('loadModel: each file must be {name: string, bytes: Uint8Array}.');
-      }
-      const name = basename(f.name);
-      if (!UPLOAD_FILES.includes(name)) continue; // never pickle or anything else
-      if (f.bytes.length > MAX_HUB_FILE_BYTES) {
+      const body = f?.blob ?? f?.bytes;
+      if (
+        typeof f?.name !== 'string' ||
+        !(body instanceof Uint8Array || (typeof Blob !== 'undefined' && body instanceof Blob))
+      ) {
         throw new UserError(
-          `${name} is ${(f.bytes.length / 1024 ** 3).toFixed(1)} GB, over the 2.0 GB limit for one file in the browser.`,
+          'loadModel: each file must be {name: string, bytes: Uint8Array} or {name, blob: Blob}.',
         );
       }
-      files.set(name, f.bytes);
+      const name = basename(f.name);
+      if (!isUploadFile(name)) continue; // never pickle or anything else
+      // Weights are read by ranges from a picked File; any other file (or weights as bytes) is read whole.
+      if (!(body instanceof Uint8Array) && !name.endsWith('.safetensors')) {
+        throw new UserError(
+          `loadModel: ${name} must come as bytes; only .safetensors files may come as a Blob (read by ranges).`,
+        );
+      }
+      if (body instanceof Uint8Array && body.length > MAX_HUB_FILE_BYTES) {
+        throw new UserError(
+          `${name} is ${(heldSize(body) / 1024 ** 3).toFixed(1)} GB, over the 2.0 GB limit for one file in the browser.`,
+        );
+      }
+      files.set(name, body);
     }
     const pickles = list
       .map((f) => basename(f.name))
       .filter((n) => /\.(bin|pt|pth|ckpt|pkl|pickle)$/i.test(n));
-    for (const need of ['config.json', 'model.safetensors']) {
+    const weights = files.has('model.safetensors')
+      ? 'model.safetensors'
+      : shardIndexName('model.safetensors');
+    for (const need of ['config.json', weights]) {
       if (!files.has(need)) {
         const pickleNote =
-          need === 'model.safetensors' && pickles.length > 0
+          need === weights && pickles.length > 0
             ? `. ${pickles[0]} is a PyTorch pickle, which can run code when loaded, so it is never read: only ` +
               'safetensors weights are supported. Convert it in Python with ' +
               '`GPT2LMHeadModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)`.'
             : ' (pytorch_model.bin is not read: it can run code).';
         throw new UserError(
-          `The chosen files have no ${need}; pick a model folder with config.json and model.safetensors${pickleNote}`,
+          `The chosen files have no ${need === weights ? 'model.safetensors' : need}; pick a model folder with config.json and model.safetensors${pickleNote}`,
         );
       }
     }
     const first = list.find((f) => f.name.includes('/'));
     // Loose files (not a folder) are named from their config.json: "gpt2-4x160", not "model" (issue #33).
-    const folder = first ? first.name.split('/').slice(-2, -1)[0] : nameFromConfig(files.get('config.json')!);
+    const folder = first
+      ? first.name.split('/').slice(-2, -1)[0]
+      : nameFromConfig(files.get('config.json') as Uint8Array);
     return { name: `uploaded:${folder}`, files };
   }
 
@@ -257,7 +346,7 @@ export class ModelSources {
   files(name: string): ModelFiles {
     const held = this.held.get(name);
     if (held)
-      return memoryFiles(
+      return heldFiles(
         name === PREFERENCE_REWARD_MODEL
           ? 'reward model from preferences'
           : name === SFT_MODEL
@@ -341,7 +430,25 @@ export class ModelSources {
    * counts the file it packs from (device-limits.ts loadMemory), estimated at 2 bytes a parameter when unknown.
    */
   weightsFileBytes(name: string): number | null {
-    return this.held.get(name)?.get('model.safetensors')?.length ?? null;
+    const files = this.held.get(name);
+    if (!files) return null;
+    const whole = files.get('model.safetensors');
+    if (whole !== undefined) return heldSize(whole);
+    let shards = 0;
+    for (const [n, f] of files) if (SHARD_FILE.test(n)) shards += heldSize(f);
+    return shards > 0 ? shards : null;
+  }
+
+  /**
+   * Whether `name`'s weights are read a tensor at a time at load: picked Files (Blobs) and a Hub model's (through
+   * Cache Storage) are; bytes held in memory and a URL's files are read whole.
+   */
+  readsWeightsByRanges(name: string): boolean {
+    const files = this.held.get(name);
+    // A Hub model's weights are downloaded into Cache Storage and read from it by ranges.
+    if (!files) return isHubRepoId(name.split('@')[0]) && typeof caches !== 'undefined';
+    const weights = [...files].filter(([n]) => n === 'model.safetensors' || SHARD_FILE.test(n));
+    return weights.length > 0 && weights.every(([, f]) => !(f instanceof Uint8Array));
   }
 
   /** The load check (checkMemory 'load'); returns the storage generate would load the model in. */
@@ -357,6 +464,7 @@ export class ModelSources {
       backend: this.deviceLimits?.backend ?? null,
       budgetBytes: this.memoryBudgetBytes,
       fileBytes: this.weightsFileBytes(name),
+      ranged: this.readsWeightsByRanges(name),
       // Without a run's config (a DPO / SFT job's model) there is no f16 base to offer.
       offerF16: cfg !== undefined,
     });

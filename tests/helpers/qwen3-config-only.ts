@@ -32,11 +32,13 @@ const GPT2_JSON = { vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 
 /**
  * Model sources where "qwen3-1.7b" is the config-only Qwen3-1.7B folder and "gpt2-124m" a config-only GPT-2 124M,
  * on the device `limits()` reports, with the 8 GB budget; `fileBytes()` (when given) is the size of
- * model.safetensors as if its bytes were held (null: unknown, as for a Hub model).
+ * model.safetensors as if its bytes were held (null: unknown, as for a Hub model); `ranged()` (when given) whether
+ * it is read a tensor at a time (as picked Files are).
  */
 export async function configOnlySources(
   limits: () => DeviceLimits,
   fileBytes?: () => number | null,
+  ranged?: () => boolean,
 ): Promise<ModelSources> {
   // The worker's modules read `self` and `navigator` when they load.
   (globalThis as { self?: unknown }).self ??= globalThis;
@@ -60,6 +62,9 @@ export async function configOnlySources(
     }
     override weightsFileBytes(name: string): number | null {
       return fileBytes ? fileBytes() : super.weightsFileBytes(name);
+    }
+    override readsWeightsByRanges(name: string): boolean {
+      return ranged ? ranged() : super.readsWeightsByRanges(name);
     }
     override loadTask = loadTaskNode;
   }

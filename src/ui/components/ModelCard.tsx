@@ -1,7 +1,8 @@
 import { useEffect, useId, useRef, useState } from 'react';
 import { MODEL_CHOICES } from '../lib/catalog';
 import { describeError } from '../errors';
-import { isModelFile, readPickedFiles } from '../lib/download';
+import { isModelFile } from '../lib/download';
+import { readModelPick } from '../lib/pick';
 import { formatBytes } from '../lib/format';
 import { familyName, trainableLine } from '../lib/memory-estimate';
 import {
@@ -124,7 +125,7 @@ function ModelPicker() {
       }
       let picked;
       try {
-        picked = await readPickedFiles(files);
+        picked = await readModelPick(files);
       } catch (e) {
         showError(describeError(e));
         return;

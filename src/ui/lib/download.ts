@@ -17,33 +17,11 @@ export function downloadFile(name: string, data: Uint8Array | string, type: stri
 export const MAX_PICKED_FILE_BYTES = 2 * 1024 ** 3;
 
 /**
- * The model files the worker reads, out of a pick or a whole folder: the model, and a Llama / Qwen folder's
- * tokenizer files (src/worker/sources.ts UPLOAD_FILES).
+ * The model files the worker reads, out of a pick or a whole folder: the model (model.safetensors, or a sharded
+ * model's index and shards), and a Llama / Qwen folder's tokenizer files (src/worker/sources.ts UPLOAD_FILES).
  */
 export function isModelFile(name: string): boolean {
-  return /(^|\/)(config\.json|model\.safetensors|tokenizer\.json|tokenizer_config\.json|generation_config\.json|chat_template\.jinja)$/.test(
+  return /(^|\/)(config\.json|model\.safetensors|model\.safetensors\.index\.json|model-\d+-of-\d+\.safetensors|tokenizer\.json|tokenizer_config\.json|generation_config\.json|chat_template\.jinja)$/.test(
     name,
-  );
-}
-
-/**
- * Picked files as named bytes. A folder pick keeps the folder in the name (`my-model/config.json`, from
- * webkitRelativePath), which the worker uses as the model's label. Over-large files are refused before reading.
- */
-export async function readPickedFiles(files: File[]): Promise<{ name: string; bytes: Uint8Array }[]> {
-  const big = files.find((f) => f.size > MAX_PICKED_FILE_BYTES);
-  if (big) {
-    throw Object.assign(
-      new Error(
-        `${big.name} is ${(big.size / 1024 ** 3).toFixed(1)} GB, over the 2 GB a browser can read at once.`,
-      ),
-      { name: 'UserError' },
-    );
-  }
-  return Promise.all(
-    files.map(async (f) => ({
-      name: f.webkitRelativePath || f.name,
-      bytes: new Uint8Array(await f.arrayBuffer()),
-    })),
   );
 }
