@@ -16,8 +16,10 @@ import {
   type HubProgress,
 } from '../src/services/hub';
 import { checkTrainingMemory, paramCount } from '../src/core/model/size';
-import { loadLM, readConfig } from '../src/core/model/folder';
+import { loadLM, memoryFiles, readConfig } from '../src/core/model/folder';
 import { isUserError } from '../src/common/errors';
+import { shardSafetensors } from '../scripts/shard-safetensors';
+import type { RangedFile } from '../src/core/model/safetensors';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/parity/tiny-plain/', import.meta.url));
 const files: Record<string, Buffer> = {
@@ -36,6 +38,17 @@ const qwenFiles: Record<string, Buffer> = Object.fromEntries(
   ].map((n) => [n, readFileSync(`${QWEN}${n}`)]),
 );
 
+/** The same Qwen2 folder sharded as Qwen3-1.7B is on the Hub: model.safetensors.index.json and two shards. */
+const shardedFiles: Record<string, Buffer> = {
+  ...Object.fromEntries(Object.entries(qwenFiles).filter(([n]) => n !== 'model.safetensors')),
+  ...Object.fromEntries(
+    [...shardSafetensors(new Uint8Array(qwenFiles['model.safetensors']), 2)].map(([n, b]) => [
+      n,
+      Buffer.from(b),
+    ]),
+  ),
+};
+
 /** A Hub-shaped server: /{org}/{name}/resolve/{rev}/{file}. Counts hits per path; some paths misbehave on purpose. */
 let server: Server;
 let base: string;
@@ -53,13 +66,28 @@ beforeAll(async () => {
       res.writeHead(200, { 'content-length': String(3 * 1024 ** 3) });
       return void res.write(new Uint8Array(1024)); // never ends; the client must not wait for it
     }
+    if (repo === 'org/cut' && file === 'model.safetensors') {
+      // Says the whole file, sends half, then hangs up.
+      const b = qwenFiles['model.safetensors'];
+      res.writeHead(200, { 'content-length': String(b.length) });
+      return void res.write(b.subarray(0, b.length >> 1), () => res.destroy());
+    }
     if (repo === 'org/chunked' && files[file]) {
       res.writeHead(200, { 'content-type': 'application/octet-stream' }); // no content-length: chunked
       const b = files[file];
       res.write(b.subarray(0, 1000));
       return void setTimeout(() => res.end(b.subarray(1000)), 5);
     }
-    const served = repo === 'org/tiny' ? files : repo === 'org/qwen' ? qwenFiles : {};
+    const served =
+      repo === 'org/tiny'
+        ? files
+        : repo === 'org/qwen'
+          ? qwenFiles
+          : repo === 'org/sharded'
+            ? shardedFiles
+            : repo === 'org/cut'
+              ? qwenFiles
+              : {};
     if (!served[file]) return void res.writeHead(404).end();
     res.writeHead(200, {
       'content-length': String(served[file].length),
@@ -83,6 +111,44 @@ function mapCache(): HubCache & { map: Map<string, Uint8Array> } {
   const map = new Map<string, Uint8Array>();
   return { map, get: async (k) => map.get(k) ?? null, put: async (k, v) => void map.set(k, v) };
 }
+/**
+ * A cache that stores weights as their chunks arrive (as the worker's Cache Storage does, here Blobs of the chunks)
+ * and opens them for reads by ranges, recording the largest chunk and every range read.
+ */
+function streamingCache(): ReturnType<typeof mapCache> & {
+  blobs: Map<string, Blob>;
+  chunks: number;
+  ranges: number[];
+} {
+  const bytes = mapCache();
+  const c = {
+    ...bytes,
+    blobs: new Map<string, Blob>(),
+    chunks: 0,
+    ranges: [] as number[],
+    async putChunks(key: string, chunks: AsyncIterable<Uint8Array>) {
+      const parts: BlobPart[] = [];
+      for await (const chunk of chunks) {
+        c.chunks++;
+        parts.push(chunk.slice() as BlobPart);
+      }
+      c.blobs.set(key, new Blob(parts)); // stored only once every chunk came: a source that throws stores nothing
+    },
+    async open(key: string): Promise<RangedFile | null> {
+      const blob = c.blobs.get(key);
+      if (!blob) return null;
+      return {
+        size: blob.size,
+        read: async (s: number, e: number) => {
+          c.ranges.push(e - s);
+          return new Uint8Array(await blob.slice(s, e).arrayBuffer());
+        },
+      };
+    },
+  };
+  return c;
+}
+
 async function userError(p: Promise<unknown>): Promise<string> {
   try {
     await p;
@@ -119,7 +185,7 @@ describe('Hub ids and URLs', () => {
     expect(await f.read('tokenizer.model')).toBeNull();
     expect(asked).toEqual([]);
     expect(await userError(downloadHubFile('org/tiny', 'pytorch_model.bin', { fetch: nodeFetch }))).toMatch(
-      /Only config\.json, model\.safetensors, tokenizer\.json, tokenizer_config\.json, generation_config\.json and chat_template\.jinja are read from the Hub, not pytorch_model\.bin/,
+      /Only config\.json, model\.safetensors, model\.safetensors\.index\.json, tokenizer\.json, tokenizer_config\.json, generation_config\.json and chat_template\.jinja \(and a sharded model's model-0000K-of-0000N\.safetensors\) are read from the Hub, not pytorch_model\.bin/,
     );
   });
 });
@@ -201,6 +267,64 @@ describe('Hub download against a local Hub-shaped server', () => {
     again.model.dispose();
     expect(modelHits()).toBe(1);
     expect(progress.every((p) => p.fromCache && p.fraction === 1)).toBe(true);
+  });
+
+  it('a sharded repo streams its shards into the cache and loads them by ranges; the second load asks nothing', async () => {
+    const cache = streamingCache();
+    const asked: string[] = [];
+    const progress: HubProgress[] = [];
+    const opts = {
+      fetch: ((u: string) => (asked.push(u.slice(base.length)), nodeFetch(u))) as HubFetch,
+      hubBase: base,
+      cache,
+      onProgress: (p: HubProgress) => progress.push(p),
+    };
+    const { model } = await loadLM(hubFiles('org/sharded', opts), { trainable: false });
+    const { model: whole } = await loadLM(
+      memoryFiles('qwen', new Map(Object.entries(qwenFiles).map(([n, b]) => [n, new Uint8Array(b)]))),
+      { trainable: false },
+    );
+    try {
+      expect(await model.toArrays()).toEqual(await whole.toArrays());
+    } finally {
+      model.dispose();
+      whole.dispose();
+    }
+    const shards = Object.keys(shardedFiles).filter((n) => /^model-.*\.safetensors$/.test(n));
+    expect(shards).toHaveLength(2);
+    // model.safetensors is a 404 (remembered), then the index and both shards; the shards never as bytes.
+    expect(asked.filter((a) => a.includes('safetensors'))).toEqual([
+      '/org/sharded/resolve/main/model.safetensors',
+      '/org/sharded/resolve/main/model.safetensors.index.json',
+      ...shards.map((n) => `/org/sharded/resolve/main/${n}`),
+    ]);
+    expect([...cache.blobs.keys()].map((k) => k.slice(base.length))).toEqual(
+      shards.map((n) => `/org/sharded/resolve/main/${n}`),
+    );
+    expect(cache.map.has(`${base}/org/sharded/resolve/main/${shards[0]}`)).toBe(false);
+    expect(cache.chunks).toBeGreaterThanOrEqual(4); // two writes a shard from the server
+    // Progress in between for a shard, and the reads no bigger than a shard's largest tensor.
+    expect(progress.some((p) => p.file === shards[0] && p.fraction! > 0 && p.fraction! < 1)).toBe(true);
+    expect(Math.max(...cache.ranges)).toBeLessThan(Math.min(...shards.map((n) => shardedFiles[n].length)));
+
+    asked.length = 0;
+    const { model: again } = await loadLM(
+      hubFiles('org/sharded', { ...opts, fetch: async () => Promise.reject(new Error('offline')) }),
+      { trainable: false },
+    );
+    again.dispose();
+    expect(asked).toEqual([]);
+  });
+
+  it('a weights download cut short is a clear error and stores nothing', async () => {
+    const cache = streamingCache();
+    const msg = await userError(
+      loadLM(hubFiles('org/cut', { fetch: nodeFetch, hubBase: base, cache }), { trainable: false }),
+    );
+    expect(msg).toMatch(
+      /^org\/cut\/model\.safetensors: the download (broke off at [\d.]+ MB \(.*\)|stopped at [\d.]+ MB of [\d.]+ MB); try again\.$/,
+    );
+    expect(cache.blobs.size).toBe(0);
   });
 
   it('reads a body without Content-Length (progress unknown)', async () => {

@@ -14,6 +14,7 @@
  */
 import { UserError } from '../common/errors';
 import type { ModelFiles } from '../core/model/folder';
+import { bytesFile, type RangedFile } from '../core/model/safetensors';
 import { HF_TOKENIZER_FILES } from '../core/tokenizer/hf';
 
 export const HUB_BASE = 'https://huggingface.co';
@@ -21,7 +22,19 @@ export const HUB_BASE = 'https://huggingface.co';
  * The only files fetched from the Hub: the model, and the tokenizer files a Llama-family folder is read with
  * (src/core/tokenizer/hf.ts HF_TOKENIZER_FILES; GPT-2 folders never ask for them).
  */
-export const HUB_FILES: readonly string[] = ['config.json', 'model.safetensors', ...HF_TOKENIZER_FILES];
+export const HUB_FILES: readonly string[] = [
+  'config.json',
+  'model.safetensors',
+  'model.safetensors.index.json',
+  ...HF_TOKENIZER_FILES,
+];
+/** A sharded model's weights, as its index names them (Qwen3-1.7B: model-00001-of-00002.safetensors, …). */
+const HUB_SHARD = /^model-\d{5}-of-\d{5}\.safetensors$/;
+
+/** Whether this loader may ask the Hub for `name`: HUB_FILES, or a shard of a sharded model's weights. */
+export function isHubFile(name: string): boolean {
+  return HUB_FILES.includes(name) || HUB_SHARD.test(name);
+}
 export const MAX_HUB_FILE_BYTES = 2 * 1024 ** 3;
 
 /** The part of a fetch Response this module reads (core has no DOM types). */
@@ -43,6 +56,13 @@ export type HubFetch = (url: string) => Promise<HubResponse>;
 export interface HubCache {
   get(key: string): Promise<Uint8Array | null>;
   put(key: string, bytes: Uint8Array): Promise<void>;
+  /**
+   * Both or neither (the worker's Cache Storage has both): store a body as its chunks arrive, never whole in memory,
+   * and open a stored one for reads by byte ranges. With them a weights file of any size downloads and loads
+   * (openHubFile); a chunk source that throws must leave nothing stored.
+   */
+  putChunks?(key: string, chunks: AsyncIterable<Uint8Array>, length: number | null): Promise<void>;
+  open?(key: string): Promise<RangedFile | null>;
 }
 
 export interface HubProgress {
@@ -155,33 +175,25 @@ async function readBody(
 /** The cache key that records a 404 for `url` (one byte; a miss is never cached as an empty file). */
 const missingKey = (url: string) => `${url}?missing`;
 
-/**
- * One Hub file: from the cache when there, else downloaded (streamed, with progress) and cached.
- * Returns null when the Hub has no such file (404; remembered in the cache, so a second load asks nothing).
- */
-export async function downloadHubFile(
-  repo: string,
-  file: string,
-  opts: HubOptions,
-): Promise<Uint8Array | null> {
-  if (!HUB_FILES.includes(file)) {
+function checkHubFile(file: string): void {
+  if (!isHubFile(file)) {
     throw new UserError(
-      `Only ${HUB_FILES.slice(0, -1).join(', ')} and ${HUB_FILES[HUB_FILES.length - 1]} are read from the Hub, not ${file}.`,
+      `Only ${HUB_FILES.slice(0, -1).join(', ')} and ${HUB_FILES[HUB_FILES.length - 1]} (and a sharded model's ` +
+        `model-0000K-of-0000N.safetensors) are read from the Hub, not ${file}.`,
     );
   }
-  const revision = opts.revision ?? 'main';
-  const url = hubFileUrl(repo, file, revision, opts.hubBase ?? HUB_BASE);
-  const label = `${repo}/${file}`;
-  const limit = opts.maxFileBytes ?? MAX_HUB_FILE_BYTES;
-  const progress = (p: Omit<HubProgress, 'repo' | 'file'>) => opts.onProgress?.({ repo, file, ...p });
+}
 
-  const cached = opts.cache ? await opts.cache.get(url) : null;
-  if (cached) {
-    progress({ loaded: cached.length, total: cached.length, fraction: 1, fromCache: true, done: true });
-    return cached;
-  }
-  // A file the repo lacks (an optional tokenizer file) is remembered too, so a cached model loads offline.
-  if (opts.cache && (await opts.cache.get(missingKey(url)))) return null;
+/** What a download of one file needs: its URL, its label in messages, its progress reports. */
+function target(repo: string, file: string, opts: HubOptions) {
+  checkHubFile(file);
+  const url = hubFileUrl(repo, file, opts.revision ?? 'main', opts.hubBase ?? HUB_BASE);
+  const progress = (p: Omit<HubProgress, 'repo' | 'file'>) => opts.onProgress?.({ repo, file, ...p });
+  return { url, label: `${repo}/${file}`, progress };
+}
+
+/** GET a Hub file: null on a 404 (remembered in the cache), else an ok response; other answers are UserErrors. */
+async function fetchHub(url: string, repo: string, opts: HubOptions): Promise<HubResponse | null> {
   let res: HubResponse;
   try {
     res = await opts.fetch(url);
@@ -201,8 +213,36 @@ export async function downloadHubFile(
   }
   if (!res.ok)
     throw new UserError(`${url}: the Hub answered ${res.status} ${res.statusText}; try again later.`);
-  const lengthHeader = res.headers.get('content-length');
-  const total = lengthHeader !== null && /^\d+$/.test(lengthHeader.trim()) ? Number(lengthHeader) : null;
+  return res;
+}
+
+function contentLength(res: HubResponse): number | null {
+  const header = res.headers.get('content-length');
+  return header !== null && /^\d+$/.test(header.trim()) ? Number(header) : null;
+}
+
+/**
+ * One Hub file: from the cache when there, else downloaded (streamed, with progress) and cached.
+ * Returns null when the Hub has no such file (404; remembered in the cache, so a second load asks nothing).
+ */
+export async function downloadHubFile(
+  repo: string,
+  file: string,
+  opts: HubOptions,
+): Promise<Uint8Array | null> {
+  const { url, label, progress } = target(repo, file, opts);
+  const limit = opts.maxFileBytes ?? MAX_HUB_FILE_BYTES;
+
+  const cached = opts.cache ? await opts.cache.get(url) : null;
+  if (cached) {
+    progress({ loaded: cached.length, total: cached.length, fraction: 1, fromCache: true, done: true });
+    return cached;
+  }
+  // A file the repo lacks (an optional tokenizer file) is remembered too, so a cached model loads offline.
+  if (opts.cache && (await opts.cache.get(missingKey(url)))) return null;
+  const res = await fetchHub(url, repo, opts);
+  if (!res) return null;
+  const total = contentLength(res);
   if (total !== null && total > limit) {
     await res.body
       ?.getReader()
@@ -225,12 +265,101 @@ export async function downloadHubFile(
   return bytes;
 }
 
-/** A Hub repo as a model folder (only HUB_FILES exist in it). */
+/**
+ * A Hub weights file to read by ranges: from the cache when there, else downloaded straight into it (each chunk
+ * passed on as it arrives, never the whole file in memory, so no 2 GB limit: Qwen2.5-1.5B's 3.1 GB
+ * model.safetensors) and opened there. Without a cache that stores chunks (HubCache.putChunks / open), the file is
+ * downloaded whole (downloadHubFile, with its limit). Null when the Hub has no such file.
+ */
+export async function openHubFile(repo: string, file: string, opts: HubOptions): Promise<RangedFile | null> {
+  const cache = opts.cache;
+  if (!cache?.putChunks || !cache.open) {
+    const bytes = await downloadHubFile(repo, file, opts);
+    return bytes ? bytesFile(bytes) : null;
+  }
+  const { url, label, progress } = target(repo, file, opts);
+  const hit = await cache.open(url);
+  if (hit) {
+    progress({ loaded: hit.size, total: hit.size, fraction: 1, fromCache: true, done: true });
+    return hit;
+  }
+  if (await cache.get(missingKey(url))) return null;
+  const res = await fetchHub(url, repo, opts);
+  if (!res) return null;
+  const total = contentLength(res);
+  progress({ loaded: 0, total, fraction: total ? 0 : null, fromCache: false, done: false });
+  let loaded = 0;
+  // What went wrong in the body (a cache wraps a source's error in its own words): reported as it was.
+  let failed: unknown = null;
+  async function* chunks(): AsyncGenerator<Uint8Array> {
+    try {
+      if (!res!.body) {
+        const whole = new Uint8Array(await res!.arrayBuffer());
+        loaded = whole.length;
+        yield whole;
+      } else {
+        const reader = res!.body.getReader();
+        for (;;) {
+          let next: { done: boolean; value?: Uint8Array };
+          try {
+            next = await reader.read();
+          } catch (e) {
+            throw new UserError(
+              `${label}: the download broke off at ${mb(loaded)} (${(e as Error).message}); try again.`,
+            );
+          }
+          const { done, value } = next;
+          if (done) break;
+          if (!value) continue;
+          loaded += value.length;
+          if (total !== null && loaded > total) {
+            await reader.cancel().catch(() => undefined);
+            throw new UserError(
+              `${label}: the server sent more bytes than its Content-Length (${total}); try again.`,
+            );
+          }
+          progress({ loaded, total, fraction: total ? loaded / total : null, fromCache: false, done: false });
+          yield value;
+        }
+      }
+      if (total !== null && loaded !== total)
+        throw new UserError(`${label}: the download stopped at ${mb(loaded)} of ${mb(total)}; try again.`);
+    } catch (e) {
+      failed = e;
+      throw e;
+    }
+  }
+  try {
+    await cache.putChunks(url, chunks(), total);
+  } catch (e) {
+    if (failed) throw failed;
+    throw new UserError(
+      `${label} could not be stored in the browser's Cache Storage (${(e as Error).message}); free some disk ` +
+        "space or clear this site's stored data, then load it again.",
+    );
+  }
+  if (failed) throw failed;
+  progress({ loaded, total: loaded, fraction: 1, fromCache: false, done: true });
+  const stored = await cache.open(url);
+  if (!stored)
+    throw new UserError(
+      `${label} was downloaded but the browser's Cache Storage did not keep it; try again.`,
+    );
+  return stored;
+}
+
+/** A Hub repo as a model folder (only HUB_FILES and shards exist in it; weights are opened by ranges). */
 export function hubFiles(repo: string, opts: HubOptions): ModelFiles {
   checkRepoId(repo, opts.revision ?? 'main');
   const label = opts.revision && opts.revision !== 'main' ? `${repo}@${opts.revision}` : repo;
   return {
     label,
-    read: async (name) => (HUB_FILES.includes(name) ? downloadHubFile(repo, name, opts) : null),
+    read: async (name) => (isHubFile(name) ? downloadHubFile(repo, name, opts) : null),
+    open: async (name) => {
+      if (!isHubFile(name)) return null;
+      if (name.endsWith('.safetensors')) return openHubFile(repo, name, opts);
+      const bytes = await downloadHubFile(repo, name, opts);
+      return bytes ? bytesFile(bytes) : null;
+    },
   };
 }
