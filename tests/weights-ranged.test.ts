@@ -5,6 +5,7 @@
  * read one over 2 GB at once); a folder in Hugging Face's sharded layout (model.safetensors.index.json and the
  * shards it names, as Qwen3-1.7B ships) loads to the same weights as the single file.
  */
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -242,5 +243,22 @@ describe('a model folder read by ranges, whole or sharded', () => {
         'safetensors weights are read (never pytorch_model.bin pickles, which can run code). (A sharded model has ' +
         'model.safetensors.index.json and the shards it names instead.)',
     );
+  });
+});
+
+describe('scripts/weights-read-memory.ts', () => {
+  it('reads a folder by ranges and whole, and says what it decoded', () => {
+    for (const mode of ['ranged', 'whole']) {
+      const r = spawnSync(
+        process.execPath,
+        ['--import', 'tsx', 'scripts/weights-read-memory.ts', FIXTURE, mode, '--half'],
+        { encoding: 'utf8', timeout: 60_000 },
+      );
+      expect(r.status, r.stderr).toBe(0);
+      const out = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as Record<string, unknown>;
+      expect(out).toMatchObject({ mode, half: true, fileBytes: weights.length });
+      expect(out.decodedBytes).toBeGreaterThan(0);
+      expect(out.peakRss).toBeGreaterThan(out.baselineRss as number);
+    }
   });
 });

@@ -2,13 +2,16 @@
  * Models from the Hugging Face Hub, platform-neutral: the caller hands in a `fetch`-like function and a cache
  * (the worker: the browser's fetch and Cache Storage; tests: Node's fetch against a local server and a Map).
  *
- * Only `config.json`, `model.safetensors` and, for a Llama / Qwen2 / Qwen3 folder, its tokenizer files
+ * Only `config.json`, `model.safetensors` (or a sharded model's `model.safetensors.index.json` and the
+ * `model-0000K-of-0000N.safetensors` it names) and, for a Llama / Qwen2 / Qwen3 folder, its tokenizer files
  * (`tokenizer.json`, `tokenizer_config.json`, `generation_config.json`, `chat_template.jinja`; a missing optional
  * one is a 404, read as null) are ever requested, from `${hubBase}/${repo}/resolve/${revision}/${file}` — never
  * pickle (`pytorch_model.bin`) or other code-bearing files. `hubBase` is https://huggingface.co; tests point it at a local server.
  *
- * A download streams the body, reporting progress from Content-Length, and refuses a file over `maxFileBytes`
- * before reading it whole. A file found in the cache needs no network at all.
+ * A download streams the body, reporting progress from Content-Length. Weights go straight into a cache that
+ * stores chunks (the worker's Cache Storage) and are read back from it by ranges (openHubFile: any size); other
+ * files are read whole, and one over `maxFileBytes` is refused before that. A file found in the cache needs no
+ * network at all.
  *
  * The memory a model needs (checked from its config.json before these downloads) is src/core/model/size.ts.
  */
