@@ -316,6 +316,20 @@ describe('Hub download against a local Hub-shaped server', () => {
     expect(asked).toEqual([]);
   });
 
+  it('a cache that cannot take the weights (full): downloaded again whole, as without one', async () => {
+    const cache = streamingCache();
+    cache.putChunks = async () => {
+      throw new Error('QuotaExceededError');
+    };
+    const before = hits.get('/org/qwen/resolve/main/model.safetensors') ?? 0;
+    const { model } = await loadLM(hubFiles('org/qwen', { fetch: nodeFetch, hubBase: base, cache }), {
+      trainable: false,
+    });
+    model.dispose();
+    expect(hits.get('/org/qwen/resolve/main/model.safetensors')! - before).toBe(2);
+    expect(cache.map.has(`${base}/org/qwen/resolve/main/model.safetensors`)).toBe(true);
+  });
+
   it('a weights download cut short is a clear error and stores nothing', async () => {
     const cache = streamingCache();
     const msg = await userError(

@@ -185,9 +185,18 @@ describe('a model folder read by ranges, whole or sharded', () => {
     // Read whole (a source without `open`: the Hub, a URL), the shards load the same.
     expect(await arraysOf(memoryFiles('sharded', sharded))).toEqual(expected);
 
-    // On disk, through the CLI's files (their `open` reads ranges with one file handle a file).
+    // On disk, through the CLI's files (their `open` reads ranges with one file handle a file; `read` of a weights
+    // file fails the test).
     for (const [n, b] of sharded) writeFileSync(path.join(dir, n), b);
-    expect(await arraysOf(nodeFiles(dir))).toEqual(expected);
+    const disk = nodeFiles(dir);
+    const noWhole: ModelFiles = {
+      ...disk,
+      read: async (n) => {
+        if (n.endsWith('.safetensors')) throw new Error(`${n} read whole`);
+        return disk.read(n);
+      },
+    };
+    expect(await arraysOf(noWhole)).toEqual(expected);
   });
 
   it('a shard missing, a tensor not where the index says, a bad index: each named', async () => {
@@ -260,5 +269,74 @@ describe('scripts/weights-read-memory.ts', () => {
       expect(out.decodedBytes).toBeGreaterThan(0);
       expect(out.peakRss).toBeGreaterThan(out.baselineRss as number);
     }
+  });
+});
+
+describe('the worker’s files: picked Files and Cache Storage read by ranges', () => {
+  /** A Blob that refuses to be read whole (its slices read as any Blob's). */
+  class NoWhole extends Blob {
+    override async arrayBuffer(): Promise<ArrayBuffer> {
+      throw new Error('read whole');
+    }
+  }
+  const worker = async () => {
+    (globalThis as { self?: unknown }).self ??= globalThis;
+    (globalThis as { navigator?: unknown }).navigator ??= {};
+    return import('../src/worker/sources');
+  };
+
+  it('held Files are read by slices; a File that can no longer be read is named', async () => {
+    const { heldFiles, blobFile, ModelSources } = await worker();
+    const files = new Map<string, Uint8Array | Blob>(folder);
+    files.set('model.safetensors', new NoWhole([weights as BlobPart]));
+    const { model } = await loadLM(heldFiles('picked', files), { trainable: false });
+    const { model: whole } = await loadLM(memoryFiles('whole', folder), { trainable: false });
+    try {
+      expect(await model.toArrays()).toEqual(await whole.toArrays());
+    } finally {
+      model.dispose();
+      whole.dispose();
+    }
+    const gone = { size: 100, name: 'model.safetensors', slice: () => new NoWhole([]) } as unknown as Blob;
+    expect(await failure(blobFile(gone).read(0, 8))).toBe(
+      'model.safetensors could not be read (read whole); it may have changed or moved since it was picked. Pick ' +
+        'the folder again.',
+    );
+    // What the load check is told: picked Files are read by ranges, bytes held in memory are not; a Hub model is
+    // where the page has Cache Storage (Node has none).
+    const sources = new ModelSources(() => {});
+    sources.hold('files', files);
+    sources.hold('bytes', new Map(folder));
+    expect(sources.readsWeightsByRanges('files')).toBe(true);
+    expect(sources.readsWeightsByRanges('bytes')).toBe(false);
+    expect(sources.readsWeightsByRanges('Qwen/Qwen3-1.7B@main')).toBe(typeof caches !== 'undefined');
+  });
+
+  it('Cache Storage: chunks stored as they come, read back by ranges; a failed body stores nothing', async () => {
+    const { cacheStorageChunks } = await worker();
+    // A CacheStorage as the browser's behaves for these calls: put reads the Response's body to its end (a body
+    // that errors rejects the put and stores nothing), match answers a Response of what was stored.
+    const stored = new Map<string, Blob>();
+    const store = {
+      open: async () => ({
+        put: async (k: string, r: Response) => void stored.set(k, await r.blob()),
+        match: async (k: string) => (stored.has(k) ? new Response(stored.get(k)) : undefined),
+      }),
+    } as unknown as CacheStorage;
+    const cache = cacheStorageChunks(store);
+    async function* pieces(fail = false) {
+      for (let at = 0; at < weights.length; at += 10_000) {
+        if (fail && at > 20_000) throw new Error('network gone');
+        yield weights.slice(at, at + 10_000);
+      }
+    }
+    await cache.putChunks!('u', pieces(), weights.length);
+    const f = (await cache.open!('u'))!;
+    expect(f.size).toBe(weights.length);
+    expect(await f.read(100, 5000)).toEqual(weights.slice(100, 5000));
+    const read = await readSafetensorsRanged(f, 'u');
+    expect([...read.tensors.keys()]).toEqual([...readSafetensors(weights, 'u').tensors.keys()]);
+    await expect(cache.putChunks!('v', pieces(true), weights.length)).rejects.toThrow('network gone');
+    expect(await cache.open!('v')).toBeNull();
   });
 });

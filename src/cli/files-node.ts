@@ -51,19 +51,22 @@ export function nodeFiles(dir: string): ModelFiles {
 
 /** A file on disk as a RangedFile: one handle, opened at the first read and closed by `close`. */
 export function rangedFile(p: string, size: number): RangedFile {
-  let fh: FileHandle | null = null;
+  let fh: Promise<FileHandle> | null = null;
+  let closed = false;
   return {
     size,
     async read(start: number, end: number): Promise<Uint8Array> {
-      fh ??= await open(p, 'r');
+      if (closed) throw new Error(`${p}: read after close.`);
+      fh ??= open(p, 'r');
       const out = new Uint8Array(end - start);
-      await readInto(fh, p, out, start, size);
+      await readInto(await fh, p, out, start, size);
       return out;
     },
     async close(): Promise<void> {
+      closed = true;
       const h = fh;
       fh = null;
-      await h?.close();
+      if (h) await (await h).close();
     },
   };
 }

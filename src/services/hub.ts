@@ -294,14 +294,15 @@ export async function openHubFile(repo: string, file: string, opts: HubOptions):
   let loaded = 0;
   // What went wrong in the body (a cache wraps a source's error in its own words): reported as it was.
   let failed: unknown = null;
+  const reader = res.body?.getReader() ?? null;
+  let finished = false;
   async function* chunks(): AsyncGenerator<Uint8Array> {
     try {
-      if (!res!.body) {
+      if (!reader) {
         const whole = new Uint8Array(await res!.arrayBuffer());
         loaded = whole.length;
         yield whole;
       } else {
-        const reader = res!.body.getReader();
         for (;;) {
           let next: { done: boolean; value?: Uint8Array };
           try {
@@ -316,7 +317,6 @@ export async function openHubFile(repo: string, file: string, opts: HubOptions):
           if (!value) continue;
           loaded += value.length;
           if (total !== null && loaded > total) {
-            await reader.cancel().catch(() => undefined);
             throw new UserError(
               `${label}: the server sent more bytes than its Content-Length (${total}); try again.`,
             );
@@ -327,15 +327,26 @@ export async function openHubFile(repo: string, file: string, opts: HubOptions):
       }
       if (total !== null && loaded !== total)
         throw new UserError(`${label}: the download stopped at ${mb(loaded)} of ${mb(total)}; try again.`);
+      finished = true;
     } catch (e) {
       failed = e;
       throw e;
+    } finally {
+      // Stopped early (an error, or the cache cancelled the stream): stop the download too.
+      if (!finished) await reader?.cancel().catch(() => undefined);
     }
   }
   try {
     await cache.putChunks(url, chunks(), total);
   } catch (e) {
     if (failed) throw failed;
+    // The cache could not take it (full, or refused before the body was read): the body is let go, and a file
+    // small enough to hold is downloaded again into memory, as a cache without chunks would (downloadHubFile).
+    await reader?.cancel().catch(() => undefined);
+    if (total !== null && total <= (opts.maxFileBytes ?? MAX_HUB_FILE_BYTES)) {
+      const bytes = await downloadHubFile(repo, file, opts);
+      if (bytes) return bytesFile(bytes);
+    }
     throw new UserError(
       `${label} could not be stored in the browser's Cache Storage (${(e as Error).message}); free some disk ` +
         "space or clear this site's stored data, then load it again.",

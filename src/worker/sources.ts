@@ -63,7 +63,11 @@ export const SFT_MODEL = 'sft-model';
 export const DPO_MODEL = 'dpo-model';
 const HUB_CACHE_NAME = 'ppo-playground-hub-v1';
 
-/** Hub files in Cache Storage, keyed by URL (a second load of a repo needs no network). */
+/**
+ * Hub files in Cache Storage, keyed by URL (a second load of a repo needs no network). Where the page has Cache
+ * Storage, weights are stored as their chunks arrive and read back by ranges (hub.ts openHubFile); where it has none
+ * (a page over plain http from another host) there is no cache, and files are downloaded whole as before.
+ */
 export const cacheStorageHubCache: HubCache = {
   async get(key) {
     if (typeof caches === 'undefined') return null;
@@ -77,31 +81,40 @@ export const cacheStorageHubCache: HubCache = {
       await caches.open(HUB_CACHE_NAME)
     ).put(key, new Response(bytes as Uint8Array<ArrayBuffer>, { headers }));
   },
-  // Weights: the download's chunks go to disk as they arrive (a Response made from a stream), and a stored file is
-  // read back by ranges from its Blob (which the browser keeps on disk), never whole.
-  async putChunks(key, chunks, length) {
-    if (typeof caches === 'undefined') throw new Error('Cache Storage is not available here');
-    const it = chunks[Symbol.asyncIterator]();
-    const body = new ReadableStream<Uint8Array>({
-      async pull(ctl) {
-        const next = await it.next();
-        if (next.done) ctl.close();
-        else ctl.enqueue(next.value);
-      },
-      async cancel() {
-        await it.return?.();
-      },
-    });
-    const headers: Record<string, string> = { 'content-type': 'application/octet-stream' };
-    if (length !== null) headers['content-length'] = String(length);
-    await (await caches.open(HUB_CACHE_NAME)).put(key, new Response(body, { headers }));
-  },
-  async open(key) {
-    if (typeof caches === 'undefined') return null;
-    const hit = await (await caches.open(HUB_CACHE_NAME)).match(key);
-    return hit ? blobFile(await hit.blob()) : null;
-  },
 };
+
+/**
+ * Weights through Cache Storage (where the page has it): the download's chunks go to disk as they arrive (a Response
+ * made from a stream), and a stored file is read back by ranges from its Blob (which the browser keeps on disk).
+ */
+export function cacheStorageChunks(
+  store: CacheStorage,
+  name = HUB_CACHE_NAME,
+): Pick<HubCache, 'putChunks' | 'open'> {
+  return {
+    async putChunks(key, chunks, length) {
+      const it = chunks[Symbol.asyncIterator]();
+      const body = new ReadableStream<Uint8Array>({
+        async pull(ctl) {
+          const next = await it.next();
+          if (next.done) ctl.close();
+          else ctl.enqueue(next.value);
+        },
+        async cancel() {
+          await it.return?.();
+        },
+      });
+      const headers: Record<string, string> = { 'content-type': 'application/octet-stream' };
+      if (length !== null) headers['content-length'] = String(length);
+      await (await store.open(name)).put(key, new Response(body, { headers }));
+    },
+    async open(key) {
+      const hit = await (await store.open(name)).match(key);
+      return hit ? blobFile(await hit.blob(), `${key} (stored in Cache Storage)`) : null;
+    },
+  };
+}
+if (typeof caches !== 'undefined') Object.assign(cacheStorageHubCache, cacheStorageChunks(caches));
 
 /** A test-only Hub base must be a loopback http(s) origin; the app itself always uses https://huggingface.co. */
 function checkTestHubBase(base: string): string {
@@ -147,11 +160,23 @@ export type HeldFile = Uint8Array | Blob;
 
 const heldSize = (f: HeldFile): number => (f instanceof Uint8Array ? f.length : f.size);
 
-/** A picked File read by ranges (Blob.slice reads only those bytes). */
-export function blobFile(blob: Blob): RangedFile {
+/**
+ * A picked File (or a Blob from Cache Storage) read by ranges: Blob.slice reads only those bytes. A File changed or
+ * removed on disk since it was picked cannot be read (NotReadableError): said in words.
+ */
+export function blobFile(blob: Blob, label = 'the picked file'): RangedFile {
   return {
     size: blob.size,
-    read: async (start, end) => new Uint8Array(await blob.slice(start, end).arrayBuffer()),
+    read: async (start, end) => {
+      try {
+        return new Uint8Array(await blob.slice(start, end).arrayBuffer());
+      } catch (e) {
+        throw new UserError(
+          `${(blob as { name?: string }).name ?? label} could not be read (${(e as Error).message}); it may have ` +
+            'changed or moved since it was picked. Pick the folder again.',
+        );
+      }
+    },
   };
 }
 

@@ -136,10 +136,11 @@ export async function readWeights(
   const indexName = shardIndexName(file);
   const index = await files.read(indexName);
   if (!index) {
-    throw new UserError(
-      (await missingMessage(files, file, what)) +
-        ` (A sharded model has ${indexName} and the shards it names instead.)`,
-    );
+    const sharded =
+      file === 'model.safetensors'
+        ? ` (A sharded model has ${indexName} and the shards it names instead.)`
+        : '';
+    throw new UserError((await missingMessage(files, file, what)) + sharded);
   }
   const path = `${files.label}/${indexName}`;
   const byShard = new Map<string, Set<string>>();

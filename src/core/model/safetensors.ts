@@ -360,6 +360,7 @@ export async function readSafetensorsRanged(
   fileName: string,
   opts: ReadOptions = {},
 ): Promise<SafetensorsFile<WeightData>> {
+  let ok = false;
   try {
     const size = file.size;
     const first = size >= 8 ? await readExactly(file, 0, 8, fileName) : new Uint8Array(0);
@@ -377,9 +378,13 @@ export async function readSafetensorsRanged(
         data: decodeEntry(bytes, 0, own, fileName, opts),
       });
     }
+    ok = true;
     return { tensors, metadata: header.metadata };
   } finally {
-    await file.close?.();
+    // A failure to close never hides the error that stopped the read.
+    await file.close?.().catch((e: unknown) => {
+      if (ok) throw e;
+    });
   }
 }
 
