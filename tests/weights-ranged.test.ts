@@ -21,7 +21,7 @@ import {
 import { loadLM, memoryFiles, readWeights, type ModelFiles } from '../src/core/model/folder';
 import { nodeFiles } from '../src/cli/files-node';
 import { shardSafetensors } from '../scripts/shard-safetensors';
-import { isUserError } from '../src/common/errors';
+import { refusal } from './helpers/qwen3-config-only';
 
 const FIXTURE = path.resolve(import.meta.dirname, 'fixtures/parity-llama/qwen3-tiny');
 
@@ -58,16 +58,6 @@ function rangedOnly(label: string, files: Map<string, Uint8Array>, log: string[]
       return recording(b);
     },
   };
-}
-
-async function failure(p: Promise<unknown>): Promise<string> {
-  try {
-    await p;
-  } catch (e) {
-    expect(isUserError(e), String(e)).toBe(true);
-    return (e as Error).message;
-  }
-  return '';
 }
 
 let folder: Map<string, Uint8Array>;
@@ -128,11 +118,11 @@ describe('readSafetensorsRanged', () => {
   it('a bad file gets readSafetensors’s message, and is closed', async () => {
     const cut = weights.slice(0, weights.length - 10);
     const f = recording(cut);
-    const ranged = await failure(readSafetensorsRanged(f, 'cut.safetensors'));
+    const ranged = await refusal(() => readSafetensorsRanged(f, 'cut.safetensors'));
     expect(ranged).toMatch(/^cut\.safetensors: tensor ".*": "data_offsets" .* go past the end/);
     expect(() => readSafetensors(cut, 'cut.safetensors')).toThrow(ranged);
     expect(f.closed).toBe(true);
-    expect(await failure(readSafetensorsRanged(bytesFile(new Uint8Array(5)), 'tiny'))).toBe(
+    expect(await refusal(() => readSafetensorsRanged(bytesFile(new Uint8Array(5)), 'tiny'))).toBe(
       'tiny: not a safetensors file: it is 5 bytes long, shorter than the 8-byte header length that starts every ' +
         'safetensors file.',
     );
@@ -141,7 +131,7 @@ describe('readSafetensorsRanged', () => {
       size: weights.length,
       read: async (s, e) => weights.slice(s, Math.min(e, 100)),
     };
-    expect(await failure(readSafetensorsRanged(short, 'short'))).toMatch(
+    expect(await refusal(() => readSafetensorsRanged(short, 'short'))).toMatch(
       /^short: reading bytes \[8, \d+\) gave 92 bytes; the file changed or is cut short\.$/,
     );
   });
@@ -213,7 +203,7 @@ describe('a model folder read by ranges, whole or sharded', () => {
 
     const noShard = new Map(sharded);
     noShard.delete('model-00002-of-00002.safetensors');
-    expect(await failure(readWeights(memoryFiles('q', noShard), 'model.safetensors', 'w'))).toBe(
+    expect(await refusal(() => readWeights(memoryFiles('q', noShard), 'model.safetensors', 'w'))).toBe(
       `q: model-00002-of-00002.safetensors is missing; model.safetensors.index.json places ${inSecond.length} ` +
         `tensors in it (e.g. "${inSecond[0]}"). Pick the whole folder, every shard with its index.`,
     );
@@ -224,7 +214,7 @@ describe('a model folder read by ranges, whole or sharded', () => {
       weight_map: { ...index.weight_map, [inSecond[0]]: 'model-00001-of-00002.safetensors' },
     };
     moved.set('model.safetensors.index.json', new TextEncoder().encode(JSON.stringify(wrong)));
-    expect(await failure(readWeights(memoryFiles('q', moved), 'model.safetensors', 'w'))).toBe(
+    expect(await refusal(() => readWeights(memoryFiles('q', moved), 'model.safetensors', 'w'))).toBe(
       `q/model-00001-of-00002.safetensors has no tensor "${inSecond[0]}", which model.safetensors.index.json ` +
         'places there; the shards and their index do not belong together.',
     );
@@ -234,20 +224,20 @@ describe('a model folder read by ranges, whole or sharded', () => {
       'model.safetensors.index.json',
       new TextEncoder().encode(JSON.stringify({ weight_map: { 'model.norm.weight': '../x.safetensors' } })),
     );
-    expect(await failure(readWeights(memoryFiles('q', outside), 'model.safetensors', 'w'))).toBe(
+    expect(await refusal(() => readWeights(memoryFiles('q', outside), 'model.safetensors', 'w'))).toBe(
       'q/model.safetensors.index.json: tensor "model.norm.weight" is mapped to "../x.safetensors"; expected the ' +
         'name of a .safetensors file in the same folder, such as "model-00001-of-00002.safetensors".',
     );
     const noMap = new Map(sharded);
     noMap.set('model.safetensors.index.json', new TextEncoder().encode('{"metadata": {}}'));
-    expect(await failure(readWeights(memoryFiles('q', noMap), 'model.safetensors', 'w'))).toMatch(
+    expect(await refusal(() => readWeights(memoryFiles('q', noMap), 'model.safetensors', 'w'))).toMatch(
       /^q\/model\.safetensors\.index\.json has no "weight_map" object; a sharded model's index maps each tensor/,
     );
 
     // Neither the file nor an index: the folder's message, which names the sharded layout too.
     const none = new Map(folder);
     none.delete('model.safetensors');
-    expect(await failure(loadLM(memoryFiles('q', none)))).toBe(
+    expect(await refusal(() => loadLM(memoryFiles('q', none)))).toBe(
       'q: model.safetensors is missing; a model folder needs model.safetensors (the *ForCausalLM weights). Only ' +
         'safetensors weights are read (never pytorch_model.bin pickles, which can run code). (A sharded model has ' +
         'model.safetensors.index.json and the shards it names instead.)',
@@ -298,7 +288,7 @@ describe('the worker’s files: picked Files and Cache Storage read by ranges', 
       whole.dispose();
     }
     const gone = { size: 100, name: 'model.safetensors', slice: () => new NoWhole([]) } as unknown as Blob;
-    expect(await failure(blobFile(gone).read(0, 8))).toBe(
+    expect(await refusal(() => blobFile(gone).read(0, 8))).toBe(
       'model.safetensors could not be read (read whole); it may have changed or moved since it was picked. Pick ' +
         'the folder again.',
     );

@@ -19,14 +19,9 @@ export function nodeFiles(dir: string): ModelFiles {
       }
     },
     async read(name: string): Promise<Uint8Array | null> {
-      const p = path.join(dir, name);
-      let st;
-      try {
-        st = await stat(p);
-      } catch {
-        return null;
-      }
-      if (st.isDirectory()) throw new UserError(`${p} is a folder; expected the file ${name}.`);
+      const st = await fileStat(dir, name);
+      if (!st) return null;
+      const { p } = st;
       if (st.size > MAX_FILE_BYTES) {
         throw new UserError(
           `${p} is ${(st.size / 1024 ** 3).toFixed(1)} GB; files above ${MAX_FILE_BYTES / 1024 ** 3} GB are refused.`,
@@ -36,17 +31,23 @@ export function nodeFiles(dir: string): ModelFiles {
     },
     // Weights are read a tensor at a time (core/model/folder.ts readWeights): no size limit, no whole copy.
     async open(name: string): Promise<RangedFile | null> {
-      const p = path.join(dir, name);
-      let st;
-      try {
-        st = await stat(p);
-      } catch {
-        return null;
-      }
-      if (st.isDirectory()) throw new UserError(`${p} is a folder; expected the file ${name}.`);
-      return rangedFile(p, st.size);
+      const st = await fileStat(dir, name);
+      return st ? rangedFile(st.p, st.size) : null;
     },
   };
+}
+
+/** A folder's file: its path and size; null when it does not exist; a folder in its place is refused. */
+async function fileStat(dir: string, name: string): Promise<{ p: string; size: number } | null> {
+  const p = path.join(dir, name);
+  let st;
+  try {
+    st = await stat(p);
+  } catch {
+    return null;
+  }
+  if (st.isDirectory()) throw new UserError(`${p} is a folder; expected the file ${name}.`);
+  return { p, size: st.size };
 }
 
 /** A file on disk as a RangedFile: one handle, opened at the first read and closed by `close`. */

@@ -16,7 +16,7 @@
  * The memory a model needs (checked from its config.json before these downloads) is src/core/model/size.ts.
  */
 import { UserError } from '../common/errors';
-import type { ModelFiles } from '../core/model/folder';
+import { isShardFile, type ModelFiles } from '../core/model/folder';
 import { bytesFile, type RangedFile } from '../core/model/safetensors';
 import { HF_TOKENIZER_FILES } from '../core/tokenizer/hf';
 
@@ -31,12 +31,9 @@ export const HUB_FILES: readonly string[] = [
   'model.safetensors.index.json',
   ...HF_TOKENIZER_FILES,
 ];
-/** A sharded model's weights, as its index names them (Qwen3-1.7B: model-00001-of-00002.safetensors, …). */
-const HUB_SHARD = /^model-\d{5}-of-\d{5}\.safetensors$/;
-
 /** Whether this loader may ask the Hub for `name`: HUB_FILES, or a shard of a sharded model's weights. */
 export function isHubFile(name: string): boolean {
-  return HUB_FILES.includes(name) || HUB_SHARD.test(name);
+  return HUB_FILES.includes(name) || isShardFile(name);
 }
 export const MAX_HUB_FILE_BYTES = 2 * 1024 ** 3;
 

@@ -10,7 +10,7 @@
  *   "sft-model"                  the weights of the app's SFT warm start (held in memory; docs/sft.md)
  */
 import type { ModelFiles } from '../core/model/folder';
-import { readConfig, shardIndexName } from '../core/model/folder';
+import { isShardFile, readConfig, shardIndexName } from '../core/model/folder';
 import { bytesFile, type RangedFile } from '../core/model/safetensors';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
 import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
@@ -144,12 +144,9 @@ export const UPLOAD_FILES: readonly string[] = [
   ...HF_TOKENIZER_FILES,
 ];
 
-/** The shards a sharded model's index names (Hugging Face's `model-00001-of-00002.safetensors`). */
-const SHARD_FILE = /^model-\d+-of-\d+\.safetensors$/;
-
 /** Whether a picked file is one the worker reads (UPLOAD_FILES or a shard). */
 export function isUploadFile(name: string): boolean {
-  return UPLOAD_FILES.includes(name) || SHARD_FILE.test(name);
+  return UPLOAD_FILES.includes(name) || isShardFile(name);
 }
 
 /**
@@ -460,7 +457,7 @@ export class ModelSources {
     const whole = files.get('model.safetensors');
     if (whole !== undefined) return heldSize(whole);
     let shards = 0;
-    for (const [n, f] of files) if (SHARD_FILE.test(n)) shards += heldSize(f);
+    for (const [n, f] of files) if (isShardFile(n)) shards += heldSize(f);
     return shards > 0 ? shards : null;
   }
 
@@ -472,7 +469,7 @@ export class ModelSources {
     const files = this.held.get(name);
     // A Hub model's weights are downloaded into Cache Storage and read from it by ranges.
     if (!files) return isHubRepoId(name.split('@')[0]) && typeof caches !== 'undefined';
-    const weights = [...files].filter(([n]) => n === 'model.safetensors' || SHARD_FILE.test(n));
+    const weights = [...files].filter(([n]) => n === 'model.safetensors' || isShardFile(n));
     return weights.length > 0 && weights.every(([, f]) => !(f instanceof Uint8Array));
   }
 

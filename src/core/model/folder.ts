@@ -86,14 +86,27 @@ export function shardIndexName(file: string): string {
 /** A shard's file name as an index may give it: a plain .safetensors name in the same folder. */
 const SHARD_NAME = /^[A-Za-z0-9_.-]+\.safetensors$/;
 
-/** An index's weight_map, checked: tensor name → shard file. */
-function parseShardIndex(bytes: Uint8Array, path: string): Map<string, string> {
-  let raw: unknown;
+/** A JSON file's bytes parsed (UTF-8, strictly), or a UserError naming `path` and why. */
+export function parseJsonFile(bytes: Uint8Array, path: string): unknown {
   try {
-    raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+    return JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
   } catch (e) {
     throw new UserError(`${path} is not valid JSON (${(e as Error).message}).`);
   }
+}
+
+/**
+ * A shard of Hugging Face's sharded layout by its name (`model-00001-of-00002.safetensors`): what a folder pick
+ * (worker/sources.ts) and the Hub (services/hub.ts) may hand over besides the index; the index itself may name any
+ * plain .safetensors file of the folder (SHARD_NAME).
+ */
+export function isShardFile(name: string): boolean {
+  return /^model-\d+-of-\d+\.safetensors$/.test(name);
+}
+
+/** An index's weight_map, checked: tensor name → shard file. */
+function parseShardIndex(bytes: Uint8Array, path: string): Map<string, string> {
+  const raw = parseJsonFile(bytes, path);
   const map = (raw as { weight_map?: unknown } | null)?.weight_map;
   if (typeof map !== 'object' || map === null || Array.isArray(map)) {
     throw new UserError(
@@ -181,13 +194,8 @@ export async function readConfig(files: ModelFiles): Promise<LMConfig> {
     'config.json',
     'config.json (a GPT-2, Llama, Qwen2 or Qwen3 config with Hugging Face field names)',
   );
-  let raw: unknown;
-  try {
-    raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
-  } catch (e) {
-    throw new UserError(`${files.label}/config.json is not valid JSON (${(e as Error).message}).`);
-  }
-  return parseModelConfig(raw, `${files.label}/config.json`);
+  const path = `${files.label}/config.json`;
+  return parseModelConfig(parseJsonFile(bytes, path), path);
 }
 
 export interface LoadedLM {

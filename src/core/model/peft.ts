@@ -12,7 +12,7 @@
  * readAdapters checks everything against the base before it assigns anything.
  */
 import type { CausalLM } from './causal-lm';
-import type { ModelFiles } from './folder';
+import { parseJsonFile, type ModelFiles } from './folder';
 import { isLlamaFamily } from './llama-config';
 import {
   LoraAdapters,
@@ -277,12 +277,7 @@ async function findPair(
 }
 
 function parseConfigJson(bytes: Uint8Array, path: string): Record<string, unknown> {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
-  } catch (e) {
-    throw new UserError(`${path} is not valid JSON (${(e as Error).message}).`);
-  }
+  const raw = parseJsonFile(bytes, path);
   if (!raw || typeof raw !== 'object' || Array.isArray(raw))
     throw new UserError(`${path} must hold a JSON object (PEFT's LoraConfig).`);
   return raw as Record<string, unknown>;
