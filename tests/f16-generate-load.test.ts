@@ -14,6 +14,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import { validateConfig, type TrainConfig } from '../src/common/config';
 import { LLAMA_SHAPES, parseLlamaConfig } from '../src/core/model/llama-config';
 import { paramCount } from '../src/core/model/size';
+import { parseModelConfig } from '../src/core/model/config';
 import type { ModelSources as ModelSourcesType } from '../src/worker/sources';
 import { generateBaseDtype, loadMemory, type DeviceLimits } from '../src/worker/device-limits';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
@@ -21,6 +22,7 @@ import {
   BASE_F16,
   BASE_F32,
   BUDGET_8GB,
+  GPT2_JSON,
   MATRICES,
   NORMS,
   configOnlySources,
@@ -35,8 +37,14 @@ import {
 const P = MATRICES + NORMS;
 /** The file when its size is not known: 2 bytes a parameter (bf16). */
 const FILE_BF16 = 2 * P; // 3 441 149 952
-/** Loading in f16: the packed weights, their packed copy on the host, and the file. */
-const LOAD_F16 = 2 * BASE_F16 + FILE_BF16; // 10 323 945 472: "10.3 GB"
+/** The largest weight: embed_tokens (tied head), 151 936 × 2048 values. */
+const EMBED = 151_936 * 2048; // 311 164 928
+/**
+ * Loading a weight at a time (Llama.fromReader): the weights, the largest weight's values on the host (f32, or
+ * packed f16 words) and the file's bytes (whole, or that weight's where it is read by ranges).
+ */
+const LOAD_F32 = BASE_F32 + 4 * EMBED + FILE_BF16; // 6 882 299 904 + 1 244 659 712 + 3 441 149 952 = 11 568 109 568
+const LOAD_F16 = BASE_F16 + 2 * EMBED + FILE_BF16; // 3 441 397 760 + 622 329 856 + 3 441 149 952 = 7 504 877 568
 
 let limits: DeviceLimits = { backend: 'webgpu' };
 /** The size of model.safetensors as if its bytes were held (picked files); null: unknown (a Hub model). */
@@ -60,27 +68,45 @@ beforeAll(async () => {
 describe('what loading a model to generate counts (pure)', () => {
   const qwen3 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen3-1.7b'] });
 
-  it('f32: the weights and their copy; f16: the packed weights, their packed copy and the file', () => {
+  it('a weight at a time: the weights, the largest weight on the host and the file (f32 and f16)', () => {
     expect(loadMemory(qwen3, 'f32')).toEqual({
       baseDtype: 'f32',
       weights: BASE_F32,
-      hostCopy: BASE_F32,
-      file: 0,
-      fileKnown: true,
-      ranged: false,
-      total: 13_764_599_808,
-    });
-    expect(loadMemory(qwen3, 'f16')).toEqual({
-      baseDtype: 'f16',
-      weights: BASE_F16,
-      hostCopy: BASE_F16,
+      hostCopy: 4 * EMBED,
       file: FILE_BF16,
       fileKnown: false,
       ranged: false,
+      streamed: true,
+      total: LOAD_F32,
+    });
+    expect(LOAD_F32).toBe(11_568_109_568);
+    expect(loadMemory(qwen3, 'f16')).toEqual({
+      baseDtype: 'f16',
+      weights: BASE_F16,
+      hostCopy: 2 * EMBED,
+      file: FILE_BF16,
+      fileKnown: false,
+      ranged: false,
+      streamed: true,
       total: LOAD_F16,
     });
-    expect(LOAD_F16).toBe(10_323_945_472);
-    expect(loadMemory(qwen3, 'f16', 4e9).total).toBe(2 * BASE_F16 + 4e9);
+    expect(LOAD_F16).toBe(7_504_877_568);
+    expect(loadMemory(qwen3, 'f16', 4e9).total).toBe(BASE_F16 + 2 * EMBED + 4e9);
+  });
+
+  it('GPT-2 (decoded whole, uploaded at first use): the weights and their copy, no file counted', () => {
+    const gpt2 = parseModelConfig({ model_type: 'gpt2', ...GPT2_JSON }, 'gpt2');
+    const weights = 4 * paramCount(gpt2);
+    expect(loadMemory(gpt2, 'f16', 5e8, true)).toEqual({
+      baseDtype: 'f32',
+      weights,
+      hostCopy: weights,
+      file: 0,
+      fileKnown: true,
+      ranged: true,
+      streamed: false,
+      total: 2 * weights,
+    });
   });
 
   it('generate holds the base in f16 only where the run would: webgpu, a Llama / Qwen family, "f16" asked', () => {
@@ -99,26 +125,30 @@ describe('loading a Qwen3-1.7B-shaped folder to generate (checkMemory "load", co
     limits = { backend: 'webgpu' };
     fileBytes = null;
     sources.setMemoryBudget(BUDGET_8GB);
+    // A Hub model without Cache Storage: the file is downloaded and read whole.
     expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' })))).toBe(
-      'Loading qwen3-1.7b with the base in f16 needs ≈ 10.3 GB: 3.44 GB of weights (the large matrices in f16), ' +
-        'and while it loads their packed copy on the host (3.44 GB) and the safetensors file (≈ 3.44 GB if ' +
-        'stored in bf16); that is over the 5.2 GB budget here. Choose a smaller model.',
+      'Loading qwen3-1.7b with the base in f16 needs ≈ 7.5 GB: 3.44 GB of weights (the large matrices in f16), ' +
+        "and while they load, a weight at a time, the largest weight's values on the host (0.62 GB) and the " +
+        'safetensors file (≈ 3.44 GB if stored in bf16); that is over the 5.2 GB budget here. Choose a smaller ' +
+        'model.',
     );
   });
 
-  it('a 12 GB budget: f16 loads (the options say so); f32 is refused, naming f16 with its count', async () => {
+  it('a 10 GB budget: f16 loads (the options say so); f32 is refused, naming f16 with its count', async () => {
     limits = { backend: 'webgpu' };
     fileBytes = null;
-    sources.setMemoryBudget(12e9);
+    sources.setMemoryBudget(10e9);
     expect(await sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' }))).toEqual({
       baseDtype: 'f16',
     });
     expect(await sources.checkMemory('qwen3-1.7b', 'load', cfg({ baseDtype: 'f16' }))).toBeNull();
     const f32 =
-      'qwen3-1.7b has 1720.6 M parameters (6.9 GB of weights); loading it needs twice that, over the 12.0 GB ' +
-      'budget here.';
+      'qwen3-1.7b has 1720.6 M parameters (6.9 GB of weights); loading it needs ≈ 11.6 GB: the weights, and while ' +
+      "they load, a weight at a time, the largest weight's values on the host (1.24 GB) and the safetensors file " +
+      '(≈ 3.44 GB if stored in bf16); that is over the 10.0 GB budget here.';
     const how =
-      '≈ 10.3 GB: 3.44 GB of weights with the large matrices in f16, their packed copy and the file while it loads';
+      '≈ 7.5 GB: 3.44 GB of weights with the large matrices in f16, and the largest weight and the file while ' +
+      'they load';
     expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg()))).toBe(
       `${f32} Setting "baseDtype" to "f16" would fit it (${how}). Or choose a smaller model.`,
     );
@@ -132,19 +162,19 @@ describe('loading a Qwen3-1.7B-shaped folder to generate (checkMemory "load", co
     );
   });
 
-  it('a picked f32 file is counted as it is: 6.88 GB more on the host, over 12 GB even in f16', async () => {
+  it('a f32 file held whole is counted as it is: 6.88 GB more on the host, over 10 GB even in f16', async () => {
     limits = { backend: 'webgpu' };
     fileBytes = 6_882_400_000; // BASE_F32 and a header
-    sources.setMemoryBudget(12e9);
-    // 2 × 3 441 397 760 + 6 882 400 000 = 13 765 195 520
+    sources.setMemoryBudget(10e9);
+    // 3 441 397 760 + 622 329 856 + 6 882 400 000 = 10 946 127 616
     expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' })))).toBe(
-      'Loading qwen3-1.7b with the base in f16 needs ≈ 13.8 GB: 3.44 GB of weights (the large matrices in f16), ' +
-        'and while it loads their packed copy on the host (3.44 GB) and the 6.88 GB safetensors file; that is ' +
-        'over the 12.0 GB budget here. Choose a smaller model.',
+      'Loading qwen3-1.7b with the base in f16 needs ≈ 10.9 GB: 3.44 GB of weights (the large matrices in f16), ' +
+        "and while they load, a weight at a time, the largest weight's values on the host (0.62 GB) and the 6.88 " +
+        'GB safetensors file; that is over the 10.0 GB budget here. Choose a smaller model.',
     );
     // f32 then has no f16 remedy: that would not fit either.
     expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg()))).toMatch(
-      /over the 12\.0 GB budget here\. Choose a smaller model\.$/,
+      /over the 10\.0 GB budget here\. Choose a smaller model\.$/,
     );
     fileBytes = null;
   });
@@ -153,32 +183,40 @@ describe('loading a Qwen3-1.7B-shaped folder to generate (checkMemory "load", co
     limits = { backend: 'webgpu' };
     fileBytes = 6_882_400_000;
     ranged = true;
-    sources.setMemoryBudget(12e9);
+    sources.setMemoryBudget(10e9);
     try {
       // The largest tensor is embed_tokens, 151 936 × 2048 = 311 164 928 values, at the file's bytes per value
       // (6 882 400 000 / 1 720 574 976 parameters): 1 244 700 … bytes, where the whole file was 6.88 GB.
       const qwen3 = parseLlamaConfig({ ...LLAMA_SHAPES['qwen3-1.7b'] });
       const perValue = 6_882_400_000 / paramCount(qwen3);
-      const largest = Math.ceil(perValue * 151_936 * 2048);
+      const largest = Math.ceil(perValue * EMBED);
       expect(loadMemory(qwen3, 'f16', fileBytes, true)).toEqual({
         baseDtype: 'f16',
         weights: BASE_F16,
-        hostCopy: BASE_F16,
+        hostCopy: 2 * EMBED,
         file: largest,
         fileKnown: true,
         ranged: true,
-        total: 2 * BASE_F16 + largest,
+        streamed: true,
+        total: BASE_F16 + 2 * EMBED + largest,
       });
       expect(await sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' }))).toEqual({
         baseDtype: 'f16',
       });
-      // Refused at 8 GB, the message says what is counted.
+      // At 8 GB (5.2 GB here) this f32 file is refused by a little, the message saying what is counted …
       sources.setMemoryBudget(BUDGET_8GB);
       expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' })))).toBe(
-        'Loading qwen3-1.7b with the base in f16 needs ≈ 8.1 GB: 3.44 GB of weights (the large matrices in f16), ' +
-          "and while it loads their packed copy on the host (3.44 GB) and the safetensors file's largest tensor " +
-          '(1.24 GB; it is read a tensor at a time); that is over the 5.2 GB budget here. Choose a smaller model.',
+        'Loading qwen3-1.7b with the base in f16 needs ≈ 5.3 GB: 3.44 GB of weights (the large matrices in f16), ' +
+          "and while they load, a weight at a time, the largest weight's values on the host (0.62 GB) and its " +
+          'bytes in the file (1.24 GB; the file is read a tensor at a time); that is over the 5.2 GB budget ' +
+          'here. Choose a smaller model.',
       );
+      // … and the bf16 file Qwen publishes (two shards, 3.44 GB and its headers) loads: 3.44 + 0.62 + 0.62 GB.
+      fileBytes = FILE_BF16 + 60_000;
+      expect(loadMemory(qwen3, 'f16', fileBytes, true).total).toBeLessThan(4.7e9);
+      expect(await sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' }))).toEqual({
+        baseDtype: 'f16',
+      });
     } finally {
       fileBytes = null;
       ranged = false;
@@ -187,12 +225,14 @@ describe('loading a Qwen3-1.7B-shaped folder to generate (checkMemory "load", co
 
   it('off WebGPU "f16" is not used to load: f32 is counted, and WebGPU named where f16 would fit', async () => {
     limits = { backend: 'cpu' };
-    sources.setMemoryBudget(12e9);
+    sources.setMemoryBudget(10e9);
     expect(await refusal(() => sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' })))).toBe(
-      'qwen3-1.7b has 1720.6 M parameters (6.9 GB of weights); loading it needs twice that, over the 12.0 GB ' +
-        'budget here. On WebGPU, setting "baseDtype" to "f16" would fit it (≈ 10.3 GB: 3.44 GB of weights with ' +
-        'the large matrices in f16, their packed copy and the file while it loads); the cpu backend holds the ' +
-        'weights in f32. Or choose a smaller model.',
+      'qwen3-1.7b has 1720.6 M parameters (6.9 GB of weights); loading it needs ≈ 11.6 GB: the weights, and ' +
+        "while they load, a weight at a time, the largest weight's values on the host (1.24 GB) and the " +
+        'safetensors file (≈ 3.44 GB if stored in bf16); that is over the 10.0 GB budget here. On WebGPU, ' +
+        'setting "baseDtype" to "f16" would fit it (≈ 7.5 GB: 3.44 GB of weights with the large matrices in f16, ' +
+        'and the largest weight and the file while they load); the cpu backend holds the weights in f32. Or ' +
+        'choose a smaller model.',
     );
     // GPT-2 never loads in f16: with room for it in f32, the options have no baseDtype.
     limits = { backend: 'webgpu' };

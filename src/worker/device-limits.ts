@@ -19,6 +19,7 @@ import type { LMConfig } from '../core/model/config';
 import { embeddingChunks } from '../core/model/gpt2';
 import {
   baseWeightBytes,
+  F16_BYTES,
   estimateRunMemory,
   fittingMicroBatch,
   microBatchRemedy,
@@ -189,21 +190,28 @@ export interface LoadMemory {
   baseDtype: BaseDtype;
   /** The weights as the model holds them (baseWeightBytes: under "f16" the large matrices at 2 bytes a value). */
   weights: number;
-  /** Their copy on the host while they load: the f32 arrays, or the packed f16 words (as many bytes). */
+  /**
+   * Their values on the host on the way in. GPT-2: all of them (its weights are decoded whole, then uploaded at
+   * first use). The Llama families load a weight at a time (core/model/folder.ts → Llama.fromReader, each weight
+   * placed on the device before the next is read): the largest weight's values, packed f16 words or f32.
+   */
   hostCopy: number;
   /**
-   * "f16": the safetensors file, read whole and held while its tensors are packed (`fileBytes` when known, else
-   * 2 bytes a parameter, a bf16 / f16 file as the Hub publishes these models). "f32": 0, as the check always
-   * counted it (an F32 file's arrays are views of its bytes).
+   * The bytes of the safetensors file held while they are decoded (Llama families; 0 for GPT-2, whose F32 file's
+   * arrays are views of its bytes): the whole file, or where it is read one tensor at a time (`ranged`) its largest
+   * tensor. The file's size is `fileBytes` when known, else 2 bytes a parameter (a bf16 / f16 file, as the Hub
+   * publishes these models).
    */
   file: number;
-  /** Whether `file` is the real size (false: estimated at 2 bytes a parameter). */
+  /** Whether the file's size is known (false: estimated at 2 bytes a parameter). */
   fileKnown: boolean;
   /**
-   * Whether the file is read one tensor at a time (picked Files, a folder on disk: core/model/folder.ts
-   * readWeights): then `file` is its largest tensor's bytes, not the whole file.
+   * Whether the file is read one tensor at a time (picked Files, a folder on disk, Cache Storage:
+   * core/model/folder.ts openWeights): then `file` is its largest tensor's bytes, not the whole file.
    */
   ranged: boolean;
+  /** Whether the weights go in one at a time (the Llama families): `hostCopy` is then one weight's. */
+  streamed: boolean;
   total: number;
 }
 
@@ -219,8 +227,10 @@ function largestTensorParams(config: LMConfig): number {
 }
 
 /**
- * What loading `config` to generate holds at its peak (folder.ts loadLM): the weights, their host copy and, under
- * "f16", the file they are packed from.
+ * What loading `config` to generate holds at its peak (folder.ts loadLM): the weights, their values on the host on
+ * the way in and, for the Llama families, the file's bytes they are decoded from (LoadMemory). Measured with
+ * scripts/load-memory.ts (docs/models.md, "Reading a weights file"): a 12-layer Qwen2.5-1.5B-shaped folder with the
+ * base in f16 on SwiftShader peaked 0.30 GB above its 1.59 GB of weights, where this counts 0.93 GB.
  */
 export function loadMemory(
   config: LMConfig,
@@ -228,8 +238,10 @@ export function loadMemory(
   fileBytes?: number | null,
   ranged = false,
 ): LoadMemory {
-  const weights = baseWeightBytes(config, baseDtype);
-  if (baseDtype !== 'f16' || !isLlamaFamily(config.model_type)) {
+  const llama = isLlamaFamily(config.model_type);
+  const half = baseDtype === 'f16' && llama;
+  const weights = baseWeightBytes(config, half ? 'f16' : 'f32');
+  if (!llama) {
     return {
       baseDtype: 'f32',
       weights,
@@ -237,14 +249,41 @@ export function loadMemory(
       file: 0,
       fileKnown: true,
       ranged,
+      streamed: false,
       total: 2 * weights,
     };
   }
+  const largest = largestTensorParams(config);
+  // The largest weight is a vocabulary matrix, which the f16 base packs (f16-base.ts isF16Matrix).
+  const hostCopy = largest * (half ? F16_BYTES : 4);
   const fileKnown = fileBytes !== undefined && fileBytes !== null;
   const whole = fileKnown ? fileBytes : 2 * paramCount(config);
   // Read by ranges, the file's bytes in memory at once are one tensor's, at the file's bytes per value.
-  const file = ranged ? Math.ceil((whole / paramCount(config)) * largestTensorParams(config)) : whole;
-  return { baseDtype, weights, hostCopy: weights, file, fileKnown, ranged, total: 2 * weights + file };
+  const file = ranged ? Math.ceil((whole / paramCount(config)) * largest) : whole;
+  return {
+    baseDtype: half ? 'f16' : 'f32',
+    weights,
+    hostCopy,
+    file,
+    fileKnown,
+    ranged,
+    streamed: true,
+    total: weights + hostCopy + file,
+  };
+}
+
+/** What a Llama-family load holds besides its weights, in words (LoadMemory). */
+function loadExtras(need: LoadMemory): string {
+  const file = need.ranged
+    ? `its bytes in the file (${need.fileKnown ? '' : '≈ '}${formatGB(need.file, 2)}` +
+      `${need.fileKnown ? '' : ' if stored in bf16'}; the file is read a tensor at a time)`
+    : need.fileKnown
+      ? `the ${formatGB(need.file, 2)} safetensors file`
+      : `the safetensors file (≈ ${formatGB(need.file, 2)} if stored in bf16)`;
+  return (
+    `and while they load, a weight at a time, the largest weight's values on the host ` +
+    `(${formatGB(need.hostCopy, 2)}) and ${file}`
+  );
 }
 
 /**
@@ -272,21 +311,16 @@ export function loadMemoryProblem(
   if (need.total <= o.budgetBytes) return null;
   const over = `over the ${formatGB(o.budgetBytes)} budget here`;
   if (need.baseDtype === 'f16') {
-    const file = need.ranged
-      ? `the safetensors file's largest tensor (${need.fileKnown ? '' : '≈ '}${formatGB(need.file, 2)}` +
-        `${need.fileKnown ? '' : ' if stored in bf16'}; it is read a tensor at a time)`
-      : need.fileKnown
-        ? `the ${formatGB(need.file, 2)} safetensors file`
-        : `the safetensors file (≈ ${formatGB(need.file, 2)} if stored in bf16)`;
     return (
       `Loading ${label} with the base in f16 needs ≈ ${formatGB(need.total)}: ${formatGB(need.weights, 2)} of ` +
-      `weights (the large matrices in f16), and while it loads their packed copy on the host ` +
-      `(${formatGB(need.hostCopy, 2)}) and ${file}; that is ${over}. Choose a smaller model.`
+      `weights (the large matrices in f16), ${loadExtras(need)}; that is ${over}. Choose a smaller model.`
     );
   }
-  const words =
-    `${label} has ${millions(paramCount(config))} parameters (${formatGB(need.weights)} of weights); loading ` +
-    `it needs twice that, ${over}.`;
+  const words = need.streamed
+    ? `${label} has ${millions(paramCount(config))} parameters (${formatGB(need.weights)} of weights); loading ` +
+      `it needs ≈ ${formatGB(need.total)}: the weights, ${loadExtras(need)}; that is ${over}.`
+    : `${label} has ${millions(paramCount(config))} parameters (${formatGB(need.weights)} of weights); loading ` +
+      `it needs twice that, ${over}.`;
   const half =
     o.offerF16 !== false && isLlamaFamily(config.model_type)
       ? loadMemory(config, 'f16', o.fileBytes, o.ranged)
@@ -294,7 +328,9 @@ export function loadMemoryProblem(
   if (!half || half.total > o.budgetBytes) return `${words} Choose a smaller model.`;
   const how =
     `≈ ${formatGB(half.total)}: ${formatGB(half.weights, 2)} of weights with the large matrices in f16, ` +
-    'their packed copy and the file while it loads';
+    (half.ranged
+      ? 'and the largest weight and its bytes in the file while they load'
+      : 'and the largest weight and the file while they load');
   const lora = o.lora > 0 ? '' : '"lora" to a rank ≥ 1 and ';
   const remedy =
     o.backend === 'webgpu'

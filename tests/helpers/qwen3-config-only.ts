@@ -27,7 +27,7 @@ export const BASE_F16 = 2 * MATRICES + 4 * NORMS; // 3 441 397 760: "3.44 GB"
 export const BUDGET_8GB = 8 * 1024 ** 3 * 0.6;
 
 const FIXTURE = 'tests/fixtures/hf-tokenizer/';
-const GPT2_JSON = { vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12 };
+export const GPT2_JSON = { vocab_size: 50257, n_positions: 1024, n_embd: 768, n_layer: 12, n_head: 12 };
 
 /**
  * Model sources where "qwen3-1.7b" is the config-only Qwen3-1.7B folder and "gpt2-124m" a config-only GPT-2 124M,

@@ -109,6 +109,21 @@ export function tensorBuffer(backend: ReplayBackend, t: tf.Tensor): GPUBuffer {
   return r;
 }
 
+/**
+ * Move tensors made from host values to the device now, and wait until the upload is done: tfjs's webgpu backend
+ * otherwise keeps each tensor's values on the host until its first use, and Dawn its staging copy until the queue
+ * has moved on, so a model built weight by weight would hold every weight twice or three times at the end of its
+ * load. No-op on other backends (WASM copies values into its heap when a tensor is made; the CPU backend keeps
+ * them).
+ */
+export async function settleOnDevice(tensors: tf.Tensor[]): Promise<void> {
+  const backend = replayBackend();
+  if (!backend || tensors.length === 0) return;
+  for (const t of tensors) backend.uploadToGPU(t.dataId);
+  flushTfjs(backend);
+  await backend.queue.onSubmittedWorkDone();
+}
+
 /** Submit whatever tfjs has encoded and not submitted, so that work queued after this runs after it. */
 export function flushTfjs(backend: ReplayBackend): void {
   backend.endComputePassEncoder();

@@ -4,20 +4,36 @@
  * `ModelFiles` (Node reads a directory, the browser reads Files, a zip, Cache Storage or fetch).
  */
 import { checkBaseDtype, isF16Matrix, type BaseDtype, type WeightData } from './f16-base';
-import { isLlamaConfig, modelConfigToJson, parseModelConfig, type LMConfig } from './config';
+import {
+  isLlamaConfig,
+  modelConfigToJson,
+  parseModelConfig,
+  type LlamaConfig,
+  type LMConfig,
+} from './config';
 import type { GPT2Options } from './gpt2';
 import { lmFromArrays, lmParamSpecs, type CausalLM } from './causal-lm';
 import { ScalarModel } from './heads';
 import {
   bytesFile,
-  readSafetensorsRanged,
+  openSafetensorsRanged,
+  type OpenedSafetensors,
   safetensorsStream,
   writeSafetensors,
   type ByteSource,
   type RangedFile,
   type SafetensorsFile,
 } from './safetensors';
-import { hfTensorName, llamaTensorName, mapHfTensors, mapLlamaTensors, toHfTensors } from './hfnames';
+import {
+  checkTiedHead,
+  hfTensorName,
+  llamaTensorName,
+  mapHfTensors,
+  mapLlamaTensors,
+  planLlamaTensors,
+  toHfTensors,
+} from './hfnames';
+import { Llama } from './llama';
 import { scoreHeadSpecs, type ParamSpec } from './specs';
 import { tokenizerForFolder } from '../tokenizer';
 import type { Tokenizer } from '../tokenizer/types';
@@ -129,22 +145,43 @@ function parseShardIndex(bytes: Uint8Array, path: string): Map<string, string> {
 }
 
 /**
- * The tensors of a weights file, `file` or — where the folder has no `file` but `${file}.index.json` — the shards
- * that index names (Hugging Face's sharded layout: Qwen3-1.7B is model-00001-of-00002.safetensors and
- * model-00002-of-00002.safetensors), each read one tensor at a time where the source reads ranges (`open`).
- * Returns the tensors and the path to name in messages.
+ * A weights file opened to be read a tensor at a time: its tensors' shapes (from the header, or the headers of the
+ * shards an index names), each tensor's values on request, and `close` for the files it holds open.
  */
-export async function readWeights(
+export interface WeightsReader {
+  /** The path to name in messages: the file, or the shards' index. */
+  path: string;
+  /** Tensor name → its dtype in the file and shape, in the file's (or the index's shards') order. */
+  tensors: Map<string, { dtype: string; shape: number[] }>;
+  /** One tensor's values, read by its byte range and decoded (packed f16 where `half` says so). */
+  read(name: string): Promise<WeightData>;
+  /** Close every file it opened; `ok` false: on the way out of an error, whose message a close never hides. */
+  close(ok?: boolean): Promise<void>;
+}
+
+/**
+ * Open a weights file, `file` or — where the folder has no `file` but `${file}.index.json` — the shards that index
+ * names (Hugging Face's sharded layout: Qwen3-1.7B is model-00001-of-00002.safetensors and
+ * model-00002-of-00002.safetensors). Headers are read and checked now; each tensor is read when asked, by ranges
+ * where the source reads ranges (`open`), so a caller can let one tensor go before it reads the next.
+ */
+export async function openWeights(
   files: ModelFiles,
   file: string,
   what: string,
   half?: (name: string, shape: number[]) => boolean,
-): Promise<{ file: SafetensorsFile<WeightData>; path: string }> {
+): Promise<WeightsReader> {
   const opts = half ? { half } : {};
   const whole = await openFile(files, file);
   if (whole) {
     const path = `${files.label}/${file}`;
-    return { file: await readSafetensorsRanged(whole, path, opts), path };
+    const opened = await openSafetensorsRanged(whole, path, opts);
+    return {
+      path,
+      tensors: new Map(opened.entries.map((e) => [e.name, { dtype: e.dtype, shape: e.shape }])),
+      read: (name) => opened.read(name),
+      close: (ok) => opened.close(ok),
+    };
   }
   const indexName = shardIndexName(file);
   const index = await files.read(indexName);
@@ -161,31 +198,78 @@ export async function readWeights(
     if (!byShard.has(shard)) byShard.set(shard, new Set());
     byShard.get(shard)!.add(name);
   }
-  const tensors: SafetensorsFile<WeightData>['tensors'] = new Map();
-  for (const [shard, names] of [...byShard].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
-    const f = await openFile(files, shard);
-    if (!f) {
-      throw new UserError(
-        `${files.label}: ${shard} is missing; ${indexName} places ${names.size} tensors in it ` +
-          `(e.g. "${[...names][0]}"). Pick the whole folder, every shard with its index.`,
-      );
+  const opened: OpenedSafetensors[] = [];
+  const where = new Map<string, OpenedSafetensors>();
+  const tensors = new Map<string, { dtype: string; shape: number[] }>();
+  const closeAll = async (ok = true) => {
+    let first: unknown = null;
+    for (const o of opened) {
+      await o.close(ok).catch((e: unknown) => {
+        first ??= e;
+      });
     }
-    const part = await readSafetensorsRanged(f, `${files.label}/${shard}`, {
-      ...opts,
-      want: (n) => names.has(n),
-    });
-    for (const name of names) {
-      const t = part.tensors.get(name);
-      if (!t) {
+    if (first !== null) throw first;
+  };
+  try {
+    for (const [shard, names] of [...byShard].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
+      const f = await openFile(files, shard);
+      if (!f) {
         throw new UserError(
-          `${files.label}/${shard} has no tensor "${name}", which ${indexName} places there; the shards and ` +
-            'their index do not belong together.',
+          `${files.label}: ${shard} is missing; ${indexName} places ${names.size} tensors in it ` +
+            `(e.g. "${[...names][0]}"). Pick the whole folder, every shard with its index.`,
         );
       }
-      tensors.set(name, t);
+      const part = await openSafetensorsRanged(f, `${files.label}/${shard}`, opts);
+      opened.push(part);
+      const inShard = new Map(part.entries.map((e) => [e.name, e]));
+      for (const name of names) {
+        const entry = inShard.get(name);
+        if (!entry) {
+          throw new UserError(
+            `${files.label}/${shard} has no tensor "${name}", which ${indexName} places there; the shards and ` +
+              'their index do not belong together.',
+          );
+        }
+        tensors.set(name, { dtype: entry.dtype, shape: entry.shape });
+        where.set(name, part);
+      }
     }
+  } catch (e) {
+    await closeAll(false);
+    throw e;
   }
-  return { file: { tensors, metadata: null }, path };
+  return {
+    path,
+    tensors,
+    read: (name) => {
+      const part = where.get(name);
+      if (!part) throw new Error(`${path}: no tensor "${name}" in its shards.`);
+      return part.read(name);
+    },
+    close: closeAll,
+  };
+}
+
+/**
+ * The tensors of a weights file or its shards (openWeights), every one read and decoded. Returns the tensors and
+ * the path to name in messages.
+ */
+export async function readWeights(
+  files: ModelFiles,
+  file: string,
+  what: string,
+  half?: (name: string, shape: number[]) => boolean,
+): Promise<{ file: SafetensorsFile<WeightData>; path: string }> {
+  const reader = await openWeights(files, file, what, half);
+  let ok = false;
+  try {
+    const tensors: SafetensorsFile<WeightData>['tensors'] = new Map();
+    for (const [name, t] of reader.tensors) tensors.set(name, { ...t, data: await reader.read(name) });
+    ok = true;
+    return { file: { tensors, metadata: null }, path: reader.path };
+  } finally {
+    await reader.close(ok);
+  }
 }
 
 export async function readConfig(files: ModelFiles): Promise<LMConfig> {
@@ -230,13 +314,50 @@ async function readFamilyTensors(
   baseDtype: BaseDtype | undefined,
 ): Promise<Map<string, WeightData>> {
   if (baseDtype === 'f16' && isLlamaConfig(config)) {
-    const half = (name: string) =>
-      isF16Matrix(name.startsWith('model.') ? name.slice('model.'.length) : name);
-    const { file, path } = await readWeights(files, fileName, what, half);
+    const { file, path } = await readWeights(files, fileName, what, halfMatrix);
     return mapLlamaTensors(file, specs, path, { tied: config.tie_word_embeddings });
   }
   const { file, path } = await readWeights(files, fileName, what);
   return mapFamilyTensors(config, file as SafetensorsFile, specs, path);
+}
+
+/** Which of a Llama-family file's tensors the f16 base packs (its large matrices), by file name. */
+function halfMatrix(name: string): boolean {
+  return isF16Matrix(name.startsWith('model.') ? name.slice('model.'.length) : name);
+}
+
+/**
+ * A Llama-family model's weights read a weight at a time (openWeights, planLlamaTensors): the header checked
+ * against `specs` first, then `build` asks for each weight's values in turn, so that it can place one on the device
+ * and let its host copy go before the next is read (Llama.fromReader). A tied model's repeated `lm_head.weight` is
+ * read and compared with the embedding while both are at hand. The files are closed when done.
+ */
+async function streamLlamaWeights<T>(
+  config: LlamaConfig,
+  files: ModelFiles,
+  fileName: string,
+  what: string,
+  specs: ParamSpec[],
+  baseDtype: BaseDtype | undefined,
+  build: (read: (spec: ParamSpec) => Promise<WeightData>) => Promise<T>,
+): Promise<T> {
+  const reader = await openWeights(files, fileName, what, baseDtype === 'f16' ? halfMatrix : undefined);
+  let ok = false;
+  try {
+    const plan = planLlamaTensors(reader.tensors, specs, reader.path, { tied: config.tie_word_embeddings });
+    const out = await build(async (spec) => {
+      const key = plan.keys.get(spec.name);
+      if (key === undefined) throw new Error(`streamLlamaWeights: no tensor planned for "${spec.name}".`);
+      const data = await reader.read(key);
+      if (spec.name === 'embed_tokens.weight' && plan.tiedHead)
+        checkTiedHead(await reader.read(plan.tiedHead), data, reader.path, key);
+      return data;
+    });
+    ok = true;
+    return out;
+  } finally {
+    await reader.close(ok);
+  }
 }
 
 /** The file name of a parameter, as the family's *ForCausalLM / *ForSequenceClassification saves it. */
@@ -263,18 +384,26 @@ export async function loadLM(
   const file = opts.file ?? 'model.safetensors';
   // Refused before anything is decoded where f16 cannot apply (model/f16-base.ts checkBaseDtype).
   checkBaseDtype(opts.baseDtype, { trainable: opts.trainable ?? true, family: config.model_type });
-  const arrays = await readFamilyTensors(
-    config,
-    files,
-    file,
-    `${file} (the *ForCausalLM weights)`,
-    lmParamSpecs(config),
-    opts.baseDtype,
-  );
-  const model = lmFromArrays(config, arrays, opts.trainable ?? true, opts.label ?? 'policy', {
+  const what = `${file} (the *ForCausalLM weights)`;
+  const trainable = opts.trainable ?? true;
+  const label = opts.label ?? 'policy';
+  const modelOpts = {
     maxBindingBytes: opts.maxBindingBytes,
     ...(opts.baseDtype ? { baseDtype: opts.baseDtype } : {}),
-  });
+  };
+  const specs = lmParamSpecs(config);
+  // The Llama families a weight at a time (Llama.fromReader); GPT-2 (f32 only, ≤ 774M) from the whole file's arrays.
+  const model: CausalLM = isLlamaConfig(config)
+    ? await streamLlamaWeights(config, files, file, what, specs, opts.baseDtype, (read) =>
+        Llama.fromReader(config, read, trainable, label, modelOpts),
+      )
+    : lmFromArrays(
+        config,
+        await readFamilyTensors(config, files, file, what, specs, opts.baseDtype),
+        trainable,
+        label,
+        modelOpts,
+      );
   return { config, tokenizer, model };
 }
 
@@ -294,17 +423,27 @@ export async function loadScalar(
   const baseDtype = opts.baseDtype === 'f16' && !isLlamaConfig(config) ? undefined : opts.baseDtype;
   checkBaseDtype(baseDtype, { trainable, family: config.model_type });
   const specs = [...lmParamSpecs(config), ...scoreHeadSpecs(config)];
-  const arrays = await readFamilyTensors(
-    config,
-    files,
-    file,
-    `${file} (*ForSequenceClassification weights)`,
-    specs,
-    baseDtype,
-  );
-  return ScalarModel.fromArrays(config, arrays, trainable, opts.label ?? 'scalar', {
+  const what = `${file} (*ForSequenceClassification weights)`;
+  const label = opts.label ?? 'scalar';
+  const modelOpts = {
     maxBindingBytes: opts.maxBindingBytes,
     ...(baseDtype ? { baseDtype } : {}),
+  };
+  if (!isLlamaConfig(config)) {
+    const arrays = await readFamilyTensors(config, files, file, what, specs, baseDtype);
+    return ScalarModel.fromArrays(config, arrays, trainable, label, modelOpts);
+  }
+  // The Llama families a weight at a time, as loadLM: the trunk, then the head.
+  return streamLlamaWeights(config, files, file, what, specs, baseDtype, async (read) => {
+    const trunk = await Llama.fromReader(config, read, trainable, label, modelOpts);
+    let head: WeightData;
+    try {
+      head = await read(scoreHeadSpecs(config)[0]);
+    } catch (e) {
+      trunk.dispose();
+      throw e;
+    }
+    return ScalarModel.withHead(trunk, head, trainable);
   });
 }
 

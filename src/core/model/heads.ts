@@ -56,15 +56,24 @@ export class ScalarModel {
     label = 'scalar',
     opts: GPT2Options = {},
   ): ScalarModel {
-    const w = arrays.get('score.weight');
-    const trunk = lmFromArrays(config, arrays, trainable, label, opts);
-    if (!(w instanceof Float32Array) || w.length !== config.n_embd) {
+    return ScalarModel.withHead(
+      lmFromArrays(config, arrays, trainable, label, opts),
+      arrays.get('score.weight'),
+      trainable,
+    );
+  }
+
+  /**
+   * A scalar model of a trunk already made and its head's values (`score.weight`, [1, n_embd]); a missing or
+   * mis-sized head disposes the trunk and is refused in words.
+   */
+  static withHead(trunk: CausalLM, w: WeightData | undefined, trainable: boolean): ScalarModel {
+    const n = trunk.config.n_embd;
+    if (!(w instanceof Float32Array) || w.length !== n) {
       trunk.dispose();
-      throw new UserError(
-        `scalar model: tensor "score.weight" of shape [1, ${config.n_embd}] is missing or mis-sized.`,
-      );
+      throw new UserError(`scalar model: tensor "score.weight" of shape [1, ${n}] is missing or mis-sized.`);
     }
-    const init = tf.tensor(w, [1, config.n_embd]);
+    const init = tf.tensor(w, [1, n]);
     const score = tf.variable(init, trainable, `${trunk.id}/score.weight`);
     init.dispose();
     return new ScalarModel(trunk, score);

@@ -203,25 +203,34 @@ export function llamaTensorName(name: string): string {
   return name === 'lm_head.weight' || isScoreName(name) ? name : `${LLAMA_PREFIX}${name}`;
 }
 
+/** Where each spec's tensor is in a Llama-family file, from its header alone (planLlamaTensors). */
+export interface LlamaTensorPlan {
+  /** Spec name → the file's tensor name. */
+  keys: Map<string, string>;
+  /** A tied model's `lm_head.weight` in the file, which must repeat the embedding bit for bit; else null. */
+  tiedHead: string | null;
+}
+
 /**
- * mapHfTensors for the Llama families: every spec's data by spec name, from a file in transformers' names (`model.`
- * prefix optional, as LlamaModel saves without it). A tied model's file may repeat the embedding as
- * `lm_head.weight` only bit for bit. Errors name the file, the tensor and what would be right.
+ * Which tensor of a Llama-family file (names and shapes from its header: `model.` prefix optional, as LlamaModel
+ * saves without it) is each spec's, checked: a tensor twice, a tensor missing, a shape that differs, a tensor that
+ * is not part of the model — each refused in words that name the file, the tensor and what would be right. What it
+ * cannot check without the data: a tied model's repeated `lm_head.weight` (checkTiedHead).
  */
-export function mapLlamaTensors<D extends Float32Array | HalfArray = Float32Array>(
-  file: SafetensorsFile<D>,
+export function planLlamaTensors(
+  shapes: Map<string, { shape: number[] }>,
   specs: ParamSpec[],
   fileName: string,
   opts: { tied: boolean },
-): Map<string, D> {
+): LlamaTensorPlan {
   const specByName = new Map(specs.map((s) => [s.name, s]));
-  const found = new Map<string, { key: string; shape: number[]; data: D }>();
+  const found = new Map<string, { key: string; shape: number[] }>();
   const extras: string[] = [];
-  let tiedHead: { key: string; shape: number[]; data: D } | null = null;
-  for (const [key, t] of file.tensors) {
+  let tiedHead: { key: string; shape: number[] } | null = null;
+  for (const [key, t] of shapes) {
     const base = key.startsWith(LLAMA_PREFIX) ? key.slice(LLAMA_PREFIX.length) : key;
     if (LLAMA_BUFFER.test(base)) continue;
-    const entry = { key, shape: t.shape, data: t.data };
+    const entry = { key, shape: t.shape };
     if (key === 'lm_head.weight' && opts.tied) {
       tiedHead = entry;
       continue;
@@ -251,7 +260,7 @@ export function mapLlamaTensors<D extends Float32Array | HalfArray = Float32Arra
       `${fileName}: missing tensor "${llamaTensorName(s.name)}" (expected shape ${fmtShape(s.shape)})${more}.${hint}`,
     );
   }
-  const out = new Map<string, D>();
+  const keys = new Map<string, string>();
   for (const s of specs) {
     const f = found.get(s.name)!;
     if (!sameShape(f.shape, s.shape)) {
@@ -263,17 +272,10 @@ export function mapLlamaTensors<D extends Float32Array | HalfArray = Float32Arra
         `${fileName}: tensor "${f.key}" has shape ${fmtShape(f.shape)}, expected ${fmtShape(s.shape)}.${hint}`,
       );
     }
-    out.set(s.name, f.data);
+    keys.set(s.name, f.key);
   }
-  if (tiedHead) {
-    const emb = found.get('embed_tokens.weight')!;
-    if (!sameShape(tiedHead.shape, emb.shape) || !sameBits(tiedHead.data, emb.data)) {
-      throw new UserError(
-        `${fileName}: tensor "lm_head.weight" differs from "${emb.key}", but config.json says "tie_word_embeddings": ` +
-          'true; set it to false for a model with its own LM head.',
-      );
-    }
-  }
+  if (tiedHead && !sameShape(tiedHead.shape, found.get('embed_tokens.weight')!.shape))
+    tiedHeadDiffers(fileName, found.get('embed_tokens.weight')!.key);
   if (extras.length > 0) {
     const shown = extras
       .slice(0, 5)
@@ -284,6 +286,43 @@ export function mapLlamaTensors<D extends Float32Array | HalfArray = Float32Arra
       `${fileName}: unexpected tensor${extras.length > 1 ? 's' : ''} ${shown}${more}, not part of this model; ` +
         'is the file for a different model or config?',
     );
+  }
+  return { keys, tiedHead: tiedHead?.key ?? null };
+}
+
+function tiedHeadDiffers(fileName: string, embKey: string): never {
+  throw new UserError(
+    `${fileName}: tensor "lm_head.weight" differs from "${embKey}", but config.json says "tie_word_embeddings": ` +
+      'true; set it to false for a model with its own LM head.',
+  );
+}
+
+/** A tied model's repeated `lm_head.weight` (LlamaTensorPlan.tiedHead) must be the embedding bit for bit. */
+export function checkTiedHead(
+  head: Float32Array | HalfArray,
+  embedding: Float32Array | HalfArray,
+  fileName: string,
+  embKey: string,
+): void {
+  if (!sameBits(head, embedding)) tiedHeadDiffers(fileName, embKey);
+}
+
+/**
+ * mapHfTensors for the Llama families: every spec's data by spec name, from a file in transformers' names
+ * (planLlamaTensors). A tied model's file may repeat the embedding as `lm_head.weight` only bit for bit.
+ */
+export function mapLlamaTensors<D extends Float32Array | HalfArray = Float32Array>(
+  file: SafetensorsFile<D>,
+  specs: ParamSpec[],
+  fileName: string,
+  opts: { tied: boolean },
+): Map<string, D> {
+  const plan = planLlamaTensors(file.tensors, specs, fileName, opts);
+  const out = new Map<string, D>();
+  for (const [name, key] of plan.keys) out.set(name, file.tensors.get(key)!.data);
+  if (plan.tiedHead) {
+    const emb = plan.keys.get('embed_tokens.weight')!;
+    checkTiedHead(file.tensors.get(plan.tiedHead)!.data, file.tensors.get(emb)!.data, fileName, emb);
   }
   return out;
 }

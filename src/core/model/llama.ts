@@ -37,6 +37,7 @@ import type { LazyTensor } from './safetensors';
 import type { LoraAdapters } from './lora';
 import { loraModuleShape } from './lora';
 import { isPackedF16, packedShape } from '../kernels/webgpu-f16';
+import { settleOnDevice } from '../kernels/webgpu-replay';
 import {
   asF32Tensor,
   checkBaseDtype,
@@ -226,35 +227,83 @@ export class Llama implements CausalLM {
     opts: GPT2Options = {},
   ): Llama {
     checkBaseDtype(opts.baseDtype, { trainable, family: config.model_type });
-    const half = opts.baseDtype === 'f16';
     const id = nextModelId(label);
     const rows = embeddingChunkRows(config, opts.maxBindingBytes);
     const params = new Map<string, tf.Variable>();
     try {
       for (const spec of llamaParamSpecs(config)) {
-        const data = arrays.get(spec.name);
-        if (!data)
-          throw new UserError(`model weights: tensor "${spec.name}" of shape [${spec.shape}] is missing.`);
-        const size = spec.shape.reduce((a, b) => a * b, 1);
-        if (data.length !== size) {
-          throw new UserError(
-            `model weights: tensor "${spec.name}" has ${data.length} values, expected shape [${spec.shape}] (${size}).`,
-          );
-        }
-        // baseDtype "f16": the large matrices as packed words [rows, cols / 2] (int32), frozen (docs/models.md, "The frozen base in f16").
-        const packed = half && isF16Matrix(spec.name);
-        const values: Float32Array | Int32Array = packed ? packedWords(data) : f32Values(data);
-        for (const [name, shape, part] of Llama.layout(spec, values, rows, packed)) {
-          const init = tf.tensor(part, shape, packed ? 'int32' : 'float32');
-          params.set(name, tf.variable(init, trainable, `${id}/${name}`));
-          init.dispose();
-        }
+        for (const [name, v] of Llama.variablesOf(spec, arrays.get(spec.name), rows, id, trainable, opts))
+          params.set(name, v);
       }
     } catch (e) {
       for (const v of params.values()) v.dispose();
       throw e;
     }
     return new Llama(config, params, id, rows);
+  }
+
+  /**
+   * fromArrays a weight at a time: `read` gives each spec's values (in llamaParamSpecs' order), which become
+   * variables and, on WebGPU, go to the device (settleOnDevice) before the next is read. Loading then holds one
+   * weight's values on the host besides what the model holds, not a second copy of the whole model (docs/models.md,
+   * "Reading a weights file"). On an error every variable made so far is disposed.
+   */
+  static async fromReader(
+    config: LlamaConfig,
+    read: (spec: ParamSpec) => Promise<WeightData>,
+    trainable: boolean,
+    label = 'llama',
+    opts: GPT2Options = {},
+  ): Promise<Llama> {
+    checkBaseDtype(opts.baseDtype, { trainable, family: config.model_type });
+    const id = nextModelId(label);
+    const rows = embeddingChunkRows(config, opts.maxBindingBytes);
+    const params = new Map<string, tf.Variable>();
+    try {
+      for (const spec of llamaParamSpecs(config)) {
+        const made = Llama.variablesOf(spec, await read(spec), rows, id, trainable, opts);
+        for (const [name, v] of made) params.set(name, v);
+        await settleOnDevice(made.map(([, v]) => v));
+      }
+    } catch (e) {
+      for (const v of params.values()) v.dispose();
+      throw e;
+    }
+    return new Llama(config, params, id, rows);
+  }
+
+  /** One spec's variables from its values (checked against its shape), split into vocabulary chunks where asked. */
+  private static variablesOf(
+    spec: ParamSpec,
+    data: WeightData | undefined,
+    rows: number,
+    id: string,
+    trainable: boolean,
+    opts: GPT2Options,
+  ): [string, tf.Variable][] {
+    if (!data)
+      throw new UserError(`model weights: tensor "${spec.name}" of shape [${spec.shape}] is missing.`);
+    const size = spec.shape.reduce((a, b) => a * b, 1);
+    if (data.length !== size) {
+      throw new UserError(
+        `model weights: tensor "${spec.name}" has ${data.length} values, expected shape [${spec.shape}] (${size}).`,
+      );
+    }
+    // baseDtype "f16": the large matrices as packed words [rows, cols / 2] (int32), frozen (docs/models.md, "The frozen base in f16").
+    const packed = opts.baseDtype === 'f16' && isF16Matrix(spec.name);
+    const values: Float32Array | Int32Array = packed ? packedWords(data) : f32Values(data);
+    const out: [string, tf.Variable][] = [];
+    try {
+      for (const [name, shape, part] of Llama.layout(spec, values, rows, packed)) {
+        const init = tf.tensor(part, shape, packed ? 'int32' : 'float32');
+        out.push([name, tf.variable(init, trainable, `${id}/${name}`)]);
+        init.dispose();
+      }
+    } catch (e) {
+      for (const [, v] of out) v.dispose();
+      throw e;
+    }
+    return out;
   }
 
   private static layout<T extends Float32Array | Int32Array>(

@@ -360,32 +360,72 @@ export async function readSafetensorsRanged(
   fileName: string,
   opts: ReadOptions = {},
 ): Promise<SafetensorsFile<WeightData>> {
+  const opened = await openSafetensorsRanged(file, fileName, opts);
   let ok = false;
+  try {
+    const tensors: SafetensorsFile<WeightData>['tensors'] = new Map();
+    for (const e of opened.entries) {
+      if (opts.want && !opts.want(e.name)) continue;
+      tensors.set(e.name, { dtype: e.dtype, shape: e.shape, data: await opened.read(e.name) });
+    }
+    ok = true;
+    return { tensors, metadata: opened.metadata };
+  } finally {
+    await opened.close(ok);
+  }
+}
+
+/** A safetensors file whose header is read and checked, its tensors read one at a time on request. */
+export interface OpenedSafetensors {
+  /** The tensors the header lists, in its order (name, dtype, shape). */
+  entries: { name: string; dtype: string; shape: number[] }[];
+  metadata: Record<string, string> | null;
+  /** One tensor's values, read by its byte range and decoded (to packed f16 where `half` says so). */
+  read(name: string): Promise<WeightData>;
+  /**
+   * Close the file. `ok` false (the caller is leaving on an error): a failure to close is swallowed, so that it
+   * never hides the error that stopped the read.
+   */
+  close(ok?: boolean): Promise<void>;
+}
+
+/**
+ * Open a safetensors file over a RangedFile: read and check its length and header now (the file is closed when
+ * they fail), its tensors later, each by its own byte range (`read`), so that a caller can let one tensor go before
+ * it reads the next. The same checks and messages as readSafetensors.
+ */
+export async function openSafetensorsRanged(
+  file: RangedFile,
+  fileName: string,
+  opts: ReadOptions = {},
+): Promise<OpenedSafetensors> {
+  let header: ReturnType<typeof parseHeader>;
   try {
     const size = file.size;
     const first = size >= 8 ? await readExactly(file, 0, 8, fileName) : new Uint8Array(0);
     const headerLen = headerLength(first, size, fileName, opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES);
-    const header = parseHeader(await readExactly(file, 8, 8 + headerLen, fileName), size, fileName);
-    const tensors: SafetensorsFile<WeightData>['tensors'] = new Map();
-    for (const e of header.entries) {
-      if (opts.want && !opts.want(e.name)) continue;
-      const start = header.dataStart + e.begin;
-      const bytes = await readExactly(file, start, header.dataStart + e.end, fileName);
-      const own: Entry = { ...e, begin: 0, end: e.end - e.begin };
-      tensors.set(e.name, {
-        dtype: e.dtype,
-        shape: e.shape,
-        data: decodeEntry(bytes, 0, own, fileName, opts),
-      });
-    }
-    ok = true;
-    return { tensors, metadata: header.metadata };
-  } finally {
-    // A failure to close never hides the error that stopped the read.
-    await file.close?.().catch((e: unknown) => {
-      if (ok) throw e;
-    });
+    header = parseHeader(await readExactly(file, 8, 8 + headerLen, fileName), size, fileName);
+  } catch (e) {
+    await file.close?.().catch(() => undefined);
+    throw e;
   }
+  const byName = new Map(header.entries.map((e) => [e.name, e]));
+  const { dataStart } = header;
+  return {
+    entries: header.entries.map((e) => ({ name: e.name, dtype: e.dtype, shape: e.shape })),
+    metadata: header.metadata,
+    async read(name) {
+      const e = byName.get(name);
+      if (!e) throw new Error(`${fileName}: no tensor "${name}" in its header.`);
+      const bytes = await readExactly(file, dataStart + e.begin, dataStart + e.end, fileName);
+      return decodeEntry(bytes, 0, { ...e, begin: 0, end: e.end - e.begin }, fileName, opts);
+    },
+    async close(ok = true) {
+      await file.close?.().catch((err: unknown) => {
+        if (ok) throw err;
+      });
+    },
+  };
 }
 
 async function readExactly(

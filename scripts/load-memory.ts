@@ -1,0 +1,93 @@
+/**
+ * What loading a policy for generation holds at its peak: the process's peak resident memory (VmHWM) while
+ * `loadLM` (core/model/folder.ts) reads a folder from disk and every weight goes to the backend's memory (on
+ * WebGPU each weight uploaded, as its first use would). On SwiftShader and on WASM a device buffer / the WASM heap
+ * is this process's memory, so the peak is the weights plus whatever the load held besides them.
+ *
+ *   npx tsx scripts/load-memory.ts DIR [--half] [--backend webgpu|wasm] [--together]
+ *
+ * --half: the base in f16 (WebGPU, Llama family). --together: the load as it was before 2026-11-30 (every tensor
+ * decoded first, then the model built, then uploaded: readWeights + lmFromArrays), for comparison.
+ * Prints one JSON line: {mode, backend, half, weightBytes, baselineRss, peakOverBaseline, residentOverBaseline,
+ * peakOverWeights}.
+ */
+import { readFileSync } from 'node:fs';
+import * as tf from '@tensorflow/tfjs-core';
+import { loadLM, readConfig, readWeights } from '../src/core/model/folder';
+import { isF16Matrix } from '../src/core/model/f16-base';
+import { lmFromArrays, lmParamSpecs } from '../src/core/model/causal-lm';
+import { mapLlamaTensors } from '../src/core/model/hfnames';
+import { isLlamaConfig } from '../src/core/model/config';
+import { nodeFiles } from '../src/cli/files-node';
+import { nodeBindingLimit, setNodeBackend } from '../src/cli/backend-node';
+import { flushTfjs, replayBackend, tensorBuffer } from '../src/core/kernels/webgpu-replay';
+
+const args = process.argv.slice(2);
+const dir = args[0];
+const half = args.includes('--half');
+const together = args.includes('--together');
+const backendAt = args.indexOf('--backend');
+const backend = backendAt >= 0 ? args[backendAt + 1] : 'webgpu';
+if (!dir || dir.startsWith('--')) {
+  console.error('usage: tsx scripts/load-memory.ts DIR [--half] [--backend webgpu|wasm] [--together]');
+  process.exit(2);
+}
+
+/** Kilobytes of a /proc/self/status field, as bytes. */
+function status(field: 'VmHWM' | 'VmRSS'): number {
+  const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync('/proc/self/status', 'utf8'));
+  return m ? Number(m[1]) * 1024 : NaN;
+}
+
+await setNodeBackend(backend);
+// Warm the backend up so that its own start-up is in the baseline.
+tf.tidy(() => tf.add(tf.ones([4]), 1).dataSync());
+const files = nodeFiles(dir);
+const opts = {
+  trainable: false,
+  label: 'policy',
+  maxBindingBytes: nodeBindingLimit(),
+  ...(half ? { baseDtype: 'f16' as const } : {}),
+};
+const baselineRss = status('VmRSS');
+let model;
+if (together) {
+  const config = await readConfig(files);
+  if (!isLlamaConfig(config)) throw new Error('--together measures a Llama-family folder');
+  const { file, path } = await readWeights(
+    files,
+    'model.safetensors',
+    'model.safetensors',
+    half ? (n) => isF16Matrix(n.startsWith('model.') ? n.slice('model.'.length) : n) : undefined,
+  );
+  const arrays = mapLlamaTensors(file, lmParamSpecs(config), path, { tied: config.tie_word_embeddings });
+  file.tensors.clear();
+  model = lmFromArrays(config, arrays, false, 'policy', opts);
+  arrays.clear();
+} else {
+  model = (await loadLM(files, opts)).model;
+}
+const gpu = replayBackend();
+let weightBytes = 0;
+for (const v of model.params.values()) {
+  weightBytes += v.size * 4; // f32 and packed words (int32) alike
+  if (gpu) tensorBuffer(gpu, v);
+}
+if (gpu) {
+  flushTfjs(gpu);
+  await gpu.queue.onSubmittedWorkDone();
+}
+const global = globalThis as { gc?: () => void };
+global.gc?.();
+console.log(
+  JSON.stringify({
+    mode: together ? 'together' : 'loadLM',
+    backend,
+    half,
+    weightBytes,
+    baselineRss,
+    peakOverBaseline: status('VmHWM') - baselineRss,
+    residentOverBaseline: status('VmRSS') - baselineRss,
+    peakOverWeights: status('VmHWM') - baselineRss - weightBytes,
+  }),
+);
