@@ -10,7 +10,8 @@ import { watchConsole } from './console';
  * one; a 4096-id vocabulary, as the f16 slice tests use, since the real 151 936 rows made the step alone take 6.5
  * minutes on SwiftShader; random BF16 weights made here by scripts/make-random-model.ts, never committed; sharded in
  * two files with their index, as Qwen3-1.7B ships, and read by the worker from the picked Files by ranges) is picked
- * on WebGPU with LoRA and "baseDtype" "f16" set in the link. The model card names Qwen3 and its 2 × 2048 shape, the
+ * on WebGPU with LoRA and "baseDtype" "f16" set in the link (the picker lists the full-size Qwen3-1.7B and
+ * Qwen2.5-1.5B with the worker's verdict: they fit with the f16 base). The model card names Qwen3 and its 2 × 2048 shape, the
  * memory estimate holds the frozen base in f16 (its bytes halved, and said so), and a GRPO step runs on that base:
  * the step counter, the charts' newest values and the sample table show it. The smallest run that is still GRPO (one
  * group of 2 samples, one token each, a one-word prompt) keeps it to about 2.7 minutes on 2 cores.
@@ -94,6 +95,17 @@ test('the Qwen3-1.7B slice loads; the estimate holds its base in f16; one GRPO s
   await page.goto(`/?backend=webgpu#${RUN}`);
   await expect(page.getByTestId('backend-badge')).toHaveAttribute('data-backend', 'webgpu');
   await expect(page.getByTestId('model-summary')).toContainText('built-in tiny');
+  // The picker lists seed 003's sizes with the worker's verdict for this device and this link's LoRA and f16 base:
+  // the run's fixed bytes or, more here, the load's peak a weight at a time (weights, the embedding's values on the
+  // host and its bytes in the file): Qwen3-1.7B 3.44 + 0.62 + 0.62 GB, Qwen2.5-1.5B 3.09 + 0.47 + 0.47 GB.
+  const fit = (label: string) =>
+    page.locator('label.choice').filter({ hasText: label }).getByTestId('model-fit');
+  await expect(fit('Qwen3-1.7B (Hub)')).toHaveText(
+    /^ · fits with the base in f16 \(≈ 4\.7 GB of \d+\.\d GB before activations\)$/,
+  );
+  await expect(fit('Qwen2.5-1.5B-Instruct (Hub)')).toHaveText(
+    /^ · fits with the base in f16 \(≈ 4\.0 GB of \d+\.\d GB before activations\)$/,
+  );
   await page.locator('input[type=radio][value=files]').check();
   await page.getByLabel('Model files').setInputFiles(FILES.map((f) => path.join(dir, f)));
   await button('Load model').click();

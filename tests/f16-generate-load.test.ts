@@ -265,6 +265,15 @@ describe('the model picker’s verdicts: which Llama / Qwen sizes fit this devic
    * heap's growth step (96 MiB: size.ts WASM_HEAP_GROWTH_BYTES).
    */
   const FIT06_WASM = FIT06_F32 + 4 * 28 * 15_728_640 + 100_663_296; // 4 327 211 008: "4.3 GB"
+  /**
+   * On WebGPU the verdict takes the larger of those and the load's peak (a Hub file through Cache Storage, read a
+   * tensor at a time, 2 bytes a parameter): the weights, the embedding's values on the host and its bytes in the
+   * file. Qwen3-1.7B: LOAD_F16 with the file's embedding (2 × EMBED) in place of the whole file, and in f32.
+   */
+  const LOADR_F16 = BASE_F16 + 2 * EMBED + 2 * EMBED; // 4 686 057 472: "4.7 GB" (FIT_F16 3.6 GB)
+  const LOADR_F32 = BASE_F32 + 4 * EMBED + 2 * EMBED; // 8 749 289 472: "8.7 GB" (FIT_F32 7.0 GB)
+  /** Qwen3-0.6B in f32: its embedding 151 936 × 1024 = 155 582 464 values. */
+  const LOADR06_F32 = 4 * 596_049_920 + 6 * 155_582_464; // 3 317 694 464: "3.3 GB" (FIT06_F32 2.5 GB)
 
   it('the counts are the estimate’s (weights, adapters, Adam, gradients; no activations)', async () => {
     const { estimateRunMemory, fixedBytes, runMemoryOptions } = await import('../src/core/model/size');
@@ -274,6 +283,10 @@ describe('the model picker’s verdicts: which Llama / Qwen sizes fit this devic
     expect(fixedBytes(estimateRunMemory(qwen3, none, opts))).toBe(FIT_F32);
     expect(fixedBytes(estimateRunMemory(qwen06, none, opts))).toBe(FIT06_F32);
     expect(fixedBytes(estimateRunMemory(qwen06, none, { ...opts, heap: 'wasm' }))).toBe(FIT06_WASM);
+    expect(loadMemory(qwen3, 'f16', null, true).total).toBe(LOADR_F16);
+    expect(loadMemory(qwen3, 'f32', null, true).total).toBe(LOADR_F32);
+    expect(loadMemory(qwen06, 'f32', null, true).total).toBe(LOADR06_F32);
+    expect([LOADR_F16, LOADR_F32, LOADR06_F32]).toEqual([4_686_057_472, 8_749_289_472, 3_317_694_464]);
   });
 
   it('WebGPU at the 8 GB browser budget: Qwen3-1.7B only with the base in f16; Qwen3-0.6B either way', async () => {
@@ -281,19 +294,19 @@ describe('the model picker’s verdicts: which Llama / Qwen sizes fit this devic
     const gpu: DeviceLimits = { backend: 'webgpu' };
     expect(modelFit(qwen3, grpo(), gpu, BUDGET_8GB)).toEqual({
       fits: true,
-      text: 'fits only with the base in f16 (≈ 3.6 GB of 5.2 GB before activations; ≈ 7.0 GB in f32)',
+      text: 'fits only with the base in f16 (≈ 4.7 GB of 5.2 GB before activations; ≈ 8.7 GB in f32)',
     });
     expect(modelFit(qwen3, grpo({ lora: 8, baseDtype: 'f16' }), gpu, BUDGET_8GB)).toEqual({
       fits: true,
-      text: 'fits with the base in f16 (≈ 3.6 GB of 5.2 GB before activations)',
+      text: 'fits with the base in f16 (≈ 4.7 GB of 5.2 GB before activations)',
     });
     expect(modelFit(qwen3, grpo(), gpu, 3e9)).toEqual({
       fits: false,
-      text: 'does not fit: needs ≈ 3.6 GB with the base in f16, 3.0 GB here',
+      text: 'does not fit: needs ≈ 4.7 GB with the base in f16, 3.0 GB here',
     });
     expect(modelFit(qwen06, grpo(), gpu, BUDGET_8GB)).toEqual({
       fits: true,
-      text: 'fits with LoRA r=8 (≈ 2.5 GB of 5.2 GB before activations)',
+      text: 'fits with LoRA r=8 (≈ 3.3 GB of 5.2 GB before activations)',
     });
     // A GPU whose one-buffer limit is under a block matrix (6144 × 2048 f32 = 48 MiB).
     expect(
@@ -307,11 +320,11 @@ describe('the model picker’s verdicts: which Llama / Qwen sizes fit this devic
     expect(formatBudget(memoryBudget(wasm, BUDGET_8GB).bytes)).toBe('4.1 GB');
     expect(modelFit(qwen06, grpo(), wasm, BUDGET_8GB)).toEqual({
       fits: false,
-      text: 'needs WebGPU (≈ 2.5 GB of 5.2 GB before activations there; ≈ 4.3 GB here, over 4.1 GB)',
+      text: 'needs WebGPU (≈ 3.3 GB of 5.2 GB before activations there; ≈ 4.3 GB here, over 4.1 GB)',
     });
     expect(modelFit(qwen3, grpo(), { backend: 'cpu' }, BUDGET_8GB)).toEqual({
       fits: false,
-      text: 'needs WebGPU for the f16 base (≈ 3.6 GB of 5.2 GB before activations there; ≈ 7.0 GB here in f32, over 5.2 GB)',
+      text: 'needs WebGPU for the f16 base (≈ 4.7 GB of 5.2 GB before activations there; ≈ 7.0 GB here in f32, over 5.2 GB)',
     });
     expect(modelFit(qwen3, grpo(), { backend: 'cpu' }, 3e9)).toEqual({
       fits: false,
@@ -325,9 +338,13 @@ describe('the model picker’s verdicts: which Llama / Qwen sizes fit this devic
     const fits = sources.modelFits(grpo());
     expect(Object.keys(fits)).toEqual(Object.keys(LLAMA_SHAPES));
     expect(fits['qwen3-1.7b'].text).toBe(
-      'fits only with the base in f16 (≈ 3.6 GB of 5.2 GB before activations; ≈ 7.0 GB in f32)',
+      'fits only with the base in f16 (≈ 4.7 GB of 5.2 GB before activations; ≈ 8.7 GB in f32)',
     );
-    expect(fits['qwen3-0.6b'].text).toBe('fits with LoRA r=8 (≈ 2.5 GB of 5.2 GB before activations)');
+    expect(fits['qwen3-0.6b'].text).toBe('fits with LoRA r=8 (≈ 3.3 GB of 5.2 GB before activations)');
+    // Qwen2.5-1.5B: 3.09 GB of weights in f16 and its embedding twice (151 936 × 1536 × 2 bytes each).
+    expect(fits['qwen2.5-1.5b'].text).toBe(
+      'fits only with the base in f16 (≈ 4.0 GB of 5.2 GB before activations; ≈ 7.6 GB in f32)',
+    );
   });
 });
 

@@ -24,13 +24,15 @@ describe('UI catalog', () => {
     ]);
   });
 
-  it('lists SmolLM2-135M-Instruct, Qwen2.5-0.5B-Instruct and Qwen3-0.6B with their parameters and bf16 downloads', () => {
+  it('lists SmolLM2-135M, Qwen2.5-0.5B / 1.5B-Instruct, Qwen3-0.6B / 1.7B with their parameters and bf16 downloads', () => {
     // The published configs (LLAMA_SHAPES) give the parameter count; the Hub's model.safetensors is bf16 (2 bytes a
     // parameter), and Qwen3-0.6B's file stores its tied lm_head (vocab × hidden) a second time.
     const hub: Record<string, { shape: LlamaShapeName; family: string; headStored: boolean }> = {
       'HuggingFaceTB/SmolLM2-135M-Instruct': { shape: 'smollm2-135m', family: 'Llama', headStored: false },
       'Qwen/Qwen2.5-0.5B-Instruct': { shape: 'qwen2.5-0.5b', family: 'Qwen2', headStored: false },
       'Qwen/Qwen3-0.6B': { shape: 'qwen3-0.6b', family: 'Qwen3', headStored: true },
+      'Qwen/Qwen2.5-1.5B-Instruct': { shape: 'qwen2.5-1.5b', family: 'Qwen2', headStored: false },
+      'Qwen/Qwen3-1.7B': { shape: 'qwen3-1.7b', family: 'Qwen3', headStored: true },
     };
     for (const [id, want] of Object.entries(hub)) {
       const choice = MODEL_CHOICES.find((m) => m.id === id);
@@ -52,7 +54,7 @@ describe('UI catalog', () => {
 
   it('only Llama / Qwen entries name a shape, each one of LLAMA_SHAPES', () => {
     const shapes = MODEL_CHOICES.filter((m) => m.shape !== undefined).map((m) => m.shape);
-    expect(shapes).toEqual(['smollm2-135m', 'qwen2.5-0.5b', 'qwen3-0.6b']);
+    expect(shapes).toEqual(['smollm2-135m', 'qwen2.5-0.5b', 'qwen3-0.6b', 'qwen2.5-1.5b', 'qwen3-1.7b']);
     for (const s of shapes) expect(Object.keys(LLAMA_SHAPES)).toContain(s);
   });
 

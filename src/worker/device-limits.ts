@@ -398,8 +398,9 @@ const NO_BATCH = { batchSize: 0, miniBatches: 1, promptLength: 0, responseLength
 /**
  * Whether a LoRA run of `config` fits this device (the picker's verdict, protocol.ts ModelFit): its weights, adapters,
  * optimiser state and copies (fixedBytes: the activations depend on the batch and prompts, which the picker does not
- * know) against the budget Start uses (memoryBudget: on WASM the heap's share), with the base in f16 where the run's
- * config asks for it on WebGPU, or where only f16 would fit. LoRA at the config's rank, else r=8 (what the app
+ * know) — on WebGPU, or where WebGPU is named, the load's peak when that is more (loadMemory) — against the budget
+ * Start uses (memoryBudget: on WASM the heap's share), with the base in f16 where the run's config asks for it on
+ * WebGPU, or where only f16 would fit. LoRA at the config's rank, else r=8 (what the app
  * preselects for these models); the value model as the config's algorithm has it; a function reward.
  */
 export function modelFit(
@@ -415,8 +416,14 @@ export function modelFit(
   // Here: on WASM the heap's count (XNNPACK's packed copies) against its share; the f16 base is WebGPU's, counted
   // as tensor bytes against the device budget.
   const budget = memoryBudget(limits, deviceBudgetBytes).bytes;
-  const f32 = fixed(backend === 'wasm' ? { ...opts, heap: 'wasm' } : opts);
-  const half = isLlamaFamily(config.model_type) ? fixed({ ...opts, baseDtype: 'f16' }) : null;
+  // On WebGPU the larger of the run's fixed bytes and what loading the model holds at its peak (loadMemory: a Hub
+  // model's file through Cache Storage, read a tensor at a time): the load counts the file's bytes and a weight's
+  // host copy beside the weights, which can be more than the adapters and optimiser state the run adds.
+  const onGpu = (o: RunMemoryOptions) =>
+    Math.max(fixed(o), loadMemory(config, o.baseDtype ?? 'f32', null, true).total);
+  const half = isLlamaFamily(config.model_type) ? onGpu({ ...opts, baseDtype: 'f16' }) : null;
+  const f32 =
+    backend === 'wasm' ? fixed({ ...opts, heap: 'wasm' }) : backend === 'webgpu' ? onGpu(opts) : fixed(opts);
   const of = (n: number, b: number) => `≈ ${formatGB(n)} of ${formatGB(b)} before activations`;
   if (backend === 'webgpu') {
     try {
@@ -447,9 +454,9 @@ export function modelFit(
   }
   // Elsewhere (WASM, CPU): what WebGPU would hold, against the device budget.
   const here = (how = '') => `≈ ${formatGB(f32)} here${how}, over ${formatGB(budget)}`;
-  const onGpu = backend === 'wasm' ? fixed(opts) : f32;
-  if (onGpu <= deviceBudgetBytes) {
-    return { fits: false, text: `needs WebGPU (${of(onGpu, deviceBudgetBytes)} there; ${here()})` };
+  const there = onGpu(opts);
+  if (there <= deviceBudgetBytes) {
+    return { fits: false, text: `needs WebGPU (${of(there, deviceBudgetBytes)} there; ${here()})` };
   }
   if (half !== null && half <= deviceBudgetBytes) {
     return {

@@ -448,8 +448,9 @@ export class ModelSources {
   }
 
   /**
-   * The size of `name`'s model.safetensors when its bytes are held here (picked files), else null: loading in f16
-   * counts the file it packs from (device-limits.ts loadMemory), estimated at 2 bytes a parameter when unknown.
+   * The size of `name`'s model.safetensors when its bytes are held here (picked files), else null: loading a
+   * Llama-family model counts the file it decodes from (device-limits.ts loadMemory), estimated at 2 bytes a
+   * parameter when unknown.
    */
   weightsFileBytes(name: string): number | null {
     const files = this.held.get(name);
@@ -478,7 +479,7 @@ export class ModelSources {
     const files = this.files(name);
     const config = await readConfig(files);
     checkDeviceLimits(config, files.label, this.deviceLimits, 'load');
-    // Loading to generate: the weights, and their copy on the way in (and, in f16, the file they are packed from).
+    // Loading to generate: the weights and what the load holds on the way in (device-limits.ts loadMemory).
     const baseDtype = this.generateBaseDtype(cfg, config.model_type);
     const problem = loadMemoryProblem(config, files.label, {
       baseDtype,

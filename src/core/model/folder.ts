@@ -26,6 +26,7 @@ import {
 } from './safetensors';
 import {
   checkTiedHead,
+  tiedHeadDiffers,
   hfTensorName,
   llamaTensorName,
   mapHfTensors,
@@ -155,6 +156,10 @@ export interface WeightsReader {
   tensors: Map<string, { dtype: string; shape: number[] }>;
   /** One tensor's values, read by its byte range and decoded (packed f16 where `half` says so). */
   read(name: string): Promise<WeightData>;
+  /** Bytes [from, to) of one tensor's data as stored (OpenedSafetensors.bytes). */
+  bytes(name: string, from: number, to: number): Promise<Uint8Array>;
+  /** The byte length of one tensor's data as stored. */
+  byteLength(name: string): number;
   /** Close every file it opened; `ok` false: on the way out of an error, whose message a close never hides. */
   close(ok?: boolean): Promise<void>;
 }
@@ -180,6 +185,8 @@ export async function openWeights(
       path,
       tensors: new Map(opened.entries.map((e) => [e.name, { dtype: e.dtype, shape: e.shape }])),
       read: (name) => opened.read(name),
+      bytes: (name, from, to) => opened.bytes(name, from, to),
+      byteLength: (name) => opened.byteLength(name),
       close: (ok) => opened.close(ok),
     };
   }
@@ -238,14 +245,17 @@ export async function openWeights(
     await closeAll(false);
     throw e;
   }
+  const shardOf = (name: string) => {
+    const part = where.get(name);
+    if (!part) throw new Error(`${path}: no tensor "${name}" in its shards.`);
+    return part;
+  };
   return {
     path,
     tensors,
-    read: (name) => {
-      const part = where.get(name);
-      if (!part) throw new Error(`${path}: no tensor "${name}" in its shards.`);
-      return part.read(name);
-    },
+    read: (name) => shardOf(name).read(name),
+    bytes: (name, from, to) => shardOf(name).bytes(name, from, to),
+    byteLength: (name) => shardOf(name).byteLength(name),
     close: closeAll,
   };
 }
@@ -321,6 +331,29 @@ async function readFamilyTensors(
   return mapFamilyTensors(config, file as SafetensorsFile, specs, path);
 }
 
+/** Bytes compared at a time when a tied model's file repeats its embedding (checkTiedHeadStored). */
+const COMPARE_CHUNK = 16 << 20;
+
+/**
+ * A tied model's file that repeats the embedding as `lm_head.weight` (Qwen3-0.6B and Qwen3-1.7B do) must repeat it
+ * bit for bit: compared as stored, a chunk of each at a time, so the check never holds the two whole. Stored in
+ * different dtypes, the two are decoded and compared as the model would hold them.
+ */
+async function checkTiedHeadStored(reader: WeightsReader, head: string, embedding: string): Promise<void> {
+  const headDtype = reader.tensors.get(head)!.dtype;
+  const n = reader.byteLength(head);
+  if (headDtype !== reader.tensors.get(embedding)!.dtype || n !== reader.byteLength(embedding)) {
+    checkTiedHead(await reader.read(head), await reader.read(embedding), reader.path, embedding);
+    return;
+  }
+  for (let at = 0; at < n; at += COMPARE_CHUNK) {
+    const to = Math.min(n, at + COMPARE_CHUNK);
+    const a = await reader.bytes(head, at, to);
+    const b = await reader.bytes(embedding, at, to);
+    for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) tiedHeadDiffers(reader.path, embedding);
+  }
+}
+
 /** Which of a Llama-family file's tensors the f16 base packs (its large matrices), by file name. */
 function halfMatrix(name: string): boolean {
   return isF16Matrix(name.startsWith('model.') ? name.slice('model.'.length) : name);
@@ -345,13 +378,12 @@ async function streamLlamaWeights<T>(
   let ok = false;
   try {
     const plan = planLlamaTensors(reader.tensors, specs, reader.path, { tied: config.tie_word_embeddings });
+    if (plan.tiedHead)
+      await checkTiedHeadStored(reader, plan.tiedHead, plan.keys.get('embed_tokens.weight')!);
     const out = await build(async (spec) => {
       const key = plan.keys.get(spec.name);
       if (key === undefined) throw new Error(`streamLlamaWeights: no tensor planned for "${spec.name}".`);
-      const data = await reader.read(key);
-      if (spec.name === 'embed_tokens.weight' && plan.tiedHead)
-        checkTiedHead(await reader.read(plan.tiedHead), data, reader.path, key);
-      return data;
+      return reader.read(key);
     });
     ok = true;
     return out;

@@ -290,7 +290,8 @@ export function planLlamaTensors(
   return { keys, tiedHead: tiedHead?.key ?? null };
 }
 
-function tiedHeadDiffers(fileName: string, embKey: string): never {
+/** Refuse a tied model's `lm_head.weight` that differs from its embedding, in words. */
+export function tiedHeadDiffers(fileName: string, embKey: string): never {
   throw new UserError(
     `${fileName}: tensor "lm_head.weight" differs from "${embKey}", but config.json says "tie_word_embeddings": ` +
       'true; set it to false for a model with its own LM head.',

@@ -382,6 +382,10 @@ export interface OpenedSafetensors {
   metadata: Record<string, string> | null;
   /** One tensor's values, read by its byte range and decoded (to packed f16 where `half` says so). */
   read(name: string): Promise<WeightData>;
+  /** Bytes [from, to) of one tensor's data as stored (to compare tensors without decoding them). */
+  bytes(name: string, from: number, to: number): Promise<Uint8Array>;
+  /** The byte length of one tensor's data as stored. */
+  byteLength(name: string): number;
   /**
    * Close the file. `ok` false (the caller is leaving on an error): a failure to close is swallowed, so that it
    * never hides the error that stopped the read.
@@ -411,15 +415,26 @@ export async function openSafetensorsRanged(
   }
   const byName = new Map(header.entries.map((e) => [e.name, e]));
   const { dataStart } = header;
+  const entry = (name: string) => {
+    const e = byName.get(name);
+    if (!e) throw new Error(`${fileName}: no tensor "${name}" in its header.`);
+    return e;
+  };
   return {
     entries: header.entries.map((e) => ({ name: e.name, dtype: e.dtype, shape: e.shape })),
     metadata: header.metadata,
     async read(name) {
-      const e = byName.get(name);
-      if (!e) throw new Error(`${fileName}: no tensor "${name}" in its header.`);
+      const e = entry(name);
       const bytes = await readExactly(file, dataStart + e.begin, dataStart + e.end, fileName);
       return decodeEntry(bytes, 0, { ...e, begin: 0, end: e.end - e.begin }, fileName, opts);
     },
+    async bytes(name, from, to) {
+      const e = entry(name);
+      if (from < 0 || to < from || e.begin + to > e.end)
+        throw new Error(`${fileName}: bytes [${from}, ${to}) are outside tensor "${name}".`);
+      return readExactly(file, dataStart + e.begin + from, dataStart + e.begin + to, fileName);
+    },
+    byteLength: (name) => entry(name).end - entry(name).begin,
     async close(ok = true) {
       await file.close?.().catch((err: unknown) => {
         if (ok) throw err;

@@ -57,6 +57,21 @@ export const MODEL_CHOICES: readonly ModelChoice[] = [
     label: 'Qwen3-0.6B (Hub)',
     note: 'Qwen3, 596M parameters, ~1.5 GB download (bf16)',
   },
+  // Issue #36: seed 003's sizes, for WebGPU with the base in f16 (the picker's verdict says where they fit). Their
+  // weights are read a tensor at a time and placed on the device one by one (docs/models.md, "Reading a weights
+  // file"): Qwen2.5-1.5B's one 3.1 GB file, Qwen3-1.7B's two shards (its tied lm_head stored a second time).
+  {
+    id: 'Qwen/Qwen2.5-1.5B-Instruct',
+    shape: 'qwen2.5-1.5b',
+    label: 'Qwen2.5-1.5B-Instruct (Hub)',
+    note: 'Qwen2, 1544M parameters, ~3.1 GB download (bf16)',
+  },
+  {
+    id: 'Qwen/Qwen3-1.7B',
+    shape: 'qwen3-1.7b',
+    label: 'Qwen3-1.7B (Hub)',
+    note: 'Qwen3, 1721M parameters, ~4.1 GB download (bf16)',
+  },
 ];
 
 const HUB_ID = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
