@@ -124,7 +124,7 @@ test('(d) Hub loader: progress while downloading, then served from Cache Storage
   expect(refused.error).toEqual({
     name: 'UserError',
     message: expect.stringMatching(
-      /^some-org\/tiny has 0\.0 M parameters \(0\.0 GB of weights\); loading it needs twice that, over the 0\.0 GB budget here\. Choose a smaller model/,
+      /^some-org\/tiny has 0\.0 M parameters \(0\.0 GB of weights\); loading it needs ≈ 0\.0 GB: the weights, and while they load, a weight at a time, the largest weight's values on the host \(0\.00 GB\) and .*; that is over the 0\.0 GB budget here\. Choose a smaller model/,
     ) as unknown as string,
   });
   expect(weights()).toBe(0);

@@ -13,7 +13,8 @@
  */
 import { readFileSync } from 'node:fs';
 import * as tf from '@tensorflow/tfjs-core';
-import { loadLM, readConfig, readWeights } from '../src/core/model/folder';
+import { loadLM, mapFamilyTensors, readConfig, readWeights } from '../src/core/model/folder';
+import type { SafetensorsFile } from '../src/core/model/safetensors';
 import { isF16Matrix } from '../src/core/model/f16-base';
 import { lmFromArrays, lmParamSpecs } from '../src/core/model/causal-lm';
 import { mapLlamaTensors } from '../src/core/model/hfnames';
@@ -53,14 +54,15 @@ const baselineRss = status('VmRSS');
 let model;
 if (together) {
   const config = await readConfig(files);
-  if (!isLlamaConfig(config)) throw new Error('--together measures a Llama-family folder');
   const { file, path } = await readWeights(
     files,
     'model.safetensors',
     'model.safetensors',
     half ? (n) => isF16Matrix(n.startsWith('model.') ? n.slice('model.'.length) : n) : undefined,
   );
-  const arrays = mapLlamaTensors(file, lmParamSpecs(config), path, { tied: config.tie_word_embeddings });
+  const arrays = isLlamaConfig(config)
+    ? mapLlamaTensors(file, lmParamSpecs(config), path, { tied: config.tie_word_embeddings })
+    : mapFamilyTensors(config, file as SafetensorsFile, lmParamSpecs(config), path);
   file.tensors.clear();
   model = lmFromArrays(config, arrays, false, 'policy', opts);
   arrays.clear();

@@ -76,7 +76,6 @@ describe('what loading a model to generate counts (pure)', () => {
       file: FILE_BF16,
       fileKnown: false,
       ranged: false,
-      streamed: true,
       total: LOAD_F32,
     });
     expect(LOAD_F32).toBe(11_568_109_568);
@@ -87,25 +86,33 @@ describe('what loading a model to generate counts (pure)', () => {
       file: FILE_BF16,
       fileKnown: false,
       ranged: false,
-      streamed: true,
       total: LOAD_F16,
     });
     expect(LOAD_F16).toBe(7_504_877_568);
     expect(loadMemory(qwen3, 'f16', 4e9).total).toBe(BASE_F16 + 2 * EMBED + 4e9);
   });
 
-  it('GPT-2 (decoded whole, uploaded at first use): the weights and their copy, no file counted', () => {
+  it('GPT-2 a weight at a time too: in f32 (never f16), its file estimated at 4 bytes a parameter', () => {
     const gpt2 = parseModelConfig({ model_type: 'gpt2', ...GPT2_JSON }, 'gpt2');
-    const weights = 4 * paramCount(gpt2);
-    expect(loadMemory(gpt2, 'f16', 5e8, true)).toEqual({
+    // wte 50 257 × 768 = 38 597 376, wpe 1024 × 768 = 786 432, 12 blocks × 7 087 872, ln_f 1536.
+    const P2 = 38_597_376 + 786_432 + 12 * 7_087_872 + 1536;
+    expect(paramCount(gpt2)).toBe(P2);
+    expect(P2).toBe(124_439_808);
+    const WTE = 4 * 38_597_376; // 154 389 504: the largest weight's f32 values
+    expect(loadMemory(gpt2, 'f16')).toEqual({
       baseDtype: 'f32',
-      weights,
-      hostCopy: weights,
-      file: 0,
+      weights: 4 * P2,
+      hostCopy: WTE,
+      file: 4 * P2,
+      fileKnown: false,
+      ranged: false,
+      total: 8 * P2 + WTE,
+    });
+    // Read by ranges from a 500 MB file: wte's share of its bytes.
+    expect(loadMemory(gpt2, 'f32', 5e8, true)).toMatchObject({
+      file: Math.ceil((5e8 / P2) * 38_597_376),
       fileKnown: true,
-      ranged: true,
-      streamed: false,
-      total: 2 * weights,
+      total: 4 * P2 + WTE + Math.ceil((5e8 / P2) * 38_597_376),
     });
   });
 
@@ -197,7 +204,6 @@ describe('loading a Qwen3-1.7B-shaped folder to generate (checkMemory "load", co
         file: largest,
         fileKnown: true,
         ranged: true,
-        streamed: true,
         total: BASE_F16 + 2 * EMBED + largest,
       });
       expect(await sources.generateLoadOptions('qwen3-1.7b', cfg({ baseDtype: 'f16' }))).toEqual({

@@ -15,10 +15,22 @@ import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
-import { loadLM, loadScalar, memoryFiles, readWeights, type ModelFiles } from '../src/core/model/folder';
+import {
+  loadLM,
+  loadScalar,
+  mapFamilyTensors,
+  memoryFiles,
+  readWeights,
+  type ModelFiles,
+} from '../src/core/model/folder';
 import { lmFromArrays, lmParamSpecs } from '../src/core/model/causal-lm';
 import { mapLlamaTensors } from '../src/core/model/hfnames';
-import { readSafetensors, writeSafetensors, type RangedFile } from '../src/core/model/safetensors';
+import {
+  readSafetensors,
+  writeSafetensors,
+  type RangedFile,
+  type SafetensorsFile,
+} from '../src/core/model/safetensors';
 import { parseModelConfig, isLlamaConfig } from '../src/core/model/config';
 import { ScalarModel } from '../src/core/model/heads';
 import { scoreHeadSpecs } from '../src/core/model/specs';
@@ -29,14 +41,30 @@ import { refusal } from './helpers/qwen3-config-only';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 
 const FIXTURES = path.resolve(import.meta.dirname, 'fixtures/parity-llama');
-const FAMILIES = ['llama-tiny', 'qwen2-tiny', 'qwen3-tiny'] as const;
+const GPT2_FIXTURES = path.resolve(import.meta.dirname, 'fixtures/parity');
+/** Tiny folders of each family: Llama, Qwen2, Qwen3, and GPT-2 with and without the `transformer.` prefix. */
+const FAMILIES = ['llama-tiny', 'qwen2-tiny', 'qwen3-tiny', 'gpt2/tiny-prefixed', 'gpt2/tiny-plain'] as const;
 
 function fixture(name: string): Map<string, Uint8Array> {
+  const dir = name.startsWith('gpt2/') ? path.join(GPT2_FIXTURES, name.slice(5)) : path.join(FIXTURES, name);
   const m = new Map<string, Uint8Array>();
   for (const n of ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']) {
-    m.set(n, new Uint8Array(readFileSync(path.join(FIXTURES, name, n))));
+    try {
+      m.set(n, new Uint8Array(readFileSync(path.join(dir, n))));
+    } catch {
+      // the GPT-2 fixtures have no tokenizer files (the built-in GPT-2 tokenizer serves)
+    }
   }
   return m;
+}
+
+/** A safetensors file's tensors as writeSafetensors takes them. */
+function tensorsOf(bytes: Uint8Array) {
+  return [...readSafetensors(bytes, 'model.safetensors').tensors].map(([name, t]) => ({
+    name,
+    shape: t.shape,
+    data: t.data,
+  }));
 }
 
 /**
@@ -84,14 +112,15 @@ function watched(
 /** The model the whole-file path builds (every tensor decoded first, then the model made from the arrays). */
 async function wholeFileModel(files: ModelFiles, half: boolean) {
   const config = parseModelConfig(JSON.parse(new TextDecoder().decode((await files.read('config.json'))!)));
-  if (!isLlamaConfig(config)) throw new Error('a Llama-family fixture');
   const { file, path: p } = await readWeights(
     files,
     'model.safetensors',
     'weights',
     half ? (n) => isF16Matrix(n.replace(/^model\./, '')) : undefined,
   );
-  const arrays = mapLlamaTensors(file, lmParamSpecs(config), p, { tied: config.tie_word_embeddings });
+  const arrays = isLlamaConfig(config)
+    ? mapLlamaTensors(file, lmParamSpecs(config), p, { tied: config.tie_word_embeddings })
+    : mapFamilyTensors(config, file as SafetensorsFile, lmParamSpecs(config), p);
   return lmFromArrays(config, arrays, false, 'whole', half ? { baseDtype: 'f16' } : {});
 }
 
@@ -228,6 +257,65 @@ describe('loadLM a weight at a time (CPU backend)', () => {
         'the family config.json names?',
     );
     expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it('GPT-2: a repeated lm_head.weight loads when it is wte, is refused when it differs; score.bias must be 0', async () => {
+    const folder = fixture('gpt2/tiny-prefixed');
+    // (This fixture stores lm_head.weight already, as GPT2LMHeadModel saves it.)
+    const tensors = tensorsOf(folder.get('model.safetensors')!).filter((t) => t.name !== 'lm_head.weight');
+    const wte = tensors.find((t) => t.name === 'transformer.wte.weight')!;
+    const withHead = (data: Float32Array) =>
+      new Map(folder).set(
+        'model.safetensors',
+        writeSafetensors([...tensors, { name: 'lm_head.weight', shape: wte.shape, data }]),
+      );
+    const { model } = await loadLM(watched('same', withHead(wte.data as Float32Array)), { trainable: false });
+    model.dispose();
+    const other = Float32Array.from(wte.data as Float32Array, (x, i) => (i === 3 ? x + 1 : x));
+    const before = tf.memory().numTensors;
+    expect(await refusal(() => loadLM(watched('differs', withHead(other)), { trainable: false }))).toBe(
+      `differs/model.safetensors: tensor "lm_head.weight" (shape [${wte.shape.join(', ')}]) differs from ` +
+        `"transformer.wte.weight" (shape [${wte.shape.join(', ')}]); untied LM heads are not supported, ` +
+        'lm_head.weight must equal wte.weight.',
+    );
+    // A reward model whose file has a nonzero score.bias: refused before any weight is made.
+    const rmTensors = tensorsOf(
+      new Uint8Array(readFileSync(path.join(GPT2_FIXTURES, 'tiny-prefixed', 'reward_model.safetensors'))),
+    );
+    const biased = new Map(folder).set(
+      'reward_model.safetensors',
+      writeSafetensors([...rmTensors, { name: 'score.bias', shape: [1], data: Float32Array.of(0.5) }]),
+    );
+    expect(await refusal(() => loadScalar(watched('biased', biased), 'reward_model.safetensors'))).toBe(
+      'biased/reward_model.safetensors: tensor "score.bias" is nonzero; score.bias is not supported ' +
+        '(GPT2ForSequenceClassification has no bias; a zero bias is accepted and dropped).',
+    );
+    expect(tf.memory().numTensors).toBe(before);
+  });
+
+  it('loadScalar: a GPT-2 reward model a weight at a time, the same as from its arrays', async () => {
+    const folder = fixture('gpt2/tiny-prefixed');
+    const bytes = new Uint8Array(
+      readFileSync(path.join(GPT2_FIXTURES, 'tiny-prefixed', 'reward_model.safetensors')),
+    );
+    const config = parseModelConfig(JSON.parse(new TextDecoder().decode(folder.get('config.json')!)));
+    const arrays = mapFamilyTensors(
+      config,
+      readSafetensors(bytes, 'rm'),
+      [...lmParamSpecs(config), ...scoreHeadSpecs(config)],
+      'rm',
+    );
+    const expected = ScalarModel.fromArrays(config, arrays, false, 'expected');
+    const rm = new Map(folder).set('reward_model.safetensors', bytes);
+    const got = await loadScalar(watched('rm', rm), 'reward_model.safetensors', { trainable: false });
+    const ids = tf.tensor2d([[1, 2, 3, 4]], [1, 4], 'int32');
+    const mask = tf.ones([1, 4], 'int32') as tf.Tensor2D;
+    const a = got.values(ids, mask);
+    const b = expected.values(ids, mask);
+    expect(Array.from(await a.data())).toEqual(Array.from(await b.data()));
+    tf.dispose([ids, mask, a, b]);
+    got.dispose();
+    expected.dispose();
   });
 });
 

@@ -191,27 +191,24 @@ export interface LoadMemory {
   /** The weights as the model holds them (baseWeightBytes: under "f16" the large matrices at 2 bytes a value). */
   weights: number;
   /**
-   * Their values on the host on the way in. GPT-2: all of them (its weights are decoded whole, then uploaded at
-   * first use). The Llama families load a weight at a time (core/model/folder.ts → Llama.fromReader, each weight
-   * placed on the device before the next is read): the largest weight's values, packed f16 words or f32.
+   * Their values on the host on the way in: a model loads a weight at a time (core/model/folder.ts →
+   * Llama.fromReader / GPT2.fromReader, each weight placed on the device before the next is read), so the largest
+   * weight's values, packed f16 words or f32.
    */
   hostCopy: number;
   /**
-   * The bytes of the safetensors file held while they are decoded (Llama families; 0 for GPT-2, whose F32 file's
-   * arrays are views of its bytes): the whole file, or where it is read one tensor at a time (`ranged`) its largest
-   * tensor. The file's size is `fileBytes` when known, else 2 bytes a parameter (a bf16 / f16 file, as the Hub
-   * publishes these models).
+   * The bytes of the safetensors file held while they are decoded: the whole file, or where it is read one tensor
+   * at a time (`ranged`) its largest tensor. The file's size is `fileBytes` when known, else as the Hub publishes
+   * the family: 2 bytes a parameter for the Llama families (bf16), 4 for GPT-2 (f32).
    */
   file: number;
-  /** Whether the file's size is known (false: estimated at 2 bytes a parameter). */
+  /** Whether the file's size is known (false: estimated from the parameters, `file`). */
   fileKnown: boolean;
   /**
    * Whether the file is read one tensor at a time (picked Files, a folder on disk, Cache Storage:
    * core/model/folder.ts openWeights): then `file` is its largest tensor's bytes, not the whole file.
    */
   ranged: boolean;
-  /** Whether the weights go in one at a time (the Llama families): `hostCopy` is then one weight's. */
-  streamed: boolean;
   total: number;
 }
 
@@ -241,23 +238,11 @@ export function loadMemory(
   const llama = isLlamaFamily(config.model_type);
   const half = baseDtype === 'f16' && llama;
   const weights = baseWeightBytes(config, half ? 'f16' : 'f32');
-  if (!llama) {
-    return {
-      baseDtype: 'f32',
-      weights,
-      hostCopy: weights,
-      file: 0,
-      fileKnown: true,
-      ranged,
-      streamed: false,
-      total: 2 * weights,
-    };
-  }
   const largest = largestTensorParams(config);
   // The largest weight is a vocabulary matrix, which the f16 base packs (f16-base.ts isF16Matrix).
   const hostCopy = largest * (half ? F16_BYTES : 4);
   const fileKnown = fileBytes !== undefined && fileBytes !== null;
-  const whole = fileKnown ? fileBytes : 2 * paramCount(config);
+  const whole = fileKnown ? fileBytes : (llama ? 2 : 4) * paramCount(config);
   // Read by ranges, the file's bytes in memory at once are one tensor's, at the file's bytes per value.
   const file = ranged ? Math.ceil((whole / paramCount(config)) * largest) : whole;
   return {
@@ -267,19 +252,19 @@ export function loadMemory(
     file,
     fileKnown,
     ranged,
-    streamed: true,
     total: weights + hostCopy + file,
   };
 }
 
-/** What a Llama-family load holds besides its weights, in words (LoadMemory). */
-function loadExtras(need: LoadMemory): string {
+/** What a load holds besides its weights, in words (LoadMemory). */
+function loadExtras(need: LoadMemory, config: LMConfig): string {
+  const stored = isLlamaFamily(config.model_type) ? 'bf16' : 'f32';
   const file = need.ranged
     ? `its bytes in the file (${need.fileKnown ? '' : '≈ '}${formatGB(need.file, 2)}` +
-      `${need.fileKnown ? '' : ' if stored in bf16'}; the file is read a tensor at a time)`
+      `${need.fileKnown ? '' : ` if stored in ${stored}`}; the file is read a tensor at a time)`
     : need.fileKnown
       ? `the ${formatGB(need.file, 2)} safetensors file`
-      : `the safetensors file (≈ ${formatGB(need.file, 2)} if stored in bf16)`;
+      : `the safetensors file (≈ ${formatGB(need.file, 2)} if stored in ${stored})`;
   return (
     `and while they load, a weight at a time, the largest weight's values on the host ` +
     `(${formatGB(need.hostCopy, 2)}) and ${file}`
@@ -313,14 +298,12 @@ export function loadMemoryProblem(
   if (need.baseDtype === 'f16') {
     return (
       `Loading ${label} with the base in f16 needs ≈ ${formatGB(need.total)}: ${formatGB(need.weights, 2)} of ` +
-      `weights (the large matrices in f16), ${loadExtras(need)}; that is ${over}. Choose a smaller model.`
+      `weights (the large matrices in f16), ${loadExtras(need, config)}; that is ${over}. Choose a smaller model.`
     );
   }
-  const words = need.streamed
-    ? `${label} has ${millions(paramCount(config))} parameters (${formatGB(need.weights)} of weights); loading ` +
-      `it needs ≈ ${formatGB(need.total)}: the weights, ${loadExtras(need)}; that is ${over}.`
-    : `${label} has ${millions(paramCount(config))} parameters (${formatGB(need.weights)} of weights); loading ` +
-      `it needs twice that, ${over}.`;
+  const words =
+    `${label} has ${millions(paramCount(config))} parameters (${formatGB(need.weights)} of weights); loading ` +
+    `it needs ≈ ${formatGB(need.total)}: the weights, ${loadExtras(need, config)}; that is ${over}.`;
   const half =
     o.offerF16 !== false && isLlamaFamily(config.model_type)
       ? loadMemory(config, 'f16', o.fileBytes, o.ranged)

@@ -4,15 +4,9 @@
  * `ModelFiles` (Node reads a directory, the browser reads Files, a zip, Cache Storage or fetch).
  */
 import { checkBaseDtype, isF16Matrix, type BaseDtype, type WeightData } from './f16-base';
-import {
-  isLlamaConfig,
-  modelConfigToJson,
-  parseModelConfig,
-  type LlamaConfig,
-  type LMConfig,
-} from './config';
+import { isLlamaConfig, modelConfigToJson, parseModelConfig, type LMConfig } from './config';
 import type { GPT2Options } from './gpt2';
-import { lmFromArrays, lmParamSpecs, type CausalLM } from './causal-lm';
+import { lmParamSpecs, type CausalLM } from './causal-lm';
 import { ScalarModel } from './heads';
 import {
   bytesFile,
@@ -25,7 +19,10 @@ import {
   type SafetensorsFile,
 } from './safetensors';
 import {
-  checkTiedHead,
+  checkHfScoreBias,
+  hfLmHeadDiffers,
+  planHfTensors,
+  sameBits,
   tiedHeadDiffers,
   hfTensorName,
   llamaTensorName,
@@ -35,6 +32,7 @@ import {
   toHfTensors,
 } from './hfnames';
 import { Llama } from './llama';
+import { GPT2 } from './gpt2';
 import { scoreHeadSpecs, type ParamSpec } from './specs';
 import { tokenizerForFolder } from '../tokenizer';
 import type { Tokenizer } from '../tokenizer/types';
@@ -310,48 +308,30 @@ export function mapFamilyTensors(
     : mapHfTensors(file, specs, path);
 }
 
-/**
- * Read a weights file (or its shards) for a model built with `baseDtype`: with "f16" (Llama families) the large
- * matrices are decoded from the file's bytes straight to packed f16 (safetensors.ts ReadHalfOptions; no f32 copy of
- * them), the rest to f32. Otherwise as readSafetensors + mapFamilyTensors.
- */
-async function readFamilyTensors(
-  config: LMConfig,
-  files: ModelFiles,
-  fileName: string,
-  what: string,
-  specs: ParamSpec[],
-  baseDtype: BaseDtype | undefined,
-): Promise<Map<string, WeightData>> {
-  if (baseDtype === 'f16' && isLlamaConfig(config)) {
-    const { file, path } = await readWeights(files, fileName, what, halfMatrix);
-    return mapLlamaTensors(file, specs, path, { tied: config.tie_word_embeddings });
-  }
-  const { file, path } = await readWeights(files, fileName, what);
-  return mapFamilyTensors(config, file as SafetensorsFile, specs, path);
-}
-
-/** Bytes compared at a time when a tied model's file repeats its embedding (checkTiedHeadStored). */
+/** Bytes compared at a time when a file repeats its embedding as a head (sameStoredBytes). */
 const COMPARE_CHUNK = 16 << 20;
 
 /**
- * A tied model's file that repeats the embedding as `lm_head.weight` (Qwen3-0.6B and Qwen3-1.7B do) must repeat it
- * bit for bit: compared as stored, a chunk of each at a time, so the check never holds the two whole. Stored in
- * different dtypes, the two are decoded and compared as the model would hold them.
+ * Whether two tensors of a weights file hold the same bits: compared as stored, a chunk of each at a time, so that
+ * the check never holds the two whole. Stored in different dtypes, they are decoded and compared as the model would
+ * hold them (`decoded`).
  */
-async function checkTiedHeadStored(reader: WeightsReader, head: string, embedding: string): Promise<void> {
-  const headDtype = reader.tensors.get(head)!.dtype;
-  const n = reader.byteLength(head);
-  if (headDtype !== reader.tensors.get(embedding)!.dtype || n !== reader.byteLength(embedding)) {
-    checkTiedHead(await reader.read(head), await reader.read(embedding), reader.path, embedding);
-    return;
-  }
+async function sameStoredBytes(
+  reader: WeightsReader,
+  a: string,
+  b: string,
+  decoded: (a: WeightData, b: WeightData) => boolean,
+): Promise<boolean> {
+  const n = reader.byteLength(a);
+  if (reader.tensors.get(a)!.dtype !== reader.tensors.get(b)!.dtype || n !== reader.byteLength(b))
+    return decoded(await reader.read(a), await reader.read(b));
   for (let at = 0; at < n; at += COMPARE_CHUNK) {
     const to = Math.min(n, at + COMPARE_CHUNK);
-    const a = await reader.bytes(head, at, to);
-    const b = await reader.bytes(embedding, at, to);
-    for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) tiedHeadDiffers(reader.path, embedding);
+    const x = await reader.bytes(a, at, to);
+    const y = await reader.bytes(b, at, to);
+    for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
   }
+  return true;
 }
 
 /** Which of a Llama-family file's tensors the f16 base packs (its large matrices), by file name. */
@@ -360,13 +340,14 @@ function halfMatrix(name: string): boolean {
 }
 
 /**
- * A Llama-family model's weights read a weight at a time (openWeights, planLlamaTensors): the header checked
- * against `specs` first, then `build` asks for each weight's values in turn, so that it can place one on the device
- * and let its host copy go before the next is read (Llama.fromReader). A tied model's repeated `lm_head.weight` is
- * read and compared with the embedding while both are at hand. The files are closed when done.
+ * A model's weights read a weight at a time (openWeights; planLlamaTensors or planHfTensors): the header checked
+ * against `specs` first, and what needs data besides (a head that repeats the embedding, GPT-2's `score.bias`),
+ * then `build` asks for each weight's values in turn, so that it can place one on the device and let its host copy
+ * go before the next is read (Llama.fromReader, GPT2.fromReader). With `baseDtype` "f16" a Llama-family file's
+ * large matrices are decoded straight to packed f16. The files are closed when done.
  */
-async function streamLlamaWeights<T>(
-  config: LlamaConfig,
+async function streamWeights<T>(
+  config: LMConfig,
   files: ModelFiles,
   fileName: string,
   what: string,
@@ -374,15 +355,35 @@ async function streamLlamaWeights<T>(
   baseDtype: BaseDtype | undefined,
   build: (read: (spec: ParamSpec) => Promise<WeightData>) => Promise<T>,
 ): Promise<T> {
-  const reader = await openWeights(files, fileName, what, baseDtype === 'f16' ? halfMatrix : undefined);
+  const llama = isLlamaConfig(config);
+  const half = llama && baseDtype === 'f16' ? halfMatrix : undefined;
+  const reader = await openWeights(files, fileName, what, half);
   let ok = false;
   try {
-    const plan = planLlamaTensors(reader.tensors, specs, reader.path, { tied: config.tie_word_embeddings });
-    if (plan.tiedHead)
-      await checkTiedHeadStored(reader, plan.tiedHead, plan.keys.get('embed_tokens.weight')!);
+    let keys: Map<string, string>;
+    if (isLlamaConfig(config)) {
+      const plan = planLlamaTensors(reader.tensors, specs, reader.path, { tied: config.tie_word_embeddings });
+      keys = plan.keys;
+      const emb = keys.get('embed_tokens.weight')!;
+      if (plan.tiedHead) {
+        const head = plan.tiedHead;
+        if (!(await sameStoredBytes(reader, head, emb, sameBits))) tiedHeadDiffers(reader.path, emb);
+      }
+    } else {
+      const plan = planHfTensors(reader.tensors, specs, reader.path);
+      keys = plan.keys;
+      if (plan.lmHead !== null && plan.wte !== null) {
+        const lm = plan.lmHead;
+        const wte = plan.wte;
+        const shape = reader.tensors.get(wte)!.shape;
+        if (!(await sameStoredBytes(reader, lm, wte, sameBits)))
+          hfLmHeadDiffers(reader.path, reader.tensors.get(lm)!.shape, { key: wte, shape });
+      }
+      if (plan.scoreBias !== null) checkHfScoreBias(await reader.read(plan.scoreBias), reader.path);
+    }
     const out = await build(async (spec) => {
-      const key = plan.keys.get(spec.name);
-      if (key === undefined) throw new Error(`streamLlamaWeights: no tensor planned for "${spec.name}".`);
+      const key = keys.get(spec.name);
+      if (key === undefined) throw new Error(`streamWeights: no tensor planned for "${spec.name}".`);
       return reader.read(key);
     });
     ok = true;
@@ -424,18 +425,12 @@ export async function loadLM(
     ...(opts.baseDtype ? { baseDtype: opts.baseDtype } : {}),
   };
   const specs = lmParamSpecs(config);
-  // The Llama families a weight at a time (Llama.fromReader); GPT-2 (f32 only, ≤ 774M) from the whole file's arrays.
-  const model: CausalLM = isLlamaConfig(config)
-    ? await streamLlamaWeights(config, files, file, what, specs, opts.baseDtype, (read) =>
-        Llama.fromReader(config, read, trainable, label, modelOpts),
-      )
-    : lmFromArrays(
-        config,
-        await readFamilyTensors(config, files, file, what, specs, opts.baseDtype),
-        trainable,
-        label,
-        modelOpts,
-      );
+  // A weight at a time onto the device (docs/models.md, "Reading a weights file").
+  const model = await streamWeights<CausalLM>(config, files, file, what, specs, opts.baseDtype, (read) =>
+    isLlamaConfig(config)
+      ? Llama.fromReader(config, read, trainable, label, modelOpts)
+      : GPT2.fromReader(config, async (spec) => f32Of(await read(spec), spec), trainable, label, modelOpts),
+  );
   return { config, tokenizer, model };
 }
 
@@ -461,13 +456,17 @@ export async function loadScalar(
     maxBindingBytes: opts.maxBindingBytes,
     ...(baseDtype ? { baseDtype } : {}),
   };
-  if (!isLlamaConfig(config)) {
-    const arrays = await readFamilyTensors(config, files, file, what, specs, baseDtype);
-    return ScalarModel.fromArrays(config, arrays, trainable, label, modelOpts);
-  }
-  // The Llama families a weight at a time, as loadLM: the trunk, then the head.
-  return streamLlamaWeights(config, files, file, what, specs, baseDtype, async (read) => {
-    const trunk = await Llama.fromReader(config, read, trainable, label, modelOpts);
+  // A weight at a time, as loadLM: the trunk, then the head.
+  return streamWeights(config, files, file, what, specs, baseDtype, async (read) => {
+    const trunk: CausalLM = isLlamaConfig(config)
+      ? await Llama.fromReader(config, read, trainable, label, modelOpts)
+      : await GPT2.fromReader(
+          config,
+          async (spec) => f32Of(await read(spec), spec),
+          trainable,
+          label,
+          modelOpts,
+        );
     let head: WeightData;
     try {
       head = await read(scoreHeadSpecs(config)[0]);
@@ -477,6 +476,12 @@ export async function loadScalar(
     }
     return ScalarModel.withHead(trunk, head, trainable);
   });
+}
+
+/** A GPT-2 weight's values: f32 always (nothing packs them; a packed one would be a bug). */
+function f32Of(data: WeightData, spec: ParamSpec): Float32Array {
+  if (!(data instanceof Float32Array)) throw new Error(`GPT-2 weight "${spec.name}" was not read as f32.`);
+  return data;
 }
 
 export function configBytes(config: LMConfig): Uint8Array {

@@ -25,7 +25,8 @@ function isScoreName(name: string): boolean {
   return name.startsWith('score.');
 }
 
-function sameBits(a: Float32Array | HalfArray, b: Float32Array | HalfArray): boolean {
+/** Whether two weights hold the same bits (f32 values, or packed f16 words). */
+export function sameBits(a: Float32Array | HalfArray, b: Float32Array | HalfArray): boolean {
   if (a instanceof HalfArray || b instanceof HalfArray) {
     if (!(a instanceof HalfArray && b instanceof HalfArray)) return false;
     return sameBits(
@@ -40,31 +41,44 @@ function sameBits(a: Float32Array | HalfArray, b: Float32Array | HalfArray): boo
   return true;
 }
 
+/** Where each spec's tensor is in a GPT-2 file, from its header alone (planHfTensors). */
+export interface HfTensorPlan {
+  /** Spec name → the file's tensor name. */
+  keys: Map<string, string>;
+  /** A `lm_head.weight` in the file, which must equal `wte.weight` bit for bit (checkHfLmHead); else null. */
+  lmHead: string | null;
+  /** The file's name of `wte.weight` (with or without the prefix), where it has one. */
+  wte: string | null;
+  /** A `score.bias` in the file, which must be zero (checkHfScoreBias); else null. */
+  scoreBias: string | null;
+}
+
 /**
- * Pick the data of every spec out of a safetensors file in HF names, keyed by spec name.
- * Throws a UserError naming the file and the tensor for a missing tensor, a wrong shape, a name given
- * both with and without the prefix, an untied `lm_head.weight`, a nonzero `score.bias` the specs lack,
- * or tensors the model does not use (unless listed in `opts.allowExtra`).
+ * Which tensor of a GPT-2 file (names and shapes from its header) is each spec's, checked: a missing tensor, a
+ * wrong shape, a name given both with and without the prefix, a `lm_head.weight` without `wte.weight` or of
+ * another shape, tensors the model does not use (unless listed in `opts.allowExtra`) — each a UserError naming the
+ * file and the tensor. What needs the data (the head's bits, `score.bias`'s zeros) is checked by checkHfLmHead and
+ * checkHfScoreBias.
  */
-export function mapHfTensors(
-  file: SafetensorsFile,
+export function planHfTensors(
+  shapes: Map<string, { shape: number[] }>,
   specs: ParamSpec[],
   fileName: string,
   opts: { allowExtra?: string[] } = {},
-): Map<string, Float32Array> {
+): HfTensorPlan {
   const specByName = new Map(specs.map((s) => [s.name, s]));
   const allowExtra = new Set(opts.allowExtra ?? []);
-  type Found = { key: string; shape: number[]; data: Float32Array };
+  type Found = { key: string; shape: number[] };
   const found = new Map<string, Found>();
   const extras: string[] = [];
   let lmHead: Found | null = null;
   let wte: Found | null = null;
   let scoreBias: Found | null = null;
 
-  for (const [key, t] of file.tensors) {
+  for (const [key, t] of shapes) {
     const prefixed = key.startsWith(PREFIX);
     const base = prefixed ? key.slice(PREFIX.length) : key;
-    const entry: Found = { key, shape: t.shape, data: t.data };
+    const entry: Found = { key, shape: t.shape };
 
     if (ATTN_BUFFER.test(base)) continue;
     if (base === 'wte.weight') wte = entry;
@@ -93,7 +107,7 @@ export function mapHfTensors(
     extras.push(key);
   }
 
-  const out = new Map<string, Float32Array>();
+  const keys = new Map<string, string>();
   const missing = specs.filter((s) => !found.has(s.name));
   if (missing.length > 0) {
     const s = missing[0];
@@ -120,7 +134,7 @@ export function mapHfTensors(
         `${fileName}: tensor "${f.key}" has shape ${fmtShape(f.shape)}, expected ${fmtShape(s.shape)}.${hint}`,
       );
     }
-    out.set(s.name, f.data);
+    keys.set(s.name, f.key);
   }
 
   if (lmHead !== null) {
@@ -132,22 +146,7 @@ export function mapHfTensors(
       );
     }
     const w: Found = wte;
-    if (!sameShape(lm.shape, w.shape) || !sameBits(lm.data, w.data)) {
-      throw new UserError(
-        `${fileName}: tensor "lm_head.weight" (shape ${fmtShape(lm.shape)}) differs from "${w.key}" ` +
-          `(shape ${fmtShape(w.shape)}); untied LM heads are not supported, lm_head.weight must equal wte.weight.`,
-      );
-    }
-  }
-
-  if (scoreBias !== null) {
-    const sb: Found = scoreBias;
-    if (!sb.data.every((v) => v === 0)) {
-      throw new UserError(
-        `${fileName}: tensor "score.bias" is nonzero; score.bias is not supported ` +
-          `(GPT2ForSequenceClassification has no bias; a zero bias is accepted and dropped).`,
-      );
-    }
+    if (!sameShape(lm.shape, w.shape)) hfLmHeadDiffers(fileName, lm.shape, w);
   }
 
   if (extras.length > 0) {
@@ -161,6 +160,56 @@ export function mapHfTensors(
         `not part of this GPT-2 model; is the file for a different model or config?`,
     );
   }
+  return {
+    keys,
+    lmHead: lmHead?.key ?? null,
+    wte: wte?.key ?? null,
+    scoreBias: scoreBias?.key ?? null,
+  };
+}
+
+/** Refuse a GPT-2 `lm_head.weight` that is not `wte.weight`, in words. */
+export function hfLmHeadDiffers(
+  fileName: string,
+  lmShape: readonly number[],
+  wte: { key: string; shape: readonly number[] },
+): never {
+  throw new UserError(
+    `${fileName}: tensor "lm_head.weight" (shape ${fmtShape(lmShape)}) differs from "${wte.key}" ` +
+      `(shape ${fmtShape(wte.shape)}); untied LM heads are not supported, lm_head.weight must equal wte.weight.`,
+  );
+}
+
+/** A GPT-2 file's `score.bias` (HfTensorPlan.scoreBias) must be zero: GPT2ForSequenceClassification has none. */
+export function checkHfScoreBias(data: Float32Array | HalfArray, fileName: string): void {
+  const values = data instanceof HalfArray ? data.words : data;
+  if (!values.every((v) => v === 0)) {
+    throw new UserError(
+      `${fileName}: tensor "score.bias" is nonzero; score.bias is not supported ` +
+        `(GPT2ForSequenceClassification has no bias; a zero bias is accepted and dropped).`,
+    );
+  }
+}
+
+/**
+ * Pick the data of every spec out of a safetensors file in HF names, keyed by spec name (planHfTensors), with
+ * the checks that need the data: a `lm_head.weight` must be `wte.weight` bit for bit, a `score.bias` zero.
+ */
+export function mapHfTensors(
+  file: SafetensorsFile,
+  specs: ParamSpec[],
+  fileName: string,
+  opts: { allowExtra?: string[] } = {},
+): Map<string, Float32Array> {
+  const plan = planHfTensors(file.tensors, specs, fileName, opts);
+  const out = new Map<string, Float32Array>();
+  for (const [name, key] of plan.keys) out.set(name, file.tensors.get(key)!.data);
+  if (plan.lmHead !== null && plan.wte !== null) {
+    const lm = file.tensors.get(plan.lmHead)!;
+    const w = file.tensors.get(plan.wte)!;
+    if (!sameBits(lm.data, w.data)) hfLmHeadDiffers(fileName, lm.shape, { key: plan.wte, shape: w.shape });
+  }
+  if (plan.scoreBias !== null) checkHfScoreBias(file.tensors.get(plan.scoreBias)!.data, fileName);
   return out;
 }
 
