@@ -551,6 +551,19 @@ export class ModelSources {
         check.problem = (e as Error).message;
       }
     }
+    // On WebGPU the run first loads its policy a weight at a time, whose peak (the weights, the largest weight's host
+    // copy and its bytes in the file: loadMemory) can be over the run's own count when the batch is small; the
+    // picker's verdicts count it the same way (modelFit).
+    if (!check.problem && backend === 'webgpu') {
+      check.problem = loadMemoryProblem(config, files.label, {
+        baseDtype: opts.baseDtype ?? 'f32',
+        lora: cfg.lora,
+        backend,
+        budgetBytes: budget.bytes,
+        fileBytes: this.weightsFileBytes(cfg.model),
+        ranged: this.readsWeightsByRanges(cfg.model),
+      });
+    }
     if (f16Refusal) check.problem = check.problem ? `${f16Refusal} ${check.problem}` : f16Refusal;
     return check;
   }
