@@ -20,7 +20,7 @@ import { conv1d, layerNorm, mergedConv1dWeight, type Conv1dEpilogue } from './op
 import { causalPaddingBias, causalSelfAttention, decodeAttention, keyPaddingBias } from './attention';
 import { LoraAdapters, loraModuleShape } from './lora';
 import { linearDecodeWebGpu, webGpuLinearDecodeApplies } from '../kernels/webgpu-linear';
-import { settleOnDevice } from '../kernels/webgpu-replay';
+import { buildParams, buildParamsFromReader, checkedValues } from './build-params';
 import type { LayerKV } from '../kernels/definitions';
 import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
@@ -91,23 +91,13 @@ export class GPT2 implements CausalLM {
     checkBaseDtype(opts.baseDtype, { trainable, family: 'gpt2' });
     const id = nextModelId(label);
     const rows = embeddingChunkRows(config, opts.maxBindingBytes);
-    const params = new Map<string, tf.Variable>();
-    try {
-      for (const spec of trunkParamSpecs(config)) {
-        for (const [name, v] of GPT2.variablesOf(spec, arrays.get(spec.name), rows, id, trainable))
-          params.set(name, v);
-      }
-    } catch (e) {
-      for (const v of params.values()) v.dispose();
-      throw e;
-    }
-    return new GPT2(config, params, id, rows);
+    const pieces = (spec: ParamSpec) => GPT2.layout(spec, checkedValues(spec, arrays.get(spec.name)), rows);
+    return new GPT2(config, buildParams(trunkParamSpecs(config), pieces, id, trainable), id, rows);
   }
 
   /**
-   * fromArrays a weight at a time (as Llama.fromReader): `read` gives each spec's values in trunkParamSpecs' order;
-   * each becomes variables and, on WebGPU, goes to the device before the next is read. On an error every variable
-   * made so far is disposed.
+   * fromArrays a weight at a time (model/build-params.ts): `read` gives each spec's values in trunkParamSpecs'
+   * order; each becomes variables and, on WebGPU, goes to the device before the next is read.
    */
   static async fromReader(
     config: GPT2Config,
@@ -119,48 +109,13 @@ export class GPT2 implements CausalLM {
     checkBaseDtype(opts.baseDtype, { trainable, family: 'gpt2' });
     const id = nextModelId(label);
     const rows = embeddingChunkRows(config, opts.maxBindingBytes);
-    const params = new Map<string, tf.Variable>();
-    try {
-      for (const spec of trunkParamSpecs(config)) {
-        const made = GPT2.variablesOf(spec, await read(spec), rows, id, trainable);
-        for (const [name, v] of made) params.set(name, v);
-        await settleOnDevice(made.map(([, v]) => v));
-      }
-    } catch (e) {
-      for (const v of params.values()) v.dispose();
-      throw e;
-    }
-    return new GPT2(config, params, id, rows);
-  }
-
-  /** One spec's variables from its values (checked against its shape), wte split into row chunks where asked. */
-  private static variablesOf(
-    spec: ParamSpec,
-    data: Float32Array | undefined,
-    rows: number,
-    id: string,
-    trainable: boolean,
-  ): [string, tf.Variable][] {
-    if (!data)
-      throw new UserError(`model weights: tensor "${spec.name}" of shape [${spec.shape}] is missing.`);
-    const size = spec.shape.reduce((a, b) => a * b, 1);
-    if (data.length !== size) {
-      throw new UserError(
-        `model weights: tensor "${spec.name}" has ${data.length} values, expected shape [${spec.shape}] (${size}).`,
-      );
-    }
-    const out: [string, tf.Variable][] = [];
-    try {
-      for (const [name, shape, part] of GPT2.layout(spec, data, rows)) {
-        const init = tf.tensor(part, shape, 'float32');
-        out.push([name, tf.variable(init, trainable, `${id}/${name}`)]);
-        init.dispose(); // the variable holds its own reference to the data
-      }
-    } catch (e) {
-      for (const [, v] of out) v.dispose();
-      throw e;
-    }
-    return out;
+    const pieces = async (spec: ParamSpec) => GPT2.layout(spec, checkedValues(spec, await read(spec)), rows);
+    return new GPT2(
+      config,
+      await buildParamsFromReader(trunkParamSpecs(config), pieces, id, trainable),
+      id,
+      rows,
+    );
   }
 
   /** A parameter's in-memory pieces: itself, or for wte under a binding limit its row chunks (subarray views). */

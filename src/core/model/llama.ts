@@ -37,7 +37,7 @@ import type { LazyTensor } from './safetensors';
 import type { LoraAdapters } from './lora';
 import { loraModuleShape } from './lora';
 import { isPackedF16, packedShape } from '../kernels/webgpu-f16';
-import { settleOnDevice } from '../kernels/webgpu-replay';
+import { buildParams, buildParamsFromReader, checkedValues, type WeightPieces } from './build-params';
 import {
   asF32Tensor,
   checkBaseDtype,
@@ -229,24 +229,15 @@ export class Llama implements CausalLM {
     checkBaseDtype(opts.baseDtype, { trainable, family: config.model_type });
     const id = nextModelId(label);
     const rows = embeddingChunkRows(config, opts.maxBindingBytes);
-    const params = new Map<string, tf.Variable>();
-    try {
-      for (const spec of llamaParamSpecs(config)) {
-        for (const [name, v] of Llama.variablesOf(spec, arrays.get(spec.name), rows, id, trainable, opts))
-          params.set(name, v);
-      }
-    } catch (e) {
-      for (const v of params.values()) v.dispose();
-      throw e;
-    }
-    return new Llama(config, params, id, rows);
+    const pieces = (spec: ParamSpec) => Llama.pieces(spec, arrays.get(spec.name), rows, opts);
+    return new Llama(config, buildParams(llamaParamSpecs(config), pieces, id, trainable), id, rows);
   }
 
   /**
-   * fromArrays a weight at a time: `read` gives each spec's values (in llamaParamSpecs' order), which become
-   * variables and, on WebGPU, go to the device (settleOnDevice) before the next is read. Loading then holds one
-   * weight's values on the host besides what the model holds, not a second copy of the whole model (docs/models.md,
-   * "Reading a weights file"). On an error every variable made so far is disposed.
+   * fromArrays a weight at a time (model/build-params.ts): `read` gives each spec's values (in llamaParamSpecs'
+   * order), which become variables and, on WebGPU, go to the device (settleOnDevice) before the next is read.
+   * Loading then holds one weight's values on the host besides what the model holds, not a second copy of the whole
+   * model (docs/models.md, "Reading a weights file").
    */
   static async fromReader(
     config: LlamaConfig,
@@ -258,52 +249,30 @@ export class Llama implements CausalLM {
     checkBaseDtype(opts.baseDtype, { trainable, family: config.model_type });
     const id = nextModelId(label);
     const rows = embeddingChunkRows(config, opts.maxBindingBytes);
-    const params = new Map<string, tf.Variable>();
-    try {
-      for (const spec of llamaParamSpecs(config)) {
-        const made = Llama.variablesOf(spec, await read(spec), rows, id, trainable, opts);
-        for (const [name, v] of made) params.set(name, v);
-        await settleOnDevice(made.map(([, v]) => v));
-      }
-    } catch (e) {
-      for (const v of params.values()) v.dispose();
-      throw e;
-    }
-    return new Llama(config, params, id, rows);
+    const pieces = async (spec: ParamSpec) => Llama.pieces(spec, await read(spec), rows, opts);
+    return new Llama(
+      config,
+      await buildParamsFromReader(llamaParamSpecs(config), pieces, id, trainable),
+      id,
+      rows,
+    );
   }
 
-  /** One spec's variables from its values (checked against its shape), split into vocabulary chunks where asked. */
-  private static variablesOf(
+  /**
+   * One spec's pieces from its values (checked against its shape): under baseDtype "f16" a large matrix as packed
+   * words [rows, cols / 2] (int32), frozen (docs/models.md, "The frozen base in f16"); the vocabulary matrices in
+   * row chunks where asked.
+   */
+  private static pieces(
     spec: ParamSpec,
     data: WeightData | undefined,
     rows: number,
-    id: string,
-    trainable: boolean,
     opts: GPT2Options,
-  ): [string, tf.Variable][] {
-    if (!data)
-      throw new UserError(`model weights: tensor "${spec.name}" of shape [${spec.shape}] is missing.`);
-    const size = spec.shape.reduce((a, b) => a * b, 1);
-    if (data.length !== size) {
-      throw new UserError(
-        `model weights: tensor "${spec.name}" has ${data.length} values, expected shape [${spec.shape}] (${size}).`,
-      );
-    }
-    // baseDtype "f16": the large matrices as packed words [rows, cols / 2] (int32), frozen (docs/models.md, "The frozen base in f16").
+  ): WeightPieces {
+    const checked = checkedValues(spec, data);
     const packed = opts.baseDtype === 'f16' && isF16Matrix(spec.name);
-    const values: Float32Array | Int32Array = packed ? packedWords(data) : f32Values(data);
-    const out: [string, tf.Variable][] = [];
-    try {
-      for (const [name, shape, part] of Llama.layout(spec, values, rows, packed)) {
-        const init = tf.tensor(part, shape, packed ? 'int32' : 'float32');
-        out.push([name, tf.variable(init, trainable, `${id}/${name}`)]);
-        init.dispose();
-      }
-    } catch (e) {
-      for (const [, v] of out) v.dispose();
-      throw e;
-    }
-    return out;
+    const values: Float32Array | Int32Array = packed ? packedWords(checked) : f32Values(checked);
+    return Llama.layout(spec, values, rows, packed);
   }
 
   private static layout<T extends Float32Array | Int32Array>(
