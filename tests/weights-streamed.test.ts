@@ -76,6 +76,7 @@ function watched(
   files: Map<string, Uint8Array>,
   onRead: (file: string, start: number) => void = () => {},
   failAt = Infinity,
+  closeFails = false,
 ): ModelFiles & { closed: Map<string, boolean>; tensorReads: number } {
   const out = {
     label,
@@ -102,6 +103,7 @@ function watched(
         },
         close: async () => {
           out.closed.set(n, true);
+          if (closeFails) throw new Error(`${n}: close failed`);
         },
       };
     },
@@ -182,6 +184,15 @@ describe('loadLM a weight at a time (CPU backend)', () => {
     await expect(loadLM(files, { trainable: false })).rejects.toThrow('disk error at tensor 5');
     expect(tf.memory().numTensors).toBe(before);
     expect(files.closed.get('model.safetensors')).toBe(true);
+  });
+
+  it('a close that fails after the model is built: its error goes on and the model is disposed', async () => {
+    for (const name of ['qwen3-tiny', 'gpt2/tiny-plain']) {
+      const before = tf.memory().numTensors;
+      const files = watched(name, fixture(name), () => {}, Infinity, true);
+      await expect(loadLM(files, { trainable: false })).rejects.toThrow('model.safetensors: close failed');
+      expect(tf.memory().numTensors).toBe(before);
+    }
   });
 
   it('header problems are named before any tensor is read', async () => {

@@ -224,8 +224,10 @@ function largestTensorParams(config: LMConfig): number {
 }
 
 /**
- * What loading `config` to generate holds at its peak (folder.ts loadLM): the weights, their values on the host on
- * the way in and, for the Llama families, the file's bytes they are decoded from (LoadMemory). Measured with
+ * What loading `config` to generate holds at its peak (folder.ts loadLM, a weight at a time): the weights, the
+ * largest weight's values on the host on the way in and its bytes in the file (or the whole file, read whole)
+ * (LoadMemory). Not counted: tfjs's upload buffer for one weight on WebGPU (released once the queue has moved on;
+ * in Chrome in the GPU process). Measured with
  * scripts/load-memory.ts (docs/models.md, "Reading a weights file"): a 12-layer Qwen2.5-1.5B-shaped folder with the
  * base in f16 on SwiftShader peaked 0.30 GB above its 1.59 GB of weights, where this counts 0.93 GB.
  */

@@ -448,9 +448,9 @@ export class ModelSources {
   }
 
   /**
-   * The size of `name`'s model.safetensors when its bytes are held here (picked files), else null: loading a
-   * Llama-family model counts the file it decodes from (device-limits.ts loadMemory), estimated at 2 bytes a
-   * parameter when unknown.
+   * The size of `name`'s model.safetensors (or its shards) when held here (picked files), else null: loading counts
+   * the file it decodes from (device-limits.ts loadMemory), estimated when unknown at 2 bytes a parameter for the
+   * Llama families (bf16) and 4 for GPT-2 (f32).
    */
   weightsFileBytes(name: string): number | null {
     const files = this.held.get(name);

@@ -344,9 +344,10 @@ function halfMatrix(name: string): boolean {
  * against `specs` first, and what needs data besides (a head that repeats the embedding, GPT-2's `score.bias`),
  * then `build` asks for each weight's values in turn, so that it can place one on the device and let its host copy
  * go before the next is read (Llama.fromReader, GPT2.fromReader). With `baseDtype` "f16" a Llama-family file's
- * large matrices are decoded straight to packed f16. The files are closed when done.
+ * large matrices are decoded straight to packed f16. The files are closed when done; a close that fails after the
+ * model was built disposes it before the error goes on (nothing is left on the device).
  */
-async function streamWeights<T>(
+async function streamWeights<T extends { dispose(): void }>(
   config: LMConfig,
   files: ModelFiles,
   fileName: string,
@@ -358,7 +359,7 @@ async function streamWeights<T>(
   const llama = isLlamaConfig(config);
   const half = llama && baseDtype === 'f16' ? halfMatrix : undefined;
   const reader = await openWeights(files, fileName, what, half);
-  let ok = false;
+  let out: T;
   try {
     let keys: Map<string, string>;
     if (isLlamaConfig(config)) {
@@ -381,16 +382,22 @@ async function streamWeights<T>(
       }
       if (plan.scoreBias !== null) checkHfScoreBias(await reader.read(plan.scoreBias), reader.path);
     }
-    const out = await build(async (spec) => {
+    out = await build(async (spec) => {
       const key = keys.get(spec.name);
       if (key === undefined) throw new Error(`streamWeights: no tensor planned for "${spec.name}".`);
       return reader.read(key);
     });
-    ok = true;
-    return out;
-  } finally {
-    await reader.close(ok);
+  } catch (e) {
+    await reader.close(false);
+    throw e;
   }
+  try {
+    await reader.close(true);
+  } catch (e) {
+    out.dispose();
+    throw e;
+  }
+  return out;
 }
 
 /** The file name of a parameter, as the family's *ForCausalLM / *ForSequenceClassification saves it. */

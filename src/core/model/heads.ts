@@ -73,9 +73,13 @@ export class ScalarModel {
       trunk.dispose();
       throw new UserError(`scalar model: tensor "score.weight" of shape [1, ${n}] is missing or mis-sized.`);
     }
-    const init = tf.tensor(w, [1, n]);
-    const score = tf.variable(init, trainable, `${trunk.id}/score.weight`);
-    init.dispose();
+    let score: tf.Variable;
+    try {
+      score = tf.tidy(() => tf.variable(tf.tensor(w, [1, n]), trainable, `${trunk.id}/score.weight`));
+    } catch (e) {
+      trunk.dispose();
+      throw e;
+    }
     return new ScalarModel(trunk, score);
   }
 
