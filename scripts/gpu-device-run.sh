@@ -5,11 +5,13 @@
 # where python3 has torch with CUDA (the Qwen GRPO row's PyTorch side needs transformers and peft too; device.txt
 # says whether they import). The default-plan PPO row and the Qwen GRPO row need no variable: they always run.
 # Results go to $OUT (the device tool brings them back), or to ./gpu-out.
-# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|all] (default all: checks and bench; sweep: the
+# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|load|all] (default all: checks and bench; sweep: the
 # matmul variants of scripts/matmul-sweep.ts; f16: issue #36's f16-base rows, one process per shape so that each
 # reading of GPU memory starts from a fresh device, then Qwen2.5-1.5B at the memory-bounded plan; bounded: that last process alone; profile: GPT-2's decode, GPU kernel times by tf.profile and the
 # host's share by scripts/profile-decode-host.ts; toggles: the matmul sweep again under Dawn toggle sets,
-# PPO_DAWN_TOGGLES). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
+# PPO_DAWN_TOGGLES; load: a full-size Qwen2.5-1.5B-shaped folder with random bf16 weights loaded with the base in
+# f16 a weight at a time and as before 2026-11-30, one process each: host memory, time and the process's GPU memory
+# after the load by scripts/load-memory.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -39,7 +41,7 @@ node=.gpu/bin/node
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
 $node --version >> "$out/device.txt"
 { "$PPO_PYTHON" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tail -1 || true; } >> "$out/device.txt"
-want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
+want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && [ "$1" != load ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
 if want checks; then
   $node .gpu/bundle/gpu-checks.mjs 2>&1 | tee "$out/gpu-checks.txt" | tail -40
 fi
@@ -93,4 +95,12 @@ if want profile; then
   for width in 64 768; do
     $node .gpu/bundle/profile-decode-host.mjs "$width" 16 24 2>&1 | tee "$out/profile-decode-host-$width.txt" | tail -16
   done
+fi
+if want load && [ -f .gpu/bundle/load-memory.mjs ]; then
+  # The first process writes the 3.1 GB folder (about a minute), the second reads it again.
+  for mode in "" --together; do
+    $node --expose-gc .gpu/bundle/load-memory.mjs /tmp/ppo-load-qwen25 --make qwen2.5-1.5b --half $mode \
+      2>&1 | tee -a "$out/load-memory.txt" | tail -1
+  done
+  rm -rf /tmp/ppo-load-qwen25
 fi
