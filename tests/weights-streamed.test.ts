@@ -126,6 +126,18 @@ async function wholeFileModel(files: ModelFiles, half: boolean) {
   return lmFromArrays(config, arrays, false, 'whole', half ? { baseDtype: 'f16' } : {});
 }
 
+/** Two scalar models give the same values, bit for bit, on one short sequence; both are then disposed. */
+async function expectSameScores(got: ScalarModel, expected: ScalarModel): Promise<void> {
+  const ids = tf.tensor2d([[1, 2, 3, 4]], [1, 4], 'int32');
+  const mask = tf.ones([1, 4], 'int32') as tf.Tensor2D;
+  const a = got.values(ids, mask);
+  const b = expected.values(ids, mask);
+  expect(Array.from(await a.data())).toEqual(Array.from(await b.data()));
+  tf.dispose([ids, mask, a, b]);
+  got.dispose();
+  expected.dispose();
+}
+
 /** Every parameter's values, by name (packed f16 words read as int32). */
 async function paramValues(model: { params: Map<string, tf.Variable> }): Promise<Map<string, number[]>> {
   const out = new Map<string, number[]>();
@@ -251,15 +263,8 @@ describe('loadLM a weight at a time (CPU backend)', () => {
     );
     const expected = ScalarModel.fromArrays(config, arrays, false, 'expected');
     const got = await loadScalar(watched('rm', rm), 'model.safetensors', { trainable: false });
-    const ids = tf.tensor2d([[1, 2, 3, 4]], [1, 4], 'int32');
-    const mask = tf.ones([1, 4], 'int32') as tf.Tensor2D;
-    const a = got.values(ids, mask);
-    const b = expected.values(ids, mask);
-    expect(Array.from(await a.data())).toEqual(Array.from(await b.data()));
     expect(Array.from(await got.score.data())).toEqual(Array.from(score));
-    tf.dispose([ids, mask, a, b]);
-    got.dispose();
-    expected.dispose();
+    await expectSameScores(got, expected);
     // Without its head: refused in words, nothing left behind.
     const before = tf.memory().numTensors;
     const noHead = new Map(folder);
@@ -319,14 +324,7 @@ describe('loadLM a weight at a time (CPU backend)', () => {
     const expected = ScalarModel.fromArrays(config, arrays, false, 'expected');
     const rm = new Map(folder).set('reward_model.safetensors', bytes);
     const got = await loadScalar(watched('rm', rm), 'reward_model.safetensors', { trainable: false });
-    const ids = tf.tensor2d([[1, 2, 3, 4]], [1, 4], 'int32');
-    const mask = tf.ones([1, 4], 'int32') as tf.Tensor2D;
-    const a = got.values(ids, mask);
-    const b = expected.values(ids, mask);
-    expect(Array.from(await a.data())).toEqual(Array.from(await b.data()));
-    tf.dispose([ids, mask, a, b]);
-    got.dispose();
-    expected.dispose();
+    await expectSameScores(got, expected);
   });
 });
 

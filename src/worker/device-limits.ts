@@ -20,6 +20,7 @@ import { embeddingChunks } from '../core/model/gpt2';
 import {
   baseWeightBytes,
   F16_BYTES,
+  FLOAT32_BYTES,
   estimateRunMemory,
   fittingMicroBatch,
   microBatchRemedy,
@@ -227,9 +228,9 @@ function largestTensorParams(config: LMConfig): number {
  * What loading `config` to generate holds at its peak (folder.ts loadLM, a weight at a time): the weights, the
  * largest weight's values on the host on the way in and its bytes in the file (or the whole file, read whole)
  * (LoadMemory). Not counted: tfjs's upload buffer for one weight on WebGPU (released once the queue has moved on;
- * in Chrome in the GPU process). Measured with
- * scripts/load-memory.ts (docs/models.md, "Reading a weights file"): a 12-layer Qwen2.5-1.5B-shaped folder with the
- * base in f16 on SwiftShader peaked 0.30 GB above its 1.59 GB of weights, where this counts 0.93 GB.
+ * in Chrome in the GPU process). Measured with scripts/load-memory.ts (docs/models.md, "Reading a weights file"): a
+ * 12-layer Qwen2.5-1.5B-shaped folder with the base in f16 on SwiftShader peaked 0.30 GB above its 1.59 GB of
+ * weights, where this counts 0.93 GB.
  */
 export function loadMemory(
   config: LMConfig,
@@ -242,7 +243,7 @@ export function loadMemory(
   const weights = baseWeightBytes(config, half ? 'f16' : 'f32');
   const largest = largestTensorParams(config);
   // The largest weight is a vocabulary matrix, which the f16 base packs (f16-base.ts isF16Matrix).
-  const hostCopy = largest * (half ? F16_BYTES : 4);
+  const hostCopy = largest * (half ? F16_BYTES : FLOAT32_BYTES);
   const fileKnown = fileBytes !== undefined && fileBytes !== null;
   const whole = fileKnown ? fileBytes : (llama ? 2 : 4) * paramCount(config);
   // Read by ranges, the file's bytes in memory at once are one tensor's, at the file's bytes per value.

@@ -11,6 +11,7 @@
  */
 import type { ModelFiles } from '../core/model/folder';
 import { isShardFile, readConfig, shardIndexName } from '../core/model/folder';
+import type { LMConfig } from '../core/model/config';
 import { bytesFile, type RangedFile } from '../core/model/safetensors';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
 import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
@@ -479,20 +480,34 @@ export class ModelSources {
     const files = this.files(name);
     const config = await readConfig(files);
     checkDeviceLimits(config, files.label, this.deviceLimits, 'load');
-    // Loading to generate: the weights and what the load holds on the way in (device-limits.ts loadMemory).
     const baseDtype = this.generateBaseDtype(cfg, config.model_type);
-    const problem = loadMemoryProblem(config, files.label, {
+    // Without a run's config (a DPO / SFT job's model) there is no f16 base to offer.
+    const problem = this.loadProblem(name, config, baseDtype, cfg?.lora ?? 0, cfg !== undefined);
+    if (problem) throw new UserError(problem);
+    return baseDtype;
+  }
+
+  /**
+   * Why loading `name` (its config `config`) with the base in `baseDtype` would not fit the budget, or null: the
+   * weights and what the load holds on the way in, counted from the files as they are held here
+   * (device-limits.ts loadMemoryProblem).
+   */
+  private loadProblem(
+    name: string,
+    config: LMConfig,
+    baseDtype: BaseDtype,
+    lora: number,
+    offerF16 = true,
+  ): string | null {
+    return loadMemoryProblem(config, this.files(name).label, {
       baseDtype,
-      lora: cfg?.lora ?? 0,
+      lora,
       backend: this.deviceLimits?.backend ?? null,
       budgetBytes: this.memoryBudgetBytes,
       fileBytes: this.weightsFileBytes(name),
       ranged: this.readsWeightsByRanges(name),
-      // Without a run's config (a DPO / SFT job's model) there is no f16 base to offer.
-      offerF16: cfg !== undefined,
+      offerF16,
     });
-    if (problem) throw new UserError(problem);
-    return baseDtype;
   }
 
   /**
@@ -555,14 +570,7 @@ export class ModelSources {
     // copy and its bytes in the file: loadMemory) can be over the run's own count when the batch is small; the
     // picker's verdicts count it the same way (modelFit).
     if (!check.problem && backend === 'webgpu') {
-      check.problem = loadMemoryProblem(config, files.label, {
-        baseDtype: opts.baseDtype ?? 'f32',
-        lora: cfg.lora,
-        backend,
-        budgetBytes: budget.bytes,
-        fileBytes: this.weightsFileBytes(cfg.model),
-        ranged: this.readsWeightsByRanges(cfg.model),
-      });
+      check.problem = this.loadProblem(cfg.model, config, opts.baseDtype ?? 'f32', cfg.lora);
     }
     if (f16Refusal) check.problem = check.problem ? `${f16Refusal} ${check.problem}` : f16Refusal;
     return check;

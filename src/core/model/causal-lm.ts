@@ -24,6 +24,28 @@ export function lmFromArrays(
   return GPT2.fromArrays(config, arrays as Map<string, Float32Array>, trainable, label, opts);
 }
 
+/**
+ * lmFromArrays a weight at a time (Llama.fromReader, GPT2.fromReader): `read` gives each spec's values in turn; each
+ * weight goes to the device before the next is read (model/build-params.ts).
+ */
+export async function lmFromReader(
+  config: LMConfig,
+  read: (spec: ParamSpec) => Promise<WeightData>,
+  trainable: boolean,
+  label?: string,
+  opts: GPT2Options = {},
+): Promise<CausalLM> {
+  if (isLlamaConfig(config)) return Llama.fromReader(config, read, trainable, label, opts);
+  checkBaseDtype(opts.baseDtype, { trainable, family: 'gpt2' });
+  // GPT-2 holds f32 only: nothing packs its weights (the f16 base is refused above).
+  const f32 = async (spec: ParamSpec) => {
+    const data = await read(spec);
+    if (!(data instanceof Float32Array)) throw new Error(`GPT-2 weight "${spec.name}" was not read as f32.`);
+    return data;
+  };
+  return GPT2.fromReader(config, f32, trainable, label, opts);
+}
+
 /** A seeded random model of `config`'s family (each family's own initialisation). */
 export function lmRandom(
   config: LMConfig,

@@ -6,7 +6,7 @@
 import { checkBaseDtype, isF16Matrix, type BaseDtype, type WeightData } from './f16-base';
 import { isLlamaConfig, modelConfigToJson, parseModelConfig, type LMConfig } from './config';
 import type { GPT2Options } from './gpt2';
-import { lmParamSpecs, type CausalLM } from './causal-lm';
+import { lmFromReader, lmParamSpecs, type CausalLM } from './causal-lm';
 import { ScalarModel } from './heads';
 import {
   bytesFile,
@@ -31,8 +31,6 @@ import {
   planLlamaTensors,
   toHfTensors,
 } from './hfnames';
-import { Llama } from './llama';
-import { GPT2 } from './gpt2';
 import { scoreHeadSpecs, type ParamSpec } from './specs';
 import { tokenizerForFolder } from '../tokenizer';
 import type { Tokenizer } from '../tokenizer/types';
@@ -433,10 +431,8 @@ export async function loadLM(
   };
   const specs = lmParamSpecs(config);
   // A weight at a time onto the device (docs/models.md, "Reading a weights file").
-  const model = await streamWeights<CausalLM>(config, files, file, what, specs, opts.baseDtype, (read) =>
-    isLlamaConfig(config)
-      ? Llama.fromReader(config, read, trainable, label, modelOpts)
-      : GPT2.fromReader(config, async (spec) => f32Of(await read(spec), spec), trainable, label, modelOpts),
+  const model = await streamWeights(config, files, file, what, specs, opts.baseDtype, (read) =>
+    lmFromReader(config, read, trainable, label, modelOpts),
   );
   return { config, tokenizer, model };
 }
@@ -465,15 +461,7 @@ export async function loadScalar(
   };
   // A weight at a time, as loadLM: the trunk, then the head.
   return streamWeights(config, files, file, what, specs, baseDtype, async (read) => {
-    const trunk: CausalLM = isLlamaConfig(config)
-      ? await Llama.fromReader(config, read, trainable, label, modelOpts)
-      : await GPT2.fromReader(
-          config,
-          async (spec) => f32Of(await read(spec), spec),
-          trainable,
-          label,
-          modelOpts,
-        );
+    const trunk = await lmFromReader(config, read, trainable, label, modelOpts);
     let head: WeightData;
     try {
       head = await read(scoreHeadSpecs(config)[0]);
@@ -483,12 +471,6 @@ export async function loadScalar(
     }
     return ScalarModel.withHead(trunk, head, trainable);
   });
-}
-
-/** A GPT-2 weight's values: f32 always (nothing packs them; a packed one would be a bug). */
-function f32Of(data: WeightData, spec: ParamSpec): Float32Array {
-  if (!(data instanceof Float32Array)) throw new Error(`GPT-2 weight "${spec.name}" was not read as f32.`);
-  return data;
 }
 
 export function configBytes(config: LMConfig): Uint8Array {
