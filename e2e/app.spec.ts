@@ -95,6 +95,49 @@ test.describe('the playground page', () => {
     await expect(alert).toHaveCount(0);
   });
 
+  test('Resume clicked while the page is still starting waits for it: the resumed run is not dropped', async ({
+    page,
+    context,
+  }) => {
+    test.setTimeout(180_000);
+    const TINY = 'batchSize=2&miniBatches=1&ppoEpochs=1&responseLength=4&steps=100';
+    await page.goto(`/?backend=wasm#${TINY}&seed=7`);
+    await expect(page.getByTestId('model-summary')).toBeVisible({ timeout: 60_000 });
+    for (const n of [1, 2]) {
+      await page.getByRole('button', { name: 'Step', exact: true }).click();
+      await expect(page.getByTestId('step-counter')).toHaveText(`Step ${n}`, { timeout: 60_000 });
+    }
+    await expect(page.getByTestId('autosave-status')).toHaveText('Autosaved at step 2.');
+    await page.close();
+
+    // The next tab's WASM backend is held back: the offer arrives while the page still sets up its backend,
+    // model and first run, each queued in the worker ahead of (or behind) a resume.
+    let release = () => {};
+    const held = new Promise<void>((r) => (release = r));
+    await context.route('**/*.wasm', async (route) => {
+      await held;
+      await route.continue();
+    });
+    const next = await context.newPage();
+    const nextConsole = watchConsole(next);
+    // Another seed: the page's first configure would start a new run if it came after the resume.
+    await next.goto(`/?backend=wasm#${TINY}&seed=9`);
+    const offer = next.getByTestId('autosave-offer');
+    await expect(offer).toContainText('An autosaved run is in this browser: step 2 of 100');
+    const resume = offer.getByRole('button', { name: 'Resume', exact: true });
+    await expect(resume).toBeDisabled();
+    await expect(resume).toHaveAttribute('title', 'Ready once the page’s model has loaded');
+    release();
+    await resume.click();
+    await expect(next.getByTestId('step-counter')).toHaveText('Step 2', { timeout: 60_000 });
+    await expect(offer).toHaveCount(0);
+    // Still the resumed run once everything queued has answered, and it trains on from there.
+    await expect(next.getByTestId('model-summary')).toBeVisible();
+    await next.getByRole('button', { name: 'Step', exact: true }).click();
+    await expect(next.getByTestId('step-counter')).toHaveText('Step 3', { timeout: 60_000 });
+    expect(nextConsole.errors).toEqual([]);
+  });
+
   test("two tabs train at once: each keeps its autosave; the banner offers a closed tab's run, never an open one's", async ({
     page,
     context,

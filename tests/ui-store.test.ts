@@ -104,6 +104,46 @@ describe('the run', () => {
     expect(s.runStatus?.config.batchSize).toBe(2);
   });
 
+  it('starting: true from start until its first configure answered, so a restore cannot be dropped by them', async () => {
+    const h = await started('#batchSize=2&miniBatches=1', { start: false });
+    expect(h.store.getState().starting).toBe(false);
+    // What the store holds at each of start's calls to the worker.
+    const seen: [string, boolean][] = [];
+    for (const name of ['init', 'loadModel', 'configure'] as const) {
+      const f = h.fake[name] as (...a: unknown[]) => Promise<unknown>;
+      (h.fake as unknown as Record<string, unknown>)[name] = async (...a: unknown[]) => {
+        const out = await f(...a);
+        seen.push([name, h.store.getState().starting]);
+        return out;
+      };
+    }
+    const done = h.store.getState().actions.start();
+    expect(h.store.getState().starting).toBe(true);
+    await done;
+    expect(seen).toEqual([
+      ['init', true],
+      ['loadModel', true],
+      ['configure', true],
+    ]);
+    expect(h.store.getState().starting).toBe(false);
+    expect(h.store.getState().runStatus?.config.batchSize).toBe(2);
+  });
+
+  it('starting ends when the backend or the model fails to start, too', async () => {
+    const h = await started('', { start: false });
+    h.fake.loadModel = async () => {
+      throw new Error('no such model');
+    };
+    await h.store.getState().actions.start();
+    expect(h.store.getState()).toMatchObject({ starting: false, modelLoadState: 'error' });
+    const g = await started('', { start: false });
+    g.fake.init = async () => {
+      throw new Error('no backend');
+    };
+    await g.store.getState().actions.start();
+    expect(g.store.getState()).toMatchObject({ starting: false, backendLoadState: 'error' });
+  });
+
   it('step events fill metrics, samples and alerts; Step N follows', async () => {
     const h = await started('#batchSize=2&miniBatches=1');
     const a = h.store.getState().actions;

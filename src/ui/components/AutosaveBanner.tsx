@@ -17,6 +17,10 @@ export function AutosaveBanner() {
   const [offer, setOffer] = useState<AutosaveInfoWire | null>(null);
   const [note, setNote] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  // The page's own model load and first configure are queued in the worker: a run resumed before they are done
+  // would be dropped by them, so Resume waits (the offer can arrive before the model has loaded).
+  const [starting, setStarting] = useState(() => store?.getState().starting ?? false);
+  useEffect(() => store?.subscribe((s) => setStarting(s.starting)), [store]);
 
   useEffect(() => {
     // A stand-in worker (?worker=fake) has no autosave.
@@ -87,10 +91,16 @@ export function AutosaveBanner() {
           <span>
             An autosaved run is in this browser: {describeAutosave(offer)}. Resume it where it stopped?
           </span>{' '}
-          <button type="button" className="small primary" onClick={resume} disabled={busy}>
+          <button
+            type="button"
+            className="small primary"
+            onClick={resume}
+            disabled={busy || starting}
+            title={starting ? 'Ready once the page’s model has loaded' : undefined}
+          >
             Resume
           </button>{' '}
-          <button type="button" className="small" onClick={discard} disabled={busy}>
+          <button type="button" className="small" onClick={discard} disabled={busy || starting}>
             Discard
           </button>
         </div>

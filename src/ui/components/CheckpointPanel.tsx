@@ -1,7 +1,15 @@
 import { engineExports } from '../../common/exports/trl';
 import type { TrainConfig } from '../../common/config';
 import { downloadFile } from '../lib/download';
-import { useActions, useIoTask, usePlayground, useRunState, useStep, useSupervisedJob } from '../store/hooks';
+import {
+  useActions,
+  useIoTask,
+  usePlayground,
+  useRunState,
+  useStarting,
+  useStep,
+  useSupervisedJob,
+} from '../store/hooks';
 
 /**
  * Checkpoint zip out and in, metrics as CSV/JSON, and the run's settings for other engines: one button per file,
@@ -26,7 +34,9 @@ export function CheckpointPanel() {
   const showAutosaved = autosaved !== null && !job && autosaved <= step && autosaved > 0;
   const running = useRunState() === 'running';
   const { exportCheckpoint, exportMetrics, exportTrlConfig, importCheckpoint } = useActions();
-  const busy = ioTask !== null;
+  // An import while the page's first model and run are set up would be dropped by them (store `starting`).
+  const starting = useStarting();
+  const busy = ioTask !== null || starting;
   return (
     <section className="card" aria-labelledby="checkpoint-heading">
       <h2 id="checkpoint-heading">Checkpoint</h2>

@@ -21,6 +21,8 @@ export const useBackendPref = () => usePlayground((s) => s.backendPref);
 export const useBackendLoadState = () => usePlayground((s) => s.backendLoadState);
 export const useModel = () => usePlayground((s) => s.model);
 export const useModelLoadState = () => usePlayground((s) => s.modelLoadState);
+/** The page's first backend, model and run are still being set up (a restore waits for them). */
+export const useStarting = () => usePlayground((s) => s.starting);
 export const useMemory = () => usePlayground((s) => s.memory);
 export const useGenerateParam = <K extends keyof GenerateParams>(key: K) =>
   usePlayground((s) => s.generateParams[key]);

@@ -59,6 +59,7 @@ export function initialData(backendPref: BackendPref, hash = ''): PlaygroundData
     heatmap: 'advantage',
     command: null,
     ioTask: null,
+    starting: false,
     rewardCode: DEFAULT_REWARD_CODE,
     rewardCodeInUse: false,
     rewardModel: null,
@@ -346,13 +347,18 @@ export function createPlaygroundStore(
         async start() {
           if (get().backendLoadState !== 'idle') return;
           // selectBackend marks the backend busy before its first await: a second start() returns above.
-          const loaded = keptRuns.load();
-          await selectBackend(get().backendPref, true);
-          await loaded;
-          if (get().backendLoadState !== 'ready') return;
-          await subscribe();
-          await loadConfiguredModel();
-          if (get().model !== null) await configureFirstRun();
+          set({ starting: true });
+          try {
+            const loaded = keptRuns.load();
+            await selectBackend(get().backendPref, true);
+            await loaded;
+            if (get().backendLoadState !== 'ready') return;
+            await subscribe();
+            await loadConfiguredModel();
+            if (get().model !== null) await configureFirstRun();
+          } finally {
+            set({ starting: false });
+          }
           await refreshMemory();
         },
 

@@ -114,6 +114,12 @@ export interface PlaygroundData {
   heatmap: HeatmapMode;
   command: RunCommand | null;
   ioTask: IoTask | null;
+  /**
+   * True while the page's first backend, model and run are being set up (`start`). A run restored meanwhile
+   * (autosave, checkpoint) would be dropped by the model load or the first configure queued before it, so
+   * restoring waits for this to go false.
+   */
+  starting: boolean;
   /** The reward code in the editor. */
   rewardCode: string;
   /** Whether the worker scores with the person's code. */
