@@ -18,6 +18,7 @@ export const SLOW_FILES = [
   // Whole models or many kernel shapes on SwiftShader (Node's software WebGPU): 20 s to 2 min each on 2 cores.
   // (webgpu-matmul and webgpu-linear, 12–15 s since the tests stopped Dawn's workgroup zeroing, are fast.)
   'tests/webgpu-linear-columns.test.ts',
+  'tests/webgpu-linear-vec.test.ts',
   'tests/webgpu-llama-kernels.test.ts',
   'tests/webgpu-logprob.test.ts',
   'tests/decode-dispatches.test.ts',

@@ -5,13 +5,15 @@
 # where python3 has torch with CUDA (the Qwen GRPO row's PyTorch side needs transformers and peft too; device.txt
 # says whether they import). The default-plan PPO row and the Qwen GRPO row need no variable: they always run.
 # Results go to $OUT (the device tool brings them back), or to ./gpu-out.
-# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|load|all] (default all: checks and bench; sweep: the
+# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|load|vec|all] (default all: checks and bench; sweep: the
 # matmul variants of scripts/matmul-sweep.ts; f16: issue #36's f16-base rows, one process per shape so that each
 # reading of GPU memory starts from a fresh device, then Qwen2.5-1.5B at the memory-bounded plan; bounded: that last process alone; profile: GPT-2's decode, GPU kernel times by tf.profile and the
 # host's share by scripts/profile-decode-host.ts; toggles: the matmul sweep again under Dawn toggle sets,
 # PPO_DAWN_TOGGLES; load: a full-size Qwen2.5-1.5B-shaped folder with random bf16 weights loaded with the base in
 # f16 a weight at a time and as before 2026-11-30, one process each: host memory, time and the process's GPU memory
-# after the load by scripts/load-memory.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
+# after the load by scripts/load-memory.ts; vec: the few-rows program's vector loads, Qwen2.5-1.5B's f16 GRPO row
+# without and with them (PPO_WEBGPU_VEC_ROWS), the first process with the decode comparison, which times them
+# too). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -41,7 +43,7 @@ node=.gpu/bin/node
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
 $node --version >> "$out/device.txt"
 { "$PPO_PYTHON" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tail -1 || true; } >> "$out/device.txt"
-want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && [ "$1" != load ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
+want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && [ "$1" != load ] && [ "$1" != vec ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
 if want checks; then
   $node .gpu/bundle/gpu-checks.mjs 2>&1 | tee "$out/gpu-checks.txt" | tail -40
 fi
@@ -89,6 +91,21 @@ if want f16; then
     $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-f16-bounded.json" 2> "$out/bench-f16-bounded.log" || {
       echo "bench --gpu (f16, bounded plan) failed:"; tail -40 "$out/bench-f16-bounded.log"; }
   tail -4 "$out/bench-f16-bounded.log"
+fi
+if want vec; then
+  # Vector loads in the few-rows program (docs/gpu.md, "Vector loads in the few-rows program"): the default first
+  # (its decode comparison times batch-1 decode with and without them), then the same row with them on. First the
+  # kernels alone at Qwen2.5-1.5B's decode linears: checked against the one-element loads, and timed.
+  if [ -f .gpu/bundle/vec-rows.mjs ]; then
+    $node .gpu/bundle/vec-rows.mjs 2>&1 | tee "$out/vec-rows.txt" | tail -3 || echo "vec-rows failed"
+  fi
+  for v in 0 1; do
+    # Unset (empty) for the default: the decode comparison then times both ways.
+    PPO_WEBGPU_VEC_ROWS=$([ "$v" = 1 ] && echo 1 || true) PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=qwen2.5-1.5b PPO_GPU_BENCH_F16_DECODE=$((1 - v)) \
+      $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-f16-vec$v.json" 2> "$out/bench-f16-vec$v.log" || {
+        echo "bench --gpu (f16, PPO_WEBGPU_VEC_ROWS=$v) failed:"; tail -40 "$out/bench-f16-vec$v.log"; }
+    tail -6 "$out/bench-f16-vec$v.log"
+  done
 fi
 if want profile; then
   $node .gpu/bundle/profile-webgpu.mjs gpt2 2>&1 | tee "$out/profile-webgpu.txt" | tail -25

@@ -222,10 +222,12 @@ describe('the f16 rows as Markdown', () => {
         f16GreedyMsPerToken: 6,
         f32GreedyMsPerToken: 10,
         f16OverF32: 0.6,
+        vecLoads: { f16GreedyMsPerToken: 3, f32GreedyMsPerToken: 5.5, f16OverF32: 3 / 5.5 },
       },
       notes: [],
     };
     const md = f16Markdown(r);
+    expect(md).toContain('| the same, vector loads (setWebGpuLinearVecRows) | 3.00 | 5.50 | 0.55 |');
     expect(md).toContain(
       '| micro-batch 16, recompute off | 3.500 | 1.500 | 0.500 | 1.500 | 5.50 GB | 4.20 GB (replay frames 1.10 GB) | ≈ 5.0 GB: … | not run | — | null (see notes) |',
     );

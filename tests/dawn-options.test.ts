@@ -4,7 +4,8 @@
  * malformed list.
  */
 import { describe, it, expect } from 'vitest';
-import { dawnCreateOptions } from '../src/cli/backend-webgpu-node';
+import { applyVecRows, dawnCreateOptions } from '../src/cli/backend-webgpu-node';
+import { setWebGpuLinearVecRows, webGpuLinearVecRows } from '../src/core/kernels/webgpu-linear';
 import { isUserError } from '../src/common/errors';
 
 describe('Dawn toggles from the environment', () => {
@@ -34,6 +35,26 @@ describe('Dawn toggles from the environment', () => {
       expect((err as Error).message).toBe(
         `PPO_DAWN_DISABLE must be Dawn toggle names separated by commas (such as "disable_robustness,disable_workgroup_init"), got "${bad}".`,
       );
+    }
+  });
+});
+
+describe("PPO_WEBGPU_VEC_ROWS: the few-rows program's vector loads for a timing run", () => {
+  it('unset or blank leaves the default; 1 turns them on, 0 off; anything else is refused in words', () => {
+    try {
+      expect(applyVecRows(undefined)).toBeNull();
+      expect(applyVecRows(' ')).toBeNull();
+      expect(webGpuLinearVecRows()).toBeNull();
+      expect(applyVecRows('1')).toBe(true);
+      expect(webGpuLinearVecRows()).toBe(true);
+      expect(applyVecRows('0')).toBe(false);
+      expect(webGpuLinearVecRows()).toBe(false);
+      expect(() => applyVecRows('yes')).toThrow(
+        'PPO_WEBGPU_VEC_ROWS must be 1 (vector loads on) or 0 (off), got "yes".',
+      );
+      expect(webGpuLinearVecRows()).toBe(false);
+    } finally {
+      setWebGpuLinearVecRows(null);
     }
   });
 });

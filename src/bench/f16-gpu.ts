@@ -13,6 +13,7 @@
 import type { PpoTrainer } from '../core/ppo/trainer';
 import type { BuildOptions } from '../core/ppo/setup';
 import type { CausalLM } from '../core/model/lm';
+import { setWebGpuLinearVecRows, webGpuLinearVecRows } from '../core/kernels/webgpu-linear';
 import {
   benchModelLabel,
   f16BenchRun,
@@ -45,6 +46,16 @@ export interface F16DecodeRow {
   f32GreedyMsPerToken: number | null;
   /** f16 ÷ f32 (issue #36's target: ≤ 0.6); null with a note where either is missing or in a dry run. */
   f16OverF32: number | null;
+  /**
+   * The same three with the few-rows program's vector loads on (setWebGpuLinearVecRows(true); off by default), each
+   * timed right after the default on the same model; null where the process turned them on or off itself
+   * (PPO_WEBGPU_VEC_ROWS), so that the default timings above are not already one or the other.
+   */
+  vecLoads: {
+    f16GreedyMsPerToken: number | null;
+    f32GreedyMsPerToken: number | null;
+    f16OverF32: number | null;
+  } | null;
 }
 
 export interface F16BenchResult {
@@ -118,37 +129,66 @@ export async function runF16Bench(o: {
       f16GreedyMsPerToken: null,
       f32GreedyMsPerToken: null,
       f16OverF32: null,
+      vecLoads: null,
     };
+    // The vector loads are timed beside the default only where the process left them at the default.
+    const vecShipped = webGpuLinearVecRows();
+    const vec =
+      vecShipped === null ? { f16GreedyMsPerToken: null, f32GreedyMsPerToken: null, f16OverF32: null } : null;
+    if (!vec)
+      notes.push('f16Decode.vecLoads: null (PPO_WEBGPU_VEC_ROWS set: the default timings are with it).');
     for (const dtype of ['f16', 'f32'] as const) {
-      o.log(`${name}: greedy decode at batch 1, base in ${dtype}`);
       let model: CausalLM | null = null;
       try {
         model = await o.hooks.loadModel(name, dtype);
-        const t = await decodeTiming(model, {
-          batch: 1,
-          tokens,
-          reps: o.dryRun ? 1 : 3,
-          padId: 509,
-          sampling: { temperature: 1, topK: 0, topP: 1 },
-        });
-        o.log(`  ${JSON.stringify(t)}`);
-        if (dtype === 'f16') decode.f16GreedyMsPerToken = t.greedyMsPerToken;
-        else decode.f32GreedyMsPerToken = t.greedyMsPerToken;
+        for (const vecOn of vec ? [false, true] : [false]) {
+          o.log(`${name}: greedy decode at batch 1, base in ${dtype}${vecOn ? ', vector loads' : ''}`);
+          if (vecOn) setWebGpuLinearVecRows(true);
+          try {
+            const t = await decodeTiming(model, {
+              batch: 1,
+              tokens,
+              reps: o.dryRun ? 1 : 3,
+              padId: 509,
+              sampling: { temperature: 1, topK: 0, topP: 1 },
+            });
+            o.log(`  ${JSON.stringify(t)}`);
+            const into = vecOn ? vec! : decode;
+            if (dtype === 'f16') into.f16GreedyMsPerToken = t.greedyMsPerToken;
+            else into.f32GreedyMsPerToken = t.greedyMsPerToken;
+          } finally {
+            setWebGpuLinearVecRows(vecShipped);
+          }
+        }
       } catch (e) {
         notes.push(`f16Decode: the ${dtype} model failed: ${(e as Error).message}`);
       } finally {
         model?.dispose();
       }
     }
-    const a = decode.f16GreedyMsPerToken;
-    const b = decode.f32GreedyMsPerToken;
-    if (a && b && a > 0 && b > 0) {
-      if (o.dryRun)
-        notes.push(
-          `f16Decode.f16OverF32: null (a dry run on a software adapter is not a measurement; the ratio would be ${(a / b).toFixed(2)}).`,
-        );
-      else decode.f16OverF32 = a / b;
-    } else notes.push('f16Decode.f16OverF32: null (a decode timing is missing).');
+    const ratio = (
+      into: {
+        f16GreedyMsPerToken: number | null;
+        f32GreedyMsPerToken: number | null;
+        f16OverF32: number | null;
+      },
+      key: string,
+    ) => {
+      const a = into.f16GreedyMsPerToken;
+      const b = into.f32GreedyMsPerToken;
+      if (a && b && a > 0 && b > 0) {
+        if (o.dryRun)
+          notes.push(
+            `${key}: null (a dry run on a software adapter is not a measurement; the ratio would be ${(a / b).toFixed(2)}).`,
+          );
+        else into.f16OverF32 = a / b;
+      } else notes.push(`${key}: null (a decode timing is missing).`);
+    };
+    ratio(decode, 'f16Decode.f16OverF32');
+    if (vec) {
+      ratio(vec, 'f16Decode.vecLoads.f16OverF32');
+      decode.vecLoads = vec;
+    }
   }
   return { adapter: o.adapter, rows, decode, notes };
 }
@@ -185,6 +225,11 @@ export function f16Markdown(r: F16BenchResult): string {
           '| greedy decode, batch 1 | base in f16, ms/token | base in f32, ms/token | f16 ÷ f32 |',
           '| --- | --- | --- | --- |',
           `| ${r.decode.model} | ${f(r.decode.f16GreedyMsPerToken, 2)} | ${f(r.decode.f32GreedyMsPerToken, 2)} | ${r.decode.f16OverF32 == null ? 'null (see notes)' : r.decode.f16OverF32.toFixed(2)} |`,
+          ...(r.decode.vecLoads
+            ? [
+                `| the same, vector loads (setWebGpuLinearVecRows) | ${f(r.decode.vecLoads.f16GreedyMsPerToken, 2)} | ${f(r.decode.vecLoads.f32GreedyMsPerToken, 2)} | ${r.decode.vecLoads.f16OverF32 == null ? 'null (see notes)' : r.decode.vecLoads.f16OverF32.toFixed(2)} |`,
+              ]
+            : []),
           '',
         ]
       : []),

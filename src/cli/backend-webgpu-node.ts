@@ -25,6 +25,7 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
 import { UserError } from '../common/errors';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
+import { setWebGpuLinearVecRows } from '../core/kernels/webgpu-linear';
 
 export interface NodeWebGpuAdapter {
   vendor: string;
@@ -218,6 +219,7 @@ export async function setNodeWebGpuBackend(opts: { fatalErrors?: boolean } = {})
     );
   }
   applyTfjsFlags();
+  applyVecRows();
   const ok = await tf.setBackend('webgpu');
   if (!ok)
     throw new UserError(`could not initialise the webgpu backend on adapter ${adapterLabel(adapter)}.`);
@@ -254,6 +256,20 @@ export function applyTfjsFlags(raw = process.env.PPO_TFJS_FLAGS): Record<string,
   }
   for (const [k, v] of Object.entries(flags)) tf.env().set(k, v as tf.Tensor['dtype'] & number);
   return flags as Record<string, unknown>;
+}
+
+/**
+ * `PPO_WEBGPU_VEC_ROWS`: "1" turns the few-rows program's vector loads on (setWebGpuLinearVecRows: off by default
+ * until a GPU has timed them), "0" off; unset leaves the default. For timing on real hardware (docs/gpu.md).
+ */
+export function applyVecRows(raw = process.env.PPO_WEBGPU_VEC_ROWS): boolean | null {
+  const v = raw?.trim();
+  if (!v) return null;
+  if (v !== '0' && v !== '1') {
+    throw new UserError(`PPO_WEBGPU_VEC_ROWS must be 1 (vector loads on) or 0 (off), got "${raw}".`);
+  }
+  setWebGpuLinearVecRows(v === '1');
+  return v === '1';
 }
 
 export function adapterLabel(a: NodeWebGpuAdapter): string {

@@ -209,6 +209,35 @@ function bNames(o: MatMulOptions): string[] {
 }
 
 /**
+ * WGSL of `bq(c, q)`: load q (a vec4 of B's binding: 4 f32, or 4 words holding 8 packed halves) of row c of the
+ * [N, K] weight, from the part that holds row c when B comes in parts (FewRowsMatMulProgram's vector loads).
+ */
+function bqDecl(o: MatMulOptions): string {
+  const t = o.packedB ? 'vec4<i32>' : 'vec4<f32>';
+  const kv = `uniforms.dimK / ${o.packedB ? 8 : 4}`;
+  const p = o.parts ?? 1;
+  const body =
+    p < 2
+      ? 'return B[c * KV + q];'
+      : `if (c < uniforms.n0) { return B[c * KV + q]; }
+        ${p > 2 ? 'if (c < uniforms.n1) { return B1[(c - uniforms.n0) * KV + q]; }' : ''}
+        return ${p > 2 ? 'B2[(c - uniforms.n1) * KV + q]' : 'B1[(c - uniforms.n0) * KV + q]'};`;
+  return `
+      fn bq(c : i32, q : i32) -> ${t} {
+        let KV = ${kv};
+        ${body}
+      }`;
+}
+
+/** WGSL of `loraPart(c)`: which part of B (and which block of Down's LoRA columns) holds column c. */
+function loraPartDecl(): string {
+  return `
+      fn loraPart(c : i32) -> i32 {
+        return select(select(2, 1, c < uniforms.n1), 0, c < uniforms.n0);
+      }`;
+}
+
+/**
  * WGSL of `wRead(c, k)`: op(B)[k, c] when B comes in parts (transB: part p holds rows n_p … n_{p+1} − 1 of the
  * [N, K] weight), and `loraPart(c)`, the part of column c (which block of Down its LoRA term reads).
  */
@@ -222,9 +251,7 @@ function partsDecl(o: MatMulOptions): string {
         ${p > 2 ? 'if (c < uniforms.n1) { return bAt1((c - uniforms.n0) * K + k); }' : ''}
         return ${p > 2 ? 'bAt2((c - uniforms.n1) * K + k)' : 'bAt1((c - uniforms.n0) * K + k)'};
       }
-      fn loraPart(c : i32) -> i32 {
-        return select(select(2, 1, c < uniforms.n1), 0, c < uniforms.n0);
-      }`;
+      ${loraPartDecl()}`;
 }
 
 /**
@@ -661,52 +688,35 @@ abstract class RowBlockProgram {
  */
 class FewRowsMatMulProgram extends RowBlockProgram {
   private readonly cw: number;
+  /** Elements of B per load (vecRowsWidth): 0 for one f32 (or one packed half) at a time, else 4 or 8. */
+  private readonly vec: number;
+  /** With `vec`: B's bindings as vec4<f32> (or vec4<i32>: 8 packed halves), the rest as they are. */
+  readonly variableComponents?: number[];
 
-  constructor(o: MatMulOptions, M: number, N: number, plan: LinearPlan) {
-    const key = `perfLinearRows_${optionsKey(o)}_${plan.rows}x${plan.columns}`;
+  constructor(o: MatMulOptions, M: number, N: number, plan: LinearPlan, vec = 0) {
+    const key = `perfLinearRows_${optionsKey(o)}_${plan.rows}x${plan.columns}${vec ? `_v${vec}` : ''}`;
     super('FewRowsMatMulProgram', key, o, M, N, plan);
     this.cw = plan.columns;
+    this.vec = vec;
+    if (vec) {
+      const bs = new Set(bNames(o));
+      this.variableComponents = this.variableNames.map((n) => (bs.has(n) ? 4 : 1));
+    }
   }
 
   getUserCode(): string {
     const RB = this.rb;
-    const CW = this.cw;
-    const KL = FR_THREADS / CW;
-    const OW = RB * CW; // outputs per workgroup
-    const G = FR_THREADS / OW; // groups of RB k lanes per output in the reduction
+    const KL = FR_THREADS / this.cw;
     const transB = this.o.transB;
     const rowsIdx = Array.from({ length: RB }, (_, i) => i);
+    if (this.vec) return this.reductionCode(this.vecLoopCode(KL), KL);
     // The k loop unrolled by UNROLL: all loads of UNROLL steps are issued before their FMAs (latency hiding).
     const unrolled = Array.from({ length: UNROLL }, (_, u) => u);
     const split = (this.o.parts ?? 1) > 1;
     const bAt = (k: string) => (transB ? `cc * K + ${k}` : `(${k}) * N + cc`);
     // B's element for k lane `k` of this thread's column (through wRead when B comes in parts).
     const bRead = (k: string) => (split ? `wRead(cc, ${k})` : `bAt(${bAt(k)})`);
-    // Thread index of lane (kl, cl): which of the two is the fast one follows B's layout (coalesced reads).
-    const lane = (kl: string, cl: string) =>
-      transB ? `(${cl}) * ${KL} + (${kl})` : `(${kl}) * ${CW} + (${cl})`;
-    return `
-      var<workgroup> part : array<f32, ${FR_THREADS * RB}>;
-      var<workgroup> part2 : array<f32, ${FR_THREADS}>;
-      ${GELU_WGSL}
-      ${this.o.ln ? lnPrologueDecl(RB, this.o.rms) : ''}
-      ${loraUpDecl(this.o)}
-      ${swigluDecl(this.o)}
-      ${bAtDecl(this.o)}
-      ${partsDecl(this.o)}
-
-      fn main(index : i32) {
-        let M = uniforms.dimM;
-        let N = uniforms.dimN;
-        let K = uniforms.dimK;
-        let tid = i32(localIndex);
-        let cl = ${transB ? `tid / ${KL}` : `tid % ${CW}`};
-        let kl = ${transB ? `tid % ${KL}` : `tid / ${CW}`};
-        let row0 = i32(workgroupId.y) * ${RB};
-        let col0 = i32(workgroupId.x) * ${CW};
-        let cc = min(col0 + cl, N - 1);
-        ${this.o.ln ? 'lnStats(tid, row0, M, K);' : ''}
-        ${rowsIdx.map((i) => `let xo${i} = min(row0 + ${i}, M - 1) * K;`).join('\n        ')}
+    const loop = `
         ${rowsIdx.map((i) => `var acc${i} = 0.0;`).join('\n        ')}
         var k = kl;
         while (k + ${(UNROLL - 1) * KL} < K) {
@@ -727,8 +737,101 @@ class FewRowsMatMulProgram extends RowBlockProgram {
           let w = ${bRead('k')};
           ${rowsIdx.map((i) => `acc${i} = fma(${aRead(this.o, `xo${i} + k`, 'k', `${i}`)}, w, acc${i});`).join('\n          ')}
           k = k + ${KL};
+        }`;
+    return this.reductionCode(loop, KL);
+  }
+
+  /**
+   * The k loop with B read `vec` elements at a time (K a multiple of vec): lane kl takes loads kl, kl + KL, …
+   * along its column's W row (transB: W [N, K]), so a warp reads 32 consecutive vec4s (512 bytes) per load, and
+   * each row's four partial sums stay in a vec4 until the end. Leaves `acc0…` as the scalar loop does.
+   */
+  private vecLoopCode(KL: number): string {
+    const RB = this.rb;
+    const V = this.vec;
+    const o = this.o;
+    const rowsIdx = Array.from({ length: RB }, (_, i) => i);
+    const U = RB <= 4 ? 4 : 2;
+    const unrolled = Array.from({ length: U }, (_, u) => u);
+    const halves = V / 4; // vec4s of f32 values per load: 1 (f32) or 2 (8 packed halves)
+    // Four consecutive A values of a row from flat index `at` (column k), through the prologue when it is on.
+    const a4 = (at: string, k: string, i: number): string => {
+      const av = `vec4<f32>(A[${at}], A[${at} + 1], A[${at} + 2], A[${at} + 3])`;
+      if (!o.ln) return av;
+      const g = `vec4<f32>(LnG[${k}], LnG[${k} + 1], LnG[${k} + 2], LnG[${k} + 3])`;
+      if (o.rms) return `((${av} * lnRstd[${i}]) * ${g})`;
+      const b = `vec4<f32>(LnB[${k}], LnB[${k} + 1], LnB[${k} + 2], LnB[${k} + 3])`;
+      return `((${av} - lnMean[${i}]) * lnRstd[${i}] * ${g} + ${b})`;
+    };
+    // One load: the vec4s b{u}_{h} of elements k = q·V + 4h … + 3.
+    const load = (u: number, q: string): string => {
+      if (!o.packedB) return `let b${u}_0 = bq(cc, ${q});`;
+      return `let p${u} = bq(cc, ${q});
+            let b${u}_0 = vec4<f32>(unpack2x16float(bitcast<u32>(p${u}.x)), unpack2x16float(bitcast<u32>(p${u}.y)));
+            let b${u}_1 = vec4<f32>(unpack2x16float(bitcast<u32>(p${u}.z)), unpack2x16float(bitcast<u32>(p${u}.w)));`;
+    };
+    const fmas = (u: number, q: string): string =>
+      rowsIdx
+        .map((i) =>
+          Array.from({ length: halves }, (_, h) => {
+            const k = `(${q}) * ${V} + ${4 * h}`;
+            return `acc${i} = fma(${a4(`xo${i} + ${k}`, k, i)}, b${u}_${h}, acc${i});`;
+          }).join(' '),
+        )
+        .join('\n            ');
+    return `
+        let KV = K / ${V};
+        ${rowsIdx.map((i) => `var acc${i} = vec4<f32>(0.0);`).join('\n        ')}
+        var kq = kl;
+        while (kq + ${(U - 1) * KL} < KV) {
+          ${unrolled.map((u) => load(u, `kq + ${u * KL}`)).join('\n          ')}
+          ${unrolled.map((u) => fmas(u, `kq + ${u * KL}`)).join('\n          ')}
+          kq = kq + ${U * KL};
         }
-        ${rowsIdx.map((i) => `part[${i * FR_THREADS} + tid] = acc${i};`).join('\n        ')}
+        while (kq < KV) {
+          ${load(0, 'kq')}
+          ${fmas(0, 'kq')}
+          kq = kq + ${KL};
+        }`;
+  }
+
+  /** The whole shader around `loop` (which leaves each row's partial sum in acc0…, scalar or vec4). */
+  private reductionCode(loop: string, KL: number): string {
+    const RB = this.rb;
+    const CW = this.cw;
+    const OW = RB * CW; // outputs per workgroup
+    const G = FR_THREADS / OW; // groups of RB k lanes per output in the reduction
+    const transB = this.o.transB;
+    const rowsIdx = Array.from({ length: RB }, (_, i) => i);
+    // Thread index of lane (kl, cl): which of the two is the fast one follows B's layout (coalesced reads).
+    const lane = (kl: string, cl: string) =>
+      transB ? `(${cl}) * ${KL} + (${kl})` : `(${kl}) * ${CW} + (${cl})`;
+    const total = (i: number) => (this.vec ? `acc${i}.x + acc${i}.y + acc${i}.z + acc${i}.w` : `acc${i}`);
+    return `
+      var<workgroup> part : array<f32, ${FR_THREADS * RB}>;
+      var<workgroup> part2 : array<f32, ${FR_THREADS}>;
+      ${GELU_WGSL}
+      ${this.o.ln ? lnPrologueDecl(RB, this.o.rms) : ''}
+      ${loraUpDecl(this.o)}
+      ${swigluDecl(this.o)}
+      ${this.vec ? bqDecl(this.o) : bAtDecl(this.o)}
+      ${this.vec ? '' : partsDecl(this.o)}
+      ${this.vec && (this.o.parts ?? 1) > 1 ? loraPartDecl() : ''}
+
+      fn main(index : i32) {
+        let M = uniforms.dimM;
+        let N = uniforms.dimN;
+        let K = uniforms.dimK;
+        let tid = i32(localIndex);
+        let cl = ${transB ? `tid / ${KL}` : `tid % ${CW}`};
+        let kl = ${transB ? `tid % ${KL}` : `tid / ${CW}`};
+        let row0 = i32(workgroupId.y) * ${RB};
+        let col0 = i32(workgroupId.x) * ${CW};
+        let cc = min(col0 + cl, N - 1);
+        ${this.o.ln ? 'lnStats(tid, row0, M, K);' : ''}
+        ${rowsIdx.map((i) => `let xo${i} = min(row0 + ${i}, M - 1) * K;`).join('\n        ')}
+        ${loop}
+        ${rowsIdx.map((i) => `part[${i * FR_THREADS} + tid] = ${total(i)};`).join('\n        ')}
         workgroupBarrier();
         {
           let q = tid % ${OW};
@@ -840,10 +943,42 @@ function matMulProgram(
   o: MatMulOptions,
   M: number,
   N: number,
+  K: number,
 ): LinearMatMulProgram | FewRowsMatMulProgram | ColumnsMatMulProgram {
   const plan = linearPlan(M, N, o.transA);
   if (plan.program === 'columns') return new ColumnsMatMulProgram(o, M, N, plan);
-  return plan.program === 'rows' ? new FewRowsMatMulProgram(o, M, N, plan) : new LinearMatMulProgram(o, M, N);
+  if (plan.program === 'tiled') return new LinearMatMulProgram(o, M, N);
+  return new FewRowsMatMulProgram(o, M, N, plan, vecRowsWidth(o, K));
+}
+
+/** null: the default (off: not timed on a GPU yet); true / false: on / off (tests, the GPU bench). */
+let vecRowsForced: boolean | null = null;
+
+/**
+ * Whether the few-rows program reads nn.Linear's W [out, in] (transB: the Llama/Qwen decode, the f16 base's
+ * forward at few rows, LoRA's down-projections) four f32 or eight packed halves at a time (`vecRowsWidth`). Off
+ * by default until a GPU has timed it (docs/gpu.md, "Vector loads in the few-rows program"). Returns the previous
+ * setting.
+ */
+export function setWebGpuLinearVecRows(on: boolean | null): boolean | null {
+  const was = vecRowsForced;
+  vecRowsForced = on;
+  return was;
+}
+
+/** setWebGpuLinearVecRows's setting now: null (the default), true or false. */
+export function webGpuLinearVecRows(): boolean | null {
+  return vecRowsForced;
+}
+
+/**
+ * Elements of B per load in the few-rows program: 4 (f32) or 8 (packed f16) when vector loads are on, B is read
+ * along K (transB, A not transposed) and K is a multiple of that; else 0 (one element at a time).
+ */
+export function vecRowsWidth(o: Pick<MatMulOptions, 'transA' | 'transB' | 'packedB'>, K: number): number {
+  if (vecRowsForced !== true || o.transA || !o.transB) return 0;
+  const v = o.packedB ? 8 : 4;
+  return K % v === 0 ? v : 0;
 }
 
 const CS_COLS = 32;
@@ -933,6 +1068,7 @@ const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
     },
     M,
     N,
+    K,
   );
   const ins = [
     x!,
@@ -977,6 +1113,7 @@ function epilogueKernel(mode: 'fwd' | 'dz'): KernelFn {
       },
       M,
       N,
+      K,
     );
     const ins = [
       x!,
@@ -1015,6 +1152,7 @@ const KERNELS: Record<string, KernelFn> = {
       { mode: 'mm', transA, transB, gelu: false, hasExtra: false, hasRes: false, ln, packedB },
       M,
       N,
+      K,
     );
     const ins = [a!, b!, ...(ln ? [lnG!, lnB!] : [])];
     const eps = ln ? (attrs!.eps as number) : 0;
