@@ -10,6 +10,9 @@ import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { packF16, roundToF16 } from '../src/core/kernels/webgpu-f16';
 import { Llama } from '../src/core/model/llama';
+import { parseGPT2Config } from '../src/core/model/config';
+import { GPT2 } from '../src/core/model/gpt2';
+import { gatherRows } from '../src/core/model/gather';
 import { LoraAdapters } from '../src/core/model/lora';
 import { generate } from '../src/core/model/sampling';
 import { hostWeights, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
@@ -255,4 +258,85 @@ describe('vector loads in the few-rows program on Node WebGPU', () => {
       expect(await webGpuErrors()).toEqual([]);
     }, 120_000);
   }
+
+  it('GPT-2 under LoRA r 4: the backward’s dx = dz·Wᵀ at 12 rows and the decode’s layer-normed LoRA down-projection', async () => {
+    const before = tf.memory().numTensors;
+    const config = parseGPT2Config({
+      vocab_size: 300,
+      n_positions: 64,
+      n_embd: 48,
+      n_layer: 2,
+      n_head: 3,
+      tokenizer: 'bytes',
+      bos_token_id: 297,
+      eos_token_id: 298,
+      pad_token_id: 299,
+    });
+    const base = GPT2.random(config, 3, false);
+    const adapters = LoraAdapters.create(config, { lora: 4 }, 5);
+    for (const mod of adapters.modules.values()) {
+      const v = tf.randomNormal(mod.b.shape, 0, 0.05, 'float32', 13);
+      mod.b.assign(v);
+      v.dispose();
+    }
+    const m = base.withLora(adapters);
+    const restore = saveWebGpuLinearSmallRows();
+    const columns = setWebGpuLinearColumns(false);
+    setWebGpuLinearSmallRows(64);
+    const B = 2;
+    const T = 6;
+    const ids = tf.tensor2d([5, 9, 14, 3, 8, 1, 7, 2, 11, 4, 6, 10], [B, T], 'int32');
+    const mask = tf.ones([B, T], 'int32') as tf.Tensor2D;
+    const targets = tf.tensor1d([9, 14, 3, 8, 1, 12, 2, 11, 4, 6, 10, 13], 'int32');
+    try {
+      const run = async (vec: boolean) => {
+        setWebGpuLinearVecRows(vec);
+        const keys = compiled().length;
+        const g = tf.variableGrads(() => {
+          const logits = tf.reshape(m.logits(ids, mask), [B * T, 300]) as tf.Tensor2D;
+          const l = tf.sub(gatherRows(logits, targets), tf.logSumExp(logits, 1));
+          return tf.sum(tf.mul(l, tf.range(1, B * T + 1))) as tf.Scalar;
+        }, adapters.variables());
+        const grads: Float32Array[] = [];
+        for (const v of adapters.variables()) grads.push((await g.grads[v.name].data()) as Float32Array);
+        const value = await g.value.data();
+        tf.dispose([g.value, ...Object.values(g.grads)]);
+        const gen = await generate(
+          m,
+          [
+            [5, 9, 14, 3],
+            [7, 2, 11],
+          ],
+          {
+            maxNewTokens: 5,
+            temperature: 0,
+            padId: 299,
+            rng: 1,
+          },
+        );
+        const vecKeys = compiled()
+          .slice(keys)
+          .filter((k) => /_v4_/.test(k));
+        return { grads, value, gen, vecKeys };
+      };
+      const v = await run(true);
+      const s = await run(false);
+      // dx = dz·Wᵀ of the Conv1Ds (mm, B transposed) and the down-projections LN(x)·Aᵀ (mm with the layer norm).
+      expect(v.vecKeys.some((k) => /^perfLinearRows_mm_01000_\d+x\d+_v4_/.test(k))).toBe(true);
+      expect(v.vecKeys.some((k) => /^perfLinearRows_mm_01000_ln_\d+x\d+_v4_/.test(k))).toBe(true);
+      expect(relDiff(v.value, s.value)).toBeLessThan(1e-6);
+      v.grads.forEach((g, i) => expect(relDiff(g, s.grads[i]), `LoRA gradient ${i}`).toBeLessThan(1e-5));
+      expect(v.gen.tokens).toEqual(s.gen.tokens);
+      expect(relDiff(v.gen.logprobs.flat(), s.gen.logprobs.flat())).toBeLessThan(1e-5);
+    } finally {
+      setWebGpuLinearVecRows(null);
+      setWebGpuLinearColumns(columns);
+      restore();
+      tf.dispose([ids, mask, targets]);
+      adapters.dispose();
+      base.dispose();
+    }
+    expect(tf.memory().numTensors).toBe(before);
+    expect(await webGpuErrors()).toEqual([]);
+  }, 120_000);
 });

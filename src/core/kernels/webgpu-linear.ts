@@ -304,23 +304,25 @@ const LN_LANES = 64;
  * PerfLayerNormFwd's arithmetic order (each of 64 lanes sums its strided columns, then a tree of pairs; the mean,
  * then the variance about it). Call from uniform control flow; ends on a barrier. Needs `tid`, `row0`, `M`, `K`.
  */
-function lnPrologueDecl(rows: number, rms = false): string {
+function lnPrologueDecl(rows: number, rms = false, vecA = false): string {
+  // A bound as vec4s (the few-rows program's vector loads): element i is component i % 4 of vec4 i / 4.
+  const a = (i: string) => (vecA ? `A[(${i}) >> 2u][(${i}) & 3]` : `A[${i}]`);
   // RMSNorm (rms): only ρ = 1/√(mean(x²) + ε), each lane summing x·x as PerfRmsNormFwd's rowRstd does.
   const stats = rms
     ? `var q = 0.0;
           if (live) {
-            for (var j = lane; j < K; j = j + ${LN_LANES}) { q = q + A[off + j] * A[off + j]; }
+            for (var j = lane; j < K; j = j + ${LN_LANES}) { q = q + ${a('off + j')} * ${a('off + j')}; }
           }
           let mean = 0.0;`
     : `var s = 0.0;
           if (live) {
-            for (var j = lane; j < K; j = j + ${LN_LANES}) { s = s + A[off + j]; }
+            for (var j = lane; j < K; j = j + ${LN_LANES}) { s = s + ${a('off + j')}; }
           }
           let mean = lnLaneSum(s, tid) / f32(K);
           var q = 0.0;
           if (live) {
             for (var j = lane; j < K; j = j + ${LN_LANES}) {
-              let d = A[off + j] - mean;
+              let d = ${a('off + j')} - mean;
               q = q + d * d;
             }
           }`;
@@ -699,8 +701,9 @@ class FewRowsMatMulProgram extends RowBlockProgram {
     this.cw = plan.columns;
     this.vec = vec;
     if (vec) {
-      const bs = new Set(bNames(o));
-      this.variableComponents = this.variableNames.map((n) => (bs.has(n) ? 4 : 1));
+      // B's parts, and A with the norm's weights (read four at a time beside each load of B: K is a multiple of 4).
+      const vecs = new Set([...bNames(o), 'A', 'LnG', 'LnB']);
+      this.variableComponents = this.variableNames.map((n) => (vecs.has(n) ? 4 : 1));
     }
   }
 
@@ -754,14 +757,13 @@ class FewRowsMatMulProgram extends RowBlockProgram {
     const U = RB <= 4 ? 4 : 2;
     const unrolled = Array.from({ length: U }, (_, u) => u);
     const halves = V / 4; // vec4s of f32 values per load: 1 (f32) or 2 (8 packed halves)
-    // Four consecutive A values of a row from flat index `at` (column k), through the prologue when it is on.
-    const a4 = (at: string, k: string, i: number): string => {
-      const av = `vec4<f32>(A[${at}], A[${at} + 1], A[${at} + 2], A[${at} + 3])`;
+    // Row i's four A values at vec4 `k4` of the row (columns 4·k4 … + 3), through the prologue when it is on (the
+    // norm's weights g{u}_{h} / lb{u}_{h} are loaded once per load of B, for every row).
+    const a4 = (k4: string, i: number, gb: string): string => {
+      const av = `A[xv${i} + ${k4}]`;
       if (!o.ln) return av;
-      const g = `vec4<f32>(LnG[${k}], LnG[${k} + 1], LnG[${k} + 2], LnG[${k} + 3])`;
-      if (o.rms) return `((${av} * lnRstd[${i}]) * ${g})`;
-      const b = `vec4<f32>(LnB[${k}], LnB[${k} + 1], LnB[${k} + 2], LnB[${k} + 3])`;
-      return `((${av} - lnMean[${i}]) * lnRstd[${i}] * ${g} + ${b})`;
+      if (o.rms) return `((${av} * lnRstd[${i}]) * g${gb})`;
+      return `((${av} - lnMean[${i}]) * lnRstd[${i}] * g${gb} + lb${gb})`;
     };
     // One load: the vec4s b{u}_{h} of elements k = q·V + 4h … + 3.
     const load = (u: number, q: string): string => {
@@ -770,26 +772,37 @@ class FewRowsMatMulProgram extends RowBlockProgram {
             let b${u}_0 = vec4<f32>(unpack2x16float(bitcast<u32>(p${u}.x)), unpack2x16float(bitcast<u32>(p${u}.y)));
             let b${u}_1 = vec4<f32>(unpack2x16float(bitcast<u32>(p${u}.z)), unpack2x16float(bitcast<u32>(p${u}.w)));`;
     };
+    // The norm's weights for load u: vec4s (q·V + 4h) / 4 = q·halves + h.
+    const norms = (u: number, q: string): string =>
+      !o.ln
+        ? ''
+        : Array.from({ length: halves }, (_, h) => {
+            const k4 = `(${q}) * ${halves} + ${h}`;
+            return `let g${u}_${h} = LnG[${k4}];${o.rms ? '' : ` let lb${u}_${h} = LnB[${k4}];`}`;
+          }).join(' ');
     const fmas = (u: number, q: string): string =>
       rowsIdx
         .map((i) =>
           Array.from({ length: halves }, (_, h) => {
-            const k = `(${q}) * ${V} + ${4 * h}`;
-            return `acc${i} = fma(${a4(`xo${i} + ${k}`, k, i)}, b${u}_${h}, acc${i});`;
+            const k4 = `(${q}) * ${halves} + ${h}`;
+            return `acc${i} = fma(${a4(k4, i, `${u}_${h}`)}, b${u}_${h}, acc${i});`;
           }).join(' '),
         )
         .join('\n            ');
     return `
         let KV = K / ${V};
+        ${rowsIdx.map((i) => `let xv${i} = xo${i} / 4;`).join('\n        ')}
         ${rowsIdx.map((i) => `var acc${i} = vec4<f32>(0.0);`).join('\n        ')}
         var kq = kl;
         while (kq + ${(U - 1) * KL} < KV) {
           ${unrolled.map((u) => load(u, `kq + ${u * KL}`)).join('\n          ')}
+          ${unrolled.map((u) => norms(u, `kq + ${u * KL}`)).join('\n          ')}
           ${unrolled.map((u) => fmas(u, `kq + ${u * KL}`)).join('\n          ')}
           kq = kq + ${U * KL};
         }
         while (kq < KV) {
           ${load(0, 'kq')}
+          ${norms(0, 'kq')}
           ${fmas(0, 'kq')}
           kq = kq + ${KL};
         }`;
@@ -811,7 +824,7 @@ class FewRowsMatMulProgram extends RowBlockProgram {
       var<workgroup> part : array<f32, ${FR_THREADS * RB}>;
       var<workgroup> part2 : array<f32, ${FR_THREADS}>;
       ${GELU_WGSL}
-      ${this.o.ln ? lnPrologueDecl(RB, this.o.rms) : ''}
+      ${this.o.ln ? lnPrologueDecl(RB, this.o.rms, this.vec > 0) : ''}
       ${loraUpDecl(this.o)}
       ${swigluDecl(this.o)}
       ${this.vec ? bqDecl(this.o) : bAtDecl(this.o)}
