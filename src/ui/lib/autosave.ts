@@ -39,7 +39,10 @@ export function describeAutosave(info: AutosaveInfoWire, now = Date.now()): stri
 
 /** Resume the autosaved run and show it: status, config and the metric history (as an imported checkpoint). */
 export async function resumeAutosaveIntoStore(api: ReliabilityWorker, store: PlaygroundStore): Promise<void> {
-  const status = await api.resumeAutosave();
-  const metrics = await api.history();
-  store.getState().actions.autosaveResumed(status, metrics);
+  // After the page's start, in turn with config messages; the resumed config is the edited one before any goes out.
+  await store.getState().actions.restoring(async () => {
+    const status = await api.resumeAutosave();
+    const metrics = await api.history();
+    store.getState().actions.autosaveResumed(status, metrics);
+  });
 }

@@ -219,6 +219,15 @@ export function createConfigSync(ctx: SliceContext) {
         configureTimer = later(sendConfigure);
       }
     },
+    /** SliceContext.exclusive: `job` after the messages before it, and before those after it. */
+    exclusive<T>(job: () => Promise<T>): Promise<T> {
+      const run = inFlight.then(job, job);
+      inFlight = run.then(
+        () => undefined,
+        () => undefined,
+      );
+      return run;
+    },
     /** Send what is gathered and wait for the worker's answers. */
     async flush(): Promise<void> {
       if (liveTimer) {

@@ -45,4 +45,16 @@ export interface SliceContext {
   configAnswered(seq: number): Promise<RunStatus | null>;
   /** Write the URL hash for the edited config and the comparison now in the store. */
   writeHash(): void;
+  /**
+   * Resolves when the page's start (`start`: backend, model, first configure) is over, at once when none is under
+   * way. What replaces the run waits for it: the worker would run the page's model load or first configure after
+   * it and drop what it brought in.
+   */
+  afterStart(): Promise<void>;
+  /**
+   * Run `job` in turn with the config messages (config-sync.ts): an edit made while it runs goes out after it,
+   * against the run it leaves. For what replaces the run (an import, a resume, a reward model, a DPO/SFT job, a
+   * model); `job` must not wait for config messages itself.
+   */
+  exclusive<T>(job: () => Promise<T>): Promise<T>;
 }

@@ -21,6 +21,7 @@ type IoActions = Pick<
   | 'exportTrlConfig'
   | 'importCheckpoint'
   | 'autosaveResumed'
+  | 'restoring'
 >;
 
 const stepTag = (step: number | undefined) => `step-${step ?? 0}`;
@@ -40,12 +41,17 @@ function configOf(config: unknown, where: 'checkpoint' | 'autosave', fallback: T
 export function createIoActions(ctx: SliceContext): IoActions {
   const { api, set, get } = ctx;
 
-  /** One file/reward job at a time; its error goes to the banner. */
+  /**
+   * One file/reward job at a time; its error goes to the banner. It runs after the page's start and in turn with
+   * the config messages (ctx.afterStart, ctx.exclusive): an import, a reward model or a DPO/SFT job replaces the
+   * run, and a configure queued before or after it in the worker would drop or undo what it brought in.
+   */
   const task = async (name: IoTask, job: () => Promise<void>) => {
     if (get().ioTask !== null) return;
     set({ ioTask: name, error: null });
     try {
-      await job();
+      await ctx.afterStart();
+      await ctx.exclusive(job);
     } catch (e) {
       set({ error: describeError(e) });
     } finally {
@@ -59,11 +65,13 @@ export function createIoActions(ctx: SliceContext): IoActions {
     },
 
     async loadModel(source) {
+      // After the page's own model load (which would replace this one), in turn with the config messages.
+      await ctx.afterStart();
       if (get().modelLoadState === 'busy') return;
       set({ modelLoadState: 'busy', progress: null, error: null });
       try {
         // The worker makes it config `model` and restarts the run (its status event updates the controls).
-        const model = await api.loadModel(source);
+        const model = await ctx.exclusive(() => api.loadModel(source));
         set({ model, modelLoadState: 'ready', progress: null });
         await get().actions.preselectLora(model);
       } catch (e) {
@@ -134,6 +142,9 @@ export function createIoActions(ctx: SliceContext): IoActions {
 
     importCheckpoint: (bytes) =>
       task('import', async () => {
+        // A linked comparison being re-run stops here: its next run would replace the imported one (the import's
+        // status event, a finished run, comes before its answer).
+        set({ rerunQueue: [], autoCompare: 0 });
         const summary = await api.importCheckpoint(bytes);
         const metrics = await api.history();
         const config = configOf(summary.config, 'checkpoint', get().editedConfig);
@@ -148,6 +159,15 @@ export function createIoActions(ctx: SliceContext): IoActions {
         ctx.writeHash();
         await ctx.refreshMemory();
       }),
+
+    async restoring(job) {
+      await ctx.afterStart();
+      return ctx.exclusive(() => {
+        // As an import: a linked comparison being re-run stops before the restored run's status arrives.
+        set({ rerunQueue: [], autoCompare: 0 });
+        return job();
+      });
+    },
 
     autosaveResumed(status, metrics) {
       const config = configOf(status.config, 'autosave', get().editedConfig);

@@ -263,8 +263,13 @@ export function createPlaygroundStore(
       takeWorkerStatus: (status) => applyEvent({ type: 'status', status }),
       configAnswered: (seq) => configStatuses.answer(seq),
       writeHash: () => writeHash(true),
+      afterStart: () => startDone,
+      exclusive: (job) => sync.exclusive(job),
     };
     const sync = createConfigSync(ctx);
+    /** The page's start: resolved when it is over (or the worker died), at once before it began. */
+    let startDone: Promise<void> = Promise.resolve();
+    let endStart = () => {};
     const keptRuns = createKeptRuns(ctx);
 
     let lastMemoryAt = 0;
@@ -327,6 +332,8 @@ export function createPlaygroundStore(
       try {
         ctx.takeWorkerStatus(await api.subscribe(proxy(onEvent)));
       } catch (e) {
+        // Not subscribed: no change's status will come, so nothing may wait for one (start's first configure).
+        configStatuses.giveUp();
         set({ error: describeError(e) });
       }
     };
@@ -348,6 +355,7 @@ export function createPlaygroundStore(
           if (get().backendLoadState !== 'idle') return;
           // selectBackend marks the backend busy before its first await: a second start() returns above.
           set({ starting: true });
+          startDone = new Promise((resolve) => (endStart = resolve));
           try {
             const loaded = keptRuns.load();
             await selectBackend(get().backendPref, true);
@@ -358,6 +366,7 @@ export function createPlaygroundStore(
             if (get().model !== null) await configureFirstRun();
           } finally {
             set({ starting: false });
+            endStart();
           }
           await refreshMemory();
         },
@@ -398,7 +407,9 @@ export function createPlaygroundStore(
 
         workerCrashed(message) {
           configStatuses.giveUp();
+          endStart();
           set({
+            starting: false,
             error: message,
             generating: false,
             backendLoadState: 'error',

@@ -172,8 +172,10 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
       sync.changed([key]);
     },
 
-    launchRun: (config) =>
-      command('start', async () => {
+    launchRun: async (config) => {
+      // After the page's start: its model load would drop the run launched here.
+      await ctx.afterStart();
+      return command('start', async () => {
         // The run in the worker stays kept; its step in flight finishes before `configure` answers.
         if (get().runStatus?.state === 'running') await api.pause();
         setEditedConfig(config);
@@ -182,7 +184,8 @@ export function createTrainingActions(ctx: SliceContext, sync: ConfigSync): Trai
         ctx.takeWorkerStatus(await api.reset());
         set({ ...EMPTY_HISTORY, progress: null });
         return api.start();
-      }),
+      });
+    },
 
     hashChanged(hash) {
       const comparison = readComparisonHash(hash);

@@ -221,6 +221,11 @@ export interface PlaygroundActions {
    * the run shown, and its config becomes the edited one, as an imported checkpoint's does.
    */
   autosaveResumed(status: RunStatus, metrics: MetricsByName[]): void;
+  /**
+   * Run `job`, which restores a run (the autosave's resume: its worker calls and autosaveResumed), after the
+   * page's start and in turn with the config messages, as imports are (SliceContext.afterStart / exclusive).
+   */
+  restoring<T>(job: () => Promise<T>): Promise<T>;
   /** Send any slider moves still being gathered (tests; before run commands). */
   flushConfig(): Promise<void>;
 
