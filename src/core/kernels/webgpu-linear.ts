@@ -692,7 +692,10 @@ class FewRowsMatMulProgram extends RowBlockProgram {
   private readonly cw: number;
   /** Elements of B per load (vecRowsWidth): 0 for one f32 (or one packed half) at a time, else 4 or 8. */
   private readonly vec: number;
-  /** With `vec`: B's bindings as vec4<f32> (or vec4<i32>: 8 packed halves), the rest as they are. */
+  /**
+   * With `vec`: B's bindings as vec4<f32> (or vec4<i32>: 8 packed halves), A and the norm's weights as vec4<f32>,
+   * the rest (bias, gate, LoRA, residual) as they are.
+   */
   readonly variableComponents?: number[];
 
   constructor(o: MatMulOptions, M: number, N: number, plan: LinearPlan, vec = 0) {
@@ -708,11 +711,11 @@ class FewRowsMatMulProgram extends RowBlockProgram {
   }
 
   getUserCode(): string {
-    const RB = this.rb;
     const KL = FR_THREADS / this.cw;
+    if (this.vec) return this.reductionCode(this.vecLoopCode(KL), KL);
+    const RB = this.rb;
     const transB = this.o.transB;
     const rowsIdx = Array.from({ length: RB }, (_, i) => i);
-    if (this.vec) return this.reductionCode(this.vecLoopCode(KL), KL);
     // The k loop unrolled by UNROLL: all loads of UNROLL steps are issued before their FMAs (latency hiding).
     const unrolled = Array.from({ length: UNROLL }, (_, u) => u);
     const split = (this.o.parts ?? 1) > 1;
@@ -991,7 +994,7 @@ export function webGpuLinearVecRows(): boolean | null {
 export function vecRowsWidth(o: Pick<MatMulOptions, 'transA' | 'transB' | 'packedB'>, K: number): number {
   if (vecRowsForced !== true || o.transA || !o.transB) return 0;
   const v = o.packedB ? 8 : 4;
-  return K % v === 0 ? v : 0;
+  return K > 0 && K % v === 0 ? v : 0;
 }
 
 const CS_COLS = 32;

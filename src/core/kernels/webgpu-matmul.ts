@@ -448,6 +448,11 @@ export const MATMUL_FAST_VARIANTS: readonly MatMulFastVariant[] = [
   variant(64, 128, 16, 8, 8, 2),
   variant(64, 64, 16, 4, 4, 2),
   variant(64, 64, 32, 4, 4, 2),
+  // 128 threads with 8 × 16 each on 128 × 128 (twice the multiply-adds per workgroup-memory read of 8 × 8: the
+  // warp-tiled layout of Simon Boehm's SGEMM_CUDA; docs/gpu.md, "Dawn toggles", point 3), and 16 × 8.
+  variant(128, 128, 16, 8, 16, 2),
+  variant(128, 128, 16, 16, 8, 2),
+  variant(128, 128, 8, 8, 16, 2),
 ];
 
 export interface MatMulFastLimits {
