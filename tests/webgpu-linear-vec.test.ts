@@ -15,7 +15,7 @@ import { GPT2 } from '../src/core/model/gpt2';
 import { gatherRows } from '../src/core/model/gather';
 import { LoraAdapters } from '../src/core/model/lora';
 import { generate } from '../src/core/model/sampling';
-import { hostWeights, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
+import { hostWeights, relDiff, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
 import {
   linearNtDecodeWebGpu,
   saveWebGpuLinearSmallRows,
@@ -36,15 +36,13 @@ function seeded(n: number, seed: number, scale = 1): Float32Array {
   );
 }
 
-/** max |a − b| / max |b|. */
-function relDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < b.length; i++) {
-    num = Math.max(num, Math.abs(a[i] - b[i]));
-    den = Math.max(den, Math.abs(b[i]));
+/** Non-zero LoRA B's, so that the LoRA terms take part in every output. */
+function liven(adapters: LoraAdapters): void {
+  for (const mod of adapters.modules.values()) {
+    const v = tf.randomNormal(mod.b.shape, 0, 0.05, 'float32', 13);
+    mod.b.assign(v);
+    v.dispose();
   }
-  return num / den;
 }
 
 describe('vecRowsWidth (no GPU needed)', () => {
@@ -207,11 +205,7 @@ describe('vector loads in the few-rows program on Node WebGPU', () => {
     it(`${name}: the replayed greedy decode gives the same tokens, log-probs within 1e-5`, async () => {
       const before = tf.memory().numTensors;
       const { base, adapters } = make();
-      for (const mod of adapters.modules.values()) {
-        const v = tf.randomNormal(mod.b.shape, 0, 0.05, 'float32', 13);
-        mod.b.assign(v);
-        v.dispose();
-      }
+      liven(adapters);
       const m = base.withLora(adapters);
       const restore = saveWebGpuLinearSmallRows();
       const columns = setWebGpuLinearColumns(false);
@@ -274,11 +268,7 @@ describe('vector loads in the few-rows program on Node WebGPU', () => {
     });
     const base = GPT2.random(config, 3, false);
     const adapters = LoraAdapters.create(config, { lora: 4 }, 5);
-    for (const mod of adapters.modules.values()) {
-      const v = tf.randomNormal(mod.b.shape, 0, 0.05, 'float32', 13);
-      mod.b.assign(v);
-      v.dispose();
-    }
+    liven(adapters);
     const m = base.withLora(adapters);
     const restore = saveWebGpuLinearSmallRows();
     const columns = setWebGpuLinearColumns(false);
