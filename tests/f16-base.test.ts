@@ -32,19 +32,20 @@ import { Llama } from '../src/core/model/llama';
 import { F16_HEAD_DECODE_ROWS, headRowsLogits } from '../src/core/model/vocab-chunks';
 import { chunkedTokenLogprobs } from '../src/core/ppo/chunked-logprob';
 import { checkBaseDtype, isF16Matrix } from '../src/core/model/f16-base';
-import { exactCheck, f16ExactFolder, hostWeights, relDiff, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
+import {
+  exactCheck,
+  f16ExactFolder,
+  hostWeights,
+  relDiff,
+  seeded,
+  tinyQwen2,
+  tinyQwen3,
+} from './helpers/f16-base';
 import { loadLM, lmSafetensorsStream, memoryFiles } from '../src/core/model/folder';
 import { collectBytes, readSafetensors } from '../src/core/model/safetensors';
 import { nodeFiles } from '../src/cli/files-node';
 
 const adapter = await webGpuAdapter();
-
-function seeded(n: number, seed: number, scale = 1): Float32Array {
-  return Float32Array.from(
-    { length: n },
-    (_, i) => scale * Math.sin(seed * 12.9898 + i * 78.233 + i * i * 1e-7),
-  );
-}
 
 describe('f16 packing on the host', () => {
   it('rounds to nearest even like IEEE binary16, and round-trips', () => {

@@ -15,7 +15,7 @@ import { GPT2 } from '../src/core/model/gpt2';
 import { gatherRows } from '../src/core/model/gather';
 import { LoraAdapters } from '../src/core/model/lora';
 import { generate } from '../src/core/model/sampling';
-import { hostWeights, relDiff, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
+import { hostWeights, relDiff, seeded, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
 import {
   linearNtDecodeWebGpu,
   saveWebGpuLinearSmallRows,
@@ -28,13 +28,6 @@ import {
 } from '../src/core/kernels/webgpu-linear';
 
 const adapter = await webGpuAdapter();
-
-function seeded(n: number, seed: number, scale = 1): Float32Array {
-  return Float32Array.from(
-    { length: n },
-    (_, i) => scale * Math.sin(seed * 12.9898 + i * 78.233 + i * i * 1e-7),
-  );
-}
 
 /** Non-zero LoRA B's, so that the LoRA terms take part in every output. */
 function liven(adapters: LoraAdapters): void {

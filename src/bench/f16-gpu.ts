@@ -38,24 +38,24 @@ export const F16_BENCH_PLANS = ['defaultPlan', 'boundedPlan'] as const;
 export type F16BenchPlan = (typeof F16_BENCH_PLANS)[number] & QwenPlanKey;
 
 /** Greedy ms/token at batch 1 of one model with its base in f16 and in f32, on the same GPU in the same run. */
-export interface F16DecodeRow {
-  model: string;
-  batch: number;
-  tokens: number;
+/** Greedy decode at batch 1 with the base in f16 and in f32, and their ratio. */
+export interface F16DecodeTimes {
   f16GreedyMsPerToken: number | null;
   f32GreedyMsPerToken: number | null;
   /** f16 ÷ f32 (issue #36's target: ≤ 0.6); null with a note where either is missing or in a dry run. */
   f16OverF32: number | null;
+}
+
+export interface F16DecodeRow extends F16DecodeTimes {
+  model: string;
+  batch: number;
+  tokens: number;
   /**
    * The same three with the few-rows program's vector loads on (setWebGpuLinearVecRows(true); off by default), each
    * timed right after the default on the same model; null where the process turned them on or off itself
    * (PPO_WEBGPU_VEC_ROWS), so that the default timings above are not already one or the other.
    */
-  vecLoads: {
-    f16GreedyMsPerToken: number | null;
-    f32GreedyMsPerToken: number | null;
-    f16OverF32: number | null;
-  } | null;
+  vecLoads: F16DecodeTimes | null;
 }
 
 export interface F16BenchResult {
@@ -133,7 +133,7 @@ export async function runF16Bench(o: {
     };
     // The vector loads are timed beside the default only where the process left them at the default.
     const vecShipped = webGpuLinearVecRows();
-    const vec =
+    const vec: F16DecodeTimes | null =
       vecShipped === null ? { f16GreedyMsPerToken: null, f32GreedyMsPerToken: null, f16OverF32: null } : null;
     if (!vec)
       notes.push('f16Decode.vecLoads: null (PPO_WEBGPU_VEC_ROWS set: the default timings are with it).');
@@ -153,7 +153,7 @@ export async function runF16Bench(o: {
               sampling: { temperature: 1, topK: 0, topP: 1 },
             });
             o.log(`  ${JSON.stringify(t)}`);
-            const into = vecOn ? vec! : decode;
+            const into: F16DecodeTimes = vecOn ? vec! : decode;
             if (dtype === 'f16') into.f16GreedyMsPerToken = t.greedyMsPerToken;
             else into.f32GreedyMsPerToken = t.greedyMsPerToken;
           } finally {
@@ -166,14 +166,7 @@ export async function runF16Bench(o: {
         model?.dispose();
       }
     }
-    const ratio = (
-      into: {
-        f16GreedyMsPerToken: number | null;
-        f32GreedyMsPerToken: number | null;
-        f16OverF32: number | null;
-      },
-      key: string,
-    ) => {
+    const ratio = (into: F16DecodeTimes, key: string) => {
       const a = into.f16GreedyMsPerToken;
       const b = into.f32GreedyMsPerToken;
       if (a && b && a > 0 && b > 0) {

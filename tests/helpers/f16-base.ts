@@ -103,6 +103,14 @@ export function hostWeights(
   return arrays;
 }
 
+/** n deterministic values in [−scale, scale] (a sine of the index): test inputs without a random generator. */
+export function seeded(n: number, seed: number, scale = 1): Float32Array {
+  return Float32Array.from(
+    { length: n },
+    (_, i) => scale * Math.sin(seed * 12.9898 + i * 78.233 + i * i * 1e-7),
+  );
+}
+
 /** max |a − b| / max |b|. */
 export function relDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let d = 0;

@@ -209,22 +209,28 @@ function bNames(o: MatMulOptions): string[] {
 }
 
 /**
+ * WGSL statements returning part p's `read(p, row)` for output column `c` when B comes in 2 or 3 parts split
+ * along N at the uniforms n0 and n1 (row: c's row within its part): wRead's and bq's body.
+ */
+function partPick(parts: number, read: (p: number, row: string) => string): string {
+  return `if (c < uniforms.n0) { return ${read(0, 'c')}; }
+        ${parts > 2 ? `if (c < uniforms.n1) { return ${read(1, '(c - uniforms.n0)')}; }` : ''}
+        return ${parts > 2 ? read(2, '(c - uniforms.n1)') : read(1, '(c - uniforms.n0)')};`;
+}
+
+/**
  * WGSL of `bq(c, q)`: load q (a vec4 of B's binding: 4 f32, or 4 words holding 8 packed halves) of row c of the
  * [N, K] weight, from the part that holds row c when B comes in parts (FewRowsMatMulProgram's vector loads).
  */
 function bqDecl(o: MatMulOptions): string {
-  const t = o.packedB ? 'vec4<i32>' : 'vec4<f32>';
-  const kv = `uniforms.dimK / ${o.packedB ? 8 : 4}`;
-  const p = o.parts ?? 1;
+  const names = bNames(o);
   const body =
-    p < 2
+    names.length < 2
       ? 'return B[c * KV + q];'
-      : `if (c < uniforms.n0) { return B[c * KV + q]; }
-        ${p > 2 ? 'if (c < uniforms.n1) { return B1[(c - uniforms.n0) * KV + q]; }' : ''}
-        return ${p > 2 ? 'B2[(c - uniforms.n1) * KV + q]' : 'B1[(c - uniforms.n0) * KV + q]'};`;
+      : partPick(names.length, (p, row) => `${names[p]}[${row} * KV + q]`);
   return `
-      fn bq(c : i32, q : i32) -> ${t} {
-        let KV = ${kv};
+      fn bq(c : i32, q : i32) -> ${o.packedB ? 'vec4<i32>' : 'vec4<f32>'} {
+        let KV = uniforms.dimK / ${o.packedB ? 8 : 4};
         ${body}
       }`;
 }
@@ -243,13 +249,10 @@ function loraPartDecl(): string {
  */
 function partsDecl(o: MatMulOptions): string {
   if ((o.parts ?? 1) < 2) return '';
-  const p = o.parts!;
   return `
       fn wRead(c : i32, k : i32) -> f32 {
         let K = uniforms.dimK;
-        if (c < uniforms.n0) { return bAt(c * K + k); }
-        ${p > 2 ? 'if (c < uniforms.n1) { return bAt1((c - uniforms.n0) * K + k); }' : ''}
-        return ${p > 2 ? 'bAt2((c - uniforms.n1) * K + k)' : 'bAt1((c - uniforms.n0) * K + k)'};
+        ${partPick(o.parts!, (p, row) => `${p === 0 ? 'bAt' : `bAt${p}`}(${row} * K + k)`)}
       }
       ${loraPartDecl()}`;
 }

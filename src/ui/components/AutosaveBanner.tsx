@@ -1,8 +1,14 @@
 import { useContext, useEffect, useState } from 'react';
 import { proxy } from 'comlink';
-import { StoreContext } from '../store/hooks';
+import { StoreContext, useStarting } from '../store/hooks';
+import type { PlaygroundStore } from '../store/store';
 import { describeError } from '../errors';
-import { ReliabilityWorkerContext, describeAutosave, resumeAutosaveIntoStore } from '../lib/autosave';
+import {
+  ReliabilityWorkerContext,
+  describeAutosave,
+  resumeAutosaveIntoStore,
+  type ReliabilityWorker,
+} from '../lib/autosave';
 import type { AutosaveInfoWire, ReliabilityEvent } from '../../worker/protocol';
 
 /**
@@ -14,25 +20,32 @@ import type { AutosaveInfoWire, ReliabilityEvent } from '../../worker/protocol';
 export function AutosaveBanner() {
   const api = useContext(ReliabilityWorkerContext);
   const store = useContext(StoreContext);
+  // A stand-in worker (?worker=fake) has no autosave.
+  if (
+    !api ||
+    !store ||
+    typeof (api as { subscribeReliability?: unknown }).subscribeReliability !== 'function'
+  )
+    return null;
+  return <Banner api={api} store={store} />;
+}
+
+function Banner({ api, store }: { api: ReliabilityWorker; store: PlaygroundStore }) {
   const [offer, setOffer] = useState<AutosaveInfoWire | null>(null);
   const [note, setNote] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
   // The page's own model load and first configure are queued in the worker: a run resumed before they are done
   // would be dropped by them, so Resume waits (the offer can arrive before the model has loaded).
-  const [starting, setStarting] = useState(() => store?.getState().starting ?? false);
-  useEffect(() => store?.subscribe((s) => setStarting(s.starting)), [store]);
+  const starting = useStarting();
 
   useEffect(() => {
-    // A stand-in worker (?worker=fake) has no autosave.
-    if (!api || typeof (api as { subscribeReliability?: unknown }).subscribeReliability !== 'function')
-      return;
     let alive = true;
     const onEvent = (e: ReliabilityEvent) => {
       if (!alive) return;
       switch (e.type) {
         case 'autosaved':
           // Shown in the Checkpoint card (CheckpointPanel), not as a loose line above the columns.
-          store?.setState({ autosavedStep: e.info.step });
+          store.setState({ autosavedStep: e.info.step });
           setOffer(null); // the older save was replaced by this run's
           break;
         case 'autosave-failed':
@@ -57,8 +70,6 @@ export function AutosaveBanner() {
       alive = false;
     };
   }, [api, store]);
-
-  if (!api || !store) return null;
 
   const resume = async () => {
     setBusy(true);
