@@ -19,6 +19,7 @@ export const SLOW_FILES = [
   // (webgpu-matmul and webgpu-linear, 12–15 s since the tests stopped Dawn's workgroup zeroing, are fast.)
   'tests/webgpu-linear-columns.test.ts',
   'tests/webgpu-linear-vec.test.ts',
+  'tests/webgpu-linear-tile.test.ts',
   'tests/webgpu-llama-kernels.test.ts',
   'tests/webgpu-logprob.test.ts',
   'tests/decode-dispatches.test.ts',

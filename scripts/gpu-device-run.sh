@@ -5,7 +5,7 @@
 # where python3 has torch with CUDA (the Qwen GRPO row's PyTorch side needs transformers and peft too; device.txt
 # says whether they import). The default-plan PPO row and the Qwen GRPO row need no variable: they always run.
 # Results go to $OUT (the device tool brings them back), or to ./gpu-out.
-# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|load|vec|all] (default all: checks and bench; sweep: the
+# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|load|vec|tiles|all] (default all: checks and bench; sweep: the
 # matmul variants of scripts/matmul-sweep.ts; f16: issue #36's f16-base rows, one process per shape so that each
 # reading of GPU memory starts from a fresh device, then Qwen2.5-1.5B at the memory-bounded plan; bounded: that last process alone; profile: GPT-2's decode, GPU kernel times by tf.profile and the
 # host's share by scripts/profile-decode-host.ts; toggles: the matmul sweep again under Dawn toggle sets,
@@ -13,7 +13,9 @@
 # f16 a weight at a time and as before 2026-11-30, one process each: host memory, time and the process's GPU memory
 # after the load by scripts/load-memory.ts; vec: the few-rows program's vector loads, Qwen2.5-1.5B's f16 GRPO row
 # without and with them (PPO_WEBGPU_VEC_ROWS), the first process with the decode comparison, which times them
-# too). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
+# too; tiles: the fused linear on the tile kernel against its 64 x 64 tiles at the scoring's and update's products
+# (scripts/linear-tiles.ts), then Qwen2.5-1.5B's f16 GRPO row with PPO_WEBGPU_LINEAR_TILES=fast and the vector loads
+# on). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -43,7 +45,7 @@ node=.gpu/bin/node
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
 $node --version >> "$out/device.txt"
 { "$PPO_PYTHON" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tail -1 || true; } >> "$out/device.txt"
-want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && [ "$1" != load ] && [ "$1" != vec ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
+want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && [ "$1" != load ] && [ "$1" != vec ] && [ "$1" != tiles ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
 if want checks; then
   $node .gpu/bundle/gpu-checks.mjs 2>&1 | tee "$out/gpu-checks.txt" | tail -40
 fi
@@ -106,6 +108,17 @@ if want vec; then
         echo "bench --gpu (f16, PPO_WEBGPU_VEC_ROWS=$v) failed:"; tail -40 "$out/bench-f16-vec$v.log"; }
     tail -6 "$out/bench-f16-vec$v.log"
   done
+fi
+if want tiles; then
+  # The fused linear on matMulFast's tile kernel (docs/gpu.md, "The fused linear on the tile kernel"): the products
+  # alone, checked and timed both ways, then the f16 row with it (and the vector loads, timed by `vec` beside it).
+  if [ -f .gpu/bundle/linear-tiles.mjs ]; then
+    $node .gpu/bundle/linear-tiles.mjs 2>&1 | tee "$out/linear-tiles.txt" | tail -2 || echo "linear-tiles failed"
+  fi
+  PPO_WEBGPU_LINEAR_TILES=fast PPO_WEBGPU_VEC_ROWS=1 PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=qwen2.5-1.5b PPO_GPU_BENCH_F16_DECODE=0 \
+    $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-f16-tiles.json" 2> "$out/bench-f16-tiles.log" || {
+      echo "bench --gpu (f16, PPO_WEBGPU_LINEAR_TILES=fast) failed:"; tail -40 "$out/bench-f16-tiles.log"; }
+  tail -6 "$out/bench-f16-tiles.log"
 fi
 if want profile; then
   $node .gpu/bundle/profile-webgpu.mjs gpt2 2>&1 | tee "$out/profile-webgpu.txt" | tail -25

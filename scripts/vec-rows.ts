@@ -11,6 +11,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { adapterLabel, setNodeWebGpuBackend } from '../src/cli/backend-webgpu-node';
+import { timeCalls } from './kernel-time';
 import { packF16 } from '../src/core/kernels/webgpu-f16';
 import {
   linearNtDecodeWebGpu,
@@ -96,25 +97,6 @@ const LINEARS: Linear[] = [
   },
 ];
 
-/** ms per call of `reps` calls: GPU kernel time where timestamp queries work, else wall time. */
-async function timeCalls(f: () => tf.Tensor): Promise<{ ms: number; source: 'kernel' | 'wall' }> {
-  for (let i = 0; i < 3; i++) await f().data(); // compile and warm
-  const t = await tf.time(() => {
-    for (let i = 0; i < reps; i++) f().dispose();
-  });
-  const kernel = (t as { kernelMs?: unknown }).kernelMs;
-  if (typeof kernel === 'number' && kernel > 0) return { ms: kernel / reps, source: 'kernel' };
-  const t0 = performance.now();
-  let last: tf.Tensor | null = null;
-  for (let i = 0; i < reps; i++) {
-    last?.dispose();
-    last = f();
-  }
-  await last!.data();
-  last!.dispose();
-  return { ms: (performance.now() - t0) / reps, source: 'wall' };
-}
-
 let failed = 0;
 const summary: Record<string, number> = {};
 for (const f16 of [false, true]) {
@@ -139,8 +121,8 @@ for (const f16 of [false, true]) {
         const relDiff = num / den;
         const ok = Number.isFinite(relDiff) && relDiff <= 1e-5;
         if (!ok) failed++;
-        const tOne = await timeCalls(() => run(false));
-        const tVec = await timeCalls(() => run(true));
+        const tOne = await timeCalls(() => run(false), reps);
+        const tVec = await timeCalls(() => run(true), reps);
         const bytes = lin.out * lin.inn * (f16 ? 2 : 4);
         const key = `${lin.name.split(' ')[0]} ${f16 ? 'f16' : 'f32'} M${M}`;
         summary[key] = tOne.ms / tVec.ms;

@@ -224,6 +224,7 @@ describe('the f16 rows as Markdown', () => {
         f16OverF32: 0.6,
         vecLoads: { f16GreedyMsPerToken: 3, f32GreedyMsPerToken: 5.5, f16OverF32: 3 / 5.5 },
       },
+      linearKernels: { vecRows: null, fastTiles: null },
       notes: [],
     };
     const md = f16Markdown(r);
@@ -233,6 +234,12 @@ describe('the f16 rows as Markdown', () => {
     );
     expect(md).toContain('| Qwen2.5-1.5B shape | 6.00 | 10.00 | 0.60 |');
     expect(md).toContain('- f16Grpo.qwen2.5-1.5b.torchEagerPeft: null (no PyTorch on a GPU: none).');
+    expect(md).toContain(
+      '- The fused linear: vector loads in the few-rows program off (the default), the tiled products on 64 × 64 tiles (the default).',
+    );
+    expect(f16Markdown({ ...r, linearKernels: { vecRows: true, fastTiles: true } })).toContain(
+      '- The fused linear: vector loads in the few-rows program on (PPO_WEBGPU_VEC_ROWS=1), the tiled products on the tile kernel (PPO_WEBGPU_LINEAR_TILES=fast).',
+    );
     // A row that timed the bounded plan first: the memory on its line, PyTorch and the ratio on the default's.
     const row = r.rows[0];
     const bounded = {

@@ -4,8 +4,13 @@
  * malformed list.
  */
 import { describe, it, expect } from 'vitest';
-import { applyVecRows, dawnCreateOptions } from '../src/cli/backend-webgpu-node';
-import { setWebGpuLinearVecRows, webGpuLinearVecRows } from '../src/core/kernels/webgpu-linear';
+import { applyFastTiles, applyVecRows, dawnCreateOptions } from '../src/cli/backend-webgpu-node';
+import {
+  setWebGpuLinearFastTiles,
+  setWebGpuLinearVecRows,
+  webGpuLinearFastTiles,
+  webGpuLinearVecRows,
+} from '../src/core/kernels/webgpu-linear';
 import { isUserError } from '../src/common/errors';
 
 describe('Dawn toggles from the environment', () => {
@@ -55,6 +60,33 @@ describe("PPO_WEBGPU_VEC_ROWS: the few-rows program's vector loads for a timing 
       expect(webGpuLinearVecRows()).toBe(false);
     } finally {
       setWebGpuLinearVecRows(null);
+    }
+  });
+});
+
+describe("PPO_WEBGPU_LINEAR_TILES: the fused linear's tiles for a timing run", () => {
+  it('unset or blank leaves the default; fast turns the tile kernel on, classic off; anything else is refused in words', () => {
+    try {
+      expect(applyFastTiles(undefined)).toBeNull();
+      expect(applyFastTiles(' ')).toBeNull();
+      expect(webGpuLinearFastTiles()).toBeNull();
+      expect(applyFastTiles('fast')).toBe(true);
+      expect(webGpuLinearFastTiles()).toBe(true);
+      expect(applyFastTiles('classic')).toBe(false);
+      expect(webGpuLinearFastTiles()).toBe(false);
+      let err: unknown = null;
+      try {
+        applyFastTiles('1');
+      } catch (e) {
+        err = e;
+      }
+      expect(isUserError(err)).toBe(true);
+      expect((err as Error).message).toBe(
+        'PPO_WEBGPU_LINEAR_TILES must be "fast" (the tile kernel\'s 128 × 128 tiles) or "classic" (64 × 64), got "1".',
+      );
+      expect(webGpuLinearFastTiles()).toBe(false);
+    } finally {
+      setWebGpuLinearFastTiles(null);
     }
   });
 });

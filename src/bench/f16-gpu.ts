@@ -13,7 +13,11 @@
 import type { PpoTrainer } from '../core/ppo/trainer';
 import type { BuildOptions } from '../core/ppo/setup';
 import type { CausalLM } from '../core/model/lm';
-import { setWebGpuLinearVecRows, webGpuLinearVecRows } from '../core/kernels/webgpu-linear';
+import {
+  setWebGpuLinearVecRows,
+  webGpuLinearFastTiles,
+  webGpuLinearVecRows,
+} from '../core/kernels/webgpu-linear';
 import {
   benchModelLabel,
   f16BenchRun,
@@ -63,6 +67,11 @@ export interface F16BenchResult {
   /** One row per shape run (qwenGrpoBench with the f16 base, at the plans asked for: the default plan unless told). */
   rows: QwenGrpoBench[];
   decode: F16DecodeRow | null;
+  /**
+   * The fused linear's settings the rows ran under (PPO_WEBGPU_VEC_ROWS, PPO_WEBGPU_LINEAR_TILES; null: the default,
+   * off): the few-rows program's vector loads and the tile kernel for the tiled products.
+   */
+  linearKernels: { vecRows: boolean | null; fastTiles: boolean | null };
   notes: string[];
 }
 
@@ -183,9 +192,17 @@ export async function runF16Bench(o: {
       decode.vecLoads = vec;
     }
   }
-  return { adapter: o.adapter, rows, decode, notes };
+  return {
+    adapter: o.adapter,
+    rows,
+    decode,
+    linearKernels: { vecRows: webGpuLinearVecRows(), fastTiles: webGpuLinearFastTiles() },
+    notes,
+  };
 }
 
+const onOff = (v: boolean | null): string =>
+  v ? 'on (PPO_WEBGPU_VEC_ROWS=1)' : v === false ? 'off (PPO_WEBGPU_VEC_ROWS=0)' : 'off (the default)';
 const f = (x: number | null | undefined, d = 3): string => (x == null ? '—' : x.toFixed(d));
 const gb = (x: number | null | undefined): string => (x == null ? '—' : `${(x / 1e9).toFixed(2)} GB`);
 
@@ -226,6 +243,7 @@ export function f16Markdown(r: F16BenchResult): string {
           '',
         ]
       : []),
+    `- The fused linear: vector loads in the few-rows program ${onOff(r.linearKernels.vecRows)}, the tiled products on ${r.linearKernels.fastTiles ? 'the tile kernel (PPO_WEBGPU_LINEAR_TILES=fast)' : `64 × 64 tiles (${r.linearKernels.fastTiles === false ? 'PPO_WEBGPU_LINEAR_TILES=classic' : 'the default'})`}.`,
     ...r.rows.flatMap((q) => q.notes.map((n) => `- ${n}`)),
     ...r.notes.map((n) => `- ${n}`),
     '',

@@ -25,7 +25,7 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
 import { UserError } from '../common/errors';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
-import { setWebGpuLinearVecRows } from '../core/kernels/webgpu-linear';
+import { setWebGpuLinearFastTiles, setWebGpuLinearVecRows } from '../core/kernels/webgpu-linear';
 
 export interface NodeWebGpuAdapter {
   vendor: string;
@@ -220,6 +220,7 @@ export async function setNodeWebGpuBackend(opts: { fatalErrors?: boolean } = {})
   }
   applyTfjsFlags();
   applyVecRows();
+  applyFastTiles();
   const ok = await tf.setBackend('webgpu');
   if (!ok)
     throw new UserError(`could not initialise the webgpu backend on adapter ${adapterLabel(adapter)}.`);
@@ -270,6 +271,23 @@ export function applyVecRows(raw = process.env.PPO_WEBGPU_VEC_ROWS): boolean | n
   }
   setWebGpuLinearVecRows(v === '1');
   return v === '1';
+}
+
+/**
+ * `PPO_WEBGPU_LINEAR_TILES`: "fast" runs the fused linear's tiled products (a minibatch's scoring and update) on
+ * matMulFast's tile kernel (setWebGpuLinearFastTiles: off by default until a GPU has timed it), "classic" on the
+ * 64 × 64 tiles; unset leaves the default. For timing on real hardware (docs/gpu.md).
+ */
+export function applyFastTiles(raw = process.env.PPO_WEBGPU_LINEAR_TILES): boolean | null {
+  const v = raw?.trim();
+  if (!v) return null;
+  if (v !== 'fast' && v !== 'classic') {
+    throw new UserError(
+      `PPO_WEBGPU_LINEAR_TILES must be "fast" (the tile kernel's 128 × 128 tiles) or "classic" (64 × 64), got "${raw}".`,
+    );
+  }
+  setWebGpuLinearFastTiles(v === 'fast');
+  return v === 'fast';
 }
 
 export function adapterLabel(a: NodeWebGpuAdapter): string {

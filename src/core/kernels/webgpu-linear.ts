@@ -60,8 +60,12 @@
  * before the activation, so gelu_new and the residual apply to base + LoRA as in the plain path, and the
  * LoRA forward is 2 thin matmuls + this dispatch (the plain path multiplies by s as its own kernel).
  *
+ * - the tiled products on matMulFast's tile kernel (setWebGpuLinearFastTiles, off by default until a GPU times it):
+ *   LinearTileProgram, 128 × 128 tiles of 8 × 8 outputs a thread with the same epilogues and packed-f16 B
+ *   (docs/gpu.md, "The fused linear on the tile kernel"; tests/webgpu-linear-tile.test.ts).
+ *
  * WGSL: gelu_new is x·σ(2·√(2/π)(x + 0.044715x³)) with σ(z) = 1/(1 + e^(−z)) (no tanh: docs/tfjs.md trap 7).
- * Within WebGPU's default limits: 256 threads, ≤ 9 KB of workgroup memory, ≤ 65535 workgroups per dimension
+ * Within WebGPU's default limits: 256 threads, ≤ 9 KB of workgroup memory (16 KB on the tile kernel), ≤ 65535 workgroups per dimension
  * (webGpuLinearApplies refuses bigger shapes; the plain ops run them; linearPlan falls back to the tiles where
  * the few-rows strips would exceed it).
  *
@@ -73,6 +77,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { GELU_K } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
+import { type ProgramOptions, fastTileWgsl, matMulFastTile } from './webgpu-matmul';
 
 export const LIN_FWD = 'PerfLinearFwd';
 export const LIN_DZ = 'PerfLinearDz';
@@ -957,16 +962,115 @@ class ColumnsMatMulProgram extends RowBlockProgram {
   }
 }
 
+/**
+ * C [M, N] = op(A)·op(B) with the fused linear's epilogue through matMulFast's tile kernel (kernels/webgpu-matmul.ts
+ * fastTileWgsl: 256 threads on a 128 × 128 tile of 8 × 8 outputs each, or the smaller tiles matMulFastTile picks
+ * for a shape that would leave the GPU idle; vec4 loads and workgroup reads, K slices double-buffered), where
+ * setWebGpuLinearFastTiles turns it on and the options allow (fastTileApplies). B packed f16 is read a quad (two
+ * words) at a time where its contiguous dimension is a multiple of 4, and unpacked into the same f32 tile; the
+ * epilogue (bias, LoRA's term, gelu_new, SwiGLU, residual, dz) is epilogueCode's, one element at a time.
+ */
+class LinearTileProgram {
+  readonly variableNames: string[];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [16, 16, 1];
+  readonly uniforms = MATMUL_UNIFORMS;
+  readonly variableComponents: number[];
+  readonly outputComponent: number;
+  private readonly plan: ProgramOptions;
+  private readonly o: MatMulOptions;
+
+  constructor(o: MatMulOptions, M: number, N: number, K: number) {
+    const tile = matMulFastTile(M, N);
+    // Each operand's contiguous dimension: K for A and for Bᵀ, M for Aᵀ, N for B (packed: its words' halves).
+    const vecA = (o.transA ? M : K) % 4 === 0;
+    const vecB = (o.transB ? K : N) % 4 === 0;
+    // A plain product stores vec4s where N allows; an epilogue stores one element at a time.
+    const plain = o.mode === 'mm';
+    const vecC = plain && N % 4 === 0;
+    this.o = o;
+    this.plan = {
+      ...tile,
+      groups: [Math.ceil(N / tile.tn), Math.ceil(M / tile.tm), 1],
+      vecA,
+      vecB,
+      vecC,
+      variant: null,
+      checked: true,
+      transA: o.transA,
+      transB: o.transB,
+    };
+    this.variableNames = variableNamesOf(o);
+    this.outputShape = [M, N];
+    this.dispatch = this.plan.groups;
+    this.variableComponents = this.variableNames.map((n) =>
+      (n === 'A' && vecA) || (n === 'B' && vecB && !o.packedB) ? 4 : 1,
+    );
+    this.outputComponent = vecC ? 4 : 1;
+    this.shaderKey = `perfLinearTile_${optionsKey(o)}_${tile.tm}x${tile.tn}x${tile.bk}_${+vecA}${+vecB}${+vecC}`;
+  }
+
+  getUserCode(): string {
+    const o = this.o;
+    const unpack = (w: string) => `unpack2x16float(bitcast<u32>(${w}))`;
+    const bReads = o.packedB
+      ? {
+          quad: (base: string) =>
+            `vec4<f32>(${unpack(`B[(${base}) / 2]`)}, ${unpack(`B[(${base}) / 2 + 1]`)})`,
+          elem: (i: string) => `bAt(${i})`,
+        }
+      : undefined;
+    return fastTileWgsl(this.plan, {
+      decls: `${GELU_WGSL}${loraUpDecl(o)}${swigluDecl(o)}${o.packedB ? bAtDecl(o) : ''}`,
+      bReads,
+      epilogue: this.plan.vecC ? undefined : epilogueCode(o),
+      batched: false,
+    });
+  }
+}
+
+/** null: the default (off: not timed on a GPU yet); true / false: on / off (tests, the GPU bench). */
+let fastTilesForced: boolean | null = null;
+
+/**
+ * Whether the fused linear's tiled products (the forward, dz and dx / dW at more rows than the few-rows program's
+ * bound: a minibatch's scoring and update) run matMulFast's tile kernel (LinearTileProgram: 8 × 8 outputs a thread
+ * on 128 × 128 tiles) instead of LinearMatMulProgram's 64 × 64 tiles of 4 × 4. Off by default until a GPU has timed
+ * it (docs/gpu.md, "The fused linear on the tile kernel"). Returns the previous setting.
+ */
+export function setWebGpuLinearFastTiles(on: boolean | null): boolean | null {
+  const was = fastTilesForced;
+  fastTilesForced = on;
+  return was;
+}
+
+/** setWebGpuLinearFastTiles's setting now: null (the default), true or false. */
+export function webGpuLinearFastTiles(): boolean | null {
+  return fastTilesForced;
+}
+
+/**
+ * Whether the tile kernel takes these options (with fast tiles on): everything but the layer-norm prologue and B
+ * in parts (a decode step's, at few rows: their reads are per element inside the 64 × 64 tiles' loads).
+ */
+export function fastTileApplies(o: Pick<MatMulOptions, 'ln' | 'parts'>): boolean {
+  return fastTilesForced === true && !o.ln && (o.parts ?? 1) < 2;
+}
+
 /** The program for C [M, N] with these options: few rows, columns or tiles (linearPlan). */
 function matMulProgram(
   o: MatMulOptions,
   M: number,
   N: number,
   K: number,
-): LinearMatMulProgram | FewRowsMatMulProgram | ColumnsMatMulProgram {
+): LinearMatMulProgram | LinearTileProgram | FewRowsMatMulProgram | ColumnsMatMulProgram {
   const plan = linearPlan(M, N, o.transA);
   if (plan.program === 'columns') return new ColumnsMatMulProgram(o, M, N, plan);
-  if (plan.program === 'tiled') return new LinearMatMulProgram(o, M, N);
+  if (plan.program === 'tiled')
+    return fastTileApplies(o) ? new LinearTileProgram(o, M, N, K) : new LinearMatMulProgram(o, M, N);
   return new FewRowsMatMulProgram(o, M, N, plan, vecRowsWidth(o, K));
 }
 

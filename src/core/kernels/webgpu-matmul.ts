@@ -121,6 +121,18 @@ export function setWebGpuMatMulFastTiles(o: { tile?: MatMulFastTile | null; minG
 }
 
 /**
+ * The tile kernel's tile for C [batch, M, N] (the forced one, else the largest that still gives `minGroups`
+ * workgroups; 64 × 128 before 128 × 64 when C has fewer rows than columns): matMulFastPlan's choice, and the fused
+ * linear's where it runs this kernel (kernels/webgpu-linear.ts, setWebGpuLinearFastTiles).
+ */
+export function matMulFastTile(M: number, N: number, batch = 1): MatMulFastTile {
+  if (forcedTile) return forcedTile;
+  const count = (t: MatMulFastTile) => Math.ceil(N / t.tn) * Math.ceil(M / t.tm) * batch;
+  const order = M <= N ? [TILES[0], TILES[1], TILES[2], TILES[3]] : [TILES[0], TILES[2], TILES[1], TILES[3]];
+  return order.find((t) => count(t) >= minGroups) ?? TILES[3];
+}
+
+/**
  * The tile, workgroups and load widths for C [batch, M, N] = op(A)·op(B) with inner size K (pure: the tests
  * and the bench print it). The largest tile that still gives `minGroups` workgroups; 64 × 128 before 128 × 64
  * when C has fewer rows than columns (the shrink goes to the smaller side).
@@ -137,8 +149,6 @@ export function matMulFastPlan(
     Math.ceil(M / t.tm),
     batch,
   ];
-  const count = (t: MatMulFastTile) => groupsOf(t).reduce((a, b) => a * b, 1);
-  let tile: MatMulFastTile;
   if (forcedVariant) {
     const v = forcedVariant;
     const vecA = (o.transA ? M : K) % 4 === 0;
@@ -156,12 +166,7 @@ export function matMulFastPlan(
       checked: !(vecA && vecB && vecC && M % v.tm === 0 && N % v.tn === 0 && K % v.bk === 0),
     };
   }
-  if (forcedTile) tile = forcedTile;
-  else {
-    const order =
-      M <= N ? [TILES[0], TILES[1], TILES[2], TILES[3]] : [TILES[0], TILES[2], TILES[1], TILES[3]];
-    tile = order.find((t) => count(t) >= minGroups) ?? TILES[3];
-  }
+  const tile = matMulFastTile(M, N, batch);
   return {
     ...tile,
     groups: groupsOf(tile),
@@ -173,9 +178,34 @@ export function matMulFastPlan(
   };
 }
 
-interface ProgramOptions extends MatMulFastPlan {
+export interface ProgramOptions extends MatMulFastPlan {
   transA: boolean;
   transB: boolean;
+}
+
+/**
+ * How an operand is read when its binding is not plain f32 (the fused linear's packed-f16 weights): `quad(base)`
+ * is the vec4<f32> of elements base … base + 3 (base a multiple of 4: the operand's contiguous dimension is), and
+ * `elem(i)` one element, both by flat element index.
+ */
+export interface TileReads {
+  quad: (base: string) => string;
+  elem: (i: string) => string;
+}
+
+/** What a user of the tile kernel's WGSL (fastTileWgsl) changes: the fused linear's epilogues and packed B. */
+export interface TileHooks {
+  /** WGSL declared before main (the epilogue's functions, B's unpacking). */
+  decls?: string;
+  /** B's reads (packed f16); A is always plain f32. */
+  bReads?: TileReads;
+  /**
+   * The store of one output, one element at a time: WGSL reading `r`, `c` (its row and column), `o` (its flat
+   * index r·N + c) and `acc` (the dot product) that writes result[o]. Absent: result[o] = acc, vec4 where vecC.
+   */
+  epilogue?: string;
+  /** A batch through workgroup z with uniforms strideA and strideB (matMulFast's rank 3); false: one product. */
+  batched?: boolean;
 }
 
 /**
@@ -193,8 +223,12 @@ function loadCode(o: {
   dim: string;
   o0: string;
   off: string;
+  /** The operand's reads when it is not a plain f32 binding (TileReads). */
+  reads?: TileReads;
 }): { decl: string; load: string; store: (buf: string) => string } {
   const { name, reg, T, BK, kMajor, vec, dim, o0, off } = o;
+  const quad = o.reads?.quad ?? ((base: string) => `${name}[(${base}) / 4]`);
+  const elem = o.reads?.elem ?? ((i: string) => `${name}[${i}]`);
   const T4 = T / 4;
   const count = kMajor ? T * (BK / 4) : BK * T4;
   const L = Math.ceil(count / THREADS);
@@ -213,11 +247,11 @@ function loadCode(o: {
     if (vec) {
       // The contiguous dimension is a multiple of 4, so a quad is wholly inside or wholly outside.
       const ok = kMajor ? `outer < ${dim} && k < K` : `k < K && outer < ${dim}`;
-      read = `if (${ok}) { ${reg}${l} = ${name}[(${base}) / 4]; }`;
+      read = `if (${ok}) { ${reg}${l} = ${quad(base)}; }`;
     } else {
       const each = [0, 1, 2, 3].map((c) => {
         const ok = kMajor ? `outer < ${dim} && k + ${c} < K` : `k < K && outer + ${c} < ${dim}`;
-        return `if (${ok}) { ${reg}${l}[${c}] = ${name}[${base} + ${c}]; }`;
+        return `if (${ok}) { ${reg}${l}[${c}] = ${elem(`${base} + ${c}`)}; }`;
       });
       read = each.join(' ');
     }
@@ -273,109 +307,131 @@ class MatMulFastProgram {
   }
 
   getUserCode(): string {
-    const { tm: TM, tn: TN, bk: BK, transA, transB, vecA, vecB, vecC } = this.o;
-    const TM4 = TM / 4;
-    const TN4 = TN / 4;
-    const RG = TM / 64; // row groups of 64 per thread (each 4 rows)
-    const CG = TN / 64; // column groups of 64 per thread (each a vec4)
-    const a = loadCode({
-      name: 'A',
-      reg: 'ra',
-      T: TM,
-      BK,
-      kMajor: !transA,
-      vec: vecA,
-      dim: 'M',
-      o0: 'row0',
-      off: 'aOff',
-    });
-    const b = loadCode({
-      name: 'B',
-      reg: 'rb',
-      T: TN,
-      BK,
-      kMajor: transB,
-      vec: vecB,
-      dim: 'N',
-      o0: 'col0',
-      off: 'bOff',
-    });
-    const acc = (g: number, i: number, h: number) => `acc${g}${i}${h}`;
-    const accDecl: string[] = [];
-    const fmas: string[] = [];
-    const stores: string[] = [];
-    for (let g = 0; g < RG; g++)
-      for (let i = 0; i < 4; i++)
-        for (let h = 0; h < CG; h++) {
-          accDecl.push(`var ${acc(g, i, h)} = vec4<f32>(0.0);`);
-          fmas.push(`${acc(g, i, h)} = fma(vec4<f32>(a${g}[${i}]), b${h}, ${acc(g, i, h)});`);
-        }
-    const aRegs = Array.from({ length: RG }, (_, g) => `let a${g} = As[aS + kk * ${TM4} + ${g * 16} + ty];`);
-    const bRegs = Array.from({ length: CG }, (_, h) => `let b${h} = Bs[bS + kk * ${TN4} + ${h * 16} + tx];`);
-    for (let g = 0; g < RG; g++)
-      for (let i = 0; i < 4; i++) {
-        const inner = Array.from({ length: CG }, (_, h) => {
-          const v = acc(g, i, h);
-          return vecC
-            ? `{ let c = col0 + ${h * 64} + tx * 4; if (c < N) { result[(cOff + r * N + c) / 4] = ${v}; } }`
-            : `{ let c = col0 + ${h * 64} + tx * 4;
-                ${[0, 1, 2, 3].map((e) => `if (c + ${e} < N) { result[cOff + r * N + c + ${e}] = ${v}[${e}]; }`).join(' ')} }`;
-        });
-        stores.push(`{ let r = row0 + ${g * 64} + ty * 4 + ${i}; if (r < M) { ${inner.join(' ')} } }`);
-      }
-    return `
-      var<workgroup> As : array<vec4<f32>, ${2 * BK * TM4}>;
-      var<workgroup> Bs : array<vec4<f32>, ${2 * BK * TN4}>;
-
-      fn main(index : i32) {
-        let M = uniforms.dimM;
-        let N = uniforms.dimN;
-        let K = uniforms.dimK;
-        let tx = i32(localId.x);
-        let ty = i32(localId.y);
-        let tid = ty * ${TS} + tx;
-        let row0 = i32(workgroupId.y) * ${TM};
-        let col0 = i32(workgroupId.x) * ${TN};
-        let batch = i32(workgroupId.z);
-        let aOff = batch * uniforms.strideA;
-        let bOff = batch * uniforms.strideB;
-        let cOff = batch * M * N;
-        ${accDecl.join('\n        ')}
-        ${a.decl}
-        ${b.decl}
-        let tiles = (K + ${BK - 1}) / ${BK};
-        // Slice 0 into buffer 0; then per slice t: slice t + 1 into registers, multiply buffer t % 2, registers
-        // into the other buffer (read by nobody since the last barrier), one barrier.
-        var k0 = 0;
-        ${a.load}
-        ${b.load}
-        ${a.store('0')}
-        ${b.store('0')}
-        workgroupBarrier();
-        for (var t = 0; t < tiles; t = t + 1) {
-          let cur = t % 2;
-          let more = t + 1 < tiles;
-          if (more) {
-            k0 = (t + 1) * ${BK};
-            ${a.load}
-            ${b.load}
-          }
-          let aS = cur * ${BK * TM4};
-          let bS = cur * ${BK * TN4};
-          for (var kk = 0; kk < ${BK}; kk = kk + 1) {
-            ${aRegs.join('\n            ')}
-            ${bRegs.join('\n            ')}
-            ${fmas.join('\n            ')}
-          }
-          if (more) {
-            ${a.store('1 - cur')}
-            ${b.store('1 - cur')}
-          }
-          workgroupBarrier();
-        }
-        ${stores.join('\n        ')}
-      }`;
+    return fastTileWgsl(this.o);
   }
+}
+
+/**
+ * WGSL of the tile kernel (the class comment above) for one plan: MatMulFastProgram's, and the fused linear's
+ * (kernels/webgpu-linear.ts LinearTileProgram) with its epilogue, packed-f16 B and no batch through `hooks`.
+ */
+export function fastTileWgsl(o: ProgramOptions, hooks: TileHooks = {}): string {
+  const { tm: TM, tn: TN, bk: BK, transA, transB, vecA, vecB, vecC } = o;
+  const batched = hooks.batched ?? true;
+  const TM4 = TM / 4;
+  const TN4 = TN / 4;
+  const RG = TM / 64; // row groups of 64 per thread (each 4 rows)
+  const CG = TN / 64; // column groups of 64 per thread (each a vec4)
+  const a = loadCode({
+    name: 'A',
+    reg: 'ra',
+    T: TM,
+    BK,
+    kMajor: !transA,
+    vec: vecA,
+    dim: 'M',
+    o0: 'row0',
+    off: 'aOff',
+  });
+  const b = loadCode({
+    name: 'B',
+    reg: 'rb',
+    T: TN,
+    BK,
+    kMajor: transB,
+    vec: vecB,
+    dim: 'N',
+    o0: 'col0',
+    off: 'bOff',
+    reads: hooks.bReads,
+  });
+  const acc = (g: number, i: number, h: number) => `acc${g}${i}${h}`;
+  const accDecl: string[] = [];
+  const fmas: string[] = [];
+  const stores: string[] = [];
+  for (let g = 0; g < RG; g++)
+    for (let i = 0; i < 4; i++)
+      for (let h = 0; h < CG; h++) {
+        accDecl.push(`var ${acc(g, i, h)} = vec4<f32>(0.0);`);
+        fmas.push(`${acc(g, i, h)} = fma(vec4<f32>(a${g}[${i}]), b${h}, ${acc(g, i, h)});`);
+      }
+  const aRegs = Array.from({ length: RG }, (_, g) => `let a${g} = As[aS + kk * ${TM4} + ${g * 16} + ty];`);
+  const bRegs = Array.from({ length: CG }, (_, h) => `let b${h} = Bs[bS + kk * ${TN4} + ${h * 16} + tx];`);
+  for (let g = 0; g < RG; g++)
+    for (let i = 0; i < 4; i++) {
+      const inner = Array.from({ length: CG }, (_, h) => {
+        const v = acc(g, i, h);
+        if (hooks.epilogue)
+          return [0, 1, 2, 3]
+            .map(
+              (e) => `{ let c = col0 + ${h * 64} + tx * 4 + ${e};
+                if (c < N) { let o = cOff + r * N + c; let acc = ${v}[${e}]; ${hooks.epilogue} } }`,
+            )
+            .join(' ');
+        return vecC
+          ? `{ let c = col0 + ${h * 64} + tx * 4; if (c < N) { result[(cOff + r * N + c) / 4] = ${v}; } }`
+          : `{ let c = col0 + ${h * 64} + tx * 4;
+              ${[0, 1, 2, 3].map((e) => `if (c + ${e} < N) { result[cOff + r * N + c + ${e}] = ${v}[${e}]; }`).join(' ')} }`;
+      });
+      stores.push(`{ let r = row0 + ${g * 64} + ty * 4 + ${i}; if (r < M) { ${inner.join(' ')} } }`);
+    }
+  return `
+    var<workgroup> As : array<vec4<f32>, ${2 * BK * TM4}>;
+    var<workgroup> Bs : array<vec4<f32>, ${2 * BK * TN4}>;
+    ${hooks.decls ?? ''}
+
+    fn main(index : i32) {
+      let M = uniforms.dimM;
+      let N = uniforms.dimN;
+      let K = uniforms.dimK;
+      let tx = i32(localId.x);
+      let ty = i32(localId.y);
+      let tid = ty * ${TS} + tx;
+      let row0 = i32(workgroupId.y) * ${TM};
+      let col0 = i32(workgroupId.x) * ${TN};
+      ${
+        batched
+          ? `let batch = i32(workgroupId.z);
+      let aOff = batch * uniforms.strideA;
+      let bOff = batch * uniforms.strideB;
+      let cOff = batch * M * N;`
+          : 'let aOff = 0; let bOff = 0; let cOff = 0;'
+      }
+      ${accDecl.join('\n        ')}
+      ${a.decl}
+      ${b.decl}
+      let tiles = (K + ${BK - 1}) / ${BK};
+      // Slice 0 into buffer 0; then per slice t: slice t + 1 into registers, multiply buffer t % 2, registers
+      // into the other buffer (read by nobody since the last barrier), one barrier.
+      var k0 = 0;
+      ${a.load}
+      ${b.load}
+      ${a.store('0')}
+      ${b.store('0')}
+      workgroupBarrier();
+      for (var t = 0; t < tiles; t = t + 1) {
+        let cur = t % 2;
+        let more = t + 1 < tiles;
+        if (more) {
+          k0 = (t + 1) * ${BK};
+          ${a.load}
+          ${b.load}
+        }
+        let aS = cur * ${BK * TM4};
+        let bS = cur * ${BK * TN4};
+        for (var kk = 0; kk < ${BK}; kk = kk + 1) {
+          ${aRegs.join('\n            ')}
+          ${bRegs.join('\n            ')}
+          ${fmas.join('\n            ')}
+        }
+        if (more) {
+          ${a.store('1 - cur')}
+          ${b.store('1 - cur')}
+        }
+        workgroupBarrier();
+      }
+      ${stores.join('\n        ')}
+    }`;
 }
 
 /**
