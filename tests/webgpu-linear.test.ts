@@ -382,7 +382,8 @@ describe('fused Conv1D on Node WebGPU (src/core/kernels/webgpu-linear.ts)', () =
         expect(plan.program).toBe('rows');
         expect(plan.columns).toBe(columns);
         const fused = await runConv1d(c, h, frozen);
-        expect(fused.fwdGroups).toEqual([[...plan.groups, 1]]);
+        // Row blocks along x, strips along y (the blocks sharing a strip of W launched back to back).
+        expect(fused.fwdGroups).toEqual([[plan.groups[1], plan.groups[0], 1]]);
         setWebGpuLinearFused(false);
         const plain = await runConv1d(c, h, frozen);
         setWebGpuLinearFused(true);
@@ -423,7 +424,7 @@ describe('fused Conv1D on Node WebGPU (src/core/kernels/webgpu-linear.ts)', () =
     expect(linearPlan(c.N, c.O)).toEqual({ program: 'rows', groups: [18, 5], rows: 8, columns: 4 });
     // x·Aᵀ and ·Bᵀ (tfjs matmuls), then the fused kernel.
     expect(fused.fwdGroups.length).toBe(3);
-    expect(fused.fwdGroups[2]).toEqual([18, 5, 1]);
+    expect(fused.fwdGroups[2]).toEqual([5, 18, 1]);
     expect(fused.bwd).toBe(8);
     expect(relErr(fused.y, ref.y), 'y vs float64').toBeLessThan(2e-6);
     const refs = [ref.dx, ref.da, ref.dbb, h.dy];
@@ -453,7 +454,7 @@ describe('fused Conv1D on Node WebGPU (src/core/kernels/webgpu-linear.ts)', () =
       const rows = await forward();
       setWebGpuLinearSmallRows(0);
       const tiled = await forward();
-      expect(rows.groups).toEqual([[13, 2, 1]]);
+      expect(rows.groups).toEqual([[2, 13, 1]]);
       expect(tiled.groups).toEqual([[1, 1, 1]]);
       expect(relErr(rows.data, tiled.data)).toBeLessThan(2e-6);
       expect(relErr(rows.data, reference(c, h).y)).toBeLessThan(2e-6);

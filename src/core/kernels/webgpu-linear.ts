@@ -671,14 +671,28 @@ abstract class RowBlockProgram {
   /** Output rows per workgroup. */
   protected readonly rb: number;
 
-  constructor(name: string, key: string, o: MatMulOptions, M: number, N: number, plan: LinearPlan) {
+  /**
+   * `blocksFirst`: the row blocks along the dispatch's x and the column strips along y (the few-rows program), so
+   * that the workgroups reading one strip of W are launched one after another (x varies fastest) and all but the
+   * first find it in L2; otherwise strips along x, row blocks along y (the plan's order).
+   */
+  constructor(
+    name: string,
+    key: string,
+    o: MatMulOptions,
+    M: number,
+    N: number,
+    plan: LinearPlan,
+    blocksFirst = false,
+  ) {
     if (o.transA) throw new Error(`${name}: A must not be transposed (dW runs the tiles).`);
     this.o = o;
     this.rb = plan.rows;
     this.variableNames = variableNamesOf(o);
     this.outputShape = [M, N];
     this.shaderKey = key;
-    this.dispatch = [plan.groups[0], plan.groups[1], 1];
+    const [bx, by] = plan.groups;
+    this.dispatch = blocksFirst ? [by, bx, 1] : [bx, by, 1];
   }
 
   abstract getUserCode(): string;
@@ -686,7 +700,8 @@ abstract class RowBlockProgram {
 
 /**
  * C [M, N] = A·op(B) for few rows M, the same epilogue as LinearMatMulProgram: a GEMV-like kernel. Workgroup
- * (x, y) computes rows y·RB … y·RB + RB − 1 × columns x·CW … x·CW + CW − 1 (RB ≤ 8, CW 8 or 4); its 256 threads
+ * (x, y) computes rows x·RB … x·RB + RB − 1 × columns y·CW … y·CW + CW − 1 (RB ≤ 8, CW 8 or 4: the row blocks of
+ * one strip launched one after another, so that at 9–64 rows W is read from memory once and then from L2); its 256 threads
  * are CW column lanes × KL = 256 / CW k lanes: thread (cl, kl) sums k = kl, kl + KL, … into RB registers (one
  * per row), then the workgroup adds its KL partial sums per output in workgroup memory (RB lanes per thread,
  * then 256 / (RB·CW) groups per output) and stores through the epilogue. Reads: B [K, N] row-major (W): the
@@ -708,7 +723,7 @@ class FewRowsMatMulProgram extends RowBlockProgram {
 
   constructor(o: MatMulOptions, M: number, N: number, plan: LinearPlan, vec = 0) {
     const key = `perfLinearRows_${optionsKey(o)}_${plan.rows}x${plan.columns}${vec ? `_v${vec}` : ''}`;
-    super('FewRowsMatMulProgram', key, o, M, N, plan);
+    super('FewRowsMatMulProgram', key, o, M, N, plan, true);
     this.cw = plan.columns;
     this.vec = vec;
     if (vec) {
@@ -849,8 +864,9 @@ class FewRowsMatMulProgram extends RowBlockProgram {
         let tid = i32(localIndex);
         let cl = ${transB ? `tid / ${KL}` : `tid % ${CW}`};
         let kl = ${transB ? `tid % ${KL}` : `tid / ${CW}`};
-        let row0 = i32(workgroupId.y) * ${RB};
-        let col0 = i32(workgroupId.x) * ${CW};
+        // Row blocks along x, column strips along y: the blocks sharing a strip of W run back to back.
+        let row0 = i32(workgroupId.x) * ${RB};
+        let col0 = i32(workgroupId.y) * ${CW};
         let cc = min(col0 + cl, N - 1);
         ${this.o.ln ? 'lnStats(tid, row0, M, K);' : ''}
         ${rowsIdx.map((i) => `let xo${i} = min(row0 + ${i}, M - 1) * K;`).join('\n        ')}
