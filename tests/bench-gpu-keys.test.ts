@@ -682,6 +682,7 @@ describe('gpuMarkdown with the #22 keys', () => {
       matmulFast,
       matmulShapes: shapes.rows,
       dispatchOverheadMs: 0.5,
+      replayedDispatch: null,
       layers: { fused: layer, plain: layer },
       webgpuDispatchesPerLayerFwd: 7,
       webgpuDispatchesPerLayerFwdBwd: 32,
@@ -763,6 +764,7 @@ describe('gpuMarkdown with the #22 keys', () => {
       matmulFast: null,
       matmulShapes: [],
       dispatchOverheadMs: 0.016,
+      replayedDispatch: { dispatches: 500, replays: 20, wallUs: 4.2, hostUs: 3.5 },
       layers: { fused: layer, plain: layer },
       webgpuDispatchesPerLayerFwd: 7,
       webgpuDispatchesPerLayerFwdBwd: 32,
@@ -809,6 +811,7 @@ describe('gpuMarkdown with the #22 keys', () => {
       notes: [...k.notes, ...d.notes],
     };
     const md = gpuMarkdown(r);
+    expect(md).toContain("| one small kernel, recorded and replayed (wall; host's share) | 4.2 µs; 3.5 µs |");
     expect(md).toContain('| ppoDefaultPlan | 16 | off | 0.900 | 0.500 | 0.100 | 0.300 | 0.360 | 2.50 |');
     expect(md).toContain(
       'Qwen2.5-0.5B shape (24 layers, width 896, 14 heads over 2 KV heads, SwiGLU 4864, vocabulary 151936), random weights: GRPO + LoRA r 8, 2 prompts × 8, R 32 |',

@@ -43,7 +43,7 @@ import {
 } from './torch-grpo';
 import { resolveLoraTargets } from '../core/model/lora';
 import { formatEstimate } from '../core/model/size';
-import { replayHeldBytes } from '../core/kernels/webgpu-replay';
+import { ReplayFrame, replayBackend, replayHeldBytes } from '../core/kernels/webgpu-replay';
 
 export interface GpuAdapterReport {
   vendor: string;
@@ -65,6 +65,8 @@ export interface GpuBenchResult {
   matmulShapes: MatmulShapeRow[];
   /** Wall time per dispatch of a chain of small element-wise kernels (the fixed cost of one tfjs kernel). */
   dispatchOverheadMs: number;
+  /** The same chain recorded once and replayed (measureReplayedDispatch): one dispatch without tfjs's JavaScript. */
+  replayedDispatch: ReplayedDispatch | null;
   /** With the fused kernels (what training uses) and without them (tfjs ops). */
   layers: { fused: LayerDispatches; plain: LayerDispatches };
   webgpuDispatchesPerLayerFwd: number;
@@ -824,6 +826,8 @@ export async function runGpuBench(o: {
   notes.push(...shapeKeys.notes);
   o.log('dispatch overhead (a chain of small element-wise kernels)');
   const dispatchOverheadMs = await measureDispatchOverhead(soft ? 50 : 2000);
+  o.log('… and the same chain recorded once and replayed');
+  const replayedDispatch = await measureReplayedDispatch(soft ? 50 : 500, soft ? 2 : 20);
 
   o.log('GPT-2 dispatches per layer (n_layer 2 and 8), fused kernels');
   const fused = await gpt2LayerDispatches();
@@ -1030,6 +1034,7 @@ export async function runGpuBench(o: {
     matmulFast,
     matmulShapes: shapeKeys.rows,
     dispatchOverheadMs,
+    replayedDispatch,
     layers: { fused, plain },
     webgpuDispatchesPerLayerFwd: fused.webgpuDispatchesPerLayerFwd,
     webgpuDispatchesPerLayerFwdBwd: fused.webgpuDispatchesPerLayerFwdBwd,
@@ -1262,14 +1267,23 @@ export async function qwenGrpoBench(o: {
 }
 
 /**
- * Milliseconds per kernel of a chain of `n` dependent adds on 256 floats (after a warm-up chain): what one
+ * Elements of the dispatch chains below: at tfjs's CPU hand-off size (WEBGPU_CPU_HANDOFF_SIZE_THRESHOLD, 1000 by
+ * default) or above, so that each add is a GPU program. (Before 2026-11-30 the chain was 256 floats, which tfjs's
+ * CPU forwarding ran in JavaScript: `dispatchOverheadMs` readings until then, 0.016–0.03 ms, timed CPU adds, not
+ * dispatches.)
+ */
+const CHAIN_ELEMENTS = 1024;
+
+/**
+ * Milliseconds per kernel of a chain of `n` dependent adds on 1024 floats (after a warm-up chain): what one
  * dispatch costs when the arithmetic is nothing — the JS, binding and submit work of tfjs and Dawn.
  */
 export async function measureDispatchOverhead(n: number): Promise<number> {
+  const size = Math.max(CHAIN_ELEMENTS, tf.env().getNumber('WEBGPU_CPU_HANDOFF_SIZE_THRESHOLD'));
   const chain = async (k: number): Promise<number> => {
     const t0 = performance.now();
-    let x = tf.zeros([256]);
-    const one = tf.ones([256]);
+    let x = tf.zeros([size]);
+    const one = tf.ones([size]);
     for (let i = 0; i < k; i++) {
       const y = tf.add(x, one);
       x.dispose();
@@ -1282,6 +1296,60 @@ export async function measureDispatchOverhead(n: number): Promise<number> {
   };
   await chain(Math.min(n, 50));
   return (await chain(n)) / n;
+}
+
+/** What one dispatch of a recorded sequence costs (measureReplayedDispatch). */
+export interface ReplayedDispatch {
+  /** Dispatches in the recorded chain and replays timed. */
+  dispatches: number;
+  replays: number;
+  /** Wall time per dispatch over the replays, the GPU finishing included: the host's and the GPU's, overlapped. */
+  wallUs: number;
+  /** The host's share per dispatch: encoding and submitting the replays alone. */
+  hostUs: number;
+}
+
+/**
+ * Microseconds per dispatch of a recorded chain of `n` dependent adds on 1024 floats, replayed `replays` times
+ * (kernels/webgpu-replay.ts, as the recorded decode and update run): the fixed cost of one dispatch once tfjs's
+ * per-program JavaScript is gone — Dawn's encoding on the host and the GPU's launch and barrier between dependent
+ * dispatches. A decode of D dispatches a token cannot take less than D times this. Null where replay does not
+ * apply (not WebGPU).
+ */
+export async function measureReplayedDispatch(n: number, replays: number): Promise<ReplayedDispatch | null> {
+  const backend = replayBackend();
+  if (!backend) return null;
+  const size = Math.max(CHAIN_ELEMENTS, tf.env().getNumber('WEBGPU_CPU_HANDOFF_SIZE_THRESHOLD'));
+  const x0 = tf.zeros([size]);
+  const one = tf.ones([size]);
+  const { frame, result } = ReplayFrame.record(backend, () => {
+    let x = tf.add(x0, one);
+    for (let i = 1; i < n; i++) {
+      const y = tf.add(x, one);
+      x.dispose();
+      x = y;
+    }
+    return x;
+  }, [x0, one]);
+  try {
+    const settle = async () => {
+      const probe = tf.slice(result, [0], [1]);
+      await probe.data();
+      probe.dispose();
+    };
+    frame.replay();
+    await settle(); // warm: pipelines and bind groups are made; the first replay's submit is not timed
+    const t0 = performance.now();
+    for (let r = 0; r < replays; r++) frame.replay();
+    const host = performance.now() - t0;
+    await settle();
+    const wall = performance.now() - t0;
+    const per = 1000 / (replays * frame.size);
+    return { dispatches: frame.size, replays, wallUs: wall * per, hostUs: host * per };
+  } finally {
+    frame.dispose();
+    tf.dispose([result, x0, one]);
+  }
 }
 
 async function gpt2LoraStep(
@@ -1351,6 +1419,7 @@ export function gpuMarkdown(r: GpuBenchResult): string {
     '| --- | --- |',
     `| matmul peak, ${r.matmul.n}² | ${f(r.matmul.gflops, 3)} GFLOP/s |`,
     `| one small kernel (dispatch overhead) | ${f(r.dispatchOverheadMs, 3)} ms |`,
+    `| one small kernel, recorded and replayed (wall; host's share) | ${r.replayedDispatch ? `${f(r.replayedDispatch.wallUs, 1)} µs; ${f(r.replayedDispatch.hostUs, 1)} µs` : '—'} |`,
     `| tiny PPO step (batch ${r.ppo.batchSize}, response ${r.ppo.responseLength}) | ${f(r.ppo.timeStep)} s (update ${f(r.ppo.timeUpdate)} s) |`,
     `| update MFU against that peak | ${f(r.ppo.updateMfu, 3)} |`,
     `| webgpuDispatchesPerStep | ${r.webgpuDispatchesPerStep} |`,
