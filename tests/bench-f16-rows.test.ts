@@ -209,6 +209,8 @@ describe('the f16 rows as Markdown', () => {
             gpuBytes: 5.5e9,
             tfjsAllocatedBytes: 4.2e9,
             replayHeldBytes: 1.1e9,
+            tfjsPeakUsedBytes: 4.8e9,
+            tfjsPeakAllocatedBytes: 5.25e9,
             estimateBytes: 5e9,
             estimate: '≈ 5.0 GB: …',
           },
@@ -230,7 +232,7 @@ describe('the f16 rows as Markdown', () => {
     const md = f16Markdown(r);
     expect(md).toContain('| the same, vector loads (setWebGpuLinearVecRows) | 3.00 | 5.50 | 0.55 |');
     expect(md).toContain(
-      '| micro-batch 16, recompute off | 3.500 | 1.500 | 0.500 | 1.500 | 5.50 GB | 4.20 GB (replay frames 1.10 GB) | ≈ 5.0 GB: … | not run | — | null (see notes) |',
+      '| micro-batch 16, recompute off | 3.500 | 1.500 | 0.500 | 1.500 | 5.50 GB | 4.20 GB (replay frames 1.10 GB) | 4.80 GB / 5.25 GB | ≈ 5.0 GB: … | not run | — | null (see notes) |',
     );
     expect(md).toContain('| Qwen2.5-1.5B shape | 6.00 | 10.00 | 0.60 |');
     expect(md).toContain('- f16Grpo.qwen2.5-1.5b.torchEagerPeft: null (no PyTorch on a GPU: none).');
@@ -249,10 +251,10 @@ describe('the f16 rows as Markdown', () => {
     };
     const md2 = f16Markdown({ ...r, rows: [bounded] });
     expect(md2).toContain(
-      '| micro-batch 16, recompute off | 3.500 | 1.500 | 0.500 | 1.500 | — | — | — | not run | — | null (see notes) |',
+      '| micro-batch 16, recompute off | 3.500 | 1.500 | 0.500 | 1.500 | — | — | — | — | not run | — | null (see notes) |',
     );
     expect(md2).toContain(
-      '| bounded: micro-batch 4 (generate 16), recompute on | 5.250 | 1.500 | 0.500 | 1.500 | 4.50 GB | 4.20 GB (replay frames 1.10 GB) | ≈ 5.0 GB: … | — | — | — |',
+      '| bounded: micro-batch 4 (generate 16), recompute on | 5.250 | 1.500 | 0.500 | 1.500 | 4.50 GB | 4.20 GB (replay frames 1.10 GB) | 4.80 GB / 5.25 GB | ≈ 5.0 GB: … | — | — | — |',
     );
   });
 });

@@ -44,6 +44,7 @@ import {
 import { resolveLoraTargets } from '../core/model/lora';
 import { formatEstimate } from '../core/model/size';
 import { ReplayFrame, replayBackend, replayHeldBytes } from '../core/kernels/webgpu-replay';
+import { type GpuBufferPeak, GpuBufferPeakMeter } from './perf/gpu-buffer-peak';
 
 export interface GpuAdapterReport {
   vendor: string;
@@ -220,6 +221,14 @@ export interface StepMemory {
    * uploads; webgpu-replay.ts replayHeldBytes), after the timed steps.
    */
   replayHeldBytes: number;
+  /**
+   * The most bytes of tfjs's buffers during the timed steps (GpuBufferPeakMeter): in use at once (live tensors, the
+   * recordings' buffers, uniforms in flight), and in existence at once (its pool of freed buffers included) — the
+   * step's own peak from tfjs's side, which nvidia-smi's after-step reading neither isolates nor bounds (Dawn's and
+   * the driver's memory are in it). Null off WebGPU.
+   */
+  tfjsPeakUsedBytes: number | null;
+  tfjsPeakAllocatedBytes: number | null;
   /** The engine's estimate of the step (trainer.memoryEstimate().total) and its words. */
   estimateBytes: number;
   estimate: string;
@@ -1173,14 +1182,24 @@ export async function qwenGrpoBench(o: {
         const n = qwenTimedSteps(warmupS, o.dryRun);
         o.log(`  warm-up ${warmupS.toFixed(2)} s; ${n} timed step${n > 1 ? 's' : ''}`);
         const stepTimes: number[] = [];
-        const timed = await benchPpoStep(trainer, {
-          steps: n,
-          warmup: 0,
-          onStep: (_, s) => {
-            stepTimes.push(s);
-            o.log(`  step ${s.toFixed(2)} s`);
-          },
-        });
+        // The memory reading's plan: the peak of tfjs's buffers over its timed steps.
+        const meter = o.row && planKey === plans[0].key ? new GpuBufferPeakMeter() : null;
+        meter?.install();
+        let peak: GpuBufferPeak | null = null;
+        let timed: Awaited<ReturnType<typeof benchPpoStep>>;
+        try {
+          timed = await benchPpoStep(trainer, {
+            steps: n,
+            warmup: 0,
+            onStep: (_, s) => {
+              stepTimes.push(s);
+              o.log(`  step ${s.toFixed(2)} s`);
+            },
+          });
+          peak = meter?.read() ?? null;
+        } finally {
+          meter?.uninstall();
+        }
         const resolved = trainer.stepPlan();
         out.Tq = timed.Tq;
         if (o.row && planKey === plans[0].key) {
@@ -1193,6 +1212,8 @@ export async function qwenGrpoBench(o: {
             tfjsAllocatedBytes:
               typeof m.numBytesAllocatedInGPU === 'number' ? m.numBytesAllocatedInGPU : null,
             replayHeldBytes: replayHeldBytes(),
+            tfjsPeakUsedBytes: peak?.usedBytes ?? null,
+            tfjsPeakAllocatedBytes: peak?.allocatedBytes ?? null,
             estimateBytes: e.total,
             estimate: formatEstimate(e),
           };
