@@ -273,6 +273,10 @@ describe('linearPlan: workgroups of the fused Conv1D (no GPU needed)', () => {
     expect(() => setWebGpuLinearSmallRows(-1)).toThrow(/integer ≥ 0/);
     setWebGpuLinearSmallRows(64, 1);
     expect(linearPlan(3, 37)).toEqual({ program: 'rows', groups: [5, 1], rows: 4, columns: 8 });
+    // Row blocks go along the dispatch's x: more than 65535 of them (a bound raised past 524 280 rows) take the tiles.
+    setWebGpuLinearSmallRows(1 << 20, 1);
+    expect(linearPlan(8 * 65535, 16).program).toBe('rows');
+    expect(linearPlan(8 * 65535 + 1, 16).program).toBe('tiled');
   });
 });
 

@@ -625,7 +625,10 @@ export interface LinearPlan {
    * per thread over all of K, 256 columns per workgroup (software adapters); else 64×64 tiles.
    */
   program: 'rows' | 'columns' | 'tiled';
-  /** Workgroups in x (column strips or tiles) and y (row blocks or tiles). */
+  /**
+   * Column strips (or tiles) and row blocks (or tiles): the dispatch's x and y, except the few-rows program's, which
+   * dispatches them the other way round (row blocks along x: RowBlockProgram's `blocksFirst`).
+   */
   groups: [number, number];
   /** Output rows × columns one workgroup computes. */
   rows: number;
@@ -642,7 +645,7 @@ export function linearPlan(M: number, N: number, transA = false): LinearPlan {
   if (!transA && M <= LINEAR_SOFTWARE_COLUMN_ROWS && columnsRoute()) {
     const rows = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
     const bx = Math.ceil(N / FR_THREADS);
-    if (bx <= MAX_GROUPS)
+    if (bx <= MAX_GROUPS && Math.ceil(M / rows) <= MAX_GROUPS)
       return { program: 'columns', groups: [bx, Math.ceil(M / rows)], rows, columns: FR_THREADS };
   }
   if (!transA && M <= smallRowsBound()) {
@@ -650,7 +653,7 @@ export function linearPlan(M: number, N: number, transA = false): LinearPlan {
     const by = Math.ceil(M / rows);
     const columns = Math.ceil(N / 8) * by >= smallMinGroups ? 8 : 4;
     const bx = Math.ceil(N / columns);
-    if (bx <= MAX_GROUPS) return { program: 'rows', groups: [bx, by], rows, columns };
+    if (bx <= MAX_GROUPS && by <= MAX_GROUPS) return { program: 'rows', groups: [bx, by], rows, columns };
   }
   return { program: 'tiled', groups: [Math.ceil(N / TN), Math.ceil(M / TM)], rows: TM, columns: TN };
 }
