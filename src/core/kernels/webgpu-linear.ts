@@ -65,9 +65,9 @@
  *   (docs/gpu.md, "The fused linear on the tile kernel"; tests/webgpu-linear-tile.test.ts).
  *
  * WGSL: gelu_new is x·σ(2·√(2/π)(x + 0.044715x³)) with σ(z) = 1/(1 + e^(−z)) (no tanh: docs/tfjs.md trap 7).
- * Within WebGPU's default limits: 256 threads, ≤ 9 KB of workgroup memory (16 KB on the tile kernel), ≤ 65535 workgroups per dimension
- * (webGpuLinearApplies refuses bigger shapes; the plain ops run them; linearPlan falls back to the tiles where
- * the few-rows strips would exceed it).
+ * Within WebGPU's default limits: 256 threads, ≤ 9 KB of workgroup memory (16 KB on the tile kernel), ≤ 65535
+ * workgroups per dimension (webGpuLinearApplies refuses bigger shapes; the plain ops run them; linearPlan falls
+ * back to the tiles where the few-rows strips would exceed it).
  *
  * Tested against the plain ops and a float64 loop, values and gradients (x, W, b, residual, LoRA A and B), with
  * the dispatch counts, on WebGPU in Node (tests/webgpu-linear.test.ts); checkLinearOnCurrentBackend()
@@ -703,9 +703,9 @@ abstract class RowBlockProgram {
 
 /**
  * C [M, N] = A·op(B) for few rows M, the same epilogue as LinearMatMulProgram: a GEMV-like kernel. Workgroup
- * (x, y) computes rows x·RB … x·RB + RB − 1 × columns y·CW … y·CW + CW − 1 (RB ≤ 8, CW 8 or 4: the row blocks of
- * one strip launched one after another, so that at 9–64 rows W is read from memory once and then from L2); its 256 threads
- * are CW column lanes × KL = 256 / CW k lanes: thread (cl, kl) sums k = kl, kl + KL, … into RB registers (one
+ * (x, y) computes rows x·RB … x·RB + RB − 1 × columns y·CW … y·CW + CW − 1 (RB ≤ 8, CW 8 or 4: the row blocks
+ * of one strip launched one after another, so that at 9–64 rows W is read from memory once and then from L2); its
+ * 256 threads are CW column lanes × KL = 256 / CW k lanes: thread (cl, kl) sums k = kl, kl + KL, … into RB registers (one
  * per row), then the workgroup adds its KL partial sums per output in workgroup memory (RB lanes per thread,
  * then 256 / (RB·CW) groups per output) and stores through the epilogue. Reads: B [K, N] row-major (W): the
  * column lane is the fast thread index, so neighbouring threads read neighbouring columns of a W row (a warp:
