@@ -225,6 +225,7 @@ describe('the f16 rows as Markdown', () => {
         f32GreedyMsPerToken: 10,
         f16OverF32: 0.6,
         vecLoads: { f16GreedyMsPerToken: 3, f32GreedyMsPerToken: 5.5, f16OverF32: 3 / 5.5 },
+        dispatchesPerToken: 230,
       },
       linearKernels: { vecRows: null, fastTiles: null },
       notes: [],
@@ -234,7 +235,7 @@ describe('the f16 rows as Markdown', () => {
     expect(md).toContain(
       '| micro-batch 16, recompute off | 3.500 | 1.500 | 0.500 | 1.500 | 5.50 GB | 4.20 GB (replay frames 1.10 GB) | 4.80 GB / 5.25 GB | ≈ 5.0 GB: … | not run | — | null (see notes) |',
     );
-    expect(md).toContain('| Qwen2.5-1.5B shape | 6.00 | 10.00 | 0.60 |');
+    expect(md).toContain('| Qwen2.5-1.5B shape; 230.0 dispatches a token (f16) | 6.00 | 10.00 | 0.60 |');
     expect(md).toContain('- f16Grpo.qwen2.5-1.5b.torchEagerPeft: null (no PyTorch on a GPU: none).');
     expect(md).toContain(
       '- The fused linear: vector loads in the few-rows program off (the default), the tiled products on 64 × 64 tiles (the default).',

@@ -13,6 +13,8 @@
 import type { PpoTrainer } from '../core/ppo/trainer';
 import type { BuildOptions } from '../core/ppo/setup';
 import type { CausalLM } from '../core/model/lm';
+import { generate } from '../core/model/sampling';
+import { countDispatches } from './webgpu-dispatch';
 import {
   setWebGpuLinearVecRows,
   webGpuLinearFastTiles,
@@ -54,6 +56,12 @@ export interface F16DecodeRow extends F16DecodeTimes {
   model: string;
   batch: number;
   tokens: number;
+  /**
+   * GPU dispatches a greedy token costs with the base in f16 (the replayed decode as generate runs it): the count of
+   * a 24-token generation less an 8-token one, over 16. Times the bench's `replayedDispatch` it is the fixed cost a
+   * token pays whatever the bytes (null where not counted).
+   */
+  dispatchesPerToken: number | null;
   /**
    * The same three with the few-rows program's vector loads on (setWebGpuLinearVecRows(true); off by default), each
    * timed right after the default on the same model; null where the process turned them on or off itself
@@ -139,6 +147,7 @@ export async function runF16Bench(o: {
       f32GreedyMsPerToken: null,
       f16OverF32: null,
       vecLoads: null,
+      dispatchesPerToken: null,
     };
     // The vector loads are timed beside the default only where the process left them at the default.
     const vecShipped = webGpuLinearVecRows();
@@ -165,6 +174,7 @@ export async function runF16Bench(o: {
             const into: F16DecodeTimes = vecOn ? vec! : decode;
             if (dtype === 'f16') into.f16GreedyMsPerToken = t.greedyMsPerToken;
             else into.f32GreedyMsPerToken = t.greedyMsPerToken;
+            if (dtype === 'f16' && !vecOn) decode.dispatchesPerToken = await decodeDispatchesPerToken(model);
           } finally {
             setWebGpuLinearVecRows(vecShipped);
           }
@@ -203,6 +213,21 @@ export async function runF16Bench(o: {
 
 const onOff = (v: boolean | null): string =>
   v ? 'on (PPO_WEBGPU_VEC_ROWS=1)' : v === false ? 'off (PPO_WEBGPU_VEC_ROWS=0)' : 'off (the default)';
+/** Dispatches a greedy token costs at batch 1 (the counts of 24 and 8 new tokens, their difference over 16). */
+export async function decodeDispatchesPerToken(model: CausalLM): Promise<number> {
+  const V = model.config.vocab_size;
+  const prompt = Array.from({ length: 8 }, (_, t) => (t * 7 + 5) % V);
+  const count = async (n: number) =>
+    (
+      await countDispatches(() =>
+        generate(model, [prompt], { maxNewTokens: n, temperature: 0, stopToken: null, padId: 0, rng: 7 }),
+      )
+    ).dispatches;
+  const short = await count(8);
+  const long = await count(24);
+  return (long - short) / 16;
+}
+
 const f = (x: number | null | undefined, d = 3): string => (x == null ? '—' : x.toFixed(d));
 const gb = (x: number | null | undefined): string => (x == null ? '—' : `${(x / 1e9).toFixed(2)} GB`);
 
@@ -234,7 +259,7 @@ export function f16Markdown(r: F16BenchResult): string {
       ? [
           '| greedy decode, batch 1 | base in f16, ms/token | base in f32, ms/token | f16 ÷ f32 |',
           '| --- | --- | --- | --- |',
-          `| ${r.decode.model} | ${f(r.decode.f16GreedyMsPerToken, 2)} | ${f(r.decode.f32GreedyMsPerToken, 2)} | ${r.decode.f16OverF32 == null ? 'null (see notes)' : r.decode.f16OverF32.toFixed(2)} |`,
+          `| ${r.decode.model}${r.decode.dispatchesPerToken != null ? `; ${f(r.decode.dispatchesPerToken, 1)} dispatches a token (f16)` : ''} | ${f(r.decode.f16GreedyMsPerToken, 2)} | ${f(r.decode.f32GreedyMsPerToken, 2)} | ${r.decode.f16OverF32 == null ? 'null (see notes)' : r.decode.f16OverF32.toFixed(2)} |`,
           ...(r.decode.vecLoads
             ? [
                 `| the same, vector loads (setWebGpuLinearVecRows) | ${f(r.decode.vecLoads.f16GreedyMsPerToken, 2)} | ${f(r.decode.vecLoads.f32GreedyMsPerToken, 2)} | ${r.decode.vecLoads.f16OverF32 == null ? 'null (see notes)' : r.decode.vecLoads.f16OverF32.toFixed(2)} |`,
