@@ -157,6 +157,27 @@ export function sampleRowsHost(
   return { tokens, logprobs, fullLogprobs };
 }
 
+/**
+ * Greedy on WebGPU through the same kernel at temperature 0: per row the argmax of the logits (ties to the lowest
+ * index, as the CPU backend's tf.argMax; tfjs-backend-webgpu's does not on ties) and log softmax(logits) at it —
+ * 4 dispatches (the kernel, two column slices, the cast) where pickTokens' tfjs ops (logSoftmax, argMax, the
+ * gather) take 9: a 2-layer Qwen3's decode token 33 → 28.
+ * Null off WebGPU or past the kernel's limits (pickTokens then). The log-prob sums in another order than
+ * tf.logSoftmax: within float32 rounding of it (tests/sample-device.test.ts).
+ */
+export function greedyTokensWebGpu(
+  logits: tf.Tensor2D,
+): { tokens: tf.Tensor1D; logprobs: tf.Tensor1D } | null {
+  const [B, V] = logits.shape;
+  if (tf.getBackend() !== 'webgpu' || logits.dtype !== 'float32') return null;
+  if (B < 1 || V < 1 || B * V > MAX_ELEMENTS || V > MAX_VOCAB) return null;
+  return tf.tidy(() => {
+    const packed = sampleWebGpuPacked(logits, tf.zeros([B]) as tf.Tensor1D, 0, 0, 1);
+    const col = (c: number) => tf.reshape(tf.slice(packed, [0, c], [B, 1]), [B]) as tf.Tensor1D;
+    return { tokens: tf.cast(col(0), 'int32') as tf.Tensor1D, logprobs: col(2) };
+  });
+}
+
 /** Choose one token per row of logits [B, V]; see the module comment for the semantics. */
 export function sampleTokens(logits: tf.Tensor2D, opts: SampleTokenOptions): SampledTokens {
   const { B, V, topK, topP } = check(logits, opts);

@@ -15,7 +15,7 @@ import type { CausalLM } from './causal-lm';
 import { Rng } from '../base/rng';
 import { UserError } from '../../common/errors';
 import { gatherRows } from './gather';
-import { sampleTokens } from './sample-op';
+import { greedyTokensWebGpu, sampleTokens } from './sample-op';
 import { maybeYield } from '../base/yield';
 import { decodeReplayApplies, replayedDecode } from './decode-replay';
 import { whileGenerating } from '../kernels/wasm-extra';
@@ -230,7 +230,8 @@ export function pickTokens(
  *   entries did not stay flat, helper-18's finding in tests/sample-device.test.ts.)
  * - WASM and CPU, sampling: the [B, V] probabilities read back with `await data()` and walked in JavaScript
  *   (inverseCdfTokens: pickTokens' host walk, the same token bit for bit).
- * - Greedy: pickTokens (argmax on the device).
+ * - Greedy: on WebGPU the same kernel at temperature 0 (sample-op.ts greedyTokensWebGpu: the argmax and the
+ *   log-prob in 4 dispatches, not pickTokens' 8); elsewhere pickTokens (argmax on the device).
  * Returns the token ids [B] and log softmax(logits / T) at them (unfiltered), as pickTokens.
  */
 export async function chooseTokens(
@@ -240,6 +241,10 @@ export async function chooseTokens(
   topP: number,
   uniforms: tf.Tensor2D | null,
 ): Promise<{ tokens: tf.Tensor1D; logprobs: tf.Tensor1D }> {
+  if (temperature === 0) {
+    const g = greedyTokensWebGpu(logits);
+    if (g) return g;
+  }
   if (temperature === 0 || !uniforms) return pickTokens(logits, temperature, topK, topP, uniforms);
   const backend = tf.getBackend();
   if (backend === 'webgpu') {
@@ -421,6 +426,10 @@ async function generateOnce(
       checkEvery,
       uniforms: () => (opts.temperature === 0 ? null : Float32Array.from(draw())),
       pick: (lg, u) => {
+        if (greedy) {
+          const g = greedyTokensWebGpu(lg);
+          if (g) return g;
+        }
         if (greedy || !u) return pickTokens(lg, opts.temperature, topK, topP, null);
         const s = sampleTokens(lg, { temperature: opts.temperature, topK, topP, uniforms: u });
         s.logprobs.dispose(); // the kept set's log-prob; PPO trains against the unfiltered one
