@@ -1,5 +1,6 @@
 /**
- * Timing shared by the kernel scripts (scripts/vec-rows.ts, scripts/linear-tiles.ts): ms per call of `reps` calls
+ * Timing and checking shared by the kernel scripts (scripts/vec-rows.ts, scripts/linear-tiles.ts). timeCalls: ms per
+ * call of `reps` calls
  * of `f`, GPU kernel time from timestamp queries where the device has them (tf.time's kernelMs), else the wall
  * time, which on a fast GPU is the host's per-call cost, not the kernel's. Two untimed calls first (compile, warm).
  */
@@ -28,4 +29,17 @@ export async function timeCalls(
   await last!.data();
   last!.dispose();
   return { ms: (performance.now() - t0) / reps, source: 'wall' };
+}
+
+/** max |b − a| / max |a| of two results of one product computed two ways (both read, then disposed). */
+export async function pairRelDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
+  const [va, vb] = [await a.data(), await b.data()];
+  tf.dispose([a, b]);
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < va.length; i++) {
+    num = Math.max(num, Math.abs(vb[i] - va[i]));
+    den = Math.max(den, Math.abs(va[i]));
+  }
+  return num / den;
 }

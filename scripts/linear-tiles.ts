@@ -13,7 +13,7 @@ import * as tf from '@tensorflow/tfjs-core';
 // Gradients (the GPT-2 backward's tf.grads): registered by the union package's Node bundle (src/cli/backend-node.ts).
 import '@tensorflow/tfjs';
 import { adapterLabel, setNodeWebGpuBackend } from '../src/cli/backend-webgpu-node';
-import { timeCalls } from './kernel-time';
+import { pairRelDiff, timeCalls } from './kernel-time';
 import { f16LinearNT, f16MatMulNN, packF16 } from '../src/core/kernels/webgpu-f16';
 import { linearWebGpu, setWebGpuLinearFastTiles } from '../src/core/kernels/webgpu-linear';
 import { matMulFastTile } from '../src/core/kernels/webgpu-matmul';
@@ -132,17 +132,7 @@ for (const p of products) {
       setWebGpuLinearFastTiles(fast);
       return made.run();
     };
-    const a = run(false);
-    const b = run(true);
-    const [va, vb] = [await a.data(), await b.data()];
-    tf.dispose([a, b]);
-    let num = 0;
-    let den = 0;
-    for (let i = 0; i < va.length; i++) {
-      num = Math.max(num, Math.abs(vb[i] - va[i]));
-      den = Math.max(den, Math.abs(va[i]));
-    }
-    const relDiff = num / den;
+    const relDiff = await pairRelDiff(run(false), run(true));
     const ok = Number.isFinite(relDiff) && relDiff <= 1e-5;
     if (!ok) failed++;
     const tTiles = await timeCalls(() => run(false), reps);

@@ -11,7 +11,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import { adapterLabel, setNodeWebGpuBackend } from '../src/cli/backend-webgpu-node';
-import { timeCalls } from './kernel-time';
+import { pairRelDiff, timeCalls } from './kernel-time';
 import { packF16 } from '../src/core/kernels/webgpu-f16';
 import {
   linearNtDecodeWebGpu,
@@ -108,17 +108,7 @@ for (const f16 of [false, true]) {
           setWebGpuLinearVecRows(vec);
           return linearNtDecodeWebGpu(x, o);
         };
-        const one = run(false);
-        const vec = run(true);
-        const [a, b] = [await one.data(), await vec.data()];
-        tf.dispose([one, vec]);
-        let num = 0;
-        let den = 0;
-        for (let i = 0; i < a.length; i++) {
-          num = Math.max(num, Math.abs(b[i] - a[i]));
-          den = Math.max(den, Math.abs(a[i]));
-        }
-        const relDiff = num / den;
+        const relDiff = await pairRelDiff(run(false), run(true));
         const ok = Number.isFinite(relDiff) && relDiff <= 1e-5;
         if (!ok) failed++;
         const tOne = await timeCalls(() => run(false), reps);

@@ -18,13 +18,12 @@ import {
   setWebGpuLinearColumns,
   setWebGpuLinearSmallRows,
 } from '../src/core/kernels/webgpu-linear';
-import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { Llama } from '../src/core/model/llama';
 import { LoraAdapters } from '../src/core/model/lora';
 import { gatherRows } from '../src/core/model/gather';
 import { generate } from '../src/core/model/sampling';
-import { hostWeights, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
+import { hostWeights, tinyGpt2, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
 
 const adapter = await webGpuAdapter();
 
@@ -55,18 +54,6 @@ function expectSameBits(a: ArrayLike<number>, b: ArrayLike<number>, what: string
   for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) differ++;
   expect(differ, `${what}: elements that differ`).toBe(0);
 }
-
-const tinyGpt2 = parseGPT2Config({
-  vocab_size: 300,
-  n_positions: 64,
-  n_embd: 48,
-  n_layer: 2,
-  n_head: 3,
-  tokenizer: 'bytes',
-  bos_token_id: 297,
-  eos_token_id: 298,
-  pad_token_id: 299,
-});
 
 interface Out {
   logprobs: Float32Array;

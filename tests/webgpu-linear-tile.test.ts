@@ -24,12 +24,11 @@ import {
 import { setWebGpuMatMulFastTiles, type MatMulFastTile } from '../src/core/kernels/webgpu-matmul';
 import { GELU_K } from '../src/core/kernels/definitions';
 import { Llama } from '../src/core/model/llama';
-import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { gatherRows } from '../src/core/model/gather';
 import { LoraAdapters } from '../src/core/model/lora';
 import type { CausalLM } from '../src/core/model/lm';
-import { hostWeights, relDiff, seeded, tinyQwen3 } from './helpers/f16-base';
+import { hostWeights, liven, relDiff, seeded, tinyGpt2, tinyQwen3 } from './helpers/f16-base';
 
 const adapter = await webGpuAdapter();
 
@@ -241,15 +240,6 @@ describe('the fused linear on the tile kernel on Node WebGPU', () => {
     expect(await webGpuErrors()).toEqual([]);
   }, 120_000);
 
-  /** Non-zero LoRA B's, so that the LoRA terms take part in every output. */
-  function liven(adapters: LoraAdapters): void {
-    for (const mod of adapters.modules.values()) {
-      const v = tf.randomNormal(mod.b.shape, 0, 0.05, 'float32', 13);
-      mod.b.assign(v);
-      v.dispose();
-    }
-  }
-
   /** A weighted sum of next-token log-probs over 2 × 12 rows (the tiled route: more than 16 rows). */
   async function loraGrads(m: CausalLM, adapters: LoraAdapters, V: number) {
     const B = 2;
@@ -277,19 +267,8 @@ describe('the fused linear on the tile kernel on Node WebGPU', () => {
       baseDtype: 'f16',
     });
     const qa = LoraAdapters.create(tinyQwen3, { lora: 4 }, 5);
-    const gpt2Config = parseGPT2Config({
-      vocab_size: 300,
-      n_positions: 64,
-      n_embd: 48,
-      n_layer: 2,
-      n_head: 3,
-      tokenizer: 'bytes',
-      bos_token_id: 297,
-      eos_token_id: 298,
-      pad_token_id: 299,
-    });
-    const gpt2 = GPT2.random(gpt2Config, 3, false);
-    const ga = LoraAdapters.create(gpt2Config, { lora: 4 }, 5);
+    const gpt2 = GPT2.random(tinyGpt2, 3, false);
+    const ga = LoraAdapters.create(tinyGpt2, { lora: 4 }, 5);
     liven(qa);
     liven(ga);
     try {

@@ -10,12 +10,11 @@ import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { packF16, roundToF16 } from '../src/core/kernels/webgpu-f16';
 import { Llama } from '../src/core/model/llama';
-import { parseGPT2Config } from '../src/core/model/config';
 import { GPT2 } from '../src/core/model/gpt2';
 import { gatherRows } from '../src/core/model/gather';
 import { LoraAdapters } from '../src/core/model/lora';
 import { generate } from '../src/core/model/sampling';
-import { hostWeights, relDiff, seeded, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
+import { hostWeights, liven, relDiff, seeded, tinyGpt2, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
 import {
   linearNtDecodeWebGpu,
   saveWebGpuLinearSmallRows,
@@ -28,15 +27,6 @@ import {
 } from '../src/core/kernels/webgpu-linear';
 
 const adapter = await webGpuAdapter();
-
-/** Non-zero LoRA B's, so that the LoRA terms take part in every output. */
-function liven(adapters: LoraAdapters): void {
-  for (const mod of adapters.modules.values()) {
-    const v = tf.randomNormal(mod.b.shape, 0, 0.05, 'float32', 13);
-    mod.b.assign(v);
-    v.dispose();
-  }
-}
 
 describe('vecRowsWidth (no GPU needed)', () => {
   afterEach(() => setWebGpuLinearVecRows(null));
@@ -251,19 +241,8 @@ describe('vector loads in the few-rows program on Node WebGPU', () => {
 
   it('GPT-2 under LoRA r 4: the backward’s dx = dz·Wᵀ at 12 rows and the decode’s layer-normed LoRA down-projection', async () => {
     const before = tf.memory().numTensors;
-    const config = parseGPT2Config({
-      vocab_size: 300,
-      n_positions: 64,
-      n_embd: 48,
-      n_layer: 2,
-      n_head: 3,
-      tokenizer: 'bytes',
-      bos_token_id: 297,
-      eos_token_id: 298,
-      pad_token_id: 299,
-    });
-    const base = GPT2.random(config, 3, false);
-    const adapters = LoraAdapters.create(config, { lora: 4 }, 5);
+    const base = GPT2.random(tinyGpt2, 3, false);
+    const adapters = LoraAdapters.create(tinyGpt2, { lora: 4 }, 5);
     liven(adapters);
     const m = base.withLora(adapters);
     const restore = saveWebGpuLinearSmallRows();

@@ -1294,13 +1294,15 @@ export async function qwenGrpoBench(o: {
  * dispatches.)
  */
 const CHAIN_ELEMENTS = 1024;
+const chainElements = (): number =>
+  Math.max(CHAIN_ELEMENTS, tf.env().getNumber('WEBGPU_CPU_HANDOFF_SIZE_THRESHOLD'));
 
 /**
  * Milliseconds per kernel of a chain of `n` dependent adds on 1024 floats (after a warm-up chain): what one
  * dispatch costs when the arithmetic is nothing — the JS, binding and submit work of tfjs and Dawn.
  */
 export async function measureDispatchOverhead(n: number): Promise<number> {
-  const size = Math.max(CHAIN_ELEMENTS, tf.env().getNumber('WEBGPU_CPU_HANDOFF_SIZE_THRESHOLD'));
+  const size = chainElements();
   const chain = async (k: number): Promise<number> => {
     const t0 = performance.now();
     let x = tf.zeros([size]);
@@ -1340,7 +1342,7 @@ export interface ReplayedDispatch {
 export async function measureReplayedDispatch(n: number, replays: number): Promise<ReplayedDispatch | null> {
   const backend = replayBackend();
   if (!backend) return null;
-  const size = Math.max(CHAIN_ELEMENTS, tf.env().getNumber('WEBGPU_CPU_HANDOFF_SIZE_THRESHOLD'));
+  const size = chainElements();
   const x0 = tf.zeros([size]);
   const one = tf.ones([size]);
   const { frame, result } = ReplayFrame.record(backend, () => {

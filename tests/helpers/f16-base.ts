@@ -14,7 +14,7 @@ import { gatherRows } from '../../src/core/model/gather';
 import { generate, type SampleOptions } from '../../src/core/model/sampling';
 import { setDecodeReplay } from '../../src/core/model/decode-replay';
 import type { GPT2Options } from '../../src/core/model/lm';
-import { parseModelConfig } from '../../src/core/model/config';
+import { parseGPT2Config, parseModelConfig } from '../../src/core/model/config';
 import { ScalarModel } from '../../src/core/model/heads';
 import { readSafetensors, writeSafetensors } from '../../src/core/model/safetensors';
 import { scalarSafetensors } from '../../src/core/model/folder';
@@ -66,6 +66,28 @@ export const tinyQwen3 = parseLlamaConfig({
   head_dim: 16,
   tie_word_embeddings: true,
 });
+
+/** A small GPT-2 (2 layers, width 48, 3 heads, a 300-entry byte vocabulary): the fused linear's model tests. */
+export const tinyGpt2 = parseGPT2Config({
+  vocab_size: 300,
+  n_positions: 64,
+  n_embd: 48,
+  n_layer: 2,
+  n_head: 3,
+  tokenizer: 'bytes',
+  bos_token_id: 297,
+  eos_token_id: 298,
+  pad_token_id: 299,
+});
+
+/** Non-zero LoRA B's (normal, sd 0.05, seeded), so that the LoRA terms take part in every output. */
+export function liven(adapters: LoraAdapters): void {
+  for (const mod of adapters.modules.values()) {
+    const v = tf.randomNormal(mod.b.shape, 0, 0.05, 'float32', 13);
+    mod.b.assign(v);
+    v.dispose();
+  }
+}
 
 /** A 2-layer slice of a published shape (every block dimension the real one), optionally a smaller vocabulary. */
 export function sliceConfig(shape: 'qwen2.5-1.5b' | 'qwen3-1.7b', vocab?: number): LlamaConfig {

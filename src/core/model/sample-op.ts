@@ -163,7 +163,7 @@ export function sampleRowsHost(
  * 4 dispatches (the kernel, two column slices, the cast) where pickTokens' tfjs ops (logSoftmax, argMax, the
  * gather) take 9: a 2-layer Qwen3's decode token 33 → 28.
  * Null off WebGPU or past the kernel's limits (pickTokens then). The log-prob sums in another order than
- * tf.logSoftmax: within float32 rounding of it (tests/sample-device.test.ts).
+ * tf.logSoftmax: within float32 rounding of it (tests/greedy-device.test.ts).
  */
 export function greedyTokensWebGpu(
   logits: tf.Tensor2D,
@@ -173,10 +173,18 @@ export function greedyTokensWebGpu(
   if (B < 1 || V < 1 || B * V > MAX_ELEMENTS || V > MAX_VOCAB) return null;
   return tf.tidy(() => {
     const packed = sampleWebGpuPacked(logits, tf.zeros([B]) as tf.Tensor1D, 0, 0, 1);
-    const col = (c: number) => tf.reshape(tf.slice(packed, [0, c], [B, 1]), [B]) as tf.Tensor1D;
-    return { tokens: tf.cast(col(0), 'int32') as tf.Tensor1D, logprobs: col(2) };
+    return { tokens: tokenColumn(packed), logprobs: column(packed, 2) };
   });
 }
+
+/** Column c of the kernel's packed [B, 3] output (token, log p_kept, log p_all) as [B]. */
+const column = (packed: tf.Tensor2D, c: number): tf.Tensor1D => {
+  const B = packed.shape[0];
+  return tf.reshape(tf.slice(packed, [0, c], [B, 1]), [B]) as tf.Tensor1D;
+};
+
+/** The packed output's token ids (float32, exact below 2²⁴) as int32 [B]. */
+const tokenColumn = (packed: tf.Tensor2D): tf.Tensor1D => tf.cast(column(packed, 0), 'int32') as tf.Tensor1D;
 
 /** Choose one token per row of logits [B, V]; see the module comment for the semantics. */
 export function sampleTokens(logits: tf.Tensor2D, opts: SampleTokenOptions): SampledTokens {
@@ -195,8 +203,7 @@ export function sampleTokens(logits: tf.Tensor2D, opts: SampleTokenOptions): Sam
           ? tf.cast(tf.reshape(opts.uniforms, [B]), 'float32')
           : tf.tensor1d(opts.temperature === 0 ? new Float32Array(B) : uniformsOf(opts.uniforms, B));
       const packed = sampleWebGpuPacked(logits, u as tf.Tensor1D, opts.temperature, topK, topP);
-      const col = (c: number) => tf.reshape(tf.slice(packed, [0, c], [B, 1]), [B]) as tf.Tensor1D;
-      return { tokens: tf.cast(col(0), 'int32') as tf.Tensor1D, logprobs: col(1), fullLogprobs: col(2) };
+      return { tokens: tokenColumn(packed), logprobs: column(packed, 1), fullLogprobs: column(packed, 2) };
     });
   }
   const x = logits.dataSync() as Float32Array;
