@@ -43,8 +43,9 @@
  *   two programs on nn.Linear's W [out, in] (transB) with an RMSNorm prologue (PerfRmsNormFwd's order), no bias
  *   binding where the layer has none, up to 3 weights bound in parts along the output (q_proj | k_proj | v_proj
  *   as one matmul without a concatenated copy), SwiGLU in the epilogue (up_proj reading gate_proj's output), the
- *   LoRA up-projection per part: a Llama/Qwen decode layer 17 → 8 dispatches, 45 → 13 under LoRA on all seven
- *   linears (tests/llama-decode-dispatches.test.ts).
+ *   LoRA up-projection per part, gate_proj | up_proj as one program (`pair`: both dot products per output, SwiGLU
+ *   of the two): a Llama/Qwen decode layer 17 → 7 dispatches, 45 → 11 under LoRA on all seven linears
+ *   (tests/llama-decode-dispatches.test.ts, tests/webgpu-linear-pair.test.ts).
  * Why recompute pre instead of saving it: a tfjs WebGPU program has exactly one output binding (inputs are
  * bound read-only, and tfjs-webgpu has no zero-copy slice), so the forward cannot also write pre. Saving it
  * would take a second forward dispatch (pre, then gelu as its own kernel): the same total dispatches for a
@@ -136,6 +137,14 @@ interface MatMulOptions {
   /** SwiGLU in the epilogue (forward only): result = silu(Gate[o])·pre, Gate [M, N] (gate_proj's output). */
   swiglu?: boolean;
   /**
+   * gate_proj and up_proj in one program (forward only, transB, parts = 2 of equal rows, no bias, the few-rows and
+   * column programs only): each output column c sums both B's row c (B: gate_proj, B1: up_proj) over the same
+   * loads of A, and stores swigluOf(gate, up), each with its own LoRA term (Down's columns 0 … R − 1 and R … 2R − 1
+   * against LoraB and LoraB1): the values of the gate program then the up program's SwiGLU epilogue, in one
+   * dispatch and without the gate's [M, N] in memory.
+   */
+  pair?: boolean;
+  /**
    * B (and B1, B2) packed f16 (baseDtype "f16"; kernels/webgpu-f16.ts): int32 words, two binary16 values each, read
    * through `bAt*` (unpack2x16float) and multiplied in f32: transB for x·Wᵀ (nn.Linear's W [out, in]: the decode
    * and the f16 forward), not transB for dy·W (the backward to the activations, linearPackedNNWebGpu).
@@ -190,6 +199,11 @@ function epilogueCode(o: MatMulOptions): string {
       ? ' + uniforms.addScale * loraUp(r, c)'
       : '';
   const bias = o.noBias ? '' : ' + Bias[c]';
+  if (o.pair) {
+    // The gate program's store, then the up program's with that gate (the same operations in the same order).
+    const lora = (fn: string) => (o.loraR ? ` + uniforms.addScale * ${fn}(r, c)` : '');
+    return `result[o] = swigluOf(acc${lora('loraUp')}, accU${lora('loraUp1')});`;
+  }
   if (o.mode === 'mm') return 'result[o] = acc;';
   if (o.mode === 'dz') return `result[o] = DY[o] * geluNewGrad(acc${bias}${extra});`;
   const pre = `acc${bias}${extra}`;
@@ -200,7 +214,7 @@ function epilogueCode(o: MatMulOptions): string {
 
 /** WGSL of the SwiGLU epilogue, in PerfSwigluFwd's order of operations. */
 function swigluDecl(o: MatMulOptions): string {
-  if (!o.swiglu) return '';
+  if (!o.swiglu && !o.pair) return '';
   return `
       fn swigluOf(g : f32, u : f32) -> f32 {
         let s = 1.0 / (1.0 + exp(-1.0 * g));
@@ -229,15 +243,18 @@ function partPick(parts: number, read: (p: number, row: string) => string): stri
  */
 function bqDecl(o: MatMulOptions): string {
   const names = bNames(o);
+  const fn = (name: string, body: string) => `
+      fn ${name}(c : i32, q : i32) -> ${o.packedB ? 'vec4<i32>' : 'vec4<f32>'} {
+        let KV = uniforms.dimK / ${o.packedB ? 8 : 4};
+        ${body}
+      }`;
+  // The pair's two weights are read side by side, row c of each (bq: gate_proj, bq1: up_proj).
+  if (o.pair) return fn('bq', 'return B[c * KV + q];') + fn('bq1', 'return B1[c * KV + q];');
   const body =
     names.length < 2
       ? 'return B[c * KV + q];'
       : partPick(names.length, (p, row) => `${names[p]}[${row} * KV + q]`);
-  return `
-      fn bq(c : i32, q : i32) -> ${o.packedB ? 'vec4<i32>' : 'vec4<f32>'} {
-        let KV = uniforms.dimK / ${o.packedB ? 8 : 4};
-        ${body}
-      }`;
+  return fn('bq', body);
 }
 
 /** WGSL of `loraPart(c)`: which part of B (and which block of Down's LoRA columns) holds column c. */
@@ -253,7 +270,7 @@ function loraPartDecl(): string {
  * [N, K] weight), and `loraPart(c)`, the part of column c (which block of Down its LoRA term reads).
  */
 function partsDecl(o: MatMulOptions): string {
-  if ((o.parts ?? 1) < 2) return '';
+  if ((o.parts ?? 1) < 2 || o.pair) return '';
   return `
       fn wRead(c : i32, k : i32) -> f32 {
         let K = uniforms.dimK;
@@ -277,7 +294,7 @@ function variableNamesOf(o: MatMulOptions): string[] {
         ...norm,
         ...(o.hasExtra ? ['Extra'] : []),
         ...(o.swiglu ? ['Gate'] : []),
-        ...(o.loraR ? ['Down', 'LoraB'] : []),
+        ...(o.loraR ? ['Down', 'LoraB', ...(o.pair ? ['LoraB1'] : [])] : []),
         ...(o.mode === 'dz' ? ['DY'] : o.hasRes ? ['Res'] : []),
       ];
 }
@@ -285,13 +302,24 @@ function variableNamesOf(o: MatMulOptions): string[] {
 const optionsKey = (o: MatMulOptions): string =>
   `${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}${o.ln ? (o.rms ? '_rms' : '_ln') : ''}` +
   `${o.loraR ? `_lora${o.loraR}` : ''}${o.noBias ? '_nb' : ''}${(o.parts ?? 1) > 1 ? `_p${o.parts}` : ''}` +
-  `${o.swiglu ? '_swiglu' : ''}${o.packedB ? '_f16' : ''}`;
+  `${o.swiglu ? '_swiglu' : ''}${o.pair ? '_pair' : ''}${o.packedB ? '_f16' : ''}`;
 
 /** WGSL of the epilogue's LoRA up-projection: Σ_j Down[r, j]·LoraB[c, j] over the rank (when loraR is set). */
 function loraUpDecl(o: MatMulOptions): string {
   if (!o.loraR) return '';
   const R = o.loraR;
   const parts = o.parts ?? 1;
+  if (o.pair) {
+    // gate_proj's term (loraUp: Down's first R columns, LoraB) and up_proj's (loraUp1: the next R, LoraB1).
+    const fn = (name: string, d: string, b: string) => `
+      fn ${name}(r : i32, c : i32) -> f32 {
+        var s = 0.0;
+        let d0 = r * ${2 * R}${d};
+        for (var j = 0; j < ${R}; j = j + 1) { s = s + Down[d0 + j] * ${b}[c * ${R} + j]; }
+        return s;
+      }`;
+    return fn('loraUp', '', 'LoraB') + fn('loraUp1', ` + ${R}`, 'LoraB1');
+  }
   // In parts, column c's pair is its part's: Down's columns loraPart(c)·R … + R − 1 of parts·R.
   const d0 = parts > 1 ? `r * ${parts * R} + loraPart(c) * ${R}` : `r * ${R}`;
   return `
@@ -744,33 +772,48 @@ class FewRowsMatMulProgram extends RowBlockProgram {
     const rowsIdx = Array.from({ length: RB }, (_, i) => i);
     // The k loop unrolled by UNROLL: all loads of UNROLL steps are issued before their FMAs (latency hiding).
     const unrolled = Array.from({ length: UNROLL }, (_, u) => u);
-    const split = (this.o.parts ?? 1) > 1;
+    const split = (this.o.parts ?? 1) > 1 && !this.o.pair;
     const bAt = (k: string) => (transB ? `cc * K + ${k}` : `(${k}) * N + cc`);
-    // B's element for k lane `k` of this thread's column (through wRead when B comes in parts).
+    // B's element for k lane `k` of this thread's column (through wRead when B comes in parts); the pair's
+    // second stream reads B1's row cc (up_proj) into its own accumulators.
     const bRead = (k: string) => (split ? `wRead(cc, ${k})` : `bAt(${bAt(k)})`);
+    const streams = this.streams().map((acc, si) => ({
+      acc,
+      w: si ? 'v' : 'w',
+      read: si ? (k: string) => `bAt1(${bAt(k)})` : bRead,
+    }));
+    const each = (f: (st: (typeof streams)[number]) => string, sep = '\n          ') =>
+      streams.map(f).join(sep);
     const loop = `
-        ${rowsIdx.map((i) => `var acc${i} = 0.0;`).join('\n        ')}
+        ${each((st) => rowsIdx.map((i) => `var ${st.acc}${i} = 0.0;`).join('\n        '), '\n        ')}
         var k = kl;
         while (k + ${(UNROLL - 1) * KL} < K) {
-          ${unrolled.map((u) => `let w${u} = ${bRead(`k + ${u * KL}`)};`).join('\n          ')}
-          ${rowsIdx
-            .map((i) =>
-              unrolled
-                .map(
-                  (u) =>
-                    `acc${i} = fma(${aRead(this.o, `xo${i} + k + ${u * KL}`, `k + ${u * KL}`, `${i}`)}, w${u}, acc${i});`,
-                )
-                .join(' '),
-            )
-            .join('\n          ')}
+          ${each((st) => unrolled.map((u) => `let ${st.w}${u} = ${st.read(`k + ${u * KL}`)};`).join('\n          '))}
+          ${each((st) =>
+            rowsIdx
+              .map((i) =>
+                unrolled
+                  .map(
+                    (u) =>
+                      `${st.acc}${i} = fma(${aRead(this.o, `xo${i} + k + ${u * KL}`, `k + ${u * KL}`, `${i}`)}, ${st.w}${u}, ${st.acc}${i});`,
+                  )
+                  .join(' '),
+              )
+              .join('\n          '),
+          )}
           k = k + ${UNROLL * KL};
         }
         while (k < K) {
-          let w = ${bRead('k')};
-          ${rowsIdx.map((i) => `acc${i} = fma(${aRead(this.o, `xo${i} + k`, 'k', `${i}`)}, w, acc${i});`).join('\n          ')}
+          ${each((st) => `let ${st.w} = ${st.read('k')};`)}
+          ${each((st) => rowsIdx.map((i) => `${st.acc}${i} = fma(${aRead(this.o, `xo${i} + k`, 'k', `${i}`)}, ${st.w}, ${st.acc}${i});`).join('\n          '))}
           k = k + ${KL};
         }`;
     return this.reductionCode(loop, KL);
+  }
+
+  /** The accumulators' names: acc (the product), and accU for the pair's up_proj. */
+  private streams(): string[] {
+    return this.o.pair ? ['acc', 'accU'] : ['acc'];
   }
 
   /**
@@ -794,13 +837,18 @@ class FewRowsMatMulProgram extends RowBlockProgram {
       if (o.rms) return `((${av} * lnRstd[${i}]) * g${gb})`;
       return `((${av} - lnMean[${i}]) * lnRstd[${i}] * g${gb} + lb${gb})`;
     };
-    // One load: the vec4s b{u}_{h} of elements k = q·V + 4h … + 3.
-    const load = (u: number, q: string): string => {
-      if (!o.packedB) return `let b${u}_0 = bq(cc, ${q});`;
-      return `let p${u} = bq(cc, ${q});
-            let b${u}_0 = vec4<f32>(unpack2x16float(bitcast<u32>(p${u}.x)), unpack2x16float(bitcast<u32>(p${u}.y)));
-            let b${u}_1 = vec4<f32>(unpack2x16float(bitcast<u32>(p${u}.z)), unpack2x16float(bitcast<u32>(p${u}.w)));`;
-    };
+    // Per stream (the product, and the pair's up_proj: bq1 into e{u}_{h} and accU): its loads and accumulators.
+    const streams = this.streams().map((acc, si) => ({ acc, b: si ? 'e' : 'b', bq: si ? 'bq1' : 'bq' }));
+    // One load: the vec4s b{u}_{h} of elements k = q·V + 4h … + 3 (and e{u}_{h} for the pair's second weight).
+    const load = (u: number, q: string): string =>
+      streams
+        .map(({ b, bq }) => {
+          if (!o.packedB) return `let ${b}${u}_0 = ${bq}(cc, ${q});`;
+          return `let p${b}${u} = ${bq}(cc, ${q});
+            let ${b}${u}_0 = vec4<f32>(unpack2x16float(bitcast<u32>(p${b}${u}.x)), unpack2x16float(bitcast<u32>(p${b}${u}.y)));
+            let ${b}${u}_1 = vec4<f32>(unpack2x16float(bitcast<u32>(p${b}${u}.z)), unpack2x16float(bitcast<u32>(p${b}${u}.w)));`;
+        })
+        .join('\n          ');
     // The norm's weights for load u: vec4s (q·V + 4h) / 4 = q·halves + h.
     const norms = (u: number, q: string): string =>
       !o.ln
@@ -810,18 +858,22 @@ class FewRowsMatMulProgram extends RowBlockProgram {
             return `let g${u}_${h} = LnG[${k4}];${o.rms ? '' : ` let lb${u}_${h} = LnB[${k4}];`}`;
           }).join(' ');
     const fmas = (u: number, q: string): string =>
-      rowsIdx
-        .map((i) =>
-          Array.from({ length: halves }, (_, h) => {
-            const k4 = `(${q}) * ${halves} + ${h}`;
-            return `acc${i} = fma(${a4(k4, i, `${u}_${h}`)}, b${u}_${h}, acc${i});`;
-          }).join(' '),
+      streams
+        .map(({ acc, b }) =>
+          rowsIdx
+            .map((i) =>
+              Array.from({ length: halves }, (_, h) => {
+                const k4 = `(${q}) * ${halves} + ${h}`;
+                return `${acc}${i} = fma(${a4(k4, i, `${u}_${h}`)}, ${b}${u}_${h}, ${acc}${i});`;
+              }).join(' '),
+            )
+            .join('\n            '),
         )
         .join('\n            ');
     return `
         let KV = K / ${V};
         ${rowsIdx.map((i) => `let xv${i} = xo${i} / 4;`).join('\n        ')}
-        ${rowsIdx.map((i) => `var acc${i} = vec4<f32>(0.0);`).join('\n        ')}
+        ${streams.map(({ acc }) => rowsIdx.map((i) => `var ${acc}${i} = vec4<f32>(0.0);`).join('\n        ')).join('\n        ')}
         var kq = kl;
         while (kq + ${(U - 1) * KL} < KV) {
           ${unrolled.map((u) => load(u, `kq + ${u * KL}`)).join('\n          ')}
@@ -848,7 +900,30 @@ class FewRowsMatMulProgram extends RowBlockProgram {
     // Thread index of lane (kl, cl): which of the two is the fast one follows B's layout (coalesced reads).
     const lane = (kl: string, cl: string) =>
       transB ? `(${cl}) * ${KL} + (${kl})` : `(${kl}) * ${CW} + (${cl})`;
-    const total = (i: number) => (this.vec ? `acc${i}.x + acc${i}.y + acc${i}.z + acc${i}.w` : `acc${i}`);
+    const total = (acc: string, i: number) =>
+      this.vec ? `${acc}${i}.x + ${acc}${i}.y + ${acc}${i}.z + ${acc}${i}.w` : `${acc}${i}`;
+    // Each stream's sums through workgroup memory into \`acc\` (\`accU\`) of threads tid < OW, one after the
+    // other in the same arrays: the next stream writes part only after the barrier behind every read of it, and
+    // part2 only after a barrier that the threads still reading it reach once they have read it.
+    const reduce = (acc: string) => `
+        ${rowsIdx.map((i) => `part[${i * FR_THREADS} + tid] = ${total(acc, i)};`).join('\n        ')}
+        workgroupBarrier();
+        {
+          let q = tid % ${OW};
+          let g = tid / ${OW};
+          let i = q / ${CW};
+          let cq = q % ${CW};
+          var s = 0.0;
+          for (var j = 0; j < ${RB}; j = j + 1) {
+            s = s + part[i * ${FR_THREADS} + ${lane(`g * ${RB} + j`, 'cq')}];
+          }
+          part2[tid] = s;
+        }
+        workgroupBarrier();
+        var ${acc} = 0.0;
+        if (tid < ${OW}) {
+          for (var g = 0; g < ${G}; g = g + 1) { ${acc} = ${acc} + part2[g * ${OW} + tid]; }
+        }`;
     return `
       var<workgroup> part : array<f32, ${FR_THREADS * RB}>;
       var<workgroup> part2 : array<f32, ${FR_THREADS}>;
@@ -858,7 +933,7 @@ class FewRowsMatMulProgram extends RowBlockProgram {
       ${swigluDecl(this.o)}
       ${this.vec ? bqDecl(this.o) : bAtDecl(this.o)}
       ${this.vec ? '' : partsDecl(this.o)}
-      ${this.vec && (this.o.parts ?? 1) > 1 ? loraPartDecl() : ''}
+      ${this.vec && (this.o.parts ?? 1) > 1 && !this.o.pair ? loraPartDecl() : ''}
 
       fn main(index : i32) {
         let M = uniforms.dimM;
@@ -874,23 +949,8 @@ class FewRowsMatMulProgram extends RowBlockProgram {
         ${this.o.ln ? 'lnStats(tid, row0, M, K);' : ''}
         ${rowsIdx.map((i) => `let xo${i} = min(row0 + ${i}, M - 1) * K;`).join('\n        ')}
         ${loop}
-        ${rowsIdx.map((i) => `part[${i * FR_THREADS} + tid] = ${total(i)};`).join('\n        ')}
-        workgroupBarrier();
-        {
-          let q = tid % ${OW};
-          let g = tid / ${OW};
-          let i = q / ${CW};
-          let cq = q % ${CW};
-          var s = 0.0;
-          for (var j = 0; j < ${RB}; j = j + 1) {
-            s = s + part[i * ${FR_THREADS} + ${lane(`g * ${RB} + j`, 'cq')}];
-          }
-          part2[tid] = s;
-        }
-        workgroupBarrier();
+        ${this.streams().map(reduce).join('')}
         if (tid < ${OW}) {
-          var acc = 0.0;
-          for (var g = 0; g < ${G}; g = g + 1) { acc = acc + part2[g * ${OW} + tid]; }
           let r = row0 + tid / ${CW};
           let c = col0 + tid % ${CW};
           if (r < M && c < N) {
@@ -920,9 +980,15 @@ class ColumnsMatMulProgram extends RowBlockProgram {
     const transB = this.o.transB;
     const rowsIdx = Array.from({ length: RB }, (_, i) => i);
     const unrolled = Array.from({ length: UNROLL }, (_, u) => u);
-    const split = (this.o.parts ?? 1) > 1;
-    const bRead = (k: string) =>
-      split ? `wRead(cc, ${k})` : `bAt(${transB ? `cc * K + ${k}` : `(${k}) * N + cc`})`;
+    const split = (this.o.parts ?? 1) > 1 && !this.o.pair;
+    const at = (k: string) => (transB ? `cc * K + ${k}` : `(${k}) * N + cc`);
+    const bRead = (k: string) => (split ? `wRead(cc, ${k})` : `bAt(${at(k)})`);
+    // The pair's up_proj: B1's row cc into accU… beside the product's acc… (FewRowsMatMulProgram's streams).
+    const streams = [
+      { acc: 'acc', w: 'w', read: bRead },
+      ...(this.o.pair ? [{ acc: 'accU', w: 'v', read: (k: string) => `bAt1(${at(k)})` }] : []),
+    ];
+    const each = (f: (st: (typeof streams)[number]) => string) => streams.map(f).join('\n            ');
     const epilogue = epilogueCode(this.o);
     return `
       ${GELU_WGSL}
@@ -943,25 +1009,27 @@ class ColumnsMatMulProgram extends RowBlockProgram {
         if (c < N) {
           let cc = c;
           ${rowsIdx.map((i) => `let xo${i} = min(row0 + ${i}, M - 1) * K;`).join('\n          ')}
-          ${rowsIdx.map((i) => `var acc${i} = 0.0;`).join('\n          ')}
+          ${each((st) => rowsIdx.map((i) => `var ${st.acc}${i} = 0.0;`).join('\n          '))}
           var k = 0;
           while (k + ${UNROLL - 1} < K) {
-            ${unrolled.map((u) => `let w${u} = ${bRead(`k + ${u}`)};`).join('\n            ')}
-            ${rowsIdx
-              .map((i) =>
-                unrolled
-                  .map(
-                    (u) =>
-                      `acc${i} = fma(${aRead(this.o, `xo${i} + k + ${u}`, `k + ${u}`, `${i}`)}, w${u}, acc${i});`,
-                  )
-                  .join(' '),
-              )
-              .join('\n            ')}
+            ${each((st) => unrolled.map((u) => `let ${st.w}${u} = ${st.read(`k + ${u}`)};`).join('\n            '))}
+            ${each((st) =>
+              rowsIdx
+                .map((i) =>
+                  unrolled
+                    .map(
+                      (u) =>
+                        `${st.acc}${i} = fma(${aRead(this.o, `xo${i} + k + ${u}`, `k + ${u}`, `${i}`)}, ${st.w}${u}, ${st.acc}${i});`,
+                    )
+                    .join(' '),
+                )
+                .join('\n            '),
+            )}
             k = k + ${UNROLL};
           }
           while (k < K) {
-            let w = ${bRead('k')};
-            ${rowsIdx.map((i) => `acc${i} = fma(${aRead(this.o, `xo${i} + k`, 'k', `${i}`)}, w, acc${i});`).join('\n            ')}
+            ${each((st) => `let ${st.w} = ${st.read('k')};`)}
+            ${each((st) => rowsIdx.map((i) => `${st.acc}${i} = fma(${aRead(this.o, `xo${i} + k`, 'k', `${i}`)}, ${st.w}, ${st.acc}${i});`).join('\n            '))}
             k = k + 1;
           }
           ${rowsIdx
@@ -970,7 +1038,7 @@ class ColumnsMatMulProgram extends RowBlockProgram {
             let r = row0 + ${i};
             if (r < M) {
               let o = r * N + c;
-              let acc = acc${i};
+              let acc = acc${i};${this.o.pair ? `\n              let accU = accU${i};` : ''}
               ${epilogue}
             }
           }`,
@@ -1088,6 +1156,10 @@ function matMulProgram(
 ): LinearMatMulProgram | LinearTileProgram | FewRowsMatMulProgram | ColumnsMatMulProgram {
   const plan = linearPlan(M, N, o.transA);
   if (plan.program === 'columns') return new ColumnsMatMulProgram(o, M, N, plan);
+  if (o.pair && plan.program === 'tiled')
+    throw new Error(
+      `webgpu-linear: the gate|up pair runs at few rows only (${M} rows; see linearNtPairApplies).`,
+    );
   if (plan.program === 'tiled')
     return fastTileApplies(o) ? new LinearTileProgram(o, M, N, K) : new LinearMatMulProgram(o, M, N);
   return new FewRowsMatMulProgram(o, M, N, plan, vecRowsWidth(o, K));
@@ -1178,7 +1250,7 @@ const dims = (M: number, N: number, K: number, scale = 0, eps = 0, n0 = 0, n1 = 
  * RMSNorm prologue (lnG), SwiGLU's gate (gate), a LoRA pair's up-projection (down, loraB) and a residual (res).
  */
 const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
-  const { x, w, w1, w2, bias, lnG, gate, down, loraB, res } = inputs as Record<
+  const { x, w, w1, w2, bias, lnG, gate, down, loraB, loraB1, res } = inputs as Record<
     string,
     tf.TensorInfo | undefined
   >;
@@ -1187,8 +1259,10 @@ const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const parts = ws.length;
   const [M, K] = x!.shape;
   const rows = ws.map((t) => t.shape[0]);
-  const N = rows.reduce((a, b) => a + b, 0);
   const fwd = mode === 'fwd';
+  // gate_proj | up_proj as a pair: the output has one part's columns (swigluOf(gate, up) each).
+  const pair = fwd && !!attrs!.pair;
+  const N = pair ? rows[0] : rows.reduce((a, b) => a + b, 0);
   const loraR = fwd && down ? loraB!.shape[1] : 0;
   // Packed-f16 parts (int32 words [out_p, in / 2]; webGpuLinearNtDecodeApplies checks all parts agree).
   const packedB = ws[0].dtype === 'int32';
@@ -1205,6 +1279,7 @@ const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
       noBias: !bias,
       parts,
       swiglu: fwd && !!gate,
+      pair,
       loraR,
       packedB,
     },
@@ -1218,7 +1293,7 @@ const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
     ...(fwd && bias ? [bias] : []),
     ...(lnG ? [lnG] : []),
     ...(fwd && gate ? [gate] : []),
-    ...(loraR ? [down!, loraB!] : []),
+    ...(loraR ? [down!, loraB!, ...(pair ? [loraB1!] : [])] : []),
     ...(fwd && res ? [res] : []),
   ];
   const n0 = rows[0];
@@ -1559,6 +1634,12 @@ export interface LinearNtDecodeOptions {
   /** SwiGLU's gate [N, out] in the epilogue: silu(gate)·(x·Wᵀ + b + LoRA) (up_proj with gate_proj's output). */
   gate?: tf.Tensor2D | null;
   residual?: tf.Tensor2D | null;
+  /**
+   * w = [gate_proj, up_proj] (and lora their pairs) as one program: the output [N, out] is
+   * silu(x·W_gᵀ + LoRA_g)·(x·W_uᵀ + LoRA_u), the values of gate_proj's program then up_proj's with that `gate`
+   * in one dispatch (and one down-projection for both pairs). No bias, gate or residual; few rows only.
+   */
+  pair?: boolean;
 }
 
 /** Storage buffers a WebGPU shader stage may bind by default (the output included). */
@@ -1599,8 +1680,20 @@ export function webGpuLinearNtDecodeApplies(x: tf.Tensor, o: LinearNtDecodeOptio
     }
   }
   if (![M, K, N].every((d) => d > 0 && Math.ceil(d / 64) <= MAX_GROUPS)) return false;
+  if (o.pair) {
+    // Two parts of equal rows, nothing but the norm and the LoRA pairs, and a few-rows or column program.
+    const out = o.w[0].shape[0];
+    if (parts !== 2 || o.w[1].shape[0] !== out || o.bias || o.gate || o.residual) return false;
+    if (linearPlan(M, out).program === 'tiled') return false;
+  }
   const main =
-    1 + parts + (o.bias ? 1 : 0) + (o.rms ? 1 : 0) + (o.gate ? 1 : 0) + (lora ? 2 : 0) + (o.residual ? 1 : 0);
+    1 +
+    parts +
+    (o.bias ? 1 : 0) +
+    (o.rms ? 1 : 0) +
+    (o.gate ? 1 : 0) +
+    (lora ? (o.pair ? 3 : 2) : 0) +
+    (o.residual ? 1 : 0);
   const downProjection = 1 + parts + (o.rms ? 1 : 0);
   return main + 1 <= MAX_STORAGE_BUFFERS && (!lora || downProjection + 1 <= MAX_STORAGE_BUFFERS);
 }
@@ -1635,14 +1728,15 @@ export function linearNtDecodeWebGpu(x: tf.Tensor2D, o: LinearNtDecodeOptions): 
         ...(lora[2] ? { w2: lora[2].a } : {}),
       };
       const down = e.runKernel(LIN_NT, { x, ...as, ...norm }, { mode: 'mm', eps }) as tf.Tensor;
+      // The pair binds its two B's as they are; parts' B's are stacked.
       const loraB =
-        lora.length === 1
+        lora.length === 1 || o.pair
           ? lora[0].b
           : tf.concat(
               lora.map((l) => l.b),
               0,
             );
-      low = { down, loraB };
+      low = { down, loraB, ...(o.pair ? { loraB1: lora[1].b } : {}) };
     }
     return e.runKernel(
       LIN_NT,
@@ -1655,7 +1749,7 @@ export function linearNtDecodeWebGpu(x: tf.Tensor2D, o: LinearNtDecodeOptions): 
         ...low,
         ...(o.residual ? { res: o.residual } : {}),
       },
-      { mode: 'fwd', eps, scale: lora?.[0].scaling ?? 0 },
+      { mode: 'fwd', eps, scale: lora?.[0].scaling ?? 0, pair: !!o.pair },
     ) as tf.Tensor2D;
   });
 }

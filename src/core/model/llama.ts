@@ -617,7 +617,7 @@ export class Llama implements CausalLM {
    * GPT2.decodeStep's contract over a cache of the KV heads, [B, n_kv, S, d] per layer: the new key (rotated) and
    * value are added into the zero slot, then the query attends over the cache with each KV head serving its
    * group of query heads (model/attention.ts's gqaDecodeAttention, the fused kernels on WebGPU). On WebGPU each
-   * block runs the decode programs (decodeBlock: 8 dispatches per layer), elsewhere `block`'s ops.
+   * block runs the decode programs (decodeBlock: 7 dispatches per layer), elsewhere `block`'s ops.
    */
   decodeStep(
     ids: tf.Tensor1D,
@@ -693,10 +693,12 @@ export class Llama implements CausalLM {
    * matmul over q_proj | k_proj | v_proj (kernels/webgpu-linear.ts linearNtDecodeWebGpu, the weights read in
    * place), the attention reading q, k, v from it (`fused`: kernels/webgpu-gqa-decode.ts gqaDecodeQkvWebGpu, the
    * biases, q_norm / k_norm and the rotary embedding applied there; 2 cache writes + 1), o_proj + the residual,
-   * post_attention_layernorm in gate_proj's prologue, up_proj with the same prologue and SwiGLU in its epilogue,
-   * down_proj + the residual: 8 dispatches, plus one down-projection per LoRA pair (and one concat of q|k|v's B's).
-   * Each piece falls back to `block`'s ops on its own when its program does not apply (another backend, shapes
-   * over the limits, LoRA on some of q/k/v only, more than 8 storage buffers); `attention` is that path's.
+   * gate_proj | up_proj as ONE program (`pair`: post_attention_layernorm in its prologue, both products per output
+   * and SwiGLU of the two in its epilogue; gate_proj's program then up_proj's with SwiGLU in its epilogue where a
+   * bias or more than 64 rows rule the pair out), down_proj + the residual: 7 dispatches, plus one down-projection
+   * per LoRA pair, gate's and up's sharing one (and one concat of q|k|v's B's). Each piece falls back to `block`'s
+   * ops on its own when its program does not apply (another backend, shapes over the limits, LoRA on some of q/k/v
+   * only, more than 8 storage buffers); `attention` is that path's.
    */
   private decodeBlock(
     x: tf.Tensor2D,
@@ -766,8 +768,14 @@ export class Llama implements CausalLM {
     // MLP: the norm in gate_proj's and up_proj's prologue, SwiGLU in up_proj's epilogue, down_proj + residual.
     const ln2 = { g: this.p(`${at}post_attention_layernorm.weight`) as tf.Tensor as tf.Tensor1D, eps };
     const [g, u, dn] = ['gate_proj', 'up_proj', 'down_proj'].map((m) => this.linearParts(`${at}mlp.${m}`));
-    const gate = lin(x1, { w: [g.w], bias: g.bias, rms: ln2, lora: pairs([g]) });
-    let a = gate ? lin(x1, { w: [u.w], bias: u.bias, rms: ln2, lora: pairs([u]), gate }) : null;
+    // gate_proj and up_proj as one program where it applies (no biases, few rows), else gate then up.
+    const mixedMlpLora = !!g.lora !== !!u.lora;
+    let a =
+      g.bias || u.bias || mixedMlpLora
+        ? null
+        : lin(x1, { w: [g.w, u.w], rms: ln2, lora: pairs([g, u]), pair: true });
+    const gate = a ? null : lin(x1, { w: [g.w], bias: g.bias, rms: ln2, lora: pairs([g]) });
+    if (gate) a = lin(x1, { w: [u.w], bias: u.bias, rms: ln2, lora: pairs([u]), gate });
     if (!a) {
       const h2 = this.norm(x1, `${at}post_attention_layernorm.weight`) as tf.Tensor2D;
       a = swiglu(gate ?? this.proj(h2, i, 'mlp.gate_proj'), this.proj(h2, i, 'mlp.up_proj')) as tf.Tensor2D;
