@@ -262,5 +262,5 @@ describe('decode dispatches per layer per token (Node WebGPU)', () => {
     expect(fused.perLayer).toBeLessThan(plain.perLayer);
     expect(await webGpuErrors()).toEqual([]);
   }, 120_000);
-  // The Llama/Qwen decode step's count: tests/llama-decode-dispatches.test.ts (7 per layer, 11–12 under LoRA).
+  // The Llama/Qwen decode step's count: tests/llama-decode-dispatches.test.ts (6 per layer, 10–11 under LoRA).
 });

@@ -31,6 +31,8 @@ import type { KernelFn } from './kernel-fn';
 import { MASKED, type LayerKV } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 import { decodeSoftmaxDeclsWgsl, decodeSoftmaxWgsl } from './webgpu-softmax-wgsl';
+import { replayBackend, type ReplayBackend } from './webgpu-replay';
+import { ownsData } from './webgpu-adam-inplace';
 
 export const GQA_DECODE_KV_WRITE = 'PerfGqaDecodeKVWrite';
 export const GQA_DECODE_ATTN = 'PerfGqaDecodeAttention';
@@ -39,6 +41,8 @@ export const GQA_DECODE_QKV_WRITE = 'PerfGqaDecodeQkvKVWrite';
 export const GQA_DECODE_QKV_ATTN = 'PerfGqaDecodeQkvAttention';
 
 const WG = 64;
+/** The value cache's binding in KVPairInPlaceProgram: declared read_write (kvPairInPlace). */
+const KV_IN_PLACE_V = 'VCacheInPlace';
 export const MAX_GQA_DECODE_HEAD_SIZE = 128;
 export const MAX_GQA_DECODE_SLOTS = 2048;
 export const MAX_GQA_DECODE_BATCH_HEADS = 65535;
@@ -166,6 +170,70 @@ class KVWriteProgram {
             result[o] = ${value};
           } else {
             result[o] = X[o];
+          }
+        }
+      }`;
+  }
+}
+
+/**
+ * Both slot writes of a layer in ONE dispatch, in place: the key cache is the program's output, given as the tensor
+ * it already is (runWebGPUProgram's `output`), and the value cache (VC) is bound read_write (kvPairInPlace patches
+ * tfjs's declaration of it); only the slot's rows are written, every other element is left as it is. The new key
+ * and value are KVWriteProgram's (the same functions: bias, k_norm, rotation for the key; bias for the value), at
+ * the key's columns `off` and the value's `offV` of the q|k|v row. BI / BV: the key's and the value's biases.
+ */
+class KVPairInPlaceProgram {
+  readonly variableNames: string[];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [WG, 1, 1];
+  readonly uniforms = 'S : i32, nkv : i32, stride : i32, off : i32, eps : f32, offV : i32,';
+  private readonly hs: number;
+  private readonly src: HeadSource;
+
+  constructor(B: number, nkv: number, S: number, hs: number, src: HeadSource) {
+    this.hs = hs;
+    this.src = src;
+    this.variableNames = [
+      KV_IN_PLACE_V,
+      'NEW',
+      'OH',
+      'CS',
+      'SN',
+      ...(src.bias ? ['BI', 'BV'] : []),
+      ...(src.norm ? ['NW'] : []),
+    ];
+    this.outputShape = [B, nkv, S, hs];
+    this.shaderKey = `perfGqaDecodeKVPairInPlace_hs${hs}${srcKey(src)}`;
+    this.dispatch = [Math.ceil((S * hs) / WG), B * nkv, 1];
+  }
+
+  getUserCode(): string {
+    const hs = this.hs;
+    const vBias = this.src.bias ? ` + BV[h * ${hs} + d]` : '';
+    return `
+      ${headSourceFns(this.src, 'NEW', hs, true)}
+      fn valueOf(b : i32, h : i32, d : i32) -> f32 {
+        return NEW[b * uniforms.stride + uniforms.offV + h * ${hs} + d]${vBias};
+      }
+      fn main(index : i32) {
+        let S = uniforms.S;
+        let nkv = uniforms.nkv;
+        let bh = i32(workgroupId.y);
+        let e = i32(workgroupId.x) * ${WG} + i32(localId.x);
+        if (e < S * ${hs}) {
+          let s = e / ${hs};
+          // OH through f32(): a float32 one-hot cast from int32 may keep its int32 buffer on webgpu.
+          if (f32(OH[s]) != 0.0) {
+            let o = bh * S * ${hs} + e;
+            let b = bh / nkv;
+            let h = bh % nkv;
+            let d = e - s * ${hs};
+            result[o] = headRope(b, h, d, headRstd(b, h));
+            ${KV_IN_PLACE_V}[o] = valueOf(b, h, d);
           }
         }
       }`;
@@ -525,11 +593,88 @@ export function webGpuGqaDecodeQkvApplies(
   return !(bias && norm);
 }
 
+let inPlaceOn = true;
+
+/** Turn the in-place slot writes of gqaDecodeQkvWebGpu on or off (default on); returns the previous setting. */
+export function setKvWriteInPlace(on: boolean): boolean {
+  const was = inPlaceOn;
+  inPlaceOn = on;
+  return was;
+}
+
+/**
+ * Whether the slot writes can go into `kv`'s own buffers: on, the webgpu backend, and each cache's data its
+ * tensor's alone (tfjs's refCount 1: no clone or reshape shares it, so writing it changes no other tensor), the two
+ * caches apart.
+ */
+export function kvWriteInPlaceApplies(kv: LayerKV): boolean {
+  if (!inPlaceOn) return false;
+  const backend = replayBackend();
+  return !!backend && kv.k.dataId !== kv.v.dataId && ownsData(backend, kv.k) && ownsData(backend, kv.v);
+}
+
+/**
+ * Run KVPairInPlaceProgram through tfjs's program path (so a recording captures it like any other program) with
+ * the key cache as its output and the value cache's declaration made read_write in the shader tfjs builds. The
+ * caches' host copies, if tfjs kept any, are dropped: the next read sees the written values.
+ */
+function kvPairInPlace(
+  backend: ReplayBackend,
+  program: KVPairInPlaceProgram,
+  kv: LayerKV,
+  inputs: tf.TensorInfo[],
+  uniforms: { type: 'int32' | 'float32'; data: number[] }[],
+): void {
+  const device = backend.device;
+  const make = device.createShaderModule;
+  const decl = new RegExp(`var<storage, read> ${KV_IN_PLACE_V}\\s*:`);
+  let patched = false;
+  (device as unknown as Record<string, unknown>).createShaderModule = function (
+    this: GPUDevice,
+    desc: GPUShaderModuleDescriptor,
+  ) {
+    if (decl.test(desc.code)) {
+      patched = true;
+      desc = { ...desc, code: desc.code.replace(decl, `var<storage, read_write> ${KV_IN_PLACE_V}:`) };
+    }
+    return make.call(device, desc);
+  };
+  try {
+    const before = Object.keys((backend as unknown as { pipelineCache: object }).pipelineCache).length;
+    (backend as unknown as WebGpuBackendLike).runWebGPUProgram(
+      program,
+      [kv.v, ...inputs],
+      'float32',
+      uniforms,
+      kv.k,
+    );
+    const compiled =
+      Object.keys((backend as unknown as { pipelineCache: object }).pipelineCache).length > before;
+    if (compiled && !patched)
+      throw new Error(
+        "webgpu-gqa-decode: tfjs's shader no longer declares the value cache as expected; the in-place write cannot run.",
+      );
+  } finally {
+    delete (device as unknown as Record<string, unknown>).createShaderModule;
+    if (device.createShaderModule !== make)
+      (device as unknown as Record<string, unknown>).createShaderModule = make;
+  }
+  for (const t of [kv.k, kv.v]) {
+    const d = backend.tensorMap.get(t.dataId) as unknown as { values: unknown } | undefined;
+    if (d) d.values = null;
+  }
+}
+
 /**
  * One layer's decode attention reading the new token's heads from the fused q|k|v projection (3 dispatches, no
  * gradient: the key cache with the new key written at the slot — biased, k_norm'd, rotated —, the value cache with
  * the new value, and the attention of the new query — biased, q_norm'd, rotated — over them). Same values as
  * adding the biases, model/ops.ts rmsNorm on q and k, then gqaDecodeWebGpu. Check webGpuGqaDecodeQkvApplies first.
+ *
+ * `inPlace` (Llama.decodeStep, which takes the cache it is given as spent): where kvWriteInPlaceApplies, the new key
+ * and value go into `kv`'s own buffers by ONE dispatch that writes the slot's rows only (KVPairInPlaceProgram),
+ * instead of two that copy both whole caches: 2 dispatches in all, and the returned caches are `kv`'s tensors
+ * cloned (sharing their data), so that a replayed decode carries them without a copy.
  */
 export function gqaDecodeQkvWebGpu(
   src: DecodeQkv,
@@ -539,12 +684,14 @@ export function gqaDecodeQkvWebGpu(
   keyMask: tf.Tensor2D,
   kv: LayerKV,
   nh: number,
+  opts: { inPlace?: boolean } = {},
 ): { y: tf.Tensor2D; kv: LayerKV } {
   registerWebGpuGqaDecode();
   const e = tf.engine();
-  const [, nkv, , hs] = kv.k.shape;
+  const [B, nkv, S, hs] = kv.k.shape;
   const stride = (nh + 2 * nkv) * hs;
   const eps = src.norm?.eps ?? 0;
+  const backend = opts.inPlace && kvWriteInPlaceApplies(kv) ? replayBackend() : null;
   return tf.tidy(() => {
     const slot = tf.reshape(slotOneHot, [-1]);
     const [c, s] = [tf.reshape(cos, [-1]), tf.reshape(sin, [-1])];
@@ -555,8 +702,30 @@ export function gqaDecodeQkvWebGpu(
         { cache, x, slot, cos: c, sin: s, ...(bias ? { bias } : {}), ...(norm ? { norm } : {}) },
         { rotate, stride, off, eps },
       ) as tf.Tensor4D;
-    const k4 = write(kv.k, nh * hs, true, src.bias?.k, src.norm?.k);
-    const v4 = write(kv.v, (nh + nkv) * hs, false, src.bias?.v);
+    let k4: tf.Tensor4D;
+    let v4: tf.Tensor4D;
+    if (backend) {
+      const bias = src.bias ? [src.bias.k, src.bias.v] : [];
+      kvPairInPlace(
+        backend,
+        new KVPairInPlaceProgram(B, nkv, S, hs, { bias: !!src.bias, norm: !!src.norm }),
+        kv,
+        [x, slot, c, s, ...bias, ...(src.norm ? [src.norm.k] : [])],
+        [
+          { type: 'int32', data: [S] },
+          { type: 'int32', data: [nkv] },
+          { type: 'int32', data: [stride] },
+          { type: 'int32', data: [nh * hs] },
+          { type: 'float32', data: [eps] },
+          { type: 'int32', data: [(nh + nkv) * hs] },
+        ],
+      );
+      k4 = kv.k;
+      v4 = kv.v;
+    } else {
+      k4 = write(kv.k, nh * hs, true, src.bias?.k, src.norm?.k);
+      v4 = write(kv.v, (nh + nkv) * hs, false, src.bias?.v);
+    }
     const qb = src.bias?.q;
     const qn = src.norm?.q;
     const y = e.runKernel(
@@ -573,6 +742,6 @@ export function gqaDecodeQkvWebGpu(
       },
       { nh, stride, off: 0, eps },
     ) as tf.Tensor2D;
-    return { y, kv: { k: k4, v: v4 } };
+    return { y, kv: backend ? { k: tf.clone(k4), v: tf.clone(v4) } : { k: k4, v: v4 } };
   });
 }

@@ -44,7 +44,8 @@
  *   binding where the layer has none, up to 3 weights bound in parts along the output (q_proj | k_proj | v_proj
  *   as one matmul without a concatenated copy), SwiGLU in the epilogue (up_proj reading gate_proj's output), the
  *   LoRA up-projection per part, gate_proj | up_proj as one program (`pair`: both dot products per output, SwiGLU
- *   of the two): a Llama/Qwen decode layer 17 → 7 dispatches, 45 → 11 under LoRA on all seven linears
+ *   of the two): a Llama/Qwen decode layer 17 → 7 dispatches, 45 → 11 under LoRA on all seven linears (6 and 10 with the
+ *   slot writes in place: kernels/webgpu-gqa-decode.ts)
  *   (tests/llama-decode-dispatches.test.ts, tests/webgpu-linear-pair.test.ts).
  * Why recompute pre instead of saving it: a tfjs WebGPU program has exactly one output binding (inputs are
  * bound read-only, and tfjs-webgpu has no zero-copy slice), so the forward cannot also write pre. Saving it

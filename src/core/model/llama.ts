@@ -617,7 +617,9 @@ export class Llama implements CausalLM {
    * GPT2.decodeStep's contract over a cache of the KV heads, [B, n_kv, S, d] per layer: the new key (rotated) and
    * value are added into the zero slot, then the query attends over the cache with each KV head serving its
    * group of query heads (model/attention.ts's gqaDecodeAttention, the fused kernels on WebGPU). On WebGPU each
-   * block runs the decode programs (decodeBlock: 7 dispatches per layer), elsewhere `block`'s ops.
+   * block runs the decode programs (decodeBlock: 6 dispatches per layer), elsewhere `block`'s ops. There the new
+   * key and value are written into `cache`'s own tensors where each holds its data alone (gqaDecodeQkvWebGpu's
+   * `inPlace`), and the returned cache shares their data: the cache given is spent (CausalLM.decodeStep).
    */
   decodeStep(
     ids: tf.Tensor1D,
@@ -670,6 +672,7 @@ export class Llama implements CausalLM {
           keyMask,
           cache[i],
           c.num_attention_heads,
+          { inPlace: true },
         );
         next.push(out.kv);
         return out.y;

@@ -97,6 +97,11 @@ export interface CausalLM {
   lmHead(hidden: tf.Tensor2D): tf.Tensor2D;
   lmHeadBlocks(): tf.Tensor2D[];
   logits(ids: tf.Tensor2D, mask: tf.Tensor2D): tf.Tensor3D;
+  /**
+   * One KV-cache token: the hidden state [B, C] and the new cache. `cache` is spent: an implementation may write
+   * the new slot into its tensors in place (Llama on WebGPU, where a cache tensor holds its data alone) and return
+   * tensors sharing their data, so a caller disposes the old cache and keeps the new, never reads the old again.
+   */
   decodeStep(
     ids: tf.Tensor1D,
     positions: tf.Tensor1D,

@@ -1,0 +1,220 @@
+/**
+ * The Llama/Qwen decode's slot writes in place (src/core/kernels/webgpu-gqa-decode.ts gqaDecodeQkvWebGpu with
+ * `inPlace`): the new key and value written into the cache tensors' own buffers by one dispatch that touches the
+ * slot's rows only, instead of two programs that copy both whole caches. On Node WebGPU (SwiftShader):
+ * - Llama, Qwen2 (q/k/v biases) and Qwen3 (q_norm / k_norm): the attention's output and the new caches equal, to
+ *   the bit, the copying programs' on the same inputs; 2 dispatches instead of 3; the given caches now hold the
+ *   new values and the returned ones share their data; nothing left behind;
+ * - a cache whose data another tensor shares (a clone) is not written: the copying programs run, and the clone
+ *   keeps the old values; setKvWriteInPlace(false) turns it off;
+ * - a replayed generation (model/decode-replay.ts) carries the caches without copies: per replayed token the buffer
+ *   copies are the logits, the stopped rows and the two accumulators' rows, not 2 per layer more.
+ */
+import { beforeAll, describe, expect, it } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+import { countDispatches } from '../src/core/kernels/webgpu-count';
+import {
+  gqaDecodeQkvWebGpu,
+  kvWriteInPlaceApplies,
+  setKvWriteInPlace,
+  type DecodeQkv,
+} from '../src/core/kernels/webgpu-gqa-decode';
+import { Llama, ropeTable } from '../src/core/model/llama';
+import { generate } from '../src/core/model/sampling';
+import { lastDecodeReplayStats, setDecodeReplay } from '../src/core/model/decode-replay';
+import { hostWeights, tinyQwen3 } from './helpers/f16-base';
+
+const adapter = await webGpuAdapter();
+
+function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  expect(a.length).toBe(b.length);
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return Number.isNaN(m) ? Infinity : m;
+}
+
+describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(useNodeWebGpu);
+
+  const B = 3;
+  const nh = 4;
+  const nkv = 2;
+  const hs = 16;
+  const S = 20;
+  const slot = 13;
+
+  /** A decode layer's inputs: q|k|v, biases, norms, caches filled below the slot, the one-hot, mask, cos / sin. */
+  function inputs() {
+    const table = ropeTable(10000, hs, 64);
+    const positions = [13, 12, 40];
+    return tf.tidy(() => {
+      const below = tf.reshape(tf.cast(tf.less(tf.range(0, S, 1, 'int32'), slot), 'float32'), [1, 1, S, 1]);
+      return {
+        qkv: tf.mul(tf.randomNormal([B, (nh + 2 * nkv) * hs], 0, 1, 'float32', 1), 2) as tf.Tensor2D,
+        bq: tf.randomNormal([nh * hs], 0, 0.5, 'float32', 2) as tf.Tensor1D,
+        bk: tf.randomNormal([nkv * hs], 0, 0.5, 'float32', 3) as tf.Tensor1D,
+        bv: tf.randomNormal([nkv * hs], 0, 0.5, 'float32', 4) as tf.Tensor1D,
+        nq: tf.randomNormal([hs], 1, 0.3, 'float32', 5) as tf.Tensor1D,
+        nk: tf.randomNormal([hs], 1, 0.3, 'float32', 6) as tf.Tensor1D,
+        k: tf.mul(tf.randomNormal([B, nkv, S, hs], 0, 1, 'float32', 7), below) as tf.Tensor4D,
+        v: tf.mul(tf.randomNormal([B, nkv, S, hs], 0, 1, 'float32', 8), below) as tf.Tensor4D,
+        oh: tf.cast(tf.reshape(tf.oneHot(tf.tensor1d([slot], 'int32'), S), [S]), 'float32'),
+        mask: tf.tensor2d(
+          Array.from({ length: B * S }, (_, i) => (i % S > slot || (i < S && i % S < 2) ? 0 : 1)),
+          [B, S],
+        ) as tf.Tensor2D,
+        cos: tf.tensor2d(
+          positions.flatMap((p) => Array.from(table.cos.subarray(p * hs, (p + 1) * hs))),
+          [B, hs],
+        ),
+        sin: tf.tensor2d(
+          positions.flatMap((p) => Array.from(table.sin.subarray(p * hs, (p + 1) * hs))),
+          [B, hs],
+        ),
+      };
+    });
+  }
+
+  for (const [what, withBias, withNorm] of [
+    ['Llama', false, false],
+    ['Qwen2 (q/k/v biases)', true, false],
+    ['Qwen3 (q_norm / k_norm)', false, true],
+  ] as const) {
+    it(`${what}: 2 dispatches, the copying programs' values to the bit, the given caches written`, async () => {
+      const t = inputs();
+      const src: DecodeQkv = {
+        qkv: t.qkv,
+        bias: withBias ? { q: t.bq, k: t.bk, v: t.bv } : null,
+        norm: withNorm ? { q: t.nq, k: t.nk, eps: 1e-6 } : null,
+      };
+      const args = [t.cos, t.sin, t.oh, t.mask] as const;
+      // The copying programs on copies of the caches (their own data: tf.clone would share it).
+      const copyK = tf.add(t.k, 0) as tf.Tensor4D;
+      const copyV = tf.add(t.v, 0) as tf.Tensor4D;
+      const ref = gqaDecodeQkvWebGpu(src, ...args, { k: copyK, v: copyV }, nh);
+      const [refY, refK, refV] = await Promise.all([ref.y.data(), ref.kv.k.data(), ref.kv.v.data()]);
+      const oldK = await t.k.data();
+      const kv = { k: t.k, v: t.v };
+      expect(kvWriteInPlaceApplies(kv)).toBe(true);
+      const before = tf.memory().numTensors;
+      const counted = await countDispatches(() =>
+        gqaDecodeQkvWebGpu(src, ...args, kv, nh, { inPlace: true }),
+      );
+      const out = counted.result;
+      expect(counted.dispatches).toBe(2);
+      // The returned caches share the given ones' data (clones); the given ones hold the new values.
+      expect(out.kv.k.dataId).toBe(t.k.dataId);
+      expect(out.kv.v.dataId).toBe(t.v.dataId);
+      // Equal values (the copying program writes the masked rows' −0 as +0: compared as numbers, not by Object.is).
+      expect(maxAbs(await out.y.data(), refY)).toBe(0);
+      expect(maxAbs(await t.k.data(), refK)).toBe(0);
+      expect(maxAbs(await t.v.data(), refV)).toBe(0);
+      // Only the slot's rows changed, and they did.
+      let changedOff = 0;
+      let changedAt = 0;
+      const nowK = await t.k.data();
+      for (let i = 0; i < nowK.length; i++)
+        if (nowK[i] !== oldK[i]) {
+          if (Math.floor(i / hs) % S === slot) changedAt++;
+          else changedOff++;
+        }
+      expect(changedOff).toBe(0);
+      expect(changedAt).toBeGreaterThan(B * nkv * hs * 0.9);
+      tf.dispose([out.y, out.kv.k, out.kv.v]);
+      expect(tf.memory().numTensors).toBe(before);
+      tf.dispose([copyK, copyV, ref.y, ref.kv.k, ref.kv.v, ...Object.values(t)]);
+      expect(await webGpuErrors()).toEqual([]);
+    });
+  }
+
+  it('a cache whose data is shared is not written in place; the switch turns it off', async () => {
+    const t = inputs();
+    const src: DecodeQkv = { qkv: t.qkv, bias: null, norm: null };
+    const args = [t.cos, t.sin, t.oh, t.mask] as const;
+    const shared = tf.clone(t.k); // shares t.k's data
+    const oldK = await t.k.data();
+    const kv = { k: t.k, v: t.v };
+    expect(kvWriteInPlaceApplies(kv)).toBe(false);
+    const counted = await countDispatches(() => gqaDecodeQkvWebGpu(src, ...args, kv, nh, { inPlace: true }));
+    expect(counted.dispatches).toBe(3);
+    expect(counted.result.kv.k.dataId).not.toBe(t.k.dataId);
+    expect(Array.from(await shared.data())).toEqual(Array.from(oldK));
+    tf.dispose([counted.result.y, counted.result.kv.k, counted.result.kv.v, shared]);
+    // Alone again: in place, unless switched off.
+    expect(kvWriteInPlaceApplies(kv)).toBe(true);
+    const was = setKvWriteInPlace(false);
+    try {
+      expect(kvWriteInPlaceApplies(kv)).toBe(false);
+    } finally {
+      setKvWriteInPlace(was);
+    }
+    tf.dispose(Object.values(t));
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it('a replayed generation carries the caches without buffer copies; the tokens are the copying path’s', async () => {
+    const m = Llama.fromArrays(tinyQwen3, hostWeights(tinyQwen3, 9, 0.08, true), false, 'kvin');
+    const proto = (globalThis as unknown as { GPUCommandEncoder: { prototype: Record<string, unknown> } })
+      .GPUCommandEncoder.prototype;
+    const copy = proto.copyBufferToBuffer as (...a: unknown[]) => unknown;
+    let copies = 0;
+    proto.copyBufferToBuffer = function (this: unknown, ...a: unknown[]) {
+      copies++;
+      return copy.apply(this, a);
+    };
+    const run = async (n: number, inPlace: boolean) => {
+      const was = setKvWriteInPlace(inPlace);
+      copies = 0;
+      try {
+        const r = await generate(
+          m,
+          [
+            [5, 6, 7],
+            [8, 9, 10],
+          ],
+          {
+            maxNewTokens: n,
+            temperature: 0,
+            stopToken: null,
+            padId: 0,
+            rng: 3,
+          },
+        );
+        expect(lastDecodeReplayStats().replays).toBe(n - 2); // the first token records, the last only chooses
+        return { r, copies };
+      } finally {
+        setKvWriteInPlace(was);
+      }
+    };
+    try {
+      setDecodeReplay(true);
+      await run(4, true); // the first generation's one-off work (uploads, compiles) out of the counts
+      const L = tinyQwen3.num_hidden_layers;
+      // Copies per generated token: the difference of 14 and 6 tokens over 8 replays.
+      const perToken = async (inPlace: boolean) => {
+        const a = await run(6, inPlace);
+        const b = await run(14, inPlace);
+        return { copies: (b.copies - a.copies) / 8, r: b.r };
+      };
+      const inPlace = await perToken(true);
+      const copying = await perToken(false);
+      console.log(
+        `buffer copies per replayed token: in place ${inPlace.copies}, copying ${copying.copies} (${L} layers)`,
+      );
+      // The logits and the token's and its log-prob's accumulator rows: 3 (without a stop token the stopped rows
+      // are the same buffer, not copied); copying, 2 per layer more.
+      expect(inPlace.copies).toBe(3);
+      expect(copying.copies).toBe(3 + 2 * L);
+      expect(inPlace.r.tokens).toEqual(copying.r.tokens);
+      for (let b = 0; b < 2; b++)
+        for (let i = 0; i < 14; i++)
+          expect(Math.abs(inPlace.r.logprobs[b][i] - copying.r.logprobs[b][i])).toBeLessThan(1e-6);
+    } finally {
+      proto.copyBufferToBuffer = copy;
+      m.dispose();
+    }
+    expect(await webGpuErrors()).toEqual([]);
+  }, 120_000);
+});
