@@ -7,23 +7,21 @@
  *   new values and the returned ones share their data; nothing left behind;
  * - a cache whose data another tensor shares (a clone) is not written: the copying programs run, and the clone
  *   keeps the old values; setKvWriteInPlace(false) turns it off;
- * - a replayed generation (model/decode-replay.ts) carries the caches without copies: per replayed token the buffer
- *   copies are the logits, the stopped rows and the two accumulators' rows, not 2 per layer more.
+ * - a replayed generation (model/decode-replay.ts) of a Qwen3 and of a GPT-2 (whose slot writes go in place the
+ *   same way: kernels/webgpu-decode-attention.ts) carries the caches without copies: per replayed token the buffer
+ *   copies are the logits and the two accumulators' rows, not 2 per layer more; the same tokens as copying.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
-import {
-  gqaDecodeQkvWebGpu,
-  kvWriteInPlaceApplies,
-  setKvWriteInPlace,
-  type DecodeQkv,
-} from '../src/core/kernels/webgpu-gqa-decode';
+import { gqaDecodeQkvWebGpu, type DecodeQkv } from '../src/core/kernels/webgpu-gqa-decode';
+import { kvWriteInPlaceApplies, setKvWriteInPlace } from '../src/core/kernels/webgpu-inplace';
 import { Llama, ropeTable } from '../src/core/model/llama';
 import { generate } from '../src/core/model/sampling';
 import { lastDecodeReplayStats, setDecodeReplay } from '../src/core/model/decode-replay';
-import { hostWeights, tinyQwen3 } from './helpers/f16-base';
+import { GPT2 } from '../src/core/model/gpt2';
+import { hostWeights, tinyGpt2, tinyQwen3 } from './helpers/f16-base';
 
 const adapter = await webGpuAdapter();
 
@@ -154,67 +152,71 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
     expect(await webGpuErrors()).toEqual([]);
   });
 
-  it('a replayed generation carries the caches without buffer copies; the tokens are the copying path’s', async () => {
-    const m = Llama.fromArrays(tinyQwen3, hostWeights(tinyQwen3, 9, 0.08, true), false, 'kvin');
-    const proto = (globalThis as unknown as { GPUCommandEncoder: { prototype: Record<string, unknown> } })
-      .GPUCommandEncoder.prototype;
-    const copy = proto.copyBufferToBuffer as (...a: unknown[]) => unknown;
-    let copies = 0;
-    proto.copyBufferToBuffer = function (this: unknown, ...a: unknown[]) {
-      copies++;
-      return copy.apply(this, a);
-    };
-    const run = async (n: number, inPlace: boolean) => {
-      const was = setKvWriteInPlace(inPlace);
-      copies = 0;
-      try {
-        const r = await generate(
-          m,
-          [
-            [5, 6, 7],
-            [8, 9, 10],
-          ],
-          {
-            maxNewTokens: n,
-            temperature: 0,
-            stopToken: null,
-            padId: 0,
-            rng: 3,
-          },
-        );
-        expect(lastDecodeReplayStats().replays).toBe(n - 2); // the first token records, the last only chooses
-        return { r, copies };
-      } finally {
-        setKvWriteInPlace(was);
-      }
-    };
-    try {
-      setDecodeReplay(true);
-      await run(4, true); // the first generation's one-off work (uploads, compiles) out of the counts
-      const L = tinyQwen3.num_hidden_layers;
-      // Copies per generated token: the difference of 14 and 6 tokens over 8 replays.
-      const perToken = async (inPlace: boolean) => {
-        const a = await run(6, inPlace);
-        const b = await run(14, inPlace);
-        return { copies: (b.copies - a.copies) / 8, r: b.r };
+  for (const family of ['Qwen3', 'GPT-2'] as const)
+    it(`${family}: a replayed generation carries the caches without buffer copies; the tokens are the copying path's`, async () => {
+      const m =
+        family === 'GPT-2'
+          ? GPT2.random(tinyGpt2, 5)
+          : Llama.fromArrays(tinyQwen3, hostWeights(tinyQwen3, 9, 0.08, true), false, 'kvin');
+      const L = family === 'GPT-2' ? tinyGpt2.n_layer : tinyQwen3.num_hidden_layers;
+      const proto = (globalThis as unknown as { GPUCommandEncoder: { prototype: Record<string, unknown> } })
+        .GPUCommandEncoder.prototype;
+      const copy = proto.copyBufferToBuffer as (...a: unknown[]) => unknown;
+      let copies = 0;
+      proto.copyBufferToBuffer = function (this: unknown, ...a: unknown[]) {
+        copies++;
+        return copy.apply(this, a);
       };
-      const inPlace = await perToken(true);
-      const copying = await perToken(false);
-      console.log(
-        `buffer copies per replayed token: in place ${inPlace.copies}, copying ${copying.copies} (${L} layers)`,
-      );
-      // The logits and the token's and its log-prob's accumulator rows: 3 (without a stop token the stopped rows
-      // are the same buffer, not copied); copying, 2 per layer more.
-      expect(inPlace.copies).toBe(3);
-      expect(copying.copies).toBe(3 + 2 * L);
-      expect(inPlace.r.tokens).toEqual(copying.r.tokens);
-      for (let b = 0; b < 2; b++)
-        for (let i = 0; i < 14; i++)
-          expect(Math.abs(inPlace.r.logprobs[b][i] - copying.r.logprobs[b][i])).toBeLessThan(1e-6);
-    } finally {
-      proto.copyBufferToBuffer = copy;
-      m.dispose();
-    }
-    expect(await webGpuErrors()).toEqual([]);
-  }, 120_000);
+      const run = async (n: number, inPlace: boolean) => {
+        const was = setKvWriteInPlace(inPlace);
+        copies = 0;
+        try {
+          const r = await generate(
+            m,
+            [
+              [5, 6, 7],
+              [8, 9, 10],
+            ],
+            {
+              maxNewTokens: n,
+              temperature: 0,
+              stopToken: null,
+              padId: 0,
+              rng: 3,
+            },
+          );
+          expect(lastDecodeReplayStats().replays).toBe(n - 2); // the first token records, the last only chooses
+          return { r, copies };
+        } finally {
+          setKvWriteInPlace(was);
+        }
+      };
+      try {
+        setDecodeReplay(true);
+        await run(4, true); // the first generation's one-off work (uploads, compiles) out of the counts
+        // Copies per generated token: the difference of 14 and 6 tokens over 8 replays.
+        const perToken = async (inPlace: boolean) => {
+          const a = await run(6, inPlace);
+          const b = await run(14, inPlace);
+          return { copies: (b.copies - a.copies) / 8, r: b.r };
+        };
+        const inPlace = await perToken(true);
+        const copying = await perToken(false);
+        console.log(
+          `buffer copies per replayed token: in place ${inPlace.copies}, copying ${copying.copies} (${L} layers)`,
+        );
+        // The logits and the token's and its log-prob's accumulator rows: 3 (without a stop token the stopped rows
+        // are the same buffer, not copied); copying, 2 per layer more.
+        expect(inPlace.copies).toBe(3);
+        expect(copying.copies).toBe(3 + 2 * L);
+        expect(inPlace.r.tokens).toEqual(copying.r.tokens);
+        for (let b = 0; b < 2; b++)
+          for (let i = 0; i < 14; i++)
+            expect(Math.abs(inPlace.r.logprobs[b][i] - copying.r.logprobs[b][i])).toBeLessThan(1e-6);
+      } finally {
+        proto.copyBufferToBuffer = copy;
+        m.dispose();
+      }
+      expect(await webGpuErrors()).toEqual([]);
+    }, 120_000);
 });

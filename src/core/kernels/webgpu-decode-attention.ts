@@ -37,6 +37,7 @@ import type { KernelFn } from './kernel-fn';
 import { MASKED, type LayerKV } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 import { decodeSoftmaxDeclsWgsl, decodeSoftmaxWgsl } from './webgpu-softmax-wgsl';
+import { kvWriteInPlaceApplies, runProgramInPlace } from './webgpu-inplace';
 
 export const DECODE_KV_WRITE = 'PerfDecodeKVWrite';
 export const DECODE_ATTN = 'PerfDecodeAttention';
@@ -87,6 +88,55 @@ class KVWriteProgram {
             result[o] = QKV[b * 3 * C + uniforms.part * C + h * hs + (e - s * hs)];
           } else {
             result[o] = X[o];
+          }
+        }
+      }`;
+  }
+}
+
+/** The value cache's binding in KVPairInPlaceProgram, declared read_write (kernels/webgpu-inplace.ts). */
+const KV_IN_PLACE_V = 'VCacheInPlace';
+
+/**
+ * Both slot writes of a layer in one dispatch, in place: the key cache is the output (an existing tensor) and the
+ * value cache (VCacheInPlace) is bound read_write; only the slot's rows are written, with KVWriteProgram's values.
+ */
+class KVPairInPlaceProgram {
+  readonly variableNames = [KV_IN_PLACE_V, 'QKV', 'OH'];
+  readonly outputShape: number[];
+  readonly shaderKey: string;
+  readonly dispatchLayout = { x: [0] };
+  readonly dispatch: [number, number, number];
+  readonly workgroupSize: [number, number, number] = [WG, 1, 1];
+  readonly uniforms = 'S : i32, C : i32, nh : i32,';
+  private readonly hs: number;
+
+  constructor(B: number, nh: number, S: number, hs: number) {
+    this.hs = hs;
+    this.outputShape = [B, nh, S, hs];
+    this.shaderKey = `perfDecodeKVPairInPlace_hs${hs}`;
+    this.dispatch = [Math.ceil((S * hs) / WG), B * nh, 1];
+  }
+
+  getUserCode(): string {
+    return `
+      fn main(index : i32) {
+        let S = uniforms.S;
+        let C = uniforms.C;
+        let nh = uniforms.nh;
+        let hs = ${this.hs};
+        let bh = i32(workgroupId.y);
+        let e = i32(workgroupId.x) * ${WG} + i32(localId.x);
+        if (e < S * hs) {
+          let s = e / hs;
+          // OH through f32(): a float32 one-hot cast from int32 may keep its int32 buffer on webgpu.
+          if (f32(OH[s]) != 0.0) {
+            let o = bh * S * hs + e;
+            let b = bh / nh;
+            let h = bh % nh;
+            let at = b * 3 * C + h * hs + (e - s * hs);
+            result[o] = QKV[at + C];
+            ${KV_IN_PLACE_V}[o] = QKV[at + 2 * C];
           }
         }
       }`;
@@ -228,7 +278,9 @@ export function webGpuDecodeAttentionApplies(
  * One layer's decode attention through the fused kernels (3 dispatches, no gradient): the cache with the new key
  * and value written at the slot (where slotOneHot is non-zero), and y [B, C] = attention of the new query over it
  * under keyMask [B, S] (which must already include the slot). Same values as model/attention.ts's plain decodeAttention.
- * Check webGpuDecodeAttentionApplies first.
+ * Check webGpuDecodeAttentionApplies first. `inPlace` (GPT2.decodeStep, whose cache argument is spent): where
+ * kvWriteInPlaceApplies (kernels/webgpu-inplace.ts), both slot writes in one dispatch into `kv`'s own tensors
+ * (KVPairInPlaceProgram: 2 dispatches in all), the returned caches `kv`'s cloned (sharing their data).
  */
 export function decodeAttentionWebGpu(
   qkv: tf.Tensor2D,
@@ -236,14 +288,29 @@ export function decodeAttentionWebGpu(
   keyMask: tf.Tensor2D,
   kv: LayerKV,
   nh: number,
+  opts: { inPlace?: boolean } = {},
 ): { y: tf.Tensor2D; kv: LayerKV } {
   registerWebGpuDecodeAttention();
   const e = tf.engine();
+  const inPlace = !!opts.inPlace && kvWriteInPlaceApplies(kv);
   return tf.tidy(() => {
     const slot = tf.reshape(slotOneHot, [-1]);
-    const k = e.runKernel(DECODE_KV_WRITE, { cache: kv.k, qkv, slot }, { nh, part: 1 }) as tf.Tensor4D;
-    const v = e.runKernel(DECODE_KV_WRITE, { cache: kv.v, qkv, slot }, { nh, part: 2 }) as tf.Tensor4D;
+    let k: tf.Tensor4D;
+    let v: tf.Tensor4D;
+    if (inPlace) {
+      const [B, , S, hs] = kv.k.shape;
+      const u = [
+        { type: 'int32' as const, data: [S] },
+        { type: 'int32' as const, data: [qkv.shape[1] / 3] },
+        { type: 'int32' as const, data: [nh] },
+      ];
+      runProgramInPlace(new KVPairInPlaceProgram(B, nh, S, hs), kv.k, [kv.v, qkv, slot], u, [KV_IN_PLACE_V]);
+      [k, v] = [kv.k, kv.v];
+    } else {
+      k = e.runKernel(DECODE_KV_WRITE, { cache: kv.k, qkv, slot }, { nh, part: 1 }) as tf.Tensor4D;
+      v = e.runKernel(DECODE_KV_WRITE, { cache: kv.v, qkv, slot }, { nh, part: 2 }) as tf.Tensor4D;
+    }
     const y = e.runKernel(DECODE_ATTN, { qkv, k, v, mask: keyMask }, { nh }) as tf.Tensor2D;
-    return { y, kv: { k, v } };
+    return { y, kv: inPlace ? { k: tf.clone(k), v: tf.clone(v) } : { k, v } };
   });
 }

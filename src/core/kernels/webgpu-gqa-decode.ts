@@ -31,8 +31,7 @@ import type { KernelFn } from './kernel-fn';
 import { MASKED, type LayerKV } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 import { decodeSoftmaxDeclsWgsl, decodeSoftmaxWgsl } from './webgpu-softmax-wgsl';
-import { replayBackend, type ReplayBackend } from './webgpu-replay';
-import { ownsData } from './webgpu-adam-inplace';
+import { kvWriteInPlaceApplies, runProgramInPlace } from './webgpu-inplace';
 
 export const GQA_DECODE_KV_WRITE = 'PerfGqaDecodeKVWrite';
 export const GQA_DECODE_ATTN = 'PerfGqaDecodeAttention';
@@ -41,7 +40,7 @@ export const GQA_DECODE_QKV_WRITE = 'PerfGqaDecodeQkvKVWrite';
 export const GQA_DECODE_QKV_ATTN = 'PerfGqaDecodeQkvAttention';
 
 const WG = 64;
-/** The value cache's binding in KVPairInPlaceProgram: declared read_write (kvPairInPlace). */
+/** The value cache's binding in KVPairInPlaceProgram: declared read_write (runProgramInPlace). */
 const KV_IN_PLACE_V = 'VCacheInPlace';
 export const MAX_GQA_DECODE_HEAD_SIZE = 128;
 export const MAX_GQA_DECODE_SLOTS = 2048;
@@ -593,85 +592,14 @@ export function webGpuGqaDecodeQkvApplies(
   return !(bias && norm);
 }
 
-let inPlaceOn = true;
-
-/** Turn the in-place slot writes of gqaDecodeQkvWebGpu on or off (default on); returns the previous setting. */
-export function setKvWriteInPlace(on: boolean): boolean {
-  const was = inPlaceOn;
-  inPlaceOn = on;
-  return was;
-}
-
-/**
- * Whether the slot writes can go into `kv`'s own buffers: on, the webgpu backend, and each cache's data its
- * tensor's alone (tfjs's refCount 1: no clone or reshape shares it, so writing it changes no other tensor), the two
- * caches apart.
- */
-export function kvWriteInPlaceApplies(kv: LayerKV): boolean {
-  if (!inPlaceOn) return false;
-  const backend = replayBackend();
-  return !!backend && kv.k.dataId !== kv.v.dataId && ownsData(backend, kv.k) && ownsData(backend, kv.v);
-}
-
-/**
- * Run KVPairInPlaceProgram through tfjs's program path (so a recording captures it like any other program) with
- * the key cache as its output and the value cache's declaration made read_write in the shader tfjs builds. The
- * caches' host copies, if tfjs kept any, are dropped: the next read sees the written values.
- */
-function kvPairInPlace(
-  backend: ReplayBackend,
-  program: KVPairInPlaceProgram,
-  kv: LayerKV,
-  inputs: tf.TensorInfo[],
-  uniforms: { type: 'int32' | 'float32'; data: number[] }[],
-): void {
-  const device = backend.device;
-  const make = device.createShaderModule;
-  const decl = new RegExp(`var<storage, read> ${KV_IN_PLACE_V}\\s*:`);
-  let patched = false;
-  (device as unknown as Record<string, unknown>).createShaderModule = function (
-    this: GPUDevice,
-    desc: GPUShaderModuleDescriptor,
-  ) {
-    if (decl.test(desc.code)) {
-      patched = true;
-      desc = { ...desc, code: desc.code.replace(decl, `var<storage, read_write> ${KV_IN_PLACE_V}:`) };
-    }
-    return make.call(device, desc);
-  };
-  try {
-    const before = Object.keys((backend as unknown as { pipelineCache: object }).pipelineCache).length;
-    (backend as unknown as WebGpuBackendLike).runWebGPUProgram(
-      program,
-      [kv.v, ...inputs],
-      'float32',
-      uniforms,
-      kv.k,
-    );
-    const compiled =
-      Object.keys((backend as unknown as { pipelineCache: object }).pipelineCache).length > before;
-    if (compiled && !patched)
-      throw new Error(
-        "webgpu-gqa-decode: tfjs's shader no longer declares the value cache as expected; the in-place write cannot run.",
-      );
-  } finally {
-    delete (device as unknown as Record<string, unknown>).createShaderModule;
-    if (device.createShaderModule !== make)
-      (device as unknown as Record<string, unknown>).createShaderModule = make;
-  }
-  for (const t of [kv.k, kv.v]) {
-    const d = backend.tensorMap.get(t.dataId) as unknown as { values: unknown } | undefined;
-    if (d) d.values = null;
-  }
-}
-
 /**
  * One layer's decode attention reading the new token's heads from the fused q|k|v projection (3 dispatches, no
  * gradient: the key cache with the new key written at the slot — biased, k_norm'd, rotated —, the value cache with
  * the new value, and the attention of the new query — biased, q_norm'd, rotated — over them). Same values as
  * adding the biases, model/ops.ts rmsNorm on q and k, then gqaDecodeWebGpu. Check webGpuGqaDecodeQkvApplies first.
  *
- * `inPlace` (Llama.decodeStep, which takes the cache it is given as spent): where kvWriteInPlaceApplies, the new key
+ * `inPlace` (Llama.decodeStep, which takes the cache it is given as spent): where kvWriteInPlaceApplies
+ * (kernels/webgpu-inplace.ts), the new key
  * and value go into `kv`'s own buffers by ONE dispatch that writes the slot's rows only (KVPairInPlaceProgram),
  * instead of two that copy both whole caches: 2 dispatches in all, and the returned caches are `kv`'s tensors
  * cloned (sharing their data), so that a replayed decode carries them without a copy.
@@ -691,7 +619,7 @@ export function gqaDecodeQkvWebGpu(
   const [B, nkv, S, hs] = kv.k.shape;
   const stride = (nh + 2 * nkv) * hs;
   const eps = src.norm?.eps ?? 0;
-  const backend = opts.inPlace && kvWriteInPlaceApplies(kv) ? replayBackend() : null;
+  const inPlace = !!opts.inPlace && kvWriteInPlaceApplies(kv);
   return tf.tidy(() => {
     const slot = tf.reshape(slotOneHot, [-1]);
     const [c, s] = [tf.reshape(cos, [-1]), tf.reshape(sin, [-1])];
@@ -704,13 +632,12 @@ export function gqaDecodeQkvWebGpu(
       ) as tf.Tensor4D;
     let k4: tf.Tensor4D;
     let v4: tf.Tensor4D;
-    if (backend) {
+    if (inPlace) {
       const bias = src.bias ? [src.bias.k, src.bias.v] : [];
-      kvPairInPlace(
-        backend,
+      runProgramInPlace(
         new KVPairInPlaceProgram(B, nkv, S, hs, { bias: !!src.bias, norm: !!src.norm }),
-        kv,
-        [x, slot, c, s, ...bias, ...(src.norm ? [src.norm.k] : [])],
+        kv.k,
+        [kv.v, x, slot, c, s, ...bias, ...(src.norm ? [src.norm.k] : [])],
         [
           { type: 'int32', data: [S] },
           { type: 'int32', data: [nkv] },
@@ -719,6 +646,7 @@ export function gqaDecodeQkvWebGpu(
           { type: 'float32', data: [eps] },
           { type: 'int32', data: [(nh + nkv) * hs] },
         ],
+        [KV_IN_PLACE_V],
       );
       k4 = kv.k;
       v4 = kv.v;
@@ -742,6 +670,6 @@ export function gqaDecodeQkvWebGpu(
       },
       { nh, stride, off: 0, eps },
     ) as tf.Tensor2D;
-    return { y, kv: backend ? { k: tf.clone(k4), v: tf.clone(v4) } : { k: k4, v: v4 } };
+    return { y, kv: inPlace ? { k: tf.clone(k4), v: tf.clone(v4) } : { k: k4, v: v4 } };
   });
 }

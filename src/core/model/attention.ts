@@ -102,8 +102,9 @@ export function causalSelfAttention(
  * attention over the cache under keyMask [B, S] (1 = attend; must already include the slot) → y [B, C] and the new
  * cache (the caller disposes the old one). `bias` gives keyPaddingBias(keyMask) for the plain ops; a decode step
  * makes it once for all layers, on first use.
- * On WebGPU: the fused kernels of kernels/webgpu-decode-attention.ts (3 dispatches, `bias` not read; no gradient),
- * same values as the plain ops below, which are the reference (every other backend). The plain path adds the new
+ * On WebGPU: the fused kernels of kernels/webgpu-decode-attention.ts (3 dispatches, `bias` not read; no gradient;
+ * 2 with `inPlace`, the slot writes going into `kv`'s own tensors where they hold their data alone, which spends
+ * `kv`), same values as the plain ops below, which are the reference (every other backend). The plain path adds the new
  * key and value into the slot, which the caller keeps at zero until then (generate's cache is zero-padded).
  */
 export function decodeAttention(
@@ -113,9 +114,10 @@ export function decodeAttention(
   kv: LayerKV,
   nh: number,
   bias?: () => tf.Tensor,
+  opts: { inPlace?: boolean } = {},
 ): { y: tf.Tensor2D; kv: LayerKV } {
   if (webGpuDecodeAttentionApplies(qkv, slotOneHot, keyMask, kv, nh))
-    return decodeAttentionWebGpu(qkv, slotOneHot, keyMask, kv, nh);
+    return decodeAttentionWebGpu(qkv, slotOneHot, keyMask, kv, nh, opts);
   const B = keyMask.shape[0];
   const [q, k, v] = tf.split(qkv, 3, 1) as tf.Tensor2D[];
   const k4 = writeSlot(kv.k, k, slotOneHot);

@@ -499,10 +499,11 @@ export class GPT2 implements CausalLM {
    * is written to; keyMask [B, S] must already include the slot. Caches keep their shape [B, nh, S, hs]:
    * the new key/value is added into the (zero) slot, so every step has the same shapes (no reallocation,
    * no shader recompilation, and WebGPU's size-keyed buffer pool reuses the released buffers).
-   * Returns the hidden state [B, C] and the new caches (the caller disposes the old ones).
-   * Each layer's attention is `decodeAttention`: on WebGPU 3 fused dispatches (slot writes and attention); ln_1 and
-   * ln_2 run in the prologue of c_attn's and c_fc's matmuls and a LoRA pair's up-projection in each Conv1D's epilogue
-   * (normLinear), so a layer is 7 dispatches on WebGPU, 11 under LoRA on all four Conv1Ds
+   * Returns the hidden state [B, C] and the new caches (the caller disposes the old ones, and reads them no more:
+   * on WebGPU the slots are written into them in place where they hold their data alone, the new caches sharing it).
+   * Each layer's attention is `decodeAttention`: on WebGPU 2 fused dispatches (both slot writes in place, then the
+   * attention); ln_1 and ln_2 run in the prologue of c_attn's and c_fc's matmuls and a LoRA pair's up-projection in
+   * each Conv1D's epilogue (normLinear), so a layer is 6 dispatches on WebGPU, 10 under LoRA on all four Conv1Ds
    * (tests/decode-dispatches.test.ts).
    */
   decodeStep(
@@ -523,7 +524,7 @@ export class GPT2 implements CausalLM {
         x,
         i,
         (qkv) => {
-          const out = decodeAttention(qkv, slotOneHot, keyMask, cache[i], c.n_head, bias);
+          const out = decodeAttention(qkv, slotOneHot, keyMask, cache[i], c.n_head, bias, { inPlace: true });
           next.push(out.kv);
           return out.y;
         },

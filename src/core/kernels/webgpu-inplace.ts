@@ -1,0 +1,99 @@
+/**
+ * Programs that write tensors that already exist, in place, through tfjs's own program path (so that a recorded
+ * step, kernels/webgpu-replay.ts, captures them like any other program): the KV-cache slot writes of the decode
+ * steps (kernels/webgpu-decode-attention.ts for GPT-2, kernels/webgpu-gqa-decode.ts for Llama / Qwen).
+ *
+ * How: tfjs-backend-webgpu's `runWebGPUProgram` takes an optional `output`, an existing tensor that the program's
+ * `result` binding is then given (tfjs makes no new one), so a program that writes some of its elements changes
+ * that tensor where it writes and leaves the rest as it was. A second tensor can be written by the same dispatch:
+ * tfjs declares every input `var<storage, read>`, and `runProgramInPlace` rewrites the declaration of the inputs
+ * named in `readWrite` to `read_write` while tfjs builds the shader (its pipeline is compiled once, under that
+ * rewrite, and cached by its shader key like any other). Why both in one dispatch: a tfjs program has one output,
+ * and the decode's keys and values are two tensors (LayerKV), so the copying path spends two dispatches.
+ *
+ * When: only where each written tensor holds its data alone (tfjs's refCount 1: no clone or reshape shares it,
+ * as the in-place Adam asks, kernels/webgpu-adam-inplace.ts), and the written tensors are distinct. Their host
+ * copies, if tfjs kept any, are dropped after the write, so the next read sees the new values.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+import type { LayerKV } from './definitions';
+import { ownsData } from './webgpu-adam-inplace';
+import { replayBackend } from './webgpu-replay';
+import type { WebGpuBackendLike } from './webgpu-common';
+
+let kvOn = true;
+
+/** Turn the decode steps' in-place slot writes on or off (default on); returns the previous setting. */
+export function setKvWriteInPlace(on: boolean): boolean {
+  const was = kvOn;
+  kvOn = on;
+  return was;
+}
+
+/** Whether the KV slot writes may go into `kv`'s own tensors: on, and inPlaceApplies to the key and value caches. */
+export function kvWriteInPlaceApplies(kv: LayerKV): boolean {
+  return kvOn && inPlaceApplies([kv.k, kv.v]);
+}
+
+/** The webgpu backend current, and each tensor's data its own and no other's of the list. */
+export function inPlaceApplies(tensors: tf.Tensor[]): boolean {
+  const backend = replayBackend();
+  if (!backend) return false;
+  const ids = new Set(tensors.map((t) => t.dataId));
+  return ids.size === tensors.length && tensors.every((t) => ownsData(backend, t));
+}
+
+interface ProgramLike {
+  variableNames: string[];
+}
+
+/**
+ * Run `program` with `output` as its result binding (written in place) and `inputs` as its inputs, those whose
+ * program variable is named in `readWrite` bound read_write. Check inPlaceApplies on `output` and those first.
+ */
+export function runProgramInPlace(
+  program: ProgramLike,
+  output: tf.Tensor,
+  inputs: tf.Tensor[],
+  uniforms: { type: 'int32' | 'float32'; data: number[] }[],
+  readWrite: string[],
+): void {
+  const backend = replayBackend();
+  if (!backend) throw new Error('runProgramInPlace: the webgpu backend is not the current one.');
+  const decls = readWrite.map((name) => new RegExp(`var<storage, read> ${name}\\s*:`));
+  const device = backend.device;
+  const make = device.createShaderModule;
+  let rewritten = 0;
+  (device as unknown as Record<string, unknown>).createShaderModule = function (
+    this: GPUDevice,
+    desc: GPUShaderModuleDescriptor,
+  ) {
+    let code = desc.code;
+    decls.forEach((re, i) => {
+      if (re.test(code)) {
+        code = code.replace(re, `var<storage, read_write> ${readWrite[i]}:`);
+        rewritten++;
+      }
+    });
+    return make.call(device, code === desc.code ? desc : { ...desc, code });
+  };
+  const cache = (backend as unknown as { pipelineCache: object }).pipelineCache;
+  const before = Object.keys(cache).length;
+  try {
+    (backend as unknown as WebGpuBackendLike).runWebGPUProgram(program, inputs, 'float32', uniforms, output);
+  } finally {
+    delete (device as unknown as Record<string, unknown>).createShaderModule;
+    if (device.createShaderModule !== make)
+      (device as unknown as Record<string, unknown>).createShaderModule = make;
+  }
+  if (Object.keys(cache).length > before && rewritten !== readWrite.length)
+    throw new Error(
+      `runProgramInPlace: tfjs's shader did not declare ${readWrite.join(', ')} as expected ` +
+        `("var<storage, read> NAME:"); a newer tfjs-backend-webgpu? The in-place write cannot run.`,
+    );
+  const written = [output, ...inputs.filter((_, i) => readWrite.includes(program.variableNames[i]))];
+  for (const t of written) {
+    const d = backend.tensorMap.get(t.dataId) as unknown as { values: unknown } | undefined;
+    if (d) d.values = null;
+  }
+}
