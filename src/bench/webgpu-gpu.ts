@@ -150,6 +150,11 @@ export interface QwenPlanRow {
   warmupS: number;
   timedSteps: number;
   stepTimes: number[];
+  /**
+   * Decode tokens per timed step that generation ran as replays of its recorded token (the trainer's
+   * `decodeReplays`): about (R − 2) per generation slice where the recorded decode applies, 0 where it did not.
+   */
+  decodeReplays?: number;
   /** Why only one step was timed, or null. */
   note: string | null;
 }
@@ -1232,6 +1237,7 @@ export async function qwenGrpoBench(o: {
           warmupS,
           timedSteps: n,
           stepTimes,
+          decodeReplays: timed.decodeReplays,
           note:
             !o.dryRun && n === 1
               ? `one timed step after one warm-up: the warm-up took ${warmupS.toFixed(1)} s (over ${QWEN_SLOW_WARMUP_S} s)`

@@ -19,6 +19,11 @@ export interface PpoBench {
   timeStep: number;
   /** The trainer's own metric: counted response tokens per second of the whole step. */
   tokensPerSecond: number;
+  /**
+   * The trainer's `decodeReplays` per timed step: decode tokens generation ran as replays of a recorded token
+   * (WebGPU; 0 where the recorded decode did not apply, each token then paying tfjs's program path).
+   */
+  decodeReplays?: number;
   /** (query + response) tokens the update processes per second: epochs · batch · T / timeUpdate. */
   updateTokensPerSecond: number;
   /** Model FLOPs of one step's update (policy + value, forward + backward, every epoch). */
@@ -57,6 +62,7 @@ export async function benchPpoStep(
     flops: number;
     tokens: number;
     Tq: number;
+    replays: number;
   }[] = [];
   const cfg = trainer.cfg;
   const c = trainer.models.policy.config;
@@ -77,6 +83,7 @@ export async function benchPpoStep(
       flops: ppoUpdateFlops(c, { batch: cfg.batchSize, Tq, R: cfg.responseLength, epochs }),
       tokens: epochs * cfg.batchSize * (Tq + cfg.responseLength),
       Tq,
+      replays: m.decodeReplays ?? 0,
     });
     o.onStep?.(i, m.timeStep);
   }
@@ -94,6 +101,7 @@ export async function benchPpoStep(
     timeUpdate: upd,
     timeStep: mean(rows.map((r) => r.step)),
     tokensPerSecond: mean(rows.map((r) => r.tps)),
+    decodeReplays: mean(rows.map((r) => r.replays)),
     updateTokensPerSecond: mean(rows.map((r) => r.tokens)) / upd,
     updateFlops: flops,
     updateGflopsPerSecond: gflops,
