@@ -16,7 +16,11 @@ import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
 import { gqaDecodeQkvWebGpu, type DecodeQkv } from '../src/core/kernels/webgpu-gqa-decode';
-import { kvWriteInPlaceApplies, setKvWriteInPlace } from '../src/core/kernels/webgpu-inplace';
+import {
+  kvWriteInPlaceApplies,
+  runProgramInPlace,
+  setKvWriteInPlace,
+} from '../src/core/kernels/webgpu-inplace';
 import { Llama, ropeTable } from '../src/core/model/llama';
 import { generate } from '../src/core/model/sampling';
 import { lastDecodeReplayStats, setDecodeReplay } from '../src/core/model/decode-replay';
@@ -126,6 +130,33 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
       expect(await webGpuErrors()).toEqual([]);
     });
   }
+
+  it('runProgramInPlace refuses, before compiling anything, a shader that does not declare an input as expected', async () => {
+    class NoSuchInput {
+      readonly variableNames = ['X'];
+      readonly outputShape = [4];
+      readonly shaderKey = 'zzInPlaceRefusal';
+      readonly dispatchLayout = { x: [0] };
+      readonly dispatch: [number, number, number] = [1, 1, 1];
+      readonly workgroupSize: [number, number, number] = [64, 1, 1];
+      getUserCode(): string {
+        return 'fn main(index : i32) { if (index < 4) { result[index] = X[index]; } }';
+      }
+    }
+    const out = tf.zeros([4]);
+    const x = tf.ones([4]);
+    const cache = (tf.backend() as unknown as { pipelineCache: Record<string, unknown> }).pipelineCache;
+    const before = Object.keys(cache).length;
+    // 'Y' is no input of the program: tfjs's shader has no declaration of it to make read_write.
+    for (let i = 0; i < 2; i++)
+      expect(() => runProgramInPlace(new NoSuchInput(), out, [x], [], ['Y'])).toThrow(
+        /did not declare Y as expected/,
+      );
+    expect(Object.keys(cache).length).toBe(before);
+    expect(Array.from(await out.data())).toEqual([0, 0, 0, 0]);
+    tf.dispose([out, x]);
+    expect(await webGpuErrors()).toEqual([]);
+  });
 
   it('a cache whose data is shared is not written in place; the switch turns it off', async () => {
     const t = inputs();

@@ -177,10 +177,11 @@ class KVWriteProgram {
 
 /**
  * Both slot writes of a layer in ONE dispatch, in place: the key cache is the program's output, given as the tensor
- * it already is (runWebGPUProgram's `output`), and the value cache (VC) is bound read_write (kvPairInPlace patches
- * tfjs's declaration of it); only the slot's rows are written, every other element is left as it is. The new key
- * and value are KVWriteProgram's (the same functions: bias, k_norm, rotation for the key; bias for the value), at
- * the key's columns `off` and the value's `offV` of the q|k|v row. BI / BV: the key's and the value's biases.
+ * it already is (runWebGPUProgram's `output`), and the value cache (VCacheInPlace) is bound read_write
+ * (kernels/webgpu-inplace.ts runProgramInPlace rewrites tfjs's declaration of it); only the slot's rows are
+ * written, every other element is left as it is. The new key and value are KVWriteProgram's (the same functions:
+ * bias, k_norm, rotation for the key; bias for the value), at the key's columns `off` and the value's `offV` of the
+ * q|k|v row. BI / BV: the key's and the value's biases.
  */
 class KVPairInPlaceProgram {
   readonly variableNames: string[];

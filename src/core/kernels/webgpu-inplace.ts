@@ -47,6 +47,13 @@ interface ProgramLike {
   variableNames: string[];
 }
 
+/** The error where tfjs's shader does not declare an input as runProgramInPlace expects. */
+const undeclared = (names: string[]) =>
+  new Error(
+    `runProgramInPlace: tfjs's shader did not declare ${names.join(', ')} as expected ` +
+      `("var<storage, read> NAME:"); a newer tfjs-backend-webgpu? The in-place write cannot run.`,
+  );
+
 /**
  * Run `program` with `output` as its result binding (written in place) and `inputs` as its inputs, those whose
  * program variable is named in `readWrite` bound read_write. Check inPlaceApplies on `output` and those first.
@@ -63,22 +70,21 @@ export function runProgramInPlace(
   const decls = readWrite.map((name) => new RegExp(`var<storage, read> ${name}\\s*:`));
   const device = backend.device;
   const make = device.createShaderModule;
-  let rewritten = 0;
+  // tfjs compiles the program's shader here the first time (labelled with the program's class name): rewrite the
+  // declarations, or refuse before anything is compiled, cached or encoded.
   (device as unknown as Record<string, unknown>).createShaderModule = function (
     this: GPUDevice,
     desc: GPUShaderModuleDescriptor,
   ) {
-    let code = desc.code;
-    decls.forEach((re, i) => {
-      if (re.test(code)) {
-        code = code.replace(re, `var<storage, read_write> ${readWrite[i]}:`);
-        rewritten++;
-      }
-    });
-    return make.call(device, code === desc.code ? desc : { ...desc, code });
+    if (desc.label !== program.constructor.name) return make.call(device, desc);
+    const missing = readWrite.filter((_, i) => !decls[i].test(desc.code));
+    if (missing.length) throw undeclared(missing);
+    const code = decls.reduce(
+      (src, re, i) => src.replace(re, `var<storage, read_write> ${readWrite[i]}:`),
+      desc.code,
+    );
+    return make.call(device, { ...desc, code });
   };
-  const cache = (backend as unknown as { pipelineCache: object }).pipelineCache;
-  const before = Object.keys(cache).length;
   try {
     (backend as unknown as WebGpuBackendLike).runWebGPUProgram(program, inputs, 'float32', uniforms, output);
   } finally {
@@ -86,11 +92,6 @@ export function runProgramInPlace(
     if (device.createShaderModule !== make)
       (device as unknown as Record<string, unknown>).createShaderModule = make;
   }
-  if (Object.keys(cache).length > before && rewritten !== readWrite.length)
-    throw new Error(
-      `runProgramInPlace: tfjs's shader did not declare ${readWrite.join(', ')} as expected ` +
-        `("var<storage, read> NAME:"); a newer tfjs-backend-webgpu? The in-place write cannot run.`,
-    );
   const written = [output, ...inputs.filter((_, i) => readWrite.includes(program.variableNames[i]))];
   for (const t of written) {
     const d = backend.tensorMap.get(t.dataId) as unknown as { values: unknown } | undefined;

@@ -44,9 +44,9 @@
  *   binding where the layer has none, up to 3 weights bound in parts along the output (q_proj | k_proj | v_proj
  *   as one matmul without a concatenated copy), SwiGLU in the epilogue (up_proj reading gate_proj's output), the
  *   LoRA up-projection per part, gate_proj | up_proj as one program (`pair`: both dot products per output, SwiGLU
- *   of the two): a Llama/Qwen decode layer 17 → 7 dispatches, 45 → 11 under LoRA on all seven linears (6 and 10 with the
- *   slot writes in place: kernels/webgpu-gqa-decode.ts)
- *   (tests/llama-decode-dispatches.test.ts, tests/webgpu-linear-pair.test.ts).
+ *   of the two): a Llama/Qwen decode layer 17 → 7 dispatches, 45 → 11 under LoRA on all seven linears (6 and 10
+ *   with the slot writes in place: kernels/webgpu-inplace.ts) (tests/llama-decode-dispatches.test.ts,
+ *   tests/webgpu-linear-pair.test.ts).
  * Why recompute pre instead of saving it: a tfjs WebGPU program has exactly one output binding (inputs are
  * bound read-only, and tfjs-webgpu has no zero-copy slice), so the forward cannot also write pre. Saving it
  * would take a second forward dispatch (pre, then gelu as its own kernel): the same total dispatches for a
@@ -140,9 +140,9 @@ interface MatMulOptions {
   /**
    * gate_proj and up_proj in one program (forward only, transB, parts = 2 of equal rows, no bias, the few-rows and
    * column programs only): each output column c sums both B's row c (B: gate_proj, B1: up_proj) over the same
-   * loads of A, and stores swigluOf(gate, up), each with its own LoRA term (Down's columns 0 … R − 1 and R … 2R − 1
-   * against LoraB and LoraB1): the values of the gate program then the up program's SwiGLU epilogue, in one
-   * dispatch and without the gate's [M, N] in memory.
+   * loads of A, and stores swigluOf(gate, up), each with its own LoRA term (Down's columns 0 … R − 1 and
+   * R … 2R − 1 against LoraB and LoraB1): the values of the gate program then the up program's SwiGLU epilogue,
+   * in one dispatch and without the gate's [M, N] in memory.
    */
   pair?: boolean;
   /**

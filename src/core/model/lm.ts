@@ -99,7 +99,8 @@ export interface CausalLM {
   logits(ids: tf.Tensor2D, mask: tf.Tensor2D): tf.Tensor3D;
   /**
    * One KV-cache token: the hidden state [B, C] and the new cache. `cache` is spent: an implementation may write
-   * the new slot into its tensors in place (Llama on WebGPU, where a cache tensor holds its data alone) and return
+   * the new slot into its tensors in place (GPT-2 and Llama on WebGPU, where a cache tensor holds its data alone;
+   * kernels/webgpu-inplace.ts) and return
    * tensors sharing their data, so a caller disposes the old cache and keeps the new, never reads the old again.
    */
   decodeStep(
