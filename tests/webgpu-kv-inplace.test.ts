@@ -26,16 +26,9 @@ import { generate } from '../src/core/model/sampling';
 import { lastDecodeReplayStats, setDecodeReplay } from '../src/core/model/decode-replay';
 import { ReplayFrame } from '../src/core/kernels/webgpu-replay';
 import { GPT2 } from '../src/core/model/gpt2';
-import { hostWeights, tinyGpt2, tinyQwen3 } from './helpers/f16-base';
+import { hostWeights, maxAbsDiff, tinyGpt2, tinyQwen3 } from './helpers/f16-base';
 
 const adapter = await webGpuAdapter();
-
-function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  expect(a.length).toBe(b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return Number.isNaN(m) ? Infinity : m;
-}
 
 describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () => {
   if (!adapter) return skipWithoutAdapter();
@@ -111,9 +104,9 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
       expect(out.kv.k.dataId).toBe(t.k.dataId);
       expect(out.kv.v.dataId).toBe(t.v.dataId);
       // Equal values (the copying program writes the masked rows' −0 as +0: compared as numbers, not by Object.is).
-      expect(maxAbs(await out.y.data(), refY)).toBe(0);
-      expect(maxAbs(await t.k.data(), refK)).toBe(0);
-      expect(maxAbs(await t.v.data(), refV)).toBe(0);
+      expect(maxAbsDiff(await out.y.data(), refY)).toBe(0);
+      expect(maxAbsDiff(await t.k.data(), refK)).toBe(0);
+      expect(maxAbsDiff(await t.v.data(), refV)).toBe(0);
       // Only the slot's rows changed, and they did.
       let changedOff = 0;
       let changedAt = 0;

@@ -21,7 +21,7 @@ import {
   type DecodeLowRank,
   type LinearNtDecodeOptions,
 } from '../src/core/kernels/webgpu-linear';
-import { seeded } from './helpers/f16-base';
+import { maxAbsDiff, seeded } from './helpers/f16-base';
 
 const adapter = await webGpuAdapter();
 
@@ -57,13 +57,6 @@ function pairReference(
     for (let c = 0; c < N; c++) out[r * N + c] = silu64(lin(0, c)) * lin(1, c);
   }
   return out;
-}
-
-function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  expect(a.length).toBe(b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
-  return Number.isNaN(m) ? Infinity : m;
 }
 
 type Route = 'columns' | 'few rows' | 'few rows, vector loads';
@@ -139,8 +132,8 @@ describe('the gate|up pair of the decode linear on Node WebGPU', () => {
               });
               const ref = pairReference(M, K, N, xv, gv, eps, wv, r ? { a: av, b: bv, r, s: 1.5 } : null);
               const scale = Math.max(1, ...Array.from(ref, Math.abs));
-              const vsTwo = maxAbs(got, await two.data());
-              const vsLoop = maxAbs(got, ref);
+              const vsTwo = maxAbsDiff(got, await two.data());
+              const vsLoop = maxAbsDiff(got, ref);
               console.log(`pair, ${what}: vs gate-then-up ${vsTwo}, vs float64 ${vsLoop} (scale ${scale})`);
               expect(vsLoop).toBeLessThan(1e-5 * scale);
               // The same sums in the same order, then the same epilogue: equal to the bit (here, on SwiftShader).
