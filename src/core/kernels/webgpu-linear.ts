@@ -409,6 +409,61 @@ function aRead(o: MatMulOptions, at: string, k: string, i: string): string {
 }
 
 /**
+ * WGSL of one column's k loop over `rows` rows (few-rows and column programs, one element of B at a time): k from
+ * `first` by `step`, unrolled by UNROLL (all loads of UNROLL steps issued before their FMAs), into `acc0…` — and,
+ * for the gate|up pair, `accU0…` from B1's row (up_proj) over the same reads of A. `cc` is the column, `K` and `N`
+ * the shape; B is read along K (transB: W [N, K]) or across it, through wRead when it comes in parts.
+ */
+function kLoopWgsl(o: MatMulOptions, rows: number, first: string, step: number): string {
+  const rowsIdx = Array.from({ length: rows }, (_, i) => i);
+  const unrolled = Array.from({ length: UNROLL }, (_, u) => u);
+  const at = (k: string) => (o.transB ? `cc * K + ${k}` : `(${k}) * N + cc`);
+  const split = (o.parts ?? 1) > 1 && !o.pair;
+  const streams = [
+    { acc: 'acc', w: 'w', read: (k: string) => (split ? `wRead(cc, ${k})` : `bAt(${at(k)})`) },
+    ...(o.pair ? [{ acc: 'accU', w: 'v', read: (k: string) => `bAt1(${at(k)})` }] : []),
+  ];
+  const each = (f: (st: (typeof streams)[number]) => string) => streams.map(f).join('\n        ');
+  const fmas = (
+    st: (typeof streams)[number],
+    k: (u: number) => string,
+    w: (u: number) => string,
+    us: number[],
+  ) =>
+    rowsIdx
+      .map((i) =>
+        us
+          .map(
+            (u) =>
+              `${st.acc}${i} = fma(${aRead(o, `xo${i} + ${k(u)}`, k(u), `${i}`)}, ${w(u)}, ${st.acc}${i});`,
+          )
+          .join(' '),
+      )
+      .join('\n        ');
+  const kAt = (u: number) => (u ? `k + ${u * step}` : 'k');
+  return `
+        ${each((st) => rowsIdx.map((i) => `var ${st.acc}${i} = 0.0;`).join('\n        '))}
+        var k = ${first};
+        while (k + ${(UNROLL - 1) * step} < K) {
+          ${each((st) => unrolled.map((u) => `let ${st.w}${u} = ${st.read(`k + ${u * step}`)};`).join('\n        '))}
+          ${each((st) =>
+            fmas(
+              st,
+              (u) => `k + ${u * step}`,
+              (u) => `${st.w}${u}`,
+              unrolled,
+            ),
+          )}
+          k = k + ${UNROLL * step};
+        }
+        while (k < K) {
+          ${each((st) => `let ${st.w} = ${st.read('k')};`)}
+          ${each((st) => fmas(st, kAt, () => st.w, [0]))}
+          k = k + ${step};
+        }`;
+}
+
+/**
  * C [M, N] = op(A)·op(B) (op: transpose or not) with an epilogue in the store; the shape of a tfjs
  * WebGPUProgram (the backend adds bindings, uniforms and the entry point).
  */
@@ -768,48 +823,8 @@ class FewRowsMatMulProgram extends RowBlockProgram {
   getUserCode(): string {
     const KL = FR_THREADS / this.cw;
     if (this.vec) return this.reductionCode(this.vecLoopCode(KL), KL);
-    const RB = this.rb;
-    const transB = this.o.transB;
-    const rowsIdx = Array.from({ length: RB }, (_, i) => i);
-    // The k loop unrolled by UNROLL: all loads of UNROLL steps are issued before their FMAs (latency hiding).
-    const unrolled = Array.from({ length: UNROLL }, (_, u) => u);
-    const split = (this.o.parts ?? 1) > 1 && !this.o.pair;
-    const bAt = (k: string) => (transB ? `cc * K + ${k}` : `(${k}) * N + cc`);
-    // B's element for k lane `k` of this thread's column (through wRead when B comes in parts); the pair's
-    // second stream reads B1's row cc (up_proj) into its own accumulators.
-    const bRead = (k: string) => (split ? `wRead(cc, ${k})` : `bAt(${bAt(k)})`);
-    const streams = this.streams().map((acc, si) => ({
-      acc,
-      w: si ? 'v' : 'w',
-      read: si ? (k: string) => `bAt1(${bAt(k)})` : bRead,
-    }));
-    const each = (f: (st: (typeof streams)[number]) => string, sep = '\n          ') =>
-      streams.map(f).join(sep);
-    const loop = `
-        ${each((st) => rowsIdx.map((i) => `var ${st.acc}${i} = 0.0;`).join('\n        '), '\n        ')}
-        var k = kl;
-        while (k + ${(UNROLL - 1) * KL} < K) {
-          ${each((st) => unrolled.map((u) => `let ${st.w}${u} = ${st.read(`k + ${u * KL}`)};`).join('\n          '))}
-          ${each((st) =>
-            rowsIdx
-              .map((i) =>
-                unrolled
-                  .map(
-                    (u) =>
-                      `${st.acc}${i} = fma(${aRead(this.o, `xo${i} + k + ${u * KL}`, `k + ${u * KL}`, `${i}`)}, ${st.w}${u}, ${st.acc}${i});`,
-                  )
-                  .join(' '),
-              )
-              .join('\n          '),
-          )}
-          k = k + ${UNROLL * KL};
-        }
-        while (k < K) {
-          ${each((st) => `let ${st.w} = ${st.read('k')};`)}
-          ${each((st) => rowsIdx.map((i) => `${st.acc}${i} = fma(${aRead(this.o, `xo${i} + k`, 'k', `${i}`)}, ${st.w}, ${st.acc}${i});`).join('\n          '))}
-          k = k + ${KL};
-        }`;
-    return this.reductionCode(loop, KL);
+    // Lane kl sums k = kl, kl + KL, … of its column.
+    return this.reductionCode(kLoopWgsl(this.o, this.rb, 'kl', KL), KL);
   }
 
   /** The accumulators' names: acc (the product), and accU for the pair's up_proj. */
@@ -978,18 +993,7 @@ class ColumnsMatMulProgram extends RowBlockProgram {
 
   getUserCode(): string {
     const RB = this.rb;
-    const transB = this.o.transB;
     const rowsIdx = Array.from({ length: RB }, (_, i) => i);
-    const unrolled = Array.from({ length: UNROLL }, (_, u) => u);
-    const split = (this.o.parts ?? 1) > 1 && !this.o.pair;
-    const at = (k: string) => (transB ? `cc * K + ${k}` : `(${k}) * N + cc`);
-    const bRead = (k: string) => (split ? `wRead(cc, ${k})` : `bAt(${at(k)})`);
-    // The pair's up_proj: B1's row cc into accU… beside the product's acc… (FewRowsMatMulProgram's streams).
-    const streams = [
-      { acc: 'acc', w: 'w', read: bRead },
-      ...(this.o.pair ? [{ acc: 'accU', w: 'v', read: (k: string) => `bAt1(${at(k)})` }] : []),
-    ];
-    const each = (f: (st: (typeof streams)[number]) => string) => streams.map(f).join('\n            ');
     const epilogue = epilogueCode(this.o);
     return `
       ${GELU_WGSL}
@@ -1010,29 +1014,7 @@ class ColumnsMatMulProgram extends RowBlockProgram {
         if (c < N) {
           let cc = c;
           ${rowsIdx.map((i) => `let xo${i} = min(row0 + ${i}, M - 1) * K;`).join('\n          ')}
-          ${each((st) => rowsIdx.map((i) => `var ${st.acc}${i} = 0.0;`).join('\n          '))}
-          var k = 0;
-          while (k + ${UNROLL - 1} < K) {
-            ${each((st) => unrolled.map((u) => `let ${st.w}${u} = ${st.read(`k + ${u}`)};`).join('\n            '))}
-            ${each((st) =>
-              rowsIdx
-                .map((i) =>
-                  unrolled
-                    .map(
-                      (u) =>
-                        `${st.acc}${i} = fma(${aRead(this.o, `xo${i} + k + ${u}`, `k + ${u}`, `${i}`)}, ${st.w}${u}, ${st.acc}${i});`,
-                    )
-                    .join(' '),
-                )
-                .join('\n            '),
-            )}
-            k = k + ${UNROLL};
-          }
-          while (k < K) {
-            ${each((st) => `let ${st.w} = ${st.read('k')};`)}
-            ${each((st) => rowsIdx.map((i) => `${st.acc}${i} = fma(${aRead(this.o, `xo${i} + k`, 'k', `${i}`)}, ${st.w}, ${st.acc}${i});`).join('\n            '))}
-            k = k + 1;
-          }
+          ${kLoopWgsl(this.o, RB, '0', 1)}
           ${rowsIdx
             .map(
               (i) => `{
