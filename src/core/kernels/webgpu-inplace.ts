@@ -47,6 +47,14 @@ interface ProgramLike {
   variableNames: string[];
 }
 
+const declarations = new Map<string, RegExp>();
+/** tfjs's declaration of input `name` in the shader it builds (webgpu_program.js makeShader), made once a name. */
+function declaration(name: string): RegExp {
+  let re = declarations.get(name);
+  if (!re) declarations.set(name, (re = new RegExp(`var<storage, read> ${name}\\s*:`)));
+  return re;
+}
+
 /** The error where tfjs's shader does not declare an input as runProgramInPlace expects. */
 const undeclared = (names: string[]) =>
   new Error(
@@ -67,7 +75,7 @@ export function runProgramInPlace(
 ): void {
   const backend = replayBackend();
   if (!backend) throw new Error('runProgramInPlace: the webgpu backend is not the current one.');
-  const decls = readWrite.map((name) => new RegExp(`var<storage, read> ${name}\\s*:`));
+  const decls = readWrite.map(declaration);
   const device = backend.device;
   const make = device.createShaderModule;
   // tfjs compiles the program's shader here the first time (labelled with the program's class name): rewrite the
