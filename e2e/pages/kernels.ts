@@ -7,9 +7,11 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
-import '@tensorflow/tfjs-backend-webgpu';
+import { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
 import { FUSED_KERNEL_CHECKS, LLAMA_FUSED_KERNEL_CHECKS } from '../../src/core/backend/webgpu-fused';
 import { registerWebGpuAddNChunked } from '../../src/core/kernels/webgpu-addn';
+import { useWebGpuDeviceLimits } from '../../src/core/backend/webgpu-device';
+import { storageBuffersPerProgram } from '../../src/core/kernels/webgpu-common';
 import { registerFusedAdamKernels } from '../../src/core/optim/fused-adam';
 import { checkFusedAdam } from '../../src/bench/bench';
 
@@ -18,6 +20,7 @@ declare global {
     runKernelChecks: () => Promise<{
       backend: string;
       adapter: string;
+      storageBuffersPerProgram: number;
       checks: Record<string, Record<string, unknown>>;
     }>;
   }
@@ -26,6 +29,8 @@ declare global {
 window.runKernelChecks = async () => {
   registerWebGpuAddNChunked();
   registerFusedAdamKernels();
+  // The device the app's worker makes (src/worker/backend-web.ts): the adapter's storage buffers per program.
+  useWebGpuDeviceLimits(WebGPUBackend as never);
   if (!(await tf.setBackend('webgpu'))) throw new Error('the webgpu backend did not start');
   await tf.ready();
   const info = (tf.backend() as unknown as { adapterInfo?: { vendor?: string; architecture?: string } })
@@ -42,6 +47,7 @@ window.runKernelChecks = async () => {
   return {
     backend: tf.getBackend(),
     adapter: `${info?.vendor ?? ''} ${info?.architecture ?? ''}`.trim(),
+    storageBuffersPerProgram: storageBuffersPerProgram(),
     checks,
   };
 };

@@ -25,6 +25,7 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
 import { UserError } from '../common/errors';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
+import { useWebGpuDeviceLimits } from '../core/backend/webgpu-device';
 import { setWebGpuLinearFastTiles, setWebGpuLinearVecRows } from '../core/kernels/webgpu-linear';
 
 export interface NodeWebGpuAdapter {
@@ -211,13 +212,15 @@ export async function initNodeWebGpu(): Promise<NodeWebGpuAdapter> {
  */
 export async function setNodeWebGpuBackend(opts: { fatalErrors?: boolean } = {}): Promise<NodeWebGpuAdapter> {
   const adapter = await initNodeWebGpu();
-  await import('@tensorflow/tfjs-backend-webgpu');
+  const { WebGPUBackend } = await import('@tensorflow/tfjs-backend-webgpu');
   registerWebGpuAddNChunked();
   if (!tf.findBackendFactory('webgpu')) {
     throw new UserError(
       'tfjs-backend-webgpu did not register its backend: navigator.gpu was not in place when it was first imported.',
     );
   }
+  // The same device, with the adapter's storage buffers per program (core/backend/webgpu-device.ts).
+  useWebGpuDeviceLimits(WebGPUBackend as never);
   applyTfjsFlags();
   applyVecRows();
   applyFastTiles();

@@ -9,7 +9,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-backend-cpu';
 import '@tensorflow/tfjs-backend-webgl';
-import '@tensorflow/tfjs-backend-webgpu';
+import { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
 import { getThreadsCount, setThreadsCount, setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 // The WASM binaries ship with the app (hashed assets in a build), so the backend works offline.
 import wasmPlainUrl from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm?url';
@@ -26,9 +26,12 @@ import type {
 import { startWasmWithThreads, wasmThreadsFor } from './wasm-threads';
 import { WASM_HEAP_BYTES, type DeviceLimits } from './device-limits';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
+import { useWebGpuDeviceLimits } from '../core/backend/webgpu-device';
 
 // tfjs-webgpu's AddN of more than 7 tensors is an invalid pipeline that drops its whole command batch.
 registerWebGpuAddNChunked();
+// tfjs's device with the adapter's storage buffers per program (core/backend/webgpu-device.ts).
+useWebGpuDeviceLimits(WebGPUBackend as never);
 
 setWasmPaths({
   'tfjs-backend-wasm.wasm': wasmPlainUrl,

@@ -30,3 +30,17 @@ export function registerWebGpuKernels(kernels: Record<string, unknown>): void {
     }
   }
 }
+
+/** WebGPU's default storage buffers per shader stage (what every adapter offers, and tfjs's own device has). */
+export const DEFAULT_STORAGE_BUFFERS = 8;
+
+/**
+ * Storage buffers a program may bind on the current WebGPU device, its output included: the device's
+ * maxStorageBuffersPerShaderStage (above 8 where core/backend/webgpu-device.ts made the device), else 8.
+ */
+export function storageBuffersPerProgram(): number {
+  if (tf.getBackend() !== 'webgpu') return DEFAULT_STORAGE_BUFFERS;
+  const device = (tf.backend() as unknown as Partial<WebGpuBackendLike>).device;
+  const n = device?.limits?.maxStorageBuffersPerShaderStage;
+  return typeof n === 'number' && n >= DEFAULT_STORAGE_BUFFERS ? n : DEFAULT_STORAGE_BUFFERS;
+}
