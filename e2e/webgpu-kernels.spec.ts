@@ -34,6 +34,8 @@ test('fused WebGPU kernels equal tfjs ops in Chromium (values and gradients)', a
       'GQA causal attention with RoPE (hs 128)',
       'GQA KV-cache decode attention with RoPE (hs 16)',
       'GQA KV-cache decode attention with RoPE (hs 128)',
+      'GQA decode from q|k|v, biases, cache written in place',
+      'GQA decode from q|k|v, q/k norms, cache written in place',
       'fused Adam',
     ]),
   );

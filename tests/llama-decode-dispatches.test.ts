@@ -562,15 +562,16 @@ describe('Llama/Qwen decode: fused programs and dispatches per layer per token (
       `Llama-family decode dispatches per layer: ${JSON.stringify(counts)}; plain ops ${plain.perLayer}; ` +
         `the unfused decode under LoRA ${before.perLayer}`,
     );
-    // q|k|v with input_layernorm in its prologue, the slot writes of the key and the value in place (one dispatch:
-    // tests/webgpu-kv-inplace.test.ts) and the attention (biases, q/k norms and the rotary embedding inside), o_proj
-    // + residual, gate_proj | up_proj as one program with post_attention_layernorm in its prologue and SwiGLU in its
-    // epilogue, down_proj + residual: 6 (17 unfused). Issue #22's target: ≤ 8.
-    for (const family of ['llama', 'qwen2', 'qwen3']) expect(counts[family]).toBe(6);
+    // q|k|v with input_layernorm in its prologue, the attention (biases, q/k norms and the rotary embedding inside)
+    // writing the new key and value into the cache in place (tests/webgpu-kv-inplace.test.ts; Qwen2's and Qwen3's
+    // need the adapter's storage buffers above 8: SwiftShader's 12), o_proj + residual, gate_proj | up_proj as one
+    // program with post_attention_layernorm in its prologue and SwiGLU in its epilogue, down_proj + residual: 5
+    // (17 unfused). Issue #22's target: ≤ 8.
+    for (const family of ['llama', 'qwen2', 'qwen3']) expect(counts[family]).toBe(5);
     // Under LoRA each matmul adds its down-projection (the up-projection is in its epilogue; q|k|v's three A's are
-    // read in parts by one, gate's and up's two by one): 6 + 4 = 10, and 11 with q|k|v's B's stacked by one concat,
+    // read in parts by one, gate's and up's two by one): 5 + 4 = 9, and 10 with q|k|v's B's stacked by one concat,
     // which tfjs runs on the CPU here (the B's are host data until trained on the GPU) (45 unfused).
-    expect(counts['qwen3 LoRA']).toBe(10);
+    expect(counts['qwen3 LoRA']).toBe(9);
     expect(counts['qwen3 LoRA']).toBeLessThan(before.perLayer);
     expect(await webGpuErrors()).toEqual([]);
   }, 300_000);

@@ -1,26 +1,35 @@
 /**
- * The Llama/Qwen decode's slot writes in place (src/core/kernels/webgpu-gqa-decode.ts gqaDecodeQkvWebGpu with
- * `inPlace`): the new key and value written into the cache tensors' own buffers by one dispatch that touches the
- * slot's rows only, instead of two programs that copy both whole caches. On Node WebGPU (SwiftShader):
- * - Llama, Qwen2 (q/k/v biases) and Qwen3 (q_norm / k_norm): the attention's output and the new caches equal, to
- *   the bit, the copying programs' on the same inputs; 2 dispatches instead of 3; the given caches now hold the
- *   new values and the returned ones share their data; nothing left behind;
+ * The decode's slot writes in place (src/core/kernels/webgpu-inplace.ts; webgpu-gqa-decode.ts gqaDecodeQkvWebGpu
+ * and webgpu-decode-attention.ts decodeAttentionWebGpu with `inPlace`): the new key and value written into the
+ * cache tensors' own buffers, only the slot's rows, instead of two programs that copy both whole caches — by the
+ * attention's own dispatch (default), or by one dispatch for both before it (setKvWriteInAttention(false)). On Node
+ * WebGPU (SwiftShader, whose adapter offers 12 storage buffers a program: Qwen2's attention binds 11):
+ * - Llama, Qwen2 (q/k/v biases), Qwen3 (q_norm / k_norm) and GPT-2: the attention's output and the new caches
+ *   equal, to the bit, the copying programs' on the same inputs; 1 or 2 dispatches instead of 3; the given caches
+ *   now hold the new values and the returned ones share their data; nothing left behind;
  * - a cache whose data another tensor shares (a clone) is not written: the copying programs run, and the clone
  *   keeps the old values; setKvWriteInPlace(false) turns it off;
- * - a replayed generation (model/decode-replay.ts) of a Qwen3 and of a GPT-2 (whose slot writes go in place the
- *   same way: kernels/webgpu-decode-attention.ts) carries the caches without copies: per replayed token the buffer
- *   copies are the logits and the two accumulators' rows, not 2 per layer more; the same tokens as copying.
+ * - a replayed generation (model/decode-replay.ts) of a Qwen3 and of a GPT-2 carries the caches without copies: per
+ *   replayed token the buffer copies are the logits and the two accumulators' rows, not 2 per layer more; one
+ *   dispatch a layer fewer with the attention's writes than with the writes apart; the same tokens throughout.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
-import { gqaDecodeQkvWebGpu, type DecodeQkv } from '../src/core/kernels/webgpu-gqa-decode';
+import {
+  freshAttentionBuffers,
+  gqaDecodeQkvWebGpu,
+  type DecodeQkv,
+} from '../src/core/kernels/webgpu-gqa-decode';
 import {
   kvWriteInPlaceApplies,
   runProgramInPlace,
+  setKvWriteInAttention,
   setKvWriteInPlace,
 } from '../src/core/kernels/webgpu-inplace';
+import { storageBuffersPerProgram } from '../src/core/kernels/webgpu-common';
+import { decodeAttentionWebGpu } from '../src/core/kernels/webgpu-decode-attention';
 import { Llama, ropeTable } from '../src/core/model/llama';
 import { generate } from '../src/core/model/sampling';
 import { lastDecodeReplayStats, setDecodeReplay } from '../src/core/model/decode-replay';
@@ -77,53 +86,97 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
     ['Llama', false, false],
     ['Qwen2 (q/k/v biases)', true, false],
     ['Qwen3 (q_norm / k_norm)', false, true],
-  ] as const) {
-    it(`${what}: 2 dispatches, the copying programs' values to the bit, the given caches written`, async () => {
+  ] as const)
+    for (const inAttention of [false, true])
+      it(`${what}, ${inAttention ? 'written by the attention: 1 dispatch' : 'both writes apart: 2 dispatches'}; the copying programs' values to the bit, the given caches written`, async () => {
+        const buffers = freshAttentionBuffers({ bias: withBias, norm: withNorm });
+        // The attention's writes need the adapter's storage buffers above 8 for Qwen2 and Qwen3 (SwiftShader: 12).
+        expect(storageBuffersPerProgram()).toBeGreaterThanOrEqual(buffers);
+        const wasInAttention = setKvWriteInAttention(inAttention);
+        const t = inputs();
+        const src: DecodeQkv = {
+          qkv: t.qkv,
+          bias: withBias ? { q: t.bq, k: t.bk, v: t.bv } : null,
+          norm: withNorm ? { q: t.nq, k: t.nk, eps: 1e-6 } : null,
+        };
+        const args = [t.cos, t.sin, t.oh, t.mask] as const;
+        // The copying programs on copies of the caches (their own data: tf.clone would share it).
+        const copyK = tf.add(t.k, 0) as tf.Tensor4D;
+        const copyV = tf.add(t.v, 0) as tf.Tensor4D;
+        const ref = gqaDecodeQkvWebGpu(src, ...args, { k: copyK, v: copyV }, nh);
+        const [refY, refK, refV] = await Promise.all([ref.y.data(), ref.kv.k.data(), ref.kv.v.data()]);
+        const oldK = await t.k.data();
+        const kv = { k: t.k, v: t.v };
+        expect(kvWriteInPlaceApplies(kv)).toBe(true);
+        const before = tf.memory().numTensors;
+        const counted = await countDispatches(() =>
+          gqaDecodeQkvWebGpu(src, ...args, kv, nh, { inPlace: true }),
+        );
+        const out = counted.result;
+        setKvWriteInAttention(wasInAttention);
+        expect(counted.dispatches).toBe(inAttention ? 1 : 2);
+        // The returned caches share the given ones' data (clones); the given ones hold the new values.
+        expect(out.kv.k.dataId).toBe(t.k.dataId);
+        expect(out.kv.v.dataId).toBe(t.v.dataId);
+        // Equal values (the copying program writes the masked rows' −0 as +0: compared as numbers, not by Object.is).
+        expect(maxAbsDiff(await out.y.data(), refY)).toBe(0);
+        expect(maxAbsDiff(await t.k.data(), refK)).toBe(0);
+        expect(maxAbsDiff(await t.v.data(), refV)).toBe(0);
+        // Only the slot's rows changed, and they did.
+        let changedOff = 0;
+        let changedAt = 0;
+        const nowK = await t.k.data();
+        for (let i = 0; i < nowK.length; i++)
+          if (nowK[i] !== oldK[i]) {
+            if (Math.floor(i / hs) % S === slot) changedAt++;
+            else changedOff++;
+          }
+        expect(changedOff).toBe(0);
+        expect(changedAt).toBeGreaterThan(B * nkv * hs * 0.9);
+        tf.dispose([out.y, out.kv.k, out.kv.v]);
+        expect(tf.memory().numTensors).toBe(before);
+        tf.dispose([copyK, copyV, ref.y, ref.kv.k, ref.kv.v, ...Object.values(t)]);
+        expect(await webGpuErrors()).toEqual([]);
+      });
+
+  for (const inAttention of [false, true])
+    it(`GPT-2's decode attention, ${inAttention ? 'written by the attention: 1 dispatch' : 'both writes apart: 2 dispatches'}; the copying programs' values to the bit`, async () => {
+      const gnh = 4;
+      const C = gnh * hs;
       const t = inputs();
-      const src: DecodeQkv = {
-        qkv: t.qkv,
-        bias: withBias ? { q: t.bq, k: t.bk, v: t.bv } : null,
-        norm: withNorm ? { q: t.nq, k: t.nk, eps: 1e-6 } : null,
-      };
-      const args = [t.cos, t.sin, t.oh, t.mask] as const;
-      // The copying programs on copies of the caches (their own data: tf.clone would share it).
-      const copyK = tf.add(t.k, 0) as tf.Tensor4D;
-      const copyV = tf.add(t.v, 0) as tf.Tensor4D;
-      const ref = gqaDecodeQkvWebGpu(src, ...args, { k: copyK, v: copyV }, nh);
+      const g = tf.tidy(() => {
+        const below = tf.reshape(tf.cast(tf.less(tf.range(0, S, 1, 'int32'), slot), 'float32'), [1, 1, S, 1]);
+        return {
+          qkv: tf.randomNormal([B, 3 * C], 0, 1, 'float32', 11) as tf.Tensor2D,
+          k: tf.mul(tf.randomNormal([B, gnh, S, hs], 0, 1, 'float32', 12), below) as tf.Tensor4D,
+          v: tf.mul(tf.randomNormal([B, gnh, S, hs], 0, 1, 'float32', 13), below) as tf.Tensor4D,
+        };
+      });
+      const copyK = tf.add(g.k, 0) as tf.Tensor4D;
+      const copyV = tf.add(g.v, 0) as tf.Tensor4D;
+      const ref = decodeAttentionWebGpu(g.qkv, t.oh, t.mask, { k: copyK, v: copyV }, gnh);
       const [refY, refK, refV] = await Promise.all([ref.y.data(), ref.kv.k.data(), ref.kv.v.data()]);
-      const oldK = await t.k.data();
-      const kv = { k: t.k, v: t.v };
-      expect(kvWriteInPlaceApplies(kv)).toBe(true);
-      const before = tf.memory().numTensors;
+      const oldV = await g.v.data();
+      const was = setKvWriteInAttention(inAttention);
       const counted = await countDispatches(() =>
-        gqaDecodeQkvWebGpu(src, ...args, kv, nh, { inPlace: true }),
-      );
+        decodeAttentionWebGpu(g.qkv, t.oh, t.mask, { k: g.k, v: g.v }, gnh, { inPlace: true }),
+      ).finally(() => setKvWriteInAttention(was));
       const out = counted.result;
-      expect(counted.dispatches).toBe(2);
-      // The returned caches share the given ones' data (clones); the given ones hold the new values.
-      expect(out.kv.k.dataId).toBe(t.k.dataId);
-      expect(out.kv.v.dataId).toBe(t.v.dataId);
-      // Equal values (the copying program writes the masked rows' −0 as +0: compared as numbers, not by Object.is).
+      expect(counted.dispatches).toBe(inAttention ? 1 : 2);
+      expect(out.kv.k.dataId).toBe(g.k.dataId);
+      expect(out.kv.v.dataId).toBe(g.v.dataId);
       expect(maxAbsDiff(await out.y.data(), refY)).toBe(0);
-      expect(maxAbsDiff(await t.k.data(), refK)).toBe(0);
-      expect(maxAbsDiff(await t.v.data(), refV)).toBe(0);
-      // Only the slot's rows changed, and they did.
+      expect(maxAbsDiff(await g.k.data(), refK)).toBe(0);
+      const nowV = await g.v.data();
+      expect(maxAbsDiff(nowV, refV)).toBe(0);
       let changedOff = 0;
-      let changedAt = 0;
-      const nowK = await t.k.data();
-      for (let i = 0; i < nowK.length; i++)
-        if (nowK[i] !== oldK[i]) {
-          if (Math.floor(i / hs) % S === slot) changedAt++;
-          else changedOff++;
-        }
+      for (let i = 0; i < nowV.length; i++)
+        if (nowV[i] !== oldV[i] && Math.floor(i / hs) % S !== slot) changedOff++;
       expect(changedOff).toBe(0);
-      expect(changedAt).toBeGreaterThan(B * nkv * hs * 0.9);
-      tf.dispose([out.y, out.kv.k, out.kv.v]);
-      expect(tf.memory().numTensors).toBe(before);
-      tf.dispose([copyK, copyV, ref.y, ref.kv.k, ref.kv.v, ...Object.values(t)]);
+      tf.dispose([out.y, out.kv.k, out.kv.v, copyK, copyV, ref.y, ref.kv.k, ref.kv.v]);
+      tf.dispose([...Object.values(g), ...Object.values(t)]);
       expect(await webGpuErrors()).toEqual([]);
     });
-  }
 
   it('runProgramInPlace refuses, before compiling anything, a shader that does not declare an input as expected', async () => {
     class NoSuchInput {
@@ -178,7 +231,7 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
   });
 
   for (const family of ['Qwen3', 'GPT-2'] as const)
-    it(`${family}: a replayed generation carries the caches without buffer copies; the tokens are the copying path's`, async () => {
+    it(`${family}: a replayed generation carries the caches without buffer copies, the attention writing them; the tokens are the copying path's`, async () => {
       const m =
         family === 'GPT-2'
           ? GPT2.random(tinyGpt2, 5)
@@ -203,8 +256,9 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
           inReplay = false;
         }
       };
-      const run = async (n: number, inPlace: boolean) => {
+      const run = async (n: number, inPlace: boolean, inAttention = true) => {
         const was = setKvWriteInPlace(inPlace);
+        const wasA = setKvWriteInAttention(inAttention);
         copies = 0;
         try {
           const r = await generate(
@@ -222,20 +276,31 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
             },
           );
           expect(lastDecodeReplayStats().replays).toBe(n - 2); // the first token records, the last only chooses
-          return { r, copies };
+          return { r, copies, dispatches: lastDecodeReplayStats().dispatchesPerReplay };
         } finally {
           setKvWriteInPlace(was);
+          setKvWriteInAttention(wasA);
         }
       };
       try {
         setDecodeReplay(true);
         // Copies per replayed token: 14 tokens, 12 of them replays.
-        const perToken = async (inPlace: boolean) => {
-          const b = await run(14, inPlace);
-          return { copies: b.copies / 12, r: b.r };
+        const perToken = async (inPlace: boolean, inAttention = true) => {
+          const b = await run(14, inPlace, inAttention);
+          return { copies: b.copies / 12, r: b.r, dispatches: b.dispatches };
         };
         const inPlace = await perToken(true);
+        const apart = await perToken(true, false);
         const copying = await perToken(false);
+        // The attention's own slot writes: one dispatch less per layer than the pair of writes apart, two less
+        // than the copying programs; the same tokens and log-probs.
+        expect(apart.dispatches - inPlace.dispatches).toBe(L);
+        expect(copying.dispatches - inPlace.dispatches).toBe(2 * L);
+        expect(apart.copies).toBe(3);
+        expect(inPlace.r.tokens).toEqual(apart.r.tokens);
+        for (let b = 0; b < 2; b++)
+          for (let i = 0; i < 14; i++)
+            expect(Math.abs(inPlace.r.logprobs[b][i] - apart.r.logprobs[b][i])).toBeLessThan(1e-6);
         console.log(
           `buffer copies per replayed token: in place ${inPlace.copies}, copying ${copying.copies} (${L} layers)`,
         );

@@ -13,6 +13,7 @@ import { useCpu } from './helpers/backend';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import {
   LLAMA_FUSED_KERNEL_CHECKS,
+  checkGqaDecodeQkvInPlaceOnCurrentBackend,
   checkGqaAttentionOnCurrentBackend,
   checkGqaDecodeOnCurrentBackend,
   checkRmsNormOnCurrentBackend,
@@ -284,9 +285,20 @@ describe('Llama fused kernels on Node WebGPU against the plain tfjs compositions
     expect(await webGpuErrors()).toEqual([]);
   });
 
-  it('LLAMA_FUSED_KERNEL_CHECKS lists the six checks', () => {
-    expect(Object.keys(LLAMA_FUSED_KERNEL_CHECKS)).toHaveLength(6);
+  it('LLAMA_FUSED_KERNEL_CHECKS lists the eight checks', () => {
+    expect(Object.keys(LLAMA_FUSED_KERNEL_CHECKS)).toHaveLength(8);
   });
+
+  it.each(['bias', 'norm'] as const)(
+    'GQA decode from q|k|v (%s), the cache written in place by the attention: y and both caches equal the plain ops within 1e-5; 1 dispatch',
+    async (kind) => {
+      const r = await checkGqaDecodeQkvInPlaceOnCurrentBackend(kind);
+      console.log(`GQA decode from q|k|v in place (${kind}): ${JSON.stringify(r)}`);
+      expect(r.maxRelValue).toBeLessThan(1e-5);
+      expect(r.dispatchesFwd).toBe(1);
+      expect(await webGpuErrors()).toEqual([]);
+    },
+  );
 
   it('a tiny Qwen3-style Llama: trunk values and parameter gradients (with and without block recompute) fused = plain within 1e-5; greedy tokens equal; dispatches per layer', async () => {
     const ids = tf.tensor2d(

@@ -27,7 +27,7 @@ import { setWebGpuDecodeAttentionFused } from '../kernels/webgpu-decode-attentio
 import { setWebGpuRmsNormFused } from '../kernels/webgpu-rmsnorm';
 import { setWebGpuSwigluFused } from '../kernels/webgpu-swiglu';
 import { setWebGpuGqaFused } from '../kernels/webgpu-gqa';
-import { setWebGpuGqaDecodeFused } from '../kernels/webgpu-gqa-decode';
+import { gqaDecodeQkvWebGpu, setWebGpuGqaDecodeFused, type DecodeQkv } from '../kernels/webgpu-gqa-decode';
 import { countDispatches } from '../kernels/webgpu-count';
 import type { LayerKV } from '../kernels/definitions';
 import { conv1d, layerNorm, rmsNorm, swiglu } from '../model/ops';
@@ -688,6 +688,90 @@ export async function checkGqaDecodeOnCurrentBackend(wide = false): Promise<Fuse
 }
 
 /**
+ * The decode attention reading q, k, v from the fused q|k|v projection with Qwen2's biases or Qwen3's q_norm /
+ * k_norm (kernels/webgpu-gqa-decode.ts gqaDecodeQkvWebGpu), writing the new key and value into the cache in place
+ * — by the attention's own dispatch where the device's storage buffers allow (Qwen2's binds 11, Qwen3's 10), else
+ * by one dispatch before it — against the plain ops (the biases added, model/ops.ts rmsNorm on the heads, then
+ * gqaDecodeAttention's plain path) on copies of the caches: y and both caches. `dispatchesFwd`: the in-place path's.
+ */
+export async function checkGqaDecodeQkvInPlaceOnCurrentBackend(
+  kind: 'bias' | 'norm',
+): Promise<FusedKernelCheck> {
+  needWebGpu('checkGqaDecodeQkvInPlaceOnCurrentBackend');
+  const [B, S, nh, nkv, hs, slot] = [2, 21, 4, 2, 64, 17];
+  const t = tf.tidy(() => {
+    const below = tf.reshape(tf.cast(tf.less(tf.range(0, S, 1, 'int32'), slot), 'float32'), [1, 1, S, 1]);
+    const cache = (seed: number) =>
+      tf.mul(tf.randomNormal([B, nkv, S, hs], 0, 1, 'float32', seed), below) as tf.Tensor4D;
+    const mask = Array.from({ length: B * S }, (_, i) => (i % S <= slot && !(i < S && i % S < 3) ? 1 : 0));
+    const rows = ropeRowsForCheck(Array(slot + 1).fill(1), 1, slot + 1, hs);
+    const idx = tf.tensor1d([slot - 3, slot], 'int32');
+    return {
+      qkv: tf.randomNormal([B, (nh + 2 * nkv) * hs], 0, 1, 'float32', 71) as tf.Tensor2D,
+      bq: tf.randomNormal([nh * hs], 0, 0.5, 'float32', 72) as tf.Tensor1D,
+      bk: tf.randomNormal([nkv * hs], 0, 0.5, 'float32', 73) as tf.Tensor1D,
+      bv: tf.randomNormal([nkv * hs], 0, 0.5, 'float32', 74) as tf.Tensor1D,
+      nq: tf.randomNormal([hs], 1, 0.3, 'float32', 75) as tf.Tensor1D,
+      nk: tf.randomNormal([hs], 1, 0.3, 'float32', 76) as tf.Tensor1D,
+      cos: tf.reshape(tf.gather(rows.cos, idx), [B, 1, hs]),
+      sin: tf.reshape(tf.gather(rows.sin, idx), [B, 1, hs]),
+      oh: tf.cast(tf.reshape(tf.oneHot(tf.tensor1d([slot], 'int32'), S), [S]), 'float32'),
+      keyMask: tf.tensor2d(mask, [B, S], 'float32') as tf.Tensor2D,
+      k: cache(77),
+      v: cache(78),
+    };
+  });
+  const src: DecodeQkv = {
+    qkv: t.qkv,
+    bias: kind === 'bias' ? { q: t.bq, k: t.bk, v: t.bv } : null,
+    norm: kind === 'norm' ? { q: t.nq, k: t.nk, eps: 1e-6 } : null,
+  };
+  const plain = tf.tidy(() => {
+    const cut = (lo: number, n: number, b: tf.Tensor | undefined) => {
+      const x = tf.slice(t.qkv, [0, lo], [B, n]);
+      return b ? tf.add(x, b) : x;
+    };
+    let q = cut(0, nh * hs, src.bias?.q);
+    let k = cut(nh * hs, nkv * hs, src.bias?.k);
+    const v = cut((nh + nkv) * hs, nkv * hs, src.bias?.v) as tf.Tensor2D;
+    if (src.norm) {
+      q = tf.reshape(rmsNorm(tf.reshape(q, [B, nh, hs]), src.norm.q, 1e-6), [B, nh * hs]);
+      k = tf.reshape(rmsNorm(tf.reshape(k, [B, nkv, hs]), src.norm.k, 1e-6), [B, nkv * hs]);
+    }
+    const was = setWebGpuGqaDecodeFused(false);
+    try {
+      const kv = { k: tf.add(t.k, 0) as tf.Tensor4D, v: tf.add(t.v, 0) as tf.Tensor4D };
+      const rope = { cos: t.cos, sin: t.sin };
+      return gqaDecodeAttention(q as tf.Tensor2D, k as tf.Tensor2D, v, rope, t.oh, t.keyMask, kv, nh);
+    } finally {
+      setWebGpuGqaDecodeFused(was);
+    }
+  });
+  try {
+    // In place into caches of their own (refCount 1), so that the inputs above stay as they were.
+    const kv = { k: tf.add(t.k, 0) as tf.Tensor4D, v: tf.add(t.v, 0) as tf.Tensor4D };
+    const counted = await countDispatches(() =>
+      gqaDecodeQkvWebGpu(src, t.cos, t.sin, t.oh, t.keyMask, kv, nh, { inPlace: true }),
+    );
+    const out = counted.result;
+    const maxRelValue = Math.max(
+      await relDiff(out.y, plain.y),
+      await relDiff(kv.k, plain.kv.k),
+      await relDiff(kv.v, plain.kv.v),
+    );
+    tf.dispose([out.y, out.kv.k, out.kv.v, kv.k, kv.v]);
+    return {
+      maxRelValue,
+      maxRelGrad: 0,
+      dispatchesFwd: counted.dispatches,
+      dispatchesFwdBwd: counted.dispatches,
+    };
+  } finally {
+    tf.dispose([plain.y, plain.kv.k, plain.kv.v, ...Object.values(t)]);
+  }
+}
+
+/**
  * The Llama family's fused kernels against the plain ops on the current (webgpu) backend, tiny random inputs.
  * Kept beside FUSED_KERNEL_CHECKS (GPT-2's five), not in it: pages and tests that list those five stay as they are.
  */
@@ -699,4 +783,8 @@ export const LLAMA_FUSED_KERNEL_CHECKS: Record<string, () => Promise<FusedKernel
   // No backward (generation runs without autodiff): maxRelGrad 0, dispatchesFwdBwd = dispatchesFwd.
   'GQA KV-cache decode attention with RoPE (hs 16)': () => checkGqaDecodeOnCurrentBackend(false),
   'GQA KV-cache decode attention with RoPE (hs 128)': () => checkGqaDecodeOnCurrentBackend(true),
+  'GQA decode from q|k|v, biases, cache written in place': () =>
+    checkGqaDecodeQkvInPlaceOnCurrentBackend('bias'),
+  'GQA decode from q|k|v, q/k norms, cache written in place': () =>
+    checkGqaDecodeQkvInPlaceOnCurrentBackend('norm'),
 };

@@ -37,7 +37,12 @@ import type { KernelFn } from './kernel-fn';
 import { MASKED, type LayerKV } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 import { decodeSoftmaxDeclsWgsl, decodeSoftmaxWgsl } from './webgpu-softmax-wgsl';
-import { kvWriteInPlaceApplies, runProgramInPlace } from './webgpu-inplace';
+import {
+  kvWriteInAttentionApplies,
+  kvWriteInPlaceApplies,
+  runProgramInPlace,
+  runProgramReadWrite,
+} from './webgpu-inplace';
 
 export const DECODE_KV_WRITE = 'PerfDecodeKVWrite';
 export const DECODE_ATTN = 'PerfDecodeAttention';
@@ -150,9 +155,14 @@ function slotsCapacity(S: number): number {
   return cap;
 }
 
-/** Attention of the new query (qkv's q columns) over the updated cache under the key mask → y [B, C]. */
+/**
+ * Attention of the new query (qkv's q columns) over the updated cache under the key mask → y [B, C]. `fresh`: the
+ * cache is not updated yet, and this dispatch does it — the new key and value (qkv's k and v columns) stand in for
+ * the slot's rows wherever the one-hot OH is non-zero, and each (b, head)'s workgroup writes them there (K and V
+ * bound read_write: runProgramReadWrite). Same values as KVPairInPlaceProgram then this program.
+ */
 class DecodeAttentionProgram {
-  readonly variableNames = ['QKV', 'K', 'V', 'M'];
+  readonly variableNames: string[];
   readonly outputShape: number[];
   readonly shaderKey: string;
   readonly dispatchLayout = { x: [0] };
@@ -161,19 +171,23 @@ class DecodeAttentionProgram {
   readonly uniforms = 'S : i32, C : i32, nh : i32, scale : f32,';
   private readonly hs: number;
   private readonly cap: number;
+  private readonly fresh: boolean;
 
-  constructor(B: number, nh: number, S: number, hs: number) {
+  constructor(B: number, nh: number, S: number, hs: number, fresh = false) {
     this.hs = hs;
     this.cap = slotsCapacity(S);
+    this.fresh = fresh;
+    this.variableNames = fresh ? ['QKV', 'K', 'V', 'M', 'OH'] : ['QKV', 'K', 'V', 'M'];
     this.outputShape = [B, nh * hs];
-    this.shaderKey = `perfDecodeAttention_hs${hs}_cap${this.cap}`;
+    this.shaderKey = `perfDecodeAttention_hs${hs}_cap${this.cap}${fresh ? '_w' : ''}`;
     this.dispatch = [B * nh, 1, 1];
   }
 
   getUserCode(): string {
     // The softmax over the slots and the weighted sum of the values: webgpu-softmax-wgsl.ts (shared with the
     // Llama family's decode kernel).
-    return `${decodeSoftmaxDeclsWgsl(this.hs, this.cap, WG, MASKED)}
+    const at = 'b * 3 * C + h * D_HS + d';
+    return `${decodeSoftmaxDeclsWgsl(this.hs, this.cap, WG, MASKED, this.fresh)}
 
       fn main(index : i32) {
         let S = uniforms.S;
@@ -186,9 +200,17 @@ class DecodeAttentionProgram {
         let h = bh % nh;
         let kvOff = bh * S * D_HS;
         let yOff = b * C + h * D_HS;
-        for (var d = lid; d < D_HS; d = d + ${WG}) { dq[d] = QKV[b * 3 * C + h * D_HS + d]; }
+        for (var d = lid; d < D_HS; d = d + ${WG}) {
+          dq[d] = QKV[${at}];${
+            this.fresh
+              ? `
+          dk[d] = QKV[${at} + C];
+          dv[d] = QKV[${at} + 2 * C];`
+              : ''
+          }
+        }
         workgroupBarrier();
-        ${decodeSoftmaxWgsl(this.hs, WG)}
+        ${decodeSoftmaxWgsl(this.hs, WG, this.fresh ? { writer: 'true' } : null)}
       }`;
   }
 }
@@ -279,8 +301,9 @@ export function webGpuDecodeAttentionApplies(
  * and value written at the slot (where slotOneHot is non-zero), and y [B, C] = attention of the new query over it
  * under keyMask [B, S] (which must already include the slot). Same values as model/attention.ts's plain decodeAttention.
  * Check webGpuDecodeAttentionApplies first. `inPlace` (GPT2.decodeStep, whose cache argument is spent): where
- * kvWriteInPlaceApplies (kernels/webgpu-inplace.ts), both slot writes in one dispatch into `kv`'s own tensors
- * (KVPairInPlaceProgram: 2 dispatches in all), the returned caches `kv`'s cloned (sharing their data).
+ * kvWriteInPlaceApplies (kernels/webgpu-inplace.ts), the slot writes go into `kv`'s own tensors and the returned
+ * caches are `kv`'s cloned (sharing their data): by the attention's own dispatch (1 in all) where
+ * kvWriteInAttentionApplies, else by one dispatch for both before it (KVPairInPlaceProgram: 2 in all).
  */
 export function decodeAttentionWebGpu(
   qkv: tf.Tensor2D,
@@ -295,13 +318,29 @@ export function decodeAttentionWebGpu(
   const inPlace = !!opts.inPlace && kvWriteInPlaceApplies(kv);
   return tf.tidy(() => {
     const slot = tf.reshape(slotOneHot, [-1]);
+    const [B, , S, hs] = kv.k.shape;
+    const C = qkv.shape[1] / 3;
+    if (inPlace && kvWriteInAttentionApplies(kv)) {
+      // One dispatch: the attention writes the slot's key and value itself (6 storage buffers).
+      const y = runProgramReadWrite(
+        new DecodeAttentionProgram(B, nh, S, hs, true),
+        [qkv, kv.k, kv.v, keyMask, slot],
+        [
+          { type: 'int32', data: [S] },
+          { type: 'int32', data: [C] },
+          { type: 'int32', data: [nh] },
+          { type: 'float32', data: [1 / Math.sqrt(hs)] },
+        ],
+        ['K', 'V'],
+      ) as tf.Tensor2D;
+      return { y, kv: { k: tf.clone(kv.k), v: tf.clone(kv.v) } };
+    }
     let k: tf.Tensor4D;
     let v: tf.Tensor4D;
     if (inPlace) {
-      const [B, , S, hs] = kv.k.shape;
       const u = [
         { type: 'int32' as const, data: [S] },
-        { type: 'int32' as const, data: [qkv.shape[1] / 3] },
+        { type: 'int32' as const, data: [C] },
         { type: 'int32' as const, data: [nh] },
       ];
       runProgramInPlace(new KVPairInPlaceProgram(B, nh, S, hs), kv.k, [kv.v, qkv, slot], u, [KV_IN_PLACE_V]);

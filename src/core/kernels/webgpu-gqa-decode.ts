@@ -21,7 +21,10 @@
  * From the fused q|k|v projection (Llama.decodeBlock): `PerfGqaDecodeQkvKVWrite` and `PerfGqaDecodeQkvAttention`
  * are the same two programs reading the new token's heads from one [B, (nh + 2·n_kv)·hs] tensor, adding the
  * projections' biases (Qwen2) and applying q_norm / k_norm (Qwen3) before the rotation (gqaDecodeQkvWebGpu):
- * still 3 dispatches, where the unfused decode spent 3 more on the q/k norms and q|k|v apart.
+ * still 3 dispatches, where the unfused decode spent 3 more on the q/k norms and q|k|v apart. In the decode step
+ * (`inPlace`, the cache spent): 2 — both slot writes in place as one (KVPairInPlaceProgram), then the attention —
+ * or 1, the attention writing the slot itself (DecodeProgram's `fresh`) where the device offers the 8–11 storage
+ * buffers it binds (freshAttentionBuffers; docs/tfjs.md, "Storage buffers per program").
  * No gradients: generation runs without autodiff. Limits: float32, hs even and ≤ 128, S ≤ 2048 (scores in
  * workgroup memory), B·nh ≤ 65535; otherwise the plain ops run. Tested against the plain ops on WebGPU in Node
  * (tests/webgpu-llama-kernels.test.ts); `checkGqaDecodeOnCurrentBackend` (src/core/backend/webgpu-fused.ts).
@@ -29,9 +32,14 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { MASKED, type LayerKV } from './definitions';
-import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
+import { type WebGpuBackendLike, registerWebGpuKernels, storageBuffersPerProgram } from './webgpu-common';
 import { decodeSoftmaxDeclsWgsl, decodeSoftmaxWgsl } from './webgpu-softmax-wgsl';
-import { kvWriteInPlaceApplies, runProgramInPlace } from './webgpu-inplace';
+import {
+  kvWriteInAttentionApplies,
+  kvWriteInPlaceApplies,
+  runProgramInPlace,
+  runProgramReadWrite,
+} from './webgpu-inplace';
 
 export const GQA_DECODE_KV_WRITE = 'PerfGqaDecodeKVWrite';
 export const GQA_DECODE_ATTN = 'PerfGqaDecodeAttention';
@@ -67,23 +75,42 @@ interface HeadSource {
   norm: boolean;
 }
 
+/** The WGSL names one head source is read through (the query's by default; the fresh key's and value's apart). */
+interface HeadNames {
+  /** Suffix of the functions' names (headRaw{fn}, headRstd{fn}, headVal{fn}, headRope{fn}). */
+  fn: string;
+  /** The heads' first column in a row of the array (a WGSL expression). */
+  off: string;
+  bias: string;
+  norm: string;
+}
+const Q_NAMES: HeadNames = { fn: '', off: 'uniforms.off', bias: 'BI', norm: 'NW' };
+
 /**
  * WGSL reading head elements from a HeadSource: `headRaw(b, h, d)` (biased), `headRstd(b, h)` (the RMSNorm's
  * 1/√(mean(x²) + ε) in PerfRmsNormFwd's order: 64 lanes each summing its strided elements, then a tree of pairs —
  * here one thread does all 64 lanes' work, the head being short), and `headVal(b, h, d, r)` (normalised).
- * Needs uniforms stride, off, eps and bindings X, [BI], [NW].
+ * Needs uniforms stride, off, eps and bindings X, [BI], [NW] — or the `names` given (DecodeProgram's fresh key
+ * and value: offK / BK / NK, offV / BV).
  */
-function headSourceFns(src: HeadSource, array: string, hs: number, rope: boolean): string {
-  const raw = `${array}[b * uniforms.stride + uniforms.off + h * ${hs} + d]${src.bias ? ` + BI[h * ${hs} + d]` : ''}`;
+function headSourceFns(
+  src: HeadSource,
+  array: string,
+  hs: number,
+  rope: boolean,
+  names: HeadNames = Q_NAMES,
+): string {
+  const { fn, off, bias, norm } = names;
+  const raw = `${array}[b * uniforms.stride + ${off} + h * ${hs} + d]${src.bias ? ` + ${bias}[h * ${hs} + d]` : ''}`;
   return `
-  fn headRaw(b : i32, h : i32, d : i32) -> f32 { return ${raw}; }
-  fn headRstd(b : i32, h : i32) -> f32 {
+  fn headRaw${fn}(b : i32, h : i32, d : i32) -> f32 { return ${raw}; }
+  fn headRstd${fn}(b : i32, h : i32) -> f32 {
     ${
       src.norm
         ? `var lanes : array<f32, ${WG}>;
     for (var l = 0; l < ${WG}; l++) {
       var q = 0.0;
-      for (var j = l; j < ${hs}; j = j + ${WG}) { let x = headRaw(b, h, j); q = q + x * x; }
+      for (var j = l; j < ${hs}; j = j + ${WG}) { let x = headRaw${fn}(b, h, j); q = q + x * x; }
       lanes[l] = q;
     }
     for (var s = ${WG / 2}; s > 0; s = s / 2) {
@@ -93,16 +120,16 @@ function headSourceFns(src: HeadSource, array: string, hs: number, rope: boolean
         : 'return 1.0;'
     }
   }
-  fn headVal(b : i32, h : i32, d : i32, r : f32) -> f32 {
-    return ${src.norm ? '(headRaw(b, h, d) * r) * NW[d]' : 'headRaw(b, h, d)'};
+  fn headVal${fn}(b : i32, h : i32, d : i32, r : f32) -> f32 {
+    return ${src.norm ? `(headRaw${fn}(b, h, d) * r) * ${norm}[d]` : `headRaw${fn}(b, h, d)`};
   }
   ${
     rope
-      ? `fn headRope(b : i32, h : i32, d : i32, r : f32) -> f32 {
+      ? `fn headRope${fn}(b : i32, h : i32, d : i32, r : f32) -> f32 {
     let p = select(d - ${hs / 2}, d + ${hs / 2}, d < ${hs / 2});
-    let xp = headVal(b, h, p, r);
+    let xp = headVal${fn}(b, h, p, r);
     let rot = select(xp, -xp, d < ${hs / 2});
-    return headVal(b, h, d, r) * CS[b * ${hs} + d] + rot * SN[b * ${hs} + d];
+    return headVal${fn}(b, h, d, r) * CS[b * ${hs} + d] + rot * SN[b * ${hs} + d];
   }`
       : ''
   }`;
@@ -297,6 +324,13 @@ function slotsCapacity(S: number): number {
   return cap;
 }
 
+/**
+ * Attention of the new query over the cache → y [B, nh·hs] (one workgroup of 64 threads per (b, query head)).
+ * `fresh` (with a HeadSource only): the cache is not updated yet and this dispatch does it — the new key (biased,
+ * k_norm'd, rotated, as KVPairInPlaceProgram makes it) and value (biased) of the workgroup's KV head stand in for
+ * the slot's rows wherever the one-hot OH is non-zero, and the first query head of each KV head's group writes them
+ * there (K and V bound read_write: runProgramReadWrite). Same values as KVPairInPlaceProgram then this program.
+ */
 class DecodeProgram {
   readonly variableNames: string[];
   readonly outputShape: number[];
@@ -308,24 +342,40 @@ class DecodeProgram {
   private readonly hs: number;
   private readonly cap: number;
   private readonly src: HeadSource | null;
+  private readonly fresh: boolean;
 
-  constructor(B: number, nh: number, S: number, hs: number, src: HeadSource | null = null) {
+  constructor(B: number, nh: number, S: number, hs: number, src: HeadSource | null = null, fresh = false) {
+    if (fresh && !src) throw new Error('DecodeProgram: the fresh key and value come from a q|k|v source.');
     this.hs = hs;
     this.cap = slotsCapacity(S);
     this.src = src;
-    this.variableNames = ['Q', 'K', 'V', 'M', 'CS', 'SN', ...srcNames(src)];
-    this.uniforms = `S : i32, nh : i32, nkv : i32, scale : f32,${src ? ' stride : i32, off : i32, eps : f32,' : ''}`;
+    this.fresh = fresh;
+    this.variableNames = [
+      'Q',
+      'K',
+      'V',
+      'M',
+      'CS',
+      'SN',
+      ...(fresh ? ['OH'] : []),
+      ...(fresh ? freshNames(src!) : srcNames(src)),
+    ];
+    this.uniforms = `S : i32, nh : i32, nkv : i32, scale : f32,${src ? ' stride : i32, off : i32, eps : f32,' : ''}${fresh ? ' offK : i32, offV : i32,' : ''}`;
     this.outputShape = [B, nh * hs];
-    this.shaderKey = `perfGqaDecodeAttention_hs${hs}_cap${this.cap}${srcKey(src)}`;
+    this.shaderKey = `perfGqaDecodeAttention_hs${hs}_cap${this.cap}${srcKey(src)}${fresh ? '_w' : ''}`;
     this.dispatch = [B * nh, 1, 1];
   }
 
   getUserCode(): string {
     const hs = this.hs;
+    const src = this.src;
+    const fresh = this.fresh && src;
     // The softmax over the slots and the weighted sum of the values: webgpu-softmax-wgsl.ts (shared with GPT-2's
     // decode kernel).
-    return `${decodeSoftmaxDeclsWgsl(hs, this.cap, WG, MASKED)}
-      ${this.src ? headSourceFns(this.src, 'Q', hs, true) : ropeFn('ropeQ', 'Q', hs)}
+    return `${decodeSoftmaxDeclsWgsl(hs, this.cap, WG, MASKED, this.fresh)}
+      ${src ? headSourceFns(src, 'Q', hs, true) : ropeFn('ropeQ', 'Q', hs)}
+      ${fresh ? headSourceFns(src, 'Q', hs, true, { fn: 'K', off: 'uniforms.offK', bias: 'BK', norm: 'NK' }) : ''}
+      ${fresh ? headSourceFns({ bias: src.bias, norm: false }, 'Q', hs, false, { fn: 'V', off: 'uniforms.offV', bias: 'BV', norm: '' }) : ''}
 
       fn main(index : i32) {
         let S = uniforms.S;
@@ -340,16 +390,34 @@ class DecodeProgram {
         let kvOff = (b * nkv + hk) * S * D_HS;
         let yOff = b * nh * D_HS + h * D_HS;
         ${
-          this.src
+          src
             ? `let qr = headRstd(b, h);
         for (var d = lid; d < D_HS; d = d + ${WG}) { dq[d] = headRope(b, h, d, qr); }`
             : `for (var d = lid; d < D_HS; d = d + ${WG}) { dq[d] = ropeQ(yOff, b, d); }`
+        }${
+          fresh
+            ? `
+        let kr = headRstdK(b, hk);
+        for (var d = lid; d < D_HS; d = d + ${WG}) {
+          dk[d] = headRopeK(b, hk, d, kr);
+          dv[d] = headRawV(b, hk, d);
+        }`
+            : ''
         }
         workgroupBarrier();
-        ${decodeSoftmaxWgsl(hs, WG)}
+        ${decodeSoftmaxWgsl(hs, WG, fresh ? { writer: `h % (nh / nkv) == 0` } : null)}
       }`;
   }
 }
+
+/** The fresh-write attention's parameter bindings: the q, k and v biases, or the q and k norms' weights. */
+const freshNames = (src: HeadSource): string[] => [
+  ...(src.bias ? ['BI', 'BK', 'BV'] : []),
+  ...(src.norm ? ['NW', 'NK'] : []),
+];
+
+/** Storage buffers of the fresh-write attention, its output included (Llama 8, Qwen3 10, Qwen2 11). */
+export const freshAttentionBuffers = (src: HeadSource): number => 8 + freshNames(src).length;
 
 /** The uniforms of a HeadSource read: the row stride, the heads' first column, the norm's ε. */
 const srcUniforms = (attrs: tf.NamedAttrMap) => [
@@ -621,10 +689,39 @@ export function gqaDecodeQkvWebGpu(
   const stride = (nh + 2 * nkv) * hs;
   const eps = src.norm?.eps ?? 0;
   const inPlace = !!opts.inPlace && kvWriteInPlaceApplies(kv);
+  const head = { bias: !!src.bias, norm: !!src.norm };
   return tf.tidy(() => {
     const slot = tf.reshape(slotOneHot, [-1]);
     const [c, s] = [tf.reshape(cos, [-1]), tf.reshape(sin, [-1])];
     const x = src.qkv;
+    if (
+      inPlace &&
+      kvWriteInAttentionApplies(kv) &&
+      freshAttentionBuffers(head) <= storageBuffersPerProgram()
+    ) {
+      // One dispatch: the attention writes the slot's key and value itself (8–11 storage buffers).
+      const params = [
+        ...(src.bias ? [src.bias.q, src.bias.k, src.bias.v] : []),
+        ...(src.norm ? [src.norm.q, src.norm.k] : []),
+      ];
+      const y = runProgramReadWrite(
+        new DecodeProgram(B, nh, S, hs, head, true),
+        [x, kv.k, kv.v, keyMask, c, s, slot, ...params],
+        [
+          { type: 'int32', data: [S] },
+          { type: 'int32', data: [nh] },
+          { type: 'int32', data: [nkv] },
+          { type: 'float32', data: [1 / Math.sqrt(hs)] },
+          { type: 'int32', data: [stride] },
+          { type: 'int32', data: [0] },
+          { type: 'float32', data: [eps] },
+          { type: 'int32', data: [nh * hs] },
+          { type: 'int32', data: [(nh + nkv) * hs] },
+        ],
+        ['K', 'V'],
+      ) as tf.Tensor2D;
+      return { y, kv: { k: tf.clone(kv.k), v: tf.clone(kv.v) } };
+    }
     const write = (cache: tf.Tensor, off: number, rotate: boolean, bias?: tf.Tensor, norm?: tf.Tensor) =>
       e.runKernel(
         GQA_DECODE_QKV_WRITE,

@@ -11,6 +11,10 @@
  * rewrite, and cached by its shader key like any other). Why both in one dispatch: a tfjs program has one output,
  * and the decode's keys and values are two tensors (LayerKV), so the copying path spends two dispatches.
  *
+ * The decode attentions go one step further (`runProgramReadWrite`: a new output, the two caches bound read_write):
+ * the attention's own dispatch writes the slot's rows, which none of its workgroups reads from memory
+ * (setKvWriteInAttention; kernels/webgpu-softmax-wgsl.ts `fresh`).
+ *
  * When: only where each written tensor holds its data alone (tfjs's refCount 1: no clone or reshape shares it,
  * as the in-place Adam asks, kernels/webgpu-adam-inplace.ts), and the written tensors are distinct. Their host
  * copies, if tfjs kept any, are dropped after the write, so the next read sees the new values.
@@ -28,6 +32,24 @@ export function setKvWriteInPlace(on: boolean): boolean {
   const was = kvOn;
   kvOn = on;
   return was;
+}
+
+let kvFused = true;
+
+/**
+ * Turn the decode attentions' own slot writes on or off (default on): where on and kvWriteInPlaceApplies, the
+ * attention's dispatch also writes the new key and value into the cache (1 dispatch a layer for both), else the
+ * slot writes run apart (setKvWriteInPlace). Returns the previous setting.
+ */
+export function setKvWriteInAttention(on: boolean): boolean {
+  const was = kvFused;
+  kvFused = on;
+  return was;
+}
+
+/** Whether the decode attention may write the slot's key and value itself (setKvWriteInAttention; in place). */
+export function kvWriteInAttentionApplies(kv: LayerKV): boolean {
+  return kvFused && kvWriteInPlaceApplies(kv);
 }
 
 /** Whether the KV slot writes may go into `kv`'s own tensors: on, and inPlaceApplies to the key and value caches. */
@@ -73,6 +95,32 @@ export function runProgramInPlace(
   uniforms: { type: 'int32' | 'float32'; data: number[] }[],
   readWrite: string[],
 ): void {
+  runRewritten(program, inputs, uniforms, readWrite, output);
+}
+
+/**
+ * Run `program` into a new float32 output with `inputs` as its inputs, those whose program variable is named in
+ * `readWrite` bound read_write (the program writes some of their elements in place: the decode attentions that
+ * also write the new key and value, kernels/webgpu-gqa-decode.ts and webgpu-decode-attention.ts). Check
+ * inPlaceApplies on those first. Returns the output.
+ */
+export function runProgramReadWrite(
+  program: ProgramLike,
+  inputs: tf.Tensor[],
+  uniforms: { type: 'int32' | 'float32'; data: number[] }[],
+  readWrite: string[],
+): tf.Tensor {
+  const info = runRewritten(program, inputs, uniforms, readWrite, null);
+  return tf.engine().makeTensorFromTensorInfo(info);
+}
+
+function runRewritten(
+  program: ProgramLike,
+  inputs: tf.Tensor[],
+  uniforms: { type: 'int32' | 'float32'; data: number[] }[],
+  readWrite: string[],
+  output: tf.Tensor | null,
+): tf.TensorInfo {
   const backend = replayBackend();
   if (!backend) throw new Error('runProgramInPlace: the webgpu backend is not the current one.');
   const decls = readWrite.map(declaration);
@@ -93,16 +141,27 @@ export function runProgramInPlace(
     );
     return make.call(device, { ...desc, code });
   };
+  let info: tf.TensorInfo;
   try {
-    (backend as unknown as WebGpuBackendLike).runWebGPUProgram(program, inputs, 'float32', uniforms, output);
+    info = (backend as unknown as WebGpuBackendLike).runWebGPUProgram(
+      program,
+      inputs,
+      'float32',
+      uniforms,
+      output ?? undefined,
+    );
   } finally {
     delete (device as unknown as Record<string, unknown>).createShaderModule;
     if (device.createShaderModule !== make)
       (device as unknown as Record<string, unknown>).createShaderModule = make;
   }
-  const written = [output, ...inputs.filter((_, i) => readWrite.includes(program.variableNames[i]))];
+  const written = [
+    ...(output ? [output] : []),
+    ...inputs.filter((_, i) => readWrite.includes(program.variableNames[i])),
+  ];
   for (const t of written) {
     const d = backend.tensorMap.get(t.dataId) as unknown as { values: unknown } | undefined;
     if (d) d.values = null;
   }
+  return info;
 }

@@ -182,13 +182,35 @@ export function attnStatsWgsl(rows: AttnRows): string {
 // ---- decode: one new query per (b, head) over the cache, a workgroup of `wg` threads ---------------------------
 
 /**
+ * With the slot writes in the attention (`fresh`, docs/tfjs.md "The slot writes inside the attention"): the new
+ * token's key and value (dk, dv: the kernel fills them before decodeSoftmaxWgsl) and `decV(kvOff, j, d)`, element d
+ * of slot j's value — dv where the slot one-hot OH is non-zero (that row of V is being written by this dispatch and
+ * is never read from memory), V's otherwise.
+ */
+function decodeFreshDeclsWgsl(hs: number): string {
+  return `
+      var<workgroup> dk : array<f32, ${hs}>;
+      var<workgroup> dv : array<f32, ${hs}>;
+      fn decV(kvOff : i32, j : i32, d : i32) -> f32 {
+        if (f32(OH[j]) != 0.0) { return dv[d]; }
+        return V[kvOff + j * ${hs} + d];
+      }`;
+}
+
+/**
  * Constants and workgroup memory of a decode kernel: the head width, the plain path's additive mask, the query (dq),
  * the scores of up to `cap` slots (dScores) and one value per thread for the reductions (dRed); and
  * `decReduce(v, isMax)`, the max or sum of one f32 per thread over the workgroup (every thread gets it; call from
  * uniform control flow only).
  */
-export function decodeSoftmaxDeclsWgsl(hs: number, cap: number, wg: number, masked: number): string {
-  return `
+export function decodeSoftmaxDeclsWgsl(
+  hs: number,
+  cap: number,
+  wg: number,
+  masked: number,
+  fresh = false,
+): string {
+  return `${fresh ? decodeFreshDeclsWgsl(hs) : ''}
       const D_HS : i32 = ${hs};
       const D_MASKED : f32 = ${masked.toExponential()};
       var<workgroup> dq : array<f32, ${hs}>;
@@ -218,9 +240,13 @@ export function decodeSoftmaxDeclsWgsl(hs: number, cap: number, wg: number, mask
  * p_j = exp(x_j − m) in dScores and their sum l (both through decReduce, which ends on a barrier: every p is in
  * dScores after it); then y = Σ_j p_j·V[j] / l written at result[yOff + d]. With hs ≤ wg, thread (g, d) sums the
  * slots j ≡ g (mod wg / hs) (consecutive threads read consecutive d of a row: coalesced) and the partial sums are
- * added; wider heads loop over d. Needs S, lid, b, kvOff, yOff and scale in scope.
+ * added; wider heads loop over d. Needs S, lid, b, kvOff, yOff and scale in scope. With `fresh` (the declarations'
+ * too), a slot j where OH is non-zero takes the new key dk and value dv instead of reading K and V, and the
+ * workgroups where `fresh.writer` holds write dk and dv into that row of K and V (bound read_write): the slot's
+ * rows are written by this dispatch, never read from memory by it.
  */
-export function decodeSoftmaxWgsl(hs: number, wg: number): string {
+export function decodeSoftmaxWgsl(hs: number, wg: number, fresh: { writer: string } | null = null): string {
+  const vAt = (j: string, d: string) => (fresh ? `decV(kvOff, ${j}, ${d})` : `V[kvOff + ${j} * D_HS + ${d}]`);
   const weighted =
     hs <= wg
       ? `let G = ${Math.floor(wg / hs)};
@@ -228,7 +254,7 @@ export function decodeSoftmaxWgsl(hs: number, wg: number): string {
         let d = lid - g * D_HS;
         var acc = 0.0;
         if (g < G) {
-          for (var j = g; j < S; j = j + G) { acc = acc + dScores[j] * V[kvOff + j * D_HS + d]; }
+          for (var j = g; j < S; j = j + G) { acc = acc + dScores[j] * ${vAt('j', 'd')}; }
         }
         dRed[lid] = acc;
         workgroupBarrier();
@@ -239,7 +265,7 @@ export function decodeSoftmaxWgsl(hs: number, wg: number): string {
         }`
       : `for (var d = lid; d < D_HS; d = d + ${wg}) {
           var acc = 0.0;
-          for (var j = 0; j < S; j++) { acc = acc + dScores[j] * V[kvOff + j * D_HS + d]; }
+          for (var j = 0; j < S; j++) { acc = acc + dScores[j] * ${vAt('j', 'd')}; }
           result[yOff + d] = acc / l;
         }`;
   return `
@@ -247,7 +273,22 @@ export function decodeSoftmaxWgsl(hs: number, wg: number): string {
         for (var j = lid; j < S; j = j + ${wg}) {
           let off = kvOff + j * D_HS;
           var acc = 0.0;
-          for (var d = 0; d < D_HS; d++) { acc = acc + dq[d] * K[off + d]; }
+          ${
+            fresh
+              ? `if (f32(OH[j]) != 0.0) {
+            // The new token's slot: its key from dk, and (by one workgroup of the KV head) both rows written.
+            for (var d = 0; d < D_HS; d++) { acc = acc + dq[d] * dk[d]; }
+            if (${fresh.writer}) {
+              for (var d = 0; d < D_HS; d++) {
+                K[off + d] = dk[d];
+                V[off + d] = dv[d];
+              }
+            }
+          } else {
+            for (var d = 0; d < D_HS; d++) { acc = acc + dq[d] * K[off + d]; }
+          }`
+              : 'for (var d = 0; d < D_HS; d++) { acc = acc + dq[d] * K[off + d]; }'
+          }
           let x = acc * scale + (1.0 - f32(M[b * S + j])) * D_MASKED;
           dScores[j] = x;
           mx = max(mx, x);

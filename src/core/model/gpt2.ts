@@ -501,9 +501,9 @@ export class GPT2 implements CausalLM {
    * no shader recompilation, and WebGPU's size-keyed buffer pool reuses the released buffers).
    * Returns the hidden state [B, C] and the new caches (the caller disposes the old ones, and reads them no more:
    * on WebGPU the slots are written into them in place where they hold their data alone, the new caches sharing it).
-   * Each layer's attention is `decodeAttention`: on WebGPU 2 fused dispatches (both slot writes in place, then the
-   * attention); ln_1 and ln_2 run in the prologue of c_attn's and c_fc's matmuls and a LoRA pair's up-projection in
-   * each Conv1D's epilogue (normLinear), so a layer is 6 dispatches on WebGPU, 10 under LoRA on all four Conv1Ds
+   * Each layer's attention is `decodeAttention`: on WebGPU 1 fused dispatch (the attention, writing both slots in
+   * place); ln_1 and ln_2 run in the prologue of c_attn's and c_fc's matmuls and a LoRA pair's up-projection in
+   * each Conv1D's epilogue (normLinear), so a layer is 5 dispatches on WebGPU, 9 under LoRA on all four Conv1Ds
    * (tests/decode-dispatches.test.ts).
    */
   decodeStep(
