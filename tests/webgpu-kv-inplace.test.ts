@@ -28,7 +28,7 @@ import {
   setKvWriteInAttention,
   setKvWriteInPlace,
 } from '../src/core/kernels/webgpu-inplace';
-import { storageBuffersPerProgram } from '../src/core/kernels/webgpu-common';
+import { capStorageBuffersPerProgram, storageBuffersPerProgram } from '../src/core/kernels/webgpu-common';
 import { decodeAttentionWebGpu } from '../src/core/kernels/webgpu-decode-attention';
 import { Llama, ropeTable } from '../src/core/model/llama';
 import { generate } from '../src/core/model/sampling';
@@ -177,6 +177,31 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
       tf.dispose([...Object.values(g), ...Object.values(t)]);
       expect(await webGpuErrors()).toEqual([]);
     });
+
+  it("a device of 10 storage buffers a program (Chromium's SwiftShader): Qwen3's attention writes the slot (1 dispatch), Qwen2's, binding 11, writes apart (2)", async () => {
+    const capWas = capStorageBuffersPerProgram(10);
+    try {
+      for (const [withBias, want] of [
+        [false, 1],
+        [true, 2],
+      ] as const) {
+        const t = inputs();
+        const src: DecodeQkv = {
+          qkv: t.qkv,
+          bias: withBias ? { q: t.bq, k: t.bk, v: t.bv } : null,
+          norm: withBias ? null : { q: t.nq, k: t.nk, eps: 1e-6 },
+        };
+        const counted = await countDispatches(() =>
+          gqaDecodeQkvWebGpu(src, t.cos, t.sin, t.oh, t.mask, { k: t.k, v: t.v }, nh, { inPlace: true }),
+        );
+        expect(counted.dispatches).toBe(want);
+        tf.dispose([counted.result.y, counted.result.kv.k, counted.result.kv.v, ...Object.values(t)]);
+      }
+    } finally {
+      capStorageBuffersPerProgram(capWas);
+    }
+    expect(await webGpuErrors()).toEqual([]);
+  });
 
   it('runProgramInPlace refuses, before compiling anything, a shader that does not declare an input as expected', async () => {
     class NoSuchInput {

@@ -42,5 +42,22 @@ export function storageBuffersPerProgram(): number {
   if (tf.getBackend() !== 'webgpu') return DEFAULT_STORAGE_BUFFERS;
   const device = (tf.backend() as unknown as Partial<WebGpuBackendLike>).device;
   const n = device?.limits?.maxStorageBuffersPerShaderStage;
-  return typeof n === 'number' && n >= DEFAULT_STORAGE_BUFFERS ? n : DEFAULT_STORAGE_BUFFERS;
+  const got = typeof n === 'number' && n >= DEFAULT_STORAGE_BUFFERS ? n : DEFAULT_STORAGE_BUFFERS;
+  return cap === null ? got : Math.min(got, cap);
+}
+
+let cap: number | null = null;
+
+/**
+ * Hold storageBuffersPerProgram() to at most `n` (null: the device's): for tests and comparisons of the forms a
+ * device with fewer storage buffers runs. Returns the previous cap.
+ */
+export function capStorageBuffersPerProgram(n: number | null): number | null {
+  if (n !== null && (!Number.isInteger(n) || n < DEFAULT_STORAGE_BUFFERS))
+    throw new Error(
+      `capStorageBuffersPerProgram: an integer ≥ ${DEFAULT_STORAGE_BUFFERS} or null, got ${n}.`,
+    );
+  const was = cap;
+  cap = n;
+  return was;
 }

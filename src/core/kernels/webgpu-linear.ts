@@ -78,7 +78,7 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { KernelFn } from './kernel-fn';
 import { GELU_K } from './definitions';
-import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
+import { type WebGpuBackendLike, registerWebGpuKernels, storageBuffersPerProgram } from './webgpu-common';
 import { type ProgramOptions, fastTileWgsl, matMulFastTile } from './webgpu-matmul';
 
 export const LIN_FWD = 'PerfLinearFwd';
@@ -132,9 +132,12 @@ interface MatMulOptions {
   /**
    * B given as 1–3 bindings (B, B1, B2) split along N at the uniforms n0 and n1: one matmul over q_proj | k_proj |
    * v_proj without concatenating their weights (transB only: nn.Linear's W [out, in]). With loraR, Down holds
-   * parts·loraR columns (the parts' down-projections side by side) and LoraB their B's stacked [N, loraR].
+   * parts·loraR columns (the parts' down-projections side by side) and LoraB their B's stacked [N, loraR] — or,
+   * with `loraParts`, each part's B bound as it is (LoraB, LoraB1, LoraB2: [out_p, loraR]), no concat.
    */
   parts?: number;
+  /** With parts > 1 and loraR (not the pair): the parts' LoRA B's as bindings of their own (see `parts`). */
+  loraParts?: boolean;
   /** SwiGLU in the epilogue (forward only): result = silu(Gate[o])·pre, Gate [M, N] (gate_proj's output). */
   swiglu?: boolean;
   /**
@@ -295,15 +298,22 @@ function variableNamesOf(o: MatMulOptions): string[] {
         ...norm,
         ...(o.hasExtra ? ['Extra'] : []),
         ...(o.swiglu ? ['Gate'] : []),
-        ...(o.loraR ? ['Down', 'LoraB', ...(o.pair ? ['LoraB1'] : [])] : []),
+        ...(o.loraR ? ['Down', ...loraBNames(o)] : []),
         ...(o.mode === 'dz' ? ['DY'] : o.hasRes ? ['Res'] : []),
       ];
+}
+
+/** The LoRA B bindings: LoraB; the pair's LoraB1 too; each part's with loraParts (LoraB, LoraB1[, LoraB2]). */
+function loraBNames(o: MatMulOptions): string[] {
+  if (o.pair) return ['LoraB', 'LoraB1'];
+  if (o.loraParts && (o.parts ?? 1) > 1) return ['LoraB', 'LoraB1', 'LoraB2'].slice(0, o.parts);
+  return ['LoraB'];
 }
 
 const optionsKey = (o: MatMulOptions): string =>
   `${o.mode}_${+o.transA}${+o.transB}${+o.gelu}${+o.hasExtra}${+o.hasRes}${o.ln ? (o.rms ? '_rms' : '_ln') : ''}` +
   `${o.loraR ? `_lora${o.loraR}` : ''}${o.noBias ? '_nb' : ''}${(o.parts ?? 1) > 1 ? `_p${o.parts}` : ''}` +
-  `${o.swiglu ? '_swiglu' : ''}${o.pair ? '_pair' : ''}${o.packedB ? '_f16' : ''}`;
+  `${o.swiglu ? '_swiglu' : ''}${o.pair ? '_pair' : ''}${o.packedB ? '_f16' : ''}${o.loraParts ? '_lp' : ''}`;
 
 /** WGSL of the epilogue's LoRA up-projection: Σ_j Down[r, j]·LoraB[c, j] over the rank (when loraR is set). */
 function loraUpDecl(o: MatMulOptions): string {
@@ -323,6 +333,20 @@ function loraUpDecl(o: MatMulOptions): string {
   }
   // In parts, column c's pair is its part's: Down's columns loraPart(c)·R … + R − 1 of parts·R.
   const d0 = parts > 1 ? `r * ${parts * R} + loraPart(c) * ${R}` : `r * ${R}`;
+  if (parts > 1 && o.loraParts) {
+    // Each part's B bound as it is: row c − n_p of part p's, summed in the same order as the stacked B's.
+    const sum = (b: string, row: string) =>
+      `for (var j = 0; j < ${R}; j = j + 1) { s = s + Down[d0 + j] * ${b}[(${row}) * ${R} + j]; }`;
+    return `
+      fn loraUp(r : i32, c : i32) -> f32 {
+        var s = 0.0;
+        let p = loraPart(c);
+        let d0 = r * ${parts * R} + p * ${R};
+        if (p == 0) { ${sum('LoraB', 'c')} }
+        ${parts > 2 ? `else if (p == 1) { ${sum('LoraB1', 'c - uniforms.n0')} } else { ${sum('LoraB2', 'c - uniforms.n1')} }` : `else { ${sum('LoraB1', 'c - uniforms.n0')} }`}
+        return s;
+      }`;
+  }
   return `
       fn loraUp(r : i32, c : i32) -> f32 {
         var s = 0.0;
@@ -1233,7 +1257,7 @@ const dims = (M: number, N: number, K: number, scale = 0, eps = 0, n0 = 0, n1 = 
  * RMSNorm prologue (lnG), SwiGLU's gate (gate), a LoRA pair's up-projection (down, loraB) and a residual (res).
  */
 const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
-  const { x, w, w1, w2, bias, lnG, gate, down, loraB, loraB1, res } = inputs as Record<
+  const { x, w, w1, w2, bias, lnG, gate, down, loraB, loraB1, loraB2, res } = inputs as Record<
     string,
     tf.TensorInfo | undefined
   >;
@@ -1247,6 +1271,8 @@ const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
   const pair = fwd && !!attrs!.pair;
   const N = pair ? rows[0] : rows.reduce((a, b) => a + b, 0);
   const loraR = fwd && down ? loraB!.shape[1] : 0;
+  // The parts' LoRA B's bound as they are (loraB, loraB1[, loraB2]) rather than stacked in loraB.
+  const loraParts = !!loraR && !pair && parts > 1 && !!loraB1;
   // Packed-f16 parts (int32 words [out_p, in / 2]; webGpuLinearNtDecodeApplies checks all parts agree).
   const packedB = ws[0].dtype === 'int32';
   const program = matMulProgram(
@@ -1264,6 +1290,7 @@ const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
       swiglu: fwd && !!gate,
       pair,
       loraR,
+      loraParts,
       packedB,
     },
     M,
@@ -1276,7 +1303,9 @@ const linearNtKernel: KernelFn = ({ inputs, backend, attrs }) => {
     ...(fwd && bias ? [bias] : []),
     ...(lnG ? [lnG] : []),
     ...(fwd && gate ? [gate] : []),
-    ...(loraR ? [down!, loraB!, ...(pair ? [loraB1!] : [])] : []),
+    ...(loraR
+      ? [down!, loraB!, ...(pair || loraParts ? [loraB1!] : []), ...(loraParts && loraB2 ? [loraB2] : [])]
+      : []),
     ...(fwd && res ? [res] : []),
   ];
   const n0 = rows[0];
@@ -1625,9 +1654,6 @@ export interface LinearNtDecodeOptions {
   pair?: boolean;
 }
 
-/** Storage buffers a WebGPU shader stage may bind by default (the output included). */
-const MAX_STORAGE_BUFFERS = 8;
-
 /**
  * Whether linearNtDecodeWebGpu applies: the fused path on and webgpu current, float32 throughout, consistent
  * shapes (x [N, in], every part [out_p, in], bias [Σ out_p], the norm's weight [in], the gate and residual
@@ -1678,7 +1704,21 @@ export function webGpuLinearNtDecodeApplies(x: tf.Tensor, o: LinearNtDecodeOptio
     (lora ? (o.pair ? 3 : 2) : 0) +
     (o.residual ? 1 : 0);
   const downProjection = 1 + parts + (o.rms ? 1 : 0);
-  return main + 1 <= MAX_STORAGE_BUFFERS && (!lora || downProjection + 1 <= MAX_STORAGE_BUFFERS);
+  const limit = storageBuffersPerProgram();
+  return main + 1 <= limit && (!lora || downProjection + 1 <= limit);
+}
+
+/**
+ * Whether linearNtDecodeWebGpu binds the parts' LoRA B's as they are (no concat): LoRA on 2–3 parts, not the pair,
+ * and the main program's storage buffers with them within the device's (q|k|v under LoRA with the RMSNorm
+ * prologue: 10, over WebGPU's default 8).
+ */
+function loraBsApart(o: LinearNtDecodeOptions): boolean {
+  const parts = o.w.length;
+  if (!o.lora || o.pair || parts < 2) return false;
+  const main =
+    1 + parts + (o.bias ? 1 : 0) + (o.rms ? 1 : 0) + (o.gate ? 1 : 0) + 1 + parts + (o.residual ? 1 : 0);
+  return main + 1 <= storageBuffersPerProgram();
 }
 
 /**
@@ -1686,7 +1726,8 @@ export function webGpuLinearNtDecodeApplies(x: tf.Tensor, o: LinearNtDecodeOptio
  * s·(x·Aᵀ)·Bᵀ per part, then silu(gate)·(…) and + residual, forward only (no gradient: the decode step runs
  * without autodiff). 1 dispatch without LoRA; with it 2 for one part (the down-projection x·Aᵀ [N, r], itself
  * with the RMSNorm prologue, and the main matmul summing the up-projection in its epilogue, as linearDecodeWebGpu),
- * 3 for several (their B's stacked [Σ out_p, r] first, one concat; the A's are read in parts, never stacked).
+ * 2 for several where the device's storage buffers allow their B's bound apart (loraBsApart), else 3 (the B's
+ * stacked [Σ out_p, r] first, one concat); the A's are read in parts, never stacked.
  * The prologue normalises rows as PerfRmsNormFwd does (the same order of operations): without LoRA the result
  * equals rmsNorm, the matmul, the bias add and swiglu's kernels up to the matmul's order of summation.
  * Check webGpuLinearNtDecodeApplies first.
@@ -1711,15 +1752,22 @@ export function linearNtDecodeWebGpu(x: tf.Tensor2D, o: LinearNtDecodeOptions): 
         ...(lora[2] ? { w2: lora[2].a } : {}),
       };
       const down = e.runKernel(LIN_NT, { x, ...as, ...norm }, { mode: 'mm', eps }) as tf.Tensor;
-      // The pair binds its two B's as they are; parts' B's are stacked.
+      // The pair binds its two B's as they are; parts' B's too where the device's storage buffers allow
+      // (loraBsApart), else stacked by one concat.
+      const apart = loraBsApart(o);
       const loraB =
-        lora.length === 1 || o.pair
+        lora.length === 1 || o.pair || apart
           ? lora[0].b
           : tf.concat(
               lora.map((l) => l.b),
               0,
             );
-      low = { down, loraB, ...(o.pair ? { loraB1: lora[1].b } : {}) };
+      low = {
+        down,
+        loraB,
+        ...(o.pair || apart ? { loraB1: lora[1].b } : {}),
+        ...(apart && lora[2] ? { loraB2: lora[2].b } : {}),
+      };
     }
     return e.runKernel(
       LIN_NT,
