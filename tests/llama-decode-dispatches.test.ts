@@ -431,12 +431,16 @@ describe('Llama/Qwen decode: fused programs and dispatches per layer per token (
         norm: withNorm ? { q: t.nq, k: t.nk, eps } : null,
       };
       const kv = { k: t.k, v: t.v };
-      expect(webGpuGqaDecodeQkvApplies(src, t.cos, t.sin, t.oh, t.mask, kv, nh)).toBe(true);
-      // A q bias and a q norm together would bind 9 storage buffers in the attention: refused.
+      // The rows as Llama.decodeStep gathers them: cos | sin, one tensor [B, 2·hs].
+      const rope = { cs: tf.concat([tf.reshape(t.cos, [B, hs]), tf.reshape(t.sin, [B, hs])], 1) };
+      expect(webGpuGqaDecodeQkvApplies(src, rope, t.oh, t.mask, kv, nh)).toBe(true);
+      expect(webGpuGqaDecodeQkvApplies(src, { cos: t.cos, sin: t.sin }, t.oh, t.mask, kv, nh)).toBe(true);
+      expect(webGpuGqaDecodeQkvApplies(src, { cs: t.cos }, t.oh, t.mask, kv, nh)).toBe(false);
+      // A q bias and a q norm together (no model of the family has both): refused.
       const both = { ...src, bias: { q: t.bq, k: t.bk, v: t.bv }, norm: { q: t.nq, k: t.nk, eps } };
-      expect(webGpuGqaDecodeQkvApplies(both, t.cos, t.sin, t.oh, t.mask, kv, nh)).toBe(false);
+      expect(webGpuGqaDecodeQkvApplies(both, rope, t.oh, t.mask, kv, nh)).toBe(false);
       const run = () => {
-        const o = gqaDecodeQkvWebGpu(src, t.cos, t.sin, t.oh, t.mask, kv, nh);
+        const o = gqaDecodeQkvWebGpu(src, rope, t.oh, t.mask, kv, nh);
         return [o.y, o.kv.k, o.kv.v];
       };
       tf.dispose(run());
@@ -494,7 +498,7 @@ describe('Llama/Qwen decode: fused programs and dispatches per layer per token (
       expect(vsLoop).toBeLessThan(1e-5);
       tf.dispose([...counted.result, ...unfused]);
       expect(tf.memory().numTensors).toBe(before);
-      tf.dispose(Object.values(t));
+      tf.dispose([...Object.values(t), rope.cs]);
       expect(await webGpuErrors()).toEqual([]);
     });
   }

@@ -690,7 +690,7 @@ export async function checkGqaDecodeOnCurrentBackend(wide = false): Promise<Fuse
 /**
  * The decode attention reading q, k, v from the fused q|k|v projection with Qwen2's biases or Qwen3's q_norm /
  * k_norm (kernels/webgpu-gqa-decode.ts gqaDecodeQkvWebGpu), writing the new key and value into the cache in place
- * — by the attention's own dispatch where the device's storage buffers allow (Qwen2's binds 11, Qwen3's 10), else
+ * — by the attention's own dispatch where the device's storage buffers allow (Qwen2's binds 10, Qwen3's 9), else
  * by one dispatch before it — against the plain ops (the biases added, model/ops.ts rmsNorm on the heads, then
  * gqaDecodeAttention's plain path) on copies of the caches: y and both caches. `dispatchesFwd`: the in-place path's.
  */
@@ -715,6 +715,8 @@ export async function checkGqaDecodeQkvInPlaceOnCurrentBackend(
       nk: tf.randomNormal([hs], 1, 0.3, 'float32', 76) as tf.Tensor1D,
       cos: tf.reshape(tf.gather(rows.cos, idx), [B, 1, hs]),
       sin: tf.reshape(tf.gather(rows.sin, idx), [B, 1, hs]),
+      // cos | sin [B, 2·hs], as Llama.decodeStep gathers the rows for these kernels.
+      cs: tf.concat([tf.gather(rows.cos, idx), tf.gather(rows.sin, idx)], 1),
       oh: tf.cast(tf.reshape(tf.oneHot(tf.tensor1d([slot], 'int32'), S), [S]), 'float32'),
       keyMask: tf.tensor2d(mask, [B, S], 'float32') as tf.Tensor2D,
       k: cache(77),
@@ -751,7 +753,7 @@ export async function checkGqaDecodeQkvInPlaceOnCurrentBackend(
     // In place into caches of their own (refCount 1), so that the inputs above stay as they were.
     const kv = { k: tf.add(t.k, 0) as tf.Tensor4D, v: tf.add(t.v, 0) as tf.Tensor4D };
     const counted = await countDispatches(() =>
-      gqaDecodeQkvWebGpu(src, t.cos, t.sin, t.oh, t.keyMask, kv, nh, { inPlace: true }),
+      gqaDecodeQkvWebGpu(src, { cs: t.cs }, t.oh, t.keyMask, kv, nh, { inPlace: true }),
     );
     const out = counted.result;
     const maxRelValue = Math.max(

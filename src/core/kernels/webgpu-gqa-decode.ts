@@ -23,7 +23,7 @@
  * projections' biases (Qwen2) and applying q_norm / k_norm (Qwen3) before the rotation (gqaDecodeQkvWebGpu):
  * still 3 dispatches, where the unfused decode spent 3 more on the q/k norms and q|k|v apart. In the decode step
  * (`inPlace`, the cache spent): 2 — both slot writes in place as one (KVPairInPlaceProgram), then the attention —
- * or 1, the attention writing the slot itself (DecodeProgram's `fresh`) where the device offers the 8–11 storage
+ * or 1, the attention writing the slot itself (DecodeProgram's `fresh`) where the device offers the 7–10 storage
  * buffers it binds (freshAttentionBuffers; docs/tfjs.md, "Storage buffers per program").
  * No gradients: generation runs without autodiff. Limits: float32, hs even and ≤ 128, S ≤ 2048 (scores in
  * workgroup memory), B·nh ≤ 65535; otherwise the plain ops run. Tested against the plain ops on WebGPU in Node
@@ -129,7 +129,7 @@ function headSourceFns(
     let p = select(d - ${hs / 2}, d + ${hs / 2}, d < ${hs / 2});
     let xp = headVal${fn}(b, h, p, r);
     let rot = select(xp, -xp, d < ${hs / 2});
-    return headVal${fn}(b, h, d, r) * CS[b * ${hs} + d] + rot * SN[b * ${hs} + d];
+    return headVal${fn}(b, h, d, r) * CSN[b * ${2 * hs} + d] + rot * CSN[b * ${2 * hs} + ${hs} + d];
   }`
       : ''
   }`;
@@ -157,9 +157,10 @@ class KVWriteProgram {
     this.hs = hs;
     this.rotate = rotate;
     this.src = src;
-    // Keys read the cos / sin rows, values do not (an input the shader never reads has no binding).
+    // Keys read the cos / sin rows (from q|k|v: one binding, cos | sin), values do not (an input the shader never
+    // reads has no binding).
     this.variableNames = [
-      ...(rotate ? ['X', 'NEW', 'OH', 'CS', 'SN'] : ['X', 'NEW', 'OH']),
+      ...(rotate ? ['X', 'NEW', 'OH', ...(src ? ['CSN'] : ['CS', 'SN'])] : ['X', 'NEW', 'OH']),
       ...srcNames(src),
     ];
     this.uniforms = src ? 'S : i32, nkv : i32, stride : i32, off : i32, eps : f32,' : 'S : i32, nkv : i32,';
@@ -228,8 +229,7 @@ class KVPairInPlaceProgram {
       KV_IN_PLACE_V,
       'NEW',
       'OH',
-      'CS',
-      'SN',
+      'CSN',
       ...(src.bias ? ['BI', 'BV'] : []),
       ...(src.norm ? ['NW'] : []),
     ];
@@ -355,8 +355,7 @@ class DecodeProgram {
       'K',
       'V',
       'M',
-      'CS',
-      'SN',
+      ...(src ? ['CSN'] : ['CS', 'SN']),
       ...(fresh ? ['OH'] : []),
       ...(fresh ? freshNames(src!) : srcNames(src)),
     ];
@@ -416,8 +415,8 @@ const freshNames = (src: HeadSource): string[] => [
   ...(src.norm ? ['NW', 'NK'] : []),
 ];
 
-/** Storage buffers of the fresh-write attention, its output included (Llama 8, Qwen3 10, Qwen2 11). */
-export const freshAttentionBuffers = (src: HeadSource): number => 8 + freshNames(src).length;
+/** Storage buffers of the fresh-write attention, its output included (Llama 7, Qwen3 9, Qwen2 10). */
+export const freshAttentionBuffers = (src: HeadSource): number => 7 + freshNames(src).length;
 
 /** The uniforms of a HeadSource read: the row stride, the heads' first column, the norm's ε. */
 const srcUniforms = (attrs: tf.NamedAttrMap) => [
@@ -428,13 +427,13 @@ const srcUniforms = (attrs: tf.NamedAttrMap) => [
 
 const KERNELS: Record<string, KernelFn> = {
   [GQA_DECODE_QKV_WRITE]: ({ inputs, backend, attrs }) => {
-    const { cache, x, slot, cos, sin, bias, norm } = inputs as Record<string, tf.TensorInfo | undefined>;
+    const { cache, x, slot, cs, bias, norm } = inputs as Record<string, tf.TensorInfo | undefined>;
     const [B, nkv, S, hs] = cache!.shape;
     const rotate = attrs!.rotate as boolean;
     const src = { bias: !!bias, norm: !!norm };
     return (backend as WebGpuBackendLike).runWebGPUProgram(
       new KVWriteProgram(B, nkv, S, hs, rotate, src),
-      [cache!, x!, slot!, ...(rotate ? [cos!, sin!] : []), ...(bias ? [bias] : []), ...(norm ? [norm] : [])],
+      [cache!, x!, slot!, ...(rotate ? [cs!] : []), ...(bias ? [bias] : []), ...(norm ? [norm] : [])],
       'float32',
       [
         { type: 'int32' as const, data: [S] },
@@ -444,13 +443,13 @@ const KERNELS: Record<string, KernelFn> = {
     );
   },
   [GQA_DECODE_QKV_ATTN]: ({ inputs, backend, attrs }) => {
-    const { q, k, v, mask, cos, sin, bias, norm } = inputs as Record<string, tf.TensorInfo | undefined>;
+    const { q, k, v, mask, cs, bias, norm } = inputs as Record<string, tf.TensorInfo | undefined>;
     const nh = attrs!.nh as number;
     const [B, nkv, S, hs] = k!.shape;
     const src = { bias: !!bias, norm: !!norm };
     return (backend as WebGpuBackendLike).runWebGPUProgram(
       new DecodeProgram(B, nh, S, hs, src),
-      [q!, k!, v!, mask!, cos!, sin!, ...(bias ? [bias] : []), ...(norm ? [norm] : [])],
+      [q!, k!, v!, mask!, cs!, ...(bias ? [bias] : []), ...(norm ? [norm] : [])],
       'float32',
       [
         { type: 'int32' as const, data: [S] },
@@ -629,15 +628,27 @@ export interface DecodeQkv {
 }
 
 /**
+ * The rotary rows of a decode step's tokens: cos | sin [B, 2·hs] as one tensor (model/llama.ts gathers them so from
+ * its cos | sin table: one gather, one binding), or cos and sin [B, hs] apart (joined by one concat).
+ */
+export type DecodeRope = { cs: tf.Tensor } | { cos: tf.Tensor; sin: tf.Tensor };
+
+/** The rows' sizes agree with B rows of hs, and float32. */
+function ropeFits(rope: DecodeRope, B: number, hs: number): boolean {
+  if ('cs' in rope) return rope.cs.dtype === 'float32' && rope.cs.size === 2 * B * hs;
+  const ok = (t: tf.Tensor) => t.dtype === 'float32' && t.size === B * hs;
+  return ok(rope.cos) && ok(rope.sin);
+}
+
+/**
  * Whether gqaDecodeQkvWebGpu applies: what webGpuGqaDecodeApplies asks of the shapes, the qkv tensor
- * [B, (nh + 2·n_kv)·hs], the biases [nh·hs], [n_kv·hs], [n_kv·hs] and the norms' weights [hs], float32, and at most
- * 8 storage buffers per program (the attention binds q|k|v, both caches, the key mask, cos, sin and the output:
- * a bias and a norm on q together would be 9, so that combination, which no model of the family has, is refused).
+ * [B, (nh + 2·n_kv)·hs], the rotary rows (DecodeRope), the biases [nh·hs], [n_kv·hs], [n_kv·hs] and the norms'
+ * weights [hs], float32; not a bias and a norm on q together (which no model of the family has: the attention
+ * would bind 8 of its 2-dispatch form's storage buffers with both, 11 of the 1-dispatch one's).
  */
 export function webGpuGqaDecodeQkvApplies(
   src: DecodeQkv,
-  cos: tf.Tensor,
-  sin: tf.Tensor,
+  rope: DecodeRope,
   slotOneHot: tf.Tensor,
   keyMask: tf.Tensor,
   kv: LayerKV,
@@ -645,14 +656,14 @@ export function webGpuGqaDecodeQkvApplies(
 ): boolean {
   const { qkv, bias, norm } = src;
   if (!enabled || tf.getBackend() !== 'webgpu') return false;
-  if ([qkv, cos, sin, keyMask, kv.k, kv.v].some((t) => t.dtype !== 'float32')) return false;
+  if ([qkv, keyMask, kv.k, kv.v].some((t) => t.dtype !== 'float32')) return false;
   if (qkv.rank !== 2 || keyMask.rank !== 2 || kv.k.rank !== 4) return false;
   const [B, nkv, S, hs] = kv.k.shape;
   if (!Number.isInteger(nh) || nh < 1 || nh % nkv !== 0 || hs % 2 !== 0) return false;
   if (!tf.util.arraysEqual(kv.v.shape, kv.k.shape) || !tf.util.arraysEqual(keyMask.shape, [B, S]))
     return false;
   if (!tf.util.arraysEqual(qkv.shape, [B, (nh + 2 * nkv) * hs])) return false;
-  if (cos.size !== B * hs || sin.size !== B * hs || slotOneHot.size !== S) return false;
+  if (!ropeFits(rope, B, hs) || slotOneHot.size !== S) return false;
   if (hs > MAX_GQA_DECODE_HEAD_SIZE || S > MAX_GQA_DECODE_SLOTS || B * nh > MAX_GQA_DECODE_BATCH_HEADS)
     return false;
   const is = (t: tf.Tensor, n: number) => t.dtype === 'float32' && t.rank === 1 && t.shape[0] === n;
@@ -675,8 +686,7 @@ export function webGpuGqaDecodeQkvApplies(
  */
 export function gqaDecodeQkvWebGpu(
   src: DecodeQkv,
-  cos: tf.Tensor,
-  sin: tf.Tensor,
+  rope: DecodeRope,
   slotOneHot: tf.Tensor,
   keyMask: tf.Tensor2D,
   kv: LayerKV,
@@ -692,21 +702,24 @@ export function gqaDecodeQkvWebGpu(
   const head = { bias: !!src.bias, norm: !!src.norm };
   return tf.tidy(() => {
     const slot = tf.reshape(slotOneHot, [-1]);
-    const [c, s] = [tf.reshape(cos, [-1]), tf.reshape(sin, [-1])];
+    const cs = tf.reshape(
+      'cs' in rope ? rope.cs : tf.concat([tf.reshape(rope.cos, [B, hs]), tf.reshape(rope.sin, [B, hs])], 1),
+      [-1],
+    );
     const x = src.qkv;
     if (
       inPlace &&
       kvWriteInAttentionApplies(kv) &&
       freshAttentionBuffers(head) <= storageBuffersPerProgram()
     ) {
-      // One dispatch: the attention writes the slot's key and value itself (8–11 storage buffers).
+      // One dispatch: the attention writes the slot's key and value itself (7–10 storage buffers).
       const params = [
         ...(src.bias ? [src.bias.q, src.bias.k, src.bias.v] : []),
         ...(src.norm ? [src.norm.q, src.norm.k] : []),
       ];
       const y = runProgramReadWrite(
         new DecodeProgram(B, nh, S, hs, head, true),
-        [x, kv.k, kv.v, keyMask, c, s, slot, ...params],
+        [x, kv.k, kv.v, keyMask, cs, slot, ...params],
         [
           { type: 'int32', data: [S] },
           { type: 'int32', data: [nh] },
@@ -725,7 +738,7 @@ export function gqaDecodeQkvWebGpu(
     const write = (cache: tf.Tensor, off: number, rotate: boolean, bias?: tf.Tensor, norm?: tf.Tensor) =>
       e.runKernel(
         GQA_DECODE_QKV_WRITE,
-        { cache, x, slot, cos: c, sin: s, ...(bias ? { bias } : {}), ...(norm ? { norm } : {}) },
+        { cache, x, slot, cs, ...(bias ? { bias } : {}), ...(norm ? { norm } : {}) },
         { rotate, stride, off, eps },
       ) as tf.Tensor4D;
     let k4: tf.Tensor4D;
@@ -735,7 +748,7 @@ export function gqaDecodeQkvWebGpu(
       runProgramInPlace(
         new KVPairInPlaceProgram(B, nkv, S, hs, { bias: !!src.bias, norm: !!src.norm }),
         kv.k,
-        [kv.v, x, slot, c, s, ...bias, ...(src.norm ? [src.norm.k] : [])],
+        [kv.v, x, slot, cs, ...bias, ...(src.norm ? [src.norm.k] : [])],
         [
           { type: 'int32', data: [S] },
           { type: 'int32', data: [nkv] },
@@ -761,8 +774,7 @@ export function gqaDecodeQkvWebGpu(
         k: k4,
         v: v4,
         mask: keyMask,
-        cos: c,
-        sin: s,
+        cs,
         ...(qb ? { bias: qb } : {}),
         ...(qn ? { norm: qn } : {}),
       },

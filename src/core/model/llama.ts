@@ -143,9 +143,21 @@ class RopeCache {
 
   /**
    * cos, sin [N, 1, d] for position ids [N] (every id < `needed`); on WebGPU, unless `both` is false, also
-   * cos | sin [N, 2·d] for the fused prefill attention (the decode kernels read cos and sin).
+   * cos | sin [N, 2·d] for the fused prefill attention.
    */
   rows(positions: tf.Tensor, needed: number, both = true): RopeRows {
+    this.grow(needed);
+    const n = positions.size;
+    return {
+      cos: tf.reshape(tf.gather(this.cos!, positions), [n, 1, this.headDim]),
+      sin: tf.reshape(tf.gather(this.sin!, positions), [n, 1, this.headDim]),
+      // Gathered only where the fused attention reads it (one more gather per forward, none per layer).
+      both: both && tf.getBackend() === 'webgpu' ? tf.gather(this.both!, positions) : undefined,
+    };
+  }
+
+  /** Make the tables cover positions 0 … needed − 1 (grown to a power of two, at most `max` beyond need). */
+  private grow(needed: number): void {
     if (needed > this.length) {
       const length = Math.min(Math.max(this.max, needed), Math.max(64, 2 ** Math.ceil(Math.log2(needed))));
       const t = ropeTable(this.theta, this.headDim, length);
@@ -160,12 +172,31 @@ class RopeCache {
       this.both = tf.keep(tf.tensor2d(both, [length, 2 * this.headDim]));
       this.length = length;
     }
+  }
+
+  /**
+   * A decode step's rows: on WebGPU cos | sin [N, 2·d] by one gather (what the decode kernels from q|k|v read:
+   * `cs`), and `rows()` making cos / sin [N, 1, d] from it by a slice each the first time something asks (the plain
+   * path's fallback: call it in the scope the step's tensors live in, not inside a tidy); elsewhere `cs` null and
+   * `rows()` the gathers of rows().
+   */
+  decodeRows(positions: tf.Tensor, needed: number): { cs: tf.Tensor2D | null; rows: () => RopeRows } {
+    if (tf.getBackend() !== 'webgpu') {
+      const r = this.rows(positions, needed, false);
+      return { cs: null, rows: () => r };
+    }
+    this.grow(needed);
+    const cs = tf.gather(this.both!, positions) as tf.Tensor2D;
     const n = positions.size;
+    const d = this.headDim;
+    let made: RopeRows | null = null;
     return {
-      cos: tf.reshape(tf.gather(this.cos!, positions), [n, 1, this.headDim]),
-      sin: tf.reshape(tf.gather(this.sin!, positions), [n, 1, this.headDim]),
-      // Gathered only where the fused attention reads it (one more gather per forward, none per layer).
-      both: both && tf.getBackend() === 'webgpu' ? tf.gather(this.both!, positions) : undefined,
+      cs,
+      rows: () =>
+        (made ??= {
+          cos: tf.reshape(tf.slice(cs, [0, 0], [n, d]), [n, 1, d]),
+          sin: tf.reshape(tf.slice(cs, [0, d], [n, d]), [n, 1, d]),
+        }),
     };
   }
 
@@ -632,7 +663,8 @@ export class Llama implements CausalLM {
     const S = keyMask.shape[1];
     let built: tf.Tensor | null = null;
     const bias = () => (built ??= keyPaddingBias(keyMask));
-    const rope = this.rope.rows(positions, S, false);
+    // cos | sin by one gather on WebGPU (the decode kernels' one binding); cos and sin apart only for the plain path.
+    const rope = this.rope.decodeRows(positions, S);
     let x = gatherChunked(this.embedChunks, this.wteChunkRows, ids);
     const next: LayerKV[] = [];
     for (let i = 0; i < c.num_hidden_layers; i++) {
@@ -641,7 +673,7 @@ export class Llama implements CausalLM {
           q,
           k,
           v,
-          rope,
+          rope.rows(),
           slotOneHot,
           keyMask,
           cache[i],
@@ -652,28 +684,12 @@ export class Llama implements CausalLM {
         return out.y;
       };
       x = this.decodeBlock(x, i, attention, (src) => {
-        if (
-          !webGpuGqaDecodeQkvApplies(
-            src,
-            rope.cos,
-            rope.sin,
-            slotOneHot,
-            keyMask,
-            cache[i],
-            c.num_attention_heads,
-          )
-        )
+        const cs = rope.cs ? { cs: rope.cs } : null;
+        if (!cs || !webGpuGqaDecodeQkvApplies(src, cs, slotOneHot, keyMask, cache[i], c.num_attention_heads))
           return null;
-        const out = gqaDecodeQkvWebGpu(
-          src,
-          rope.cos,
-          rope.sin,
-          slotOneHot,
-          keyMask,
-          cache[i],
-          c.num_attention_heads,
-          { inPlace: true },
-        );
+        const out = gqaDecodeQkvWebGpu(src, cs, slotOneHot, keyMask, cache[i], c.num_attention_heads, {
+          inPlace: true,
+        });
         next.push(out.kv);
         return out.y;
       });
