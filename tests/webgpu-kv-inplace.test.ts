@@ -208,6 +208,35 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
     expect(await webGpuErrors()).toEqual([]);
   });
 
+  it('without a stop token the replayed token takes the choice as it is: 5 dispatches fewer than masking stopped rows for one stop id', async () => {
+    const m = GPT2.random(tinyGpt2, 5);
+    try {
+      setDecodeReplay(true);
+      const per = async (stopToken: number | null) => {
+        const r = await generate(m, [[5, 6, 7]], {
+          maxNewTokens: 6,
+          temperature: 0,
+          stopToken,
+          padId: 0,
+          rng: 3,
+        });
+        return { r, dispatches: lastDecodeReplayStats().dispatchesPerReplay };
+      };
+      const free = await per(null);
+      // A stop id the greedy tokens above never take: the same tokens, each row masked on the device all the same.
+      const unused = Array.from({ length: tinyGpt2.vocab_size }, (_, i) => i).find(
+        (i) => !free.r.tokens[0].includes(i),
+      )!;
+      const stopped = await per(unused);
+      expect(stopped.r.tokens).toEqual(free.r.tokens);
+      // fill (pad), two selects, equal and logicalOr (one stop id).
+      expect(stopped.dispatches - free.dispatches).toBe(5);
+    } finally {
+      m.dispose();
+    }
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
   it('runProgramInPlace refuses, before compiling anything, a shader that does not declare an input as expected', async () => {
     class NoSuchInput {
       readonly variableNames = ['X'];

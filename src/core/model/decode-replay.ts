@@ -103,7 +103,11 @@ interface StepOut {
   cache: LayerKV[];
 }
 
-/** Choose tokens from logits and mask the stopped rows (generate's per-token choice, synchronous on WebGPU). */
+/**
+ * Choose tokens from logits and mask the stopped rows (generate's per-token choice, synchronous on WebGPU). Without
+ * a stop token no row ever stops (`finished` stays all false), so the choice is taken as it is: 3 dispatches a
+ * token fewer than masking rows that cannot be masked.
+ */
 function choose(
   a: ReplayLoopArgs,
   logits: tf.Tensor2D,
@@ -112,6 +116,7 @@ function choose(
 ): { tok: tf.Tensor1D; lp: tf.Tensor1D; fin: tf.Tensor1D } {
   return tf.tidy(() => {
     const { tokens, logprobs } = a.pick(logits, u as tf.Tensor1D | null);
+    if (a.stop === null) return { tok: tokens, lp: logprobs, fin: tf.clone(finished) };
     const tok = tf.where(finished, tf.fill([a.B], a.padId, 'int32'), tokens) as tf.Tensor1D;
     const lp = tf.where(finished, tf.zeros([a.B]), logprobs) as tf.Tensor1D;
     const fin = (
