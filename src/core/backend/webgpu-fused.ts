@@ -84,6 +84,14 @@ export async function relDiff(
   return x.length === y.length && Number.isFinite(d) ? d / Math.max(scale, minScale) : Infinity;
 }
 
+/** A check of a kernel without a backward (generation runs without autodiff): no gradient, forward dispatches only. */
+const forwardOnly = (maxRelValue: number, dispatches: number): FusedKernelCheck => ({
+  maxRelValue,
+  maxRelGrad: 0,
+  dispatchesFwd: dispatches,
+  dispatchesFwdBwd: dispatches,
+});
+
 /** Dispatches `fn` makes (kernels/webgpu-count.ts). */
 async function dispatchesOf(fn: () => void | Promise<void>): Promise<number> {
   return (await countDispatches(fn)).dispatches;
@@ -340,7 +348,7 @@ export async function checkDecodeAttentionOnCurrentBackend(): Promise<FusedKerne
     } finally {
       setWebGpuDecodeAttentionFused(was);
     }
-    return { maxRelValue, maxRelGrad: 0, dispatchesFwd, dispatchesFwdBwd: dispatchesFwd };
+    return forwardOnly(maxRelValue, dispatchesFwd);
   } finally {
     tf.dispose([qkv, oh, keyMask, kv.k, kv.v]);
   }
@@ -673,12 +681,7 @@ export async function checkGqaDecodeOnCurrentBackend(wide = false): Promise<Fuse
     try {
       const counted = await countDispatches(() => tf.tidy(layer));
       tf.dispose([counted.result.y, counted.result.kv.k, counted.result.kv.v]);
-      return {
-        maxRelValue,
-        maxRelGrad: 0,
-        dispatchesFwd: counted.dispatches,
-        dispatchesFwdBwd: counted.dispatches,
-      };
+      return forwardOnly(maxRelValue, counted.dispatches);
     } finally {
       setWebGpuGqaDecodeFused(was);
     }
@@ -762,12 +765,7 @@ export async function checkGqaDecodeQkvInPlaceOnCurrentBackend(
       await relDiff(kv.v, plain.kv.v),
     );
     tf.dispose([out.y, out.kv.k, out.kv.v, kv.k, kv.v]);
-    return {
-      maxRelValue,
-      maxRelGrad: 0,
-      dispatchesFwd: counted.dispatches,
-      dispatchesFwdBwd: counted.dispatches,
-    };
+    return forwardOnly(maxRelValue, counted.dispatches);
   } finally {
     tf.dispose([plain.y, plain.kv.k, plain.kv.v, ...Object.values(t)]);
   }
