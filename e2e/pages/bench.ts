@@ -12,7 +12,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
-import '@tensorflow/tfjs-backend-webgpu';
+import { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
 import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs-backend-cpu';
 import { getThreadsCount, setThreadsCount, setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
@@ -41,6 +41,7 @@ import { benchPpoStep } from '../../src/bench/perf/ppo';
 import { benchMatmul } from '../../src/bench/perf/matmul';
 import { bmmStats } from '../../src/core/kernels/wasm-simd';
 import { startWasmWithThreads, wasmThreadsFor, wasmThreadsParam } from '../../src/worker/wasm-threads';
+import { useWebGpuDeviceLimits } from '../../src/core/backend/webgpu-device';
 
 declare global {
   interface Window {
@@ -181,6 +182,8 @@ async function main(): Promise<void> {
   });
   registerWasmExtraKernels();
   registerFusedAdamKernels();
+  // The device the app's worker makes (src/worker/backend-web.ts): the adapter's storage buffers per program.
+  useWebGpuDeviceLimits(WebGPUBackend as never);
   const flags = JSON.parse(q.get('flags') ?? '{}') as Record<string, number | boolean | string>;
   for (const [k, v] of Object.entries(flags)) tf.env().set(k, v);
   // WASM on the app's thread count (src/worker/backend-web.ts does the same in the worker).
@@ -226,7 +229,7 @@ async function main(): Promise<void> {
       buildTrainer(validateConfig({ model: 'tiny', task: 'sentiment', ...o }, 'bench'), resources),
     loadTinyModel: async () => (await loadLM(tinyFiles, { trainable: false, label: 'bench' })).model as GPT2,
     nanogpt: async () => (nano ??= await loadNanoGpt()),
-    // nanogpt ships its own patched WebGPU backend and kernels; it runs on them, after ours ran on the stock one.
+    // nanogpt ships its own patched WebGPU backend and kernels; it runs on them, after ours ran on the app's device.
     beforeNanogpt:
       backend === 'webgpu'
         ? async () => {

@@ -5,8 +5,8 @@
  * storage, workgroups per dimension, buffer sizes, workgroup size) and leaves `maxStorageBuffersPerShaderStage` at
  * WebGPU's default of 8. A program of ours that binds more (the decode attention that also writes the new key and
  * value into the cache, the q|k|v projection reading each LoRA B where it lies: docs/tfjs.md, "Storage buffers per
- * program") is then refused. Adapters offer more: Dawn's SwiftShader 12 (Node and Chromium here), desktop GPUs
- * typically 10 or more. `useWebGpuDeviceLimits` replaces tfjs's factory (before any backend instance exists) by
+ * program") is then refused. Adapters offer more: Dawn's SwiftShader in Node 12, Chromium's SwiftShader 10 (Chrome
+ * rounds adapter limits to tiers; e2e/pages/kernels.ts reports it), desktop GPUs typically 10 or more. `useWebGpuDeviceLimits` replaces tfjs's factory (before any backend instance exists) by
  * the same one that also asks for the adapter's `maxStorageBuffersPerShaderStage`; everything else is tfjs's
  * (its features: timestamp-query and bgra8unorm-storage where offered; its power preference flag; the WebGPUBackend
  * class itself). Programs read the device's limit through kernels/webgpu-common.ts `storageBuffersPerProgram()` and fall back to their
@@ -66,8 +66,14 @@ export function useWebGpuDeviceLimits(Backend: BackendClass): boolean {
     (((...a: never[]) => unknown) & { [OURS]?: true }) | null;
   if (!existing) return false;
   if (existing[OURS]) return true;
-  const engine = tf.engine() as unknown as { registry: Record<string, unknown> };
+  const engine = tf.engine() as unknown as {
+    registry: Record<string, unknown>;
+    backendName: string | null;
+    pendingBackendInit: unknown;
+  };
+  // A device made, or being made (removing the factory would orphan that init): leave tfjs's in place.
   if (engine.registry.webgpu) return false;
+  if (engine.backendName === 'webgpu' && engine.pendingBackendInit != null) return false;
   const factory = Object.assign(
     async (): Promise<tf.KernelBackend> => {
       const gpu = (globalThis as { navigator?: { gpu?: { requestAdapter(o: object): Promise<unknown> } } })

@@ -643,8 +643,8 @@ function ropeFits(rope: DecodeRope, B: number, hs: number): boolean {
 /**
  * Whether gqaDecodeQkvWebGpu applies: what webGpuGqaDecodeApplies asks of the shapes, the qkv tensor
  * [B, (nh + 2·n_kv)·hs], the rotary rows (DecodeRope), the biases [nh·hs], [n_kv·hs], [n_kv·hs] and the norms'
- * weights [hs], float32; not a bias and a norm on q together (which no model of the family has: the attention
- * would bind 8 of its 2-dispatch form's storage buffers with both, 11 of the 1-dispatch one's).
+ * weights [hs], float32; not a bias and a norm on q together (no model of the family has both, and no test covers
+ * the kernels with both: the 1-dispatch form would bind 12 storage buffers, its 2-dispatch form 8).
  */
 export function webGpuGqaDecodeQkvApplies(
   src: DecodeQkv,
@@ -679,10 +679,11 @@ export function webGpuGqaDecodeQkvApplies(
  * adding the biases, model/ops.ts rmsNorm on q and k, then gqaDecodeWebGpu. Check webGpuGqaDecodeQkvApplies first.
  *
  * `inPlace` (Llama.decodeStep, which takes the cache it is given as spent): where kvWriteInPlaceApplies
- * (kernels/webgpu-inplace.ts), the new key
- * and value go into `kv`'s own buffers by ONE dispatch that writes the slot's rows only (KVPairInPlaceProgram),
- * instead of two that copy both whole caches: 2 dispatches in all, and the returned caches are `kv`'s tensors
- * cloned (sharing their data), so that a replayed decode carries them without a copy.
+ * (kernels/webgpu-inplace.ts), the new key and value go into `kv`'s own buffers, the slot's rows only, instead of
+ * two programs that copy both whole caches — by the attention's own dispatch (1 in all: DecodeProgram's `fresh`)
+ * where kvWriteInAttentionApplies and the device offers its freshAttentionBuffers, else by ONE dispatch before it
+ * (KVPairInPlaceProgram: 2 in all) — and the returned caches are `kv`'s tensors cloned (sharing their data), so
+ * that a replayed decode carries them without a copy.
  */
 export function gqaDecodeQkvWebGpu(
   src: DecodeQkv,

@@ -1657,9 +1657,10 @@ export interface LinearNtDecodeOptions {
 /**
  * Whether linearNtDecodeWebGpu applies: the fused path on and webgpu current, float32 throughout, consistent
  * shapes (x [N, in], every part [out_p, in], bias [Σ out_p], the norm's weight [in], the gate and residual
- * [N, Σ out_p], LoRA pairs on every part or none with one rank ≤ 64 and one scaling), at most 3 parts, and at most
- * 8 storage buffers, the output included (WebGPU's default per stage; the main matmul's and the down-projection's
- * bindings are both counted).
+ * [N, Σ out_p], LoRA pairs on every part or none with one rank ≤ 64 and one scaling), at most 3 parts, and within
+ * the device's storage buffers per program, the output included (storageBuffersPerProgram: 8 by WebGPU's default;
+ * the main matmul's and the down-projection's bindings are both counted, the parts' B's stacked — loraBsApart
+ * binds them apart only where that fits too).
  */
 export function webGpuLinearNtDecodeApplies(x: tf.Tensor, o: LinearNtDecodeOptions): boolean {
   if (!normPrologue || !enabled || tf.getBackend() !== 'webgpu') return false;

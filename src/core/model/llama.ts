@@ -717,7 +717,7 @@ export class Llama implements CausalLM {
    * and SwiGLU of the two in its epilogue; gate_proj's program then up_proj's with SwiGLU in its epilogue where a
    * bias or more than 64 rows rule the pair out), down_proj + the residual: 5 dispatches (6 where the attention does
    * not write the slot), plus one down-projection per LoRA pair, gate's and up's sharing one (and one concat of
-   * q|k|v's B's). Each piece falls back to `block`'s ops on its own when its program does not apply (another backend,
+   * q|k|v's B's where the device offers fewer than 10 storage buffers a program). Each piece falls back to `block`'s ops on its own when its program does not apply (another backend,
    * shapes over the limits, LoRA on some of q/k/v only, more storage buffers than the device offers); `attention` is
    * that path's.
    */
