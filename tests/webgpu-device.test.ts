@@ -8,6 +8,7 @@ import { describe, it, expect, beforeAll } from 'vitest';
 import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { deviceDescriptorFor } from '../src/core/backend/webgpu-device';
+import { adapterLabel } from '../src/cli/backend-webgpu-node';
 import { DEFAULT_STORAGE_BUFFERS, storageBuffersPerProgram } from '../src/core/kernels/webgpu-common';
 import { countDispatches } from '../src/bench/webgpu-dispatch';
 
@@ -42,8 +43,9 @@ describe('the device on Node WebGPU', () => {
     return;
   }
   let offered = 0;
+  let report: Awaited<ReturnType<typeof useNodeWebGpu>>;
   beforeAll(async () => {
-    await useNodeWebGpu();
+    report = await useNodeWebGpu();
     const gpu = (navigator as unknown as { gpu: { requestAdapter(o: object): Promise<unknown> } }).gpu;
     const a = (await gpu.requestAdapter({ powerPreference: 'high-performance' })) as {
       limits: { maxStorageBuffersPerShaderStage: number };
@@ -55,6 +57,9 @@ describe('the device on Node WebGPU', () => {
     const device = (tf.backend() as unknown as { device: { limits: Record<string, number> } }).device;
     expect(device.limits.maxStorageBuffersPerShaderStage).toBe(offered);
     expect(storageBuffersPerProgram()).toBe(Math.max(offered, DEFAULT_STORAGE_BUFFERS));
+    // What the benches record of the adapter (and its label) says it too.
+    expect(report.storageBuffersPerProgram).toBe(storageBuffersPerProgram());
+    expect(adapterLabel(report)).toContain(`${storageBuffersPerProgram()} storage buffers a program`);
   });
 
   it('runs a program binding more than 8 storage buffers (addN of limit − 1 tensors in one dispatch)', async () => {

@@ -53,6 +53,8 @@ export interface GpuAdapterReport {
   description: string;
   software: boolean;
   vulkan: string;
+  /** Storage buffers a program may bind on the device (NodeWebGpuAdapter's; absent where not read). */
+  storageBuffersPerProgram?: number;
 }
 
 export interface GpuBenchResult {

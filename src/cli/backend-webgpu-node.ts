@@ -25,6 +25,7 @@ import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
 import { UserError } from '../common/errors';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
+import { storageBuffersPerProgram } from '../core/kernels/webgpu-common';
 import { useWebGpuDeviceLimits } from '../core/backend/webgpu-device';
 import { setWebGpuLinearFastTiles, setWebGpuLinearVecRows } from '../core/kernels/webgpu-linear';
 
@@ -39,6 +40,11 @@ export interface NodeWebGpuAdapter {
   vulkan: 'system' | 'chromium';
   maxStorageBufferBindingSize: number;
   maxBufferSize: number;
+  /**
+   * Storage buffers a program may bind on the device made (the adapter's, asked for by core/backend/webgpu-device.ts;
+   * 8 by WebGPU's default): whether the decode's 9–10-buffer programs run there. Set by setNodeWebGpuBackend.
+   */
+  storageBuffersPerProgram?: number;
 }
 
 type DawnModule = { create(flags: string[]): GPU; globals: Record<string, unknown> };
@@ -228,6 +234,7 @@ export async function setNodeWebGpuBackend(opts: { fatalErrors?: boolean } = {})
   if (!ok)
     throw new UserError(`could not initialise the webgpu backend on adapter ${adapterLabel(adapter)}.`);
   await tf.ready();
+  adapter.storageBuffersPerProgram = storageBuffersPerProgram();
   if (opts.fatalErrors ?? true) {
     const device = (tf.backend() as unknown as { device: EventTarget }).device;
     device.addEventListener('uncapturederror', (e) => {
@@ -296,5 +303,8 @@ export function applyFastTiles(raw = process.env.PPO_WEBGPU_LINEAR_TILES): boole
 export function adapterLabel(a: NodeWebGpuAdapter): string {
   const name =
     [a.vendor, a.architecture, a.device].filter(Boolean).join(' / ') || a.description || 'unknown adapter';
-  return `${name} (Vulkan: ${a.vulkan}${a.software ? ', software adapter' : ''})`;
+  const buffers = a.storageBuffersPerProgram
+    ? `, ${a.storageBuffersPerProgram} storage buffers a program`
+    : '';
+  return `${name} (Vulkan: ${a.vulkan}${a.software ? ', software adapter' : ''}${buffers})`;
 }
