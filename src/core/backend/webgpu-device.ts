@@ -3,14 +3,15 @@
  *
  * tfjs-backend-webgpu 4.22 registers a factory that requests a device with six of the adapter's limits (workgroup
  * storage, workgroups per dimension, buffer sizes, workgroup size) and leaves `maxStorageBuffersPerShaderStage` at
- * WebGPU's default of 8. A program of ours that binds more (the decode attention that also writes the new key and
- * value into the cache, the q|k|v projection reading each LoRA B where it lies: docs/tfjs.md, "Storage buffers per
- * program") is then refused. Adapters offer more: Dawn's SwiftShader in Node 12, Chromium's SwiftShader 10 (Chrome
- * rounds adapter limits to tiers; e2e/pages/kernels.ts reports it), desktop GPUs typically 10 or more. `useWebGpuDeviceLimits` replaces tfjs's factory (before any backend instance exists) by
- * the same one that also asks for the adapter's `maxStorageBuffersPerShaderStage`; everything else is tfjs's
- * (its features: timestamp-query and bgra8unorm-storage where offered; its power preference flag; the WebGPUBackend
- * class itself). Programs read the device's limit through kernels/webgpu-common.ts `storageBuffersPerProgram()` and fall back to their
- * smaller variants where it is 8, so the numbers never depend on it.
+ * WebGPU's default of 8. A program of ours that binds more (the decode attention that also writes the new key and value
+ * into the cache, the q|k|v projection reading each LoRA B where it lies: docs/tfjs.md, "Storage buffers per program")
+ * is then refused. Adapters offer more: Dawn's SwiftShader in Node 12, Chromium's SwiftShader 10 (Chrome rounds adapter
+ * limits to tiers; e2e/pages/kernels.ts reports it), desktop GPUs typically 10 or more. `useWebGpuDeviceLimits`
+ * replaces tfjs's factory (before any backend instance exists) by the same one that also asks for the adapter's
+ * `maxStorageBuffersPerShaderStage`; everything else is tfjs's (its features: timestamp-query and bgra8unorm-storage
+ * where offered; its power preference flag; the WebGPUBackend class itself). Programs read the device's limit through
+ * kernels/webgpu-common.ts `storageBuffersPerProgram()` and fall back to their smaller variants where it is 8, so the
+ * numbers never depend on it.
  */
 import * as tf from '@tensorflow/tfjs-core';
 

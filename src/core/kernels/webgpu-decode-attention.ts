@@ -38,7 +38,7 @@ import { MASKED, type LayerKV } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 import { decodeSoftmaxDeclsWgsl, decodeSoftmaxWgsl } from './webgpu-softmax-wgsl';
 import {
-  kvWriteInAttentionApplies,
+  kvWriteInAttentionOn,
   kvWriteInPlaceApplies,
   runProgramInPlace,
   runProgramReadWrite,
@@ -303,7 +303,7 @@ export function webGpuDecodeAttentionApplies(
  * Check webGpuDecodeAttentionApplies first. `inPlace` (GPT2.decodeStep, whose cache argument is spent): where
  * kvWriteInPlaceApplies (kernels/webgpu-inplace.ts), the slot writes go into `kv`'s own tensors and the returned
  * caches are `kv`'s cloned (sharing their data): by the attention's own dispatch (1 in all) where
- * kvWriteInAttentionApplies, else by one dispatch for both before it (KVPairInPlaceProgram: 2 in all).
+ * kvWriteInAttentionOn, else by one dispatch for both before it (KVPairInPlaceProgram: 2 in all).
  */
 export function decodeAttentionWebGpu(
   qkv: tf.Tensor2D,
@@ -320,7 +320,7 @@ export function decodeAttentionWebGpu(
     const slot = tf.reshape(slotOneHot, [-1]);
     const [B, , S, hs] = kv.k.shape;
     const C = qkv.shape[1] / 3;
-    if (inPlace && kvWriteInAttentionApplies(kv)) {
+    if (inPlace && kvWriteInAttentionOn()) {
       // One dispatch: the attention writes the slot's key and value itself (6 storage buffers).
       const y = runProgramReadWrite(
         new DecodeAttentionProgram(B, nh, S, hs, true),

@@ -35,7 +35,7 @@ import { MASKED, type LayerKV } from './definitions';
 import { type WebGpuBackendLike, registerWebGpuKernels, storageBuffersPerProgram } from './webgpu-common';
 import { decodeSoftmaxDeclsWgsl, decodeSoftmaxWgsl } from './webgpu-softmax-wgsl';
 import {
-  kvWriteInAttentionApplies,
+  kvWriteInAttentionOn,
   kvWriteInPlaceApplies,
   runProgramInPlace,
   runProgramReadWrite,
@@ -85,6 +85,9 @@ interface HeadNames {
   norm: string;
 }
 const Q_NAMES: HeadNames = { fn: '', off: 'uniforms.off', bias: 'BI', norm: 'NW' };
+/** The fresh key's and value's (DecodeProgram's `fresh`): headRopeK, headRawV. */
+const K_NAMES: HeadNames = { fn: 'K', off: 'uniforms.offK', bias: 'BK', norm: 'NK' };
+const V_NAMES: HeadNames = { fn: 'V', off: 'uniforms.offV', bias: 'BV', norm: '' };
 
 /**
  * WGSL reading head elements from a HeadSource: `headRaw(b, h, d)` (biased), `headRstd(b, h)` (the RMSNorm's
@@ -359,7 +362,10 @@ class DecodeProgram {
       ...(fresh ? ['OH'] : []),
       ...(fresh ? freshNames(src!) : srcNames(src)),
     ];
-    this.uniforms = `S : i32, nh : i32, nkv : i32, scale : f32,${src ? ' stride : i32, off : i32, eps : f32,' : ''}${fresh ? ' offK : i32, offV : i32,' : ''}`;
+    this.uniforms =
+      'S : i32, nh : i32, nkv : i32, scale : f32,' +
+      (src ? ' stride : i32, off : i32, eps : f32,' : '') +
+      (fresh ? ' offK : i32, offV : i32,' : '');
     this.outputShape = [B, nh * hs];
     this.shaderKey = `perfGqaDecodeAttention_hs${hs}_cap${this.cap}${srcKey(src)}${fresh ? '_w' : ''}`;
     this.dispatch = [B * nh, 1, 1];
@@ -373,8 +379,8 @@ class DecodeProgram {
     // decode kernel).
     return `${decodeSoftmaxDeclsWgsl(hs, this.cap, WG, MASKED, this.fresh)}
       ${src ? headSourceFns(src, 'Q', hs, true) : ropeFn('ropeQ', 'Q', hs)}
-      ${fresh ? headSourceFns(src, 'Q', hs, true, { fn: 'K', off: 'uniforms.offK', bias: 'BK', norm: 'NK' }) : ''}
-      ${fresh ? headSourceFns({ bias: src.bias, norm: false }, 'Q', hs, false, { fn: 'V', off: 'uniforms.offV', bias: 'BV', norm: '' }) : ''}
+      ${fresh ? headSourceFns(src, 'Q', hs, true, K_NAMES) : ''}
+      ${fresh ? headSourceFns({ bias: src.bias, norm: false }, 'Q', hs, false, V_NAMES) : ''}
 
       fn main(index : i32) {
         let S = uniforms.S;
@@ -681,7 +687,7 @@ export function webGpuGqaDecodeQkvApplies(
  * `inPlace` (Llama.decodeStep, which takes the cache it is given as spent): where kvWriteInPlaceApplies
  * (kernels/webgpu-inplace.ts), the new key and value go into `kv`'s own buffers, the slot's rows only, instead of
  * two programs that copy both whole caches — by the attention's own dispatch (1 in all: DecodeProgram's `fresh`)
- * where kvWriteInAttentionApplies and the device offers its freshAttentionBuffers, else by ONE dispatch before it
+ * where kvWriteInAttentionOn and the device offers its freshAttentionBuffers, else by ONE dispatch before it
  * (KVPairInPlaceProgram: 2 in all) — and the returned caches are `kv`'s tensors cloned (sharing their data), so
  * that a replayed decode carries them without a copy.
  */
@@ -708,11 +714,7 @@ export function gqaDecodeQkvWebGpu(
       [-1],
     );
     const x = src.qkv;
-    if (
-      inPlace &&
-      kvWriteInAttentionApplies(kv) &&
-      freshAttentionBuffers(head) <= storageBuffersPerProgram()
-    ) {
+    if (inPlace && kvWriteInAttentionOn() && freshAttentionBuffers(head) <= storageBuffersPerProgram()) {
       // One dispatch: the attention writes the slot's key and value itself (7–10 storage buffers).
       const params = [
         ...(src.bias ? [src.bias.q, src.bias.k, src.bias.v] : []),

@@ -47,9 +47,12 @@ export function setKvWriteInAttention(on: boolean): boolean {
   return was;
 }
 
-/** Whether the decode attention may write the slot's key and value itself (setKvWriteInAttention; in place). */
-export function kvWriteInAttentionApplies(kv: LayerKV): boolean {
-  return kvFused && kvWriteInPlaceApplies(kv);
+/**
+ * Whether the decode attention may write the slot's key and value itself (setKvWriteInAttention): for a cache the
+ * caller has found kvWriteInPlaceApplies to.
+ */
+export function kvWriteInAttentionOn(): boolean {
+  return kvFused;
 }
 
 /** Whether the KV slot writes may go into `kv`'s own tensors: on, and inPlaceApplies to the key and value caches. */

@@ -343,7 +343,8 @@ function loraUpDecl(o: MatMulOptions): string {
         let p = loraPart(c);
         let d0 = r * ${parts * R} + p * ${R};
         if (p == 0) { ${sum('LoraB', 'c')} }
-        ${parts > 2 ? `else if (p == 1) { ${sum('LoraB1', 'c - uniforms.n0')} } else { ${sum('LoraB2', 'c - uniforms.n1')} }` : `else { ${sum('LoraB1', 'c - uniforms.n0')} }`}
+        ${parts > 2 ? `else if (p == 1) { ${sum('LoraB1', 'c - uniforms.n0')} }` : ''}
+        else { ${parts > 2 ? sum('LoraB2', 'c - uniforms.n1') : sum('LoraB1', 'c - uniforms.n0')} }
         return s;
       }`;
   }

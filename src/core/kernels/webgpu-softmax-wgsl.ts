@@ -182,7 +182,7 @@ export function attnStatsWgsl(rows: AttnRows): string {
 // ---- decode: one new query per (b, head) over the cache, a workgroup of `wg` threads ---------------------------
 
 /**
- * With the slot writes in the attention (`fresh`, docs/tfjs.md "The slot writes inside the attention"): the new
+ * With the slot writes in the attention (`fresh`; docs/tfjs.md, trap 5, "Since 2026-12-01: 5"): the new
  * token's key and value (dk, dv: the kernel fills them before decodeSoftmaxWgsl) and `decV(kvOff, j, d)`, element d
  * of slot j's value — dv where the slot one-hot OH is non-zero (that row of V is being written by this dispatch and
  * is never read from memory), V's otherwise.

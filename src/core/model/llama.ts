@@ -646,11 +646,12 @@ export class Llama implements CausalLM {
 
   /**
    * GPT2.decodeStep's contract over a cache of the KV heads, [B, n_kv, S, d] per layer: the new key (rotated) and
-   * value are added into the zero slot, then the query attends over the cache with each KV head serving its
-   * group of query heads (model/attention.ts's gqaDecodeAttention, the fused kernels on WebGPU). On WebGPU each
-   * block runs the decode programs (decodeBlock: 5 dispatches per layer), elsewhere `block`'s ops. There the new
-   * key and value are written into `cache`'s own tensors where each holds its data alone (gqaDecodeQkvWebGpu's
-   * `inPlace`: by the attention's own dispatch where the device's storage buffers allow), and the returned cache shares their data: the cache given is spent (CausalLM.decodeStep).
+   * value are added into the zero slot, then the query attends over the cache with each KV head serving its group of
+   * query heads (model/attention.ts's gqaDecodeAttention, the fused kernels on WebGPU). On WebGPU each block runs the
+   * decode programs (decodeBlock: 5 dispatches per layer), elsewhere `block`'s ops. There the new key and value are
+   * written into `cache`'s own tensors where each holds its data alone (gqaDecodeQkvWebGpu's `inPlace`: by the
+   * attention's own dispatch where the device's storage buffers allow), and the returned cache shares their data: the
+   * cache given is spent (CausalLM.decodeStep).
    */
   decodeStep(
     ids: tf.Tensor1D,
@@ -707,19 +708,19 @@ export class Llama implements CausalLM {
   }
 
   /**
-   * Block i of the KV-cache decode step (forward only, rows = batch, one token each) through the fused decode
-   * programs where they apply (docs/tfjs.md, dispatch counts; issue #22): input_layernorm in the prologue of ONE
-   * matmul over q_proj | k_proj | v_proj (kernels/webgpu-linear.ts linearNtDecodeWebGpu, the weights read in
-   * place), the attention reading q, k, v from it (`fused`: kernels/webgpu-gqa-decode.ts gqaDecodeQkvWebGpu, the
-   * biases, q_norm / k_norm and the rotary embedding applied there; it writes the new key and value into the cache
-   * itself where the device's storage buffers allow, else 1 dispatch of both writes before it), o_proj + the residual,
-   * gate_proj | up_proj as ONE program (`pair`: post_attention_layernorm in its prologue, both products per output
-   * and SwiGLU of the two in its epilogue; gate_proj's program then up_proj's with SwiGLU in its epilogue where a
-   * bias or more than 64 rows rule the pair out), down_proj + the residual: 5 dispatches (6 where the attention does
-   * not write the slot), plus one down-projection per LoRA pair, gate's and up's sharing one (and one concat of
-   * q|k|v's B's where the device offers fewer than 10 storage buffers a program). Each piece falls back to `block`'s ops on its own when its program does not apply (another backend,
-   * shapes over the limits, LoRA on some of q/k/v only, more storage buffers than the device offers); `attention` is
-   * that path's.
+   * Block i of the KV-cache decode step (forward only, rows = batch, one token each) through the fused decode programs
+   * where they apply (docs/tfjs.md, dispatch counts; issue #22): input_layernorm in the prologue of ONE matmul over
+   * q_proj | k_proj | v_proj (kernels/webgpu-linear.ts linearNtDecodeWebGpu, the weights read in place), the attention
+   * reading q, k, v from it (`fused`: kernels/webgpu-gqa-decode.ts gqaDecodeQkvWebGpu, the biases, q_norm / k_norm and
+   * the rotary embedding applied there; it writes the new key and value into the cache itself where the device's
+   * storage buffers allow, else 1 dispatch of both writes before it), o_proj + the residual, gate_proj | up_proj as
+   * ONE program (`pair`: post_attention_layernorm in its prologue, both products per output and SwiGLU of the two in
+   * its epilogue; gate_proj's program then up_proj's with SwiGLU in its epilogue where a bias or more than 64 rows
+   * rule the pair out), down_proj + the residual: 5 dispatches (6 where the attention does not write the slot), plus
+   * one down-projection per LoRA pair, gate's and up's sharing one (and one concat of q|k|v's B's where the device
+   * offers fewer than 10 storage buffers a program). Each piece falls back to `block`'s ops on its own when its
+   * program does not apply (another backend, shapes over the limits, LoRA on some of q/k/v only, more storage buffers
+   * than the device offers); `attention` is that path's.
    */
   private decodeBlock(
     x: tf.Tensor2D,
