@@ -61,6 +61,10 @@ test.describe('the playground page', () => {
     await expect(page.getByTestId('backend-adapter')).toContainText(/swiftshader/i);
     await expect(page.getByTestId('backend-adapter')).toContainText('software');
     await expect(page.getByTestId('backend-notice')).toContainText('software adapter (SwiftShader)');
+    // Nothing is timed on a software adapter: both kernel forms stay off, and the page says why.
+    await expect(page.getByTestId('backend-kernels')).toHaveText(
+      'Kernels: vector loads in the few-rows program and the tile kernel for the tiled products off: not timed: a software adapter (its speed says nothing of a GPU’s).',
+    );
     await expect(page.getByTestId('model-summary')).toBeVisible();
 
     await generate(page, 'Once upon a time', WEBGPU_TOKENS);
@@ -68,6 +72,20 @@ test.describe('the playground page', () => {
     await expect(
       output(page).getByRole('list', { name: 'Generated tokens' }).getByRole('listitem'),
     ).not.toHaveCount(0);
+  });
+
+  test('?tuneKernels=1 times the kernel forms in the worker, and the page shows the choice', async ({
+    page,
+  }) => {
+    await page.goto('/?backend=webgpu&tuneKernels=1');
+    await expect(badge(page)).toHaveAttribute('data-backend', 'webgpu');
+    // Each form timed from recorded replays in the worker's WebGPU device, on or off, with both times.
+    const kernels = page.getByTestId('backend-kernels');
+    await expect(kernels).toContainText(/^Kernels: vector loads in the few-rows program (on|off): /);
+    await expect(kernels).toContainText(
+      /the tile kernel for the tiled products (on|off): [^;]*\([\d.]+ ms without, [\d.]+ ms with\) \(timed in [\d.]+ s\)\.$/,
+    );
+    await expect(page.getByTestId('model-summary')).toBeVisible();
   });
 
   test('choosing a backend re-initialises the worker and keeps the model', async ({ page }) => {

@@ -12,8 +12,8 @@
 # PPO_DAWN_TOGGLES; load: a full-size Qwen2.5-1.5B-shaped folder with random bf16 weights loaded with the base in
 # f16 a weight at a time and as before 2026-11-30, one process each: host memory, time and the process's GPU memory
 # after the load by scripts/load-memory.ts; vec: the few-rows program's vector loads, Qwen2.5-1.5B's f16 GRPO row
-# without and with them (PPO_WEBGPU_VEC_ROWS), the first process with the decode comparison, which times them
-# too; tiles: the fused linear on the tile kernel against its 64 x 64 tiles at the scoring's and update's products
+# at the default (the device's timing chose them or not) with the decode comparison, which times both forms, then
+# with the other form (PPO_WEBGPU_VEC_ROWS); tiles: the fused linear on the tile kernel against its 64 x 64 tiles at the scoring's and update's products
 # (scripts/linear-tiles.ts), then Qwen2.5-1.5B's f16 GRPO row with PPO_WEBGPU_LINEAR_TILES=fast and the vector loads
 # on; f16profile: Qwen2.5-1.5B's f16 GRPO step under tf.profile, GPU time per kernel and phase,
 # scripts/profile-f16-step.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
@@ -102,13 +102,17 @@ if want vec; then
   if [ -f .gpu/bundle/vec-rows.mjs ]; then
     $node .gpu/bundle/vec-rows.mjs 2>&1 | tee "$out/vec-rows.txt" | tail -3 || echo "vec-rows failed"
   fi
-  for v in 0 1; do
-    # Unset (empty) for the default: the decode comparison then times both ways.
-    PPO_WEBGPU_VEC_ROWS=$([ "$v" = 1 ] && echo 1 || true) PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=qwen2.5-1.5b PPO_GPU_BENCH_F16_DECODE=$((1 - v)) \
-      $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-f16-vec$v.json" 2> "$out/bench-f16-vec$v.log" || {
-        echo "bench --gpu (f16, PPO_WEBGPU_VEC_ROWS=$v) failed:"; tail -40 "$out/bench-f16-vec$v.log"; }
-    tail -6 "$out/bench-f16-vec$v.log"
-  done
+  # The default first: the form the device's timing chose (docs/gpu.md, "Kernels chosen by timing on the device"),
+  # its decode comparison timing batch-1 decode with and without them; then the row with the other form, set.
+  PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=qwen2.5-1.5b PPO_GPU_BENCH_F16_DECODE=1 \
+    $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-f16-vec-default.json" 2> "$out/bench-f16-vec-default.log" || {
+      echo "bench --gpu (f16, the default) failed:"; tail -40 "$out/bench-f16-vec-default.log"; }
+  tail -6 "$out/bench-f16-vec-default.log"
+  other=$($node -e 'try { const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").pop()); console.log(r.linearKernels?.inForce?.vecRows ? 0 : 1) } catch { console.log(1) }' "$out/bench-f16-vec-default.json")
+  PPO_WEBGPU_VEC_ROWS=$other PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=qwen2.5-1.5b PPO_GPU_BENCH_F16_DECODE=0 \
+    $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-f16-vec$other.json" 2> "$out/bench-f16-vec$other.log" || {
+      echo "bench --gpu (f16, PPO_WEBGPU_VEC_ROWS=$other) failed:"; tail -40 "$out/bench-f16-vec$other.log"; }
+  tail -6 "$out/bench-f16-vec$other.log"
 fi
 if want tiles; then
   # The fused linear on matMulFast's tile kernel (docs/gpu.md, "The fused linear on the tile kernel"): the products

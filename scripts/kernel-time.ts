@@ -32,14 +32,4 @@ export async function timeCalls(
 }
 
 /** max |b − a| / max |a| of two results of one product computed two ways (both read, then disposed). */
-export async function pairRelDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
-  const [va, vb] = [await a.data(), await b.data()];
-  tf.dispose([a, b]);
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < va.length; i++) {
-    num = Math.max(num, Math.abs(vb[i] - va[i]));
-    den = Math.max(den, Math.abs(va[i]));
-  }
-  return num / den;
-}
+export { pairRelDiff } from '../src/core/backend/webgpu-tune';

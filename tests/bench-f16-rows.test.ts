@@ -243,6 +243,38 @@ describe('the f16 rows as Markdown', () => {
     expect(f16Markdown({ ...r, linearKernels: { vecRows: true, fastTiles: true } })).toContain(
       '- The fused linear: vector loads in the few-rows program on (PPO_WEBGPU_VEC_ROWS=1), the tiled products on the tile kernel (PPO_WEBGPU_LINEAR_TILES=fast).',
     );
+    // The device's timing chose the vector loads: the default line is with them, the other without.
+    const tuned = f16Markdown({
+      ...r,
+      adapter: {
+        ...r.adapter,
+        kernels: {
+          vecRows: { on: true, how: 'timed', why: 'vector loads in the few-rows program on: timed faster' },
+          fastTiles: {
+            on: false,
+            how: 'timed',
+            why: 'the tile kernel for the tiled products off: not faster',
+          },
+          ms: 420,
+        },
+      },
+      decode: {
+        ...r.decode!,
+        vecLoads: null,
+        withoutVecLoads: { f16GreedyMsPerToken: 5, f32GreedyMsPerToken: 6, f16OverF32: 5 / 6 },
+      },
+      linearKernels: { vecRows: null, fastTiles: null, inForce: { vecRows: true, fastTiles: false } },
+    });
+    expect(tuned).toContain(
+      '| the same, without the vector loads (setWebGpuLinearVecRows(false)) | 5.00 | 6.00 | 0.83 |',
+    );
+    expect(tuned).not.toContain('| the same, vector loads');
+    expect(tuned).toContain(
+      '- The fused linear: vector loads in the few-rows program on (the default), the tiled products on 64 × 64 tiles (the default).',
+    );
+    expect(tuned).toContain(
+      '- Kernels timed when the backend started: vector loads in the few-rows program on: timed faster; the tile kernel for the tiled products off: not faster (timed in 0.4 s).',
+    );
     // A row that timed the bounded plan first: the memory on its line, PyTorch and the ratio on the default's.
     const row = r.rows[0];
     const bounded = {

@@ -4,7 +4,7 @@
  * malformed list.
  */
 import { describe, it, expect } from 'vitest';
-import { applyFastTiles, applyVecRows, dawnCreateOptions } from '../src/cli/backend-webgpu-node';
+import { applyFastTiles, applyVecRows, dawnCreateOptions, tuneSetting } from '../src/cli/backend-webgpu-node';
 import {
   setWebGpuLinearFastTiles,
   setWebGpuLinearVecRows,
@@ -88,5 +88,24 @@ describe("PPO_WEBGPU_LINEAR_TILES: the fused linear's tiles for a timing run", (
     } finally {
       setWebGpuLinearFastTiles(null);
     }
+  });
+});
+
+describe("PPO_WEBGPU_TUNE: timing the fused linear's kernels when the backend starts", () => {
+  it('unset: the default (hardware adapters only); 0 skips; 1 times everywhere; anything else is refused in words', () => {
+    expect(tuneSetting(undefined)).toBeNull();
+    expect(tuneSetting('')).toBeNull();
+    expect(tuneSetting('0')).toBe(false);
+    expect(tuneSetting(' 1 ')).toBe(true);
+    let err: unknown = null;
+    try {
+      tuneSetting('yes');
+    } catch (e) {
+      err = e;
+    }
+    expect(isUserError(err)).toBe(true);
+    expect((err as Error).message).toBe(
+      'PPO_WEBGPU_TUNE must be 0 (do not time the kernels) or 1 (time them even on a software adapter), got "yes".',
+    );
   });
 });

@@ -18,8 +18,10 @@ import { countDispatches } from './webgpu-dispatch';
 import {
   setWebGpuLinearVecRows,
   webGpuLinearFastTiles,
+  webGpuLinearKernelsInForce,
   webGpuLinearVecRows,
 } from '../core/kernels/webgpu-linear';
+import { describeKernelTuning } from '../core/backend/webgpu-tune';
 import {
   benchModelLabel,
   f16BenchRun,
@@ -63,11 +65,16 @@ export interface F16DecodeRow extends F16DecodeTimes {
    */
   dispatchesPerToken: number | null;
   /**
-   * The same three with the few-rows program's vector loads on (setWebGpuLinearVecRows(true); off by default), each
-   * timed right after the default on the same model; null where the process turned them on or off itself
-   * (PPO_WEBGPU_VEC_ROWS), so that the default timings above are not already one or the other.
+   * The same three with the few-rows program's vector loads on (setWebGpuLinearVecRows(true)), each timed right
+   * after the default on the same model, where the default ran without them; null where the process turned them on
+   * or off itself (PPO_WEBGPU_VEC_ROWS), or where the device's timing (core/backend/webgpu-tune.ts) chose them.
    */
   vecLoads: F16DecodeTimes | null;
+  /**
+   * The same three with the vector loads off (setWebGpuLinearVecRows(false)), where the device's timing chose them
+   * for the default; null otherwise (absent in earlier results).
+   */
+  withoutVecLoads?: F16DecodeTimes | null;
 }
 
 export interface F16BenchResult {
@@ -77,9 +84,14 @@ export interface F16BenchResult {
   decode: F16DecodeRow | null;
   /**
    * The fused linear's settings the rows ran under (PPO_WEBGPU_VEC_ROWS, PPO_WEBGPU_LINEAR_TILES; null: the default,
-   * off): the few-rows program's vector loads and the tile kernel for the tiled products.
+   * which is the device's timing, adapter.kernels): the few-rows program's vector loads and the tile kernel for the
+   * tiled products; `inForce`: what ran (absent in earlier results, where the default was off).
    */
-  linearKernels: { vecRows: boolean | null; fastTiles: boolean | null };
+  linearKernels: {
+    vecRows: boolean | null;
+    fastTiles: boolean | null;
+    inForce?: { vecRows: boolean; fastTiles: boolean };
+  };
   notes: string[];
 }
 
@@ -147,21 +159,33 @@ export async function runF16Bench(o: {
       f32GreedyMsPerToken: null,
       f16OverF32: null,
       vecLoads: null,
+      withoutVecLoads: null,
       dispatchesPerToken: null,
     };
-    // The vector loads are timed beside the default only where the process left them at the default.
+    // The other form of the vector loads is timed beside the default only where the process left them at the
+    // default (the device's timing, else off): with them where the default ran without, and the reverse.
     const vecShipped = webGpuLinearVecRows();
+    const vecDefault = webGpuLinearKernelsInForce().vecRows;
     const vec: F16DecodeTimes | null =
       vecShipped === null ? { f16GreedyMsPerToken: null, f32GreedyMsPerToken: null, f16OverF32: null } : null;
     if (!vec)
       notes.push('f16Decode.vecLoads: null (PPO_WEBGPU_VEC_ROWS set: the default timings are with it).');
+    else
+      notes.push(
+        vecDefault
+          ? 'f16Decode: the default timings are with the vector loads (chosen by timing on this device); withoutVecLoads without them.'
+          : 'f16Decode: the default timings are without the vector loads; vecLoads with them.',
+      );
     for (const dtype of ['f16', 'f32'] as const) {
       let model: CausalLM | null = null;
       try {
         model = await o.hooks.loadModel(name, dtype);
-        for (const vecOn of vec ? [false, true] : [false]) {
-          o.log(`${name}: greedy decode at batch 1, base in ${dtype}${vecOn ? ', vector loads' : ''}`);
-          if (vecOn) setWebGpuLinearVecRows(true);
+        for (const other of vec ? [false, true] : [false]) {
+          const vecOn = other ? !vecDefault : vecDefault;
+          o.log(
+            `${name}: greedy decode at batch 1, base in ${dtype}${vecOn ? ', vector loads' : ''}${other ? '' : ' (the default)'}`,
+          );
+          if (other) setWebGpuLinearVecRows(vecOn);
           try {
             const t = await decodeTiming(model, {
               batch: 1,
@@ -171,10 +195,10 @@ export async function runF16Bench(o: {
               sampling: { temperature: 1, topK: 0, topP: 1 },
             });
             o.log(`  ${JSON.stringify(t)}`);
-            const into: F16DecodeTimes = vecOn ? vec! : decode;
+            const into: F16DecodeTimes = other ? vec! : decode;
             if (dtype === 'f16') into.f16GreedyMsPerToken = t.greedyMsPerToken;
             else into.f32GreedyMsPerToken = t.greedyMsPerToken;
-            if (dtype === 'f16' && !vecOn) decode.dispatchesPerToken = await decodeDispatchesPerToken(model);
+            if (dtype === 'f16' && !other) decode.dispatchesPerToken = await decodeDispatchesPerToken(model);
           } finally {
             setWebGpuLinearVecRows(vecShipped);
           }
@@ -198,21 +222,32 @@ export async function runF16Bench(o: {
     };
     ratio(decode, 'f16Decode.f16OverF32');
     if (vec) {
-      ratio(vec, 'f16Decode.vecLoads.f16OverF32');
-      decode.vecLoads = vec;
+      const key = vecDefault ? 'withoutVecLoads' : 'vecLoads';
+      ratio(vec, `f16Decode.${key}.f16OverF32`);
+      decode[key] = vec;
     }
   }
   return {
     adapter: o.adapter,
     rows,
     decode,
-    linearKernels: { vecRows: webGpuLinearVecRows(), fastTiles: webGpuLinearFastTiles() },
+    linearKernels: {
+      vecRows: webGpuLinearVecRows(),
+      fastTiles: webGpuLinearFastTiles(),
+      inForce: webGpuLinearKernelsInForce(),
+    },
     notes,
   };
 }
 
-const onOff = (v: boolean | null): string =>
-  v ? 'on (PPO_WEBGPU_VEC_ROWS=1)' : v === false ? 'off (PPO_WEBGPU_VEC_ROWS=0)' : 'off (the default)';
+/** A setting's state in words: set by its variable, else the default (the device's timing, else off). */
+const setting = (
+  set: boolean | null,
+  inForce: boolean | undefined,
+  envVar: string,
+  on: string,
+  off: string,
+): string => (set != null ? `${set ? on : off} (${envVar})` : `${inForce ? on : off} (the default)`);
 /** Dispatches a greedy token costs at batch 1 (the counts of 24 and 8 new tokens, their difference over 16). */
 export async function decodeDispatchesPerToken(model: CausalLM): Promise<number> {
   const V = model.config.vocab_size;
@@ -260,6 +295,11 @@ export function f16Markdown(r: F16BenchResult): string {
           '| greedy decode, batch 1 | base in f16, ms/token | base in f32, ms/token | f16 ÷ f32 |',
           '| --- | --- | --- | --- |',
           `| ${r.decode.model}${r.decode.dispatchesPerToken != null ? `; ${f(r.decode.dispatchesPerToken, 1)} dispatches a token (f16)` : ''} | ${f(r.decode.f16GreedyMsPerToken, 2)} | ${f(r.decode.f32GreedyMsPerToken, 2)} | ${r.decode.f16OverF32 == null ? 'null (see notes)' : r.decode.f16OverF32.toFixed(2)} |`,
+          ...(r.decode.withoutVecLoads
+            ? [
+                `| the same, without the vector loads (setWebGpuLinearVecRows(false)) | ${f(r.decode.withoutVecLoads.f16GreedyMsPerToken, 2)} | ${f(r.decode.withoutVecLoads.f32GreedyMsPerToken, 2)} | ${r.decode.withoutVecLoads.f16OverF32 == null ? 'null (see notes)' : r.decode.withoutVecLoads.f16OverF32.toFixed(2)} |`,
+              ]
+            : []),
           ...(r.decode.vecLoads
             ? [
                 `| the same, vector loads (setWebGpuLinearVecRows) | ${f(r.decode.vecLoads.f16GreedyMsPerToken, 2)} | ${f(r.decode.vecLoads.f32GreedyMsPerToken, 2)} | ${r.decode.vecLoads.f16OverF32 == null ? 'null (see notes)' : r.decode.vecLoads.f16OverF32.toFixed(2)} |`,
@@ -268,7 +308,8 @@ export function f16Markdown(r: F16BenchResult): string {
           '',
         ]
       : []),
-    `- The fused linear: vector loads in the few-rows program ${onOff(r.linearKernels.vecRows)}, the tiled products on ${r.linearKernels.fastTiles ? 'the tile kernel (PPO_WEBGPU_LINEAR_TILES=fast)' : `64 × 64 tiles (${r.linearKernels.fastTiles === false ? 'PPO_WEBGPU_LINEAR_TILES=classic' : 'the default'})`}.`,
+    `- The fused linear: vector loads in the few-rows program ${setting(r.linearKernels.vecRows, r.linearKernels.inForce?.vecRows, `PPO_WEBGPU_VEC_ROWS=${r.linearKernels.vecRows ? 1 : 0}`, 'on', 'off')}, the tiled products on ${setting(r.linearKernels.fastTiles, r.linearKernels.inForce?.fastTiles, `PPO_WEBGPU_LINEAR_TILES=${r.linearKernels.fastTiles ? 'fast' : 'classic'}`, 'the tile kernel', '64 × 64 tiles')}.`,
+    ...(a.kernels ? [`- Kernels timed when the backend started: ${describeKernelTuning(a.kernels)}`] : []),
     ...r.rows.flatMap((q) => q.notes.map((n) => `- ${n}`)),
     ...r.notes.map((n) => `- ${n}`),
     '',

@@ -45,6 +45,7 @@ import { resolveLoraTargets } from '../core/model/lora';
 import { formatEstimate } from '../core/model/size';
 import { ReplayFrame, replayBackend, replayHeldBytes } from '../core/kernels/webgpu-replay';
 import { type GpuBufferPeak, GpuBufferPeakMeter } from './perf/gpu-buffer-peak';
+import type { WebGpuKernelTuning } from '../core/backend/webgpu-tune';
 
 export interface GpuAdapterReport {
   vendor: string;
@@ -55,6 +56,8 @@ export interface GpuAdapterReport {
   vulkan: string;
   /** Storage buffers a program may bind on the device (NodeWebGpuAdapter's; absent where not read). */
   storageBuffersPerProgram?: number;
+  /** The fused linear's kernels as timed on the device when the backend started (core/backend/webgpu-tune.ts). */
+  kernels?: WebGpuKernelTuning;
 }
 
 export interface GpuBenchResult {

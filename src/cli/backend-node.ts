@@ -20,7 +20,10 @@ export async function setNodeBackend(name: string = 'wasm'): Promise<NodeBackend
   if (name === 'webgpu') {
     // Dawn through the `webgpu` package; a UserError naming what to install when no adapter is found.
     const w = await import('./backend-webgpu-node');
-    process.stderr.write(`webgpu: ${w.adapterLabel(await w.setNodeWebGpuBackend())}\n`);
+    const adapter = await w.setNodeWebGpuBackend();
+    process.stderr.write(`webgpu: ${w.adapterLabel(adapter)}\n`);
+    const kernels = w.kernelsLabel(adapter);
+    if (kernels) process.stderr.write(`webgpu kernels: ${kernels}\n`);
     return name;
   }
   const ok = await tf.setBackend(name);

@@ -28,6 +28,12 @@ import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
 import { storageBuffersPerProgram } from '../core/kernels/webgpu-common';
 import { useWebGpuDeviceLimits } from '../core/backend/webgpu-device';
 import { setWebGpuLinearFastTiles, setWebGpuLinearVecRows } from '../core/kernels/webgpu-linear';
+import {
+  TUNE_SOFTWARE_SCALE,
+  describeKernelTuning,
+  tuneWebGpuLinear,
+  type WebGpuKernelTuning,
+} from '../core/backend/webgpu-tune';
 
 export interface NodeWebGpuAdapter {
   vendor: string;
@@ -45,6 +51,11 @@ export interface NodeWebGpuAdapter {
    * 8 by WebGPU's default): whether the decode's 9–10-buffer programs run there. Set by setNodeWebGpuBackend.
    */
   storageBuffersPerProgram?: number;
+  /**
+   * The fused linear's kernels as timed on this device when the backend started (core/backend/webgpu-tune.ts):
+   * each form on or off and why. Set by setNodeWebGpuBackend.
+   */
+  kernels?: WebGpuKernelTuning;
 }
 
 type DawnModule = { create(flags: string[]): GPU; globals: Record<string, unknown> };
@@ -235,6 +246,15 @@ export async function setNodeWebGpuBackend(opts: { fatalErrors?: boolean } = {})
     throw new UserError(`could not initialise the webgpu backend on adapter ${adapterLabel(adapter)}.`);
   await tf.ready();
   adapter.storageBuffersPerProgram = storageBuffersPerProgram();
+  // The fused linear's forms timed on this device where no setting chose them (nothing timed on software adapters).
+  const tune = tuneSetting();
+  adapter.kernels = await tuneWebGpuLinear({
+    software: adapter.software,
+    skip: tune === false,
+    force: tune === true,
+    // Forced on a software adapter: smaller shapes (a check that it runs; its figures are a CPU's).
+    scale: adapter.software ? TUNE_SOFTWARE_SCALE : 1,
+  });
   if (opts.fatalErrors ?? true) {
     const device = (tf.backend() as unknown as { device: EventTarget }).device;
     device.addEventListener('uncapturederror', (e) => {
@@ -298,6 +318,27 @@ export function applyFastTiles(raw = process.env.PPO_WEBGPU_LINEAR_TILES): boole
   }
   setWebGpuLinearFastTiles(v === 'fast');
   return v === 'fast';
+}
+
+/**
+ * `PPO_WEBGPU_TUNE`: "0" skips timing the fused linear's kernels when the backend starts (both forms stay off unless
+ * set), "1" times them even on a software adapter (at a sixteenth of the shapes; the figures say nothing of a GPU); unset: timed on
+ * hardware adapters only (core/backend/webgpu-tune.ts).
+ */
+export function tuneSetting(raw = process.env.PPO_WEBGPU_TUNE): boolean | null {
+  const v = raw?.trim();
+  if (!v) return null;
+  if (v !== '0' && v !== '1') {
+    throw new UserError(
+      `PPO_WEBGPU_TUNE must be 0 (do not time the kernels) or 1 (time them even on a software adapter), got "${raw}".`,
+    );
+  }
+  return v === '1';
+}
+
+/** The kernels' choice in words (core/backend/webgpu-tune.ts), or null where the backend has not tuned. */
+export function kernelsLabel(a: NodeWebGpuAdapter): string | null {
+  return a.kernels ? describeKernelTuning(a.kernels) : null;
 }
 
 export function adapterLabel(a: NodeWebGpuAdapter): string {

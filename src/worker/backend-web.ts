@@ -27,6 +27,7 @@ import { startWasmWithThreads, wasmThreadsFor } from './wasm-threads';
 import { WASM_HEAP_BYTES, type DeviceLimits } from './device-limits';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
 import { useWebGpuDeviceLimits } from '../core/backend/webgpu-device';
+import { TUNE_SOFTWARE_SCALE, tuneWebGpuLinear } from '../core/backend/webgpu-tune';
 
 // tfjs-webgpu's AddN of more than 7 tensors is an invalid pipeline that drops its whole command batch.
 registerWebGpuAddNChunked();
@@ -69,7 +70,11 @@ function wasmStarted(): boolean {
  */
 export function applyBackendOptions(options: BackendOptions | undefined): void {
   if (!wasmStarted()) wasmThreads = wasmThreadsFor(cores(), options?.wasmThreads);
+  if (options?.tuneKernels !== undefined) tuneOnSoftware = options.tuneKernels;
 }
+
+/** Whether the fused linear's kernels are timed on a software adapter too (BackendOptions.tuneKernels). */
+let tuneOnSoftware = false;
 
 /** The WASM backend's threads, when it is the current backend. */
 export function wasmThreadsReport(): WasmThreadsReport | undefined {
@@ -150,7 +155,16 @@ function adapterName(a: AdapterReport): string {
 export async function selectBackend(pref: BackendPref): Promise<BackendReport> {
   const report = await chooseBackend(pref);
   const wasm = wasmThreadsReport();
-  return wasm ? { ...report, wasm } : report;
+  if (wasm) return { ...report, wasm };
+  if (report.backend !== 'webgpu') return report;
+  // The fused linear's forms timed on this device (core/backend/webgpu-tune.ts): under a second on a GPU.
+  const software = report.adapter?.isSoftware ?? true;
+  const kernels = await tuneWebGpuLinear({
+    software,
+    force: tuneOnSoftware,
+    scale: software ? TUNE_SOFTWARE_SCALE : 1,
+  });
+  return { ...report, kernels };
 }
 
 async function chooseBackend(pref: BackendPref): Promise<BackendReport> {

@@ -7,6 +7,7 @@
  * Keep this file types only: it is the contract between the two threads. The config and metrics are core's own
  * types (src/common/config.ts, src/common/metrics.ts), imported as types only.
  */
+import type { WebGpuKernelTuning } from '../common/kernel-tuning';
 import type { ConfigKey, TrainConfig } from '../common/config';
 import type { DpoJobSettings, SftJobSettings } from '../common/config/jobs';
 import type { StepMetrics } from '../common/metrics';
@@ -37,6 +38,11 @@ export interface BackendReport {
   notice: string | null;
   /** On WASM: the threads it runs on (absent on other backends). */
   wasm?: WasmThreadsReport;
+  /**
+   * On WebGPU: the fused linear's kernels as timed on this device when the backend started
+   * (core/backend/webgpu-tune.ts; nothing is timed on a software adapter unless the page asks: `?tuneKernels=1`).
+   */
+  kernels?: WebGpuKernelTuning;
 }
 
 export interface WasmThreadsReport {
@@ -53,6 +59,11 @@ export interface BackendOptions {
    * before WASM first starts in the worker; the app passes its page's `?wasmThreads=N`.
    */
   wasmThreads?: number;
+  /**
+   * Time the fused linear's kernels even on a software adapter (at a sixteenth of the shapes: a check that it runs
+   * there, not a GPU's figures); the app passes its page's `?tuneKernels=1`.
+   */
+  tuneKernels?: boolean;
 }
 
 export type ModelSource =

@@ -62,7 +62,8 @@
  * before the activation, so gelu_new and the residual apply to base + LoRA as in the plain path, and the
  * LoRA forward is 2 thin matmuls + this dispatch (the plain path multiplies by s as its own kernel).
  *
- * - the tiled products on matMulFast's tile kernel (setWebGpuLinearFastTiles, off by default until a GPU times it):
+ * - the tiled products on matMulFast's tile kernel (setWebGpuLinearFastTiles; by default where timing on the device
+ *   finds it faster, core/backend/webgpu-tune.ts):
  *   LinearTileProgram, 128 × 128 tiles of 8 × 8 outputs a thread with the same epilogues and packed-f16 B
  *   (docs/gpu.md, "The fused linear on the tile kernel"; tests/webgpu-linear-tile.test.ts).
  *
@@ -1127,14 +1128,17 @@ class LinearTileProgram {
   }
 }
 
-/** null: the default (off: not timed on a GPU yet); true / false: on / off (tests, the GPU bench). */
+/** null: the default (the device's timing, else off); true / false: on / off (tests, the GPU bench, the env). */
 let fastTilesForced: boolean | null = null;
+/** What timing on this device chose (core/backend/webgpu-tune.ts); false until it has run, and on software adapters. */
+let fastTilesTuned = false;
 
 /**
  * Whether the fused linear's tiled products (the forward, dz and dx / dW at more rows than the few-rows program's
  * bound: a minibatch's scoring and update) run matMulFast's tile kernel (LinearTileProgram: 8 × 8 outputs a thread
- * on 128 × 128 tiles) instead of LinearMatMulProgram's 64 × 64 tiles of 4 × 4. Off by default until a GPU has timed
- * it (docs/gpu.md, "The fused linear on the tile kernel"). Returns the previous setting.
+ * on 128 × 128 tiles) instead of LinearMatMulProgram's 64 × 64 tiles of 4 × 4. null (the default): what timing both
+ * on this device chose (core/backend/webgpu-tune.ts; off where it has not run); docs/gpu.md, "The fused linear on the
+ * tile kernel". Returns the previous setting.
  */
 export function setWebGpuLinearFastTiles(on: boolean | null): boolean | null {
   const was = fastTilesForced;
@@ -1152,7 +1156,26 @@ export function webGpuLinearFastTiles(): boolean | null {
  * in parts (a decode step's, at few rows: their reads are per element inside the 64 × 64 tiles' loads).
  */
 export function fastTileApplies(o: Pick<MatMulOptions, 'ln' | 'parts'>): boolean {
-  return fastTilesForced === true && !o.ln && (o.parts ?? 1) < 2;
+  return (fastTilesForced ?? fastTilesTuned) && !o.ln && (o.parts ?? 1) < 2;
+}
+
+/**
+ * What timing both forms on this device chose (core/backend/webgpu-tune.ts): used wherever setWebGpuLinearFastTiles /
+ * setWebGpuLinearVecRows left the setting at null. Returns the previous choice.
+ */
+export function setWebGpuLinearTuned(o: { fastTiles?: boolean; vecRows?: boolean }): {
+  fastTiles: boolean;
+  vecRows: boolean;
+} {
+  const was = { fastTiles: fastTilesTuned, vecRows: vecRowsTuned };
+  if (o.fastTiles !== undefined) fastTilesTuned = o.fastTiles;
+  if (o.vecRows !== undefined) vecRowsTuned = o.vecRows;
+  return was;
+}
+
+/** The fused linear's kernels in force now: the setting where one was made, else the device's timing, else off. */
+export function webGpuLinearKernelsInForce(): { fastTiles: boolean; vecRows: boolean } {
+  return { fastTiles: fastTilesForced ?? fastTilesTuned, vecRows: vecRowsForced ?? vecRowsTuned };
 }
 
 /** The program for C [M, N] with these options: few rows, columns or tiles (linearPlan). */
@@ -1173,14 +1196,16 @@ function matMulProgram(
   return new FewRowsMatMulProgram(o, M, N, plan, vecRowsWidth(o, K));
 }
 
-/** null: the default (off: not timed on a GPU yet); true / false: on / off (tests, the GPU bench). */
+/** null: the default (the device's timing, else off); true / false: on / off (tests, the GPU bench, the env). */
 let vecRowsForced: boolean | null = null;
+/** What timing on this device chose (core/backend/webgpu-tune.ts); false until it has run, and on software adapters. */
+let vecRowsTuned = false;
 
 /**
  * Whether the few-rows program reads nn.Linear's W [out, in] (transB: the Llama/Qwen decode, the f16 base's
- * forward at few rows, LoRA's down-projections) four f32 or eight packed halves at a time (`vecRowsWidth`). Off
- * by default until a GPU has timed it (docs/gpu.md, "Vector loads in the few-rows program"). Returns the previous
- * setting.
+ * forward at few rows, LoRA's down-projections) four f32 or eight packed halves at a time (`vecRowsWidth`). null
+ * (the default): what timing both on this device chose (core/backend/webgpu-tune.ts; off where it has not run);
+ * docs/gpu.md, "Vector loads in the few-rows program". Returns the previous setting.
  */
 export function setWebGpuLinearVecRows(on: boolean | null): boolean | null {
   const was = vecRowsForced;
@@ -1198,7 +1223,7 @@ export function webGpuLinearVecRows(): boolean | null {
  * along K (transB, A not transposed) and K is a multiple of that; else 0 (one element at a time).
  */
 export function vecRowsWidth(o: Pick<MatMulOptions, 'transA' | 'transB' | 'packedB'>, K: number): number {
-  if (vecRowsForced !== true || o.transA || !o.transB) return 0;
+  if (!(vecRowsForced ?? vecRowsTuned) || o.transA || !o.transB) return 0;
   const v = o.packedB ? 8 : 4;
   return K > 0 && K % v === 0 ? v : 0;
 }

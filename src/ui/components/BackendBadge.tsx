@@ -9,6 +9,7 @@ import {
   useRunState,
 } from '../store/hooks';
 import type { AdapterReport, BackendReport } from '../../worker/protocol';
+import { describeKernelTuning } from '../../common/kernel-tuning';
 
 function adapterText(a: AdapterReport): string {
   const name = [a.vendor, a.architecture].filter(Boolean).join(' · ') || 'unnamed adapter';
@@ -85,6 +86,11 @@ export function BackendNotice() {
       <p className="adapter" data-testid="backend-adapter">
         WebGPU adapter: {report.adapter ? adapterText(report.adapter) : 'none'}
       </p>
+      {report.kernels && (
+        <p className="kernels" data-testid="backend-kernels">
+          Kernels: {describeKernelTuning(report.kernels)}
+        </p>
+      )}
       {report.notice && (
         <p className="notice" data-testid="backend-notice">
           {report.notice}

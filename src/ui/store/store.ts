@@ -301,7 +301,11 @@ export function createPlaygroundStore(
         // `?wasmThreads=N` in the page's address: WASM's thread count (the worker checks it; docs/tfjs.md).
         const wasmThreads =
           Number(new URLSearchParams(globalThis.location?.search).get('wasmThreads')) || undefined;
-        const backend = await (first ? api.init(pref, { wasmThreads }) : api.setBackend(pref));
+        // `?tuneKernels=1`: time WebGPU's kernel forms even on a software adapter (core/backend/webgpu-tune.ts).
+        const tuneKernels = new URLSearchParams(globalThis.location?.search).get('tuneKernels') === '1';
+        const backend = await (first
+          ? api.init(pref, { wasmThreads, ...(tuneKernels ? { tuneKernels } : {}) })
+          : api.setBackend(pref));
         set({
           backend,
           backendLoadState: 'ready',

@@ -1,0 +1,171 @@
+/**
+ * The fused linear's kernels chosen by timing on the device (src/core/backend/webgpu-tune.ts): the decision from a
+ * timing (hand cases), explicit settings kept and not timed, nothing timed on a software adapter unless forced,
+ * and — forced on SwiftShader at an eighth of the shapes, with the few-rows route forced as a GPU runs it — both
+ * forms of each switch recorded, replayed and timed, their values agreeing, the choice in force afterwards, the
+ * settings left as they were, and no tensor or recording left behind; a form whose run fails, or whose values
+ * differ, is left off with the reason in words.
+ */
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+import {
+  TUNE_MIN_GAIN,
+  decideByTiming,
+  describeKernelTuning,
+  resetWebGpuKernelTuning,
+  tuneWebGpuLinear,
+  webGpuKernelTuning,
+} from '../src/core/backend/webgpu-tune';
+import {
+  saveWebGpuLinearSmallRows,
+  setWebGpuLinearColumns,
+  setWebGpuLinearFastTiles,
+  setWebGpuLinearSmallRows,
+  setWebGpuLinearTuned,
+  setWebGpuLinearVecRows,
+  vecRowsWidth,
+  fastTileApplies,
+  webGpuLinearFastTiles,
+  webGpuLinearKernelsInForce,
+  webGpuLinearVecRows,
+} from '../src/core/kernels/webgpu-linear';
+import { liveReplayFrames } from '../src/core/kernels/webgpu-replay';
+
+const adapter = await webGpuAdapter();
+
+describe('decideByTiming (no GPU needed)', () => {
+  it('on only where the values agree and the form is at least TUNE_MIN_GAIN faster', () => {
+    expect(TUNE_MIN_GAIN).toBe(0.9);
+    expect(decideByTiming('x', 1, 0.5, 0)).toMatchObject({ on: true });
+    expect(decideByTiming('x', 1, 0.9, 1e-7).on).toBe(true);
+    expect(decideByTiming('x', 1, 0.91, 0).on).toBe(false);
+    expect(decideByTiming('x', 1, 1.5, 0).on).toBe(false);
+    const differ = decideByTiming('vector loads', 1, 0.1, 2e-5);
+    expect(differ.on).toBe(false);
+    expect(differ.why).toContain('differ');
+    expect(decideByTiming('x', 1, 0.1, NaN).on).toBe(false);
+    expect(decideByTiming('x', 0, 0, 0).on).toBe(false);
+    expect(decideByTiming('x', 1, Infinity, 0).on).toBe(false);
+    expect(decideByTiming('vector loads', 2, 1, 0).why).toBe(
+      'vector loads on: timed faster on this device (2.000 ms without, 1.000 ms with)',
+    );
+  });
+
+  it('a setting wins over the tuned choice; the tuned choice over the shipped off', () => {
+    try {
+      const nt = { transA: false, transB: true, packedB: true };
+      expect(webGpuLinearKernelsInForce()).toEqual({ fastTiles: false, vecRows: false });
+      setWebGpuLinearTuned({ vecRows: true, fastTiles: true });
+      expect(webGpuLinearKernelsInForce()).toEqual({ fastTiles: true, vecRows: true });
+      expect(vecRowsWidth(nt, 1536)).toBe(8);
+      expect(fastTileApplies({})).toBe(true);
+      setWebGpuLinearVecRows(false);
+      setWebGpuLinearFastTiles(false);
+      expect(vecRowsWidth(nt, 1536)).toBe(0);
+      expect(fastTileApplies({})).toBe(false);
+      expect(webGpuLinearKernelsInForce()).toEqual({ fastTiles: false, vecRows: false });
+    } finally {
+      setWebGpuLinearVecRows(null);
+      setWebGpuLinearFastTiles(null);
+      resetWebGpuKernelTuning();
+    }
+  });
+});
+
+describe('tuneWebGpuLinear on Node WebGPU', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(useNodeWebGpu);
+  afterEach(() => {
+    setWebGpuLinearVecRows(null);
+    setWebGpuLinearFastTiles(null);
+    resetWebGpuKernelTuning();
+  });
+
+  it('times nothing on a software adapter, and keeps explicit settings', async () => {
+    expect(adapter!.software).toBe(true);
+    const t = await tuneWebGpuLinear({ software: true });
+    expect(t.ms).toBe(0);
+    expect(t.vecRows).toMatchObject({ on: false, how: 'not timed' });
+    expect(t.vecRows.why).toContain('software adapter');
+    expect(t.fastTiles).toMatchObject({ on: false, how: 'not timed' });
+    expect(webGpuKernelTuning()).toBe(t);
+    expect(describeKernelTuning(t)).toBe(
+      'vector loads in the few-rows program and the tile kernel for the tiled products off: not timed: a software ' +
+        'adapter (its speed says nothing of a GPU’s).',
+    );
+
+    setWebGpuLinearVecRows(true);
+    const s = await tuneWebGpuLinear({ software: false, skip: true });
+    expect(s.vecRows).toMatchObject({ on: true, how: 'set' });
+    expect(s.fastTiles.why).toContain('PPO_WEBGPU_TUNE=0');
+    expect(describeKernelTuning(s)).toBe(
+      'vector loads in the few-rows program on: set explicitly; the tile kernel for the tiled products off: ' +
+        'not timed: timing turned off (PPO_WEBGPU_TUNE=0).',
+    );
+  });
+
+  it('forced: both forms of each switch timed from replays, agreeing, the choice in force after', async () => {
+    const restore = saveWebGpuLinearSmallRows();
+    setWebGpuLinearColumns(false);
+    setWebGpuLinearSmallRows(64);
+    try {
+      const tensors = tf.memory().numTensors;
+      const t = await tuneWebGpuLinear({ software: true, force: true, scale: 8, calls: 2, trialMs: 0 });
+      for (const c of [t.vecRows, t.fastTiles]) {
+        expect(c.how).toBe('timed');
+        expect(c.offMs).toBeGreaterThan(0);
+        expect(c.onMs).toBeGreaterThan(0);
+        expect(c.relDiff).toBeLessThanOrEqual(1e-5);
+        expect(c.on).toBe(c.onMs! <= TUNE_MIN_GAIN * c.offMs!);
+        expect(c.why).toMatch(/ ms without, .* ms with\)$/);
+      }
+      expect(t.ms).toBeGreaterThan(0);
+      // The choice is in force where nothing was set; the settings are as they were (null).
+      expect(webGpuLinearVecRows()).toBeNull();
+      expect(webGpuLinearFastTiles()).toBeNull();
+      expect(webGpuLinearKernelsInForce()).toEqual({ vecRows: t.vecRows.on, fastTiles: t.fastTiles.on });
+      expect(tf.memory().numTensors).toBe(tensors);
+      expect(liveReplayFrames()).toBe(0);
+      expect(await webGpuErrors()).toEqual([]);
+    } finally {
+      restore();
+      setWebGpuLinearColumns(null);
+    }
+  });
+
+  it('a form whose run fails, or whose values differ, stays off and says why', async () => {
+    const tensors = tf.memory().numTensors;
+    const x = tf.ones([4, 8]);
+    const t = await tuneWebGpuLinear({
+      software: true,
+      force: true,
+      calls: 2,
+      trialMs: 0,
+      products: {
+        // The "on" form gives other values: never chosen, however fast.
+        vecRows: () => [{ run: () => tf.tidy(() => tf.mul(x, webGpuLinearVecRows() ? 2 : 1)), owned: [] }],
+        fastTiles: () => [
+          {
+            run: () => {
+              if (webGpuLinearFastTiles()) throw new Error('no such kernel here');
+              return tf.tidy(() => tf.add(x, 1));
+            },
+            owned: [],
+          },
+        ],
+      },
+    });
+    x.dispose();
+    expect(t.vecRows).toMatchObject({ on: false, how: 'timed', relDiff: 1 });
+    expect(t.vecRows.why).toContain('differ');
+    expect(t.fastTiles).toMatchObject({ on: false, how: 'not timed' });
+    expect(t.fastTiles.why).toBe(
+      'the tile kernel for the tiled products off: timing it failed on this device (no such kernel here)',
+    );
+    expect(webGpuLinearKernelsInForce()).toEqual({ vecRows: false, fastTiles: false });
+    expect(webGpuLinearFastTiles()).toBeNull();
+    expect(tf.memory().numTensors).toBe(tensors);
+    expect(liveReplayFrames()).toBe(0);
+  });
+});
