@@ -1,7 +1,7 @@
 /**
  * The fused linear's kernels chosen by timing on the device (src/core/backend/webgpu-tune.ts): the decision from a
  * timing (hand cases), explicit settings kept and not timed, nothing timed on a software adapter unless forced,
- * and — forced on SwiftShader at an eighth of the shapes, with the few-rows route forced as a GPU runs it — both
+ * and — forced on SwiftShader at a sixteenth of the shapes, with the few-rows route forced as a GPU runs it — both
  * forms of each switch recorded, replayed and timed, their values agreeing, the choice in force afterwards, the
  * settings left as they were, and no tensor or recording left behind; a form whose run fails, or whose values
  * differ, is left off with the reason in words.
@@ -11,6 +11,7 @@ import * as tf from '@tensorflow/tfjs-core';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import {
   TUNE_MIN_GAIN,
+  TUNE_SOFTWARE_SCALE,
   decideByTiming,
   describeKernelTuning,
   resetWebGpuKernelTuning,
@@ -111,7 +112,13 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
     setWebGpuLinearSmallRows(64);
     try {
       const tensors = tf.memory().numTensors;
-      const t = await tuneWebGpuLinear({ software: true, force: true, scale: 8, calls: 2, trialMs: 0 });
+      const t = await tuneWebGpuLinear({
+        software: true,
+        force: true,
+        scale: TUNE_SOFTWARE_SCALE,
+        calls: 2,
+        trialMs: 0,
+      });
       for (const c of [t.vecRows, t.fastTiles]) {
         expect(c.how).toBe('timed');
         expect(c.offMs).toBeGreaterThan(0);
@@ -132,7 +139,7 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
       restore();
       setWebGpuLinearColumns(null);
     }
-  });
+  }, 120_000);
 
   it('a form whose run fails, or whose values differ, stays off and says why', async () => {
     const tensors = tf.memory().numTensors;

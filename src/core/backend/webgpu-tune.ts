@@ -83,12 +83,13 @@ function vecProducts(scale: number): TuneProduct[] {
   const K = dim(1536, scale, 8);
   const N = dim(8960, scale, 8);
   const out: TuneProduct[] = [];
+  const v = rand(N * K, 7, 0.02);
   for (const f16 of [false, true]) {
+    // One W for both row counts (the second product owns it: disposed once).
+    const w = f16 ? tf.tensor2d(packF16(v), [N, K / 2], 'int32') : tf.tensor2d(v, [N, K]);
     for (const M of [1, 16]) {
-      const v = rand(N * K, 7 + M, 0.02);
-      const w = f16 ? tf.tensor2d(packF16(v), [N, K / 2], 'int32') : tf.tensor2d(v, [N, K]);
-      const x = tf.tensor2d(rand(M * K, 3, 1), [M, K]);
-      out.push({ run: () => linearNtDecodeWebGpu(x, { w: [w] }), owned: [w, x] });
+      const x = tf.tensor2d(rand(M * K, 3 + M, 1), [M, K]);
+      out.push({ run: () => linearNtDecodeWebGpu(x, { w: [w] }), owned: M === 16 ? [w, x] : [x] });
     }
   }
   return out;
