@@ -32,7 +32,11 @@ import { capStorageBuffersPerProgram, storageBuffersPerProgram } from '../src/co
 import { decodeAttentionWebGpu } from '../src/core/kernels/webgpu-decode-attention';
 import { Llama, ropeTable } from '../src/core/model/llama';
 import { generate } from '../src/core/model/sampling';
-import { lastDecodeReplayStats, setDecodeReplay } from '../src/core/model/decode-replay';
+import {
+  lastDecodeReplayStats,
+  setDecodeReplay,
+  setDecodeReplayFusedChoice,
+} from '../src/core/model/decode-replay';
 import { ReplayFrame } from '../src/core/kernels/webgpu-replay';
 import { GPT2 } from '../src/core/model/gpt2';
 import { hostWeights, maxAbsDiff, tinyGpt2, tinyQwen3 } from './helpers/f16-base';
@@ -208,30 +212,65 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
     expect(await webGpuErrors()).toEqual([]);
   });
 
-  it('without a stop token the replayed token takes the choice as it is: 5 dispatches fewer than masking stopped rows for one stop id', async () => {
+  it('the replayed token is chosen in one dispatch, stopped rows masked in it: the separate ops’ tokens and log-probs to the bit', async () => {
     const m = GPT2.random(tinyGpt2, 5);
+    const prompts = [
+      [5, 6, 7],
+      [8, 9, 10, 11],
+    ];
     try {
       setDecodeReplay(true);
-      const per = async (stopToken: number | null) => {
-        const r = await generate(m, [[5, 6, 7]], {
-          maxNewTokens: 6,
-          temperature: 0,
-          stopToken,
+      const run = async (fused: boolean, stopToken: number | null, temperature: number) => {
+        const was = setDecodeReplayFusedChoice(fused);
+        try {
+          const r = await generate(m, prompts, {
+            maxNewTokens: 8,
+            temperature,
+            topK: temperature ? 20 : 0,
+            stopToken,
+            padId: 0,
+            rng: 3,
+          });
+          return { r, dispatches: lastDecodeReplayStats().dispatchesPerReplay };
+        } finally {
+          setDecodeReplayFusedChoice(was);
+        }
+      };
+      for (const temperature of [0, 1]) {
+        const free = await run(true, null, temperature);
+        // The separate ops: the kernel, two column slices and a cast (3 more; sampling slices the kept set's
+        // log-prob too, 4); with a stop id, the masking: the
+        // stopped rows cast to bool, a fill, two selects, an equal and a logicalOr (6 more; tfjs casts bool back
+        // to int32 without a dispatch).
+        const freeOps = await run(false, null, temperature);
+        const ops = temperature ? 4 : 3;
+        expect(freeOps.dispatches - free.dispatches).toBe(ops);
+        expect(freeOps.r).toEqual(free.r);
+        // A stop id row 0 takes by its third token (row 1 goes on unless it takes it too): the rows' stops and pads.
+        const stopId = free.r.tokens[0][2];
+        const stopped = await run(true, stopId, temperature);
+        const stoppedOps = await run(false, stopId, temperature);
+        expect(stopped.dispatches).toBe(free.dispatches);
+        expect(stoppedOps.dispatches - free.dispatches).toBe(ops + 6);
+        expect(stopped.r).toEqual(stoppedOps.r);
+        expect(stopped.r.tokens[0]).toEqual(free.r.tokens[0].slice(0, free.r.tokens[0].indexOf(stopId) + 1));
+        // The unrecorded path agrees (tokens; log-probs within float rounding of its own ops).
+        setDecodeReplay(false);
+        const plain = await generate(m, prompts, {
+          maxNewTokens: 8,
+          temperature,
+          topK: temperature ? 20 : 0,
+          stopToken: stopId,
           padId: 0,
           rng: 3,
         });
-        return { r, dispatches: lastDecodeReplayStats().dispatchesPerReplay };
-      };
-      const free = await per(null);
-      // A stop id the greedy tokens above never take: the same tokens, each row masked on the device all the same.
-      const unused = Array.from({ length: tinyGpt2.vocab_size }, (_, i) => i).find(
-        (i) => !free.r.tokens[0].includes(i),
-      )!;
-      const stopped = await per(unused);
-      expect(stopped.r.tokens).toEqual(free.r.tokens);
-      // fill (pad), two selects, equal and logicalOr (one stop id).
-      expect(stopped.dispatches - free.dispatches).toBe(5);
+        setDecodeReplay(true);
+        expect(plain.tokens).toEqual(stopped.r.tokens);
+        for (let b = 0; b < 2; b++)
+          expect(maxAbsDiff(plain.logprobs[b], stopped.r.logprobs[b])).toBeLessThan(1e-5);
+      }
     } finally {
+      setDecodeReplay(true);
       m.dispose();
     }
     expect(await webGpuErrors()).toEqual([]);
@@ -363,8 +402,8 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
         console.log(
           `buffer copies per replayed token: in place ${inPlace.copies}, copying ${copying.copies} (${L} layers)`,
         );
-        // The logits and the token's and its log-prob's accumulator rows: 3 (without a stop token the stopped rows
-        // are the same buffer, not copied); copying, 2 per layer more.
+        // The next step's token ids and the token's and its log-prob's accumulator rows: 3 (without a stop token no
+        // row stops: the stopped rows are not carried); copying, 2 per layer more.
         expect(inPlace.copies).toBe(3);
         expect(copying.copies).toBe(3 + 2 * L);
         expect(inPlace.r.tokens).toEqual(copying.r.tokens);

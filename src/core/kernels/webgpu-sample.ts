@@ -44,6 +44,8 @@ import * as tf from '@tensorflow/tfjs-core';
 import { type WebGpuBackendLike, registerWebGpuKernels } from './webgpu-common';
 
 export const SAMPLE_KERNEL = 'PerfSampleTokens';
+/** The same choice with generate()'s masking of stopped rows, in one dispatch (chooseTokensWebGpu). */
+export const CHOOSE_KERNEL = 'PerfChooseTokens';
 
 /** Flat indices are i32 in the shader; token ids travel as float32 (exact below 2²⁴). */
 export const MAX_ELEMENTS = 2 ** 31 - 1;
@@ -52,19 +54,48 @@ export const MAX_VOCAB = 2 ** 24;
 export const sampleWorkgroupFor = (V: number): number => (V >= 2048 ? 256 : V >= 256 ? 64 : 32);
 
 class SampleProgram {
-  readonly variableNames = ['X', 'U'];
+  readonly variableNames: string[];
   readonly outputShape: number[];
   readonly shaderKey: string;
   readonly dispatchLayout = { x: [0] };
   readonly dispatch: [number, number, number];
   readonly workgroupSize: [number, number, number];
-  readonly uniforms = 'rows : i32, cols : i32, temperature : f32, topK : i32, topP : f32,';
+  readonly uniforms: string;
 
-  constructor(rows: number, cols: number) {
-    this.outputShape = [rows, 3];
+  /**
+   * `choose`: generate()'s whole per-token choice (PerfChooseTokens): the rows that stopped (F [B], nonzero =
+   * stopped) give the pad id and log-prob 0, and a row stops once its token is one of the `stops` ids (Stop
+   * [stops] int32; none: no binding). Output int32 [3·B]: the tokens, the log-probs' float32 bits, the rows
+   * stopped after this token (0 / 1).
+   */
+  constructor(
+    rows: number,
+    cols: number,
+    private readonly choose: { stops: number } | null = null,
+  ) {
+    this.outputShape = choose ? [3 * rows] : [rows, 3];
     this.workgroupSize = [sampleWorkgroupFor(cols), 1, 1];
-    this.shaderKey = `perfSample_${this.workgroupSize[0]}`;
+    this.variableNames = ['X', 'U', ...(choose ? ['F'] : []), ...(choose?.stops ? ['Stop'] : [])];
+    this.uniforms = `rows : i32, cols : i32, temperature : f32, topK : i32, topP : f32,${choose ? ' padId : i32,' : ''}`;
+    this.shaderKey = `perfSample_${this.workgroupSize[0]}${choose ? `_choose${choose.stops}` : ''}`;
     this.dispatch = [rows, 1, 1];
+  }
+
+  /** The row's results: the packed floats, or (choose) the masked token, log-prob bits and stop flag. */
+  private store(): string {
+    if (!this.choose)
+      return `
+          result[row * 3] = f32(tok);
+          result[row * 3 + 1] = lpKept;
+          result[row * 3 + 2] = lpAll;`;
+    const n = this.choose.stops;
+    return `
+          let done = F[row] != 0;
+          var stopped = done;
+          ${n ? `for (var i = 0; i < ${n}; i = i + 1) { stopped = stopped || Stop[i] == tok; }` : ''}
+          result[row] = select(tok, uniforms.padId, done);
+          result[uniforms.rows + row] = select(bitcast<i32>(lpAll), 0, done);
+          result[2 * uniforms.rows + row] = select(0, 1, stopped);`;
   }
 
   getUserCode(): string {
@@ -249,9 +280,7 @@ class SampleProgram {
         }
         if (live && lane == 0) {
           let zt = select(X[off + tok] / uniforms.temperature, X[off + tok], greedy);
-          result[row * 3] = f32(tok);
-          result[row * 3 + 1] = lpKept;
-          result[row * 3 + 2] = (zt - m) - log(sAll);
+          let lpAll = (zt - m) - log(sAll);${this.store()}
         }
       }`;
   }
@@ -283,9 +312,39 @@ const KERNELS = {
       ],
     );
   },
+  [CHOOSE_KERNEL]: ({
+    inputs,
+    backend,
+    attrs,
+  }: {
+    inputs: tf.NamedTensorInfoMap;
+    backend: unknown;
+    attrs?: tf.NamedAttrMap;
+  }): tf.TensorInfo => {
+    const { logits, uniforms, finished, stops } = inputs as Record<
+      'logits' | 'uniforms' | 'finished' | 'stops',
+      tf.TensorInfo | undefined
+    >;
+    const [B, V] = logits!.shape;
+    const a = attrs as { temperature: number; topK: number; topP: number; padId: number };
+    const n = stops ? stops.shape[0] : 0;
+    return (backend as WebGpuBackendLike).runWebGPUProgram(
+      new SampleProgram(B, V, { stops: n }),
+      [logits!, uniforms!, finished!, ...(n ? [stops!] : [])],
+      'int32',
+      [
+        { type: 'int32', data: [B] },
+        { type: 'int32', data: [V] },
+        { type: 'float32', data: [a.temperature] },
+        { type: 'int32', data: [a.topK] },
+        { type: 'float32', data: [a.topP] },
+        { type: 'int32', data: [a.padId] },
+      ],
+    );
+  },
 };
 
-/** Register the sampling kernel for webgpu (idempotent; the backend need not be loaded yet). */
+/** Register the sampling kernels for webgpu (idempotent; the backend need not be loaded yet). */
 export function registerWebGpuSample(): void {
   registerWebGpuKernels(KERNELS);
 }
@@ -305,4 +364,24 @@ export function sampleWebGpuPacked(
   return tf
     .engine()
     .runKernel(SAMPLE_KERNEL, { logits, uniforms }, { temperature, topK, topP }) as tf.Tensor2D;
+}
+
+/**
+ * generate()'s per-token choice in one dispatch: the kernel's token (temperature 0: the argmax) and log p_all for
+ * each row of logits [B, V], where `finished` [B] int32 is nonzero the pad id and 0 instead, and the rows stopped
+ * after it: finished, or the token is one of `stops` ([n] int32; null: no stop ids). `uniforms` [B] is read only
+ * when sampling (pass any [B] float32 tensor when greedy). Returns int32 [3·B]: tokens, the log-probs' float32
+ * bits, the stopped rows (0 / 1), so that a recorded decode carries each to where it goes by buffer copies
+ * (model/decode-replay.ts). Call only on the webgpu backend.
+ */
+export function chooseTokensWebGpu(
+  logits: tf.Tensor2D,
+  uniforms: tf.Tensor1D,
+  finished: tf.Tensor1D,
+  stops: tf.Tensor1D | null,
+  o: { temperature: number; topK: number; topP: number; padId: number },
+): tf.Tensor1D {
+  registerWebGpuSample();
+  const inputs: tf.NamedTensorMap = { logits, uniforms, finished, ...(stops ? { stops } : {}) };
+  return tf.engine().runKernel(CHOOSE_KERNEL, inputs, { ...o }) as tf.Tensor1D;
 }

@@ -17,7 +17,7 @@ import { UserError } from '../../common/errors';
 import { gatherRows } from './gather';
 import { greedyTokensWebGpu, sampleTokens } from './sample-op';
 import { maybeYield } from '../base/yield';
-import { decodeReplayApplies, replayedDecode } from './decode-replay';
+import { decodeReplayApplies, fusedChoiceApplies, replayedDecode } from './decode-replay';
 import { whileGenerating } from '../kernels/wasm-extra';
 
 export interface SampleOptions {
@@ -425,6 +425,7 @@ async function generateOnce(
       stop,
       checkEvery,
       uniforms: () => (opts.temperature === 0 ? null : Float32Array.from(draw())),
+      fused: fusedChoiceApplies(B, logits.shape[1]) ? { temperature: opts.temperature, topK, topP } : null,
       pick: (lg, u) => {
         if (greedy) {
           const g = greedyTokensWebGpu(lg);
