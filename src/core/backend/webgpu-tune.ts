@@ -64,11 +64,17 @@ export function resetWebGpuKernelTuning(): void {
   last = null;
 }
 
-/** One product of a form: made once, run `calls` times in a recording; `owned` disposed after. */
+/** One product of a form: made once, run `calls` times in a recording (call i: `run(i)`); `owned` disposed after. */
 export interface TuneProduct {
-  run: () => tf.Tensor;
+  run: (i: number) => tf.Tensor;
   owned: tf.Tensor[];
 }
+
+/**
+ * Distinct weights the vector loads' products cycle through, so that a recording reads more than a GPU's L2 holds
+ * (4 × 27.5 MB in f16 against the H200's 50 MB), as a decode reads each layer's weights from memory once a token.
+ */
+export const TUNE_DECODE_WEIGHTS = 4;
 
 const rand = (n: number, seed: number, scale: number): Float32Array =>
   Float32Array.from({ length: n }, (_, i) => scale * Math.sin(seed * 12.9898 + i * 78.233));
@@ -77,19 +83,24 @@ const dim = (n: number, scale: number, multiple: number): number =>
 
 /**
  * The vector loads' products: Qwen2.5-1.5B's gate_proj at decode ([M, 1536] · W [8960, 1536]ᵀ) with W in f32 and
- * packed f16, at 1 row (a chat's decode) and 16 (GRPO's generation).
+ * packed f16, at 1 row (a chat's decode) and 16 (GRPO's generation), over TUNE_DECODE_WEIGHTS distinct W's.
  */
 function vecProducts(scale: number): TuneProduct[] {
   const K = dim(1536, scale, 8);
   const N = dim(8960, scale, 8);
   const out: TuneProduct[] = [];
-  const v = rand(N * K, 7, 0.02);
   for (const f16 of [false, true]) {
-    // One W for both row counts (the second product owns it: disposed once).
-    const w = f16 ? tf.tensor2d(packF16(v), [N, K / 2], 'int32') : tf.tensor2d(v, [N, K]);
+    // The same W's for both row counts (the second product owns them: disposed once).
+    const ws = Array.from({ length: TUNE_DECODE_WEIGHTS }, (_, j) => {
+      const v = rand(N * K, 7 + j, 0.02);
+      return f16 ? tf.tensor2d(packF16(v), [N, K / 2], 'int32') : tf.tensor2d(v, [N, K]);
+    });
     for (const M of [1, 16]) {
       const x = tf.tensor2d(rand(M * K, 3 + M, 1), [M, K]);
-      out.push({ run: () => linearNtDecodeWebGpu(x, { w: [w] }), owned: M === 16 ? [w, x] : [x] });
+      out.push({
+        run: (i) => linearNtDecodeWebGpu(x, { w: [ws[i % ws.length]] }),
+        owned: M === 16 ? [...ws, x] : [x],
+      });
     }
   }
   return out;
@@ -163,11 +174,11 @@ async function timeForms(
   let relDiff = 0;
   for (const p of products) {
     setForm(false);
-    const a = p.run();
+    const a = p.run(0);
     let b: tf.Tensor;
     try {
       setForm(true);
-      b = p.run();
+      b = p.run(0);
     } catch (e) {
       a.dispose();
       throw e;
@@ -179,10 +190,10 @@ async function timeForms(
       for (const on of [false, true]) {
         setForm(on);
         const { frame, result } = ReplayFrame.record(backend, () => {
-          let y = p.run();
+          let y = p.run(0);
           for (let i = 1; i < calls; i++) {
             y.dispose();
-            y = p.run();
+            y = p.run(i);
           }
           return y;
         }, []);
