@@ -112,6 +112,8 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
     setWebGpuLinearSmallRows(64);
     try {
       const tensors = tf.memory().numTensors;
+      const bytes = () => (tf.memory() as { numBytesAllocatedInGPU?: number }).numBytesAllocatedInGPU ?? 0;
+      const allocated = bytes();
       const t = await tuneWebGpuLinear({
         software: true,
         force: true,
@@ -134,6 +136,8 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
       expect(webGpuLinearKernelsInForce()).toEqual({ vecRows: t.vecRows.on, fastTiles: t.fastTiles.on });
       expect(tf.memory().numTensors).toBe(tensors);
       expect(liveReplayFrames()).toBe(0);
+      // The products' buffers are given back to the device, not kept in tfjs's pool.
+      expect(bytes()).toBeLessThanOrEqual(allocated);
       expect(await webGpuErrors()).toEqual([]);
     } finally {
       restore();

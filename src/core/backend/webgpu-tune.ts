@@ -31,6 +31,7 @@ import {
   setWebGpuLinearVecRows,
 } from '../kernels/webgpu-linear';
 import { ReplayFrame, replayBackend, type ReplayBackend } from '../kernels/webgpu-replay';
+import { releaseDeviceMemory } from '../ppo/gpu-plan';
 import { decideByTiming, type KernelChoice, type WebGpuKernelTuning } from '../../common/kernel-tuning';
 
 export * from '../../common/kernel-tuning';
@@ -291,6 +292,9 @@ export async function tuneWebGpuLinear(o: TuneOptions): Promise<WebGpuKernelTuni
     setWebGpuLinearTuned({ [s.key]: d.on });
     result[s.key] = { ...d, how: 'timed', offMs, onMs, relDiff };
   }
+  // The products' buffers went to tfjs's pool of freed buffers, which keeps them for tensors of their sizes: give
+  // them back to the device (a few hundred MB on a GPU).
+  if (!skipWhy) await releaseDeviceMemory();
   last = { ...result, ms: skipWhy ? 0 : performance.now() - t0 };
   return last;
 }
