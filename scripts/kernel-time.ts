@@ -31,5 +31,5 @@ export async function timeCalls(
   return { ms: (performance.now() - t0) / reps, source: 'wall' };
 }
 
-/** max |b − a| / max |a| of two results of one product computed two ways (both read, then disposed). */
+// max |b − a| / max |a| of two results of one product computed two ways (both read, then disposed).
 export { pairRelDiff } from '../src/core/backend/webgpu-tune';

@@ -4,7 +4,17 @@
  * malformed list.
  */
 import { describe, it, expect } from 'vitest';
-import { applyFastTiles, applyVecRows, dawnCreateOptions, tuneSetting } from '../src/cli/backend-webgpu-node';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import {
+  applyFastTiles,
+  applyVecRows,
+  dawnCreateOptions,
+  fileTuneStore,
+  tuneSetting,
+  tuneStorePath,
+} from '../src/cli/backend-webgpu-node';
 import {
   setWebGpuLinearFastTiles,
   setWebGpuLinearVecRows,
@@ -105,7 +115,37 @@ describe("PPO_WEBGPU_TUNE: timing the fused linear's kernels when the backend st
     }
     expect(isUserError(err)).toBe(true);
     expect((err as Error).message).toBe(
-      'PPO_WEBGPU_TUNE must be 0 (do not time the kernels) or 1 (time them even on a software adapter), got "yes".',
+      'PPO_WEBGPU_TUNE must be 0 (do not time the kernels) or 1 (time them again, even on a software adapter), got "yes".',
     );
+  });
+});
+
+describe("the kernels' timings kept by adapter in a file", () => {
+  it("lives under PPO_CACHE_DIR, else XDG_CACHE_HOME, else ~/.cache; keeps each adapter's entry; a bad file reads as empty", async () => {
+    expect(tuneStorePath({ PPO_CACHE_DIR: '/c' })).toBe('/c/webgpu-kernels.json');
+    expect(tuneStorePath({ XDG_CACHE_HOME: '/x' })).toBe('/x/ppo-playground/webgpu-kernels.json');
+    expect(tuneStorePath({})).toBe(
+      path.join(os.homedir(), '.cache', 'ppo-playground', 'webgpu-kernels.json'),
+    );
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tune-store-'));
+    try {
+      const file = path.join(dir, 'sub', 'webgpu-kernels.json');
+      const store = fileTuneStore(file);
+      expect(await store.get('a')).toBeNull();
+      const entry = {
+        at: '2026-12-01T06:00:00.000Z',
+        vecRows: { on: true, how: 'timed' as const, why: 'w', offMs: 2, onMs: 1, relDiff: 0 },
+      };
+      await store.set('a', entry);
+      await store.set('b', { ...entry, at: '2026-12-02T00:00:00.000Z' });
+      expect(await store.get('a')).toEqual(entry);
+      expect((await fileTuneStore(file).get('b'))?.at).toBe('2026-12-02T00:00:00.000Z');
+      fs.writeFileSync(file, 'not json');
+      expect(await store.get('a')).toBeNull();
+      await store.set('c', entry);
+      expect(Object.keys(JSON.parse(fs.readFileSync(file, 'utf8')))).toEqual(['c']);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

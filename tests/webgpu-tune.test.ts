@@ -12,6 +12,10 @@ import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from '
 import {
   TUNE_MIN_GAIN,
   TUNE_SOFTWARE_SCALE,
+  TUNE_VERSION,
+  adapterTuneKey,
+  type RememberedTuning,
+  type TuneStore,
   decideByTiming,
   describeKernelTuning,
   resetWebGpuKernelTuning,
@@ -144,6 +148,87 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
       setWebGpuLinearColumns(null);
     }
   }, 120_000);
+
+  it('remembers a timing per adapter: the next start uses it untimed; PPO_WEBGPU_TUNE=1 times again', async () => {
+    const saved = new Map<string, RememberedTuning>();
+    const store: TuneStore = {
+      get: async (k) => saved.get(k) ?? null,
+      set: async (k, v) => void saved.set(k, v),
+    };
+    const key = adapterTuneKey({ vendor: 'v', architecture: 'a', device: 'd', description: 'x' });
+    expect(key).toBe(`${TUNE_VERSION}|v|a|d|x`);
+    const x = tf.ones([4, 8]);
+    let made = 0;
+    const products = {
+      vecRows: () => [
+        () => {
+          made++;
+          return { run: () => tf.tidy(() => tf.add(x, 1)), owned: [] };
+        },
+      ],
+      fastTiles: () => [() => ({ run: () => tf.tidy(() => tf.mul(x, 2)), owned: [] })],
+    };
+    const base = { software: false, calls: 2, trialMs: 0, products, store, adapterKey: key };
+    try {
+      const first = await tuneWebGpuLinear(base);
+      expect(first.vecRows.how).toBe('timed');
+      expect(made).toBe(1);
+      expect([...saved.keys()]).toEqual([key]);
+      expect(saved.get(key)!.vecRows).toEqual(first.vecRows);
+
+      const again = await tuneWebGpuLinear(base);
+      expect(made).toBe(1); // nothing built, nothing timed
+      expect(again.ms).toBe(0);
+      expect(again.vecRows).toMatchObject({
+        on: first.vecRows.on,
+        how: 'remembered',
+        offMs: first.vecRows.offMs,
+      });
+      expect(again.vecRows.why).toBe(`${first.vecRows.why}, as timed on ${saved.get(key)!.at.slice(0, 10)}`);
+      expect(webGpuLinearKernelsInForce().vecRows).toBe(first.vecRows.on);
+
+      await tuneWebGpuLinear({ ...base, force: true });
+      expect(made).toBe(2);
+      // Another adapter, or a store that cannot be read: timed.
+      await tuneWebGpuLinear({ ...base, adapterKey: adapterTuneKey({ vendor: 'w' }) });
+      expect(made).toBe(3);
+      await tuneWebGpuLinear({
+        ...base,
+        store: {
+          get: () => Promise.reject(new Error('no disk')),
+          set: () => Promise.reject(new Error('no disk')),
+        },
+      });
+      expect(made).toBe(4);
+    } finally {
+      x.dispose();
+    }
+    expect(liveReplayFrames()).toBe(0);
+  });
+
+  it('a product that cannot be made leaves its form off, in words; the backend goes on', async () => {
+    const t = await tuneWebGpuLinear({
+      software: true,
+      force: true,
+      products: {
+        vecRows: () => [
+          () => {
+            throw new Error('out of host memory');
+          },
+        ],
+        fastTiles: () => {
+          throw new Error('no such shape');
+        },
+      },
+    });
+    expect(t.vecRows.why).toBe(
+      'vector loads in the few-rows program off: timing it failed on this device (out of host memory)',
+    );
+    expect(t.fastTiles.why).toBe(
+      'the tile kernel for the tiled products off: timing it failed on this device (no such shape)',
+    );
+    expect(webGpuLinearKernelsInForce()).toEqual({ vecRows: false, fastTiles: false });
+  });
 
   it('a form whose run fails, or whose values differ, stays off and says why', async () => {
     const tensors = tf.memory().numTensors;

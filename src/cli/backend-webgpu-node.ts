@@ -30,8 +30,11 @@ import { useWebGpuDeviceLimits } from '../core/backend/webgpu-device';
 import { setWebGpuLinearFastTiles, setWebGpuLinearVecRows } from '../core/kernels/webgpu-linear';
 import {
   TUNE_SOFTWARE_SCALE,
+  adapterTuneKey,
   describeKernelTuning,
   tuneWebGpuLinear,
+  type RememberedTuning,
+  type TuneStore,
   type WebGpuKernelTuning,
 } from '../core/backend/webgpu-tune';
 
@@ -252,8 +255,9 @@ export async function setNodeWebGpuBackend(opts: { fatalErrors?: boolean } = {})
     software: adapter.software,
     skip: tune === false,
     force: tune === true,
-    // Forced on a software adapter: smaller shapes (a check that it runs; its figures are a CPU's).
+    // Forced on a software adapter: smaller shapes (a check that it runs; its figures are a CPU's), not kept.
     scale: adapter.software ? TUNE_SOFTWARE_SCALE : 1,
+    ...(adapter.software ? {} : { store: fileTuneStore(), adapterKey: adapterTuneKey(adapter) }),
   });
   if (opts.fatalErrors ?? true) {
     const device = (tf.backend() as unknown as { device: EventTarget }).device;
@@ -290,8 +294,8 @@ export function applyTfjsFlags(raw = process.env.PPO_TFJS_FLAGS): Record<string,
 }
 
 /**
- * `PPO_WEBGPU_VEC_ROWS`: "1" turns the few-rows program's vector loads on (setWebGpuLinearVecRows: off by default
- * until a GPU has timed them), "0" off; unset leaves the default. For timing on real hardware (docs/gpu.md).
+ * `PPO_WEBGPU_VEC_ROWS`: "1" turns the few-rows program's vector loads on (setWebGpuLinearVecRows), "0" off; unset
+ * leaves the default (what timing on the device chose, core/backend/webgpu-tune.ts). For timing (docs/gpu.md).
  */
 export function applyVecRows(raw = process.env.PPO_WEBGPU_VEC_ROWS): boolean | null {
   const v = raw?.trim();
@@ -305,8 +309,8 @@ export function applyVecRows(raw = process.env.PPO_WEBGPU_VEC_ROWS): boolean | n
 
 /**
  * `PPO_WEBGPU_LINEAR_TILES`: "fast" runs the fused linear's tiled products (a minibatch's scoring and update) on
- * matMulFast's tile kernel (setWebGpuLinearFastTiles: off by default until a GPU has timed it), "classic" on the
- * 64 × 64 tiles; unset leaves the default. For timing on real hardware (docs/gpu.md).
+ * matMulFast's tile kernel (setWebGpuLinearFastTiles), "classic" on the 64 × 64 tiles; unset leaves the default
+ * (what timing on the device chose, core/backend/webgpu-tune.ts). For timing (docs/gpu.md).
  */
 export function applyFastTiles(raw = process.env.PPO_WEBGPU_LINEAR_TILES): boolean | null {
   const v = raw?.trim();
@@ -322,18 +326,52 @@ export function applyFastTiles(raw = process.env.PPO_WEBGPU_LINEAR_TILES): boole
 
 /**
  * `PPO_WEBGPU_TUNE`: "0" skips timing the fused linear's kernels when the backend starts (both forms stay off unless
- * set), "1" times them even on a software adapter (at a sixteenth of the shapes; the figures say nothing of a GPU); unset: timed on
- * hardware adapters only (core/backend/webgpu-tune.ts).
+ * set), "1" times them again even where a timing is kept (tuneStorePath), and even on a software adapter (at a
+ * sixteenth of the shapes; the figures say nothing of a GPU); unset: timed on hardware adapters, once per adapter
+ * (core/backend/webgpu-tune.ts).
  */
 export function tuneSetting(raw = process.env.PPO_WEBGPU_TUNE): boolean | null {
   const v = raw?.trim();
   if (!v) return null;
   if (v !== '0' && v !== '1') {
     throw new UserError(
-      `PPO_WEBGPU_TUNE must be 0 (do not time the kernels) or 1 (time them even on a software adapter), got "${raw}".`,
+      `PPO_WEBGPU_TUNE must be 0 (do not time the kernels) or 1 (time them again, even on a software adapter), got "${raw}".`,
     );
   }
   return v === '1';
+}
+
+/**
+ * The file where the kernels' timings are kept by adapter (core/backend/webgpu-tune.ts TuneStore):
+ * `$PPO_CACHE_DIR`, else `$XDG_CACHE_HOME/ppo-playground`, else `~/.cache/ppo-playground`, then
+ * `webgpu-kernels.json`. Delete it (or set PPO_WEBGPU_TUNE=1 once) to time again.
+ */
+export function tuneStorePath(env: NodeJS.ProcessEnv = process.env): string {
+  const dir =
+    env.PPO_CACHE_DIR || path.join(env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'ppo-playground');
+  return path.join(dir, 'webgpu-kernels.json');
+}
+
+/** A TuneStore in one JSON file (tuneStorePath): adapter key → timing. */
+export function fileTuneStore(file = tuneStorePath()): TuneStore {
+  const read = (): Record<string, RememberedTuning> => {
+    try {
+      const v = JSON.parse(fs.readFileSync(file, 'utf8')) as unknown;
+      return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, RememberedTuning>) : {};
+    } catch {
+      return {};
+    }
+  };
+  return {
+    get: async (key) => read()[key] ?? null,
+    set: async (key, value) => {
+      const all = { ...read(), [key]: value };
+      fs.mkdirSync(path.dirname(file), { recursive: true });
+      const tmp = `${file}.${process.pid}.tmp`;
+      fs.writeFileSync(tmp, JSON.stringify(all, null, 2) + '\n');
+      fs.renameSync(tmp, file);
+    },
+  };
 }
 
 /** The kernels' choice in words (core/backend/webgpu-tune.ts), or null where the backend has not tuned. */

@@ -9,11 +9,17 @@ export const TUNE_SOFTWARE_SCALE = 16;
 /** Largest relative difference (max |on − off| / max |off|) at which the two forms' values agree. */
 export const TUNE_MAX_REL_DIFF = 1e-5;
 
+/** Changes when the kernels or how they are timed change: decisions remembered under an older one are timed again. */
+export const TUNE_VERSION = 'tune-1';
+
 /** What was decided for one of the two forms, and how. */
 export interface KernelChoice {
   on: boolean;
-  /** 'timed' on this device; 'set' explicitly (not timed); 'not timed' (a software adapter, turned off, an error). */
-  how: 'timed' | 'set' | 'not timed';
+  /**
+   * 'timed' on this device now; 'remembered' from an earlier timing on this adapter (the store); 'set' explicitly
+   * (not timed); 'not timed' (a software adapter, turned off, an error).
+   */
+  how: 'timed' | 'remembered' | 'set' | 'not timed';
   /** In words, for the CLI, the app and the benches' JSON. */
   why: string;
   /** Milliseconds for the tuning products, summed, without and with the form ('timed' only). */
@@ -54,6 +60,18 @@ export function decideByTiming(
       ? `${name} on: timed faster on this device (${times})`
       : `${name} off: not ${Math.round((1 - TUNE_MIN_GAIN) * 100)}% faster on this device (${times})`,
   };
+}
+
+/** A timing kept for an adapter (TuneStore), with when it was taken. */
+export interface RememberedTuning {
+  at: string;
+  vecRows?: KernelChoice;
+  fastTiles?: KernelChoice;
+}
+
+/** A remembered timing's choice as this run reports it: 'remembered', with the times and when they were taken. */
+export function rememberedChoice(c: KernelChoice, at: string): KernelChoice {
+  return { ...c, how: 'remembered', why: `${c.why}, as timed on ${at.slice(0, 10)}` };
 }
 
 /** The tuning in one line: each form on or off and how it was decided. */

@@ -27,7 +27,14 @@ import { startWasmWithThreads, wasmThreadsFor } from './wasm-threads';
 import { WASM_HEAP_BYTES, type DeviceLimits } from './device-limits';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
 import { useWebGpuDeviceLimits } from '../core/backend/webgpu-device';
-import { TUNE_SOFTWARE_SCALE, tuneWebGpuLinear } from '../core/backend/webgpu-tune';
+import { createStore, get as idbGet, set as idbSet, type UseStore } from 'idb-keyval';
+import {
+  TUNE_SOFTWARE_SCALE,
+  adapterTuneKey,
+  tuneWebGpuLinear,
+  type RememberedTuning,
+  type TuneStore,
+} from '../core/backend/webgpu-tune';
 
 // tfjs-webgpu's AddN of more than 7 tensors is an invalid pipeline that drops its whole command batch.
 registerWebGpuAddNChunked();
@@ -157,14 +164,32 @@ export async function selectBackend(pref: BackendPref): Promise<BackendReport> {
   const wasm = wasmThreadsReport();
   if (wasm) return { ...report, wasm };
   if (report.backend !== 'webgpu') return report;
-  // The fused linear's forms timed on this device (core/backend/webgpu-tune.ts): under a second on a GPU.
+  // The fused linear's forms timed on this device the first time (core/backend/webgpu-tune.ts), then remembered
+  // per adapter in IndexedDB; on a software adapter only when the page asks, and not kept.
   const software = report.adapter?.isSoftware ?? true;
   const kernels = await tuneWebGpuLinear({
     software,
     force: tuneOnSoftware,
     scale: software ? TUNE_SOFTWARE_SCALE : 1,
+    ...(software || !report.adapter
+      ? {}
+      : { store: idbTuneStore(), adapterKey: adapterTuneKey(report.adapter) }),
   });
   return { ...report, kernels };
+}
+
+let tuneDb: UseStore | null = null;
+
+/**
+ * The kernels' timings kept by adapter in IndexedDB (a database of their own), as the CLI keeps them in a file.
+ * Opened on first use, inside the tuner's own error handling (no IndexedDB: timed every time).
+ */
+function idbTuneStore(): TuneStore {
+  const use = (): UseStore => (tuneDb ??= createStore('ppo-webgpu-kernels', 'timings'));
+  return {
+    get: async (key) => ((await idbGet(key, use())) as RememberedTuning | undefined) ?? null,
+    set: async (key, value) => idbSet(key, value, use()),
+  };
 }
 
 async function chooseBackend(pref: BackendPref): Promise<BackendReport> {

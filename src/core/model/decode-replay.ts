@@ -1,14 +1,16 @@
 /**
  * The KV-cache decode loop recorded once and replayed per token on WebGPU (issue #31; kernels/webgpu-replay.ts).
  *
- * One token of `generate` — choose from the logits (device sampling or argmax), mask rows that stopped, then the
- * model's `decodeStep` and `lmHead` for the chosen ids — has the same shapes at every token: the cache keeps
- * [B, heads, S, d], and what changes (the position ids, the slot's one-hot, the key mask, the rows' uniforms) comes
- * in as four small input tensors. So the first token runs through tfjs as usual and is recorded; every later token
- * writes its four inputs (queue.writeBuffer) and replays the recorded dispatches in one command buffer. State is
- * carried by buffer copies appended to the same command buffer: the new logits, the stopped rows and the new caches
- * into the tensors the recording reads, and the token and its log-prob into row s of two [N, B] accumulators that
- * are read back once at the end. The last token only chooses (no decode after it) and runs through tfjs.
+ * One step of `generate` — the model's `decodeStep` and `lmHead` for the previous token's ids, then the choice of
+ * this token from the logits (device sampling or argmax, stopped rows masked: one dispatch, chooseTokensWebGpu) —
+ * has the same shapes at every token: the cache keeps [B, heads, S, d], and what changes (the position ids, the
+ * slot's one-hot, the key mask, the rows' uniforms) comes in as four small input tensors. So token 0 is chosen from
+ * the prefill's logits through tfjs, the first step runs through tfjs as usual and is recorded, and every later
+ * step writes its four inputs (queue.writeBuffer) and replays the recorded dispatches in one command buffer. State
+ * is carried by buffer copies appended to the same command buffer: the chosen ids into the tensor the next step
+ * reads, the stopped rows (with a stop token), the new caches where they are not written in place, and the token
+ * and its log-prob into row s of two [N, B] accumulators that are read back once at the end. The logits never
+ * leave the step.
  *
  * The recording is the plain path's own ops, so the tokens are the plain path's; a frame made stale (a weight or
  * LoRA adapter it read was released: an update replaced it) is recorded again from the current state. Each call of
