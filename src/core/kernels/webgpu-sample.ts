@@ -286,62 +286,39 @@ class SampleProgram {
   }
 }
 
+interface KernelArgs {
+  inputs: tf.NamedTensorInfoMap;
+  backend: unknown;
+  attrs?: tf.NamedAttrMap;
+}
+
+/** The program over logits [B, V]: the packed floats, or (`choose`) generate's masked choice in int32. */
+function runSample({ inputs, backend, attrs }: KernelArgs, choose: boolean): tf.TensorInfo {
+  const { logits, uniforms, finished, stops } = inputs as Record<
+    'logits' | 'uniforms' | 'finished' | 'stops',
+    tf.TensorInfo | undefined
+  >;
+  const [B, V] = logits!.shape;
+  const a = attrs as { temperature: number; topK: number; topP: number; padId?: number };
+  const n = choose && stops ? stops.shape[0] : 0;
+  return (backend as WebGpuBackendLike).runWebGPUProgram(
+    new SampleProgram(B, V, choose ? { stops: n } : null),
+    choose ? [logits!, uniforms!, finished!, ...(n ? [stops!] : [])] : [logits!, uniforms!],
+    choose ? 'int32' : 'float32',
+    [
+      { type: 'int32', data: [B] },
+      { type: 'int32', data: [V] },
+      { type: 'float32', data: [a.temperature] },
+      { type: 'int32', data: [a.topK] },
+      { type: 'float32', data: [a.topP] },
+      ...(choose ? [{ type: 'int32' as const, data: [a.padId ?? 0] }] : []),
+    ],
+  );
+}
+
 const KERNELS = {
-  [SAMPLE_KERNEL]: ({
-    inputs,
-    backend,
-    attrs,
-  }: {
-    inputs: tf.NamedTensorInfoMap;
-    backend: unknown;
-    attrs?: tf.NamedAttrMap;
-  }): tf.TensorInfo => {
-    const { logits, uniforms } = inputs as Record<'logits' | 'uniforms', tf.TensorInfo>;
-    const [B, V] = logits.shape;
-    const a = attrs as { temperature: number; topK: number; topP: number };
-    return (backend as WebGpuBackendLike).runWebGPUProgram(
-      new SampleProgram(B, V),
-      [logits, uniforms],
-      'float32',
-      [
-        { type: 'int32', data: [B] },
-        { type: 'int32', data: [V] },
-        { type: 'float32', data: [a.temperature] },
-        { type: 'int32', data: [a.topK] },
-        { type: 'float32', data: [a.topP] },
-      ],
-    );
-  },
-  [CHOOSE_KERNEL]: ({
-    inputs,
-    backend,
-    attrs,
-  }: {
-    inputs: tf.NamedTensorInfoMap;
-    backend: unknown;
-    attrs?: tf.NamedAttrMap;
-  }): tf.TensorInfo => {
-    const { logits, uniforms, finished, stops } = inputs as Record<
-      'logits' | 'uniforms' | 'finished' | 'stops',
-      tf.TensorInfo | undefined
-    >;
-    const [B, V] = logits!.shape;
-    const a = attrs as { temperature: number; topK: number; topP: number; padId: number };
-    const n = stops ? stops.shape[0] : 0;
-    return (backend as WebGpuBackendLike).runWebGPUProgram(
-      new SampleProgram(B, V, { stops: n }),
-      [logits!, uniforms!, finished!, ...(n ? [stops!] : [])],
-      'int32',
-      [
-        { type: 'int32', data: [B] },
-        { type: 'int32', data: [V] },
-        { type: 'float32', data: [a.temperature] },
-        { type: 'int32', data: [a.topK] },
-        { type: 'float32', data: [a.topP] },
-        { type: 'int32', data: [a.padId] },
-      ],
-    );
-  },
+  [SAMPLE_KERNEL]: (args: KernelArgs) => runSample(args, false),
+  [CHOOSE_KERNEL]: (args: KernelArgs) => runSample(args, true),
 };
 
 /** Register the sampling kernels for webgpu (idempotent; the backend need not be loaded yet). */
