@@ -14,10 +14,11 @@ mkdir -p .gpu/bundle .gpu/node_modules/webgpu .gpu/node_modules/playwright .gl
 # The CLI (bench --gpu), the kernel checks, and the two decode profiles (GPU kernel times; the host's share).
 # The matmul variants' sweep (scripts/matmul-sweep.ts), the load's memory (scripts/load-memory.ts) and the few-rows
 # program's vector loads against its one-element loads (scripts/vec-rows.ts), the fused linear's tiles
-# (scripts/linear-tiles.ts) and the f16 step's kernel profile (scripts/profile-f16-step.ts) too.
+# (scripts/linear-tiles.ts), the f16 step's kernel profile (scripts/profile-f16-step.ts) and the replayed decode
+# token's profile (scripts/profile-replay.ts) too.
 for entry in src/cli/main.ts scripts/gpu-checks.ts scripts/profile-webgpu.ts scripts/profile-decode-host.ts \
   scripts/matmul-sweep.ts scripts/load-memory.ts scripts/vec-rows.ts scripts/linear-tiles.ts \
-  scripts/profile-f16-step.ts; do
+  scripts/profile-f16-step.ts scripts/profile-replay.ts; do
   [ -f "$entry" ] || continue
   npx esbuild "$entry" --bundle --platform=node --format=esm --target=node20 --ignore-annotations --log-level=warning \
     --external:webgpu --external:playwright --external:playwright-core --external:@napi-rs/canvas \

@@ -5,7 +5,7 @@
 # where python3 has torch with CUDA (the Qwen GRPO row's PyTorch side needs transformers and peft too; device.txt
 # says whether they import). The default-plan PPO row and the Qwen GRPO row need no variable: they always run.
 # Results go to $OUT (the device tool brings them back), or to ./gpu-out.
-# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|f16profile|load|vec|tiles|all] (default all: checks and bench; sweep: the
+# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|f16profile|replayprofile|load|vec|tiles|all] (default all: checks and bench; sweep: the
 # matmul variants of scripts/matmul-sweep.ts; f16: issue #36's f16-base rows, one process per shape so that each
 # reading of GPU memory starts from a fresh device, then Qwen2.5-1.5B at the memory-bounded plan; bounded: that last process alone; profile: GPT-2's decode, GPU kernel times by tf.profile and the
 # host's share by scripts/profile-decode-host.ts; toggles: the matmul sweep again under Dawn toggle sets,
@@ -16,7 +16,8 @@
 # with the other form (PPO_WEBGPU_VEC_ROWS); tiles: the fused linear on the tile kernel against its 64 x 64 tiles at the scoring's and update's products
 # (scripts/linear-tiles.ts), then Qwen2.5-1.5B's f16 GRPO row with PPO_WEBGPU_LINEAR_TILES=fast and the vector loads
 # on; f16profile: Qwen2.5-1.5B's f16 GRPO step under tf.profile, GPU time per kernel and phase,
-# scripts/profile-f16-step.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
+# scripts/profile-f16-step.ts; replayprofile: a replayed decode token's GPU time per dispatch and program, GPT-2 at
+# batch 16 and 1, Qwen2.5-1.5B at batch 1 with the base in f16 and in f32, scripts/profile-replay.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -46,7 +47,7 @@ node=.gpu/bin/node
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
 $node --version >> "$out/device.txt"
 { "$PPO_PYTHON" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tail -1 || true; } >> "$out/device.txt"
-want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && [ "$1" != load ] && [ "$1" != vec ] && [ "$1" != tiles ] && [ "$1" != f16profile ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
+want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && [ "$1" != load ] && [ "$1" != vec ] && [ "$1" != tiles ] && [ "$1" != f16profile ] && [ "$1" != replayprofile ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
 if want checks; then
   $node .gpu/bundle/gpu-checks.mjs 2>&1 | tee "$out/gpu-checks.txt" | tail -40
 fi
@@ -128,6 +129,10 @@ fi
 if want f16profile && [ -f .gpu/bundle/profile-f16-step.mjs ]; then
   # Where the f16 step's GPU time goes (docs/gpu.md, "Where the f16 step's time goes"), one process.
   $node .gpu/bundle/profile-f16-step.mjs qwen2.5-1.5b 25 2>&1 | tee "$out/profile-f16-step.txt" | tail -3 || echo "profile-f16-step failed"
+fi
+if want replayprofile && [ -f .gpu/bundle/profile-replay.mjs ]; then
+  # Where a replayed decode token's GPU time goes (docs/gpu.md, "Where a replayed token's time goes"), one process.
+  $node .gpu/bundle/profile-replay.mjs gpt2,qwen 2>&1 | tee "$out/profile-replay.txt" | grep -v '^{' | tail -40 || echo "profile-replay failed"
 fi
 if want profile; then
   $node .gpu/bundle/profile-webgpu.mjs gpt2 2>&1 | tee "$out/profile-webgpu.txt" | tail -25

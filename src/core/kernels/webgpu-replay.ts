@@ -56,6 +56,7 @@ interface BufferManagerLike {
 interface ProgramLike {
   pipeline: GPUComputePipeline;
   dispatch: [number, number, number];
+  shaderKey?: string;
 }
 interface TensorDataLike {
   resource: unknown;
@@ -81,6 +82,28 @@ interface Dispatch {
   x: number;
   y: number;
   z: number;
+  /** The program's name (its class, else its shader key's first word): what a profile groups by. */
+  label: string;
+}
+
+/** A dispatch as a profile sees it (kernels/webgpu-replay-profile.ts). */
+export interface RecordedDispatch {
+  readonly pipeline: GPUComputePipeline;
+  readonly bindGroup: GPUBindGroup;
+  readonly x: number;
+  readonly y: number;
+  readonly z: number;
+  readonly label: string;
+}
+
+/**
+ * A program's name for profiles: its class's name where it has one (less the number a bundler appends to a name
+ * two modules share: esbuild's "MatMulPackedProgram2"), else the first word of its shader key.
+ */
+export function programLabel(program: { constructor?: { name?: string }; shaderKey?: string }): string {
+  const name = program.constructor?.name;
+  if (name && name !== 'Object') return name.replace(/(Program)\d+$/, '$1');
+  return program.shaderKey?.split(/[^A-Za-z0-9]/).find(Boolean) ?? 'program';
 }
 
 /** A buffer copy a replay appends after its dispatches (a copy of a buffer onto itself is left out). */
@@ -255,7 +278,15 @@ export class ReplayFrame {
         if (buf) rec.used.add(buf);
       }
       const [x, y, z] = program.dispatch;
-      rec.dispatches.push({ pipeline: program.pipeline, bindGroup: group, desc, x, y: y ?? 1, z: z ?? 1 });
+      rec.dispatches.push({
+        pipeline: program.pipeline,
+        bindGroup: group,
+        desc,
+        x,
+        y: y ?? 1,
+        z: z ?? 1,
+        label: programLabel(program),
+      });
     };
     (device as unknown as Record<string, unknown>).createBindGroup = function (
       this: GPUDevice,
@@ -319,6 +350,16 @@ export class ReplayFrame {
   /** Dispatches per replay. */
   get size(): number {
     return this.dispatches.length;
+  }
+
+  /** @internal The recorded dispatches, in order (kernels/webgpu-replay-profile.ts times them one by one). */
+  recorded(): readonly RecordedDispatch[] {
+    return this.dispatches;
+  }
+
+  /** @internal The device and queue the frame replays on. */
+  get gpu(): { device: GPUDevice; queue: GPUQueue } {
+    return { device: this.backend.device, queue: this.backend.queue };
   }
 
   /** False once a buffer the recording read went back to tfjs (record again), or after dispose. */

@@ -57,6 +57,19 @@ export function fusedChoiceApplies(B: number, V: number): boolean {
   return fusedChoice && B >= 1 && V >= 1 && V <= MAX_VOCAB && B * V <= MAX_ELEMENTS;
 }
 
+/** What `setDecodeReplayProbe` is given: the recorded step's frame, after the generation's results were read. */
+export type DecodeReplayProbe = (frame: ReplayFrame, info: { B: number; S: number }) => Promise<void>;
+let probe: DecodeReplayProbe | null = null;
+
+/**
+ * Hand each replayed generation's frame to `p` once its tokens and log-probs are read, before the frame is freed
+ * (scripts/profile-replay.ts times its dispatches: kernels/webgpu-replay-profile.ts). A replay then writes the
+ * frame's outputs and cache slot again from the same inputs; the generation's results are already out. null: none.
+ */
+export function setDecodeReplayProbe(p: DecodeReplayProbe | null): void {
+  probe = p;
+}
+
 /** Whether `generate` replays its decode here and now. */
 export function decodeReplayApplies(): boolean {
   return enabled && replayBackend() !== null;
@@ -303,6 +316,8 @@ export async function replayedDecode(a: ReplayLoopArgs): Promise<ReplayLoopResul
     ]);
     try {
       const [tokens, logprobs] = await Promise.all([tokT.data(), lpT.data()]);
+      const f = frame as ReplayFrame | null;
+      if (probe && f?.valid) await probe(f, { B, S });
       return { tokens: tokens as Int32Array, logprobs: logprobs as Float32Array, steps };
     } finally {
       tf.dispose([tokT, lpT]);
