@@ -63,7 +63,7 @@ test.describe('the playground page', () => {
     await expect(page.getByTestId('backend-notice')).toContainText('software adapter (SwiftShader)');
     // Nothing is timed on a software adapter: both kernel forms stay off, and the page says why.
     await expect(page.getByTestId('backend-kernels')).toHaveText(
-      'Kernels: vector loads in the few-rows program and the tile kernel for the tiled products off: not timed: a software adapter (its speed says nothing of a GPU’s).',
+      'Kernels: vector loads in the few-rows program, the tile kernel for the tiled products and the few-rows program for the f32 LM head at decode off: not timed: a software adapter (its speed says nothing of a GPU’s).',
     );
     await expect(page.getByTestId('model-summary')).toBeVisible();
 
@@ -83,7 +83,10 @@ test.describe('the playground page', () => {
     const kernels = page.getByTestId('backend-kernels');
     await expect(kernels).toContainText(/^Kernels: vector loads in the few-rows program (on|off): /);
     await expect(kernels).toContainText(
-      /the tile kernel for the tiled products (on|off): [^;]*\([\d.]+ ms without, [\d.]+ ms with\) \(timed in [\d.]+ s\)\.$/,
+      /the tile kernel for the tiled products (on|off): [^;]*\([\d.]+ ms without, [\d.]+ ms with\); /,
+    );
+    await expect(kernels).toContainText(
+      /the few-rows program for the f32 LM head at decode (on|off): [^;]*\([\d.]+ ms without, [\d.]+ ms with\) \(timed in [\d.]+ s\)\.$/,
     );
     await expect(page.getByTestId('model-summary')).toBeVisible();
   });

@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import {
   applyFastTiles,
+  applyHeadRows,
   applyVecRows,
   dawnCreateOptions,
   fileTuneStore,
@@ -16,8 +17,10 @@ import {
   tuneStorePath,
 } from '../src/cli/backend-webgpu-node';
 import {
+  setWebGpuHeadRows,
   setWebGpuLinearFastTiles,
   setWebGpuLinearVecRows,
+  webGpuHeadRows,
   webGpuLinearFastTiles,
   webGpuLinearVecRows,
 } from '../src/core/kernels/webgpu-linear';
@@ -70,6 +73,33 @@ describe("PPO_WEBGPU_VEC_ROWS: the few-rows program's vector loads for a timing 
       expect(webGpuLinearVecRows()).toBe(false);
     } finally {
       setWebGpuLinearVecRows(null);
+    }
+  });
+});
+
+describe('PPO_WEBGPU_HEAD_ROWS: the f32 LM head at decode for a timing run', () => {
+  it('unset or blank leaves the default; 1 the few-rows program, 0 tfjs’s matMul; anything else is refused in words', () => {
+    try {
+      expect(applyHeadRows(undefined)).toBeNull();
+      expect(applyHeadRows('')).toBeNull();
+      expect(webGpuHeadRows()).toBeNull();
+      expect(applyHeadRows('1')).toBe(true);
+      expect(webGpuHeadRows()).toBe(true);
+      expect(applyHeadRows('0')).toBe(false);
+      expect(webGpuHeadRows()).toBe(false);
+      let thrown: unknown = null;
+      try {
+        applyHeadRows('on');
+      } catch (e) {
+        thrown = e;
+      }
+      expect(isUserError(thrown)).toBe(true);
+      expect((thrown as Error).message).toBe(
+        'PPO_WEBGPU_HEAD_ROWS must be 1 (the f32 LM head at decode through the few-rows program) or 0 (tfjs\'s matMul), got "on".',
+      );
+      expect(webGpuHeadRows()).toBe(false);
+    } finally {
+      setWebGpuHeadRows(null);
     }
   });
 });

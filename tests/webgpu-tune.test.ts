@@ -2,7 +2,7 @@
  * The fused linear's kernels chosen by timing on the device (src/core/backend/webgpu-tune.ts): the decision from a
  * timing (hand cases), explicit settings kept and not timed, nothing timed on a software adapter unless forced,
  * and — forced on SwiftShader at a sixteenth of the shapes, with the few-rows route forced as a GPU runs it — both
- * forms of each switch recorded, replayed and timed, their values agreeing, the choice in force afterwards, the
+ * forms of each of the three switches (the vector loads, the tile kernel, the f32 LM head at decode) recorded, replayed and timed, their values agreeing, the choice in force afterwards, the
  * settings left as they were, and no tensor or recording left behind; a form whose run fails, or whose values
  * differ, is left off with the reason in words.
  */
@@ -25,12 +25,15 @@ import {
 import {
   saveWebGpuLinearSmallRows,
   setWebGpuLinearColumns,
+  setWebGpuHeadRows,
   setWebGpuLinearFastTiles,
   setWebGpuLinearSmallRows,
   setWebGpuLinearTuned,
   setWebGpuLinearVecRows,
   vecRowsWidth,
   fastTileApplies,
+  webGpuHeadRows,
+  webGpuHeadRowsInForce,
   webGpuLinearFastTiles,
   webGpuLinearKernelsInForce,
   webGpuLinearVecRows,
@@ -60,19 +63,23 @@ describe('decideByTiming (no GPU needed)', () => {
   it('a setting wins over the tuned choice; the tuned choice over the shipped off', () => {
     try {
       const nt = { transA: false, transB: true, packedB: true };
-      expect(webGpuLinearKernelsInForce()).toEqual({ fastTiles: false, vecRows: false });
-      setWebGpuLinearTuned({ vecRows: true, fastTiles: true });
-      expect(webGpuLinearKernelsInForce()).toEqual({ fastTiles: true, vecRows: true });
+      expect(webGpuLinearKernelsInForce()).toEqual({ fastTiles: false, vecRows: false, headRows: false });
+      setWebGpuLinearTuned({ vecRows: true, fastTiles: true, headRows: true });
+      expect(webGpuLinearKernelsInForce()).toEqual({ fastTiles: true, vecRows: true, headRows: true });
       expect(vecRowsWidth(nt, 1536)).toBe(8);
       expect(fastTileApplies({})).toBe(true);
+      expect(webGpuHeadRowsInForce()).toBe(true);
       setWebGpuLinearVecRows(false);
       setWebGpuLinearFastTiles(false);
+      setWebGpuHeadRows(false);
       expect(vecRowsWidth(nt, 1536)).toBe(0);
       expect(fastTileApplies({})).toBe(false);
-      expect(webGpuLinearKernelsInForce()).toEqual({ fastTiles: false, vecRows: false });
+      expect(webGpuHeadRowsInForce()).toBe(false);
+      expect(webGpuLinearKernelsInForce()).toEqual({ fastTiles: false, vecRows: false, headRows: false });
     } finally {
       setWebGpuLinearVecRows(null);
       setWebGpuLinearFastTiles(null);
+      setWebGpuHeadRows(null);
       resetWebGpuKernelTuning();
     }
   });
@@ -84,6 +91,7 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
   afterEach(() => {
     setWebGpuLinearVecRows(null);
     setWebGpuLinearFastTiles(null);
+    setWebGpuHeadRows(null);
     resetWebGpuKernelTuning();
   });
 
@@ -94,10 +102,11 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
     expect(t.vecRows).toMatchObject({ on: false, how: 'not timed' });
     expect(t.vecRows.why).toContain('software adapter');
     expect(t.fastTiles).toMatchObject({ on: false, how: 'not timed' });
+    expect(t.headRows).toMatchObject({ on: false, how: 'not timed' });
     expect(webGpuKernelTuning()).toBe(t);
     expect(describeKernelTuning(t)).toBe(
-      'vector loads in the few-rows program and the tile kernel for the tiled products off: not timed: a software ' +
-        'adapter (its speed says nothing of a GPU’s).',
+      'vector loads in the few-rows program, the tile kernel for the tiled products and the few-rows program for ' +
+        'the f32 LM head at decode off: not timed: a software adapter (its speed says nothing of a GPU’s).',
     );
 
     setWebGpuLinearVecRows(true);
@@ -106,7 +115,8 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
     expect(s.fastTiles.why).toContain('PPO_WEBGPU_TUNE=0');
     expect(describeKernelTuning(s)).toBe(
       'vector loads in the few-rows program on: set explicitly; the tile kernel for the tiled products off: ' +
-        'not timed: timing turned off (PPO_WEBGPU_TUNE=0).',
+        'not timed: timing turned off (PPO_WEBGPU_TUNE=0); the few-rows program for the f32 LM head at decode ' +
+        'off: not timed: timing turned off (PPO_WEBGPU_TUNE=0).',
     );
   });
 
@@ -125,7 +135,7 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
         calls: 2,
         trialMs: 0,
       });
-      for (const c of [t.vecRows, t.fastTiles]) {
+      for (const c of [t.vecRows, t.fastTiles, t.headRows!]) {
         expect(c.how).toBe('timed');
         expect(c.offMs).toBeGreaterThan(0);
         expect(c.onMs).toBeGreaterThan(0);
@@ -137,7 +147,12 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
       // The choice is in force where nothing was set; the settings are as they were (null).
       expect(webGpuLinearVecRows()).toBeNull();
       expect(webGpuLinearFastTiles()).toBeNull();
-      expect(webGpuLinearKernelsInForce()).toEqual({ vecRows: t.vecRows.on, fastTiles: t.fastTiles.on });
+      expect(webGpuHeadRows()).toBeNull();
+      expect(webGpuLinearKernelsInForce()).toEqual({
+        vecRows: t.vecRows.on,
+        fastTiles: t.fastTiles.on,
+        headRows: t.headRows!.on,
+      });
       expect(tf.memory().numTensors).toBe(tensors);
       expect(liveReplayFrames()).toBe(0);
       // The products' buffers are given back to the device, not kept in tfjs's pool.
@@ -167,6 +182,7 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
         },
       ],
       fastTiles: () => [() => ({ run: () => tf.tidy(() => tf.mul(x, 2)), owned: [] })],
+      headRows: () => [() => ({ run: () => tf.tidy(() => tf.mul(x, 3)), owned: [] })],
     };
     const base = { software: false, calls: 2, trialMs: 0, products, store, adapterKey: key };
     try {
@@ -175,6 +191,8 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
       expect(made).toBe(1);
       expect([...saved.keys()]).toEqual([key]);
       expect(saved.get(key)!.vecRows).toEqual(first.vecRows);
+      expect(saved.get(key)!.headRows).toEqual(first.headRows);
+      expect(first.headRows!.how).toBe('timed');
 
       const again = await tuneWebGpuLinear(base);
       expect(made).toBe(1); // nothing built, nothing timed
@@ -186,6 +204,8 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
       });
       expect(again.vecRows.why).toBe(`${first.vecRows.why}, as timed on ${saved.get(key)!.at.slice(0, 10)}`);
       expect(webGpuLinearKernelsInForce().vecRows).toBe(first.vecRows.on);
+      expect(again.headRows).toMatchObject({ on: first.headRows!.on, how: 'remembered' });
+      expect(webGpuLinearKernelsInForce().headRows).toBe(first.headRows!.on);
 
       await tuneWebGpuLinear({ ...base, force: true });
       expect(made).toBe(2);
@@ -219,6 +239,11 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
         fastTiles: () => {
           throw new Error('no such shape');
         },
+        headRows: () => [
+          () => {
+            throw new Error('no head here');
+          },
+        ],
       },
     });
     expect(t.vecRows.why).toBe(
@@ -227,7 +252,10 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
     expect(t.fastTiles.why).toBe(
       'the tile kernel for the tiled products off: timing it failed on this device (no such shape)',
     );
-    expect(webGpuLinearKernelsInForce()).toEqual({ vecRows: false, fastTiles: false });
+    expect(t.headRows!.why).toBe(
+      'the few-rows program for the f32 LM head at decode off: timing it failed on this device (no head here)',
+    );
+    expect(webGpuLinearKernelsInForce()).toEqual({ vecRows: false, fastTiles: false, headRows: false });
   });
 
   it('a form whose run fails, or whose values differ, stays off and says why', async () => {
@@ -250,6 +278,7 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
             owned: [],
           },
         ],
+        headRows: () => [{ run: () => tf.tidy(() => tf.add(x, webGpuHeadRows() ? 1e-3 : 0)), owned: [] }],
       },
     });
     x.dispose();
@@ -259,8 +288,11 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
     expect(t.fastTiles.why).toBe(
       'the tile kernel for the tiled products off: timing it failed on this device (no such kernel here)',
     );
-    expect(webGpuLinearKernelsInForce()).toEqual({ vecRows: false, fastTiles: false });
+    expect(t.headRows).toMatchObject({ on: false, how: 'timed' });
+    expect(t.headRows!.relDiff).toBeCloseTo(1e-3, 6); // above TUNE_MAX_REL_DIFF: off however fast
+    expect(webGpuLinearKernelsInForce()).toEqual({ vecRows: false, fastTiles: false, headRows: false });
     expect(webGpuLinearFastTiles()).toBeNull();
+    expect(webGpuHeadRows()).toBeNull();
     expect(tf.memory().numTensors).toBe(tensors);
     expect(liveReplayFrames()).toBe(0);
   });

@@ -17,6 +17,7 @@ import { generate } from '../core/model/sampling';
 import { countDispatches } from './webgpu-dispatch';
 import {
   setWebGpuLinearVecRows,
+  webGpuHeadRows,
   webGpuLinearFastTiles,
   webGpuLinearKernelsInForce,
   webGpuLinearVecRows,
@@ -90,7 +91,9 @@ export interface F16BenchResult {
   linearKernels: {
     vecRows: boolean | null;
     fastTiles: boolean | null;
-    inForce?: { vecRows: boolean; fastTiles: boolean };
+    /** PPO_WEBGPU_HEAD_ROWS (absent in earlier results). */
+    headRows?: boolean | null;
+    inForce?: { vecRows: boolean; fastTiles: boolean; headRows?: boolean };
   };
   notes: string[];
 }
@@ -234,6 +237,7 @@ export async function runF16Bench(o: {
     linearKernels: {
       vecRows: webGpuLinearVecRows(),
       fastTiles: webGpuLinearFastTiles(),
+      headRows: webGpuHeadRows(),
       inForce: webGpuLinearKernelsInForce(),
     },
     notes,

@@ -27,7 +27,11 @@ import { UserError } from '../common/errors';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
 import { storageBuffersPerProgram } from '../core/kernels/webgpu-common';
 import { useWebGpuDeviceLimits } from '../core/backend/webgpu-device';
-import { setWebGpuLinearFastTiles, setWebGpuLinearVecRows } from '../core/kernels/webgpu-linear';
+import {
+  setWebGpuHeadRows,
+  setWebGpuLinearFastTiles,
+  setWebGpuLinearVecRows,
+} from '../core/kernels/webgpu-linear';
 import {
   TUNE_SOFTWARE_SCALE,
   adapterTuneKey,
@@ -244,6 +248,7 @@ export async function setNodeWebGpuBackend(opts: { fatalErrors?: boolean } = {})
   applyTfjsFlags();
   applyVecRows();
   applyFastTiles();
+  applyHeadRows();
   const ok = await tf.setBackend('webgpu');
   if (!ok)
     throw new UserError(`could not initialise the webgpu backend on adapter ${adapterLabel(adapter)}.`);
@@ -322,6 +327,22 @@ export function applyFastTiles(raw = process.env.PPO_WEBGPU_LINEAR_TILES): boole
   }
   setWebGpuLinearFastTiles(v === 'fast');
   return v === 'fast';
+}
+
+/**
+ * `PPO_WEBGPU_HEAD_ROWS`: "1" runs an f32 LM head at decode through the few-rows program (setWebGpuHeadRows), "0"
+ * through tfjs's matMul; unset leaves the default (what timing on the device chose, core/backend/webgpu-tune.ts).
+ */
+export function applyHeadRows(raw = process.env.PPO_WEBGPU_HEAD_ROWS): boolean | null {
+  const v = raw?.trim();
+  if (!v) return null;
+  if (v !== '0' && v !== '1') {
+    throw new UserError(
+      `PPO_WEBGPU_HEAD_ROWS must be 1 (the f32 LM head at decode through the few-rows program) or 0 (tfjs's matMul), got "${raw}".`,
+    );
+  }
+  setWebGpuHeadRows(v === '1');
+  return v === '1';
 }
 
 /**

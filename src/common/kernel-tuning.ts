@@ -10,9 +10,9 @@ export const TUNE_SOFTWARE_SCALE = 16;
 export const TUNE_MAX_REL_DIFF = 1e-5;
 
 /** Changes when the kernels or how they are timed change: decisions remembered under an older one are timed again. */
-export const TUNE_VERSION = 'tune-1';
+export const TUNE_VERSION = 'tune-2';
 
-/** What was decided for one of the two forms, and how. */
+/** What was decided for one of the forms, and how. */
 export interface KernelChoice {
   on: boolean;
   /**
@@ -34,6 +34,8 @@ export interface WebGpuKernelTuning {
   vecRows: KernelChoice;
   /** matMulFast's tile kernel for the fused linear's tiled products (scoring, update). */
   fastTiles: KernelChoice;
+  /** The f32 LM head at decode through the few-rows program instead of tfjs's matMul (absent before 2026-12-01). */
+  headRows?: KernelChoice;
   /** Wall time the tuning took, in ms (0 where nothing was timed). */
   ms: number;
 }
@@ -67,6 +69,7 @@ export interface RememberedTuning {
   at: string;
   vecRows?: KernelChoice;
   fastTiles?: KernelChoice;
+  headRows?: KernelChoice;
 }
 
 /** A remembered timing's choice as this run reports it: 'remembered', with the times and when they were taken. */
@@ -77,7 +80,8 @@ export function rememberedChoice(c: KernelChoice, at: string): KernelChoice {
 /** The tuning in one line: each form on or off and how it was decided. */
 export function describeKernelTuning(t: WebGpuKernelTuning): string {
   const why = (c: KernelChoice) => c.why.slice(c.why.indexOf(': ') + 2);
-  if (t.vecRows.how === 'not timed' && t.fastTiles.how === 'not timed' && why(t.vecRows) === why(t.fastTiles))
-    return `vector loads in the few-rows program and the tile kernel for the tiled products off: ${why(t.vecRows)}.`;
-  return `${t.vecRows.why}; ${t.fastTiles.why}${t.ms > 0 ? ` (timed in ${(t.ms / 1000).toFixed(1)} s)` : ''}.`;
+  const all = [t.vecRows, t.fastTiles, ...(t.headRows ? [t.headRows] : [])];
+  if (all.every((c) => c.how === 'not timed' && why(c) === why(t.vecRows)))
+    return `vector loads in the few-rows program, the tile kernel for the tiled products${t.headRows ? ' and the few-rows program for the f32 LM head at decode' : ''} off: ${why(t.vecRows)}.`;
+  return `${all.map((c) => c.why).join('; ')}${t.ms > 0 ? ` (timed in ${(t.ms / 1000).toFixed(1)} s)` : ''}.`;
 }

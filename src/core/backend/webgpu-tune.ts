@@ -2,17 +2,18 @@
  * Choose the fused linear's kernels by timing them on this device (issue #31: "matMulFast as the default where it
  * wins"; docs/gpu.md, "Kernels chosen by timing on the device").
  *
- * Two forms of the fused linear (kernels/webgpu-linear.ts) give the same values and differ only in speed, by an
- * amount that depends on the GPU: the few-rows program's vector loads (setWebGpuLinearVecRows: a decode step's
- * products) and matMulFast's tile kernel for the tiled products (setWebGpuLinearFastTiles: a minibatch's scoring and
- * update). Neither can be timed on this project's machines (a software adapter runs few rows through another
+ * Three pairs of forms (kernels/webgpu-linear.ts) give the same values and differ only in speed, by an amount that
+ * depends on the GPU: the few-rows program's vector loads (setWebGpuLinearVecRows: a decode step's products),
+ * matMulFast's tile kernel for the fused linear's tiled products (setWebGpuLinearFastTiles: a minibatch's scoring
+ * and update), and the few-rows program for an f32 LM head at decode in place of tfjs's matMul (setWebGpuHeadRows:
+ * GPT-2's head, and every f32 Llama head, at each token). Neither can be timed on this project's machines (a software adapter runs few rows through another
  * program and says nothing of a GPU's speed), and a default fixed from one GPU would be a guess on the next. So on a
  * hardware adapter the backend times both forms of each, on products of a 1.5B model's shapes, the first time it
  * starts on that adapter, and a form is used where it is at least `TUNE_MIN_GAIN` faster and its values agree with
  * the other's. The decision is remembered per adapter (`TuneStore`: a file in Node, IndexedDB in the app), so that
  * the same machine makes the same choice every time: the vector loads sum in another order, so a choice that
  * flipped between processes would change a seeded run's last bits. A setting made explicitly (the setters,
- * `PPO_WEBGPU_VEC_ROWS`, `PPO_WEBGPU_LINEAR_TILES`) is kept and not timed; `PPO_WEBGPU_TUNE=0` (Node) skips the
+ * `PPO_WEBGPU_VEC_ROWS`, `PPO_WEBGPU_LINEAR_TILES`, `PPO_WEBGPU_HEAD_ROWS`) is kept and not timed; `PPO_WEBGPU_TUNE=0` (Node) skips the
  * timing, `=1` times again.
  *
  * How a form is timed: its products, `calls` in a row, are recorded once (kernels/webgpu-replay.ts) and the
@@ -29,12 +30,15 @@ import { f16LinearNT, packF16 } from '../kernels/webgpu-f16';
 import {
   linearNtDecodeWebGpu,
   linearWebGpu,
+  setWebGpuHeadRows,
   setWebGpuLinearTuned,
+  webGpuHeadRows,
   webGpuLinearFastTiles,
   webGpuLinearVecRows,
   setWebGpuLinearFastTiles,
   setWebGpuLinearVecRows,
 } from '../kernels/webgpu-linear';
+import { headRowsLogits } from '../model/vocab-chunks';
 import { ReplayFrame, replayBackend, type ReplayBackend } from '../kernels/webgpu-replay';
 import { releaseDeviceMemory } from '../ppo/gpu-plan';
 import {
@@ -67,11 +71,14 @@ export interface TuneOptions {
   calls?: number;
   trialMs?: number;
   /** Other products to time a form on (tests: a failing or disagreeing one); the shapes above by default. */
-  products?: Partial<Record<'vecRows' | 'fastTiles', (scale: number) => TuneProductSource[]>>;
+  products?: Partial<Record<TunedForm, (scale: number) => TuneProductSource[]>>;
   /** Where decisions are remembered, and this adapter's key in it (adapterTuneKey); none: timed every time. */
   store?: TuneStore;
   adapterKey?: string;
 }
+
+/** The switches timed here: the vector loads, the tile kernel, the f32 LM head at decode. */
+type TunedForm = 'vecRows' | 'fastTiles' | 'headRows';
 
 let last: WebGpuKernelTuning | null = null;
 
@@ -82,7 +89,7 @@ export function webGpuKernelTuning(): WebGpuKernelTuning | null {
 
 /** Forget the tuning: both forms back to off wherever no setting was made (tests). */
 export function resetWebGpuKernelTuning(): void {
-  setWebGpuLinearTuned({ fastTiles: false, vecRows: false });
+  setWebGpuLinearTuned({ fastTiles: false, vecRows: false, headRows: false });
   last = null;
 }
 
@@ -176,6 +183,30 @@ function tileProducts(scale: number): TuneProductSource[] {
       return { run: () => linearWebGpu(x, w, b, { gelu: true }), owned: [x, w, b] };
     },
   ];
+}
+
+/**
+ * The f32 LM head's products at decode (model/vocab-chunks.ts headRowsLogits, no tape: tfjs's matMul, or the
+ * few-rows program): [M, 768] · W [32768, 768]ᵀ (a block of GPT-2's tied head) and [M, 1536] · W [16384, 1536]ᵀ (of
+ * Qwen2.5-1.5B's), at 1 row and 16, over as many distinct W's as make TUNE_DECODE_BYTES (2 each).
+ */
+function headProducts(scale: number): TuneProductSource[] {
+  return [
+    [768, 32768],
+    [1536, 16384],
+  ].map(([k, n]) => () => {
+    const K = dim(k, scale, 8);
+    const N = dim(n, scale, 8);
+    const w0 = tf.tensor2d(values(N * K, 17, 0.02), [N, K]);
+    const ws = rotations(w0, Math.max(2, Math.ceil(TUNE_DECODE_BYTES / scale ** 2 / (N * K * 4))));
+    const xs = [1, 16].map((M) => tf.tensor2d(values(M * K, 19 + M, 1), [M, K]));
+    const c = ws.length;
+    return {
+      run: (i: number) => headRowsLogits(xs[Math.floor(i / c) % 2], ws[i % c]),
+      owned: [...ws, ...xs],
+      checks: [0, c],
+    };
+  });
 }
 
 /** max |b − a| / max |a| of one product computed two ways (both read, then disposed; scripts/kernel-time.ts too). */
@@ -363,6 +394,13 @@ export async function tuneWebGpuLinear(o: TuneOptions): Promise<WebGpuKernelTuni
       setForm: setWebGpuLinearFastTiles,
       products: tileProducts,
     },
+    {
+      key: 'headRows' as const,
+      name: 'the few-rows program for the f32 LM head at decode',
+      set: webGpuHeadRows(),
+      setForm: setWebGpuHeadRows,
+      products: headProducts,
+    },
   ];
   const storeKey = o.store && o.adapterKey ? o.adapterKey : null;
   let remembered: RememberedTuning | null = null;
@@ -373,7 +411,7 @@ export async function tuneWebGpuLinear(o: TuneOptions): Promise<WebGpuKernelTuni
       remembered = null; // an unreadable store: time again
     }
   }
-  const result = {} as Record<'vecRows' | 'fastTiles', KernelChoice>;
+  const result = {} as Record<TunedForm, KernelChoice>;
   let timedAny = false;
   for (const s of switches) {
     if (s.set !== null) {
@@ -424,10 +462,10 @@ export async function tuneWebGpuLinear(o: TuneOptions): Promise<WebGpuKernelTuni
       // the pool stays as it is
     }
     // Remember what was timed (both forms timed and agreeing or not: a failure is timed again next time).
-    if (storeKey && (result.vecRows.how === 'timed' || result.fastTiles.how === 'timed')) {
+    if (storeKey && Object.values(result).some((c) => c.how === 'timed')) {
       const at = new Date().toISOString();
       try {
-        await o.store!.set(storeKey, { at, vecRows: result.vecRows, fastTiles: result.fastTiles });
+        await o.store!.set(storeKey, { at, ...result });
       } catch {
         // not remembered: timed again next time
       }

@@ -1163,19 +1163,53 @@ export function fastTileApplies(o: Pick<MatMulOptions, 'ln' | 'parts'>): boolean
  * What timing both forms on this device chose (core/backend/webgpu-tune.ts): used wherever setWebGpuLinearFastTiles /
  * setWebGpuLinearVecRows left the setting at null. Returns the previous choice.
  */
-export function setWebGpuLinearTuned(o: { fastTiles?: boolean; vecRows?: boolean }): {
+export function setWebGpuLinearTuned(o: { fastTiles?: boolean; vecRows?: boolean; headRows?: boolean }): {
   fastTiles: boolean;
   vecRows: boolean;
+  headRows: boolean;
 } {
-  const was = { fastTiles: fastTilesTuned, vecRows: vecRowsTuned };
+  const was = { fastTiles: fastTilesTuned, vecRows: vecRowsTuned, headRows: headRowsTuned };
   if (o.fastTiles !== undefined) fastTilesTuned = o.fastTiles;
   if (o.vecRows !== undefined) vecRowsTuned = o.vecRows;
+  if (o.headRows !== undefined) headRowsTuned = o.headRows;
   return was;
 }
 
 /** The fused linear's kernels in force now: the setting where one was made, else the device's timing, else off. */
-export function webGpuLinearKernelsInForce(): { fastTiles: boolean; vecRows: boolean } {
-  return { fastTiles: fastTilesForced ?? fastTilesTuned, vecRows: vecRowsForced ?? vecRowsTuned };
+export function webGpuLinearKernelsInForce(): { fastTiles: boolean; vecRows: boolean; headRows: boolean } {
+  return {
+    fastTiles: fastTilesForced ?? fastTilesTuned,
+    vecRows: vecRowsForced ?? vecRowsTuned,
+    headRows: headRowsForced ?? headRowsTuned,
+  };
+}
+
+/** null: the default (the device's timing, else off); true / false: on / off (tests, the GPU bench, the env). */
+let headRowsForced: boolean | null = null;
+/** What timing on this device chose (core/backend/webgpu-tune.ts); false until it has run, and on software adapters. */
+let headRowsTuned = false;
+
+/**
+ * Whether an f32 LM head at a decode step's few rows (model/vocab-chunks.ts headRowsLogits: logits = h · Wᵀ for
+ * W [V, C], no gradient) runs the few-rows program (linearNtDecodeWebGpu, as the f16 head and every decode product
+ * do) instead of tfjs's matMul. null (the default): what timing both on this device chose
+ * (core/backend/webgpu-tune.ts; off where it has not run); docs/gpu.md, "The f32 LM head at decode". Returns the
+ * previous setting.
+ */
+export function setWebGpuHeadRows(on: boolean | null): boolean | null {
+  const was = headRowsForced;
+  headRowsForced = on;
+  return was;
+}
+
+/** setWebGpuHeadRows's setting now: null (the default), true or false. */
+export function webGpuHeadRows(): boolean | null {
+  return headRowsForced;
+}
+
+/** Whether the f32 LM head at decode runs the few-rows program now (the setting, else the device's timing). */
+export function webGpuHeadRowsInForce(): boolean {
+  return headRowsForced ?? headRowsTuned;
 }
 
 /** The program for C [M, N] with these options: few rows, columns or tiles (linearPlan). */

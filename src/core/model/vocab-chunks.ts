@@ -5,7 +5,11 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { LazyTensor } from './safetensors';
 import { f16Gather, f16LinearNT, f16MatMulNN, f16Rows, isPackedF16, unpackF16 } from '../kernels/webgpu-f16';
-import { linearNtDecodeWebGpu, webGpuLinearNtDecodeApplies } from '../kernels/webgpu-linear';
+import {
+  linearNtDecodeWebGpu,
+  webGpuHeadRowsInForce,
+  webGpuLinearNtDecodeApplies,
+} from '../kernels/webgpu-linear';
 import { tensorPieces } from '../kernels/wasm-read';
 
 /**
@@ -64,7 +68,15 @@ export function headChunked(chunks: tf.Tensor[], hidden: tf.Tensor2D): tf.Tensor
  * W is f32).
  */
 export function headRowsLogits(hidden: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
-  if (!isPackedF16(w)) return tf.matMul(hidden, w as tf.Tensor2D, false, true);
+  if (!isPackedF16(w)) {
+    // An f32 head at a decode step's rows through the few-rows program where the device's timing (or a setting)
+    // chose it (kernels/webgpu-linear.ts setWebGpuHeadRows); tfjs's matMul otherwise.
+    if (webGpuHeadRowsInForce() && hidden.shape[0] <= F16_HEAD_DECODE_ROWS && !tf.engine().isTapeOn()) {
+      const o = { w: [w as tf.Tensor2D] };
+      if (webGpuLinearNtDecodeApplies(hidden, o)) return linearNtDecodeWebGpu(hidden, o);
+    }
+    return tf.matMul(hidden, w as tf.Tensor2D, false, true);
+  }
   // Generation (no tape: nothing needs this product's gradient) at a decode step's few rows.
   if (hidden.shape[0] <= F16_HEAD_DECODE_ROWS && !tf.engine().isTapeOn()) {
     const o = { w: [w as tf.Tensor2D] };

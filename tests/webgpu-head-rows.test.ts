@@ -1,0 +1,151 @@
+/**
+ * The f32 LM head at decode through the few-rows program (model/vocab-chunks.ts headRowsLogits with
+ * setWebGpuHeadRows; docs/gpu.md, "The f32 LM head at decode") on Node WebGPU (SwiftShader), against tfjs's matMul:
+ * - the logits of a decode step's rows (1 and 16) within 1e-5 relative, for GPT-2's tied head and a Qwen2 untied
+ *   head; with the tape on (a backward needs the head's gradient) tfjs's matMul runs whatever the setting, and so
+ *   does a product above the decode's rows;
+ * - a replayed greedy generation (GPT-2, Qwen2, Qwen3) gives the same tokens and log-probs within 1e-5 either way,
+ *   and its recorded step runs the few-rows program for the head where tfjs's matMul ran before (the replay's profile
+ *   names the programs), with the same number of dispatches.
+ */
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
+import { GPT2 } from '../src/core/model/gpt2';
+import { Llama } from '../src/core/model/llama';
+import type { CausalLM } from '../src/core/model/lm';
+import { generate } from '../src/core/model/sampling';
+import { headRowsLogits } from '../src/core/model/vocab-chunks';
+import { setDecodeReplay, setDecodeReplayProbe } from '../src/core/model/decode-replay';
+import {
+  saveWebGpuLinearSmallRows,
+  setWebGpuHeadRows,
+  setWebGpuLinearColumns,
+  setWebGpuLinearSmallRows,
+} from '../src/core/kernels/webgpu-linear';
+import { countDispatches } from '../src/core/kernels/webgpu-count';
+import { profileReplayFrame, type ReplayProfile } from '../src/core/kernels/webgpu-replay-profile';
+import { tinyGpt2, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
+
+const adapter = await webGpuAdapter();
+
+async function relDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
+  const [x, y] = [await a.data(), await b.data()];
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < x.length; i++) {
+    num = Math.max(num, Math.abs(x[i] - y[i]));
+    den = Math.max(den, Math.abs(x[i]));
+  }
+  return num / den;
+}
+
+describe('the f32 LM head at decode through the few-rows program on Node WebGPU', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(useNodeWebGpu);
+  afterEach(() => {
+    setWebGpuHeadRows(null);
+  });
+
+  it('gives tfjs matMul’s logits within 1e-5 at a decode’s rows; matMul where a gradient or many rows need it', async () => {
+    for (const [C, V] of [
+      [48, 300],
+      [64, 1000],
+    ]) {
+      const w = tf.randomNormal([V, C], 0, 0.05, 'float32', 3) as tf.Tensor2D;
+      for (const M of [1, 16]) {
+        const h = tf.randomNormal([M, C], 0, 1, 'float32', 4 + M) as tf.Tensor2D;
+        setWebGpuHeadRows(false);
+        const plain = headRowsLogits(h, w);
+        setWebGpuHeadRows(true);
+        const counted = await countDispatches(() => headRowsLogits(h, w));
+        expect(counted.dispatches, `[${M}, ${C}] · [${V}, ${C}]ᵀ`).toBe(1);
+        expect(counted.result.shape).toEqual([M, V]);
+        expect(await relDiff(plain, counted.result)).toBeLessThanOrEqual(1e-5);
+        tf.dispose([plain, counted.result, h]);
+      }
+      // Above a decode's rows: tfjs's matMul whatever the setting, the same values to the bit.
+      const many = tf.randomNormal([65, C], 0, 1, 'float32', 8) as tf.Tensor2D;
+      setWebGpuHeadRows(false);
+      const manyOff = headRowsLogits(many, w);
+      setWebGpuHeadRows(true);
+      const manyOn = headRowsLogits(many, w);
+      expect(await manyOn.data()).toEqual(await manyOff.data());
+      tf.dispose([many, manyOff, manyOn]);
+      // Under the tape the head keeps tfjs's matMul (its gradient), and the gradient is the same.
+      const h = tf.randomNormal([4, C], 0, 1, 'float32', 9) as tf.Tensor2D;
+      setWebGpuHeadRows(true);
+      const g1 = tf.grads((x: tf.Tensor) => tf.sum(tf.square(headRowsLogits(x as tf.Tensor2D, w))))([h]);
+      setWebGpuHeadRows(false);
+      const g0 = tf.grads((x: tf.Tensor) => tf.sum(tf.square(headRowsLogits(x as tf.Tensor2D, w))))([h]);
+      expect(await g1[0].data()).toEqual(await g0[0].data());
+      tf.dispose([...g0, ...g1, h, w]);
+    }
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
+  it('a replayed greedy generation: the same tokens, log-probs within 1e-5, the head on the few-rows program', async () => {
+    const restore = saveWebGpuLinearSmallRows();
+    // The few-rows route as a GPU takes it (SwiftShader's default sends few rows to the column program).
+    setWebGpuLinearColumns(false);
+    setWebGpuLinearSmallRows(64);
+    setDecodeReplay(true);
+    const models: [string, CausalLM][] = [
+      ['gpt2', GPT2.random(tinyGpt2, 21)],
+      ['qwen2', Llama.random(tinyQwen2, 22)],
+      ['qwen3', Llama.random(tinyQwen3, 23)],
+    ];
+    try {
+      for (const [name, m] of models) {
+        const prompts = [
+          [5, 6, 7],
+          [8, 9, 10, 11],
+          [12, 13],
+        ];
+        const run = async (on: boolean) => {
+          setWebGpuHeadRows(on);
+          let p: ReplayProfile | null = null;
+          setDecodeReplayProbe(async (frame) => {
+            p = await profileReplayFrame(frame, { reps: 1 });
+          });
+          try {
+            const r = await generate(m, prompts, {
+              maxNewTokens: 6,
+              temperature: 0,
+              topK: 0,
+              stopToken: null,
+              padId: 0,
+              rng: 1,
+            });
+            return { r, p: p! as ReplayProfile };
+          } finally {
+            setDecodeReplayProbe(null);
+          }
+        };
+        const off = await run(false);
+        const on = await run(true);
+        expect(on.r.tokens, name).toEqual(off.r.tokens);
+        const lpOff = off.r.logprobs.flat();
+        const lpOn = on.r.logprobs.flat();
+        for (let i = 0; i < lpOff.length; i++)
+          expect(Math.abs(lpOn[i] - lpOff[i]), name).toBeLessThanOrEqual(1e-5);
+        expect(on.p.dispatches, name).toBe(off.p.dispatches);
+        const labels = (p: ReplayProfile) => p.byProgram.map((g) => g.label);
+        // tfjs's matMul programs ran only for the head: gone with the setting on.
+        expect(
+          labels(off.p).some((l) => /^MatMul/.test(l)),
+          `${name}: ${labels(off.p).join(', ')}`,
+        ).toBe(true);
+        expect(
+          labels(on.p).some((l) => /^MatMul/.test(l)),
+          `${name}: ${labels(on.p).join(', ')}`,
+        ).toBe(false);
+      }
+    } finally {
+      for (const [, m] of models) m.dispose();
+      restore();
+      setWebGpuLinearColumns(null);
+    }
+    expect(await webGpuErrors()).toEqual([]);
+  });
+});
