@@ -6,7 +6,9 @@
  * per dispatch, and the time per program. Cases:
  * - GPT-2 124M's shape (random weights), batch 16 and batch 1: issue #31's greedy decode (≤ 3 ms a token at B16);
  * - Qwen2.5-1.5B's shape (random BF16 weights), batch 1, base in f16 then in f32: issue #36's "decode reads half the
- *   bytes" (f16 ≤ 0.6 × f32), which a fixed cost a dispatch bounds (docs/gpu.md).
+ *   bytes" (f16 ≤ 0.6 × f32), which a fixed cost a dispatch bounds (docs/gpu.md);
+ * - the same f16 base under LoRA r 8 on its seven projections, batch 16, sampled at temperature 1: the generation of
+ *   issue #36's GRPO step (1.87 s of its 3.93 s on the third lease, about 29 ms a token).
  * On a software adapter the shapes shrink (GPT-2 at width 64 with 2 layers, Qwen's dry-run slice): a check that it
  * runs, not a measurement. Timestamps are not quantised (PPO_DAWN_DISABLE=timestamp_quantization unless set).
  * Ends with one JSON line. Usage: npx tsx scripts/profile-replay.ts [gpt2,qwen] [tokens=24]
@@ -17,6 +19,7 @@ import { join } from 'node:path';
 
 process.env.PPO_DAWN_DISABLE ??= 'timestamp_quantization';
 process.env.PPO_WEBGPU_TUNE ??= '0'; // the forms remembered for this adapter, or the defaults: no timing here
+const tf = await import('@tensorflow/tfjs-core');
 
 const { setNodeWebGpuBackend, adapterLabel } = await import('../src/cli/backend-webgpu-node');
 const { GPT2 } = await import('../src/core/model/gpt2');
@@ -30,6 +33,7 @@ const { f16BenchShape } = await import('../src/bench/torch-grpo');
 const { loadLM } = await import('../src/core/model/folder');
 const { nodeFiles } = await import('../src/cli/files-node');
 const { nodeResources } = await import('../src/cli/train');
+const { LoraAdapters, familyLoraTargets } = await import('../src/core/model/lora');
 type CausalLM = import('../src/core/model/lm').CausalLM;
 type ReplayProfile = import('../src/core/kernels/webgpu-replay-profile').ReplayProfile;
 
@@ -41,11 +45,17 @@ console.log(`adapter: ${adapterLabel(adapter)}${dry ? ' (software: small shapes,
 setDecodeReplay(true);
 
 const results: Record<string, ReplayProfile & { msPerToken: number }> = {};
-async function profileCase(key: string, model: CausalLM, B: number, vocab: number): Promise<void> {
+async function profileCase(
+  key: string,
+  model: CausalLM,
+  B: number,
+  vocab: number,
+  temperature = 0,
+): Promise<void> {
   const prompts = Array.from({ length: B }, (_, b) =>
     Array.from({ length: 16 }, (_, t) => (b * 31 + t * 7 + 5) % vocab),
   );
-  const opts = { maxNewTokens: N, temperature: 0, topK: 0, stopToken: null, padId: 0, rng: 1 };
+  const opts = { maxNewTokens: N, temperature, topK: 0, stopToken: null, padId: 0, rng: 1 };
   await generate(model, prompts, opts); // compile, warm
   const t0 = performance.now();
   await generate(model, prompts, { ...opts, maxNewTokens: 8 });
@@ -98,6 +108,22 @@ if (which.includes('qwen')) {
       });
       try {
         await profileCase(`qwen2.5-1.5b.${baseDtype}.b1`, model, 1, shape.vocab_size as number);
+        if (baseDtype === 'f16') {
+          // GRPO's generation: the adapters' B's made non-zero, as after an update.
+          const adapters = LoraAdapters.create(
+            model.config,
+            { lora: 8, loraTargets: [...familyLoraTargets(model.config)] },
+            5,
+          );
+          for (const m of adapters.modules.values())
+            tf.tidy(() => m.b.assign(tf.mul(tf.onesLike(m.b), 0.01)));
+          try {
+            const lora = model.withLora(adapters);
+            await profileCase('qwen2.5-1.5b.f16.lora.b16.sampled', lora, 16, shape.vocab_size as number, 1);
+          } finally {
+            adapters.dispose();
+          }
+        }
       } finally {
         model.dispose();
       }
