@@ -25,20 +25,9 @@ import {
 } from '../src/core/kernels/webgpu-linear';
 import { countDispatches } from '../src/core/kernels/webgpu-count';
 import { profileReplayFrame, type ReplayProfile } from '../src/core/kernels/webgpu-replay-profile';
-import { tinyGpt2, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
+import { relDiff, tinyGpt2, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
 
 const adapter = await webGpuAdapter();
-
-async function relDiff(a: tf.Tensor, b: tf.Tensor): Promise<number> {
-  const [x, y] = [await a.data(), await b.data()];
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < x.length; i++) {
-    num = Math.max(num, Math.abs(x[i] - y[i]));
-    den = Math.max(den, Math.abs(x[i]));
-  }
-  return num / den;
-}
 
 describe('the f32 LM head at decode through the few-rows program on Node WebGPU', () => {
   if (!adapter) return skipWithoutAdapter();
@@ -61,7 +50,7 @@ describe('the f32 LM head at decode through the few-rows program on Node WebGPU'
         const counted = await countDispatches(() => headRowsLogits(h, w));
         expect(counted.dispatches, `[${M}, ${C}] · [${V}, ${C}]ᵀ`).toBe(1);
         expect(counted.result.shape).toEqual([M, V]);
-        expect(await relDiff(plain, counted.result)).toBeLessThanOrEqual(1e-5);
+        expect(relDiff(await counted.result.data(), await plain.data())).toBeLessThanOrEqual(1e-5);
         tf.dispose([plain, counted.result, h]);
       }
       // Above a decode's rows: tfjs's matMul whatever the setting, the same values to the bit.
