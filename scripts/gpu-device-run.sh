@@ -17,7 +17,8 @@
 # (scripts/linear-tiles.ts), then Qwen2.5-1.5B's f16 GRPO row with PPO_WEBGPU_LINEAR_TILES=fast and the vector loads
 # on; f16profile: Qwen2.5-1.5B's f16 GRPO step under tf.profile, GPU time per kernel and phase,
 # scripts/profile-f16-step.ts; replayprofile: a replayed decode token's GPU time per dispatch and program, GPT-2 at
-# batch 16 and 1, Qwen2.5-1.5B at batch 1 with the base in f16 and in f32, scripts/profile-replay.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
+# batch 16 and 1, Qwen2.5-1.5B at batch 1 with the base in f16 and in f32 and under LoRA at batch 16 sampled (GRPO's
+# generation), scripts/profile-replay.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -132,7 +133,8 @@ if want f16profile && [ -f .gpu/bundle/profile-f16-step.mjs ]; then
 fi
 if want replayprofile && [ -f .gpu/bundle/profile-replay.mjs ]; then
   # Where a replayed decode token's GPU time goes (docs/gpu.md, "Where a replayed token's time goes"), one process.
-  $node .gpu/bundle/profile-replay.mjs gpt2,qwen 2>&1 | tee "$out/profile-replay.txt" | grep -v '^{' | tail -40 || echo "profile-replay failed"
+  $node .gpu/bundle/profile-replay.mjs gpt2,qwen > "$out/profile-replay.txt" 2>&1 || echo "profile-replay failed"
+  grep -v '^{' "$out/profile-replay.txt" | tail -50 || true
 fi
 if want profile; then
   $node .gpu/bundle/profile-webgpu.mjs gpt2 2>&1 | tee "$out/profile-webgpu.txt" | tail -25

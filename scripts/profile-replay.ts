@@ -10,7 +10,8 @@
  * - the same f16 base under LoRA r 8 on its seven projections, batch 16, sampled at temperature 1: the generation of
  *   issue #36's GRPO step (1.87 s of its 3.93 s on the third lease, about 29 ms a token).
  * On a software adapter the shapes shrink (GPT-2 at width 64 with 2 layers, Qwen's dry-run slice): a check that it
- * runs, not a measurement. Timestamps are not quantised (PPO_DAWN_DISABLE=timestamp_quantization unless set).
+ * runs, not a measurement. Timestamps are not quantised (PPO_DAWN_DISABLE=timestamp_quantization unless set). The kernel forms
+ * are the device's (core/backend/webgpu-tune.ts: remembered for the adapter, else timed at start), as decode runs.
  * Ends with one JSON line. Usage: npx tsx scripts/profile-replay.ts [gpt2,qwen] [tokens=24]
  */
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -18,7 +19,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 process.env.PPO_DAWN_DISABLE ??= 'timestamp_quantization';
-process.env.PPO_WEBGPU_TUNE ??= '0'; // the forms remembered for this adapter, or the defaults: no timing here
 const tf = await import('@tensorflow/tfjs-core');
 
 const { setNodeWebGpuBackend, adapterLabel } = await import('../src/cli/backend-webgpu-node');

@@ -1,9 +1,9 @@
 /**
  * The f32 LM head at decode through the few-rows program (model/vocab-chunks.ts headRowsLogits with
  * setWebGpuHeadRows; docs/gpu.md, "The f32 LM head at decode") on Node WebGPU (SwiftShader), against tfjs's matMul:
- * - the logits of a decode step's rows (1 and 16) within 1e-5 relative, for GPT-2's tied head and a Qwen2 untied
- *   head; with the tape on (a backward needs the head's gradient) tfjs's matMul runs whatever the setting, and so
- *   does a product above the decode's rows;
+ * - inside a generation's scope (decodeLogits) at up to 64 rows: one few-rows program (tf.profile's kernel names)
+ *   whose logits are tfjs matMul's within 1e-5 relative; outside it (scoring, training), above 64 rows, or with the
+ *   tape on (a backward needs the head's gradient), tfjs's matMul whatever the setting, its values to the bit;
  * - a replayed greedy generation (GPT-2, Qwen2, Qwen3) gives the same tokens and log-probs within 1e-5 either way,
  *   and its recorded step runs the few-rows program for the head where tfjs's matMul ran before (the replay's profile
  *   names the programs), with the same number of dispatches.
@@ -15,15 +15,15 @@ import { GPT2 } from '../src/core/model/gpt2';
 import { Llama } from '../src/core/model/llama';
 import type { CausalLM } from '../src/core/model/lm';
 import { generate } from '../src/core/model/sampling';
-import { headRowsLogits } from '../src/core/model/vocab-chunks';
+import { decodeLogits, headRowsLogits } from '../src/core/model/vocab-chunks';
 import { setDecodeReplay, setDecodeReplayProbe } from '../src/core/model/decode-replay';
 import {
+  LIN_NT,
   saveWebGpuLinearSmallRows,
   setWebGpuHeadRows,
   setWebGpuLinearColumns,
   setWebGpuLinearSmallRows,
 } from '../src/core/kernels/webgpu-linear';
-import { countDispatches } from '../src/core/kernels/webgpu-count';
 import { profileReplayFrame, type ReplayProfile } from '../src/core/kernels/webgpu-replay-profile';
 import { relDiff, tinyGpt2, tinyQwen2, tinyQwen3 } from './helpers/f16-base';
 
@@ -36,37 +36,53 @@ describe('the f32 LM head at decode through the few-rows program on Node WebGPU'
     setWebGpuHeadRows(null);
   });
 
-  it('gives tfjs matMul’s logits within 1e-5 at a decode’s rows; matMul where a gradient or many rows need it', async () => {
+  it('in a generation: one few-rows dispatch, tfjs matMul’s logits within 1e-5; elsewhere tfjs’s matMul itself', async () => {
+    /** The kernels a call runs (tf.profile), and its values. */
+    const run = async (f: () => tf.Tensor) => {
+      let out: tf.Tensor | null = null;
+      const info = await tf.profile(() => {
+        out = f();
+        return out;
+      });
+      const t = out! as tf.Tensor;
+      const values = await t.data();
+      t.dispose();
+      return { kernels: info.kernelNames, values };
+    };
     for (const [C, V] of [
       [48, 300],
       [64, 1000],
     ]) {
       const w = tf.randomNormal([V, C], 0, 0.05, 'float32', 3) as tf.Tensor2D;
-      for (const M of [1, 16]) {
+      const head = { lmHead: (h: tf.Tensor2D) => headRowsLogits(h, w) };
+      for (const M of [1, 16, 64, 65]) {
         const h = tf.randomNormal([M, C], 0, 1, 'float32', 4 + M) as tf.Tensor2D;
         setWebGpuHeadRows(false);
-        const plain = headRowsLogits(h, w);
+        const plain = await run(() => decodeLogits(head, h));
+        expect(plain.kernels).toEqual(['BatchMatMul']);
         setWebGpuHeadRows(true);
-        const counted = await countDispatches(() => headRowsLogits(h, w));
-        expect(counted.dispatches, `[${M}, ${C}] · [${V}, ${C}]ᵀ`).toBe(1);
-        expect(counted.result.shape).toEqual([M, V]);
-        expect(relDiff(await counted.result.data(), await plain.data())).toBeLessThanOrEqual(1e-5);
-        tf.dispose([plain, counted.result, h]);
+        const fewRows = await run(() => decodeLogits(head, h));
+        const outside = await run(() => head.lmHead(h)); // scoring, training: not a generation
+        expect(outside.kernels, `[${M}, ${C}]`).toEqual(['BatchMatMul']);
+        expect(outside.values).toEqual(plain.values);
+        if (M <= 64) {
+          expect(fewRows.kernels, `[${M}, ${C}] · [${V}, ${C}]ᵀ`).toEqual([LIN_NT]);
+          expect(fewRows.values.length).toBe(M * V);
+          expect(relDiff(fewRows.values, plain.values)).toBeLessThanOrEqual(1e-5);
+        } else {
+          // Above a decode's rows: tfjs's matMul whatever the setting, the same values to the bit.
+          expect(fewRows.kernels).toEqual(['BatchMatMul']);
+          expect(fewRows.values).toEqual(plain.values);
+        }
+        h.dispose();
       }
-      // Above a decode's rows: tfjs's matMul whatever the setting, the same values to the bit.
-      const many = tf.randomNormal([65, C], 0, 1, 'float32', 8) as tf.Tensor2D;
-      setWebGpuHeadRows(false);
-      const manyOff = headRowsLogits(many, w);
-      setWebGpuHeadRows(true);
-      const manyOn = headRowsLogits(many, w);
-      expect(await manyOn.data()).toEqual(await manyOff.data());
-      tf.dispose([many, manyOff, manyOn]);
-      // Under the tape the head keeps tfjs's matMul (its gradient), and the gradient is the same.
+      // A backward through the head (inside a generation's scope too): tfjs's matMul and its gradient.
       const h = tf.randomNormal([4, C], 0, 1, 'float32', 9) as tf.Tensor2D;
+      const loss = (x: tf.Tensor) => tf.sum(tf.square(decodeLogits(head, x as tf.Tensor2D)));
       setWebGpuHeadRows(true);
-      const g1 = tf.grads((x: tf.Tensor) => tf.sum(tf.square(headRowsLogits(x as tf.Tensor2D, w))))([h]);
+      const g1 = tf.grads(loss)([h]);
       setWebGpuHeadRows(false);
-      const g0 = tf.grads((x: tf.Tensor) => tf.sum(tf.square(headRowsLogits(x as tf.Tensor2D, w))))([h]);
+      const g0 = tf.grads(loss)([h]);
       expect(await g1[0].data()).toEqual(await g0[0].data());
       tf.dispose([...g0, ...g1, h, w]);
     }

@@ -104,6 +104,13 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
     expect(t.fastTiles).toMatchObject({ on: false, how: 'not timed' });
     expect(t.headRows).toMatchObject({ on: false, how: 'not timed' });
     expect(webGpuKernelTuning()).toBe(t);
+    // A record from before the head's form (two forms) reads as it did.
+    const { headRows: _head, ...older } = t;
+    expect(_head).toBeDefined();
+    expect(describeKernelTuning(older)).toBe(
+      'vector loads in the few-rows program and the tile kernel for the tiled products off: not timed: a software ' +
+        'adapter (its speed says nothing of a GPU’s).',
+    );
     expect(describeKernelTuning(t)).toBe(
       'vector loads in the few-rows program, the tile kernel for the tiled products and the few-rows program for ' +
         'the f32 LM head at decode off: not timed: a software adapter (its speed says nothing of a GPU’s).',
@@ -190,8 +197,8 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
       expect(first.vecRows.how).toBe('timed');
       expect(made).toBe(1);
       expect([...saved.keys()]).toEqual([key]);
-      expect(saved.get(key)!.vecRows).toEqual(first.vecRows);
-      expect(saved.get(key)!.headRows).toEqual(first.headRows);
+      expect(saved.get(key)!.vecRows).toEqual({ ...first.vecRows, at: saved.get(key)!.at });
+      expect(saved.get(key)!.headRows).toEqual({ ...first.headRows, at: saved.get(key)!.at });
       expect(first.headRows!.how).toBe('timed');
 
       const again = await tuneWebGpuLinear(base);
@@ -224,6 +231,62 @@ describe('tuneWebGpuLinear on Node WebGPU', () => {
       x.dispose();
     }
     expect(liveReplayFrames()).toBe(0);
+  });
+
+  it('a record with one form missing: that one is timed, the others kept as they were timed, with their date', async () => {
+    const key = adapterTuneKey({ vendor: 'v2' });
+    const old = '2026-11-02T10:00:00.000Z';
+    const timedChoice = (on: boolean) => ({
+      on,
+      how: 'timed' as const,
+      why: `x ${on ? 'on' : 'off'}: timed`,
+      offMs: 1,
+      onMs: on ? 0.5 : 2,
+      relDiff: 0,
+    });
+    const saved = new Map<string, RememberedTuning>([
+      [key, { at: old, vecRows: timedChoice(true), fastTiles: timedChoice(false) }],
+    ]);
+    const store: TuneStore = {
+      get: async (k) => saved.get(k) ?? null,
+      set: async (k, v) => void saved.set(k, v),
+    };
+    const x = tf.ones([4, 8]);
+    let made = 0;
+    const product = () => {
+      made++;
+      return { run: () => tf.tidy(() => tf.add(x, 1)), owned: [] };
+    };
+    const products = { vecRows: () => [product], fastTiles: () => [product], headRows: () => [product] };
+    const base = { software: false, calls: 2, trialMs: 0, products, store, adapterKey: key };
+    try {
+      const first = await tuneWebGpuLinear(base);
+      expect(made).toBe(1); // the head alone
+      expect(first.vecRows).toMatchObject({
+        on: true,
+        how: 'remembered',
+        why: 'x on: timed, as timed on 2026-11-02',
+      });
+      expect(first.headRows!.how).toBe('timed');
+      const rec = saved.get(key)!;
+      expect(rec.at).not.toBe(old);
+      expect(rec.vecRows).toEqual({ ...timedChoice(true), at: old });
+      expect(rec.fastTiles).toEqual({ ...timedChoice(false), at: old });
+      expect(rec.headRows).toMatchObject({ how: 'timed', at: rec.at });
+      // The next start reuses all three, untimed, each with the date it was timed on.
+      const again = await tuneWebGpuLinear(base);
+      expect(made).toBe(1);
+      expect(again.ms).toBe(0);
+      expect(again.vecRows.why).toBe('x on: timed, as timed on 2026-11-02');
+      expect(again.headRows).toMatchObject({ how: 'remembered', on: first.headRows!.on });
+      expect(webGpuLinearKernelsInForce()).toEqual({
+        vecRows: true,
+        fastTiles: false,
+        headRows: first.headRows!.on,
+      });
+    } finally {
+      x.dispose();
+    }
   });
 
   it('a product that cannot be made leaves its form off, in words; the backend goes on', async () => {

@@ -27,6 +27,8 @@ export interface KernelChoice {
   onMs?: number;
   /** max |on − off| / max |off| over the products ('timed' only). */
   relDiff?: number;
+  /** When it was timed (in a remembered record; the record's `at` where absent). */
+  at?: string;
 }
 
 export interface WebGpuKernelTuning {
@@ -74,7 +76,8 @@ export interface RememberedTuning {
 
 /** A remembered timing's choice as this run reports it: 'remembered', with the times and when they were taken. */
 export function rememberedChoice(c: KernelChoice, at: string): KernelChoice {
-  return { ...c, how: 'remembered', why: `${c.why}, as timed on ${at.slice(0, 10)}` };
+  const when = c.at ?? at;
+  return { ...c, at: when, how: 'remembered', why: `${c.why}, as timed on ${when.slice(0, 10)}` };
 }
 
 /** The tuning in one line: each form on or off and how it was decided. */
@@ -82,6 +85,8 @@ export function describeKernelTuning(t: WebGpuKernelTuning): string {
   const why = (c: KernelChoice) => c.why.slice(c.why.indexOf(': ') + 2);
   const all = [t.vecRows, t.fastTiles, ...(t.headRows ? [t.headRows] : [])];
   if (all.every((c) => c.how === 'not timed' && why(c) === why(t.vecRows)))
-    return `vector loads in the few-rows program, the tile kernel for the tiled products${t.headRows ? ' and the few-rows program for the f32 LM head at decode' : ''} off: ${why(t.vecRows)}.`;
+    return t.headRows
+      ? `vector loads in the few-rows program, the tile kernel for the tiled products and the few-rows program for the f32 LM head at decode off: ${why(t.vecRows)}.`
+      : `vector loads in the few-rows program and the tile kernel for the tiled products off: ${why(t.vecRows)}.`;
   return `${all.map((c) => c.why).join('; ')}${t.ms > 0 ? ` (timed in ${(t.ms / 1000).toFixed(1)} s)` : ''}.`;
 }

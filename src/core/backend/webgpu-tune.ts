@@ -38,7 +38,7 @@ import {
   setWebGpuLinearFastTiles,
   setWebGpuLinearVecRows,
 } from '../kernels/webgpu-linear';
-import { headRowsLogits } from '../model/vocab-chunks';
+import { decodeLogits, headRowsLogits } from '../model/vocab-chunks';
 import { ReplayFrame, replayBackend, type ReplayBackend } from '../kernels/webgpu-replay';
 import { releaseDeviceMemory } from '../ppo/gpu-plan';
 import {
@@ -186,8 +186,8 @@ function tileProducts(scale: number): TuneProductSource[] {
 }
 
 /**
- * The f32 LM head's products at decode (model/vocab-chunks.ts headRowsLogits, no tape: tfjs's matMul, or the
- * few-rows program): [M, 768] · W [32768, 768]ᵀ (a block of GPT-2's tied head) and [M, 1536] · W [16384, 1536]ᵀ (of
+ * The f32 LM head's products at decode (model/vocab-chunks.ts headRowsLogits inside decodeLogits: tfjs's matMul, or
+ * the few-rows program): [M, 768] · W [32768, 768]ᵀ (a block of GPT-2's tied head) and [M, 1536] · W [16384, 1536]ᵀ (of
  * Qwen2.5-1.5B's), at 1 row and 16, over as many distinct W's as make TUNE_DECODE_BYTES (2 each).
  */
 function headProducts(scale: number): TuneProductSource[] {
@@ -202,7 +202,9 @@ function headProducts(scale: number): TuneProductSource[] {
     const xs = [1, 16].map((M) => tf.tensor2d(values(M * K, 19 + M, 1), [M, K]));
     const c = ws.length;
     return {
-      run: (i: number) => headRowsLogits(xs[Math.floor(i / c) % 2], ws[i % c]),
+      // As a generation runs the head (decodeLogits: the only place the few-rows form applies).
+      run: (i: number) =>
+        decodeLogits({ lmHead: (h) => headRowsLogits(h, ws[i % c]) }, xs[Math.floor(i / c) % 2]),
       owned: [...ws, ...xs],
       checks: [0, c],
     };
@@ -463,9 +465,18 @@ export async function tuneWebGpuLinear(o: TuneOptions): Promise<WebGpuKernelTuni
     }
     // Remember what was timed (both forms timed and agreeing or not: a failure is timed again next time).
     if (storeKey && Object.values(result).some((c) => c.how === 'timed')) {
+      // What was timed now, with this date, and what was remembered, as it was stored (its own date): a choice
+      // reused or set this time is not stored as one timed now, or it would be timed again at the next start.
       const at = new Date().toISOString();
+      const record: RememberedTuning = { at };
+      for (const k of Object.keys(result) as TunedForm[]) {
+        const c = result[k];
+        const kept = remembered?.[k];
+        if (c.how === 'timed') record[k] = { ...c, at };
+        else if (c.how === 'remembered' && kept?.how === 'timed') record[k] = { at: remembered!.at, ...kept };
+      }
       try {
-        await o.store!.set(storeKey, { at, ...result });
+        await o.store!.set(storeKey, record);
       } catch {
         // not remembered: timed again next time
       }

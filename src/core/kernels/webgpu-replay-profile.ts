@@ -148,7 +148,7 @@ export async function profileReplayFrame(
       label,
       count: g.count,
       us: perDispatch ? g.us : null,
-      share: perDispatch && kernelUs ? g.us / kernelUs : null,
+      share: perDispatch ? (kernelUs ? g.us / kernelUs : 0) : null,
     }))
     .sort((a, b) => (a.us !== null && b.us !== null ? b.us - a.us : b.count - a.count));
   const top = perDispatch
@@ -176,10 +176,11 @@ export async function profileReplayFrame(
 /** One line a person reads: the wall time, the kernels' share and the dearest programs. */
 export function describeReplayProfile(p: ReplayProfile, programs = 6): string {
   const head = `${p.dispatches} dispatches, ${p.wallUsPerReplay.toFixed(1)} µs a replay`;
-  if (p.kernelUsPerReplay === null) return `${head} (no timestamp queries: no per-dispatch times)`;
+  if (p.kernelUsPerReplay === null || p.gapUsPerDispatch === null)
+    return `${head} (no timestamp queries: no per-dispatch times)`;
   const parts = p.byProgram
     .slice(0, programs)
     .map((g) => `${g.label} ×${g.count} ${g.us!.toFixed(1)} µs`)
     .join(', ');
-  return `${head}; kernels ${p.kernelUsPerReplay.toFixed(1)} µs, ${p.gapUsPerDispatch!.toFixed(2)} µs a dispatch beyond its kernel; ${parts}`;
+  return `${head}; kernels ${p.kernelUsPerReplay.toFixed(1)} µs, ${p.gapUsPerDispatch.toFixed(2)} µs a dispatch beyond its kernel; ${parts}`;
 }

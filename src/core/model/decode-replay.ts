@@ -32,6 +32,7 @@ import {
 import type { CausalLM } from './lm';
 import { MAX_ELEMENTS, MAX_VOCAB, chooseTokensWebGpu } from '../kernels/webgpu-sample';
 import { maybeYield } from '../base/yield';
+import { decodeLogits } from './vocab-chunks';
 
 let enabled = true;
 
@@ -271,7 +272,7 @@ export async function replayedDecode(a: ReplayLoopArgs): Promise<ReplayLoopResul
               let kept: { choice: Choice; cache: LayerKV[] } | null = null;
               tf.tidy(() => {
                 const out = a.model.decodeStep(ids, posT as tf.Tensor1D, ohT, kmT as tf.Tensor2D, cache);
-                const c = choose(a, a.model.lmHead(out.hidden), finished, uT, k);
+                const c = choose(a, decodeLogits(a.model, out.hidden), finished, uT, k);
                 kept = { choice: c, cache: out.cache };
                 return [...c.owned, ...out.cache.flatMap((kv) => [kv.k, kv.v])];
               });

@@ -19,6 +19,7 @@ import { greedyTokensWebGpu, sampleTokens } from './sample-op';
 import { maybeYield } from '../base/yield';
 import { decodeReplayApplies, fusedChoiceApplies, replayedDecode } from './decode-replay';
 import { whileGenerating } from '../kernels/wasm-extra';
+import { decodeLogits } from './vocab-chunks';
 
 export interface SampleOptions {
   maxNewTokens: number;
@@ -387,7 +388,7 @@ async function generateOnce(
         Array.from({ length: B }, (_, b) => b * Tp + Tp - 1),
         'int32',
       );
-      const lg = model.lmHead(tf.gather(hidden, lastRows) as tf.Tensor2D);
+      const lg = decodeLogits(model, tf.gather(hidden, lastRows) as tf.Tensor2D);
       const padded = kv.map(({ k, v }) => ({
         k: tf.pad(k, [
           [0, 0],
@@ -489,7 +490,7 @@ async function generateOnce(
             Array.from({ length: B }, (_, b) => b * T + T - 1),
             'int32',
           );
-          return model.lmHead(tf.gather(hidden, lastRows) as tf.Tensor2D);
+          return decodeLogits(model, tf.gather(hidden, lastRows) as tf.Tensor2D);
         });
         logits.dispose();
         logits = next;
@@ -505,7 +506,7 @@ async function generateOnce(
           'int32',
         );
         const out = model.decodeStep(chosen.tok, pos, oh, km, cache);
-        return { lg: model.lmHead(out.hidden), cache: out.cache, km };
+        return { lg: decodeLogits(model, out.hidden), cache: out.cache, km };
       });
       for (const { k, v } of cache) {
         k.dispose();

@@ -62,6 +62,25 @@ export function headChunked(chunks: tf.Tensor[], hidden: tf.Tensor2D): tf.Tensor
   ) as tf.Tensor2D;
 }
 
+let decodeDepth = 0;
+
+/**
+ * `model.lmHead(hidden)` as a generation runs it (model/sampling.ts, model/decode-replay.ts): the logits of the
+ * tokens being chosen. Only here may an f32 head take the few-rows program (headRowsLogits); a synchronous scope, so
+ * nothing else that runs meanwhile (a training step's scoring between a generation's awaits) is inside it.
+ */
+export function decodeLogits(
+  model: { lmHead(h: tf.Tensor2D): tf.Tensor2D },
+  hidden: tf.Tensor2D,
+): tf.Tensor2D {
+  decodeDepth++;
+  try {
+    return model.lmHead(hidden);
+  } finally {
+    decodeDepth--;
+  }
+}
+
 /**
  * hidden [N, C] · Wᵀ for W [rows, C] (a block of the LM head's rows, f32 or packed f16 as `lmHeadBlocks` gives
  * them; a row slice of a packed block is packed rows): logits [N, rows], differentiable in hidden (and in W when
@@ -69,9 +88,15 @@ export function headChunked(chunks: tf.Tensor[], hidden: tf.Tensor2D): tf.Tensor
  */
 export function headRowsLogits(hidden: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
   if (!isPackedF16(w)) {
-    // An f32 head at a decode step's rows through the few-rows program where the device's timing (or a setting)
-    // chose it (kernels/webgpu-linear.ts setWebGpuHeadRows); tfjs's matMul otherwise.
-    if (webGpuHeadRowsInForce() && hidden.shape[0] <= F16_HEAD_DECODE_ROWS && !tf.engine().isTapeOn()) {
+    // An f32 head at a generation's rows (inside decodeLogits) through the few-rows program where the device's
+    // timing (or a setting) chose it (kernels/webgpu-linear.ts setWebGpuHeadRows); tfjs's matMul otherwise, and
+    // always for scoring and training, so that their log-probs agree to the bit whatever the device chose.
+    if (
+      decodeDepth > 0 &&
+      webGpuHeadRowsInForce() &&
+      hidden.shape[0] <= F16_HEAD_DECODE_ROWS &&
+      !tf.engine().isTapeOn()
+    ) {
       const o = { w: [w as tf.Tensor2D] };
       if (webGpuLinearNtDecodeApplies(hidden, o)) return linearNtDecodeWebGpu(hidden, o);
     }
