@@ -29,7 +29,7 @@ import {
   webGpuLinearPackedNNApplies,
 } from '../src/core/kernels/webgpu-linear';
 import { Llama } from '../src/core/model/llama';
-import { F16_HEAD_DECODE_ROWS, headRowsLogits } from '../src/core/model/vocab-chunks';
+import { F16_HEAD_DECODE_ROWS, decodeLogits, headRowsLogits } from '../src/core/model/vocab-chunks';
 import { chunkedTokenLogprobs } from '../src/core/ppo/chunked-logprob';
 import { checkBaseDtype, isF16Matrix } from '../src/core/model/f16-base';
 import {
@@ -264,12 +264,16 @@ describe('f16 kernels on WebGPU (Node, Dawn)', () => {
         if (few) setWebGpuLinearSmallRows(64);
         const h = tf.tensor2d(seeded(N * C, 7 + N), [N, C]);
         const want = tf.matMul(h, w, false, true);
-        // Outside any tape (generation): the decode linear at up to F16_HEAD_DECODE_ROWS rows, f16LinearNT above.
-        const got = headRowsLogits(h, wp);
+        // A generation's head (decodeLogits): the decode linear at up to F16_HEAD_DECODE_ROWS rows, f16LinearNT
+        // above; anywhere else (scoring: no tape either) f16LinearNT at every size.
+        const got = decodeLogits({ lmHead: (x) => headRowsLogits(x, wp) }, h);
         expect(relDiff(await got.data(), await want.data())).toBeLessThan(1e-6);
         const route = N <= F16_HEAD_DECODE_ROWS ? linearNtDecodeWebGpu(h, { w: [wp] }) : f16LinearNT(h, wp);
         expect(Array.from(await got.data())).toEqual(Array.from(await route.data()));
-        route.dispose();
+        const scored = headRowsLogits(h, wp);
+        const nt = f16LinearNT(h, wp);
+        expect(Array.from(await scored.data())).toEqual(Array.from(await nt.data()));
+        tf.dispose([route, scored, nt]);
         // Under a tape (training): the differentiable kernel, whose gradient to the hidden states is W's.
         const g = tf.grad((x: tf.Tensor) => tf.sum(headRowsLogits(x as tf.Tensor2D, wp)))(h);
         const gw = tf.grad((x: tf.Tensor) => tf.sum(tf.matMul(x as tf.Tensor2D, w, false, true)))(h);

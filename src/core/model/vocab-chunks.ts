@@ -13,8 +13,8 @@ import {
 import { tensorPieces } from '../kernels/wasm-read';
 
 /**
- * Rows of hidden states up to which a packed-f16 head block goes through the decode linear (below) when no
- * gradient is recorded: a decode step's batch. f16LinearNT's 32 × 32 output tiles would compute 31 of 32 rows
+ * Rows of hidden states up to which a head block goes through the decode linear (below) inside a generation
+ * (decodeLogits; packed f16 always, f32 where the device chose it): a decode step's batch. f16LinearNT's 32 × 32 output tiles would compute 31 of 32 rows
  * for nothing at one row, and step K in slices of 16 with a barrier each; the decode linear reads the packed
  * words once per row group, as the blocks' own projections do in decode.
  */
@@ -66,7 +66,7 @@ let decodeDepth = 0;
 
 /**
  * `model.lmHead(hidden)` as a generation runs it (model/sampling.ts, model/decode-replay.ts): the logits of the
- * tokens being chosen. Only here may an f32 head take the few-rows program (headRowsLogits); a synchronous scope, so
+ * tokens being chosen. Only here does a head block take the decode linear (headRowsLogits); a synchronous scope, so
  * nothing else that runs meanwhile (a training step's scoring between a generation's awaits) is inside it.
  */
 export function decodeLogits(
@@ -102,8 +102,9 @@ export function headRowsLogits(hidden: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
     }
     return tf.matMul(hidden, w as tf.Tensor2D, false, true);
   }
-  // Generation (no tape: nothing needs this product's gradient) at a decode step's few rows.
-  if (hidden.shape[0] <= F16_HEAD_DECODE_ROWS && !tf.engine().isTapeOn()) {
+  // A generation's head (decodeLogits; no tape: nothing needs this product's gradient) at a decode step's few rows.
+  // Scoring and training keep f16LinearNT at every size, so that their log-probs agree to the bit.
+  if (decodeDepth > 0 && hidden.shape[0] <= F16_HEAD_DECODE_ROWS && !tf.engine().isTapeOn()) {
     const o = { w: [w as tf.Tensor2D] };
     if (webGpuLinearNtDecodeApplies(hidden, o)) return linearNtDecodeWebGpu(hidden, o);
   }
