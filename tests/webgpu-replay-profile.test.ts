@@ -24,6 +24,8 @@ import { liveReplayFrames, programLabel } from '../src/core/kernels/webgpu-repla
 import { tinyGpt2 } from './helpers/f16-base';
 
 const adapter = await webGpuAdapter();
+/** A short greedy generation's options. */
+const greedy = { maxNewTokens: 4, temperature: 0, topK: 0, stopToken: null, padId: 0, rng: 1 };
 
 describe('programLabel', () => {
   it('names a program by its class, else by its shader key’s first word', () => {
@@ -49,7 +51,7 @@ describe('the replayed decode frame’s profile on Node WebGPU', () => {
       [5, 6, 7],
       [8, 9, 10, 11],
     ];
-    const opts = { maxNewTokens: 6, temperature: 0, topK: 0, stopToken: null, padId: 0, rng: 1 };
+    const opts = { ...greedy, maxNewTokens: 6 };
     try {
       setDecodeReplay(true);
       const plain = await generate(m, prompts, opts);
@@ -118,14 +120,7 @@ describe('the replayed decode frame’s profile on Node WebGPU', () => {
       setDecodeReplayProbe(async (frame) => {
         kept = frame;
       });
-      await generate(m, [[5, 6]], {
-        maxNewTokens: 4,
-        temperature: 0,
-        topK: 0,
-        stopToken: null,
-        padId: 0,
-        rng: 1,
-      });
+      await generate(m, [[5, 6]], greedy);
     } finally {
       setDecodeReplayProbe(null);
       m.dispose();

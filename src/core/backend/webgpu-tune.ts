@@ -40,6 +40,7 @@ import {
 } from '../kernels/webgpu-linear';
 import { decodeLogits, headRowsLogits } from '../model/vocab-chunks';
 import { ReplayFrame, replayBackend, type ReplayBackend } from '../kernels/webgpu-replay';
+import { replayTrialMs, replaysPerTrial, warmReplays } from '../kernels/webgpu-replay-profile';
 import { releaseDeviceMemory } from '../ppo/gpu-plan';
 import {
   TUNE_VERSION,
@@ -301,13 +302,6 @@ async function timeForms(
   let offMs = 0;
   let onMs = 0;
   let relDiff = 0;
-  const settle = () => backend.queue.onSubmittedWorkDone();
-  const wall = async (f: ReplayFrame, reps: number) => {
-    const t0 = performance.now();
-    for (let r = 0; r < reps; r++) f.replay();
-    await settle();
-    return performance.now() - t0;
-  };
   for (const source of sources) {
     const frames: ReplayFrame[] = [];
     const results: tf.Tensor[] = [];
@@ -317,26 +311,13 @@ async function timeForms(
       relDiff = Math.max(relDiff, await recordForms(backend, p, setForm, calls, frames, results));
       // Warm-up: pipelines, bind groups and clocks, about 20 ms of each form (at least two replays).
       let once = Infinity;
-      for (const f of frames) {
-        let spent = 0;
-        for (let n = 0; n < 2 || (spent < 20 && n < 200); n++) {
-          const t = await wall(f, 1);
-          spent += t;
-          once = Math.min(once, t);
-        }
-      }
-      const reps = Math.min(64, Math.max(2, Math.ceil(trialMs / Math.max(once, 1e-3))));
-      // Per replay: (t(2r) − t(r)) / r, the wait's latency cancelled; t(2r) / 2r where noise makes that ≤ 0.
-      const trial = async (f: ReplayFrame) => {
-        const t1 = await wall(f, reps);
-        const t2 = await wall(f, 2 * reps);
-        const slope = (t2 - t1) / reps;
-        return (slope > 0 ? slope : t2 / (2 * reps)) / calls;
-      };
+      for (const f of frames) once = Math.min(once, await warmReplays(f));
+      const reps = replaysPerTrial(once, trialMs);
+      // Per product call: a trial's ms a replay over the calls it records.
       const best = [Infinity, Infinity];
       for (let t = 0; t < 3; t++) {
         const order = t % 2 === 0 ? [0, 1] : [1, 0];
-        for (const i of order) best[i] = Math.min(best[i], await trial(frames[i]));
+        for (const i of order) best[i] = Math.min(best[i], (await replayTrialMs(frames[i], reps)) / calls);
       }
       offMs += best[0];
       onMs += best[1];

@@ -7,7 +7,8 @@
  *
  * `profileReplayFrame(frame)` measures both on the device the frame lives on:
  * - the wall time of a replay as replays run (one pass): (t(2r) − t(r)) / r over r and 2r replays back to back,
- *   so that the wait's latency cancels (as core/backend/webgpu-tune.ts times kernel forms), the best of three;
+ *   so that the wait's latency cancels, the best of three (the helpers below; core/backend/webgpu-tune.ts times
+ *   kernel forms with them too);
  * - where the device has `timestamp-query`, each dispatch alone: the same dispatches in the same order, each in a
  *   compute pass of its own whose beginning and end write a timestamp, the least of `reps` runs a dispatch. Their sum
  *   is the frame's kernel time; the wall time less that sum, over the dispatches, is what a dispatch costs beyond its
@@ -47,6 +48,43 @@ export interface ReplayProfile {
   top: { index: number; label: string; workgroups: [number, number, number]; us: number }[];
 }
 
+// ---- the GPU time of a replay (also core/backend/webgpu-tune.ts's, timing kernel forms) ----------------------
+
+/** Milliseconds for `r` replays of the frame back to back, waited for (onSubmittedWorkDone). */
+export async function replaysWallMs(frame: ReplayFrame, r: number): Promise<number> {
+  const t0 = performance.now();
+  for (let i = 0; i < r; i++) frame.replay();
+  await frame.gpu.queue.onSubmittedWorkDone();
+  return performance.now() - t0;
+}
+
+/** Warm a frame up (pipelines, clocks): about 20 ms of single replays, at least two. Returns the fastest, ms. */
+export async function warmReplays(frame: ReplayFrame): Promise<number> {
+  let once = Infinity;
+  for (let n = 0, spent = 0; n < 2 || (spent < 20 && n < 200); n++) {
+    const t = await replaysWallMs(frame, 1);
+    spent += t;
+    once = Math.min(once, t);
+  }
+  return once;
+}
+
+/** Replays per trial for a frame whose fastest replay took `onceMs`, so that r of them take about `targetMs`. */
+export function replaysPerTrial(onceMs: number, targetMs: number): number {
+  return Math.min(64, Math.max(2, Math.ceil(targetMs / Math.max(onceMs, 1e-3))));
+}
+
+/**
+ * One trial: ms a replay, (t(2r) − t(r)) / r, so that the wait's own latency cancels; t(2r) / 2r where noise makes
+ * the difference ≤ 0.
+ */
+export async function replayTrialMs(frame: ReplayFrame, r: number): Promise<number> {
+  const t1 = await replaysWallMs(frame, r);
+  const t2 = await replaysWallMs(frame, 2 * r);
+  const slope = (t2 - t1) / r;
+  return slope > 0 ? slope : t2 / (2 * r);
+}
+
 /** Dispatches per query set (two timestamps each; WebGPU allows 4096 queries a set). */
 const CHUNK = 1024;
 
@@ -60,27 +98,10 @@ export async function profileReplayFrame(
   const n = list.length;
   const reps = Math.max(1, opts.reps ?? 5);
 
-  // Wall time per replay, one pass each, as replays run.
-  const wall = async (r: number): Promise<number> => {
-    const t0 = performance.now();
-    for (let i = 0; i < r; i++) frame.replay();
-    await queue.onSubmittedWorkDone();
-    return performance.now() - t0;
-  };
-  let once = Infinity;
-  for (let i = 0, spent = 0; i < 2 || (spent < 20 && i < 200); i++) {
-    const t = await wall(1);
-    spent += t;
-    once = Math.min(once, t);
-  }
-  const r = Math.min(64, Math.max(2, Math.ceil(20 / Math.max(once, 1e-3))));
+  // Wall time per replay, one pass each, as replays run: the best of three trials of about 20 ms.
+  const r = replaysPerTrial(await warmReplays(frame), 20);
   let wallMs = Infinity;
-  for (let t = 0; t < 3; t++) {
-    const t1 = await wall(r);
-    const t2 = await wall(2 * r);
-    const slope = (t2 - t1) / r;
-    wallMs = Math.min(wallMs, slope > 0 ? slope : t2 / (2 * r));
-  }
+  for (let t = 0; t < 3; t++) wallMs = Math.min(wallMs, await replayTrialMs(frame, r));
 
   const timestamps = device.features.has('timestamp-query');
   let perDispatch: number[] | null = null;

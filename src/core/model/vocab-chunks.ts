@@ -14,9 +14,9 @@ import { tensorPieces } from '../kernels/wasm-read';
 
 /**
  * Rows of hidden states up to which a head block goes through the decode linear (below) inside a generation
- * (decodeLogits; packed f16 always, f32 where the device chose it): a decode step's batch. f16LinearNT's 32 × 32 output tiles would compute 31 of 32 rows
- * for nothing at one row, and step K in slices of 16 with a barrier each; the decode linear reads the packed
- * words once per row group, as the blocks' own projections do in decode.
+ * (decodeLogits; packed f16 always, f32 where the device chose it): a decode step's batch. f16LinearNT's 32 × 32
+ * output tiles would compute 31 of 32 rows for nothing at one row, and step K in slices of 16 with a barrier each;
+ * the decode linear reads the packed words once per row group, as the blocks' own projections do in decode.
  */
 export const F16_HEAD_DECODE_ROWS = 64;
 
@@ -87,28 +87,21 @@ export function decodeLogits(
  * W is f32).
  */
 export function headRowsLogits(hidden: tf.Tensor2D, w: tf.Tensor): tf.Tensor2D {
-  if (!isPackedF16(w)) {
-    // An f32 head at a generation's rows (inside decodeLogits) through the few-rows program where the device's
-    // timing (or a setting) chose it (kernels/webgpu-linear.ts setWebGpuHeadRows); tfjs's matMul otherwise, and
-    // always for scoring and training, so that their log-probs agree to the bit whatever the device chose.
-    if (
-      decodeDepth > 0 &&
-      webGpuHeadRowsInForce() &&
-      hidden.shape[0] <= F16_HEAD_DECODE_ROWS &&
-      !tf.engine().isTapeOn()
-    ) {
-      const o = { w: [w as tf.Tensor2D] };
-      if (webGpuLinearNtDecodeApplies(hidden, o)) return linearNtDecodeWebGpu(hidden, o);
-    }
-    return tf.matMul(hidden, w as tf.Tensor2D, false, true);
-  }
-  // A generation's head (decodeLogits; no tape: nothing needs this product's gradient) at a decode step's few rows.
-  // Scoring and training keep f16LinearNT at every size, so that their log-probs agree to the bit.
-  if (decodeDepth > 0 && hidden.shape[0] <= F16_HEAD_DECODE_ROWS && !tf.engine().isTapeOn()) {
+  const packed = isPackedF16(w);
+  // A generation's head (decodeLogits; no tape: nothing needs this product's gradient) at a decode step's few rows
+  // takes the decode linear: a packed block always, an f32 one where the device's timing (or a setting) chose it
+  // (kernels/webgpu-linear.ts setWebGpuHeadRows). Scoring and training keep f16LinearNT / tfjs's matMul at every
+  // size, so that their log-probs agree to the bit whatever the device chose.
+  if (
+    decodeDepth > 0 &&
+    (packed || webGpuHeadRowsInForce()) &&
+    hidden.shape[0] <= F16_HEAD_DECODE_ROWS &&
+    !tf.engine().isTapeOn()
+  ) {
     const o = { w: [w as tf.Tensor2D] };
     if (webGpuLinearNtDecodeApplies(hidden, o)) return linearNtDecodeWebGpu(hidden, o);
   }
-  return f16LinearNT(hidden, w);
+  return packed ? f16LinearNT(hidden, w) : tf.matMul(hidden, w as tf.Tensor2D, false, true);
 }
 
 /** g [N, rows] · W for W [rows, C] (f32 or packed f16): the head's backward to the hidden states, [N, C]. */
