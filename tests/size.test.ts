@@ -795,6 +795,11 @@ describe('the estimate for the Llama families (measured on WASM, within 25%)', (
     mbs?: number;
     /** The config's recompute (default 'auto'). */
     recompute?: 'blocks' | 'off';
+    /**
+     * Rows sharing a prompt run it once (PpoTrainer.sharedPrefix). Default false: the estimate counts every row in
+     * full, and these cases check that count; the prompts here repeat across the batch, so the share would apply.
+     */
+    shared?: boolean;
   };
 
   /** The measured peak of a second step (Adam's moments exist) and its estimate, as size.ts counts the run. */
@@ -843,6 +848,7 @@ describe('the estimate for the Llama families (measured on WASM, within 25%)', (
       bytesModulo(),
       cfg.prompts!,
     );
+    trainer.sharedPrefix = k.shared ?? false;
     try {
       await trainer.trainStep(); // Adam's moments exist from here on
       const prof = await tf.profile(async () => {
@@ -971,5 +977,18 @@ describe('the estimate for the Llama families (measured on WASM, within 25%)', (
     within25(two.estimate, two.measured);
     // One layer's share alone (the vocabulary's terms cancel): the block's activations and LoRA's.
     within25(two.estimate - one.estimate, two.measured - one.measured);
+  }, 60_000);
+
+  it("GRPO LoRA with each group's prompt once: a lower peak, still within the estimate", async () => {
+    const k: Case = {
+      ...{ fam: 'qwen3', V: 2048, C: 64, I: 192, L: 2, nh: 4, nkv: 2, d: 32, tied: true, mode: 'grpo' },
+      ...{ B: 8, R: 8 },
+    };
+    const full = await llamaStep(k);
+    const shared = await llamaStep({ ...k, shared: true });
+    console.log(`shared prefix: measured ${shared.measured} against ${full.measured} in full`);
+    expect(shared.estimate).toBe(full.estimate);
+    expect(shared.measured).toBeLessThan(0.9 * full.measured);
+    expect(shared.measured).toBeLessThanOrEqual(shared.estimate);
   }, 60_000);
 });

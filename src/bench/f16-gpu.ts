@@ -23,6 +23,7 @@ import {
   webGpuLinearVecRows,
 } from '../core/kernels/webgpu-linear';
 import { describeKernelTuning } from '../core/backend/webgpu-tune';
+import { sharedPrefixDefault } from '../core/model/shared-prefix';
 import {
   benchModelLabel,
   f16BenchRun,
@@ -95,6 +96,11 @@ export interface F16BenchResult {
     headRows?: boolean | null;
     inForce?: { vecRows: boolean; fastTiles: boolean; headRows?: boolean };
   };
+  /**
+   * Whether the rows' trainers ran a prompt their rows share once (PpoTrainer.sharedPrefix, PPO_SHARED_PREFIX;
+   * absent in earlier results, which ran every row in full).
+   */
+  sharedPrefix?: boolean;
   notes: string[];
 }
 
@@ -240,6 +246,7 @@ export async function runF16Bench(o: {
       headRows: webGpuHeadRows(),
       inForce: webGpuLinearKernelsInForce(),
     },
+    sharedPrefix: sharedPrefixDefault(),
     notes,
   };
 }
@@ -314,6 +321,13 @@ export function f16Markdown(r: F16BenchResult): string {
       : []),
     `- The fused linear: vector loads in the few-rows program ${setting(r.linearKernels.vecRows, r.linearKernels.inForce?.vecRows, `PPO_WEBGPU_VEC_ROWS=${r.linearKernels.vecRows ? 1 : 0}`, 'on', 'off')}, the tiled products on ${setting(r.linearKernels.fastTiles, r.linearKernels.inForce?.fastTiles, `PPO_WEBGPU_LINEAR_TILES=${r.linearKernels.fastTiles ? 'fast' : 'classic'}`, 'the tile kernel', '64 × 64 tiles')}.`,
     ...(a.kernels ? [`- Kernels timed when the backend started: ${describeKernelTuning(a.kernels)}`] : []),
+    ...(r.sharedPrefix !== undefined
+      ? [
+          r.sharedPrefix
+            ? "- Each group's prompt ran once in the forwards (PpoTrainer.sharedPrefix; PPO_SHARED_PREFIX=0 runs every row in full)."
+            : '- Every row ran in full (PPO_SHARED_PREFIX=0).',
+        ]
+      : []),
     ...r.rows.flatMap((q) => q.notes.map((n) => `- ${n}`)),
     ...r.notes.map((n) => `- ${n}`),
     '',

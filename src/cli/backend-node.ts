@@ -6,6 +6,7 @@ import '@tensorflow/tfjs-backend-wasm';
 import '@tensorflow/tfjs';
 import { UserError } from '../common/errors';
 import { registerWasmExtraKernels } from '../core/kernels/wasm-extra';
+import { setSharedPrefixDefault } from '../core/model/shared-prefix';
 
 export type NodeBackend = 'wasm' | 'cpu' | 'webgpu';
 
@@ -17,6 +18,7 @@ export async function setNodeBackend(name: string = 'wasm'): Promise<NodeBackend
   // PROD: skip tfjs debug checks and its "install tfjs-node" banner (tfjs-node cannot install here).
   tf.env().set('PROD', true);
   registerWasmExtraKernels();
+  applySharedPrefix();
   if (name === 'webgpu') {
     // Dawn through the `webgpu` package; a UserError naming what to install when no adapter is found.
     const w = await import('./backend-webgpu-node');
@@ -42,4 +44,20 @@ export function nodeBindingLimit(): number | undefined {
     tf.backend() as unknown as { device?: { limits?: { maxStorageBufferBindingSize?: number } } }
   ).device;
   return device?.limits?.maxStorageBufferBindingSize;
+}
+
+/**
+ * `PPO_SHARED_PREFIX`: "0" makes trainers run every row's prompt in full, "1" (the default) runs a prompt that rows
+ * share once (src/core/model/shared-prefix.ts); unset leaves the default. For timing both ways (a bench).
+ */
+export function applySharedPrefix(raw = process.env.PPO_SHARED_PREFIX): boolean | null {
+  const v = raw?.trim();
+  if (!v) return null;
+  if (v !== '0' && v !== '1') {
+    throw new UserError(
+      `PPO_SHARED_PREFIX must be 1 (a prompt rows share runs once) or 0 (every row in full), got "${raw}".`,
+    );
+  }
+  setSharedPrefixDefault(v === '1');
+  return v === '1';
 }

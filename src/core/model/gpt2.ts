@@ -26,6 +26,7 @@ import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
 import { chunkedLazyTensor, gatherChunked, headChunked } from './vocab-chunks';
 import { embeddingChunkRows, nextModelId, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
+import { compactInput, shareMaps, shareOfMaps, toCompact, toFull, type TrunkShare } from './shared-prefix';
 import { tensorPieces } from '../kernels/wasm-read';
 
 export { embeddingChunkRows, embeddingChunks, type GPT2Options, type TrunkOptions } from './lm';
@@ -406,7 +407,9 @@ export class GPT2 implements CausalLM {
   /**
    * The trunk over a [B, T] batch: hidden states after ln_f, [B·T, C] (row b·T + t).
    * mask [B, T] (1 = real token, 0 = padding); positions = cumsum(mask) − 1 (left padding works).
-   * With `collectKV`, each layer's keys/values [B, nh, T, hs] are pushed into it (for the KV cache).
+   * With `collectKV`, each layer's keys/values [B, nh, T, hs] are pushed into it (for the KV cache). With
+   * `opts.share` the blocks run over the compact rows and the attention over the full layout
+   * (model/shared-prefix.ts): the result is [N', C].
    */
   trunk(ids: tf.Tensor2D, mask: tf.Tensor2D, collectKV?: LayerKV[], opts: TrunkOptions = {}): tf.Tensor2D {
     const T = ids.shape[1];
@@ -416,6 +419,8 @@ export class GPT2 implements CausalLM {
         `sequence of ${T} tokens is longer than the model's n_positions (${c.n_positions}).`,
       );
     }
+    const share = opts.share;
+    if (share && collectKV) throw new Error('GPT2.trunk: a shared prefix does not fill a KV cache.');
     const maskF = tf.cast(mask, 'float32');
     const positions = tf.cast(tf.maximum(tf.sub(tf.cumsum(maskF, 1), 1), 0), 'int32');
     // Causal and key-padding mask as one additive bias [B, 1, T, T].
@@ -430,7 +435,15 @@ export class GPT2 implements CausalLM {
         ? tf.keep(causalPaddingBias(maskF as tf.Tensor2D))
         : causalPaddingBias(maskF as tf.Tensor2D));
 
-    let x = this.embed(ids, positions);
+    let x = share
+      ? this.embed(
+          compactInput(tf.reshape(ids, [-1]), share),
+          compactInput(tf.reshape(positions, [-1]), share),
+        )
+      : this.embed(ids, positions);
+    // The attention of block rows: over the full layout, the compact rows gathered out to it and back.
+    const attend = (qkv: tf.Tensor2D, sh: TrunkShare | undefined, run: (qkv: tf.Tensor2D) => tf.Tensor2D) =>
+      sh ? toCompact(run(toFull(qkv, sh)), sh) : run(qkv);
     if (perBlockTidy) {
       try {
         for (let i = 0; i < c.n_layer; i++) {
@@ -438,7 +451,9 @@ export class GPT2 implements CausalLM {
           const [y, k, v] = tf.tidy(() => {
             const kv: LayerKV[] = [];
             const out = this.block(input, i, (qkv) =>
-              causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head, collectKV && kv),
+              attend(qkv, share, (qkv) =>
+                causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head, collectKV && kv),
+              ),
             );
             return collectKV ? [out, kv[0].k, kv[0].v] : [out];
           });
@@ -455,18 +470,23 @@ export class GPT2 implements CausalLM {
       if (opts.recompute && !collectKV) {
         // Activation recomputation (model/recompute.ts): the block keeps only its input for the backward and
         // runs again inside it. The block builds its own mask bias from the (saved) mask each time it runs.
-        const blockFn = (xi: tf.Tensor, m: tf.Tensor) => {
+        // (and the share's index maps, saved with the mask).
+        const blockFn = (xi: tf.Tensor, m: tf.Tensor, ...maps: tf.Tensor[]) => {
           let own: tf.Tensor4D | null = null;
           const ownBias = () => (own ??= causalPaddingBias(m as tf.Tensor2D));
+          const sh = maps.length ? shareOfMaps(maps) : undefined;
           return this.block(xi as tf.Tensor2D, i, (qkv) =>
-            causalSelfAttention(qkv, m as tf.Tensor2D, ownBias, c.n_head),
+            attend(qkv, sh, (qkv) => causalSelfAttention(qkv, m as tf.Tensor2D, ownBias, c.n_head)),
           );
         };
-        x = recomputed(blockFn, x, [maskF], this.blockVariables(i)) as tf.Tensor2D;
+        const context = [maskF, ...(share ? shareMaps(share) : [])];
+        x = recomputed(blockFn, x, context, this.blockVariables(i)) as tf.Tensor2D;
         continue;
       }
       x = this.block(x, i, (qkv) =>
-        causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head, collectKV),
+        attend(qkv, share, (qkv) =>
+          causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head, collectKV),
+        ),
       );
     }
     return this.finalNorm(x);

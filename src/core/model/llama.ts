@@ -48,6 +48,7 @@ import {
   type WeightData,
 } from './f16-base';
 import { embeddingChunkRows, nextModelId, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
+import { compactInput, shareMaps, shareOfMaps, toCompact, toFull, type TrunkShare } from './shared-prefix';
 import { chunkedLazyTensor, chunkRanges, gatherChunked, headChunked } from './vocab-chunks';
 import { tensorPieces } from '../kernels/wasm-read';
 
@@ -572,7 +573,11 @@ export class Llama implements CausalLM {
 
   // ---- forward -----------------------------------------------------------------------------------
 
-  /** GPT2.trunk's contract: hidden states after the final norm, [B·T, C]; positions = cumsum(mask) − 1. */
+  /**
+   * GPT2.trunk's contract: hidden states after the final norm, [B·T, C]; positions = cumsum(mask) − 1. With
+   * `opts.share` the blocks run over the compact rows and the attention over the full layout
+   * (model/shared-prefix.ts): the result is [N', C].
+   */
   trunk(ids: tf.Tensor2D, mask: tf.Tensor2D, collectKV?: LayerKV[], opts: TrunkOptions = {}): tf.Tensor2D {
     const T = ids.shape[1];
     const c = this.config;
@@ -581,6 +586,8 @@ export class Llama implements CausalLM {
         `sequence of ${T} tokens is longer than the model's max_position_embeddings (${c.n_positions}).`,
       );
     }
+    const share = opts.share;
+    if (share && collectKV) throw new Error('Llama.trunk: a shared prefix does not fill a KV cache.');
     const maskF = tf.cast(mask, 'float32') as tf.Tensor2D;
     const positions = tf.reshape(tf.cast(tf.maximum(tf.sub(tf.cumsum(maskF, 1), 1), 0), 'int32'), [-1]);
     const rope = this.rope.rows(positions, T);
@@ -590,7 +597,20 @@ export class Llama implements CausalLM {
     let built: tf.Tensor4D | null = null;
     const bias = () =>
       (built ??= perBlockTidy ? tf.keep(causalPaddingBias(maskF)) : causalPaddingBias(maskF));
-    let x = gatherChunked(this.embedChunks, this.wteChunkRows, tf.reshape(ids, [-1]));
+    const flatIds = tf.reshape(ids, [-1]);
+    let x = gatherChunked(
+      this.embedChunks,
+      this.wteChunkRows,
+      share ? compactInput(flatIds as tf.Tensor1D, share) : flatIds,
+    );
+    // The attention of block rows: over the full layout, the compact rows gathered out to it and back.
+    const attend = (
+      q: tf.Tensor2D,
+      k: tf.Tensor2D,
+      v: tf.Tensor2D,
+      sh: TrunkShare | undefined,
+      run: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D,
+    ) => (sh ? toCompact(run(toFull(q, sh), toFull(k, sh), toFull(v, sh)), sh) : run(q, k, v));
     if (perBlockTidy) {
       try {
         for (let i = 0; i < c.num_hidden_layers; i++) {
@@ -598,7 +618,9 @@ export class Llama implements CausalLM {
           const [y, k, v] = tf.tidy(() => {
             const kv: LayerKV[] = [];
             const out = this.block(input, i, (q, k, v) =>
-              this.selfAttention(q, k, v, rope, maskF, bias, collectKV && kv),
+              attend(q, k, v, share, (q, k, v) =>
+                this.selfAttention(q, k, v, rope, maskF, bias, collectKV && kv),
+              ),
             );
             return collectKV ? [out, kv[0].k, kv[0].v] : [out];
           });
@@ -613,18 +635,35 @@ export class Llama implements CausalLM {
     }
     for (let i = 0; i < c.num_hidden_layers; i++) {
       if (opts.recompute && !collectKV) {
-        const blockFn = (xi: tf.Tensor, m: tf.Tensor, cs: tf.Tensor, sn: tf.Tensor, both?: tf.Tensor) => {
+        // The context the block reads, saved for its recomputation: the mask, the rope rows (cos, sin, and both
+        // where made) and the share's index maps.
+        const hasBoth = !!rope.both;
+        const blockFn = (xi: tf.Tensor, ...ctx: tf.Tensor[]) => {
+          const [m, cs, sn] = ctx;
+          const both = hasBoth ? ctx[3] : undefined;
+          const at = hasBoth ? 4 : 3;
+          const sh = share ? shareOfMaps(ctx.slice(at)) : undefined;
           let own: tf.Tensor4D | null = null;
           const ownBias = () => (own ??= causalPaddingBias(m as tf.Tensor2D));
           return this.block(xi as tf.Tensor2D, i, (q, k, v) =>
-            this.selfAttention(q, k, v, { cos: cs, sin: sn, both }, m as tf.Tensor2D, ownBias),
+            attend(q, k, v, sh, (q, k, v) =>
+              this.selfAttention(q, k, v, { cos: cs, sin: sn, both }, m as tf.Tensor2D, ownBias),
+            ),
           );
         };
-        const context = [maskF, rope.cos, rope.sin, ...(rope.both ? [rope.both] : [])];
+        const context = [
+          maskF,
+          rope.cos,
+          rope.sin,
+          ...(rope.both ? [rope.both] : []),
+          ...(share ? shareMaps(share) : []),
+        ];
         x = recomputed(blockFn, x, context, this.blockVariables(i)) as tf.Tensor2D;
         continue;
       }
-      x = this.block(x, i, (q, k, v) => this.selfAttention(q, k, v, rope, maskF, bias, collectKV));
+      x = this.block(x, i, (q, k, v) =>
+        attend(q, k, v, share, (q, k, v) => this.selfAttention(q, k, v, rope, maskF, bias, collectKV)),
+      );
     }
     return this.norm(x, 'norm.weight') as tf.Tensor2D;
   }

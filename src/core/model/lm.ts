@@ -11,6 +11,7 @@ import type { LayerKV } from '../kernels/definitions';
 import type { LoraAdapters } from './lora';
 import type { LazyTensor } from './safetensors';
 import type { ParamSpec } from './specs';
+import type { TrunkShare } from './shared-prefix';
 import { UserError } from '../../common/errors';
 
 /** Model options that change the in-memory layout only (never the names or values in files). */
@@ -79,6 +80,11 @@ export interface TrunkOptions {
    * gradients are recorded (a forward outside tf.grads is unchanged); not with a KV cache.
    */
   recompute?: boolean;
+  /**
+   * Rows that share their query run its positions once (model/shared-prefix.ts): the trunk then returns the compact
+   * rows [N', C] (`compact`'s order) instead of [B·T, C]. Not with a KV cache.
+   */
+  share?: TrunkShare;
 }
 
 export interface CausalLM {
@@ -92,7 +98,10 @@ export interface CausalLM {
   /** Itself, or for a LoRA view the shared base (the reference). */
   readonly base: CausalLM;
   readonly lora: LoraAdapters | null;
-  /** Hidden states after the final norm, [B·T, C]; positions cumsum(mask) − 1; `collectKV` gets each layer's K, V. */
+  /**
+   * Hidden states after the final norm, [B·T, C] (with `opts.share`, the compact rows); positions cumsum(mask) − 1;
+   * `collectKV` gets each layer's K, V.
+   */
   trunk(ids: tf.Tensor2D, mask: tf.Tensor2D, collectKV?: LayerKV[], opts?: TrunkOptions): tf.Tensor2D;
   lmHead(hidden: tf.Tensor2D): tf.Tensor2D;
   lmHeadBlocks(): tf.Tensor2D[];

@@ -114,6 +114,14 @@ import { maybeYield } from '../base/yield';
 import { GradReplays, type HostTensor } from './update-replay';
 import { decodeReplayCount } from '../model/decode-replay';
 import { wasmFusedBlocksHere } from '../kernels/wasm-activations';
+import {
+  prefixShare,
+  shareOfMaps,
+  sharedPrefixDefault,
+  shareTensors,
+  type PrefixShare,
+  type TrunkShare,
+} from '../model/shared-prefix';
 
 /**
  * Where scores come from: a function of the text, or a learned reward model read at the last real token.
@@ -143,6 +151,19 @@ interface Minibatch {
   refLogprobs?: tf.Tensor2D;
   /** The whole minibatch's counts when these tensors are one of its micro-batches (losses.ts Denominators). */
   denominators?: Denominators;
+  /** Rows sharing their query: the policy's trunk runs its positions once (model/shared-prefix.ts). */
+  share?: ResponseShare;
+}
+
+/** A batch's PrefixShare as tensors: the trunk's index maps and the compact rows of the response positions. */
+interface ResponseShare {
+  trunk: TrunkShare;
+  response: tf.Tensor1D;
+}
+
+/** The ResponseShare of a batch's host maps (null: nothing shared). */
+function responseShare(s: PrefixShare | null): ResponseShare | null {
+  return s ? { trunk: shareTensors(s), response: tf.tensor1d(s.response, 'int32') } : null;
 }
 
 /**
@@ -426,6 +447,12 @@ export class PpoTrainer {
    * one trunk forward less a step (issue #24). false: the separate forward, as every other step does (tests).
    */
   oldLogprobsFromUpdate = true;
+  /**
+   * Rows of a forward that hold the same query (GRPO's and RLOO's groups) run its positions through the policy's and
+   * the reference's trunk once (model/shared-prefix.ts): the same log-probs up to the order of the matmuls' sums,
+   * fewer rows for every block. false: every row in full (tests, a bench's comparison).
+   */
+  sharedPrefix = sharedPrefixDefault();
   /** Whether the last step took its old log-probs from the update's forward (oldLogprobsFromUpdate applied). */
   lastStepOldLogprobsFromUpdate = false;
   /**
@@ -837,10 +864,14 @@ export class PpoTrainer {
       ids.set(responses[i], k * T + Tq);
       attn.set(mask[i], k * T + Tq);
     });
-    return { ids, attn, Tq, T, n };
+    const share = this.sharedPrefix ? prefixShare(ids, attn, n, T, Tq) : null;
+    return { ids, attn, Tq, T, n, share };
   }
 
-  /** Final hidden states (after ln_f) at the response-predicting positions: [n·R, C]. */
+  /**
+   * Final hidden states (after ln_f) at the response-predicting positions: [n·R, C]. With `share`, the trunk runs
+   * the shared queries' positions once and these rows are gathered from its compact rows.
+   */
   private responseHidden(
     model: CausalLM,
     ids: tf.Tensor2D,
@@ -848,9 +879,14 @@ export class PpoTrainer {
     Tq: number,
     R: number,
     recompute = false,
+    share?: ResponseShare | null,
   ): tf.Tensor2D {
     const [n, T] = ids.shape;
     const C = model.config.n_embd;
+    if (share) {
+      const compact = model.trunk(ids, attn, undefined, { recompute, share: share.trunk });
+      return tf.gather(compact, share.response) as tf.Tensor2D;
+    }
     const hidden = tf.reshape(model.trunk(ids, attn, undefined, { recompute }), [n, T, C]);
     return tf.reshape(tf.slice(hidden, [0, Tq - 1, 0], [n, R, C]), [n * R, C]) as tf.Tensor2D;
   }
@@ -862,8 +898,9 @@ export class PpoTrainer {
     attn: tf.Tensor2D,
     Tq: number,
     R: number,
+    share?: ResponseShare | null,
   ): tf.Tensor2D {
-    return model.lmHead(this.responseHidden(model, ids, attn, Tq, R));
+    return model.lmHead(this.responseHidden(model, ids, attn, Tq, R, false, share));
   }
 
   private responseValues(
@@ -958,7 +995,7 @@ export class PpoTrainer {
   ): Objective<PolicyStat> {
     const [n, R] = mb.mask.shape;
     const policy = this.models.policy;
-    const hidden = this.responseHidden(policy, mb.ids, mb.attn, Tq, R, plan.recompute);
+    const hidden = this.responseHidden(policy, mb.ids, mb.attn, Tq, R, plan.recompute, mb.share);
     // On a step whose old log-probs come from this forward: scoring's computation (the whole logits, then
     // logprobsFromLogits) on these same hidden states, detached — the numbers scoring's own policy forward gives.
     let oldLogprobs = mb.oldLogprobs;
@@ -1225,11 +1262,16 @@ export class PpoTrainer {
             rows.flatMap((i) => bResponses[i]),
             'int32',
           );
+          const share = responseShare(inp.share);
           const lp = oldFromUpdate
             ? tf.zeros([0])
-            : logprobsFromLogits(this.responseLogits(policy, ids, attn, inp.Tq, R), tokens, cfg.temperature);
+            : logprobsFromLogits(
+                this.responseLogits(policy, ids, attn, inp.Tq, R, share),
+                tokens,
+                cfg.temperature,
+              );
           const rlp = logprobsFromLogits(
-            this.responseLogits(ref, ids, attn, inp.Tq, R),
+            this.responseLogits(ref, ids, attn, inp.Tq, R, share),
             tokens,
             cfg.temperature,
           );
@@ -1400,6 +1442,22 @@ export class PpoTrainer {
                 h.oldValues = pick(bValues!);
               }
               if (grpoKl) h.refLogprobs = pick(bRefLogprobs);
+              if (inp.share) {
+                const idx = (values: Int32Array): HostTensor => ({
+                  values,
+                  shape: [values.length],
+                  dtype: 'int32',
+                });
+                h.shareExpand = idx(inp.share.expand);
+                h.shareCompact = idx(inp.share.compact);
+                h.shareMembers = {
+                  values: inp.share.members,
+                  shape: [inp.share.members.length / inp.share.groupMax, inp.share.groupMax],
+                  dtype: 'int32',
+                };
+                h.shareInverse = idx(inp.share.inverse);
+                h.shareResponse = idx(inp.share.response);
+              }
               return h;
             };
             // The micro-batch's tensors as the objectives read them; `keep` takes the old log-probs of GRPO's
@@ -1417,6 +1475,14 @@ export class PpoTrainer {
               denominators: slices.length > 1 ? denominators : undefined,
               ...(value ? { returns: t.returns as tf.Tensor2D, oldValues: t.oldValues as tf.Tensor2D } : {}),
               ...(grpoKl ? { refLogprobs: t.refLogprobs as tf.Tensor2D } : {}),
+              ...(t.shareResponse
+                ? {
+                    share: {
+                      trunk: shareOfMaps([t.shareExpand, t.shareCompact, t.shareMembers, t.shareInverse]),
+                      response: t.shareResponse as tf.Tensor1D,
+                    },
+                  }
+                : {}),
             });
             // One micro-batch's tensors, made inside the objective (so freed with its forward) and only then.
             const microBatch = (k: number): Minibatch => {

@@ -1,0 +1,100 @@
+/**
+ * What running a group's prompt once saves (PpoTrainer.sharedPrefix, src/core/model/shared-prefix.ts): GRPO + LoRA
+ * r 8 steps on a random GPT-2-shaped model (bytes tokenizer), 2 prompts of `prompt` tokens × groups of 8, R 64, the
+ * default plan, timed with the share on and off alternately in one process (after one untimed step each), on the
+ * backend given (wasm: this machine's CPU; webgpu: Node's Dawn).
+ * Usage: npx tsx scripts/shared-prefix-step.ts [wasm|webgpu] [n_embd=256] [n_layer=6] [prompt=56] [steps=2]
+ * Prints each step's phases, then one JSON line with the medians.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { setNodeBackend } from '../src/cli/backend-node';
+import { writeFolder } from '../src/cli/files-node';
+import { nodeResources } from '../src/cli/train';
+import { validateConfig } from '../src/common/config';
+import { parseGPT2Config } from '../src/core/model/config';
+import { exportLM } from '../src/core/model/folder';
+import { GPT2 } from '../src/core/model/gpt2';
+import { buildTrainer } from '../src/core/ppo/setup';
+
+const [backend = 'wasm', embd = '256', layers = '6', promptLen = '56', stepsArg = '2'] =
+  process.argv.slice(2);
+const C = Number(embd);
+const L = Number(layers);
+const P = Number(promptLen);
+const steps = Number(stepsArg);
+const R = 64;
+await setNodeBackend(backend);
+const dir = mkdtempSync(path.join(tmpdir(), 'ppo-shared-prefix-'));
+const config = parseGPT2Config({
+  vocab_size: 258,
+  n_positions: 256,
+  n_embd: C,
+  n_layer: L,
+  n_head: Math.max(1, C / 64),
+  tokenizer: 'bytes',
+  bos_token_id: 256,
+  eos_token_id: 256,
+  pad_token_id: 257,
+});
+const m = GPT2.random(config, 3);
+await writeFolder(dir, await exportLM(m));
+m.dispose();
+const prompt = (seed: number) =>
+  Array.from({ length: P }, (_, i) => String.fromCharCode(97 + ((i * 7 + seed) % 26))).join('');
+const cfg = validateConfig({
+  model: dir,
+  task: null,
+  prompts: [prompt(1), prompt(2)],
+  seed: 5,
+  steps: 100,
+  algorithm: 'grpo',
+  batchSize: 16,
+  groupSize: 8,
+  miniBatches: 1,
+  ppoEpochs: 1,
+  responseLength: R,
+  stopToken: null,
+  lora: 8,
+  loraAlpha: 16,
+  learningRate: 1e-4,
+});
+const trainer = await buildTrainer(cfg, nodeResources, {
+  rewardFn: { label: 'mean-byte', fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / 256 / R },
+});
+type Times = { step: number; generate: number; score: number; update: number };
+const times: Record<'on' | 'off', Times[]> = { on: [], off: [] };
+try {
+  for (let s = -1; s < steps; s++) {
+    for (const share of [true, false]) {
+      trainer.sharedPrefix = share;
+      const r = (await trainer.trainStep()).metrics;
+      const t = { step: r.timeStep, generate: r.timeGenerate, score: r.timeScore, update: r.timeUpdate };
+      const f = (x: number) => x.toFixed(3);
+      console.log(
+        `${s < 0 ? 'warm-up' : `step ${s}`}, share ${share ? 'on ' : 'off'}: ${f(t.step)} s (generate ${f(t.generate)}, score ${f(t.score)}, update ${f(t.update)})`,
+      );
+      if (s >= 0) times[share ? 'on' : 'off'].push(t);
+    }
+  }
+} finally {
+  trainer.disposeAll();
+  rmSync(dir, { recursive: true, force: true });
+}
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const med = (k: 'on' | 'off') =>
+  Object.fromEntries(
+    (['step', 'generate', 'score', 'update'] as const).map((p) => [p, median(times[k].map((t) => t[p]))]),
+  );
+const on = med('on');
+const off = med('off');
+console.log(
+  JSON.stringify({
+    backend,
+    shape: { n_embd: C, n_layer: L, prompt: P, R, batch: 16, groupSize: 8 },
+    on,
+    off,
+    scoreUpdateOnOverOff: (on.score + on.update) / (off.score + off.update),
+  }),
+);

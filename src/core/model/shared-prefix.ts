@@ -1,0 +1,203 @@
+/**
+ * A shared prompt computed once (docs/engine.md, "A group's prompt, once"). GRPO and RLOO sample each prompt
+ * several times (a group), and their forwards over query + response ([n, Tq + R] rows, the query left-padded to Tq)
+ * then run the prompt's Tq positions through every block once per sample, though a causal model gives them the same
+ * values in every row of the group: a prompt position attends only to earlier prompt positions. Only the response
+ * positions differ, and they read the prompt through attention's keys and values.
+ *
+ * So the trunk can run its position-wise work (norms, every linear with its LoRA term, the MLP, the residuals) over
+ * the rows that differ: each distinct prompt's Tq positions once, then every row's R response positions —
+ * N' = U·Tq + n·R rows instead of n·T (the "compact" rows). Attention alone needs the [n, T] layout: q, k and v are
+ * gathered out to it (`expand`), the attention runs as always (its fused kernels, its mask), and its output is
+ * gathered back (`compact`: one full row per compact row; a prompt position from the first row of its group). The
+ * gathers' gradient sums the group's contributions into the shared rows, which is the sum the full layout's
+ * backward makes across the copies: in a fixed order (a gather of each prompt row's copies, then a sum over them),
+ * not tfjs's gradient of a gather (UnsortedSegmentSum, whose WebGPU kernel adds with atomics in whatever order the
+ * threads come, so a GPU's sums would change from run to run). Values equal the full layout's up to the order of the matmuls' row blocks
+ * (tests/shared-prefix.test.ts); GRPO's Qwen2.5-1.5B row (2 prompts × 8, prompt 56, R 64) runs 1 136 rows a
+ * block instead of 1 920.
+ *
+ * Rows are grouped by what they hold (the query's ids and mask over [0, Tq)), not by where they sit, so any order of
+ * rows (a minibatch's permutation, a micro-batch's slice) works; a batch without a repeated query shares nothing.
+ */
+import * as tf from '@tensorflow/tfjs-core';
+
+let sharedByDefault = true;
+
+/**
+ * Whether trainers made from now on share a group's prompt (PpoTrainer.sharedPrefix's initial value; true unless
+ * set). The CLI sets it from `PPO_SHARED_PREFIX` (src/cli/backend-node.ts), so that a bench can time both ways.
+ */
+export function setSharedPrefixDefault(on: boolean): void {
+  sharedByDefault = on;
+}
+
+/** PpoTrainer.sharedPrefix's initial value (setSharedPrefixDefault). */
+export function sharedPrefixDefault(): boolean {
+  return sharedByDefault;
+}
+
+/** The index maps of a batch whose rows share queries (host arrays; `shareTensors` makes the trunk's). */
+export interface PrefixShare {
+  /** [n·T]: the compact row of each full row b·T + t. */
+  expand: Int32Array;
+  /** [N']: the full row each compact row is computed as (a prompt position: its group's first row). */
+  compact: Int32Array;
+  /** [n·R]: the compact rows at the response-predicting positions Tq − 1 + r (the trainer's hidden states). */
+  response: Int32Array;
+  /** Distinct queries. */
+  groups: number;
+  /** The most rows holding one query. */
+  groupMax: number;
+  /**
+   * [U·Tq, groupMax] row-major: the full rows holding each shared prompt row (compact rows c < U·Tq), n·T (a row of
+   * zeros) where a group has fewer rows. The gradient of `toFull` sums them.
+   */
+  members: Int32Array;
+  /** [n·T]: the compact row a full row represents (compact[c] = f), N' (a row of zeros) where none. */
+  inverse: Int32Array;
+}
+
+/** The trunk's side of a PrefixShare (TrunkOptions.share): its int32 index maps as tensors. */
+export interface TrunkShare {
+  expand: tf.Tensor1D;
+  compact: tf.Tensor1D;
+  /** [U·Tq, groupMax]. */
+  members: tf.Tensor2D;
+  inverse: tf.Tensor1D;
+}
+
+/** The maps a TrunkShare holds, in this order (the recompute path saves them as a block's context). */
+export const TRUNK_SHARE_MAPS = ['expand', 'compact', 'members', 'inverse'] as const;
+
+/** A TrunkShare's maps as a list, in TRUNK_SHARE_MAPS' order. */
+export function shareMaps(s: TrunkShare): tf.Tensor[] {
+  return TRUNK_SHARE_MAPS.map((k) => s[k]);
+}
+
+/** The TrunkShare of maps listed by shareMaps. */
+export function shareOfMaps(maps: tf.Tensor[]): TrunkShare {
+  const [expand, compact, members, inverse] = maps;
+  return {
+    expand: expand as tf.Tensor1D,
+    compact: compact as tf.Tensor1D,
+    members: members as tf.Tensor2D,
+    inverse: inverse as tf.Tensor1D,
+  };
+}
+
+/**
+ * The share of a batch: ids and attn [n, T] row-major (the query in [0, Tq), left-padded), R = T − Tq response
+ * positions. null when no two rows hold the same query (nothing to share).
+ */
+export function prefixShare(
+  ids: Int32Array,
+  attn: Int32Array,
+  n: number,
+  T: number,
+  Tq: number,
+): PrefixShare | null {
+  if (Tq < 1 || Tq > T || ids.length !== n * T || attn.length !== n * T) {
+    throw new Error(
+      `prefixShare: ids/attn of ${ids.length}/${attn.length} values for [${n}, ${T}], Tq ${Tq}.`,
+    );
+  }
+  const R = T - Tq;
+  const owner = new Int32Array(n);
+  const first: number[] = []; // each group's first row
+  const seen = new Map<string, number>();
+  for (let b = 0; b < n; b++) {
+    const at = b * T;
+    const key = `${ids.subarray(at, at + Tq).join(',')}|${attn.subarray(at, at + Tq).join('')}`;
+    let u = seen.get(key);
+    if (u === undefined) {
+      u = first.length;
+      seen.set(key, u);
+      first.push(b);
+    }
+    owner[b] = u;
+  }
+  const U = first.length;
+  if (U === n) return null;
+  const compact = new Int32Array(U * Tq + n * R);
+  for (let u = 0; u < U; u++) for (let t = 0; t < Tq; t++) compact[u * Tq + t] = first[u] * T + t;
+  for (let b = 0; b < n; b++) for (let r = 0; r < R; r++) compact[U * Tq + b * R + r] = b * T + Tq + r;
+  const expand = new Int32Array(n * T);
+  for (let b = 0; b < n; b++) {
+    for (let t = 0; t < Tq; t++) expand[b * T + t] = owner[b] * Tq + t;
+    for (let r = 0; r < R; r++) expand[b * T + Tq + r] = U * Tq + b * R + r;
+  }
+  const response = new Int32Array(n * R);
+  for (let b = 0; b < n; b++) for (let r = 0; r < R; r++) response[b * R + r] = expand[b * T + Tq - 1 + r];
+  const rowsOf: number[][] = first.map(() => []);
+  for (let b = 0; b < n; b++) rowsOf[owner[b]].push(b);
+  const G = Math.max(...rowsOf.map((r) => r.length));
+  const members = new Int32Array(U * Tq * G).fill(n * T);
+  for (let u = 0; u < U; u++)
+    for (let t = 0; t < Tq; t++) rowsOf[u].forEach((b, g) => (members[(u * Tq + t) * G + g] = b * T + t));
+  const inverse = new Int32Array(n * T).fill(compact.length);
+  compact.forEach((f, c) => (inverse[f] = c));
+  return { expand, compact, response, groups: U, groupMax: G, members, inverse };
+}
+
+/** The share's index tensors for the trunk (the caller disposes them, or makes them inside a tidy). */
+export function shareTensors(
+  s: Pick<PrefixShare, (typeof TRUNK_SHARE_MAPS)[number] | 'groupMax'>,
+): TrunkShare {
+  return {
+    expand: tf.tensor1d(s.expand, 'int32'),
+    compact: tf.tensor1d(s.compact, 'int32'),
+    members: tf.tensor2d(s.members, [s.members.length / s.groupMax, s.groupMax], 'int32'),
+    inverse: tf.tensor1d(s.inverse, 'int32'),
+  };
+}
+
+/** x [rows, W] with a row of zeros after its last (what the maps' padding entries point at). */
+function withZeroRow(x: tf.Tensor2D): tf.Tensor2D {
+  return tf.concat([x, tf.zeros([1, x.shape[1]])], 0) as tf.Tensor2D;
+}
+
+/**
+ * Rows of x [N', W] out to the full layout [n·T, W] (attention's input). Its gradient: each shared prompt row gets
+ * the sum of its copies' (gathered by `members`, summed in order), each response row its own.
+ */
+export function toFull(x: tf.Tensor2D, share: TrunkShare): tf.Tensor2D {
+  const prefixRows = share.members.shape[0];
+  // The maps the gradient reads are saved with the op (the forward's own tensors may be gone by the backward).
+  const op = tf.customGrad((...args: unknown[]) => {
+    const xs = args[0] as tf.Tensor;
+    (args[1] as tf.GradSaveFunc)([share.members, share.compact]);
+    return {
+      value: tf.gather(xs, share.expand),
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        const [members, compact] = saved;
+        const d = withZeroRow(dy as tf.Tensor2D);
+        const prefix = tf.sum(tf.gather(d, members), 1); // [U·Tq, G, W] → [U·Tq, W]
+        const rest = tf.gather(d, tf.slice(compact, [prefixRows], [-1]));
+        return tf.concat([prefix, rest], 0);
+      },
+    };
+  });
+  return op(x) as tf.Tensor2D;
+}
+
+/** Rows of an input x [n·T] (ids, positions) at the compact rows, [N']. */
+export function compactInput(x: tf.Tensor1D, share: TrunkShare): tf.Tensor1D {
+  return tf.gather(x, share.compact);
+}
+
+/**
+ * Rows of x [n·T, W] back to the compact rows [N', W] (attention's output). Its gradient: each full row gets its
+ * compact row's (gathered by `inverse`), zero where it represents none.
+ */
+export function toCompact(x: tf.Tensor2D, share: TrunkShare): tf.Tensor2D {
+  const op = tf.customGrad((...args: unknown[]) => {
+    const xs = args[0] as tf.Tensor;
+    (args[1] as tf.GradSaveFunc)([share.inverse]);
+    return {
+      value: tf.gather(xs, share.compact),
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => tf.gather(withZeroRow(dy as tf.Tensor2D), saved[0]),
+    };
+  });
+  return op(x) as tf.Tensor2D;
+}

@@ -1,0 +1,135 @@
+/**
+ * A group's prompt run once (src/core/model/shared-prefix.ts): the index maps against a hand-worked batch, and the
+ * trunk over the compact rows against the full layout for GPT-2, Llama, Qwen2 (biases, untied head) and Qwen3 (q/k
+ * norms) under LoRA — the hidden states at the response-predicting positions and every LoRA gradient of a loss on
+ * them, with and without recomputation, with no tensor left behind. On the CPU backend (the reference);
+ * tests/shared-prefix-trainer.test.ts runs whole GRPO steps both ways, tests/webgpu-shared-prefix.test.ts the
+ * same on WebGPU.
+ */
+import { beforeAll, describe, expect, it } from 'vitest';
+import * as tf from '@tensorflow/tfjs-core';
+import { useCpu } from './helpers/backend';
+import { liven, relDiff, tinyGpt2, tinyQwen2, TINY_QWEN2_JSON, tinyQwen3 } from './helpers/f16-base';
+import {
+  prefixShare,
+  setSharedPrefixDefault,
+  sharedPrefixDefault,
+  shareTensors,
+} from '../src/core/model/shared-prefix';
+import { applySharedPrefix } from '../src/cli/backend-node';
+import { parseLlamaConfig } from '../src/core/model/llama-config';
+import { lmRandom } from '../src/core/model/causal-lm';
+import { LoraAdapters } from '../src/core/model/lora';
+import type { LMConfig } from '../src/core/model/config';
+import { sharedPrefixBatch, trunkBothWays } from './helpers/shared-prefix';
+
+beforeAll(useCpu);
+
+describe('prefixShare', () => {
+  it('maps a hand-worked batch: rows 0 and 2 share their query, row 1 does not', () => {
+    // T 5, Tq 3, R 2. Row 0: query [7, 8] left-padded; row 1: [7, 8, 9]; row 2: row 0's query.
+    const ids = Int32Array.from([0, 7, 8, 1, 2, 7, 8, 9, 3, 4, 0, 7, 8, 5, 6]);
+    const attn = Int32Array.from([0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0]);
+    const s = prefixShare(ids, attn, 3, 5, 3)!;
+    expect(s.groups).toBe(2);
+    // Compact rows: group 0's positions 0..2 (row 0's), group 1's (row 1's), then each row's 2 response positions.
+    expect(Array.from(s.compact)).toEqual([0, 1, 2, 5, 6, 7, 3, 4, 8, 9, 13, 14]);
+    expect(Array.from(s.expand)).toEqual([0, 1, 2, 6, 7, 3, 4, 5, 8, 9, 0, 1, 2, 10, 11]);
+    // Response-predicting positions Tq − 1 + r: the group's last query position, then the row's first response.
+    expect(Array.from(s.response)).toEqual([2, 6, 5, 8, 2, 10]);
+    // Every compact row, expanded, is itself.
+    s.compact.forEach((full, c) => expect(s.expand[full]).toBe(c));
+    // The shared prompt rows' copies (groups of at most 2; 15 = n·T, the zero row, where a group has one row).
+    expect(s.groupMax).toBe(2);
+    expect(Array.from(s.members)).toEqual([0, 10, 1, 11, 2, 12, 5, 15, 6, 15, 7, 15]);
+    // Full rows represented by no compact row (row 2's prompt) point at N' = 12.
+    expect(Array.from(s.inverse)).toEqual([0, 1, 2, 6, 7, 3, 4, 5, 8, 9, 12, 12, 12, 10, 11]);
+  });
+
+  it('shares nothing where no two queries are equal (ids or mask)', () => {
+    const ids = Int32Array.from([7, 8, 1, 7, 8, 2]);
+    expect(prefixShare(ids, Int32Array.from([1, 1, 1, 0, 1, 1]), 2, 3, 2)).toBeNull();
+    expect(
+      prefixShare(Int32Array.from([7, 8, 1, 7, 9, 2]), Int32Array.from([1, 1, 1, 1, 1, 1]), 2, 3, 2),
+    ).toBeNull();
+    expect(prefixShare(ids, Int32Array.from([1, 1, 1, 1, 1, 1]), 2, 3, 2)?.groups).toBe(1);
+    expect(() => prefixShare(ids, Int32Array.from([1]), 2, 3, 2)).toThrow(/ids\/attn/);
+  });
+});
+
+const LLAMA = parseLlamaConfig({ ...TINY_QWEN2_JSON, model_type: 'llama', tie_word_embeddings: true });
+
+describe.each([
+  ['GPT-2', tinyGpt2],
+  ['Llama', LLAMA],
+  ['Qwen2', tinyQwen2],
+  ['Qwen3', tinyQwen3],
+] as [string, LMConfig][])('%s under LoRA, the compact rows', (name, config) => {
+  it.each([false, true])(
+    'equal the full layout, hidden states and LoRA gradients (recompute %s)',
+    async (rc) => {
+      const base = lmRandom(config, 11, false, `sp_${name}`);
+      const adapters = LoraAdapters.create(config, { lora: 4 }, 5);
+      liven(adapters);
+      const model = base.withLora(adapters);
+      const batch = sharedPrefixBatch(config.vocab_size);
+      // The model's rotary tables are made on first use and kept: made before counting.
+      tf.tidy(() =>
+        model.trunk(
+          tf.tensor2d(batch.ids, [batch.n, batch.T], 'int32'),
+          tf.tensor2d(batch.attn, [batch.n, batch.T], 'int32'),
+        ),
+      );
+      const before = tf.memory().numTensors;
+      try {
+        const share = prefixShare(batch.ids, batch.attn, batch.n, batch.T, batch.Tq)!;
+        expect(share.groups).toBe(3);
+        const [full, shared] = await trunkBothWays(model, adapters.variables(), batch, share, rc);
+        expect(relDiff(shared.hidden, full.hidden), 'hidden').toBeLessThan(1e-6);
+        expect(shared.value).toBeCloseTo(full.value, 4);
+        full.grads.forEach((g, i) => {
+          expect(
+            g.some((v) => v !== 0),
+            `gradient ${i} not all zero`,
+          ).toBe(true);
+          expect(relDiff(shared.grads[i], g), `LoRA gradient ${i}`).toBeLessThan(1e-5);
+        });
+        expect(tf.memory().numTensors).toBe(before);
+      } finally {
+        adapters.dispose();
+        base.dispose();
+      }
+    },
+  );
+});
+
+it('refuses to fill a KV cache from compact rows', () => {
+  const m = lmRandom(tinyQwen3, 3, false, 'sp_kv');
+  const b = sharedPrefixBatch(tinyQwen3.vocab_size);
+  const share = prefixShare(b.ids, b.attn, b.n, b.T, b.Tq)!;
+  try {
+    tf.tidy(() => {
+      const t = shareTensors(share);
+      const ids = tf.tensor2d(b.ids, [b.n, b.T], 'int32');
+      const attn = tf.tensor2d(b.attn, [b.n, b.T], 'int32');
+      expect(() => m.trunk(ids, attn, [], { share: t })).toThrow(/KV cache/);
+    });
+  } finally {
+    m.dispose();
+  }
+});
+
+it('PPO_SHARED_PREFIX sets the trainers’ default, and refuses anything but 0 or 1 in words', () => {
+  try {
+    expect(applySharedPrefix('0')).toBe(false);
+    expect(sharedPrefixDefault()).toBe(false);
+    expect(applySharedPrefix(' 1 ')).toBe(true);
+    expect(sharedPrefixDefault()).toBe(true);
+    expect(applySharedPrefix(undefined)).toBeNull();
+    expect(() => applySharedPrefix('on')).toThrow(
+      'PPO_SHARED_PREFIX must be 1 (a prompt rows share runs once) or 0 (every row in full), got "on".',
+    );
+  } finally {
+    setSharedPrefixDefault(true);
+  }
+});
