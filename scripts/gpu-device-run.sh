@@ -5,7 +5,7 @@
 # where python3 has torch with CUDA (the Qwen GRPO row's PyTorch side needs transformers and peft too; device.txt
 # says whether they import). The default-plan PPO row and the Qwen GRPO row need no variable: they always run.
 # Results go to $OUT (the device tool brings them back), or to ./gpu-out.
-# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|f16profile|replayprofile|load|vec|tiles|all] (default all: checks and bench; sweep: the
+# Usage: bash scripts/gpu-device-run.sh [checks|sweep|toggles|bench|f16|bounded|profile|f16profile|replayprofile|load|vec|tiles|shared|all] (default all: checks and bench; sweep: the
 # matmul variants of scripts/matmul-sweep.ts; f16: issue #36's f16-base rows, one process per shape so that each
 # reading of GPU memory starts from a fresh device, then Qwen2.5-1.5B at the memory-bounded plan; bounded: that last process alone; profile: GPT-2's decode, GPU kernel times by tf.profile and the
 # host's share by scripts/profile-decode-host.ts; toggles: the matmul sweep again under Dawn toggle sets,
@@ -18,7 +18,8 @@
 # on; f16profile: Qwen2.5-1.5B's f16 GRPO step under tf.profile, GPU time per kernel and phase,
 # scripts/profile-f16-step.ts; replayprofile: a replayed decode token's GPU time per dispatch and program, GPT-2 at
 # batch 16 and 1, Qwen2.5-1.5B at batch 1 with the base in f16 and in f32 and under LoRA at batch 16 sampled (GRPO's
-# generation), scripts/profile-replay.ts). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
+# generation), scripts/profile-replay.ts; shared: Qwen2.5-1.5B's f16 GRPO row with every row in full,
+# PPO_SHARED_PREFIX=0, beside vec's default row, which runs each group's prompt once). Several modes: comma-separated (checks,sweep,bench). docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -48,7 +49,7 @@ node=.gpu/bin/node
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "no nvidia-smi"; } > "$out/device.txt"
 $node --version >> "$out/device.txt"
 { "$PPO_PYTHON" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tail -1 || true; } >> "$out/device.txt"
-want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && [ "$1" != load ] && [ "$1" != vec ] && [ "$1" != tiles ] && [ "$1" != f16profile ] && [ "$1" != replayprofile ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
+want() { [ "$what" = all ] && [ "$1" != f16 ] && [ "$1" != bounded ] && [ "$1" != sweep ] && [ "$1" != toggles ] && [ "$1" != profile ] && [ "$1" != load ] && [ "$1" != vec ] && [ "$1" != tiles ] && [ "$1" != f16profile ] && [ "$1" != replayprofile ] && [ "$1" != shared ] && return 0; case ",$what," in *",$1,"*) return 0;; esac; return 1; }
 if want checks; then
   $node .gpu/bundle/gpu-checks.mjs 2>&1 | tee "$out/gpu-checks.txt" | tail -40
 fi
@@ -115,6 +116,14 @@ if want vec; then
     $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-f16-vec$other.json" 2> "$out/bench-f16-vec$other.log" || {
       echo "bench --gpu (f16, PPO_WEBGPU_VEC_ROWS=$other) failed:"; tail -40 "$out/bench-f16-vec$other.log"; }
   tail -6 "$out/bench-f16-vec$other.log"
+fi
+if want shared; then
+  # A group's prompt once (docs/engine.md, "A group's prompt, once"): the f16 row with every row in full, to set
+  # beside the default row (vec's bench-f16-vec-default.json, or f16's), which shares it.
+  PPO_SHARED_PREFIX=0 PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=qwen2.5-1.5b PPO_GPU_BENCH_F16_DECODE=0 \
+    $node .gpu/bundle/main.mjs bench --gpu --json > "$out/bench-f16-shared0.json" 2> "$out/bench-f16-shared0.log" || {
+      echo "bench --gpu (f16, PPO_SHARED_PREFIX=0) failed:"; tail -40 "$out/bench-f16-shared0.log"; }
+  tail -6 "$out/bench-f16-shared0.log"
 fi
 if want tiles; then
   # The fused linear on matMulFast's tile kernel (docs/gpu.md, "The fused linear on the tile kernel"): the products

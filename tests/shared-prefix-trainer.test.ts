@@ -15,6 +15,7 @@ import type { PpoTrainer } from '../src/core/ppo/trainer';
 import { REQUIRED_METRICS, type StepMetrics } from '../src/common/metrics';
 import { tinyConfig, tinyResources } from './helpers/trainer-fixture';
 import { relDiff } from './helpers/f16-base';
+import { capturePolicyGrads, expectSameGrads } from './helpers/shared-prefix';
 
 const FIX = 'tests/fixtures/parity-llama';
 let folder = `${FIX}/qwen2-tiny`;
@@ -78,34 +79,21 @@ async function run(over: Partial<TrainConfig>, shared: boolean, count?: Counted)
   );
   t.sharedPrefix = shared;
   if (count) countTrunks(t, count);
-  // The policy's gradients as Adam receives them (clipped), each step: what the two paths must agree on. (The
-  // adapters after Adam are compared too loosely to mean anything: Adam's first steps move a weight by about the
-  // learning rate whatever the size of its gradient, so an entry whose gradient is rounding noise may move either way.)
-  const grads: Float32Array[][] = [];
-  const opt = t.policyOpt as unknown as { applyScaled: (g: unknown, scale: number) => void };
-  const apply = opt.applyScaled.bind(opt);
-  opt.applyScaled = (g, scale) => {
-    const list = Array.isArray(g)
-      ? (g as { name: string; tensor: tf.Tensor }[])
-      : Object.entries(g as tf.NamedTensorMap).map(([name, tensor]) => ({ name, tensor }));
-    grads.push(
-      [...list]
-        .sort((a, b) => (a.name < b.name ? -1 : 1))
-        .map(({ tensor }) => (tensor.dataSync() as Float32Array).map((x) => x * scale)),
-    );
-    apply(g, scale);
-  };
+  // The policy's gradients as Adam receives them (clipped), each update (the adapters after Adam are not compared:
+  // see `same`).
+  const capture = capturePolicyGrads(t);
   const metrics: StepMetrics[] = [];
   const tokens: number[][][] = [];
   const logprobs: number[][] = [];
   for (let s = 0; s < 3; s++) {
     const r = await t.trainStep();
+    await capture.flush();
     metrics.push(r.metrics);
     tokens.push(r.rollout.responses);
     logprobs.push(r.rollout.logprobs.flat());
   }
   t.disposeAll();
-  return { metrics, tokens, logprobs, grads };
+  return { metrics, tokens, logprobs, grads: capture.updates };
 }
 
 async function same(over: Partial<TrainConfig>): Promise<Counted> {
@@ -126,15 +114,15 @@ async function same(over: Partial<TrainConfig>): Promise<Counted> {
       else expect(Math.abs(x - y), `${k} at step ${s}`).toBeLessThanOrEqual(1e-5 * Math.max(1, Math.abs(x)));
     }
   }
+  expect(off.grads.length).toBeGreaterThanOrEqual(3); // an update a step at least
   expect(on.grads.length).toBe(off.grads.length);
-  on.grads.forEach((step, s) =>
-    step.forEach((g, i) => {
-      expect(
-        g.some((x) => x !== 0),
-        `gradient ${i} at update ${s} all zero`,
-      ).toBe(true);
-      expect(relDiff(g, off.grads[s][i]), `gradient ${i} at update ${s}`).toBeLessThan(1e-5);
-    }),
+  // The first update's gradients, on the same weights: after an Adam step the two runs' weights differ in their
+  // last bits, and Adam's first steps move a weight by about the learning rate whatever the size of its gradient, so
+  // an entry whose gradient is rounding noise moves either way and later gradients differ by more than the share
+  // does (seen: 2e-5 relative at RLOO's second update). The later steps' tokens, log-probs and metrics are compared
+  // above; tests/shared-prefix.test.ts compares every LoRA gradient on the same weights.
+  expectSameGrads(on.grads.slice(0, 1), off.grads.slice(0, 1), 1e-5, (ok, what) =>
+    expect(ok, what).toBe(true),
   );
   expect(tf.memory().numTensors).toBe(before);
   return count;

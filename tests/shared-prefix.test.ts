@@ -44,6 +44,33 @@ describe('prefixShare', () => {
     expect(Array.from(s.members)).toEqual([0, 10, 1, 11, 2, 12, 5, 15, 6, 15, 7, 15]);
     // Full rows represented by no compact row (row 2's prompt) point at N' = 12.
     expect(Array.from(s.inverse)).toEqual([0, 1, 2, 6, 7, 3, 4, 5, 8, 9, 12, 12, 12, 10, 11]);
+    // Each compact row's readers among the 6 response positions (6 = n·R, the zero row, where fewer): group 0's last
+    // prompt row is read by rows 0 and 2 (positions 0 and 4).
+    expect(Array.from(s.responseMembers)).toEqual([
+      ...[6, 6, 6, 6, 0, 4, 6, 6, 6, 6, 2, 6],
+      ...[1, 6, 6, 6, 3, 6, 6, 6, 5, 6, 6, 6],
+    ]);
+  });
+
+  it("pads the maps to a step's groups: the extra group is inert, the rest as before", () => {
+    const ids = Int32Array.from([0, 7, 8, 1, 2, 7, 8, 9, 3, 4, 0, 7, 8, 5, 6]);
+    const attn = Int32Array.from([0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0]);
+    const s = prefixShare(ids, attn, 3, 5, 3, { groups: 3, groupMax: 3 })!;
+    expect(s.groups).toBe(3);
+    expect(s.groupMax).toBe(3);
+    // Group 2 (padding) computes group 0's prompt rows again; responses start at 3·Tq = 9.
+    expect(Array.from(s.compact)).toEqual([0, 1, 2, 5, 6, 7, 0, 1, 2, 3, 4, 8, 9, 13, 14]);
+    expect(Array.from(s.expand)).toEqual([0, 1, 2, 9, 10, 3, 4, 5, 11, 12, 0, 1, 2, 13, 14]);
+    expect(Array.from(s.response)).toEqual([2, 9, 5, 11, 2, 13]);
+    // No full row is represented by the padding group, and it has no members.
+    expect(Array.from(s.inverse)).toEqual([0, 1, 2, 9, 10, 3, 4, 5, 11, 12, 15, 15, 15, 13, 14]);
+    expect(Array.from(s.members.subarray(18))).toEqual(new Array(9).fill(15));
+    // A batch whose queries all differ still gets a (padded) share, and a pad too small is refused.
+    const distinct = Int32Array.from([0, 7, 8, 1, 2, 7, 8, 9, 3, 4]);
+    const da = Int32Array.from([0, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
+    expect(prefixShare(distinct, da, 2, 5, 3)).toBeNull();
+    expect(prefixShare(distinct, da, 2, 5, 3, { groups: 2, groupMax: 1 })?.groups).toBe(2);
+    expect(() => prefixShare(ids, attn, 3, 5, 3, { groups: 1, groupMax: 2 })).toThrow(/do not fit a pad/);
   });
 
   it('shares nothing where no two queries are equal (ids or mask)', () => {
@@ -82,8 +109,10 @@ describe.each([
       );
       const before = tf.memory().numTensors;
       try {
-        const share = prefixShare(batch.ids, batch.attn, batch.n, batch.T, batch.Tq)!;
-        expect(share.groups).toBe(3);
+        // Recomputing: the share padded as a replayed update pads it (an extra group, groups of up to 5).
+        const pad = rc ? { groups: 4, groupMax: 5 } : undefined;
+        const share = prefixShare(batch.ids, batch.attn, batch.n, batch.T, batch.Tq, pad)!;
+        expect(share.groups).toBe(rc ? 4 : 3);
         const [full, shared] = await trunkBothWays(model, adapters.variables(), batch, share, rc);
         expect(relDiff(shared.hidden, full.hidden), 'hidden').toBeLessThan(1e-6);
         expect(shared.value).toBeCloseTo(full.value, 4);

@@ -4,7 +4,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { CausalLM } from '../../src/core/model/lm';
-import { shareTensors, type PrefixShare } from '../../src/core/model/shared-prefix';
+import { responseRows, shareTensors, type PrefixShare } from '../../src/core/model/shared-prefix';
 import { seeded } from './f16-base';
 
 export interface SharedPrefixBatch {
@@ -70,7 +70,11 @@ export async function trunkBothWays(
       if (shared) {
         const t = shareTensors(share);
         const compact = model.trunk(ids, attn, undefined, { recompute, share: t });
-        return tf.gather(compact, tf.tensor1d(share.response, 'int32')) as tf.Tensor2D;
+        return responseRows(
+          compact,
+          tf.tensor1d(share.response, 'int32'),
+          tf.tensor2d(share.responseMembers, [share.compact.length, share.groupMax], 'int32'),
+        );
       }
       const h = tf.reshape(model.trunk(ids, attn, undefined, { recompute }), [b.n, b.T, C]);
       return tf.reshape(tf.slice(h, [0, b.Tq - 1, 0], [b.n, b.R, C]), [b.n * b.R, C]) as tf.Tensor2D;
@@ -89,4 +93,85 @@ export async function trunkBothWays(
     tf.dispose([w, h, g.value, ...Object.values(g.grads)]);
   }
   return [out[0], out[1]];
+}
+
+/**
+ * The policy's gradients as its Adam receives them each update, clipped (sorted by variable name): what a trainer
+ * with and without the share must agree on. Hooks both ways the update applies them (update.ts: on the device with
+ * its controls, or scaled on the host); the hook keeps copies, which `flush` (after each step) reads back and frees.
+ */
+export function capturePolicyGrads(t: { policyOpt: unknown }): {
+  updates: Float32Array[][];
+  flush: () => Promise<void>;
+} {
+  const updates: Float32Array[][] = [];
+  const pending: { grads: tf.Tensor[]; controls: tf.Tensor | null; scale: number }[] = [];
+  const opt = t.policyOpt as {
+    applyScaled: (g: unknown, scale: number) => void;
+    applyControlled: (g: unknown, controls: tf.Tensor1D) => void;
+  };
+  const copies = (g: unknown) => {
+    const list = Array.isArray(g)
+      ? (g as { name: string; tensor: tf.Tensor }[]).map(({ name, tensor }) => [name, tensor] as const)
+      : Object.entries(g as tf.NamedTensorMap);
+    return [...list].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, x]) => tf.keep(tf.clone(x)));
+  };
+  const scaled = opt.applyScaled.bind(opt);
+  const controlled = opt.applyControlled.bind(opt);
+  const hooked = (g: unknown, controls: tf.Tensor1D) => {
+    pending.push({ grads: copies(g), controls: tf.keep(tf.clone(controls)), scale: 1 });
+    controlled(g, controls);
+  };
+  opt.applyScaled = (g, scale) => {
+    pending.push({ grads: copies(g), controls: null, scale });
+    // (applyScaled calls applyControlled where the fused kernel is: count that update once.)
+    opt.applyControlled = controlled;
+    try {
+      scaled(g, scale);
+    } finally {
+      opt.applyControlled = hooked;
+    }
+  };
+  opt.applyControlled = hooked;
+  const flush = async () => {
+    for (const p of pending.splice(0)) {
+      let scale = p.scale;
+      let apply = 1;
+      if (p.controls) [scale, apply] = (await p.controls.data()) as Float32Array;
+      const vals: Float32Array[] = [];
+      for (const x of p.grads) vals.push(((await x.data()) as Float32Array).map((v) => v * scale));
+      tf.dispose([...p.grads, ...(p.controls ? [p.controls] : [])]);
+      if (apply !== 0) updates.push(vals);
+    }
+  };
+  return { updates, flush };
+}
+
+/**
+ * Two runs' captured gradients (capturePolicyGrads) agree: the same number of updates, each gradient within `tol`
+ * relative to its largest entry, or exactly zero where the reference's is (LoRA's A before B has moved), and each
+ * update with some gradient that is not zero.
+ */
+export function expectSameGrads(
+  on: Float32Array[][],
+  off: Float32Array[][],
+  tol: number,
+  check: (ok: boolean, what: string) => void,
+): void {
+  check(on.length === off.length && off.length > 0, `${on.length} updates against ${off.length}`);
+  off.forEach((step, s) => {
+    check(
+      step.some((g) => g.some((x) => x !== 0)),
+      `update ${s}: every gradient zero`,
+    );
+    step.forEach((g, i) => {
+      const h = on[s][i];
+      const scale = g.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
+      const diff = g.reduce((m, x, k) => Math.max(m, Math.abs(x - h[k])), 0);
+      check(
+        scale === 0 ? diff === 0 : diff / scale < tol,
+        `gradient ${i} at update ${s}: ${diff} against a scale of ${scale}`,
+      );
+    });
+  });
 }

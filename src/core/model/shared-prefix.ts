@@ -56,6 +56,11 @@ export interface PrefixShare {
   members: Int32Array;
   /** [n·T]: the compact row a full row represents (compact[c] = f), N' (a row of zeros) where none. */
   inverse: Int32Array;
+  /**
+   * [N', groupMax] row-major: the response positions (rows of `response`) that read each compact row, n·R (a row of
+   * zeros) where fewer. The gradient of `responseRows` sums them.
+   */
+  responseMembers: Int32Array;
 }
 
 /** The trunk's side of a PrefixShare (TrunkOptions.share): its int32 index maps as tensors. */
@@ -88,7 +93,11 @@ export function shareOfMaps(maps: tf.Tensor[]): TrunkShare {
 
 /**
  * The share of a batch: ids and attn [n, T] row-major (the query in [0, Tq), left-padded), R = T − Tq response
- * positions. null when no two rows hold the same query (nothing to share).
+ * positions. null when no two rows hold the same query (nothing to share) and no `pad` is given.
+ * `pad`: the maps' sizes fixed for a step whose batches are recorded once and replayed (src/core/ppo/update-replay.ts
+ * keys a recording by its inputs' shapes): `groups` prompt groups (at least this batch's distinct queries; the
+ * extra ones repeat the first group's rows and feed nothing) and `groupMax` copies a group (at least this batch's
+ * largest group); a share is then returned even where no query repeats.
  */
 export function prefixShare(
   ids: Int32Array,
@@ -96,6 +105,7 @@ export function prefixShare(
   n: number,
   T: number,
   Tq: number,
+  pad?: { groups: number; groupMax: number },
 ): PrefixShare | null {
   if (Tq < 1 || Tq > T || ids.length !== n * T || attn.length !== n * T) {
     throw new Error(
@@ -117,10 +127,22 @@ export function prefixShare(
     }
     owner[b] = u;
   }
-  const U = first.length;
-  if (U === n) return null;
+  const real = first.length;
+  if (real === n && !pad) return null;
+  const rowsOf: number[][] = first.map(() => []);
+  for (let b = 0; b < n; b++) rowsOf[owner[b]].push(b);
+  const largest = Math.max(...rowsOf.map((r) => r.length));
+  if (pad && (pad.groups < real || pad.groupMax < largest)) {
+    throw new Error(
+      `prefixShare: ${real} groups of up to ${largest} rows do not fit a pad of ${pad.groups} × ${pad.groupMax}.`,
+    );
+  }
+  const U = pad ? pad.groups : real;
+  const G = pad ? pad.groupMax : largest;
   const compact = new Int32Array(U * Tq + n * R);
-  for (let u = 0; u < U; u++) for (let t = 0; t < Tq; t++) compact[u * Tq + t] = first[u] * T + t;
+  // A padding group computes the first group's prompt again; nothing reads it.
+  for (let u = 0; u < U; u++)
+    for (let t = 0; t < Tq; t++) compact[u * Tq + t] = first[u < real ? u : 0] * T + t;
   for (let b = 0; b < n; b++) for (let r = 0; r < R; r++) compact[U * Tq + b * R + r] = b * T + Tq + r;
   const expand = new Int32Array(n * T);
   for (let b = 0; b < n; b++) {
@@ -129,15 +151,20 @@ export function prefixShare(
   }
   const response = new Int32Array(n * R);
   for (let b = 0; b < n; b++) for (let r = 0; r < R; r++) response[b * R + r] = expand[b * T + Tq - 1 + r];
-  const rowsOf: number[][] = first.map(() => []);
-  for (let b = 0; b < n; b++) rowsOf[owner[b]].push(b);
-  const G = Math.max(...rowsOf.map((r) => r.length));
   const members = new Int32Array(U * Tq * G).fill(n * T);
-  for (let u = 0; u < U; u++)
+  for (let u = 0; u < real; u++)
     for (let t = 0; t < Tq; t++) rowsOf[u].forEach((b, g) => (members[(u * Tq + t) * G + g] = b * T + t));
   const inverse = new Int32Array(n * T).fill(compact.length);
-  compact.forEach((f, c) => (inverse[f] = c));
-  return { expand, compact, response, groups: U, groupMax: G, members, inverse };
+  compact.forEach((f, c) => {
+    if (c >= real * Tq && c < U * Tq) return; // a padding group's rows represent no full row
+    inverse[f] = c;
+  });
+  // The response positions reading each compact row: the group's copies of its last prompt position, or the one
+  // response position (n·R, a row of zeros, where fewer).
+  const responseMembers = new Int32Array(compact.length * G).fill(n * R);
+  const used = new Int32Array(compact.length);
+  response.forEach((c, i) => (responseMembers[c * G + used[c]++] = i));
+  return { expand, compact, response, groups: U, groupMax: G, members, inverse, responseMembers };
 }
 
 /** The share's index tensors for the trunk (the caller disposes them, or makes them inside a tidy). */
@@ -179,6 +206,24 @@ export function toFull(x: tf.Tensor2D, share: TrunkShare): tf.Tensor2D {
     };
   });
   return op(x) as tf.Tensor2D;
+}
+
+/**
+ * The compact rows at the response-predicting positions, hidden [N', C] → [n·R, C] (`response`). A group's copies
+ * all read its last prompt position: the gradient sums them in order (`members`: PrefixShare.responseMembers as
+ * [N', groupMax]), as toFull's does.
+ */
+export function responseRows(hidden: tf.Tensor2D, response: tf.Tensor1D, members: tf.Tensor2D): tf.Tensor2D {
+  const op = tf.customGrad((...args: unknown[]) => {
+    const xs = args[0] as tf.Tensor;
+    (args[1] as tf.GradSaveFunc)([members]);
+    return {
+      value: tf.gather(xs, response),
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) =>
+        tf.sum(tf.gather(withZeroRow(dy as tf.Tensor2D), saved[0]), 1),
+    };
+  });
+  return op(hidden) as tf.Tensor2D;
 }
 
 /** Rows of an input x [n·T] (ids, positions) at the compact rows, [N']. */

@@ -116,6 +116,7 @@ import { decodeReplayCount } from '../model/decode-replay';
 import { wasmFusedBlocksHere } from '../kernels/wasm-activations';
 import {
   prefixShare,
+  responseRows,
   shareOfMaps,
   sharedPrefixDefault,
   shareTensors,
@@ -159,11 +160,30 @@ interface Minibatch {
 interface ResponseShare {
   trunk: TrunkShare;
   response: tf.Tensor1D;
+  /** PrefixShare.responseMembers as [N', groupMax] (the response gather's gradient). */
+  responseMembers: tf.Tensor2D;
+}
+
+/** A step's distinct queries and its largest group (prefixShare's pad); undefined where none repeats. */
+type SharePad = { groups: number; groupMax: number } | undefined;
+
+/** The SharePad of a step's queries (one per row). */
+function sharePadOf(queries: number[][]): SharePad {
+  const count = new Map<string, number>();
+  for (const q of queries) count.set(q.join(','), (count.get(q.join(',')) ?? 0) + 1);
+  if (count.size === queries.length) return undefined;
+  return { groups: count.size, groupMax: Math.max(...count.values()) };
 }
 
 /** The ResponseShare of a batch's host maps (null: nothing shared). */
 function responseShare(s: PrefixShare | null): ResponseShare | null {
-  return s ? { trunk: shareTensors(s), response: tf.tensor1d(s.response, 'int32') } : null;
+  return s
+    ? {
+        trunk: shareTensors(s),
+        response: tf.tensor1d(s.response, 'int32'),
+        responseMembers: tf.tensor2d(s.responseMembers, [s.compact.length, s.groupMax], 'int32'),
+      }
+    : null;
 }
 
 /**
@@ -842,7 +862,8 @@ export class PpoTrainer {
   /**
    * Batch tensors for rows `rows` of a rollout: ids [n, Tq+R] (query left-padded to Tq, then the response
    * padded on the right) and the attention mask. Response token t is predicted at position Tq − 1 + t.
-   * Tq is fixed for the whole step, so every forward of the step has the same shapes.
+   * Tq is fixed for the whole step, so every forward of the step has the same shapes. With sharedPrefix, the rows'
+   * PrefixShare (model/shared-prefix.ts): padded to `pad` (capped at the rows) where given.
    */
   private batchInputs(
     queries: number[][],
@@ -851,6 +872,7 @@ export class PpoTrainer {
     rows: number[],
     Tq: number,
     R: number,
+    pad?: SharePad,
   ) {
     const T = Tq + R;
     const n = rows.length;
@@ -864,7 +886,16 @@ export class PpoTrainer {
       ids.set(responses[i], k * T + Tq);
       attn.set(mask[i], k * T + Tq);
     });
-    const share = this.sharedPrefix ? prefixShare(ids, attn, n, T, Tq) : null;
+    const share = this.sharedPrefix
+      ? prefixShare(
+          ids,
+          attn,
+          n,
+          T,
+          Tq,
+          pad && { groups: Math.min(n, pad.groups), groupMax: Math.min(n, pad.groupMax) },
+        )
+      : null;
     return { ids, attn, Tq, T, n, share };
   }
 
@@ -885,7 +916,7 @@ export class PpoTrainer {
     const C = model.config.n_embd;
     if (share) {
       const compact = model.trunk(ids, attn, undefined, { recompute, share: share.trunk });
-      return tf.gather(compact, share.response) as tf.Tensor2D;
+      return responseRows(compact, share.response, share.responseMembers);
     }
     const hidden = tf.reshape(model.trunk(ids, attn, undefined, { recompute }), [n, T, C]);
     return tf.reshape(tf.slice(hidden, [0, Tq - 1, 0], [n, R, C]), [n * R, C]) as tf.Tensor2D;
@@ -1359,6 +1390,7 @@ export class PpoTrainer {
     const { policy, value } = this.models;
     const { queries, bResponses, bMask } = roll;
     const { oldFromUpdate, Tq, bLogprobs, bRefLogprobs, bValues } = sc;
+    const stepSharePad = this.sharedPrefix ? sharePadOf(queries) : undefined;
     const { advantages: bAdvantages, returns: bReturns } = adv;
     this.phase('updating', s);
     const grpoKl = cfg.algorithm === 'grpo' && klCoef > 0;
@@ -1416,10 +1448,16 @@ export class PpoTrainer {
           // the optimisers step (nothing of a failed attempt is applied or kept).
           const update = async (attempt: StepPlan, settle: () => Promise<void>) => {
             const slices = microSlices(rows, Math.min(attempt.microBatchSize, mbSize));
+            // A replayed update (below) records one shape: every minibatch's share is padded to the step's
+            // groups, so that minibatches drawing different numbers of a prompt's rows replay one recording.
+            const sharePad =
+              cfg.updateReplay && this.updateReplay && slices.length === 1 && GradReplays.available()
+                ? stepSharePad
+                : undefined;
             // One micro-batch's inputs as the host has them (what a replay writes into its recorded buffers).
             const hostBatch = (k: number): Record<string, HostTensor> => {
               const mRows = slices[k];
-              const inp = this.batchInputs(queries, bResponses, bMask, mRows, Tq, R);
+              const inp = this.batchInputs(queries, bResponses, bMask, mRows, Tq, R, sharePad);
               const pick = (m: number[][]): HostTensor => ({
                 values: Float32Array.from(mRows.flatMap((i) => m[i])),
                 shape: [mRows.length, R],
@@ -1457,6 +1495,11 @@ export class PpoTrainer {
                 };
                 h.shareInverse = idx(inp.share.inverse);
                 h.shareResponse = idx(inp.share.response);
+                h.shareResponseMembers = {
+                  values: inp.share.responseMembers,
+                  shape: [inp.share.compact.length, inp.share.groupMax],
+                  dtype: 'int32',
+                };
               }
               return h;
             };
@@ -1480,6 +1523,7 @@ export class PpoTrainer {
                     share: {
                       trunk: shareOfMaps([t.shareExpand, t.shareCompact, t.shareMembers, t.shareInverse]),
                       response: t.shareResponse as tf.Tensor1D,
+                      responseMembers: t.shareResponseMembers as tf.Tensor2D,
                     },
                   }
                 : {}),
