@@ -63,6 +63,11 @@ const cfg = validateConfig({
 const trainer = await buildTrainer(cfg, nodeResources, {
   rewardFn: { label: 'mean-byte', fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / 256 / R },
 });
+const plan = trainer.stepPlan();
+console.log(
+  `plan: micro-batches of ${plan.microBatchSize} (generation ${plan.generateMicroBatchSize}), recompute ${plan.recompute ? 'on' : 'off'}`,
+);
+if (process.env.PLAN_ONLY) process.exit(0);
 type Times = { step: number; generate: number; score: number; update: number };
 const times: Record<'on' | 'off', Times[]> = { on: [], off: [] };
 try {
@@ -93,6 +98,7 @@ console.log(
   JSON.stringify({
     backend,
     shape: { n_embd: C, n_layer: L, prompt: P, R, batch: 16, groupSize: 8 },
+    plan: { microBatchSize: plan.microBatchSize, recompute: plan.recompute },
     on,
     off,
     scoreUpdateOnOverOff: (on.score + on.update) / (off.score + off.update),

@@ -17,6 +17,7 @@ import {
   shareTensors,
 } from '../src/core/model/shared-prefix';
 import { applySharedPrefix } from '../src/cli/backend-node';
+import { groupedRows } from '../src/core/ppo/trainer';
 import { parseLlamaConfig } from '../src/core/model/llama-config';
 import { lmRandom } from '../src/core/model/causal-lm';
 import { LoraAdapters } from '../src/core/model/lora';
@@ -161,4 +162,10 @@ it('PPO_SHARED_PREFIX sets the trainers’ default, and refuses anything but 0 o
   } finally {
     setSharedPrefixDefault(true);
   }
+});
+
+it("groupedRows puts a query's rows side by side, in the order each first appears", () => {
+  const queries = [[1, 2], [3], [1, 2], [4], [3], [1, 2]];
+  expect(groupedRows([5, 1, 3, 0, 4, 2], queries)).toEqual([5, 0, 2, 1, 4, 3]);
+  expect(groupedRows([3, 1], queries)).toEqual([3, 1]);
 });

@@ -164,6 +164,17 @@ interface ResponseShare {
   responseMembers: tf.Tensor2D;
 }
 
+/** `rows` reordered so that rows holding the same query are adjacent, in the order each query first appears. */
+export function groupedRows(rows: readonly number[], queries: readonly number[][]): number[] {
+  const first = new Map<string, number>();
+  rows.forEach((r, k) => {
+    const key = queries[r].join(',');
+    if (!first.has(key)) first.set(key, k);
+  });
+  const at = rows.map((r, k) => ({ r, k, g: first.get(queries[r].join(','))! }));
+  return at.sort((a, b) => a.g - b.g || a.k - b.k).map((x) => x.r);
+}
+
 /** A step's distinct queries and its largest group (prefixShare's pad); undefined where none repeats. */
 type SharePad = { groups: number; groupMax: number } | undefined;
 
@@ -1447,7 +1458,9 @@ export class PpoTrainer {
           // One attempt at this minibatch's update with `attempt`: redone smaller when the device runs out before
           // the optimisers step (nothing of a failed attempt is applied or kept).
           const update = async (attempt: StepPlan, settle: () => Promise<void>) => {
-            const slices = microSlices(rows, Math.min(attempt.microBatchSize, mbSize));
+            // A group's rows go to the same micro-batches (a minibatch's gradient is the same sum whatever rows
+            // each micro-batch holds): with the share, its prompt then runs once a micro-batch, not once a row.
+            const slices = microSlices(groupedRows(rows, queries), Math.min(attempt.microBatchSize, mbSize));
             // A replayed update (below) records one shape: every minibatch's share is padded to the step's
             // groups, so that minibatches drawing different numbers of a prompt's rows replay one recording.
             const sharePad =
