@@ -17,7 +17,7 @@ import {
   shareTensors,
 } from '../src/core/model/shared-prefix';
 import { applySharedPrefix } from '../src/cli/backend-node';
-import { groupedRows } from '../src/core/ppo/trainer';
+import { groupedRows, paddedShareWorth, sharePadOf } from '../src/core/ppo/trainer';
 import { parseLlamaConfig } from '../src/core/model/llama-config';
 import { lmRandom } from '../src/core/model/causal-lm';
 import { LoraAdapters } from '../src/core/model/lora';
@@ -45,12 +45,11 @@ describe('prefixShare', () => {
     expect(Array.from(s.members)).toEqual([0, 10, 1, 11, 2, 12, 5, 15, 6, 15, 7, 15]);
     // Full rows represented by no compact row (row 2's prompt) point at N' = 12.
     expect(Array.from(s.inverse)).toEqual([0, 1, 2, 6, 7, 3, 4, 5, 8, 9, 12, 12, 12, 10, 11]);
-    // Each compact row's readers among the 6 response positions (6 = n·R, the zero row, where fewer): group 0's last
-    // prompt row is read by rows 0 and 2 (positions 0 and 4).
-    expect(Array.from(s.responseMembers)).toEqual([
-      ...[6, 6, 6, 6, 0, 4, 6, 6, 6, 6, 2, 6],
-      ...[1, 6, 6, 6, 3, 6, 6, 6, 5, 6, 6, 6],
-    ]);
+    // The response positions reading each group's last prompt row (6 = n·R, the zero row, where fewer): rows 0 and 2
+    // (positions 0 and 4) read group 0's, row 1 (position 2) group 1's. The gradient's route: a group's last prompt
+    // row from its sum (7, 8: after dy and the zero row), a response row from its one reader, the rest zeros.
+    expect(Array.from(s.responseGroups)).toEqual([0, 4, 2, 6]);
+    expect(Array.from(s.responseRoute)).toEqual([6, 6, 7, 6, 6, 8, 1, 6, 3, 6, 5, 6]);
   });
 
   it("pads the maps to a step's groups: the extra group is inert, the rest as before", () => {
@@ -66,6 +65,8 @@ describe('prefixShare', () => {
     // No full row is represented by the padding group, and it has no members.
     expect(Array.from(s.inverse)).toEqual([0, 1, 2, 9, 10, 3, 4, 5, 11, 12, 15, 15, 15, 13, 14]);
     expect(Array.from(s.members.subarray(18))).toEqual(new Array(9).fill(15));
+    expect(Array.from(s.responseGroups)).toEqual([0, 4, 6, 2, 6, 6, 6, 6, 6]);
+    expect(Array.from(s.responseRoute)).toEqual([6, 6, 7, 6, 6, 8, 6, 6, 9, 1, 6, 3, 6, 5, 6]);
     // A batch whose queries all differ still gets a (padded) share, and a pad too small is refused.
     const distinct = Int32Array.from([0, 7, 8, 1, 2, 7, 8, 9, 3, 4]);
     const da = Int32Array.from([0, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
@@ -168,4 +169,21 @@ it("groupedRows puts a query's rows side by side, in the order each first appear
   const queries = [[1, 2], [3], [1, 2], [4], [3], [1, 2]];
   expect(groupedRows([5, 1, 3, 0, 4, 2], queries)).toEqual([5, 0, 2, 1, 4, 3]);
   expect(groupedRows([3, 1], queries)).toEqual([3, 1]);
+});
+
+it('a replayed update pads its shares to the step, or shares nothing where the pad saves under a tenth', () => {
+  // 2 prompts × 8 and 8 distinct prompts of which one repeats.
+  const grpo = [...new Array(8).fill([1, 2]), ...new Array(8).fill([3, 4])] as number[][];
+  expect(sharePadOf(grpo)).toEqual({ groups: 2, groupMax: 8 });
+  const ppo = [[1], [2], [3], [4], [5], [6], [7], [1]];
+  expect(sharePadOf(ppo)).toEqual({ groups: 7, groupMax: 2 });
+  expect(sharePadOf([[1], [2]])).toBeUndefined();
+  // Tq 56, R 64: 16 rows, 2 groups: 2·56 + 16·64 = 1136 ≤ 0.9 · 1920; 8 rows: 2·56 + 512 = 624 ≤ 864.
+  expect(paddedShareWorth(sharePadOf(grpo), 16, 56, 64)).toEqual({ groups: 2, groupMax: 8 });
+  expect(paddedShareWorth(sharePadOf(grpo), 8, 56, 64)).toEqual({ groups: 2, groupMax: 8 });
+  // 4 rows of 7 groups: min(4, 7)·56 + 4·64 = 480 = the full layout: off.
+  expect(paddedShareWorth(sharePadOf(ppo), 4, 56, 64)).toBe('off');
+  // 8 rows, 7 groups: 7·8 + 8·8 = 120 against 0.9 · 128 = 115.2 (Tq 8, R 8): off.
+  expect(paddedShareWorth(sharePadOf(ppo), 8, 8, 8)).toBe('off');
+  expect(paddedShareWorth(undefined, 8, 8, 8)).toBe('off');
 });

@@ -73,7 +73,8 @@ export async function trunkBothWays(
         return responseRows(
           compact,
           tf.tensor1d(share.response, 'int32'),
-          tf.tensor2d(share.responseMembers, [share.compact.length, share.groupMax], 'int32'),
+          tf.tensor2d(share.responseGroups, [share.groups, share.groupMax], 'int32'),
+          tf.tensor1d(share.responseRoute, 'int32'),
         );
       }
       const h = tf.reshape(model.trunk(ids, attn, undefined, { recompute }), [b.n, b.T, C]);

@@ -57,10 +57,16 @@ export interface PrefixShare {
   /** [n·T]: the compact row a full row represents (compact[c] = f), N' (a row of zeros) where none. */
   inverse: Int32Array;
   /**
-   * [N', groupMax] row-major: the response positions (rows of `response`) that read each compact row, n·R (a row of
-   * zeros) where fewer. The gradient of `responseRows` sums them.
+   * [U, groupMax] row-major: the response positions (rows of `response`) that read each group's last prompt row
+   * (its rows' first response positions), n·R (a row of zeros) where fewer. The gradient of `responseRows` sums them.
    */
-  responseMembers: Int32Array;
+  responseGroups: Int32Array;
+  /**
+   * [N']: where `responseRows`' gradient takes each compact row's from, in [dy; a row of zeros; the groups' sums]: a
+   * group's last prompt row its group's sum (n·R + 1 + u), another row its one reader (a row of dy), or the zeros
+   * (n·R) where no response position reads it.
+   */
+  responseRoute: Int32Array;
 }
 
 /** The trunk's side of a PrefixShare (TrunkOptions.share): its int32 index maps as tensors. */
@@ -159,12 +165,26 @@ export function prefixShare(
     if (c >= real * Tq && c < U * Tq) return; // a padding group's rows represent no full row
     inverse[f] = c;
   });
-  // The response positions reading each compact row: the group's copies of its last prompt position, or the one
-  // response position (n·R, a row of zeros, where fewer).
-  const responseMembers = new Int32Array(compact.length * G).fill(n * R);
-  const used = new Int32Array(compact.length);
-  response.forEach((c, i) => (responseMembers[c * G + used[c]++] = i));
-  return { expand, compact, response, groups: U, groupMax: G, members, inverse, responseMembers };
+  // The response positions reading each compact row: a group's copies read its last prompt row, every other row
+  // is read by one response position or none.
+  const responseGroups = new Int32Array(U * G).fill(n * R);
+  for (let u = 0; u < real; u++) rowsOf[u].forEach((b, g) => (responseGroups[u * G + g] = b * R));
+  const responseRoute = new Int32Array(compact.length).fill(n * R);
+  response.forEach((c, i) => {
+    if (c >= U * Tq) responseRoute[c] = i;
+  });
+  for (let u = 0; u < U; u++) responseRoute[u * Tq + Tq - 1] = n * R + 1 + u;
+  return {
+    expand,
+    compact,
+    response,
+    groups: U,
+    groupMax: G,
+    members,
+    inverse,
+    responseGroups,
+    responseRoute,
+  };
 }
 
 /** The share's index tensors for the trunk (the caller disposes them, or makes them inside a tidy). */
@@ -210,17 +230,27 @@ export function toFull(x: tf.Tensor2D, share: TrunkShare): tf.Tensor2D {
 
 /**
  * The compact rows at the response-predicting positions, hidden [N', C] → [n·R, C] (`response`). A group's copies
- * all read its last prompt position: the gradient sums them in order (`members`: PrefixShare.responseMembers as
- * [N', groupMax]), as toFull's does.
+ * all read its last prompt row: the gradient sums them in order (`groups`: PrefixShare.responseGroups as [U,
+ * groupMax]) and routes each compact row's from there, from its one reader or from zeros (`route`), holding no more
+ * than dy and the groups' rows.
  */
-export function responseRows(hidden: tf.Tensor2D, response: tf.Tensor1D, members: tf.Tensor2D): tf.Tensor2D {
+export function responseRows(
+  hidden: tf.Tensor2D,
+  response: tf.Tensor1D,
+  groups: tf.Tensor2D,
+  route: tf.Tensor1D,
+): tf.Tensor2D {
   const op = tf.customGrad((...args: unknown[]) => {
     const xs = args[0] as tf.Tensor;
-    (args[1] as tf.GradSaveFunc)([members]);
+    (args[1] as tf.GradSaveFunc)([groups, route]);
     return {
       value: tf.gather(xs, response),
-      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) =>
-        tf.sum(tf.gather(withZeroRow(dy as tf.Tensor2D), saved[0]), 1),
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        const [g, r] = saved;
+        const d = withZeroRow(dy as tf.Tensor2D);
+        const sums = tf.sum(tf.gather(d, g), 1); // [U, G, C] → [U, C]
+        return tf.gather(tf.concat([d, sums], 0), r);
+      },
     };
   });
   return op(hidden) as tf.Tensor2D;

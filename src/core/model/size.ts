@@ -42,8 +42,8 @@
  * q/k/v/o widths from heads × head_dim, the repeated KV heads of grouped-query attention, SwiGLU's three
  * intermediate_size-wide matrices; the KV cache at n_kv · head_dim; an untied lm_head held by every trunk copy and
  * trained by the policy only); LoRA's terms follow the family's modules (loraModules). GPT-2's numbers are as above.
- * Every row is counted in full: where rows share a prompt the trainer runs it once (model/shared-prefix.ts) and holds
- * less, so the estimate is then an upper bound (tests/size.test.ts measures both).
+ * Every row is counted in full: where rows share a prompt the trainer runs it once (model/shared-prefix.ts) and
+ * holds less (tests/size.test.ts measures a GRPO step both ways, the shared one below the estimate).
  * See docs/engine.md for the step these tensors belong to and docs/tfjs.md for the backends' kernels.
  */
 import type { GPT2Config, LlamaConfig, LMConfig } from './config';

@@ -160,8 +160,9 @@ interface Minibatch {
 interface ResponseShare {
   trunk: TrunkShare;
   response: tf.Tensor1D;
-  /** PrefixShare.responseMembers as [N', groupMax] (the response gather's gradient). */
-  responseMembers: tf.Tensor2D;
+  /** PrefixShare.responseGroups as [U, groupMax] and responseRoute (the response gather's gradient). */
+  responseGroups: tf.Tensor2D;
+  responseRoute: tf.Tensor1D;
 }
 
 /** `rows` reordered so that rows holding the same query are adjacent, in the order each query first appears. */
@@ -176,14 +177,23 @@ export function groupedRows(rows: readonly number[], queries: readonly number[][
 }
 
 /** A step's distinct queries and its largest group (prefixShare's pad); undefined where none repeats. */
-type SharePad = { groups: number; groupMax: number } | undefined;
+export type SharePad = { groups: number; groupMax: number } | undefined;
 
 /** The SharePad of a step's queries (one per row). */
-function sharePadOf(queries: number[][]): SharePad {
+export function sharePadOf(queries: number[][]): SharePad {
   const count = new Map<string, number>();
   for (const q of queries) count.set(q.join(','), (count.get(q.join(',')) ?? 0) + 1);
   if (count.size === queries.length) return undefined;
   return { groups: count.size, groupMax: Math.max(...count.values()) };
+}
+
+/**
+ * A replayed update's pad for minibatches of n rows: `pad` where a share padded to it runs at most 0.9 of the full
+ * layout's rows (min(n, groups)·Tq + n·R against n·(Tq + R)), else 'off' (no share at all: one shape either way).
+ */
+export function paddedShareWorth(pad: SharePad, n: number, Tq: number, R: number): SharePad | 'off' {
+  if (!pad) return 'off';
+  return Math.min(n, pad.groups) * Tq + n * R <= 0.9 * n * (Tq + R) ? pad : 'off';
 }
 
 /** The ResponseShare of a batch's host maps (null: nothing shared). */
@@ -192,7 +202,8 @@ function responseShare(s: PrefixShare | null): ResponseShare | null {
     ? {
         trunk: shareTensors(s),
         response: tf.tensor1d(s.response, 'int32'),
-        responseMembers: tf.tensor2d(s.responseMembers, [s.compact.length, s.groupMax], 'int32'),
+        responseGroups: tf.tensor2d(s.responseGroups, [s.groups, s.groupMax], 'int32'),
+        responseRoute: tf.tensor1d(s.responseRoute, 'int32'),
       }
     : null;
 }
@@ -883,7 +894,7 @@ export class PpoTrainer {
     rows: number[],
     Tq: number,
     R: number,
-    pad?: SharePad,
+    pad?: SharePad | 'off',
   ) {
     const T = Tq + R;
     const n = rows.length;
@@ -897,16 +908,17 @@ export class PpoTrainer {
       ids.set(responses[i], k * T + Tq);
       attn.set(mask[i], k * T + Tq);
     });
-    const share = this.sharedPrefix
-      ? prefixShare(
-          ids,
-          attn,
-          n,
-          T,
-          Tq,
-          pad && { groups: Math.min(n, pad.groups), groupMax: Math.min(n, pad.groupMax) },
-        )
-      : null;
+    const share =
+      this.sharedPrefix && pad !== 'off'
+        ? prefixShare(
+            ids,
+            attn,
+            n,
+            T,
+            Tq,
+            pad && { groups: Math.min(n, pad.groups), groupMax: Math.min(n, pad.groupMax) },
+          )
+        : null;
     return { ids, attn, Tq, T, n, share };
   }
 
@@ -927,7 +939,7 @@ export class PpoTrainer {
     const C = model.config.n_embd;
     if (share) {
       const compact = model.trunk(ids, attn, undefined, { recompute, share: share.trunk });
-      return responseRows(compact, share.response, share.responseMembers);
+      return responseRows(compact, share.response, share.responseGroups, share.responseRoute);
     }
     const hidden = tf.reshape(model.trunk(ids, attn, undefined, { recompute }), [n, T, C]);
     return tf.reshape(tf.slice(hidden, [0, Tq - 1, 0], [n, R, C]), [n * R, C]) as tf.Tensor2D;
@@ -1463,10 +1475,11 @@ export class PpoTrainer {
             const slices = microSlices(groupedRows(rows, queries), Math.min(attempt.microBatchSize, mbSize));
             // A replayed update (below) records one shape: every minibatch's share is padded to the step's
             // groups, so that minibatches drawing different numbers of a prompt's rows replay one recording.
-            const sharePad =
-              cfg.updateReplay && this.updateReplay && slices.length === 1 && GradReplays.available()
-                ? stepSharePad
-                : undefined;
+            // Where even the step's largest pad saves little (most queries distinct), no share: the gathers would cost
+            // more than the rows they save.
+            const replaying =
+              cfg.updateReplay && this.updateReplay && slices.length === 1 && GradReplays.available();
+            const sharePad = replaying ? paddedShareWorth(stepSharePad, rows.length, Tq, R) : undefined;
             // One micro-batch's inputs as the host has them (what a replay writes into its recorded buffers).
             const hostBatch = (k: number): Record<string, HostTensor> => {
               const mRows = slices[k];
@@ -1508,11 +1521,12 @@ export class PpoTrainer {
                 };
                 h.shareInverse = idx(inp.share.inverse);
                 h.shareResponse = idx(inp.share.response);
-                h.shareResponseMembers = {
-                  values: inp.share.responseMembers,
-                  shape: [inp.share.compact.length, inp.share.groupMax],
+                h.shareResponseGroups = {
+                  values: inp.share.responseGroups,
+                  shape: [inp.share.groups, inp.share.groupMax],
                   dtype: 'int32',
                 };
+                h.shareResponseRoute = idx(inp.share.responseRoute);
               }
               return h;
             };
@@ -1536,7 +1550,8 @@ export class PpoTrainer {
                     share: {
                       trunk: shareOfMaps([t.shareExpand, t.shareCompact, t.shareMembers, t.shareInverse]),
                       response: t.shareResponse as tf.Tensor1D,
-                      responseMembers: t.shareResponseMembers as tf.Tensor2D,
+                      responseGroups: t.shareResponseGroups as tf.Tensor2D,
+                      responseRoute: t.shareResponseRoute as tf.Tensor1D,
                     },
                   }
                 : {}),
