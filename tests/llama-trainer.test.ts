@@ -15,19 +15,12 @@ import { loadLM, memoryFiles } from '../src/core/model/folder';
 import { readAdapters, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE } from '../src/core/model/peft';
 import { readSafetensors } from '../src/core/model/safetensors';
 import { REQUIRED_METRICS, type StepMetrics } from '../src/common/metrics';
-import { tinyResources, tinyConfig, meanByteReward } from './helpers/trainer-fixture';
+import { tinyResources, tinyConfig, meanByteReward, meanIdReward } from './helpers/trainer-fixture';
 
 const FIX = 'tests/fixtures/parity-llama';
 let folder = `${FIX}/qwen2-tiny`;
 const res = (): Resources => tinyResources(() => folder);
-/** The mean id of the response scaled to [0, 1] (these models have 512 ids). */
-const reward = {
-  rewardFn: {
-    label: 'mean-id',
-    fn: (s: { responseTokens: number[] }) =>
-      s.responseTokens.reduce((a, b) => a + b, 0) / (512 * Math.max(1, s.responseTokens.length)),
-  },
-};
+const reward = meanIdReward;
 void meanByteReward;
 
 function config(over: Partial<TrainConfig> = {}): TrainConfig {

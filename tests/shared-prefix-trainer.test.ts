@@ -14,20 +14,14 @@ import type { TrainConfig } from '../src/common/config';
 import { buildTrainer, type Resources } from '../src/core/ppo/setup';
 import type { PpoTrainer } from '../src/core/ppo/trainer';
 import { REQUIRED_METRICS, type StepMetrics } from '../src/common/metrics';
-import { tinyConfig, tinyResources } from './helpers/trainer-fixture';
+import { meanIdReward, tinyConfig, tinyResources } from './helpers/trainer-fixture';
 import { relDiff } from './helpers/f16-base';
 import { capturePolicyGrads, expectSameGrads } from './helpers/shared-prefix';
 
 const FIX = 'tests/fixtures/parity-llama';
 let folder = `${FIX}/qwen2-tiny`;
 const res = (): Resources => tinyResources(() => folder);
-const reward = {
-  rewardFn: {
-    label: 'mean-id',
-    fn: (s: { responseTokens: number[] }) =>
-      s.responseTokens.reduce((a, b) => a + b, 0) / (512 * Math.max(1, s.responseTokens.length)),
-  },
-};
+const reward = meanIdReward;
 const TIMING = new Set(['tokensPerSecond', 'timeGenerate', 'timeScore', 'timeUpdate', 'timeStep']);
 
 beforeAll(() => setNodeBackend('wasm'));

@@ -25,6 +25,14 @@ export const meanByteReward: BuildOptions = {
   },
 };
 
+/** The mean id of the response scaled to [0, 1]: the Llama-family fixtures' dense reward (they have 512 ids). */
+export const meanIdReward: BuildOptions = {
+  rewardFn: {
+    label: 'mean-id',
+    fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / (512 * Math.max(1, s.responseTokens.length)),
+  },
+};
+
 /** The trainer tests' config: 4 prompts, batch 4 in 2 minibatches × 2 epochs, 8 tokens, a large learning rate. */
 export function tinyConfig(over: Partial<TrainConfig> = {}): TrainConfig {
   return validateConfig({
