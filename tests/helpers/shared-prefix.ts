@@ -4,7 +4,7 @@
  */
 import * as tf from '@tensorflow/tfjs-core';
 import type { CausalLM } from '../../src/core/model/lm';
-import { responseRows, shareTensors, type PrefixShare } from '../../src/core/model/shared-prefix';
+import { forwardShareOf, responseRows, type PrefixShare } from '../../src/core/model/shared-prefix';
 import { seeded } from './f16-base';
 
 export interface SharedPrefixBatch {
@@ -68,14 +68,9 @@ export async function trunkBothWays(
       const ids = tf.tensor2d(b.ids, [b.n, b.T], 'int32');
       const attn = tf.tensor2d(b.attn, [b.n, b.T], 'int32');
       if (shared) {
-        const t = shareTensors(share);
-        const compact = model.trunk(ids, attn, undefined, { recompute, share: t });
-        return responseRows(
-          compact,
-          tf.tensor1d(share.response, 'int32'),
-          tf.tensor2d(share.responseGroups, [share.groups, share.groupMax], 'int32'),
-          tf.tensor1d(share.responseRoute, 'int32'),
-        );
+        const f = forwardShareOf(share);
+        const compact = model.trunk(ids, attn, undefined, { recompute, share: f.trunk });
+        return responseRows(compact, f.response, f.responseGroups, f.responseRoute);
       }
       const h = tf.reshape(model.trunk(ids, attn, undefined, { recompute }), [b.n, b.T, C]);
       return tf.reshape(tf.slice(h, [0, b.Tq - 1, 0], [b.n, b.R, C]), [b.n * b.R, C]) as tf.Tensor2D;

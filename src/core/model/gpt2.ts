@@ -26,7 +26,7 @@ import { recomputed, recordingGradients } from './recompute';
 import type { LazyTensor } from './safetensors';
 import { chunkedLazyTensor, gatherChunked, headChunked } from './vocab-chunks';
 import { embeddingChunkRows, nextModelId, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
-import { compactInput, shareMaps, shareOfMaps, toCompact, toFull, type TrunkShare } from './shared-prefix';
+import { attendFull, compactInput, shareMaps, shareOfMaps } from './shared-prefix';
 import { tensorPieces } from '../kernels/wasm-read';
 
 export { embeddingChunkRows, embeddingChunks, type GPT2Options, type TrunkOptions } from './lm';
@@ -441,9 +441,6 @@ export class GPT2 implements CausalLM {
           compactInput(tf.reshape(positions, [-1]), share),
         )
       : this.embed(ids, positions);
-    // The attention of block rows: over the full layout, the compact rows gathered out to it and back.
-    const attend = (qkv: tf.Tensor2D, sh: TrunkShare | undefined, run: (qkv: tf.Tensor2D) => tf.Tensor2D) =>
-      sh ? toCompact(run(toFull(qkv, sh)), sh) : run(qkv);
     if (perBlockTidy) {
       try {
         for (let i = 0; i < c.n_layer; i++) {
@@ -451,7 +448,7 @@ export class GPT2 implements CausalLM {
           const [y, k, v] = tf.tidy(() => {
             const kv: LayerKV[] = [];
             const out = this.block(input, i, (qkv) =>
-              attend(qkv, share, (qkv) =>
+              attendFull(share, [qkv], (qkv) =>
                 causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head, collectKV && kv),
               ),
             );
@@ -476,7 +473,7 @@ export class GPT2 implements CausalLM {
           const ownBias = () => (own ??= causalPaddingBias(m as tf.Tensor2D));
           const sh = maps.length ? shareOfMaps(maps) : undefined;
           return this.block(xi as tf.Tensor2D, i, (qkv) =>
-            attend(qkv, sh, (qkv) => causalSelfAttention(qkv, m as tf.Tensor2D, ownBias, c.n_head)),
+            attendFull(sh, [qkv], (qkv) => causalSelfAttention(qkv, m as tf.Tensor2D, ownBias, c.n_head)),
           );
         };
         const context = [maskF, ...(share ? shareMaps(share) : [])];
@@ -484,7 +481,7 @@ export class GPT2 implements CausalLM {
         continue;
       }
       x = this.block(x, i, (qkv) =>
-        attend(qkv, share, (qkv) =>
+        attendFull(share, [qkv], (qkv) =>
           causalSelfAttention(qkv, maskF as tf.Tensor2D, bias, c.n_head, collectKV),
         ),
       );

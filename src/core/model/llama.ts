@@ -48,7 +48,7 @@ import {
   type WeightData,
 } from './f16-base';
 import { embeddingChunkRows, nextModelId, type CausalLM, type GPT2Options, type TrunkOptions } from './lm';
-import { compactInput, shareMaps, shareOfMaps, toCompact, toFull, type TrunkShare } from './shared-prefix';
+import { attendFull, compactInput, shareMaps, shareOfMaps } from './shared-prefix';
 import { chunkedLazyTensor, chunkRanges, gatherChunked, headChunked } from './vocab-chunks';
 import { tensorPieces } from '../kernels/wasm-read';
 
@@ -603,14 +603,6 @@ export class Llama implements CausalLM {
       this.wteChunkRows,
       share ? compactInput(flatIds as tf.Tensor1D, share) : flatIds,
     );
-    // The attention of block rows: over the full layout, the compact rows gathered out to it and back.
-    const attend = (
-      q: tf.Tensor2D,
-      k: tf.Tensor2D,
-      v: tf.Tensor2D,
-      sh: TrunkShare | undefined,
-      run: (q: tf.Tensor2D, k: tf.Tensor2D, v: tf.Tensor2D) => tf.Tensor2D,
-    ) => (sh ? toCompact(run(toFull(q, sh), toFull(k, sh), toFull(v, sh)), sh) : run(q, k, v));
     if (perBlockTidy) {
       try {
         for (let i = 0; i < c.num_hidden_layers; i++) {
@@ -618,7 +610,7 @@ export class Llama implements CausalLM {
           const [y, k, v] = tf.tidy(() => {
             const kv: LayerKV[] = [];
             const out = this.block(input, i, (q, k, v) =>
-              attend(q, k, v, share, (q, k, v) =>
+              attendFull(share, [q, k, v], (q, k, v) =>
                 this.selfAttention(q, k, v, rope, maskF, bias, collectKV && kv),
               ),
             );
@@ -646,7 +638,7 @@ export class Llama implements CausalLM {
           let own: tf.Tensor4D | null = null;
           const ownBias = () => (own ??= causalPaddingBias(m as tf.Tensor2D));
           return this.block(xi as tf.Tensor2D, i, (q, k, v) =>
-            attend(q, k, v, sh, (q, k, v) =>
+            attendFull(sh, [q, k, v], (q, k, v) =>
               this.selfAttention(q, k, v, { cos: cs, sin: sn, both }, m as tf.Tensor2D, ownBias),
             ),
           );
@@ -662,7 +654,7 @@ export class Llama implements CausalLM {
         continue;
       }
       x = this.block(x, i, (q, k, v) =>
-        attend(q, k, v, share, (q, k, v) => this.selfAttention(q, k, v, rope, maskF, bias, collectKV)),
+        attendFull(share, [q, k, v], (q, k, v) => this.selfAttention(q, k, v, rope, maskF, bias, collectKV)),
       );
     }
     return this.norm(x, 'norm.weight') as tf.Tensor2D;

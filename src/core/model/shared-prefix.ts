@@ -187,16 +187,64 @@ export function prefixShare(
   };
 }
 
-/** The share's index tensors for the trunk (the caller disposes them, or makes them inside a tidy). */
-export function shareTensors(
-  s: Pick<PrefixShare, (typeof TRUNK_SHARE_MAPS)[number] | 'groupMax'>,
-): TrunkShare {
+/** Every map a forward with the share reads (the trunk's four, then the response rows' three). */
+export const SHARE_MAPS = [...TRUNK_SHARE_MAPS, 'response', 'responseGroups', 'responseRoute'] as const;
+export type ShareMapName = (typeof SHARE_MAPS)[number];
+
+/** A map's values and shape: [U·Tq, groupMax] and [U, groupMax] for the two grouped ones, flat for the others. */
+export function shareMapShape(s: PrefixShare, name: ShareMapName): number[] {
+  const values = s[name];
+  if (name === 'members') return [values.length / s.groupMax, s.groupMax];
+  if (name === 'responseGroups') return [s.groups, s.groupMax];
+  return [values.length];
+}
+
+/** A share's maps as the trainer's forwards read them: the trunk's, and the response rows' (responseRows). */
+export interface ForwardShare {
+  trunk: TrunkShare;
+  response: tf.Tensor1D;
+  responseGroups: tf.Tensor2D;
+  responseRoute: tf.Tensor1D;
+}
+
+/** The ForwardShare of the maps as tensors, by name (made with shareMapShape's shapes). */
+export function forwardShare(t: Readonly<Record<ShareMapName, tf.Tensor>>): ForwardShare {
   return {
-    expand: tf.tensor1d(s.expand, 'int32'),
-    compact: tf.tensor1d(s.compact, 'int32'),
-    members: tf.tensor2d(s.members, [s.members.length / s.groupMax, s.groupMax], 'int32'),
-    inverse: tf.tensor1d(s.inverse, 'int32'),
+    trunk: shareOfMaps(TRUNK_SHARE_MAPS.map((k) => t[k])),
+    response: t.response as tf.Tensor1D,
+    responseGroups: t.responseGroups as tf.Tensor2D,
+    responseRoute: t.responseRoute as tf.Tensor1D,
   };
+}
+
+/** The maps of `names` as int32 tensors (the caller disposes them, or makes them inside a tidy). */
+function mapTensors<K extends ShareMapName>(s: PrefixShare, names: readonly K[]): Record<K, tf.Tensor> {
+  return Object.fromEntries(names.map((k) => [k, tf.tensor(s[k], shareMapShape(s, k), 'int32')])) as Record<
+    K,
+    tf.Tensor
+  >;
+}
+
+/** The ForwardShare of a batch's host maps (the caller disposes its tensors, or makes them inside a tidy). */
+export function forwardShareOf(s: PrefixShare): ForwardShare {
+  return forwardShare(mapTensors(s, SHARE_MAPS));
+}
+
+/** The trunk's maps alone as tensors (TrunkOptions.share). */
+export function shareTensors(s: PrefixShare): TrunkShare {
+  return shareOfMaps(Object.values(mapTensors(s, TRUNK_SHARE_MAPS)));
+}
+
+/**
+ * The attention of a block's rows under a share: `xs` (its inputs, compact rows) gathered out to the full layout,
+ * `run` there (the fused kernels, the mask), its output gathered back. Without a share, `run` on `xs` as they are.
+ */
+export function attendFull(
+  share: TrunkShare | undefined,
+  xs: tf.Tensor2D[],
+  run: (...full: tf.Tensor2D[]) => tf.Tensor2D,
+): tf.Tensor2D {
+  return share ? toCompact(run(...xs.map((x) => toFull(x, share))), share) : run(...xs);
 }
 
 /** x [rows, W] with a row of zeros after its last (what the maps' padding entries point at). */

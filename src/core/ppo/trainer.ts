@@ -115,13 +115,15 @@ import { GradReplays, type HostTensor } from './update-replay';
 import { decodeReplayCount } from '../model/decode-replay';
 import { wasmFusedBlocksHere } from '../kernels/wasm-activations';
 import {
+  forwardShare,
+  forwardShareOf,
   prefixShare,
   responseRows,
-  shareOfMaps,
+  SHARE_MAPS,
+  shareMapShape,
   sharedPrefixDefault,
-  shareTensors,
-  type PrefixShare,
-  type TrunkShare,
+  type ForwardShare,
+  type ShareMapName,
 } from '../model/shared-prefix';
 
 /**
@@ -153,26 +155,17 @@ interface Minibatch {
   /** The whole minibatch's counts when these tensors are one of its micro-batches (losses.ts Denominators). */
   denominators?: Denominators;
   /** Rows sharing their query: the policy's trunk runs its positions once (model/shared-prefix.ts). */
-  share?: ResponseShare;
-}
-
-/** A batch's PrefixShare as tensors: the trunk's index maps and the compact rows of the response positions. */
-interface ResponseShare {
-  trunk: TrunkShare;
-  response: tf.Tensor1D;
-  /** PrefixShare.responseGroups as [U, groupMax] and responseRoute (the response gather's gradient). */
-  responseGroups: tf.Tensor2D;
-  responseRoute: tf.Tensor1D;
+  share?: ForwardShare;
 }
 
 /** `rows` reordered so that rows holding the same query are adjacent, in the order each query first appears. */
 export function groupedRows(rows: readonly number[], queries: readonly number[][]): number[] {
   const first = new Map<string, number>();
-  rows.forEach((r, k) => {
+  const at = rows.map((r, k) => {
     const key = queries[r].join(',');
     if (!first.has(key)) first.set(key, k);
+    return { r, k, g: first.get(key)! };
   });
-  const at = rows.map((r, k) => ({ r, k, g: first.get(queries[r].join(','))! }));
   return at.sort((a, b) => a.g - b.g || a.k - b.k).map((x) => x.r);
 }
 
@@ -182,7 +175,10 @@ export type SharePad = { groups: number; groupMax: number } | undefined;
 /** The SharePad of a step's queries (one per row). */
 export function sharePadOf(queries: number[][]): SharePad {
   const count = new Map<string, number>();
-  for (const q of queries) count.set(q.join(','), (count.get(q.join(',')) ?? 0) + 1);
+  for (const q of queries) {
+    const key = q.join(',');
+    count.set(key, (count.get(key) ?? 0) + 1);
+  }
   if (count.size === queries.length) return undefined;
   return { groups: count.size, groupMax: Math.max(...count.values()) };
 }
@@ -194,18 +190,6 @@ export function sharePadOf(queries: number[][]): SharePad {
 export function paddedShareWorth(pad: SharePad, n: number, Tq: number, R: number): SharePad | 'off' {
   if (!pad) return 'off';
   return Math.min(n, pad.groups) * Tq + n * R <= 0.9 * n * (Tq + R) ? pad : 'off';
-}
-
-/** The ResponseShare of a batch's host maps (null: nothing shared). */
-function responseShare(s: PrefixShare | null): ResponseShare | null {
-  return s
-    ? {
-        trunk: shareTensors(s),
-        response: tf.tensor1d(s.response, 'int32'),
-        responseGroups: tf.tensor2d(s.responseGroups, [s.groups, s.groupMax], 'int32'),
-        responseRoute: tf.tensor1d(s.responseRoute, 'int32'),
-      }
-    : null;
 }
 
 /**
@@ -933,7 +917,7 @@ export class PpoTrainer {
     Tq: number,
     R: number,
     recompute = false,
-    share?: ResponseShare | null,
+    share?: ForwardShare | null,
   ): tf.Tensor2D {
     const [n, T] = ids.shape;
     const C = model.config.n_embd;
@@ -952,7 +936,7 @@ export class PpoTrainer {
     attn: tf.Tensor2D,
     Tq: number,
     R: number,
-    share?: ResponseShare | null,
+    share?: ForwardShare | null,
   ): tf.Tensor2D {
     return model.lmHead(this.responseHidden(model, ids, attn, Tq, R, false, share));
   }
@@ -1003,7 +987,7 @@ export class PpoTrainer {
     const size = micro > 0 ? Math.min(micro, B) : B;
     for (let s = 0; s < B; s += size) {
       const rows = Array.from({ length: Math.min(size, B - s) }, (_, k) => s + k);
-      const inp = this.batchInputs(queries, padded, mask, rows, Tq, R);
+      const inp = this.batchInputs(queries, padded, mask, rows, Tq, R, 'off'); // (its forwards run in full)
       const sums = tf.tidy(() => {
         const ids = tf.tensor2d(inp.ids, [inp.n, inp.T], 'int32');
         const attn = tf.tensor2d(inp.attn, [inp.n, inp.T], 'int32');
@@ -1316,7 +1300,7 @@ export class PpoTrainer {
             rows.flatMap((i) => bResponses[i]),
             'int32',
           );
-          const share = responseShare(inp.share);
+          const share = inp.share && forwardShareOf(inp.share);
           const lp = oldFromUpdate
             ? tf.zeros([0])
             : logprobsFromLogits(
@@ -1507,26 +1491,10 @@ export class PpoTrainer {
               }
               if (grpoKl) h.refLogprobs = pick(bRefLogprobs);
               if (inp.share) {
-                const idx = (values: Int32Array): HostTensor => ({
-                  values,
-                  shape: [values.length],
-                  dtype: 'int32',
-                });
-                h.shareExpand = idx(inp.share.expand);
-                h.shareCompact = idx(inp.share.compact);
-                h.shareMembers = {
-                  values: inp.share.members,
-                  shape: [inp.share.members.length / inp.share.groupMax, inp.share.groupMax],
-                  dtype: 'int32',
-                };
-                h.shareInverse = idx(inp.share.inverse);
-                h.shareResponse = idx(inp.share.response);
-                h.shareResponseGroups = {
-                  values: inp.share.responseGroups,
-                  shape: [inp.share.groups, inp.share.groupMax],
-                  dtype: 'int32',
-                };
-                h.shareResponseRoute = idx(inp.share.responseRoute);
+                for (const name of SHARE_MAPS) {
+                  const values = inp.share[name];
+                  h[`share_${name}`] = { values, shape: shareMapShape(inp.share, name), dtype: 'int32' };
+                }
               }
               return h;
             };
@@ -1545,14 +1513,14 @@ export class PpoTrainer {
               denominators: slices.length > 1 ? denominators : undefined,
               ...(value ? { returns: t.returns as tf.Tensor2D, oldValues: t.oldValues as tf.Tensor2D } : {}),
               ...(grpoKl ? { refLogprobs: t.refLogprobs as tf.Tensor2D } : {}),
-              ...(t.shareResponse
+              ...(t.share_response
                 ? {
-                    share: {
-                      trunk: shareOfMaps([t.shareExpand, t.shareCompact, t.shareMembers, t.shareInverse]),
-                      response: t.shareResponse as tf.Tensor1D,
-                      responseGroups: t.shareResponseGroups as tf.Tensor2D,
-                      responseRoute: t.shareResponseRoute as tf.Tensor1D,
-                    },
+                    share: forwardShare(
+                      Object.fromEntries(SHARE_MAPS.map((k) => [k, t[`share_${k}`]])) as Record<
+                        ShareMapName,
+                        tf.Tensor
+                      >,
+                    ),
                   }
                 : {}),
             });
