@@ -2,7 +2,8 @@
  * What running a group's prompt once saves (PpoTrainer.sharedPrefix, src/core/model/shared-prefix.ts): GRPO + LoRA
  * r 8 steps on a random GPT-2-shaped model (bytes tokenizer), 2 prompts of `prompt` tokens × groups of 8, R 64, the
  * default plan, timed with the share on and off alternately in one process (after one untimed step each), on the
- * backend given (wasm: this machine's CPU; webgpu: Node's Dawn).
+ * backend given (wasm: this machine's CPU; webgpu: Node's Dawn). The share covers generation's prefill too (one
+ * per distinct prompt), so `generate` moves with it.
  * Usage: npx tsx scripts/shared-prefix-step.ts [wasm|webgpu] [n_embd=256] [n_layer=6] [prompt=56] [steps=2]
  * Prints each step's phases, then one JSON line with the medians.
  */
@@ -102,5 +103,8 @@ console.log(
     on,
     off,
     scoreUpdateOnOverOff: (on.score + on.update) / (off.score + off.update),
+    // Generation's prefill runs once per distinct prompt (SampleOptions.sharePrompts) where the share is on.
+    generateOnOverOff: on.generate / off.generate,
+    stepOnOverOff: on.step / off.step,
   }),
 );

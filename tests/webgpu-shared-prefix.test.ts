@@ -3,9 +3,10 @@
  * attention is the fused kernels' and the linears the fused linear's: the compact rows' hidden states and LoRA
  * gradients equal the full layout's for GPT-2 and for Qwen3 with its base packed in f16 (with and without
  * recomputation); and GRPO steps with the update recorded and replayed give the same tokens, log-probs, metrics and
- * gradients with the share as without it, the share's index maps among the recording's inputs.
+ * gradients with the share as without it, the share's index maps among the recording's inputs; a replayed
+ * generation whose prefill runs once per distinct prompt gives the tokens and log-probs it gives without.
  */
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter, webGpuErrors } from './helpers/webgpu-node';
 import { hostWeights, liven, relDiff, tinyGpt2, tinyQwen3 } from './helpers/f16-base';
 import {
@@ -23,6 +24,9 @@ import { LoraAdapters } from '../src/core/model/lora';
 import { buildTrainer } from '../src/core/ppo/setup';
 import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
 import type { CausalLM } from '../src/core/model/lm';
+import { generate } from '../src/core/model/sampling';
+import { decodeReplayCount } from '../src/core/model/decode-replay';
+import { Rng } from '../src/core/base/rng';
 
 const adapter = await webGpuAdapter();
 
@@ -63,6 +67,55 @@ describe('shared prefix on Node WebGPU', () => {
               1e-5,
             );
           });
+        }
+      }
+    } finally {
+      qa.dispose();
+      ga.dispose();
+      qwen.dispose();
+      gpt2.dispose();
+    }
+    expect(await webGpuErrors()).toEqual([]);
+  }, 300_000);
+
+  it('a replayed generation with its prefill shared: the same tokens and log-probs (Qwen3 f16, GPT-2)', async () => {
+    const qa = LoraAdapters.create(tinyQwen3, { lora: 4 }, 5);
+    const ga = LoraAdapters.create(tinyGpt2, { lora: 4 }, 5);
+    liven(qa);
+    liven(ga);
+    const qwen = Llama.fromArrays(tinyQwen3, hostWeights(tinyQwen3, 9, 0.08, true), false, 'spfq3', {
+      baseDtype: 'f16',
+    });
+    const gpt2 = GPT2.random(tinyGpt2, 3, false, 'spfg2');
+    try {
+      for (const [name, m] of [
+        ['Qwen3', qwen.withLora(qa)],
+        ['GPT-2', gpt2.withLora(ga)],
+      ] as [string, CausalLM][]) {
+        const a = [3, 9, 4, 1, 7];
+        const b = [8, 2, 6];
+        const prompts = [a, b, a, a, b, b];
+        for (const temperature of [0, 1]) {
+          const runs = [];
+          for (const share of [true, false]) {
+            const trunk = vi.spyOn(m, 'trunk');
+            const replays = decodeReplayCount();
+            runs.push(
+              await generate(m, prompts, {
+                maxNewTokens: 6,
+                temperature,
+                padId: 0,
+                rng: prompts.map((_, i) => new Rng(40 + i)),
+                sharePrompts: share,
+              }),
+            );
+            expect(decodeReplayCount(), `${name}: replayed`).toBeGreaterThan(replays);
+            expect(trunk.mock.calls.map((c) => c[0].shape)).toEqual([[share ? 2 : 6, 5]]);
+            trunk.mockRestore();
+          }
+          const [on, off] = runs;
+          expect(on.tokens, `${name}, temperature ${temperature}: tokens`).toEqual(off.tokens);
+          expect(relDiff(on.logprobs.flat(), off.logprobs.flat())).toBeLessThan(1e-5);
         }
       }
     } finally {

@@ -20,6 +20,7 @@ import { maybeYield } from '../base/yield';
 import { decodeReplayApplies, fusedChoiceApplies, replayedDecode } from './decode-replay';
 import { whileGenerating } from '../kernels/wasm-extra';
 import { decodeLogits } from './vocab-chunks';
+import { queryGroups } from './shared-prefix';
 
 export interface SampleOptions {
   maxNewTokens: number;
@@ -53,6 +54,12 @@ export interface SampleOptions {
   stopCheckEvery?: number;
   /** On WebGPU, the decode loop recorded once and replayed (model/decode-replay.ts); default true. */
   replay?: boolean;
+  /**
+   * Rows holding the same prompt (GRPO's and RLOO's groups) run the prefill once: the trunk over each distinct
+   * prompt, its keys, values and last hidden state then copied to every row that holds it (a causal model gives
+   * them the same values). Default true; nothing changes where no prompt repeats.
+   */
+  sharePrompts?: boolean;
 }
 
 export interface GenerateResult {
@@ -333,6 +340,26 @@ function rowsOf(
   return { tokens, logprobs };
 }
 
+/**
+ * The prefill's rows where some rows hold the same left-padded prompt: one row per distinct prompt (ids and mask
+ * [U, Tp]), each row's group (`owner`) and each group's first row; null where no prompt repeats.
+ */
+export function sharedPrefill(
+  ids: Int32Array,
+  mask: Int32Array,
+  B: number,
+  Tp: number,
+): { ids: Int32Array; mask: Int32Array; owner: Int32Array; first: number[] } | null {
+  const { owner, first } = queryGroups(ids, mask, B, Tp, Tp);
+  if (first.length === B) return null;
+  const pick = (x: Int32Array) => {
+    const out = new Int32Array(first.length * Tp);
+    first.forEach((b, u) => out.set(x.subarray(b * Tp, (b + 1) * Tp), u * Tp));
+    return out;
+  };
+  return { ids: pick(ids), mask: pick(mask), owner, first };
+}
+
 /** Sample continuations for a batch of prompts. */
 export async function generate(
   model: CausalLM,
@@ -379,30 +406,32 @@ async function generateOnce(
   let keyMask: tf.Tensor2D;
   let logits: tf.Tensor2D;
   {
+    const shared = opts.sharePrompts === false ? null : sharedPrefill(ids, mask, B, Tp);
     const out = tf.tidy(() => {
-      const idsT = tf.tensor2d(ids, [B, Tp], 'int32');
+      const U = shared ? shared.first.length : B;
+      const idsT = tf.tensor2d(shared ? shared.ids : ids, [U, Tp], 'int32');
       const maskT = tf.tensor2d(mask, [B, Tp], 'int32');
       const kv: LayerKV[] = [];
-      const hidden = model.trunk(idsT, maskT, opts.useCache === false ? undefined : kv);
+      const hidden = model.trunk(
+        idsT,
+        shared ? tf.tensor2d(shared.mask, [U, Tp], 'int32') : maskT,
+        opts.useCache === false ? undefined : kv,
+      );
+      // Each row's last prompt position: its group's where the prefill ran once per prompt.
       const lastRows = tf.tensor1d(
-        Array.from({ length: B }, (_, b) => b * Tp + Tp - 1),
+        Array.from({ length: B }, (_, b) => (shared ? shared.owner[b] : b) * Tp + Tp - 1),
         'int32',
       );
       const lg = decodeLogits(model, tf.gather(hidden, lastRows) as tf.Tensor2D);
-      const padded = kv.map(({ k, v }) => ({
-        k: tf.pad(k, [
+      const rowsOf = shared ? tf.tensor1d(shared.owner, 'int32') : null;
+      const cacheOf = (x: tf.Tensor4D) =>
+        tf.pad(rowsOf ? tf.gather(x, rowsOf) : x, [
           [0, 0],
           [0, 0],
           [0, S - Tp],
           [0, 0],
-        ]) as tf.Tensor4D,
-        v: tf.pad(v, [
-          [0, 0],
-          [0, 0],
-          [0, S - Tp],
-          [0, 0],
-        ]) as tf.Tensor4D,
-      }));
+        ]) as tf.Tensor4D;
+      const padded = kv.map(({ k, v }) => ({ k: cacheOf(k), v: cacheOf(v) }));
       const km = tf.concat([tf.cast(maskT, 'float32'), tf.zeros([B, N])], 1) as tf.Tensor2D;
       return { lg, padded, km };
     });

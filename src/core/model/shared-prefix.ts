@@ -98,6 +98,34 @@ export function shareOfMaps(maps: tf.Tensor[]): TrunkShare {
 }
 
 /**
+ * Rows grouped by the query they hold: ids and attn [n, T] row-major, the query in [0, Tq). `owner[b]`: row b's
+ * group (numbered in order of first appearance); `first[u]`: group u's first row.
+ */
+export function queryGroups(
+  ids: Int32Array,
+  attn: Int32Array,
+  n: number,
+  T: number,
+  Tq: number,
+): { owner: Int32Array; first: number[] } {
+  const owner = new Int32Array(n);
+  const first: number[] = [];
+  const seen = new Map<string, number>();
+  for (let b = 0; b < n; b++) {
+    const at = b * T;
+    const key = `${ids.subarray(at, at + Tq).join(',')}|${attn.subarray(at, at + Tq).join('')}`;
+    let u = seen.get(key);
+    if (u === undefined) {
+      u = first.length;
+      seen.set(key, u);
+      first.push(b);
+    }
+    owner[b] = u;
+  }
+  return { owner, first };
+}
+
+/**
  * The share of a batch: ids and attn [n, T] row-major (the query in [0, Tq), left-padded), R = T − Tq response
  * positions. null when no two rows hold the same query (nothing to share) and no `pad` is given.
  * `pad`: the maps' sizes fixed for a step whose batches are recorded once and replayed (src/core/ppo/update-replay.ts
@@ -119,20 +147,7 @@ export function prefixShare(
     );
   }
   const R = T - Tq;
-  const owner = new Int32Array(n);
-  const first: number[] = []; // each group's first row
-  const seen = new Map<string, number>();
-  for (let b = 0; b < n; b++) {
-    const at = b * T;
-    const key = `${ids.subarray(at, at + Tq).join(',')}|${attn.subarray(at, at + Tq).join('')}`;
-    let u = seen.get(key);
-    if (u === undefined) {
-      u = first.length;
-      seen.set(key, u);
-      first.push(b);
-    }
-    owner[b] = u;
-  }
+  const { owner, first } = queryGroups(ids, attn, n, T, Tq);
   const real = first.length;
   if (real === n && !pad) return null;
   const rowsOf: number[][] = first.map(() => []);

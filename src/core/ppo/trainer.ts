@@ -1252,6 +1252,7 @@ export class PpoTrainer {
           padId: this.tokenizer.padId,
           rng: rowSeeds.map((seed) => new Rng(seed)),
           replay: cfg.decodeReplay,
+          sharePrompts: this.sharedPrefix,
         },
         s.plan.generateMicroBatchSize,
         (done, total) => this.events.progress?.({ phase: 'generating', done, total, unit: 'samples' }),
