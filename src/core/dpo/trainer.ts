@@ -30,6 +30,7 @@ import { allFinite } from '../optim/optim';
 import { dpoLoss, DPO_METRICS, type DpoMetric } from './loss';
 import { batchOf, readPairs, splitIndices, tokenizePairs, type TokenizedPair } from './data';
 import { validateDpoConfig, type DpoConfig } from '../../common/config/dpo';
+import { forwardShareOf, prefixShare, responseHidden, sharedPrefixDefault } from '../model/shared-prefix';
 
 export const DPO_STATE_FILE = 'dpo_state.json';
 export const DPO_FORMAT = 'ppo-playground-dpo/1';
@@ -51,14 +52,19 @@ interface DpoState {
   history: DpoStepMetrics[];
 }
 
-/** Summed log-probabilities (temperature 1) of each completion of a batch: [2k] (chosen of each pair, then rejected). */
-function completionLogps(model: CausalLM, b: ReturnType<typeof batchOf>): tf.Tensor1D {
+/**
+ * Summed log-probabilities (temperature 1) of each completion of a batch: [2k] (chosen of each pair, then rejected).
+ * `share`: a pair's chosen and rejected rows (and any pairs with the same prompt) run their prompt once
+ * (model/shared-prefix.ts, docs/engine.md "A group's prompt, once").
+ */
+export function completionLogps(model: CausalLM, b: ReturnType<typeof batchOf>, share = true): tf.Tensor1D {
+  const shared = share ? prefixShare(b.ids, b.attn, b.n, b.T, b.Tq) : null;
   return tf.tidy(() => {
     const ids = tf.tensor2d(b.ids, [b.n, b.T], 'int32');
     const attn = tf.tensor2d(b.attn, [b.n, b.T], 'int32');
-    const C = model.config.n_embd;
-    const hidden = tf.reshape(model.trunk(ids, attn), [b.n, b.T, C]);
-    const h = tf.reshape(tf.slice(hidden, [0, b.Tq - 1, 0], [b.n, b.R, C]), [b.n * b.R, C]) as tf.Tensor2D;
+    const h = responseHidden(model, ids, attn, b.Tq, b.R, {
+      share: shared ? forwardShareOf(shared) : null,
+    });
     const lp = logprobsFromLogits(model.lmHead(h), tf.tensor1d(b.tokens, 'int32'), 1);
     return tf.sum(tf.mul(tf.reshape(lp, [b.n, b.R]), tf.tensor2d(b.mask, [b.n, b.R])), 1) as tf.Tensor1D;
   });
@@ -80,6 +86,11 @@ export class DpoTrainer {
   /** Cached reference log-probabilities per pair (summed over the completion's tokens). */
   readonly refTrain: { chosen: number[]; rejected: number[] } = { chosen: [], rejected: [] };
   readonly refHeld: { chosen: number[]; rejected: number[] } = { chosen: [], rejected: [] };
+  /**
+   * Whether a pair's chosen and rejected completions run their common prompt once (sharedPrefixDefault: true
+   * unless PPO_SHARED_PREFIX=0). The reference's cached log-probabilities are computed as the run is built.
+   */
+  sharedPrefix = sharedPrefixDefault();
 
   private constructor(
     readonly cfg: DpoConfig,
@@ -158,7 +169,7 @@ export class DpoTrainer {
     const chunk = Math.max(1, this.cfg.microBatchSize || this.cfg.batchSize);
     for (let s = 0; s < pairs.length; s += chunk) {
       const part = pairs.slice(s, s + chunk);
-      const lp = completionLogps(this.ref, batchOf(part, this.tokenizer.padId));
+      const lp = completionLogps(this.ref, batchOf(part, this.tokenizer.padId), this.sharedPrefix);
       const host = await lp.data();
       lp.dispose();
       into.chosen.push(...host.slice(0, part.length));
@@ -197,7 +208,7 @@ export class DpoTrainer {
               idx.map((i) => this.train[i]),
               this.tokenizer.padId,
             );
-            const lp = completionLogps(this.policy, b);
+            const lp = completionLogps(this.policy, b, this.sharedPrefix);
             const m = idx.length;
             const out = dpoLoss(
               tf.slice(lp, [0], [m]),
@@ -251,7 +262,7 @@ export class DpoTrainer {
       const part = this.held.slice(s, s + chunk);
       const m = part.length;
       const out = tf.tidy(() => {
-        const lp = completionLogps(this.policy, batchOf(part, this.tokenizer.padId));
+        const lp = completionLogps(this.policy, batchOf(part, this.tokenizer.padId), this.sharedPrefix);
         const r = dpoLoss(
           tf.slice(lp, [0], [m]),
           tf.slice(lp, [m], [m]),

@@ -339,3 +339,38 @@ export function toCompact(x: tf.Tensor2D, share: TrunkShare): tf.Tensor2D {
   });
   return op(x) as tf.Tensor2D;
 }
+
+/** What responseHidden needs of a model (a CausalLM; structural, so this file imports no model). */
+interface TrunkRunner {
+  readonly config: { n_embd: number };
+  trunk(
+    ids: tf.Tensor2D,
+    mask: tf.Tensor2D,
+    collectKV?: undefined,
+    opts?: { recompute?: boolean; share?: TrunkShare },
+  ): tf.Tensor2D;
+}
+
+/**
+ * Final hidden states (after the last norm) at the response-predicting positions Tq − 1 + r of rows [n, Tq + R]:
+ * [n·R, C]. With `share`, the trunk runs the shared queries' positions once and these rows are gathered from its
+ * compact rows (responseRows); else sliced from the full layout. The PPO trainer's log-prob forwards and DPO's.
+ */
+export function responseHidden(
+  model: TrunkRunner,
+  ids: tf.Tensor2D,
+  attn: tf.Tensor2D,
+  Tq: number,
+  R: number,
+  o: { recompute?: boolean; share?: ForwardShare | null } = {},
+): tf.Tensor2D {
+  const [n, T] = ids.shape;
+  const C = model.config.n_embd;
+  const recompute = !!o.recompute;
+  if (o.share) {
+    const compact = model.trunk(ids, attn, undefined, { recompute, share: o.share.trunk });
+    return responseRows(compact, o.share.response, o.share.responseGroups, o.share.responseRoute);
+  }
+  const hidden = tf.reshape(model.trunk(ids, attn, undefined, { recompute }), [n, T, C]);
+  return tf.reshape(tf.slice(hidden, [0, Tq - 1, 0], [n, R, C]), [n * R, C]) as tf.Tensor2D;
+}

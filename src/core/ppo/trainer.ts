@@ -118,7 +118,7 @@ import {
   forwardShare,
   forwardShareOf,
   prefixShare,
-  responseRows,
+  responseHidden,
   SHARE_MAPS,
   shareMapShape,
   sharedPrefixDefault,
@@ -906,29 +906,6 @@ export class PpoTrainer {
     return { ids, attn, Tq, T, n, share };
   }
 
-  /**
-   * Final hidden states (after ln_f) at the response-predicting positions: [n·R, C]. With `share`, the trunk runs
-   * the shared queries' positions once and these rows are gathered from its compact rows.
-   */
-  private responseHidden(
-    model: CausalLM,
-    ids: tf.Tensor2D,
-    attn: tf.Tensor2D,
-    Tq: number,
-    R: number,
-    recompute = false,
-    share?: ForwardShare | null,
-  ): tf.Tensor2D {
-    const [n, T] = ids.shape;
-    const C = model.config.n_embd;
-    if (share) {
-      const compact = model.trunk(ids, attn, undefined, { recompute, share: share.trunk });
-      return responseRows(compact, share.response, share.responseGroups, share.responseRoute);
-    }
-    const hidden = tf.reshape(model.trunk(ids, attn, undefined, { recompute }), [n, T, C]);
-    return tf.reshape(tf.slice(hidden, [0, Tq - 1, 0], [n, R, C]), [n * R, C]) as tf.Tensor2D;
-  }
-
   /** Policy (or reference) logits at the response-predicting positions: [n·R, V]. */
   private responseLogits(
     model: CausalLM,
@@ -938,7 +915,7 @@ export class PpoTrainer {
     R: number,
     share?: ForwardShare | null,
   ): tf.Tensor2D {
-    return model.lmHead(this.responseHidden(model, ids, attn, Tq, R, false, share));
+    return model.lmHead(responseHidden(model, ids, attn, Tq, R, { share }));
   }
 
   private responseValues(
@@ -1033,7 +1010,10 @@ export class PpoTrainer {
   ): Objective<PolicyStat> {
     const [n, R] = mb.mask.shape;
     const policy = this.models.policy;
-    const hidden = this.responseHidden(policy, mb.ids, mb.attn, Tq, R, plan.recompute, mb.share);
+    const hidden = responseHidden(policy, mb.ids, mb.attn, Tq, R, {
+      recompute: plan.recompute,
+      share: mb.share,
+    });
     // On a step whose old log-probs come from this forward: scoring's computation (the whole logits, then
     // logprobsFromLogits) on these same hidden states, detached — the numbers scoring's own policy forward gives.
     let oldLogprobs = mb.oldLogprobs;
