@@ -60,6 +60,9 @@ const cfg = validateConfig({
   lora: 8,
   loraAlpha: 16,
   learningRate: 1e-4,
+  // PPO_STEP_MICRO / PPO_STEP_RECOMPUTE (off|blocks|auto): another plan than the default, to time against it.
+  ...(process.env.PPO_STEP_MICRO ? { microBatchSize: Number(process.env.PPO_STEP_MICRO) } : {}),
+  ...(process.env.PPO_STEP_RECOMPUTE ? { recompute: process.env.PPO_STEP_RECOMPUTE } : {}),
 });
 const trainer = await buildTrainer(cfg, nodeResources, {
   rewardFn: { label: 'mean-byte', fn: (s) => s.responseTokens.reduce((a, b) => a + b, 0) / 256 / R },

@@ -14,7 +14,7 @@ import { nodeFiles } from '../src/cli/files-node';
 import { validateDpoConfig } from '../src/common/config/dpo';
 import { completionLogps, DpoTrainer } from '../src/core/dpo/trainer';
 import { batchOf } from '../src/core/dpo/data';
-import { setSharedPrefixDefault } from '../src/core/model/shared-prefix';
+import { prefixShare, setSharedPrefixDefault } from '../src/core/model/shared-prefix';
 
 let TINY: ModelFiles;
 const DATA_PATH = 'pairs.jsonl';
@@ -59,8 +59,12 @@ describe.each([0, 2])('DPO with the prompt shared (lora %i)', (lora) => {
   it('log-probs and their gradients equal the full layout, the trunk runs compact rows', async () => {
     const t = await build(lora, true);
     try {
-      // Pairs 0 and 1 hold the same prompt: 8 rows, 3 distinct prompts.
-      const b = batchOf(t.train.slice(0, 3).concat(t.held.slice(0, 1)), t.tokenizer.padId);
+      // Lines 0 and 1 hold the same prompt (wherever the split put them), with lines 2 and 3: 8 rows, 3 distinct
+      // prompts, one of them held by 4 rows.
+      const byLine = [...t.train, ...t.held].sort((x, y) => x.line - y.line);
+      const b = batchOf(byLine.slice(0, 4), t.tokenizer.padId);
+      const share = prefixShare(b.ids, b.attn, b.n, b.T, b.Tq)!;
+      expect([share.groups, share.groupMax]).toEqual([3, 4]);
       // LoRA's B starts at zero, which zeroes A's gradient: non-zero B's, so every gradient is compared.
       if (t.policy.lora) liven(t.policy.lora);
       const vars = t.policy.trainableVariables();

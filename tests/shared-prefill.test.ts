@@ -103,7 +103,13 @@ describe.each([
       expectSame(sampled, await run(false, 1), `${name} sampled`);
       expect(new Set(sampled.tokens.map((t) => t.join(','))).size).toBeGreaterThan(2);
       // Micro-batches of 4: the first slice shares (rows 0, 2, 3 hold one prompt), the second (two rows of b) too.
+      const sliced = vi.spyOn(model, 'trunk');
       expectSame(await run(true, 1, 4), sampled, `${name} micro-batches`);
+      expect(sliced.mock.calls.map((c) => c[0].shape)).toEqual([
+        [2, 5],
+        [1, 5],
+      ]);
+      sliced.mockRestore();
       expect(tf.memory().numTensors).toBe(before);
     } finally {
       adapters.dispose();

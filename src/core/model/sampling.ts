@@ -20,7 +20,7 @@ import { maybeYield } from '../base/yield';
 import { decodeReplayApplies, fusedChoiceApplies, replayedDecode } from './decode-replay';
 import { whileGenerating } from '../kernels/wasm-extra';
 import { decodeLogits } from './vocab-chunks';
-import { queryGroups } from './shared-prefix';
+import { queryGroups, sharedPrefixDefault } from './shared-prefix';
 
 export interface SampleOptions {
   maxNewTokens: number;
@@ -57,7 +57,8 @@ export interface SampleOptions {
   /**
    * Rows holding the same prompt (GRPO's and RLOO's groups) run the prefill once: the trunk over each distinct
    * prompt, its keys, values and last hidden state then copied to every row that holds it (a causal model gives
-   * them the same values). Default true; nothing changes where no prompt repeats.
+   * them the same values). Default: sharedPrefixDefault() (true unless PPO_SHARED_PREFIX=0); nothing changes where
+   * no prompt repeats.
    */
   sharePrompts?: boolean;
 }
@@ -406,7 +407,7 @@ async function generateOnce(
   let keyMask: tf.Tensor2D;
   let logits: tf.Tensor2D;
   {
-    const shared = opts.sharePrompts === false ? null : sharedPrefill(ids, mask, B, Tp);
+    const shared = (opts.sharePrompts ?? sharedPrefixDefault()) ? sharedPrefill(ids, mask, B, Tp) : null;
     const out = tf.tidy(() => {
       const U = shared ? shared.first.length : B;
       const idsT = tf.tensor2d(shared ? shared.ids : ids, [U, Tp], 'int32');
@@ -423,9 +424,9 @@ async function generateOnce(
         'int32',
       );
       const lg = decodeLogits(model, tf.gather(hidden, lastRows) as tf.Tensor2D);
-      const rowsOf = shared ? tf.tensor1d(shared.owner, 'int32') : null;
+      const ownerT = shared ? tf.tensor1d(shared.owner, 'int32') : null;
       const cacheOf = (x: tf.Tensor4D) =>
-        tf.pad(rowsOf ? tf.gather(x, rowsOf) : x, [
+        tf.pad(ownerT ? tf.gather(x, ownerT) : x, [
           [0, 0],
           [0, 0],
           [0, S - Tp],

@@ -154,6 +154,7 @@ export class Evaluator {
             padId: t.tokenizer.padId,
             // Fresh streams with the same seeds for both models, at every evaluation.
             rng: this.seeds.map((s) => new Rng(s)),
+            sharePrompts: t.sharedPrefix,
           },
           plan.generateMicroBatchSize,
         ),
