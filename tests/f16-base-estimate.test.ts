@@ -95,6 +95,26 @@ describe('the estimate of a Qwen3-1.7B-shaped folder with baseDtype "f16"', () =
     );
   });
 
+  it("on WebGPU the update's logits are counted as the trainer runs them: whole up to 128 MB, in chunks above", async () => {
+    limits = WEBGPU;
+    // R 64, V 151936: 3 rows' logits take 116.7 MB (whole, through the fused kernels), 4 rows' 155.6 MB (chunks of
+    // 8192 entries). Counted whole at 4 rows, the update would hold 21 · 256 · 151936 floats (3.3 GB) of logits
+    // and the estimate would grow with the micro-batch; counted as run, it falls.
+    const at = async (microBatchSize: number) =>
+      sources.estimateReport(
+        cfg({
+          baseDtype: 'f16',
+          batchSize: 16,
+          groupSize: 8,
+          responseLength: 64,
+          microBatchSize,
+          recompute: 'blocks',
+        }),
+      );
+    const [three, four] = [await at(3), await at(4)];
+    expect(four.bytes).toBeLessThan(three.bytes);
+  });
+
   it('on WASM: refused, saying why (no f16 kernels there); the estimate counts the f32 base', async () => {
     limits = WASM;
     const report = await sources.estimateReport(cfg({ baseDtype: 'f16' }));

@@ -23,6 +23,7 @@ import {
   PpoTrainer,
   bucket,
   chunksVocabulary,
+  vocabChunking,
   VOCAB_CHUNK,
   type RewardSource,
 } from '../src/core/ppo/trainer';
@@ -44,6 +45,9 @@ import {
   runShapeOf,
   phaseFloats,
   AUTO_MICRO_BATCH_BYTES,
+  LOGITS_CHUNK_UPDATE,
+  LOGITS_UPDATE,
+  updateVocabChunk,
   type RunMemoryOptions,
   withPackedWeights,
 } from '../src/core/model/size';
@@ -991,4 +995,58 @@ describe('the estimate for the Llama families (measured on WASM, within 25%)', (
     expect(shared.measured).toBeLessThan(0.9 * full.measured);
     expect(shared.measured).toBeLessThanOrEqual(shared.estimate);
   }, 60_000);
+});
+
+describe("the update's vocabulary chunk in the estimate follows the trainer's per micro-batch", () => {
+  it('on WebGPU whole logits up to 128 MB a micro-batch, chunks above; elsewhere chunks whenever V > 8192', () => {
+    const R = 64;
+    for (const backend of ['webgpu', 'wasm', 'cpu']) {
+      for (const V of [258, 8192, 8193, 50257, 151936]) {
+        const rule = vocabChunking(V, backend);
+        for (const rows of [1, 2, 3, 4, 8, 16, 64]) {
+          const run = { batchSize: 64, miniBatches: 1, promptLength: 8, responseLength: R, ...rule };
+          // The trainer's update decides with chunksVocabulary(rows · R, V) (ppo/trainer.ts).
+          expect(updateVocabChunk(run, rows, V) > 0, `${backend}, V ${V}, ${rows} rows`).toBe(
+            chunksVocabulary(rows * R, V, backend),
+          );
+        }
+      }
+    }
+    // Worked by hand: 3 rows × 64 × 151936 × 4 B = 116.7 MB ≤ 128 MB (whole), 4 rows 155.6 MB (chunks of 8192).
+    const rule = vocabChunking(151936, 'webgpu');
+    const run = { batchSize: 16, miniBatches: 1, promptLength: 56, responseLength: 64, ...rule };
+    expect(updateVocabChunk(run, 3, 151936)).toBe(0);
+    expect(updateVocabChunk(run, 4, 151936)).toBe(VOCAB_CHUNK);
+  });
+
+  it("issue #36's Qwen2.5-1.5B GRPO at micro-batches of 4 on WebGPU: the update counts one chunk, not whole logits", () => {
+    const c = parseLlamaConfig({ ...LLAMA_SHAPES['qwen2.5-1.5b'] });
+    const opts: RunMemoryOptions = {
+      lora: { r: 8, targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] },
+      valueModel: 'none',
+      rewardModel: false,
+      baseDtype: 'f16',
+    };
+    const shape = {
+      batchSize: 16,
+      miniBatches: 1,
+      promptLength: 56,
+      responseLength: 64,
+      microBatchSize: 4,
+      generateMicroBatchSize: 16,
+      recompute: true,
+    };
+    const whole = phaseFloats(c, shape, { scorers: 2, lora: opts.lora });
+    const chunked = phaseFloats(
+      c,
+      { ...shape, ...vocabChunking(c.vocab_size, 'webgpu') },
+      { scorers: 2, lora: opts.lora },
+    );
+    // The difference is the logits' terms alone: 4 · 64 rows × (21 · V whole − 4 · 8192 in a chunk) floats.
+    expect(whole.update - chunked.update).toBe(
+      4 * 64 * (LOGITS_UPDATE * 151936 - LOGITS_CHUNK_UPDATE * VOCAB_CHUNK),
+    );
+    expect(chunked.generate).toBe(whole.generate);
+    expect(chunked.score).toBe(whole.score);
+  });
 });

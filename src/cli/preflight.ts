@@ -19,7 +19,7 @@ import { readConfig } from '../core/model/folder';
 import type { LMConfig } from '../core/model/config';
 import { encodePrompt, tokenizerForFolder } from '../core/tokenizer';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
-import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
+import { bucket, vocabChunking } from '../core/ppo/trainer';
 import { currentPlanDevice } from '../core/ppo/gpu-plan';
 import { LORA_TARGETS } from '../core/model/lora';
 import {
@@ -41,6 +41,7 @@ import {
   withPackedWeights,
   type MemoryEstimate,
   type RunMemoryOptions,
+  type VocabChunking,
 } from '../core/model/size';
 import { UserError } from '../common/errors';
 import { assertFolder, nodeFiles, readJsonFile } from './files-node';
@@ -95,7 +96,7 @@ function largestFittingBatch(
   promptLength: number,
   opts: RunMemoryOptions,
   budget: number,
-  vocabChunk: number,
+  vocabChunk: VocabChunking,
 ): number {
   for (let b = cfg.batchSize - cfg.miniBatches; b >= cfg.miniBatches; b -= cfg.miniBatches) {
     const shape = runShapeOf(config, { ...cfg, batchSize: b }, promptLength, opts, vocabChunk);
@@ -126,9 +127,7 @@ export async function preflightTrain(
   const onHeap = (o: RunMemoryOptions): RunMemoryOptions =>
     budget.backend === 'wasm' ? { ...o, heap: 'wasm', fusedBlocks: wasmFusedBlocksHere() } : o;
   const opts = onHeap(runMemoryOptions(cfg, rewardModel));
-  const vocabChunk = chunksVocabulary(cfg.responseLength, config.vocab_size, budget.backend)
-    ? VOCAB_CHUNK
-    : 0;
+  const vocabChunk = vocabChunking(config.vocab_size, budget.backend);
   // On WebGPU the device's plan (the whole minibatch; smaller only when the device runs out: core/ppo/gpu-plan.ts).
   const device = budget.backend === 'webgpu' ? currentPlanDevice() : undefined;
   const run = runShapeOf(config, cfg, promptLength, opts, vocabChunk, device);

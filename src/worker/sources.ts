@@ -14,7 +14,7 @@ import { isShardFile, readConfig, shardIndexName } from '../core/model/folder';
 import type { LMConfig } from '../core/model/config';
 import { bytesFile, type RangedFile } from '../core/model/safetensors';
 import { resolvePrompts, type Resources } from '../core/ppo/setup';
-import { bucket, chunksVocabulary, VOCAB_CHUNK } from '../core/ppo/trainer';
+import { bucket, vocabChunking } from '../core/ppo/trainer';
 import type { TrainConfig } from '../common/config';
 import type { BaseDtype } from '../common/config/fields';
 import { encodePrompt, HF_TOKENIZER_FILES, tokenizerForFolder } from '../core/tokenizer';
@@ -541,7 +541,7 @@ export class ModelSources {
       ...(backend === 'wasm' ? { heap: 'wasm' as const, fusedBlocks: wasmFusedBlocksHere() } : {}),
     };
     const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
-    const vocabChunk = chunksVocabulary(cfg.responseLength, config.vocab_size, backend) ? VOCAB_CHUNK : 0;
+    const vocabChunk = vocabChunking(config.vocab_size, backend);
     // The shape the trainer will run: its micro-batch and recompute (model/size.ts runShapeOf); on WebGPU the
     // device's plan (the whole minibatch, smaller only when the device runs out: core/ppo/gpu-plan.ts).
     const device = planDeviceOf(this.deviceLimits);

@@ -120,6 +120,12 @@ export interface RunShape {
   generateMicroBatchSize?: number;
   /** The update's log-prob and entropy over vocabulary chunks of this many entries (0 / absent: whole). */
   vocabChunk?: number;
+  /**
+   * Where set (WebGPU), `vocabChunk` applies only to a micro-batch whose response logits (rows · R · V float32)
+   * take more than this many bytes; a smaller one takes the whole logits through the fused kernels, as the
+   * trainer decides per micro-batch (ppo/trainer.ts chunksVocabulary). Absent: `vocabChunk` applies to every one.
+   */
+  vocabChunkOverBytes?: number;
   /** The update recomputes each block's activations in its backward (keeps only the blocks' inputs). */
   recompute?: boolean;
 }
@@ -356,6 +362,17 @@ function forwardFloats(c: Shape, n: number, T: number, fused = false): number {
   );
 }
 
+/** The vocabulary chunk of an update over `rows` rows (0: whole logits; RunShape.vocabChunkOverBytes). */
+export function updateVocabChunk(run: RunShape, rows: number, V: number): number {
+  if (!run.vocabChunk) return 0;
+  const over = run.vocabChunkOverBytes;
+  if (over !== undefined && rows * run.responseLength * V * FLOAT32_BYTES <= over) return 0;
+  return Math.min(run.vocabChunk, V);
+}
+
+/** How a run's update chunks its vocabulary (RunShape's two fields; ppo/trainer.ts vocabChunking makes it). */
+export type VocabChunking = Pick<RunShape, 'vocabChunk' | 'vocabChunkOverBytes'>;
+
 /** Working floats of each phase (weights, optimiser state and gradients not included). */
 export function phaseFloats(
   c: Shape,
@@ -391,7 +408,7 @@ export function phaseFloats(
   // Update: one model's forward kept for its backward (with recomputation: the blocks' inputs, and one block's
   // forward at a time), the backward's transients, the response logits (or one vocabulary chunk of them), and
   // the wte-sized tensors of the backward through the policy (full fine-tuning unless told otherwise).
-  const chunk = run.vocabChunk ? Math.min(run.vocabChunk, V) : 0;
+  const chunk = updateVocabChunk(run, rows, V);
   const logits = chunk
     ? LOGITS_CHUNK_UPDATE * rows * run.responseLength * chunk
     : LOGITS_UPDATE * rows * run.responseLength * V;
@@ -840,7 +857,7 @@ function deviceStepPlan(
   promptLength: number,
   device: PlanDevice,
   models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null },
-  shapeExtra: Pick<RunShape, 'vocabChunk'>,
+  shapeExtra: VocabChunking,
 ): StepPlan {
   const recompute = cfg.recompute === 'blocks';
   const run = { promptLength, responseLength: cfg.responseLength };
@@ -904,7 +921,7 @@ export function resolveStepPlan(
   cfg: Pick<TrainConfig, 'microBatchSize' | 'recompute' | 'batchSize' | 'miniBatches' | 'responseLength'>,
   promptLength: number,
   models: { scorers: number; wteTrains?: boolean; lora?: LoraShape | null },
-  extra: Pick<RunShape, 'vocabChunk'> & { device?: PlanDevice } = {},
+  extra: VocabChunking & { device?: PlanDevice } = {},
 ): StepPlan {
   const { device, ...shapeExtra } = extra;
   if (device?.backend === 'webgpu') return deviceStepPlan(c, cfg, promptLength, device, models, shapeExtra);
@@ -982,9 +999,10 @@ export function scorersOf(opts: RunMemoryOptions): number {
 
 /**
  * The shape of a run of `cfg` as the trainer runs it: its micro-batch and recompute (resolveStepPlan) and the
- * update's vocabulary chunk (0: whole logits). The one shape the CLI's preflight, the worker's check and the
- * trainer's plan share, so the estimate counts what the step will do. `device`: the WebGPU device the run is on
- * (resolveStepPlan's device plan); absent: the budget plan.
+ * update's vocabulary chunk (`vocab`: entries, 0 for whole logits, or ppo/trainer.ts vocabChunking's rule, which
+ * on WebGPU chunks only a micro-batch whose logits are large). The one shape the CLI's preflight, the worker's check
+ * and the trainer's plan share, so the estimate counts what the step will do. `device`: the WebGPU device the run is
+ * on (resolveStepPlan's device plan); absent: the budget plan.
  */
 export function runShapeOf(
   c: Shape,
@@ -994,16 +1012,17 @@ export function runShapeOf(
   >,
   promptLength: number,
   opts: RunMemoryOptions,
-  vocabChunk: number,
+  vocab: number | VocabChunking,
   device?: PlanDevice,
 ): RunShape {
   const lora = opts.lora && opts.lora.r > 0 ? opts.lora : null;
+  const chunking: VocabChunking = typeof vocab === 'number' ? { vocabChunk: vocab } : vocab;
   const plan = resolveStepPlan(
     c,
     cfg,
     promptLength,
     { scorers: scorersOf(opts), wteTrains: !lora, lora },
-    { vocabChunk, ...(device ? { device } : {}) },
+    { ...chunking, ...(device ? { device } : {}) },
   );
   return {
     batchSize: cfg.batchSize,
@@ -1013,7 +1032,7 @@ export function runShapeOf(
     microBatchSize: plan.microBatchSize,
     generateMicroBatchSize: plan.generateMicroBatchSize,
     recompute: plan.recompute,
-    vocabChunk,
+    ...chunking,
   };
 }
 

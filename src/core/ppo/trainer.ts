@@ -73,7 +73,7 @@ import {
   type TrainerDevice,
 } from './gpu-plan';
 import { heapExhaustedError } from '../model/oom';
-import type { PlanDevice } from '../model/size';
+import type { PlanDevice, VocabChunking } from '../model/size';
 
 /** Vocabulary entries per chunk of the update's log-prob and entropy (ppo/chunked-logprob.ts). */
 export const VOCAB_CHUNK = 8192;
@@ -83,10 +83,22 @@ export const VOCAB_CHUNK = 8192;
  */
 export const WEBGPU_WHOLE_LOGITS_BYTES = 128e6;
 
+/**
+ * How the update chunks a V vocabulary on `backend`, as the estimate counts it (model/size.ts RunShape): chunks of
+ * VOCAB_CHUNK where V is larger, and on WebGPU only for a micro-batch whose logits exceed WEBGPU_WHOLE_LOGITS_BYTES.
+ */
+export function vocabChunking(V: number, backend: string = tf.getBackend()): VocabChunking {
+  if (V <= VOCAB_CHUNK) return { vocabChunk: 0 };
+  return backend === 'webgpu'
+    ? { vocabChunk: VOCAB_CHUNK, vocabChunkOverBytes: WEBGPU_WHOLE_LOGITS_BYTES }
+    : { vocabChunk: VOCAB_CHUNK };
+}
+
 /** Whether the update takes the log-prob and entropy over vocabulary chunks for `tokens` rows of a V vocabulary. */
 export function chunksVocabulary(tokens: number, V: number, backend: string = tf.getBackend()): boolean {
-  if (V <= VOCAB_CHUNK) return false;
-  return backend !== 'webgpu' || tokens * V * 4 > WEBGPU_WHOLE_LOGITS_BYTES;
+  const rule = vocabChunking(V, backend);
+  if (!rule.vocabChunk) return false;
+  return rule.vocabChunkOverBytes === undefined || tokens * V * 4 > rule.vocabChunkOverBytes;
 }
 import {
   klControllerFromState,
@@ -674,7 +686,7 @@ export class PpoTrainer {
       cfg,
       this.longestPrompt,
       runMemoryOptions(cfg, reward.kind === 'model'),
-      chunksVocabulary(cfg.responseLength, V) ? VOCAB_CHUNK : 0,
+      vocabChunking(V),
       this.planDevice(),
     );
     const f = this.fallback;
