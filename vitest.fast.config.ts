@@ -37,6 +37,8 @@ export const SLOW_FILES = [
   // they train on WASM rather than the CPU backend) and size (measured peaks, 6 s on WASM against 100 s on the CPU
   // backend) are fast.
   'tests/perf-grpo-old-logprobs.test.ts',
+  // GRPO, RLOO and PPO runs with the shared prefix on and off (about 20 s in the fast tier's two workers).
+  'tests/shared-prefix-trainer.test.ts',
   // TRL's config classes in Python (40 s where torch and trl are installed).
   'tests/engine-exports.test.ts',
   'tests/exports-python.test.ts',
