@@ -717,6 +717,36 @@ describe('the estimate for the Llama families: hand-worked parts', () => {
     ).toBe(4 * 2 * 2 * 3 * 12 * 100 * 768);
   });
 
+  it('on WebGPU (written in place, no repeated heads) the cache is held once: 2 · n_kv · d, GPT-2 2 · C', () => {
+    const gen = (n: number, c: LlamaConfig | GPT2Config) =>
+      estimateGenerateMemory(c, { batchSize: 3, promptLength: 16, maxNewTokens: n }, { inPlaceCache: true })
+        .total;
+    expect(gen(116, qwen25) - gen(16, qwen25)).toBe(4 * 3 * 24 * 100 * 2 * 128);
+    expect(gen(116, gpt2) - gen(16, gpt2)).toBe(4 * 2 * 3 * 12 * 100 * 768);
+    // The run's generation phase the same way (16 rows of 56 + 64 positions): the cache's part alone changes.
+    const run = { batchSize: 16, miniBatches: 1, promptLength: 56, responseLength: 64 };
+    const cpu = phaseFloats(qwen25, run, { scorers: 2 }).generate;
+    const gpu = phaseFloats(qwen25, run, { scorers: 2, inPlaceCache: true }).generate;
+    expect(cpu - gpu).toBe(16 * 24 * 120 * (6 * 128 + 2 * 128 + 6 * 896 - 2 * 128));
+    // And the estimate takes it from its options (a plan whose peak is generation: micro-batches of 1).
+    const opts: RunMemoryOptions = {
+      lora: { r: 8, targets: ['q_proj'] },
+      valueModel: 'none',
+      rewardModel: false,
+    };
+    const small = {
+      ...run,
+      microBatchSize: 1,
+      generateMicroBatchSize: 16,
+      recompute: true,
+      vocabChunk: 8192,
+    };
+    const plain = estimateRunMemory(qwen25, small, opts);
+    expect(plain.peakPhase).toBe('generate');
+    const inPlace = estimateRunMemory(qwen25, small, { ...opts, inPlaceCache: true });
+    expect(inPlace.parts.activations).toBeLessThan(plain.parts.activations);
+  });
+
   it('an untied head: the value model holds lm_head but trains neither it nor its Adam moments', () => {
     const run = { batchSize: 4, miniBatches: 1, promptLength: 8, responseLength: 8 };
     const opts: RunMemoryOptions = { valueModel: 'separate', rewardModel: false };

@@ -125,7 +125,11 @@ export async function preflightTrain(
   const rewardModel = !!spec && typeof spec === 'object' && 'model' in spec;
   // On WASM: what the heap will reach (shared tape copies, XNNPACK's packed weights), as the budget counts it.
   const onHeap = (o: RunMemoryOptions): RunMemoryOptions =>
-    budget.backend === 'wasm' ? { ...o, heap: 'wasm', fusedBlocks: wasmFusedBlocksHere() } : o;
+    budget.backend === 'wasm'
+      ? { ...o, heap: 'wasm', fusedBlocks: wasmFusedBlocksHere() }
+      : budget.backend === 'webgpu'
+        ? { ...o, inPlaceCache: true }
+        : o;
   const opts = onHeap(runMemoryOptions(cfg, rewardModel));
   const vocabChunk = vocabChunking(config.vocab_size, budget.backend);
   // On WebGPU the device's plan (the whole minibatch; smaller only when the device runs out: core/ppo/gpu-plan.ts).
@@ -244,11 +248,11 @@ export async function preflightGenerate(
   const modelFiles = nodeFiles(resolveModel(model));
   const config = await readConfig(modelFiles);
   const promptLength = Math.max(1, (await tokenizerForFolder(modelFiles, config)).encode(o.prompt).length);
-  const tensors = estimateGenerateMemory(config, {
-    batchSize: 1,
-    promptLength,
-    maxNewTokens: o.maxNewTokens,
-  });
+  const tensors = estimateGenerateMemory(
+    config,
+    { batchSize: 1, promptLength, maxNewTokens: o.maxNewTokens },
+    { inPlaceCache: budget.backend === 'webgpu' },
+  );
   const e = budget.backend === 'wasm' ? withPackedWeights(tensors, config) : tensors;
   if (e.total > budget.bytes) {
     const remedies =

@@ -539,6 +539,7 @@ export class ModelSources {
       ...asked,
       ...(baseDtype && !f16Refusal ? { baseDtype } : {}),
       ...(backend === 'wasm' ? { heap: 'wasm' as const, fusedBlocks: wasmFusedBlocksHere() } : {}),
+      ...(backend === 'webgpu' ? { inPlaceCache: true } : {}),
     };
     const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
     const vocabChunk = vocabChunking(config.vocab_size, backend);

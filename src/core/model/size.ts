@@ -154,6 +154,16 @@ export interface RunMemoryOptions {
    */
   fusedBlocks?: boolean;
   /**
+   * WebGPU: a decode step writes its key and value into the cache in place (kernels/webgpu-inplace.ts) and attends
+   * over the KV heads without repeating them (kernels/webgpu-gqa-decode.ts), so generation holds the cache once:
+   * 2 · n_kv·head_dim floats (GPT-2: 2 · C) per position per row per layer (kvCacheFloats), where the CPU's ops
+   * hold the old and the new cache and the repeated heads. Measured on SwiftShader's buffers (tfjs's BufferManager,
+   * a Qwen2 of 4 layers, width 512, batch 16, 128 positions): 8 KV heads held 22.3 MB more than 1, the caches'
+   * difference being 29.4 MB at 2 · n_kv·d, against 206 MB at the CPU's count. The estimate's callers on WebGPU set
+   * it; like fusedBlocks it changes the estimate, not the plan.
+   */
+  inPlaceCache?: boolean;
+  /**
    * Storage of the frozen base under LoRA (config `baseDtype`; docs/models.md, "The frozen base in f16"): "f16" holds the Llama families' large
    * matrices (embedding, untied head, every linear) at 2 bytes a value, norms and biases at 4. Ignored without LoRA
    * (full fine-tuning keeps f32) and for GPT-2 (f32 only). Absent: "f32".
@@ -329,10 +339,11 @@ function llamaOf(c: Shape): LlamaConfig | null {
  * high (GQA, 96 tokens). Only the hand-worked sizes are a unit test (tests/size.test.ts): the measurement takes
  * minutes.
  */
-function kvCacheFloats(c: Shape, rows: number, T: number): number {
+function kvCacheFloats(c: Shape, rows: number, T: number, inPlace = false): number {
   const l = llamaOf(c);
-  if (!l) return 2 * 2 * rows * c.n_layer * T * c.n_embd;
+  if (!l) return (inPlace ? 2 : 2 * 2) * rows * c.n_layer * T * c.n_embd;
   const kv = l.num_key_value_heads * l.head_dim;
+  if (inPlace) return rows * c.n_layer * T * 2 * kv;
   const q = l.num_attention_heads * l.head_dim;
   const repeated = l.num_key_value_heads < l.num_attention_heads ? 2 * kv + 6 * q : 0;
   return rows * c.n_layer * T * (6 * kv + repeated);
@@ -383,6 +394,7 @@ export function phaseFloats(
     lora?: LoraShape | null;
     sharedTape?: boolean;
     fusedBlocks?: boolean;
+    inPlaceCache?: boolean;
   },
 ): Record<MemoryPhase, number> {
   const fused = !!models.fusedBlocks;
@@ -397,7 +409,7 @@ export function phaseFloats(
   // Generation: the KV cache (keys and values of every layer; the old and the new cache during a decode step)
   // and the prompt's forward that fills it, one block at a time (each block in its own tidy: model/gpt2.ts trunk).
   const generate =
-    kvCacheFloats(c, genRows, T) +
+    kvCacheFloats(c, genRows, T, !!models.inPlaceCache) +
     forwardFloats({ ...c, n_layer: 1 }, genRows, run.promptLength, fused) +
     2 * genRows * V;
   // Scoring: every model's forward over a slice (each block in its own tidy: one block's activations at a time,
@@ -529,6 +541,7 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
     lora,
     sharedTape: sharedTape || half,
     fusedBlocks: !!opts.fusedBlocks,
+    inPlaceCache: !!opts.inPlaceCache,
   });
   // Gradients are live during the update only: the peak is the largest of generate, score, update + gradients.
   // Summed over micro-batches, the running sum and a micro-batch's own gradients are both live for a moment.
@@ -590,10 +603,11 @@ function estimateOf(
 export function estimateGenerateMemory(
   c: Shape,
   gen: { batchSize: number; promptLength: number; maxNewTokens: number },
+  o: Pick<RunMemoryOptions, 'inPlaceCache'> = {},
 ): MemoryEstimate {
   const T = Math.min(c.n_positions, gen.promptLength + gen.maxNewTokens);
   const floats =
-    kvCacheFloats(c, gen.batchSize, T) +
+    kvCacheFloats(c, gen.batchSize, T, !!o.inPlaceCache) +
     forwardFloats(c, gen.batchSize, Math.min(gen.promptLength, T)) +
     2 * gen.batchSize * c.vocab_size;
   return estimateOf(

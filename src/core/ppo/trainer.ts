@@ -674,6 +674,7 @@ export class PpoTrainer {
     const opts = {
       ...runMemoryOptions(cfg, this.models.reward.kind === 'model'),
       fusedBlocks: tf.getBackend() === 'wasm' && wasmFusedBlocksHere(),
+      inPlaceCache: tf.getBackend() === 'webgpu',
     };
     return estimateRunMemory(this.models.policy.config, this.runShape(cfg), opts);
   }
