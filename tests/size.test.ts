@@ -47,6 +47,7 @@ import {
   AUTO_MICRO_BATCH_BYTES,
   LOGITS_CHUNK_UPDATE,
   LOGITS_UPDATE,
+  LOGITS_UPDATE_FUSED,
   updateVocabChunk,
   type RunMemoryOptions,
   withPackedWeights,
@@ -1079,4 +1080,19 @@ describe("the update's vocabulary chunk in the estimate follows the trainer's pe
     expect(chunked.generate).toBe(whole.generate);
     expect(chunked.score).toBe(whole.score);
   });
+});
+
+it("on WebGPU the update's whole logits count LOGITS_UPDATE_FUSED floats an entry (the fused kernels)", () => {
+  const run = { batchSize: 8, miniBatches: 1, promptLength: 16, responseLength: 16 };
+  const lora = { r: 4, targets: ['q_proj' as const] };
+  const c = llamaShape({ fam: 'qwen3', V: 16384, C: 128, I: 384, L: 2, nh: 4, nkv: 2, d: 32, tied: true });
+  const plain = phaseFloats(c, run, { scorers: 2, lora });
+  const fused = phaseFloats(c, run, { scorers: 2, lora, fusedLogprob: true });
+  expect(plain.update - fused.update).toBe(8 * 16 * 16384 * (LOGITS_UPDATE - LOGITS_UPDATE_FUSED));
+  expect(fused.score).toBe(plain.score);
+  // In vocabulary chunks nothing changes (the chunked log-prob is tfjs's ops on every backend).
+  const chunked = { ...run, vocabChunk: 8192 };
+  expect(phaseFloats(c, chunked, { scorers: 2, lora, fusedLogprob: true }).update).toBe(
+    phaseFloats(c, chunked, { scorers: 2, lora }).update,
+  );
 });

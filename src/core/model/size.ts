@@ -164,6 +164,12 @@ export interface RunMemoryOptions {
    */
   inPlaceCache?: boolean;
   /**
+   * WebGPU: the update's log-prob and entropy over whole logits run as fused kernels (kernels/webgpu-logprob.ts:
+   * one dispatch a row, no [tokens, V] temporaries), which hold LOGITS_UPDATE_FUSED floats per response token per
+   * vocabulary entry, not the plain ops' LOGITS_UPDATE. Set with inPlaceCache; the estimate, not the plan.
+   */
+  fusedLogprob?: boolean;
+  /**
    * Storage of the frozen base under LoRA (config `baseDtype`; docs/models.md, "The frozen base in f16"): "f16" holds the Llama families' large
    * matrices (embedding, untied head, every linear) at 2 bytes a value, norms and biases at 4. Ignored without LoRA
    * (full fine-tuning keeps f32) and for GPT-2 (f32 only). Absent: "f32".
@@ -250,6 +256,13 @@ export const LOGITS_SCORE = 3;
  * backend with vocabularies of 2048 and 8192 (the slope of the measured peak in V), checked on other shapes.
  */
 export const LOGITS_UPDATE = 21;
+/**
+ * LOGITS_UPDATE where the log-prob and entropy run as WebGPU's fused kernels (RunMemoryOptions.fusedLogprob): the
+ * logits, the log-prob's gradient, the entropy's and their sum. Measured on SwiftShader from tfjs's buffers in use
+ * (src/bench/perf/gpu-buffer-peak.ts), the slope of a LoRA GRPO step's peak in V (4 096 to 16 384, 128 response
+ * tokens, the update replayed): 2.8 floats without the entropy's gradient (entropyCoef 0), 4.8 with it.
+ */
+export const LOGITS_UPDATE_FUSED = 5;
 /** Floats per token per vocabulary entry of SFT's next-token loss (the log-softmax only, no entropy): as above. */
 export const LOGITS_LM_LOSS = 13;
 /** Copies of the token embedding wte ([V, C]) kept for a backward through an LM: the gather's and the tied head's. */
@@ -395,6 +408,7 @@ export function phaseFloats(
     sharedTape?: boolean;
     fusedBlocks?: boolean;
     inPlaceCache?: boolean;
+    fusedLogprob?: boolean;
   },
 ): Record<MemoryPhase, number> {
   const fused = !!models.fusedBlocks;
@@ -423,7 +437,7 @@ export function phaseFloats(
   const chunk = updateVocabChunk(run, rows, V);
   const logits = chunk
     ? LOGITS_CHUNK_UPDATE * rows * run.responseLength * chunk
-    : LOGITS_UPDATE * rows * run.responseLength * V;
+    : (models.fusedLogprob ? LOGITS_UPDATE_FUSED : LOGITS_UPDATE) * rows * run.responseLength * V;
   const layers = run.recompute ? 1 : c.n_layer;
   const kept = run.recompute ? RECOMPUTE_KEPT_PER_C * c.n_layer * rows * T * c.n_embd : 0;
   const update =
@@ -542,6 +556,7 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
     sharedTape: sharedTape || half,
     fusedBlocks: !!opts.fusedBlocks,
     inPlaceCache: !!opts.inPlaceCache,
+    fusedLogprob: !!opts.fusedLogprob,
   });
   // Gradients are live during the update only: the peak is the largest of generate, score, update + gradients.
   // Summed over micro-batches, the running sum and a micro-batch's own gradients are both live for a moment.

@@ -675,6 +675,7 @@ export class PpoTrainer {
       ...runMemoryOptions(cfg, this.models.reward.kind === 'model'),
       fusedBlocks: tf.getBackend() === 'wasm' && wasmFusedBlocksHere(),
       inPlaceCache: tf.getBackend() === 'webgpu',
+      fusedLogprob: tf.getBackend() === 'webgpu',
     };
     return estimateRunMemory(this.models.policy.config, this.runShape(cfg), opts);
   }

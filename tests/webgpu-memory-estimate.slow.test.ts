@@ -1,0 +1,171 @@
+/**
+ * The estimate on WebGPU against tfjs's buffers (model/size.ts RunMemoryOptions.inPlaceCache and fusedLogprob): on
+ * Node's Dawn (SwiftShader here), the most bytes of tfjs's buffers in use at once (src/bench/perf/gpu-buffer-peak.ts;
+ * the replayed decode's and update's frames included) stay within what the estimate counts: while a Qwen2-shaped
+ * model with grouped KV heads generates for 16 rows (the cache held once: written in place, heads not repeated),
+ * and over a LoRA GRPO step whose update takes whole logits through the fused log-prob (with the entropy's
+ * gradient, the larger case). Slow: a 64-token generation and two training steps on the software adapter.
+ */
+import { beforeAll, describe, expect, it } from 'vitest';
+import { skipWithoutAdapter, useNodeWebGpu, webGpuAdapter } from './helpers/webgpu-node';
+import { Llama } from '../src/core/model/llama';
+import { parseLlamaConfig } from '../src/core/model/llama-config';
+import { GpuBufferPeakMeter } from '../src/bench/perf/gpu-buffer-peak';
+import { generate } from '../src/core/model/sampling';
+import { validateConfig } from '../src/common/config';
+import { LoraAdapters } from '../src/core/model/lora';
+import {
+  estimateGenerateMemory,
+  estimateRunMemory,
+  runMemoryOptions,
+  type RunShape,
+} from '../src/core/model/size';
+import { PpoTrainer, type RewardSource } from '../src/core/ppo/trainer';
+import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
+import { tokenizerFor } from '../src/core/tokenizer';
+import type { Tokenizer } from '../src/core/tokenizer/types';
+import { parseGPT2Config } from '../src/core/model/config';
+
+const adapter = await webGpuAdapter();
+
+describe('the estimate against tfjs buffers on Node WebGPU', () => {
+  if (!adapter) return skipWithoutAdapter();
+  beforeAll(async () => {
+    await useNodeWebGpu();
+    registerFusedAdamKernels();
+  });
+
+  it('a GQA model at batch 16: the buffers in use stay within the in-place estimate', async () => {
+    const c = parseLlamaConfig({
+      model_type: 'qwen2',
+      vocab_size: 2048,
+      hidden_size: 256,
+      intermediate_size: 512,
+      num_hidden_layers: 2,
+      num_attention_heads: 8,
+      num_key_value_heads: 2,
+      max_position_embeddings: 256,
+      tie_word_embeddings: true,
+      bos_token_id: 1,
+      eos_token_id: 2,
+      pad_token_id: 0,
+    });
+    const m = Llama.random(c, 1, false, 'genmem');
+    const meter = new GpuBufferPeakMeter();
+    try {
+      const B = 16;
+      const Tp = 32;
+      const N = 64;
+      const prompts = Array.from({ length: B }, (_, b) =>
+        Array.from({ length: Tp }, (_, i) => 3 + ((b * 7 + i) % 100)),
+      );
+      await generate(m, prompts.slice(0, 2), { maxNewTokens: 4, temperature: 0, padId: 0, rng: 1 }); // kernels built
+      expect(meter.install()).toBe(true);
+      const before = meter.read()!.usedBytes;
+      await generate(m, prompts, { maxNewTokens: N, temperature: 1, padId: 0, rng: 1, sharePrompts: false });
+      const used = meter.read()!.usedBytes - before;
+      const est = estimateGenerateMemory(
+        c,
+        { batchSize: B, promptLength: Tp, maxNewTokens: N },
+        { inPlaceCache: true },
+      );
+      const cpu = estimateGenerateMemory(c, { batchSize: B, promptLength: Tp, maxNewTokens: N });
+      console.log(
+        `generation on WebGPU: ${(used / 1e6).toFixed(2)} MB in use at most; estimated ${(est.parts.activations / 1e6).toFixed(2)} MB (the CPU's count ${(cpu.parts.activations / 1e6).toFixed(2)} MB)`,
+      );
+      // The cache alone: 2 layers × 2 (keys, values) × 16 rows × 96 positions × 2 KV heads × 32 × 4 bytes = 3.1 MB.
+      expect(used).toBeGreaterThan(2 * 2 * 16 * 96 * 64 * 4);
+      expect(used).toBeLessThanOrEqual(est.parts.activations);
+      expect(est.parts.activations).toBeLessThan(cpu.parts.activations);
+    } finally {
+      meter.uninstall();
+      m.dispose();
+    }
+  }, 600_000);
+
+  it('a LoRA GRPO step with whole logits: the buffers in use stay within the estimate', async () => {
+    const c = parseLlamaConfig({
+      model_type: 'qwen3',
+      vocab_size: 16384,
+      hidden_size: 128,
+      intermediate_size: 384,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      head_dim: 32,
+      max_position_embeddings: 64,
+      tie_word_embeddings: true,
+      bos_token_id: 256,
+      eos_token_id: 256,
+      pad_token_id: 257,
+    });
+    const cfg = validateConfig(
+      {
+        model: 'random',
+        task: null,
+        prompts: ['the movie was really', 'a film that i thought', 'this story is quite'],
+        reward: 'length',
+        batchSize: 8,
+        miniBatches: 1,
+        ppoEpochs: 1,
+        responseLength: 16,
+        stopToken: null,
+        seed: 3,
+        algorithm: 'grpo',
+        groupSize: 2,
+        lora: 4,
+        entropyCoef: 0.01,
+      },
+      'memory test',
+    );
+    const bytes = tokenizerFor(
+      parseGPT2Config({
+        vocab_size: 258,
+        n_positions: 64,
+        n_embd: 8,
+        n_layer: 1,
+        n_head: 1,
+        tokenizer: 'bytes',
+        bos_token_id: 256,
+        eos_token_id: 256,
+        pad_token_id: 257,
+      }),
+    );
+    // Ids past the bytes' 258 decode as bytes (the model's vocabulary is larger than the tokenizer's).
+    const tokenizer: Tokenizer = {
+      kind: bytes.kind,
+      vocabSize: bytes.vocabSize,
+      eosId: bytes.eosId,
+      padId: bytes.padId,
+      encode: (text) => bytes.encode(text),
+      decode: (ids) => bytes.decode(ids.map((i) => i % 256)),
+      decodeToken: (i) => bytes.decodeToken(i % 256),
+    };
+    const meter = new GpuBufferPeakMeter();
+    expect(meter.install()).toBe(true);
+    const before = meter.read()!.usedBytes;
+    const ref = Llama.random(c, 1, false, 'memest');
+    const policy = ref.withLora(LoraAdapters.create(c, cfg, 3, 'policy'), 'policy');
+    const reward: RewardSource = { kind: 'fn', fn: (s) => s.responseTokens.length, label: 'tokens' };
+    const trainer = new PpoTrainer(() => cfg, { policy, ref, value: null!, reward }, tokenizer, cfg.prompts!);
+    try {
+      await trainer.trainStep(); // recordings made
+      await trainer.trainStep();
+      const used = meter.read()!.usedBytes - before;
+      const e = trainer.memoryEstimate(cfg);
+      // The same shape counted as the CPU's ops hold it (the trainer's own shape: a private method, read here).
+      const shape = (trainer as unknown as { runShape(x: typeof cfg): RunShape }).runShape(cfg);
+      const cpu = estimateRunMemory(c, shape, runMemoryOptions(cfg, false));
+      console.log(
+        `GRPO step on WebGPU: ${(used / 1e6).toFixed(2)} MB in use at most; estimated ${(e.total / 1e6).toFixed(2)} MB (the CPU's count ${(cpu.total / 1e6).toFixed(2)} MB)`,
+      );
+      expect(used).toBeLessThanOrEqual(e.total);
+      expect(e.total).toBeLessThan(cpu.total);
+    } finally {
+      trainer.disposeOptimizers();
+      policy.dispose();
+      ref.dispose();
+      meter.uninstall();
+    }
+  }, 600_000);
+});
