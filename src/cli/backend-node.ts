@@ -47,8 +47,9 @@ export function nodeBindingLimit(): number | undefined {
 }
 
 /**
- * `PPO_SHARED_PREFIX`: "0" makes trainers run every row's prompt in full, "1" (the default) runs a prompt that rows
- * share once (src/core/model/shared-prefix.ts); unset leaves the default. For timing both ways (a bench).
+ * `PPO_SHARED_PREFIX`: "0" makes trainers (PPO's family and DPO) and generation run every row's prompt in full, "1"
+ * (the default) runs a prompt that rows share once (src/core/model/shared-prefix.ts); unset leaves the default. For
+ * timing both ways (a bench).
  */
 export function applySharedPrefix(raw = process.env.PPO_SHARED_PREFIX): boolean | null {
   const v = raw?.trim();
