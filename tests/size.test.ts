@@ -28,7 +28,7 @@ import {
   type RewardSource,
 } from '../src/core/ppo/trainer';
 import { tokenizerFor } from '../src/core/tokenizer';
-import type { Tokenizer } from '../src/core/tokenizer/types';
+import { bytesModulo } from './helpers/trainer-fixture';
 import { lmLoss } from '../src/core/sft/sft';
 import { clippedStep } from '../src/core/optim/optim';
 import { FusedAdamOptimizer } from '../src/core/optim/fused-adam';
@@ -284,19 +284,6 @@ const wideVocab = (V: number, L: number, C: number, H: number): GPT2Config =>
     eos_token_id: 256,
     pad_token_id: 257,
   });
-
-function bytesModulo(): Tokenizer {
-  const t = tokenizerFor(bytesShape(1, 8, 1));
-  return {
-    kind: t.kind,
-    vocabSize: t.vocabSize,
-    eosId: t.eosId,
-    padId: t.padId,
-    encode: (text) => t.encode(text),
-    decode: (ids) => t.decode(ids.map((i) => i % 256)),
-    decodeToken: (i) => t.decodeToken(i % 256),
-  };
-}
 
 const within25 = (estimate: number, measured: number) =>
   expect(

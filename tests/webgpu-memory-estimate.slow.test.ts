@@ -22,9 +22,7 @@ import {
 } from '../src/core/model/size';
 import { PpoTrainer, type RewardSource } from '../src/core/ppo/trainer';
 import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
-import { tokenizerFor } from '../src/core/tokenizer';
-import type { Tokenizer } from '../src/core/tokenizer/types';
-import { parseGPT2Config } from '../src/core/model/config';
+import { bytesModulo } from './helpers/trainer-fixture';
 
 const adapter = await webGpuAdapter();
 
@@ -118,29 +116,8 @@ describe('the estimate against tfjs buffers on Node WebGPU', () => {
       },
       'memory test',
     );
-    const bytes = tokenizerFor(
-      parseGPT2Config({
-        vocab_size: 258,
-        n_positions: 64,
-        n_embd: 8,
-        n_layer: 1,
-        n_head: 1,
-        tokenizer: 'bytes',
-        bos_token_id: 256,
-        eos_token_id: 256,
-        pad_token_id: 257,
-      }),
-    );
     // Ids past the bytes' 258 decode as bytes (the model's vocabulary is larger than the tokenizer's).
-    const tokenizer: Tokenizer = {
-      kind: bytes.kind,
-      vocabSize: bytes.vocabSize,
-      eosId: bytes.eosId,
-      padId: bytes.padId,
-      encode: (text) => bytes.encode(text),
-      decode: (ids) => bytes.decode(ids.map((i) => i % 256)),
-      decodeToken: (i) => bytes.decodeToken(i % 256),
-    };
+    const tokenizer = bytesModulo();
     const meter = new GpuBufferPeakMeter();
     expect(meter.install()).toBe(true);
     const before = meter.read()!.usedBytes;

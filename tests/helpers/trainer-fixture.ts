@@ -8,6 +8,9 @@ import type { Resources, BuildOptions } from '../../src/core/ppo/setup';
 import type { ModelFiles } from '../../src/core/model/folder';
 import { nodeFiles } from '../../src/cli/files-node';
 import { loadTaskNode } from '../../src/cli/tasks-node';
+import { parseGPT2Config } from '../../src/core/model/config';
+import { tokenizerFor } from '../../src/core/tokenizer';
+import type { Tokenizer } from '../../src/core/tokenizer/types';
 
 /** Resources where "tiny-test" is the folder `dir()` names (read when a model is opened), plus `extra` by name. */
 export function tinyResources(dir: () => string, extra: Record<string, ModelFiles> = {}): Resources {
@@ -49,4 +52,33 @@ export function tinyConfig(over: Partial<TrainConfig> = {}): TrainConfig {
     valueLearningRate: 3e-3,
     ...over,
   });
+}
+
+/**
+ * The bytes tokenizer for a model whose vocabulary is larger than its 258 ids: every id decodes as the byte id % 256
+ * (a random model samples ids past 257; rewards read the text).
+ */
+export function bytesModulo(): Tokenizer {
+  const t = tokenizerFor(
+    parseGPT2Config({
+      vocab_size: 258,
+      n_positions: 64,
+      n_embd: 8,
+      n_layer: 1,
+      n_head: 1,
+      tokenizer: 'bytes',
+      bos_token_id: 256,
+      eos_token_id: 256,
+      pad_token_id: 257,
+    }),
+  );
+  return {
+    kind: t.kind,
+    vocabSize: t.vocabSize,
+    eosId: t.eosId,
+    padId: t.padId,
+    encode: (text) => t.encode(text),
+    decode: (ids) => t.decode(ids.map((i) => i % 256)),
+    decodeToken: (i) => t.decodeToken(i % 256),
+  };
 }
