@@ -7,15 +7,11 @@
  *   [completion=32] [steps=3] [lora=8]
  * Prints each step's time, then one JSON line with the medians and their ratio.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
+import { rmSync } from 'node:fs';
 import { setNodeBackend } from '../src/cli/backend-node';
-import { nodeFiles, writeFolder } from '../src/cli/files-node';
+import { letters, randomBytesGpt2Folder } from './random-bytes-gpt2';
+import { nodeFiles } from '../src/cli/files-node';
 import { validateDpoConfig } from '../src/common/config/dpo';
-import { parseGPT2Config } from '../src/core/model/config';
-import { exportLM } from '../src/core/model/folder';
-import { GPT2 } from '../src/core/model/gpt2';
 import { DpoTrainer } from '../src/core/dpo/trainer';
 import { setSharedPrefixDefault } from '../src/core/model/shared-prefix';
 
@@ -30,23 +26,8 @@ const [
 ] = process.argv.slice(2);
 const [C, L, P, Rc, steps, lora] = [embd, layers, promptLen, compLen, stepsArg, loraArg].map(Number);
 await setNodeBackend(backend);
-const dir = mkdtempSync(path.join(tmpdir(), 'ppo-dpo-shared-'));
-const config = parseGPT2Config({
-  vocab_size: 258,
-  n_positions: 512,
-  n_embd: C,
-  n_layer: L,
-  n_head: Math.max(1, C / 64),
-  tokenizer: 'bytes',
-  bos_token_id: 256,
-  eos_token_id: 256,
-  pad_token_id: 257,
-});
-const m = GPT2.random(config, 3);
-await writeFolder(dir, await exportLM(m));
-m.dispose();
-const text = (n: number, seed: number) =>
-  Array.from({ length: n }, (_, i) => String.fromCharCode(97 + ((i * 7 + seed) % 26))).join('');
+const dir = await randomBytesGpt2Folder(C, L, 512, 'ppo-dpo-shared-');
+const text = letters;
 const data = {
   text: Array.from({ length: 40 }, (_, i) =>
     JSON.stringify({

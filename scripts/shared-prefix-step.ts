@@ -7,16 +7,11 @@
  * Usage: npx tsx scripts/shared-prefix-step.ts [wasm|webgpu] [n_embd=256] [n_layer=6] [prompt=56] [steps=2]
  * Prints each step's phases, then one JSON line with the medians.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
+import { rmSync } from 'node:fs';
 import { setNodeBackend } from '../src/cli/backend-node';
-import { writeFolder } from '../src/cli/files-node';
+import { letters, randomBytesGpt2Folder } from './random-bytes-gpt2';
 import { nodeResources } from '../src/cli/train';
 import { validateConfig } from '../src/common/config';
-import { parseGPT2Config } from '../src/core/model/config';
-import { exportLM } from '../src/core/model/folder';
-import { GPT2 } from '../src/core/model/gpt2';
 import { buildTrainer } from '../src/core/ppo/setup';
 
 const [backend = 'wasm', embd = '256', layers = '6', promptLen = '56', stepsArg = '2'] =
@@ -27,23 +22,8 @@ const P = Number(promptLen);
 const steps = Number(stepsArg);
 const R = 64;
 await setNodeBackend(backend);
-const dir = mkdtempSync(path.join(tmpdir(), 'ppo-shared-prefix-'));
-const config = parseGPT2Config({
-  vocab_size: 258,
-  n_positions: 256,
-  n_embd: C,
-  n_layer: L,
-  n_head: Math.max(1, C / 64),
-  tokenizer: 'bytes',
-  bos_token_id: 256,
-  eos_token_id: 256,
-  pad_token_id: 257,
-});
-const m = GPT2.random(config, 3);
-await writeFolder(dir, await exportLM(m));
-m.dispose();
-const prompt = (seed: number) =>
-  Array.from({ length: P }, (_, i) => String.fromCharCode(97 + ((i * 7 + seed) % 26))).join('');
+const dir = await randomBytesGpt2Folder(C, L, 256, 'ppo-shared-prefix-');
+const prompt = (seed: number) => letters(P, seed);
 const cfg = validateConfig({
   model: dir,
   task: null,
