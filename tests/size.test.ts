@@ -1083,3 +1083,66 @@ it("on WebGPU the update's whole logits count LOGITS_UPDATE_FUSED floats an entr
     phaseFloats(c, chunked, { scorers: 2, lora }).update,
   );
 });
+
+describe('the estimate on WebGPU (RunMemoryOptions.webgpuActivations): hand-worked', () => {
+  // Llama: C 128, q = 4 heads × 32 = 128, kv = 2 × 32 = 64, I 384, 2 layers, V 2048; 8 rows × (16 + 16) tokens.
+  const c = llamaShape({ fam: 'llama', V: 2048, C: 128, I: 384, L: 2, nh: 4, nkv: 2, d: 32, tied: true });
+  const lora = { r: 4, targets: ['q_proj' as const, 'v_proj' as const] };
+  const run = { batchSize: 8, miniBatches: 1, promptLength: 16, responseLength: 16 };
+  const N = 8 * 32;
+  const gpu = { scorers: 2, lora, fusedLogprob: true, inPlaceCache: true, webgpu: true, wteTrains: false };
+
+  it('the update: per token per layer 4 · (C + q + kv) + 10.5 · I + 2.5 · nh · T, 32 · C outside, the logits and wte apart', () => {
+    const p = phaseFloats(c, run, gpu);
+    const perLayer = 4 * (128 + 128 + 64) + 10.5 * 384 + 2.5 * 4 * 32; // 1280 + 4032 + 320 = 5632
+    const blocks = 2 * N * perLayer + 32 * N * 128; // 2 883 584 + 1 048 576
+    const logits = LOGITS_UPDATE_FUSED * 8 * 16 * 2048; // 1 310 720
+    const wte = 2 * 2048 * 128; // the f32 base's two kept copies of the embedding (WTE_TAPE_COPIES)
+    expect(p.update).toBe(blocks + logits + wte);
+    // With recompute: one block's update at a time, and 4 · C per token per layer of saved inputs.
+    const r = phaseFloats(c, { ...run, recompute: true }, gpu);
+    expect(r.update).toBe(N * perLayer + 32 * N * 128 + 4 * 2 * N * 128 + logits + wte);
+  });
+
+  it('scoring: one block at a time, 8 · C + 3 · (q + kv) + 3.5 · I + 2 · nh · T per token, 1.5 floats a response logit', () => {
+    const p = phaseFloats(c, run, gpu);
+    const perToken = 8 * 128 + 3 * (128 + 64) + 3.5 * 384 + 2 * 4 * 32; // 1024 + 576 + 1344 + 256 = 3200
+    expect(p.score).toBe(N * perToken + 1.5 * 8 * 16 * 2048);
+    // GPT-2: 24 · C + 2 · nh · T per token.
+    const g = bytesShape(2, 64, 4);
+    expect(phaseFloats(g, run, { ...gpu, lora: null }).score).toBe(
+      N * (24 * 64 + 2 * 4 * 32) + 1.5 * 8 * 16 * g.vocab_size,
+    );
+    // Generation is counted as before (the in-place cache): the flag leaves it alone.
+    expect(p.generate).toBe(phaseFloats(c, run, { ...gpu, webgpu: false }).generate);
+  });
+
+  it('an update recorded whole is held through generation and scoring: the peak adds it to the larger of the two', () => {
+    const opts: RunMemoryOptions = {
+      lora,
+      valueModel: 'none',
+      rewardModel: false,
+      inPlaceCache: true,
+      fusedLogprob: true,
+      webgpuActivations: true,
+    };
+    const p = phaseFloats(c, run, gpu);
+    const whole = estimateRunMemory(c, run, opts);
+    const trainable = whole.trainableParams;
+    // As everywhere, the gradients are their own part (parts.gradients), so activations leave them out.
+    expect(whole.parts.activations).toBe((p.update + Math.max(p.generate, p.score) - trainable) * 4);
+    expect(whole.peakPhase).toBe(p.score > p.generate ? 'score' : 'generate');
+    // In micro-batches of 4 the update runs through tfjs (no recording): the largest phase alone, as before.
+    const micro = { ...run, microBatchSize: 4 };
+    const pm = phaseFloats(c, micro, gpu);
+    const sliced = estimateRunMemory(c, micro, opts);
+    const largest = Math.max(pm.generate, pm.score, pm.update + 2 * trainable);
+    expect(sliced.parts.activations).toBe((largest - trainable) * 4);
+    // PPO: the value model's update is a recording of its own, its blocks held beside the policy's.
+    const ppo = estimateRunMemory(c, run, { ...opts, valueModel: 'shared' });
+    const value = 2 * N * (4 * (128 + 128 + 64) + 10.5 * 384 + 2.5 * 4 * 32) + 32 * N * 128;
+    expect(ppo.parts.activations).toBe(
+      (p.update + value + Math.max(p.generate, p.score) - ppo.trainableParams) * 4,
+    );
+  });
+});

@@ -128,7 +128,7 @@ export async function preflightTrain(
     budget.backend === 'wasm'
       ? { ...o, heap: 'wasm', fusedBlocks: wasmFusedBlocksHere() }
       : budget.backend === 'webgpu'
-        ? { ...o, inPlaceCache: true, fusedLogprob: true }
+        ? { ...o, inPlaceCache: true, fusedLogprob: true, webgpuActivations: true }
         : o;
   const opts = onHeap(runMemoryOptions(cfg, rewardModel));
   const vocabChunk = vocabChunking(config.vocab_size, budget.backend);

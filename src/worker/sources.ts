@@ -539,7 +539,7 @@ export class ModelSources {
       ...asked,
       ...(baseDtype && !f16Refusal ? { baseDtype } : {}),
       ...(backend === 'wasm' ? { heap: 'wasm' as const, fusedBlocks: wasmFusedBlocksHere() } : {}),
-      ...(backend === 'webgpu' ? { inPlaceCache: true, fusedLogprob: true } : {}),
+      ...(backend === 'webgpu' ? { inPlaceCache: true, fusedLogprob: true, webgpuActivations: true } : {}),
     };
     const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
     const vocabChunk = vocabChunking(config.vocab_size, backend);

@@ -170,6 +170,14 @@ export interface RunMemoryOptions {
    */
   fusedLogprob?: boolean;
   /**
+   * WebGPU: the blocks' activations as WebGPU's kernels hold them (the WEBGPU_* constants below, fitted on tfjs's
+   * buffers in use, not on tf.memory's tensor bytes: a copy autodiff keeps shares its buffer), and, where the update
+   * runs as one recording per minibatch (one micro-batch: ppo/update-replay.ts), that recording holding the
+   * update's working buffers from one step to the next, through generation and scoring. Set with inPlaceCache and
+   * fusedLogprob by the estimate's callers on WebGPU; the estimate, not the plan.
+   */
+  webgpuActivations?: boolean;
+  /**
    * Storage of the frozen base under LoRA (config `baseDtype`; docs/models.md, "The frozen base in f16"): "f16" holds the Llama families' large
    * matrices (embedding, untied head, every linear) at 2 bytes a value, norms and biases at 4. Ignored without LoRA
    * (full fine-tuning keeps f32) and for GPT-2 (f32 only). Absent: "f32".
@@ -334,6 +342,73 @@ export const LLAMA_ACT_QK_NORM = 3;
 /** Floats per token per head_dim outside the blocks: the rotary table's rows gathered by position. */
 export const LLAMA_ACT_ROPE_PER_D = 12;
 
+// On WebGPU (RunMemoryOptions.webgpuActivations) the same counts come out far smaller: the blocks run as fused
+// kernels (the linear with its RMSNorm / LayerNorm prologue, LoRA's term and the residual in its epilogue;
+// SwiGLU; attention; the log-prob), and a copy autodiff keeps of a tensor shares its buffer, which tfjs's buffers
+// count once. Measured on Node's Dawn (SwiftShader) with scripts/webgpu-memory-fit.ts: tfjs's buffers in use at
+// most in each phase of a LoRA GRPO step (r 4 on every linear layer, the whole batch as one micro-batch, the update
+// and the decode recorded), less what was in use when the phase began; Llama / Qwen2 / Qwen3 of width 128–256,
+// 2–4 layers, q 128–256, KV 64–128, intermediate 384–768, 320–640 tokens, vocabularies 2 048–8 192, fitted by
+// least squares (every point within 3.3 %), then rounded up by about 10 %; GPT-2 from three points (width 128 and
+// 256, 2 and 4 layers). The update's terms count the whole update (the forward kept for the backward and the
+// backward's transients), so UPDATE_FORWARDS does not multiply them. docs/engine.md, "Memory on WebGPU".
+/** Floats per token per layer per feature of C, nh·head_dim and n_kv·head_dim while updating (WebGPU, Llama). */
+export const WEBGPU_LLAMA_UPDATE_PER_WIDTH = 4;
+/** Floats per token per layer per intermediate_size feature while updating (WebGPU, Llama; fitted 9.5). */
+export const WEBGPU_LLAMA_UPDATE_PER_I = 10.5;
+/** Floats per token per layer per n_embd while updating (WebGPU, GPT-2; fitted 18). */
+export const WEBGPU_GPT2_UPDATE_PER_C = 20;
+/** Floats per token per layer per head per key position while updating (WebGPU; fitted 2.25). */
+export const WEBGPU_UPDATE_PER_HT = 2.5;
+/** Floats per token per n_embd outside the blocks while updating (WebGPU; fitted 21 Llama, 31 GPT-2). */
+export const WEBGPU_UPDATE_OUTSIDE_PER_C = 32;
+/** With recompute: the saved block inputs, floats per token per layer per n_embd (WebGPU; measured 3.3). */
+export const WEBGPU_RECOMPUTE_KEPT_PER_C = 4;
+/**
+ * While scoring, one block at a time (WebGPU): floats per token per feature of C (Llama; fitted 7.6), of
+ * nh·head_dim + n_kv·head_dim (fitted 0.2 and 2.3), of intermediate_size (fitted 3.1), per head per key position
+ * (fitted 1.5); GPT-2 per n_embd (measured 19–22); per response token per vocabulary entry, both LMs' (fitted 1.0).
+ */
+export const WEBGPU_LLAMA_SCORE_PER_C = 8;
+export const WEBGPU_LLAMA_SCORE_PER_QKV = 3;
+export const WEBGPU_LLAMA_SCORE_PER_I = 3.5;
+export const WEBGPU_GPT2_SCORE_PER_C = 24;
+export const WEBGPU_SCORE_PER_HT = 2;
+export const WEBGPU_LOGITS_SCORE = 1.5;
+
+/**
+ * Floats of the blocks' side of an update over n rows of T tokens on WebGPU (`layers` kept whole: n_layer, or 1
+ * block at a time with recompute, whose saved inputs `kept` adds), LoRA's terms included (fitted with r 4 on every
+ * linear layer: fewer targets, or none, hold less). The logits and the embedding's copies are counted apart.
+ */
+function webgpuUpdateFloats(c: Shape, n: number, T: number, recompute: boolean): number {
+  const N = n * T;
+  const l = llamaOf(c);
+  const layers = recompute ? 1 : c.n_layer;
+  const perLayer = l
+    ? WEBGPU_LLAMA_UPDATE_PER_WIDTH *
+        (c.n_embd + (l.num_attention_heads + l.num_key_value_heads) * l.head_dim) +
+      WEBGPU_LLAMA_UPDATE_PER_I * l.intermediate_size
+    : WEBGPU_GPT2_UPDATE_PER_C * c.n_embd;
+  const kept = recompute ? WEBGPU_RECOMPUTE_KEPT_PER_C * c.n_layer * N * c.n_embd : 0;
+  return (
+    layers * N * (perLayer + WEBGPU_UPDATE_PER_HT * c.n_head * T) +
+    WEBGPU_UPDATE_OUTSIDE_PER_C * N * c.n_embd +
+    kept
+  );
+}
+
+/** Floats of one scoring forward's blocks over n rows of T tokens on WebGPU (one block at a time). */
+function webgpuScoreFloats(c: Shape, n: number, T: number): number {
+  const l = llamaOf(c);
+  const perToken = l
+    ? WEBGPU_LLAMA_SCORE_PER_C * c.n_embd +
+      WEBGPU_LLAMA_SCORE_PER_QKV * (l.num_attention_heads + l.num_key_value_heads) * l.head_dim +
+      WEBGPU_LLAMA_SCORE_PER_I * l.intermediate_size
+    : WEBGPU_GPT2_SCORE_PER_C * c.n_embd;
+  return n * T * (perToken + WEBGPU_SCORE_PER_HT * c.n_head * T);
+}
+
 /** A Llama-family config's widths, or null for GPT-2. */
 function llamaOf(c: Shape): LlamaConfig | null {
   return isLlamaFamily((c as Partial<LMConfig>).model_type) ? (c as LlamaConfig) : null;
@@ -409,9 +484,12 @@ export function phaseFloats(
     fusedBlocks?: boolean;
     inPlaceCache?: boolean;
     fusedLogprob?: boolean;
+    /** RunMemoryOptions.webgpuActivations: the score's and the update's blocks as WebGPU holds them. */
+    webgpu?: boolean;
   },
 ): Record<MemoryPhase, number> {
   const fused = !!models.fusedBlocks;
+  const webgpu = !!models.webgpu;
   const T = run.promptLength + run.responseLength;
   const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
   const V = c.vocab_size;
@@ -428,9 +506,11 @@ export function phaseFloats(
     2 * genRows * V;
   // Scoring: every model's forward over a slice (each block in its own tidy: one block's activations at a time,
   // model/gpt2.ts trunk), the two LMs' response logits.
-  const score =
-    models.scorers * forwardFloats({ ...c, n_layer: 1 }, rows, T, fused) +
-    LOGITS_SCORE * 2 * rows * run.responseLength * V;
+  // On WebGPU the models' forwards run one after another and one model's blocks set the peak (measured).
+  const score = webgpu
+    ? webgpuScoreFloats(c, rows, T) + WEBGPU_LOGITS_SCORE * rows * run.responseLength * V
+    : models.scorers * forwardFloats({ ...c, n_layer: 1 }, rows, T, fused) +
+      LOGITS_SCORE * 2 * rows * run.responseLength * V;
   // Update: one model's forward kept for its backward (with recomputation: the blocks' inputs, and one block's
   // forward at a time), the backward's transients, the response logits (or one vocabulary chunk of them), and
   // the wte-sized tensors of the backward through the policy (full fine-tuning unless told otherwise).
@@ -440,14 +520,16 @@ export function phaseFloats(
     : (models.fusedLogprob ? LOGITS_UPDATE_FUSED : LOGITS_UPDATE) * rows * run.responseLength * V;
   const layers = run.recompute ? 1 : c.n_layer;
   const kept = run.recompute ? RECOMPUTE_KEPT_PER_C * c.n_layer * rows * T * c.n_embd : 0;
-  const update =
-    UPDATE_FORWARDS * forwardFloats({ ...c, n_layer: layers }, rows, T, fused) +
-    kept +
-    logits +
-    (rows > 0 ? wteFloats(c, models.wteTrains ?? true, models.sharedTape) : 0) + // no batch, no backward
-    (rows > 0 && models.lora
-      ? loraUpdateFloats({ ...c, n_layer: layers }, models.lora, rows * T, models.sharedTape)
-      : 0);
+  const wte = rows > 0 ? wteFloats(c, models.wteTrains ?? true, models.sharedTape) : 0; // no batch, no backward
+  const update = webgpu
+    ? webgpuUpdateFloats(c, rows, T, !!run.recompute) + logits + wte
+    : UPDATE_FORWARDS * forwardFloats({ ...c, n_layer: layers }, rows, T, fused) +
+      kept +
+      logits +
+      wte +
+      (rows > 0 && models.lora
+        ? loraUpdateFloats({ ...c, n_layer: layers }, models.lora, rows * T, models.sharedTape)
+        : 0);
   return { generate, score, update };
 }
 
@@ -557,12 +639,26 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
     fusedBlocks: !!opts.fusedBlocks,
     inPlaceCache: !!opts.inPlaceCache,
     fusedLogprob: !!opts.fusedLogprob,
+    webgpu: !!opts.webgpuActivations,
   });
   // Gradients are live during the update only: the peak is the largest of generate, score, update + gradients.
   // Summed over micro-batches, the running sum and a micro-batch's own gradients are both live for a moment.
   const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
   const accumulating = !!run.microBatchSize && run.microBatchSize < mb;
-  const withGrads = { ...phases, update: phases.update + (accumulating ? 2 : 1) * trainable };
+  // On WebGPU an update whose minibatch is one micro-batch runs as a recording (ppo/update-replay.ts), which keeps
+  // its working buffers from one step to the next (measured: all of the update's peak), beside generation and
+  // scoring; a value model's update (PPO) is a recording of its own, its blocks' share held beside the policy's.
+  const rows = Math.min(run.microBatchSize || mb, mb);
+  const valueHeld =
+    opts.valueModel === 'none'
+      ? 0
+      : webgpuUpdateFloats(c, rows, run.promptLength + run.responseLength, !!run.recompute);
+  const recorded = opts.webgpuActivations && !accumulating && mb > 0 ? phases.update + valueHeld : 0;
+  const withGrads = {
+    generate: phases.generate + recorded,
+    score: phases.score + recorded,
+    update: phases.update + (recorded ? valueHeld : 0) + (accumulating ? 2 : 1) * trainable,
+  };
   const peakPhase = (Object.keys(withGrads) as MemoryPhase[]).reduce((a, b) =>
     withGrads[b] > withGrads[a] ? b : a,
   );

@@ -676,6 +676,7 @@ export class PpoTrainer {
       fusedBlocks: tf.getBackend() === 'wasm' && wasmFusedBlocksHere(),
       inPlaceCache: tf.getBackend() === 'webgpu',
       fusedLogprob: tf.getBackend() === 'webgpu',
+      webgpuActivations: tf.getBackend() === 'webgpu',
     };
     return estimateRunMemory(this.models.policy.config, this.runShape(cfg), opts);
   }
