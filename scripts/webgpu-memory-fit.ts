@@ -38,6 +38,8 @@ interface Shape {
   entropy?: boolean;
   /** LoRA's targets (default: the config's, every linear layer). */
   targets?: string[];
+  /** LoRA's rank (default 4; 0: full fine-tuning, the policy a trainable copy of the reference). */
+  lora?: number;
 }
 
 const shapes = JSON.parse(process.argv[2] ?? '[]') as Shape[];
@@ -113,7 +115,7 @@ for (const s of shapes) {
       seed: 3,
       algorithm: 'grpo',
       groupSize: 2,
-      lora: 4,
+      lora: s.lora ?? 4,
       ...(s.targets ? { loraTargets: s.targets } : {}),
       entropyCoef: s.entropy === false ? 0 : 0.01,
       ...(s.recompute ? { recompute: 'blocks' } : {}),
@@ -126,7 +128,10 @@ for (const s of shapes) {
     s.type === 'gpt2'
       ? GPT2.random(c as GPT2Config, 1, false, 'fit')
       : Llama.random(c as never, 1, false, 'fit');
-  const policy = ref.withLora(LoraAdapters.create(c, cfg, 3, 'policy'), 'policy');
+  const policy =
+    cfg.lora > 0
+      ? ref.withLora(LoraAdapters.create(c, cfg, 3, 'policy'), 'policy')
+      : (ref as Llama).clone(true, 'fit-policy');
   const reward: RewardSource = { kind: 'fn', fn: (x) => x.responseTokens.length, label: 'tokens' };
   const phases: Record<string, number[]> = { generating: [], scoring: [], updating: [] };
   const starts: Record<string, number[]> = { generating: [], scoring: [], updating: [], idle: [] };
