@@ -16,6 +16,7 @@ import { GPT2 } from '../src/core/model/gpt2';
 import { parseLlamaConfig } from '../src/core/model/llama-config';
 import { validateConfig } from '../src/common/config';
 import { LoraAdapters } from '../src/core/model/lora';
+import { ScalarModel } from '../src/core/model/heads';
 import { phaseFloats, runMemoryOptions, scorersOf, type RunShape } from '../src/core/model/size';
 import { PpoTrainer, type RewardSource } from '../src/core/ppo/trainer';
 import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
@@ -40,6 +41,8 @@ interface Shape {
   targets?: string[];
   /** LoRA's rank (default 4; 0: full fine-tuning, the policy a trainable copy of the reference). */
   lora?: number;
+  /** PPO with a value model ('shared': on the policy's base under its own adapters; 'separate': a trainable copy). */
+  ppo?: 'shared' | 'separate';
 }
 
 const shapes = JSON.parse(process.argv[2] ?? '[]') as Shape[];
@@ -113,8 +116,7 @@ for (const s of shapes) {
       responseLength: R,
       stopToken: null,
       seed: 3,
-      algorithm: 'grpo',
-      groupSize: 2,
+      ...(s.ppo ? { algorithm: 'ppo', valueModel: s.ppo } : { algorithm: 'grpo', groupSize: 2 }),
       lora: s.lora ?? 4,
       ...(s.targets ? { loraTargets: s.targets } : {}),
       entropyCoef: s.entropy === false ? 0 : 0.01,
@@ -133,6 +135,15 @@ for (const s of shapes) {
       ? ref.withLora(LoraAdapters.create(c, cfg, 3, 'policy'), 'policy')
       : (ref as Llama).clone(true, 'fit-policy');
   const reward: RewardSource = { kind: 'fn', fn: (x) => x.responseTokens.length, label: 'tokens' };
+  const value = !s.ppo
+    ? null
+    : s.ppo === 'shared'
+      ? ScalarModel.onSharedBase(
+          (policy as unknown as { base: never }).base,
+          LoraAdapters.create(c, cfg, 4, 'value'),
+          'value',
+        )
+      : ScalarModel.fromTrunk(policy, true, 'value');
   const phases: Record<string, number[]> = { generating: [], scoring: [], updating: [] };
   const starts: Record<string, number[]> = { generating: [], scoring: [], updating: [], idle: [] };
   const absolute: Record<string, number[]> = { generating: [], scoring: [], updating: [] };
@@ -147,7 +158,7 @@ for (const s of shapes) {
   const backend = tf.backend() as unknown as { bufferManager: { numBytesUsed: number } };
   const trainer = new PpoTrainer(
     () => cfg,
-    { policy, ref, value: null!, reward } as never,
+    { policy, ref, value, reward } as never,
     bytesModulo(),
     cfg.prompts!,
     {
@@ -202,6 +213,7 @@ for (const s of shapes) {
     );
   } finally {
     trainer.disposeOptimizers();
+    value?.dispose();
     policy.dispose();
     ref.dispose();
     meter.uninstall();

@@ -214,7 +214,12 @@ describe('the automatic plan on WebGPU: the whole minibatch, without recompute',
       microBatchSize: 4,
       recompute: true,
     });
-    expect(deviceFallbackFloor(set, config({ microBatchSize: 4, recompute: 'off' }))).toBe(set);
+    // The first shortage drops the update's recordings at the same plan: the floor records nothing.
+    expect(deviceFallbackFloor(set, config({ microBatchSize: 4, recompute: 'off' }))).toEqual({
+      ...set,
+      updateRecorded: false,
+    });
+    expect(deviceFallbackFloor(s, config({ lora: 8 })).updateRecorded).toBe(false);
   });
 });
 

@@ -1129,8 +1129,14 @@ describe('the estimate on WebGPU (RunMemoryOptions.webgpuActivations): hand-work
     const p = phaseFloats(c, run, gpu);
     const whole = estimateRunMemory(c, run, opts);
     const trainable = whole.trainableParams;
-    // As everywhere, the gradients are their own part (parts.gradients), so activations leave them out.
-    expect(whole.parts.activations).toBe((p.update + Math.max(p.generate, p.score) - trainable) * 4);
+    // The recording keeps its outputs, the gradients, too: counted once, as their own part (parts.gradients).
+    expect(whole.parts.activations).toBe((p.update + Math.max(p.generate, p.score)) * 4);
+    expect(whole.parts.gradients).toBe(trainable * 4);
+    // updateReplay off, or the recordings dropped after the device ran out: nothing held, the largest phase.
+    const unrecorded = estimateRunMemory(c, { ...run, updateRecorded: false }, opts);
+    expect(unrecorded.parts.activations).toBe(
+      (Math.max(p.generate, p.score, p.update + trainable) - trainable) * 4,
+    );
     expect(whole.peakPhase).toBe(p.score > p.generate ? 'score' : 'generate');
     // In micro-batches of 4 the update runs through tfjs (no recording): the largest phase alone, as before.
     const micro = { ...run, microBatchSize: 4 };
@@ -1141,8 +1147,6 @@ describe('the estimate on WebGPU (RunMemoryOptions.webgpuActivations): hand-work
     // PPO: the value model's update is a recording of its own, its blocks held beside the policy's.
     const ppo = estimateRunMemory(c, run, { ...opts, valueModel: 'shared' });
     const value = 2 * N * (4 * (128 + 128 + 64) + 10.5 * 384 + 2.5 * 4 * 32) + 32 * N * 128;
-    expect(ppo.parts.activations).toBe(
-      (p.update + value + Math.max(p.generate, p.score) - ppo.trainableParams) * 4,
-    );
+    expect(ppo.parts.activations).toBe((p.update + value + Math.max(p.generate, p.score)) * 4);
   });
 });

@@ -128,6 +128,12 @@ export interface RunShape {
   vocabChunkOverBytes?: number;
   /** The update recomputes each block's activations in its backward (keeps only the blocks' inputs). */
   recompute?: boolean;
+  /**
+   * false: the update runs through tfjs even where its minibatch is one micro-batch (config `updateReplay` false,
+   * or the recordings dropped after the device ran out: ppo/trainer.ts), so no recording holds its buffers
+   * between steps (RunMemoryOptions.webgpuActivations). Absent: recorded where it can be.
+   */
+  updateRecorded?: boolean;
 }
 
 /**
@@ -351,7 +357,8 @@ export const LLAMA_ACT_ROPE_PER_D = 12;
 // 2–4 layers, q 128–256, KV 64–128, intermediate 384–768, 320–640 tokens, vocabularies 2 048–8 192, fitted by
 // least squares (every point within 3.3 %), then rounded up by about 10 %; GPT-2 from three points (width 128 and
 // 256, 2 and 4 layers). The update's terms count the whole update (the forward kept for the backward and the
-// backward's transients), so UPDATE_FORWARDS does not multiply them. docs/engine.md, "Memory on WebGPU".
+// backward's transients), so UPDATE_FORWARDS does not multiply them. docs/engine.md, "On WebGPU: what tfjs's
+// buffers hold".
 /** Floats per token per layer per feature of C, nh·head_dim and n_kv·head_dim while updating (WebGPU, Llama). */
 export const WEBGPU_LLAMA_UPDATE_PER_WIDTH = 4;
 /** Floats per token per layer per intermediate_size feature while updating (WebGPU, Llama; fitted 9.5). */
@@ -646,18 +653,21 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
   const mb = Math.ceil(run.batchSize / Math.max(1, run.miniBatches));
   const accumulating = !!run.microBatchSize && run.microBatchSize < mb;
   // On WebGPU an update whose minibatch is one micro-batch runs as a recording (ppo/update-replay.ts), which keeps
-  // its working buffers from one step to the next (measured: all of the update's peak), beside generation and
-  // scoring; a value model's update (PPO) is a recording of its own, its blocks' share held beside the policy's.
+  // its working buffers and its outputs (the gradients) from one step to the next (measured: all of the update's
+  // peak), beside generation and scoring. A value model's update (PPO) is a recording of its own: its blocks are
+  // counted beside the policy's (not measured; its frame shares scratch buffers of the same size with the policy's,
+  // so it may hold less). Not where the run records nothing (RunShape.updateRecorded false).
   const rows = Math.min(run.microBatchSize || mb, mb);
   const valueHeld =
     opts.valueModel === 'none'
       ? 0
       : webgpuUpdateFloats(c, rows, run.promptLength + run.responseLength, !!run.recompute);
-  const recorded = opts.webgpuActivations && !accumulating && mb > 0 ? phases.update + valueHeld : 0;
+  const records = !!opts.webgpuActivations && run.updateRecorded !== false && !accumulating && mb > 0;
+  const held = records ? phases.update + valueHeld + trainable : 0;
   const withGrads = {
-    generate: phases.generate + recorded,
-    score: phases.score + recorded,
-    update: phases.update + (recorded ? valueHeld : 0) + (accumulating ? 2 : 1) * trainable,
+    generate: phases.generate + held,
+    score: phases.score + held,
+    update: phases.update + (records ? valueHeld : 0) + (accumulating ? 2 : 1) * trainable,
   };
   const peakPhase = (Object.keys(withGrads) as MemoryPhase[]).reduce((a, b) =>
     withGrads[b] > withGrads[a] ? b : a,
@@ -1111,10 +1121,17 @@ export function deviceFallbackFloor(
   shape: RunShape,
   cfg: Pick<TrainConfig, 'microBatchSize' | 'recompute'>,
 ): RunShape {
+  // The first shortage drops the update's recordings at the same plan (ppo/trainer.ts): the floor records nothing.
   if (cfg.microBatchSize === 0) {
-    return { ...shape, microBatchSize: 1, generateMicroBatchSize: 1, recompute: cfg.recompute !== 'off' };
+    return {
+      ...shape,
+      microBatchSize: 1,
+      generateMicroBatchSize: 1,
+      recompute: cfg.recompute !== 'off',
+      updateRecorded: false,
+    };
   }
-  return cfg.recompute === 'auto' ? { ...shape, recompute: true } : shape;
+  return { ...shape, ...(cfg.recompute === 'auto' ? { recompute: true } : {}), updateRecorded: false };
 }
 
 /** The models that run a forward while scoring (policy, reference, a value trunk of its own, a reward model). */
@@ -1134,7 +1151,8 @@ export function runShapeOf(
   cfg: Pick<
     TrainConfig,
     'microBatchSize' | 'recompute' | 'batchSize' | 'miniBatches' | 'responseLength' | 'lora' | 'loraTargets'
-  >,
+  > &
+    Partial<Pick<TrainConfig, 'updateReplay'>>,
   promptLength: number,
   opts: RunMemoryOptions,
   vocab: number | VocabChunking,
@@ -1158,6 +1176,8 @@ export function runShapeOf(
     generateMicroBatchSize: plan.generateMicroBatchSize,
     recompute: plan.recompute,
     ...chunking,
+    // `updateReplay` false: no recording holds the update's buffers (RunShape.updateRecorded).
+    ...(cfg.updateReplay === false ? { updateRecorded: false } : {}),
   };
 }
 

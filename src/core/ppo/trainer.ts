@@ -693,6 +693,8 @@ export class PpoTrainer {
       this.planDevice(),
     );
     const f = this.fallback;
+    // The recordings dropped after the device ran out: the update runs through tfjs from then on.
+    if (!this.updateReplay) shape.updateRecorded = false;
     if (!f || f.key !== this.planKey(cfg)) return shape;
     return {
       ...shape,
@@ -1181,8 +1183,9 @@ export class PpoTrainer {
       fellBack: null,
       droppedRecordings: null,
       fallBack: async (phase, why) => {
-        // The update's recordings pin about twice its transient peak (update-replay.ts): the first time the device
-        // runs out while any are held, they go and the update runs through tfjs from then on, at the same plan.
+        // The update's recordings hold about its transient peak from one step to the next (update-replay.ts; the
+        // estimate counts it: model/size.ts RunShape.updateRecorded): the first time the device runs out while any
+        // are held, they go and the update runs through tfjs from then on, at the same plan.
         const recorded = this.gradReplays.size > 0;
         this.gradReplays.dispose();
         await this.deviceErrors.release?.();
