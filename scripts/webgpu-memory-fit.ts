@@ -20,7 +20,7 @@ import { ScalarModel } from '../src/core/model/heads';
 import { phaseFloats, runMemoryOptions, scorersOf, type RunShape } from '../src/core/model/size';
 import { PpoTrainer, type RewardSource } from '../src/core/ppo/trainer';
 import { registerFusedAdamKernels } from '../src/core/optim/fused-adam';
-import { BytesTokenizer, type Tokenizer } from '../src/core/tokenizer';
+import { bytesModulo } from '../tests/helpers/trainer-fixture';
 import type { GPT2Config, LMConfig } from '../src/core/model/config';
 
 interface Shape {
@@ -80,20 +80,6 @@ function configOf(s: Shape): LMConfig {
     eos_token_id: 256,
     pad_token_id: 257,
   });
-}
-
-/** Bytes, with ids past the bytes' 258 decoded modulo 256 (the models' vocabularies are larger). */
-function bytesModulo(): Tokenizer {
-  const t = new BytesTokenizer();
-  return {
-    kind: t.kind,
-    vocabSize: t.vocabSize,
-    eosId: t.eosId,
-    padId: t.padId,
-    encode: (text) => t.encode(text),
-    decode: (ids) => t.decode(ids.map((i) => i % 256)),
-    decodeToken: (i) => t.decodeToken(i % 256),
-  };
 }
 
 const letters = (n: number, seed: number) =>
