@@ -42,6 +42,7 @@ import {
   type MemoryEstimate,
   type RunMemoryOptions,
   type VocabChunking,
+  WEBGPU_MEMORY_OPTIONS,
 } from '../core/model/size';
 import { UserError } from '../common/errors';
 import { assertFolder, nodeFiles, readJsonFile } from './files-node';
@@ -128,7 +129,7 @@ export async function preflightTrain(
     budget.backend === 'wasm'
       ? { ...o, heap: 'wasm', fusedBlocks: wasmFusedBlocksHere() }
       : budget.backend === 'webgpu'
-        ? { ...o, inPlaceCache: true, fusedLogprob: true, webgpuActivations: true }
+        ? { ...o, ...WEBGPU_MEMORY_OPTIONS }
         : o;
   const opts = onHeap(runMemoryOptions(cfg, rewardModel));
   const vocabChunk = vocabChunking(config.vocab_size, budget.backend);

@@ -32,6 +32,7 @@ import {
   deviceFallbackFloor,
   runShapeOf,
   type RunMemoryOptions,
+  WEBGPU_MEMORY_OPTIONS,
 } from '../core/model/size';
 import { describePlan, plannedInForce } from '../core/ppo/gpu-plan';
 import { checkBaseDtype } from '../core/model/f16-base';
@@ -539,7 +540,7 @@ export class ModelSources {
       ...asked,
       ...(baseDtype && !f16Refusal ? { baseDtype } : {}),
       ...(backend === 'wasm' ? { heap: 'wasm' as const, fusedBlocks: wasmFusedBlocksHere() } : {}),
-      ...(backend === 'webgpu' ? { inPlaceCache: true, fusedLogprob: true, webgpuActivations: true } : {}),
+      ...(backend === 'webgpu' ? WEBGPU_MEMORY_OPTIONS : {}),
     };
     const budget = memoryBudget(this.deviceLimits, this.memoryBudgetBytes);
     const vocabChunk = vocabChunking(config.vocab_size, backend);

@@ -191,6 +191,16 @@ export interface RunMemoryOptions {
   baseDtype?: BaseDtype;
 }
 
+/**
+ * What the estimate's callers on WebGPU add to a run's options (the worker, the CLI's preflight, the trainer): the
+ * KV cache written in place, the fused log-prob, the blocks and the update's recording as WebGPU holds them.
+ */
+export const WEBGPU_MEMORY_OPTIONS = {
+  inPlaceCache: true,
+  fusedLogprob: true,
+  webgpuActivations: true,
+} as const satisfies Partial<RunMemoryOptions>;
+
 /** Bytes of one copy of an LM's weights stored as `baseDtype` (f16: the isF16Matrix weights at 2 bytes a value). */
 export function baseWeightBytes(c: Shape, baseDtype: BaseDtype = 'f32'): number {
   const half = baseDtype === 'f16' && isLlamaFamily((c as Partial<LMConfig>).model_type);
@@ -657,12 +667,11 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
   // peak), beside generation and scoring. A value model's update (PPO) is a recording of its own: its blocks are
   // counted beside the policy's (not measured; its frame shares scratch buffers of the same size with the policy's,
   // so it may hold less). Not where the run records nothing (RunShape.updateRecorded false).
-  const rows = Math.min(run.microBatchSize || mb, mb);
-  const valueHeld =
-    opts.valueModel === 'none'
-      ? 0
-      : webgpuUpdateFloats(c, rows, run.promptLength + run.responseLength, !!run.recompute);
   const records = !!opts.webgpuActivations && run.updateRecorded !== false && !accumulating && mb > 0;
+  const valueHeld =
+    records && opts.valueModel !== 'none'
+      ? webgpuUpdateFloats(c, mb, run.promptLength + run.responseLength, !!run.recompute)
+      : 0;
   const held = records ? phases.update + valueHeld + trainable : 0;
   const withGrads = {
     generate: phases.generate + held,

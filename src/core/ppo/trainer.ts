@@ -57,6 +57,7 @@ import {
   type MemoryEstimate,
   type RunShape,
   type StepPlan,
+  WEBGPU_MEMORY_OPTIONS,
 } from '../model/size';
 import { chunkedTokenLogprobs } from './chunked-logprob';
 import {
@@ -674,9 +675,7 @@ export class PpoTrainer {
     const opts = {
       ...runMemoryOptions(cfg, this.models.reward.kind === 'model'),
       fusedBlocks: tf.getBackend() === 'wasm' && wasmFusedBlocksHere(),
-      inPlaceCache: tf.getBackend() === 'webgpu',
-      fusedLogprob: tf.getBackend() === 'webgpu',
-      webgpuActivations: tf.getBackend() === 'webgpu',
+      ...(tf.getBackend() === 'webgpu' ? WEBGPU_MEMORY_OPTIONS : {}),
     };
     return estimateRunMemory(this.models.policy.config, this.runShape(cfg), opts);
   }
