@@ -941,6 +941,8 @@ describe("an f16 row's plans in the order asked (qwenGrpoBench, a stand-in train
         },
       };
       let reads = 0;
+      let samplers = 0;
+      const stopped: string[][] = [];
       const r = await qwenGrpoBench({
         build: async (_overrides, owner) => {
           source = (owner as unknown as (first: object) => NonNullable<typeof source>)({});
@@ -957,6 +959,14 @@ describe("an f16 row's plans in the order asked (qwenGrpoBench, a stand-in train
           baseDtype: 'f16',
           torchDtype: 'float16',
           gpuMemoryUsedBytes: () => (reads++, used),
+          sampleGpuMemory: () => {
+            samplers++;
+            const from = plans.length;
+            return {
+              // The most seen while its steps ran: 0.5 GB above what the last of them left.
+              stop: async () => (stopped.push(plans.slice(from)), used + 5e8),
+            };
+          },
           ...(asked ? { boundedMicro: asked } : {}),
         },
       });
@@ -973,6 +983,10 @@ describe("an f16 row's plans in the order asked (qwenGrpoBench, a stand-in train
       // Memory: read before the build and after the bounded plan's steps only (4 bounded steps of 1 GB each).
       expect(reads).toBe(2);
       expect(r.memory).toMatchObject({ plan: 'boundedPlan', gpuBytes: 4e9, estimateBytes: 2e9 });
+      // Sampled over the bounded plan's two timed steps only (not its warm-up, not the default plan's).
+      expect(samplers).toBe(1);
+      expect(stopped).toEqual([[b, b]]);
+      expect(r.memory!.gpuPeakBytes).toBe(4.5e9);
     });
   }
 });

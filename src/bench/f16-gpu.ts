@@ -37,6 +37,7 @@ import {
   decodeTiming,
   qwenGrpoBench,
   type GpuAdapterReport,
+  type GpuMemorySampler,
   type QwenGrpoBench,
   type QwenPlanKey,
   type QwenPlanRow,
@@ -113,6 +114,8 @@ export interface F16BenchHooks {
   loadModel: (name: F16BenchShapeName, baseDtype: 'f16' | 'f32') => Promise<CausalLM>;
   runTorchGrpo?: (spec: TorchGrpoSpec) => Promise<TorchGrpoResult>;
   gpuMemoryUsedBytes?: () => number | null;
+  /** The GPU's used memory sampled over the timed steps (src/cli/torch-probe.ts sampleGpuMemory). */
+  sampleGpuMemory?: () => GpuMemorySampler;
 }
 
 /** The key of a shape's row in notes: "f16Grpo.qwen2.5-1.5b". */
@@ -152,6 +155,7 @@ export async function runF16Bench(o: {
           baseDtype: 'f16',
           torchDtype: 'float16',
           gpuMemoryUsedBytes: o.hooks.gpuMemoryUsedBytes,
+          sampleGpuMemory: o.hooks.sampleGpuMemory,
         },
       }),
     );
@@ -283,7 +287,7 @@ export function f16Markdown(r: F16BenchResult): string {
   const lines = [
     `## bench --gpu, f16-base rows (issue #36): ${a.description || a.device || a.vendor}${a.software ? ' (software adapter)' : ''}`,
     '',
-    "| model | plan | s/step | generate | score | update | our GPU memory (nvidia-smi) | tfjs allocated (of it, replay frames) | the steps' peak of tfjs's buffers: in use / allocated | estimate | PyTorch eager + PEFT, f16 base: s/step (generate / score / update) | PyTorch peak allocated | ours ÷ PyTorch |",
+    "| model | plan | s/step | generate | score | update | our GPU memory (nvidia-smi): after / the steps' peak | tfjs allocated (of it, replay frames) | the steps' peak of tfjs's buffers: in use / allocated | estimate | PyTorch eager + PEFT, f16 base: s/step (generate / score / update) | PyTorch peak allocated | ours ÷ PyTorch |",
     '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
     ...r.rows.flatMap((q) => {
       const t = q.torchEagerPeft;
@@ -297,7 +301,7 @@ export function f16Markdown(r: F16BenchResult): string {
           k === 'defaultPlan'
             ? `${t ? `${f(t.sPerStep)} (${f(t.generateS)} / ${f(t.scoreS)} / ${f(t.updateS)})` : 'not run'} | ${gb(t?.peakMemoryBytes)} | ${q.vsTorchEagerDefault == null ? 'null (see notes)' : q.vsTorchEagerDefault.toFixed(2)}`
             : '— | — | —';
-        return `| ${q.model}; GRPO + LoRA r ${q.lora}, ${q.batchSize / q.groupSize} prompts × ${q.groupSize}, R ${q.responseLength}${q.measured ? '' : ' (dry run: not a measurement)'} | ${p ? `${k === 'boundedPlan' ? 'bounded: ' : ''}micro-batch ${p.microBatchSize}${p.generateMicroBatchSize !== p.microBatchSize ? ` (generate ${p.generateMicroBatchSize})` : ''}, recompute ${p.recompute ? 'on' : 'off'}` : 'not run'} | ${f(p?.sPerStep)} | ${f(p?.generateS)} | ${f(p?.scoreS)} | ${f(p?.updateS)} | ${gb(m?.gpuBytes)} | ${gb(m?.tfjsAllocatedBytes)}${m?.replayHeldBytes != null ? ` (replay frames ${gb(m.replayHeldBytes)})` : ''} | ${m && (m.tfjsPeakUsedBytes != null || m.tfjsPeakAllocatedBytes != null) ? `${gb(m.tfjsPeakUsedBytes)} / ${gb(m.tfjsPeakAllocatedBytes)}` : '—'} | ${m ? m.estimate : '—'} | ${torchCells} |`;
+        return `| ${q.model}; GRPO + LoRA r ${q.lora}, ${q.batchSize / q.groupSize} prompts × ${q.groupSize}, R ${q.responseLength}${q.measured ? '' : ' (dry run: not a measurement)'} | ${p ? `${k === 'boundedPlan' ? 'bounded: ' : ''}micro-batch ${p.microBatchSize}${p.generateMicroBatchSize !== p.microBatchSize ? ` (generate ${p.generateMicroBatchSize})` : ''}, recompute ${p.recompute ? 'on' : 'off'}` : 'not run'} | ${f(p?.sPerStep)} | ${f(p?.generateS)} | ${f(p?.scoreS)} | ${f(p?.updateS)} | ${gb(m?.gpuBytes)} / ${gb(m?.gpuPeakBytes)} | ${gb(m?.tfjsAllocatedBytes)}${m?.replayHeldBytes != null ? ` (replay frames ${gb(m.replayHeldBytes)})` : ''} | ${m && (m.tfjsPeakUsedBytes != null || m.tfjsPeakAllocatedBytes != null) ? `${gb(m.tfjsPeakUsedBytes)} / ${gb(m.tfjsPeakAllocatedBytes)}` : '—'} | ${m ? m.estimate : '—'} | ${torchCells} |`;
       });
     }),
     '',

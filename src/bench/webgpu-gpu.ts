@@ -224,6 +224,12 @@ export interface StepMemory {
   plan: QwenPlanKey;
   /** nvidia-smi's used memory after the timed steps − before the build; null without nvidia-smi. */
   gpuBytes: number | null;
+  /**
+   * The most nvidia-smi's used memory read while the timed steps ran (sampled every 50 ms) − before the build: the
+   * steps' peak on the device, Dawn's and the driver's memory included, at the sampling's resolution. Null without
+   * nvidia-smi, or in results from before 2026-12-01 (absent there).
+   */
+  gpuPeakBytes?: number | null;
   /** tfjs-backend-webgpu's numBytesAllocatedInGPU after the timed steps (its buffers, pool included). */
   tfjsAllocatedBytes: number | null;
   /**
@@ -242,6 +248,11 @@ export interface StepMemory {
   /** The engine's estimate of the step (trainer.memoryEstimate().total) and its words. */
   estimateBytes: number;
   estimate: string;
+}
+
+/** The GPU's used memory sampled in the background while something runs; stop() gives the most seen (bytes). */
+export interface GpuMemorySampler {
+  stop(): Promise<number | null>;
 }
 
 /** ms per generated token, greedy and sampled, of one model at one batch (prefill excluded). */
@@ -1101,6 +1112,8 @@ export async function qwenGrpoBench(o: {
     baseDtype: 'f16' | 'f32';
     torchDtype: TorchGrpoSpec['dtype'];
     gpuMemoryUsedBytes?: () => number | null;
+    /** Sampling of the same over the memory plan's timed steps (their peak on the device). */
+    sampleGpuMemory?: () => GpuMemorySampler;
     /** The bounded plan's micro-batch (default BOUNDED_PLAN_MICRO). */
     boundedMicro?: number;
   };
@@ -1195,7 +1208,9 @@ export async function qwenGrpoBench(o: {
         // The memory reading's plan: the peak of tfjs's buffers over its timed steps.
         const meter = o.row && planKey === plans[0].key ? new GpuBufferPeakMeter() : null;
         meter?.install();
+        const sampler = o.row && planKey === plans[0].key ? (o.row.sampleGpuMemory?.() ?? null) : null;
         let peak: GpuBufferPeak | null = null;
+        let gpuPeak: number | null = null;
         let timed: Awaited<ReturnType<typeof benchPpoStep>>;
         try {
           timed = await benchPpoStep(trainer, {
@@ -1209,6 +1224,7 @@ export async function qwenGrpoBench(o: {
           peak = meter?.read() ?? null;
         } finally {
           meter?.uninstall();
+          gpuPeak = (await sampler?.stop()) ?? null;
         }
         const resolved = trainer.stepPlan();
         out.Tq = timed.Tq;
@@ -1219,6 +1235,7 @@ export async function qwenGrpoBench(o: {
           out.memory = {
             plan: planKey,
             gpuBytes: after !== null && memBefore !== null ? after - memBefore : null,
+            gpuPeakBytes: gpuPeak !== null && memBefore !== null ? gpuPeak - memBefore : null,
             tfjsAllocatedBytes:
               typeof m.numBytesAllocatedInGPU === 'number' ? m.numBytesAllocatedInGPU : null,
             replayHeldBytes: replayHeldBytes(),

@@ -27,6 +27,7 @@ import {
   type TorchGrpoSpec,
 } from '../bench/torch-grpo';
 import type { F16BenchHooks } from '../bench/f16-gpu';
+import type { GpuMemorySampler } from '../bench/webgpu-gpu';
 import { loadLM } from '../core/model/folder';
 import { nodeFiles } from './files-node';
 import { writeRandomBf16LlamaFolder } from './random-bf16-folder';
@@ -241,6 +242,7 @@ export function f16GrpoBenchHooks(o: {
       ).model,
     runTorchGrpo: (spec) => runTorchGrpoStep(o.python, spec, o.log),
     gpuMemoryUsedBytes,
+    sampleGpuMemory: () => sampleGpuMemory(),
     cleanup: async () => {
       for (const d of dirs.values()) await rm(dirname(d), { recursive: true, force: true });
       dirs.clear();
@@ -252,6 +254,52 @@ export function f16GrpoBenchHooks(o: {
  * The GPU's used memory in bytes as nvidia-smi reports it (the first GPU), or null where there is none. Nothing
  * else runs on the bench's machine, so a difference of two readings is what this process added between them.
  */
+/**
+ * The GPU's used memory sampled while something runs: `nvidia-smi … -lms PERIOD` in the background (the first GPU's
+ * memory.used, MiB, a line each period), and `stop()` gives the most it printed, in bytes (null where it printed
+ * nothing: no nvidia-smi, or it failed). The peak between two after-the-fact readings (gpuMemoryUsedBytes), at the
+ * period's resolution: a buffer that lived less than a period may be missed. `command` and `args` are for tests.
+ */
+export function sampleGpuMemory(
+  periodMs = 50,
+  command = 'nvidia-smi',
+  args = ['--query-gpu=memory.used', '--format=csv,noheader,nounits', `-lms`, String(periodMs)],
+): GpuMemorySampler {
+  let most: number | null = null;
+  let partial = '';
+  const take = (line: string) => {
+    const mib = Number(line.trim());
+    if (line.trim() !== '' && Number.isFinite(mib)) most = Math.max(most ?? 0, mib * 1024 * 1024);
+  };
+  let child: ReturnType<typeof spawn> | null = null;
+  const exited = new Promise<void>((resolve) => {
+    try {
+      child = spawn(command, args, { stdio: ['ignore', 'pipe', 'ignore'] });
+    } catch {
+      resolve();
+      return;
+    }
+    child.on('error', () => resolve());
+    child.on('close', () => resolve());
+    child.stdout?.setEncoding('utf8');
+    child.stdout?.on('data', (chunk: string) => {
+      const lines = (partial + chunk).split('\n');
+      partial = lines.pop() ?? '';
+      for (const l of lines) take(l);
+    });
+  });
+  return {
+    async stop() {
+      const c = child as ReturnType<typeof spawn> | null;
+      if (c && c.exitCode === null && c.signalCode === null) c.kill('SIGTERM');
+      await exited;
+      take(partial);
+      partial = '';
+      return most;
+    },
+  };
+}
+
 export function gpuMemoryUsedBytes(): number | null {
   const r = spawnSync('nvidia-smi', ['--query-gpu=memory.used', '--format=csv,noheader,nounits'], {
     encoding: 'utf8',
