@@ -255,15 +255,15 @@ export function f16GrpoBenchHooks(o: {
  * else runs on the bench's machine, so a difference of two readings is what this process added between them.
  */
 /**
- * The GPU's used memory sampled while something runs: `nvidia-smi … -lms PERIOD` in the background (the first GPU's
- * memory.used, MiB, a line each period), and `stop()` gives the most it printed, in bytes (null where it printed
+ * The GPU's used memory sampled while something runs: `nvidia-smi -i 0 … -lms PERIOD` in the background (the first
+ * GPU's memory.used, as gpuMemoryUsedBytes reads it: MiB, a line each period), and `stop()` gives the most it printed, in bytes (null where it printed
  * nothing: no nvidia-smi, or it failed). The peak between two after-the-fact readings (gpuMemoryUsedBytes), at the
  * period's resolution: a buffer that lived less than a period may be missed. `command` and `args` are for tests.
  */
 export function sampleGpuMemory(
   periodMs = 50,
   command = 'nvidia-smi',
-  args = ['--query-gpu=memory.used', '--format=csv,noheader,nounits', `-lms`, String(periodMs)],
+  args = ['-i', '0', '--query-gpu=memory.used', '--format=csv,noheader,nounits', '-lms', String(periodMs)],
 ): GpuMemorySampler {
   let most: number | null = null;
   let partial = '';
