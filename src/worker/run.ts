@@ -32,6 +32,7 @@ import { makeReward } from '../core/reward/functions';
 import { checkTaskName } from '../core/tasks';
 import { isUserError, UserError } from '../common/errors';
 import { defaultHeapBudget } from '../core/model/oom';
+import { releasePooledBuffers } from '../core/ppo/gpu-plan';
 import { DPO_MODEL, PREFERENCE_REWARD_MODEL, SFT_MODEL, type ModelSources } from './sources';
 import { checkJob, dpoConfigOf, dpoJobOf, type DpoJobWire } from './supervised';
 import { RewardSandbox } from './reward-sandbox';
@@ -95,6 +96,21 @@ function describeReward(cfg: TrainConfig): string {
   if (typeof r === 'string') return `reward ${r}`;
   if ('mix' in r) return `reward mix (${r.mix.map((m) => `${m.weight}×${m.name}`).join(' + ')})`;
   return r.model === PREFERENCE_REWARD_MODEL ? 'reward model from preferences' : `reward model ${r.model}`;
+}
+
+/**
+ * After models are freed: on WebGPU, what tfjs-backend-webgpu pooled of their buffers goes back to the device
+ * (gpu-plan.ts releasePooledBuffers). tfjs keeps every freed buffer for reuse at the same size and usage only, so
+ * without this a model that was unloaded, or a run that was dropped, kept its memory on the GPU for the page's life:
+ * loading another model (other sizes) then held both, and a third all three. Nothing here may stop a drop: an
+ * error (a device already lost) is ignored.
+ */
+function giveBackDeviceMemory(): void {
+  try {
+    releasePooledBuffers();
+  } catch {
+    // The device is gone or going: its memory goes with it.
+  }
 }
 
 export class Run {
@@ -521,6 +537,7 @@ export class Run {
   dropTrainer(): void {
     this.sup?.drop();
     this.rl.drop();
+    giveBackDeviceMemory();
   }
 
   // ---- models ---------------------------------------------------------------------------------------------
@@ -533,6 +550,7 @@ export class Run {
   disposeLm(): void {
     this.lm?.lm.model.dispose();
     this.lm = null;
+    giveBackDeviceMemory();
   }
 
   /**
