@@ -207,6 +207,8 @@ describe('the f16 rows as Markdown', () => {
           memory: {
             plan: 'defaultPlan',
             gpuBytes: 5.5e9,
+            gpuPeakBytes: 6.25e9,
+            gpuPeakSamples: 40,
             tfjsAllocatedBytes: 4.2e9,
             replayHeldBytes: 1.1e9,
             tfjsPeakUsedBytes: 4.8e9,
@@ -233,7 +235,7 @@ describe('the f16 rows as Markdown', () => {
     const md = f16Markdown(r);
     expect(md).toContain('| the same, vector loads (setWebGpuLinearVecRows) | 3.00 | 5.50 | 0.55 |');
     expect(md).toContain(
-      '| micro-batch 16, recompute off | 3.500 | 1.500 | 0.500 | 1.500 | 5.50 GB | 4.20 GB (replay frames 1.10 GB) | 4.80 GB / 5.25 GB | ≈ 5.0 GB: … | not run | — | null (see notes) |',
+      '| micro-batch 16, recompute off | 3.500 | 1.500 | 0.500 | 1.500 | 5.50 GB / 6.25 GB | 4.20 GB (replay frames 1.10 GB) | 4.80 GB / 5.25 GB | ≈ 5.0 GB: … | not run | — | null (see notes) |',
     );
     expect(md).toContain('| Qwen2.5-1.5B shape; 230.0 dispatches a token (f16) | 6.00 | 10.00 | 0.60 |');
     expect(md).toContain('- f16Grpo.qwen2.5-1.5b.torchEagerPeft: null (no PyTorch on a GPU: none).');
@@ -280,14 +282,15 @@ describe('the f16 rows as Markdown', () => {
     const bounded = {
       ...row,
       boundedPlan: { ...row.defaultPlan!, microBatchSize: 4, recompute: true, sPerStep: 5.25 },
-      memory: { ...row.memory!, plan: 'boundedPlan' as const, gpuBytes: 4.5e9 },
+      // A reading without the sampled peak (no nvidia-smi sampling, or a result from before it): shown as —.
+      memory: { ...row.memory!, plan: 'boundedPlan' as const, gpuBytes: 4.5e9, gpuPeakBytes: null },
     };
     const md2 = f16Markdown({ ...r, rows: [bounded] });
     expect(md2).toContain(
       '| micro-batch 16, recompute off | 3.500 | 1.500 | 0.500 | 1.500 | — | — | — | — | not run | — | null (see notes) |',
     );
     expect(md2).toContain(
-      '| bounded: micro-batch 4 (generate 16), recompute on | 5.250 | 1.500 | 0.500 | 1.500 | 4.50 GB | 4.20 GB (replay frames 1.10 GB) | 4.80 GB / 5.25 GB | ≈ 5.0 GB: … | — | — | — |',
+      '| bounded: micro-batch 4 (generate 16), recompute on | 5.250 | 1.500 | 0.500 | 1.500 | 4.50 GB / — | 4.20 GB (replay frames 1.10 GB) | 4.80 GB / 5.25 GB | ≈ 5.0 GB: … | — | — | — |',
     );
   });
 });

@@ -963,6 +963,7 @@ describe("an f16 row's plans in the order asked (qwenGrpoBench, a stand-in train
             samplers++;
             const from = plans.length;
             return {
+              samples: () => 7,
               // The most seen while its steps ran: 0.5 GB above what the last of them left.
               stop: async () => (stopped.push(plans.slice(from)), used + 5e8),
             };
@@ -987,6 +988,7 @@ describe("an f16 row's plans in the order asked (qwenGrpoBench, a stand-in train
       expect(samplers).toBe(1);
       expect(stopped).toEqual([[b, b]]);
       expect(r.memory!.gpuPeakBytes).toBe(4.5e9);
+      expect(r.memory!.gpuPeakSamples).toBe(7);
     });
   }
 });

@@ -230,6 +230,8 @@ export interface StepMemory {
    * nvidia-smi, or in results from before 2026-12-01 (absent there).
    */
   gpuPeakBytes?: number | null;
+  /** How many readings gpuPeakBytes is the most of (null: not sampled). */
+  gpuPeakSamples?: number | null;
   /** tfjs-backend-webgpu's numBytesAllocatedInGPU after the timed steps (its buffers, pool included). */
   tfjsAllocatedBytes: number | null;
   /**
@@ -252,8 +254,21 @@ export interface StepMemory {
 
 /** The GPU's used memory sampled in the background while something runs; stop() gives the most seen (bytes). */
 export interface GpuMemorySampler {
+  /** Readings taken so far. */
+  samples(): number;
   stop(): Promise<number | null>;
 }
+
+/** Wait for the WebGPU device's queue, where tfjs runs on WebGPU (what was submitted, done; else nothing). */
+async function webgpuQueueDone(): Promise<void> {
+  if (tf.getBackend() !== 'webgpu') return;
+  const d = (tf.backend() as unknown as { device?: { queue?: { onSubmittedWorkDone?(): Promise<void> } } })
+    .device;
+  await d?.queue?.onSubmittedWorkDone?.();
+}
+
+/** How long the bench waits for a sampler's first reading before the steps it samples start. */
+export const FIRST_SAMPLE_WAIT_MS = 5000;
 
 /** ms per generated token, greedy and sampled, of one model at one batch (prefill excluded). */
 export interface DecodeTiming {
@@ -1209,6 +1224,13 @@ export async function qwenGrpoBench(o: {
         const meter = o.row && planKey === plans[0].key ? new GpuBufferPeakMeter() : null;
         meter?.install();
         const sampler = o.row && planKey === plans[0].key ? (o.row.sampleGpuMemory?.() ?? null) : null;
+        // The sampler's command takes a moment to start: the steps begin once it has read once (or after
+        // FIRST_SAMPLE_WAIT_MS, where it never does: no nvidia-smi).
+        for (
+          const t0 = Date.now();
+          sampler && sampler.samples() === 0 && Date.now() - t0 < FIRST_SAMPLE_WAIT_MS;
+        )
+          await new Promise<void>((r) => setTimeout(r, 10));
         let peak: GpuBufferPeak | null = null;
         let gpuPeak: number | null = null;
         let timed: Awaited<ReturnType<typeof benchPpoStep>>;
@@ -1229,6 +1251,9 @@ export async function qwenGrpoBench(o: {
         const resolved = trainer.stepPlan();
         out.Tq = timed.Tq;
         if (o.row && planKey === plans[0].key) {
+          // What the step destroyed at its end (the trim on entering 'idle') is freed once the device has run the
+          // submit that followed it: wait for that before reading what stays.
+          await webgpuQueueDone();
           const after = o.row.gpuMemoryUsedBytes?.() ?? null;
           const m = tf.memory() as tf.MemoryInfo & { numBytesAllocatedInGPU?: number };
           const e = trainer.memoryEstimate();
@@ -1236,6 +1261,7 @@ export async function qwenGrpoBench(o: {
             plan: planKey,
             gpuBytes: after !== null && memBefore !== null ? after - memBefore : null,
             gpuPeakBytes: gpuPeak !== null && memBefore !== null ? gpuPeak - memBefore : null,
+            gpuPeakSamples: sampler ? sampler.samples() : null,
             tfjsAllocatedBytes:
               typeof m.numBytesAllocatedInGPU === 'number' ? m.numBytesAllocatedInGPU : null,
             replayHeldBytes: replayHeldBytes(),

@@ -251,14 +251,12 @@ export function f16GrpoBenchHooks(o: {
 }
 
 /**
- * The GPU's used memory in bytes as nvidia-smi reports it (the first GPU), or null where there is none. Nothing
- * else runs on the bench's machine, so a difference of two readings is what this process added between them.
- */
-/**
  * The GPU's used memory sampled while something runs: `nvidia-smi -i 0 … -lms PERIOD` in the background (the first
- * GPU's memory.used, as gpuMemoryUsedBytes reads it: MiB, a line each period), and `stop()` gives the most it printed, in bytes (null where it printed
- * nothing: no nvidia-smi, or it failed). The peak between two after-the-fact readings (gpuMemoryUsedBytes), at the
- * period's resolution: a buffer that lived less than a period may be missed. `command` and `args` are for tests.
+ * GPU's memory.used, as gpuMemoryUsedBytes reads it: MiB, a line each period). `samples()` counts the readings so
+ * far (a caller can wait for the first before what it measures starts); `stop()` ends the command (SIGTERM, then
+ * SIGKILL after STOP_GRACE_MS; it resolves by then whatever the command does) and gives the most it printed, in
+ * bytes (null where it printed nothing: no nvidia-smi, or it failed). At the period's resolution: a buffer that
+ * lived less than a period may be missed. `command` and `args` are for tests.
  */
 export function sampleGpuMemory(
   periodMs = 50,
@@ -266,21 +264,29 @@ export function sampleGpuMemory(
   args = ['-i', '0', '--query-gpu=memory.used', '--format=csv,noheader,nounits', '-lms', String(periodMs)],
 ): GpuMemorySampler {
   let most: number | null = null;
+  let count = 0;
   let partial = '';
   const take = (line: string) => {
     const mib = Number(line.trim());
-    if (line.trim() !== '' && Number.isFinite(mib)) most = Math.max(most ?? 0, mib * 1024 * 1024);
+    if (line.trim() === '' || !Number.isFinite(mib)) return;
+    most = Math.max(most ?? 0, mib * 1024 * 1024);
+    count++;
   };
   let child: ReturnType<typeof spawn> | null = null;
+  let done = false;
   const exited = new Promise<void>((resolve) => {
+    const end = () => {
+      done = true;
+      resolve();
+    };
     try {
       child = spawn(command, args, { stdio: ['ignore', 'pipe', 'ignore'] });
     } catch {
-      resolve();
+      end();
       return;
     }
-    child.on('error', () => resolve());
-    child.on('close', () => resolve());
+    child.on('error', end);
+    child.on('close', end);
     child.stdout?.setEncoding('utf8');
     child.stdout?.on('data', (chunk: string) => {
       const lines = (partial + chunk).split('\n');
@@ -288,11 +294,27 @@ export function sampleGpuMemory(
       for (const l of lines) take(l);
     });
   });
+  /** Signal the command only while it runs: with no pid (a start that failed, reported on a later tick) a kill
+   * would signal this process's whole group. */
+  const signal = (sig: NodeJS.Signals) => {
+    const c = child as ReturnType<typeof spawn> | null;
+    if (!done && c && c.pid !== undefined && c.exitCode === null && c.signalCode === null) c.kill(sig);
+  };
   return {
+    samples: () => count,
     async stop() {
-      const c = child as ReturnType<typeof spawn> | null;
-      if (c && c.exitCode === null && c.signalCode === null) c.kill('SIGTERM');
-      await exited;
+      signal('SIGTERM');
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        exited,
+        new Promise<void>((resolve) => {
+          timer = setTimeout(() => {
+            signal('SIGKILL');
+            resolve();
+          }, STOP_GRACE_MS);
+        }),
+      ]);
+      clearTimeout(timer);
       take(partial);
       partial = '';
       return most;
@@ -300,6 +322,13 @@ export function sampleGpuMemory(
   };
 }
 
+/** How long sampleGpuMemory's stop() waits for the command to end after SIGTERM. */
+export const STOP_GRACE_MS = 3000;
+
+/**
+ * The GPU's used memory in bytes as nvidia-smi reports it (the first GPU), or null where there is none. Nothing
+ * else runs on the bench's machine, so a difference of two readings is what this process added between them.
+ */
 export function gpuMemoryUsedBytes(): number | null {
   const r = spawnSync('nvidia-smi', ['--query-gpu=memory.used', '--format=csv,noheader,nounits'], {
     encoding: 'utf8',
