@@ -274,7 +274,7 @@ describe('in-place KV slot writes of the Llama/Qwen decode on Node WebGPU', () =
       m.dispose();
     }
     expect(await webGpuErrors()).toEqual([]);
-  });
+  }, 120_000); // 2–3 s alone; over 30 s (the fast tier's default) twice beside other SwiftShader files
 
   it('runProgramInPlace refuses, before compiling anything, a shader that does not declare an input as expected', async () => {
     class NoSuchInput {
