@@ -1224,11 +1224,11 @@ export async function qwenGrpoBench(o: {
         const meter = o.row && planKey === plans[0].key ? new GpuBufferPeakMeter() : null;
         meter?.install();
         const sampler = o.row && planKey === plans[0].key ? (o.row.sampleGpuMemory?.() ?? null) : null;
-        // The sampler's command takes a moment to start: the steps begin once it has read once (or after
-        // FIRST_SAMPLE_WAIT_MS, where it never does: no nvidia-smi).
+        // The sampler's command takes a moment to start: where the reading before the build worked, the steps
+        // begin once it has read once (or after FIRST_SAMPLE_WAIT_MS, where it never does).
         for (
           const t0 = Date.now();
-          sampler && sampler.samples() === 0 && Date.now() - t0 < FIRST_SAMPLE_WAIT_MS;
+          sampler && memBefore !== null && sampler.samples() === 0 && Date.now() - t0 < FIRST_SAMPLE_WAIT_MS;
         )
           await new Promise<void>((r) => setTimeout(r, 10));
         let peak: GpuBufferPeak | null = null;
