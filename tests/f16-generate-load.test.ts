@@ -411,9 +411,13 @@ describe('the Run loads generate’s model as "baseDtype" says (WebGPU in Node)'
       steps: 1,
     });
     const tfc = await import('@tensorflow/tfjs-core');
-    const freeBuffers = () =>
-      (tfc.backend() as unknown as { bufferManager: { numFreeBuffers: number } }).bufferManager
-        .numFreeBuffers;
+    /** tfjs-backend-webgpu's buffer counters. */
+    const manager = () =>
+      (
+        tfc.backend() as unknown as {
+          bufferManager: { numFreeBuffers: number; numBytesAllocated: number; numBytesUsed: number };
+        }
+      ).bufferManager;
     const packed = (m: { params: Map<string, { dtype: string }> }) =>
       [...m.params.values()].filter((v) => v.dtype === 'int32').length;
 
@@ -430,7 +434,7 @@ describe('the Run loads generate’s model as "baseDtype" says (WebGPU in Node)'
     expect(run.hasLm).toBe(true); // kept until generate asks for it
     const f32 = (await run.generator()).model;
     // The f16 model's buffers went back to the device when it was unloaded, not into tfjs's pool.
-    expect(freeBuffers()).toBe(0);
+    expect(manager().numFreeBuffers).toBe(0);
     expect(f32).not.toBe(f16);
     expect(packed(f32)).toBe(0);
     expect((await run.generator()).model).toBe(f32); // same storage: kept
@@ -446,15 +450,10 @@ describe('the Run loads generate’s model as "baseDtype" says (WebGPU in Node)'
     expect(await webGpuErrors()).toEqual([]);
     // Dropped: the trainer's buffers go back to the device, not into tfjs's pool (which would keep them for the
     // page's life, since another model's sizes never match them).
-    const manager = (
-      tfc.backend() as unknown as {
-        bufferManager: { numFreeBuffers: number; numBytesAllocated: number; numBytesUsed: number };
-      }
-    ).bufferManager;
-    const allocated = manager.numBytesAllocated;
+    const allocated = manager().numBytesAllocated;
     run.dropTrainer();
-    expect(manager.numFreeBuffers).toBe(0);
-    expect(manager.numBytesAllocated).toBe(manager.numBytesUsed);
-    expect(manager.numBytesAllocated).toBeLessThan(allocated);
+    expect(manager().numFreeBuffers).toBe(0);
+    expect(manager().numBytesAllocated).toBe(manager().numBytesUsed);
+    expect(manager().numBytesAllocated).toBeLessThan(allocated);
   }, 120_000);
 });

@@ -259,14 +259,6 @@ export interface GpuMemorySampler {
   stop(): Promise<number | null>;
 }
 
-/** Wait for the WebGPU device's queue, where tfjs runs on WebGPU (what was submitted, done; else nothing). */
-async function webgpuQueueDone(): Promise<void> {
-  if (tf.getBackend() !== 'webgpu') return;
-  const d = (tf.backend() as unknown as { device?: { queue?: { onSubmittedWorkDone?(): Promise<void> } } })
-    .device;
-  await d?.queue?.onSubmittedWorkDone?.();
-}
-
 /** How long the bench waits for a sampler's first reading before the steps it samples start. */
 export const FIRST_SAMPLE_WAIT_MS = 5000;
 
@@ -1253,7 +1245,7 @@ export async function qwenGrpoBench(o: {
         if (o.row && planKey === plans[0].key) {
           // What the step destroyed at its end (the trim on entering 'idle') is freed once the device has run the
           // submit that followed it: wait for that before reading what stays.
-          await webgpuQueueDone();
+          await replayBackend()?.queue.onSubmittedWorkDone();
           const after = o.row.gpuMemoryUsedBytes?.() ?? null;
           const m = tf.memory() as tf.MemoryInfo & { numBytesAllocatedInGPU?: number };
           const e = trainer.memoryEstimate();
