@@ -150,6 +150,43 @@ describe('replayed decode on WebGPU (Node, Dawn)', () => {
     expect(await webGpuErrors()).toEqual([]);
   });
 
+  it('a buffer one frame reads and another recording released makes the first stale when the second lets it go', async () => {
+    const backend = replayBackend()!;
+    const w0 = tf.tensor2d([1, 2, 3, 4, 5, 6], [3, 2]);
+    const w = tf.variable(w0);
+    w0.dispose();
+    const x = tf.tensor2d([1, 0, 2, -1, 0.5, 3], [2, 3]);
+    const a = ReplayFrame.record(backend, () => tf.tidy(() => tf.matMul(x, w)), [x]);
+    // Frame B's step replaces the weight: its old buffer (which frame A reads) is released while B records, so
+    // B keeps it out of tfjs's pool and A may still replay.
+    const b = ReplayFrame.record(backend, () => {
+      tf.tidy(() => w.assign(tf.fill([3, 2], 2)));
+      return tf.tidy(() => tf.add(x, 1));
+    }, [x]);
+    expect(a.frame.valid).toBe(true);
+    a.frame.replay();
+    expect(Array.from(await tf.tidy(() => tf.add(a.result, 0)).data())).toEqual([11, 14, 15.5, 18]); // x · the old w;
+    // B gives the buffer back to tfjs: anything may be written there next, so A must not replay it.
+    b.frame.dispose();
+    expect(a.frame.valid).toBe(false);
+    expect(() => a.frame.replay()).toThrow(/stale/);
+    // The same through a recording that fails after the release.
+    const c = ReplayFrame.record(backend, () => tf.tidy(() => tf.matMul(x, w)), [x]);
+    expect(() =>
+      ReplayFrame.record(backend, () => {
+        tf.tidy(() => w.assign(tf.fill([3, 2], 3)));
+        flushTfjs(backend); // the old buffer's release reaches the recording before the step fails
+        throw new Error('the step failed');
+      }, [x]),
+    ).toThrow(/the step failed/);
+    expect(c.frame.valid).toBe(false);
+    a.frame.dispose();
+    c.frame.dispose();
+    tf.dispose([w, x, a.result, b.result, c.result]);
+    expect(liveReplayFrames()).toBe(0);
+    expect(await webGpuErrors()).toEqual([]);
+  });
+
   it("a frame keeps its live intermediates, not each one's buffer, and frames share them; uploads stay its own", async () => {
     const backend = replayBackend()!;
     const N = 4096; // 16 kB a tensor

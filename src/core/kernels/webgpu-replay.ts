@@ -24,7 +24,8 @@
  *   caller's buffer copies after it (state carried from one replay to the next, results into accumulators), and
  *   submits them in one command buffer.
  * - Validity: a buffer the recording read that tfjs releases later (a weight disposed, a LoRA adapter replaced by
- *   an update, a table regrown) marks the frame stale (`valid` false): the caller records again. A readback or a
+ *   an update, a table regrown) marks the frame stale (`valid` false): the caller records again. So does such a
+ *   buffer released while another frame records (that frame pins it) once that frame gives it back. A readback or a
  *   data upload of a step input while recording is refused (it would be baked into the recording).
  *
  * Memory: a recorded step's intermediates stay the frame's (a replay writes them again), but not one buffer each.
@@ -215,6 +216,16 @@ function releaseOriginal(backend: ReplayBackend): BufferManagerLike['releaseBuff
   return (backend.bufferManager as { releaseOriginal?: BufferManagerLike['releaseBuffer'] }).releaseOriginal!;
 }
 
+/**
+ * Give a buffer a frame kept back to tfjs's pool. Another live frame may read it: a tensor made before a recording
+ * and released during it (a weight replaced inside the step) is pinned by that recording, not released, so the
+ * frames that read it were not told then. Once it is in the pool anything may be written there: they go stale now.
+ */
+function releaseKept(backend: ReplayBackend, buffer: GPUBuffer): void {
+  for (const f of live) if (f.reads(buffer)) f.markStale();
+  releaseOriginal(backend)(buffer);
+}
+
 interface Recorder {
   dispatches: Dispatch[];
   /** Buffers released while recording that the frame keeps as they are (uniforms, uploads, older tensors). */
@@ -315,7 +326,7 @@ export class ReplayFrame {
       if (readRefused) throw readback();
     } catch (e) {
       recording = null;
-      for (const b of [...rec.pinned, ...[...rec.free.values()].flat()]) releaseOriginal(backend)(b);
+      for (const b of [...rec.pinned, ...[...rec.free.values()].flat()]) releaseKept(backend, b);
       tf.dispose(held);
       throw e;
     } finally {
@@ -415,15 +426,14 @@ export class ReplayFrame {
     this.disposed = true;
     live.delete(this);
     flushTfjs(this.backend); // a replay's commands are submitted; tfjs's may use these buffers next
-    const release = releaseOriginal(this.backend);
-    for (const b of this.pinned) release(b);
+    for (const b of this.pinned) releaseKept(this.backend, b);
     this.pinned.length = 0;
     for (const b of this.scratch) {
       const owners = scratchOwners.get(b)!;
       owners.delete(this);
       if (owners.size === 0) {
         scratchOwners.delete(b);
-        release(b);
+        releaseKept(this.backend, b);
       }
     }
     this.scratch.length = 0;
