@@ -18,7 +18,7 @@ import { GPT2 } from '../src/core/model/gpt2';
 import { Llama } from '../src/core/model/llama';
 import { LLAMA_SHAPES, parseLlamaConfig, type LlamaConfig } from '../src/core/model/llama-config';
 import { ScalarModel } from '../src/core/model/heads';
-import { LoraAdapters, LORA_TARGETS } from '../src/core/model/lora';
+import { LoraAdapters, LLAMA_LORA_TARGETS, LORA_TARGETS } from '../src/core/model/lora';
 import {
   PpoTrainer,
   bucket,
@@ -1093,15 +1093,30 @@ describe('the estimate on WebGPU (RunMemoryOptions.webgpuActivations): hand-work
   const gpu = { scorers: 2, lora, fusedLogprob: true, inPlaceCache: true, webgpu: true, wteTrains: false };
 
   it('the update: per token per layer 4 · (C + q + kv) + 10.5 · I + 2.5 · nh · T, 32 · C outside, the logits and wte apart', () => {
-    const p = phaseFloats(c, run, gpu);
-    const perLayer = 4 * (128 + 128 + 64) + 10.5 * 384 + 2.5 * 4 * 32; // 1280 + 4032 + 320 = 5632
-    const blocks = 2 * N * perLayer + 32 * N * 128; // 2 883 584 + 1 048 576
+    const all = phaseFloats(c, run, { ...gpu, lora: { r: 4, targets: [...LLAMA_LORA_TARGETS] } });
+    const perLayerAll = 4 * (128 + 128 + 64) + 10.5 * 384 + 2.5 * 4 * 32; // 1280 + 4032 + 320 = 5632
     const logits = LOGITS_UPDATE_FUSED * 8 * 16 * 2048; // 1 310 720
     const wte = 2 * 2048 * 128; // the f32 base's two kept copies of the embedding (WTE_TAPE_COPIES)
-    expect(p.update).toBe(blocks + logits + wte);
+    expect(all.update).toBe(2 * N * perLayerAll + 32 * N * 128 + logits + wte); // 2 883 584 + 1 048 576 + …
+    // GPT-2's four names (the config's default) mean all seven; full fine-tuning is counted as all seven too.
+    expect(phaseFloats(c, run, { ...gpu, lora: { r: 4, targets: [...LORA_TARGETS] } }).update).toBe(
+      all.update,
+    );
+    expect(phaseFloats(c, run, { ...gpu, lora: null }).update).toBe(all.update);
+    // LoRA on q_proj and v_proj only: k_proj and o_proj hold 1 float less per output feature (kv 64, C 128),
+    // gate_proj and up_proj 2 per intermediate feature each, down_proj 1.5.
+    const saved = 1 * (64 + 128) + 2 * 2 * 384 + 1.5 * 384; // 192 + 1536 + 576 = 2304
+    const perLayer = perLayerAll - saved; // 3328
+    const p = phaseFloats(c, run, gpu);
+    expect(p.update).toBe(2 * N * perLayer + 32 * N * 128 + logits + wte);
     // With recompute: one block's update at a time, and 4 · C per token per layer of saved inputs.
     const r = phaseFloats(c, { ...run, recompute: true }, gpu);
     expect(r.update).toBe(N * perLayer + 32 * N * 128 + 4 * 2 * N * 128 + logits + wte);
+    // GPT-2 (C 64): c_attn alone leaves out attn.c_proj (1 · C), c_fc (5 · C) and mlp.c_proj (4 · C).
+    const g = bytesShape(2, 64, 4);
+    expect(phaseFloats(g, run, { ...gpu, lora: { r: 4, targets: ['c_attn'] } }).update).toBe(
+      phaseFloats(g, run, { ...gpu, lora: { r: 4, targets: [...LORA_TARGETS] } }).update - 2 * N * 10 * 64,
+    );
   });
 
   it('scoring: one block at a time, 8 · C + 3 · (q + kv) + 3.5 · I + 2 · nh · T per token, 1.5 floats a response logit', () => {
@@ -1146,7 +1161,12 @@ describe('the estimate on WebGPU (RunMemoryOptions.webgpuActivations): hand-work
     expect(sliced.parts.activations).toBe((largest - trainable) * 4);
     // PPO: the value model's update is a recording of its own, its blocks held beside the policy's.
     const ppo = estimateRunMemory(c, run, { ...opts, valueModel: 'shared' });
-    const value = 2 * N * (4 * (128 + 128 + 64) + 10.5 * 384 + 2.5 * 4 * 32) + 32 * N * 128;
+    // On the shared base the value model's adapters are on the policy's layers (q and v): the same savings.
+    const value = 2 * N * (4 * (128 + 128 + 64) + 10.5 * 384 + 2.5 * 4 * 32 - 2304) + 32 * N * 128;
     expect(ppo.parts.activations).toBe((p.update + value + Math.max(p.generate, p.score)) * 4);
+    // A separate value model trains every weight of its own trunk: counted in full.
+    const separate = estimateRunMemory(c, run, { ...opts, valueModel: 'separate' });
+    const full = value + 2 * N * 2304;
+    expect(separate.parts.activations).toBe((p.update + full + Math.max(p.generate, p.score)) * 4);
   });
 });

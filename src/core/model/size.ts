@@ -50,7 +50,14 @@ import type { GPT2Config, LlamaConfig, LMConfig } from './config';
 import { isLlamaFamily } from './llama-config';
 import { llamaParamSpecs } from './llama';
 import { trunkParamSpecs, scoreHeadSpecs, type ParamSpec } from './specs';
-import { loraModules, LORA_TARGETS, type LoraTarget } from './lora';
+import {
+  loraModules,
+  loraModuleShape,
+  resolveLoraTargets,
+  LLAMA_LORA_TARGETS,
+  LORA_TARGETS,
+  type LoraTarget,
+} from './lora';
 import { UserError } from '../../common/errors';
 import { isF16Matrix, type BaseDtype } from './f16-base';
 import { hasValueModel, type TrainConfig } from '../../common/config';
@@ -394,19 +401,69 @@ export const WEBGPU_SCORE_PER_HT = 2;
 export const WEBGPU_LOGITS_SCORE = 1.5;
 
 /**
+ * What a Llama-family block's update holds less on WebGPU for each linear layer LoRA does not adapt, against the
+ * constants above (fitted with adapters on all seven): floats per token per layer, per intermediate_size feature
+ * for gate_proj and up_proj (each) and for down_proj, per output feature for q/k/v/o_proj. Measured with
+ * scripts/webgpu-memory-fit.ts (a Llama of width 192 with intermediate 768, a Qwen2 of width 128 with intermediate
+ * 1 024 and 2 KV heads; 2 layers, 320 tokens, r 4) by leaving out one layer or a group at a time: gate_proj
+ * 2.3 and 2.1·I, down_proj 1.8 and 1.7·I, the three together 6.0 and 5.8·I; the attention's k, v and o together
+ * 1.8 and 2.2 per output feature, v_proj alone 2.1 and 0.2. The savings are counted below what was measured (the
+ * step's peak is not the sum of the layers' parts), so the estimate stays above the step.
+ */
+export const WEBGPU_LORA_UNTARGETED_GATE_UP_PER_I = 2;
+export const WEBGPU_LORA_UNTARGETED_DOWN_PER_I = 1.5;
+export const WEBGPU_LORA_UNTARGETED_ATTN_PER_OUT = 1;
+/**
+ * The same for GPT-2, floats per token per layer per n_embd for each Conv1D LoRA leaves out. Measured on a GPT-2
+ * of width 192 (2 layers, 320 tokens, r 4): c_fc 6.2, mlp.c_proj 5.2, the two 12.9; c_attn with attn.c_proj 3.8,
+ * attn.c_proj alone about 0. Counted below what was measured, as above.
+ */
+export const WEBGPU_GPT2_LORA_UNTARGETED_PER_C: Readonly<Record<string, number>> = {
+  c_attn: 2,
+  'attn.c_proj': 1,
+  c_fc: 5,
+  'mlp.c_proj': 4,
+};
+
+/** Floats per token per layer that an update holds less for the linear layers LoRA leaves out (WebGPU). */
+function webgpuUntargetedFloats(c: Shape, lora: LoraShape | null | undefined): number {
+  if (!lora || lora.r <= 0) return 0; // full fine-tuning: the constants' count (not fitted apart)
+  const l = llamaOf(c);
+  const targeted = new Set(resolveLoraTargets(c as LMConfig, lora.targets));
+  let saved = 0;
+  for (const t of l ? LLAMA_LORA_TARGETS : LORA_TARGETS) {
+    if (targeted.has(t)) continue;
+    if (!l) saved += WEBGPU_GPT2_LORA_UNTARGETED_PER_C[t] * c.n_embd;
+    else if (t === 'gate_proj' || t === 'up_proj')
+      saved += WEBGPU_LORA_UNTARGETED_GATE_UP_PER_I * l.intermediate_size;
+    else if (t === 'down_proj') saved += WEBGPU_LORA_UNTARGETED_DOWN_PER_I * l.intermediate_size;
+    else saved += WEBGPU_LORA_UNTARGETED_ATTN_PER_OUT * loraModuleShape(l as LMConfig, t).out;
+  }
+  return saved;
+}
+
+/**
  * Floats of the blocks' side of an update over n rows of T tokens on WebGPU (`layers` kept whole: n_layer, or 1
  * block at a time with recompute, whose saved inputs `kept` adds), LoRA's terms included (fitted with r 4 on every
- * linear layer: fewer targets, or none, hold less). The logits and the embedding's copies are counted apart.
+ * linear layer; the layers LoRA leaves out hold less: WEBGPU_LORA_UNTARGETED_*, WEBGPU_GPT2_LORA_UNTARGETED_PER_C).
+ * The logits and the embedding's copies are counted apart.
  */
-function webgpuUpdateFloats(c: Shape, n: number, T: number, recompute: boolean): number {
+function webgpuUpdateFloats(
+  c: Shape,
+  n: number,
+  T: number,
+  recompute: boolean,
+  lora?: LoraShape | null,
+): number {
   const N = n * T;
   const l = llamaOf(c);
   const layers = recompute ? 1 : c.n_layer;
-  const perLayer = l
-    ? WEBGPU_LLAMA_UPDATE_PER_WIDTH *
-        (c.n_embd + (l.num_attention_heads + l.num_key_value_heads) * l.head_dim) +
-      WEBGPU_LLAMA_UPDATE_PER_I * l.intermediate_size
-    : WEBGPU_GPT2_UPDATE_PER_C * c.n_embd;
+  const perLayer =
+    (l
+      ? WEBGPU_LLAMA_UPDATE_PER_WIDTH *
+          (c.n_embd + (l.num_attention_heads + l.num_key_value_heads) * l.head_dim) +
+        WEBGPU_LLAMA_UPDATE_PER_I * l.intermediate_size
+      : WEBGPU_GPT2_UPDATE_PER_C * c.n_embd) - webgpuUntargetedFloats(c, lora);
   const kept = recompute ? WEBGPU_RECOMPUTE_KEPT_PER_C * c.n_layer * N * c.n_embd : 0;
   return (
     layers * N * (perLayer + WEBGPU_UPDATE_PER_HT * c.n_head * T) +
@@ -539,7 +596,7 @@ export function phaseFloats(
   const kept = run.recompute ? RECOMPUTE_KEPT_PER_C * c.n_layer * rows * T * c.n_embd : 0;
   const wte = rows > 0 ? wteFloats(c, models.wteTrains ?? true, models.sharedTape) : 0; // no batch, no backward
   const update = webgpu
-    ? webgpuUpdateFloats(c, rows, T, !!run.recompute) + logits + wte
+    ? webgpuUpdateFloats(c, rows, T, !!run.recompute, models.lora) + logits + wte
     : UPDATE_FORWARDS * forwardFloats({ ...c, n_layer: layers }, rows, T, fused) +
       kept +
       logits +
@@ -670,7 +727,14 @@ export function estimateRunMemory(c: Shape, run: RunShape, opts: RunMemoryOption
   const records = !!opts.webgpuActivations && run.updateRecorded !== false && !accumulating && mb > 0;
   const valueHeld =
     records && opts.valueModel !== 'none'
-      ? webgpuUpdateFloats(c, mb, run.promptLength + run.responseLength, !!run.recompute)
+      ? webgpuUpdateFloats(
+          c,
+          mb,
+          run.promptLength + run.responseLength,
+          !!run.recompute,
+          // On the shared base the value model has adapters on the policy's layers; a separate one trains all.
+          opts.valueModel === 'shared' ? lora : null,
+        )
       : 0;
   const held = records ? phases.update + valueHeld + trainable : 0;
   const withGrads = {
