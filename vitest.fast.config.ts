@@ -27,9 +27,9 @@ export const SLOW_FILES = [
   'tests/sample-device.test.ts',
   'tests/generate-device-sampling.test.ts',
   'tests/update-device-guard.test.ts',
-  // Replayed greedy generations of GPT-2, Qwen2 and Qwen3 on SwiftShader with the head's kernels (about 45 s).
+  // Replayed greedy generations of GPT-2, Qwen2 and Qwen3 on SwiftShader with the head's kernels (about 70 s).
   'tests/webgpu-head-rows.test.ts',
-  // GRPO runs on SwiftShader with the share on and off, replayed (about 60 s).
+  // GRPO runs on SwiftShader with the share on and off, replayed (about 25 s).
   'tests/webgpu-shared-prefix.test.ts',
   // Small Qwen2 / Qwen3 models with the f16 base beside the f32 one, forward, backward and decode (2–3 min).
   'tests/f16-base.test.ts',

@@ -10,19 +10,19 @@ describe('the order in which the unit tier starts its files', () => {
   it('new slow files, then the measured ones longest first, then the rest in the order given', () => {
     const given = [
       'tests/a.test.ts',
-      'tests/cli.test.ts', // 52 s
+      'tests/cli.test.ts', // 45 s
       'tests/new-one.slow.test.ts', // not measured
-      'tests/size.test.ts', // 10 s
+      'tests/size.test.ts', // 18 s
       'tests/b.test.ts',
-      'tests/default-run-health.slow.test.ts', // 176 s
+      'tests/default-run-health.slow.test.ts', // 310 s
       'tests/another-new.slow.test.ts',
-      'tests/qwen-0.5b.slow.test.ts', // 219 s
+      'tests/qwen-0.5b.slow.test.ts', // 233 s
     ];
     expect(orderFiles(given)).toEqual([
       'tests/new-one.slow.test.ts',
       'tests/another-new.slow.test.ts',
-      'tests/qwen-0.5b.slow.test.ts',
       'tests/default-run-health.slow.test.ts',
+      'tests/qwen-0.5b.slow.test.ts',
       'tests/cli.test.ts',
       'tests/size.test.ts',
       'tests/a.test.ts',
