@@ -51,10 +51,10 @@ import { isLlamaFamily } from './llama-config';
 import { llamaParamSpecs } from './llama';
 import { trunkParamSpecs, scoreHeadSpecs, type ParamSpec } from './specs';
 import {
+  familyLoraTargets,
   loraModules,
   loraModuleShape,
   resolveLoraTargets,
-  LLAMA_LORA_TARGETS,
   LORA_TARGETS,
   type LoraTarget,
 } from './lora';
@@ -433,7 +433,7 @@ function webgpuUntargetedFloats(c: Shape, lora: LoraShape | null | undefined): n
   const l = llamaOf(c);
   const targeted = new Set(resolveLoraTargets(c as LMConfig, lora.targets));
   let saved = 0;
-  for (const t of l ? LLAMA_LORA_TARGETS : LORA_TARGETS) {
+  for (const t of familyLoraTargets(c as LMConfig)) {
     if (targeted.has(t)) continue;
     if (!l) saved += WEBGPU_GPT2_LORA_UNTARGETED_PER_C[t] * c.n_embd;
     else if (t === 'gate_proj' || t === 'up_proj')
