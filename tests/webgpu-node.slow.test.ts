@@ -18,6 +18,7 @@ import { nodeFiles } from '../src/cli/files-node';
 import { countDispatches, gpt2LayerDispatches } from '../src/bench/webgpu-dispatch';
 import { setWebGpuLayerNormFused } from '../src/core/kernels/webgpu-layernorm';
 import { layerNormPlain } from '../src/core/model/ops';
+import { dawnWaitStats, isDawnPoll } from '../src/cli/dawn-wait';
 
 const adapter = await webGpuAdapter();
 
@@ -123,6 +124,52 @@ describe('CLI --backend webgpu in Node', () => {
     const w2 = readFileSync(path.join(run, 'checkpoint-2', 'model.safetensors'));
     expect(w2.length).toBe(w0.length);
     expect(w2.equals(w0)).toBe(false);
+  });
+
+  it("Dawn's waits: on a software adapter they poll about once a millisecond, and the product read back is right", async () => {
+    await useNodeWebGpu();
+    const chosen = process.env.PPO_DAWN_WAIT?.trim();
+    expect(adapter.wait).toBe(chosen || (adapter.software ? 'sleep' : 'spin'));
+    const n = 256;
+    const aData = Float32Array.from({ length: n * n }, (_, i) => Math.sin(i * 0.37));
+    const a = tf.tensor2d(aData, [n, n]);
+    const seen: unknown[] = [];
+    const current = globalThis.setImmediate;
+    globalThis.setImmediate = ((fn: (...args: unknown[]) => void, ...args: unknown[]) => {
+      seen.push(fn);
+      return current(fn, ...args);
+    }) as typeof setImmediate;
+    const before = { ...dawnWaitStats };
+    let got: Float32Array;
+    const t0 = performance.now();
+    let ms = 0;
+    try {
+      const y = tf.matMul(a, a);
+      got = (await y.data()) as Float32Array;
+      ms = performance.now() - t0;
+      y.dispose();
+    } finally {
+      globalThis.setImmediate = current;
+      a.dispose();
+    }
+    // Dawn polled through the global setImmediate while the product ran, with callbacks isDawnPoll knows.
+    expect(seen.some(isDawnPoll)).toBe(true);
+    const polls = seen.filter(isDawnPoll).length;
+    if (adapter.wait === 'sleep') {
+      // Put off by a timer (a wait that began before this one, a pipeline's, may be the one this read joins, so
+      // not every wait starts with an immediate poll): about one poll a millisecond, where the spin made dozens.
+      expect(dawnWaitStats.deferred - before.deferred).toBeGreaterThan(0);
+      expect(polls, `${polls} polls in ${ms.toFixed(1)} ms`).toBeLessThanOrEqual(ms + 5);
+    }
+    let worst = 0;
+    for (let i = 0; i < n; i += 37) {
+      for (let j = 0; j < n; j += 29) {
+        let want = 0;
+        for (let k = 0; k < n; k++) want += aData[i * n + k] * aData[k * n + j];
+        worst = Math.max(worst, Math.abs(got[i * n + j] - want) / (1 + Math.abs(want)));
+      }
+    }
+    expect(worst).toBeLessThan(1e-5);
   });
 
   it('GPT-2 dispatches per layer: the fused layer norm saves (plain layer norm − 1) for each of the 2 per layer', async () => {

@@ -24,6 +24,7 @@ import os from 'node:os';
 import path from 'node:path';
 import * as tf from '@tensorflow/tfjs-core';
 import { UserError } from '../common/errors';
+import { dawnWaitMode, installDawnSleep, type DawnWait } from './dawn-wait';
 import { registerWebGpuAddNChunked } from '../core/kernels/webgpu-addn';
 import { storageBuffersPerProgram } from '../core/kernels/webgpu-common';
 import { useWebGpuDeviceLimits } from '../core/backend/webgpu-device';
@@ -58,6 +59,8 @@ export interface NodeWebGpuAdapter {
    * 8 by WebGPU's default): whether the decode's 9–10-buffer programs run there. Set by setNodeWebGpuBackend.
    */
   storageBuffersPerProgram?: number;
+  /** How this process waits for Dawn's promises (src/cli/dawn-wait.ts): set by initNodeWebGpu. */
+  wait?: DawnWait;
   /**
    * The fused linear's kernels as timed on this device when the backend started (core/backend/webgpu-tune.ts):
    * each form on or off and why. Set by setNodeWebGpuBackend.
@@ -211,6 +214,8 @@ export async function initNodeWebGpu(): Promise<NodeWebGpuAdapter> {
     if (dir) hit = await probe(d, 'chromium');
   }
   if (!hit) throw new UserError(`${NO_ADAPTER_HELP} (Tried: ${tried.join('; ')}.)`);
+  hit.adapter.wait = dawnWaitMode(hit.adapter.software);
+  if (hit.adapter.wait === 'sleep') installDawnSleep();
   found = hit;
   Object.assign(globalThis, d.globals);
   const nav = (globalThis as { navigator?: object }).navigator;
