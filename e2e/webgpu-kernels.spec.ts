@@ -9,15 +9,24 @@ import { test, expect } from '@playwright/test';
 import { CHROMIUM_ARGS } from './chromium';
 import { DEV_PORT } from './ports';
 
-test.use({
-  launchOptions: { executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium', args: CHROMIUM_ARGS },
-});
-
-test('fused WebGPU kernels equal tfjs ops in Chromium (values and gradients)', async ({ page }) => {
+// Its own browser, launched in the test, rather than `test.use({ launchOptions })`: a spec with options of its own
+// gets a worker of its own, which Playwright starts after every other spec, so this minute ran alone at the end of
+// the tier with the other worker idle (49 s of the 2026-12-02 run).
+test('fused WebGPU kernels equal tfjs ops in Chromium (values and gradients)', async ({ playwright }) => {
   test.setTimeout(240_000);
-  await page.goto(`http://localhost:${DEV_PORT}/e2e/pages/kernels.html`);
-  await page.waitForFunction(() => document.body.dataset.ready === 'true');
-  const r = await page.evaluate(() => window.runKernelChecks());
+  const browser = await playwright.chromium.launch({
+    executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
+    args: CHROMIUM_ARGS,
+  });
+  let r: Awaited<ReturnType<typeof window.runKernelChecks>>;
+  try {
+    const page = await browser.newPage();
+    await page.goto(`http://localhost:${DEV_PORT}/e2e/pages/kernels.html`);
+    await page.waitForFunction(() => document.body.dataset.ready === 'true');
+    r = await page.evaluate(() => window.runKernelChecks());
+  } finally {
+    await browser.close();
+  }
   console.log(JSON.stringify(r));
   expect(r.backend).toBe('webgpu');
   const names = Object.keys(r.checks);
