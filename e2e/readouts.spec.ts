@@ -7,7 +7,8 @@ import { watchConsole } from './console';
  * - the Response length axis never repeats a tick label (its values sit within a token or two, so two-digit
  *   labels used to read "15 16 16 17");
  * - the KL coefficient chart steps where the setting changed instead of ramping to it;
- * - an empty answer in the held-out evaluation table reads "(empty)", not a blank cell.
+ * - an empty answer in the held-out evaluation table reads "(empty)", not a blank cell;
+ * - every chart reads out its step and values on hover (on the first test's run: a run of its own cost 32 s).
  */
 const STEP_MS = 120_000;
 
@@ -69,13 +70,28 @@ test.afterAll(async () => {
   await page?.context().close();
 });
 
-test('response length ticks read apart, and the KL coefficient steps at a change (3 default steps)', async ({
+test('every chart reads out its step on hover; response length ticks read apart; the KL coefficient steps at a change (3 default steps)', async ({
   browser,
 }) => {
   test.setTimeout(4 * STEP_MS);
   await load(browser, 'steps=3');
   await oneStep(1);
   await oneStep(2);
+  // Hover, after two steps (before step 3's change of klCoef puts its marker where the pointer goes).
+  for (const title of ['Reward', 'KL', 'Clip fraction', 'Value loss', 'Entropy', 'Approx KL']) {
+    const c = chart(title);
+    await c.scrollIntoViewIfNeeded();
+    const surface = c.locator('.recharts-surface').first();
+    const box = (await surface.boundingBox())!;
+    // The right end of the plot: the last step's point is the nearest.
+    await surface.hover({ position: { x: box.width - 12, y: box.height / 2 } });
+    const tip = c.locator('.chart-tooltip');
+    await expect(tip, title).toBeVisible();
+    await expect(tip, title).toContainText('step 2');
+    await expect(tip, title).toContainText(/-?\d[\d.e+-]* smoothed/);
+    await expect(tip, title).toContainText(/-?\d[\d.e+-]* raw/);
+  }
+  await page.mouse.move(0, 0);
   const kl = page.getByRole('textbox', { name: 'klCoef value', exact: true });
   await kl.fill('0.1');
   await kl.press('Enter');
@@ -191,24 +207,4 @@ test('a step in parts shows its progress: samples generated and scored, then min
   expect([...order].sort((a, b) => a - b)).toEqual(order);
   // Between steps it is gone.
   await expect(page.getByTestId('phase-progress')).toHaveCount(0);
-});
-
-test('every chart reads out its step and values on hover', async ({ browser }) => {
-  test.setTimeout(3 * STEP_MS);
-  await load(browser, 'steps=2');
-  await oneStep(1);
-  await oneStep(2);
-  for (const title of ['Reward', 'KL', 'Clip fraction', 'Value loss', 'Entropy', 'Approx KL']) {
-    const c = chart(title);
-    await c.scrollIntoViewIfNeeded();
-    const surface = c.locator('.recharts-surface').first();
-    const box = (await surface.boundingBox())!;
-    // The right end of the plot: the last step's point is the nearest.
-    await surface.hover({ position: { x: box.width - 12, y: box.height / 2 } });
-    const tip = c.locator('.chart-tooltip');
-    await expect(tip, title).toBeVisible();
-    await expect(tip, title).toContainText('step 2');
-    await expect(tip, title).toContainText(/-?\d[\d.e+-]* smoothed/);
-    await expect(tip, title).toContainText(/-?\d[\d.e+-]* raw/);
-  }
 });
