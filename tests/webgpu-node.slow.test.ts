@@ -130,9 +130,14 @@ describe('CLI --backend webgpu in Node', () => {
     await useNodeWebGpu();
     const chosen = process.env.PPO_DAWN_WAIT?.trim();
     expect(adapter.wait).toBe(chosen || (adapter.software ? 'sleep' : 'spin'));
-    const n = 256;
+    const n = 512;
     const aData = Float32Array.from({ length: n * n }, (_, i) => Math.sin(i * 0.37));
     const a = tf.tensor2d(aData, [n, n]);
+    // Once first, so that the timed read waits on the product itself (about half a second on SwiftShader here),
+    // not on its program compiling, which holds the thread before any wait begins.
+    const warm = tf.matMul(a, a);
+    await warm.data();
+    warm.dispose();
     const seen: unknown[] = [];
     const current = globalThis.setImmediate;
     globalThis.setImmediate = ((fn: (...args: unknown[]) => void, ...args: unknown[]) => {
@@ -156,8 +161,8 @@ describe('CLI --backend webgpu in Node', () => {
     expect(seen.some(isDawnPoll)).toBe(true);
     const polls = seen.filter(isDawnPoll).length;
     if (adapter.wait === 'sleep') {
-      // Put off by a timer (a wait that began before this one, a pipeline's, may be the one this read joins, so
-      // not every wait starts with an immediate poll): about one poll a millisecond, where the spin made dozens.
+      // Put off by a timer (a wait that began before this one may be the one this read joins, so not every wait
+      // starts with an immediate poll): about one poll a millisecond, where the spin made dozens.
       expect(dawnWaitStats.deferred - before.deferred).toBeGreaterThan(0);
       expect(polls, `${polls} polls in ${ms.toFixed(1)} ms`).toBeLessThanOrEqual(ms + 5);
     }
