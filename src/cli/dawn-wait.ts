@@ -6,7 +6,7 @@ import { UserError } from '../common/errors';
  * `setImmediate` callback that schedules itself again (dawn/node/binding/AsyncRunner.cpp), so the JavaScript thread
  * runs at 100 % until the GPU answers. On a GPU that is the lowest latency there is. On a software adapter
  * (SwiftShader) the "GPU" is the CPU's other threads, and the spinning thread takes a core from them: a 512 × 512
- * matmul read back on this 2-core machine took 913 ms with the spin and 554 ms without it.
+ * matmul read back on this 2-core machine took 750–795 ms with the spin and 505–525 ms without it (docs/tfjs.md).
  *
  * `sleep` keeps the first poll of a wait immediate (work already done answers at once) and makes every further poll
  * of the same wait a `setTimeout(…, 0)` (about 1 ms apart, the thread asleep between). `spin` is Dawn's own. The
