@@ -65,6 +65,9 @@ async function stepEvents(page: Page): Promise<Extract<Event, { type: 'step' }>[
 }
 
 test.describe('training in the model worker', () => {
+  // Each test opens its own page and run, so a free Playwright worker may take any of them: this file comes late in
+  // the tier's order, and in one file's sequence its ~135 s ran while the other worker sat idle.
+  test.describe.configure({ mode: 'parallel' });
   let consoleWatch: { errors: string[] };
   test.beforeEach(({ page }) => {
     consoleWatch = watchConsole(page);

@@ -110,7 +110,8 @@ describe('a Qwen2.5-0.5B-shaped LoRA GRPO step on WASM', () => {
       expect(measured).toBeLessThanOrEqual(e.total);
       expect(e.total).toBeLessThanOrEqual(1.25 * measured);
       expect(live).toBeLessThanOrEqual(e.total);
-      expect(heap()!).toBeLessThanOrEqual(WASM_HEAP_BYTES);
+      // (The heap cannot outgrow its maximum, so only that it was read is checked before the estimate is held to it.)
+      expect(heap(), 'the WASM heap length').not.toBeNull();
       expect(heapEstimate.total).toBeGreaterThanOrEqual(heap()!);
       expect(heapEstimate.total).toBeLessThanOrEqual(1.1 * heap()!);
     } finally {
