@@ -41,8 +41,8 @@
  *   8 × 8, 64 × 64 with 4 × 4 and bk 16 / 32 (more workgroups for GPT-2's 512-row products).
  * All are checked against a float64 loop on SwiftShader (tests/webgpu-matmul.test.ts, those within its 32 KB).
  *
- * Not done: subgroup operations and shader-f16 storage (tfjs-backend-webgpu creates its device without those
- * features, so WGSL may not use them: it would need our own device creation); split-K for a small M·N with a
+ * Not done: subgroup operations and shader-f16 storage (core/backend/webgpu-device.ts asks for tfjs's features only,
+ * and their `enable` directive would have to precede tfjs's shader prefix); split-K for a small M·N with a
  * long K. It was checked for correctness only (tests/webgpu-matmul.test.ts on SwiftShader, scripts/gpu-checks.ts
  * on whatever adapter exists); its speed on a GPU was not measured yet, so nothing routes to it by default
  * (setWebGpuMatMulFast / matMulRouted).
