@@ -27,7 +27,9 @@ describe('GpuBufferPeakMeter', () => {
     it('an intermediate of 4 MB made and freed: in both peaks, not in the counters after; uninstall keeps counting', async () => {
       await useNodeWebGpu();
       const manager = (tf.backend() as unknown as { bufferManager: Record<string, number> }).bufferManager;
-      const n = 1 << 20; // 4 MB of float32: above tfjs's CPU hand-off size, so the adds run on the GPU
+      // 4 MB of float32: above tfjs's CPU hand-off size, so the adds run on the GPU; a size no other test uses, so no
+      // buffer of it waits in tfjs's pool and the two outputs are new allocations.
+      const n = (1 << 20) + 4099;
       const a = tf.fill([n], 1);
       const b = tf.fill([n], 2);
       await a.data();
@@ -44,8 +46,7 @@ describe('GpuBufferPeakMeter', () => {
       await tf.nextFrame();
       const peak = meter.read()!;
       expect(peak.usedBytes).toBeGreaterThanOrEqual(used0 + 2 * 4 * n);
-      expect(peak.allocatedBytes).toBeGreaterThanOrEqual(peak.usedBytes);
-      expect(peak.allocatedBytes).toBeGreaterThanOrEqual(alloc0);
+      expect(peak.allocatedBytes).toBeGreaterThanOrEqual(alloc0 + 2 * 4 * n);
       // Freed: the in-use counter is back below the peak (the pool keeps the buffers allocated).
       expect(manager.numBytesUsed).toBeLessThan(peak.usedBytes);
       meter.reset();

@@ -8,7 +8,7 @@
  *     --outfile=gpu-plan-device.mjs
  *   PPO_WEBGPU_VULKAN=system node gpu-plan-device.mjs [out-dir]
  *
- * What it checks, in order, each printed as it finishes:
+ * What it checks, in order, each printed as it finishes (a failed check prints FAIL and the script exits 1):
  * A. Running out for real: 1 GiB tensors made one at a time, each inside the default error scopes
  *    (gpu-plan.ts webgpuDeviceErrors), until the device reports running out; then everything freed, the pool
  *    emptied, and a product checked against the CPU, with no uncaptured error.
@@ -32,7 +32,7 @@ import { GPT2 } from '../src/core/model/gpt2';
 import { exportLM } from '../src/core/model/folder';
 import { writeFolder } from '../src/cli/files-node';
 import { buildTrainer } from '../src/core/ppo/setup';
-import type { PpoTrainer } from '../src/core/ppo/trainer';
+import type { PpoTrainer, StepResult } from '../src/core/ppo/trainer';
 import {
   currentPlanDevice,
   describePlan,
@@ -46,6 +46,11 @@ import type { TrainConfig } from '../src/common/config';
 const t0 = performance.now();
 const log = (s: string) => console.log(`[${((performance.now() - t0) / 1000).toFixed(1)} s] ${s}`);
 const uncaptured: string[] = [];
+/** A check that did not hold: printed, and the exit code 1. */
+const fail = (s: string) => {
+  log(`FAIL: ${s}`);
+  process.exitCode = 1;
+};
 const GiB = 2 ** 30;
 const gpuBytes = () =>
   (tf.memory() as unknown as { numBytesInGPU?: number; numBytesAllocatedInGPU?: number })
@@ -78,6 +83,7 @@ async function partA(): Promise<void> {
     `A: ${ballast.length} tensors of ${chunk / 2 ** 20} MiB made; the scope said: ${why}; thrown: ${thrown}`,
   );
   const last = ballast.length >= 2 ? ballast[ballast.length - 2] : null;
+  if (why === null && thrown === null) fail('A: the device never reported running out');
   if (last) log(`A: a good tensor still reads ${(await tf.slice(last, [chunk / 4 - 1], [1]).data())[0]}`);
   tf.dispose(ballast);
   releasePooledBuffers();
@@ -95,20 +101,24 @@ async function partA(): Promise<void> {
   log(
     `A: after freeing: a 256² product differs from the CPU's by ${worst.toExponential(2)}; uncaptured errors: ${uncaptured.length}; GPU bytes held ${(gpuBytes() / 1e6).toFixed(1)} MB`,
   );
+  // Sums of 256 products of numbers in [−1, 1] in float32: rounding alone stays far below this.
+  if (!(worst <= 1e-4)) fail(`A: the product after freeing differs from the CPU's by ${worst}`);
 }
 
-async function steps(t: PpoTrainer, n: number, label: string): Promise<number[]> {
+async function steps(t: PpoTrainer, n: number, label: string): Promise<StepResult[]> {
   const times: number[] = [];
+  const results: StepResult[] = [];
   for (let i = 0; i < n; i++) {
     const s = performance.now();
     const r = await t.trainStep();
     times.push((performance.now() - s) / 1000);
+    results.push(r);
     const notes = r.alerts.filter((a) => a.id === 'device-out-of-memory').map((a) => a.message);
     log(
       `${label}: step ${r.metrics.step} ${times[i].toFixed(2)} s (generate ${r.metrics.timeGenerate.toFixed(2)}, score ${r.metrics.timeScore.toFixed(2)}, update ${r.metrics.timeUpdate.toFixed(2)}), plan: ${describePlan(r.plan)}${notes.length ? ` — alert: ${notes.join(' | ')}` : ''}`,
     );
   }
-  return times;
+  return results;
 }
 
 async function partB(dir: string): Promise<void> {
@@ -146,6 +156,7 @@ async function partC(dir: string): Promise<void> {
     `C: a step allocates ${(whole / 1e6).toFixed(0)} MB at 1024 samples, ${(half / 1e6).toFixed(0)} MB at 512`,
   );
   const t = await buildTrainer(mk({}), res, meanByteReward);
+  const microBefore = t.stepPlan().microBatchSize;
   log(`C: plan before: ${t.planText()}`);
   // Fill the device with 64 MiB tensors until it runs out, then free about what half the batch allocates (+15%).
   const errors = webgpuDeviceErrors();
@@ -174,9 +185,14 @@ async function partC(dir: string): Promise<void> {
     `C: ballast ${((ballast.length * CHUNK) / GiB).toFixed(1)} GiB; freed ${free} × 64 MiB; uncaptured so far ${uncaptured.length}`,
   );
   try {
-    await steps(t, 3, 'C');
+    const done = await steps(t, 3, 'C');
+    // The automatic plan's step completed: with a smaller micro-batch, because the device ran out.
+    const plan = done[done.length - 1].plan;
+    if (!(plan.microBatchSize < microBefore))
+      fail(`C: the micro-batch did not shrink (${microBefore} → ${plan.microBatchSize})`);
+    if (plan.reason !== 'out-of-memory') fail(`C: the plan's reason is ${plan.reason}, not out-of-memory`);
   } catch (e) {
-    log(`C: the step failed: ${(e as Error).message.slice(0, 400)}`);
+    fail(`C: the step failed: ${(e as Error).message.slice(0, 400)}`);
   }
   tf.dispose(ballast);
   t.disposeAll();
@@ -237,11 +253,13 @@ async function main(): Promise<void> {
       if (p === 'C') await partC(dir);
       if (p === 'D') await partD();
     } catch (e) {
-      log(`${p} failed: ${(e as Error).stack?.slice(0, 800)}`);
+      fail(`${p} failed: ${(e as Error).stack?.slice(0, 800)}`);
     }
   }
-  log('done');
+  if (uncaptured.length)
+    fail(`${uncaptured.length} uncaptured errors (first: ${uncaptured[0].slice(0, 200)})`);
+  log(process.exitCode ? 'done, with failures' : 'done');
 }
 
 await main();
-process.exit(0);
+process.exit(process.exitCode ?? 0);

@@ -70,7 +70,7 @@ const COMPARED = [
   'valueLoss',
   'valueClipFrac',
   'kl',
-  'score',
+  'scoreMean',
   'reward',
 ];
 
@@ -80,6 +80,8 @@ interface Stepped {
   /** Tensors alive after the step less before it. */
   grew: number;
   plan: { microBatchSize: number; generateMicroBatchSize: number; recompute: boolean };
+  /** Whether the step took its old log-probs from the update's forward. */
+  oldFromUpdate: boolean;
 }
 
 /** Two steps of `cfg` with `device` (absent: the default scopes, which do nothing on CPU). */
@@ -95,7 +97,13 @@ async function run(cfg: TrainConfig, device?: SimulatedDevice, tweak?: (t: PpoTr
       const before = tf.memory().numTensors;
       const result = await t.trainStep();
       const grew = tf.memory().numTensors - before;
-      steps.push({ result, weights: await trainedWeights(t), grew, plan: t.stepPlan() });
+      steps.push({
+        result,
+        weights: await trainedWeights(t),
+        grew,
+        plan: t.stepPlan(),
+        oldFromUpdate: t.lastStepOldLogprobsFromUpdate,
+      });
     }
   } finally {
     t.disposeAll();
@@ -122,7 +130,9 @@ function expectSameStep(a: Stepped, b: Stepped) {
   for (const k of COMPARED) {
     const x = ma[k];
     const y = mb[k];
-    if (x === undefined) continue;
+    // Every compared key is a metric (a misspelt one would otherwise compare nothing).
+    expect(x, k).toBeDefined();
+    expect(y, k).toBeDefined();
     if (x === null || y === null) {
       expect(y, k).toBe(x);
       continue;
@@ -202,12 +212,10 @@ describe('the device runs out of memory: the step is redone smaller, and the run
     const grpo = (over: Partial<TrainConfig> = {}) =>
       base({ algorithm: 'grpo', groupSize: 4, miniBatches: 1, ppoEpochs: 1, klCoef: 0.1, ...over });
     const device = new SimulatedDevice((c) => c.phase !== 'update' || c.size <= 2);
-    let oldFromUpdate = false;
-    const fell = await run(grpo(), device, (t) => {
-      expect(t.oldLogprobsFromUpdate).toBe(true);
-    });
-    const ref = await run(grpo({ microBatchSize: 2 }), undefined, () => (oldFromUpdate = true));
-    expect(oldFromUpdate).toBe(true);
+    const fell = await run(grpo(), device);
+    const ref = await run(grpo({ microBatchSize: 2 }));
+    // Both runs took every step's old log-probs from the update, the one that fell back too.
+    expect([...fell, ...ref].map((s) => s.oldFromUpdate)).toEqual([true, true, true, true]);
     // 8 → 4 → 2: two attempts thrown away.
     expect(device.failures).toBe(2);
     expect(fell[0].plan.microBatchSize).toBe(2);

@@ -219,7 +219,15 @@ describe('fused layer norm on Node WebGPU (src/core/kernels/webgpu-layernorm.ts)
     );
     expect(prof.kernelNames).toContain(LN_DX);
     expect(prof.kernelNames).not.toContain('Rsqrt');
-    tf.dispose([...(prof.result as tf.Tensor[]), x, g, b]);
+    // Counted with dy given (no sum and its gradient): the forward's one dispatch, then the backward's four.
+    const dy = tf.randomNormal([3, 8], 0, 1, 'float32', 10);
+    const counted = await countDispatches(() =>
+      tf.tidy(() =>
+        tf.grads((a: tf.Tensor, c: tf.Tensor, e: tf.Tensor) => layerNorm(a, c, e, 1e-5))([x, g, b], dy),
+      ),
+    );
+    expect(counted.dispatches).toBe(1 + 4);
+    tf.dispose([...(prof.result as tf.Tensor[]), ...counted.result, x, g, b, dy]);
   });
 });
 
