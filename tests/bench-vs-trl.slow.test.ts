@@ -17,7 +17,7 @@ const probe = probePython(resolvePython(), path.join(ROOT, 'scripts/trl_grpo_ste
 
 describe('bench --vs-trl with TRL', () => {
   it.skipIf(!probe.ok)(
-    'runs both sides at a small shape and reports every figure',
+    `runs both sides at a small shape and reports every figure${probe.ok ? '' : ` (skipped: ${probe.reason})`}`,
     () => {
       const d = mkdtempSync(path.join(tmpdir(), 'vs-trl-slow-'));
       try {

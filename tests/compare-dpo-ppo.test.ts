@@ -1,7 +1,8 @@
 /**
  * scripts/compare-dpo-ppo.ts's pure parts (issue #23 point 7): the split check, the prompts, the budgets, the
- * judge's aggregation and the README table, on hand-made numbers. The trainings themselves run in the script
- * (minutes), not here; the configs it reads are checked to agree on the split and to be valid configs.
+ * judge's aggregation and the README table, on hand-made numbers (the judge's win rate also against eval's own, on a
+ * record from the tiny model). The trainings themselves run in the script (minutes), not here; the configs it reads
+ * are checked to agree on the split and to be valid configs.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -18,6 +19,11 @@ import {
 import { validateConfig } from '../src/common/config';
 import { validateDpoConfig } from '../src/common/config/dpo';
 import type { EvalRecord } from '../src/common/eval-record';
+import { Evaluator } from '../src/core/ppo/eval';
+import { buildTrainer } from '../src/core/ppo/setup';
+import { useCpu } from './helpers/backend';
+import { makeTinyFolder } from './helpers/tiny';
+import { tinyConfig, tinyResources } from './helpers/trainer-fixture';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
 const cfg = (name: string) =>
@@ -38,16 +44,31 @@ describe('verdictOf', () => {
     expect(v.n).toBe(4);
   });
 
-  it('agrees with eval/winRate on a record (ties lose there too)', () => {
-    const samples = [
-      { policyReward: 2, referenceReward: 2 },
-      { policyReward: 3, referenceReward: 1 },
-      { policyReward: 0, referenceReward: 1 },
-    ];
-    // eval.ts: policyScores.filter((s, k) => s > refScores[k]).length / n
-    const plain = samples.filter((s) => s.policyReward > s.referenceReward).length / samples.length;
-    expect(verdictOf(samples).winRate).toBe(plain);
-    expect(verdictOf(samples).winRate).toBe(1 / 3);
+  it('agrees with eval/winRate on a record (ties lose there too)', async () => {
+    // A record made by eval itself (src/core/ppo/eval.ts Evaluator) from the tiny model, its reward handing out
+    // these scores in the order eval asks for them: the policy's three answers, then the reference's.
+    await useCpu();
+    const dir = await makeTinyFolder();
+    const scores = [2, 3, 0, 2, 1, 1];
+    const t = await buildTrainer(
+      tinyConfig(),
+      tinyResources(() => dir),
+      {
+        rewardFn: { label: 'hand-made', fn: () => scores.shift()! },
+      },
+    );
+    try {
+      const record = await new Evaluator(t, ['a', 'b', 'c']).run(0);
+      expect(record.samples.map((x) => [x.policyReward, x.referenceReward])).toEqual([
+        [2, 2],
+        [3, 1],
+        [0, 1],
+      ]);
+      expect(verdictOf(record.samples).winRate).toBe(record['eval/winRate']);
+      expect(record['eval/winRate']).toBe(1 / 3);
+    } finally {
+      t.disposeAll();
+    }
   });
 
   it('refuses an empty evaluation', () => {

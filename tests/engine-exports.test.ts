@@ -158,8 +158,9 @@ function trlPython(): string | null {
 }
 
 const PY = trlPython();
+const trlSkip = PY ? '' : ' (skipped: no Python that imports trl: TRL_PYTHON, /tmp/venv/bin/python, python3)';
 
-describe.skipIf(!PY)('TRL builds its config classes from our exports', () => {
+describe.skipIf(!PY)(`TRL builds its config classes from our exports${trlSkip}`, () => {
   it('GRPOConfig and RLOOConfig resolve to our run’s values', () => {
     const dir = mkdtempSync(join(tmpdir(), 'trl-export-'));
     const runs = [

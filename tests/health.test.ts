@@ -47,12 +47,16 @@ describe('health alerts', () => {
   });
 
   it('thresholds are where the notes put them: entropy 0.01, clamp 1%, approxKl 0.1', () => {
-    expect(
-      healthAlerts(
-        { ...healthy(), entropy: 0.011, logRatioClampFrac: 0.01, approxKl: POLICY_SHIFT_APPROX_KL },
-        6,
-      ),
-    ).toEqual([]);
+    expect(POLICY_SHIFT_APPROX_KL).toBe(0.1);
+    // At each threshold: no alarm.
+    expect(healthAlerts({ ...healthy(), entropy: 0.01, logRatioClampFrac: 0.01, approxKl: 0.1 }, 6)).toEqual(
+      [],
+    );
+    // Just past each one: that alarm alone.
+    const ids = (patch: Partial<StepMetrics>) => healthAlerts({ ...healthy(), ...patch }, 6).map((a) => a.id);
+    expect(ids({ entropy: 0.0099 })).toEqual(['entropy-collapse']);
+    expect(ids({ logRatioClampFrac: 0.0101 })).toEqual(['logratio-clamp']);
+    expect(ids({ approxKl: 0.1001 })).toEqual(['policy-shift']);
   });
 
   it('one outlier token (ratioMax 5) with small approxKl is not an alarm: the default run’s early steps', () => {

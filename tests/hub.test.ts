@@ -266,6 +266,8 @@ describe('Hub download against a local Hub-shaped server', () => {
     );
     again.model.dispose();
     expect(modelHits()).toBe(1);
+    // Both files reported their progress from the cache, and every report is a whole file from the cache.
+    expect(new Set(progress.map((p) => p.file))).toEqual(new Set(['config.json', 'model.safetensors']));
     expect(progress.every((p) => p.fromCache && p.fraction === 1)).toBe(true);
   });
 

@@ -12,6 +12,9 @@ import { HyperparameterPanel } from '../src/ui/components/HyperparameterPanel';
 import { TopBar } from '../src/ui/components/TopBar';
 import { SamplesPanel } from '../src/ui/components/SamplesPanel';
 import { GeneratePanel } from '../src/ui/components/GeneratePanel';
+import { ModelCard } from '../src/ui/components/ModelCard';
+import { DataPanel } from '../src/ui/components/DataPanel';
+import { RewardPanel } from '../src/ui/components/RewardPanel';
 import { App } from '../src/ui/App';
 import { CONFIG_FIELDS, CONFIG_KEYS } from '../src/common/config';
 import { SETUP_KEYS } from '../src/ui/lib/catalog';
@@ -59,11 +62,30 @@ describe('components', () => {
   });
 
   it('every config key has a control somewhere (hyperparameters, or the data/model/reward cards)', () => {
-    const out = html(storeWith(), <HyperparameterPanel />);
+    const store = storeWith();
+    const out = html(store, <HyperparameterPanel />);
     for (const k of CONFIG_KEYS) {
       if (SETUP_KEYS.includes(k)) continue;
       expect(out, k).toContain(`data-key="${k}"`);
     }
+    // The setup keys, each in its card: the model's radio buttons, the task's select and the prompts' text box
+    // (each named by its label), the reward's "Mix rewards" switch.
+    const labelled = (card: string, label: string, tag: string) => {
+      const id = new RegExp(`<label for="([^"]+)"[^>]*>${label}</label>`).exec(card)?.[1];
+      return id !== undefined && card.includes(`<${tag} id="${id}"`);
+    };
+    const data = html(store, <DataPanel />);
+    const cards: Record<string, () => boolean> = {
+      model: () =>
+        /<legend[^>]*>Model to train<\/legend><label[^>]*><input type="radio"/.test(
+          html(store, <ModelCard />),
+        ),
+      task: () => labelled(data, 'Task', 'select'),
+      prompts: () => labelled(data, 'Prompts', 'textarea'),
+      reward: () => /<input type="checkbox"[^>]*\/>Mix rewards<\/label>/.test(html(store, <RewardPanel />)),
+    };
+    expect(Object.keys(cards).sort()).toEqual([...SETUP_KEYS].sort());
+    for (const k of SETUP_KEYS) expect(cards[k](), k).toBe(true);
   });
 
   it('a non-live key edited during a run says "applies on reset"', () => {

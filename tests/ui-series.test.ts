@@ -119,7 +119,7 @@ describe('chartSeries', () => {
     for (const p of pts) expect(p.smooth).toBeCloseTo(full[p.step - 1] as number, 12);
   });
 
-  it('is fast enough for every new point at 5,000 steps (10 charts well under a frame budget)', () => {
+  it('10 charts of 5,000 steps finish within 500 ms (a guard against a hang, not a frame budget)', () => {
     const t0 = performance.now();
     for (let k = 0; k < 10; k++) chartSeries(metrics, 'reward', 0.6);
     expect(performance.now() - t0).toBeLessThan(500);

@@ -19,22 +19,36 @@ describe('slider scales from CONFIG_FIELDS', () => {
     expect(kind('ppoEpochs')).toBe('linear');
   });
 
-  it.each(numberFields)('%s: the ends are min and max, values stay valid and in order', (_, field) => {
-    const s = sliderScale(field);
-    expect(s.fromPosition(0)).toBe(field.min);
-    expect(s.fromPosition(s.positions)).toBe(field.max);
-    expect(s.toPosition(field.min)).toBe(0);
-    expect(s.toPosition(field.max)).toBe(s.positions);
-    let prev = -Infinity;
-    for (let p = 0; p <= s.positions; p += Math.max(1, Math.floor(s.positions / 97))) {
-      const v = s.fromPosition(p);
-      expect(v).toBeGreaterThanOrEqual(field.min);
-      expect(v).toBeLessThanOrEqual(field.max);
-      if (field.integer) expect(Number.isInteger(v)).toBe(true);
-      expect(v).toBeGreaterThanOrEqual(prev);
-      prev = v;
-    }
-  });
+  it.each(numberFields)(
+    '%s: the ends are min and max, values follow the scale’s curve (within snapping) and stay in order',
+    (_, field) => {
+      const s = sliderScale(field);
+      expect(s.fromPosition(0)).toBe(field.min);
+      expect(s.fromPosition(s.positions)).toBe(field.max);
+      expect(s.toPosition(field.min)).toBe(0);
+      expect(s.toPosition(field.max)).toBe(s.positions);
+      const { min, max } = field;
+      // The value at t ∈ [0, 1] of the track: geometric from min to max (log); min + c·((1 + (max − min)/c)^t − 1),
+      // c = 1 for whole numbers else 0.01 (log1p); a straight line (linear).
+      const c = field.integer ? 1 : 0.01;
+      const curve = (t: number) =>
+        s.kind === 'log'
+          ? min * (max / min) ** t
+          : s.kind === 'log1p'
+            ? min + c * ((1 + (max - min) / c) ** t - 1)
+            : min + t * (max - min);
+      let prev = -Infinity;
+      for (let p = 0; p <= s.positions; p += Math.max(1, Math.floor(s.positions / 97))) {
+        const v = s.fromPosition(p);
+        const ideal = curve(p / s.positions);
+        // Snapping moves a value by at most half a whole number, or half a unit in its third significant digit.
+        const snap = field.integer ? 0.5 : 0.005 * Math.abs(ideal) + 1e-12;
+        expect(Math.abs(v - ideal), `position ${p}: ${v} against ${ideal}`).toBeLessThanOrEqual(snap);
+        expect(v).toBeGreaterThanOrEqual(prev);
+        prev = v;
+      }
+    },
+  );
 
   it.each(numberFields)('%s: the default sits on the slider and comes back close', (_, field) => {
     const s = sliderScale(field);
