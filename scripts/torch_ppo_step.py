@@ -10,7 +10,7 @@ usage: python scripts/torch_ppo_step.py SPEC.json
   length R, LoRA rank and alpha, the PPO hyperparameters of our config, warm-up and timed steps, and the decode
   timing's batches and token count.
 
-The step, as ours runs it (docs/engine.md "The PPO step"), float32 throughout (TF32 off, torch's default):
+The step, as ours runs it (docs/engine.md "The step, in order"), float32 throughout (TF32 off, torch's default):
   1. generate: HF `generate` with the KV cache, sampling at our temperature / top-k / top-p, exactly R new tokens;
   2. score (no grad): reference log-probs (adapters off), old policy log-probs (policy adapters), values (value
      adapters + scalar head on the last hidden state), a host reward of the response ids (read back to the CPU:

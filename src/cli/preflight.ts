@@ -7,7 +7,7 @@
  * - `wasm`: 95% of the tfjs WASM heap's 4 GiB maximum (WASM_HEAP_RUN_SHARE of WASM_HEAP_BYTES, ≈ 4.1 GB, the
  *   app's number), held against what the heap will reach, not against tensor bytes: a training run's estimate on
  *   WASM counts autodiff's kept copies as the buffers they share there and adds XNNPACK's packed weights
- *   (RunMemoryOptions.heap; docs/memory.md "The WASM heap"); generation's and SFT's estimates add the packed
+ *   (RunMemoryOptions.heap; docs/engine.md "The WASM heap estimate"); generation's and SFT's estimates add the packed
  *   weights. The rest is the rollout, the allocator's slack and short-lived tensors.
  * - `cpu` (and any other backend): 60% of this machine's memory (os.totalmem(), DEVICE_MEMORY_SHARE, as the app
  *   takes 60% of navigator.deviceMemory).

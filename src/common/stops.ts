@@ -1,7 +1,7 @@
 /**
  * Why a training run stopped on its own, in words, for the CLI, the worker and the UI's stand-in worker alike
  * (tfjs-free, so the UI may import it). The session (src/core/run/session.ts) stops a run when three steps in a row
- * had NaN/Inf losses or gradients (docs/engine.md, health signals); each adapter adds what to do next.
+ * had NaN/Inf losses or gradients (docs/engine.md, "Health signals"); each adapter adds what to do next.
  */
 
 /** What happened, starting with "stopped at step N". */

@@ -11,7 +11,8 @@
  *
  * Every change of the engine's byte count is seen (tf.profile only samples after each kernel, and its Math.max over
  * every kernel's snapshot overflows the stack on a GPT-2 step). The meter wraps the engine's counter and two of its
- * methods (instance properties over the prototype's) while installed; uninstall puts them back. docs/memory.md.
+ * methods (instance properties over the prototype's) while installed; uninstall puts them back. docs/engine.md,
+ * "Memory: what a run holds".
  */
 import * as tf from '@tensorflow/tfjs-core';
 

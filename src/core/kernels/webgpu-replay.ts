@@ -2,7 +2,7 @@
  * Record a sequence of tfjs WebGPU programs once and replay it: graph capture for tfjs-backend-webgpu (issue #31).
  *
  * Why: tfjs encodes every op when it is called — shader lookup, uniform buffer, bind group, dispatch — at about
- * 140 µs of host time per program on an H200 (docs/gpu.md, "What bounds decode"), while a decode token's kernels
+ * 140 µs of host time per program on an H200 (docs/gpu.md, "What bounded decode"), while a decode token's kernels
  * take the GPU well under a millisecond. A step whose shapes never change (a KV-cache decode token) encodes the
  * same programs over the same buffers every time; recording them once and replaying the recorded
  * pipelines and bind groups costs three encoder calls per dispatch instead. The anchors are CUDA graphs (vLLM,

@@ -1,4 +1,4 @@
-/** Health alerts from a step's metrics, each with one line of advice (docs/engine.md, "health signals"). */
+/** Health alerts from a step's metrics, each with one line of advice (docs/engine.md, "Health signals"). */
 import type { StepMetrics } from '../../common/metrics';
 
 export interface HealthAlert {
