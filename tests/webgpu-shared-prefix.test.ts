@@ -152,14 +152,20 @@ describe('shared prefix on Node WebGPU', () => {
           meanByteReward,
         );
         t.sharedPrefix = shared;
+        // The policy's forwards over the compact rows (responseHidden passes the share to the trunk): the runs
+        // compared must really differ in taking the share.
+        const trunk = vi.spyOn(t.models.policy, 'trunk');
         const capture = capturePolicyGrads(t);
         const steps = [];
         for (let s = 0; s < 2; s++) {
           steps.push(await t.trainStep());
           await capture.flush();
         }
+        const sharedForwards = trunk.mock.calls.filter((c) => c[3]?.share).length;
+        trunk.mockRestore();
         runs.push({
           steps,
+          sharedForwards,
           grads: capture.updates,
           recorded: t.gradReplays.recorded,
           replayed: t.gradReplays.replayed,
@@ -167,6 +173,8 @@ describe('shared prefix on Node WebGPU', () => {
         t.disposeAll();
       }
       const [off, on] = runs;
+      expect(off.sharedForwards).toBe(0);
+      expect(on.sharedForwards).toBeGreaterThan(0);
       // One recording for every minibatch of both steps: the padded share keeps one shape.
       const minibatches = 2 * over.miniBatches;
       for (const r of [off, on]) {
