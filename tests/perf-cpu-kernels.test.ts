@@ -12,13 +12,18 @@ import { registerFastCpuKernels, unregisterFastCpuKernels } from '../src/bench/p
 
 /** Run f with tfjs's kernels and with ours; return both results as arrays. */
 let onWasm = false;
+const FAST_KERNELS = ['BatchMatMul', 'UnsortedSegmentSum'];
 
 async function both(
   f: () => tf.Tensor,
 ): Promise<[Float32Array | Int32Array, Float32Array | Int32Array, number[], number[]]> {
   unregisterFastCpuKernels();
+  const kernelOf = (name: string) => tf.getKernel(name, 'cpu')?.kernelFunc;
+  const theirs = FAST_KERNELS.map(kernelOf);
   const ref = f();
   registerFastCpuKernels({ matmulOnWasm: onWasm });
+  // Ours really replaced tfjs's (else the comparison would be tfjs against itself).
+  FAST_KERNELS.forEach((name, i) => expect(kernelOf(name), name).not.toBe(theirs[i]));
   const got = f();
   const out: [Float32Array | Int32Array, Float32Array | Int32Array, number[], number[]] = [
     (await ref.data()) as Float32Array,

@@ -88,8 +88,16 @@ describe('edits in flight are not overwritten by the answer to an earlier edit',
     a.setConfigValue('klCoef', 0.4);
     await new Promise((r) => setTimeout(r, 0));
     a.setConfigValue('klCoef', 0.05);
+    expect(store.getState().editsInFlight).toContain('klCoef');
+    // The edit shown from here on: the answer to B lands before A is sent (and answered), so the end state alone
+    // would be A whether or not B's answer overwrote the edit in between.
+    const shown: number[] = [];
+    const unsubscribe = store.subscribe((s) => void shown.push(s.editedConfig.klCoef));
     w.release();
     await a.flushConfig();
+    unsubscribe();
+    expect(shown.length).toBeGreaterThan(0);
+    expect(shown.filter((k) => k !== 0.05)).toEqual([]);
     expect(store.getState().editedConfig.klCoef).toBe(0.05);
     expect(store.getState().runStatus?.config.klCoef).toBe(0.05);
   });
