@@ -273,7 +273,10 @@ describe('summariseVsTrl', () => {
     // Per CPU second: ours generate (3 + 5) / 2 = 4 s; TRL's steps carry no phase CPU seconds.
     expect(r.ours.cpuPhases).toEqual({ generate: 4, score: 1, update: 4 });
     expect(r.ours.gflopsPerCpuSecond!.generate).toBe(gen / 4 / 1e9);
-    expect(r.ours.gflopsPerCpuSecond!.step).toBe(r.ours.flops.step / 9 / 1e9);
+    // Ours: policy and reference forwards at the bucketed 16, one update epoch over the batch at 16.
+    const score = grpoScoreFlops(shape, { batch: 8, Tq: 16, R: 24, forwards: 2 });
+    const update = grpoUpdateFlops(shape, { batch: 8, Tq: 16, R: 24, epochs: 1 });
+    expect(r.ours.gflopsPerCpuSecond!.step).toBe((gen + score + update) / 9 / 1e9);
     expect(r.trl.gflopsPerCpuSecond).toBeNull();
     expect(r.ours.phases).toEqual({ generate: 5, score: 2, update: 5 });
     expect(r.ours.flops.generate).toBe(gen);
@@ -282,8 +285,12 @@ describe('summariseVsTrl', () => {
     expect(r.ours.flops.score).toBe(grpoScoreFlops(shape, { batch: 8, Tq: 16, R: 24, forwards: 2 }));
     expect(r.trl.flops.score).toBe(grpoScoreFlops(shape, { batch: 8, Tq: 13, R: 24, forwards: 1 }));
     expect(r.trl.flops.update).toBe(grpoUpdateFlops(shape, { batch: 8, Tq: 13, R: 24, epochs: 1 }));
-    expect(r.ours.flops.step).toBe(r.ours.flops.generate + r.ours.flops.score + r.ours.flops.update);
-    expect(r.trl.gflopsPerSecond.step).toBe(r.trl.flops.step / 4 / 1e9);
+    expect(r.ours.flops.update).toBe(update);
+    expect(r.ours.gflopsPerSecond.update).toBe(update / 5 / 1e9);
+    expect(r.ours.flops.step).toBe(gen + score + update);
+    // TRL generates the same prompts (13 and 12 tokens): the same generation FLOPs.
+    expect(r.trl.flops.generate).toBe(gen);
+    expect(r.trl.gflopsPerSecond.step).toBe((gen + r.trl.flops.score + r.trl.flops.update) / 4 / 1e9);
     const md = vsTrlMarkdown(r, null, 'Test CPU × 2');
     expect(md).toContain('vsTrlCpu (ours ÷ TRL, s/step) = 3.00');
     expect(md).toContain('the same in CPU seconds = 3.00');

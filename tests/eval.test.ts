@@ -30,6 +30,7 @@ import {
 import { generate } from '../src/core/model/sampling';
 import { ScalarModel } from '../src/core/model/heads';
 import { isUserError } from '../src/common/errors';
+import { Rng } from '../src/core/base/rng';
 
 const userError = (f: () => unknown): string => {
   try {
@@ -118,6 +119,11 @@ describe('evaluation config and schedule', () => {
   it('the eval seeds are fixed by the run seed and are not the training stream', () => {
     expect(evalSeeds(3, 4)).toEqual(evalSeeds(3, 4));
     expect(evalSeeds(3, 4)).not.toEqual(evalSeeds(4, 4));
+    // Not the training stream: the trainer draws its per-sample seeds from new Rng(cfg.seed) (trainer.ts); none
+    // of its first 1000 draws is an eval seed.
+    const train = new Rng(3);
+    const trainSeeds = new Set(Array.from({ length: 1000 }, () => train.seed()));
+    expect(evalSeeds(3, 4).filter((s) => trainSeeds.has(s))).toEqual([]);
   });
 });
 

@@ -144,8 +144,14 @@ describe('llama-tiny full fine-tuning', () => {
   it('recomputing the blocks gives the update of keeping them (PPO, untied head)', async () => {
     folder = `${FIX}/llama-tiny`;
     const weights: Float32Array[][] = [];
+    let before: Float32Array[] = [];
+    const read = (t: Awaited<ReturnType<typeof buildTrainer>>) =>
+      Promise.all(t.models.policy.trainableVariables().map(async (v) => (await v.data()) as Float32Array));
     for (const recompute of ['off', 'blocks'] as const) {
       const t = await buildTrainer(config({ lora: 0, recompute, steps: 1 }), res(), reward);
+      // The two runs must differ in keeping the blocks' activations, and the step must move the weights.
+      expect(t.stepPlan().recompute, recompute).toBe(recompute === 'blocks');
+      if (recompute === 'off') before = await read(t);
       await t.trainStep();
       weights.push(
         await Promise.all(
@@ -158,7 +164,10 @@ describe('llama-tiny full fine-tuning', () => {
     weights[0].forEach((w, i) =>
       w.forEach((v, j) => (worst = Math.max(worst, Math.abs(v - weights[1][i][j])))),
     );
+    let moved = 0;
+    before.forEach((w, i) => w.forEach((v, j) => (moved = Math.max(moved, Math.abs(v - weights[0][i][j])))));
     expect(weights[0].length).toBeGreaterThan(10);
+    expect(moved).toBeGreaterThan(100 * 1e-5);
     expect(worst).toBeLessThan(1e-5);
   });
 });
