@@ -138,6 +138,7 @@ describe('the lean backward (CPU backend)', () => {
     const plain = await run('off', m.f, m.vars);
     const lean = await run('all', m.f, m.vars);
     m.dispose();
+    expect([plain.lean, lean.lean]).toEqual([false, true]);
     expect(lean.loss).toBe(plain.loss);
     expect(lean.grads).toEqual(plain.grads);
     console.log(`Qwen2 peak bytes: tfjs ${plain.peak}, lean ${lean.peak}`);

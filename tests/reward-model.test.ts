@@ -173,9 +173,15 @@ describe('trainRewardModel', () => {
     expect(result.heldOut.accuracy).toBeGreaterThan(0.8);
     expect(result.train.accuracy).toBeGreaterThan(0.8);
     expect(result.loss).toBeLessThan(Math.LN2);
-    // The head was scaled so training scores have std 1.
-    expect(result.stats.std).toBeCloseTo(1, 4);
-    expect(result.stats.mean).toBeCloseTo(result.stats.rawMean * result.stats.scale, 4);
+    // The head was scaled so training scores have std 1: the scaled model's scores on the training pairs, by a
+    // plain loop (result.stats.std and .mean are the raw ones times the scale, so they cannot tell).
+    const scored = await scorePairs(model, lm.tokenizer, train);
+    const xs = [...scored.chosen, ...scored.rejected];
+    const mean = xs.reduce((s, x) => s + x, 0) / xs.length;
+    const std = Math.sqrt(xs.reduce((s, x) => s + (x - mean) ** 2, 0) / xs.length);
+    expect(Math.abs(result.stats.rawStd - 1)).toBeGreaterThan(0.01); // the scaling had something to do
+    expect(std).toBeCloseTo(1, 4);
+    expect(result.stats.mean).toBeCloseTo(mean, 4);
 
     const files = new Map([
       ['config.json', configBytes(model.config)],

@@ -293,9 +293,15 @@ describe('components', () => {
         ' · needs WebGPU (≈ 2.5 GB of 5.2 GB before activations there; ≈ 4.2 GB here, over 4.1 GB)',
       ],
     ]);
-    // In the entries' order: SmolLM2 (no verdict for Qwen2.5-0.5B, none was given), then Qwen3-0.6B.
-    expect(card.indexOf('SmolLM2-135M-Instruct')).toBeLessThan(card.indexOf('fits with LoRA r=8'));
-    expect(card.indexOf('Qwen3-0.6B (Hub)')).toBeLessThan(card.indexOf('needs WebGPU'));
+    // Each verdict inside its own entry (from its label to the entry's end); none for Qwen2.5-0.5B (none was given).
+    const entry = (label: string) => {
+      const at = card.indexOf(label);
+      expect(at, label).toBeGreaterThan(-1);
+      return card.slice(at, card.indexOf('</label>', at));
+    };
+    expect(entry('SmolLM2-135M-Instruct (Hub)')).toContain('fits with LoRA r=8');
+    expect(entry('Qwen2.5-0.5B-Instruct (Hub)')).not.toContain('model-fit');
+    expect(entry('Qwen3-0.6B (Hub)')).toContain('needs WebGPU');
     // The stand-in worker answers the store's request (no verdicts of its own).
     await h.store.getState().actions.refreshModelFits();
     expect(h.store.getState().modelFits).toEqual({});
