@@ -59,7 +59,7 @@ describe('gpuBenchKeys', () => {
     expect(keys.sampledOverGreedy).toBe(1.25);
     expect(keys.decodeDispatchesPerLayer).toBe(7);
     expect(keys.vsTorchEager).toBeNull();
-    expect(notes.some((n) => n.startsWith('matmulTflops2048'))).toBe(false);
+    expect(notes.some((n) => n.startsWith('matmulTflops2048:'))).toBe(false);
     expect(notes.some((n) => n.startsWith('sampledOverGreedy'))).toBe(false);
     expect(notes).toContain('vsTorchEager: null (no PyTorch on a GPU: no Python at "python3").');
   });
@@ -72,7 +72,7 @@ describe('gpuBenchKeys', () => {
       torch: noTorch,
     });
     expect(keys.matmulTflops2048).toBeNull();
-    expect(notes.find((n) => n.startsWith('matmulTflops2048'))).toMatch(/256².*not 2048²/);
+    expect(notes.find((n) => n.startsWith('matmulTflops2048:'))).toMatch(/256².*not 2048²/);
   });
 
   it("our matmul at 2048² is matmulFastTflops2048 beside tfjs's; at 256² (a software adapter) or not timed: null with a note", () => {
@@ -80,19 +80,62 @@ describe('gpuBenchKeys', () => {
     const both = gpuBenchKeys({ ...base, matmulFast: { n: 2048, iters: 16, seconds: 2, gflops: 31000 } });
     expect(both.keys.matmulTflops2048).toBeCloseTo(9.3, 12);
     expect(both.keys.matmulFastTflops2048).toBeCloseTo(31, 12);
-    expect(both.notes.some((n) => n.startsWith('matmulFastTflops2048'))).toBe(false);
+    expect(both.notes.some((n) => n.startsWith('matmulFastTflops2048:'))).toBe(false);
     const soft = gpuBenchKeys({
       ...base,
       matmul: { n: 256, iters: 1, seconds: 0.2, gflops: 12.5 },
       matmulFast: { n: 256, iters: 1, seconds: 0.2, gflops: 20 },
     });
     expect(soft.keys.matmulFastTflops2048).toBeNull();
-    expect(soft.notes.find((n) => n.startsWith('matmulFastTflops2048'))).toMatch(/256².*not 2048²/);
+    expect(soft.notes.find((n) => n.startsWith('matmulFastTflops2048:'))).toMatch(/256².*not 2048²/);
     for (const missing of [undefined, null]) {
       const k = gpuBenchKeys({ ...base, matmulFast: missing });
       expect(k.keys.matmulFastTflops2048).toBeNull();
       expect(k.notes).toContain('matmulFastTflops2048: null (our matmul was not timed).');
     }
+  });
+
+  it("the recorded frames' GPU times are reported under names of their own, at 2048² only, null with a note otherwise", () => {
+    const base = { matmul: { n: 2048, iters: 8, seconds: 2, gflops: 9300 }, decode, timing, torch: noTorch };
+    const fast = { n: 2048, iters: 16, seconds: 2, gflops: 13000 };
+    const rep = (gflops: number) => ({
+      calls: 8,
+      dispatchesPerProduct: 1,
+      replaysPerTrial: 2,
+      msPerProduct: 1,
+      gflops,
+    });
+    const both = gpuBenchKeys({
+      ...base,
+      matmulFast: fast,
+      matmulReplayed: rep(11000),
+      matmulFastReplayed: rep(16500),
+    });
+    // The round-trip keys keep their figures; the replayed ones are the frames'.
+    expect(both.keys.matmulTflops2048).toBeCloseTo(9.3, 12);
+    expect(both.keys.matmulFastTflops2048).toBeCloseTo(13, 12);
+    expect(both.keys.matmulTflops2048Replayed).toBeCloseTo(11, 12);
+    expect(both.keys.matmulFastTflops2048Replayed).toBeCloseTo(16.5, 12);
+    expect(both.notes.filter((n) => n.includes('Replayed'))).toEqual([]);
+    const soft = gpuBenchKeys({
+      ...base,
+      matmul: { n: 256, iters: 1, seconds: 0.2, gflops: 12.5 },
+      matmulFast: { n: 256, iters: 1, seconds: 0.2, gflops: 20 },
+      matmulReplayed: rep(15),
+      matmulFastReplayed: rep(22),
+    });
+    expect(soft.keys.matmulTflops2048Replayed).toBeNull();
+    expect(soft.keys.matmulFastTflops2048Replayed).toBeNull();
+    expect(soft.notes).toContain(
+      'matmulTflops2048Replayed: null (the product ran at 256², not 2048²; 15.000 GFLOP/s there is not reported under that name).',
+    );
+    expect(soft.notes.find((n) => n.startsWith('matmulFastTflops2048Replayed'))).toMatch(/256².*not 2048²/);
+    // Not timed (failed), or our matmul not run at all: null with a note.
+    const none = gpuBenchKeys({ ...base, matmulReplayed: null, matmulFastReplayed: rep(16500) });
+    expect(none.keys.matmulTflops2048Replayed).toBeNull();
+    expect(none.keys.matmulFastTflops2048Replayed).toBeNull();
+    expect(none.notes).toContain('matmulTflops2048Replayed: null (not timed from a recorded frame).');
+    expect(none.notes).toContain('matmulFastTflops2048Replayed: null (not timed from a recorded frame).');
   });
 
   it('sampledOverGreedy is null with a note when either time is missing, zero or not finite', () => {
@@ -680,6 +723,8 @@ describe('gpuMarkdown with the #22 keys', () => {
       torchRuns: [],
       matmul,
       matmulFast,
+      matmulReplayed: null,
+      matmulFastReplayed: null,
       matmulShapes: shapes.rows,
       dispatchOverheadMs: 0.5,
       replayedDispatch: null,
@@ -724,7 +769,14 @@ describe('gpuMarkdown with the #22 keys', () => {
   it('shows ppoDefaultPlan and the Qwen rows (plan, phases, ratios; dry run: not a measurement) and keeps them in the JSON', () => {
     const matmul = { n: 2048, iters: 8, seconds: 2, gflops: 9300 };
     const t = { batch: 16, tokens: 32, greedyMsPerToken: 13, sampledMsPerToken: 14 };
-    const k = gpuBenchKeys({ matmul, decode, timing: t, torch: cudaProbe });
+    const replayed = {
+      calls: 8,
+      dispatchesPerProduct: 1,
+      replaysPerTrial: 2,
+      msPerProduct: 1.2,
+      gflops: 14300,
+    };
+    const k = gpuBenchKeys({ matmul, matmulReplayed: replayed, decode, timing: t, torch: cudaProbe });
     const layer = {
       webgpuDispatchesPerLayerFwd: 7,
       webgpuDispatchesPerLayerFwdBwd: 32,
@@ -762,6 +814,8 @@ describe('gpuMarkdown with the #22 keys', () => {
       torchRuns: [],
       matmul,
       matmulFast: null,
+      matmulReplayed: replayed,
+      matmulFastReplayed: null,
       matmulShapes: [],
       dispatchOverheadMs: 0.016,
       replayedDispatch: { dispatches: 500, replays: 20, wallUs: 4.2, hostUs: 3.5 },
@@ -812,6 +866,10 @@ describe('gpuMarkdown with the #22 keys', () => {
     };
     const md = gpuMarkdown(r);
     expect(md).toContain("| one small kernel, recorded and replayed (wall; host's share) | 4.2 µs; 3.5 µs |");
+    expect(md).toContain(
+      '| matmulTflops2048Replayed / matmulFastTflops2048Replayed (GPU time from a recorded frame) | 14.30 / null (see notes) |',
+    );
+    expect(k.notes).toContain('matmulFastTflops2048Replayed: null (not timed from a recorded frame).');
     expect(md).toContain('| ppoDefaultPlan | 16 | off | 0.900 | 0.500 | 0.100 | 0.300 | 0.360 | 2.50 |');
     expect(md).toContain(
       'Qwen2.5-0.5B shape (24 layers, width 896, 14 heads over 2 KV heads, SwiGLU 4864, vocabulary 151936), random weights: GRPO + LoRA r 8, 2 prompts × 8, R 32 |',

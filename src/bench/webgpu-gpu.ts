@@ -45,6 +45,7 @@ import { resolveLoraTargets } from '../core/model/lora';
 import { formatEstimate } from '../core/model/size';
 import { ReplayFrame, replayBackend, replayHeldBytes } from '../core/kernels/webgpu-replay';
 import { type GpuBufferPeak, GpuBufferPeakMeter } from './perf/gpu-buffer-peak';
+import { timeMatmulReplayed, type ReplayedMatmul } from './perf/matmul-replayed';
 import type { WebGpuKernelTuning } from '../core/backend/webgpu-tune';
 
 export interface GpuAdapterReport {
@@ -67,6 +68,12 @@ export interface GpuBenchResult {
   matmul: MatmulBench;
   /** Our matmul (matMulFast) timed as `matmul` is, at the same size, in the same run. */
   matmulFast: MatmulBench | null;
+  /**
+   * The same two products' GPU time alone, from a recorded frame of 8 (bench/perf/matmul-replayed.ts): no tfjs
+   * host cost, no readback; null where it failed (a note says why).
+   */
+  matmulReplayed: ReplayedMatmul | null;
+  matmulFastReplayed: ReplayedMatmul | null;
   /** GPT-2's product shapes, tfjs's matmul beside ours (matmulShapeKeys); TFLOP/s null on a software adapter. */
   matmulShapes: MatmulShapeRow[];
   /** Wall time per dispatch of a chain of small element-wise kernels (the fixed cost of one tfjs kernel). */
@@ -101,6 +108,9 @@ export interface GpuBenchResult {
   matmulTflops2048: number | null;
   /** matMulFast at 2048² (null where the product was not 2048², as matmulTflops2048). */
   matmulFastTflops2048: number | null;
+  /** The two at 2048² from their recorded frames' GPU time (matmulReplayed, matmulFastReplayed); null likewise. */
+  matmulTflops2048Replayed: number | null;
+  matmulFastTflops2048Replayed: number | null;
   sampledOverGreedy: number | null;
   vsTorchEager: number | null;
   /** The GPT-2 PPO + LoRA step at the default plan beside PyTorch's whole-batch step of the same run; null: not run. */
@@ -330,6 +340,9 @@ export function gpuBenchKeys(i: {
   matmul: MatmulBench;
   /** matMulFast timed beside `matmul` (absent: not run). */
   matmulFast?: MatmulBench | null;
+  /** `matmul`'s and `matmulFast`'s products timed from a recorded frame, at their sizes (absent: not timed). */
+  matmulReplayed?: ReplayedMatmul | null;
+  matmulFastReplayed?: ReplayedMatmul | null;
   decode: DecodeDispatches;
   timing: Pick<DecodeTiming, 'batch' | 'greedyMsPerToken' | 'sampledMsPerToken'>;
   torch: TorchProbe;
@@ -343,6 +356,8 @@ export function gpuBenchKeys(i: {
     | 'decodeDispatchesPerLayer'
     | 'matmulTflops2048'
     | 'matmulFastTflops2048'
+    | 'matmulTflops2048Replayed'
+    | 'matmulFastTflops2048Replayed'
     | 'sampledOverGreedy'
     | 'vsTorchEager'
   >;
@@ -362,6 +377,28 @@ export function gpuBenchKeys(i: {
         ? `matmulFastTflops2048: null (our matmul ran at ${fast.n}², not 2048²; ${fast.gflops.toFixed(3)} GFLOP/s there is not reported under that name).`
         : 'matmulFastTflops2048: null (our matmul was not timed).',
     );
+  // The recorded frames' figures: the same rule, under names of their own.
+  const replayedKey = (
+    key: string,
+    n: number | null,
+    r: ReplayedMatmul | null | undefined,
+  ): number | null => {
+    if (n === 2048 && r && r.gflops > 0 && Number.isFinite(r.gflops)) return r.gflops / 1000;
+    notes.push(
+      !r
+        ? `${key}: null (not timed from a recorded frame).`
+        : n !== 2048
+          ? `${key}: null (the product ran at ${n}², not 2048²; ${r.gflops.toFixed(3)} GFLOP/s there is not reported under that name).`
+          : `${key}: null (${r.gflops} GFLOP/s is not a positive number).`,
+    );
+    return null;
+  };
+  const matmulTflops2048Replayed = replayedKey('matmulTflops2048Replayed', i.matmul.n, i.matmulReplayed);
+  const matmulFastTflops2048Replayed = replayedKey(
+    'matmulFastTflops2048Replayed',
+    fast?.n ?? null,
+    fast ? i.matmulFastReplayed : null,
+  );
   const { greedyMsPerToken: g, sampledMsPerToken: sm } = i.timing;
   const ok = (x: number | null): x is number => x !== null && Number.isFinite(x) && x > 0;
   const sampledOverGreedy = ok(g) && ok(sm) ? sm / g : null;
@@ -382,6 +419,8 @@ export function gpuBenchKeys(i: {
       decodeDispatchesPerLayer: i.decode.perLayer,
       matmulTflops2048,
       matmulFastTflops2048,
+      matmulTflops2048Replayed,
+      matmulFastTflops2048Replayed,
       sampledOverGreedy,
       vsTorchEager,
     },
@@ -838,6 +877,29 @@ export async function runGpuBench(o: {
   } catch (e) {
     notes.push(`matmulFast: failed: ${(e as Error).message}`);
   }
+  // The same products' GPU time alone, from recorded frames (bench/perf/matmul-replayed.ts): 8 products a frame
+  // on a GPU, 2 on a software adapter (a check that it runs: seconds a product there).
+  const replayedAt = async (
+    label: string,
+    mm: (x: tf.Tensor2D, y: tf.Tensor2D) => tf.Tensor,
+  ): Promise<ReplayedMatmul | null> => {
+    const n = matmul.n;
+    const a = tf.randomNormal([n, n], 0, 1, 'float32', 1) as tf.Tensor2D;
+    const b = tf.randomNormal([n, n], 0, 1, 'float32', 2) as tf.Tensor2D;
+    try {
+      const r = await timeMatmulReplayed(mm, a, b, matmulFlops(n, n, n), { calls: soft ? 2 : 8 });
+      o.log(`  ${label}, recorded and replayed: ${(r.gflops / 1000).toFixed(3)} TFLOP/s at ${n}²`);
+      return r;
+    } catch (e) {
+      notes.push(`${label}, recorded and replayed: failed: ${(e as Error).message}`);
+      return null;
+    } finally {
+      tf.dispose([a, b]);
+    }
+  };
+  o.log(`both matmuls from recorded frames at ${matmul.n}²`);
+  const matmulReplayed = await replayedAt('matmul (tfjs)', (x, y) => tf.matMul(x, y));
+  const matmulFastReplayed = matmulFast ? await replayedAt('matMulFast', (x, y) => matMulFast(x, y)) : null;
   const shapeRuns: MatmulShapeRun[] = [];
   // A software adapter runs the table only in a dry run, at 8 rows and a sixteenth of each size (a code check).
   const shapeRows = soft ? 8 : MATMUL_SHAPE_ROWS;
@@ -1045,7 +1107,17 @@ export async function runGpuBench(o: {
   const timingLabel = g16
     ? `the GPT-2 124M-shaped PPO policy (LoRA r 8)${dry ? ' — dry run: a small shape' : ''}`
     : 'the tiny policy';
-  const k = gpuBenchKeys({ matmul, matmulFast, decode, timing: keyTiming, torch, vsTorch, timingLabel });
+  const k = gpuBenchKeys({
+    matmul,
+    matmulFast,
+    matmulReplayed,
+    matmulFastReplayed,
+    decode,
+    timing: keyTiming,
+    torch,
+    vsTorch,
+    timingLabel,
+  });
   notes.push(
     `decodeDispatchesPerLayer: the GPT-2 KV-cache decode step (one token for every row), per layer = (count at n_layer 8 − count at 2) / 6 (width 64, batch 2, 16 cache slots).`,
     `sampledOverGreedy: ms/token of ${timingLabel}'s generation at batch ${keyTiming.batch} (${keyTiming.tokens} − 2 new tokens, prefill left out), sampled at temperature ${keyTiming.sampling.temperature}, top-k ${keyTiming.sampling.topK}, top-p ${keyTiming.sampling.topP}, over greedy${soft ? '; on a software adapter: a ratio of CPU times, not a GPU figure' : ''}.`,
@@ -1069,6 +1141,8 @@ export async function runGpuBench(o: {
     sizes: soft ? 'software adapter: smallest sizes only' : null,
     matmul,
     matmulFast,
+    matmulReplayed,
+    matmulFastReplayed,
     matmulShapes: shapeKeys.rows,
     dispatchOverheadMs,
     replayedDispatch,
@@ -1496,6 +1570,7 @@ export function gpuMarkdown(r: GpuBenchResult): string {
     `| decodeDispatchesPerLayer (GPT-2 decode step) | ${r.decodeDispatchesPerLayer} (under LoRA r 8: ${r.decodeLora.perLayer}) |`,
     `| matmulTflops2048 (tfjs's kernel) | ${r.matmulTflops2048 === null ? 'null (see notes)' : f(r.matmulTflops2048, 2)} |`,
     `| matmulFastTflops2048 (ours, webgpu-matmul.ts) | ${r.matmulFastTflops2048 === null ? 'null (see notes)' : f(r.matmulFastTflops2048, 2)} |`,
+    `| matmulTflops2048Replayed / matmulFastTflops2048Replayed (GPU time from a recorded frame) | ${r.matmulTflops2048Replayed === null ? 'null (see notes)' : f(r.matmulTflops2048Replayed, 2)} / ${r.matmulFastTflops2048Replayed === null ? 'null (see notes)' : f(r.matmulFastTflops2048Replayed, 2)} |`,
     `| greedy / sampled ms per token (batch ${r.decodeTiming.batch}) | ${f(r.decodeTiming.greedyMsPerToken)} / ${f(r.decodeTiming.sampledMsPerToken)} |`,
     `| sampledOverGreedy | ${r.sampledOverGreedy === null ? 'null (see notes)' : f(r.sampledOverGreedy, 2)} |`,
     `| vsTorchEager | ${r.vsTorchEager === null ? 'null (see notes)' : f(r.vsTorchEager, 2)} |`,
