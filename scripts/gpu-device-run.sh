@@ -73,14 +73,23 @@ if want bench; then
 fi
 if want bounded && ! want f16; then
   # Only the memory-bounded f16 rows: Qwen2.5-1.5B with recompute at micro-batches of each size in
-  # $PPO_GPU_BOUNDED_MICROS (default 4, as the last step of f16), one process each.
-  for micro in ${PPO_GPU_BOUNDED_MICROS:-4}; do
-    PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=qwen2.5-1.5b PPO_GPU_BENCH_F16_DECODE=0 PPO_GPU_BENCH_F16_PLANS=boundedPlan \
-      PPO_GPU_BENCH_BOUNDED_MICRO=$micro $node .gpu/bundle/main.mjs bench --gpu --json \
-      > "$out/bench-f16-bounded-$micro.json" 2> "$out/bench-f16-bounded-$micro.log" || {
-        echo "bench --gpu (f16, bounded plan, micro-batch $micro) failed:"; tail -40 "$out/bench-f16-bounded-$micro.log"; }
-    tail -4 "$out/bench-f16-bounded-$micro.log"
-  done
+  # $PPO_GPU_BOUNDED_MICROS (default 4, as the last step of f16), one process each. With $PPO_GPU_BOUNDED_TOGGLES (a
+  # Dawn toggle set, e.g. disable_resource_suballocation: docs/gpu.md, "Where Dawn's memory goes"), one more process
+  # at the last (smallest) of those micro-batches with those toggles on (files tagged with the first toggle's name).
+  bounded_row() { # micro-batch, tag, toggles
+    PPO_DAWN_TOGGLES=${3:-${PPO_DAWN_TOGGLES:-}} \
+      PPO_GPU_BENCH_ROWS=f16 PPO_GPU_BENCH_F16_MODELS=qwen2.5-1.5b PPO_GPU_BENCH_F16_DECODE=0 PPO_GPU_BENCH_F16_PLANS=boundedPlan \
+      PPO_GPU_BENCH_BOUNDED_MICRO=$1 $node .gpu/bundle/main.mjs bench --gpu --json \
+      > "$out/bench-f16-bounded-$2.json" 2> "$out/bench-f16-bounded-$2.log" || {
+        echo "bench --gpu (f16, bounded plan, micro-batch $1${3:+, toggles $3}) failed:"; tail -40 "$out/bench-f16-bounded-$2.log"; }
+    tail -4 "$out/bench-f16-bounded-$2.log"
+  }
+  for micro in ${PPO_GPU_BOUNDED_MICROS:-4}; do bounded_row "$micro" "$micro" ""; done
+  if [ -n "${PPO_GPU_BOUNDED_TOGGLES:-}" ]; then
+    last=$(for m in ${PPO_GPU_BOUNDED_MICROS:-4}; do :; done; echo "$m")
+    t=${PPO_GPU_BOUNDED_TOGGLES%%,*}
+    bounded_row "$last" "$last-$t" "$PPO_GPU_BOUNDED_TOGGLES"
+  fi
 fi
 if want f16; then
   # Qwen2.5-1.5B (with the f16/f32 decode comparison), then Qwen3-1.7B, each in its own process.

@@ -7,7 +7,9 @@ import { describe, it, expect } from 'vitest';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { spawnAsync } from './helpers/spawn';
 import {
+  adapterLabel,
   applyFastTiles,
   applyHeadRows,
   applyVecRows,
@@ -55,6 +57,48 @@ describe('Dawn toggles from the environment', () => {
       );
     }
   });
+});
+
+describe("the adapter's record names the Dawn toggles it runs under", () => {
+  const adapter = { vendor: 'nvidia', architecture: 'hopper', device: '', description: '', software: false };
+  it('in the label, after the storage buffers; nothing for the defaults', () => {
+    const base = { ...adapter, vulkan: 'system' as const, maxStorageBufferBindingSize: 1, maxBufferSize: 1 };
+    expect(adapterLabel({ ...base, storageBuffersPerProgram: 10, dawnOptions: [] })).toBe(
+      'nvidia / hopper (Vulkan: system, 10 storage buffers a program)',
+    );
+    expect(
+      adapterLabel({
+        ...base,
+        storageBuffersPerProgram: 10,
+        dawnOptions: ['enable-dawn-features=disable_resource_suballocation'],
+      }),
+    ).toBe(
+      'nvidia / hopper (Vulkan: system, 10 storage buffers a program, Dawn enable-dawn-features=disable_resource_suballocation)',
+    );
+  });
+
+  it('a process started with PPO_DAWN_TOGGLES keeps them on its adapter (a child process, as the lease runs it)', async () => {
+    const code = `import('./src/cli/backend-webgpu-node.ts').then(async (m) => {
+      try { const a = await m.initNodeWebGpu(); console.log(JSON.stringify({ options: a.dawnOptions, label: m.adapterLabel(a) })); }
+      catch (e) { console.log(JSON.stringify({ error: e.message })); }
+      process.exit(0);
+    });`;
+    const run = async (env: Record<string, string>) => {
+      const r = await spawnAsync(process.execPath, ['--import', 'tsx', '-e', code], {
+        env: { ...process.env, PPO_DAWN_TOGGLES: '', PPO_DAWN_DISABLE: '', ...env },
+        timeout: 60_000,
+      });
+      const line = r.stdout.trim().split('\n').pop() ?? '';
+      return JSON.parse(line || '{}') as { options?: string[]; label?: string; error?: string };
+    };
+    const toggled = await run({ PPO_DAWN_TOGGLES: 'disable_resource_suballocation' });
+    if (toggled.error) return expect(toggled.error).toMatch(/WebGPU|Vulkan|adapter/); // no adapter here: said so
+    expect(toggled.options).toEqual(['enable-dawn-features=disable_resource_suballocation']);
+    expect(toggled.label).toContain(', Dawn enable-dawn-features=disable_resource_suballocation)');
+    const plain = await run({});
+    expect(plain.options).toEqual([]);
+    expect(plain.label).not.toContain('Dawn');
+  }, 120_000);
 });
 
 describe("PPO_WEBGPU_VEC_ROWS: the few-rows program's vector loads for a timing run", () => {

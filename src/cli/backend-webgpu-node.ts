@@ -59,6 +59,11 @@ export interface NodeWebGpuAdapter {
    * 8 by WebGPU's default): whether the decode's 9–10-buffer programs run there. Set by setNodeWebGpuBackend.
    */
   storageBuffersPerProgram?: number;
+  /**
+   * The Dawn instance options this process runs under (dawnCreateOptions: `PPO_DAWN_TOGGLES` / `PPO_DAWN_DISABLE`),
+   * so that a run's record says which toggles its figures were measured with; [] for Dawn's defaults.
+   */
+  dawnOptions?: string[];
   /** How this process waits for Dawn's promises (src/cli/dawn-wait.ts): set by initNodeWebGpu. */
   wait?: DawnWait;
   /**
@@ -180,9 +185,10 @@ export function dawnCreateOptions(env: NodeJS.ProcessEnv = process.env): string[
 }
 
 async function probe(d: DawnModule, vulkan: NodeWebGpuAdapter['vulkan']): Promise<Found | null> {
-  const gpu = d.create(dawnCreateOptions());
+  const dawnOptions = dawnCreateOptions();
+  const gpu = d.create(dawnOptions);
   const a = await gpu.requestAdapter({ powerPreference: 'high-performance' });
-  return a ? { gpu, adapter: describe(a, vulkan) } : null;
+  return a ? { gpu, adapter: { ...describe(a, vulkan), dawnOptions } } : null;
 }
 
 /**
@@ -411,5 +417,6 @@ export function adapterLabel(a: NodeWebGpuAdapter): string {
   const buffers = a.storageBuffersPerProgram
     ? `, ${a.storageBuffersPerProgram} storage buffers a program`
     : '';
-  return `${name} (Vulkan: ${a.vulkan}${a.software ? ', software adapter' : ''}${buffers})`;
+  const dawn = a.dawnOptions?.length ? `, Dawn ${a.dawnOptions.join(' ')}` : '';
+  return `${name} (Vulkan: ${a.vulkan}${a.software ? ', software adapter' : ''}${buffers}${dawn})`;
 }
