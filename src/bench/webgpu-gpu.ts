@@ -877,29 +877,33 @@ export async function runGpuBench(o: {
   } catch (e) {
     notes.push(`matmulFast: failed: ${(e as Error).message}`);
   }
-  // The same products' GPU time alone, from recorded frames (bench/perf/matmul-replayed.ts): 8 products a frame
-  // on a GPU, 2 on a software adapter (a check that it runs: seconds a product there).
+  // The same products' GPU time alone, from recorded frames (bench/perf/matmul-replayed.ts), both on one pair of
+  // inputs: 8 products a frame on a GPU, 2 on a software adapter (a check that it runs: seconds a product there).
+  o.log(`both matmuls from recorded frames at ${matmul.n}²`);
+  const rn = matmul.n;
+  const ra = tf.randomNormal([rn, rn], 0, 1, 'float32', 1) as tf.Tensor2D;
+  const rb = tf.randomNormal([rn, rn], 0, 1, 'float32', 2) as tf.Tensor2D;
   const replayedAt = async (
     label: string,
     mm: (x: tf.Tensor2D, y: tf.Tensor2D) => tf.Tensor,
   ): Promise<ReplayedMatmul | null> => {
-    const n = matmul.n;
-    const a = tf.randomNormal([n, n], 0, 1, 'float32', 1) as tf.Tensor2D;
-    const b = tf.randomNormal([n, n], 0, 1, 'float32', 2) as tf.Tensor2D;
     try {
-      const r = await timeMatmulReplayed(mm, a, b, matmulFlops(n, n, n), { calls: soft ? 2 : 8 });
-      o.log(`  ${label}, recorded and replayed: ${(r.gflops / 1000).toFixed(3)} TFLOP/s at ${n}²`);
+      const r = await timeMatmulReplayed(mm, ra, rb, matmulFlops(rn, rn, rn), { calls: soft ? 2 : 8 });
+      o.log(`  ${label}, recorded and replayed: ${(r.gflops / 1000).toFixed(3)} TFLOP/s at ${rn}²`);
       return r;
     } catch (e) {
       notes.push(`${label}, recorded and replayed: failed: ${(e as Error).message}`);
       return null;
-    } finally {
-      tf.dispose([a, b]);
     }
   };
-  o.log(`both matmuls from recorded frames at ${matmul.n}²`);
-  const matmulReplayed = await replayedAt('matmul (tfjs)', (x, y) => tf.matMul(x, y));
-  const matmulFastReplayed = matmulFast ? await replayedAt('matMulFast', (x, y) => matMulFast(x, y)) : null;
+  let matmulReplayed: ReplayedMatmul | null;
+  let matmulFastReplayed: ReplayedMatmul | null;
+  try {
+    matmulReplayed = await replayedAt('matmul (tfjs)', (x, y) => tf.matMul(x, y));
+    matmulFastReplayed = matmulFast ? await replayedAt('matMulFast', (x, y) => matMulFast(x, y)) : null;
+  } finally {
+    tf.dispose([ra, rb]);
+  }
   const shapeRuns: MatmulShapeRun[] = [];
   // A software adapter runs the table only in a dry run, at 8 rows and a sixteenth of each size (a code check).
   const shapeRows = soft ? 8 : MATMUL_SHAPE_ROWS;
