@@ -39,14 +39,20 @@ export interface ReplayedMatmul {
 
 /**
  * GFLOP/s of `mm(a, b)` from the GPU time of a recorded frame of `calls` products (module comment). Needs the
- * WebGPU backend (throws otherwise). `trialMs`: about how long a trial's r replays take (default 20).
+ * WebGPU backend (throws otherwise). `trialMs`: about how long a trial's r replays take (default 20); `trial`: how
+ * a trial is timed (default `replayTrialMs`).
  */
 export async function timeMatmulReplayed(
   mm: (a: tf.Tensor2D, b: tf.Tensor2D) => tf.Tensor,
   a: tf.Tensor2D,
   b: tf.Tensor2D,
   flops: number,
-  o: { calls?: number; trialMs?: number } = {},
+  o: {
+    calls?: number;
+    trialMs?: number;
+    /** One trial's ms a replay (default webgpu-replay-profile's `replayTrialMs`); tests wrap it to see its figures. */
+    trial?: (frame: ReplayFrame, r: number) => Promise<number>;
+  } = {},
 ): Promise<ReplayedMatmul> {
   const backend = replayBackend();
   if (!backend) throw new Error(`timeMatmulReplayed: needs the webgpu backend, not ${tf.getBackend()}.`);
@@ -65,8 +71,9 @@ export async function timeMatmulReplayed(
   }, []);
   try {
     const r = replaysPerTrial(await warmReplays(frame), o.trialMs ?? 20);
+    const trial = o.trial ?? replayTrialMs;
     let best = Infinity;
-    for (let t = 0; t < 3; t++) best = Math.min(best, await replayTrialMs(frame, r));
+    for (let t = 0; t < 3; t++) best = Math.min(best, await trial(frame, r));
     const msPerProduct = best / calls;
     return {
       calls,
