@@ -136,6 +136,28 @@ describe('gpuBenchKeys', () => {
     expect(none.keys.matmulFastTflops2048Replayed).toBeNull();
     expect(none.notes).toContain('matmulTflops2048Replayed: null (not timed from a recorded frame).');
     expect(none.notes).toContain('matmulFastTflops2048Replayed: null (not timed from a recorded frame).');
+    // At 2048², a figure that is not a positive finite number is not reported, round trip or replayed.
+    const bad = gpuBenchKeys({
+      ...base,
+      matmul: { n: 2048, iters: 1, seconds: 0, gflops: Infinity },
+      matmulFast: { ...fast, gflops: 0 },
+      matmulReplayed: rep(NaN),
+      matmulFastReplayed: rep(Infinity),
+    });
+    expect(bad.keys).toMatchObject({
+      matmulTflops2048: null,
+      matmulFastTflops2048: null,
+      matmulTflops2048Replayed: null,
+      matmulFastTflops2048Replayed: null,
+    });
+    expect(bad.notes).toContain('matmulTflops2048: null (Infinity GFLOP/s is not a positive finite number).');
+    expect(bad.notes).toContain('matmulFastTflops2048: null (0 GFLOP/s is not a positive finite number).');
+    expect(bad.notes).toContain(
+      'matmulTflops2048Replayed: null (NaN GFLOP/s is not a positive finite number).',
+    );
+    expect(bad.notes).toContain(
+      'matmulFastTflops2048Replayed: null (Infinity GFLOP/s is not a positive finite number).',
+    );
   });
 
   it('sampledOverGreedy is null with a note when either time is missing, zero or not finite', () => {

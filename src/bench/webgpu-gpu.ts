@@ -364,40 +364,42 @@ export function gpuBenchKeys(i: {
   notes: string[];
 } {
   const notes: string[] = [];
-  const matmulTflops2048 = i.matmul.n === 2048 && i.matmul.gflops > 0 ? i.matmul.gflops / 1000 : null;
-  if (matmulTflops2048 === null)
-    notes.push(
-      `matmulTflops2048: null (the matmul ran at ${i.matmul.n}², not 2048²; ${i.matmul.gflops.toFixed(3)} GFLOP/s there is not reported under that name).`,
-    );
-  const fast = i.matmulFast ?? null;
-  const matmulFastTflops2048 = fast && fast.n === 2048 && fast.gflops > 0 ? fast.gflops / 1000 : null;
-  if (matmulFastTflops2048 === null)
-    notes.push(
-      fast
-        ? `matmulFastTflops2048: null (our matmul ran at ${fast.n}², not 2048²; ${fast.gflops.toFixed(3)} GFLOP/s there is not reported under that name).`
-        : 'matmulFastTflops2048: null (our matmul was not timed).',
-    );
-  // The recorded frames' figures: the same rule, under names of their own.
-  const replayedKey = (
+  // A product's TFLOP/s under a 2048² key only where it ran at 2048² and gave a positive finite figure; else null, and a
+  // note saying why. `ran`: how the note names the product; `missing`: the note where it was not timed.
+  const at2048 = (
     key: string,
-    n: number | null,
-    r: ReplayedMatmul | null | undefined,
+    ran: string,
+    t: { n: number | null; gflops: number } | null | undefined,
+    missing: string,
   ): number | null => {
-    if (n === 2048 && r && r.gflops > 0 && Number.isFinite(r.gflops)) return r.gflops / 1000;
+    if (t && t.n === 2048 && t.gflops > 0 && Number.isFinite(t.gflops)) return t.gflops / 1000;
     notes.push(
-      !r
-        ? `${key}: null (not timed from a recorded frame).`
-        : n !== 2048
-          ? `${key}: null (the product ran at ${n}², not 2048²; ${r.gflops.toFixed(3)} GFLOP/s there is not reported under that name).`
-          : `${key}: null (${r.gflops} GFLOP/s is not a positive number).`,
+      !t
+        ? `${key}: null (${missing}).`
+        : t.n !== 2048
+          ? `${key}: null (${ran} ran at ${t.n}², not 2048²; ${t.gflops.toFixed(3)} GFLOP/s there is not reported under that name).`
+          : `${key}: null (${t.gflops} GFLOP/s is not a positive finite number).`,
     );
     return null;
   };
-  const matmulTflops2048Replayed = replayedKey('matmulTflops2048Replayed', i.matmul.n, i.matmulReplayed);
-  const matmulFastTflops2048Replayed = replayedKey(
+  const fast = i.matmulFast ?? null;
+  const matmulTflops2048 = at2048('matmulTflops2048', 'the matmul', i.matmul, 'the matmul was not timed');
+  const matmulFastTflops2048 = at2048('matmulFastTflops2048', 'our matmul', fast, 'our matmul was not timed');
+  // The recorded frames' figures: the same rule, at their products' sizes, under names of their own.
+  const replayed = (r: ReplayedMatmul | null | undefined, n: number | null) =>
+    r ? { n, gflops: r.gflops } : null;
+  const notFramed = 'not timed from a recorded frame';
+  const matmulTflops2048Replayed = at2048(
+    'matmulTflops2048Replayed',
+    'the product',
+    replayed(i.matmulReplayed, i.matmul.n),
+    notFramed,
+  );
+  const matmulFastTflops2048Replayed = at2048(
     'matmulFastTflops2048Replayed',
-    fast?.n ?? null,
-    fast ? i.matmulFastReplayed : null,
+    'the product',
+    fast ? replayed(i.matmulFastReplayed, fast.n) : null,
+    notFramed,
   );
   const { greedyMsPerToken: g, sampledMsPerToken: sm } = i.timing;
   const ok = (x: number | null): x is number => x !== null && Number.isFinite(x) && x > 0;
