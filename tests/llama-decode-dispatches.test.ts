@@ -1,6 +1,6 @@
 /**
  * The Llama/Qwen KV-cache decode step's fused programs (issue #22: ≤ 8 dispatches per layer per token; 6 since
- * gate_proj | up_proj run as one program and the slot writes in place: tests/webgpu-linear-pair.test.ts,
+ * gate_proj | up_proj run as one program and the slot writes in place: tests/webgpu-linear-pair.slow.test.ts,
  * tests/webgpu-kv-inplace.test.ts), on Node
  * WebGPU (SwiftShader where there is no GPU):
  * - kernels/webgpu-linear.ts linearNtDecodeWebGpu (nn.Linear x·Wᵀ in up to 3 parts, RMSNorm in the prologue, LoRA's

@@ -46,7 +46,7 @@
  *   LoRA up-projection per part, gate_proj | up_proj as one program (`pair`: both dot products per output, SwiGLU
  *   of the two): a Llama/Qwen decode layer 17 → 7 dispatches, 45 → 11 under LoRA on all seven linears (6 and 10
  *   with the slot writes in place: kernels/webgpu-inplace.ts) (tests/llama-decode-dispatches.test.ts,
- *   tests/webgpu-linear-pair.test.ts).
+ *   tests/webgpu-linear-pair.slow.test.ts).
  * Why recompute pre instead of saving it: a tfjs WebGPU program has exactly one output binding (inputs are
  * bound read-only, and tfjs-webgpu has no zero-copy slice), so the forward cannot also write pre. Saving it
  * would take a second forward dispatch (pre, then gelu as its own kernel): the same total dispatches for a
