@@ -71,6 +71,8 @@ const CASES: Case[] = [
   { label: 'A·Bᵀ (dY·Wᵀ) 37×72×44', M: 37, K: 72, N: 44, tb: true },
   { label: 'A·Bᵀ ragged 7×19×23', M: 7, K: 19, N: 23, tb: true },
   { label: 'Aᵀ·Bᵀ 12×16×9', M: 12, K: 16, N: 9, ta: true, tb: true },
+  // Bᵀ's full panels are packed four k at a time (a 4 × 4 transpose in registers), the k past them one by one.
+  { label: 'A·Bᵀ, K ≡ 1 (mod 4), two full panels and a part 6×13×17', M: 6, K: 13, N: 17, tb: true },
   { label: 'odd 1×1×1', M: 1, K: 1, N: 1 },
   { label: 'odd 5×7×9', M: 5, K: 7, N: 9 },
   { label: 'odd 3×129×7', M: 3, K: 129, N: 7 },
@@ -288,6 +290,36 @@ describe('register-blocked GEMM on WebAssembly (gemm.wat)', () => {
         expect(Array.from(s.out), `${b.name} ${c.label}`).toEqual(Array.from(p.out));
       }
     }
+  });
+
+  it("pack_b's layout, B stored as is or transposed (full panels four k at a time), from any column stride", () => {
+    const g = gemmFor(mem, { relaxed: false })!;
+    const SENT = -12345.5;
+    for (const tb of [false, true])
+      for (const K of [1, 3, 4, 5, 8, 19])
+        for (const N of [1, 8, 9, 16, 23])
+          for (const pad of [0, 3]) {
+            // B as stored: K×N row-major (row stride N + pad) or, transposed, N×K (row stride K + pad).
+            const ld = (tb ? K : N) + pad;
+            const stored = values((tb ? N : K) * ld, 13 + K + N);
+            const at = (k: number, j: number) => (tb ? stored[j * ld + k] : stored[k * ld + j]);
+            const panels = Math.ceil(N / 8);
+            const want = new Float32Array(panels * K * 8);
+            for (let p = 0; p < panels; p++)
+              for (let k = 0; k < K; k++)
+                for (let t = 0; t < 8; t++) want[(p * K + k) * 8 + t] = 8 * p + t < N ? at(k, 8 * p + t) : 0;
+            const pB = 64;
+            const pP = pB + 4 * stored.length + 64;
+            new Float32Array(mem.buffer, pB, stored.length).set(stored);
+            new Float32Array(mem.buffer, pP, want.length + 16).fill(SENT);
+            g.packB(pB, tb ? 1 : ld, tb ? ld : 1, K, N, pP);
+            const got = new Float32Array(mem.buffer, pP, want.length + 16);
+            const label = `${tb ? 'Bᵀ' : 'B'} K ${K} N ${N} pad ${pad}`;
+            expect(Array.from(got.subarray(0, want.length)), label).toEqual(Array.from(want));
+            expect(Array.from(got.subarray(want.length)), `${label}: wrote past the panels`).toEqual(
+              new Array(16).fill(SENT),
+            );
+          }
   });
 
   it('packing B once and reusing it (a frozen weight) gives the same C as packing per call', () => {

@@ -9,6 +9,8 @@
 ;;   pack_a: strips of 4 rows; strip s holds, for k = 0..K−1, the 4 floats A[4s..4s+3, k] (rows past M repeat
 ;;           row M−1);
 ;;   pack_b: panels of 8 columns; panel p holds, for k = 0..K−1, the 8 floats B[k, 8p..8p+7] (zeros past N).
+;;           A Bᵀ (columns contiguous in k: a weight stored [out, in]) packs its full panels 4 k at a time, a 4 × 4
+;;           transpose in registers (3–7× the element loop's speed, scripts/bench-gemm-pack.ts).
 ;; A frozen weight can be packed once and kept; otherwise the caller packs into scratch before each product. The
 ;; microkernel ($mk) is XNNPACK's broadcast design: a 4 × 8 tile of C in 8 f32x4 accumulators for the whole k loop;
 ;; per k it loads the panel's two vectors and broadcasts one element of A per row, each load feeding 2–4
@@ -82,6 +84,7 @@
   ;; past N: 32·K·⌈N/8⌉ bytes.
   (func (export "pack_b") (param $b i32) (param $rsb i32) (param $csb i32) (param $K i32) (param $N i32) (param $dst i32)
     (local $j i32) (local $w i32) (local $k i32) (local $t i32) (local $row i32) (local $src i32)
+    (local $v0 v128) (local $v1 v128) (local $v2 v128) (local $v3 v128) (local $t0 v128) (local $t1 v128)
     (local.set $rsb (i32.shl (local.get $rsb) (i32.const 2)))
     (local.set $csb (i32.shl (local.get $csb) (i32.const 2)))
     (block $jdone
@@ -104,6 +107,47 @@
                 (local.set $k (i32.add (local.get $k) (i32.const 1)))
                 (br $lk))))
           (else
+            ;; Bᵀ (a weight stored [out, in] read as [in, out]: each column contiguous in k) in a full panel: four k
+            ;; at a time, one vector from each of the panel's 8 columns, transposed in registers as two 4 × 4
+            ;; blocks (columns 0–3, then 4–7) into the 4 k-rows of 8 floats; the k past the last multiple of 4 go
+            ;; to the element loop below. A copy either way: the packed bytes are the element loop's.
+            (if (i32.and (i32.eq (local.get $w) (i32.const 8)) (i32.eq (local.get $rsb) (i32.const 4)))
+              (then
+                (block $kd4
+                  (loop $lk4
+                    (br_if $kd4 (i32.gt_u (i32.add (local.get $k) (i32.const 4)) (local.get $K)))
+                    (local.set $src (local.get $row))
+                    (local.set $t (i32.const 0))
+                    ;; $t = 0: columns 0–3 into bytes 0–15 of each k-row; $t = 16: columns 4–7 into bytes 16–31
+                    (block $hd
+                      (loop $lh
+                        (br_if $hd (i32.gt_u (local.get $t) (i32.const 16)))
+                        (local.set $v0 (v128.load (local.get $src)))
+                        (local.set $v1 (v128.load (i32.add (local.get $src) (local.get $csb))))
+                        (local.set $v2 (v128.load (i32.add (local.get $src) (i32.shl (local.get $csb) (i32.const 1)))))
+                        (local.set $v3 (v128.load (i32.add (local.get $src)
+                          (i32.add (i32.shl (local.get $csb) (i32.const 1)) (local.get $csb)))))
+                        ;; t0 = [v0₀ v1₀ v0₁ v1₁], t1 = [v2₀ v3₀ v2₁ v3₁]: k-rows 0 and 1
+                        (local.set $t0 (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $v0) (local.get $v1)))
+                        (local.set $t1 (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $v2) (local.get $v3)))
+                        (v128.store (i32.add (local.get $dst) (local.get $t))
+                          (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $t0) (local.get $t1)))
+                        (v128.store offset=32 (i32.add (local.get $dst) (local.get $t))
+                          (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $t0) (local.get $t1)))
+                        ;; t0 = [v0₂ v1₂ v0₃ v1₃], t1 = [v2₂ v3₂ v2₃ v3₃]: k-rows 2 and 3
+                        (local.set $t0 (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $v0) (local.get $v1)))
+                        (local.set $t1 (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $v2) (local.get $v3)))
+                        (v128.store offset=64 (i32.add (local.get $dst) (local.get $t))
+                          (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $t0) (local.get $t1)))
+                        (v128.store offset=96 (i32.add (local.get $dst) (local.get $t))
+                          (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $t0) (local.get $t1)))
+                        (local.set $src (i32.add (local.get $src) (i32.shl (local.get $csb) (i32.const 2))))
+                        (local.set $t (i32.add (local.get $t) (i32.const 16)))
+                        (br $lh)))
+                    (local.set $row (i32.add (local.get $row) (i32.const 16)))
+                    (local.set $dst (i32.add (local.get $dst) (i32.const 128)))
+                    (local.set $k (i32.add (local.get $k) (i32.const 4)))
+                    (br $lk4)))))
             ;; strided columns (Bᵀ) or the last, partial panel: element by element, zeros past N
             (block $kd2
               (loop $lk2
