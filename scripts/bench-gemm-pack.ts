@@ -20,7 +20,7 @@ const best = (fn: () => void): number => {
   return ms;
 };
 const f = new Float32Array(mem.buffer);
-for (let i = 0; i < 40e6; i++) f[i] = (i % 97) / 97;
+for (let i = 0; i < f.length; i++) f[i] = (i % 97) / 97;
 for (const [M, K, N] of [
   [46, 896, 4864],
   [46, 4864, 896],

@@ -10,7 +10,7 @@
 ;;           row M−1);
 ;;   pack_b: panels of 8 columns; panel p holds, for k = 0..K−1, the 8 floats B[k, 8p..8p+7] (zeros past N).
 ;;           A Bᵀ (columns contiguous in k: a weight stored [out, in]) packs its full panels 4 k at a time, a 4 × 4
-;;           transpose in registers (3–7× the element loop's speed, scripts/bench-gemm-pack.ts).
+;;           transpose in registers (2.8–11× the element loop's speed, scripts/bench-gemm-pack.ts).
 ;; A frozen weight can be packed once and kept; otherwise the caller packs into scratch before each product. The
 ;; microkernel ($mk) is XNNPACK's broadcast design: a 4 × 8 tile of C in 8 f32x4 accumulators for the whole k loop;
 ;; per k it loads the panel's two vectors and broadcasts one element of A per row, each load feeding 2–4
